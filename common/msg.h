@@ -1,0 +1,22 @@
+/*  common/msg.h: sending and receiving proto/msg.h messages on ZeroMQ
+    sockets, and rendering them as JSON (the tap, logs).               */
+#ifndef AH_MSG_H
+#define AH_MSG_H
+
+#include <czmq.h>
+#include "proto/msg.h"
+
+//  Sockets. route != NULL puts a routing frame first (destination).
+//  Takes ownership of *self_p and nulls it, even on failure. 0 / -1.
+int ah_msg_send (ah_msg_t **self_p, zsock_t *sock, const char *route);
+//  Receive one message. with_route: the first frame is the peer's name.
+//  NULL on malformed input, with *err set (caller frees) when err != NULL;
+//  all frames of the bad message are consumed.
+ah_msg_t *ah_msg_recv (zsock_t *sock, bool with_route, char **err);
+
+//  Render as one JSON object line {"type":..,"from":..,"to":..,"fields":{..}}:
+//  bin fields become {"bin": N} (their size: contents never reach a log or
+//  the tap). Caller frees.
+char *ah_msg_to_json (const ah_msg_t *self, const char *to);
+
+#endif

@@ -1,0 +1,69 @@
+/*  drivers/driver.h: the small interface every sandbox backend implements.
+
+    DESIGN. A driver is called from lifecycle's worker threads, never from
+    an actor's loop: every call may block (an image build takes minutes).
+    A driver object is created once by the server and is thread-safe: its
+    own state (if any) is guarded inside it, and its configuration is
+    immutable. Every call returns 0 on success or -1 with *err set to a
+    sentence for a person (caller frees), e.g. "image 'x' not found: ...".
+
+    Identity: every sandbox is named by its agent id (a string of
+    [a-z0-9-], at most 40 characters). Drivers derive their own object
+    names from it (docker: <prefix>-<id>, <prefix>-home-<id>, ...).     */
+#ifndef AH_DRIVER_H
+#define AH_DRIVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    const char *agent_id;
+    const char *image;
+    double      cpus;
+    int64_t     memory_mb;
+    int64_t     pids_limit;
+} ah_sandbox_spec_t;
+
+//  What the sandbox needs to dial home; the driver composes the tunnel URL
+//  (it knows how the sandbox reaches the server) and writes boot.json:
+//  {"agent_id": .., "token": .., "tunnel_url": "ws://host:port/tunnel"}.
+typedef struct {
+    const char *agent_id;
+    const char *token;              //  fresh per start; only its hash is stored
+    int         tunnel_port;
+} ah_boot_t;
+
+typedef struct {
+    bool    exists;                 //  the sandbox (container / home) exists
+    bool    running;
+    int     exit_code;              //  when !running and it ran before; -1 unknown
+    char    detail [128];           //  driver's own words ("exited (137)", "running")
+} ah_sandbox_status_t;
+
+typedef struct ah_driver_t ah_driver_t;
+
+struct ah_driver_t {
+    const char *name;               //  "docker" | "fake"
+    //  true when "running" means sandboxd said hello over the tunnel
+    //  (lifecycle waits for SANDBOX_HELLO after start succeeds).
+    bool        waits_for_hello;
+    int  (*create)  (ah_driver_t *self, const ah_sandbox_spec_t *spec, char **err);
+    int  (*start)   (ah_driver_t *self, const ah_boot_t *boot, char **err);
+    int  (*stop)    (ah_driver_t *self, const char *agent_id, char **err);
+    //  Recreate from the spec, keeping the home. Leaves it stopped.
+    int  (*rebuild) (ah_driver_t *self, const ah_sandbox_spec_t *spec, char **err);
+    //  Remove everything of the sandbox, home included. Absent is success.
+    int  (*destroy) (ah_driver_t *self, const char *agent_id, char **err);
+    int  (*inspect) (ah_driver_t *self, const char *agent_id, ah_sandbox_status_t *status, char **err);
+    //  Ids of every sandbox this driver knows of (for the reconciler).
+    //  *ids is a NULL-terminated array the caller frees (each id and the array).
+    int  (*list)    (ah_driver_t *self, char ***ids, char **err);
+    void (*destroy_driver) (ah_driver_t **self_p);
+    void *impl;                     //  the driver's own state
+};
+
+//  Frees a NULL-terminated id list from list().
+void ah_driver_free_ids (char ***ids_p);
+
+#endif

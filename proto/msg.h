@@ -1,0 +1,85 @@
+/*  proto/msg.h: the message envelope every actor speaks (no sockets here).
+
+    A message is a type name (a short upper-case string such as
+    "SANDBOX_START") and one msgpack map of fields. Values are scalars
+    (string, integer, double, bool, nil), binary blobs, or a nested msgpack
+    object carried as raw bytes (ah_msg_set_raw / ah_msg_raw).
+
+    On a socket a message is two frames: [type][msgpack map]. Between an
+    actor and the bus (see bus.h) a routing frame goes in front: the
+    destination when sending, the sender when receiving.
+
+    Conventions (docs/messages.md):
+      - a request that wants an answer carries "req" (integer, chosen by
+        the sender); the answer is a "REPLY" with the same "req", "ok"
+        (bool), "status" (HTTP-like integer: 200, 400, 404, 409, 422, 500)
+        and, when !ok, "error" (a sentence for a person).
+      - unknown types and malformed maps are answered with a REPLY
+        ok=false status=400 and logged, never asserted on.
+
+    This part is pure msgpack so sandboxd (static, no zmq) shares it:
+    channel headers on the tunnel are the same maps. common/msg.h adds
+    the socket and JSON functions.
+
+    Decoding is defensive: frame count, sizes, field counts and value
+    types are checked; anything off returns NULL with a reason.        */
+#ifndef AH_PROTO_MSG_H
+#define AH_PROTO_MSG_H
+
+#include <stddef.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define AH_MSG_MAX_BYTES   (16u << 20)    //  largest map accepted
+#define AH_MSG_MAX_FIELDS  256
+#define AH_MSG_MAX_TYPE    64
+
+typedef struct ah_msg_t ah_msg_t;
+
+ah_msg_t   *ah_msg_new (const char *type);
+void        ah_msg_destroy (ah_msg_t **self_p);
+ah_msg_t   *ah_msg_dup (const ah_msg_t *self);
+
+const char *ah_msg_type (const ah_msg_t *self);
+//  Sender's actor name on a message received through the bus, else "".
+const char *ah_msg_peer (const ah_msg_t *self);
+void        ah_msg_set_peer (ah_msg_t *self, const char *peer);
+
+//  Setters copy their arguments; setting a key again replaces it.
+void ah_msg_set_str (ah_msg_t *self, const char *key, const char *value);  //  NULL -> nil
+void ah_msg_set_strf (ah_msg_t *self, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void ah_msg_set_int (ah_msg_t *self, const char *key, int64_t value);
+void ah_msg_set_double (ah_msg_t *self, const char *key, double value);
+void ah_msg_set_bool (ah_msg_t *self, const char *key, bool value);
+void ah_msg_set_nil (ah_msg_t *self, const char *key);
+void ah_msg_set_bin (ah_msg_t *self, const char *key, const void *data, size_t size);
+//  data must be one complete msgpack object (checked; returns -1 if not).
+int  ah_msg_set_raw (ah_msg_t *self, const char *key, const void *data, size_t size);
+
+//  Getters borrow from the message. A missing key or a value of another
+//  type gives NULL / the default. Integers are accepted for doubles.
+bool        ah_msg_has (const ah_msg_t *self, const char *key);
+bool        ah_msg_is_nil (const ah_msg_t *self, const char *key);
+const char *ah_msg_str (const ah_msg_t *self, const char *key);
+int64_t     ah_msg_int (const ah_msg_t *self, const char *key, int64_t dflt);
+double      ah_msg_double (const ah_msg_t *self, const char *key, double dflt);
+bool        ah_msg_bool (const ah_msg_t *self, const char *key, bool dflt);
+const void *ah_msg_bin (const ah_msg_t *self, const char *key, size_t *size);
+const void *ah_msg_raw (const ah_msg_t *self, const char *key, size_t *size);
+
+//  Iterate fields: returns the key of field i (0..count-1) or NULL.
+size_t      ah_msg_count (const ah_msg_t *self);
+const char *ah_msg_key (const ah_msg_t *self, size_t i);
+
+//  Encode the map alone (for storage or nesting); caller frees *data.
+int ah_msg_encode (const ah_msg_t *self, uint8_t **data, size_t *size);
+//  Decode a map; NULL with *err (caller frees) on malformed input.
+ah_msg_t *ah_msg_decode (const char *type, const void *data, size_t size, char **err);
+
+//  Replies: a REPLY with "req" copied from the request.
+ah_msg_t *ah_msg_reply_ok (const ah_msg_t *request);
+ah_msg_t *ah_msg_reply_error (const ah_msg_t *request, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

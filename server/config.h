@@ -1,0 +1,58 @@
+/*  server/config.h: the server's configuration, read once at start.
+
+    Sources, later wins: built-in defaults, the YAML file (etc/agenthold.yaml
+    or --config), AGENTHOLD_* environment variables (key path upper-cased,
+    dots to underscores: sandbox.default_cpus -> AGENTHOLD_SANDBOX_DEFAULT_CPUS).
+    Unknown keys and bad values are refused with a message naming the key
+    and the value. After loading, the struct is immutable and may be read
+    from any thread (it is never written again).
+    docs/configuration.md lists every key.                              */
+#ifndef AH_CONFIG_H
+#define AH_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    //  server.*
+    char   *listen;                 //  "127.0.0.1:8080"
+    char   *data_dir;               //  "/var/lib/agenthold" as root, else ~/.local/share/agenthold
+    //  tap.*
+    char   *tap_endpoint;           //  NULL = off
+    //  sandbox.*
+    char   *driver;                 //  "docker" | "fake"
+    char   *default_image;          //  "debian:bookworm-slim"
+    double  default_cpus;           //  2
+    int64_t default_memory_mb;      //  4096
+    double  max_cpus;               //  8
+    int64_t max_memory_mb;          //  16384
+    int64_t pids_limit;             //  4096
+    double  idle_minutes;           //  15 (decimals allowed)
+    double  idle_check_interval_s;  //  30 ("30s", "1s", "2m", "500ms")
+    char   *tunnel_listen;          //  ":8090"
+    char   *sandboxd_path;          //  path of the static sandboxd to deploy; default: next to the agenthold binary
+    //  sandbox.docker.*
+    char   *docker_socket;          //  "/var/run/docker.sock"
+    char   *name_prefix;            //  "agenthold"
+    char   *network_pool;           //  "10.213.0.0/16"
+    int     subnet_bits;            //  28
+    char   *runtime;                //  NULL = engine default
+    char   *server_container;       //  NULL = detect
+    char   *sandboxd_volume;        //  NULL = bind-mount dirname(sandboxd_path)
+    //  policy.*
+    char   *lua_dir;                //  directory of idle.lua, limits.lua, briefing.lua
+    //  catalog.*
+    char   *catalog_path;           //  catalog/runtimes.json
+} ah_config_t;
+
+//  Defaults only.
+ah_config_t *ah_config_new_defaults (void);
+//  Defaults, then file (NULL: etc/agenthold.yaml if it exists, else none),
+//  then environment. NULL on error with *err (caller frees) naming the key.
+ah_config_t *ah_config_load (const char *path, char **err);
+void ah_config_destroy (ah_config_t **self_p);
+
+//  "host:port" / ":port" -> host ("" means all) and port. 0 / -1.
+int ah_config_split_listen (const char *listen, char *host, size_t host_size, int *port);
+
+#endif

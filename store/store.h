@@ -1,0 +1,55 @@
+/*  store/store.h: the SQLite wrapper every actor uses through its own
+    connection (one ah_store_t per thread; never shared).
+
+    Opening sets WAL, foreign_keys=ON, busy_timeout, and (migrate=true)
+    applies the numbered migrations in store/migrations.c once each, in
+    one transaction each, recording the version in PRAGMA user_version.
+    A database whose version is newer than the binary knows is refused
+    with a message naming both versions.
+
+    Statements are prepared once per connection and cached by their SQL
+    text; binds are by name (":name") and a name the statement does not
+    have fails loudly (-1 and a log line naming the SQL). Errors carry the
+    SQL and sqlite3_errmsg. Writes go inside ah_store_begin (BEGIN
+    IMMEDIATE) / ah_store_commit.
+
+    Times are integers: milliseconds since the Unix epoch (ah_store_now_ms). */
+#ifndef AH_STORE_H
+#define AH_STORE_H
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct ah_store_t ah_store_t;
+
+ah_store_t *ah_store_open (const char *path, bool migrate, char **err);
+void        ah_store_close (ah_store_t **self_p);
+sqlite3    *ah_store_db (ah_store_t *self);
+int         ah_store_schema_version (ah_store_t *self);
+int         ah_store_latest_version (void);      //  what this binary knows
+
+//  One or more statements without results. 0 / -1 (*err, caller frees).
+int ah_store_exec (ah_store_t *self, const char *sql, char **err);
+
+//  Cached prepared statement, reset and with bindings cleared. NULL on a
+//  prepare error (logged with the SQL).
+sqlite3_stmt *ah_store_prepare (ah_store_t *self, const char *sql);
+int ah_store_bind_text (sqlite3_stmt *stmt, const char *name, const char *value);  //  NULL -> NULL
+int ah_store_bind_int64 (sqlite3_stmt *stmt, const char *name, int64_t value);
+int ah_store_bind_double (sqlite3_stmt *stmt, const char *name, double value);
+int ah_store_bind_null (sqlite3_stmt *stmt, const char *name);
+//  sqlite3_step with the error logged (SQL + errmsg). Returns the step code.
+int ah_store_step (ah_store_t *self, sqlite3_stmt *stmt);
+//  Rows changed by the last statement on this connection.
+int ah_store_changes (ah_store_t *self);
+
+int ah_store_begin (ah_store_t *self);           //  BEGIN IMMEDIATE; 0 / -1
+int ah_store_commit (ah_store_t *self);
+int ah_store_rollback (ah_store_t *self);
+
+int64_t ah_store_now_ms (void);
+//  "2026-11-29T09:00:00.123Z" into buf (>= 32 bytes); "" for ms <= 0.
+const char *ah_store_format_time (int64_t ms, char *buf, size_t size);
+
+#endif
