@@ -19,6 +19,7 @@
 
 #include <sqlite3.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct ah_store_t ah_store_t;
@@ -28,6 +29,9 @@ void        ah_store_close (ah_store_t **self_p);
 sqlite3    *ah_store_db (ah_store_t *self);
 int         ah_store_schema_version (ah_store_t *self);
 int         ah_store_latest_version (void);      //  what this binary knows
+//  The last error on this connection ("what: sqlite3_errmsg (SQL: ...)"),
+//  "" if none. Borrowed; valid until the next error.
+const char *ah_store_error (ah_store_t *self);
 
 //  One or more statements without results. 0 / -1 (*err, caller frees).
 int ah_store_exec (ah_store_t *self, const char *sql, char **err);
