@@ -61,6 +61,20 @@ struct ah_driver_t {
     int  (*list)    (ah_driver_t *self, char ***ids, char **err);
     void (*destroy_driver) (ah_driver_t **self_p);
     void *impl;                     //  the driver's own state
+    //  Optional (NULL when the backend has no event stream; added last so
+    //  existing initialisers keep compiling). Blocks in the calling worker
+    //  thread following the backend's events: calls on_change (arg,
+    //  agent_id, action) for each change of a sandbox (action "start",
+    //  "stop", "die", "destroy"), and once with agent_id NULL and action
+    //  "connected" when the stream is established (so the caller can
+    //  re-inspect what it may have missed while disconnected). Polls *stop
+    //  at least once a second and returns 0 once it is non-zero; returns
+    //  -1 with *err when the stream cannot be opened or ends (the engine
+    //  went away): the caller reconnects with backoff. on_change runs in
+    //  the calling thread.
+    int  (*watch)   (ah_driver_t *self,
+                     void (*on_change) (void *arg, const char *agent_id, const char *action),
+                     void *arg, volatile int *stop, char **err);
 };
 
 //  Frees a NULL-terminated id list from list().
