@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "server/config.h"
 
 typedef struct {
     const char *agent_id;
@@ -79,5 +80,10 @@ struct ah_driver_t {
 
 //  Frees a NULL-terminated id list from list().
 void ah_driver_free_ids (char ***ids_p);
+
+//  The backend named by config->driver ("docker" | "fake"); config is
+//  borrowed and must outlive the driver. NULL with *err (caller frees)
+//  naming the problem. Free with self->destroy_driver (&self).
+ah_driver_t *ah_driver_new (const ah_config_t *config, char **err);
 
 #endif

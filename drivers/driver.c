@@ -1,0 +1,51 @@
+/*  drivers/driver.c: what every backend shares: freeing id lists, and the
+    factory that picks a backend by sandbox.driver.                    */
+#include "drivers/driver.h"
+#include "drivers/fake.h"
+#ifdef AH_HAVE_DOCKER
+#include "drivers/docker.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ah_driver_free_ids (char ***ids_p)
+{
+    if (!ids_p || !*ids_p)
+        return;
+    for (char **id = *ids_p; *id; id++)
+        free (*id);
+    free (*ids_p);
+    *ids_p = NULL;
+}
+
+static char *s_strdupf (const char *fmt, const char *arg)
+{
+    size_t n = strlen (fmt) + (arg ? strlen (arg) : 0) + 1;
+    char *text = malloc (n);
+    if (text)
+        snprintf (text, n, fmt, arg ? arg : "");
+    return text;
+}
+
+ah_driver_t *ah_driver_new (const ah_config_t *config, char **err)
+{
+    if (err)
+        *err = NULL;
+    const char *name = config && config->driver ? config->driver : "";
+    if (strcmp (name, "fake") == 0)
+        return ah_fake_driver_new (config, err);
+    if (strcmp (name, "docker") == 0) {
+#ifdef AH_HAVE_DOCKER
+        return ah_docker_driver_new (config, err);
+#else
+        if (err)
+            *err = strdup ("sandbox.driver 'docker' is not built into this binary");
+        return NULL;
+#endif
+    }
+    if (err)
+        *err = s_strdupf ("sandbox.driver '%s' is unknown (want docker or fake)", name);
+    return NULL;
+}

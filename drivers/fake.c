@@ -1,0 +1,422 @@
+/*  drivers/fake.c: the fake backend (see fake.h). For development and
+    tests only: nothing is isolated, and it says so when created.
+
+    DESIGN. Calls come from lifecycle's worker threads, several at once
+    (different agents, or the reconciler's inspect). One mutex guards the
+    whole driver: every call is a few file operations, so holding it for
+    the duration costs nothing and keeps the record files consistent.
+    The truth lives in files, not in memory, so a restarted server (and a
+    test) sees what the previous one left.
+
+    When the sandboxd library is built in (AH_HAVE_SANDBOXD), start also
+    runs sandboxd in-process on the sandbox's boot.json, one thread per
+    sandbox, and the driver waits for its hello over the tunnel; the
+    thread handles live in a small table guarded by the same mutex.  */
+#include "drivers/fake.h"
+#include "common/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ID_MAX      40                  //  drivers/driver.h: at most 40 characters
+#define STATE_MAX   64
+
+typedef struct {
+    char *root;                         //  <data_dir>/fake
+    pthread_mutex_t lock;               //  guards every call (any worker thread)
+} fake_t;
+
+static char *s_printf (const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *s_printf (const char *fmt, ...)
+{
+    va_list ap;
+    va_start (ap, fmt);
+    char *text = NULL;
+    if (vasprintf (&text, fmt, ap) < 0)
+        text = NULL;
+    va_end (ap);
+    return text;
+}
+
+static void s_set_err (char **err, char *text)
+{
+    if (err)
+        *err = text ? text : strdup ("out of memory");
+    else
+        free (text);
+}
+
+//  Ids become path components: only [a-z0-9-], 1..40, so nothing can climb out.
+static bool s_id_ok (const char *id)
+{
+    size_t n = id ? strlen (id) : 0;
+    if (n == 0 || n > ID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((id [i] >= 'a' && id [i] <= 'z') || (id [i] >= '0' && id [i] <= '9') || id [i] == '-'))
+            return false;
+    return true;
+}
+
+static int s_mkdir_p (const char *path, mode_t mode)
+{
+    char buf [4096];
+    if (strlen (path) >= sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    strcpy (buf, path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir (buf, mode) && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    if (mkdir (buf, mode) && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+//  Write a small file whole (temp + rename, so a crash never leaves half a record).
+static int s_write_file (const char *path, const char *text, mode_t mode)
+{
+    char tmp [4200];
+    snprintf (tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -1;
+    size_t n = strlen (text);
+    bool ok = write (fd, text, n) == (ssize_t) n;
+    ok = close (fd) == 0 && ok;
+    if (!ok || rename (tmp, path)) {
+        unlink (tmp);
+        return -1;
+    }
+    return 0;
+}
+
+//  First line of a small file into buf; -1 if it cannot be read.
+static int s_read_line (const char *path, char *buf, size_t size)
+{
+    FILE *f = fopen (path, "re");
+    if (!f)
+        return -1;
+    if (!fgets (buf, (int) size, f))
+        buf [0] = 0;
+    fclose (f);
+    buf [strcspn (buf, "\r\n")] = 0;
+    return 0;
+}
+
+static char *s_path (fake_t *self, const char *id, const char *leaf)
+{
+    return leaf ? s_printf ("%s/%s/%s", self->root, id, leaf) : s_printf ("%s/%s", self->root, id);
+}
+
+static bool s_exists (fake_t *self, const char *id)
+{
+    char *home = s_path (self, id, "home");
+    struct stat st;
+    bool yes = home && stat (home, &st) == 0 && S_ISDIR (st.st_mode);
+    free (home);
+    return yes;
+}
+
+//  Test hook: fail-<op> in the sandbox's directory or in the root.
+static bool s_injected (fake_t *self, const char *id, const char *op, char **err)
+{
+    char leaf [32], line [512];
+    snprintf (leaf, sizeof leaf, "fail-%s", op);
+    char *paths [2] = { s_path (self, id, leaf), s_printf ("%s/%s", self->root, leaf) };
+    bool failed = false;
+    for (int i = 0; i < 2 && !failed; i++)
+        if (paths [i] && s_read_line (paths [i], line, sizeof line) == 0) {
+            failed = true;
+            s_set_err (err, strdup (*line ? line : "injected failure"));
+        }
+    free (paths [0]);
+    free (paths [1]);
+    return failed;
+}
+
+static int s_set_state (fake_t *self, const char *id, const char *state, char **err)
+{
+    char *path = s_path (self, id, "state");
+    char line [STATE_MAX];
+    snprintf (line, sizeof line, "%s\n", state);
+    int rc = path ? s_write_file (path, line, 0644) : -1;
+    if (rc)
+        s_set_err (err, s_printf ("fake: cannot write %s: %s", path ? path : id, strerror (errno)));
+    free (path);
+    return rc;
+}
+
+//  Common entry: valid id, the lock taken, the injected failure checked.
+#define ENTER(op) \
+    fake_t *self = driver->impl; \
+    if (!s_id_ok (agent_id)) { \
+        s_set_err (err, s_printf ("fake: bad agent id '%.48s'", agent_id ? agent_id : "")); \
+        return -1; \
+    } \
+    pthread_mutex_lock (&self->lock); \
+    int rc = -1; \
+    if (s_injected (self, agent_id, op, err)) \
+        goto out;
+
+static int s_make (fake_t *self, const ah_sandbox_spec_t *spec, char **err)
+{
+    const char *agent_id = spec->agent_id;
+    char *home = s_path (self, agent_id, "home");
+    char *image = s_path (self, agent_id, "image");
+    int rc = -1;
+    if (!home || !image || s_mkdir_p (home, 0700)) {
+        s_set_err (err, s_printf ("fake: cannot make %s: %s", home ? home : agent_id, strerror (errno)));
+        goto out;
+    }
+    char line [512];
+    snprintf (line, sizeof line, "%s\n", spec->image ? spec->image : "");
+    if (s_write_file (image, line, 0644)) {
+        s_set_err (err, s_printf ("fake: cannot write %s: %s", image, strerror (errno)));
+        goto out;
+    }
+    rc = s_set_state (self, agent_id, "created", err);
+out:
+    free (home);
+    free (image);
+    return rc;
+}
+
+static int s_create (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
+{
+    const char *agent_id = spec ? spec->agent_id : NULL;
+    ENTER ("create");
+    if (s_exists (self, agent_id)) {
+        s_set_err (err, s_printf ("fake: sandbox %s exists already", agent_id));
+        goto out;
+    }
+    rc = s_make (self, spec, err);
+out:
+    pthread_mutex_unlock (&self->lock);
+    return rc;
+}
+
+static int s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
+{
+    const char *agent_id = boot ? boot->agent_id : NULL;
+    ENTER ("start");
+    if (!s_exists (self, agent_id)) {
+        s_set_err (err, s_printf ("fake: no sandbox %s (create it first)", agent_id));
+        goto out;
+    }
+    //  Same document as the docker driver writes into the container.
+    char *path = s_path (self, agent_id, "boot.json");
+    char *json = s_printf ("{\"agent_id\": \"%s\", \"token\": \"%s\", "
+                           "\"tunnel_url\": \"ws://127.0.0.1:%d/tunnel\"}\n",
+                           agent_id, boot->token ? boot->token : "", boot->tunnel_port);
+    if (!path || !json || s_write_file (path, json, 0600)) {
+        s_set_err (err, s_printf ("fake: cannot write %s: %s", path ? path : "boot.json", strerror (errno)));
+        free (path);
+        free (json);
+        goto out;
+    }
+    free (path);
+    free (json);
+    rc = s_set_state (self, agent_id, "running", err);
+out:
+    pthread_mutex_unlock (&self->lock);
+    return rc;
+}
+
+static int s_stop (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    ENTER ("stop");
+    if (!s_exists (self, agent_id)) {
+        s_set_err (err, s_printf ("fake: no sandbox %s", agent_id));
+        goto out;
+    }
+    char line [STATE_MAX] = "";
+    char *path = s_path (self, agent_id, "state");
+    if (path)
+        s_read_line (path, line, sizeof line);
+    free (path);
+    //  Like `docker stop`: the init process ends on SIGTERM, exit 143.
+    rc = strcmp (line, "running") == 0 ? s_set_state (self, agent_id, "exited 143", err) : 0;
+out:
+    pthread_mutex_unlock (&self->lock);
+    return rc;
+}
+
+static int s_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
+{
+    const char *agent_id = spec ? spec->agent_id : NULL;
+    ENTER ("rebuild");
+    //  Recreated from the spec; the home (if any) stays.
+    rc = s_make (self, spec, err);
+out:
+    pthread_mutex_unlock (&self->lock);
+    return rc;
+}
+
+static int s_rm_one (const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void) st; (void) ftw;
+    int rc = type == FTW_DP ? rmdir (path) : unlink (path);
+    return rc && errno != ENOENT ? -1 : 0;
+}
+
+static int s_destroy (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    ENTER ("destroy");
+    char *dir = s_path (self, agent_id, NULL);
+    struct stat st;
+    if (!dir)
+        s_set_err (err, NULL);
+    else if (lstat (dir, &st) && errno == ENOENT)
+        rc = 0;                         //  absent is success
+    else if (nftw (dir, s_rm_one, 16, FTW_DEPTH | FTW_PHYS))
+        s_set_err (err, s_printf ("fake: cannot remove %s: %s", dir, strerror (errno)));
+    else
+        rc = 0;
+    free (dir);
+out:
+    pthread_mutex_unlock (&self->lock);
+    return rc;
+}
+
+static int s_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *status, char **err)
+{
+    if (!status) {
+        s_set_err (err, strdup ("fake: inspect needs a status"));
+        return -1;
+    }
+    memset (status, 0, sizeof *status);
+    status->exit_code = -1;
+    ENTER ("inspect");
+    rc = 0;
+    status->exists = s_exists (self, agent_id);
+    if (!status->exists) {
+        snprintf (status->detail, sizeof status->detail, "absent");
+        goto out;
+    }
+    char line [STATE_MAX] = "";
+    char *path = s_path (self, agent_id, "state");
+    if (path)
+        s_read_line (path, line, sizeof line);
+    free (path);
+    int code;
+    if (strcmp (line, "running") == 0)
+        status->running = true;
+    else if (sscanf (line, "exited %d", &code) == 1)
+        status->exit_code = code;
+    snprintf (status->detail, sizeof status->detail, "%s", *line ? line : "unknown");
+out:
+    pthread_mutex_unlock (&self->lock);
+    return rc;
+}
+
+static int s_list (ah_driver_t *driver, char ***ids, char **err)
+{
+    fake_t *self = driver->impl;
+    *ids = NULL;
+    pthread_mutex_lock (&self->lock);
+    int rc = -1;
+    size_t count = 0, cap = 16;
+    char **list = calloc (cap + 1, sizeof *list);
+    DIR *dir = opendir (self->root);
+    if (!list || !dir) {
+        s_set_err (err, s_printf ("fake: cannot list %s: %s", self->root, strerror (errno)));
+        goto out;
+    }
+    struct dirent *ent;
+    while ((ent = readdir (dir))) {
+        if (!s_id_ok (ent->d_name) || !s_exists (self, ent->d_name))
+            continue;
+        if (count == cap) {
+            char **bigger = realloc (list, (2 * cap + 1) * sizeof *list);
+            if (!bigger) {
+                s_set_err (err, NULL);
+                goto out;
+            }
+            list = bigger;
+            cap *= 2;
+        }
+        if (!(list [count] = strdup (ent->d_name))) {
+            s_set_err (err, NULL);
+            goto out;
+        }
+        list [++count] = NULL;
+    }
+    *ids = list;
+    list = NULL;
+    rc = 0;
+out:
+    if (dir)
+        closedir (dir);
+    ah_driver_free_ids (&list);
+    pthread_mutex_unlock (&self->lock);
+    return rc;
+}
+
+static void s_destroy_driver (ah_driver_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    ah_driver_t *driver = *self_p;
+    fake_t *self = driver->impl;
+    if (self) {
+        pthread_mutex_destroy (&self->lock);
+        free (self->root);
+        free (self);
+    }
+    free (driver);
+    *self_p = NULL;
+}
+
+ah_driver_t *ah_fake_driver_new (const ah_config_t *config, char **err)
+{
+    if (err)
+        *err = NULL;
+    if (!config || !config->data_dir || !*config->data_dir) {
+        s_set_err (err, strdup ("fake driver: server.data_dir is not set"));
+        return NULL;
+    }
+    ah_driver_t *driver = calloc (1, sizeof *driver);
+    fake_t *self = calloc (1, sizeof *self);
+    if (!driver || !self) {
+        free (driver);
+        free (self);
+        s_set_err (err, NULL);
+        return NULL;
+    }
+    pthread_mutex_init (&self->lock, NULL);
+    driver->impl = self;
+    driver->name = "fake";
+    driver->waits_for_hello = false;
+    driver->create = s_create;
+    driver->start = s_start;
+    driver->stop = s_stop;
+    driver->rebuild = s_rebuild;
+    driver->destroy = s_destroy;
+    driver->inspect = s_inspect;
+    driver->list = s_list;
+    driver->destroy_driver = s_destroy_driver;
+    self->root = s_printf ("%s/fake", config->data_dir);
+    if (!self->root || s_mkdir_p (self->root, 0700)) {
+        s_set_err (err, s_printf ("fake driver: cannot make %s/fake: %s", config->data_dir, strerror (errno)));
+        s_destroy_driver (&driver);
+        return NULL;
+    }
+    ah_warn ("fake", "the fake driver is for development and tests only: sandboxes are "
+             "directories under %s and nothing in them is isolated", self->root);
+    return driver;
+}
