@@ -1,0 +1,803 @@
+/*  server/config.c: the configuration (see config.h and docs/configuration.md).
+
+    One table, s_keys, names every key once: its dotted path, its type,
+    where it lives in ah_config_t. The YAML walker, the environment reader,
+    the "did you mean" suggestions and the documentation all follow that
+    table, so a key cannot exist in one place and be missing in another.
+
+    Single-threaded: called once at start, before any actor exists.    */
+#include "server/config.h"
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+extern char **environ;
+
+#define CONFIG_MAX_BYTES (1 << 20)      //  a config file larger than this is a mistake
+
+typedef enum {
+    T_STR,          //  a non-empty string
+    T_OPT,          //  a string, or null / the "none word" for NULL
+    T_PATH,         //  a non-empty string; null keeps the computed default
+    T_DOUBLE,
+    T_INT64,
+    T_INT,
+    T_DURATION,     //  "500ms", "30s", "2m", "1h"; a bare number is seconds
+} s_type_t;
+
+typedef struct {
+    const char *key;
+    s_type_t type;
+    size_t offset;
+    const char *none_word;          //  T_OPT: the word that means NULL ("off", "none", "detect")
+} s_key_t;
+
+#define F(field) offsetof (ah_config_t, field)
+static const s_key_t s_keys [] = {
+    { "server.listen",                    T_STR,      F (listen), NULL },
+    { "server.data_dir",                  T_PATH,     F (data_dir), NULL },
+    { "tap.endpoint",                     T_OPT,      F (tap_endpoint), "off" },
+    { "sandbox.driver",                   T_STR,      F (driver), NULL },
+    { "sandbox.default_image",            T_STR,      F (default_image), NULL },
+    { "sandbox.default_cpus",             T_DOUBLE,   F (default_cpus), NULL },
+    { "sandbox.default_memory_mb",        T_INT64,    F (default_memory_mb), NULL },
+    { "sandbox.max_cpus",                 T_DOUBLE,   F (max_cpus), NULL },
+    { "sandbox.max_memory_mb",            T_INT64,    F (max_memory_mb), NULL },
+    { "sandbox.pids_limit",               T_INT64,    F (pids_limit), NULL },
+    { "sandbox.idle_minutes",             T_DOUBLE,   F (idle_minutes), NULL },
+    { "sandbox.idle_check_interval",      T_DURATION, F (idle_check_interval_s), NULL },
+    { "sandbox.tunnel_listen",            T_STR,      F (tunnel_listen), NULL },
+    { "sandbox.sandboxd_path",            T_PATH,     F (sandboxd_path), NULL },
+    { "sandbox.docker.socket",            T_STR,      F (docker_socket), NULL },
+    { "sandbox.docker.name_prefix",       T_STR,      F (name_prefix), NULL },
+    { "sandbox.docker.network_pool",      T_STR,      F (network_pool), NULL },
+    { "sandbox.docker.subnet_bits",       T_INT,      F (subnet_bits), NULL },
+    { "sandbox.docker.runtime",           T_OPT,      F (runtime), "none" },
+    { "sandbox.docker.server_container",  T_OPT,      F (server_container), "detect" },
+    { "sandbox.docker.sandboxd_volume",   T_OPT,      F (sandboxd_volume), "none" },
+    { "policy.lua_dir",                   T_PATH,     F (lua_dir), NULL },
+    { "catalog.path",                     T_PATH,     F (catalog_path), NULL },
+};
+#undef F
+#define KEY_COUNT (sizeof s_keys / sizeof s_keys [0])
+
+//  Environment variables that start with AGENTHOLD_ but are not keys
+static const char *s_env_exempt [] = {
+    "AGENTHOLD_URL", "AGENTHOLD_TOKEN", "AGENTHOLD_LOG", "AGENTHOLD_CONFIG",
+};
+
+static char *s_strdupf (const char *fmt, ...)
+{
+    va_list ap;
+    va_start (ap, fmt);
+    char *text = NULL;
+    if (vasprintf (&text, fmt, ap) < 0)
+        text = NULL;
+    va_end (ap);
+    return text;
+}
+
+static char **s_str_field (ah_config_t *self, const s_key_t *key)
+{
+    return (char **) ((char *) self + key->offset);
+}
+
+static void s_replace (char **field, const char *value)
+{
+    free (*field);
+    *field = value ? strdup (value) : NULL;
+}
+
+static bool s_is_dir (const char *path)
+{
+    struct stat st;
+    return stat (path, &st) == 0 && S_ISDIR (st.st_mode);
+}
+
+static bool s_is_file (const char *path)
+{
+    struct stat st;
+    return stat (path, &st) == 0 && S_ISREG (st.st_mode);
+}
+
+//  Directory of the running binary, or NULL.
+static char *s_exe_dir (void)
+{
+    char path [PATH_MAX];
+    ssize_t n = readlink ("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0)
+        return NULL;
+    path [n] = 0;
+    char *slash = strrchr (path, '/');
+    if (!slash)
+        return NULL;
+    *slash = 0;
+    return strdup (*path ? path : "/");
+}
+
+static char *s_default_data_dir (void)
+{
+    if (geteuid () == 0)
+        return strdup ("/var/lib/agenthold");
+    const char *xdg = getenv ("XDG_DATA_HOME");
+    if (xdg && *xdg == '/')
+        return s_strdupf ("%s/agenthold", xdg);
+    const char *home = getenv ("HOME");
+    if (!home || !*home) {
+        struct passwd *pw = getpwuid (geteuid ());
+        home = pw && pw->pw_dir ? pw->pw_dir : "/tmp";
+    }
+    return s_strdupf ("%s/.local/share/agenthold", home);
+}
+
+//  A shipped data file (lua/, catalog/runtimes.json): next to an installed
+//  binary (<prefix>/bin -> <prefix>/share/agenthold), then the source tree
+//  this binary was built from, then the system location.
+static char *s_default_data_path (const char *relative, bool want_dir)
+{
+    char *candidates [3] = { NULL, NULL, NULL };
+    char *exe_dir = s_exe_dir ();
+    if (exe_dir)
+        candidates [0] = s_strdupf ("%s/../share/agenthold/%s", exe_dir, relative);
+    free (exe_dir);
+#ifdef AH_SOURCE_DIR
+    candidates [1] = s_strdupf ("%s/%s", AH_SOURCE_DIR, relative);
+#endif
+    candidates [2] = s_strdupf ("/usr/share/agenthold/%s", relative);
+    char *found = NULL;
+    for (int i = 0; i < 3 && !found; i++)
+        if (candidates [i] && (want_dir ? s_is_dir (candidates [i]) : s_is_file (candidates [i])))
+            found = candidates [i], candidates [i] = NULL;
+    if (!found) {
+        found = candidates [2];         //  the system path: the error will name it
+        candidates [2] = NULL;
+    }
+    for (int i = 0; i < 3; i++)
+        free (candidates [i]);
+    return found;
+}
+
+ah_config_t *ah_config_new_defaults (void)
+{
+    ah_config_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->listen = strdup ("127.0.0.1:8080");
+    self->data_dir = s_default_data_dir ();
+    self->tap_endpoint = NULL;
+    self->driver = strdup ("docker");
+    self->default_image = strdup ("debian:bookworm-slim");
+    self->default_cpus = 2;
+    self->default_memory_mb = 4096;
+    self->max_cpus = 8;
+    self->max_memory_mb = 16384;
+    self->pids_limit = 4096;
+    self->idle_minutes = 15;
+    self->idle_check_interval_s = 30;
+    self->tunnel_listen = strdup (":8090");
+    char *exe_dir = s_exe_dir ();
+    self->sandboxd_path = exe_dir ? s_strdupf ("%s/sandboxd", exe_dir) : strdup ("sandboxd");
+    free (exe_dir);
+    self->docker_socket = strdup ("/var/run/docker.sock");
+    self->name_prefix = strdup ("agenthold");
+    self->network_pool = strdup ("10.213.0.0/16");
+    self->subnet_bits = 28;
+    self->runtime = NULL;
+    self->server_container = NULL;
+    self->sandboxd_volume = NULL;
+    self->lua_dir = s_default_data_path ("lua", true);
+    self->catalog_path = s_default_data_path ("catalog/runtimes.json", false);
+    //  One allocation failed: give up cleanly rather than run half-configured
+    for (size_t i = 0; i < KEY_COUNT; i++) {
+        const s_key_t *key = &s_keys [i];
+        if ((key->type == T_STR || key->type == T_PATH) && !*s_str_field (self, key)) {
+            ah_config_destroy (&self);
+            return NULL;
+        }
+    }
+    return self;
+}
+
+void ah_config_destroy (ah_config_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    ah_config_t *self = *self_p;
+    for (size_t i = 0; i < KEY_COUNT; i++) {
+        const s_key_t *key = &s_keys [i];
+        if (key->type == T_STR || key->type == T_OPT || key->type == T_PATH)
+            free (*s_str_field (self, key));
+    }
+    free (self);
+    *self_p = NULL;
+}
+
+//  ---------------------------------------------------------------------
+//  Values
+
+static bool s_parse_double (const char *text, double *value)
+{
+    if (!text || !*text || isspace ((unsigned char) *text))
+        return false;
+    char *end = NULL;
+    errno = 0;
+    double d = strtod (text, &end);
+    if (errno || end == text || *end || !isfinite (d))
+        return false;
+    *value = d;
+    return true;
+}
+
+static bool s_parse_int64 (const char *text, int64_t *value)
+{
+    if (!text || !*text || isspace ((unsigned char) *text))
+        return false;
+    char *end = NULL;
+    errno = 0;
+    long long n = strtoll (text, &end, 10);
+    if (errno || end == text || *end)
+        return false;
+    *value = n;
+    return true;
+}
+
+//  "500ms", "30s", "2m", "1h", "1.5s", "30" (seconds) -> seconds.
+static bool s_parse_duration (const char *text, double *seconds)
+{
+    if (!text || !*text || isspace ((unsigned char) *text))
+        return false;
+    char *end = NULL;
+    errno = 0;
+    double d = strtod (text, &end);
+    if (errno || end == text || !isfinite (d))
+        return false;
+    double scale;
+    if (*end == 0 || strcmp (end, "s") == 0) scale = 1;
+    else if (strcmp (end, "ms") == 0)       scale = 0.001;
+    else if (strcmp (end, "m") == 0)        scale = 60;
+    else if (strcmp (end, "h") == 0)        scale = 3600;
+    else
+        return false;
+    *seconds = d * scale;
+    return true;
+}
+
+//  Set one key from text (NULL = YAML null or an empty variable). `where`
+//  says where the value came from, for the message. 0 / -1 with *err.
+static int s_set (ah_config_t *self, const s_key_t *key, const char *value,
+                  const char *where, char **err)
+{
+    const char *shown = value ? value : "null";
+    switch (key->type) {
+        case T_STR:
+            if (!value || !*value) {
+                *err = s_strdupf ("%s (%s): must not be empty", key->key, where);
+                return -1;
+            }
+            s_replace (s_str_field (self, key), value);
+            return 0;
+        case T_PATH:
+            if (!value)
+                return 0;               //  null: keep the computed default
+            if (!*value) {
+                *err = s_strdupf ("%s (%s): must not be empty (leave it out for the default)",
+                                  key->key, where);
+                return -1;
+            }
+            s_replace (s_str_field (self, key), value);
+            return 0;
+        case T_OPT:
+            if (!value || !*value || strcmp (value, key->none_word) == 0)
+                s_replace (s_str_field (self, key), NULL);
+            else
+                s_replace (s_str_field (self, key), value);
+            return 0;
+        case T_DOUBLE: {
+            double d;
+            if (!s_parse_double (value, &d)) {
+                *err = s_strdupf ("%s = '%s' (%s): not a number", key->key, shown, where);
+                return -1;
+            }
+            *(double *) ((char *) self + key->offset) = d;
+            return 0;
+        }
+        case T_INT64:
+        case T_INT: {
+            int64_t n;
+            if (!s_parse_int64 (value, &n)
+            ||  (key->type == T_INT && (n < INT_MIN || n > INT_MAX))) {
+                *err = s_strdupf ("%s = '%s' (%s): not a whole number", key->key, shown, where);
+                return -1;
+            }
+            if (key->type == T_INT)
+                *(int *) ((char *) self + key->offset) = (int) n;
+            else
+                *(int64_t *) ((char *) self + key->offset) = n;
+            return 0;
+        }
+        case T_DURATION: {
+            double seconds;
+            if (!s_parse_duration (value, &seconds)) {
+                *err = s_strdupf ("%s = '%s' (%s): not a duration (a number with ms, s, m or h;"
+                                  " a bare number is seconds)", key->key, shown, where);
+                return -1;
+            }
+            *(double *) ((char *) self + key->offset) = seconds;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+//  ---------------------------------------------------------------------
+//  Suggestions
+
+static size_t s_distance (const char *a, const char *b)
+{
+    size_t la = strlen (a), lb = strlen (b);
+    if (la > 64 || lb > 64)
+        return SIZE_MAX;
+    size_t row [65];
+    for (size_t j = 0; j <= lb; j++)
+        row [j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diagonal = row [0];
+        row [0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t above = row [j];
+            size_t cost = tolower ((unsigned char) a [i - 1]) == tolower ((unsigned char) b [j - 1]) ? 0 : 1;
+            size_t best = diagonal + cost;
+            if (row [j] + 1 < best) best = row [j] + 1;
+            if (row [j - 1] + 1 < best) best = row [j - 1] + 1;
+            row [j] = best;
+            diagonal = above;
+        }
+    }
+    return row [lb];
+}
+
+static const char *s_last_part (const char *key)
+{
+    const char *dot = strrchr (key, '.');
+    return dot ? dot + 1 : key;
+}
+
+//  The known key closest to `unknown`, or NULL if none is close. Compares
+//  whole paths and also last parts (a right name in the wrong section).
+static const s_key_t *s_closest (const char *unknown)
+{
+    const s_key_t *best = NULL;
+    size_t best_distance = SIZE_MAX;
+    for (size_t i = 0; i < KEY_COUNT; i++) {
+        size_t d = s_distance (unknown, s_keys [i].key);
+        size_t d_last = s_distance (s_last_part (unknown), s_last_part (s_keys [i].key));
+        if (d_last < d)
+            d = d_last;
+        if (d < best_distance) {
+            best_distance = d;
+            best = &s_keys [i];
+        }
+    }
+    size_t allowed = strlen (s_last_part (unknown)) / 3;
+    if (allowed < 2)
+        allowed = 2;
+    return best_distance <= allowed ? best : NULL;
+}
+
+static char *s_unknown_key (const char *key, const char *where)
+{
+    const s_key_t *close = s_closest (key);
+    if (close)
+        return s_strdupf ("unknown key '%s' (%s); did you mean '%s'?", key, where, close->key);
+    //  A misspelt section ("polcy:")
+    static const char *sections [] = { "server", "tap", "sandbox", "sandbox.docker", "policy", "catalog" };
+    for (size_t i = 0; i < sizeof sections / sizeof sections [0]; i++)
+        if (s_distance (key, sections [i]) <= 2)
+            return s_strdupf ("unknown key '%s' (%s); did you mean '%s'?", key, where, sections [i]);
+    return s_strdupf ("unknown key '%s' (%s); docs/configuration.md lists the keys", key, where);
+}
+
+static const s_key_t *s_find (const char *key)
+{
+    for (size_t i = 0; i < KEY_COUNT; i++)
+        if (strcmp (s_keys [i].key, key) == 0)
+            return &s_keys [i];
+    return NULL;
+}
+
+//  Is `path` a section (a prefix of some key followed by a dot)?
+static bool s_is_section (const char *path)
+{
+    size_t length = strlen (path);
+    for (size_t i = 0; i < KEY_COUNT; i++)
+        if (strncmp (s_keys [i].key, path, length) == 0 && s_keys [i].key [length] == '.')
+            return true;
+    return false;
+}
+
+//  ---------------------------------------------------------------------
+//  YAML
+
+typedef struct {
+    ah_config_t *config;
+    yaml_document_t *document;
+    const char *file;
+    bool seen [KEY_COUNT];
+    char *err;
+} s_walk_t;
+
+static bool s_is_null (yaml_node_t *node)
+{
+    if (node->type != YAML_SCALAR_NODE || node->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return false;
+    const char *text = (const char *) node->data.scalar.value;
+    return !*text || strcmp (text, "~") == 0 || strcmp (text, "null") == 0
+        || strcmp (text, "Null") == 0 || strcmp (text, "NULL") == 0;
+}
+
+static int s_walk (s_walk_t *walk, yaml_node_t *mapping, const char *prefix)
+{
+    for (yaml_node_pair_t *pair = mapping->data.mapping.pairs.start;
+         pair < mapping->data.mapping.pairs.top; pair++) {
+        yaml_node_t *key_node = yaml_document_get_node (walk->document, pair->key);
+        yaml_node_t *value = yaml_document_get_node (walk->document, pair->value);
+        if (!key_node || !value)
+            continue;
+        char where [512];
+        snprintf (where, sizeof where, "%s line %zu", walk->file, key_node->start_mark.line + 1);
+        if (key_node->type != YAML_SCALAR_NODE) {
+            walk->err = s_strdupf ("%s: a key must be a plain word", where);
+            return -1;
+        }
+        char *path = *prefix
+            ? s_strdupf ("%s.%s", prefix, (const char *) key_node->data.scalar.value)
+            : strdup ((const char *) key_node->data.scalar.value);
+        if (!path) {
+            walk->err = strdup ("out of memory");
+            return -1;
+        }
+        int rc = 0;
+        const s_key_t *key = s_find (path);
+        if (key) {
+            size_t index = (size_t) (key - s_keys);
+            if (walk->seen [index]) {
+                walk->err = s_strdupf ("%s (%s): the key appears twice", path, where);
+                rc = -1;
+            }
+            else
+            if (value->type != YAML_SCALAR_NODE) {
+                walk->err = s_strdupf ("%s (%s): wants a single value, not a %s", path, where,
+                                       value->type == YAML_MAPPING_NODE ? "mapping" : "list");
+                rc = -1;
+            }
+            else {
+                walk->seen [index] = true;
+                rc = s_set (walk->config, key,
+                            s_is_null (value) ? NULL : (const char *) value->data.scalar.value,
+                            where, &walk->err);
+            }
+        }
+        else
+        if (s_is_section (path)) {
+            if (value->type == YAML_MAPPING_NODE)
+                rc = s_walk (walk, value, path);
+            else
+            if (!s_is_null (value)) {        //  "docker:" with nothing under it is fine
+                walk->err = s_strdupf ("%s (%s): is a section and wants a mapping of keys",
+                                       path, where);
+                rc = -1;
+            }
+        }
+        else {
+            walk->err = s_unknown_key (path, where);
+            rc = -1;
+        }
+        free (path);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
+static int s_load_file (ah_config_t *self, const char *file, char **err)
+{
+    FILE *handle = fopen (file, "rb");
+    if (!handle) {
+        *err = s_strdupf ("cannot read config file %s: %s", file, strerror (errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat (fileno (handle), &st) == 0 && st.st_size > CONFIG_MAX_BYTES) {
+        fclose (handle);
+        *err = s_strdupf ("config file %s is %lld bytes; the limit is %d", file,
+                          (long long) st.st_size, CONFIG_MAX_BYTES);
+        return -1;
+    }
+    yaml_parser_t parser;
+    yaml_document_t document;
+    if (!yaml_parser_initialize (&parser)) {
+        fclose (handle);
+        *err = strdup ("cannot initialise the YAML parser");
+        return -1;
+    }
+    yaml_parser_set_input_file (&parser, handle);
+    if (!yaml_parser_load (&parser, &document)) {
+        *err = s_strdupf ("%s line %zu column %zu: YAML syntax error: %s%s%s", file,
+                          parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                          parser.problem ? parser.problem : "unknown problem",
+                          parser.context ? " " : "", parser.context ? parser.context : "");
+        yaml_parser_delete (&parser);
+        fclose (handle);
+        return -1;
+    }
+    int rc = 0;
+    yaml_node_t *root = yaml_document_get_root_node (&document);
+    if (root && !s_is_null (root)) {
+        if (root->type != YAML_MAPPING_NODE) {
+            *err = s_strdupf ("%s line %zu: the file must be a mapping of sections"
+                              " (server:, sandbox:, ...)", file, root->start_mark.line + 1);
+            rc = -1;
+        }
+        else {
+            s_walk_t walk = { .config = self, .document = &document, .file = file };
+            rc = s_walk (&walk, root, "");
+            if (rc)
+                *err = walk.err;
+        }
+    }
+    //  A second document in the file would be silently ignored
+    yaml_document_t extra;
+    if (rc == 0 && yaml_parser_load (&parser, &extra)) {
+        if (yaml_document_get_root_node (&extra)) {
+            *err = s_strdupf ("%s: holds more than one YAML document; only one is allowed", file);
+            rc = -1;
+        }
+        yaml_document_delete (&extra);
+    }
+    yaml_document_delete (&document);
+    yaml_parser_delete (&parser);
+    fclose (handle);
+    return rc;
+}
+
+//  ---------------------------------------------------------------------
+//  Environment
+
+static void s_env_name (const char *key, char *name, size_t size)
+{
+    size_t n = snprintf (name, size, "AGENTHOLD_");
+    for (const char *p = key; *p && n + 1 < size; p++)
+        name [n++] = *p == '.' ? '_' : (char) toupper ((unsigned char) *p);
+    name [n] = 0;
+}
+
+static int s_load_env (ah_config_t *self, char **err)
+{
+    for (char **entry = environ; entry && *entry; entry++) {
+        if (strncmp (*entry, "AGENTHOLD_", 10) != 0)
+            continue;
+        const char *equals = strchr (*entry, '=');
+        if (!equals)
+            continue;
+        size_t name_length = (size_t) (equals - *entry);
+        char name [128];
+        if (name_length >= sizeof name) {
+            *err = s_strdupf ("environment variable %.60s...: names no configuration key", *entry);
+            return -1;
+        }
+        memcpy (name, *entry, name_length);
+        name [name_length] = 0;
+        bool exempt = false;
+        for (size_t i = 0; i < sizeof s_env_exempt / sizeof s_env_exempt [0]; i++)
+            if (strcmp (name, s_env_exempt [i]) == 0)
+                exempt = true;
+        if (exempt)
+            continue;
+        const s_key_t *key = NULL;
+        for (size_t i = 0; i < KEY_COUNT && !key; i++) {
+            char candidate [128];
+            s_env_name (s_keys [i].key, candidate, sizeof candidate);
+            if (strcmp (candidate, name) == 0)
+                key = &s_keys [i];
+        }
+        if (!key) {
+            //  Suggest by the key the variable would be, lower-cased
+            char guess [128];
+            size_t n = 0;
+            for (const char *p = name + 10; *p && n + 1 < sizeof guess; p++)
+                guess [n++] = (char) tolower ((unsigned char) *p);
+            guess [n] = 0;
+            const s_key_t *close = s_closest (guess);
+            char suggestion [128] = "";
+            if (close)
+                s_env_name (close->key, suggestion, sizeof suggestion);
+            *err = close
+                ? s_strdupf ("environment variable %s names no configuration key;"
+                             " did you mean %s?", name, suggestion)
+                : s_strdupf ("environment variable %s names no configuration key"
+                             " (docs/configuration.md lists them)", name);
+            return -1;
+        }
+        char where [160];
+        snprintf (where, sizeof where, "environment %s", name);
+        const char *value = equals + 1;
+        if (s_set (self, key, *value ? value : NULL, where, err))
+            return -1;
+    }
+    return 0;
+}
+
+//  ---------------------------------------------------------------------
+//  Validation
+
+int ah_config_split_listen (const char *listen, char *host, size_t host_size, int *port)
+{
+    if (!listen || !host || host_size == 0 || !port)
+        return -1;
+    const char *colon = strrchr (listen, ':');
+    if (!colon || !colon [1])
+        return -1;
+    const char *host_start = listen;
+    size_t host_length = (size_t) (colon - listen);
+    if (host_length >= 2 && listen [0] == '[' && colon [-1] == ']') {
+        host_start++;                   //  [::1]:8080
+        host_length -= 2;
+    }
+    else
+    if (memchr (listen, ':', host_length))
+        return -1;                      //  a bare IPv6 address needs brackets
+    if (host_length >= host_size)
+        return -1;
+    for (size_t i = 0; i < host_length; i++)
+        if (isspace ((unsigned char) host_start [i]) || host_start [i] == '/')
+            return -1;
+    long value = 0;
+    for (const char *p = colon + 1; *p; p++) {
+        if (!isdigit ((unsigned char) *p))
+            return -1;
+        value = value * 10 + (*p - '0');
+        if (value > 65535)
+            return -1;
+    }
+    memcpy (host, host_start, host_length);
+    host [host_length] = 0;
+    *port = (int) value;
+    return 0;
+}
+
+//  "a.b.c.d/n" -> address and prefix length; host bits must be zero.
+static bool s_parse_cidr (const char *text, uint32_t *address, int *prefix)
+{
+    unsigned a, b, c, d;
+    int n, consumed = 0;
+    if (sscanf (text, "%3u.%3u.%3u.%3u/%2d%n", &a, &b, &c, &d, &n, &consumed) != 5
+    ||  text [consumed] || a > 255 || b > 255 || c > 255 || d > 255 || n < 1 || n > 32)
+        return false;
+    //  sscanf accepts signs and spaces: insist on digits, dots and one slash
+    for (const char *p = text; *p; p++)
+        if (!isdigit ((unsigned char) *p) && *p != '.' && *p != '/')
+            return false;
+    uint32_t value = (a << 24) | (b << 16) | (c << 8) | d;
+    uint32_t mask = n == 32 ? 0xffffffffu : ~(0xffffffffu >> n);
+    if (value & ~mask)
+        return false;
+    *address = value;
+    *prefix = n;
+    return true;
+}
+
+static char *s_check_listen (const char *key, const char *value)
+{
+    char host [256];
+    int port;
+    if (ah_config_split_listen (value, host, sizeof host, &port))
+        return s_strdupf ("%s = '%s': not a valid host:port (e.g. 127.0.0.1:8080 or :8090)",
+                          key, value);
+    return NULL;
+}
+
+static char *s_validate (const ah_config_t *self)
+{
+    char *why;
+    if ((why = s_check_listen ("server.listen", self->listen))
+    ||  (why = s_check_listen ("sandbox.tunnel_listen", self->tunnel_listen)))
+        return why;
+    if (self->tap_endpoint
+    &&  strncmp (self->tap_endpoint, "ipc://", 6) && strncmp (self->tap_endpoint, "tcp://", 6))
+        return s_strdupf ("tap.endpoint = '%s': must start with ipc:// or tcp:// (or be off)",
+                          self->tap_endpoint);
+    if (strcmp (self->driver, "docker") && strcmp (self->driver, "fake"))
+        return s_strdupf ("sandbox.driver = '%s': must be docker or fake", self->driver);
+    if (!(self->default_cpus > 0))
+        return s_strdupf ("sandbox.default_cpus = %g: must be greater than 0", self->default_cpus);
+    if (!(self->max_cpus > 0))
+        return s_strdupf ("sandbox.max_cpus = %g: must be greater than 0", self->max_cpus);
+    if (self->default_cpus > self->max_cpus)
+        return s_strdupf ("sandbox.default_cpus = %g: is over sandbox.max_cpus = %g",
+                          self->default_cpus, self->max_cpus);
+    //  Docker refuses less than 6 MiB
+    if (self->default_memory_mb < 6)
+        return s_strdupf ("sandbox.default_memory_mb = %lld: must be at least 6",
+                          (long long) self->default_memory_mb);
+    if (self->max_memory_mb < 6)
+        return s_strdupf ("sandbox.max_memory_mb = %lld: must be at least 6",
+                          (long long) self->max_memory_mb);
+    if (self->max_memory_mb > (INT64_C (1) << 40))
+        return s_strdupf ("sandbox.max_memory_mb = %lld: is larger than any machine",
+                          (long long) self->max_memory_mb);
+    if (self->default_memory_mb > self->max_memory_mb)
+        return s_strdupf ("sandbox.default_memory_mb = %lld: is over sandbox.max_memory_mb = %lld",
+                          (long long) self->default_memory_mb, (long long) self->max_memory_mb);
+    if (self->pids_limit <= 0)
+        return s_strdupf ("sandbox.pids_limit = %lld: must be greater than 0",
+                          (long long) self->pids_limit);
+    if (!(self->idle_minutes > 0))
+        return s_strdupf ("sandbox.idle_minutes = %g: must be greater than 0", self->idle_minutes);
+    if (!(self->idle_check_interval_s >= 0.1))
+        return s_strdupf ("sandbox.idle_check_interval = %gs: must be at least 100ms",
+                          self->idle_check_interval_s);
+    const char *prefix = self->name_prefix;
+    bool prefix_ok = isalnum ((unsigned char) prefix [0]) && strlen (prefix) <= 32;
+    for (const char *p = prefix; *p && prefix_ok; p++)
+        if (!isalnum ((unsigned char) *p) && *p != '_' && *p != '.' && *p != '-')
+            prefix_ok = false;
+    if (!prefix_ok)
+        return s_strdupf ("sandbox.docker.name_prefix = '%s': must be up to 32 letters, digits,"
+                          " '_', '.' or '-', starting with a letter or digit", prefix);
+    uint32_t pool;
+    int pool_prefix;
+    if (!s_parse_cidr (self->network_pool, &pool, &pool_prefix))
+        return s_strdupf ("sandbox.docker.network_pool = '%s': not an IPv4 network in CIDR form"
+                          " (e.g. 10.213.0.0/16, host bits zero)", self->network_pool);
+    if (self->subnet_bits < 16 || self->subnet_bits > 30)
+        return s_strdupf ("sandbox.docker.subnet_bits = %d: must be between 16 and 30",
+                          self->subnet_bits);
+    if (self->subnet_bits <= pool_prefix)
+        return s_strdupf ("sandbox.docker.subnet_bits = %d: must be larger than the prefix of"
+                          " sandbox.docker.network_pool = '%s'",
+                          self->subnet_bits, self->network_pool);
+    return NULL;
+}
+
+//  ---------------------------------------------------------------------
+
+ah_config_t *ah_config_load (const char *path, char **err)
+{
+    if (err)
+        *err = NULL;
+    char *why = NULL;
+    ah_config_t *self = ah_config_new_defaults ();
+    if (!self) {
+        if (err)
+            *err = strdup ("out of memory");
+        return NULL;
+    }
+    const char *file = path;
+    if (!file && s_is_file ("etc/agenthold.yaml"))
+        file = "etc/agenthold.yaml";
+    if ((file && s_load_file (self, file, &why))
+    ||  s_load_env (self, &why))
+        goto fail;
+    if ((why = s_validate (self)))
+        goto fail;
+    return self;
+
+fail:
+    if (err)
+        *err = why ? why : strdup ("configuration error");
+    else
+        free (why);
+    ah_config_destroy (&self);
+    return NULL;
+}
