@@ -1,0 +1,41 @@
+/*  actors/recorder.h: the recorder actor, bus name "recorder".
+
+    It owns the operations table (docs/schema.md): the audit trail of what
+    was done to and inside each sandbox, by whom. Rows hold paths and
+    command lines, never file contents or output.
+
+    Messages (docs/messages.md, section recorder):
+      OP_RECORD {req?, at?, agent_id?, actor, kind, detail?, ok, error?}
+          appended in batched transactions; with "req" the REPLY comes once
+          the row is committed (for callers that must know it is durable).
+      SANDBOX_STATE {agent_id, state, error?, op?}
+          recorded as kind "state" (actor: the sender).
+      OP_LIST {req, agent_id?, limit?, before?}
+          REPLY {operations (raw: array of maps, newest first)}.
+
+    Pipe commands: "$TERM" (flush, then exit), "FLUSH" (flush now, then
+    signal 0 on the pipe: tests and orderly shutdown use it).
+
+    DESIGN. One thread (this zactor), one SQLite connection of its own.
+    Rows wait in memory for at most flush_ms or until flush_rows are
+    pending, then go in one BEGIN IMMEDIATE transaction: the audit trail
+    must never slow the actors that feed it. A retention sweep deletes
+    rows older than retention_days at start and then hourly.            */
+#ifndef AH_RECORDER_H
+#define AH_RECORDER_H
+
+#include <czmq.h>
+#include <stdint.h>
+
+typedef struct {
+    const char *db_path;            //  borrowed until the actor signals
+    double      retention_days;     //  0: 90 days
+    int         flush_rows;         //  0: 256
+    int         flush_ms;           //  0: 200
+} ah_recorder_args_t;
+
+//  zactor body: zactor_new (ah_recorder_actor, &args). Signals 0 when
+//  ready; on failure (database, bus) it logs why, signals 1 and returns.
+void ah_recorder_actor (zsock_t *pipe, void *args);
+
+#endif

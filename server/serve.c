@@ -1,0 +1,467 @@
+/*  server/serve.c: start-up, wiring and shutdown of `agenthold serve`.
+
+    DESIGN. The main thread (the one that calls ah_server_run) owns the
+    process: it blocks SIGINT, SIGTERM and SIGHUP before any thread
+    exists, so every thread inherits the mask and no signal ever
+    interrupts an actor's poll; the main thread reads them from a
+    signalfd. It then prepares what every actor relies on (data
+    directory, its lock, the migrated database, the admin token, the
+    driver), starts the bus and the actors in dependency order, each a
+    zactor, and waits on the signalfd and the actors' pipes. An actor
+    whose pipe speaks unasked has died: the server stops, exit status 1.
+
+    Shutdown is the start order reversed (api first, bus last), so no
+    actor is stopped while another still sends to it; the recorder stops
+    after every actor that feeds it, and flushes on $TERM.
+
+    Owned here, for the life of the process: the config (borrowed from the
+    caller), the driver (shared read-only with the actors that call it; it
+    is thread-safe by contract), the lock file descriptor.             */
+#include "server/serve.h"
+#include "actors/recorder.h"
+#include "common/bus.h"
+#include "common/log.h"
+#include "common/msg.h"
+#include "common/token.h"
+#include "store/store.h"
+
+#include <czmq.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define AH_SERVE_MAX_ACTORS 8
+
+typedef struct {
+    const char *name;
+    zactor_t   *actor;
+} s_running_t;
+
+typedef struct {
+    const ah_config_t *config;
+    char        *db_path;
+    char        *lock_path;
+    char        *token_path;
+    int          lock_fd;
+    int          signal_fd;
+    zactor_t    *bus;
+    zsock_t     *control;           //  our own DEALER on the bus ("server")
+    s_running_t  actors [AH_SERVE_MAX_ACTORS];
+    size_t       actor_count;
+    //  Arguments must outlive the actors that borrow them.
+    ah_bus_args_t      bus_args;
+    ah_recorder_args_t recorder_args;
+} self_t;
+
+//  mkdir -p, each missing level with mode; an existing directory is fine.
+static int
+s_mkdir_p (const char *path, mode_t mode, char **err)
+{
+    char *copy = strdup (path);
+    if (!copy)
+        return -1;
+    for (char *p = copy + 1; ; p++) {
+        if (*p == '/' || *p == 0) {
+            char saved = *p;
+            *p = 0;
+            if (mkdir (copy, mode) != 0 && errno != EEXIST) {
+                if (asprintf (err, "cannot create the data directory %s (server.data_dir): %s",
+                              copy, strerror (errno)) < 0)
+                    *err = NULL;
+                free (copy);
+                return -1;
+            }
+            *p = saved;
+            if (saved == 0)
+                break;
+        }
+    }
+    free (copy);
+    struct stat st;
+    if (stat (path, &st) != 0 || !S_ISDIR (st.st_mode)) {
+        if (asprintf (err, "server.data_dir %s is not a directory", path) < 0)
+            *err = NULL;
+        return -1;
+    }
+    if (st.st_mode & 077)
+        ah_warn ("server", "data directory %s is readable by others (mode %03o); 0700 is advised",
+                 path, (unsigned) (st.st_mode & 0777));
+    return 0;
+}
+
+//  An exclusive flock on <data_dir>/agenthold.lock, held until exit (the
+//  kernel drops it if we die). The file holds our pid for the message the
+//  next server prints.
+static int
+s_lock (self_t *self, char **err)
+{
+    self->lock_fd = open (self->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (self->lock_fd < 0) {
+        if (asprintf (err, "cannot open the lock file %s: %s", self->lock_path, strerror (errno)) < 0)
+            *err = NULL;
+        return -1;
+    }
+    if (flock (self->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        int saved = errno;
+        char pid [32] = "";
+        ssize_t n = pread (self->lock_fd, pid, sizeof pid - 1, 0);
+        pid [n > 0 ? n : 0] = 0;
+        pid [strcspn (pid, "\n")] = 0;
+        if (saved == EWOULDBLOCK) {
+            if (asprintf (err, "another agenthold serve is running on %s (pid %s)",
+                          self->config->data_dir, *pid ? pid : "unknown") < 0)
+                *err = NULL;
+        }
+        else
+        if (asprintf (err, "cannot lock %s: %s", self->lock_path, strerror (saved)) < 0)
+            *err = NULL;
+        close (self->lock_fd);
+        self->lock_fd = -1;
+        return -1;
+    }
+    char pid [32];
+    int len = snprintf (pid, sizeof pid, "%d\n", (int) getpid ());
+    if (ftruncate (self->lock_fd, 0) != 0 || pwrite (self->lock_fd, pid, len, 0) != len)
+        ah_warn ("server", "cannot write our pid into %s: %s", self->lock_path, strerror (errno));
+    return 0;
+}
+
+//  token + "\n" into path, mode 0600, atomically: a temp file in the same
+//  directory, fsync, rename. Nobody ever sees a partial or looser file.
+static int
+s_write_secret (const char *path, const char *token, char **err)
+{
+    char *tmp = NULL;
+    if (asprintf (&tmp, "%s.XXXXXX", path) < 0)
+        return -1;
+    int fd = mkstemp (tmp);             //  created 0600
+    if (fd < 0) {
+        if (asprintf (err, "cannot create %s: %s", tmp, strerror (errno)) < 0)
+            *err = NULL;
+        free (tmp);
+        return -1;
+    }
+    size_t len = strlen (token);
+    bool ok = fchmod (fd, 0600) == 0
+           && write (fd, token, len) == (ssize_t) len
+           && write (fd, "\n", 1) == 1
+           && fsync (fd) == 0;
+    int saved = errno;
+    ok = close (fd) == 0 && ok;
+    if (ok && rename (tmp, path) != 0) {
+        saved = errno;
+        ok = false;
+    }
+    if (!ok) {
+        if (asprintf (err, "cannot write the admin token to %s: %s", path, strerror (saved)) < 0)
+            *err = NULL;
+        unlink (tmp);
+    }
+    free (tmp);
+    return ok ? 0 : -1;
+}
+
+//  On first start (no token named "admin"): a fresh token, its hash in
+//  api_tokens, the token itself only in <data_dir>/admin.token. The row
+//  and the file are made together: if the file cannot be written the
+//  insert is rolled back, so the next start tries again.
+static int
+s_admin_token (self_t *self, ah_store_t *store, char **err)
+{
+    sqlite3_stmt *stmt = ah_store_prepare (store, "SELECT id FROM api_tokens WHERE name = 'admin'");
+    if (!stmt) {
+        *err = strdup ("cannot read api_tokens");
+        return -1;
+    }
+    int rc = ah_store_step (store, stmt);
+    sqlite3_reset (stmt);
+    if (rc == SQLITE_ROW) {
+        if (access (self->token_path, F_OK) != 0)
+            ah_warn ("server", "the admin token exists but %s is gone; only its hash is stored, "
+                     "so it cannot be shown again", self->token_path);
+        return 0;
+    }
+    if (rc != SQLITE_DONE) {
+        *err = strdup ("cannot read api_tokens");
+        return -1;
+    }
+    char token [AH_TOKEN_HEX], hash [AH_TOKEN_HEX];
+    if (ah_token_new (token) != 0) {
+        *err = strdup ("cannot make the admin token: no entropy (getrandom failed)");
+        return -1;
+    }
+    ah_token_hash (token, hash);
+    int result = -1;
+    if (ah_store_begin (store) != 0) {
+        *err = strdup ("cannot write api_tokens (BEGIN failed)");
+        goto out;
+    }
+    stmt = ah_store_prepare (store, "INSERT INTO api_tokens (name, hash, tenant, admin, created_at)"
+                                    " VALUES ('admin', :hash, 'default', 1, :now)");
+    if (!stmt || ah_store_bind_text (stmt, ":hash", hash)
+    ||  ah_store_bind_int64 (stmt, ":now", ah_store_now_ms ())
+    ||  ah_store_step (store, stmt) != SQLITE_DONE) {
+        ah_store_rollback (store);
+        *err = strdup ("cannot insert the admin token into api_tokens");
+        goto out;
+    }
+    if (s_write_secret (self->token_path, token, err) != 0) {
+        ah_store_rollback (store);
+        goto out;
+    }
+    if (ah_store_commit (store) != 0) {
+        unlink (self->token_path);
+        *err = strdup ("cannot commit the admin token");
+        goto out;
+    }
+    ah_info ("server", "created the admin API token; it is in %s (mode 0600)", self->token_path);
+    result = 0;
+out:
+    explicit_bzero (token, sizeof token);
+    return result;
+}
+
+//  Open (and migrate) the database once, here, before any actor opens its
+//  own connection: a newer schema stops the server with the store's message.
+static int
+s_prepare_store (self_t *self, char **err)
+{
+    char *store_err = NULL;
+    ah_store_t *store = ah_store_open (self->db_path, true, &store_err);
+    if (!store) {
+        if (asprintf (err, "%s: %s", self->db_path, store_err ? store_err : "cannot open") < 0)
+            *err = NULL;
+        free (store_err);
+        return -1;
+    }
+    int rc = s_admin_token (self, store, err);
+    ah_store_close (&store);
+    return rc;
+}
+
+//  Start one actor. zactor_new does not report the status an actor
+//  signals, but an actor that failed returns at once and its thread's end
+//  signals again on the pipe: a short look tells most failures apart.
+//  (One that fails later is caught by the main loop the same way.)
+static int
+s_start (self_t *self, const char *name, zactor_fn *fn, void *args)
+{
+    zactor_t *actor = zactor_new (fn, args);
+    if (!actor) {
+        ah_error ("server", "cannot start the %s actor", name);
+        return -1;
+    }
+    zpoller_t *poller = zpoller_new (actor, NULL);
+    bool died = zpoller_wait (poller, 100) == actor;
+    zpoller_destroy (&poller);
+    if (died) {
+        ah_error ("server", "the %s actor failed to start (its reason is logged above)", name);
+        zactor_destroy (&actor);
+        return -1;
+    }
+    self->actors [self->actor_count].name = name;
+    self->actors [self->actor_count].actor = actor;
+    self->actor_count++;
+    ah_debug ("server", "%s started", name);
+    return 0;
+}
+
+static bool
+s_running (self_t *self, const char *name)
+{
+    for (size_t i = 0; i < self->actor_count; i++)
+        if (streq (self->actors [i].name, name))
+            return true;
+    return false;
+}
+
+//  SIGHUP: every actor that holds a policy reloads it.
+static void
+s_policy_reload (self_t *self)
+{
+    static const char *holders [] = { "lifecycle", "sleeper", "builder" };
+    ah_info ("server", "SIGHUP: reloading policies");
+    for (size_t i = 0; i < sizeof holders / sizeof holders [0]; i++) {
+        if (!s_running (self, holders [i]))
+            continue;
+        ah_msg_t *msg = ah_msg_new ("POLICY_RELOAD");
+        if (ah_msg_send (&msg, self->control, holders [i]) != 0)
+            ah_warn ("server", "could not send POLICY_RELOAD to %s", holders [i]);
+    }
+}
+
+static int
+s_start_actors (self_t *self)
+{
+    const ah_config_t *config = self->config;
+    self->recorder_args = (ah_recorder_args_t) { .db_path = self->db_path };
+    if (s_start (self, "recorder", ah_recorder_actor, &self->recorder_args))
+        return -1;
+    (void) config;
+    return 0;
+}
+
+static void
+s_stop_actors (self_t *self)
+{
+    while (self->actor_count > 0) {
+        s_running_t *r = &self->actors [--self->actor_count];
+        ah_debug ("server", "stopping %s", r->name);
+        zactor_destroy (&r->actor);
+    }
+}
+
+//  The main loop: signals and actor deaths. Returns the exit status.
+static int
+s_wait (self_t *self)
+{
+    while (true) {
+        zmq_pollitem_t items [AH_SERVE_MAX_ACTORS + 2];
+        size_t n = 0;
+        items [n++] = (zmq_pollitem_t) { .fd = self->signal_fd, .events = ZMQ_POLLIN };
+        items [n++] = (zmq_pollitem_t) { .socket = zsock_resolve (self->control), .events = ZMQ_POLLIN };
+        for (size_t i = 0; i < self->actor_count; i++)
+            items [n++] = (zmq_pollitem_t) { .socket = zsock_resolve (self->actors [i].actor),
+                                             .events = ZMQ_POLLIN };
+        if (zmq_poll (items, (int) n, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            ah_error ("server", "poll failed: %s", zmq_strerror (errno));
+            return 1;
+        }
+        if (items [0].revents & ZMQ_POLLIN) {
+            struct signalfd_siginfo info;
+            if (read (self->signal_fd, &info, sizeof info) == sizeof info) {
+                if (info.ssi_signo == SIGHUP)
+                    s_policy_reload (self);
+                else {
+                    ah_info ("server", "%s: shutting down", strsignal ((int) info.ssi_signo));
+                    return 0;
+                }
+            }
+        }
+        if (items [1].revents & ZMQ_POLLIN) {
+            //  Nothing is meant for us but the bus's answers; read and drop them.
+            ah_msg_t *msg = ah_msg_recv (self->control, true, NULL);
+            if (msg && streq (ah_msg_type (msg), "REPLY") && !ah_msg_bool (msg, "ok", true))
+                ah_warn ("server", "%s answered: %s", ah_msg_peer (msg), ah_msg_str (msg, "error"));
+            ah_msg_destroy (&msg);
+        }
+        for (size_t i = 0; i < self->actor_count; i++)
+            if (items [i + 2].revents & ZMQ_POLLIN) {
+                zmsg_t *msg = zmsg_recv (self->actors [i].actor);
+                bool died = !msg || zmsg_signal (msg) >= 0;
+                zmsg_destroy (&msg);
+                if (died) {
+                    ah_error ("server", "the %s actor stopped unexpectedly: shutting down", self->actors [i].name);
+                    //  Its pipe is done; destroying it must not wait for an answer.
+                    zactor_destroy (&self->actors [i].actor);
+                    memmove (&self->actors [i], &self->actors [i + 1],
+                             (self->actor_count - i - 1) * sizeof (s_running_t));
+                    self->actor_count--;
+                    return 1;
+                }
+                ah_warn ("server", "unexpected message on the %s actor's pipe: ignored", self->actors [i].name);
+            }
+    }
+}
+
+static void
+s_destroy (self_t *self)
+{
+    s_stop_actors (self);
+    zsock_destroy (&self->control);
+    zactor_destroy (&self->bus);
+    if (self->signal_fd >= 0)
+        close (self->signal_fd);
+    if (self->lock_fd >= 0)
+        close (self->lock_fd);      //  releases the flock; the file stays (removing it would race)
+    free (self->db_path);
+    free (self->lock_path);
+    free (self->token_path);
+}
+
+int
+ah_server_run (const ah_config_t *config)
+{
+    //  Before any thread exists: every thread inherits this mask, so the
+    //  signals reach only our signalfd and never interrupt an actor.
+    sigset_t mask;
+    sigemptyset (&mask);
+    sigaddset (&mask, SIGINT);
+    sigaddset (&mask, SIGTERM);
+    sigaddset (&mask, SIGHUP);
+    pthread_sigmask (SIG_BLOCK, &mask, NULL);
+    zsys_handler_set (NULL);
+    //  A peer that goes away must not kill us.
+    signal (SIGPIPE, SIG_IGN);
+
+    self_t self = { .config = config, .lock_fd = -1, .signal_fd = -1 };
+    int status = 1;
+    char *err = NULL;
+    if (!config || !config->data_dir || !*config->data_dir) {
+        ah_error ("server", "server.data_dir is not set");
+        goto out;
+    }
+    if (asprintf (&self.db_path, "%s/%s", config->data_dir, AH_SERVE_DB_FILE) < 0
+    ||  asprintf (&self.lock_path, "%s/%s", config->data_dir, AH_SERVE_LOCK_FILE) < 0
+    ||  asprintf (&self.token_path, "%s/%s", config->data_dir, AH_SERVE_TOKEN_FILE) < 0)
+        goto out;
+    self.signal_fd = signalfd (-1, &mask, SFD_CLOEXEC);
+    if (self.signal_fd < 0) {
+        ah_error ("server", "signalfd: %s", strerror (errno));
+        goto out;
+    }
+    if (s_mkdir_p (config->data_dir, 0700, &err)
+    ||  s_lock (&self, &err)
+    ||  s_prepare_store (&self, &err)) {
+        ah_error ("server", "%s", err ? err : "start-up failed");
+        goto out;
+    }
+
+    zsys_init ();
+    self.bus_args.tap_endpoint = config->tap_endpoint;
+    self.bus = zactor_new (ah_bus_actor, &self.bus_args);
+    zpoller_t *poller = self.bus ? zpoller_new (self.bus, NULL) : NULL;
+    bool bus_died = !self.bus || zpoller_wait (poller, 100) == self.bus;
+    zpoller_destroy (&poller);
+    if (bus_died) {
+        ah_error ("server", "the bus did not start (see above)");
+        goto out;
+    }
+    self.control = ah_bus_connect ("server");
+    if (!self.control) {
+        ah_error ("server", "cannot connect to the bus");
+        goto out;
+    }
+    if (s_start_actors (&self) != 0)
+        goto out;
+
+    char line [1024];
+    snprintf (line, sizeof line,
+              "agenthold serving: api http://%s, tunnel %s, driver %s, data %s, admin token in %s%s%s",
+              config->listen ? config->listen : "?", config->tunnel_listen ? config->tunnel_listen : "?",
+              config->driver ? config->driver : "?", config->data_dir, self.token_path,
+              config->tap_endpoint ? ", tap " : "", config->tap_endpoint ? config->tap_endpoint : "");
+    ah_info ("server", "%s", line);
+    printf ("%s\n", line);
+    fflush (stdout);
+
+    status = s_wait (&self);
+out:
+    free (err);
+    s_destroy (&self);
+    if (status == 0)
+        ah_info ("server", "stopped");
+    //  The mask stays: a second SIGTERM during exit must not kill us with
+    //  a signal status after an orderly shutdown.
+    return status;
+}
