@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/msg.h"
 #include "common/token.h"
+#include "drivers/driver.h"
 #include "store/store.h"
 
 #include <czmq.h>
@@ -52,6 +53,7 @@ typedef struct {
     char        *token_path;
     int          lock_fd;
     int          signal_fd;
+    ah_driver_t *driver;
     zactor_t    *bus;
     zsock_t     *control;           //  our own DEALER on the bus ("server")
     s_running_t  actors [AH_SERVE_MAX_ACTORS];
@@ -298,6 +300,47 @@ s_policy_reload (self_t *self)
     }
 }
 
+//  The backend, and one call that needs it to work (list), so a server
+//  whose driver cannot work stops at start instead of failing every
+//  request later. Docker's message says how to fix it, and how to try
+//  agenthold without Docker.
+static int
+s_prepare_driver (self_t *self, char **err)
+{
+    const ah_config_t *config = self->config;
+    char *driver_err = NULL;
+    self->driver = ah_driver_new (config, &driver_err);
+    char **ids = NULL;
+    if (self->driver && self->driver->list (self->driver, &ids, &driver_err) == 0) {
+        size_t n = 0;
+        while (ids && ids [n])
+            n++;
+        ah_driver_free_ids (&ids);
+        ah_info ("server", "driver %s: %zu sandbox(es) found", self->driver->name, n);
+        free (driver_err);
+        return 0;
+    }
+    int rc;
+    if (config->driver && streq (config->driver, "docker"))
+        rc = asprintf (err,
+            "the docker driver cannot work: %s. To fix it: start the Docker Engine, or set "
+            "sandbox.docker.socket (AGENTHOLD_SANDBOX_DOCKER_SOCKET) to its socket (now %s), "
+            "and make sure this user may use it (e.g. the docker group). To try agenthold "
+            "without Docker, set `sandbox.driver: fake` in the config file or run with "
+            "AGENTHOLD_SANDBOX_DRIVER=fake.",
+            driver_err ? driver_err : "unknown error",
+            config->docker_socket ? config->docker_socket : "unset");
+    else
+        rc = asprintf (err, "the %s driver cannot work: %s", config->driver ? config->driver : "(none)",
+                       driver_err ? driver_err : "unknown error");
+    if (rc < 0)
+        *err = NULL;
+    free (driver_err);
+    if (self->driver)
+        self->driver->destroy_driver (&self->driver);
+    return -1;
+}
+
 static int
 s_start_actors (self_t *self)
 {
@@ -380,6 +423,9 @@ s_destroy (self_t *self)
     s_stop_actors (self);
     zsock_destroy (&self->control);
     zactor_destroy (&self->bus);
+    //  After every actor: they borrow it.
+    if (self->driver)
+        self->driver->destroy_driver (&self->driver);
     if (self->signal_fd >= 0)
         close (self->signal_fd);
     if (self->lock_fd >= 0)
@@ -422,7 +468,8 @@ ah_server_run (const ah_config_t *config)
     }
     if (s_mkdir_p (config->data_dir, 0700, &err)
     ||  s_lock (&self, &err)
-    ||  s_prepare_store (&self, &err)) {
+    ||  s_prepare_store (&self, &err)
+    ||  s_prepare_driver (&self, &err)) {
         ah_error ("server", "%s", err ? err : "start-up failed");
         goto out;
     }

@@ -1,0 +1,215 @@
+#!/usr/bin/python3
+"""tests/server/test_serve.py: the real server process, start to stop.
+
+Usage: test_serve.py SERVER_BINARY (a program that does what
+`agenthold serve` does: load the configuration, run the server).
+
+Checks: the admin token file is created 0600 and only its hash reaches
+the database; a second server on the same data dir is refused naming the
+first one's pid; SIGHUP reloads policies; SIGTERM stops cleanly (exit 0);
+a restart keeps the token; a newer schema is refused; the docker driver
+with an unreachable socket stops at start with the fix-it message."""
+import hashlib
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+BINARY = sys.argv[1]
+FAILURES = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+class Server:
+    """One server process with its own data dir and log files."""
+
+    def __init__(self, data_dir, env_extra=None, name="server"):
+        self.data_dir = data_dir
+        self.log_path = os.path.join(os.path.dirname(data_dir), name + ".log")
+        self.out_path = os.path.join(os.path.dirname(data_dir), name + ".out")
+        env = dict(os.environ)
+        env.update({
+            "AGENTHOLD_SERVER_DATA_DIR": data_dir,
+            "AGENTHOLD_SANDBOX_DRIVER": "fake",
+            "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:18531",
+            "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:18532",
+            "AGENTHOLD_LOG": "debug",
+        })
+        env.update(env_extra or {})
+        self.log = open(self.log_path, "wb")
+        self.out = open(self.out_path, "wb")
+        self.proc = subprocess.Popen([BINARY], env=env, stdout=self.out, stderr=self.log,
+                                     cwd=os.path.dirname(data_dir))
+
+    def text(self):
+        with open(self.log_path, "rb") as f:
+            log = f.read().decode(errors="replace")
+        with open(self.out_path, "rb") as f:
+            return log + f.read().decode(errors="replace")
+
+    def wait_for(self, pattern, timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if re.search(pattern, self.text()):
+                return True
+            if self.proc.poll() is not None:
+                return bool(re.search(pattern, self.text()))
+            time.sleep(0.05)
+        return False
+
+    def wait_exit(self, timeout=30):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        self.out.close()
+
+
+def db_rows(data_dir, sql):
+    db = sqlite3.connect(os.path.join(data_dir, "agenthold.db"))
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+def test_lifecycle_of_the_process(root):
+    data_dir = os.path.join(root, "data")
+    first = Server(data_dir, name="first")
+    try:
+        started = first.wait_for(r"agenthold serving: ")
+        check(started, "the server printed its start line")
+        if not started:
+            print(first.text(), file=sys.stderr)
+            return
+        text = first.text()
+        token_path = os.path.join(data_dir, "admin.token")
+        check(("admin token in %s" % token_path) in text, "the start line names the token file")
+        check("driver fake" in text, "the start line names the driver")
+        check(stat.S_IMODE(os.stat(data_dir).st_mode) == 0o700, "data dir is 0700")
+
+        # The token: a file of mode 0600 holding 64 hex characters.
+        st = os.stat(token_path)
+        check(stat.S_IMODE(st.st_mode) == 0o600, "admin.token is mode 0600 (got %o)" % stat.S_IMODE(st.st_mode))
+        token = open(token_path).read().strip()
+        check(re.fullmatch(r"[0-9a-f]{64}", token) is not None, "the token is 64 hex characters")
+        check(not [f for f in os.listdir(data_dir) if f.startswith("admin.token.")],
+              "no temp file is left behind")
+        # Only its hash is in the database; the token itself is nowhere in it nor in the log.
+        rows = db_rows(data_dir, "SELECT name, hash, admin FROM api_tokens")
+        check(rows == [("admin", hashlib.sha256(token.encode()).hexdigest(), 1)],
+              "api_tokens holds the admin token's hash only: %r" % rows)
+        for name in os.listdir(data_dir):
+            if name.startswith("agenthold.db"):
+                with open(os.path.join(data_dir, name), "rb") as f:
+                    check(token.encode() not in f.read(), "the token is not in %s" % name)
+        check(token not in text, "the token is not in the log")
+
+        # A second server on the same data dir is refused, naming the first.
+        second = Server(data_dir, name="second",
+                        env_extra={"AGENTHOLD_SERVER_LISTEN": "127.0.0.1:18533",
+                                   "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:18534"})
+        code = second.wait_exit(30)
+        want = "another agenthold serve is running on %s (pid %d)" % (data_dir, first.proc.pid)
+        check(code not in (0, None), "the second server exits non-zero (got %r)" % code)
+        check(want in second.text(), "the second server says: " + want)
+        second.stop()
+        check(first.proc.poll() is None, "the first server still runs")
+
+        # SIGHUP: policies reload, the server keeps running.
+        first.proc.send_signal(signal.SIGHUP)
+        check(first.wait_for(r"SIGHUP: reloading policies", 10), "SIGHUP is logged as a policy reload")
+        time.sleep(0.2)
+        check(first.proc.poll() is None, "SIGHUP does not stop the server")
+
+        # SIGTERM: an orderly shutdown with exit status 0.
+        first.proc.send_signal(signal.SIGTERM)
+        code = first.wait_exit(30)
+        check(code == 0, "SIGTERM: exit status 0 (got %r)" % code)
+        check(re.search(r"INFO \[server\] stopped", first.text()) is not None, "the server logs 'stopped'")
+    finally:
+        first.stop()
+
+    # A restart keeps the same token (the file is not rewritten, no new row).
+    again = Server(data_dir, name="again")
+    try:
+        check(again.wait_for(r"agenthold serving: "), "the server restarts on the same data dir")
+        check(open(os.path.join(data_dir, "admin.token")).read().strip() == token, "the token is kept")
+        check(len(db_rows(data_dir, "SELECT * FROM api_tokens")) == 1, "still one token row")
+        again.proc.send_signal(signal.SIGINT)
+        check(again.wait_exit(30) == 0, "SIGINT: exit status 0")
+    finally:
+        again.stop()
+
+
+def test_newer_schema(root):
+    data_dir = os.path.join(root, "newer")
+    os.makedirs(data_dir, mode=0o700)
+    db = sqlite3.connect(os.path.join(data_dir, "agenthold.db"))
+    db.execute("PRAGMA user_version = 999")
+    db.close()
+    server = Server(data_dir, name="newer")
+    try:
+        code = server.wait_exit(30)
+        check(code not in (0, None), "a newer schema: exit non-zero (got %r)" % code)
+        text = server.text()
+        check("999" in text and "newer" in text, "a newer schema: the message names the version")
+        check("agenthold serving" not in text, "a newer schema: the server never started")
+        check(not os.path.exists(os.path.join(data_dir, "admin.token")), "a newer schema: no token made")
+    finally:
+        server.stop()
+
+
+def test_docker_unreachable(root):
+    data_dir = os.path.join(root, "docker")
+    server = Server(data_dir, name="docker", env_extra={
+        "AGENTHOLD_SANDBOX_DRIVER": "docker",
+        "AGENTHOLD_SANDBOX_DOCKER_SOCKET": os.path.join(root, "no-such-docker.sock")})
+    try:
+        code = server.wait_exit(60)
+        check(code not in (0, None), "docker unreachable: exit non-zero (got %r)" % code)
+        text = server.text()
+        check("no-such-docker.sock" in text, "docker unreachable: the message names the socket")
+        check("sandbox.driver: fake" in text and "AGENTHOLD_SANDBOX_DRIVER=fake" in text,
+              "docker unreachable: the message names the fake driver: " + text[-600:])
+        check("agenthold serving" not in text, "docker unreachable: the server never started")
+    finally:
+        server.stop()
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="ah-test-serve-")
+    try:
+        test_lifecycle_of_the_process(root)
+        test_newer_schema(root)
+        test_docker_unreachable(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if FAILURES:
+        print("%d failure(s)" % len(FAILURES), file=sys.stderr)
+        return 1
+    print("server: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
