@@ -1,0 +1,136 @@
+/*  proto/channel.c: channel headers and records (see channel.h and
+    docs/tunnel.md). Pure byte work, no I/O: the callers accumulate what a
+    yamux stream delivered and ask whether a whole header or record is
+    there yet. Lengths are checked against their caps before the body is
+    waited for, so a peer cannot make us buffer more than the cap.       */
+#include "proto/channel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t s_get32 (const uint8_t *p)
+{
+    return (uint32_t) p [0] << 24 | (uint32_t) p [1] << 16
+         | (uint32_t) p [2] << 8 | (uint32_t) p [3];
+}
+
+static void s_put32 (uint8_t *p, uint32_t v)
+{
+    p [0] = (uint8_t) (v >> 24);
+    p [1] = (uint8_t) (v >> 16);
+    p [2] = (uint8_t) (v >> 8);
+    p [3] = (uint8_t) v;
+}
+
+int ah_chan_header_encode (const ah_msg_t *map, uint8_t **out, size_t *size)
+{
+    uint8_t *body = NULL;
+    size_t body_size = 0;
+    if (!map || !out || !size || ah_msg_encode (map, &body, &body_size) < 0)
+        return -1;
+    if (body_size == 0 || body_size > AH_CHAN_HEADER_MAX) {
+        free (body);
+        return -1;
+    }
+    uint8_t *buf = malloc (4 + body_size);
+    if (!buf) {
+        free (body);
+        return -1;
+    }
+    s_put32 (buf, (uint32_t) body_size);
+    memcpy (buf + 4, body, body_size);
+    free (body);
+    *out = buf;
+    *size = 4 + body_size;
+    return 0;
+}
+
+int ah_chan_header_decode (const uint8_t *buf, size_t len, ah_msg_t **map,
+                           size_t *used, const char **err)
+{
+    //  The decoder's reason is copied here so *err can stay a borrowed
+    //  string; one per thread, valid until this thread's next decode.
+    static _Thread_local char reason [160];
+    const char *dummy;
+    if (!err)
+        err = &dummy;
+    *err = NULL;
+    if (!buf && len > 0) {
+        *err = "channel header: no buffer";
+        return -1;
+    }
+    if (len < 4)
+        return 0;
+    uint32_t n = s_get32 (buf);
+    if (n == 0) {
+        *err = "channel header: zero length";
+        return -1;
+    }
+    if (n > AH_CHAN_HEADER_MAX) {
+        *err = "channel header: longer than 65536 bytes";
+        return -1;
+    }
+    if (len - 4 < n)
+        return 0;
+    char *why = NULL;
+    ah_msg_t *msg = ah_msg_decode ("CHANNEL", buf + 4, n, &why);
+    if (!msg) {
+        snprintf (reason, sizeof reason, "channel header: %s",
+                  why? why: "malformed msgpack map");
+        free (why);
+        *err = reason;
+        return -1;
+    }
+    if (map)
+        *map = msg;
+    else
+        ah_msg_destroy (&msg);
+    if (used)
+        *used = 4 + (size_t) n;
+    return 1;
+}
+
+void ah_rec_prefix (uint8_t kind, uint32_t len, uint8_t hdr [5])
+{
+    hdr [0] = kind;
+    s_put32 (hdr + 1, len);
+}
+
+int ah_rec_decode (const uint8_t *buf, size_t len, uint8_t *kind,
+                   const uint8_t **payload, uint32_t *plen, size_t *used,
+                   const char **err)
+{
+    const char *dummy;
+    if (!err)
+        err = &dummy;
+    *err = NULL;
+    if (len < 1)
+        return 0;
+    if (!buf) {
+        *err = "record: no buffer";
+        return -1;
+    }
+    if (buf [0] > AH_REC_EOF) {
+        *err = "record: unknown kind";
+        return -1;
+    }
+    if (len < 5)
+        return 0;
+    uint32_t n = s_get32 (buf + 1);
+    if (n > AH_REC_MAX) {
+        *err = "record: longer than 1 MiB";
+        return -1;
+    }
+    if (len - 5 < n)
+        return 0;
+    if (kind)
+        *kind = buf [0];
+    if (payload)
+        *payload = buf + 5;
+    if (plen)
+        *plen = n;
+    if (used)
+        *used = 5 + (size_t) n;
+    return 1;
+}
