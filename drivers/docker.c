@@ -1,0 +1,1604 @@
+/*  drivers/docker.c: the Docker Engine backend (see docker.h, docs/docker.md).
+
+    DESIGN. Called from lifecycle's and the reconciler's worker threads,
+    several at once. Each call builds its own curl easy handle, so no curl
+    state is shared. The shared state is small and lives in self_t behind
+    one mutex: the negotiated API version and the server's own container id
+    (both found lazily on first use, so the server may start before the
+    engine), and the driver's SQLite connection (subnet allocations). The
+    configuration is borrowed and immutable.
+
+    Errors are sentences: "<what was being done>: <why> (Docker: <the
+    engine's message>)".                                                 */
+#include "drivers/docker.h"
+#include "store/store.h"
+#include "common/log.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define LOG_AREA            "docker"
+#define MAX_BODY            (32u << 20)     //  largest answer we accept from the engine
+#define CONNECT_TIMEOUT_S   3
+#define CALL_TIMEOUT_S      120
+#define MAX_ID              40
+#define MAX_NAME            128
+
+typedef struct {
+    const ah_config_t *config;          //  borrowed, immutable
+    char    *socket_path;
+    char    *prefix;
+    uint32_t pool_base;                 //  host order
+    int      pool_bits;
+    int      subnet_bits;
+    uint32_t subnet_count;
+    char    *sandboxd_dir;              //  bind-mounted at /opt/agenthold (NULL: volume)
+
+    pthread_mutex_t lock;               //  guards everything below
+    char    api_version [16];           //  "1.41"; "" until negotiated
+    bool    server_checked;             //  server container detection done
+    char   *server_container;           //  full id when we run in a container, else NULL
+    ah_store_t *store;
+} self_t;
+
+//  -------------------------------------------------------------------------
+//  Small helpers
+
+static char *
+s_strdupf (const char *fmt, ...)
+{
+    va_list ap;
+    va_start (ap, fmt);
+    char *s = NULL;
+    if (vasprintf (&s, fmt, ap) < 0)
+        s = NULL;
+    va_end (ap);
+    return s;
+}
+
+static void
+s_set_err (char **err, const char *fmt, ...)
+{
+    if (!err)
+        return;
+    va_list ap;
+    va_start (ap, fmt);
+    char *s = NULL;
+    if (vasprintf (&s, fmt, ap) < 0)
+        s = NULL;
+    va_end (ap);
+    free (*err);
+    *err = s;
+}
+
+static bool
+s_valid_id (const char *id)
+{
+    if (!id || !*id || strlen (id) > MAX_ID)
+        return false;
+    for (const char *p = id; *p; p++)
+        if (!(islower ((unsigned char) *p) || isdigit ((unsigned char) *p) || *p == '-'))
+            return false;
+    return true;
+}
+
+static bool
+s_valid_prefix (const char *prefix)
+{
+    if (!prefix || !*prefix || strlen (prefix) > 40)
+        return false;
+    if (!isalnum ((unsigned char) prefix [0]))
+        return false;
+    for (const char *p = prefix; *p; p++)
+        if (!(isalnum ((unsigned char) *p) || *p == '-' || *p == '_' || *p == '.'))
+            return false;
+    return true;
+}
+
+static char *
+s_ip_string (uint32_t host_order)
+{
+    struct in_addr a = { .s_addr = htonl (host_order) };
+    char buf [INET_ADDRSTRLEN];
+    inet_ntop (AF_INET, &a, buf, sizeof buf);
+    return strdup (buf);
+}
+
+//  "10.213.0.16/28" -> base address (host order); -1 when malformed.
+static int
+s_parse_cidr (const char *cidr, uint32_t *base, int *bits)
+{
+    char addr [INET_ADDRSTRLEN + 1];
+    const char *slash = cidr ? strchr (cidr, '/') : NULL;
+    if (!slash || (size_t) (slash - cidr) >= sizeof addr)
+        return -1;
+    memcpy (addr, cidr, slash - cidr);
+    addr [slash - cidr] = 0;
+    struct in_addr a;
+    if (inet_pton (AF_INET, addr, &a) != 1)
+        return -1;
+    char *end;
+    long b = strtol (slash + 1, &end, 10);
+    if (*end || end == slash + 1 || b < 0 || b > 32)
+        return -1;
+    *base = ntohl (a.s_addr);
+    *bits = (int) b;
+    return 0;
+}
+
+//  -------------------------------------------------------------------------
+//  HTTP over the unix socket
+
+typedef struct {
+    char   *data;
+    size_t  size;
+    bool    too_big;
+} buf_t;
+
+static size_t
+s_buf_write (char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    buf_t *buf = userdata;
+    size_t n = size * nmemb;
+    if (buf->size + n > MAX_BODY) {
+        buf->too_big = true;
+        return 0;                       //  aborts the transfer
+    }
+    char *grown = realloc (buf->data, buf->size + n + 1);
+    if (!grown)
+        return 0;
+    buf->data = grown;
+    memcpy (buf->data + buf->size, ptr, n);
+    buf->size += n;
+    buf->data [buf->size] = 0;
+    return n;
+}
+
+typedef struct {
+    const char *what;                   //  "creating container x", for messages
+    const char *method;                 //  "GET", "POST", ...
+    const char *body;                   //  NULL: none
+    size_t      body_size;
+    const char *content_type;           //  default application/json
+    long        timeout_s;              //  0: CALL_TIMEOUT_S
+} call_t;
+
+typedef struct {
+    char  version [16];
+} ping_t;
+
+static size_t
+s_ping_header (char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    ping_t *ping = userdata;
+    size_t n = size * nmemb;
+    const char *key = "api-version:";
+    size_t klen = strlen (key);
+    if (n > klen && strncasecmp (ptr, key, klen) == 0) {
+        const char *v = ptr + klen;
+        const char *end = ptr + n;
+        while (v < end && (*v == ' ' || *v == '\t'))
+            v++;
+        size_t len = 0;
+        while (v + len < end && (isdigit ((unsigned char) v [len]) || v [len] == '.'))
+            len++;
+        if (len > 0 && len < sizeof ping->version) {
+            memcpy (ping->version, v, len);
+            ping->version [len] = 0;
+        }
+    }
+    return n;
+}
+
+static CURL *
+s_easy (self_t *self, const char *url, long timeout_s)
+{
+    CURL *curl = curl_easy_init ();
+    if (!curl)
+        return NULL;
+    curl_easy_setopt (curl, CURLOPT_UNIX_SOCKET_PATH, self->socket_path);
+    curl_easy_setopt (curl, CURLOPT_URL, url);
+    curl_easy_setopt (curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt (curl, CURLOPT_CONNECTTIMEOUT, (long) CONNECT_TIMEOUT_S);
+    if (timeout_s > 0)
+        curl_easy_setopt (curl, CURLOPT_TIMEOUT, timeout_s);
+    return curl;
+}
+
+//  GET /_ping: the engine's API version. Caller holds no lock.
+static int
+s_ping (self_t *self, char *version, size_t size, char **err)
+{
+    ping_t ping = { .version = "" };
+    buf_t body = { 0 };
+    CURL *curl = s_easy (self, "http://docker/_ping", 10);
+    if (!curl) {
+        s_set_err (err, "cannot set up a request to the Docker Engine (libcurl)");
+        return -1;
+    }
+    curl_easy_setopt (curl, CURLOPT_HEADERFUNCTION, s_ping_header);
+    curl_easy_setopt (curl, CURLOPT_HEADERDATA, &ping);
+    curl_easy_setopt (curl, CURLOPT_WRITEFUNCTION, s_buf_write);
+    curl_easy_setopt (curl, CURLOPT_WRITEDATA, &body);
+    CURLcode rc = curl_easy_perform (curl);
+    long status = 0;
+    curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup (curl);
+    free (body.data);
+    if (rc != CURLE_OK) {
+        s_set_err (err, "cannot reach the Docker Engine at %s: %s",
+                   self->socket_path, curl_easy_strerror (rc));
+        return -1;
+    }
+    if (status != 200 || !*ping.version) {
+        s_set_err (err, "the Docker Engine at %s answered /_ping with HTTP %ld%s",
+                   self->socket_path, status, *ping.version ? "" : " and no Api-Version header");
+        return -1;
+    }
+    snprintf (version, size, "%s", ping.version);
+    return 0;
+}
+
+static int s_detect_server_container (self_t *self, char **err);
+
+//  Negotiates the API version once (and finds out whether we run in a
+//  container). 0 / -1 with *err.
+static int
+s_ensure_engine (self_t *self, char **err)
+{
+    pthread_mutex_lock (&self->lock);
+    bool known = self->api_version [0] != 0;
+    bool checked = self->server_checked;
+    pthread_mutex_unlock (&self->lock);
+    if (!known) {
+        char version [16];
+        if (s_ping (self, version, sizeof version, err))
+            return -1;
+        pthread_mutex_lock (&self->lock);
+        snprintf (self->api_version, sizeof self->api_version, "%s", version);
+        pthread_mutex_unlock (&self->lock);
+        ah_info (LOG_AREA, "Docker Engine at %s speaks API %s", self->socket_path, version);
+    }
+    if (!checked)
+        return s_detect_server_container (self, err);
+    return 0;
+}
+
+//  Turns the engine's error body into its message ("No such image: foo").
+static char *
+s_engine_message (const buf_t *body)
+{
+    if (!body->data || !body->size)
+        return strdup ("no message");
+    json_t *j = json_loadb (body->data, body->size, 0, NULL);
+    const char *msg = j ? json_string_value (json_object_get (j, "message")) : NULL;
+    char *out;
+    if (msg)
+        out = strdup (msg);
+    else {
+        //  Not JSON: the first line of the text, capped.
+        size_t n = strcspn (body->data, "\r\n");
+        if (n > 300)
+            n = 300;
+        out = strndup (body->data, n);
+    }
+    json_decref (j);
+    return out;
+}
+
+//  One call. Returns the HTTP status, or -1 with *err when the engine
+//  could not be reached. *answer (if wanted) gets the parsed JSON body or
+//  NULL; *message (if wanted) the engine's error message on status >= 400.
+static long
+s_call (self_t *self, const call_t *call, const char *path, json_t **answer,
+        char **message, char **err)
+{
+    if (answer)
+        *answer = NULL;
+    if (message)
+        *message = NULL;
+    char *eerr = NULL;
+    if (s_ensure_engine (self, &eerr)) {
+        s_set_err (err, "%s: %s", call->what, eerr ? eerr : "the engine is unusable");
+        free (eerr);
+        return -1;
+    }
+    char version [16];
+    pthread_mutex_lock (&self->lock);
+    snprintf (version, sizeof version, "%s", self->api_version);
+    pthread_mutex_unlock (&self->lock);
+
+    char *url = s_strdupf ("http://docker/v%s%s", version, path);
+    buf_t body = { 0 };
+    CURL *curl = url ? s_easy (self, url, call->timeout_s ? call->timeout_s : CALL_TIMEOUT_S) : NULL;
+    if (!curl) {
+        free (url);
+        s_set_err (err, "%s: cannot set up the request (out of memory?)", call->what);
+        return -1;
+    }
+    struct curl_slist *headers = NULL;
+    headers = curl_slist_append (headers, "Expect:");
+    if (call->body) {
+        char ct [80];
+        snprintf (ct, sizeof ct, "Content-Type: %s",
+                  call->content_type ? call->content_type : "application/json");
+        headers = curl_slist_append (headers, ct);
+    }
+    curl_easy_setopt (curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt (curl, CURLOPT_CUSTOMREQUEST, call->method);
+    if (call->body || strcmp (call->method, "POST") == 0 || strcmp (call->method, "PUT") == 0) {
+        curl_easy_setopt (curl, CURLOPT_POSTFIELDS, call->body ? call->body : "");
+        curl_easy_setopt (curl, CURLOPT_POSTFIELDSIZE_LARGE,
+                          (curl_off_t) (call->body ? call->body_size : 0));
+    }
+    curl_easy_setopt (curl, CURLOPT_WRITEFUNCTION, s_buf_write);
+    curl_easy_setopt (curl, CURLOPT_WRITEDATA, &body);
+
+    CURLcode rc = curl_easy_perform (curl);
+    long status = 0;
+    curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all (headers);
+    curl_easy_cleanup (curl);
+    free (url);
+
+    if (rc != CURLE_OK) {
+        if (body.too_big)
+            s_set_err (err, "%s: the Docker Engine's answer is larger than %u bytes",
+                       call->what, MAX_BODY);
+        else
+            s_set_err (err, "%s: cannot reach the Docker Engine at %s: %s",
+                       call->what, self->socket_path, curl_easy_strerror (rc));
+        free (body.data);
+        //  The engine may come back as another version: negotiate again.
+        pthread_mutex_lock (&self->lock);
+        self->api_version [0] = 0;
+        pthread_mutex_unlock (&self->lock);
+        return -1;
+    }
+    if (status >= 400) {
+        if (message)
+            *message = s_engine_message (&body);
+    }
+    else
+    if (answer && body.size) {
+        json_error_t jerr;
+        *answer = json_loadb (body.data, body.size, 0, &jerr);
+        if (!*answer) {
+            s_set_err (err, "%s: the Docker Engine's answer is not JSON (%s)", call->what, jerr.text);
+            free (body.data);
+            return -1;
+        }
+    }
+    free (body.data);
+    return status;
+}
+
+//  The usual sentence for an unexpected status.
+static void
+s_status_err (char **err, const char *what, long status, const char *message)
+{
+    s_set_err (err, "%s: the Docker Engine refused (HTTP %ld) (Docker: %s)",
+               what, status, message ? message : "no message");
+}
+
+//  A call without an answer body: OK when the status is ok1 or ok2, or
+//  404 when absent_ok (removing what is gone already). 404 otherwise says
+//  the object does not exist. 0 / -1 with *err.
+typedef struct {
+    const char *method;
+    long        ok1, ok2;
+    bool        absent_ok;
+    long        timeout_s;
+} simple_t;
+
+static int
+s_simple (self_t *self, const simple_t *how, const char *what, const char *path, char **err)
+{
+    call_t call = { .what = what, .method = how->method, .timeout_s = how->timeout_s };
+    char *msg = NULL;
+    long st = s_call (self, &call, path, NULL, &msg, err);
+    int rc = -1;
+    if (st == how->ok1 || st == how->ok2 || (st == 404 && how->absent_ok))
+        rc = 0;
+    else
+    if (st == 404)
+        s_set_err (err, "%s: it does not exist (Docker: %s)", what, msg ? msg : "");
+    else
+    if (st > 0)
+        s_status_err (err, what, st, msg);
+    free (msg);
+    return rc;
+}
+
+//  URL-encodes a JSON filter for ?filters=.
+static char *
+s_filters (const char *prefix, bool events)
+{
+    json_t *labels = json_pack ("[s s+]", "agenthold.managed=true", "agenthold.prefix=", prefix);
+    json_t *f = json_pack ("{s:o}", "label", labels);
+    if (events) {
+        json_object_set_new (f, "type", json_pack ("[s]", "container"));
+        json_object_set_new (f, "event", json_pack ("[s s s s]", "start", "stop", "die", "destroy"));
+    }
+    char *text = json_dumps (f, JSON_COMPACT);
+    json_decref (f);
+    char *esc = text ? curl_easy_escape (NULL, text, 0) : NULL;
+    free (text);
+    char *out = esc ? strdup (esc) : NULL;
+    curl_free (esc);
+    return out;
+}
+
+//  -------------------------------------------------------------------------
+//  Running in a container: find our own id
+
+static char *
+s_own_container_from_mountinfo (void)
+{
+    FILE *f = fopen ("/proc/self/mountinfo", "r");
+    if (!f)
+        return NULL;
+    char line [4096];
+    char *found = NULL;
+    while (!found && fgets (line, sizeof line, f)) {
+        //  Fields: id parent major:minor root mountpoint ...
+        char root [2048], mount [1024];
+        if (sscanf (line, "%*s %*s %*s %2047s %1023s", root, mount) != 2)
+            continue;
+        if (strcmp (mount, "/etc/hostname") != 0)
+            continue;
+        const char *p = strstr (root, "containers/");
+        if (!p)
+            continue;
+        p += strlen ("containers/");
+        size_t n = 0;
+        while (isxdigit ((unsigned char) p [n]))
+            n++;
+        if (n == 64 && p [n] == '/')
+            found = strndup (p, 64);
+    }
+    fclose (f);
+    return found;
+}
+
+static int
+s_detect_server_container (self_t *self, char **err)
+{
+    const char *configured = self->config->server_container;
+    char *candidate = configured && *configured
+                    ? strdup (configured) : s_own_container_from_mountinfo ();
+    char *full_id = NULL;
+    if (candidate) {
+        char *esc = curl_easy_escape (NULL, candidate, 0);
+        char *path = s_strdupf ("/containers/%s/json", esc ? esc : "");
+        curl_free (esc);
+        json_t *j = NULL;
+        char *msg = NULL, *cerr = NULL;
+        call_t call = { .what = "finding the server's own container", .method = "GET" };
+        //  s_call would recurse into s_ensure_engine: mark checked first.
+        pthread_mutex_lock (&self->lock);
+        self->server_checked = true;
+        pthread_mutex_unlock (&self->lock);
+        long st = path ? s_call (self, &call, path, &j, &msg, &cerr) : -1;
+        free (path);
+        if (st == 200 && json_string_value (json_object_get (j, "Id")))
+            full_id = strdup (json_string_value (json_object_get (j, "Id")));
+        else
+        if (configured && *configured) {
+            //  A configured container that does not exist is a configuration error.
+            if (st == -1)
+                s_set_err (err, "%s", cerr);
+            else
+                s_set_err (err, "sandbox.docker.server_container '%s' is not a container of "
+                           "this Docker Engine (Docker: %s)", configured, msg ? msg : "no message");
+            pthread_mutex_lock (&self->lock);
+            self->server_checked = false;
+            pthread_mutex_unlock (&self->lock);
+            json_decref (j);
+            free (msg);
+            free (cerr);
+            free (candidate);
+            return -1;
+        }
+        else
+            ah_warn (LOG_AREA, "this process looks like container %.12s but the engine does not "
+                     "know it; running as on the host", candidate);
+        json_decref (j);
+        free (msg);
+        free (cerr);
+        free (candidate);
+    }
+    pthread_mutex_lock (&self->lock);
+    self->server_checked = true;
+    free (self->server_container);
+    self->server_container = full_id;
+    pthread_mutex_unlock (&self->lock);
+    if (full_id)
+        ah_info (LOG_AREA, "the server runs in container %.12s: it joins every agent network at .2",
+                 full_id);
+    return 0;
+}
+
+//  Caller frees; NULL when on the host.
+static char *
+s_server_container (self_t *self)
+{
+    pthread_mutex_lock (&self->lock);
+    char *id = self->server_container ? strdup (self->server_container) : NULL;
+    pthread_mutex_unlock (&self->lock);
+    return id;
+}
+
+//  -------------------------------------------------------------------------
+//  Subnets (the networks table)
+
+//  The subnet already recorded for agent_id, or a new one, not one of
+//  skip[]. Returns the subnet's base (host order) or 0 with *err.
+static uint32_t
+s_subnet_for (self_t *self, const char *agent_id, const uint32_t *skip, size_t nskip, char **err)
+{
+    uint32_t result = 0;
+    pthread_mutex_lock (&self->lock);
+    ah_store_t *store = self->store;
+    if (ah_store_begin (store)) {
+        s_set_err (err, "allocating a subnet for agent %s: cannot begin a transaction on the database",
+                   agent_id);
+        goto out;
+    }
+    sqlite3_stmt *st = ah_store_prepare (store, "SELECT subnet FROM networks WHERE agent_id = :agent_id");
+    if (st && ah_store_bind_text (st, ":agent_id", agent_id) == 0
+    &&  ah_store_step (store, st) == SQLITE_ROW) {
+        uint32_t base; int bits;
+        const char *subnet = (const char *) sqlite3_column_text (st, 0);
+        bool skipped = false;
+        if (subnet && s_parse_cidr (subnet, &base, &bits) == 0) {
+            for (size_t i = 0; i < nskip; i++)
+                if (skip [i] == base)
+                    skipped = true;
+            if (!skipped) {
+                result = base;
+                sqlite3_reset (st);
+                ah_store_commit (store);
+                goto out;
+            }
+        }
+        sqlite3_reset (st);
+        //  Unusable (malformed, or it clashes with the engine): replace it.
+        sqlite3_stmt *del = ah_store_prepare (store, "DELETE FROM networks WHERE agent_id = :agent_id");
+        if (!del || ah_store_bind_text (del, ":agent_id", agent_id) || ah_store_step (store, del) != SQLITE_DONE) {
+            ah_store_rollback (store);
+            s_set_err (err, "allocating a subnet for agent %s: cannot update the networks table", agent_id);
+            goto out;
+        }
+    }
+    else
+    if (st)
+        sqlite3_reset (st);
+
+    //  Taken subnets, as a bitmap over the pool.
+    uint8_t *taken = calloc ((self->subnet_count + 7) / 8, 1);
+    if (!taken) {
+        ah_store_rollback (store);
+        s_set_err (err, "allocating a subnet for agent %s: out of memory", agent_id);
+        goto out;
+    }
+    sqlite3_stmt *all = ah_store_prepare (store, "SELECT subnet FROM networks");
+    uint32_t size = 1u << (32 - self->subnet_bits);
+    while (all && ah_store_step (store, all) == SQLITE_ROW) {
+        uint32_t base; int bits;
+        const char *subnet = (const char *) sqlite3_column_text (all, 0);
+        if (subnet && s_parse_cidr (subnet, &base, &bits) == 0
+        &&  base >= self->pool_base && (base - self->pool_base) / size < self->subnet_count) {
+            uint32_t i = (base - self->pool_base) / size;
+            taken [i / 8] |= 1u << (i % 8);
+        }
+    }
+    if (all)
+        sqlite3_reset (all);
+    for (size_t k = 0; k < nskip; k++)
+        if (skip [k] >= self->pool_base && (skip [k] - self->pool_base) / size < self->subnet_count) {
+            uint32_t i = (skip [k] - self->pool_base) / size;
+            taken [i / 8] |= 1u << (i % 8);
+        }
+    uint32_t pick = UINT32_MAX;
+    for (uint32_t i = 0; i < self->subnet_count; i++)
+        if (!(taken [i / 8] & (1u << (i % 8)))) {
+            pick = i;
+            break;
+        }
+    free (taken);
+    if (pick == UINT32_MAX) {
+        ah_store_rollback (store);
+        s_set_err (err, "allocating a subnet for agent %s: all %u /%d subnets of %s are in use "
+                   "(raise sandbox.docker.network_pool or subnet_bits)", agent_id,
+                   self->subnet_count, self->subnet_bits, self->config->network_pool);
+        goto out;
+    }
+    uint32_t base = self->pool_base + pick * size;
+    char *ip = s_ip_string (base);
+    char *cidr = ip ? s_strdupf ("%s/%d", ip, self->subnet_bits) : NULL;
+    free (ip);
+    sqlite3_stmt *ins = ah_store_prepare (store,
+        "INSERT INTO networks (agent_id, subnet) VALUES (:agent_id, :subnet)");
+    if (!cidr || !ins || ah_store_bind_text (ins, ":agent_id", agent_id)
+    ||  ah_store_bind_text (ins, ":subnet", cidr) || ah_store_step (store, ins) != SQLITE_DONE
+    ||  ah_store_commit (store)) {
+        ah_store_rollback (store);
+        s_set_err (err, "allocating a subnet for agent %s: cannot record it in the networks table",
+                   agent_id);
+        free (cidr);
+        goto out;
+    }
+    free (cidr);
+    result = base;
+out:
+    pthread_mutex_unlock (&self->lock);
+    return result;
+}
+
+//  The recorded subnet, 0 if none.
+static uint32_t
+s_subnet_lookup (self_t *self, const char *agent_id)
+{
+    uint32_t result = 0;
+    pthread_mutex_lock (&self->lock);
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "SELECT subnet FROM networks WHERE agent_id = :agent_id");
+    if (st && ah_store_bind_text (st, ":agent_id", agent_id) == 0
+    &&  ah_store_step (self->store, st) == SQLITE_ROW) {
+        uint32_t base; int bits;
+        const char *subnet = (const char *) sqlite3_column_text (st, 0);
+        if (subnet && s_parse_cidr (subnet, &base, &bits) == 0)
+            result = base;
+    }
+    if (st)
+        sqlite3_reset (st);
+    pthread_mutex_unlock (&self->lock);
+    return result;
+}
+
+static int
+s_subnet_free (self_t *self, const char *agent_id, char **err)
+{
+    int rc = 0;
+    pthread_mutex_lock (&self->lock);
+    sqlite3_stmt *st = ah_store_prepare (self->store, "DELETE FROM networks WHERE agent_id = :agent_id");
+    if (!st || ah_store_bind_text (st, ":agent_id", agent_id)
+    ||  ah_store_step (self->store, st) != SQLITE_DONE) {
+        s_set_err (err, "freeing the subnet of agent %s: cannot update the networks table", agent_id);
+        rc = -1;
+    }
+    pthread_mutex_unlock (&self->lock);
+    return rc;
+}
+
+//  -------------------------------------------------------------------------
+//  Names
+
+static void
+s_names (self_t *self, const char *agent_id, char *container, char *volume, char *network)
+{
+    snprintf (container, MAX_NAME, "%s-%s", self->prefix, agent_id);
+    snprintf (volume, MAX_NAME, "%s-home-%s", self->prefix, agent_id);
+    snprintf (network, MAX_NAME, "%s-net-%s", self->prefix, agent_id);
+}
+
+static json_t *
+s_labels (self_t *self, const char *agent_id)
+{
+    return json_pack ("{s:s s:s s:s}", "agenthold.managed", "true",
+                      "agenthold.agent", agent_id, "agenthold.prefix", self->prefix);
+}
+
+//  -------------------------------------------------------------------------
+//  Network
+
+//  Creates (or finds) the agent's network on subnet base. Returns 0, 1 when
+//  the engine says the subnet overlaps another network (pick another), or
+//  -1 with *err.
+static int
+s_network_create (self_t *self, const char *agent_id, uint32_t base, char **err)
+{
+    char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
+    s_names (self, agent_id, container, volume, network);
+    char *what = s_strdupf ("creating network %s", network);
+    char *ip = s_ip_string (base);
+    char *gw = s_ip_string (base + 1);
+    char *subnet = s_strdupf ("%s/%d", ip, self->subnet_bits);
+    json_t *req = json_pack ("{s:s s:s s:b s:b s:b s:{s:s s:[{s:s s:s}]} s:o}",
+        "Name", network, "Driver", "bridge", "Internal", 1, "CheckDuplicate", 1,
+        "Attachable", 0,
+        "IPAM", "Driver", "default", "Config", "Subnet", subnet, "Gateway", gw,
+        "Labels", s_labels (self, agent_id));
+    char *body = json_dumps (req, JSON_COMPACT);
+    json_decref (req);
+    call_t call = { .what = what, .method = "POST", .body = body, .body_size = body ? strlen (body) : 0 };
+    char *msg = NULL;
+    int rc = -1;
+    long st = s_call (self, &call, "/networks/create", NULL, &msg, err);
+    if (st == 201 || st == 200)
+        rc = 0;
+    else
+    if (st == 409) {
+        //  It exists already (a retried create or rebuild): fine if it is ours
+        //  on the same subnet.
+        char *path = s_strdupf ("/networks/%s", network);
+        json_t *j = NULL;
+        call_t get = { .what = what, .method = "GET" };
+        char *m2 = NULL;
+        long st2 = s_call (self, &get, path, &j, &m2, err);
+        free (path);
+        const char *have = NULL;
+        json_t *cfg = json_array_get (json_object_get (json_object_get (j, "IPAM"), "Config"), 0);
+        have = json_string_value (json_object_get (cfg, "Subnet"));
+        if (st2 == 200 && have && strcmp (have, subnet) == 0)
+            rc = 0;
+        else
+        if (st2 == 200)
+            s_set_err (err, "%s: a network of that name exists on subnet %s, not %s; destroy the "
+                       "sandbox to clean it up", what, have ? have : "(none)", subnet);
+        else
+        if (st2 > 0)
+            s_status_err (err, what, st2, m2);
+        json_decref (j);
+        free (m2);
+    }
+    else
+    if (st > 0 && msg && (strstr (msg, "overlaps") || strstr (msg, "overlap"))) {
+        ah_warn (LOG_AREA, "%s: subnet %s overlaps a network not ours (Docker: %s); trying another",
+                 what, subnet, msg);
+        rc = 1;
+    }
+    else
+    if (st > 0)
+        s_status_err (err, what, st, msg);
+    free (msg);
+    free (body);
+    free (subnet);
+    free (gw);
+    free (ip);
+    free (what);
+    return rc;
+}
+
+//  Connects the server's own container to the network at .2.
+static int
+s_network_join_server (self_t *self, const char *agent_id, uint32_t base, char **err)
+{
+    char *server = s_server_container (self);
+    if (!server)
+        return 0;
+    char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
+    s_names (self, agent_id, container, volume, network);
+    char *what = s_strdupf ("connecting the server's container to network %s", network);
+    char *addr = s_ip_string (base + 2);
+    json_t *req = json_pack ("{s:s s:{s:{s:s}}}", "Container", server,
+                             "EndpointConfig", "IPAMConfig", "IPv4Address", addr);
+    char *body = json_dumps (req, JSON_COMPACT);
+    json_decref (req);
+    char *path = s_strdupf ("/networks/%s/connect", network);
+    call_t call = { .what = what, .method = "POST", .body = body, .body_size = strlen (body) };
+    char *msg = NULL;
+    long st = s_call (self, &call, path, NULL, &msg, err);
+    int rc = 0;
+    //  403 "already exists in network" is what a repeated connect answers.
+    if (st == 200 || (st == 403 && msg && strstr (msg, "already exists")))
+        rc = 0;
+    else {
+        if (st > 0)
+            s_status_err (err, what, st, msg);
+        rc = -1;
+    }
+    free (msg);
+    free (path);
+    free (body);
+    free (addr);
+    free (what);
+    free (server);
+    return rc;
+}
+
+static int
+s_network_remove (self_t *self, const char *agent_id, char **err)
+{
+    char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
+    s_names (self, agent_id, container, volume, network);
+    char *what = s_strdupf ("removing network %s", network);
+    char *server = s_server_container (self);
+    if (server) {
+        json_t *req = json_pack ("{s:s s:b}", "Container", server, "Force", 1);
+        char *body = json_dumps (req, JSON_COMPACT);
+        json_decref (req);
+        char *path = s_strdupf ("/networks/%s/disconnect", network);
+        call_t call = { .what = what, .method = "POST", .body = body, .body_size = strlen (body) };
+        char *msg = NULL;
+        s_call (self, &call, path, NULL, &msg, NULL);   //  not connected / absent: fine
+        free (msg);
+        free (path);
+        free (body);
+        free (server);
+    }
+    char *path = s_strdupf ("/networks/%s", network);
+    simple_t how = { .method = "DELETE", .ok1 = 204, .ok2 = 200, .absent_ok = true };
+    int rc = s_simple (self, &how, what, path, err);
+    free (path);
+    free (what);
+    return rc;
+}
+
+//  The agent's network, on a subnet that works, joined by the server when
+//  it runs in a container. Returns the subnet base, 0 with *err.
+static uint32_t
+s_network_ensure (self_t *self, const char *agent_id, char **err)
+{
+    uint32_t skip [8];
+    size_t nskip = 0;
+    while (true) {
+        uint32_t base = s_subnet_for (self, agent_id, skip, nskip, err);
+        if (!base)
+            return 0;
+        int rc = s_network_create (self, agent_id, base, err);
+        if (rc == 0) {
+            if (s_network_join_server (self, agent_id, base, err))
+                return 0;
+            return base;
+        }
+        if (rc < 0)
+            return 0;
+        if (nskip == sizeof skip / sizeof skip [0]) {
+            s_set_err (err, "creating the network of agent %s: %zu subnets in a row overlap networks "
+                       "the engine already has; choose another sandbox.docker.network_pool",
+                       agent_id, nskip + 1);
+            s_subnet_free (self, agent_id, NULL);
+            return 0;
+        }
+        skip [nskip++] = base;
+    }
+}
+
+//  -------------------------------------------------------------------------
+//  Container
+
+static int
+s_container_remove (self_t *self, const char *agent_id, char **err)
+{
+    char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
+    s_names (self, agent_id, container, volume, network);
+    char *what = s_strdupf ("removing container %s", container);
+    char *path = s_strdupf ("/containers/%s?force=true&v=false", container);
+    //  409 "removal already in progress": someone else is removing it.
+    simple_t how = { .method = "DELETE", .ok1 = 204, .ok2 = 409, .absent_ok = true, .timeout_s = 60 };
+    int rc = s_simple (self, &how, what, path, err);
+    free (path);
+    free (what);
+    return rc;
+}
+
+static int
+s_container_create (self_t *self, const ah_sandbox_spec_t *spec, uint32_t base, char **err)
+{
+    const ah_config_t *c = self->config;
+    char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
+    s_names (self, spec->agent_id, container, volume, network);
+    const char *image = spec->image && *spec->image ? spec->image : c->default_image;
+    if (!image || !*image) {
+        s_set_err (err, "creating container %s: no image given and no sandbox.default_image", container);
+        return -1;
+    }
+    double cpus = spec->cpus > 0 ? spec->cpus : c->default_cpus;
+    if (c->max_cpus > 0 && cpus > c->max_cpus)
+        cpus = c->max_cpus;
+    int64_t memory_mb = spec->memory_mb > 0 ? spec->memory_mb : c->default_memory_mb;
+    if (c->max_memory_mb > 0 && memory_mb > c->max_memory_mb)
+        memory_mb = c->max_memory_mb;
+    int64_t pids = spec->pids_limit > 0 ? spec->pids_limit : c->pids_limit;
+
+    json_t *mounts = json_array ();
+    json_array_append_new (mounts, json_pack ("{s:s s:s s:s s:{s:o}}",
+        "Type", "volume", "Source", volume, "Target", "/home/agent",
+        "VolumeOptions", "Labels", s_labels (self, spec->agent_id)));
+    if (self->sandboxd_dir)
+        json_array_append_new (mounts, json_pack ("{s:s s:s s:s s:b}",
+            "Type", "bind", "Source", self->sandboxd_dir, "Target", "/opt/agenthold", "ReadOnly", 1));
+    else
+        json_array_append_new (mounts, json_pack ("{s:s s:s s:s s:b s:{s:b}}",
+            "Type", "volume", "Source", c->sandboxd_volume, "Target", "/opt/agenthold", "ReadOnly", 1,
+            "VolumeOptions", "NoCopy", 1));
+
+    json_t *host = json_pack ("{s:b s:I s:I s:I s:o s:s s:{s:s}}",
+        "Init", 1,
+        "NanoCpus", (json_int_t) (cpus * 1e9),
+        "Memory", (json_int_t) memory_mb * 1024 * 1024,
+        "PidsLimit", (json_int_t) pids,
+        "Mounts", mounts,
+        "NetworkMode", network,
+        "RestartPolicy", "Name", "no");
+    if (c->runtime && *c->runtime)
+        json_object_set_new (host, "Runtime", json_string (c->runtime));
+
+    char *addr = s_ip_string (base + (1u << (32 - self->subnet_bits)) / 2);
+    json_t *req = json_pack ("{s:s s:s s:[s] s:s s:o s:o s:{s:{s:{s:{s:s}}}}}",
+        "Image", image,
+        "Hostname", spec->agent_id,
+        "Entrypoint", "/opt/agenthold/sandboxd",
+        //  sandboxd starts as root (it reads the root-only boot.json and
+        //  drops to the agent account for what it runs), whatever USER
+        //  the image names.
+        "User", "0:0",
+        "Labels", s_labels (self, spec->agent_id),
+        "HostConfig", host,
+        "NetworkingConfig", "EndpointsConfig", network, "IPAMConfig", "IPv4Address", addr);
+    json_object_set_new (req, "Cmd", json_array ());
+    char *body = json_dumps (req, JSON_COMPACT);
+    json_decref (req);
+    free (addr);
+
+    char *what = s_strdupf ("creating container %s", container);
+    char *path = s_strdupf ("/containers/create?name=%s", container);
+    call_t call = { .what = what, .method = "POST", .body = body, .body_size = body ? strlen (body) : 0 };
+    int rc = -1;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        char *msg = NULL;
+        long st = s_call (self, &call, path, NULL, &msg, err);
+        if (st == 201 || st == 200)
+            rc = 0;
+        else
+        if (st == 404)
+            s_set_err (err, "%s: image '%s' not found (Docker: %s)", what, image, msg ? msg : "");
+        else
+        if (st == 409 && attempt == 0) {
+            //  A container of that name survives from an interrupted
+            //  create or rebuild: the spec wins, the home is in the volume.
+            ah_info (LOG_AREA, "%s: one exists already; replacing it", what);
+            free (msg);
+            if (s_container_remove (self, spec->agent_id, err))
+                break;
+            continue;
+        }
+        else
+        if (st == 400 && msg && strstr (msg, "runtime"))
+            s_set_err (err, "%s: the engine has no OCI runtime '%s' (sandbox.docker.runtime) (Docker: %s)",
+                       what, c->runtime ? c->runtime : "", msg);
+        else
+        if (st > 0)
+            s_status_err (err, what, st, msg);
+        free (msg);
+        break;
+    }
+    free (path);
+    free (what);
+    free (body);
+    return rc;
+}
+
+//  -------------------------------------------------------------------------
+//  boot.json as a tar archive
+
+static void
+s_tar_header (uint8_t *h, const char *name, char type, unsigned mode, size_t size)
+{
+    memset (h, 0, 512);
+    snprintf ((char *) h, 100, "%s", name);
+    snprintf ((char *) h + 100, 8, "%07o", mode);
+    snprintf ((char *) h + 108, 8, "%07o", 0);
+    snprintf ((char *) h + 116, 8, "%07o", 0);
+    snprintf ((char *) h + 124, 12, "%011zo", size);
+    snprintf ((char *) h + 136, 12, "%011lo", (unsigned long) time (NULL));
+    h [156] = type;
+    memcpy (h + 257, "ustar", 6);
+    memcpy (h + 263, "00", 2);
+    snprintf ((char *) h + 265, 32, "root");
+    snprintf ((char *) h + 297, 32, "root");
+    memset (h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += h [i];
+    snprintf ((char *) h + 148, 8, "%06o", sum);
+    h [155] = ' ';
+}
+
+//  etc/, etc/agenthold/, etc/agenthold/boot.json (root, 0600) and the end
+//  blocks. Caller frees.
+static uint8_t *
+s_boot_tar (const char *json, size_t *size)
+{
+    size_t jlen = strlen (json);
+    size_t padded = (jlen + 511) / 512 * 512;
+    *size = 512 * 3 + padded + 1024;
+    uint8_t *tar = calloc (1, *size);
+    if (!tar)
+        return NULL;
+    s_tar_header (tar, "etc/", '5', 0755, 0);
+    s_tar_header (tar + 512, "etc/agenthold/", '5', 0755, 0);
+    s_tar_header (tar + 1024, "etc/agenthold/boot.json", '0', 0600, jlen);
+    memcpy (tar + 1536, json, jlen);
+    return tar;
+}
+
+//  -------------------------------------------------------------------------
+//  The interface
+
+static int
+s_check_id (const char *agent_id, const char *doing, char **err)
+{
+    if (s_valid_id (agent_id))
+        return 0;
+    s_set_err (err, "%s: '%s' is not a valid agent id ([a-z0-9-], at most %d characters)",
+               doing, agent_id ? agent_id : "(null)", MAX_ID);
+    return -1;
+}
+
+//  create and rebuild: the network (kept across rebuilds) and a container
+//  from the spec; rebuild first removes the old container, never the home.
+static int
+s_make (ah_driver_t *driver, const ah_sandbox_spec_t *spec, bool rebuild, char **err)
+{
+    self_t *self = driver->impl;
+    if (!spec || s_check_id (spec->agent_id, rebuild ? "rebuilding a sandbox" : "creating a sandbox", err))
+        return -1;
+    if (rebuild && s_container_remove (self, spec->agent_id, err))
+        return -1;
+    uint32_t base = s_network_ensure (self, spec->agent_id, err);
+    if (!base)
+        return -1;
+    return s_container_create (self, spec, base, err);
+}
+
+static int
+s_create (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
+{
+    return s_make (driver, spec, false, err);
+}
+
+static int
+s_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
+{
+    return s_make (driver, spec, true, err);
+}
+
+static int
+s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
+{
+    self_t *self = driver->impl;
+    if (!boot || s_check_id (boot->agent_id, "starting a sandbox", err))
+        return -1;
+    char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
+    s_names (self, boot->agent_id, container, volume, network);
+    if (!boot->token || !*boot->token || boot->tunnel_port <= 0 || boot->tunnel_port > 65535) {
+        s_set_err (err, "starting container %s: no boot token or no valid tunnel port", container);
+        return -1;
+    }
+    uint32_t base = s_subnet_lookup (self, boot->agent_id);
+    if (!base) {
+        s_set_err (err, "starting container %s: no network was allocated for agent %s; "
+                   "rebuild the sandbox", container, boot->agent_id);
+        return -1;
+    }
+    char *eerr = NULL;
+    if (s_ensure_engine (self, &eerr)) {
+        s_set_err (err, "starting container %s: %s", container, eerr);
+        free (eerr);
+        return -1;
+    }
+    char *server = s_server_container (self);
+    char *host = s_ip_string (base + (server ? 2 : 1));
+    free (server);
+    char *url = s_strdupf ("ws://%s:%d/tunnel", host, boot->tunnel_port);
+    free (host);
+    json_t *j = json_pack ("{s:s s:s s:s}", "agent_id", boot->agent_id, "token", boot->token,
+                           "tunnel_url", url);
+    free (url);
+    char *text = json_dumps (j, JSON_COMPACT);
+    json_decref (j);
+    size_t tar_size = 0;
+    uint8_t *tar = text ? s_boot_tar (text, &tar_size) : NULL;
+    free (text);
+    if (!tar) {
+        s_set_err (err, "starting container %s: out of memory composing boot.json", container);
+        return -1;
+    }
+    char *what = s_strdupf ("writing /etc/agenthold/boot.json into container %s", container);
+    char *path = s_strdupf ("/containers/%s/archive?path=%%2F", container);
+    call_t put = { .what = what, .method = "PUT", .body = (const char *) tar, .body_size = tar_size,
+                   .content_type = "application/x-tar" };
+    char *msg = NULL;
+    long st = s_call (self, &put, path, NULL, &msg, err);
+    free (tar);
+    free (path);
+    int rc = -1;
+    if (st == 404)
+        s_set_err (err, "%s: the container does not exist (Docker: %s); rebuild the sandbox",
+                   what, msg ? msg : "");
+    else
+    if (st > 0 && st != 200)
+        s_status_err (err, what, st, msg);
+    free (msg);
+    msg = NULL;
+    free (what);
+    if (st != 200)
+        return -1;
+
+    what = s_strdupf ("starting container %s", container);
+    path = s_strdupf ("/containers/%s/start", container);
+    simple_t how = { .method = "POST", .ok1 = 204, .ok2 = 304 };
+    rc = s_simple (self, &how, what, path, err);
+    free (path);
+    free (what);
+    return rc;
+}
+
+static int
+s_stop (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    self_t *self = driver->impl;
+    if (s_check_id (agent_id, "stopping a sandbox", err))
+        return -1;
+    char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
+    s_names (self, agent_id, container, volume, network);
+    char *what = s_strdupf ("stopping container %s", container);
+    char *path = s_strdupf ("/containers/%s/stop?t=5", container);
+    simple_t how = { .method = "POST", .ok1 = 204, .ok2 = 304, .timeout_s = 60 };
+    int rc = s_simple (self, &how, what, path, err);
+    free (path);
+    free (what);
+    return rc;
+}
+
+static int
+s_destroy (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    self_t *self = driver->impl;
+    if (s_check_id (agent_id, "destroying a sandbox", err))
+        return -1;
+    if (s_container_remove (self, agent_id, err))
+        return -1;
+    if (s_network_remove (self, agent_id, err))
+        return -1;
+    char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
+    s_names (self, agent_id, container, volume, network);
+    char *what = s_strdupf ("removing volume %s", volume);
+    char *path = s_strdupf ("/volumes/%s?force=true", volume);
+    simple_t how = { .method = "DELETE", .ok1 = 204, .ok2 = 200, .absent_ok = true };
+    int rc = s_simple (self, &how, what, path, err);
+    free (path);
+    free (what);
+    if (rc == 0)
+        rc = s_subnet_free (self, agent_id, err);
+    return rc;
+}
+
+static int
+s_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *status, char **err)
+{
+    self_t *self = driver->impl;
+    if (s_check_id (agent_id, "inspecting a sandbox", err))
+        return -1;
+    memset (status, 0, sizeof *status);
+    status->exit_code = -1;
+    char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
+    s_names (self, agent_id, container, volume, network);
+    char *what = s_strdupf ("inspecting container %s", container);
+    char *path = s_strdupf ("/containers/%s/json", container);
+    call_t call = { .what = what, .method = "GET" };
+    char *msg = NULL;
+    json_t *j = NULL;
+    long st = s_call (self, &call, path, &j, &msg, err);
+    int rc = 0;
+    if (st == 404) {
+        //  No container. Say whether the home survives: lifecycle repairs
+        //  that with a rebuild, where nothing at all means recreate.
+        free (path);
+        path = s_strdupf ("/volumes/%s", volume);
+        call_t vol = { .what = what, .method = "GET" };
+        char *m2 = NULL;
+        long vst = s_call (self, &vol, path, NULL, &m2, NULL);
+        snprintf (status->detail, sizeof status->detail, "%s",
+                  vst == 200 ? "container missing; home volume present"
+                             : "container missing; no home volume");
+        free (m2);
+    }
+    else
+    if (st == 200) {
+        json_t *state = json_object_get (j, "State");
+        const char *s = json_string_value (json_object_get (state, "Status"));
+        status->exists = true;
+        status->running = json_is_true (json_object_get (state, "Running"));
+        json_t *code = json_object_get (state, "ExitCode");
+        const char *started = json_string_value (json_object_get (state, "StartedAt"));
+        bool ran = started && strncmp (started, "0001-", 5) != 0;
+        if (!status->running && ran && json_is_integer (code))
+            status->exit_code = (int) json_integer_value (code);
+        if (status->running)
+            snprintf (status->detail, sizeof status->detail, "running");
+        else
+        if (status->exit_code >= 0)
+            snprintf (status->detail, sizeof status->detail, "%s (%d)", s ? s : "exited",
+                      status->exit_code);
+        else
+            snprintf (status->detail, sizeof status->detail, "%s", s ? s : "unknown");
+    }
+    else {
+        if (st > 0)
+            s_status_err (err, what, st, msg);
+        rc = -1;
+    }
+    json_decref (j);
+    free (msg);
+    free (path);
+    free (what);
+    return rc;
+}
+
+static void
+s_add_id (char ***ids, size_t *count, size_t *cap, const char *id)
+{
+    if (!s_valid_id (id))
+        return;
+    for (size_t i = 0; i < *count; i++)
+        if (strcmp ((*ids) [i], id) == 0)
+            return;
+    if (*count + 2 > *cap) {
+        size_t ncap = *cap ? *cap * 2 : 16;
+        char **grown = realloc (*ids, ncap * sizeof (char *));
+        if (!grown)
+            return;
+        *ids = grown;
+        *cap = ncap;
+    }
+    (*ids) [(*count)++] = strdup (id);
+    (*ids) [*count] = NULL;
+}
+
+static int
+s_list (ah_driver_t *driver, char ***ids_p, char **err)
+{
+    self_t *self = driver->impl;
+    *ids_p = NULL;
+    char *filters = s_filters (self->prefix, false);
+    if (!filters) {
+        s_set_err (err, "listing sandboxes: out of memory");
+        return -1;
+    }
+    char **ids = calloc (16, sizeof (char *));
+    size_t count = 0, cap = ids ? 16 : 0;
+    const char *kinds [] = { "containers", "networks", "volumes" };
+    int rc = 0;
+    for (int k = 0; k < 3 && rc == 0; k++) {
+        char *what = s_strdupf ("listing the sandboxes' %s", kinds [k]);
+        char *path = s_strdupf ("/%s%s?filters=%s", kinds [k], k == 0 ? "/json" : "",
+                                filters);
+        if (k == 0) {
+            char *all = s_strdupf ("%s&all=1", path);
+            free (path);
+            path = all;
+        }
+        call_t call = { .what = what, .method = "GET" };
+        char *msg = NULL;
+        json_t *j = NULL;
+        long st = s_call (self, &call, path, &j, &msg, err);
+        if (st == 200) {
+            json_t *arr = k == 2 ? json_object_get (j, "Volumes") : j;
+            size_t i;
+            json_t *item;
+            json_array_foreach (arr, i, item) {
+                json_t *labels = json_object_get (item, "Labels");
+                const char *id = json_string_value (json_object_get (labels, "agenthold.agent"));
+                const char *prefix = json_string_value (json_object_get (labels, "agenthold.prefix"));
+                if (id && prefix && strcmp (prefix, self->prefix) == 0)
+                    s_add_id (&ids, &count, &cap, id);
+            }
+        }
+        else {
+            if (st > 0)
+                s_status_err (err, what, st, msg);
+            rc = -1;
+        }
+        json_decref (j);
+        free (msg);
+        free (path);
+        free (what);
+    }
+    free (filters);
+    if (rc) {
+        ah_driver_free_ids (&ids);
+        return -1;
+    }
+    *ids_p = ids;
+    return 0;
+}
+
+//  -------------------------------------------------------------------------
+//  Events
+
+typedef struct {
+    self_t *self;
+    void (*on_change) (void *arg, const char *agent_id, const char *action);
+    void *arg;
+    volatile int *stop;
+    char  *line;                        //  partial line carried between chunks
+    size_t size;
+    bool   connected;
+    CURL  *curl;
+} watch_t;
+
+#define MAX_EVENT_LINE  (1u << 20)
+
+static void
+s_watch_line (watch_t *w, const char *line, size_t len)
+{
+    json_t *j = json_loadb (line, len, 0, NULL);
+    if (!j) {
+        ah_warn (LOG_AREA, "event stream: a line that is not JSON (%zu bytes); skipped", len);
+        return;
+    }
+    const char *action = json_string_value (json_object_get (j, "Action"));
+    json_t *attrs = json_object_get (json_object_get (j, "Actor"), "Attributes");
+    const char *id = json_string_value (json_object_get (attrs, "agenthold.agent"));
+    const char *prefix = json_string_value (json_object_get (attrs, "agenthold.prefix"));
+    if (action && id && prefix && strcmp (prefix, w->self->prefix) == 0 && s_valid_id (id)
+    &&  (strcmp (action, "start") == 0 || strcmp (action, "stop") == 0
+    ||   strcmp (action, "die") == 0 || strcmp (action, "destroy") == 0))
+        w->on_change (w->arg, id, action);
+    json_decref (j);
+}
+
+static size_t
+s_watch_write (char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    watch_t *w = userdata;
+    size_t n = size * nmemb;
+    long status = 0;
+    curl_easy_getinfo (w->curl, CURLINFO_RESPONSE_CODE, &status);
+    if (status != 200)
+        return n;                       //  an error body: judged after the transfer
+    if (!w->connected) {
+        w->connected = true;
+        w->on_change (w->arg, NULL, "connected");
+    }
+    //  Chunks are arbitrary: split on newlines, carry the rest.
+    size_t start = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ptr [i] != '\n')
+            continue;
+        if (w->size) {
+            size_t add = i - start;
+            if (w->size + add > MAX_EVENT_LINE)
+                return 0;
+            char *grown = realloc (w->line, w->size + add + 1);
+            if (!grown)
+                return 0;
+            w->line = grown;
+            memcpy (w->line + w->size, ptr + start, add);
+            w->size += add;
+            s_watch_line (w, w->line, w->size);
+            w->size = 0;
+        }
+        else
+        if (i > start)
+            s_watch_line (w, ptr + start, i - start);
+        start = i + 1;
+    }
+    if (start < n) {
+        size_t add = n - start;
+        if (w->size + add > MAX_EVENT_LINE) {
+            ah_warn (LOG_AREA, "event stream: a line longer than %u bytes; reconnecting", MAX_EVENT_LINE);
+            return 0;
+        }
+        char *grown = realloc (w->line, w->size + add + 1);
+        if (!grown)
+            return 0;
+        w->line = grown;
+        memcpy (w->line + w->size, ptr + start, add);
+        w->size += add;
+    }
+    return n;
+}
+
+//  With no data the engine sends nothing: headers arrive only with the
+//  first event on some versions, so "connected" is also declared here
+//  once the response code is known.
+static size_t
+s_watch_header (char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    watch_t *w = userdata;
+    size_t n = size * nmemb;
+    if (n <= 2 && !w->connected) {      //  the blank line ending the headers
+        long status = 0;
+        curl_easy_getinfo (w->curl, CURLINFO_RESPONSE_CODE, &status);
+        if (status == 200) {
+            w->connected = true;
+            w->on_change (w->arg, NULL, "connected");
+        }
+    }
+    return n;
+}
+
+static int
+s_watch_progress (void *userdata, curl_off_t dltotal, curl_off_t dlnow,
+                  curl_off_t ultotal, curl_off_t ulnow)
+{
+    watch_t *w = userdata;
+    return *w->stop ? 1 : 0;
+}
+
+static int
+s_watch (ah_driver_t *driver,
+         void (*on_change) (void *arg, const char *agent_id, const char *action),
+         void *arg, volatile int *stop, char **err)
+{
+    self_t *self = driver->impl;
+    char *eerr = NULL;
+    if (s_ensure_engine (self, &eerr)) {
+        s_set_err (err, "following the engine's events: %s", eerr);
+        free (eerr);
+        return -1;
+    }
+    char version [16];
+    pthread_mutex_lock (&self->lock);
+    snprintf (version, sizeof version, "%s", self->api_version);
+    pthread_mutex_unlock (&self->lock);
+    char *filters = s_filters (self->prefix, true);
+    char *url = filters ? s_strdupf ("http://docker/v%s/events?filters=%s", version, filters) : NULL;
+    free (filters);
+    watch_t w = { .self = self, .on_change = on_change, .arg = arg, .stop = stop };
+    w.curl = url ? s_easy (self, url, 0) : NULL;
+    free (url);
+    if (!w.curl) {
+        s_set_err (err, "following the engine's events: cannot set up the request");
+        return -1;
+    }
+    curl_easy_setopt (w.curl, CURLOPT_WRITEFUNCTION, s_watch_write);
+    curl_easy_setopt (w.curl, CURLOPT_WRITEDATA, &w);
+    curl_easy_setopt (w.curl, CURLOPT_HEADERFUNCTION, s_watch_header);
+    curl_easy_setopt (w.curl, CURLOPT_HEADERDATA, &w);
+    curl_easy_setopt (w.curl, CURLOPT_XFERINFOFUNCTION, s_watch_progress);
+    curl_easy_setopt (w.curl, CURLOPT_XFERINFODATA, &w);
+    curl_easy_setopt (w.curl, CURLOPT_NOPROGRESS, 0L);
+    CURLcode rc = curl_easy_perform (w.curl);
+    long status = 0;
+    curl_easy_getinfo (w.curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup (w.curl);
+    free (w.line);
+    if (*stop)
+        return 0;
+    if (rc != CURLE_OK) {
+        s_set_err (err, "following the engine's events at %s: %s", self->socket_path,
+                   curl_easy_strerror (rc));
+        pthread_mutex_lock (&self->lock);
+        self->api_version [0] = 0;
+        pthread_mutex_unlock (&self->lock);
+    }
+    else
+    if (status != 200)
+        s_set_err (err, "following the engine's events: the engine answered HTTP %ld", status);
+    else
+        s_set_err (err, "following the engine's events: the engine closed the stream");
+    return -1;
+}
+
+//  -------------------------------------------------------------------------
+//  Life
+
+static void
+s_destroy_driver (ah_driver_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    ah_driver_t *driver = *self_p;
+    self_t *self = driver->impl;
+    if (self) {
+        ah_store_close (&self->store);
+        pthread_mutex_destroy (&self->lock);
+        free (self->socket_path);
+        free (self->prefix);
+        free (self->sandboxd_dir);
+        free (self->server_container);
+        free (self);
+    }
+    free (driver);
+    *self_p = NULL;
+}
+
+ah_driver_t *
+ah_docker_driver_new (const ah_config_t *config, char **err)
+{
+    if (!config) {
+        s_set_err (err, "docker driver: no configuration");
+        return NULL;
+    }
+    if (!s_valid_prefix (config->name_prefix)) {
+        s_set_err (err, "sandbox.docker.name_prefix '%s' is not usable in Docker names "
+                   "(letters, digits, '-', '_', '.', at most 40, starting with a letter or digit)",
+                   config->name_prefix ? config->name_prefix : "");
+        return NULL;
+    }
+    uint32_t base;
+    int bits;
+    if (s_parse_cidr (config->network_pool, &base, &bits)) {
+        s_set_err (err, "sandbox.docker.network_pool '%s' is not an IPv4 CIDR like 10.213.0.0/16",
+                   config->network_pool ? config->network_pool : "");
+        return NULL;
+    }
+    if (config->subnet_bits < bits || config->subnet_bits > 29 || bits < 8) {
+        s_set_err (err, "sandbox.docker.subnet_bits %d does not fit network_pool %s "
+                   "(needs /%d..29 and a pool of at least /8)", config->subnet_bits,
+                   config->network_pool, bits);
+        return NULL;
+    }
+    if (base & ((bits ? ~0u << (32 - bits) : 0) ^ ~0u)) {
+        s_set_err (err, "sandbox.docker.network_pool '%s' has host bits set", config->network_pool);
+        return NULL;
+    }
+    if (!config->data_dir || !*config->data_dir) {
+        s_set_err (err, "docker driver: server.data_dir is not set");
+        return NULL;
+    }
+    bool use_volume = config->sandboxd_volume && *config->sandboxd_volume;
+    if (!use_volume && (!config->sandboxd_path || config->sandboxd_path [0] != '/')) {
+        s_set_err (err, "sandbox.sandboxd_path '%s' must be an absolute path (it is bind-mounted "
+                   "into every sandbox) unless sandbox.docker.sandboxd_volume is set",
+                   config->sandboxd_path ? config->sandboxd_path : "");
+        return NULL;
+    }
+
+    curl_global_init (CURL_GLOBAL_DEFAULT);
+    ah_driver_t *driver = calloc (1, sizeof *driver);
+    self_t *self = calloc (1, sizeof *self);
+    if (!driver || !self) {
+        free (driver);
+        free (self);
+        s_set_err (err, "docker driver: out of memory");
+        return NULL;
+    }
+    driver->name = "docker";
+    driver->waits_for_hello = true;
+    driver->create = s_create;
+    driver->start = s_start;
+    driver->stop = s_stop;
+    driver->rebuild = s_rebuild;
+    driver->destroy = s_destroy;
+    driver->inspect = s_inspect;
+    driver->list = s_list;
+    driver->watch = s_watch;
+    driver->destroy_driver = s_destroy_driver;
+    driver->impl = self;
+
+    pthread_mutex_init (&self->lock, NULL);
+    self->config = config;
+    self->socket_path = strdup (config->docker_socket && *config->docker_socket
+                                ? config->docker_socket : "/var/run/docker.sock");
+    self->prefix = strdup (config->name_prefix);
+    self->pool_base = base;
+    self->pool_bits = bits;
+    self->subnet_bits = config->subnet_bits;
+    self->subnet_count = 1u << (config->subnet_bits - bits);
+    if (!use_volume) {
+        char *copy = strdup (config->sandboxd_path);
+        self->sandboxd_dir = copy ? strdup (dirname (copy)) : NULL;
+        free (copy);
+    }
+    char *db = s_strdupf ("%s/agenthold.db", config->data_dir);
+    char *serr = NULL;
+    self->store = db ? ah_store_open (db, true, &serr) : NULL;
+    if (!self->store) {
+        s_set_err (err, "docker driver: cannot open the database %s: %s", db ? db : "",
+                   serr ? serr : "out of memory");
+        free (serr);
+        free (db);
+        s_destroy_driver (&driver);
+        return NULL;
+    }
+    free (db);
+    return driver;
+}

@@ -1,0 +1,24 @@
+/*  drivers/docker.h: the Docker Engine backend (docs/docker.md).
+
+    Talks to the Docker Engine API over its unix socket with libcurl (one
+    easy handle per call, so any thread may call it); the docker CLI is
+    never used. Per agent: container <prefix>-<id> (init process, CPU,
+    memory and PID limits, optional OCI runtime, entrypoint
+    /opt/agenthold/sandboxd), volume <prefix>-home-<id> at /home/agent,
+    internal bridge network <prefix>-net-<id> with a subnet from
+    sandbox.docker.network_pool recorded in the networks table.
+
+    The driver opens its own SQLite connection on <data_dir>/agenthold.db
+    (for subnet allocations), guarded by a mutex inside the driver.    */
+#ifndef AH_DOCKER_H
+#define AH_DOCKER_H
+
+#include "drivers/driver.h"
+#include "server/config.h"
+
+//  config is borrowed and must outlive the driver. Does not need the
+//  engine to be up (each call finds it, or says it cannot). NULL with
+//  *err (caller frees) on a bad pool, prefix or database.
+ah_driver_t *ah_docker_driver_new (const ah_config_t *config, char **err);
+
+#endif
