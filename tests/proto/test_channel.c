@@ -1,0 +1,163 @@
+/*  tests/proto/test_channel.c: channel headers and records (channel.h).  */
+#include "tests/common/check.h"
+#include "proto/channel.h"
+
+#include <stdlib.h>
+
+static void test_header_roundtrip (void)
+{
+    ah_msg_t *m = ah_msg_new ("X");
+    ah_msg_set_str (m, "ch", "fs.read");
+    ah_msg_set_str (m, "path", "notes.txt");
+    ah_msg_set_int (m, "version", AH_PROTOCOL_VERSION);
+    uint8_t *buf = NULL;
+    size_t size = 0;
+    CHECK (ah_chan_header_encode (m, &buf, &size) == 0);
+    CHECK (size > 4);
+    uint32_t n = (uint32_t) buf [0] << 24 | buf [1] << 16 | buf [2] << 8 | buf [3];
+    CHECK (n == size - 4);
+    CHECK (buf [4] == 0x83);                //  a msgpack fixmap of three
+
+    //  Partial input: every prefix says "need more", then complete
+    for (size_t i = 0; i < size; i++) {
+        ah_msg_t *out = NULL;
+        size_t used = 0;
+        const char *err = NULL;
+        int rc = ah_chan_header_decode (buf, i, &out, &used, &err);
+        CHECK (rc == 0 && out == NULL && err == NULL);
+    }
+    //  Complete, with trailing stream bytes that are not part of it
+    uint8_t *more = malloc (size + 3);
+    memcpy (more, buf, size);
+    memcpy (more + size, "raw", 3);
+    ah_msg_t *out = NULL;
+    size_t used = 0;
+    const char *err = NULL;
+    CHECK (ah_chan_header_decode (more, size + 3, &out, &used, &err) == 1);
+    CHECK (used == size);
+    CHECK (out != NULL);
+    if (out) {
+        CHECK_STR (ah_msg_str (out, "ch"), "fs.read");
+        CHECK_STR (ah_msg_str (out, "path"), "notes.txt");
+        CHECK (ah_msg_int (out, "version", 0) == AH_PROTOCOL_VERSION);
+    }
+    ah_msg_destroy (&out);
+    free (more);
+    free (buf);
+    ah_msg_destroy (&m);
+}
+
+static void test_header_oversize (void)
+{
+    //  Encoding refuses a map bigger than the cap
+    ah_msg_t *m = ah_msg_new ("X");
+    char *big = malloc (AH_CHAN_HEADER_MAX + 1);
+    memset (big, 'a', AH_CHAN_HEADER_MAX);
+    big [AH_CHAN_HEADER_MAX] = 0;
+    ah_msg_set_str (m, "blob", big);
+    uint8_t *buf = NULL;
+    size_t size = 0;
+    CHECK (ah_chan_header_encode (m, &buf, &size) == -1);
+    CHECK (buf == NULL);
+    free (big);
+    ah_msg_destroy (&m);
+
+    //  Decoding refuses a length over the cap from the 4 bytes alone
+    uint8_t hdr [4] = { 0, 1, 0, 1 };       //  65537
+    ah_msg_t *out = NULL;
+    size_t used = 0;
+    const char *err = NULL;
+    CHECK (ah_chan_header_decode (hdr, 4, &out, &used, &err) == -1);
+    CHECK (err && strstr (err, "65536"));
+    uint8_t huge [4] = { 0xff, 0xff, 0xff, 0xff };
+    CHECK (ah_chan_header_decode (huge, 4, &out, &used, &err) == -1);
+    uint8_t zero [5] = { 0, 0, 0, 0, 0x80 };
+    CHECK (ah_chan_header_decode (zero, 5, &out, &used, &err) == -1);
+    CHECK (err && strstr (err, "zero"));
+    CHECK (out == NULL);
+    //  Exactly at the cap is allowed (waits for the bytes)
+    uint8_t at_cap [4] = { 0, 1, 0, 0 };
+    CHECK (ah_chan_header_decode (at_cap, 4, &out, &used, &err) == 0);
+}
+
+static void s_expect_bad (const uint8_t *body, size_t n, const char *why)
+{
+    uint8_t buf [64];
+    buf [0] = 0; buf [1] = 0; buf [2] = 0; buf [3] = (uint8_t) n;
+    memcpy (buf + 4, body, n);
+    ah_msg_t *out = NULL;
+    size_t used = 0;
+    const char *err = NULL;
+    CHECK (ah_chan_header_decode (buf, 4 + n, &out, &used, &err) == -1);
+    CHECK (out == NULL);
+    CHECK (err != NULL);
+    if (err && why && !strstr (err, why)) {
+        fprintf (stderr, "  expected '%s' in '%s'\n", why, err);
+        CHECK (0);
+    }
+}
+
+static void test_header_malformed (void)
+{
+    s_expect_bad ((const uint8_t *) "\x93\x01\x02\x03", 4, "map");    //  an array
+    s_expect_bad ((const uint8_t *) "\xa2hi", 3, "map");              //  a string
+    s_expect_bad ((const uint8_t *) "\x81\xa2" "ch", 4, "truncated"); //  value missing
+    s_expect_bad ((const uint8_t *) "\x81\x01\x02", 3, "field");      //  int key
+    s_expect_bad ((const uint8_t *) "\x80\x80", 2, "trailing");       //  two maps
+    s_expect_bad ((const uint8_t *) "\xc1", 1, NULL);                 //  reserved byte
+    //  A map claiming 2^32 pairs in a 5-byte body
+    s_expect_bad ((const uint8_t *) "\xdf\xff\xff\xff\xff", 5, NULL);
+    //  An empty map is a valid header (the reader then finds no "ch")
+    uint8_t ok [5] = { 0, 0, 0, 1, 0x80 };
+    ah_msg_t *out = NULL;
+    size_t used = 0;
+    const char *err = NULL;
+    CHECK (ah_chan_header_decode (ok, 5, &out, &used, &err) == 1);
+    CHECK (out && ah_msg_count (out) == 0 && used == 5);
+    ah_msg_destroy (&out);
+    CHECK (ah_chan_header_decode (NULL, 0, &out, &used, &err) == 0);
+}
+
+static void test_records (void)
+{
+    uint8_t hdr [5];
+    ah_rec_prefix (AH_REC_STDOUT, 0x01020304, hdr);
+    const uint8_t want [5] = { 1, 1, 2, 3, 4 };
+    CHECK (memcmp (hdr, want, 5) == 0);
+
+    uint8_t buf [32];
+    ah_rec_prefix (AH_REC_STDIN, 3, buf);
+    memcpy (buf + 5, "abc", 3);
+    ah_rec_prefix (AH_REC_EOF, 0, buf + 8);
+    uint8_t kind = 99;
+    const uint8_t *payload = NULL;
+    uint32_t plen = 0;
+    size_t used = 0;
+    const char *err = NULL;
+    for (size_t i = 0; i < 8; i++)
+        CHECK (ah_rec_decode (buf, i, &kind, &payload, &plen, &used, &err) == 0);
+    CHECK (ah_rec_decode (buf, 13, &kind, &payload, &plen, &used, &err) == 1);
+    CHECK (kind == AH_REC_STDIN && plen == 3 && used == 8 && payload == buf + 5);
+    CHECK (ah_rec_decode (buf + used, 5, &kind, &payload, &plen, &used, &err) == 1);
+    CHECK (kind == AH_REC_EOF && plen == 0 && used == 5);
+
+    //  Unknown kind: refused from the first byte
+    buf [0] = 6;
+    CHECK (ah_rec_decode (buf, 1, &kind, &payload, &plen, &used, &err) == -1);
+    CHECK (err && strstr (err, "kind"));
+    //  Too long: refused from the prefix, before waiting for the payload
+    ah_rec_prefix (AH_REC_STDOUT, AH_REC_MAX + 1, buf);
+    CHECK (ah_rec_decode (buf, 5, &kind, &payload, &plen, &used, &err) == -1);
+    CHECK (err && strstr (err, "1 MiB"));
+    ah_rec_prefix (AH_REC_STDOUT, AH_REC_MAX, buf);
+    CHECK (ah_rec_decode (buf, 5, &kind, &payload, &plen, &used, &err) == 0);
+}
+
+int main (void)
+{
+    test_header_roundtrip ();
+    test_header_oversize ();
+    test_header_malformed ();
+    test_records ();
+    return CHECK_DONE ();
+}
