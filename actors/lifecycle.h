@@ -1,0 +1,38 @@
+/*  actors/lifecycle.h: the lifecycle actor (bus name "lifecycle").
+
+    Owns the agents and sandboxes tables: every state change of a sandbox
+    is made here, as one guarded UPDATE (`... WHERE state IN (...)`; one
+    row changed means this request won), then the driver call in a worker
+    thread, whose outcome comes back as a message and moves the state
+    again. docs/lifecycle.md draws the states and transitions;
+    docs/messages.md lists the messages (AGENT_CREATE, AGENT_UPDATE,
+    SANDBOX_START/STOP/REBUILD/DESTROY, SANDBOX_HELLO, SANDBOX_OBSERVED,
+    AGENT_ACTIVITY in; REPLY and SANDBOX_STATE out).
+
+    The actor signals 0 once it is on the bus with its database open,
+    1 (after logging why) if it cannot be. $TERM on the pipe stops it; it
+    waits for driver calls in flight before it returns.              */
+#ifndef AH_LIFECYCLE_H
+#define AH_LIFECYCLE_H
+
+#include <czmq.h>
+#include "drivers/driver.h"
+#include "server/config.h"
+
+#define AH_LIFECYCLE_HELLO_TIMEOUT_MS   60000   //  sandboxd must say hello within this
+#define AH_LIFECYCLE_ACTIVITY_FLUSH_MS  1000    //  AGENT_ACTIVITY is written in batches
+
+typedef struct {
+    const ah_config_t *config;      //  borrowed; must outlive the actor
+    ah_driver_t *driver;            //  borrowed, thread-safe; must outlive the actor
+    const char *db_path;            //  the database (opened, not migrated)
+    //  NULL-terminated bus names that get every SANDBOX_STATE ("api",
+    //  "sleeper", "tunnel", "recorder"); NULL for none. Copied at start.
+    const char **subscribers;
+    int hello_timeout_ms;           //  0: AH_LIFECYCLE_HELLO_TIMEOUT_MS (tests set less)
+} ah_lifecycle_args_t;
+
+//  zactor body: zactor_new (ah_lifecycle_actor, &args).
+void ah_lifecycle_actor (zsock_t *pipe, void *args);
+
+#endif
