@@ -1,0 +1,40 @@
+-- idle.lua: idle(sandbox, facts) says whether a running sandbox may be put
+-- to sleep now, and if not, when it would be at the earliest.
+--
+-- The reference rule: a sandbox is idle when, for idle_minutes, no turn has
+-- been running, no terminal has been open, nothing has used it, and its
+-- processes have used less than 5% of one CPU core.
+--
+-- sandbox: { id, name, state, ... }             (what the sleeper knows)
+-- facts:   { now_ms, last_activity_ms, idle_minutes, turns, terminals,
+--            cpu_share }   turns and terminals are counts; cpu_share is the
+--                          fraction of one core used since the last check
+--                          (nil when unknown)
+--
+-- Returns { idle = bool, sleeps_at_ms = int, why = "turn" | "terminal" |
+-- "cpu" | "recent use" | "idle" }. sleeps_at_ms is when it would sleep if
+-- nothing more happened (now, when idle).
+
+local CPU_THRESHOLD = 0.05
+
+function idle(sandbox, facts)
+  local now = math.tointeger(facts.now_ms) or math.floor(facts.now_ms or os.time() * 1000)
+  local minutes = facts.idle_minutes or (sandbox and sandbox.idle_minutes) or 15
+  local window = math.floor(minutes * 60000 + 0.5)
+  local busy_until = now + window
+
+  if (facts.turns or 0) > 0 then
+    return { idle = false, sleeps_at_ms = busy_until, why = "turn" }
+  end
+  if (facts.terminals or 0) > 0 then
+    return { idle = false, sleeps_at_ms = busy_until, why = "terminal" }
+  end
+  if (facts.cpu_share or 0) >= CPU_THRESHOLD then
+    return { idle = false, sleeps_at_ms = busy_until, why = "cpu" }
+  end
+  local last = math.tointeger(facts.last_activity_ms) or 0
+  if now - last < window then
+    return { idle = false, sleeps_at_ms = last + window, why = "recent use" }
+  end
+  return { idle = true, sleeps_at_ms = now, why = "idle" }
+end
