@@ -74,7 +74,27 @@ static const char s_migration_1 [] =
     "  PRIMARY KEY (holder, script)\n"
     ");\n";
 
+//  Migration 2 (sleep and wake): turns are leases an agent harness holds
+//  while it works; sleep_forecast is the sleeper's latest verdict per
+//  running sandbox. Both belong to the sleeper actor.
+static const char s_migration_2 [] =
+    "CREATE TABLE turns (\n"
+    "  id         TEXT PRIMARY KEY,               -- 16 lowercase hex characters\n"
+    "  agent_id   TEXT NOT NULL REFERENCES agents(id) ON DELETE CASCADE,\n"
+    "  started_at INTEGER NOT NULL,\n"
+    "  expires_at INTEGER NOT NULL,               -- the lease: renewed by the harness\n"
+    "  ended_at   INTEGER                         -- NULL while it runs\n"
+    ");\n"
+    "CREATE INDEX turns_agent ON turns(agent_id, ended_at);\n"
+    "CREATE TABLE sleep_forecast (\n"
+    "  agent_id   TEXT PRIMARY KEY REFERENCES agents(id) ON DELETE CASCADE,\n"
+    "  sleeps_at  INTEGER,                        -- when it falls asleep if nothing else happens\n"
+    "  why        TEXT,                           -- why it is awake: turn, terminal, cpu, recent use\n"
+    "  checked_at INTEGER NOT NULL\n"
+    ");\n";
+
 const ah_migration_t ah_migrations [] = {
     { 1, "the backbone", s_migration_1 },
+    { 2, "sleep and wake", s_migration_2 },
 };
 const int ah_migrations_count = (int) (sizeof ah_migrations / sizeof ah_migrations [0]);
