@@ -16,15 +16,17 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "server/config.h"
 
 #define ENG_SOCKET "/var/run/docker.sock"
 #define ENG_SKIP   77
+#define ENG_FN     static __attribute__ ((unused))
 
 static char eng_version [16];
 
 typedef struct { char *data; size_t size; } eng_buf_t;
 
-static size_t
+ENG_FN size_t
 eng_write (char *p, size_t s, size_t n, void *u)
 {
     eng_buf_t *b = u;
@@ -38,7 +40,7 @@ eng_write (char *p, size_t s, size_t n, void *u)
     return s * n;
 }
 
-static size_t
+ENG_FN size_t
 eng_header (char *p, size_t s, size_t n, void *u)
 {
     if (s * n > 12 && strncasecmp (p, "Api-Version:", 12) == 0)
@@ -48,7 +50,7 @@ eng_header (char *p, size_t s, size_t n, void *u)
 
 //  method + path (printf-style, without the /vX.Y prefix) + optional JSON
 //  body; returns the body (caller frees, "" when none) and *status.
-static char *
+ENG_FN char *
 eng_call (const char *method, const char *body, long *status, const char *fmt, ...)
 {
     char path [2048], url [2200];
@@ -84,7 +86,7 @@ eng_call (const char *method, const char *body, long *status, const char *fmt, .
 }
 
 //  The same, parsed (NULL when not JSON or not 2xx).
-static json_t *
+ENG_FN json_t *
 eng_json (const char *method, const char *body, long *status, const char *fmt, const char *arg)
 {
     char *text = eng_call (method, body, status, fmt, arg);
@@ -94,7 +96,7 @@ eng_json (const char *method, const char *body, long *status, const char *fmt, c
 }
 
 //  true when an engine answers /_ping (and learns its version).
-static bool
+ENG_FN bool
 eng_available (void)
 {
     curl_global_init (CURL_GLOBAL_DEFAULT);
@@ -103,7 +105,7 @@ eng_available (void)
     return st == 200 && *eng_version;
 }
 
-static int
+ENG_FN int
 eng_skip (const char *test)
 {
     fprintf (stderr, "\n*** %s SKIPPED: no Docker Engine at %s ***\n\n", test, ENG_SOCKET);
@@ -111,7 +113,7 @@ eng_skip (const char *test)
 }
 
 //  Removes every container, network and volume labelled with this prefix.
-static void
+ENG_FN void
 eng_cleanup_prefix (const char *prefix)
 {
     char f [256];
@@ -135,7 +137,7 @@ eng_cleanup_prefix (const char *prefix)
 }
 
 //  Counts the objects left with this prefix (containers + networks + volumes).
-static int
+ENG_FN int
 eng_count_prefix (const char *prefix)
 {
     char f [256];
@@ -156,7 +158,7 @@ eng_count_prefix (const char *prefix)
 
 //  Runs argv (a JSON array text) in the container with a tty (raw output);
 //  returns the output (caller frees) and *exit_code.
-static char *
+ENG_FN char *
 eng_exec (const char *container, const char *argv_json, int *exit_code)
 {
     char body [4096];
@@ -182,7 +184,7 @@ eng_exec (const char *container, const char *argv_json, int *exit_code)
 }
 
 //  Builds the busybox test image with tests/images/build-test-image.sh.
-static int
+ENG_FN int
 eng_build_test_image (const char *tag)
 {
     char cmd [1024];
@@ -191,7 +193,7 @@ eng_build_test_image (const char *tag)
     return system (cmd) == 0 ? 0 : -1;
 }
 
-static void
+ENG_FN void
 eng_remove_image (const char *tag)
 {
     long st;
@@ -201,7 +203,7 @@ eng_remove_image (const char *tag)
 //  A directory holding a placeholder sandboxd (a shell script that sleeps
 //  until killed), for tests that need no tunnel. Returns the path of the
 //  script (caller frees).
-static char *
+ENG_FN char *
 eng_placeholder_sandboxd (const char *dir)
 {
     mkdir (dir, 0755);
@@ -217,7 +219,60 @@ eng_placeholder_sandboxd (const char *dir)
     return path;
 }
 
-static double
+//  What every Docker test and bench sets up: a unique name prefix, a test
+//  image, a data directory, a placeholder sandboxd and a configuration.
+typedef struct {
+    char  prefix [64];                  //  <stem><pid>
+    char  tag [96];                     //  agenthold-test:<prefix>
+    char  dir [128];                    //  /tmp/<prefix>: data_dir
+    char  sbdir [160];                  //  <dir>/bin: holds sandboxd
+    char  dbpath [192];
+    char *sandboxd;
+    ah_config_t config;
+} eng_fixture_t;
+
+//  0, or -1 when the image cannot be built (said on stderr).
+ENG_FN int
+eng_fixture_init (eng_fixture_t *f, const char *stem, const char *pool)
+{
+    memset (f, 0, sizeof *f);
+    snprintf (f->prefix, sizeof f->prefix, "%s%d", stem, getpid ());
+    snprintf (f->tag, sizeof f->tag, "agenthold-test:%s", f->prefix);
+    snprintf (f->dir, sizeof f->dir, "/tmp/%s", f->prefix);
+    snprintf (f->sbdir, sizeof f->sbdir, "%s/bin", f->dir);
+    snprintf (f->dbpath, sizeof f->dbpath, "%s/agenthold.db", f->dir);
+    mkdir (f->dir, 0755);
+    f->sandboxd = eng_placeholder_sandboxd (f->sbdir);
+    f->config = (ah_config_t) {
+        .data_dir = f->dir, .driver = "docker", .default_image = f->tag,
+        .default_cpus = 1, .default_memory_mb = 128, .max_cpus = 2, .max_memory_mb = 512,
+        .pids_limit = 100, .sandboxd_path = f->sandboxd, .docker_socket = ENG_SOCKET,
+        .name_prefix = f->prefix, .network_pool = (char *) pool, .subnet_bits = 28,
+    };
+    if (eng_build_test_image (f->tag)) {
+        fprintf (stderr, "cannot build the test image %s\n", f->tag);
+        return -1;
+    }
+    return 0;
+}
+
+//  Removes every object of the prefix, the image and the directory.
+//  Returns how many objects were still there after the clean-up (0).
+ENG_FN int
+eng_fixture_cleanup (eng_fixture_t *f)
+{
+    eng_cleanup_prefix (f->prefix);
+    int left = eng_count_prefix (f->prefix);
+    eng_remove_image (f->tag);
+    char cmd [256];
+    snprintf (cmd, sizeof cmd, "rm -rf '%s'", f->dir);
+    if (system (cmd)) { /* nothing more to do */ }
+    free (f->sandboxd);
+    f->sandboxd = NULL;
+    return left;
+}
+
+ENG_FN double
 eng_now (void)
 {
     struct timespec ts;

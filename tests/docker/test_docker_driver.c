@@ -86,26 +86,14 @@ main (void)
 {
     if (!eng_available ())
         return eng_skip ("docker.driver");
-    char prefix [64], tag [96], dir [128], sbdir [160], cname [128], buf [512];
-    snprintf (prefix, sizeof prefix, "ahtest%d", getpid ());
-    snprintf (tag, sizeof tag, "agenthold-test:%s", prefix);
-    snprintf (dir, sizeof dir, "/tmp/%s", prefix);
-    snprintf (sbdir, sizeof sbdir, "%s/bin", dir);
-    mkdir (dir, 0755);
-    char *sandboxd = eng_placeholder_sandboxd (sbdir);
-
-    if (eng_build_test_image (tag)) {
-        fprintf (stderr, "cannot build the test image %s\n", tag);
+    char cname [128], buf [512];
+    eng_fixture_t fx;
+    const char *prefix = fx.prefix, *tag = fx.tag, *dir = fx.dir, *sbdir = fx.sbdir;
+    if (eng_fixture_init (&fx, "ahtest", "10.213.16.0/20")) {
         CHECK (0);
         goto cleanup;
     }
-
-    ah_config_t config = {
-        .data_dir = dir, .driver = "docker", .default_image = tag,
-        .default_cpus = 1, .default_memory_mb = 128, .max_cpus = 2, .max_memory_mb = 512,
-        .pids_limit = 100, .sandboxd_path = sandboxd, .docker_socket = ENG_SOCKET,
-        .name_prefix = prefix, .network_pool = "10.213.16.0/20", .subnet_bits = 28,
-    };
+    ah_config_t config = fx.config;
     char *err = NULL;
     ah_driver_t *d = ah_docker_driver_new (&config, &err);
     CHECK (d != NULL);
@@ -382,11 +370,6 @@ main (void)
     pthread_join (lt, NULL);
     close (l.fd);
 cleanup:
-    eng_cleanup_prefix (prefix);
-    CHECK (eng_count_prefix (prefix) == 0);
-    eng_remove_image (tag);
-    snprintf (buf, sizeof buf, "rm -rf '%s'", dir);
-    if (system (buf)) { /* nothing more to do */ }
-    free (sandboxd);
+    CHECK (eng_fixture_cleanup (&fx) == 0);
     return CHECK_DONE ();
 }

@@ -1,0 +1,405 @@
+/*  actors/reconciler.c: start-up inspection, orphan removal and the
+    driver's event stream turned into SANDBOX_OBSERVED (see reconciler.h;
+    the threads and what they share are described there).             */
+#include "actors/reconciler.h"
+#include "common/bus.h"
+#include "common/log.h"
+#include "common/msg.h"
+#include "store/store.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define AREA        "reconciler"
+#define SELF_NAME   "reconciler"
+#define SCAN_DONE   "RECONCILE_SCAN_DONE"       //  internal: scan worker -> actor
+
+//  What a worker thread is given: read-only once the thread runs, except
+//  *stop, which only the actor thread writes.
+typedef struct {
+    const char   *db_path;
+    ah_driver_t  *driver;
+    const char   *endpoint;             //  the actor's PULL
+    volatile int *stop;
+    int           backoff_min_ms;
+    int           backoff_max_ms;
+} worker_args_t;
+
+typedef struct {
+    zsock_t      *pipe;
+    zsock_t      *bus;
+    zsock_t      *pull;                 //  workers' messages, to forward
+    char         *db_path;
+    char          endpoint [64];
+    worker_args_t wargs;
+    volatile int  stop;                 //  written here; read by the workers
+    bool          scanning;
+    pthread_t     scan;
+    bool          following;
+    pthread_t     follower;
+} self_t;
+
+//  -------------------------------------------------------------------------
+//  Worker side (scan thread and follower thread)
+
+//  Ids of every stored sandbox (and agents without a sandbox row, which
+//  are not orphans either). NULL on a database error (logged).
+static zlistx_t *
+s_stored_ids (ah_store_t *store)
+{
+    sqlite3_stmt *st = ah_store_prepare (store,
+        "SELECT agent_id FROM sandboxes UNION SELECT id FROM agents");
+    if (!st)
+        return NULL;
+    zlistx_t *ids = zlistx_new ();
+    zlistx_set_destructor (ids, (zlistx_destructor_fn *) zstr_free);
+    zlistx_set_duplicator (ids, (zlistx_duplicator_fn *) strdup);
+    zlistx_set_comparator (ids, (zlistx_comparator_fn *) strcmp);
+    int rc;
+    while ((rc = ah_store_step (store, st)) == SQLITE_ROW) {
+        const char *id = (const char *) sqlite3_column_text (st, 0);
+        if (id)
+            zlistx_add_end (ids, (void *) id);
+    }
+    sqlite3_reset (st);
+    if (rc != SQLITE_DONE)
+        zlistx_destroy (&ids);
+    return ids;
+}
+
+static bool
+s_is_stored (ah_store_t *store, const char *agent_id)
+{
+    sqlite3_stmt *st = ah_store_prepare (store,
+        "SELECT 1 FROM sandboxes WHERE agent_id = :agent_id");
+    if (!st || ah_store_bind_text (st, ":agent_id", agent_id))
+        return false;
+    bool found = ah_store_step (store, st) == SQLITE_ROW;
+    sqlite3_reset (st);
+    return found;
+}
+
+//  Inspects one sandbox and sends SANDBOX_OBSERVED to lifecycle. action is
+//  the driver's event ("die", ...) or NULL.
+static void
+s_observe (ah_driver_t *driver, zsock_t *push, const char *agent_id,
+           const char *source, const char *action)
+{
+    ah_sandbox_status_t status;
+    char *err = NULL;
+    if (driver->inspect (driver, agent_id, &status, &err)) {
+        ah_warn (AREA, "%s: cannot inspect (%s): %s", agent_id, source, err ? err : "?");
+        free (err);
+        return;
+    }
+    ah_msg_t *m = ah_msg_new ("SANDBOX_OBSERVED");
+    ah_msg_set_str (m, "agent_id", agent_id);
+    ah_msg_set_bool (m, "exists", status.exists);
+    ah_msg_set_bool (m, "running", status.running);
+    ah_msg_set_int (m, "exit_code", status.exit_code);
+    ah_msg_set_str (m, "detail", status.detail);
+    ah_msg_set_str (m, "source", source);
+    if (action)
+        ah_msg_set_str (m, "action", action);
+    ah_debug (AREA, "%s: observed %s (%s%s%s)", agent_id, status.detail, source,
+              action ? ", " : "", action ? action : "");
+    if (ah_msg_send (&m, push, "lifecycle"))
+        ah_warn (AREA, "%s: could not queue SANDBOX_OBSERVED (shutting down?)", agent_id);
+}
+
+static void
+s_observe_all (ah_driver_t *driver, ah_store_t *store, zsock_t *push, const char *source,
+               volatile int *stop)
+{
+    zlistx_t *ids = s_stored_ids (store);
+    if (!ids) {
+        ah_error (AREA, "cannot read the sandboxes table; nothing inspected (%s)", source);
+        return;
+    }
+    for (const char *id = zlistx_first (ids); id && !*stop; id = zlistx_next (ids))
+        if (s_is_stored (store, id))
+            s_observe (driver, push, id, source, NULL);
+    zlistx_destroy (&ids);
+}
+
+static zsock_t *
+s_push (const char *endpoint)
+{
+    zsock_t *push = zsock_new_push (endpoint);
+    if (push) {
+        //  Never block a worker for ever on an actor that has stopped reading.
+        zsock_set_sndtimeo (push, 2000);
+        zsock_set_linger (push, 0);
+    }
+    return push;
+}
+
+//  The start-up pass: orphans first (list, then read the table, so an
+//  agent created meanwhile is in the table before its objects are
+//  listed), then one observation per stored sandbox.
+static void *
+s_scan_thread (void *arg)
+{
+    worker_args_t *w = arg;
+    zsock_t *push = s_push (w->endpoint);
+    char *err = NULL;
+    ah_store_t *store = ah_store_open (w->db_path, false, &err);
+    if (!push || !store) {
+        ah_error (AREA, "start-up pass not run: %s", err ? err : "cannot connect to the actor");
+        free (err);
+        goto done;
+    }
+    char **listed = NULL;
+    if (w->driver->list (w->driver, &listed, &err)) {
+        ah_warn (AREA, "cannot list the driver's sandboxes, orphans stay: %s", err ? err : "?");
+        free (err);
+        err = NULL;
+    }
+    zlistx_t *stored = listed ? s_stored_ids (store) : NULL;
+    for (char **id = listed; stored && id && *id && !*w->stop; id++) {
+        if (zlistx_find (stored, *id))
+            continue;
+        int rc = w->driver->destroy (w->driver, *id, &err);
+        if (rc == 0)
+            ah_info (AREA, "removed orphan sandbox %s (no stored agent)", *id);
+        else
+            ah_warn (AREA, "cannot remove orphan sandbox %s: %s", *id, err ? err : "?");
+        ah_msg_t *m = ah_msg_new ("OP_RECORD");
+        ah_msg_set_str (m, "agent_id", *id);
+        ah_msg_set_str (m, "actor", "reconciler");
+        ah_msg_set_str (m, "kind", "reconcile.orphan");
+        ah_msg_set_strf (m, "detail", "%s sandbox with no stored agent", w->driver->name);
+        ah_msg_set_bool (m, "ok", rc == 0);
+        if (rc)
+            ah_msg_set_str (m, "error", err ? err : "the driver failed");
+        ah_msg_send (&m, push, "recorder");
+        free (err);
+        err = NULL;
+    }
+    zlistx_destroy (&stored);
+    ah_driver_free_ids (&listed);
+    s_observe_all (w->driver, store, push, "startup", w->stop);
+done:
+    if (push) {
+        ah_msg_t *m = ah_msg_new (SCAN_DONE);
+        ah_msg_send (&m, push, SELF_NAME);
+    }
+    ah_store_close (&store);
+    zsock_destroy (&push);
+    return NULL;
+}
+
+typedef struct {
+    worker_args_t *w;
+    zsock_t       *push;
+    ah_store_t    *store;
+    bool           lost_before;         //  the stream broke at least once
+    int            backoff_ms;
+} follow_t;
+
+//  Called by driver->watch in the follower thread.
+static void
+s_on_change (void *arg, const char *agent_id, const char *action)
+{
+    follow_t *f = arg;
+    if (!agent_id) {
+        if (action && streq (action, "connected")) {
+            f->backoff_ms = f->w->backoff_min_ms;
+            if (f->lost_before) {
+                ah_info (AREA, "following the driver's events again; inspecting every sandbox");
+                s_observe_all (f->w->driver, f->store, f->push, "resync", f->w->stop);
+            }
+            else
+                ah_info (AREA, "following the driver's events");
+        }
+        return;
+    }
+    if (!s_is_stored (f->store, agent_id)) {
+        ah_debug (AREA, "%s: %s event for a sandbox not stored; ignored", agent_id, action);
+        return;
+    }
+    s_observe (f->w->driver, f->push, agent_id, "event", action);
+}
+
+static void *
+s_follow_thread (void *arg)
+{
+    worker_args_t *w = arg;
+    follow_t f = { .w = w, .backoff_ms = w->backoff_min_ms };
+    f.push = s_push (w->endpoint);
+    char *err = NULL;
+    f.store = ah_store_open (w->db_path, false, &err);
+    if (!f.push || !f.store) {
+        ah_error (AREA, "not following the driver's events: %s",
+                  err ? err : "cannot connect to the actor");
+        free (err);
+        goto done;
+    }
+    while (!*w->stop) {
+        if (w->driver->watch (w->driver, s_on_change, &f, w->stop, &err) == 0 || *w->stop)
+            break;
+        ah_warn (AREA, "%s; reconnecting in %d ms", err ? err : "event stream lost", f.backoff_ms);
+        free (err);
+        err = NULL;
+        f.lost_before = true;
+        for (int waited = 0; waited < f.backoff_ms && !*w->stop; waited += 100)
+            zclock_sleep (100);
+        f.backoff_ms = f.backoff_ms * 2 > w->backoff_max_ms ? w->backoff_max_ms : f.backoff_ms * 2;
+    }
+done:
+    ah_store_close (&f.store);
+    zsock_destroy (&f.push);
+    return NULL;
+}
+
+//  -------------------------------------------------------------------------
+//  Actor side
+
+static void
+s_start_scan (self_t *self)
+{
+    if (self->scanning)
+        return;
+    if (pthread_create (&self->scan, NULL, s_scan_thread, &self->wargs) == 0)
+        self->scanning = true;
+    else
+        ah_error (AREA, "cannot start the start-up pass thread");
+}
+
+//  A worker's message: forward to its destination on the bus.
+static void
+s_on_pull (self_t *self)
+{
+    char *err = NULL;
+    ah_msg_t *m = ah_msg_recv (self->pull, true, &err);
+    if (!m) {
+        ah_error (AREA, "bad message from a worker: %s", err ? err : "?");
+        free (err);
+        return;
+    }
+    char dest [64];
+    snprintf (dest, sizeof dest, "%s", ah_msg_peer (m));
+    if (streq (dest, SELF_NAME) && streq (ah_msg_type (m), SCAN_DONE)) {
+        if (self->scanning) {
+            pthread_join (self->scan, NULL);
+            self->scanning = false;
+        }
+        ah_msg_destroy (&m);
+        return;
+    }
+    ah_msg_set_peer (m, "");
+    if (ah_msg_send (&m, self->bus, dest))
+        ah_warn (AREA, "cannot send to %s on the bus", dest);
+}
+
+static void
+s_on_bus (self_t *self)
+{
+    char *err = NULL;
+    ah_msg_t *m = ah_msg_recv (self->bus, true, &err);
+    if (!m) {
+        ah_warn (AREA, "malformed message: %s", err ? err : "?");
+        free (err);
+        return;
+    }
+    const char *type = ah_msg_type (m);
+    if (streq (type, "REPLY")) {
+        //  The bus answers 503 for an absent destination only when a req
+        //  was set; we set none. Anything else: log it.
+        if (!ah_msg_bool (m, "ok", true))
+            ah_warn (AREA, "%s answered: %s", ah_msg_peer (m),
+                     ah_msg_str (m, "error") ? ah_msg_str (m, "error") : "?");
+    }
+    else {
+        ah_warn (AREA, "unknown message %s from %s", type, ah_msg_peer (m));
+        if (ah_msg_has (m, "req")) {
+            ah_msg_t *reply = ah_msg_reply_error (m, 400, "the reconciler does not handle %s", type);
+            ah_msg_send (&reply, self->bus, ah_msg_peer (m));
+        }
+    }
+    ah_msg_destroy (&m);
+}
+
+static void
+s_destroy (self_t *self)
+{
+    self->stop = 1;
+    if (self->following)
+        pthread_join (self->follower, NULL);
+    if (self->scanning)
+        pthread_join (self->scan, NULL);
+    self->following = self->scanning = false;
+    zsock_destroy (&self->pull);
+    zsock_destroy (&self->bus);
+    free (self->db_path);
+    self->db_path = NULL;
+}
+
+void
+ah_reconciler_actor (zsock_t *pipe, void *args)
+{
+    const ah_reconciler_args_t *a = args;
+    self_t self = { .pipe = pipe };
+    if (!a || !a->driver || !a->db_path) {
+        ah_error (AREA, "started without a driver or a database path");
+        zsock_signal (pipe, 1);
+        return;
+    }
+    self.db_path = strdup (a->db_path);
+    snprintf (self.endpoint, sizeof self.endpoint, "inproc://reconciler-%p", (void *) &self);
+    self.pull = zsock_new_pull (self.endpoint);
+    self.bus = ah_bus_connect (SELF_NAME);
+    if (!self.pull || !self.bus || !self.db_path) {
+        ah_error (AREA, "cannot set up the reconciler's sockets");
+        s_destroy (&self);
+        zsock_signal (pipe, 1);
+        return;
+    }
+    self.wargs = (worker_args_t) {
+        .db_path = self.db_path, .driver = a->driver, .endpoint = self.endpoint,
+        .stop = &self.stop,
+        .backoff_min_ms = a->backoff_min_ms > 0 ? a->backoff_min_ms : 500,
+        .backoff_max_ms = a->backoff_max_ms > 0 ? a->backoff_max_ms : 30000,
+    };
+    if (self.wargs.backoff_max_ms < self.wargs.backoff_min_ms)
+        self.wargs.backoff_max_ms = self.wargs.backoff_min_ms;
+    //  Follow first, then scan: an event during the scan is not lost.
+    if (a->driver->watch) {
+        if (pthread_create (&self.follower, NULL, s_follow_thread, &self.wargs) == 0)
+            self.following = true;
+        else
+            ah_error (AREA, "cannot start the event follower thread");
+    }
+    else
+        ah_info (AREA, "the %s driver has no event stream: start-up pass only", a->driver->name);
+    s_start_scan (&self);
+    zsock_signal (pipe, 0);
+
+    zpoller_t *poller = zpoller_new (pipe, self.bus, self.pull, NULL);
+    while (true) {
+        void *which = zpoller_wait (poller, -1);
+        if (which == pipe) {
+            char *cmd = zstr_recv (pipe);
+            bool term = !cmd || streq (cmd, "$TERM");
+            if (cmd && streq (cmd, "SCAN")) {
+                s_start_scan (&self);
+                zsock_signal (pipe, 0);
+            }
+            zstr_free (&cmd);
+            if (term)
+                break;
+        }
+        else
+        if (which == self.pull)
+            s_on_pull (&self);
+        else
+        if (which == self.bus)
+            s_on_bus (&self);
+        else
+        if (zpoller_terminated (poller))
+            break;
+    }
+    zpoller_destroy (&poller);
+    s_destroy (&self);
+}
