@@ -47,7 +47,6 @@ struct ah_yamux_t {
     s_stream_t *buckets [S_BUCKETS];
     size_t   nstreams;
     uint32_t next_id;               //  next id we open
-    uint32_t peer_last_id;          //  highest id the peer opened
     bool     local_goaway;
     bool     remote_goaway;
     bool     failed;                //  protocol error: the session is dead
@@ -269,9 +268,10 @@ static int s_accept (ah_yamux_t *self, uint32_t id)
     bool peer_parity = self->is_client ? (id % 2 == 0) : (id % 2 == 1);
     if (!peer_parity)
         return s_fail (self, "yamux: SYN with a stream id of the wrong parity");
-    if (id <= self->peer_last_id || s_find (self, id))
-        return s_fail (self, "yamux: SYN reuses a stream id");
-    self->peer_last_id = id;
+    //  Only live ids can be checked: Go opens streams from several
+    //  goroutines, so their SYNs need not arrive in id order.
+    if (s_find (self, id))
+        return s_fail (self, "yamux: SYN reuses the id of a live stream");
 
     //  Like Go's backlog: refuse the stream, keep the session
     if (self->local_goaway || self->nstreams >= S_MAX_STREAMS || !s_add (self, id)) {

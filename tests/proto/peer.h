@@ -17,7 +17,7 @@ typedef struct {
     size_t   len, cap;
 } bytes_t;
 
-static void bytes_add (bytes_t *b, const void *data, size_t size)
+static inline void bytes_add (bytes_t *b, const void *data, size_t size)
 {
     if (b->len + size > b->cap) {
         size_t cap = b->cap? b->cap: 256;
@@ -36,7 +36,7 @@ static void bytes_add (bytes_t *b, const void *data, size_t size)
     b->len += size;
 }
 
-static void bytes_free (bytes_t *b)
+static inline void bytes_free (bytes_t *b)
 {
     free (b->data);
     memset (b, 0, sizeof *b);
@@ -70,20 +70,20 @@ typedef struct peer_t {
     uint32_t pending_id;
 } peer_t;
 
-static void peer_logf (peer_t *p, const char *fmt, unsigned long a, unsigned long b)
+static inline void peer_logf (peer_t *p, const char *fmt, unsigned long a, unsigned long b)
 {
     char line [96];
     int n = snprintf (line, sizeof line, fmt, a, b);
     bytes_add (&p->log, line, (size_t) n);
 }
 
-static void p_output (void *ud, const uint8_t *data, size_t size)
+static inline void p_output (void *ud, const uint8_t *data, size_t size)
 {
     peer_t *p = ud;
     bytes_add (&p->out, data, size);
 }
 
-static void p_open (void *ud, uint32_t id)
+static inline void p_open (void *ud, uint32_t id)
 {
     peer_t *p = ud;
     if (id < PEER_MAX_ID)
@@ -91,7 +91,7 @@ static void p_open (void *ud, uint32_t id)
     peer_logf (p, "open %lu%lu\n", id, 0);
 }
 
-static void p_data (void *ud, uint32_t id, const uint8_t *data, size_t size)
+static inline void p_data (void *ud, uint32_t id, const uint8_t *data, size_t size)
 {
     peer_t *p = ud;
     if (id < PEER_MAX_ID)
@@ -114,7 +114,7 @@ static void p_data (void *ud, uint32_t id, const uint8_t *data, size_t size)
         ah_yamux_reset (p->y, id);
 }
 
-static void p_eof (void *ud, uint32_t id)
+static inline void p_eof (void *ud, uint32_t id)
 {
     peer_t *p = ud;
     if (id < PEER_MAX_ID)
@@ -124,7 +124,7 @@ static void p_eof (void *ud, uint32_t id)
         ah_yamux_close (p->y, id);
 }
 
-static void p_closed (void *ud, uint32_t id, bool reset)
+static inline void p_closed (void *ud, uint32_t id, bool reset)
 {
     peer_t *p = ud;
     if (id < PEER_MAX_ID) {
@@ -135,7 +135,7 @@ static void p_closed (void *ud, uint32_t id, bool reset)
     peer_logf (p, "\nclosed %lu %lu\n", id, reset);
 }
 
-static void p_writable (void *ud, uint32_t id)
+static inline void p_writable (void *ud, uint32_t id)
 {
     peer_t *p = ud;
     if (id < PEER_MAX_ID)
@@ -149,7 +149,7 @@ static void p_writable (void *ud, uint32_t id)
     }
 }
 
-static void p_pong (void *ud, uint32_t opaque)
+static inline void p_pong (void *ud, uint32_t opaque)
 {
     peer_t *p = ud;
     if (p->npongs < 16)
@@ -157,7 +157,7 @@ static void p_pong (void *ud, uint32_t opaque)
     peer_logf (p, "\npong %lu%lu\n", opaque, 0);
 }
 
-static void p_goaway (void *ud, uint32_t code)
+static inline void p_goaway (void *ud, uint32_t code)
 {
     peer_t *p = ud;
     p->goaways++;
@@ -171,7 +171,7 @@ static const ah_yamux_callbacks_t peer_callbacks = {
     p_output, p_open, p_data, p_eof, p_closed, p_writable, p_pong, p_goaway
 };
 
-static peer_t *peer_new (bool is_client)
+static inline peer_t *peer_new (bool is_client)
 {
     peer_t *p = calloc (1, sizeof *p);
     p->rx = calloc (PEER_MAX_ID, sizeof (bytes_t));
@@ -180,7 +180,7 @@ static peer_t *peer_new (bool is_client)
     return p;
 }
 
-static void peer_destroy (peer_t **p_p)
+static inline void peer_destroy (peer_t **p_p)
 {
     peer_t *p = *p_p;
     if (!p)
@@ -196,7 +196,7 @@ static void peer_destroy (peer_t **p_p)
 }
 
 //  Feed bytes to a peer, in one call. Returns ah_yamux_input's result.
-static int peer_feed (peer_t *p, const uint8_t *data, size_t size)
+static inline int peer_feed (peer_t *p, const uint8_t *data, size_t size)
 {
     if (!p->y)
         return -1;
@@ -205,7 +205,7 @@ static int peer_feed (peer_t *p, const uint8_t *data, size_t size)
 
 //  Move a's output into b's input and back until both are quiet.
 //  Returns 0, or -1 if either side reported a protocol error.
-static int peer_pump (peer_t *a, peer_t *b)
+static inline int peer_pump (peer_t *a, peer_t *b)
 {
     int rc = 0;
     for (int round = 0; round < 10000 && (a->out.len || b->out.len); round++) {
@@ -221,7 +221,7 @@ static int peer_pump (peer_t *a, peer_t *b)
 }
 
 //  A raw frame, for tests that play a misbehaving peer.
-static void raw_frame (bytes_t *b, uint8_t type, uint16_t flags, uint32_t id,
+static inline void raw_frame (bytes_t *b, uint8_t type, uint16_t flags, uint32_t id,
                        uint32_t length, const void *payload, size_t psize)
 {
     ah_yamux_header_t h = { 0, type, flags, id, length };
