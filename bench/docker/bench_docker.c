@@ -1,0 +1,115 @@
+/*  bench/docker/bench_docker.c: how long the Docker driver takes from
+    create to a running container, against a bare create + start of the
+    same image through the Engine API, in the same run.
+
+    The driver does more than the baseline: an internal network with its
+    own subnet (recorded in SQLite), a home volume, boot.json written by
+    an archive PUT before start. The ratio says what that costs.
+    Prints medians of ROUNDS rounds; exits 77 without a Docker Engine. */
+#include "drivers/docker.h"
+#include "../../tests/docker/engine.h"
+
+#define ROUNDS 5
+
+static int
+s_cmp (const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return x < y ? -1 : x > y;
+}
+
+static double
+s_median (double *v, int n)
+{
+    qsort (v, n, sizeof *v, s_cmp);
+    return n % 2 ? v [n / 2] : (v [n / 2 - 1] + v [n / 2]) / 2;
+}
+
+static bool
+s_running (const char *name)
+{
+    long st;
+    json_t *j = eng_json ("GET", NULL, &st, "/containers/%s/json", name);
+    bool running = json_is_true (json_object_get (json_object_get (j, "State"), "Running"));
+    json_decref (j);
+    return running;
+}
+
+int
+main (void)
+{
+    if (!eng_available ())
+        return eng_skip ("bench.docker");
+    eng_fixture_t fx;
+    int rc = 0;
+    if (eng_fixture_init (&fx, "ahbench", "10.213.48.0/20")) {
+        eng_fixture_cleanup (&fx);
+        return 1;
+    }
+    char *err = NULL;
+    ah_driver_t *d = ah_docker_driver_new (&fx.config, &err);
+    if (!d) {
+        fprintf (stderr, "driver: %s\n", err);
+        eng_fixture_cleanup (&fx);
+        return 1;
+    }
+    double drv [ROUNDS], drv_create [ROUNDS], bare [ROUNDS];
+    char name [160], body [512];
+    for (int r = 0; r < ROUNDS && rc == 0; r++) {
+        //  Baseline: bare create + start of the same image (labelled so the
+        //  clean-up finds it).
+        snprintf (name, sizeof name, "%s-bare%d", fx.prefix, r);
+        snprintf (body, sizeof body, "{\"Image\":\"%s\",\"Entrypoint\":[\"sleep\",\"100000\"],"
+                  "\"Labels\":{\"agenthold.prefix\":\"%s\"}}", fx.tag, fx.prefix);
+        long st;
+        double t0 = eng_now ();
+        free (eng_call ("POST", body, &st, "/containers/create?name=%s", name));
+        free (eng_call ("POST", NULL, &st, "/containers/%s/start", name));
+        while (!s_running (name) && eng_now () - t0 < 30)
+            usleep (1000);
+        bare [r] = eng_now () - t0;
+        free (eng_call ("DELETE", NULL, &st, "/containers/%s?force=true", name));
+
+        //  The driver: create (network, volume, container), then start
+        //  (boot.json, start).
+        char id [16];
+        snprintf (id, sizeof id, "b%d", r);
+        ah_sandbox_spec_t spec = { .agent_id = id, .image = fx.tag };
+        ah_boot_t boot = { .agent_id = id, .token = "bench", .tunnel_port = 18399 };
+        snprintf (name, sizeof name, "%s-%s", fx.prefix, id);
+        t0 = eng_now ();
+        if (d->create (d, &spec, &err)) {
+            fprintf (stderr, "create: %s\n", err);
+            rc = 1;
+            break;
+        }
+        drv_create [r] = eng_now () - t0;
+        if (d->start (d, &boot, &err)) {
+            fprintf (stderr, "start: %s\n", err);
+            rc = 1;
+            break;
+        }
+        while (!s_running (name) && eng_now () - t0 < 30)
+            usleep (1000);
+        drv [r] = eng_now () - t0;
+        if (d->destroy (d, id, &err)) {
+            fprintf (stderr, "destroy: %s\n", err);
+            rc = 1;
+        }
+    }
+    if (rc == 0) {
+        double b = s_median (bare, ROUNDS), c = s_median (drv_create, ROUNDS), t = s_median (drv, ROUNDS);
+        printf ("docker create -> running, median of %d rounds\n", ROUNDS);
+        printf ("  bare Engine API create+start : %7.1f ms\n", b * 1000);
+        printf ("  driver create (net+vol+ctr)  : %7.1f ms\n", c * 1000);
+        printf ("  driver create+start (total)  : %7.1f ms\n", t * 1000);
+        printf ("  ratio driver/bare            : %7.2f\n", t / b);
+    }
+    free (err);
+    d->destroy_driver (&d);
+    if (eng_fixture_cleanup (&fx) != 0) {
+        fprintf (stderr, "objects left behind with prefix %s\n", fx.prefix);
+        rc = 1;
+    }
+    return rc;
+}
