@@ -671,10 +671,8 @@ static void s_launch_for_row (self_t *self, const row_t *row)
 static void s_forget (self_t *self, const char *agent_id)
 {
     track_t *track = zhashx_lookup (self->tracks, agent_id);
-    if (track && !track->job) {
-        zhashx_delete (self->tracks, agent_id);
-        free (track);
-    }
+    if (track && !track->job)
+        zhashx_delete (self->tracks, agent_id);        //  its destructor frees the track
 }
 
 //  create or rebuild done: on to starting, with a fresh token.
