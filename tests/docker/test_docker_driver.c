@@ -81,6 +81,69 @@ s_wait_running (const char *name, bool want)
     return false;
 }
 
+//  A helper container plays the server: it answers "hello-from-server" on
+//  a port; the driver must connect it to the agent's network at .2.
+static void
+s_server_container_mode (eng_fixture_t *fx, char **err)
+{
+    char srv [128], body [1024], cname [160], netname [160], buf [256];
+    snprintf (srv, sizeof srv, "%s-srv", fx->prefix);
+    snprintf (body, sizeof body, "{\"Image\":\"%s\",\"Entrypoint\":[\"nc\",\"-ll\",\"-p\",\"18301\","
+              "\"-e\",\"echo\",\"hello-from-server\"],\"Labels\":{\"agenthold.prefix\":\"%s\"}}",
+              fx->tag, fx->prefix);
+    long st;
+    free (eng_call ("POST", body, &st, "/containers/create?name=%s", srv));
+    CHECK (st == 201);
+    free (eng_call ("POST", NULL, &st, "/containers/%s/start", srv));
+    CHECK (st == 204);
+    ah_config_t config = fx->config;
+    config.server_container = srv;
+    ah_driver_t *d = ah_docker_driver_new (&config, err);
+    CHECK (d != NULL);
+    if (!d)
+        return;
+    ah_sandbox_spec_t spec = { .agent_id = "s5" };
+    CHECK (d->create (d, &spec, err) == 0);
+    ah_boot_t boot = { .agent_id = "s5", .token = "tok-s5", .tunnel_port = 18301 };
+    CHECK (d->start (d, &boot, err) == 0);
+    snprintf (netname, sizeof netname, "%s-net-s5", fx->prefix);
+    snprintf (cname, sizeof cname, "%s-s5", fx->prefix);
+    json_t *j = s_inspect_container (srv);
+    json_t *ep = json_object_get (json_object_get (json_object_get (j, "NetworkSettings"), "Networks"),
+                                  netname);
+    const char *ip = json_string_value (json_object_get (ep, "IPAddress"));
+    char server_ip [32];
+    snprintf (server_ip, sizeof server_ip, "%s", ip ? ip : "");
+    json_decref (j);
+    CHECK (*server_ip && !strcmp (server_ip + strlen (server_ip) - 2, ".2"));
+    CHECK (s_wait_running (cname, true));
+    int code;
+    char *out = eng_exec (cname, "[\"cat\",\"/etc/agenthold/boot.json\"]", &code);
+    snprintf (buf, sizeof buf, "\"ws://%s:18301/tunnel\"", server_ip);
+    CHECK (out && strstr (out, buf));
+    free (out);
+    snprintf (buf, sizeof buf, "[\"nc\",\"-w\",\"3\",\"%s\",\"18301\"]", server_ip);
+    out = eng_exec (cname, buf, &code);
+    CHECK (out && strstr (out, "hello-from-server"));
+    free (out);
+    //  Destroy disconnects the server and removes the network.
+    CHECK (d->destroy (d, "s5", err) == 0);
+    free (eng_call ("GET", NULL, &st, "/networks/%s", netname));
+    CHECK (st == 404);
+    d->destroy_driver (&d);
+    //  A configured server container that does not exist is a clear error.
+    config.server_container = "agenthold-no-such-server";
+    d = ah_docker_driver_new (&config, err);
+    spec.agent_id = "s6";
+    free (*err);
+    *err = NULL;
+    CHECK (d && d->create (d, &spec, err) == -1);
+    CHECK (*err && strstr (*err, "sandbox.docker.server_container"));
+    fprintf (stderr, "missing server container says: %s\n", *err ? *err : "");
+    if (d)
+        d->destroy_driver (&d);
+}
+
 int
 main (void)
 {
@@ -344,6 +407,11 @@ main (void)
     ah_store_close (&store);
     d->destroy_driver (&d);
     CHECK (d == NULL);
+
+    //  The server in a container (sandbox.docker.server_container names
+    //  it; detection from /proc/self/mountinfo is the default): it joins
+    //  each agent network at .2 and boot.json points there.
+    s_server_container_mode (&fx, &err);
 
     //  An unreachable engine: a clear error, fast.
     ah_config_t gone = config;
