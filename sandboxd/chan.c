@@ -1,0 +1,1513 @@
+/*  sandboxd/chan.c: the channels (docs/tunnel.md section 3) on one yamux
+    session. See chan.h for the flow-control rules.
+
+    Each stream the server opens becomes a chan_t. Its life: gather the
+    header (NEW), dispatch by "ch" to a handler which replies and either
+    finishes at once (DONE: FIN after the reply) or keeps state (FS_READ,
+    FS_WRITE, PTY, EXEC). Yamux may report a stream closed from inside any
+    call into it (a reset, a close meeting the peer's FIN): that callback
+    only releases the channel's resources and marks it gone; the structs
+    are freed at the end of ah_sbd_session_service, so no pointer held by
+    a caller dangles.                                                 */
+#include "sandboxd/chan.h"
+#include "sandboxd/path.h"
+#include "sandboxd/passwd.h"
+#include "sandboxd/proc.h"
+#include "proto/channel.h"
+#include "proto/msg.h"
+#include "proto/yamux.h"
+#include "common/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <msgpack.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#define S_CHUNK          (64u * 1024u)      //  largest read from a file or fd at once
+#define S_IN_MAX         (AH_YAMUX_INITIAL_WINDOW + 16)
+#define S_LIST_BYTES     60000              //  fs.list entries kept under the header cap
+#define S_LIST_NAMES     200000             //  names read from one directory at most
+#define S_EXIT_GRACE_MS  1000               //  output still drained after the process exited
+#define S_HUP_KILL_MS    5000               //  pty: SIGHUP, then SIGKILL after this
+#define S_TIMEOUT_MAX    (7 * 24 * 3600.0)  //  longest exec timeout accepted
+#define S_ENV_MAX        256                //  exec env entries
+
+typedef enum { K_NEW, K_DONE, K_FS_READ, K_FS_WRITE, K_PTY, K_EXEC } kind_t;
+typedef enum { R_PTY, R_OUT, R_ERR, R_IN, R_PIDFD } role_t;
+
+typedef struct chan_s {
+    struct chan_s *next;
+    uint32_t id;
+    kind_t   kind;
+    bool     gone;              //  yamux forgot the stream: free at the sweep
+    bool     peer_eof;          //  the opener sent FIN
+    bool     want_fin;          //  FIN once out drains
+    bool     fin_sent;
+
+    uint8_t *in;                //  received, not yet used (and not consumed)
+    size_t   in_len;
+    uint8_t *out;               //  to send, not yet taken by yamux
+    size_t   out_len, out_off, out_cap;
+
+    //  pty/exec: record being received
+    uint8_t  rhdr [5];
+    size_t   rhlen;
+    uint8_t  rkind;
+    uint32_t rleft;
+    uint8_t  rsmall [256];      //  a RESIZE payload
+    size_t   rsmall_len;
+
+    //  pty/exec: the process
+    ah_proc_t proc;
+    bool     stdin_eof;         //  close stdin once in drains
+    bool     timed_out;
+    int64_t  deadline;          //  exec timeout (ms, monotonic), 0 none
+    int64_t  kill_at;           //  SIGKILL after SIGHUP (pty), 0 none
+    int64_t  exit_at;           //  when the process exited
+    bool     exit_sent;
+
+    //  files
+    int      file;
+    int      dir;
+    uint64_t size, done;
+    char     leaf [NAME_MAX + 1];
+    char     tmp [NAME_MAX + 1];
+    int      write_errno;       //  fs.write: first error while writing
+} chan_t;
+
+typedef struct { chan_t *ch; role_t role; } slot_t;
+
+struct ah_sbd_session_t {
+    ah_sbd_env_t env;
+    ah_yamux_t *yamux;
+    chan_t *chans;
+    bool    hello_done;
+    bool    goaway;
+    const char *dead;
+    char    dead_buf [160];
+    struct pollfd *pfd;
+    slot_t *slot;
+    size_t  pcap;
+    int     reserve;
+    int     pn;
+    uint8_t *buf;               //  S_CHUNK scratch
+    int64_t next_ping, last_pong;
+    uint32_t ping_seq;
+    ah_proc_user_t user;        //  who terminals and commands run as
+};
+
+static int64_t s_now (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static chan_t *s_find (ah_sbd_session_t *self, uint32_t id)
+{
+    for (chan_t *ch = self->chans; ch; ch = ch->next)
+        if (ch->id == id && !ch->gone)
+            return ch;
+    return NULL;
+}
+
+static const char *s_code (int e)
+{
+    switch (e) {
+        case ENOENT: return "ENOENT";
+        case EACCES: case EPERM: case EROFS: return "EACCES";
+        case EINVAL: case ELOOP: case ENAMETOOLONG: return "EINVAL";
+        case EEXIST: return "EEXIST";
+        case ENOTDIR: return "ENOTDIR";
+        case EISDIR: return "EISDIR";
+        case ENOTEMPTY: return "ENOTEMPTY";
+        case ENOSPC: case EDQUOT: return "ENOSPC";
+        case ETIMEDOUT: return "ETIMEDOUT";
+        default: return "EIO";
+    }
+}
+
+//  ---------------------------------------------------------------------
+//  Output
+
+static void s_flush (ah_sbd_session_t *self, chan_t *ch)
+{
+    while (!ch->gone && ch->out_off < ch->out_len) {
+        ssize_t n = ah_yamux_write (self->yamux, ch->id, ch->out + ch->out_off,
+                                    ch->out_len - ch->out_off);
+        if (n < 0) {
+            ch->out_off = ch->out_len = 0;      //  the stream cannot carry more
+            return;
+        }
+        if (n == 0)
+            return;
+        ch->out_off += (size_t) n;
+    }
+    if (ch->gone)
+        return;
+    ch->out_off = ch->out_len = 0;
+    if (ch->want_fin && !ch->fin_sent) {
+        ch->fin_sent = true;
+        ah_yamux_close (self->yamux, ch->id);
+    }
+}
+
+static bool s_out_idle (const chan_t *ch)
+{
+    return ch->out_off == ch->out_len;
+}
+
+static int s_queue (chan_t *ch, const uint8_t *data, size_t size)
+{
+    if (ch->out_off == ch->out_len)
+        ch->out_off = ch->out_len = 0;
+    if (ch->out_len + size > ch->out_cap) {
+        size_t cap = ch->out_cap ? ch->out_cap : 4096;
+        while (cap < ch->out_len + size)
+            cap *= 2;
+        uint8_t *p = realloc (ch->out, cap);
+        if (!p)
+            return -1;
+        ch->out = p;
+        ch->out_cap = cap;
+    }
+    memcpy (ch->out + ch->out_len, data, size);
+    ch->out_len += size;
+    return 0;
+}
+
+static void s_send_header (ah_sbd_session_t *self, chan_t *ch, ah_msg_t *map)
+{
+    uint8_t *hdr = NULL;
+    size_t size = 0;
+    if (ah_chan_header_encode (map, &hdr, &size) == 0) {
+        s_queue (ch, hdr, size);
+        free (hdr);
+    }
+    else
+        ah_warn ("sandboxd", "stream %u: reply header did not encode", ch->id);
+    s_flush (self, ch);
+}
+
+static void s_send_record (ah_sbd_session_t *self, chan_t *ch, uint8_t kind,
+                           const uint8_t *data, size_t size)
+{
+    uint8_t pre [5];
+    ah_rec_prefix (kind, (uint32_t) size, pre);
+    s_queue (ch, pre, 5);
+    if (size)
+        s_queue (ch, data, size);
+    s_flush (self, ch);
+}
+
+//  Refuse: error reply, FIN, then discard whatever else comes.
+static void s_refuse (ah_sbd_session_t *self, chan_t *ch, const char *code, const char *fmt, ...)
+{
+    char text [512];
+    va_list ap;
+    va_start (ap, fmt);
+    vsnprintf (text, sizeof text, fmt, ap);
+    va_end (ap);
+    ah_msg_t *map = ah_msg_new ("");
+    ah_msg_set_bool (map, "ok", false);
+    ah_msg_set_str (map, "code", code);
+    ah_msg_set_str (map, "error", text);
+    ch->kind = K_DONE;
+    ch->want_fin = true;
+    s_send_header (self, ch, map);
+    ah_msg_destroy (&map);
+    ah_debug ("sandboxd", "stream %u refused: %s %s", ch->id, code, text);
+}
+
+//  ---------------------------------------------------------------------
+//  Channel teardown
+
+//  Release everything the channel holds in the world outside (processes,
+//  fds, temporary files). Safe to call twice.
+static void s_release (ah_sbd_session_t *self, chan_t *ch)
+{
+    if (ch->proc.pid > 0) {
+        int64_t ns = ah_proc_kill_reap (&ch->proc);
+        if (self->env.reaped_ns)
+            *self->env.reaped_ns += ns;
+    }
+    ah_proc_close_fds (&ch->proc);
+    if (ch->file >= 0) {
+        close (ch->file);
+        ch->file = -1;
+    }
+    if (ch->tmp [0] && ch->dir >= 0) {
+        unlinkat (ch->dir, ch->tmp, 0);
+        ch->tmp [0] = 0;
+    }
+    if (ch->dir >= 0) {
+        close (ch->dir);
+        ch->dir = -1;
+    }
+}
+
+static void s_free (chan_t *ch)
+{
+    free (ch->in);
+    free (ch->out);
+    free (ch);
+}
+
+//  Abort a stream from our side (RST): I/O error mid-way, malformed input.
+static void s_reset (ah_sbd_session_t *self, chan_t *ch, const char *why)
+{
+    ah_debug ("sandboxd", "stream %u reset: %s", ch->id, why);
+    s_release (self, ch);
+    ah_yamux_reset (self->yamux, ch->id);   //  on_closed marks it gone
+    ch->gone = true;
+}
+
+//  ---------------------------------------------------------------------
+//  Simple channels
+
+static int s_path_arg (const ah_msg_t *req, const char *key, const uint8_t *raw, size_t raw_len,
+                       const char **path, size_t *len, bool required);
+
+static void s_hello (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
+{
+    int64_t v = ah_msg_int (req, "version", -1);
+    if (v != AH_PROTOCOL_VERSION) {
+        ah_error ("sandboxd", "server speaks tunnel protocol %lld, this sandboxd speaks %d",
+                  (long long) v, AH_PROTOCOL_VERSION);
+        s_refuse (self, ch, "EVERSION",
+                  "sandboxd speaks tunnel protocol %d, the server speaks %lld: deploy the "
+                  "sandboxd that ships with this server (restart the sandbox so it mounts "
+                  "the server's sandboxd)", AH_PROTOCOL_VERSION, (long long) v);
+        return;
+    }
+    self->hello_done = true;
+    ah_msg_t *map = ah_msg_new ("");
+    ah_msg_set_bool (map, "ok", true);
+    ah_msg_set_int (map, "version", AH_PROTOCOL_VERSION);
+    ah_msg_set_str (map, "agent_id", self->env.agent_id ? self->env.agent_id : "");
+    ah_msg_set_str (map, "user", self->user.name);
+    ch->kind = K_DONE;
+    ch->want_fin = true;
+    s_send_header (self, ch, map);
+    ah_msg_destroy (&map);
+}
+
+static void s_ok (ah_sbd_session_t *self, chan_t *ch)
+{
+    ah_msg_t *map = ah_msg_new ("");
+    ah_msg_set_bool (map, "ok", true);
+    ch->kind = K_DONE;
+    ch->want_fin = true;
+    s_send_header (self, ch, map);
+    ah_msg_destroy (&map);
+}
+
+static void s_stats (ah_sbd_session_t *self, chan_t *ch)
+{
+    pid_t roots [1024];
+    size_t n = 0;
+    for (chan_t *c = self->chans; c && n < 1024; c = c->next)
+        if (c->proc.pid > 0 && !c->proc.reaped)
+            roots [n++] = c->proc.pid;
+    const char *source = "proc";
+    int64_t cpu = ah_sbd_cpu_ns (self->env.stats, roots, n,
+                                 self->env.reaped_ns ? *self->env.reaped_ns : 0, &source);
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    ah_msg_t *map = ah_msg_new ("");
+    ah_msg_set_bool (map, "ok", true);
+    ah_msg_set_int (map, "cpu_ns", cpu);
+    ah_msg_set_int (map, "at_ns", (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec);
+    ah_msg_set_str (map, "source", source);
+    ch->kind = K_DONE;
+    ch->want_fin = true;
+    s_send_header (self, ch, map);
+    ah_msg_destroy (&map);
+}
+
+//  ---------------------------------------------------------------------
+//  fs.list
+
+static int s_name_cmp (const void *a, const void *b)
+{
+    return strcmp (*(char * const *) a, *(char * const *) b);
+}
+
+static void s_fs_list (ah_sbd_session_t *self, chan_t *ch, const char *path, size_t plen)
+{
+    const char *err = NULL;
+    int fd = ah_path_open (self->env.home_fd, path, plen, O_RDONLY | O_DIRECTORY, &err);
+    if (fd < 0) {
+        s_refuse (self, ch, s_code (-fd), "fs.list \"%.200s\": %s", path, err);
+        return;
+    }
+    DIR *d = fdopendir (fd);
+    if (!d) {
+        int e = errno;
+        close (fd);
+        s_refuse (self, ch, s_code (e), "fs.list \"%.200s\": %s", path, strerror (e));
+        return;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    bool truncated = false;
+    struct dirent *de;
+    while ((de = readdir (d))) {
+        if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
+            continue;
+        if (n == S_LIST_NAMES) {
+            truncated = true;
+            break;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            char **p = realloc (names, cap * sizeof *names);
+            if (!p)
+                break;
+            names = p;
+        }
+        names [n] = strdup (de->d_name);
+        if (names [n])
+            n++;
+    }
+    qsort (names, n, sizeof *names, s_name_cmp);
+    msgpack_sbuffer items;
+    msgpack_sbuffer_init (&items);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &items, msgpack_sbuffer_write);
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct stat st;
+        if (fstatat (dirfd (d), names [i], &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;       //  vanished meanwhile
+        size_t before = items.size;
+        const char *type = S_ISREG (st.st_mode) ? "file" : S_ISDIR (st.st_mode) ? "dir"
+                         : S_ISLNK (st.st_mode) ? "link" : "other";
+        size_t nl = strlen (names [i]);
+        msgpack_pack_map (&pk, 5);
+        msgpack_pack_str_with_body (&pk, "name", 4);
+        msgpack_pack_str_with_body (&pk, names [i], nl);
+        msgpack_pack_str_with_body (&pk, "type", 4);
+        msgpack_pack_str_with_body (&pk, type, strlen (type));
+        msgpack_pack_str_with_body (&pk, "size", 4);
+        msgpack_pack_int64 (&pk, (int64_t) st.st_size);
+        msgpack_pack_str_with_body (&pk, "mode", 4);
+        msgpack_pack_int64 (&pk, (int64_t) (st.st_mode & 07777));
+        msgpack_pack_str_with_body (&pk, "mtime", 5);
+        msgpack_pack_int64 (&pk, (int64_t) st.st_mtime);
+        if (items.size > S_LIST_BYTES) {
+            items.size = before;        //  drop the entry that did not fit
+            truncated = true;
+            break;
+        }
+        count++;
+    }
+    for (size_t i = 0; i < n; i++)
+        free (names [i]);
+    free (names);
+    closedir (d);
+
+    msgpack_sbuffer arr;
+    msgpack_sbuffer_init (&arr);
+    msgpack_packer pa;
+    msgpack_packer_init (&pa, &arr, msgpack_sbuffer_write);
+    msgpack_pack_array (&pa, count);
+    msgpack_sbuffer_write (&arr, items.data ? items.data : "", items.size);
+    ah_msg_t *map = ah_msg_new ("");
+    ah_msg_set_bool (map, "ok", true);
+    if (ah_msg_set_raw (map, "entries", arr.data, arr.size) != 0)
+        ah_warn ("sandboxd", "fs.list: entries did not encode");
+    ah_msg_set_bool (map, "truncated", truncated);
+    ch->kind = K_DONE;
+    ch->want_fin = true;
+    s_send_header (self, ch, map);
+    ah_msg_destroy (&map);
+    msgpack_sbuffer_destroy (&items);
+    msgpack_sbuffer_destroy (&arr);
+}
+
+//  ---------------------------------------------------------------------
+//  fs.read
+
+static void s_fs_read (ah_sbd_session_t *self, chan_t *ch, const char *path, size_t plen)
+{
+    const char *err = NULL;
+    //  O_NONBLOCK: a FIFO planted in the home must not hang the loop.
+    int fd = ah_path_open (self->env.home_fd, path, plen, O_RDONLY | O_NONBLOCK, &err);
+    if (fd < 0) {
+        s_refuse (self, ch, s_code (-fd), "fs.read \"%.200s\": %s", path, err);
+        return;
+    }
+    struct stat st;
+    if (fstat (fd, &st) != 0 || !S_ISREG (st.st_mode)) {
+        bool dir = S_ISDIR (st.st_mode);
+        close (fd);
+        s_refuse (self, ch, dir ? "EISDIR" : "EINVAL", "fs.read \"%.200s\": %s", path,
+                  dir ? "is a directory" : "not a regular file");
+        return;
+    }
+    fcntl (fd, F_SETFL, 0);
+    ch->file = fd;
+    ch->size = (uint64_t) st.st_size;
+    ch->done = 0;
+    ch->kind = K_FS_READ;
+    ah_msg_t *map = ah_msg_new ("");
+    ah_msg_set_bool (map, "ok", true);
+    ah_msg_set_int (map, "size", (int64_t) ch->size);
+    s_send_header (self, ch, map);
+    ah_msg_destroy (&map);
+}
+
+//  Send file bytes while the window and the transport allow.
+static void s_fs_read_pump (ah_sbd_session_t *self, chan_t *ch)
+{
+    int rounds = 16;
+    while (!ch->gone && s_out_idle (ch) && ch->file >= 0 && rounds-- > 0
+           && self->env.backlog (self->env.ud) < AH_SBD_BACKLOG_MAX) {
+        if (ch->done == ch->size) {
+            close (ch->file);
+            ch->file = -1;
+            ch->want_fin = true;
+            s_flush (self, ch);
+            return;
+        }
+        uint32_t win = ah_yamux_send_window (self->yamux, ch->id);
+        if (win == 0)
+            return;
+        size_t want = S_CHUNK;
+        if (want > win)
+            want = win;
+        if (want > ch->size - ch->done)
+            want = (size_t) (ch->size - ch->done);
+        ssize_t r = read (ch->file, self->buf, want);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            s_reset (self, ch, r == 0 ? "file shrank while being read" : strerror (errno));
+            return;
+        }
+        ch->done += (uint64_t) r;
+        s_queue (ch, self->buf, (size_t) r);
+        s_flush (self, ch);
+    }
+}
+
+//  ---------------------------------------------------------------------
+//  fs.write
+
+static void s_fs_write (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
+                        const char *path, size_t plen)
+{
+    const char *err = NULL;
+    int64_t mode = ah_msg_int (req, "mode", 0644);
+    if (ah_msg_has (req, "mode") && !ah_msg_is_nil (req, "mode")
+    && (ah_msg_int (req, "mode", -1) < 0 || mode > 07777)) {
+        s_refuse (self, ch, "EINVAL", "fs.write: mode must be an integer 0..07777");
+        return;
+    }
+    int dir = ah_path_open_parent (self->env.home_fd, path, plen, ch->leaf, &err);
+    if (dir < 0) {
+        s_refuse (self, ch, dir == -EINVAL && plen <= 1 ? "EISDIR" : s_code (-dir),
+                  "fs.write \"%.200s\": %s", path, err);
+        return;
+    }
+    struct stat st;
+    if (fstatat (dir, ch->leaf, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR (st.st_mode)) {
+        close (dir);
+        s_refuse (self, ch, "EISDIR", "fs.write \"%.200s\": is a directory", path);
+        return;
+    }
+    //  A hidden temporary next to the target: same file system, so the
+    //  rename at the end is atomic.
+    int fd = -1;
+    for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
+        uint32_t r = 0;
+        if (getrandom (&r, sizeof r, GRND_NONBLOCK) != sizeof r)
+            r = (uint32_t) s_now () ^ (uint32_t) attempt * 2654435761u;
+        snprintf (ch->tmp, sizeof ch->tmp, ".%.200s.ah-%08x", ch->leaf, r);
+        fd = openat (dir, ch->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                     (mode_t) mode & 0777);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    if (fd < 0) {
+        int e = errno;
+        ch->tmp [0] = 0;
+        close (dir);
+        s_refuse (self, ch, s_code (e), "fs.write \"%.200s\": %s", path, strerror (e));
+        return;
+    }
+    fchmod (fd, (mode_t) mode);
+    if (self->user.switch_to)
+        if (fchown (fd, self->user.uid, self->user.gid) != 0)
+            ah_warn ("sandboxd", "fs.write: chown: %s", strerror (errno));
+    ch->dir = dir;
+    ch->file = fd;
+    ch->done = 0;
+    ch->kind = K_FS_WRITE;
+    ah_msg_t *map = ah_msg_new ("");
+    ah_msg_set_bool (map, "ok", true);
+    s_send_header (self, ch, map);
+    ah_msg_destroy (&map);
+}
+
+//  The opener's FIN: the bytes are all here. Land the file or report why not.
+static void s_fs_write_finish (ah_sbd_session_t *self, chan_t *ch)
+{
+    int e = ch->write_errno;
+    if (!e && fsync (ch->file) != 0)
+        e = errno;
+    if (!e && close (ch->file) != 0)
+        e = errno;
+    else if (e)
+        close (ch->file);
+    ch->file = -1;
+    if (!e && renameat (ch->dir, ch->tmp, ch->dir, ch->leaf) != 0)
+        e = errno;
+    if (!e) {
+        ch->tmp [0] = 0;
+        fsync (ch->dir);        //  the rename itself survives a crash
+    }
+    ah_msg_t *map = ah_msg_new ("");
+    if (e) {
+        ah_msg_set_bool (map, "ok", false);
+        ah_msg_set_str (map, "code", s_code (e));
+        ah_msg_set_strf (map, "error", "fs.write \"%s\": %s", ch->leaf, strerror (e));
+    }
+    else {
+        ah_msg_set_bool (map, "ok", true);
+        ah_msg_set_int (map, "size", (int64_t) ch->done);
+    }
+    s_release (self, ch);       //  removes the temporary if it is still there
+    ch->kind = K_DONE;
+    ch->want_fin = true;
+    s_send_header (self, ch, map);
+    ah_msg_destroy (&map);
+}
+
+//  ---------------------------------------------------------------------
+//  fs.mkdir, fs.remove
+
+static int s_mkdir_one (ah_sbd_session_t *self, const char *path, size_t plen, mode_t mode,
+                        bool exist_ok, const char **err)
+{
+    char leaf [NAME_MAX + 1];
+    int dir = ah_path_open_parent (self->env.home_fd, path, plen, leaf, err);
+    if (dir < 0)
+        return dir;
+    int rc = 0;
+    if (mkdirat (dir, leaf, mode) != 0) {
+        rc = -errno;
+        struct stat st;
+        if (rc == -EEXIST && exist_ok && fstatat (dir, leaf, &st, 0) == 0 && S_ISDIR (st.st_mode))
+            rc = 0;
+        else
+            *err = strerror (-rc);
+    }
+    else if (self->user.switch_to) {
+        if (fchownat (dir, leaf, self->user.uid, self->user.gid, AT_SYMLINK_NOFOLLOW) != 0)
+            ah_warn ("sandboxd", "fs.mkdir: chown: %s", strerror (errno));
+    }
+    close (dir);
+    return rc;
+}
+
+static void s_fs_mkdir (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
+                        const char *path, size_t plen)
+{
+    bool parents = ah_msg_bool (req, "parents", false);
+    mode_t mode = (mode_t) (ah_msg_int (req, "mode", 0755) & 07777);
+    const char *err = NULL;
+    int rc = ah_path_check (path, plen, &err);
+    if (rc == 0 && parents) {
+        //  Each prefix in turn, through the same safe walk.
+        for (size_t i = 1; i < plen && rc == 0; i++)
+            if (path [i] == '/' && path [i - 1] != '/')
+                rc = s_mkdir_one (self, path, i, mode, true, &err);
+    }
+    if (rc == 0)
+        rc = s_mkdir_one (self, path, plen, mode, parents, &err);
+    if (rc == -EINVAL && plen <= 1 && err && strstr (err, "itself")) {
+        rc = parents ? 0 : -EEXIST;         //  the home exists
+        err = "the home directory exists";
+    }
+    if (rc)
+        s_refuse (self, ch, s_code (-rc), "fs.mkdir \"%.200s\": %s", path, err);
+    else
+        s_ok (self, ch);
+}
+
+//  Remove leaf in dir and everything below it, never following symlinks.
+static int s_rmtree (int dir, const char *leaf, int depth)
+{
+    if (depth > AH_PATH_MAX_DEPTH)
+        return -ELOOP;
+    int fd = openat (dir, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    DIR *d = fdopendir (fd);
+    if (!d) {
+        close (fd);
+        return -errno;
+    }
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir (d))) {
+        if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
+            continue;
+        struct stat st;
+        if (fstatat (fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (S_ISDIR (st.st_mode))
+            rc = s_rmtree (fd, de->d_name, depth + 1);
+        else if (unlinkat (fd, de->d_name, 0) != 0 && errno != ENOENT)
+            rc = -errno;
+    }
+    closedir (d);
+    if (rc == 0 && unlinkat (dir, leaf, AT_REMOVEDIR) != 0)
+        rc = -errno;
+    return rc;
+}
+
+static void s_fs_remove (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
+                         const char *path, size_t plen)
+{
+    bool recursive = ah_msg_bool (req, "recursive", false);
+    const char *err = NULL;
+    char leaf [NAME_MAX + 1];
+    int dir = ah_path_open_parent (self->env.home_fd, path, plen, leaf, &err);
+    if (dir < 0) {
+        if (dir == -EINVAL && err && strstr (err, "itself"))
+            s_refuse (self, ch, "EACCES", "fs.remove \"%.200s\": removing the home directory is refused", path);
+        else
+            s_refuse (self, ch, s_code (-dir), "fs.remove \"%.200s\": %s", path, err);
+        return;
+    }
+    struct stat st;
+    int rc = 0;
+    if (fstatat (dir, leaf, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        rc = -errno;
+    else if (S_ISDIR (st.st_mode))
+        rc = recursive ? s_rmtree (dir, leaf, 0)
+           : unlinkat (dir, leaf, AT_REMOVEDIR) == 0 ? 0 : -errno;
+    else
+        rc = unlinkat (dir, leaf, 0) == 0 ? 0 : -errno;
+    close (dir);
+    if (rc == -EEXIST)
+        rc = -ENOTEMPTY;
+    if (rc)
+        s_refuse (self, ch, s_code (-rc), "fs.remove \"%.200s\": %s", path, strerror (-rc));
+    else
+        s_ok (self, ch);
+}
+
+//  ---------------------------------------------------------------------
+//  pty, exec
+
+//  Decode the optional "env" raw map into "K=V" strings (caller frees).
+static int s_env_arg (const ah_msg_t *req, char ***out, size_t *count, const char **err)
+{
+    *out = NULL;
+    *count = 0;
+    if (!ah_msg_has (req, "env") || ah_msg_is_nil (req, "env"))
+        return 0;
+    size_t size = 0;
+    const void *raw = ah_msg_raw (req, "env", &size);
+    if (!raw) {
+        *err = "env must be a map of strings";
+        return -1;
+    }
+    msgpack_unpacked u;
+    msgpack_unpacked_init (&u);
+    int rc = -1;
+    if (msgpack_unpack_next (&u, raw, size, NULL) != MSGPACK_UNPACK_SUCCESS
+    ||  u.data.type != MSGPACK_OBJECT_MAP || u.data.via.map.size > S_ENV_MAX) {
+        *err = "env must be a map of at most 256 strings";
+        goto out;
+    }
+    char **v = calloc (u.data.via.map.size + 1, sizeof *v);
+    if (!v) {
+        *err = "out of memory";
+        goto out;
+    }
+    size_t n = 0;
+    for (uint32_t i = 0; i < u.data.via.map.size; i++) {
+        msgpack_object *k = &u.data.via.map.ptr [i].key;
+        msgpack_object *val = &u.data.via.map.ptr [i].val;
+        if (k->type != MSGPACK_OBJECT_STR || val->type != MSGPACK_OBJECT_STR
+        ||  k->via.str.size == 0 || k->via.str.size > 256 || val->via.str.size > 32768
+        ||  memchr (k->via.str.ptr, '=', k->via.str.size)
+        ||  memchr (k->via.str.ptr, 0, k->via.str.size)
+        ||  memchr (val->via.str.ptr, 0, val->via.str.size)) {
+            *err = "env: keys and values must be strings (no '=' in keys, no NUL, bounded length)";
+            for (size_t j = 0; j < n; j++)
+                free (v [j]);
+            free (v);
+            goto out;
+        }
+        v [n] = malloc (k->via.str.size + val->via.str.size + 2);
+        if (!v [n])
+            continue;
+        memcpy (v [n], k->via.str.ptr, k->via.str.size);
+        v [n][k->via.str.size] = '=';
+        memcpy (v [n] + k->via.str.size + 1, val->via.str.ptr, val->via.str.size);
+        v [n][k->via.str.size + 1 + val->via.str.size] = 0;
+        n++;
+    }
+    *out = v;
+    *count = n;
+    rc = 0;
+out:
+    msgpack_unpacked_destroy (&u);
+    return rc;
+}
+
+static void s_spawned_reply (ah_sbd_session_t *self, chan_t *ch)
+{
+    ah_msg_t *map = ah_msg_new ("");
+    ah_msg_set_bool (map, "ok", true);
+    ah_msg_set_int (map, "pid", ch->proc.pid);
+    s_send_header (self, ch, map);
+    ah_msg_destroy (&map);
+}
+
+static void s_pty (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
+{
+    const char *term = ah_msg_str (req, "term");
+    if (!term || !*term)
+        term = "xterm-256color";
+    int64_t cols = ah_msg_int (req, "cols", 80), rows = ah_msg_int (req, "rows", 24);
+    if (cols < 1 || cols > 1000 || rows < 1 || rows > 1000 || strlen (term) > 64
+    ||  strpbrk (term, "\r\n=")) {
+        s_refuse (self, ch, "EINVAL", "pty: cols and rows must be 1..1000 and term a short name");
+        return;
+    }
+    char err [256];
+    if (ah_proc_spawn_pty (&ch->proc, &self->user, self->env.home, term,
+                           (unsigned short) cols, (unsigned short) rows, err, sizeof err)) {
+        s_refuse (self, ch, "EIO", "pty: %s", err);
+        return;
+    }
+    ch->kind = K_PTY;
+    s_spawned_reply (self, ch);
+}
+
+static void s_exec (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
+                    const uint8_t *raw, size_t raw_len)
+{
+    const char *cmd = ah_msg_str (req, "cmd");
+    if (!cmd) {
+        s_refuse (self, ch, "EINVAL", "exec: \"cmd\" (a string) is required");
+        return;
+    }
+    double timeout = ah_msg_double (req, "timeout", 300.0);
+    if (ah_msg_has (req, "timeout") && !ah_msg_is_nil (req, "timeout")
+    &&  ah_msg_double (req, "timeout", -1) == -1 && ah_msg_int (req, "timeout", -1) == -1) {
+        s_refuse (self, ch, "EINVAL", "exec: \"timeout\" must be a number of seconds");
+        return;
+    }
+    if (!(timeout > 0) || timeout > S_TIMEOUT_MAX) {
+        s_refuse (self, ch, "EINVAL", "exec: \"timeout\" must be > 0 and at most 7 days");
+        return;
+    }
+    int cwd = -1;
+    if (ah_msg_has (req, "cwd") && !ah_msg_is_nil (req, "cwd")) {
+        const char *p;
+        size_t pl;
+        if (s_path_arg (req, "cwd", raw, raw_len, &p, &pl, true)) {
+            s_refuse (self, ch, "EINVAL", "exec: \"cwd\" must be a string without NUL bytes");
+            return;
+        }
+        const char *err = NULL;
+        cwd = ah_path_open (self->env.home_fd, p, pl, O_RDONLY | O_DIRECTORY, &err);
+        if (cwd < 0) {
+            s_refuse (self, ch, s_code (-cwd), "exec: cwd \"%.200s\": %s", p, err);
+            return;
+        }
+    }
+    char **env = NULL;
+    size_t nenv = 0;
+    const char *eerr = NULL;
+    if (s_env_arg (req, &env, &nenv, &eerr)) {
+        if (cwd >= 0)
+            close (cwd);
+        s_refuse (self, ch, "EINVAL", "exec: %s", eerr);
+        return;
+    }
+    char err [256];
+    int rc = ah_proc_spawn_exec (&ch->proc, &self->user, self->env.home, cmd,
+                                 cwd >= 0 ? cwd : self->env.home_fd,
+                                 (const char * const *) env, nenv, err, sizeof err);
+    if (cwd >= 0)
+        close (cwd);
+    for (size_t i = 0; i < nenv; i++)
+        free (env [i]);
+    free (env);
+    if (rc) {
+        s_refuse (self, ch, "EIO", "exec: %s", err);
+        return;
+    }
+    ch->kind = K_EXEC;
+    ch->deadline = s_now () + (int64_t) (timeout * 1000.0);
+    s_spawned_reply (self, ch);
+}
+
+static void s_send_exit (ah_sbd_session_t *self, chan_t *ch)
+{
+    ah_proc_close_fds (&ch->proc);
+    ah_msg_t *map = ah_msg_new ("");
+    int st = ch->proc.wstatus;
+    ah_msg_set_int (map, "status", WIFEXITED (st) ? WEXITSTATUS (st) : -1);
+    ah_msg_set_int (map, "signal", WIFSIGNALED (st) ? WTERMSIG (st) : 0);
+    ah_msg_set_bool (map, "timed_out", ch->timed_out);
+    uint8_t *data = NULL;
+    size_t size = 0;
+    if (ah_msg_encode (map, &data, &size) == 0) {
+        s_send_record (self, ch, AH_REC_EXIT, data, size);
+        free (data);
+    }
+    ah_msg_destroy (&map);
+    ch->exit_sent = true;
+    ch->want_fin = true;
+    s_flush (self, ch);
+}
+
+//  ---------------------------------------------------------------------
+//  Received bytes
+
+//  Records from the opener on pty/exec. Returns bytes used.
+static size_t s_records_in (ah_sbd_session_t *self, chan_t *ch, bool *blocked)
+{
+    size_t off = 0;
+    int in_fd = ch->kind == K_PTY ? ch->proc.pty : ch->proc.in;
+    while (off < ch->in_len && !ch->gone) {
+        if (ch->rhlen < 5) {
+            size_t take = 5 - ch->rhlen;
+            if (take > ch->in_len - off)
+                take = ch->in_len - off;
+            memcpy (ch->rhdr + ch->rhlen, ch->in + off, take);
+            ch->rhlen += take;
+            off += take;
+            if (ch->rhlen < 5)
+                break;
+            ch->rkind = ch->rhdr [0];
+            ch->rleft = (uint32_t) ch->rhdr [1] << 24 | (uint32_t) ch->rhdr [2] << 16
+                      | (uint32_t) ch->rhdr [3] << 8 | ch->rhdr [4];
+            ch->rsmall_len = 0;
+            if ((ch->rkind != AH_REC_STDIN && ch->rkind != AH_REC_RESIZE && ch->rkind != AH_REC_EOF)
+            ||  ch->rleft > AH_REC_MAX
+            ||  (ch->rkind == AH_REC_RESIZE && ch->rleft > sizeof ch->rsmall)) {
+                s_reset (self, ch, "malformed record");
+                return off;
+            }
+        }
+        if (ch->rleft > 0) {
+            size_t avail = ch->in_len - off;
+            if (avail > ch->rleft)
+                avail = ch->rleft;
+            if (ch->rkind == AH_REC_STDIN && in_fd >= 0 && !ch->stdin_eof) {
+                ssize_t w = write (in_fd, ch->in + off, avail);
+                if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+                    *blocked = true;
+                    break;
+                }
+                if (w < 0)          //  the reader is gone: drop stdin from now on
+                    w = (ssize_t) avail, ch->stdin_eof = true;
+                off += (size_t) w;
+                ch->rleft -= (uint32_t) w;
+            }
+            else if (ch->rkind == AH_REC_RESIZE) {
+                memcpy (ch->rsmall + ch->rsmall_len, ch->in + off, avail);
+                ch->rsmall_len += avail;
+                off += avail;
+                ch->rleft -= (uint32_t) avail;
+            }
+            else {                  //  stdin closed, or EOF with a payload
+                off += avail;
+                ch->rleft -= (uint32_t) avail;
+            }
+            if (ch->rleft > 0)
+                continue;
+        }
+        //  A whole record.
+        if (ch->rkind == AH_REC_RESIZE && ch->kind == K_PTY && ch->proc.pty >= 0) {
+            char *err = NULL;
+            ah_msg_t *m = ah_msg_decode ("", ch->rsmall, ch->rsmall_len, &err);
+            int64_t cols = m ? ah_msg_int (m, "cols", 0) : 0, rows = m ? ah_msg_int (m, "rows", 0) : 0;
+            if (cols >= 1 && cols <= 1000 && rows >= 1 && rows <= 1000) {
+                struct winsize ws = { .ws_row = (unsigned short) rows, .ws_col = (unsigned short) cols };
+                ioctl (ch->proc.pty, TIOCSWINSZ, &ws);
+            }
+            else
+                ah_debug ("sandboxd", "stream %u: resize ignored (%s)", ch->id, err ? err : "out of range");
+            free (err);
+            ah_msg_destroy (&m);
+        }
+        else if (ch->rkind == AH_REC_EOF && ch->kind == K_EXEC)
+            ch->stdin_eof = true;
+        ch->rhlen = 0;
+    }
+    return off;
+}
+
+//  Use what sits in ch->in; give yamux back the bytes used.
+static void s_process_in (ah_sbd_session_t *self, chan_t *ch)
+{
+    size_t used = 0;
+    bool blocked = false;
+    if (ch->kind == K_NEW) {
+        //  handled in s_header_in
+        return;
+    }
+    if (ch->kind == K_FS_WRITE) {
+        while (used < ch->in_len) {
+            if (ch->write_errno) {
+                used = ch->in_len;          //  drain; the trailer reports it
+                break;
+            }
+            ssize_t w = write (ch->file, ch->in + used, ch->in_len - used);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0) {
+                ch->write_errno = errno;
+                continue;
+            }
+            used += (size_t) w;
+            ch->done += (uint64_t) w;
+        }
+    }
+    else if (ch->kind == K_PTY || ch->kind == K_EXEC)
+        used = s_records_in (self, ch, &blocked);
+    else
+        used = ch->in_len;                  //  nothing expected: discard
+    if (ch->gone)
+        return;
+    if (used) {
+        memmove (ch->in, ch->in + used, ch->in_len - used);
+        ch->in_len -= used;
+        ah_yamux_consumed (self->yamux, ch->id, used);
+    }
+    if (ch->kind == K_EXEC && ch->in_len == 0 && (ch->stdin_eof || ch->peer_eof)
+    &&  ch->proc.in >= 0) {
+        close (ch->proc.in);
+        ch->proc.in = -1;
+    }
+}
+
+//  Whether key holds a str with a NUL inside (ah_msg_str would cut it):
+//  look at the raw header, which is at most AH_CHAN_HEADER_MAX bytes.
+static bool s_str_has_nul (const uint8_t *raw, size_t len, const char *key)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init (&u);
+    bool nul = false;
+    if (msgpack_unpack_next (&u, (const char *) raw, len, NULL) == MSGPACK_UNPACK_SUCCESS
+    &&  u.data.type == MSGPACK_OBJECT_MAP) {
+        size_t kl = strlen (key);
+        for (uint32_t i = 0; i < u.data.via.map.size; i++) {
+            msgpack_object *k = &u.data.via.map.ptr [i].key;
+            msgpack_object *v = &u.data.via.map.ptr [i].val;
+            if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl
+            &&  memcmp (k->via.str.ptr, key, kl) == 0 && v->type == MSGPACK_OBJECT_STR
+            &&  memchr (v->via.str.ptr, 0, v->via.str.size))
+                nul = true;
+        }
+    }
+    msgpack_unpacked_destroy (&u);
+    return nul;
+}
+
+static int s_path_arg (const ah_msg_t *req, const char *key, const uint8_t *raw, size_t raw_len,
+                       const char **path, size_t *len, bool required)
+{
+    *path = ah_msg_str (req, key);
+    if (!*path)
+        return -1;
+    if (s_str_has_nul (raw, raw_len, key))
+        return -2;
+    *len = strlen (*path);
+    (void) required;
+    return 0;
+}
+
+static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
+                        const uint8_t *raw, size_t raw_len)
+{
+    const char *name = ah_msg_str (req, "ch");
+    if (!name) {
+        s_refuse (self, ch, "EPROTO", "the header has no \"ch\" string");
+        return;
+    }
+    if (strcmp (name, "hello") == 0) {
+        s_hello (self, ch, req);
+        return;
+    }
+    if (!self->hello_done) {
+        s_refuse (self, ch, "EPROTO", "channel \"%.64s\" before hello", name);
+        return;
+    }
+    if (strcmp (name, "ping") == 0)
+        s_ok (self, ch);
+    else if (strcmp (name, "stats") == 0)
+        s_stats (self, ch);
+    else if (strcmp (name, "pty") == 0)
+        s_pty (self, ch, req);
+    else if (strcmp (name, "exec") == 0)
+        s_exec (self, ch, req, raw, raw_len);
+    else if (strncmp (name, "fs.", 3) == 0) {
+        const char *path;
+        size_t plen = 0;
+        int rc = s_path_arg (req, "path", raw, raw_len, &path, &plen, true);
+        if (rc == -1) {
+            s_refuse (self, ch, "EINVAL", "%.16s: \"path\" (a string) is required", name);
+            return;
+        }
+        if (rc == -2) {
+            s_refuse (self, ch, "EINVAL", "%.16s: path contains a NUL byte", name);
+            return;
+        }
+        if (strcmp (name, "fs.list") == 0)
+            s_fs_list (self, ch, path, plen);
+        else if (strcmp (name, "fs.read") == 0)
+            s_fs_read (self, ch, path, plen);
+        else if (strcmp (name, "fs.write") == 0)
+            s_fs_write (self, ch, req, path, plen);
+        else if (strcmp (name, "fs.mkdir") == 0)
+            s_fs_mkdir (self, ch, req, path, plen);
+        else if (strcmp (name, "fs.remove") == 0)
+            s_fs_remove (self, ch, req, path, plen);
+        else
+            s_refuse (self, ch, "EPROTO", "unknown channel \"%.64s\"", name);
+    }
+    else
+        s_refuse (self, ch, "EPROTO", "unknown channel \"%.64s\"", name);
+}
+
+static void s_header_in (ah_sbd_session_t *self, chan_t *ch)
+{
+    ah_msg_t *req = NULL;
+    size_t used = 0;
+    const char *err = NULL;
+    int rc = ah_chan_header_decode (ch->in, ch->in_len, &req, &used, &err);
+    if (rc == 0)
+        return;
+    if (rc < 0) {
+        s_refuse (self, ch, "EPROTO", "malformed channel header: %s", err ? err : "?");
+        s_reset (self, ch, "malformed header");
+        return;
+    }
+    //  Keep the raw map until dispatch has looked at it (NUL checks).
+    uint8_t *raw = malloc (used);
+    size_t raw_len = used > 4 ? used - 4 : 0;
+    if (raw)
+        memcpy (raw, ch->in, used);
+    memmove (ch->in, ch->in + used, ch->in_len - used);
+    ch->in_len -= used;
+    ah_yamux_consumed (self->yamux, ch->id, used);
+    s_dispatch (self, ch, req, raw ? raw + 4 : (const uint8_t *) "", raw ? raw_len : 0);
+    free (raw);
+    ah_msg_destroy (&req);
+    if (!ch->gone)
+        s_process_in (self, ch);
+}
+
+//  ---------------------------------------------------------------------
+//  yamux callbacks
+
+static void s_y_output (void *ud, const uint8_t *data, size_t size)
+{
+    ah_sbd_session_t *self = ud;
+    self->env.output (self->env.ud, data, size);
+}
+
+static void s_y_open (void *ud, uint32_t id)
+{
+    ah_sbd_session_t *self = ud;
+    chan_t *ch = calloc (1, sizeof *ch);
+    if (!ch) {
+        ah_yamux_reset (self->yamux, id);
+        return;
+    }
+    ch->id = id;
+    ch->kind = K_NEW;
+    ch->file = ch->dir = -1;
+    ah_proc_init (&ch->proc);
+    ch->next = self->chans;
+    self->chans = ch;
+}
+
+static void s_y_data (void *ud, uint32_t id, const uint8_t *data, size_t size)
+{
+    ah_sbd_session_t *self = ud;
+    chan_t *ch = s_find (self, id);
+    if (!ch) {
+        ah_yamux_consumed (self->yamux, id, size);
+        return;
+    }
+    if (ch->in_len + size > S_IN_MAX) {
+        s_reset (self, ch, "more unconsumed data than the window allows");
+        return;
+    }
+    if (!ch->in) {
+        ch->in = malloc (S_IN_MAX);
+        if (!ch->in) {
+            s_reset (self, ch, "out of memory");
+            return;
+        }
+    }
+    memcpy (ch->in + ch->in_len, data, size);
+    ch->in_len += size;
+    if (ch->kind == K_NEW)
+        s_header_in (self, ch);
+    else
+        s_process_in (self, ch);
+}
+
+static void s_y_eof (void *ud, uint32_t id)
+{
+    ah_sbd_session_t *self = ud;
+    chan_t *ch = s_find (self, id);
+    if (!ch)
+        return;
+    ch->peer_eof = true;
+    if (ch->kind == K_NEW) {
+        s_refuse (self, ch, "EPROTO", "stream ended before a complete header");
+        return;
+    }
+    if (ch->kind == K_FS_WRITE) {
+        s_process_in (self, ch);
+        if (!ch->gone && ch->kind == K_FS_WRITE)
+            s_fs_write_finish (self, ch);
+    }
+    else if (ch->kind == K_PTY && ch->proc.pid > 0 && !ch->proc.exited) {
+        kill (-ch->proc.pid, SIGHUP);
+        ch->kill_at = s_now () + S_HUP_KILL_MS;
+    }
+    else if (ch->kind == K_EXEC)
+        s_process_in (self, ch);
+}
+
+static void s_y_closed (void *ud, uint32_t id, bool reset)
+{
+    ah_sbd_session_t *self = ud;
+    chan_t *ch = s_find (self, id);
+    if (!ch)
+        return;
+    if (reset)
+        ah_debug ("sandboxd", "stream %u reset by the server", id);
+    s_release (self, ch);
+    ch->gone = true;
+}
+
+static void s_y_writable (void *ud, uint32_t id)
+{
+    ah_sbd_session_t *self = ud;
+    chan_t *ch = s_find (self, id);
+    if (ch)
+        s_flush (self, ch);
+}
+
+static void s_y_pong (void *ud, uint32_t opaque)
+{
+    ah_sbd_session_t *self = ud;
+    self->last_pong = s_now ();
+}
+
+static void s_y_goaway (void *ud, uint32_t code)
+{
+    ah_sbd_session_t *self = ud;
+    self->goaway = true;
+    ah_info ("sandboxd", "server sent go away (code %u)", code);
+}
+
+//  ---------------------------------------------------------------------
+//  Session
+
+ah_sbd_session_t *ah_sbd_session_new (const ah_sbd_env_t *env)
+{
+    ah_sbd_session_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->env = *env;
+    ah_yamux_callbacks_t cb = {
+        .output = s_y_output, .on_open = s_y_open, .on_data = s_y_data,
+        .on_eof = s_y_eof, .on_closed = s_y_closed, .on_writable = s_y_writable,
+        .on_pong = s_y_pong, .on_goaway = s_y_goaway,
+    };
+    //  The server opens every stream: it is the yamux client (odd ids).
+    self->yamux = ah_yamux_new (false, &cb, self);
+    self->buf = malloc (S_CHUNK);
+    if (!self->yamux || !self->buf) {
+        ah_sbd_session_destroy (&self);
+        return NULL;
+    }
+    ah_proc_user_resolve (&self->user, env->switch_user, env->home);
+    self->last_pong = s_now ();
+    self->next_ping = self->last_pong + AH_SBD_PING_MS;
+    return self;
+}
+
+void ah_sbd_session_destroy (ah_sbd_session_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    ah_sbd_session_t *self = *self_p;
+    chan_t *ch = self->chans;
+    while (ch) {
+        chan_t *next = ch->next;
+        s_release (self, ch);
+        s_free (ch);
+        ch = next;
+    }
+    ah_yamux_destroy (&self->yamux);
+    free (self->pfd);
+    free (self->slot);
+    free (self->buf);
+    free (self);
+    *self_p = NULL;
+}
+
+int ah_sbd_session_input (ah_sbd_session_t *self, const uint8_t *data, size_t size, const char **err)
+{
+    int rc = ah_yamux_input (self->yamux, data, size, err);
+    if (rc < 0 && !self->dead) {
+        snprintf (self->dead_buf, sizeof self->dead_buf, "yamux protocol error: %s", *err ? *err : "?");
+        self->dead = self->dead_buf;
+    }
+    return rc;
+}
+
+static void s_add_fd (ah_sbd_session_t *self, int fd, short events, chan_t *ch, role_t role)
+{
+    if (self->pn == (int) self->pcap) {
+        size_t cap = self->pcap ? self->pcap * 2 : 64;
+        struct pollfd *p = realloc (self->pfd, cap * sizeof *p);
+        if (!p)
+            return;
+        self->pfd = p;
+        slot_t *s = realloc (self->slot, cap * sizeof *s);
+        if (!s)
+            return;
+        self->slot = s;
+        self->pcap = cap;
+    }
+    self->pfd [self->pn] = (struct pollfd) { .fd = fd, .events = events };
+    self->slot [self->pn] = (slot_t) { ch, role };
+    self->pn++;
+}
+
+static void s_lower (int *timeout, int64_t at, int64_t now)
+{
+    if (at <= 0)
+        return;
+    int64_t d = at > now ? at - now : 0;
+    if (d > 60000)
+        d = 60000;
+    if (*timeout < 0 || d < *timeout)
+        *timeout = (int) d;
+}
+
+struct pollfd *ah_sbd_session_poll_prepare (ah_sbd_session_t *self, int reserve,
+                                            int *n, int *timeout_ms)
+{
+    self->pn = 0;
+    self->reserve = reserve;
+    for (int i = 0; i < reserve; i++)
+        s_add_fd (self, -1, 0, NULL, R_PTY);
+    int64_t now = s_now ();
+    bool room = self->env.backlog (self->env.ud) < AH_SBD_BACKLOG_MAX;
+    s_lower (timeout_ms, self->next_ping, now);
+    for (chan_t *ch = self->chans; ch; ch = ch->next) {
+        if (ch->gone)
+            continue;
+        uint32_t win = ah_yamux_send_window (self->yamux, ch->id);
+        bool can_send = room && s_out_idle (ch) && win > 5 && !ch->exit_sent;
+        if (ch->kind == K_PTY || ch->kind == K_EXEC) {
+            int outfd = ch->kind == K_PTY ? ch->proc.pty : ch->proc.out;
+            if (outfd >= 0 && can_send)
+                s_add_fd (self, outfd, POLLIN, ch, ch->kind == K_PTY ? R_PTY : R_OUT);
+            if (ch->kind == K_EXEC && ch->proc.err >= 0 && can_send)
+                s_add_fd (self, ch->proc.err, POLLIN, ch, R_ERR);
+            int infd = ch->kind == K_PTY ? ch->proc.pty : ch->proc.in;
+            if (infd >= 0 && ch->in_len > 0)
+                s_add_fd (self, infd, POLLOUT, ch, R_IN);
+            if (ch->proc.pidfd >= 0 && !ch->proc.exited)
+                s_add_fd (self, ch->proc.pidfd, POLLIN, ch, R_PIDFD);
+            else if (!ch->proc.exited)
+                s_lower (timeout_ms, now + 100, now);   //  no pidfd: look every 100 ms
+            if (!ch->proc.exited) {
+                s_lower (timeout_ms, ch->deadline, now);
+                s_lower (timeout_ms, ch->kill_at, now);
+            }
+            else if (!ch->exit_sent)
+                s_lower (timeout_ms, ch->exit_at + S_EXIT_GRACE_MS, now);
+        }
+        else if (ch->kind == K_FS_READ && can_send && ch->file >= 0)
+            *timeout_ms = 0;        //  a regular file is always readable
+    }
+    *n = self->pn;
+    return self->pfd;
+}
+
+//  Read a pty or pipe into a record while the window allows.
+static void s_pump_fd (ah_sbd_session_t *self, chan_t *ch, int *fdp, uint8_t kind)
+{
+    uint32_t win = ah_yamux_send_window (self->yamux, ch->id);
+    if (*fdp < 0 || win <= 5 || !s_out_idle (ch))
+        return;
+    size_t want = win - 5;
+    if (want > S_CHUNK)
+        want = S_CHUNK;
+    ssize_t r = read (*fdp, self->buf, want);
+    if (r > 0) {
+        s_send_record (self, ch, kind, self->buf, (size_t) r);
+        return;
+    }
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    //  EOF, or EIO from a pty whose last slave closed.
+    if (ch->kind == K_PTY) {
+        close (*fdp);
+        *fdp = -1;
+    }
+    else {
+        close (*fdp);
+        *fdp = -1;
+    }
+}
+
+static void s_check_exit (ah_sbd_session_t *self, chan_t *ch)
+{
+    if (!ch->proc.exited) {
+        int64_t ns = 0;
+        if (ah_proc_poll_exit (&ch->proc, &ns)) {
+            if (self->env.reaped_ns)
+                *self->env.reaped_ns += ns;
+            ch->exit_at = s_now ();
+        }
+    }
+}
+
+static void s_timers (ah_sbd_session_t *self, chan_t *ch, int64_t now)
+{
+    if (ch->kind != K_PTY && ch->kind != K_EXEC)
+        return;
+    if (ch->proc.pidfd < 0)
+        s_check_exit (self, ch);
+    if (!ch->proc.exited) {
+        if (ch->deadline && now >= ch->deadline && !ch->timed_out) {
+            ch->timed_out = true;
+            kill (-ch->proc.pid, SIGKILL);
+            ah_debug ("sandboxd", "stream %u: exec timed out, process group %d killed",
+                      ch->id, (int) ch->proc.pid);
+        }
+        if (ch->kill_at && now >= ch->kill_at) {
+            kill (-ch->proc.pid, SIGKILL);
+            ch->kill_at = 0;
+        }
+        return;
+    }
+    if (ch->exit_sent)
+        return;
+    bool out_open = ch->kind == K_PTY ? ch->proc.pty >= 0
+                  : ch->proc.out >= 0 || ch->proc.err >= 0;
+    if (!out_open) {
+        if (s_out_idle (ch))
+            s_send_exit (self, ch);
+        return;
+    }
+    //  Exited but something (a background job) still holds the output
+    //  open: after the grace period, send what is readable now and end.
+    if (now >= ch->exit_at + S_EXIT_GRACE_MS && s_out_idle (ch)
+    &&  ah_yamux_send_window (self->yamux, ch->id) > 5) {
+        if (ch->kind == K_PTY)
+            s_pump_fd (self, ch, &ch->proc.pty, AH_REC_STDOUT);
+        else {
+            s_pump_fd (self, ch, &ch->proc.out, AH_REC_STDOUT);
+            if (s_out_idle (ch))
+                s_pump_fd (self, ch, &ch->proc.err, AH_REC_STDERR);
+        }
+        if (s_out_idle (ch))
+            s_send_exit (self, ch);
+    }
+}
+
+void ah_sbd_session_service (ah_sbd_session_t *self)
+{
+    for (int i = self->reserve; i < self->pn; i++) {
+        slot_t *s = &self->slot [i];
+        if (!s->ch || s->ch->gone || !self->pfd [i].revents)
+            continue;
+        chan_t *ch = s->ch;
+        switch (s->role) {
+            case R_PTY: s_pump_fd (self, ch, &ch->proc.pty, AH_REC_STDOUT); break;
+            case R_OUT: s_pump_fd (self, ch, &ch->proc.out, AH_REC_STDOUT); break;
+            case R_ERR:
+                if (s_out_idle (ch))
+                    s_pump_fd (self, ch, &ch->proc.err, AH_REC_STDERR);
+                break;
+            case R_IN: s_process_in (self, ch); break;
+            case R_PIDFD: s_check_exit (self, ch); break;
+        }
+    }
+    int64_t now = s_now ();
+    for (chan_t *ch = self->chans; ch; ch = ch->next) {
+        if (ch->gone)
+            continue;
+        s_flush (self, ch);
+        if (ch->kind == K_FS_READ)
+            s_fs_read_pump (self, ch);
+        s_timers (self, ch, now);
+    }
+    //  Sweep the channels yamux is done with.
+    chan_t **pp = &self->chans;
+    while (*pp) {
+        chan_t *ch = *pp;
+        if (ch->gone) {
+            *pp = ch->next;
+            s_release (self, ch);
+            s_free (ch);
+        }
+        else
+            pp = &ch->next;
+    }
+    self->pn = 0;       //  slots point at freed channels now
+    if (now >= self->next_ping) {
+        ah_yamux_ping (self->yamux, ++self->ping_seq);
+        self->next_ping = now + AH_SBD_PING_MS;
+    }
+    if (now - self->last_pong > AH_SBD_DEAD_MS && !self->dead)
+        self->dead = "no answer to yamux pings for 45 s";
+}
+
+void ah_sbd_session_reaped (ah_sbd_session_t *self, pid_t pid, int wstatus)
+{
+    for (chan_t *ch = self->chans; ch; ch = ch->next)
+        if (ch->proc.pid == pid && !ch->proc.exited) {
+            ch->proc.exited = ch->proc.reaped = true;
+            ch->proc.wstatus = wstatus;
+            ch->exit_at = s_now ();
+        }
+}
+
+void ah_sbd_session_goaway (ah_sbd_session_t *self)
+{
+    ah_yamux_goaway (self->yamux, AH_YAMUX_GOAWAY_NORMAL);
+}
+
+const char *ah_sbd_session_dead (ah_sbd_session_t *self)
+{
+    return self->dead;
+}

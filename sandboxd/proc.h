@@ -1,0 +1,61 @@
+/*  sandboxd/proc.h: starting, watching and ending the processes of the pty
+    and exec channels; the sandbox user; CPU accounting for stats.
+
+    Children are started with fork (forkpty for terminals), and between
+    fork and execve do only async-signal-safe things: the process may be
+    the server itself (in-process mode), with other threads running. Every
+    fd we open is O_CLOEXEC and the child also closes everything above 2
+    (close_range), so no other instance's sockets leak into it. Exits are
+    watched through a pidfd (pidfd_open, Linux 5.3+) so the loop sleeps in
+    poll; without one the loop looks every 100 ms. A child's process group
+    is its own (setsid for terminals, setpgid for exec): killing a channel
+    kills the group.                                                    */
+#ifndef AH_SANDBOXD_PROC_H
+#define AH_SANDBOXD_PROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct {
+    char  name [64];            //  reported by hello
+    bool  switch_to;            //  setuid/setgid to uid/gid in children
+    uid_t uid;
+    gid_t gid;
+    char  shell [256];          //  login shell (exists), else /bin/sh
+} ah_proc_user_t;
+
+//  The `agent` account when switch_user, we are root and /etc/passwd has
+//  it; else the current user (name from /etc/passwd, or "uid N").
+void ah_proc_user_resolve (ah_proc_user_t *u, bool switch_user, const char *home);
+
+typedef struct {
+    pid_t pid;                  //  0 none
+    int   pidfd;                //  -1 none
+    int   pty;                  //  terminal master (pty channel)
+    int   in, out, err;         //  pipes (exec channel)
+    bool  exited;
+    bool  reaped;
+    int   wstatus;
+} ah_proc_t;
+
+void ah_proc_init (ah_proc_t *p);
+
+//  Login shell on a new pty, in home, as u. 0, or -1 with err.
+int ah_proc_spawn_pty (ah_proc_t *p, const ah_proc_user_t *u, const char *home,
+                       const char *term, unsigned short cols, unsigned short rows,
+                       char *err, size_t err_size);
+//  /bin/sh -c cmd with pipes, in cwd_fd, as u, env entries added ("K=V").
+int ah_proc_spawn_exec (ah_proc_t *p, const ah_proc_user_t *u, const char *home,
+                        const char *cmd, int cwd_fd, const char * const *env, size_t nenv,
+                        char *err, size_t err_size);
+
+//  Reap if it has exited: true when it just did (*cpu_ns: its CPU time).
+bool ah_proc_poll_exit (ah_proc_t *p, int64_t *cpu_ns);
+//  Kill the process group (if still running) and reap. Returns CPU ns.
+int64_t ah_proc_kill_reap (ah_proc_t *p);
+//  Close pty, pipes and pidfd.
+void ah_proc_close_fds (ah_proc_t *p);
+
+#endif
