@@ -22,6 +22,7 @@
 #define CACHE_BUCKETS   64
 #define BEGIN_RETRIES   20          //  on top of busy_timeout, each after a short sleep
 #define BUSY_TIMEOUT_MS 5000
+#define CACHE_WARN      512         //  more distinct statements than any actor should have
 
 typedef struct s_cached_t {
     char *sql;
@@ -34,6 +35,7 @@ struct ah_store_t {
     char *path;
     s_cached_t *cache [CACHE_BUCKETS];
     char *error;                    //  last error: what failed, the SQL, sqlite3_errmsg
+    size_t cached;                  //  statements in the cache
 };
 
 static uint32_t s_hash (const char *text)
@@ -298,6 +300,11 @@ sqlite3_stmt *ah_store_prepare (ah_store_t *self, const char *sql)
     entry->stmt = stmt;
     entry->next = self->cache [bucket];
     self->cache [bucket] = entry;
+    //  Entries are never evicted (a caller may be stepping any of them), so
+    //  SQL built with values inside would grow the cache without end: say so once
+    if (++self->cached == CACHE_WARN)
+        ah_warn ("store", "%zu distinct statements cached on one connection; is SQL being"
+                 " built with values in it instead of binds? (latest: %s)", self->cached, sql);
     return stmt;
 }
 
