@@ -14,6 +14,9 @@
     thread handles live in a small table guarded by the same mutex.  */
 #include "drivers/fake.h"
 #include "common/log.h"
+#ifdef AH_HAVE_SANDBOXD
+#include "sandboxd/sandboxd.h"
+#endif
 
 #include <dirent.h>
 #include <errno.h>
@@ -30,9 +33,17 @@
 #define ID_MAX      40                  //  drivers/driver.h: at most 40 characters
 #define STATE_MAX   64
 
+//  An in-process sandboxd (AH_HAVE_SANDBOXD), one per running sandbox.
+typedef struct s_instance_t {
+    char id [ID_MAX + 1];
+    void *sandboxd;                     //  ah_sandboxd_t *
+    struct s_instance_t *next;
+} s_instance_t;
+
 typedef struct {
     char *root;                         //  <data_dir>/fake
     pthread_mutex_t lock;               //  guards every call (any worker thread)
+    s_instance_t *instances;            //  under lock
 } fake_t;
 
 static char *s_printf (const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -173,6 +184,50 @@ static int s_set_state (fake_t *self, const char *id, const char *state, char **
     if (s_injected (self, agent_id, op, err)) \
         goto out;
 
+//  Stop the agent's in-process sandboxd, if one runs (lock held).
+static void s_instance_stop (fake_t *self, const char *id)
+{
+    for (s_instance_t **p = &self->instances; *p; p = &(*p)->next)
+        if (strcmp ((*p)->id, id) == 0) {
+            s_instance_t *gone = *p;
+            *p = gone->next;
+#ifdef AH_HAVE_SANDBOXD
+            ah_sandboxd_t *sd = gone->sandboxd;
+            ah_sandboxd_stop (&sd);
+#endif
+            free (gone);
+            return;
+        }
+}
+
+//  Run sandboxd in-process on the sandbox's boot.json and home (lock held).
+//  Without the sandboxd library a start only records "running".
+static int s_instance_start (fake_t *self, const char *id, char **err)
+{
+    s_instance_stop (self, id);
+#ifdef AH_HAVE_SANDBOXD
+    char *boot = s_path (self, id, "boot.json"), *home = s_path (self, id, "home");
+    s_instance_t *inst = calloc (1, sizeof *inst);
+    ah_sandboxd_opts_t opts = { .boot_path = boot, .home = home, .switch_user = false,
+                                .stats = AH_SANDBOXD_STATS_TREE };
+    if (inst && boot && home)
+        inst->sandboxd = ah_sandboxd_start (&opts);
+    free (boot);
+    free (home);
+    if (!inst || !inst->sandboxd) {
+        free (inst);
+        s_set_err (err, s_printf ("fake: cannot run sandboxd for %s (see the log)", id));
+        return -1;
+    }
+    snprintf (inst->id, sizeof inst->id, "%s", id);
+    inst->next = self->instances;
+    self->instances = inst;
+#else
+    (void) self; (void) id; (void) err;
+#endif
+    return 0;
+}
+
 static int s_make (fake_t *self, const ah_sandbox_spec_t *spec, char **err)
 {
     const char *agent_id = spec->agent_id;
@@ -231,7 +286,8 @@ static int s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     }
     free (path);
     free (json);
-    rc = s_set_state (self, agent_id, "running", err);
+    if (s_instance_start (self, agent_id, err) == 0)
+        rc = s_set_state (self, agent_id, "running", err);
 out:
     pthread_mutex_unlock (&self->lock);
     return rc;
@@ -249,6 +305,7 @@ static int s_stop (ah_driver_t *driver, const char *agent_id, char **err)
     if (path)
         s_read_line (path, line, sizeof line);
     free (path);
+    s_instance_stop (self, agent_id);
     //  Like `docker stop`: the init process ends on SIGTERM, exit 143.
     rc = strcmp (line, "running") == 0 ? s_set_state (self, agent_id, "exited 143", err) : 0;
 out:
@@ -260,7 +317,8 @@ static int s_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char *
 {
     const char *agent_id = spec ? spec->agent_id : NULL;
     ENTER ("rebuild");
-    //  Recreated from the spec; the home (if any) stays.
+    //  Recreated from the spec (stopped); the home (if any) stays.
+    s_instance_stop (self, agent_id);
     rc = s_make (self, spec, err);
 out:
     pthread_mutex_unlock (&self->lock);
@@ -277,6 +335,7 @@ static int s_rm_one (const char *path, const struct stat *st, int type, struct F
 static int s_destroy (ah_driver_t *driver, const char *agent_id, char **err)
 {
     ENTER ("destroy");
+    s_instance_stop (self, agent_id);
     char *dir = s_path (self, agent_id, NULL);
     struct stat st;
     if (!dir)
@@ -367,6 +426,26 @@ out:
     return rc;
 }
 
+#ifdef AH_HAVE_SANDBOXD
+//  In-process sandboxd threads die with the process that ran them: a
+//  sandbox recorded running by a previous server is stopped now (as if
+//  by `docker stop`), and the reconciler/lifecycle see it so.
+static void s_settle (fake_t *self)
+{
+    DIR *dir = opendir (self->root);
+    struct dirent *ent;
+    while (dir && (ent = readdir (dir))) {
+        char line [STATE_MAX] = "";
+        char *path = s_id_ok (ent->d_name) ? s_path (self, ent->d_name, "state") : NULL;
+        if (path && s_read_line (path, line, sizeof line) == 0 && strcmp (line, "running") == 0)
+            s_set_state (self, ent->d_name, "exited 143", NULL);
+        free (path);
+    }
+    if (dir)
+        closedir (dir);
+}
+#endif
+
 static void s_destroy_driver (ah_driver_t **self_p)
 {
     if (!self_p || !*self_p)
@@ -374,6 +453,8 @@ static void s_destroy_driver (ah_driver_t **self_p)
     ah_driver_t *driver = *self_p;
     fake_t *self = driver->impl;
     if (self) {
+        while (self->instances)
+            s_instance_stop (self, self->instances->id);
         pthread_mutex_destroy (&self->lock);
         free (self->root);
         free (self);
@@ -401,7 +482,11 @@ ah_driver_t *ah_fake_driver_new (const ah_config_t *config, char **err)
     pthread_mutex_init (&self->lock, NULL);
     driver->impl = self;
     driver->name = "fake";
+#ifdef AH_HAVE_SANDBOXD
+    driver->waits_for_hello = true;     //  running = sandboxd said hello over the tunnel
+#else
     driver->waits_for_hello = false;
+#endif
     driver->create = s_create;
     driver->start = s_start;
     driver->stop = s_stop;
@@ -416,6 +501,9 @@ ah_driver_t *ah_fake_driver_new (const ah_config_t *config, char **err)
         s_destroy_driver (&driver);
         return NULL;
     }
+#ifdef AH_HAVE_SANDBOXD
+    s_settle (self);
+#endif
     ah_warn ("fake", "the fake driver is for development and tests only: sandboxes are "
              "directories under %s and nothing in them is isolated", self->root);
     return driver;
