@@ -1,0 +1,504 @@
+/*  actors/sleeper.c: the sleeper actor (see sleeper.h).
+
+    DESIGN. One thread (this zactor) owns a DEALER on the bus
+    ("sleeper"), its own store connection (turns and sleep_forecast are
+    its tables; sandboxes and agents it only reads), one Lua state for
+    idle.lua, and a hash of per-agent live facts (terminals, CPU samples,
+    when it was last seen busy). Nothing here blocks: a pass is one
+    SELECT, one policy call per running sandbox and one transaction of
+    forecast rows; stopping is lifecycle's job, asked by message.     */
+#include "actors/sleeper.h"
+#include "common/bus.h"
+#include "common/log.h"
+#include "common/msg.h"
+#include "common/token.h"
+#include "policy/policy.h"
+#include "store/store.h"
+
+#include <math.h>
+#include <string.h>
+
+#define AREA "sleeper"
+
+typedef struct {
+    int     terminals;              //  open terminal sessions (from the api)
+    bool    has_sample;
+    int64_t cpu_ns;                 //  last CPU sample (from the tunnel)
+    int64_t cpu_at_ns;
+    double  cpu_share;              //  share of one core between the last two samples
+    bool    has_share;
+    int64_t busy_at;                //  ms: last time it was found busy or began running
+    bool    stop_sent;              //  asked lifecycle to stop it; cleared on a state change
+} facts_t;
+
+typedef struct {
+    char    id [48];
+    char    name [72];
+    double  idle_minutes;
+    int64_t last_activity;
+    int64_t turns;
+    int64_t turn_end;
+} row_t;
+
+typedef struct {
+    zsock_t     *pipe;
+    zsock_t     *bus;               //  NULL in ah_sleeper_pass_once
+    ah_store_t  *store;
+    ah_policy_t *policy;
+    zhashx_t    *facts;             //  agent id -> facts_t (owned)
+    int64_t      started_ms;
+    int64_t      interval_ms;
+    int64_t      next_check;
+    int64_t      req_seq;
+} self_t;
+
+static facts_t *s_facts (self_t *self, const char *agent_id)
+{
+    facts_t *f = zhashx_lookup (self->facts, agent_id);
+    if (!f) {
+        f = calloc (1, sizeof *f);
+        if (!f)
+            return NULL;
+        zhashx_insert (self->facts, agent_id, f);
+    }
+    return f;
+}
+
+//  Busy at ms: the clock only moves forward (a pass may run on a given clock).
+static void s_touch (facts_t *f, int64_t ms)
+{
+    if (ms > f->busy_at)
+        f->busy_at = ms;
+}
+
+static void s_send (self_t *self, ah_msg_t **msg_p, const char *to)
+{
+    if (!self->bus || ah_msg_send (msg_p, self->bus, to) != 0)
+        ah_msg_destroy (msg_p);
+}
+
+static void s_reply_error (self_t *self, const ah_msg_t *req, int status, const char *text)
+{
+    ah_msg_t *r = ah_msg_reply_error (req, status, "%s", text);
+    s_send (self, &r, ah_msg_peer (req));
+}
+
+static int64_t s_max (int64_t a, int64_t b) { return a > b ? a : b; }
+
+//  Reads the running sandboxes and what the database knows of their use.
+static int s_rows (self_t *self, int64_t now, row_t **rows_p, size_t *count)
+{
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "SELECT s.agent_id, a.name, a.idle_minutes, coalesce(s.last_activity_at, 0),"
+        " (SELECT count(*) FROM turns t WHERE t.agent_id = s.agent_id"
+        "   AND t.ended_at IS NULL AND t.expires_at > :now),"
+        " (SELECT coalesce(max(min(coalesce(t.ended_at, t.expires_at), :now)), 0)"
+        "   FROM turns t WHERE t.agent_id = s.agent_id)"
+        " FROM sandboxes s JOIN agents a ON a.id = s.agent_id WHERE s.state = 'running'");
+    if (!st || ah_store_bind_int64 (st, ":now", now))
+        return -1;
+    size_t n = 0, cap = 64;
+    row_t *rows = malloc (cap * sizeof *rows);
+    int rc;
+    while (rows && (rc = ah_store_step (self->store, st)) == SQLITE_ROW) {
+        if (n == cap) {
+            row_t *more = realloc (rows, 2 * cap * sizeof *rows);
+            if (!more)
+                break;
+            rows = more;
+            cap *= 2;
+        }
+        row_t *r = &rows [n++];
+        snprintf (r->id, sizeof r->id, "%s", (const char *) sqlite3_column_text (st, 0));
+        snprintf (r->name, sizeof r->name, "%s", (const char *) sqlite3_column_text (st, 1));
+        r->idle_minutes = sqlite3_column_double (st, 2);
+        r->last_activity = sqlite3_column_int64 (st, 3);
+        r->turns = sqlite3_column_int64 (st, 4);
+        r->turn_end = sqlite3_column_int64 (st, 5);
+    }
+    sqlite3_reset (st);
+    *rows_p = rows;
+    *count = n;
+    return rows ? 0 : -1;
+}
+
+//  One pass: asks idle.lua about every running sandbox, records the
+//  forecasts, asks lifecycle to stop the idle ones. Returns the idle count.
+static int s_pass (self_t *self, int64_t now, int *checked)
+{
+    ah_policy_reload (self->policy, false);
+    row_t *rows = NULL;
+    size_t n = 0;
+    if (s_rows (self, now, &rows, &n)) {
+        free (rows);
+        return -1;
+    }
+    if (ah_store_begin (self->store)) {
+        free (rows);
+        return -1;
+    }
+    ah_store_exec (self->store, "DELETE FROM sleep_forecast WHERE agent_id NOT IN"
+                   " (SELECT agent_id FROM sandboxes WHERE state = 'running')", NULL);
+    sqlite3_stmt *up = ah_store_prepare (self->store,
+        "INSERT INTO sleep_forecast (agent_id, sleeps_at, why, checked_at)"
+        " VALUES (:id, :sleeps_at, :why, :now) ON CONFLICT (agent_id) DO UPDATE SET"
+        " sleeps_at = excluded.sleeps_at, why = excluded.why, checked_at = excluded.checked_at");
+    int idle = 0;
+    ah_msg_t *sandbox = ah_msg_new ("SANDBOX");
+    ah_msg_t *facts = ah_msg_new ("FACTS");
+    for (size_t i = 0; i < n && up; i++) {
+        row_t *r = &rows [i];
+        facts_t *f = s_facts (self, r->id);
+        if (!f)
+            continue;
+        int64_t last = s_max (s_max (r->last_activity, r->turn_end),
+                              s_max (f->busy_at, self->started_ms));
+        ah_msg_set_str (sandbox, "id", r->id);
+        ah_msg_set_str (sandbox, "name", r->name);
+        ah_msg_set_double (sandbox, "idle_minutes", r->idle_minutes);
+        ah_msg_set_int (facts, "now_ms", now);
+        ah_msg_set_int (facts, "last_activity_ms", last);
+        ah_msg_set_double (facts, "idle_minutes", r->idle_minutes);
+        ah_msg_set_int (facts, "turns", r->turns);
+        ah_msg_set_int (facts, "terminals", f->terminals);
+        if (f->has_share)
+            ah_msg_set_double (facts, "cpu_share", f->cpu_share);
+        else
+            ah_msg_set_nil (facts, "cpu_share");
+        ah_msg_t *verdict = NULL;
+        char *err = NULL;
+        if (ah_policy_call (self->policy, "idle", sandbox, facts, &verdict, &err)) {
+            ah_warn (AREA, "idle.lua failed for agent '%s': %s (it stays awake)", r->name, err);
+            free (err);
+            continue;
+        }
+        bool is_idle = ah_msg_bool (verdict, "idle", false);
+        const char *why = ah_msg_str (verdict, "why");
+        int64_t sleeps_at = (int64_t) ah_msg_double (verdict, "sleeps_at_ms", (double) now);
+        if (why && (streq (why, "turn") || streq (why, "terminal") || streq (why, "cpu")))
+            s_touch (f, now);
+        ah_store_bind_text (up, ":id", r->id);
+        ah_store_bind_int64 (up, ":sleeps_at", sleeps_at);
+        ah_store_bind_text (up, ":why", why);
+        ah_store_bind_int64 (up, ":now", now);
+        ah_store_step (self->store, up);
+        sqlite3_reset (up);
+        if (is_idle) {
+            idle++;
+            if (!f->stop_sent && self->bus) {
+                ah_msg_t *stop = ah_msg_new ("SANDBOX_STOP");
+                ah_msg_set_int (stop, "req", ++self->req_seq);
+                ah_msg_set_str (stop, "agent", r->id);
+                ah_msg_set_str (stop, "reason", "idle");
+                s_send (self, &stop, "lifecycle");
+                ah_info (AREA, "agent '%s' is idle: asked lifecycle to put it to sleep", r->name);
+            }
+            f->stop_sent = true;
+        }
+        ah_msg_destroy (&verdict);
+    }
+    ah_msg_destroy (&sandbox);
+    ah_msg_destroy (&facts);
+    if (ah_store_commit (self->store))
+        ah_store_rollback (self->store);
+    free (rows);
+    if (checked)
+        *checked = (int) n;
+    return idle;
+}
+
+static int s_find_agent (self_t *self, const char *key, char *id, size_t size)
+{
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "SELECT id FROM agents WHERE id = :key OR name = :key");
+    if (!st || ah_store_bind_text (st, ":key", key))
+        return -1;
+    int rc = ah_store_step (self->store, st);
+    if (rc == SQLITE_ROW)
+        snprintf (id, size, "%s", (const char *) sqlite3_column_text (st, 0));
+    sqlite3_reset (st);
+    return rc == SQLITE_ROW ? 0 : -1;
+}
+
+static int64_t s_lease (const ah_msg_t *msg)
+{
+    int64_t lease = ah_msg_int (msg, "lease_ms", AH_SLEEPER_TURN_LEASE_MS);
+    if (lease < 1000) lease = 1000;
+    if (lease > AH_SLEEPER_TURN_LEASE_MAX_MS) lease = AH_SLEEPER_TURN_LEASE_MAX_MS;
+    return lease;
+}
+
+static void s_turn_start (self_t *self, const ah_msg_t *msg)
+{
+    const char *agent = ah_msg_str (msg, "agent");
+    char id [48], turn [20];
+    if (!agent) {
+        s_reply_error (self, msg, 400, "TURN_START needs 'agent' (a string)");
+        return;
+    }
+    if (s_find_agent (self, agent, id, sizeof id)) {
+        char text [160];
+        snprintf (text, sizeof text, "no agent named '%.64s'", agent);
+        s_reply_error (self, msg, 404, text);
+        return;
+    }
+    int64_t now = ah_store_now_ms (), expires = now + s_lease (msg);
+    if (ah_token_id (turn, sizeof turn, 16)) {
+        s_reply_error (self, msg, 500, "no entropy for a turn id");
+        return;
+    }
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "INSERT INTO turns (id, agent_id, started_at, expires_at) VALUES (:id, :agent, :now, :exp)");
+    if (!st || ah_store_bind_text (st, ":id", turn) || ah_store_bind_text (st, ":agent", id)
+    ||  ah_store_bind_int64 (st, ":now", now) || ah_store_bind_int64 (st, ":exp", expires)
+    ||  ah_store_step (self->store, st) != SQLITE_DONE) {
+        if (st) sqlite3_reset (st);
+        s_reply_error (self, msg, 500, "could not record the turn (see the server log)");
+        return;
+    }
+    sqlite3_reset (st);
+    facts_t *f = s_facts (self, id);
+    if (f) {
+        s_touch (f, now);
+        f->stop_sent = false;
+    }
+    ah_msg_t *r = ah_msg_reply_ok (msg);
+    ah_msg_set_int (r, "status", 201);
+    ah_msg_set_str (r, "turn_id", turn);
+    ah_msg_set_str (r, "agent_id", id);
+    ah_msg_set_int (r, "expires_at", expires);
+    s_send (self, &r, ah_msg_peer (msg));
+}
+
+//  TURN_RENEW and TURN_END: one guarded UPDATE on a turn still running.
+static void s_turn_change (self_t *self, const ah_msg_t *msg, bool end)
+{
+    const char *turn = ah_msg_str (msg, "turn_id");
+    if (!turn) {
+        s_reply_error (self, msg, 400, "needs 'turn_id' (a string)");
+        return;
+    }
+    int64_t now = ah_store_now_ms ();
+    sqlite3_stmt *st = ah_store_prepare (self->store, end
+        ? "UPDATE turns SET ended_at = :now WHERE id = :id AND ended_at IS NULL"
+          " AND expires_at > :now RETURNING agent_id, expires_at"
+        : "UPDATE turns SET expires_at = :exp WHERE id = :id AND ended_at IS NULL"
+          " AND expires_at > :now RETURNING agent_id, expires_at");
+    if (!st || ah_store_bind_text (st, ":id", turn) || ah_store_bind_int64 (st, ":now", now)
+    ||  (!end && ah_store_bind_int64 (st, ":exp", now + s_lease (msg)))) {
+        s_reply_error (self, msg, 500, "could not update the turn (see the server log)");
+        return;
+    }
+    int rc = ah_store_step (self->store, st);
+    char agent [48] = "";
+    int64_t expires = 0;
+    if (rc == SQLITE_ROW) {
+        snprintf (agent, sizeof agent, "%s", (const char *) sqlite3_column_text (st, 0));
+        expires = sqlite3_column_int64 (st, 1);
+    }
+    sqlite3_reset (st);
+    if (rc != SQLITE_ROW) {
+        char text [160];
+        snprintf (text, sizeof text, "no running turn '%.32s' (it ended, its lease expired, or it never was)", turn);
+        s_reply_error (self, msg, 404, text);
+        return;
+    }
+    facts_t *f = s_facts (self, agent);
+    if (f)
+        s_touch (f, now);
+    ah_msg_t *r = ah_msg_reply_ok (msg);
+    ah_msg_set_str (r, "turn_id", turn);
+    ah_msg_set_str (r, "agent_id", agent);
+    ah_msg_set_int (r, "expires_at", expires);
+    s_send (self, &r, ah_msg_peer (msg));
+}
+
+static void s_state (self_t *self, const ah_msg_t *msg)
+{
+    const char *agent = ah_msg_str (msg, "agent_id"), *state = ah_msg_str (msg, "state");
+    if (!agent || !state)
+        return;
+    if (streq (state, "destroyed")) {
+        zhashx_delete (self->facts, agent);
+        return;
+    }
+    facts_t *f = s_facts (self, agent);
+    if (!f)
+        return;
+    f->stop_sent = false;
+    f->has_sample = false;
+    f->has_share = false;
+    if (streq (state, "running"))
+        s_touch (f, ah_store_now_ms ());    //  the idle clock starts when it runs
+}
+
+static void s_stats (self_t *self, const ah_msg_t *msg)
+{
+    const char *agent = ah_msg_str (msg, "agent_id");
+    int64_t cpu = ah_msg_int (msg, "cpu_ns", -1), at = ah_msg_int (msg, "at_ns", -1);
+    if (!agent || cpu < 0 || at <= 0) {
+        ah_warn (AREA, "AGENT_STATS from '%s' without agent_id, cpu_ns or at_ns: ignored", ah_msg_peer (msg));
+        return;
+    }
+    facts_t *f = s_facts (self, agent);
+    if (!f)
+        return;
+    if (f->has_sample && at > f->cpu_at_ns && cpu >= f->cpu_ns) {
+        f->cpu_share = (double) (cpu - f->cpu_ns) / (double) (at - f->cpu_at_ns);
+        f->has_share = true;
+    }
+    f->has_sample = true;
+    f->cpu_ns = cpu;
+    f->cpu_at_ns = at;
+}
+
+static void s_dispatch (self_t *self)
+{
+    char *err = NULL;
+    ah_msg_t *msg = ah_msg_recv (self->bus, true, &err);
+    if (!msg) {
+        ah_warn (AREA, "dropped a malformed message: %s", err ? err : "?");
+        free (err);
+        return;
+    }
+    const char *type = ah_msg_type (msg);
+    if (streq (type, "TURN_START"))
+        s_turn_start (self, msg);
+    else if (streq (type, "TURN_RENEW"))
+        s_turn_change (self, msg, false);
+    else if (streq (type, "TURN_END"))
+        s_turn_change (self, msg, true);
+    else if (streq (type, "TERMINALS")) {
+        const char *agent = ah_msg_str (msg, "agent_id");
+        facts_t *f = agent ? s_facts (self, agent) : NULL;
+        if (f) {
+            f->terminals = (int) ah_msg_int (msg, "open", 0);
+            s_touch (f, ah_store_now_ms ());
+            f->stop_sent = f->stop_sent && f->terminals == 0;
+        }
+    }
+    else if (streq (type, "AGENT_STATS"))
+        s_stats (self, msg);
+    else if (streq (type, "SANDBOX_STATE"))
+        s_state (self, msg);
+    else if (streq (type, "SLEEPER_CHECK")) {
+        int checked = 0;
+        int64_t now = ah_msg_int (msg, "now_ms", ah_store_now_ms ());
+        int idle = s_pass (self, now, &checked);
+        ah_msg_t *r = idle < 0 ? ah_msg_reply_error (msg, 500, "the sleeper pass failed (see the log)")
+                               : ah_msg_reply_ok (msg);
+        ah_msg_set_int (r, "checked", checked);
+        ah_msg_set_int (r, "idle", idle);
+        s_send (self, &r, ah_msg_peer (msg));
+    }
+    else if (streq (type, "POLICY_RELOAD")) {
+        if (ah_policy_reload (self->policy, true) < 0)
+            ah_warn (AREA, "idle.lua not reloaded, the previous version stays: %s",
+                     ah_policy_error (self->policy));
+    }
+    else if (streq (type, "REPLY")) {
+        if (!ah_msg_bool (msg, "ok", false) && ah_msg_int (msg, "status", 0) != 409)
+            ah_warn (AREA, "%s answered: %s", ah_msg_peer (msg),
+                     ah_msg_str (msg, "error") ? ah_msg_str (msg, "error") : "an error");
+    }
+    else {
+        ah_warn (AREA, "unknown message %s from '%s'", type, ah_msg_peer (msg));
+        if (ah_msg_has (msg, "req")) {
+            char text [128];
+            snprintf (text, sizeof text, "the sleeper does not know %s", type);
+            s_reply_error (self, msg, 400, text);
+        }
+    }
+    ah_msg_destroy (&msg);
+}
+
+static void s_facts_free (void **item)
+{
+    free (*item);
+    *item = NULL;
+}
+
+static void s_self_destroy (self_t *self)
+{
+    ah_policy_destroy (&self->policy);
+    ah_store_close (&self->store);
+    zhashx_destroy (&self->facts);
+    zsock_destroy (&self->bus);
+}
+
+static int s_self_init (self_t *self, const char *db_path, const char *lua_dir, bool bus)
+{
+    char *err = NULL;
+    self->facts = zhashx_new ();
+    zhashx_set_destructor (self->facts, s_facts_free);
+    self->started_ms = ah_store_now_ms ();
+    if (!(self->store = ah_store_open (db_path, false, &err))) {
+        ah_error (AREA, "cannot open %s: %s", db_path, err);
+        free (err);
+        return -1;
+    }
+    if (!(self->policy = ah_policy_new (lua_dir, "idle.lua", AREA, self->store, &err))) {
+        ah_error (AREA, "cannot load idle.lua from %s: %s", lua_dir, err);
+        free (err);
+        return -1;
+    }
+    if (bus && !(self->bus = ah_bus_connect (AREA))) {
+        ah_error (AREA, "cannot connect to the bus");
+        return -1;
+    }
+    return 0;
+}
+
+int ah_sleeper_pass_once (const char *db_path, const char *lua_dir, int64_t now_ms, int *checked)
+{
+    self_t self = { 0 };
+    int rc = -1;
+    if (s_self_init (&self, db_path, lua_dir, false) == 0) {
+        self.started_ms = 0;
+        rc = s_pass (&self, now_ms, checked);
+    }
+    s_self_destroy (&self);
+    return rc;
+}
+
+void ah_sleeper_actor (zsock_t *pipe, void *args)
+{
+    const ah_sleeper_args_t *a = args;
+    self_t self = { .pipe = pipe };
+    if (s_self_init (&self, a->db_path, a->config->lua_dir, true)) {
+        s_self_destroy (&self);
+        zsock_signal (pipe, 1);
+        return;
+    }
+    self.interval_ms = a->check_interval_ms > 0 ? a->check_interval_ms
+                     : (int64_t) llround (a->config->idle_check_interval_s * 1000.0);
+    if (self.interval_ms < 100)
+        self.interval_ms = 100;
+    self.next_check = zclock_mono () + self.interval_ms;
+    zsock_signal (pipe, 0);
+    ah_info (AREA, "checking running sandboxes every %lld ms with idle.lua", (long long) self.interval_ms);
+
+    zpoller_t *poller = zpoller_new (pipe, self.bus, NULL);
+    while (true) {
+        int64_t wait = self.next_check - zclock_mono ();
+        void *which = zpoller_wait (poller, wait > 0 ? (int) wait : 0);
+        if (which == pipe) {
+            char *cmd = zstr_recv (pipe);
+            bool term = !cmd || streq (cmd, "$TERM");
+            zstr_free (&cmd);
+            if (term)
+                break;
+        }
+        else if (which == self.bus)
+            s_dispatch (&self);
+        else if (zpoller_terminated (poller))
+            break;
+        if (zclock_mono () >= self.next_check) {
+            int checked = 0;
+            s_pass (&self, ah_store_now_ms (), &checked);
+            self.next_check = zclock_mono () + self.interval_ms;
+        }
+    }
+    zpoller_destroy (&poller);
+    s_self_destroy (&self);
+}

@@ -1,0 +1,44 @@
+/*  actors/sleeper.h: the sleeper actor (bus name "sleeper").
+
+    Puts idle sandboxes to sleep. Every idle_check_interval it asks the
+    Lua idle policy (lua/idle.lua, idle(sandbox, facts)) about each
+    running sandbox and sends SANDBOX_STOP {reason: "idle"} to lifecycle
+    for the idle ones. It owns the turns table (leases an agent harness
+    holds while it works) and sleep_forecast (when each running sandbox
+    falls asleep and why it is awake), and keeps in memory what only the
+    live server knows: open terminals (TERMINALS from the api) and CPU
+    samples (AGENT_STATS from the tunnel).
+
+    Idle clock: what counts as the last use of a sandbox is the latest of
+    its last_activity_at, the end of its last turn, the last check that
+    found it busy (turn, terminal or CPU), and the moment it was last
+    seen entering running or this actor started: so after a restart the
+    idle clock of running agents starts again.
+
+    Messages in docs/messages.md (sleeper section).                    */
+#ifndef AH_SLEEPER_H
+#define AH_SLEEPER_H
+
+#include <czmq.h>
+#include "server/config.h"
+
+#define AH_SLEEPER_TURN_LEASE_MS      60000     //  default lease of a turn
+#define AH_SLEEPER_TURN_LEASE_MAX_MS  3600000
+
+typedef struct {
+    const ah_config_t *config;      //  borrowed; idle_check_interval_s, lua_dir
+    const char *db_path;            //  the database (opened, not migrated)
+    int64_t check_interval_ms;      //  0: from config
+} ah_sleeper_args_t;
+
+//  zactor body: zactor_new (ah_sleeper_actor, &args). Signals 0 when on
+//  the bus with its database and idle.lua loaded, 1 (after logging why)
+//  otherwise.
+void ah_sleeper_actor (zsock_t *pipe, void *args);
+
+//  One pass without the actor, for the benchmark: evaluates every running
+//  sandbox in db_path with the idle policy in lua_dir; returns how many
+//  were found idle, or -1. (Uses its own connection and policy state.)
+int ah_sleeper_pass_once (const char *db_path, const char *lua_dir, int64_t now_ms, int *checked);
+
+#endif
