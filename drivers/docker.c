@@ -48,6 +48,7 @@ typedef struct {
     pthread_mutex_t lock;               //  guards everything below
     char    api_version [16];           //  "1.41"; "" until negotiated
     bool    server_checked;             //  server container detection done
+    bool    sandboxd_deployed;          //  copied into sandboxd_volume (volume mode)
     char   *server_container;           //  full id when we run in a container, else NULL
     ah_store_t *store;
 } self_t;
@@ -1008,22 +1009,143 @@ s_tar_header (uint8_t *h, const char *name, char type, unsigned mode, size_t siz
     h [155] = ' ';
 }
 
-//  etc/, etc/agenthold/, etc/agenthold/boot.json (root, 0600) and the end
-//  blocks. Caller frees.
+typedef struct {
+    const char *name;
+    char        type;                   //  '0' file, '5' directory
+    unsigned    mode;
+    const void *data;                   //  files
+    size_t      size;
+} tar_entry_t;
+
+//  An in-memory tar of the entries (root-owned) and the end blocks.
+//  Caller frees.
 static uint8_t *
-s_boot_tar (const char *json, size_t *size)
+s_tar (const tar_entry_t *entries, size_t count, size_t *size)
 {
-    size_t jlen = strlen (json);
-    size_t padded = (jlen + 511) / 512 * 512;
-    *size = 512 * 3 + padded + 1024;
+    *size = 1024;
+    for (size_t i = 0; i < count; i++)
+        *size += 512 + (entries [i].size + 511) / 512 * 512;
     uint8_t *tar = calloc (1, *size);
     if (!tar)
         return NULL;
-    s_tar_header (tar, "etc/", '5', 0755, 0);
-    s_tar_header (tar + 512, "etc/agenthold/", '5', 0755, 0);
-    s_tar_header (tar + 1024, "etc/agenthold/boot.json", '0', 0600, jlen);
-    memcpy (tar + 1536, json, jlen);
+    uint8_t *p = tar;
+    for (size_t i = 0; i < count; i++) {
+        s_tar_header (p, entries [i].name, entries [i].type, entries [i].mode, entries [i].size);
+        if (entries [i].size)
+            memcpy (p + 512, entries [i].data, entries [i].size);
+        p += 512 + (entries [i].size + 511) / 512 * 512;
+    }
     return tar;
+}
+
+//  etc/, etc/agenthold/, etc/agenthold/boot.json (root, 0600).
+static uint8_t *
+s_boot_tar (const char *json, size_t *size)
+{
+    tar_entry_t entries [] = {
+        { "etc/", '5', 0755, NULL, 0 },
+        { "etc/agenthold/", '5', 0755, NULL, 0 },
+        { "etc/agenthold/boot.json", '0', 0600, json, strlen (json) },
+    };
+    return s_tar (entries, 3, size);
+}
+
+//  -------------------------------------------------------------------------
+//  sandboxd in a volume (when the server runs in a container and cannot
+//  bind-mount a path of its own): once per driver, copy the server's own
+//  sandboxd into sandbox.docker.sandboxd_volume through a helper container
+//  that is created (mounting the volume read-write) but never started; an
+//  archive PUT on a stopped container writes through its mounts. The copy
+//  replaces the file (new inode), so running sandboxes keep theirs.
+
+#define MAX_SANDBOXD    (256u << 20)
+
+static int
+s_deploy_sandboxd (self_t *self, const char *image, char **err)
+{
+    const ah_config_t *c = self->config;
+    if (self->sandboxd_dir)
+        return 0;                       //  bind mount: nothing to copy
+    pthread_mutex_lock (&self->lock);
+    bool done = self->sandboxd_deployed;
+    pthread_mutex_unlock (&self->lock);
+    if (done)
+        return 0;
+    char *what = s_strdupf ("copying sandboxd (%s) into volume %s", c->sandboxd_path,
+                            c->sandboxd_volume);
+    int rc = -1;
+    char *data = NULL, *body = NULL, *path = NULL, *msg = NULL;
+    uint8_t *tar = NULL;
+    size_t size = 0, tar_size = 0;
+    FILE *f = fopen (c->sandboxd_path, "rb");
+    if (!f) {
+        s_set_err (err, "%s: cannot open it: %s", what, strerror (errno));
+        goto out;
+    }
+    data = malloc (MAX_SANDBOXD);
+    size = data ? fread (data, 1, MAX_SANDBOXD, f) : 0;
+    bool too_big = data && size == MAX_SANDBOXD && fgetc (f) != EOF;
+    fclose (f);
+    if (!data || too_big || size == 0) {
+        s_set_err (err, "%s: %s", what, !data ? "out of memory"
+                   : too_big ? "it is larger than 256 MiB" : "it is empty");
+        goto out;
+    }
+    char helper [MAX_NAME];
+    snprintf (helper, sizeof helper, "%s-sandboxd-copy-%08x", self->prefix, (unsigned) random ());
+    json_t *req = json_pack ("{s:s s:[s] s:b s:o s:{s:[{s:s s:s s:s s:{s:o}}]}}",
+        "Image", image, "Entrypoint", "/opt/agenthold/sandboxd", "NetworkDisabled", 1,
+        "Labels", json_pack ("{s:s s:s}", "agenthold.managed", "true", "agenthold.prefix", self->prefix),
+        "HostConfig", "Mounts", "Type", "volume", "Source", c->sandboxd_volume,
+        "Target", "/opt/agenthold", "VolumeOptions", "Labels",
+        json_pack ("{s:s s:s}", "agenthold.managed", "true", "agenthold.prefix", self->prefix));
+    body = json_dumps (req, JSON_COMPACT);
+    json_decref (req);
+    path = s_strdupf ("/containers/create?name=%s", helper);
+    call_t create = { .what = what, .method = "POST", .body = body, .body_size = body ? strlen (body) : 0 };
+    long st = s_call (self, &create, path, NULL, &msg, err);
+    if (st == 404) {
+        s_set_err (err, "%s: image '%s' (for the helper container) not found (Docker: %s)",
+                   what, image, msg ? msg : "");
+        goto out;
+    }
+    if (st != 201) {
+        if (st > 0)
+            s_status_err (err, what, st, msg);
+        goto out;
+    }
+    tar_entry_t entry = { "sandboxd", '0', 0755, data, size };
+    tar = s_tar (&entry, 1, &tar_size);
+    free (path);
+    path = s_strdupf ("/containers/%s/archive?path=%%2Fopt%%2Fagenthold", helper);
+    call_t put = { .what = what, .method = "PUT", .body = (const char *) tar, .body_size = tar_size,
+                   .content_type = "application/x-tar" };
+    free (msg);
+    msg = NULL;
+    st = tar ? s_call (self, &put, path, NULL, &msg, err) : -1;
+    if (st == 200)
+        rc = 0;
+    else
+    if (st > 0)
+        s_status_err (err, what, st, msg);
+    free (path);
+    path = s_strdupf ("/containers/%s?force=true&v=false", helper);
+    simple_t how = { .method = "DELETE", .ok1 = 204, .ok2 = 200, .absent_ok = true };
+    s_simple (self, &how, "removing the sandboxd copy helper", path, NULL);
+    if (rc == 0) {
+        pthread_mutex_lock (&self->lock);
+        self->sandboxd_deployed = true;
+        pthread_mutex_unlock (&self->lock);
+        ah_info (LOG_AREA, "copied sandboxd (%zu bytes) into volume %s", size, c->sandboxd_volume);
+    }
+out:
+    free (tar);
+    free (msg);
+    free (path);
+    free (body);
+    free (data);
+    free (what);
+    return rc;
 }
 
 //  -------------------------------------------------------------------------
@@ -1049,6 +1171,9 @@ s_make (ah_driver_t *driver, const ah_sandbox_spec_t *spec, bool rebuild, char *
         return -1;
     if (rebuild && s_container_remove (self, spec->agent_id, err))
         return -1;
+    const char *image = spec->image && *spec->image ? spec->image : self->config->default_image;
+    if (image && *image && s_deploy_sandboxd (self, image, err))
+        return -1;
     uint32_t base = s_network_ensure (self, spec->agent_id, err);
     if (!base)
         return -1;
@@ -1065,6 +1190,36 @@ static int
 s_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
 {
     return s_make (driver, spec, true, err);
+}
+
+//  A server restarted with a new sandboxd must deploy it before the first
+//  start too; the helper container uses the sandbox's own image.
+static int
+s_deploy_for_start (self_t *self, const char *container, char **err)
+{
+    pthread_mutex_lock (&self->lock);
+    bool needed = !self->sandboxd_dir && !self->sandboxd_deployed;
+    pthread_mutex_unlock (&self->lock);
+    if (!needed)
+        return 0;
+    char *what = s_strdupf ("starting container %s", container);
+    char *path = s_strdupf ("/containers/%s/json", container);
+    call_t call = { .what = what, .method = "GET" };
+    json_t *j = NULL;
+    char *msg = NULL;
+    long st = s_call (self, &call, path, &j, &msg, err);
+    const char *image = json_string_value (json_object_get (j, "Image"));
+    int rc = -1;
+    if (st == 200 && image)
+        rc = s_deploy_sandboxd (self, image, err);
+    else
+    if (st > 0)
+        s_status_err (err, what, st, msg);
+    json_decref (j);
+    free (msg);
+    free (path);
+    free (what);
+    return rc;
 }
 
 static int
@@ -1091,6 +1246,8 @@ s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
         free (eerr);
         return -1;
     }
+    if (s_deploy_for_start (self, container, err))
+        return -1;
     char *server = s_server_container (self);
     char *host = s_ip_string (base + (server ? 2 : 1));
     free (server);
@@ -1545,6 +1702,11 @@ ah_docker_driver_new (const ah_config_t *config, char **err)
         return NULL;
     }
     bool use_volume = config->sandboxd_volume && *config->sandboxd_volume;
+    if (use_volume && (!config->sandboxd_path || !*config->sandboxd_path)) {
+        s_set_err (err, "sandbox.sandboxd_path is not set: the server copies that file into "
+                   "sandbox.docker.sandboxd_volume '%s'", config->sandboxd_volume);
+        return NULL;
+    }
     if (!use_volume && (!config->sandboxd_path || config->sandboxd_path [0] != '/')) {
         s_set_err (err, "sandbox.sandboxd_path '%s' must be an absolute path (it is bind-mounted "
                    "into every sandbox) unless sandbox.docker.sandboxd_volume is set",

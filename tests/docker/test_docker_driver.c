@@ -144,6 +144,51 @@ s_server_container_mode (eng_fixture_t *fx, char **err)
         d->destroy_driver (&d);
 }
 
+//  sandboxd from a volume the driver fills (the server-in-a-container
+//  deployment): the sandbox runs the copied file, mounted read-only.
+static void
+s_sandboxd_volume_mode (eng_fixture_t *fx, char **err)
+{
+    char vol [128], cname [160];
+    snprintf (vol, sizeof vol, "%s-sandboxd", fx->prefix);
+    snprintf (cname, sizeof cname, "%s-v7", fx->prefix);
+    ah_config_t config = fx->config;
+    config.sandboxd_volume = vol;
+    ah_driver_t *d = ah_docker_driver_new (&config, err);
+    CHECK (d != NULL);
+    if (!d)
+        return;
+    ah_sandbox_spec_t spec = { .agent_id = "v7" };
+    int rc = d->create (d, &spec, err);
+    CHECK (rc == 0);
+    if (rc)
+        fprintf (stderr, "volume mode create: %s\n", *err);
+    ah_boot_t boot = { .agent_id = "v7", .token = "tok-v7", .tunnel_port = 18302 };
+    CHECK (d->start (d, &boot, err) == 0);
+    CHECK (s_wait_running (cname, true));
+    json_t *c = s_inspect_container (cname);
+    size_t i; json_t *m;
+    bool mounted = false;
+    json_array_foreach (json_object_get (c, "Mounts"), i, m) {
+        const char *dest = json_string_value (json_object_get (m, "Destination"));
+        if (dest && !strcmp (dest, "/opt/agenthold"))
+            mounted = !strcmp (json_string_value (json_object_get (m, "Name")), vol)
+                   && json_is_false (json_object_get (m, "RW"));
+    }
+    json_decref (c);
+    CHECK (mounted);
+    int code;
+    char *out = eng_exec (cname, "[\"cat\",\"/opt/agenthold/sandboxd\"]", &code);
+    CHECK (out && strstr (out, "placeholder sandboxd"));
+    free (out);
+    //  Read-only inside.
+    out = eng_exec (cname, "[\"touch\",\"/opt/agenthold/x\"]", &code);
+    CHECK (code != 0);
+    free (out);
+    CHECK (d->destroy (d, "v7", err) == 0);
+    d->destroy_driver (&d);
+}
+
 int
 main (void)
 {
@@ -412,6 +457,7 @@ main (void)
     //  it; detection from /proc/self/mountinfo is the default): it joins
     //  each agent network at .2 and boot.json points there.
     s_server_container_mode (&fx, &err);
+    s_sandboxd_volume_mode (&fx, &err);
 
     //  An unreachable engine: a clear error, fast.
     ah_config_t gone = config;
