@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define MAX_DEPTH 8                 //  nesting of msgpack arguments turned into tables
 
@@ -50,8 +51,16 @@ struct ah_policy_t {
     int64_t budget;
     size_t memory_limit;
     int64_t check_interval_ms;
-    int64_t checked_at;
+    int64_t checked_at;             //  monotonic ms of the last stat
 };
+
+//  Monotonic: a wall clock stepping back must not stop the change checks
+static int64_t s_monotonic_ms (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static char *s_strdupf (const char *fmt, ...)
 {
@@ -485,7 +494,7 @@ int ah_policy_reload (ah_policy_t *self, bool force)
 {
     struct stat st;
     bool changed = s_stat_changed (self, &st);
-    self->checked_at = ah_store_now_ms ();
+    self->checked_at = s_monotonic_ms ();
     if (!changed && !force)
         return 0;
     //  Remember what we looked at, so a broken file is not retried (and
@@ -795,7 +804,7 @@ int ah_policy_call (ah_policy_t *self, const char *function,
             *err = strdup ("policy: bad call");
         return -1;
     }
-    if (ah_store_now_ms () - self->checked_at >= self->check_interval_ms)
+    if (s_monotonic_ms () - self->checked_at >= self->check_interval_ms)
         ah_policy_reload (self, false);         //  failure keeps the version in force
 
     s_state_t *state = self->state;

@@ -124,6 +124,27 @@ static void s_test_shipped_file (void)
     CHECK_STR (config->catalog_path, defaults->catalog_path);
     ah_config_destroy (&defaults);
     ah_config_destroy (&config);
+
+    //  Without a path: etc/agenthold.yaml under the working directory if there is one
+    char here [512];
+    if (getcwd (here, sizeof here) && chdir (AH_SOURCE_DIR) == 0) {
+        setenv ("AGENTHOLD_SANDBOX_DRIVER", "fake", 1);
+        FILE *probe = fopen ("etc/agenthold.yaml", "r");
+        CHECK (probe != NULL);
+        if (probe)
+            fclose (probe);
+        config = ah_config_load (NULL, &err);
+        CHECK (config != NULL);
+        ah_config_destroy (&config);
+        CHECK (chdir (s_dir) == 0);
+        s_write ("sandbox: {driver: docker, max_cpus: 3}\n");   //  not etc/: not read
+        config = ah_config_load (NULL, &err);
+        CHECK (config && config->max_cpus == 8);
+        CHECK (config && strcmp (config->driver, "fake") == 0);
+        ah_config_destroy (&config);
+        unsetenv ("AGENTHOLD_SANDBOX_DRIVER");
+        CHECK (chdir (here) == 0);
+    }
 }
 
 static void s_test_file_values (void)

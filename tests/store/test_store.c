@@ -181,6 +181,51 @@ static void s_test_binds_and_cache (void)
     free (path);
 }
 
+//  Several connections open (and migrate) a fresh file at once, as actors
+//  starting together would: each migration runs once, every open succeeds.
+typedef struct {
+    const char *path;
+    pthread_barrier_t *barrier;
+    int ok;
+} s_opener_t;
+
+static void *s_opener (void *args)
+{
+    s_opener_t *opener = args;
+    pthread_barrier_wait (opener->barrier);
+    char *err = NULL;
+    ah_store_t *store = ah_store_open (opener->path, true, &err);
+    opener->ok = store && ah_store_schema_version (store) == ah_store_latest_version ();
+    if (!store)
+        fprintf (stderr, "  concurrent open: %s\n", err);
+    free (err);
+    ah_store_close (&store);
+    return NULL;
+}
+
+static void s_test_concurrent_open (void)
+{
+    char *path = s_path ("concurrent.db");
+    enum { OPENERS = 4 };
+    pthread_barrier_t barrier;
+    pthread_barrier_init (&barrier, NULL, OPENERS);
+    s_opener_t openers [OPENERS];
+    pthread_t threads [OPENERS];
+    for (int i = 0; i < OPENERS; i++) {
+        openers [i] = (s_opener_t) { path, &barrier, 0 };
+        pthread_create (&threads [i], NULL, s_opener, &openers [i]);
+    }
+    for (int i = 0; i < OPENERS; i++) {
+        pthread_join (threads [i], NULL);
+        CHECK (openers [i].ok);
+    }
+    pthread_barrier_destroy (&barrier);
+    ah_store_t *store = ah_store_open (path, false, NULL);
+    CHECK (store && s_count (store, "SELECT count(*) FROM tenants") == 1);
+    ah_store_close (&store);
+    free (path);
+}
+
 //  Two connections race to move the same sandbox out of 'sleeping'.
 typedef struct {
     const char *path;
@@ -339,6 +384,7 @@ int main (void)
     s_test_migrations ();
     s_test_newer_refused ();
     s_test_binds_and_cache ();
+    s_test_concurrent_open ();
     s_test_guarded_update ();
     s_test_crash ();
     s_test_time ();
