@@ -812,22 +812,29 @@ static void s_repair (self_t *self, const char *agent_id, bool exists, bool runn
         ah_debug (AREA, "observed %s while %s is in flight: the operation decides", row.id, row.op);
         return;
     }
+    //  Driver events follow our own operations too (a rebuild removes the
+    //  container), and may arrive late: a transitional row is left to its
+    //  operation (a sandbox that dies while starting meets the hello
+    //  timeout). Only the start-up pass finishes interrupted operations.
+    if (!startup && s_op_for_state (row.state)) {
+        ah_debug (AREA, "observed %s while %s: ignored", row.id, row.state);
+        return;
+    }
     const char *id = row.id;
     const char *removed = "sandbox container was removed outside agenthold";
     const char *s = row.state;
     char why [160];
-    if (streq (s, "running") || (streq (s, "starting") && !startup)) {
+    if (streq (s, "running")) {
         if (!exists)
-            s_move (self, id, "state IN ('running','starting')", "error", "create", removed);
+            s_move (self, id, "state = 'running'", "error", "create", removed);
         else
         if (!running) {
-            bool by_hand = exit_code == 0 || exit_code == 137 || exit_code == 143;
-            if (by_hand && streq (s, "running"))
+            //  0, SIGKILL, SIGTERM: stopped by hand (docker stop); else it died.
+            if (exit_code == 0 || exit_code == 137 || exit_code == 143)
                 s_move (self, id, "state = 'running'", "sleeping", NULL, NULL);
             else {
-                snprintf (why, sizeof why, "sandbox exited with code %d%s", exit_code,
-                          streq (s, "starting") ? " before sandboxd connected" : "");
-                s_move (self, id, "state IN ('running','starting')", "error", "start", why);
+                snprintf (why, sizeof why, "sandbox exited with code %d", exit_code);
+                s_move (self, id, "state = 'running'", "error", "start", why);
             }
         }
     }
@@ -1330,13 +1337,15 @@ static void s_dispatch (self_t *self)
     ah_msg_destroy (&msg);
 }
 
-//  Transitional rows left by a previous run: look at each through the
-//  driver, then repair (s_repair, startup = true).
+//  Transitional rows left by a previous run, and running ones (which may
+//  have stopped while we were away): look at each through the driver,
+//  then repair (s_repair, startup = true). The reconciler's start-up pass
+//  says the same; whichever comes second finds the row settled.
 static void s_startup_scan (self_t *self)
 {
     sqlite3_stmt *st = ah_store_prepare (self->store,
         "SELECT agent_id FROM sandboxes"
-        " WHERE state IN ('creating','starting','stopping','rebuilding','destroying')");
+        " WHERE state IN ('creating','starting','running','stopping','rebuilding','destroying')");
     if (!st)
         return;
     zlist_t *ids = zlist_new ();
