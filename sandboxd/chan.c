@@ -611,9 +611,15 @@ static int s_mkdir_one (ah_sbd_session_t *self, const char *path, size_t plen, m
     if (mkdirat (dir, leaf, mode) != 0) {
         rc = -errno;
         struct stat st;
-        if (rc == -EEXIST && exist_ok && fstatat (dir, leaf, &st, 0) == 0 && S_ISDIR (st.st_mode))
-            rc = 0;
-        else
+        if (rc == -EEXIST && exist_ok) {
+            //  Existing is fine if it is a directory (or a link to one;
+            //  the next step's walk decides whether that link may be used).
+            if (fstatat (dir, leaf, &st, 0) != 0)
+                rc = -errno;
+            else if (S_ISDIR (st.st_mode))
+                rc = 0;
+        }
+        if (rc)
             *err = strerror (-rc);
     }
     else if (self->user.switch_to) {
@@ -1103,6 +1109,20 @@ static void s_header_in (ah_sbd_session_t *self, chan_t *ch)
     int rc = ah_chan_header_decode (ch->in, ch->in_len, &req, &used, &err);
     if (rc == 0)
         return;
+    if (rc < 0 && err && strstr (err, "NUL") && ch->in_len >= 4) {
+        //  Whole and well-formed but for a NUL inside a string (the codec
+        //  refuses those): a bad argument, most likely a path. Skip it.
+        size_t n = 4 + ((size_t) ch->in [0] << 24 | (size_t) ch->in [1] << 16
+                        | (size_t) ch->in [2] << 8 | ch->in [3]);
+        if (n <= ch->in_len) {
+            memmove (ch->in, ch->in + n, ch->in_len - n);
+            ch->in_len -= n;
+            ah_yamux_consumed (self->yamux, ch->id, n);
+            s_refuse (self, ch, "EINVAL", "a string argument (the path?) holds a NUL byte");
+            s_process_in (self, ch);
+            return;
+        }
+    }
     if (rc < 0) {
         s_refuse (self, ch, "EPROTO", "malformed channel header: %s", err ? err : "?");
         s_reset (self, ch, "malformed header");

@@ -1,0 +1,1003 @@
+/*  tests/sandboxd/test_sandboxd.c: the channel layer of sandboxd, driven
+    in-process over a socketpair by a server-side yamux session in the test
+    (no WebSocket here: tests/sandboxd/test_ws.py covers that layer).
+
+    A real instance (ah_sandboxd_start with raw_transport) serves a real
+    temporary home; the test plays the server: it opens streams, writes
+    headers and records, and checks the replies and the file system.   */
+#include "sandboxd/sandboxd.h"
+#include "proto/channel.h"
+#include "proto/msg.h"
+#include "proto/yamux.h"
+#include "tests/common/check.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <msgpack.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXS 1024
+
+typedef struct {
+    uint32_t id;
+    uint8_t *buf;           //  received, not yet taken by the test
+    size_t   len, cap;
+    size_t   total;         //  bytes received ever
+    bool     eof, closed, reset;
+} tstream_t;
+
+typedef struct {
+    int fd;
+    ah_yamux_t *y;
+    tstream_t s [MAXS];
+    int n;
+    bool hold;              //  do not consume received bytes (slow consumer)
+    bool failed;
+} peer_t;
+
+static int64_t now_ms (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static tstream_t *find (peer_t *p, uint32_t id)
+{
+    for (int i = 0; i < p->n; i++)
+        if (p->s [i].id == id)
+            return &p->s [i];
+    return NULL;
+}
+
+static void cb_output (void *ud, const uint8_t *d, size_t n)
+{
+    peer_t *p = ud;
+    while (n > 0) {
+        ssize_t w = write (p->fd, d, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EAGAIN) {
+            struct pollfd pf = { p->fd, POLLOUT, 0 };
+            poll (&pf, 1, 100);
+            continue;
+        }
+        if (w <= 0) {
+            p->failed = true;
+            return;
+        }
+        d += w;
+        n -= (size_t) w;
+    }
+}
+
+static void cb_data (void *ud, uint32_t id, const uint8_t *d, size_t n)
+{
+    peer_t *p = ud;
+    tstream_t *s = find (p, id);
+    if (!s)
+        return;
+    if (s->len + n > s->cap) {
+        s->cap = (s->len + n) * 2;
+        s->buf = realloc (s->buf, s->cap);
+    }
+    memcpy (s->buf + s->len, d, n);
+    s->len += n;
+    s->total += n;
+    if (!p->hold)
+        ah_yamux_consumed (p->y, id, n);
+}
+
+static void cb_eof (void *ud, uint32_t id)
+{
+    tstream_t *s = find (ud, id);
+    if (s)
+        s->eof = true;
+}
+
+static void cb_closed (void *ud, uint32_t id, bool reset)
+{
+    tstream_t *s = find (ud, id);
+    if (s) {
+        s->closed = true;
+        s->reset = reset;
+    }
+}
+
+//  Read what the socket has (waiting up to ms) and feed it to yamux.
+static void pump (peer_t *p, int ms)
+{
+    struct pollfd pf = { p->fd, POLLIN, 0 };
+    if (poll (&pf, 1, ms) <= 0)
+        return;
+    uint8_t buf [65536];
+    ssize_t r = read (p->fd, buf, sizeof buf);
+    if (r <= 0) {
+        p->failed = true;
+        return;
+    }
+    const char *err = NULL;
+    if (ah_yamux_input (p->y, buf, (size_t) r, &err)) {
+        fprintf (stderr, "test yamux: %s\n", err);
+        p->failed = true;
+    }
+}
+
+static uint32_t open_raw (peer_t *p, const uint8_t *hdr, size_t size)
+{
+    uint32_t id = 0;
+    if (ah_yamux_open (p->y, &id) || p->n == MAXS)
+        return 0;
+    tstream_t *s = &p->s [p->n++];
+    memset (s, 0, sizeof *s);
+    s->id = id;
+    ssize_t w = ah_yamux_write (p->y, id, hdr, size);
+    CHECK (w == (ssize_t) size);
+    return id;
+}
+
+static uint32_t open_chan (peer_t *p, ah_msg_t **req)
+{
+    uint8_t *hdr = NULL;
+    size_t size = 0;
+    CHECK (ah_chan_header_encode (*req, &hdr, &size) == 0);
+    ah_msg_destroy (req);
+    uint32_t id = open_raw (p, hdr, size);
+    free (hdr);
+    return id;
+}
+
+static void take (tstream_t *s, size_t n)
+{
+    memmove (s->buf, s->buf + n, s->len - n);
+    s->len -= n;
+}
+
+//  Wait for a header on stream id (reply or trailer).
+static ah_msg_t *wait_header (peer_t *p, uint32_t id, int ms)
+{
+    int64_t until = now_ms () + ms;
+    tstream_t *s = find (p, id);
+    while (s && now_ms () < until && !p->failed) {
+        ah_msg_t *m = NULL;
+        size_t used = 0;
+        const char *err = NULL;
+        int rc = ah_chan_header_decode (s->buf, s->len, &m, &used, &err);
+        if (rc == 1) {
+            take (s, used);
+            return m;
+        }
+        if (rc < 0 || s->closed)
+            return NULL;
+        pump (p, 50);
+    }
+    return NULL;
+}
+
+static bool wait_until (peer_t *p, bool *flag, int ms)
+{
+    int64_t until = now_ms () + ms;
+    while (!*flag && now_ms () < until && !p->failed)
+        pump (p, 50);
+    return *flag;
+}
+
+static ah_msg_t *req_new (const char *ch)
+{
+    ah_msg_t *m = ah_msg_new ("");
+    ah_msg_set_str (m, "ch", ch);
+    return m;
+}
+
+//  Open a channel that answers in its header alone; return the reply.
+static ah_msg_t *simple (peer_t *p, ah_msg_t *req)
+{
+    uint32_t id = open_chan (p, &req);
+    ah_yamux_close (p->y, id);
+    ah_msg_t *r = wait_header (p, id, 5000);
+    tstream_t *s = find (p, id);
+    if (s)
+        wait_until (p, &s->eof, 5000);
+    return r;
+}
+
+static bool reply_ok (ah_msg_t *r)
+{
+    return r && ah_msg_bool (r, "ok", false);
+}
+
+static const char *reply_code (ah_msg_t *r)
+{
+    return r ? ah_msg_str (r, "code") : NULL;
+}
+
+static char home [PATH_MAX], outside [PATH_MAX], root [PATH_MAX];
+
+static bool file_exists (const char *dir, const char *name)
+{
+    char path [PATH_MAX * 2];
+    snprintf (path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    return lstat (path, &st) == 0;
+}
+
+static uint64_t fnv (const uint8_t *d, size_t n, uint64_t h)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ d [i]) * 1099511628211ull;
+    return h;
+}
+
+//  ---------------------------------------------------------------------
+
+static void test_hello (peer_t *p)
+{
+    //  Anything before hello is refused.
+    ah_msg_t *r = simple (p, req_new ("ping"));
+    CHECK (r && !reply_ok (r));
+    CHECK_STR (reply_code (r), "EPROTO");
+    ah_msg_destroy (&r);
+
+    ah_msg_t *req = req_new ("hello");
+    ah_msg_set_int (req, "version", 99);
+    r = simple (p, req);
+    CHECK_STR (reply_code (r), "EVERSION");
+    const char *e = r ? ah_msg_str (r, "error") : NULL;
+    CHECK (e && strstr (e, "99") && strstr (e, "protocol 1") && strstr (e, "deploy"));
+    ah_msg_destroy (&r);
+
+    req = req_new ("hello");
+    ah_msg_set_int (req, "version", AH_PROTOCOL_VERSION);
+    r = simple (p, req);
+    CHECK (reply_ok (r));
+    CHECK (r && ah_msg_int (r, "version", 0) == AH_PROTOCOL_VERSION);
+    CHECK_STR (r ? ah_msg_str (r, "agent_id") : NULL, "agent-test");
+    CHECK (r && ah_msg_str (r, "user") && *ah_msg_str (r, "user"));
+    ah_msg_destroy (&r);
+
+    r = simple (p, req_new ("ping"));
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+
+    r = simple (p, req_new ("no.such"));
+    CHECK_STR (reply_code (r), "EPROTO");
+    ah_msg_destroy (&r);
+}
+
+//  fs.write: reply, bytes, FIN, trailer. Returns the trailer.
+static ah_msg_t *write_file (peer_t *p, const char *path, const uint8_t *data, size_t size,
+                             bool *refused)
+{
+    ah_msg_t *req = req_new ("fs.write");
+    ah_msg_set_str (req, "path", path);
+    uint32_t id = open_chan (p, &req);
+    ah_msg_t *r = wait_header (p, id, 5000);
+    *refused = !reply_ok (r);
+    if (*refused) {
+        ah_yamux_close (p->y, id);
+        return r;
+    }
+    ah_msg_destroy (&r);
+    size_t off = 0;
+    int64_t until = now_ms () + 30000;
+    while (off < size && now_ms () < until && !p->failed) {
+        ssize_t w = ah_yamux_write (p->y, id, data + off, size - off);
+        if (w < 0)
+            break;
+        off += (size_t) w;
+        if (off < size)
+            pump (p, 20);
+    }
+    CHECK (off == size);
+    ah_yamux_close (p->y, id);
+    return wait_header (p, id, 10000);
+}
+
+//  fs.read: the whole file into *out.
+static ah_msg_t *read_file (peer_t *p, const char *path, uint8_t **out, size_t *size)
+{
+    ah_msg_t *req = req_new ("fs.read");
+    ah_msg_set_str (req, "path", path);
+    uint32_t id = open_chan (p, &req);
+    ah_yamux_close (p->y, id);
+    ah_msg_t *r = wait_header (p, id, 5000);
+    *out = NULL;
+    *size = 0;
+    if (!reply_ok (r))
+        return r;
+    tstream_t *s = find (p, id);
+    wait_until (p, &s->eof, 30000);
+    *out = malloc (s->len + 1);
+    memcpy (*out, s->buf, s->len);
+    *size = s->len;
+    CHECK ((int64_t) s->len == ah_msg_int (r, "size", -1));
+    return r;
+}
+
+static void test_fs (peer_t *p)
+{
+    bool refused;
+    const char *hello = "hello, file\n";
+    ah_msg_t *t = write_file (p, "a.txt", (const uint8_t *) hello, strlen (hello), &refused);
+    CHECK (!refused && reply_ok (t));
+    CHECK (t && ah_msg_int (t, "size", -1) == (int64_t) strlen (hello));
+    ah_msg_destroy (&t);
+    char path [PATH_MAX * 2];
+    snprintf (path, sizeof path, "%s/a.txt", home);
+    FILE *f = fopen (path, "r");
+    char got [64] = "";
+    if (f) {
+        if (!fgets (got, sizeof got, f))
+            got [0] = 0;
+        fclose (f);
+    }
+    CHECK_STR (got, hello);
+
+    //  Bigger than several windows, random content, checksum both ways.
+    size_t big = 3 * 1024 * 1024 + 12345;
+    uint8_t *data = malloc (big);
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < big; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        data [i] = (uint8_t) x;
+    }
+    uint64_t sum = fnv (data, big, 1469598103934665603ull);
+    t = write_file (p, "big.bin", data, big, &refused);
+    CHECK (!refused && reply_ok (t));
+    CHECK (t && ah_msg_int (t, "size", -1) == (int64_t) big);
+    ah_msg_destroy (&t);
+    uint8_t *back = NULL;
+    size_t back_len = 0;
+    ah_msg_t *r = read_file (p, "big.bin", &back, &back_len);
+    CHECK (reply_ok (r));
+    CHECK (back_len == big);
+    CHECK (back && fnv (back, back_len, 1469598103934665603ull) == sum);
+    ah_msg_destroy (&r);
+    free (back);
+
+    //  A half-sent write leaves nothing: neither target nor temporary.
+    ah_msg_t *req = req_new ("fs.write");
+    ah_msg_set_str (req, "path", "half.bin");
+    uint32_t id = open_chan (p, &req);
+    r = wait_header (p, id, 5000);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    CHECK (ah_yamux_write (p->y, id, data, 100000) > 0);
+    pump (p, 100);
+    ah_yamux_reset (p->y, id);
+    ah_msg_destroy (&r);
+    //  A ping round trip after the reset: sandboxd has handled it.
+    r = simple (p, req_new ("ping"));
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    DIR *d = opendir (home);
+    int leftovers = 0;
+    struct dirent *de;
+    while (d && (de = readdir (d)))
+        if (strstr (de->d_name, "half"))
+            leftovers++;
+    if (d)
+        closedir (d);
+    CHECK (leftovers == 0);
+    free (data);
+
+    //  mkdir, list, remove
+    req = req_new ("fs.mkdir");
+    ah_msg_set_str (req, "path", "d1/d2/d3");
+    r = simple (p, req);
+    CHECK_STR (reply_code (r), "ENOENT");       //  parents missing
+    ah_msg_destroy (&r);
+    req = req_new ("fs.mkdir");
+    ah_msg_set_str (req, "path", "d1/d2/d3");
+    ah_msg_set_bool (req, "parents", true);
+    r = simple (p, req);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    CHECK (file_exists (home, "d1/d2/d3"));
+    req = req_new ("fs.mkdir");
+    ah_msg_set_str (req, "path", "d1");
+    r = simple (p, req);
+    CHECK_STR (reply_code (r), "EEXIST");
+    ah_msg_destroy (&r);
+
+    req = req_new ("fs.list");
+    ah_msg_set_str (req, "path", "");
+    r = simple (p, req);
+    CHECK (reply_ok (r));
+    size_t rawlen = 0;
+    const void *raw = r ? ah_msg_raw (r, "entries", &rawlen) : NULL;
+    CHECK (raw != NULL);
+    bool saw_a = false, saw_d1 = false, sorted = true;
+    if (raw) {
+        msgpack_unpacked u;
+        msgpack_unpacked_init (&u);
+        if (msgpack_unpack_next (&u, raw, rawlen, NULL) == MSGPACK_UNPACK_SUCCESS
+        &&  u.data.type == MSGPACK_OBJECT_ARRAY) {
+            char prev [256] = "";
+            for (uint32_t i = 0; i < u.data.via.array.size; i++) {
+                msgpack_object *e = &u.data.via.array.ptr [i];
+                char name [256] = "", type [16] = "";
+                int64_t size = -1;
+                for (uint32_t k = 0; e->type == MSGPACK_OBJECT_MAP && k < e->via.map.size; k++) {
+                    msgpack_object_kv *kv = &e->via.map.ptr [k];
+                    if (kv->key.via.str.size == 4 && !memcmp (kv->key.via.str.ptr, "name", 4))
+                        snprintf (name, sizeof name, "%.*s", (int) kv->val.via.str.size, kv->val.via.str.ptr);
+                    if (kv->key.via.str.size == 4 && !memcmp (kv->key.via.str.ptr, "type", 4))
+                        snprintf (type, sizeof type, "%.*s", (int) kv->val.via.str.size, kv->val.via.str.ptr);
+                    if (kv->key.via.str.size == 4 && !memcmp (kv->key.via.str.ptr, "size", 4))
+                        size = kv->val.via.i64;
+                }
+                if (strcmp (prev, name) > 0)
+                    sorted = false;
+                snprintf (prev, sizeof prev, "%s", name);
+                if (!strcmp (name, "a.txt") && !strcmp (type, "file") && size == (int64_t) strlen (hello))
+                    saw_a = true;
+                if (!strcmp (name, "d1") && !strcmp (type, "dir"))
+                    saw_d1 = true;
+            }
+        }
+        msgpack_unpacked_destroy (&u);
+    }
+    CHECK (saw_a && saw_d1 && sorted);
+    CHECK (r && !ah_msg_bool (r, "truncated", true));
+    ah_msg_destroy (&r);
+
+    req = req_new ("fs.remove");
+    ah_msg_set_str (req, "path", "d1");
+    r = simple (p, req);
+    CHECK_STR (reply_code (r), "ENOTEMPTY");
+    ah_msg_destroy (&r);
+    req = req_new ("fs.remove");
+    ah_msg_set_str (req, "path", "d1");
+    ah_msg_set_bool (req, "recursive", true);
+    r = simple (p, req);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    CHECK (!file_exists (home, "d1"));
+    req = req_new ("fs.remove");
+    ah_msg_set_str (req, "path", "a.txt");
+    r = simple (p, req);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    CHECK (!file_exists (home, "a.txt"));
+    req = req_new ("fs.read");
+    ah_msg_set_str (req, "path", "a.txt");
+    r = simple (p, req);
+    CHECK_STR (reply_code (r), "ENOENT");
+    ah_msg_destroy (&r);
+    req = req_new ("fs.read");
+    ah_msg_set_str (req, "path", ".");
+    r = simple (p, req);
+    CHECK_STR (reply_code (r), "EISDIR");
+    ah_msg_destroy (&r);
+}
+
+//  A header with a str "path" holding a NUL byte (ah_msg cannot build one).
+static uint32_t open_nul_path (peer_t *p, const char *ch)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init (&sb);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 2);
+    msgpack_pack_str_with_body (&pk, "ch", 2);
+    msgpack_pack_str_with_body (&pk, ch, strlen (ch));
+    msgpack_pack_str_with_body (&pk, "path", 4);
+    msgpack_pack_str_with_body (&pk, "x\0/../../etc", 12);
+    uint8_t *hdr = malloc (sb.size + 4);
+    hdr [0] = (uint8_t) (sb.size >> 24); hdr [1] = (uint8_t) (sb.size >> 16);
+    hdr [2] = (uint8_t) (sb.size >> 8); hdr [3] = (uint8_t) sb.size;
+    memcpy (hdr + 4, sb.data, sb.size);
+    uint32_t id = open_raw (p, hdr, sb.size + 4);
+    free (hdr);
+    msgpack_sbuffer_destroy (&sb);
+    return id;
+}
+
+static int count_entries (const char *dir)
+{
+    DIR *d = opendir (dir);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir (d)))
+        if (strcmp (de->d_name, ".") && strcmp (de->d_name, ".."))
+            n++;
+    if (d)
+        closedir (d);
+    return n;
+}
+
+static void test_hostile (peer_t *p)
+{
+    //  Fixture: outside/secret next to the home, links from inside.
+    char path [PATH_MAX * 2], target [PATH_MAX * 2];
+    snprintf (path, sizeof path, "%s/secret", outside);
+    FILE *f = fopen (path, "w");
+    fputs ("top secret\n", f);
+    fclose (f);
+    snprintf (path, sizeof path, "%s/abs_out", home);
+    CHECK (symlink (outside, path) == 0);
+    snprintf (path, sizeof path, "%s/rel_out", home);
+    CHECK (symlink ("../outside", path) == 0);
+    snprintf (path, sizeof path, "%s/chain1", home);
+    CHECK (symlink ("chain2", path) == 0);
+    snprintf (path, sizeof path, "%s/chain2", home);
+    CHECK (symlink ("sub/../rel_out", path) == 0);
+    snprintf (path, sizeof path, "%s/sub", home);
+    CHECK (mkdir (path, 0755) == 0);
+    snprintf (path, sizeof path, "%s/loop", home);
+    CHECK (symlink ("loop", path) == 0);
+    //  A legitimate inner link still works.
+    snprintf (path, sizeof path, "%s/inner", home);
+    CHECK (symlink ("sub", path) == 0);
+
+    char longp [6000];
+    memset (longp, 'a', sizeof longp - 1);
+    longp [sizeof longp - 1] = 0;
+    char longname [400];
+    memset (longname, 'b', sizeof longname - 1);
+    longname [sizeof longname - 1] = 0;
+    snprintf (target, sizeof target, "%s/secret", outside);
+    const char *bad [] = {
+        "..", "../outside/secret", "/etc/passwd", target, "abs_out/secret", "abs_out/new",
+        "rel_out/secret", "rel_out/new", "chain1/secret", "chain1/new", "sub/../../outside/x",
+        "sub/../..", "./../outside", "inner/../../outside/secret", "loop/x", longp, longname,
+    };
+    const char *chans [] = { "fs.read", "fs.write", "fs.list", "fs.mkdir", "fs.remove" };
+    int refused = 0, total = 0;
+    for (size_t c = 0; c < sizeof chans / sizeof *chans; c++) {
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+            ah_msg_t *req = req_new (chans [c]);
+            ah_msg_set_str (req, "path", bad [i]);
+            if (!strcmp (chans [c], "fs.mkdir"))
+                ah_msg_set_bool (req, "parents", true);
+            if (!strcmp (chans [c], "fs.remove"))
+                ah_msg_set_bool (req, "recursive", true);
+            uint32_t id = open_chan (p, &req);
+            ah_msg_t *r = wait_header (p, id, 5000);
+            if (reply_ok (r) && !strcmp (chans [c], "fs.write"))
+                ah_yamux_write (p->y, id, (const uint8_t *) "pwned", 5);
+            ah_yamux_close (p->y, id);
+            if (reply_ok (r) && !strcmp (chans [c], "fs.write")) {
+                ah_msg_destroy (&r);
+                r = wait_header (p, id, 5000);
+            }
+            const char *code = reply_code (r);
+            total++;
+            bool ok = code && (!strcmp (code, "EACCES") || !strcmp (code, "EINVAL"));
+            if (ok)
+                refused++;
+            else
+                fprintf (stderr, "  %s \"%.40s\" not refused: %s\n", chans [c], bad [i],
+                         code ? code : reply_ok (r) ? "ok" : "no reply");
+            ah_msg_destroy (&r);
+        }
+        uint32_t id = open_nul_path (p, chans [c]);
+        ah_yamux_close (p->y, id);
+        ah_msg_t *r = wait_header (p, id, 5000);
+        total++;
+        if (r && reply_code (r) && !strcmp (reply_code (r), "EINVAL"))
+            refused++;
+        else
+            fprintf (stderr, "  %s with a NUL not refused: %s\n", chans [c], r && reply_code (r) ? reply_code (r) : "?");
+        ah_msg_destroy (&r);
+    }
+    CHECK (refused == total);
+    //  Nothing outside changed: only secret, with its content.
+    CHECK (count_entries (outside) == 1);
+    snprintf (path, sizeof path, "%s/secret", outside);
+    f = fopen (path, "r");
+    char got [64] = "";
+    if (f) {
+        if (!fgets (got, sizeof got, f))
+            got [0] = 0;
+        fclose (f);
+    }
+    CHECK_STR (got, "top secret\n");
+    //  And nothing appeared next to the home either.
+    CHECK (count_entries (root) == 2);
+
+    //  The empty path is the home: readable as a list, never removable.
+    ah_msg_t *req = req_new ("fs.remove");
+    ah_msg_set_str (req, "path", "");
+    ah_msg_set_bool (req, "recursive", true);
+    ah_msg_t *r = simple (p, req);
+    CHECK_STR (reply_code (r), "EACCES");
+    ah_msg_destroy (&r);
+    req = req_new ("fs.write");
+    ah_msg_set_str (req, "path", "");
+    r = simple (p, req);
+    CHECK (r && !reply_ok (r));
+    ah_msg_destroy (&r);
+    CHECK (file_exists (home, "sub"));
+
+    //  Inner symlinks resolve inside the home.
+    bool rf;
+    ah_msg_t *t = write_file (p, "inner/via-link.txt", (const uint8_t *) "x", 1, &rf);
+    CHECK (!rf && reply_ok (t));
+    ah_msg_destroy (&t);
+    CHECK (file_exists (home, "sub/via-link.txt"));
+}
+
+//  Records from stream s: appends STDOUT/STDERR payloads, returns true at EXIT.
+typedef struct {
+    char *out, *err;
+    size_t out_len, err_len;
+    bool exited;
+    int64_t status, sig;
+    bool timed_out;
+} recs_t;
+
+static void recs_take (tstream_t *s, recs_t *rc)
+{
+    while (true) {
+        uint8_t kind;
+        const uint8_t *pl;
+        uint32_t plen;
+        size_t used;
+        const char *err;
+        if (ah_rec_decode (s->buf, s->len, &kind, &pl, &plen, &used, &err) != 1)
+            return;
+        if (kind == AH_REC_STDOUT || kind == AH_REC_STDERR) {
+            char **b = kind == AH_REC_STDOUT ? &rc->out : &rc->err;
+            size_t *l = kind == AH_REC_STDOUT ? &rc->out_len : &rc->err_len;
+            *b = realloc (*b, *l + plen + 1);
+            memcpy (*b + *l, pl, plen);
+            *l += plen;
+            (*b) [*l] = 0;
+        }
+        else if (kind == AH_REC_EXIT) {
+            char *e = NULL;
+            ah_msg_t *m = ah_msg_decode ("", pl, plen, &e);
+            rc->exited = true;
+            rc->status = m ? ah_msg_int (m, "status", -99) : -99;
+            rc->sig = m ? ah_msg_int (m, "signal", -99) : -99;
+            rc->timed_out = m ? ah_msg_bool (m, "timed_out", false) : false;
+            ah_msg_destroy (&m);
+            free (e);
+        }
+        take (s, used);
+    }
+}
+
+static void send_rec (peer_t *p, uint32_t id, uint8_t kind, const void *data, size_t size)
+{
+    uint8_t pre [5];
+    ah_rec_prefix (kind, (uint32_t) size, pre);
+    CHECK (ah_yamux_write (p->y, id, pre, 5) == 5);
+    if (size)
+        CHECK (ah_yamux_write (p->y, id, data, size) == (ssize_t) size);
+}
+
+static bool run_until_exit (peer_t *p, uint32_t id, recs_t *rc, int ms)
+{
+    tstream_t *s = find (p, id);
+    int64_t until = now_ms () + ms;
+    while (!rc->exited && now_ms () < until && !p->failed) {
+        pump (p, 50);
+        recs_take (s, rc);
+    }
+    return rc->exited;
+}
+
+static void recs_free (recs_t *rc)
+{
+    free (rc->out);
+    free (rc->err);
+    memset (rc, 0, sizeof *rc);
+}
+
+static uint32_t exec_open (peer_t *p, const char *cmd, double timeout, ah_msg_t **reply)
+{
+    ah_msg_t *req = req_new ("exec");
+    ah_msg_set_str (req, "cmd", cmd);
+    if (timeout > 0)
+        ah_msg_set_double (req, "timeout", timeout);
+    uint32_t id = open_chan (p, &req);
+    *reply = wait_header (p, id, 5000);
+    return id;
+}
+
+static void test_exec (peer_t *p)
+{
+    ah_msg_t *r;
+    recs_t rc = { 0 };
+    uint32_t id = exec_open (p, "echo out; echo err >&2; exit 3", 0, &r);
+    CHECK (reply_ok (r) && ah_msg_int (r, "pid", 0) > 0);
+    ah_msg_destroy (&r);
+    ah_yamux_close (p->y, id);
+    CHECK (run_until_exit (p, id, &rc, 10000));
+    CHECK_STR (rc.out, "out\n");
+    CHECK_STR (rc.err, "err\n");
+    CHECK (rc.status == 3 && rc.sig == 0 && !rc.timed_out);
+    tstream_t *s = find (p, id);
+    CHECK (wait_until (p, &s->eof, 5000));
+    recs_free (&rc);
+
+    //  stdin records, then EOF
+    id = exec_open (p, "tr a-z A-Z", 0, &r);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    send_rec (p, id, AH_REC_STDIN, "hello ", 6);
+    send_rec (p, id, AH_REC_STDIN, "world\n", 6);
+    send_rec (p, id, AH_REC_EOF, NULL, 0);
+    CHECK (run_until_exit (p, id, &rc, 10000));
+    CHECK_STR (rc.out, "HELLO WORLD\n");
+    CHECK (rc.status == 0);
+    ah_yamux_close (p->y, id);
+    recs_free (&rc);
+
+    //  The timeout kills the process group, grandchildren included.
+    int64_t t0 = now_ms ();
+    id = exec_open (p, "sleep 30 & sleep 30; echo never", 0.5, &r);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    ah_yamux_close (p->y, id);
+    CHECK (run_until_exit (p, id, &rc, 10000));
+    CHECK (rc.timed_out && rc.sig == 9 && rc.status == -1);
+    CHECK (rc.out == NULL);
+    CHECK (now_ms () - t0 < 5000);
+    recs_free (&rc);
+
+    //  A background job holding the pipes does not hold EXIT for long.
+    t0 = now_ms ();
+    id = exec_open (p, "sleep 20 >/dev/null 2>&1 </dev/null & echo started", 0, &r);
+    ah_msg_destroy (&r);
+    ah_yamux_close (p->y, id);
+    CHECK (run_until_exit (p, id, &rc, 10000));
+    CHECK_STR (rc.out, "started\n");
+    CHECK (rc.status == 0 && now_ms () - t0 < 5000);
+    recs_free (&rc);
+
+    //  env and cwd
+    CHECK (mkdir (strcat (strcpy ((char [PATH_MAX * 2]) { 0 }, home), "/wd"), 0755) == 0);
+    ah_msg_t *req = req_new ("exec");
+    ah_msg_set_str (req, "cmd", "echo \"$FOO\" \"$HOME\"; pwd");
+    ah_msg_set_str (req, "cwd", "wd");
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init (&sb);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 1);
+    msgpack_pack_str_with_body (&pk, "FOO", 3);
+    msgpack_pack_str_with_body (&pk, "bar", 3);
+    ah_msg_set_raw (req, "env", sb.data, sb.size);
+    msgpack_sbuffer_destroy (&sb);
+    id = open_chan (p, &req);
+    r = wait_header (p, id, 5000);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    ah_yamux_close (p->y, id);
+    CHECK (run_until_exit (p, id, &rc, 10000));
+    char want [PATH_MAX * 3];
+    char real [PATH_MAX];
+    if (!realpath (home, real))
+        real [0] = 0;
+    snprintf (want, sizeof want, "bar %s\n%s/wd\n", home, real);
+    CHECK_STR (rc.out, want);
+    recs_free (&rc);
+
+    //  Bad arguments
+    req = req_new ("exec");
+    r = simple (p, req);
+    CHECK_STR (reply_code (r), "EINVAL");
+    ah_msg_destroy (&r);
+    req = req_new ("exec");
+    ah_msg_set_str (req, "cmd", "true");
+    ah_msg_set_str (req, "cwd", "../");
+    r = simple (p, req);
+    CHECK_STR (reply_code (r), "EACCES");
+    ah_msg_destroy (&r);
+}
+
+static void test_flow (peer_t *p)
+{
+    //  20 MB of output to a consumer that stops reading: sandboxd must
+    //  stay within the window (yamux would fail the session otherwise)
+    //  and keep answering other channels; then it all arrives.
+    size_t want = 20u * 1000u * 1000u;
+    p->hold = true;
+    ah_msg_t *r;
+    uint32_t id = exec_open (p, "head -c 20000000 /dev/zero", 0, &r);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    ah_yamux_close (p->y, id);
+    int64_t until = now_ms () + 1500;
+    while (now_ms () < until)
+        pump (p, 50);
+    tstream_t *s = find (p, id);
+    CHECK (s->total <= AH_YAMUX_INITIAL_WINDOW);
+    CHECK (s->total > 0);
+    p->hold = false;
+    ah_yamux_consumed (p->y, id, s->total);    //  what we held back
+    //  Another channel answers meanwhile.
+    r = simple (p, req_new ("ping"));
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    recs_t rc = { 0 };
+    size_t got = 0;
+    until = now_ms () + 30000;
+    while (!rc.exited && now_ms () < until && !p->failed) {
+        pump (p, 50);
+        recs_take (s, &rc);
+        got += rc.out_len;
+        free (rc.out);
+        rc.out = NULL;
+        rc.out_len = 0;
+    }
+    CHECK (rc.exited && rc.status == 0);
+    CHECK (got == want);
+    recs_free (&rc);
+}
+
+static void test_pty (peer_t *p)
+{
+    ah_msg_t *req = req_new ("pty");
+    ah_msg_set_int (req, "cols", 100);
+    ah_msg_set_int (req, "rows", 30);
+    ah_msg_set_str (req, "term", "xterm");
+    uint32_t id = open_chan (p, &req);
+    ah_msg_t *r = wait_header (p, id, 5000);
+    CHECK (reply_ok (r) && ah_msg_int (r, "pid", 0) > 0);
+    ah_msg_destroy (&r);
+    tstream_t *s = find (p, id);
+    recs_t rc = { 0 };
+    //  The typed line echoes as `hel''lo`; only the output says hello.
+    const char *line = "echo hel''lo; stty size; echo \"T=$TERM\"\n";
+    send_rec (p, id, AH_REC_STDIN, line, strlen (line));
+    int64_t until = now_ms () + 10000;
+    while (now_ms () < until && !(rc.out && strstr (rc.out, "T=xterm"))) {
+        pump (p, 50);
+        recs_take (s, &rc);
+    }
+    CHECK (rc.out && strstr (rc.out, "hello\r\n"));
+    CHECK (rc.out && strstr (rc.out, "30 100"));
+    CHECK (rc.out && strstr (rc.out, "T=xterm"));
+    uint8_t rs [64];
+    ah_msg_t *m = ah_msg_new ("");
+    ah_msg_set_int (m, "cols", 120);
+    ah_msg_set_int (m, "rows", 40);
+    uint8_t *enc = NULL;
+    size_t enc_len = 0;
+    ah_msg_encode (m, &enc, &enc_len);
+    ah_msg_destroy (&m);
+    memcpy (rs, enc, enc_len);
+    free (enc);
+    send_rec (p, id, AH_REC_RESIZE, rs, enc_len);
+    const char *line2 = "stty size; exit 7\n";
+    send_rec (p, id, AH_REC_STDIN, line2, strlen (line2));
+    CHECK (run_until_exit (p, id, &rc, 10000));
+    CHECK (rc.out && strstr (rc.out, "40 120"));
+    CHECK (rc.status == 7);
+    CHECK (wait_until (p, &s->eof, 5000));
+    ah_yamux_close (p->y, id);
+    recs_free (&rc);
+
+    //  The opener's FIN hangs the shell up: EXIT follows.
+    req = req_new ("pty");
+    id = open_chan (p, &req);
+    r = wait_header (p, id, 5000);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    ah_yamux_close (p->y, id);
+    CHECK (run_until_exit (p, id, &rc, 10000));
+    CHECK (rc.sig == 1 || rc.status >= 0);
+    recs_free (&rc);
+}
+
+static void test_stats (peer_t *p)
+{
+    ah_msg_t *r = simple (p, req_new ("stats"));
+    CHECK (reply_ok (r));
+    int64_t cpu0 = r ? ah_msg_int (r, "cpu_ns", -1) : -1;
+    int64_t at0 = r ? ah_msg_int (r, "at_ns", -1) : -1;
+    CHECK (cpu0 >= 0 && at0 > 0);
+    CHECK_STR (r ? ah_msg_str (r, "source") : NULL, "tree");
+    ah_msg_destroy (&r);
+    //  Burn about a second of CPU in a child, sample while it runs.
+    uint32_t id = exec_open (p, "while :; do :; done", 1.2, &r);
+    ah_msg_destroy (&r);
+    ah_yamux_close (p->y, id);
+    int64_t until = now_ms () + 800;
+    while (now_ms () < until)
+        pump (p, 50);
+    r = simple (p, req_new ("stats"));
+    int64_t cpu1 = r ? ah_msg_int (r, "cpu_ns", -1) : -1;
+    int64_t at1 = r ? ah_msg_int (r, "at_ns", -1) : -1;
+    ah_msg_destroy (&r);
+    CHECK (cpu1 - cpu0 >= 300 * 1000000ll);     //  running: counted from /proc
+    CHECK (at1 > at0);
+    recs_t rc = { 0 };
+    CHECK (run_until_exit (p, id, &rc, 10000));
+    recs_free (&rc);
+    r = simple (p, req_new ("stats"));
+    int64_t cpu2 = r ? ah_msg_int (r, "cpu_ns", -1) : -1;
+    ah_msg_destroy (&r);
+    CHECK (cpu2 >= cpu1);                       //  reaped: still counted
+    fprintf (stderr, "stats: %lld -> %lld -> %lld ns\n", (long long) cpu0, (long long) cpu1,
+             (long long) cpu2);
+}
+
+static void test_malformed (peer_t *p)
+{
+    //  A header length of zero: EPROTO then RST.
+    uint8_t zero [4] = { 0, 0, 0, 0 };
+    uint32_t id = open_raw (p, zero, 4);
+    tstream_t *s = find (p, id);
+    wait_until (p, &s->closed, 5000);
+    CHECK (s->closed);
+    //  And the session is still fine.
+    ah_msg_t *r = simple (p, req_new ("ping"));
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+}
+
+int main (void)
+{
+    signal (SIGPIPE, SIG_IGN);
+    char tmpl [] = "/tmp/ah-sandboxd-test-XXXXXX";
+    CHECK (mkdtemp (tmpl) != NULL);
+    snprintf (root, sizeof root, "%s", tmpl);
+    snprintf (home, sizeof home, "%s/home", tmpl);
+    snprintf (outside, sizeof outside, "%s/outside", tmpl);
+    CHECK (mkdir (home, 0755) == 0);
+    CHECK (mkdir (outside, 0755) == 0);
+
+    int sv [2];
+    CHECK (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    fcntl (sv [1], F_SETFL, O_NONBLOCK);
+    ah_sandboxd_opts_t opts = {
+        .agent_id = "agent-test", .home = home, .switch_user = false,
+        .raw_transport = true, .raw_fd = sv [1],
+    };
+    ah_sandboxd_t *sbd = ah_sandboxd_start (&opts);
+    CHECK (sbd != NULL);
+    peer_t p = { .fd = sv [0] };
+    ah_yamux_callbacks_t cb = { .output = cb_output, .on_data = cb_data, .on_eof = cb_eof,
+                                .on_closed = cb_closed };
+    p.y = ah_yamux_new (true, &cb, &p);
+
+    test_hello (&p);
+    test_fs (&p);
+    test_hostile (&p);
+    test_exec (&p);
+    test_flow (&p);
+    test_pty (&p);
+    test_stats (&p);
+    test_malformed (&p);
+    CHECK (!p.failed);
+
+    //  Stop with a channel running: the process is killed, stop returns.
+    ah_msg_t *r;
+    uint32_t id = exec_open (&p, "sleep 60", 0, &r);
+    pid_t pid = r ? (pid_t) ah_msg_int (r, "pid", 0) : 0;
+    ah_msg_destroy (&r);
+    (void) id;
+    int64_t t0 = now_ms ();
+    ah_sandboxd_stop (&sbd);
+    CHECK (sbd == NULL);
+    CHECK (now_ms () - t0 < 3000);
+    CHECK (pid > 0 && kill (pid, 0) != 0);
+
+    ah_yamux_destroy (&p.y);
+    for (int i = 0; i < p.n; i++)
+        free (p.s [i].buf);
+    close (sv [0]);
+    char cmd [PATH_MAX + 16];
+    snprintf (cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system (cmd) != 0)
+        fprintf (stderr, "cleanup of %s failed\n", root);
+    return CHECK_DONE ();
+}
