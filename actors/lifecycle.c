@@ -319,12 +319,9 @@ static int s_update (self_t *self, const char *agent_id, const char *guard,
         " updated_at = :now"
         " WHERE agent_id = :id AND (%s)", guard);
     sqlite3_stmt *st = ah_store_prepare (self->store, sql);
-    char cut [ERROR_MAX_LEN + 1];
-    if (error)
-        snprintf (cut, sizeof cut, "%s", error);
     if (!st || ah_store_bind_text (st, ":to", to)
             || ah_store_bind_text (st, ":op", op && *op ? op : NULL)
-            || ah_store_bind_text (st, ":error", error ? cut : NULL)
+            || ah_store_bind_text (st, ":error", error)
             || ah_store_bind_int64 (st, ":now", ah_store_now_ms ())
             || ah_store_bind_text (st, ":id", agent_id))
         return -1;
@@ -339,9 +336,12 @@ static int s_update (self_t *self, const char *agent_id, const char *guard,
 static int s_move (self_t *self, const char *agent_id, const char *guard,
                    const char *to, const char *op, const char *error)
 {
-    int rc = s_update (self, agent_id, guard, to, op, error);
+    char cut [ERROR_MAX_LEN + 1];          //  a driver's message may be long
+    if (error)
+        snprintf (cut, sizeof cut, "%s", error);
+    int rc = s_update (self, agent_id, guard, to, op, error ? cut : NULL);
     if (rc == 1)
-        s_publish (self, agent_id, to, op, error);
+        s_publish (self, agent_id, to, op, error ? cut : NULL);
     return rc;
 }
 
@@ -394,7 +394,7 @@ static int s_desired (self_t *self, const ah_msg_t *msg, desired_t *d)
     return 0;
 }
 
-//  The tenant's own limits (tenants table; NULL = none) against what its
+//  The tenant's own limits (tenants table; NULL or no row = none) against what its
 //  agents would hold with this one at `want`. `except`: the agent being
 //  updated, counted at its new values only. 0 / 1 refused (*why) / -1.
 static int s_tenant_fits (self_t *self, const char *tenant, const char *except,
@@ -412,10 +412,11 @@ static int s_tenant_fits (self_t *self, const char *tenant, const char *except,
     }
     int rc = ah_store_step (self->store, st);
     if (rc != SQLITE_ROW) {
+        //  No row for the tenant: it has no limits of its own.
         sqlite3_reset (st);
-        if (rc == SQLITE_DONE)
-            *why = zsys_sprintf ("tenant '%s' does not exist", tenant);
-        return rc == SQLITE_DONE ? 1 : -1;
+        if (rc != SQLITE_DONE)
+            *why = strdup ("cannot read the tenant's usage");
+        return rc == SQLITE_DONE ? 0 : -1;
     }
     int64_t agents = sqlite3_column_int64 (st, 0) + 1;
     double cpus = sqlite3_column_double (st, 1) + want->cpus;
@@ -793,6 +794,10 @@ static void s_job_done (self_t *self)
     else
     if (streq (op, "destroy"))
         s_destroyed (self, id);
+    //  Keep tracks only while they hold something (the loop scans them).
+    track = zhashx_lookup (self->tracks, id);
+    if (track && !track->job && !track->hello_deadline)
+        s_forget (self, id);
     ah_msg_destroy (&done);
 }
 

@@ -557,6 +557,42 @@ static void test_observed (const char *id)
     ah_msg_destroy (&reply);
     CHECK (s_wait_state (id, "running", 5000));
     CHECK (atomic_load (&s_drv.creates) == creates + 1);
+    //  Started by hand while asleep: stopped again, stays sleeping.
+    reply = s_op ("SANDBOX_STOP", id);
+    ah_msg_destroy (&reply);
+    CHECK (s_wait_state (id, "sleeping", 5000));
+    int stops = atomic_load (&s_drv.stops);
+    char *state = s_fake_path (id, "state");
+    s_write (state, "running\n");
+    m = ah_msg_new ("SANDBOX_OBSERVED");
+    ah_msg_set_str (m, "agent_id", id);
+    ah_msg_set_bool (m, "exists", true);
+    ah_msg_set_bool (m, "running", true);
+    ah_msg_set_str (m, "source", "event");
+    ah_msg_send (&m, rec, "lifecycle");
+    int64_t until = zclock_mono () + 5000;
+    while (atomic_load (&s_drv.stops) == stops && zclock_mono () < until)
+        zclock_sleep (10);
+    CHECK (atomic_load (&s_drv.stops) == stops + 1);
+    zclock_sleep (100);
+    CHECK (s_col_is (id, "state", "sleeping"));
+    ah_sandbox_status_t status;
+    CHECK (s_drv.inner->inspect (s_drv.inner, id, &status, NULL) == 0 && !status.running);
+    free (state);
+    //  An event about a row in a transitional state is left to its operation.
+    CHECK (ah_store_exec (s_store, "UPDATE sandboxes SET state = 'rebuilding', op = 'rebuild'", NULL) == 0);
+    m = ah_msg_new ("SANDBOX_OBSERVED");
+    ah_msg_set_str (m, "agent_id", id);
+    ah_msg_set_bool (m, "exists", false);
+    ah_msg_set_bool (m, "running", false);
+    ah_msg_set_str (m, "source", "event");
+    ah_msg_send (&m, rec, "lifecycle");
+    zclock_sleep (200);
+    CHECK (s_col_is (id, "state", "rebuilding"));
+    CHECK (ah_store_exec (s_store, "UPDATE sandboxes SET state = 'sleeping', op = NULL", NULL) == 0);
+    reply = s_op ("SANDBOX_START", id);
+    CHECK (s_status (&reply) == 202);
+    CHECK (s_wait_state (id, "running", 5000));
     //  Activity moves last_activity_at (in a batch, within a second).
     int64_t before = s_count ("SELECT last_activity_at FROM sandboxes WHERE agent_id = :id", id);
     zclock_sleep (20);
@@ -622,6 +658,45 @@ static void test_destroy_during_start (void)
     CHECK (!s_exists (dir));
     free (dir);
     atomic_store (&s_drv.start_delay_ms, 0);
+    free (id);
+}
+
+static void test_tenant_limits (void)
+{
+    CHECK (ah_store_exec (s_store, "INSERT INTO tenants (name, max_agents, max_cpus) VALUES ('small', 1, 3)",
+                          NULL) == 0);
+    ah_msg_t *m = ah_msg_new ("AGENT_CREATE");
+    ah_msg_set_str (m, "name", "small-1");
+    ah_msg_set_str (m, "tenant", "small");
+    ah_msg_set_double (m, "cpus", 2);
+    ah_msg_t *reply = s_call (m);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 201);
+    char *id = reply && ah_msg_str (reply, "agent_id") ? strdup (ah_msg_str (reply, "agent_id")) : NULL;
+    ah_msg_destroy (&reply);
+    m = ah_msg_new ("AGENT_CREATE");
+    ah_msg_set_str (m, "name", "small-2");
+    ah_msg_set_str (m, "tenant", "small");
+    reply = s_call (m);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 422);
+    CHECK (reply && strstr (ah_msg_str (reply, "error"), "at most 1 agents"));
+    ah_msg_destroy (&reply);
+    //  Its own update is counted once: 2 -> 3 cpus fits, 4 does not.
+    m = ah_msg_new ("AGENT_UPDATE");
+    ah_msg_set_str (m, "agent", "small-1");
+    ah_msg_set_double (m, "cpus", 3);
+    CHECK (s_status ((reply = s_call (m), &reply)) == 200);
+    m = ah_msg_new ("AGENT_UPDATE");
+    ah_msg_set_str (m, "agent", "small-1");
+    ah_msg_set_double (m, "cpus", 4);
+    reply = s_call (m);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 422);
+    CHECK (reply && strstr (ah_msg_str (reply, "error"), "over its limit of 3"));
+    ah_msg_destroy (&reply);
+    if (id) {
+        CHECK (s_wait_state (id, "running", 5000));
+        CHECK (s_status ((reply = s_op ("SANDBOX_DESTROY", id), &reply)) == 202);
+        CHECK (s_wait_state (id, NULL, 5000));
+    }
     free (id);
 }
 
@@ -707,6 +782,7 @@ int main (void)
     }
     free (id);
     test_destroy_during_start ();
+    test_tenant_limits ();
     test_restart_repairs ();
 
     zactor_destroy (&s_lifecycle);
