@@ -53,7 +53,9 @@ typedef struct {
     void (*on_data) (void *ud, uint32_t id, const uint8_t *data, size_t size);
     //  The peer half-closed (FIN): no more data will come on id.
     void (*on_eof) (void *ud, uint32_t id);
-    //  The stream is gone: peer RST, or both sides closed. Last callback for id.
+    //  The stream is gone: RST (from either side), or both sides closed.
+    //  Exactly once per stream, also from inside our own ah_yamux_reset /
+    //  ah_yamux_close. Last callback for id.
     void (*on_closed) (void *ud, uint32_t id, bool reset);
     //  Window opened after a write returned less than asked.
     void (*on_writable) (void *ud, uint32_t id);
@@ -70,6 +72,10 @@ void ah_yamux_destroy (ah_yamux_t **self_p);
 
 //  Feed transport bytes. 0, or -1 on a protocol error (a go away with
 //  code 1 has been output; the session is dead): *err says what.
+//  Callbacks may call any function here, ah_yamux_destroy included (the
+//  free is deferred until the outermost call returns), except
+//  ah_yamux_input on the same session (refused with -1, session intact).
+//  At most 1024 live streams: a SYN beyond is refused with RST.
 int ah_yamux_input (ah_yamux_t *self, const uint8_t *data, size_t size, const char **err);
 
 //  Open a stream (sends a window update with SYN). 0 and *id, or -1.
