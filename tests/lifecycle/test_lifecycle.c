@@ -512,38 +512,33 @@ static void test_hello (const char *id)
     CHECK (s_wait_state (id, "running", 5000));
 }
 
+//  SANDBOX_OBSERVED as the reconciler sends it (source "event").
+static void s_observe (zsock_t *rec, const char *id, bool exists, bool running, int exit_code)
+{
+    ah_msg_t *m = ah_msg_new ("SANDBOX_OBSERVED");
+    ah_msg_set_str (m, "agent_id", id);
+    ah_msg_set_bool (m, "exists", exists);
+    ah_msg_set_bool (m, "running", running);
+    ah_msg_set_int (m, "exit_code", exit_code);
+    ah_msg_set_str (m, "source", "event");
+    ah_msg_send (&m, rec, "lifecycle");
+}
+
 static void test_observed (const char *id)
 {
     zsock_t *rec = ah_bus_connect ("reconciler");
     //  Died on its own: error naming the exit code.
-    ah_msg_t *m = ah_msg_new ("SANDBOX_OBSERVED");
-    ah_msg_set_str (m, "agent_id", id);
-    ah_msg_set_bool (m, "exists", true);
-    ah_msg_set_bool (m, "running", false);
-    ah_msg_set_int (m, "exit_code", 3);
-    ah_msg_set_str (m, "source", "event");
-    ah_msg_send (&m, rec, "lifecycle");
+    s_observe (rec, id, true, false, 3);
     CHECK (s_wait_state (id, "error", 5000));
     CHECK (s_col_is (id, "error", "sandbox exited with code 3"));
     ah_msg_t *reply = s_op ("SANDBOX_START", id);
     CHECK (s_status (&reply) == 202);
     CHECK (s_wait_state (id, "running", 5000));
     //  Stopped by hand (137): asleep.
-    m = ah_msg_new ("SANDBOX_OBSERVED");
-    ah_msg_set_str (m, "agent_id", id);
-    ah_msg_set_bool (m, "exists", true);
-    ah_msg_set_bool (m, "running", false);
-    ah_msg_set_int (m, "exit_code", 137);
-    ah_msg_set_str (m, "source", "event");
-    ah_msg_send (&m, rec, "lifecycle");
+    s_observe (rec, id, true, false, 137);
     CHECK (s_wait_state (id, "sleeping", 5000));
     //  Removed behind our back: error; a start re-creates it.
-    m = ah_msg_new ("SANDBOX_OBSERVED");
-    ah_msg_set_str (m, "agent_id", id);
-    ah_msg_set_bool (m, "exists", false);
-    ah_msg_set_bool (m, "running", false);
-    ah_msg_set_str (m, "source", "event");
-    ah_msg_send (&m, rec, "lifecycle");
+    s_observe (rec, id, false, false, -1);
     CHECK (s_wait_state (id, "error", 5000));
     CHECK (s_col_is (id, "error", "sandbox container was removed outside agenthold"));
     int creates = atomic_load (&s_drv.creates);
@@ -564,12 +559,7 @@ static void test_observed (const char *id)
     int stops = atomic_load (&s_drv.stops);
     char *state = s_fake_path (id, "state");
     s_write (state, "running\n");
-    m = ah_msg_new ("SANDBOX_OBSERVED");
-    ah_msg_set_str (m, "agent_id", id);
-    ah_msg_set_bool (m, "exists", true);
-    ah_msg_set_bool (m, "running", true);
-    ah_msg_set_str (m, "source", "event");
-    ah_msg_send (&m, rec, "lifecycle");
+    s_observe (rec, id, true, true, -1);
     int64_t until = zclock_mono () + 5000;
     while (atomic_load (&s_drv.stops) == stops && zclock_mono () < until)
         zclock_sleep (10);
@@ -581,12 +571,7 @@ static void test_observed (const char *id)
     free (state);
     //  An event about a row in a transitional state is left to its operation.
     CHECK (ah_store_exec (s_store, "UPDATE sandboxes SET state = 'rebuilding', op = 'rebuild'", NULL) == 0);
-    m = ah_msg_new ("SANDBOX_OBSERVED");
-    ah_msg_set_str (m, "agent_id", id);
-    ah_msg_set_bool (m, "exists", false);
-    ah_msg_set_bool (m, "running", false);
-    ah_msg_set_str (m, "source", "event");
-    ah_msg_send (&m, rec, "lifecycle");
+    s_observe (rec, id, false, false, -1);
     zclock_sleep (200);
     CHECK (s_col_is (id, "state", "rebuilding"));
     CHECK (ah_store_exec (s_store, "UPDATE sandboxes SET state = 'sleeping', op = NULL", NULL) == 0);
@@ -596,7 +581,7 @@ static void test_observed (const char *id)
     //  Activity moves last_activity_at (in a batch, within a second).
     int64_t before = s_count ("SELECT last_activity_at FROM sandboxes WHERE agent_id = :id", id);
     zclock_sleep (20);
-    m = ah_msg_new ("AGENT_ACTIVITY");
+    ah_msg_t *m = ah_msg_new ("AGENT_ACTIVITY");
     ah_msg_set_str (m, "agent_id", id);
     ah_msg_set_str (m, "what", "turn");
     ah_msg_send (&m, rec, "lifecycle");
