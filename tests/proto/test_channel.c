@@ -1,6 +1,7 @@
 /*  tests/proto/test_channel.c: channel headers and records (channel.h).  */
 #include "tests/common/check.h"
 #include "proto/channel.h"
+#include "tests/proto/peer.h"
 
 #include <stdlib.h>
 
@@ -153,8 +154,83 @@ static void test_records (void)
     CHECK (ah_rec_decode (buf, 5, &kind, &payload, &plen, &used, &err) == 0);
 }
 
+//  A header and records written in 3-byte pieces on a yamux stream: the
+//  receiver decodes them incrementally from whatever has arrived.
+static void test_over_yamux (void)
+{
+    peer_t *c = peer_new (true), *s = peer_new (false);
+    ah_msg_t *m = ah_msg_new ("X");
+    ah_msg_set_str (m, "ch", "exec");
+    ah_msg_set_str (m, "cmd", "cat");
+    ah_msg_set_int (m, "timeout", 5);
+    bytes_t wire = { 0 };
+    uint8_t *hdr = NULL;
+    size_t hsize = 0;
+    CHECK (ah_chan_header_encode (m, &hdr, &hsize) == 0);
+    bytes_add (&wire, hdr, hsize);
+    uint8_t pre [5];
+    ah_rec_prefix (AH_REC_STDIN, 5, pre);
+    bytes_add (&wire, pre, 5);
+    bytes_add (&wire, "hello", 5);
+    ah_rec_prefix (AH_REC_EOF, 0, pre);
+    bytes_add (&wire, pre, 5);
+
+    uint32_t id;
+    CHECK (ah_yamux_open (c->y, &id) == 0);
+    int headers = 0, records = 0, bad = 0;
+    size_t at = 0;                      //  receiver's parse position
+    for (size_t off = 0; off < wire.len; off += 3) {
+        size_t n = wire.len - off < 3? wire.len - off: 3;
+        CHECK (ah_yamux_write (c->y, id, wire.data + off, n) == (ssize_t) n);
+        CHECK (peer_pump (c, s) == 0);
+        bytes_t *rx = &s->rx [id];
+        for (;;) {
+            const char *err = NULL;
+            size_t used = 0;
+            int rc;
+            if (headers == 0) {
+                ah_msg_t *got = NULL;
+                rc = ah_chan_header_decode (rx->data + at, rx->len - at, &got, &used, &err);
+                if (rc == 1) {
+                    headers++;
+                    CHECK_STR (ah_msg_str (got, "ch"), "exec");
+                    CHECK_STR (ah_msg_str (got, "cmd"), "cat");
+                    CHECK (ah_msg_int (got, "timeout", 0) == 5);
+                    ah_msg_destroy (&got);
+                }
+            }
+            else {
+                uint8_t kind;
+                const uint8_t *payload;
+                uint32_t plen;
+                rc = ah_rec_decode (rx->data + at, rx->len - at, &kind, &payload, &plen, &used, &err);
+                if (rc == 1) {
+                    records++;
+                    if (records == 1)
+                        CHECK (kind == AH_REC_STDIN && plen == 5 && memcmp (payload, "hello", 5) == 0);
+                    else
+                        CHECK (kind == AH_REC_EOF && plen == 0);
+                }
+            }
+            if (rc < 0)
+                bad++;
+            if (rc != 1)
+                break;
+            at += used;
+        }
+    }
+    CHECK (headers == 1 && records == 2 && bad == 0);
+    CHECK (at == wire.len);
+    free (hdr);
+    bytes_free (&wire);
+    ah_msg_destroy (&m);
+    peer_destroy (&c);
+    peer_destroy (&s);
+}
+
 int main (void)
 {
+    test_over_yamux ();
     test_header_roundtrip ();
     test_header_oversize ();
     test_header_malformed ();
