@@ -36,6 +36,7 @@
 #define NAME_MAX_LEN    63
 #define IMAGE_MAX_LEN   255
 #define ERROR_MAX_LEN   1024
+#define ACTIVITY_MAX    10000           //  agents with activity waiting for a flush
 
 //  A driver call in a worker thread. Owned by the worker until it has
 //  sent JOB_DONE, then by the actor (which joins and frees it).
@@ -1050,18 +1051,18 @@ static void s_agent_create (self_t *self, const ah_msg_t *msg)
         return;
     memset (&d, 0, sizeof d);
     row_t row;
-    int found = s_lookup (self, name, &row);
-    if (found != 0) {
-        if (found == 1 && streq (row.name, name)) {
-            char text [128];
-            snprintf (text, sizeof text, "an agent named '%s' exists already", name);
-            s_reply_error (self, msg, 409, text);
-            return;
-        }
-        if (found < 0) {
-            s_reply_error (self, msg, 500, "cannot read the agents table (see the server log)");
-            return;
-        }
+    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT count(*) FROM agents WHERE name = :name");
+    int taken = -1;
+    if (st && !ah_store_bind_text (st, ":name", name) && ah_store_step (self->store, st) == SQLITE_ROW)
+        taken = sqlite3_column_int (st, 0) > 0;
+    if (st)
+        sqlite3_reset (st);
+    if (taken) {
+        char text [128];
+        snprintf (text, sizeof text, "an agent named '%s' exists already", name);
+        s_reply_error (self, msg, taken > 0 ? 409 : 500,
+                       taken > 0 ? text : "cannot read the agents table (see the server log)");
+        return;
     }
     char *why = NULL;
     int admit = s_admit (self, "create", name, tenant, NULL, &asked, &d, &why);
@@ -1077,7 +1078,7 @@ static void s_agent_create (self_t *self, const ah_msg_t *msg)
     }
     int64_t now = ah_store_now_ms ();
     bool ok = ah_store_begin (self->store) == 0;
-    sqlite3_stmt *st = ok ? ah_store_prepare (self->store,
+    st = ok ? ah_store_prepare (self->store,
         "INSERT INTO agents (id, name, tenant, image, cpus, memory_mb, idle_minutes, created_at)"
         " VALUES (:id, :name, :tenant, :image, :cpus, :mem, :idle, :now)") : NULL;
     ok = st && !ah_store_bind_text (st, ":id", id) && !ah_store_bind_text (st, ":name", name)
@@ -1203,6 +1204,8 @@ static void s_observed (self_t *self, const ah_msg_t *msg)
               source && streq (source, "startup"));
 }
 
+static void s_flush_activity (self_t *self);
+
 static void s_activity (self_t *self, const ah_msg_t *msg)
 {
     const char *id = ah_msg_str (msg, "agent_id");
@@ -1220,6 +1223,8 @@ static void s_activity (self_t *self, const ah_msg_t *msg)
     *at = ah_store_now_ms ();
     if (!self->activity_flush_at)
         self->activity_flush_at = *at + AH_LIFECYCLE_ACTIVITY_FLUSH_MS;
+    if (zhashx_size (self->activity) >= ACTIVITY_MAX)
+        s_flush_activity (self);            //  bounded memory whatever the senders do
 }
 
 //  Activity is frequent (every turn, every keystroke batch): one

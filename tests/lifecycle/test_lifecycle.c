@@ -687,25 +687,41 @@ static void test_tenant_limits (void)
 
 static void test_restart_repairs (void)
 {
-    //  Two agents left mid-operation by a server that went away: one
-    //  "stopping" whose sandbox still runs, one "destroying".
-    char *a = s_create ("gamma"), *b = s_create ("delta");
-    if (!a || !b)
+    //  Agents left mid-operation by a server that went away: "stopping"
+    //  whose sandbox still runs, "destroying", "creating" whose create
+    //  never happened, "starting" whose sandbox is stopped.
+    const char *names [4] = { "gamma", "delta", "epsilon", "zeta" };
+    char *ids [4];
+    for (int i = 0; i < 4; i++) {
+        ids [i] = s_create (names [i]);
+        CHECK (ids [i] && s_wait_state (ids [i], "running", 5000));
+    }
+    if (!ids [0] || !ids [1] || !ids [2] || !ids [3])
         return;
-    CHECK (s_wait_state (a, "running", 5000));
-    CHECK (s_wait_state (b, "running", 5000));
     zactor_destroy (&s_lifecycle);
-    char sql [256];
-    snprintf (sql, sizeof sql, "UPDATE sandboxes SET state = 'stopping', op = 'stop' WHERE agent_id = '%s';"
+    int creates = atomic_load (&s_drv.creates), starts = atomic_load (&s_drv.starts);
+    char sql [1024];
+    snprintf (sql, sizeof sql,
+              "UPDATE sandboxes SET state = 'stopping', op = 'stop' WHERE agent_id = '%s';"
               "UPDATE sandboxes SET state = 'destroying', op = 'destroy' WHERE agent_id = '%s';"
-              "INSERT INTO tombstones VALUES ('%s', 1)", a, b, b);
+              "INSERT INTO tombstones VALUES ('%s', 1);"
+              "UPDATE sandboxes SET state = 'creating', op = 'create' WHERE agent_id = '%s';"
+              "UPDATE sandboxes SET state = 'starting', op = 'start' WHERE agent_id = '%s';",
+              ids [0], ids [1], ids [1], ids [2], ids [3]);
     CHECK (ah_store_exec (s_store, sql, NULL) == 0);
+    char *err = NULL;
+    CHECK (s_drv.inner->destroy (s_drv.inner, ids [2], &err) == 0);
+    CHECK (s_drv.inner->stop (s_drv.inner, ids [3], &err) == 0);
     s_start_lifecycle (1000);
-    CHECK (s_wait_state (a, "sleeping", 5000));
-    CHECK (s_wait_state (b, NULL, 5000));
-    CHECK (s_count ("SELECT count(*) FROM tombstones WHERE agent_id = :id", b) == 0);
-    free (a);
-    free (b);
+    CHECK (s_wait_state (ids [0], "sleeping", 5000));
+    CHECK (s_wait_state (ids [1], NULL, 5000));
+    CHECK (s_count ("SELECT count(*) FROM tombstones WHERE agent_id = :id", ids [1]) == 0);
+    CHECK (s_wait_state (ids [2], "running", 5000));
+    CHECK (s_wait_state (ids [3], "running", 5000));
+    CHECK (atomic_load (&s_drv.creates) == creates + 1);
+    CHECK (atomic_load (&s_drv.starts) == starts + 2);
+    for (int i = 0; i < 4; i++)
+        free (ids [i]);
 }
 
 static int s_rm (const char *path, const struct stat *st, int type, struct FTW *ftw)
