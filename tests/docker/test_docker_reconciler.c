@@ -3,7 +3,9 @@
     (labelled objects with no stored agent) is removed and recorded; what
     an operator does by hand through the Engine API (stop, start, rm -f)
     reaches a fake "lifecycle" on the bus as SANDBOX_OBSERVED within
-    seconds.                                                           */
+    seconds; and an engine that goes away (a proxy in front of it is
+    killed) and comes back is followed again, with what happened
+    meanwhile reported as source "resync".                             */
 #include "actors/reconciler.h"
 #include "common/bus.h"
 #include "common/msg.h"
@@ -11,12 +13,16 @@
 #include "store/store.h"
 #include "../common/check.h"
 #include "engine.h"
+#include "proxy.h"
 
-//  Waits for a SANDBOX_OBSERVED for agent_id with the given source
-//  matching want_exists / want_running (-1: any). Returns it or NULL.
+//  Waits for a SANDBOX_OBSERVED for agent_id with the given source (and
+//  action, unless NULL) matching want_exists / want_running (-1: any).
+//  Returns it or NULL. (An observation is an inspect made when the event
+//  is handled, so an earlier event may already show a later state: match
+//  the action that must show it.)
 static ah_msg_t *
-s_wait_observed (zsock_t *lifecycle, const char *agent_id, const char *source,
-                 int want_exists, int want_running, int timeout_ms)
+s_wait_observed_action (zsock_t *lifecycle, const char *agent_id, const char *source,
+                        const char *action, int want_exists, int want_running, int timeout_ms)
 {
     int64_t deadline = zclock_mono () + timeout_ms;
     while (zclock_mono () < deadline) {
@@ -32,12 +38,21 @@ s_wait_observed (zsock_t *lifecycle, const char *agent_id, const char *source,
         const char *src = ah_msg_str (m, "source");
         if (streq (ah_msg_type (m), "SANDBOX_OBSERVED") && id && streq (id, agent_id)
         &&  src && streq (src, source)
+        &&  (!action || (ah_msg_str (m, "action") && streq (ah_msg_str (m, "action"), action)))
         &&  (want_exists < 0 || ah_msg_bool (m, "exists", false) == want_exists)
         &&  (want_running < 0 || ah_msg_bool (m, "running", false) == want_running))
             return m;
         ah_msg_destroy (&m);
     }
     return NULL;
+}
+
+static ah_msg_t *
+s_wait_observed (zsock_t *lifecycle, const char *agent_id, const char *source,
+                 int want_exists, int want_running, int timeout_ms)
+{
+    return s_wait_observed_action (lifecycle, agent_id, source, NULL, want_exists, want_running,
+                                   timeout_ms);
 }
 
 static void
@@ -60,8 +75,10 @@ s_store_agent (ah_store_t *store, const char *id, const char *image)
 }
 
 int
-main (void)
+main (int argc, char **argv)
 {
+    if (argc == 4 && streq (argv [1], "--proxy"))
+        return proxy_main (argv [2], argv [3]);
     if (!eng_available ())
         return eng_skip ("docker.reconciler");
     zsys_init ();
@@ -70,8 +87,11 @@ main (void)
     const char *prefix = fx.prefix, *tag = fx.tag, *dbpath = fx.dbpath;
     zactor_t *bus = NULL, *rec = NULL;
     zsock_t *lifecycle = NULL, *recorder = NULL;
-    ah_driver_t *d = NULL;
+    ah_driver_t *d = NULL, *dp = NULL;
     ah_store_t *store = NULL;
+    pid_t proxy = -1;
+    char proxy_path [256];
+    snprintf (proxy_path, sizeof proxy_path, "/tmp/ahrec%d-engine.sock", getpid ());
     if (eng_fixture_init (&fx, "ahrec", "10.213.32.0/20")) {
         CHECK (0);
         goto cleanup;
@@ -99,7 +119,17 @@ main (void)
     lifecycle = ah_bus_connect ("lifecycle");
     recorder = ah_bus_connect ("recorder");
     zclock_sleep (50);
-    ah_reconciler_args_t rargs = { .db_path = dbpath, .driver = d, .backoff_min_ms = 200 };
+    //  The reconciler reaches the engine through a proxy the test can kill.
+    proxy = proxy_start (argv [0], proxy_path, ENG_SOCKET);
+    CHECK (proxy > 0);
+    ah_config_t proxied = config;
+    proxied.docker_socket = proxy_path;
+    dp = ah_docker_driver_new (&proxied, &err);
+    CHECK (dp != NULL);
+    if (!dp || proxy <= 0)
+        goto cleanup;
+    ah_reconciler_args_t rargs = { .db_path = dbpath, .driver = dp,
+                                   .backoff_min_ms = 200, .backoff_max_ms = 1000 };
     rec = zactor_new (ah_reconciler_actor, &rargs);
     CHECK (rec != NULL);
 
@@ -147,7 +177,8 @@ main (void)
         double t0 = eng_now ();
         free (eng_call (steps [i].method, NULL, &st, steps [i].path, name));
         CHECK (st == 204);
-        m = s_wait_observed (lifecycle, "r1", "event", steps [i].exists, steps [i].running, 10000);
+        m = s_wait_observed_action (lifecycle, "r1", "event", steps [i].action,
+                                    steps [i].exists, steps [i].running, 10000);
         double latency = eng_now () - t0;
         CHECK (m != NULL);
         CHECK (m && ah_msg_str (m, "action")
@@ -158,6 +189,34 @@ main (void)
                  steps [i].what, latency);
         CHECK (latency < 8);
     }
+
+    //  The engine goes away; meanwhile r2 stops; the engine comes back.
+    s_store_agent (store, "r2", tag);
+    ah_sandbox_spec_t r2 = { .agent_id = "r2", .image = tag };
+    CHECK (d->create (d, &r2, &err) == 0);
+    boot.agent_id = "r2";
+    CHECK (d->start (d, &boot, &err) == 0);
+    m = s_wait_observed (lifecycle, "r2", "event", 1, 1, 10000);
+    CHECK (m != NULL);
+    ah_msg_destroy (&m);
+    proxy_kill (&proxy);
+    snprintf (name, sizeof name, "%s-r2", prefix);
+    free (eng_call ("POST", NULL, &st, "/containers/%s/stop?t=1", name));
+    CHECK (st == 204);
+    zclock_sleep (1500);                    //  a few failed reconnects
+    proxy = proxy_start (argv [0], proxy_path, ENG_SOCKET);
+    CHECK (proxy > 0);
+    double back = eng_now ();
+    m = s_wait_observed (lifecycle, "r2", "resync", 1, 0, 15000);
+    CHECK (m != NULL);
+    CHECK (m && strstr (ah_msg_str (m, "detail"), "exited"));
+    ah_msg_destroy (&m);
+    fprintf (stderr, "engine back -> resync observed in %.2f s\n", eng_now () - back);
+    //  And events flow again.
+    free (eng_call ("POST", NULL, &st, "/containers/%s/start", name));
+    m = s_wait_observed (lifecycle, "r2", "event", 1, 1, 10000);
+    CHECK (m != NULL);
+    ah_msg_destroy (&m);
 
     //  Stopping the actor is prompt even while it follows the stream.
     double t0 = eng_now ();
@@ -172,8 +231,13 @@ cleanup:
     if (d) {
         d->destroy (d, "r1", &err);
         d->destroy (d, "o9", &err);
+        d->destroy (d, "r2", &err);
         d->destroy_driver (&d);
     }
+    if (dp)
+        dp->destroy_driver (&dp);
+    proxy_kill (&proxy);
+    unlink (proxy_path);
     ah_store_close (&store);
     CHECK (eng_fixture_cleanup (&fx) == 0);
     return CHECK_DONE ();
