@@ -1,0 +1,97 @@
+/*  common/lwsloop.h: one thread runs a libwebsockets context and ZeroMQ
+    sockets together, so an actor that speaks WebSocket (tunnel, api)
+    owns its zsocks (bus DEALER, actor pipe) and its lws objects in the
+    same thread and nothing crosses threads.
+
+    DESIGN. Debian's lws 4.1.6 is built without LWS_WITH_EXTERNAL_POLL,
+    so lws does not tell us its file descriptors (no ADD_POLL_FD
+    callbacks) and we cannot put them into zmq_poll. We go the other way:
+    each watched zsock's ZMQ_FD (an eventfd owned by zmq) is dup()ed and
+    adopted into lws as a raw file descriptor (LWS_ADOPT_RAW_FILE_DESC),
+    so lws's own poll() wakes when zmq has news. Lws owns and closes the
+    dup; zmq's descriptor is never touched.
+    ZMQ_FD is edge-like: it only says "zmq has commands to process", and
+    any zmq call on the socket (a send from a callback included) may
+    consume that signal while messages wait. So readiness is always
+    decided by ZMQ_EVENTS, never by the descriptor: when the raw fd fires,
+    and again before every lws_service() (the point where the thread
+    would sleep), each watched socket is drained while ZMQ_EVENTS says
+    POLLIN, at most AH_LWSLOOP_BATCH messages per socket per round; if one
+    still has messages, lws_service runs without waiting (timeout -1) so
+    lws connections are not starved and the drain goes on next round.
+    Timers: lws runs its scheduled callbacks (lws_sul) at the start of
+    lws_service, right before it sleeps in poll(), with no drain in
+    between: a raw lws_sul callback that sends on a zsock (possibly eating
+    the ZMQ_FD signal) or stops the loop would then sleep on stale state.
+    Use ah_lwsloop_timer_*: it calls lws_cancel_service after your
+    callback so that poll() returns at once and the drain runs.
+
+    Only the thread that calls ah_lwsloop_run may call anything here
+    (including ah_lwsloop_new/destroy: create the loop in that thread).
+
+    Protocols: lwsloop copies info->protocols and appends its own
+    ("ah-lwsloop-zmq") for the adopted descriptors; protocols[0] stays
+    yours. info->user is kept for you (ah_lwsloop_user): the context's
+    own user pointer is the loop (ah_lwsloop_from_wsi). The default vhost
+    (info->vhost_name, or "default") must exist: do not set
+    LWS_SERVER_OPTION_EXPLICIT_VHOSTS.                                  */
+#ifndef AH_LWSLOOP_H
+#define AH_LWSLOOP_H
+
+#include <czmq.h>
+#include <libwebsockets.h>
+
+#define AH_LWSLOOP_BATCH 64
+
+typedef struct ah_lwsloop_t ah_lwsloop_t;
+
+//  Called while the socket has a message: receive exactly one message
+//  (receiving none makes the loop call again at once, up to the batch).
+typedef void (ah_lwsloop_fn) (ah_lwsloop_t *loop, zsock_t *sock, void *arg);
+
+//  Create the lws context from a copy of info (info itself is not
+//  changed and need not outlive the call; the protocols array and the
+//  strings it points to must outlive the loop, as for lws). NULL on
+//  failure, logged.
+ah_lwsloop_t *ah_lwsloop_new (const struct lws_context_creation_info *info);
+//  Destroys the lws context (closing its connections: their CLOSED
+//  callbacks run here), then the loop. Watched zsocks stay the caller's.
+void ah_lwsloop_destroy (ah_lwsloop_t **self_p);
+
+struct lws_context *ah_lwsloop_context (ah_lwsloop_t *self);
+struct lws_vhost *ah_lwsloop_vhost (ah_lwsloop_t *self);
+void *ah_lwsloop_user (ah_lwsloop_t *self);          //  info->user
+ah_lwsloop_t *ah_lwsloop_from_wsi (struct lws *wsi);
+//  The listening port of the default vhost (useful with info->port = 0:
+//  the OS picks). -1 if none.
+int ah_lwsloop_port (ah_lwsloop_t *self);
+
+//  Call fn (loop, sock, arg) whenever sock has a message. 0 / -1.
+//  Watching a socket twice replaces the first watch.
+int  ah_lwsloop_watch (ah_lwsloop_t *self, zsock_t *sock, ah_lwsloop_fn *fn, void *arg);
+//  Stop watching (safe from inside fn). Do this before destroying sock.
+void ah_lwsloop_unwatch (ah_lwsloop_t *self, zsock_t *sock);
+
+//  A one-shot timer on the loop's thread. Embed the struct in your own
+//  (lws_container_of / arg); set again to re-arm or move it.
+typedef struct ah_lwsloop_timer_t ah_lwsloop_timer_t;
+typedef void (ah_lwsloop_timer_fn) (ah_lwsloop_timer_t *timer, void *arg);
+struct ah_lwsloop_timer_t {
+    lws_sorted_usec_list_t sul;     //  first: lws's list links here
+    ah_lwsloop_t *loop;
+    ah_lwsloop_timer_fn *fn;
+    void *arg;
+};
+void ah_lwsloop_timer_set (ah_lwsloop_t *self, ah_lwsloop_timer_t *timer, int64_t delay_ms,
+                           ah_lwsloop_timer_fn *fn, void *arg);
+//  Safe on a timer never set (zeroed) or already fired.
+void ah_lwsloop_timer_cancel (ah_lwsloop_timer_t *timer);
+
+//  Serve until ah_lwsloop_stop. 0, or -1 if lws_service failed.
+int  ah_lwsloop_run (ah_lwsloop_t *self);
+//  Make ah_lwsloop_run return after the current callback (from inside the loop).
+void ah_lwsloop_stop (ah_lwsloop_t *self);
+//  How many times the loop went round (tests: an idle loop must sleep).
+uint64_t ah_lwsloop_rounds (ah_lwsloop_t *self);
+
+#endif
