@@ -1487,6 +1487,7 @@ typedef struct {
     size_t size;
     bool   connected;
     CURL  *curl;
+    buf_t  error;                       //  the body of a refusal (capped)
 } watch_t;
 
 #define MAX_EVENT_LINE  (1u << 20)
@@ -1517,8 +1518,12 @@ s_watch_write (char *ptr, size_t size, size_t nmemb, void *userdata)
     size_t n = size * nmemb;
     long status = 0;
     curl_easy_getinfo (w->curl, CURLINFO_RESPONSE_CODE, &status);
-    if (status != 200)
-        return n;                       //  an error body: judged after the transfer
+    if (status != 200) {
+        //  A refusal: keep the start of its body for the message.
+        if (w->error.size < 4096)
+            s_buf_write (ptr, 1, n < 4096 - w->error.size ? n : 4096 - w->error.size, &w->error);
+        return n;
+    }
     if (!w->connected) {
         w->connected = true;
         w->on_change (w->arg, NULL, "connected");
@@ -1627,20 +1632,27 @@ s_watch (ah_driver_t *driver,
     curl_easy_getinfo (w.curl, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup (w.curl);
     free (w.line);
-    if (*stop)
+    if (*stop) {
+        free (w.error.data);
         return 0;
+    }
     if (rc != CURLE_OK) {
-        s_set_err (err, "following the engine's events at %s: %s", self->socket_path,
+        s_set_err (err, "following the engine's events at %s: the stream broke (%s)", self->socket_path,
                    curl_easy_strerror (rc));
         pthread_mutex_lock (&self->lock);
         self->api_version [0] = 0;
         pthread_mutex_unlock (&self->lock);
     }
     else
-    if (status != 200)
-        s_set_err (err, "following the engine's events: the engine answered HTTP %ld", status);
+    if (status != 200) {
+        char *msg = s_engine_message (&w.error);
+        s_set_err (err, "following the engine's events: the engine refused (HTTP %ld) (Docker: %s)",
+                   status, msg ? msg : "no message");
+        free (msg);
+    }
     else
         s_set_err (err, "following the engine's events: the engine closed the stream");
+    free (w.error.data);
     return -1;
 }
 
