@@ -1371,8 +1371,14 @@ struct pollfd *ah_sbd_session_poll_prepare (ah_sbd_session_t *self, int reserve,
                 s_lower (timeout_ms, ch->deadline, now);
                 s_lower (timeout_ms, ch->kill_at, now);
             }
-            else if (!ch->exit_sent)
-                s_lower (timeout_ms, ch->exit_at + S_EXIT_GRACE_MS, now);
+            else if (!ch->exit_sent) {
+                //  Grace for late output; after it, act only once we can
+                //  send (a window update wakes us): never spin on a 0 timeout.
+                if (now < ch->exit_at + S_EXIT_GRACE_MS)
+                    s_lower (timeout_ms, ch->exit_at + S_EXIT_GRACE_MS, now);
+                else if (can_send)
+                    *timeout_ms = 0;
+            }
         }
         else if (ch->kind == K_FS_READ && can_send && ch->file >= 0)
             *timeout_ms = 0;        //  a regular file is always readable
