@@ -1,0 +1,1232 @@
+/*  actors/api.c: the REST API actor (see api.h, docs/api.md).
+
+    DESIGN. One thread, this actor's, owns everything here: the lws context
+    and every wsi in it, the pipe, its bus DEALER ("api") and its SQLite
+    connection. The lws service loop is the actor's one loop: the zmq
+    sockets ride in it (s_loop_*: their ZMQ_FDs are adopted into lws), so
+    lws callbacks and bus messages take turns on the same thread and no
+    lock is needed anywhere.
+
+    A request lives in its connection's lws per-session data (req_t). Reads
+    are answered at once from SQLite. A change goes to lifecycle with a
+    fresh req id and the req_t is linked into self->pending until the REPLY
+    (or AH_API_REPLY_TIMEOUT_S) completes it. With ?wait=1 it stays linked
+    after the REPLY until the agent leaves its transitional state: checked
+    on every SANDBOX_STATE lifecycle sends us and on each tick. When lws
+    closes a connection its req_t is unlinked first, so a late REPLY finds
+    nothing and is dropped.
+
+    The response is built whole (JSON, small), then written in HTTP
+    WRITEABLE callbacks: headers once, then the body in chunks, one
+    lws_write per callback. Streaming routes (terminal, files: CHAN_*
+    messages) will add req kinds that write as data arrives.            */
+#include "actors/api.h"
+#include "common/log.h"
+#include "common/msg.h"
+#include "common/bus.h"
+#include "common/token.h"
+#include "common/lwsloop.h"
+#include "store/store.h"
+
+#include <libwebsockets.h>
+#include <jansson.h>
+#include <fnmatch.h>
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TICK_US             (250 * LWS_US_PER_MS)
+#define MAX_PATH            512
+#define MAX_KEY             128
+#define MAX_AUTH            512
+#define CHUNK               16384
+
+typedef enum { M_OTHER, M_GET, M_POST, M_PUT, M_PATCH, M_DELETE, M_OPTIONS, M_HEAD } method_t;
+
+//  What a pending request waits for and does with the answer.
+typedef enum {
+    OP_NONE, OP_CREATE, OP_UPDATE, OP_START, OP_STOP, OP_REBUILD, OP_DESTROY
+} op_t;
+
+typedef enum { PHASE_IDLE, PHASE_BODY, PHASE_REPLY, PHASE_STATE, PHASE_RESPOND } phase_t;
+
+typedef struct self_t self_t;
+
+//  Per connection (lws per-session data, zeroed by lws at bind); reset
+//  at the start of every request on a kept-alive connection. Touched only
+//  by the actor thread.
+typedef struct req_t {
+    struct lws *wsi;
+    struct req_t *prev, *next;      //  in self->pending while linked
+    bool linked;
+    phase_t phase;
+    method_t method;
+    char path [MAX_PATH];
+    char key [MAX_KEY];             //  agent id or name from the path
+    char action [16];               //  start | stop | rebuild
+    char agent_id [32];             //  resolved
+    char token_name [64];           //  who (for logs)
+    //  body
+    char *body;
+    size_t body_len, body_cap;
+    size_t content_length;
+    bool discard_body;              //  already answered (413, 401): drop what comes
+    //  pending
+    op_t op;
+    int64_t req_id;
+    int64_t deadline_ms;
+    int64_t wait_s;                 //  0: no wait
+    bool wait;
+    //  response
+    int status;
+    char *resp;                     //  LWS_PRE headroom, then the body
+    size_t resp_len, resp_sent;
+    bool headers_sent;
+    bool close_after;
+    const char *allow;              //  for 405
+} req_t;
+
+struct self_t {
+    zsock_t *pipe;
+    zsock_t *bus;
+    ah_store_t *store;
+    const ah_config_t *config;
+    ah_lwsloop_t *loop;             //  the lws context and the zsocks' loop
+    struct lws_context *context;    //  the loop's
+    lws_sorted_usec_list_t tick;
+    req_t *pending;
+    int64_t next_req;
+    int reply_timeout_s;
+    bool terminated;
+};
+
+static void s_check_waits (self_t *self, const char *agent_id);
+
+//  --------------------------------------------------------------------
+//  Small helpers
+
+static self_t *s_self (struct lws *wsi)
+{
+    return (self_t *) ah_lwsloop_user (ah_lwsloop_from_wsi (wsi));
+}
+
+//  The one way a pending req_t leaves the list (idempotent).
+static void s_unlink (self_t *self, req_t *r)
+{
+    if (!r->linked)
+        return;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        self->pending = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+    r->linked = false;
+}
+
+static void s_link (self_t *self, req_t *r)
+{
+    if (r->linked)
+        return;
+    r->prev = NULL;
+    r->next = self->pending;
+    if (self->pending)
+        self->pending->prev = r;
+    self->pending = r;
+    r->linked = true;
+}
+
+static void s_req_reset (self_t *self, req_t *r)
+{
+    s_unlink (self, r);
+    free (r->body);
+    free (r->resp);
+    struct lws *wsi = r->wsi;
+    memset (r, 0, sizeof *r);
+    r->wsi = wsi;
+}
+
+//  Make a string safe for JSON: invalid UTF-8 bytes become '?'.
+static json_t *s_json_text (const char *text)
+{
+    json_t *j = json_string (text);
+    if (j)
+        return j;
+    char *copy = strdup (text);
+    if (!copy)
+        return json_string ("?");
+    for (char *p = copy; *p; p++)
+        if ((unsigned char) *p >= 0x80 || (unsigned char) *p < 0x20)
+            *p = '?';
+    j = json_string (copy);
+    free (copy);
+    return j ? j : json_string ("?");
+}
+
+//  Queue the response; takes ownership of body.
+static void s_respond (req_t *r, int status, json_t *body)
+{
+    char *text = body ? json_dumps (body, JSON_COMPACT) : NULL;
+    json_decref (body);
+    if (!text) {
+        status = 500;
+        text = strdup ("{\"error\":\"cannot encode the response\"}");
+    }
+    size_t len = text ? strlen (text) : 0;
+    free (r->resp);
+    r->resp = malloc (LWS_PRE + len + 1);
+    if (r->resp && text)
+        memcpy (r->resp + LWS_PRE, text, len + 1);
+    else
+        len = 0;
+    free (text);
+    r->resp_len = len;
+    r->resp_sent = 0;
+    r->headers_sent = false;
+    r->status = status;
+    r->phase = PHASE_RESPOND;
+    lws_callback_on_writable (r->wsi);
+}
+
+static void s_respond_error (req_t *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void s_respond_error (req_t *r, int status, const char *fmt, ...)
+{
+    char message [1024];
+    va_list ap;
+    va_start (ap, fmt);
+    vsnprintf (message, sizeof message, fmt, ap);
+    va_end (ap);
+    json_t *body = json_object ();
+    json_object_set_new (body, "error", s_json_text (message));
+    if (status >= 500)
+        ah_warn ("api", "%s -> %d %s", r->path, status, message);
+    else
+        ah_debug ("api", "%s -> %d %s", r->path, status, message);
+    s_respond (r, status, body);
+}
+
+static json_t *s_time_json (int64_t ms)
+{
+    if (ms <= 0)
+        return json_null ();
+    char buf [40];
+    ah_store_format_time (ms, buf, sizeof buf);
+    return json_string (buf);
+}
+
+static json_t *s_column_text (sqlite3_stmt *stmt, int col)
+{
+    if (sqlite3_column_type (stmt, col) == SQLITE_NULL)
+        return json_null ();
+    return s_json_text ((const char *) sqlite3_column_text (stmt, col));
+}
+
+static bool s_transitional (const char *state)
+{
+    return state && (streq (state, "creating") || streq (state, "starting")
+                     || streq (state, "stopping") || streq (state, "rebuilding")
+                     || streq (state, "destroying"));
+}
+
+//  --------------------------------------------------------------------
+//  Reads
+
+#define AGENT_SELECT \
+    "SELECT a.id, a.name, s.state, s.error, a.image, a.cpus, a.memory_mb, a.idle_minutes," \
+    " s.needs_rebuild, a.created_at, s.last_activity_at" \
+    " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id"
+
+static json_t *s_agent_row (sqlite3_stmt *stmt)
+{
+    json_t *a = json_object ();
+    json_object_set_new (a, "id", s_column_text (stmt, 0));
+    json_object_set_new (a, "name", s_column_text (stmt, 1));
+    json_object_set_new (a, "state", s_column_text (stmt, 2));
+    json_object_set_new (a, "error", s_column_text (stmt, 3));
+    json_object_set_new (a, "image", s_column_text (stmt, 4));
+    json_object_set_new (a, "cpus", json_real (sqlite3_column_double (stmt, 5)));
+    json_object_set_new (a, "memory_mb", json_integer (sqlite3_column_int64 (stmt, 6)));
+    json_object_set_new (a, "idle_minutes", json_real (sqlite3_column_double (stmt, 7)));
+    json_object_set_new (a, "needs_rebuild", json_boolean (sqlite3_column_int (stmt, 8) != 0));
+    json_object_set_new (a, "created_at", s_time_json (sqlite3_column_int64 (stmt, 9)));
+    json_object_set_new (a, "last_activity_at",
+                         sqlite3_column_type (stmt, 10) == SQLITE_NULL
+                         ? json_null () : s_time_json (sqlite3_column_int64 (stmt, 10)));
+    return a;
+}
+
+//  One agent by id or name. NULL with *failed=false when there is none,
+//  *failed=true on a database error.
+static json_t *s_agent_get (self_t *self, const char *key, bool *failed)
+{
+    *failed = false;
+    sqlite3_stmt *stmt = ah_store_prepare (self->store,
+        AGENT_SELECT " WHERE a.id = :key OR a.name = :key ORDER BY (a.id = :key) DESC LIMIT 1");
+    if (!stmt || ah_store_bind_text (stmt, ":key", key)) {
+        *failed = true;
+        return NULL;
+    }
+    json_t *agent = NULL;
+    int rc = ah_store_step (self->store, stmt);
+    if (rc == SQLITE_ROW)
+        agent = s_agent_row (stmt);
+    else if (rc != SQLITE_DONE)
+        *failed = true;
+    sqlite3_reset (stmt);
+    return agent;
+}
+
+static json_t *s_agent_list (self_t *self)
+{
+    sqlite3_stmt *stmt = ah_store_prepare (self->store, AGENT_SELECT " ORDER BY a.name");
+    if (!stmt)
+        return NULL;
+    json_t *list = json_array ();
+    int rc;
+    while ((rc = ah_store_step (self->store, stmt)) == SQLITE_ROW)
+        json_array_append_new (list, s_agent_row (stmt));
+    sqlite3_reset (stmt);
+    if (rc != SQLITE_DONE) {
+        json_decref (list);
+        return NULL;
+    }
+    return list;
+}
+
+static json_t *s_policy_list (self_t *self)
+{
+    sqlite3_stmt *stmt = ah_store_prepare (self->store,
+        "SELECT holder, script, loaded_at, error, error_at FROM policy_status"
+        " ORDER BY holder, script");
+    if (!stmt)
+        return NULL;
+    json_t *list = json_array ();
+    int rc;
+    while ((rc = ah_store_step (self->store, stmt)) == SQLITE_ROW) {
+        json_t *p = json_object ();
+        json_object_set_new (p, "holder", s_column_text (stmt, 0));
+        json_object_set_new (p, "script", s_column_text (stmt, 1));
+        json_object_set_new (p, "loaded_at", s_time_json (sqlite3_column_int64 (stmt, 2)));
+        json_object_set_new (p, "error", s_column_text (stmt, 3));
+        json_object_set_new (p, "error_at", s_time_json (sqlite3_column_int64 (stmt, 4)));
+        json_array_append_new (list, p);
+    }
+    sqlite3_reset (stmt);
+    if (rc != SQLITE_DONE) {
+        json_decref (list);
+        return NULL;
+    }
+    return list;
+}
+
+//  Bearer token -> true when its hash is in api_tokens. Every stored hash
+//  is compared in constant time; the token itself is never kept.
+static bool s_authorized (self_t *self, req_t *r, bool *failed)
+{
+    *failed = false;
+    char header [MAX_AUTH];
+    int n = lws_hdr_total_length (r->wsi, WSI_TOKEN_HTTP_AUTHORIZATION);
+    if (n <= 0 || n >= (int) sizeof header)
+        return false;
+    if (lws_hdr_copy (r->wsi, header, sizeof header, WSI_TOKEN_HTTP_AUTHORIZATION) < 0)
+        return false;
+    const char *token = header;
+    if (strncasecmp (token, "Bearer ", 7) != 0)
+        return false;
+    token += 7;
+    while (*token == ' ')
+        token++;
+    if (!*token)
+        return false;
+    char hash [AH_TOKEN_HEX];
+    ah_token_hash (token, hash);
+    memset (header, 0, sizeof header);
+
+    sqlite3_stmt *stmt = ah_store_prepare (self->store, "SELECT name, hash FROM api_tokens");
+    if (!stmt) {
+        *failed = true;
+        return false;
+    }
+    bool found = false;
+    int rc;
+    while ((rc = ah_store_step (self->store, stmt)) == SQLITE_ROW) {
+        const char *stored = (const char *) sqlite3_column_text (stmt, 1);
+        if (stored && ah_token_equal (hash, stored) && !found) {
+            found = true;
+            snprintf (r->token_name, sizeof r->token_name, "%s",
+                      (const char *) sqlite3_column_text (stmt, 0));
+        }
+    }
+    if (rc != SQLITE_DONE)
+        *failed = true;
+    sqlite3_reset (stmt);
+    return found && !*failed;
+}
+
+//  --------------------------------------------------------------------
+//  Requests to lifecycle
+
+static const char *s_op_type (op_t op)
+{
+    switch (op) {
+        case OP_CREATE:  return "AGENT_CREATE";
+        case OP_UPDATE:  return "AGENT_UPDATE";
+        case OP_START:   return "SANDBOX_START";
+        case OP_STOP:    return "SANDBOX_STOP";
+        case OP_REBUILD: return "SANDBOX_REBUILD";
+        case OP_DESTROY: return "SANDBOX_DESTROY";
+        default:         return "?";
+    }
+}
+
+//  Sends msg (taken) with a fresh req id and parks r until the REPLY.
+static void s_ask_lifecycle (self_t *self, req_t *r, op_t op, ah_msg_t **msg_p)
+{
+    r->op = op;
+    r->req_id = ++self->next_req;
+    ah_msg_set_int (*msg_p, "req", r->req_id);
+    if (ah_msg_send (msg_p, self->bus, "lifecycle")) {
+        s_respond_error (r, 503, "cannot reach lifecycle: %s", zmq_strerror (zmq_errno ()));
+        return;
+    }
+    r->phase = PHASE_REPLY;
+    r->deadline_ms = zclock_mono () + (int64_t) self->reply_timeout_s * 1000;
+    s_link (self, r);
+    //  A waiting HTTP client must not be timed out by lws meanwhile.
+    lws_set_timeout (r->wsi, NO_PENDING_TIMEOUT, 0);
+}
+
+//  The agent as it is now, for a response; a stand-in when it is gone.
+static json_t *s_agent_now (self_t *self, req_t *r, const char *state_if_gone)
+{
+    bool failed;
+    json_t *agent = s_agent_get (self, r->agent_id [0] ? r->agent_id : r->key, &failed);
+    if (!agent) {
+        agent = json_object ();
+        json_object_set_new (agent, "id", s_json_text (r->agent_id));
+        json_object_set_new (agent, "name", s_json_text (r->key));
+        json_object_set_new (agent, "state", json_string (state_if_gone));
+    }
+    return agent;
+}
+
+//  A pending ?wait request: answer it if the agent's transition has ended.
+static void s_wait_check (self_t *self, req_t *r)
+{
+    bool failed;
+    json_t *agent = s_agent_get (self, r->agent_id, &failed);
+    if (failed) {
+        json_decref (agent);
+        return;                     //  try again at the next tick
+    }
+    if (!agent) {
+        s_unlink (self, r);
+        if (r->op == OP_DESTROY) {
+            agent = json_object ();
+            json_object_set_new (agent, "id", s_json_text (r->agent_id));
+            json_object_set_new (agent, "name", s_json_text (r->key));
+            json_object_set_new (agent, "state", json_string ("destroyed"));
+            s_respond (r, 200, agent);
+        }
+        else
+            s_respond_error (r, 404, "agent '%s' was destroyed", r->key);
+        return;
+    }
+    const char *state = json_string_value (json_object_get (agent, "state"));
+    if (s_transitional (state)) {
+        json_decref (agent);
+        return;
+    }
+    s_unlink (self, r);
+    s_respond (r, 200, agent);
+}
+
+static void s_on_reply (self_t *self, ah_msg_t *msg)
+{
+    int64_t id = ah_msg_int (msg, "req", 0);
+    req_t *r = self->pending;
+    while (r && !(r->phase == PHASE_REPLY && r->req_id == id))
+        r = r->next;
+    if (!r) {
+        ah_debug ("api", "REPLY for req %lld that nobody waits for (client gone?)", (long long) id);
+        return;
+    }
+    s_unlink (self, r);
+    if (!ah_msg_bool (msg, "ok", false)) {
+        int status = (int) ah_msg_int (msg, "status", 500);
+        if (status < 400 || status > 599)
+            status = 500;
+        const char *error = ah_msg_str (msg, "error");
+        s_respond_error (r, status, "%s", error && *error ? error : "lifecycle refused the request");
+        return;
+    }
+    const char *agent_id = ah_msg_str (msg, "agent_id");
+    if (agent_id && !r->agent_id [0])
+        snprintf (r->agent_id, sizeof r->agent_id, "%s", agent_id);
+    switch (r->op) {
+        case OP_CREATE:
+            if (!r->agent_id [0]) {
+                s_respond_error (r, 500, "lifecycle created the agent but did not say its id");
+                return;
+            }
+            s_respond (r, 201, s_agent_now (self, r, "creating"));
+            return;
+        case OP_UPDATE:
+            s_respond (r, 200, s_agent_now (self, r, "destroyed"));
+            return;
+        default:
+            break;
+    }
+    if (r->wait) {
+        r->phase = PHASE_STATE;
+        r->deadline_ms = zclock_mono () + r->wait_s * 1000;
+        s_link (self, r);
+        s_wait_check (self, r);
+        return;
+    }
+    json_t *agent = s_agent_now (self, r, "destroying");
+    const char *state = ah_msg_str (msg, "state");
+    if (state && *state)
+        json_object_set_new (agent, "state", s_json_text (state));
+    s_respond (r, 202, agent);
+}
+
+static void s_check_waits (self_t *self, const char *agent_id)
+{
+    req_t *r = self->pending;
+    while (r) {
+        req_t *next = r->next;      //  s_wait_check may unlink r
+        if (r->phase == PHASE_STATE && (!agent_id || streq (r->agent_id, agent_id)))
+            s_wait_check (self, r);
+        r = next;
+    }
+}
+
+static void s_sweep (self_t *self)
+{
+    int64_t now = zclock_mono ();
+    req_t *r = self->pending;
+    while (r) {
+        req_t *next = r->next;
+        if (r->deadline_ms && now >= r->deadline_ms) {
+            s_unlink (self, r);
+            if (r->phase == PHASE_REPLY)
+                s_respond_error (r, 504, "lifecycle did not answer %s within %d s",
+                                 s_op_type (r->op), self->reply_timeout_s);
+            else {
+                bool failed;
+                json_t *agent = s_agent_get (self, r->agent_id, &failed);
+                const char *state = agent ? json_string_value (json_object_get (agent, "state")) : NULL;
+                s_respond_error (r, 504, "agent '%s' is still %s after %lld s", r->key,
+                                 state ? state : "changing", (long long) r->wait_s);
+                json_decref (agent);
+            }
+        }
+        r = next;
+    }
+}
+
+//  --------------------------------------------------------------------
+//  Request bodies
+
+//  Parse the body as one JSON object; answers 400 itself and returns NULL.
+static json_t *s_body_object (req_t *r, bool empty_ok)
+{
+    if (r->body_len == 0) {
+        if (empty_ok)
+            return json_object ();
+        s_respond_error (r, 400, "a JSON object body is required");
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb (r->body, r->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        s_respond_error (r, 400, "bad JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+        return NULL;
+    }
+    if (!json_is_object (root)) {
+        json_decref (root);
+        s_respond_error (r, 400, "the body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+typedef enum { F_STR, F_NUM, F_INT } field_type_t;
+typedef struct {
+    const char *name;
+    field_type_t type;
+} field_t;
+
+//  Check every key of obj against the allowed fields and copy them into
+//  msg. Answers 400 naming the field and returns -1 on the first problem.
+static int s_copy_fields (req_t *r, json_t *obj, const field_t *fields, size_t nfields, ah_msg_t *msg)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach (obj, key, value) {
+        const field_t *f = NULL;
+        for (size_t i = 0; i < nfields; i++)
+            if (streq (fields [i].name, key))
+                f = &fields [i];
+        if (!f) {
+            s_respond_error (r, 400, "unknown field '%s'", key);
+            return -1;
+        }
+        switch (f->type) {
+            case F_STR:
+                if (!json_is_string (value) || json_string_length (value) == 0
+                ||  json_string_length (value) > 255) {
+                    s_respond_error (r, 400, "field '%s' must be a non-empty string of at most 255 bytes", key);
+                    return -1;
+                }
+                ah_msg_set_str (msg, key, json_string_value (value));
+                break;
+            case F_NUM:
+                if (!json_is_number (value) || json_number_value (value) <= 0) {
+                    s_respond_error (r, 400, "field '%s' must be a number greater than 0", key);
+                    return -1;
+                }
+                ah_msg_set_double (msg, key, json_number_value (value));
+                break;
+            case F_INT:
+                if (!json_is_integer (value) || json_integer_value (value) <= 0) {
+                    s_respond_error (r, 400, "field '%s' must be an integer greater than 0", key);
+                    return -1;
+                }
+                ah_msg_set_int (msg, key, json_integer_value (value));
+                break;
+        }
+    }
+    return 0;
+}
+
+static bool s_valid_name (const char *name)
+{
+    size_t n = strlen (name);
+    if (n < 1 || n > 63)
+        return false;
+    if (!(islower ((unsigned char) name [0]) || isdigit ((unsigned char) name [0])))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char) name [i];
+        if (!(islower (c) || isdigit (c) || c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+//  --------------------------------------------------------------------
+//  Routes
+
+static const field_t s_create_fields [] = {
+    { "name", F_STR }, { "image", F_STR }, { "cpus", F_NUM },
+    { "memory_mb", F_INT }, { "idle_minutes", F_NUM }
+};
+static const field_t s_update_fields [] = {
+    { "image", F_STR }, { "cpus", F_NUM }, { "memory_mb", F_INT }, { "idle_minutes", F_NUM }
+};
+
+static void s_agent_create (self_t *self, req_t *r)
+{
+    json_t *obj = s_body_object (r, false);
+    if (!obj)
+        return;
+    ah_msg_t *msg = ah_msg_new ("AGENT_CREATE");
+    if (s_copy_fields (r, obj, s_create_fields, sizeof s_create_fields / sizeof s_create_fields [0], msg)) {
+        ah_msg_destroy (&msg);
+        json_decref (obj);
+        return;
+    }
+    const char *name = ah_msg_str (msg, "name");
+    if (!name) {
+        s_respond_error (r, 400, "field 'name' is required");
+        goto out;
+    }
+    if (!s_valid_name (name)) {
+        s_respond_error (r, 400, "field 'name': '%s' is not a valid agent name "
+                         "(1 to 63 of a-z 0-9 . _ -, starting with a letter or digit)", name);
+        goto out;
+    }
+    snprintf (r->key, sizeof r->key, "%s", name);
+    s_ask_lifecycle (self, r, OP_CREATE, &msg);
+out:
+    ah_msg_destroy (&msg);
+    json_decref (obj);
+}
+
+//  Resolve r->key to r->agent_id; answers 404/500 and returns NULL itself.
+static json_t *s_resolve (self_t *self, req_t *r)
+{
+    bool failed;
+    json_t *agent = s_agent_get (self, r->key, &failed);
+    if (failed) {
+        json_decref (agent);
+        s_respond_error (r, 500, "cannot read the database");
+        return NULL;
+    }
+    if (!agent) {
+        s_respond_error (r, 404, "no agent named '%s'", r->key);
+        return NULL;
+    }
+    snprintf (r->agent_id, sizeof r->agent_id, "%s",
+              json_string_value (json_object_get (agent, "id")));
+    //  From here on name the agent by its name, whichever the client used.
+    const char *name = json_string_value (json_object_get (agent, "name"));
+    if (name)
+        snprintf (r->key, sizeof r->key, "%s", name);
+    return agent;
+}
+
+static void s_agent_update (self_t *self, req_t *r)
+{
+    json_t *obj = s_body_object (r, false);
+    if (!obj)
+        return;
+    ah_msg_t *msg = ah_msg_new ("AGENT_UPDATE");
+    json_t *agent = NULL;
+    if (json_object_get (obj, "name")) {
+        s_respond_error (r, 400, "field 'name' cannot be changed");
+        goto out;
+    }
+    if (s_copy_fields (r, obj, s_update_fields, sizeof s_update_fields / sizeof s_update_fields [0], msg))
+        goto out;
+    if (json_object_size (obj) == 0) {
+        s_respond_error (r, 400, "nothing to change: give image, cpus, memory_mb or idle_minutes");
+        goto out;
+    }
+    if (!(agent = s_resolve (self, r)))
+        goto out;
+    ah_msg_set_str (msg, "agent", r->agent_id);
+    s_ask_lifecycle (self, r, OP_UPDATE, &msg);
+out:
+    json_decref (agent);
+    ah_msg_destroy (&msg);
+    json_decref (obj);
+}
+
+static void s_agent_transition (self_t *self, req_t *r, op_t op)
+{
+    //  An optional body, and then only an empty object.
+    json_t *obj = s_body_object (r, true);
+    if (!obj)
+        return;
+    if (json_object_size (obj) > 0) {
+        const char *key = json_object_iter_key (json_object_iter (obj));
+        s_respond_error (r, 400, "unknown field '%s'", key);
+        json_decref (obj);
+        return;
+    }
+    json_decref (obj);
+    json_t *agent = s_resolve (self, r);
+    if (!agent)
+        return;
+    json_decref (agent);
+    ah_msg_t *msg = ah_msg_new (s_op_type (op));
+    ah_msg_set_str (msg, "agent", r->agent_id);
+    if (op == OP_STOP)
+        ah_msg_set_str (msg, "reason", "api");
+    s_ask_lifecycle (self, r, op, &msg);
+}
+
+static void s_policy_reload (self_t *self, req_t *r)
+{
+    static const char *holders [] = { "lifecycle", "sleeper", "builder" };
+    json_t *sent = json_array ();
+    for (size_t i = 0; i < sizeof holders / sizeof holders [0]; i++) {
+        ah_msg_t *msg = ah_msg_new ("POLICY_RELOAD");
+        if (ah_msg_send (&msg, self->bus, holders [i]) == 0)
+            json_array_append_new (sent, json_string (holders [i]));
+    }
+    s_respond (r, 202, json_pack ("{s:b, s:o}", "ok", 1, "sent_to", sent));
+}
+
+//  Query arguments we know: wait, timeout. Unknown ones are refused.
+static int s_parse_query (req_t *r)
+{
+    char arg [256];
+    for (int i = 0; i < 16; i++) {
+        int n = lws_hdr_copy_fragment (r->wsi, arg, sizeof arg, WSI_TOKEN_HTTP_URI_ARGS, i);
+        if (n < 0) {
+            if (i < 15 && lws_hdr_total_length (r->wsi, WSI_TOKEN_HTTP_URI_ARGS) >= (int) sizeof arg) {
+                s_respond_error (r, 400, "query string too long");
+                return -1;
+            }
+            break;
+        }
+        if (n == 0)
+            continue;
+        char *value = strchr (arg, '=');
+        if (value)
+            *value++ = 0;
+        else
+            value = "1";
+        if (streq (arg, "wait")) {
+            if (streq (value, "1") || streq (value, "true") || streq (value, ""))
+                r->wait = true;
+            else if (streq (value, "0") || streq (value, "false"))
+                r->wait = false;
+            else {
+                s_respond_error (r, 400, "query 'wait' must be 0 or 1, got '%s'", value);
+                return -1;
+            }
+        }
+        else if (streq (arg, "timeout")) {
+            char *end = NULL;
+            errno = 0;
+            long long s = strtoll (value, &end, 10);
+            if (errno || !end || *end || s < 1 || s > AH_API_WAIT_MAX_S) {
+                s_respond_error (r, 400, "query 'timeout' must be seconds from 1 to %d, got '%s'",
+                                 AH_API_WAIT_MAX_S, value);
+                return -1;
+            }
+            r->wait_s = s;
+        }
+        else {
+            s_respond_error (r, 400, "unknown query argument '%s'", arg);
+            return -1;
+        }
+    }
+    if (!r->wait_s)
+        r->wait_s = AH_API_WAIT_DEFAULT_S;
+    return 0;
+}
+
+//  Route table. Paths: /healthz, /api/v1/agents[/{key}[/{action}]],
+//  /api/v1/policy[/reload]. Called once the body (if any) is complete.
+static void s_dispatch (self_t *self, req_t *r)
+{
+    const char *p = r->path;
+    method_t m = r->method;
+    static const char *agents = "/api/v1/agents";
+    static const char *policy = "/api/v1/policy";
+
+    if (s_parse_query (r))
+        return;
+    if (streq (p, "/api/v1/agents")) {
+        if (m == M_GET) {
+            json_t *list = s_agent_list (self);
+            if (!list)
+                s_respond_error (r, 500, "cannot read the database");
+            else
+                s_respond (r, 200, json_pack ("{s:o}", "agents", list));
+        }
+        else if (m == M_POST)
+            s_agent_create (self, r);
+        else {
+            r->allow = "GET, POST";
+            s_respond_error (r, 405, "%s takes GET or POST", agents);
+        }
+        return;
+    }
+    if (strncmp (p, "/api/v1/agents/", 15) == 0) {
+        const char *key = p + 15;
+        const char *slash = strchr (key, '/');
+        size_t klen = slash ? (size_t) (slash - key) : strlen (key);
+        const char *action = slash ? slash + 1 : NULL;
+        if (klen == 0 || klen >= sizeof r->key || (action && strchr (action, '/'))) {
+            s_respond_error (r, 404, "no route %s", p);
+            return;
+        }
+        memcpy (r->key, key, klen);
+        r->key [klen] = 0;
+        if (!action) {
+            if (m == M_GET) {
+                json_t *agent = s_resolve (self, r);
+                if (agent)
+                    s_respond (r, 200, agent);
+            }
+            else if (m == M_PATCH)
+                s_agent_update (self, r);
+            else if (m == M_DELETE)
+                s_agent_transition (self, r, OP_DESTROY);
+            else {
+                r->allow = "GET, PATCH, DELETE";
+                s_respond_error (r, 405, "%s/{agent} takes GET, PATCH or DELETE", agents);
+            }
+            return;
+        }
+        op_t op = streq (action, "start") ? OP_START
+                : streq (action, "stop") ? OP_STOP
+                : streq (action, "rebuild") ? OP_REBUILD : OP_NONE;
+        if (op == OP_NONE) {
+            s_respond_error (r, 404, "no route %s (actions: start, stop, rebuild)", p);
+            return;
+        }
+        if (m != M_POST) {
+            r->allow = "POST";
+            s_respond_error (r, 405, "%s/{agent}/%s takes POST", agents, action);
+            return;
+        }
+        snprintf (r->action, sizeof r->action, "%s", action);
+        s_agent_transition (self, r, op);
+        return;
+    }
+    if (streq (p, policy)) {
+        if (m != M_GET) {
+            r->allow = "GET";
+            s_respond_error (r, 405, "%s takes GET", policy);
+            return;
+        }
+        json_t *list = s_policy_list (self);
+        if (!list)
+            s_respond_error (r, 500, "cannot read the database");
+        else
+            s_respond (r, 200, json_pack ("{s:o}", "policies", list));
+        return;
+    }
+    if (streq (p, "/api/v1/policy/reload")) {
+        if (m != M_POST) {
+            r->allow = "POST";
+            s_respond_error (r, 405, "%s/reload takes POST", policy);
+            return;
+        }
+        s_policy_reload (self, r);
+        return;
+    }
+    s_respond_error (r, 404, "no route %s", p);
+}
+
+//  --------------------------------------------------------------------
+//  lws HTTP callbacks
+
+static method_t s_method (struct lws *wsi)
+{
+    static const struct { enum lws_token_indexes token; method_t method; } methods [] = {
+        { WSI_TOKEN_GET_URI, M_GET }, { WSI_TOKEN_POST_URI, M_POST },
+        { WSI_TOKEN_PUT_URI, M_PUT }, { WSI_TOKEN_PATCH_URI, M_PATCH },
+        { WSI_TOKEN_DELETE_URI, M_DELETE }, { WSI_TOKEN_OPTIONS_URI, M_OPTIONS },
+        { WSI_TOKEN_HEAD_URI, M_HEAD },
+    };
+    for (size_t i = 0; i < sizeof methods / sizeof methods [0]; i++)
+        if (lws_hdr_total_length (wsi, methods [i].token) > 0)
+            return methods [i].method;
+    return M_OTHER;
+}
+
+//  A new request: headers are in. Answers at once or waits for the body.
+static int s_on_http (self_t *self, req_t *r, const char *uri, size_t len)
+{
+    s_req_reset (self, r);
+    if (len >= sizeof r->path || len == 0) {
+        snprintf (r->path, sizeof r->path, "(long path)");
+        r->close_after = true;
+        s_respond_error (r, 414, "request path longer than %d bytes", MAX_PATH - 1);
+        return 0;
+    }
+    memcpy (r->path, uri, len);
+    r->path [len] = 0;
+    //  One trailing slash is forgiven.
+    if (len > 1 && r->path [len - 1] == '/')
+        r->path [len - 1] = 0;
+    r->method = s_method (r->wsi);
+
+    //  Body framing first: what we do not read we must not keep alive.
+    char cl [32] = "";
+    bool has_length = lws_hdr_total_length (r->wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0;
+    if (has_length) {
+        if (lws_hdr_copy (r->wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) < 0) {
+            r->close_after = r->discard_body = true;
+            s_respond_error (r, 400, "bad Content-Length");
+            return 0;
+        }
+        char *end = NULL;
+        errno = 0;
+        unsigned long long n = strtoull (cl, &end, 10);
+        if (errno || end == cl || *end || cl [0] == '-') {
+            r->close_after = r->discard_body = true;
+            s_respond_error (r, 400, "bad Content-Length '%s'", cl);
+            return 0;
+        }
+        r->content_length = (size_t) n;
+        if (n > AH_API_MAX_BODY) {
+            r->close_after = r->discard_body = true;
+            s_respond_error (r, 413, "request body of %llu bytes is over the limit of %u bytes",
+                             n, AH_API_MAX_BODY);
+            return 0;
+        }
+    }
+    else if (lws_hdr_total_length (r->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0) {
+        r->close_after = r->discard_body = true;
+        s_respond_error (r, 411, "send the body with a Content-Length");
+        return 0;
+    }
+
+    if (r->method == M_GET && streq (r->path, "/healthz")) {
+        if (r->content_length)
+            r->discard_body = true;
+        s_respond (r, 200, json_pack ("{s:b}", "ok", 1));
+        return 0;
+    }
+    bool failed;
+    if (!s_authorized (self, r, &failed)) {
+        if (r->content_length)
+            r->close_after = r->discard_body = true;
+        if (failed)
+            s_respond_error (r, 500, "cannot read the token table");
+        else
+            s_respond_error (r, 401, "missing or wrong bearer token (Authorization: Bearer <token>)");
+        return 0;
+    }
+    if (r->content_length > 0) {
+        r->body = malloc (r->content_length + 1);
+        if (!r->body) {
+            r->close_after = r->discard_body = true;
+            s_respond_error (r, 503, "out of memory for the request body");
+            return 0;
+        }
+        r->body_cap = r->content_length;
+        r->phase = PHASE_BODY;
+        return 0;
+    }
+    s_dispatch (self, r);
+    return 0;
+}
+
+static int s_on_body (self_t *self, req_t *r, const void *in, size_t len)
+{
+    if (r->discard_body || r->phase != PHASE_BODY)
+        return 0;
+    if (len > r->body_cap - r->body_len) {
+        r->close_after = r->discard_body = true;
+        s_respond_error (r, 400, "more body than Content-Length announced");
+        return 0;
+    }
+    memcpy (r->body + r->body_len, in, len);
+    r->body_len += len;
+    return 0;
+}
+
+static int s_on_body_done (self_t *self, req_t *r)
+{
+    if (r->discard_body || r->phase != PHASE_BODY)
+        return 0;
+    r->body [r->body_len] = 0;
+    r->phase = PHASE_IDLE;
+    s_dispatch (self, r);
+    return 0;
+}
+
+//  One lws_write per call: the headers, then body chunks.
+static int s_on_writeable (self_t *self, req_t *r)
+{
+    if (r->phase != PHASE_RESPOND || !r->resp)
+        return 0;
+    if (!r->headers_sent) {
+        uint8_t buf [LWS_PRE + 1024];
+        uint8_t *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
+        if (lws_add_http_common_headers (r->wsi, (unsigned) r->status, "application/json",
+                                         r->resp_len, &p, end))
+            return -1;
+        if (r->allow && lws_add_http_header_by_name (r->wsi, (const uint8_t *) "allow:",
+                            (const uint8_t *) r->allow, (int) strlen (r->allow), &p, end))
+            return -1;
+        if (r->status == 401 && lws_add_http_header_by_name (r->wsi,
+                            (const uint8_t *) "www-authenticate:", (const uint8_t *) "Bearer", 6, &p, end))
+            return -1;
+        if (r->close_after && lws_add_http_header_by_name (r->wsi,
+                            (const uint8_t *) "connection:", (const uint8_t *) "close", 5, &p, end))
+            return -1;
+        if (lws_finalize_write_http_header (r->wsi, start, &p, end))
+            return -1;
+        r->headers_sent = true;
+        if (r->resp_len > 0) {
+            lws_callback_on_writable (r->wsi);
+            return 0;
+        }
+    }
+    else {
+        size_t left = r->resp_len - r->resp_sent;
+        size_t n = left > CHUNK ? CHUNK : left;
+        bool last = n == left;
+        if (lws_write (r->wsi, (uint8_t *) r->resp + LWS_PRE + r->resp_sent, n,
+                       last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < (int) n)
+            return -1;
+        r->resp_sent += n;
+        if (!last) {
+            lws_callback_on_writable (r->wsi);
+            return 0;
+        }
+    }
+    //  Done with this request.
+    bool close = r->close_after;
+    s_req_reset (self, r);
+    if (close)
+        return -1;
+    if (lws_http_transaction_completed (r->wsi))
+        return -1;
+    return 0;
+}
+
+static int s_http_callback (struct lws *wsi, enum lws_callback_reasons reason, void *user,
+                            void *in, size_t len)
+{
+    req_t *r = user;
+    self_t *self = s_self (wsi);
+    switch (reason) {
+        case LWS_CALLBACK_HTTP:
+            if (!r)
+                return -1;
+            r->wsi = wsi;
+            return s_on_http (self, r, in ? (const char *) in : "", in ? strlen (in) : 0);
+        case LWS_CALLBACK_HTTP_BODY:
+            return r ? s_on_body (self, r, in, len) : -1;
+        case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+            return r ? s_on_body_done (self, r) : -1;
+        case LWS_CALLBACK_HTTP_WRITEABLE:
+            return r ? s_on_writeable (self, r) : -1;
+        case LWS_CALLBACK_CLOSED_HTTP:
+        case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+            if (r)
+                s_req_reset (self, r);
+            return 0;
+        default:
+            break;
+    }
+    return lws_callback_http_dummy (wsi, reason, user, in, len);
+}
+
+//  --------------------------------------------------------------------
+//  The bus, the pipe, the tick
+
+static void s_on_bus (ah_lwsloop_t *loop, zsock_t *sock, void *arg)
+{
+    self_t *self = arg;
+    char *err = NULL;
+    ah_msg_t *msg = ah_msg_recv (sock, true, &err);
+    if (!msg) {
+        ah_warn ("api", "dropped a malformed message: %s", err ? err : "?");
+        free (err);
+        return;
+    }
+    const char *type = ah_msg_type (msg);
+    if (streq (type, "REPLY"))
+        s_on_reply (self, msg);
+    else if (streq (type, "SANDBOX_STATE")) {
+        const char *agent_id = ah_msg_str (msg, "agent_id");
+        if (agent_id)
+            s_check_waits (self, agent_id);
+    }
+    else if (ah_msg_has (msg, "req")) {
+        ah_warn ("api", "%s from '%s' is not for the api", type, ah_msg_peer (msg));
+        ah_msg_t *reply = ah_msg_reply_error (msg, 400, "api does not handle %s", type);
+        ah_msg_send (&reply, self->bus, ah_msg_peer (msg));
+    }
+    else
+        ah_debug ("api", "ignored %s from '%s'", type, ah_msg_peer (msg));
+    ah_msg_destroy (&msg);
+}
+
+//  $TERM stops the actor; PORT answers the port we listen on (tests
+//  that let the OS pick one with server.listen "127.0.0.1:0").
+static void s_on_pipe (ah_lwsloop_t *loop, zsock_t *sock, void *arg)
+{
+    self_t *self = arg;
+    char *cmd = zstr_recv (sock);
+    if (!cmd || streq (cmd, "$TERM"))
+        ah_lwsloop_stop (self->loop);
+    else if (streq (cmd, "PORT"))
+        zstr_sendf (sock, "%d", ah_lwsloop_port (self->loop));
+    else
+        ah_warn ("api", "unknown pipe command '%s'", cmd);
+    zstr_free (&cmd);
+}
+
+static void s_tick_cb (lws_sorted_usec_list_t *sul)
+{
+    self_t *self = lws_container_of (sul, self_t, tick);
+    s_check_waits (self, NULL);
+    s_sweep (self);
+    lws_sul_schedule (self->context, 0, &self->tick, s_tick_cb, TICK_US);
+}
+
+static const struct lws_protocols s_protocols [] = {
+    { "http", s_http_callback, sizeof (req_t), 0, 0, NULL, 0 },
+    { NULL, NULL, 0, 0, 0, NULL, 0 }
+};
+
+static void s_destroy (self_t *self)
+{
+    //  Connections close inside the context's destruction; their req_t
+    //  unlink themselves (CLOSED_HTTP), so the pending list empties.
+    if (self->loop) {
+        lws_sul_cancel (&self->tick);
+        ah_lwsloop_destroy (&self->loop);
+    }
+    self->context = NULL;
+    zsock_destroy (&self->bus);
+    ah_store_close (&self->store);
+}
+
+void ah_api_actor (zsock_t *pipe, void *args)
+{
+    const ah_api_args_t *a = args;
+    self_t *self = calloc (1, sizeof *self);
+    if (!self || !a || !a->config || !a->db_path) {
+        ah_error ("api", "started without configuration");
+        free (self);
+        zsock_signal (pipe, 1);
+        return;
+    }
+    self->pipe = pipe;
+    self->config = a->config;
+    self->reply_timeout_s = a->reply_timeout_s > 0 ? a->reply_timeout_s : AH_API_REPLY_TIMEOUT_S;
+    char *err = NULL;
+    self->store = ah_store_open (a->db_path, false, &err);
+    if (!self->store) {
+        ah_error ("api", "cannot open the database %s: %s", a->db_path, err ? err : "?");
+        free (err);
+        goto fail;
+    }
+    self->bus = ah_bus_connect ("api");
+    if (!self->bus) {
+        ah_error ("api", "cannot connect to the bus");
+        goto fail;
+    }
+    const char *listen = a->config->listen ? a->config->listen : "127.0.0.1:8080";
+    char host [256];
+    int port = 0;
+    if (ah_config_split_listen (listen, host, sizeof host, &port) || port < 0 || port > 65535) {
+        ah_error ("api", "server.listen: cannot use '%s' (want host:port)", listen);
+        goto fail;
+    }
+    struct lws_context_creation_info info;
+    memset (&info, 0, sizeof info);
+    info.port = port;
+    info.iface = host [0] ? host : NULL;
+    info.protocols = s_protocols;
+    info.user = self;
+    info.vhost_name = "api";
+    info.timeout_secs = 30;
+    info.keepalive_timeout = 30;
+    info.max_http_header_data = 8192;
+    self->loop = ah_lwsloop_new (&info);
+    if (!self->loop || ah_lwsloop_port (self->loop) <= 0) {
+        ah_error ("api", "cannot listen on %s (server.listen): address in use or not available", listen);
+        goto fail;
+    }
+    self->context = ah_lwsloop_context (self->loop);
+    if (ah_lwsloop_watch (self->loop, pipe, s_on_pipe, self)
+    ||  ah_lwsloop_watch (self->loop, self->bus, s_on_bus, self)) {
+        ah_error ("api", "cannot watch the zmq sockets in the lws loop");
+        goto fail;
+    }
+    lws_sul_schedule (self->context, 0, &self->tick, s_tick_cb, TICK_US);
+    ah_info ("api", "listening on http://%s:%d", host [0] ? host : "*", ah_lwsloop_port (self->loop));
+    zsock_signal (pipe, 0);
+
+    if (ah_lwsloop_run (self->loop))
+        ah_error ("api", "the HTTP loop failed; stopping");
+    //  Requests still waiting get no answer: their connections close now.
+    s_destroy (self);
+    free (self);
+    return;
+fail:
+    s_destroy (self);
+    free (self);
+    zsock_signal (pipe, 1);
+}

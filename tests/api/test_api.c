@@ -1,0 +1,615 @@
+/*  tests/api/test_api.c: the API actor alone on the bus, with a fake
+    "lifecycle" that answers like the real one (and writes the rows the
+    real one would), driven over real HTTP with libcurl: routes, status
+    codes, auth, bad bodies, caps, ?wait, timeouts, malformed requests. */
+#include "actors/api.h"
+#include "common/bus.h"
+#include "common/msg.h"
+#include "common/token.h"
+#include "store/store.h"
+#include "../common/check.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+//  --------------------------------------------------------------------
+//  Fake lifecycle: its own thread, its own connection.
+
+typedef struct {
+    int64_t due;
+    char agent_id [32];
+    char state [16];                //  "" = delete the agent
+} later_t;
+
+typedef struct {
+    ah_store_t *store;
+    zsock_t *bus;
+    zlistx_t *later;
+    int policy_reloads;
+    char *last_create;              //  JSON of the last AGENT_CREATE
+} fake_t;
+
+static const char *s_state (fake_t *f, const char *id)
+{
+    static __thread char state [32];
+    sqlite3_stmt *st = ah_store_prepare (f->store, "SELECT state FROM sandboxes WHERE agent_id = :id");
+    ah_store_bind_text (st, ":id", id);
+    state [0] = 0;
+    if (ah_store_step (f->store, st) == SQLITE_ROW)
+        snprintf (state, sizeof state, "%s", (const char *) sqlite3_column_text (st, 0));
+    sqlite3_reset (st);
+    return state [0] ? state : NULL;
+}
+
+static void s_set_state (fake_t *f, const char *id, const char *state)
+{
+    sqlite3_stmt *st = ah_store_prepare (f->store,
+        "UPDATE sandboxes SET state = :s, updated_at = :now WHERE agent_id = :id");
+    ah_store_bind_text (st, ":s", state);
+    ah_store_bind_int64 (st, ":now", ah_store_now_ms ());
+    ah_store_bind_text (st, ":id", id);
+    ah_store_step (f->store, st);
+    sqlite3_reset (st);
+}
+
+static void s_later (fake_t *f, const char *id, const char *state, int ms)
+{
+    later_t *l = calloc (1, sizeof *l);
+    l->due = zclock_mono () + ms;
+    snprintf (l->agent_id, sizeof l->agent_id, "%s", id);
+    snprintf (l->state, sizeof l->state, "%s", state);
+    zlistx_add_end (f->later, l);
+}
+
+static void s_fake_handle (fake_t *f, ah_msg_t *m)
+{
+    const char *type = ah_msg_type (m);
+    ah_msg_t *reply = NULL;
+    if (streq (type, "POLICY_RELOAD")) {
+        f->policy_reloads++;
+        return;
+    }
+    if (streq (type, "AGENT_CREATE")) {
+        free (f->last_create);
+        f->last_create = ah_msg_to_json (m, "lifecycle");
+        const char *name = ah_msg_str (m, "name");
+        if (streq (name, "mute"))
+            return;                 //  never answers: the API must time out
+        if (ah_msg_double (m, "cpus", 1) > 8) {
+            reply = ah_msg_reply_error (m, 422, "cpus %g is over the limit of 8 (policy limits.lua)",
+                                        ah_msg_double (m, "cpus", 1));
+            goto send;
+        }
+        char id [13];
+        ah_token_id (id, sizeof id, 12);
+        ah_store_begin (f->store);
+        sqlite3_stmt *st = ah_store_prepare (f->store,
+            "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, created_at)"
+            " VALUES (:id, :name, :image, :cpus, :mem, :idle, :now)");
+        ah_store_bind_text (st, ":id", id);
+        ah_store_bind_text (st, ":name", name);
+        ah_store_bind_text (st, ":image", ah_msg_str (m, "image") ? ah_msg_str (m, "image") : "debian:bookworm-slim");
+        ah_store_bind_double (st, ":cpus", ah_msg_double (m, "cpus", 2));
+        ah_store_bind_int64 (st, ":mem", ah_msg_int (m, "memory_mb", 4096));
+        ah_store_bind_double (st, ":idle", ah_msg_double (m, "idle_minutes", 15));
+        ah_store_bind_int64 (st, ":now", ah_store_now_ms ());
+        int rc = ah_store_step (f->store, st);
+        sqlite3_reset (st);
+        if (rc != SQLITE_DONE) {
+            ah_store_rollback (f->store);
+            reply = ah_msg_reply_error (m, 409, "an agent named '%s' exists", name);
+            goto send;
+        }
+        st = ah_store_prepare (f->store,
+            "INSERT INTO sandboxes (agent_id, state, image, cpus, memory_mb, updated_at)"
+            " VALUES (:id, 'sleeping', 'img', 2, 4096, :now)");
+        ah_store_bind_text (st, ":id", id);
+        ah_store_bind_int64 (st, ":now", ah_store_now_ms ());
+        ah_store_step (f->store, st);
+        sqlite3_reset (st);
+        ah_store_commit (f->store);
+        reply = ah_msg_reply_ok (m);
+        ah_msg_set_int (reply, "status", 201);
+        ah_msg_set_str (reply, "agent_id", id);
+        goto send;
+    }
+    const char *id = ah_msg_str (m, "agent");
+    const char *state = id ? s_state (f, id) : NULL;
+    if (!state) {
+        reply = ah_msg_reply_error (m, 404, "no agent '%s'", id ? id : "?");
+        goto send;
+    }
+    if (streq (type, "AGENT_UPDATE")) {
+        sqlite3_stmt *st = ah_store_prepare (f->store,
+            "UPDATE agents SET cpus = :cpus WHERE id = :id");
+        ah_store_bind_double (st, ":cpus", ah_msg_double (m, "cpus", 2));
+        ah_store_bind_text (st, ":id", id);
+        ah_store_step (f->store, st);
+        sqlite3_reset (st);
+        st = ah_store_prepare (f->store, "UPDATE sandboxes SET needs_rebuild = 1 WHERE agent_id = :id");
+        ah_store_bind_text (st, ":id", id);
+        ah_store_step (f->store, st);
+        sqlite3_reset (st);
+        reply = ah_msg_reply_ok (m);
+        ah_msg_set_int (reply, "status", 200);
+        goto send;
+    }
+    const char *from = NULL, *mid = NULL, *to = NULL;
+    if (streq (type, "SANDBOX_START"))
+        from = "sleeping", mid = "starting", to = "running";
+    else if (streq (type, "SANDBOX_STOP"))
+        from = "running", mid = "stopping", to = "sleeping";
+    else if (streq (type, "SANDBOX_REBUILD"))
+        from = "*", mid = "rebuilding", to = "sleeping";
+    else if (streq (type, "SANDBOX_DESTROY"))
+        from = "*", mid = "destroying", to = "";
+    else {
+        reply = ah_msg_reply_error (m, 400, "fake lifecycle: unknown %s", type);
+        goto send;
+    }
+    if (!streq (from, "*") && !streq (from, state)) {
+        reply = ah_msg_reply_error (m, 409, "agent is %s", state);
+        ah_msg_set_str (reply, "state", state);
+        goto send;
+    }
+    s_set_state (f, id, mid);
+    s_later (f, id, to, 150);
+    reply = ah_msg_reply_ok (m);
+    ah_msg_set_int (reply, "status", 202);
+    ah_msg_set_str (reply, "state", mid);
+send:
+    ah_msg_send (&reply, f->bus, ah_msg_peer (m));
+}
+
+static void s_fake_lifecycle (zsock_t *pipe, void *args)
+{
+    fake_t f = { 0 };
+    f.store = ah_store_open ((const char *) args, false, NULL);
+    f.bus = ah_bus_connect ("lifecycle");
+    f.later = zlistx_new ();
+    zlistx_set_destructor (f.later, NULL);
+    zsock_signal (pipe, 0);
+    zpoller_t *poller = zpoller_new (pipe, f.bus, NULL);
+    while (true) {
+        void *which = zpoller_wait (poller, 20);
+        if (which == pipe) {
+            char *cmd = zstr_recv (pipe);
+            bool term = !cmd || streq (cmd, "$TERM");
+            if (cmd && streq (cmd, "RELOADS"))
+                zstr_sendf (pipe, "%d", f.policy_reloads);
+            else if (cmd && streq (cmd, "LAST"))
+                zstr_send (pipe, f.last_create ? f.last_create : "");
+            zstr_free (&cmd);
+            if (term)
+                break;
+        }
+        else if (which == f.bus) {
+            ah_msg_t *m = ah_msg_recv (f.bus, true, NULL);
+            if (m)
+                s_fake_handle (&f, m);
+            ah_msg_destroy (&m);
+        }
+        else if (zpoller_terminated (poller))
+            break;
+        int64_t now = zclock_mono ();
+        later_t *l = zlistx_first (f.later);
+        while (l) {
+            if (l->due <= now) {
+                if (l->state [0])
+                    s_set_state (&f, l->agent_id, l->state);
+                else {
+                    sqlite3_stmt *st = ah_store_prepare (f.store, "DELETE FROM agents WHERE id = :id");
+                    ah_store_bind_text (st, ":id", l->agent_id);
+                    ah_store_step (f.store, st);
+                    sqlite3_reset (st);
+                }
+                ah_msg_t *ev = ah_msg_new ("SANDBOX_STATE");
+                ah_msg_set_str (ev, "agent_id", l->agent_id);
+                ah_msg_set_str (ev, "state", l->state [0] ? l->state : "destroyed");
+                ah_msg_send (&ev, f.bus, "api");
+                zlistx_delete (f.later, zlistx_cursor (f.later));
+                free (l);
+                l = zlistx_first (f.later);
+            }
+            else
+                l = zlistx_next (f.later);
+        }
+    }
+    zpoller_destroy (&poller);
+    later_t *l;
+    while ((l = zlistx_first (f.later))) {
+        zlistx_delete (f.later, zlistx_cursor (f.later));
+        free (l);
+    }
+    zlistx_destroy (&f.later);
+    free (f.last_create);
+    zsock_destroy (&f.bus);
+    ah_store_close (&f.store);
+}
+
+//  --------------------------------------------------------------------
+//  HTTP
+
+static int s_port;
+static char s_token [AH_TOKEN_HEX];
+
+typedef struct {
+    char *data;
+    size_t size;
+} buf_t;
+
+static size_t s_write (char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    buf_t *b = userdata;
+    size_t n = size * nmemb;
+    b->data = realloc (b->data, b->size + n + 1);
+    memcpy (b->data + b->size, ptr, n);
+    b->size += n;
+    b->data [b->size] = 0;
+    return n;
+}
+
+//  Returns the parsed JSON body (NULL if none or not JSON); *status set.
+static json_t *s_http (const char *method, const char *path, const char *body,
+                       const char *token, long *status)
+{
+    CURL *c = curl_easy_init ();
+    char url [512];
+    snprintf (url, sizeof url, "http://127.0.0.1:%d%s", s_port, path);
+    curl_easy_setopt (c, CURLOPT_URL, url);
+    curl_easy_setopt (c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt (c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt (c, CURLOPT_TIMEOUT, 20L);
+    struct curl_slist *headers = NULL;
+    char auth [200];
+    if (token) {
+        snprintf (auth, sizeof auth, "Authorization: Bearer %s", token);
+        headers = curl_slist_append (headers, auth);
+    }
+    headers = curl_slist_append (headers, "Content-Type: application/json");
+    if (body) {
+        curl_easy_setopt (c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt (c, CURLOPT_POSTFIELDSIZE, (long) strlen (body));
+    }
+    curl_easy_setopt (c, CURLOPT_HTTPHEADER, headers);
+    buf_t b = { 0 };
+    curl_easy_setopt (c, CURLOPT_WRITEFUNCTION, s_write);
+    curl_easy_setopt (c, CURLOPT_WRITEDATA, &b);
+    *status = 0;
+    CURLcode rc = curl_easy_perform (c);
+    if (rc == CURLE_OK)
+        curl_easy_getinfo (c, CURLINFO_RESPONSE_CODE, status);
+    else
+        fprintf (stderr, "curl %s %s: %s\n", method, path, curl_easy_strerror (rc));
+    curl_slist_free_all (headers);
+    curl_easy_cleanup (c);
+    json_t *j = b.data ? json_loads (b.data, 0, NULL) : NULL;
+    if (b.data && !j)
+        fprintf (stderr, "%s %s: not JSON: %s\n", method, path, b.data);
+    free (b.data);
+    return j;
+}
+
+static const char *s_str (json_t *j, const char *key)
+{
+    return json_string_value (json_object_get (j, key));
+}
+
+static bool s_error_has (json_t *j, const char *part)
+{
+    const char *e = s_str (j, "error");
+    if (!e || !strstr (e, part)) {
+        fprintf (stderr, "error '%s' does not mention '%s'\n", e ? e : "(none)", part);
+        return false;
+    }
+    return true;
+}
+
+//  One request that must fail with status and an error naming part.
+static void s_expect_error (int line, const char *method, const char *path, const char *body,
+                            const char *token, long want, const char *part)
+{
+    long status;
+    json_t *j = s_http (method, path, body, token, &status);
+    check_total++;
+    if (status != want || (part && !s_error_has (j, part))) {
+        check_failures++;
+        fprintf (stderr, "%s:%d: %s %s: got %ld, want %ld naming '%s'\n", __FILE__, line,
+                 method, path, status, want, part ? part : "");
+    }
+    json_decref (j);
+}
+#define EXPECT(...) s_expect_error (__LINE__, __VA_ARGS__)
+
+//  Raw bytes to the server; returns what came back (caller frees).
+static char *s_raw (const char *bytes, size_t n, bool half_close)
+{
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons (s_port) };
+    inet_pton (AF_INET, "127.0.0.1", &sa.sin_addr);
+    if (connect (fd, (struct sockaddr *) &sa, sizeof sa)) {
+        close (fd);
+        return strdup ("");
+    }
+    struct timeval tv = { .tv_sec = 3 };
+    setsockopt (fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (write (fd, bytes, n) < 0) {
+        close (fd);
+        return strdup ("");
+    }
+    if (half_close)
+        shutdown (fd, SHUT_WR);
+    char *out = calloc (1, 65536);
+    size_t got = 0;
+    ssize_t r;
+    while (got < 65535 && (r = read (fd, out + got, 65535 - got)) > 0)
+        got += (size_t) r;
+    close (fd);
+    return out;
+}
+
+int main (void)
+{
+    zsys_handler_set (NULL);        //  SIGTERM (ctest's timeout) kills, not hangs
+    zsys_init ();
+    zsys_set_linger (0);
+    curl_global_init (CURL_GLOBAL_DEFAULT);
+    char dir [] = "/tmp/ah-test-api-XXXXXX";
+    CHECK (mkdtemp (dir) != NULL);
+    char db [256];
+    snprintf (db, sizeof db, "%s/agenthold.db", dir);
+
+    //  The schema and one API token, as the server would leave them.
+    ah_store_t *store = ah_store_open (db, true, NULL);
+    CHECK (store != NULL);
+    ah_token_new (s_token);
+    char hash [AH_TOKEN_HEX];
+    ah_token_hash (s_token, hash);
+    sqlite3_stmt *st = ah_store_prepare (store,
+        "INSERT INTO api_tokens (name, hash, admin, created_at) VALUES ('admin', :h, 1, 0)");
+    ah_store_bind_text (st, ":h", hash);
+    CHECK (ah_store_step (store, st) == SQLITE_DONE);
+    sqlite3_reset (st);
+    CHECK (ah_store_exec (store, "INSERT INTO policy_status (holder, script, loaded_at, error, error_at)"
+                                 " VALUES ('lifecycle', 'limits.lua', 1764406800000, NULL, NULL),"
+                                 " ('sleeper', 'idle.lua', 1764406800000, 'idle.lua:3: syntax error', 1764406900000)",
+                          NULL) == 0);
+
+    ah_bus_args_t bus_args = { .tap_endpoint = NULL };
+    zactor_t *bus = zactor_new (ah_bus_actor, &bus_args);
+    zactor_t *lifecycle = zactor_new (s_fake_lifecycle, db);
+
+    //  A listen address that is taken: the actor says so and fails to start.
+    ah_config_t *config = ah_config_new_defaults ();
+    free (config->listen);
+    config->listen = strdup ("127.0.0.1:0");
+    ah_api_args_t args = { .config = config, .db_path = db, .reply_timeout_s = 1 };
+    zactor_t *api = zactor_new (ah_api_actor, &args);
+    CHECK (api != NULL);
+    zsock_set_rcvtimeo (api, 5000);
+    zstr_send (api, "PORT");
+    char *port = zstr_recv (api);
+    s_port = port ? atoi (port) : 0;
+    zstr_free (&port);
+    CHECK (s_port > 0);
+    if (s_port <= 0)
+        return CHECK_DONE ();       //  nothing else can work; the log says why
+    {
+        ah_config_t *taken = ah_config_new_defaults ();
+        free (taken->listen);
+        taken->listen = zsys_sprintf ("127.0.0.1:%d", s_port);
+        ah_api_args_t args2 = { .config = taken, .db_path = db };
+        //  zactor_new does not report the failure status; the actor's
+        //  thread has ended, which its pipe says with a signal.
+        zactor_t *second = zactor_new (ah_api_actor, &args2);
+        zsock_set_rcvtimeo (second, 2000);
+        zmsg_t *gone = zmsg_recv (second);
+        CHECK (gone && zmsg_signal (gone) >= 0);
+        zmsg_destroy (&gone);
+        zactor_destroy (&second);
+        ah_config_destroy (&taken);
+    }
+
+    long status;
+    json_t *j;
+
+    //  healthz without a token
+    j = s_http ("GET", "/healthz", NULL, NULL, &status);
+    CHECK (status == 200 && json_is_true (json_object_get (j, "ok")));
+    json_decref (j);
+
+    //  Auth: none, wrong, wrong scheme
+    EXPECT ("GET", "/api/v1/agents", NULL, NULL, 401, "bearer token");
+    EXPECT ("GET", "/api/v1/agents", NULL, "0000000000000000000000000000000000000000000000000000000000000000", 401, NULL);
+    EXPECT ("POST", "/api/v1/agents", "{\"name\":\"x\"}", "nope", 401, NULL);
+
+    //  Empty list
+    j = s_http ("GET", "/api/v1/agents", NULL, s_token, &status);
+    CHECK (status == 200 && json_array_size (json_object_get (j, "agents")) == 0);
+    json_decref (j);
+
+    //  Bad bodies: each names its problem.
+    EXPECT ("POST", "/api/v1/agents", "{\"name\": ", s_token, 400, "bad JSON");
+    EXPECT ("POST", "/api/v1/agents", "[1,2]", s_token, 400, "JSON object");
+    EXPECT ("POST", "/api/v1/agents", "{\"name\":\"a\",\"colour\":\"red\"}", s_token, 400, "unknown field 'colour'");
+    EXPECT ("POST", "/api/v1/agents", "{\"name\":\"a\",\"cpus\":\"two\"}", s_token, 400, "'cpus'");
+    EXPECT ("POST", "/api/v1/agents", "{\"name\":\"a\",\"memory_mb\":1.5}", s_token, 400, "'memory_mb'");
+    EXPECT ("POST", "/api/v1/agents", "{\"image\":\"x\"}", s_token, 400, "'name' is required");
+    EXPECT ("POST", "/api/v1/agents", "{\"name\":\"Bad Name\"}", s_token, 400, "not a valid agent name");
+    EXPECT ("POST", "/api/v1/agents", NULL, s_token, 400, "body is required");
+
+    //  Create: 201 and the agent JSON, from the row lifecycle wrote.
+    j = s_http ("POST", "/api/v1/agents",
+                "{\"name\":\"alice\",\"cpus\":1,\"memory_mb\":1024,\"idle_minutes\":0.5}", s_token, &status);
+    CHECK (status == 201);
+    CHECK_STR (s_str (j, "name"), "alice");
+    CHECK_STR (s_str (j, "state"), "sleeping");
+    CHECK (s_str (j, "id") && strlen (s_str (j, "id")) == 12);
+    CHECK (json_number_value (json_object_get (j, "cpus")) == 1);
+    CHECK (json_integer_value (json_object_get (j, "memory_mb")) == 1024);
+    CHECK (json_is_false (json_object_get (j, "needs_rebuild")));
+    CHECK (s_str (j, "created_at") && strchr (s_str (j, "created_at"), 'T'));
+    CHECK (json_is_null (json_object_get (j, "last_activity_at")));
+    CHECK (json_is_null (json_object_get (j, "error")));
+    char alice_id [32] = "";
+    snprintf (alice_id, sizeof alice_id, "%s", s_str (j, "id") ? s_str (j, "id") : "");
+    json_decref (j);
+    //  The message lifecycle got: typed fields, a req.
+    zstr_send (lifecycle, "LAST");
+    char *last = zstr_recv (lifecycle);
+    json_t *lj = json_loads (last, 0, NULL);
+    json_t *fields = json_object_get (lj, "fields");
+    CHECK_STR (s_str (fields, "name"), "alice");
+    CHECK (json_is_real (json_object_get (fields, "cpus")));
+    CHECK (json_is_integer (json_object_get (fields, "memory_mb")));
+    CHECK (json_is_integer (json_object_get (fields, "req")));
+    json_decref (lj);
+    zstr_free (&last);
+
+    //  Refused by policy: 422 with the policy's message.
+    EXPECT ("POST", "/api/v1/agents", "{\"name\":\"bob\",\"cpus\":16}", s_token, 422, "over the limit of 8");
+    //  Name taken: 409.
+    EXPECT ("POST", "/api/v1/agents", "{\"name\":\"alice\"}", s_token, 409, "alice");
+
+    //  List, show by name and by id, unknown.
+    j = s_http ("GET", "/api/v1/agents", NULL, s_token, &status);
+    CHECK (status == 200 && json_array_size (json_object_get (j, "agents")) == 1);
+    json_decref (j);
+    j = s_http ("GET", "/api/v1/agents/alice", NULL, s_token, &status);
+    CHECK (status == 200);
+    CHECK_STR (s_str (j, "id"), alice_id);
+    json_decref (j);
+    char path [256];
+    snprintf (path, sizeof path, "/api/v1/agents/%s", alice_id);
+    j = s_http ("GET", path, NULL, s_token, &status);
+    CHECK (status == 200);
+    CHECK_STR (s_str (j, "name"), "alice");
+    json_decref (j);
+    EXPECT ("GET", "/api/v1/agents/bob", NULL, s_token, 404, "no agent named 'bob'");
+    EXPECT ("POST", "/api/v1/agents/bob/start", NULL, s_token, 404, "no agent named 'bob'");
+
+    //  Update
+    j = s_http ("PATCH", "/api/v1/agents/alice", "{\"cpus\":4}", s_token, &status);
+    CHECK (status == 200);
+    CHECK (json_number_value (json_object_get (j, "cpus")) == 4);
+    CHECK (json_is_true (json_object_get (j, "needs_rebuild")));
+    json_decref (j);
+    EXPECT ("PATCH", "/api/v1/agents/alice", "{\"name\":\"carol\"}", s_token, 400, "'name'");
+    EXPECT ("PATCH", "/api/v1/agents/alice", "{}", s_token, 400, "nothing to change");
+
+    //  Routes and methods
+    EXPECT ("POST", "/api/v1/agents/alice/explode", NULL, s_token, 404, "no route");
+    EXPECT ("GET", "/api/v1/agents/alice/start", NULL, s_token, 405, NULL);
+    EXPECT ("PUT", "/api/v1/agents", "{}", s_token, 405, NULL);
+    EXPECT ("GET", "/nowhere", NULL, s_token, 404, NULL);
+    EXPECT ("POST", "/api/v1/agents/alice/start?colour=red", NULL, s_token, 400, "colour");
+    EXPECT ("POST", "/api/v1/agents/alice/start", "{\"force\":true}", s_token, 400, "unknown field 'force'");
+
+    //  Start without waiting: 202 and the transitional state.
+    j = s_http ("POST", "/api/v1/agents/alice/start", NULL, s_token, &status);
+    CHECK (status == 202);
+    CHECK_STR (s_str (j, "state"), "starting");
+    json_decref (j);
+    //  Stop with ?wait=1 right away: lifecycle refuses (still starting) 409 naming the state...
+    EXPECT ("POST", "/api/v1/agents/alice/stop?wait=1", NULL, s_token, 409, "starting");
+    zclock_sleep (300);
+    //  ...then it is running, and stop?wait=1 returns once it sleeps.
+    j = s_http ("POST", "/api/v1/agents/alice/stop?wait=1", NULL, s_token, &status);
+    CHECK (status == 200);
+    CHECK_STR (s_str (j, "state"), "sleeping");
+    json_decref (j);
+    j = s_http ("POST", "/api/v1/agents/alice/start?wait=1&timeout=10", "{}", s_token, &status);
+    CHECK (status == 200);
+    CHECK_STR (s_str (j, "state"), "running");
+    json_decref (j);
+    EXPECT ("POST", "/api/v1/agents/alice/start", NULL, s_token, 409, "running");
+    j = s_http ("POST", "/api/v1/agents/alice/rebuild?wait=1", NULL, s_token, &status);
+    CHECK (status == 200);
+    CHECK_STR (s_str (j, "state"), "sleeping");
+    json_decref (j);
+    EXPECT ("POST", "/api/v1/agents/alice/start?wait=maybe", NULL, s_token, 400, "wait");
+
+    //  A body over the cap: 413 before it is read.
+    {
+        size_t big = AH_API_MAX_BODY + 10;
+        char *body = malloc (big + 1);
+        memset (body, ' ', big);
+        body [0] = '{';
+        body [big - 1] = '}';
+        body [big] = 0;
+        j = s_http ("POST", "/api/v1/agents", body, s_token, &status);
+        CHECK (status == 413 && s_error_has (j, "over the limit"));
+        json_decref (j);
+        free (body);
+    }
+    //  Lifecycle does not answer: 504 after the (shortened) timeout.
+    EXPECT ("POST", "/api/v1/agents", "{\"name\":\"mute\"}", s_token, 504, "did not answer");
+
+    //  Policy
+    j = s_http ("GET", "/api/v1/policy", NULL, s_token, &status);
+    CHECK (status == 200 && json_array_size (json_object_get (j, "policies")) == 2);
+    {
+        json_t *second = json_array_get (json_object_get (j, "policies"), 1);
+        CHECK_STR (s_str (second, "holder"), "sleeper");
+        CHECK (s_str (second, "error") && strstr (s_str (second, "error"), "syntax error"));
+    }
+    json_decref (j);
+    EXPECT ("POST", "/api/v1/policy/reload", NULL, s_token, 202, NULL);
+    zclock_sleep (100);
+    zstr_send (lifecycle, "RELOADS");
+    char *reloads = zstr_recv (lifecycle);
+    CHECK_STR (reloads, "1");
+    zstr_free (&reloads);
+
+    //  Malformed requests: answered or closed, never a crash.
+    char *out = s_raw ("GARBAGE\r\n\r\n", 11, true);
+    free (out);
+    out = s_raw ("POST /api/v1/agents HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n", 61, false);
+    CHECK (strstr (out, " 400 ") && strstr (out, "Content-Length"));
+    free (out);
+    {
+        char req [512];
+        snprintf (req, sizeof req, "POST /api/v1/agents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                  "Content-Length: 5\r\n\r\n{\"na", s_token);
+        out = s_raw (req, strlen (req), true);             //  short body, then EOF
+        free (out);
+    }
+    {
+        char longpath [3000];
+        memset (longpath, 'a', sizeof longpath);
+        memcpy (longpath, "GET /", 5);
+        memcpy (longpath + sizeof longpath - 20, " HTTP/1.1\r\nHost: x\r\n\r\n", 19);
+        out = s_raw (longpath, sizeof longpath - 1, true);
+        free (out);
+    }
+    out = s_raw ("GET /api/v1/agents/%ff%fe HTTP/1.1\r\nHost: x\r\n\r\n", 47, true);
+    free (out);
+    EXPECT ("GET", "/healthz", NULL, NULL, 200, NULL);
+
+    //  Destroy, waiting: the agent is gone afterwards.
+    j = s_http ("DELETE", "/api/v1/agents/alice?wait=1", NULL, s_token, &status);
+    CHECK (status == 200);
+    CHECK_STR (s_str (j, "state"), "destroyed");
+    json_decref (j);
+    EXPECT ("GET", "/api/v1/agents/alice", NULL, s_token, 404, NULL);
+
+    //  Lifecycle gone: the bus answers for it, 503 naming it.
+    zactor_destroy (&lifecycle);
+    zclock_sleep (50);
+    EXPECT ("POST", "/api/v1/agents", "{\"name\":\"dave\"}", s_token, 503, "lifecycle");
+
+    zactor_destroy (&api);
+    zactor_destroy (&bus);
+    ah_config_destroy (&config);
+    ah_store_close (&store);
+    char cmd [300];
+    snprintf (cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system (cmd) != 0)
+        fprintf (stderr, "cannot remove %s\n", dir);
+    curl_global_cleanup ();
+    return CHECK_DONE ();
+}
