@@ -747,9 +747,16 @@ static void s_job_done (self_t *self)
         ah_msg_destroy (&done);
         return;
     }
-    if (streq (op, "inspect"))
-        s_repair (self, id, ah_msg_bool (done, "exists", false), ah_msg_bool (done, "running", false),
-                  (int) ah_msg_int (done, "exit_code", -1), ah_msg_str (done, "detail"), true);
+    if (streq (op, "inspect")) {
+        //  A failed look is no evidence of anything: finish what the row
+        //  was doing by running it again (the driver's own error, if it
+        //  is still down, lands the row in error where a person can see).
+        if (ok)
+            s_repair (self, id, ah_msg_bool (done, "exists", false), ah_msg_bool (done, "running", false),
+                      (int) ah_msg_int (done, "exit_code", -1), ah_msg_str (done, "detail"), true);
+        else
+            s_launch_for_row (self, &row);
+    }
     else
     if (cleanup || !streq (row.state, s_state_for_op (op)) || !streq (row.op, op))
         //  The row moved on while the driver worked (destroy during a
