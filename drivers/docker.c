@@ -444,10 +444,10 @@ s_filters (const char *prefix, bool events)
 //  -------------------------------------------------------------------------
 //  Running in a container: find our own id
 
-static char *
-s_own_container_from_mountinfo (void)
+char *
+ah_docker_container_id_from_mountinfo (const char *path)
 {
-    FILE *f = fopen ("/proc/self/mountinfo", "r");
+    FILE *f = fopen (path, "r");
     if (!f)
         return NULL;
     char line [4096];
@@ -478,7 +478,7 @@ s_detect_server_container (self_t *self, char **err)
 {
     const char *configured = self->config->server_container;
     char *candidate = configured && *configured
-                    ? strdup (configured) : s_own_container_from_mountinfo ();
+                    ? strdup (configured) : ah_docker_container_id_from_mountinfo ("/proc/self/mountinfo");
     char *full_id = NULL;
     if (candidate) {
         char *esc = curl_easy_escape (NULL, candidate, 0);

@@ -21,4 +21,11 @@
 //  *err (caller frees) on a bad pool, prefix or database.
 ah_driver_t *ah_docker_driver_new (const ah_config_t *config, char **err);
 
+//  The container id (64 hex) a process runs in, from its mountinfo
+//  (/proc/self/mountinfo): the "containers/<id>/" part of the source of
+//  the /etc/hostname mount Docker makes. NULL on the host. Caller frees.
+//  (Cgroup v2 shows only "0::/", so cgroups cannot tell.) The driver
+//  confirms the id with an inspect.
+char *ah_docker_container_id_from_mountinfo (const char *path);
+
 #endif
