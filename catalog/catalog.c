@@ -5,6 +5,7 @@
     and the field, so whoever edits the catalog knows what to fix.       */
 #include "catalog/catalog.h"
 #include <errno.h>
+#include <limits.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -430,7 +431,8 @@ ah_catalog_load (const char *path, char **err)
             *err = NULL;
         return NULL;
     }
-    //  Build contexts are relative to the catalog file's directory.
+    //  Build contexts are relative to the catalog file's directory, made
+    //  absolute so they mean the same whatever the working directory.
     char *base = strdup (path);
     char *slash = base ? strrchr (base, '/') : NULL;
     const char *base_dir = ".";
@@ -440,7 +442,9 @@ ah_catalog_load (const char *path, char **err)
         *slash = 0;
         base_dir = base;
     }
-    ah_catalog_t *self = ah_catalog_parse (text, size, path, base_dir, err);
+    char *absolute = realpath (base_dir, NULL);
+    ah_catalog_t *self = ah_catalog_parse (text, size, path, absolute ? absolute : base_dir, err);
+    free (absolute);
     free (base);
     free (text);
     return self;

@@ -42,6 +42,15 @@ typedef struct {
     char    detail [128];           //  driver's own words ("exited (137)", "running")
 } ah_sandbox_status_t;
 
+//  What image_build is asked to produce (see below).
+typedef struct {
+    const char *image;              //  the reference to produce ("agenthold/busybox:1")
+    const char *context_dir;        //  build context with a Dockerfile; NULL: pull image
+    const char *const *file_names;  //  n_files names inside the context ("busybox") ...
+    const char *const *file_paths;  //  ... copied from these host paths ("/bin/busybox")
+    size_t      n_files;
+} ah_image_build_t;
+
 typedef struct ah_driver_t ah_driver_t;
 
 struct ah_driver_t {
@@ -76,6 +85,17 @@ struct ah_driver_t {
     int  (*watch)   (ah_driver_t *self,
                      void (*on_change) (void *arg, const char *agent_id, const char *action),
                      void *arg, volatile int *stop, char **err);
+    //  Optional image hooks for the builder (NULL when the backend has no
+    //  images, e.g. fake; added last so existing initialisers keep
+    //  compiling). image_exists: is the image present locally? 0 with
+    //  *exists set, or -1 with *err (the engine cannot be asked).
+    int  (*image_exists) (ah_driver_t *self, const char *image, bool *exists, char **err);
+    //  image_build: make the image present locally, blocking (minutes):
+    //  build it from build->context_dir (a directory with a Dockerfile)
+    //  plus the host files listed, or pull it when context_dir is NULL.
+    //  Polls *stop (may be NULL) and gives up with -1 once it is non-zero.
+    int  (*image_build)  (ah_driver_t *self, const ah_image_build_t *build,
+                          volatile int *stop, char **err);
 };
 
 //  Frees a NULL-terminated id list from list().

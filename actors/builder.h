@@ -1,0 +1,46 @@
+/*  actors/builder.h: the builder actor, bus name "builder".
+
+    Owns the runtime catalog (catalog/runtimes.json, loaded and validated
+    at start: an invalid catalog stops the server with the catalog's
+    message) and the images behind it: at start it asks the driver which
+    runtime images exist and, with prewarm, builds the locally built ones
+    (and pulls the others) in a worker thread. It composes runtime
+    briefings with lua/briefing.lua.
+
+    Messages (docs/messages.md, section builder):
+      CATALOG_LIST {req}            REPLY {runtimes (raw: array of maps)}
+      BRIEFING {req, runtime}       REPLY {runtime, text} / 404 / 500
+      POLICY_RELOAD {}              reloads briefing.lua (a broken script
+                                    keeps the previous one)
+
+    DESIGN. The actor's thread owns the catalog, the policy state, its
+    SQLite connection (policy_status rows) and the image table. Image
+    work blocks for minutes, so it runs in one worker thread (a zactor
+    started by the builder, not on the bus) that takes a snapshot of what
+    to do, calls the driver's optional image hooks (drivers/driver.h:
+    image_exists, image_build) one image at a time and reports each
+    outcome on its pipe as [IMAGE][runtime][state][error]. On $TERM the
+    builder raises the worker's stop flag, which the driver polls, and
+    joins it. Without the hooks (fake driver, or a driver that has none
+    yet) every image is "unknown" and nothing blocks.                  */
+#ifndef AH_BUILDER_H
+#define AH_BUILDER_H
+
+#include <czmq.h>
+#include <stdbool.h>
+#include "drivers/driver.h"
+#include "server/config.h"
+
+typedef struct {
+    const ah_config_t *config;      //  borrowed; catalog_path, lua_dir; outlives the actor
+    const char  *db_path;           //  the database (opened, not migrated); policy_status
+    ah_driver_t *driver;            //  borrowed, thread-safe; NULL: no image work
+    bool         prewarm;           //  build / pull missing images at start
+} ah_builder_args_t;
+
+//  zactor body: zactor_new (ah_builder_actor, &args). Signals 0 when the
+//  catalog and briefing.lua are loaded and it is on the bus; 1 (after
+//  logging why) otherwise.
+void ah_builder_actor (zsock_t *pipe, void *args);
+
+#endif

@@ -1,0 +1,316 @@
+/*  tests/catalog/test_builder.c: the builder actor alone on a real bus,
+    with the shipped catalog, the real briefing.lua and a driver that
+    implements only the image hooks (in memory): the image pass checks
+    every runtime and builds the missing locally built one with its
+    context and host files; CATALOG_LIST and BRIEFING answer; an unknown
+    runtime is 404; POLICY_RELOAD takes an edited briefing.lua and keeps
+    the previous one when the edit is broken; without image hooks the
+    images are "unknown"; a broken catalog stops the actor at start.  */
+#include "actors/builder.h"
+#include "common/bus.h"
+#include "common/msg.h"
+#include "server/config.h"
+#include "store/store.h"
+#include "check.h"
+
+#include <msgpack.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static char s_dir [64];
+static char s_db [128];
+
+//  The stub driver: "debian:bookworm-slim" exists, anything else does not
+//  until image_build made it. Called from the builder's worker thread;
+//  the test reads the record after the pass is over (mutex anyway).
+typedef struct {
+    pthread_mutex_t lock;
+    int   exists_calls;
+    int   build_calls;
+    char  built [128];
+    char  context [512];
+    char  file_name [64];
+    char  file_path [128];
+} s_stub_t;
+
+static int
+s_image_exists (ah_driver_t *self, const char *image, bool *exists, char **err)
+{
+    s_stub_t *stub = self->impl;
+    pthread_mutex_lock (&stub->lock);
+    stub->exists_calls++;
+    *exists = streq (image, "debian:bookworm-slim") || streq (image, stub->built);
+    pthread_mutex_unlock (&stub->lock);
+    return 0;
+}
+
+static int
+s_image_build (ah_driver_t *self, const ah_image_build_t *build, volatile int *stop, char **err)
+{
+    s_stub_t *stub = self->impl;
+    pthread_mutex_lock (&stub->lock);
+    stub->build_calls++;
+    snprintf (stub->built, sizeof stub->built, "%s", build->image);
+    snprintf (stub->context, sizeof stub->context, "%s", build->context_dir ? build->context_dir : "");
+    if (build->n_files == 1) {
+        snprintf (stub->file_name, sizeof stub->file_name, "%s", build->file_names [0]);
+        snprintf (stub->file_path, sizeof stub->file_path, "%s", build->file_paths [0]);
+    }
+    pthread_mutex_unlock (&stub->lock);
+    return 0;
+}
+
+static ah_msg_t *
+s_ask (zsock_t *client, ah_msg_t *request)
+{
+    ah_msg_send (&request, client, "builder");
+    zsock_set_rcvtimeo (client, 5000);
+    char *err = NULL;
+    ah_msg_t *reply = ah_msg_recv (client, true, &err);
+    free (err);
+    return reply;
+}
+
+//  CATALOG_LIST's image_state for runtime name ("" if absent).
+static void
+s_image_state (zsock_t *client, const char *name, char *state, size_t size)
+{
+    *state = 0;
+    ah_msg_t *req = ah_msg_new ("CATALOG_LIST");
+    ah_msg_set_int (req, "req", 1);
+    ah_msg_t *reply = s_ask (client, req);
+    size_t raw_size = 0;
+    const void *raw = reply ? ah_msg_raw (reply, "runtimes", &raw_size) : NULL;
+    if (!raw) {
+        ah_msg_destroy (&reply);
+        return;
+    }
+    msgpack_unpacked up;
+    msgpack_unpacked_init (&up);
+    if (msgpack_unpack_next (&up, raw, raw_size, NULL) == MSGPACK_UNPACK_SUCCESS
+    &&  up.data.type == MSGPACK_OBJECT_ARRAY) {
+        for (uint32_t i = 0; i < up.data.via.array.size; i++) {
+            msgpack_object_map *m = &up.data.via.array.ptr [i].via.map;
+            char rt_name [64] = "", rt_state [32] = "";
+            for (uint32_t k = 0; k < m->size; k++) {
+                msgpack_object *key = &m->ptr [k].key, *val = &m->ptr [k].val;
+                if (val->type != MSGPACK_OBJECT_STR)
+                    continue;
+                if (key->via.str.size == 4 && !memcmp (key->via.str.ptr, "name", 4))
+                    snprintf (rt_name, sizeof rt_name, "%.*s", (int) val->via.str.size, val->via.str.ptr);
+                if (key->via.str.size == 11 && !memcmp (key->via.str.ptr, "image_state", 11))
+                    snprintf (rt_state, sizeof rt_state, "%.*s", (int) val->via.str.size, val->via.str.ptr);
+            }
+            if (streq (rt_name, name))
+                snprintf (state, size, "%s", rt_state);
+        }
+    }
+    msgpack_unpacked_destroy (&up);
+    ah_msg_destroy (&reply);
+}
+
+static void
+s_wait_state (zsock_t *client, const char *name, const char *want, char *state, size_t size)
+{
+    for (int i = 0; i < 100; i++) {
+        s_image_state (client, name, state, size);
+        if (streq (state, want))
+            return;
+        zclock_sleep (20);
+    }
+}
+
+static char *
+s_briefing (zsock_t *client, const char *runtime, int *status)
+{
+    ah_msg_t *req = ah_msg_new ("BRIEFING");
+    ah_msg_set_int (req, "req", 2);
+    ah_msg_set_str (req, "runtime", runtime);
+    ah_msg_t *reply = s_ask (client, req);
+    *status = reply ? (int) ah_msg_int (reply, "status", 0) : 0;
+    char *text = reply && ah_msg_str (reply, "text") ? strdup (ah_msg_str (reply, "text"))
+               : reply && ah_msg_str (reply, "error") ? strdup (ah_msg_str (reply, "error")) : NULL;
+    ah_msg_destroy (&reply);
+    return text;
+}
+
+static void
+s_write (const char *path, const char *text)
+{
+    FILE *f = fopen (path, "w");
+    CHECK (f != NULL);
+    if (f) {
+        fputs (text, f);
+        fclose (f);
+    }
+}
+
+static char *
+s_read_file (const char *path)
+{
+    FILE *f = fopen (path, "r");
+    if (!f)
+        return NULL;
+    char *text = calloc (1, 65536);
+    size_t n = fread (text, 1, 65535, f);
+    text [n] = 0;
+    fclose (f);
+    return text;
+}
+
+int
+main (int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf (stderr, "usage: test_builder CATALOG.json LUA_DIR\n");
+        return 2;
+    }
+    snprintf (s_dir, sizeof s_dir, "/tmp/ah-test-builder-XXXXXX");
+    if (!mkdtemp (s_dir))
+        return 1;
+    snprintf (s_db, sizeof s_db, "%s/agenthold.db", s_dir);
+    char *err = NULL;
+    ah_store_t *store = ah_store_open (s_db, true, &err);
+    CHECK (store != NULL);
+    ah_store_close (&store);
+
+    //  A private copy of briefing.lua we can edit.
+    char lua_dir [160], briefing_path [200], source [300];
+    snprintf (lua_dir, sizeof lua_dir, "%s/lua", s_dir);
+    mkdir (lua_dir, 0700);
+    snprintf (briefing_path, sizeof briefing_path, "%s/briefing.lua", lua_dir);
+    snprintf (source, sizeof source, "%s/briefing.lua", argv [2]);
+    char *original = s_read_file (source);
+    CHECK (original != NULL);
+    if (!original)
+        return CHECK_DONE ();
+    s_write (briefing_path, original);
+
+    ah_config_t *config = ah_config_new_defaults ();
+    free (config->catalog_path);
+    config->catalog_path = strdup (argv [1]);
+    free (config->lua_dir);
+    config->lua_dir = strdup (lua_dir);
+
+    zsys_init ();
+    ah_bus_args_t bus_args = { 0 };
+    zactor_t *bus = zactor_new (ah_bus_actor, &bus_args);
+    zsock_t *client = ah_bus_connect ("api");
+
+    s_stub_t stub = { .lock = PTHREAD_MUTEX_INITIALIZER };
+    ah_driver_t driver = { .name = "stub", .impl = &stub,
+                           .image_exists = s_image_exists, .image_build = s_image_build };
+    ah_builder_args_t args = { .config = config, .db_path = s_db, .driver = &driver, .prewarm = true };
+    zactor_t *builder = zactor_new (ah_builder_actor, &args);
+    CHECK (builder != NULL);
+
+    //  The image pass: debian is there, busybox gets built from its recipe.
+    char state [32];
+    s_wait_state (client, "busybox", "present", state, sizeof state);
+    CHECK_STR (state, "present");
+    s_image_state (client, "debian", state, sizeof state);
+    CHECK_STR (state, "present");
+    pthread_mutex_lock (&stub.lock);
+    CHECK (stub.exists_calls == 2);
+    CHECK (stub.build_calls == 1);
+    CHECK_STR (stub.built, "agenthold/busybox:1");
+    CHECK (strstr (stub.context, "/catalog/images/busybox") != NULL);
+    CHECK_STR (stub.file_name, "busybox");
+    CHECK_STR (stub.file_path, "/bin/busybox");
+    pthread_mutex_unlock (&stub.lock);
+
+    //  Briefings through briefing.lua.
+    int status = 0;
+    char *text = s_briefing (client, "debian", &status);
+    CHECK (status == 200);
+    CHECK (text && strstr (text, "debian runtime (image debian:bookworm-slim)"));
+    CHECK (text && strstr (text, "apt-get"));
+    CHECK (text && strstr (text, "/home/agent"));
+    free (text);
+    text = s_briefing (client, "nope", &status);
+    CHECK (status == 404);
+    CHECK (text && strstr (text, "nope"));
+    free (text);
+
+    //  An edited briefing.lua is taken on POLICY_RELOAD ...
+    s_write (briefing_path, "function briefing(rt) return { text = 'edited: ' .. rt.name .. ' ' .. #rt.tools } end\n");
+    ah_msg_t *reload = ah_msg_new ("POLICY_RELOAD");
+    ah_msg_send (&reload, client, "builder");
+    text = s_briefing (client, "busybox", &status);
+    CHECK (status == 200);
+    CHECK (text && strstr (text, "edited: busybox 15"));
+    free (text);
+    //  ... a broken one leaves the previous version in force, and says why in policy_status.
+    s_write (briefing_path, "function briefing(rt) return { text = \n");
+    reload = ah_msg_new ("POLICY_RELOAD");
+    ah_msg_send (&reload, client, "builder");
+    text = s_briefing (client, "debian", &status);
+    CHECK (status == 200);
+    CHECK (text && strstr (text, "edited: debian"));
+    free (text);
+    sqlite3 *db;
+    CHECK (sqlite3_open (s_db, &db) == SQLITE_OK);
+    sqlite3_stmt *stmt;
+    CHECK (sqlite3_prepare_v2 (db, "SELECT error FROM policy_status WHERE holder = 'builder'"
+                               " AND script = 'briefing.lua'", -1, &stmt, NULL) == SQLITE_OK);
+    CHECK (sqlite3_step (stmt) == SQLITE_ROW && sqlite3_column_text (stmt, 0) != NULL);
+    sqlite3_finalize (stmt);
+    sqlite3_close (db);
+
+    //  A policy that fails at call time is a 500 naming the script.
+    s_write (briefing_path, "function briefing(rt) return { text = rt.nothing.here } end\n");
+    reload = ah_msg_new ("POLICY_RELOAD");
+    ah_msg_send (&reload, client, "builder");
+    text = s_briefing (client, "debian", &status);
+    CHECK (status == 500);
+    CHECK (text && strstr (text, "briefing"));
+    free (text);
+
+    //  Bad requests.
+    ah_msg_t *req = ah_msg_new ("BRIEFING");
+    ah_msg_set_int (req, "req", 9);
+    ah_msg_t *reply = s_ask (client, req);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 400);
+    ah_msg_destroy (&reply);
+    req = ah_msg_new ("BUILD_EVERYTHING");
+    ah_msg_set_int (req, "req", 10);
+    reply = s_ask (client, req);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 400);
+    ah_msg_destroy (&reply);
+    zactor_destroy (&builder);
+
+    //  No image hooks (the fake driver): images are "unknown", briefings work.
+    s_write (briefing_path, original);
+    ah_driver_t bare = { .name = "bare" };
+    args.driver = &bare;
+    builder = zactor_new (ah_builder_actor, &args);
+    s_image_state (client, "busybox", state, sizeof state);
+    CHECK_STR (state, "unknown");
+    text = s_briefing (client, "busybox", &status);
+    CHECK (status == 200 && text && strstr (text, "busybox runtime"));
+    free (text);
+    zactor_destroy (&builder);
+
+    //  A broken catalog: the actor logs why and stops at start.
+    char bad_catalog [200];
+    snprintf (bad_catalog, sizeof bad_catalog, "%s/bad.json", s_dir);
+    s_write (bad_catalog, "{\"version\": 1, \"runtimes\": [{\"name\": \"x\"}]}");
+    free (config->catalog_path);
+    config->catalog_path = strdup (bad_catalog);
+    builder = zactor_new (ah_builder_actor, &args);
+    zpoller_t *poller = zpoller_new (builder, NULL);
+    CHECK (zpoller_wait (poller, 2000) == builder);
+    zpoller_destroy (&poller);
+    zactor_destroy (&builder);
+
+    free (original);
+    zsock_destroy (&client);
+    zactor_destroy (&bus);
+    ah_config_destroy (&config);
+    char cmd [128];
+    snprintf (cmd, sizeof cmd, "rm -rf %s", s_dir);
+    if (system (cmd) != 0)
+        fprintf (stderr, "could not remove %s\n", s_dir);
+    return CHECK_DONE ();
+}
