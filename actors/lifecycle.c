@@ -3,7 +3,7 @@
 
     DESIGN. One thread (this zactor) owns the agents and sandboxes rows
     through its own store connection, a DEALER on the bus ("lifecycle")
-    and a PULL socket at inproc://agenthold-lifecycle-<n> where worker
+    and a PULL socket at inproc://agenthold-lifecycle-<address> where worker
     threads report. Every request is decided by one guarded UPDATE on
     the sandboxes row; the driver call it implies runs in a worker thread
     (pthread, joinable) that owns its job_t until it pushes JOB_DONE and
@@ -28,7 +28,6 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #define AREA            "lifecycle"
@@ -122,7 +121,6 @@ static const transition_t s_transitions [] = {
       "any state but destroying", "destroying", "|destroying|" },
 };
 
-static atomic_int s_instances;      //  makes each actor's results endpoint unique
 
 // --------------------------------------------------------------------------
 //  Small helpers
@@ -1441,8 +1439,8 @@ static int s_self_init (self_t *self, zsock_t *pipe, const ah_lifecycle_args_t *
         free (err);
         return -1;
     }
-    snprintf (self->endpoint, sizeof self->endpoint, "inproc://agenthold-lifecycle-%d",
-              atomic_fetch_add (&s_instances, 1));
+    //  Unique per live actor: its own address (no counter shared between threads).
+    snprintf (self->endpoint, sizeof self->endpoint, "inproc://agenthold-lifecycle-%p", (void *) self);
     self->results = zsock_new (ZMQ_PULL);
     if (!self->results || zsock_bind (self->results, "%s", self->endpoint) != 0) {
         ah_error (AREA, "cannot bind %s", self->endpoint);
