@@ -358,7 +358,16 @@ s_call (self_t *self, const call_t *call, const char *path, json_t **answer,
             s_set_err (err, "%s: the Docker Engine's answer is larger than %u bytes",
                        call->what, MAX_BODY);
         else
+        if (rc == CURLE_OPERATION_TIMEDOUT)
+            s_set_err (err, "%s: the Docker Engine at %s did not answer within %ld s",
+                       call->what, self->socket_path,
+                       call->timeout_s ? call->timeout_s : (long) CALL_TIMEOUT_S);
+        else
+        if (rc == CURLE_COULDNT_CONNECT)
             s_set_err (err, "%s: cannot reach the Docker Engine at %s: %s",
+                       call->what, self->socket_path, curl_easy_strerror (rc));
+        else
+            s_set_err (err, "%s: the connection to the Docker Engine at %s failed: %s",
                        call->what, self->socket_path, curl_easy_strerror (rc));
         free (body.data);
         //  The engine may come back as another version: negotiate again.
