@@ -18,7 +18,12 @@
     caller), the driver (shared read-only with the actors that call it; it
     is thread-safe by contract), the lock file descriptor.             */
 #include "server/serve.h"
+#include "actors/api.h"
+#include "actors/builder.h"
+#include "actors/lifecycle.h"
+#include "actors/reconciler.h"
 #include "actors/recorder.h"
+#include "actors/sleeper.h"
 #include "common/bus.h"
 #include "common/log.h"
 #include "common/msg.h"
@@ -59,9 +64,18 @@ typedef struct {
     s_running_t  actors [AH_SERVE_MAX_ACTORS];
     size_t       actor_count;
     //  Arguments must outlive the actors that borrow them.
-    ah_bus_args_t      bus_args;
-    ah_recorder_args_t recorder_args;
+    ah_bus_args_t        bus_args;
+    ah_recorder_args_t   recorder_args;
+    ah_lifecycle_args_t  lifecycle_args;
+    ah_reconciler_args_t reconciler_args;
+    ah_sleeper_args_t    sleeper_args;
+    ah_builder_args_t    builder_args;
+    ah_api_args_t        api_args;
 } self_t;
+
+//  Who gets lifecycle's SANDBOX_STATE events: every actor that follows
+//  sandbox states and is started by this server.
+static const char *s_state_subscribers [] = { "api", "sleeper", "recorder", NULL };
 
 //  mkdir -p, each missing level with mode; an existing directory is fine.
 static int
@@ -341,6 +355,9 @@ s_prepare_driver (self_t *self, char **err)
     return -1;
 }
 
+//  Dependency order: the recorder first (everyone records), lifecycle
+//  (owns the sandboxes), the reconciler (reports to lifecycle), then the
+//  actors that ask lifecycle for things, the api last (it lets the world in).
 static int
 s_start_actors (self_t *self)
 {
@@ -348,7 +365,24 @@ s_start_actors (self_t *self)
     self->recorder_args = (ah_recorder_args_t) { .db_path = self->db_path };
     if (s_start (self, "recorder", ah_recorder_actor, &self->recorder_args))
         return -1;
-    (void) config;
+    self->lifecycle_args = (ah_lifecycle_args_t) {
+        .config = config, .driver = self->driver, .db_path = self->db_path,
+        .subscribers = s_state_subscribers };
+    if (s_start (self, "lifecycle", ah_lifecycle_actor, &self->lifecycle_args))
+        return -1;
+    self->reconciler_args = (ah_reconciler_args_t) { .db_path = self->db_path, .driver = self->driver };
+    if (s_start (self, "reconciler", ah_reconciler_actor, &self->reconciler_args))
+        return -1;
+    self->sleeper_args = (ah_sleeper_args_t) { .config = config, .db_path = self->db_path };
+    if (s_start (self, "sleeper", ah_sleeper_actor, &self->sleeper_args))
+        return -1;
+    self->builder_args = (ah_builder_args_t) {
+        .config = config, .db_path = self->db_path, .driver = self->driver, .prewarm = true };
+    if (s_start (self, "builder", ah_builder_actor, &self->builder_args))
+        return -1;
+    self->api_args = (ah_api_args_t) { .config = config, .db_path = self->db_path };
+    if (s_start (self, "api", ah_api_actor, &self->api_args))
+        return -1;
     return 0;
 }
 

@@ -20,8 +20,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 BINARY = sys.argv[1]
+API_PORT = 18531          # this test's range: 18530-18539
 FAILURES = []
 
 
@@ -42,7 +45,7 @@ class Server:
         env.update({
             "AGENTHOLD_SERVER_DATA_DIR": data_dir,
             "AGENTHOLD_SANDBOX_DRIVER": "fake",
-            "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:18531",
+            "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % API_PORT,
             "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:18532",
             "AGENTHOLD_LOG": "debug",
         })
@@ -82,6 +85,19 @@ class Server:
             self.proc.wait()
         self.log.close()
         self.out.close()
+
+
+def http_status(path, token=None):
+    request = urllib.request.Request("http://127.0.0.1:%d%s" % (API_PORT, path))
+    if token:
+        request.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
 
 
 def db_rows(data_dir, sql):
@@ -135,10 +151,30 @@ def test_lifecycle_of_the_process(root):
         second.stop()
         check(first.proc.poll() is None, "the first server still runs")
 
-        # SIGHUP: policies reload, the server keeps running.
+        # The API is up and knows the admin token by its hash.
+        check(http_status("/healthz") == 200, "GET /healthz answers 200")
+        check(http_status("/api/v1/agents") == 401, "no token: 401")
+        check(http_status("/api/v1/agents", "0" * 64) == 401, "a wrong token: 401")
+        check(http_status("/api/v1/agents", token) == 200, "the admin token: 200")
+
+        # SIGHUP: every policy holder reloads (policy_status.loaded_at moves),
+        # and the server keeps running.
+        def loaded():
+            return dict(db_rows(data_dir, "SELECT holder || '/' || script, loaded_at FROM policy_status"
+                                          " WHERE holder IN ('builder', 'sleeper')"))
+        before = loaded()
+        check(set(before) >= {"builder/briefing.lua", "sleeper/idle.lua"},
+              "builder and sleeper hold their policies: %r" % before)
+        time.sleep(0.01)
         first.proc.send_signal(signal.SIGHUP)
         check(first.wait_for(r"SIGHUP: reloading policies", 10), "SIGHUP is logged as a policy reload")
-        time.sleep(0.2)
+        deadline = time.time() + 10
+        after = loaded()
+        while time.time() < deadline and not all(after.get(k, 0) > v for k, v in before.items()):
+            time.sleep(0.05)
+            after = loaded()
+        check(before and all(after.get(k, 0) > v for k, v in before.items()),
+              "SIGHUP reloaded every policy: %r -> %r" % (before, after))
         check(first.proc.poll() is None, "SIGHUP does not stop the server")
 
         # SIGTERM: an orderly shutdown with exit status 0.
