@@ -401,10 +401,11 @@ static int
 s_wait (self_t *self)
 {
     while (true) {
-        zmq_pollitem_t items [AH_SERVE_MAX_ACTORS + 2];
+        zmq_pollitem_t items [AH_SERVE_MAX_ACTORS + 3];
         size_t n = 0;
         items [n++] = (zmq_pollitem_t) { .fd = self->signal_fd, .events = ZMQ_POLLIN };
         items [n++] = (zmq_pollitem_t) { .socket = zsock_resolve (self->control), .events = ZMQ_POLLIN };
+        items [n++] = (zmq_pollitem_t) { .socket = zsock_resolve (self->bus), .events = ZMQ_POLLIN };
         for (size_t i = 0; i < self->actor_count; i++)
             items [n++] = (zmq_pollitem_t) { .socket = zsock_resolve (self->actors [i].actor),
                                              .events = ZMQ_POLLIN };
@@ -432,14 +433,21 @@ s_wait (self_t *self)
                 ah_warn ("server", "%s answered: %s", ah_msg_peer (msg), ah_msg_str (msg, "error"));
             ah_msg_destroy (&msg);
         }
+        if (items [2].revents & ZMQ_POLLIN) {
+            //  The bus's pipe speaks only when its thread has ended.
+            ah_error ("server", "the bus stopped unexpectedly: shutting down");
+            return 1;
+        }
         for (size_t i = 0; i < self->actor_count; i++)
-            if (items [i + 2].revents & ZMQ_POLLIN) {
+            if (items [i + 3].revents & ZMQ_POLLIN) {
                 zmsg_t *msg = zmsg_recv (self->actors [i].actor);
                 bool died = !msg || zmsg_signal (msg) >= 0;
                 zmsg_destroy (&msg);
                 if (died) {
                     ah_error ("server", "the %s actor stopped unexpectedly: shutting down", self->actors [i].name);
-                    //  Its pipe is done; destroying it must not wait for an answer.
+                    //  We consumed its last signal: destroying it must not
+                    //  wait for another (zactor_destroy waits on the pipe).
+                    zsock_set_rcvtimeo (zactor_sock (self->actors [i].actor), 500);
                     zactor_destroy (&self->actors [i].actor);
                     memmove (&self->actors [i], &self->actors [i + 1],
                              (self->actor_count - i - 1) * sizeof (s_running_t));

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sqlite3
 import stat
 import subprocess
@@ -232,12 +233,34 @@ def test_docker_unreachable(root):
         server.stop()
 
 
+def test_actor_fails_to_start(root):
+    """The api cannot listen (port taken): the server stops, exit 1, and
+    says which actor failed; everything it started is stopped again."""
+    data_dir = os.path.join(root, "busy")
+    blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    blocker.bind(("127.0.0.1", 18537))
+    blocker.listen(1)
+    server = Server(data_dir, name="busy", env_extra={"AGENTHOLD_SERVER_LISTEN": "127.0.0.1:18537",
+                                                      "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:18538"})
+    try:
+        code = server.wait_exit(30)
+        text = server.text()
+        check(code == 1, "api cannot listen: exit status 1 (got %r)" % code)
+        check("the api actor failed to start" in text, "api cannot listen: the server names the actor")
+        check("agenthold serving" not in text, "api cannot listen: no start line")
+    finally:
+        server.stop()
+        blocker.close()
+
+
 def main():
     root = tempfile.mkdtemp(prefix="ah-test-serve-")
     try:
         test_lifecycle_of_the_process(root)
         test_newer_schema(root)
         test_docker_unreachable(root)
+        test_actor_fails_to_start(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if FAILURES:
