@@ -396,6 +396,10 @@ int ah_yamux_input (ah_yamux_t *self, const uint8_t *data, size_t size, const ch
         *err = "yamux: input called from inside the same session's callback";
         return -1;
     }
+    if (!data && size > 0) {
+        *err = "yamux: input without a buffer";
+        return -1;
+    }
     s_enter (self);
     self->in_input = true;
     while (size > 0 && !self->doomed && !self->failed) {
@@ -454,7 +458,7 @@ int ah_yamux_open (ah_yamux_t *self, uint32_t *id)
 
 ssize_t ah_yamux_write (ah_yamux_t *self, uint32_t id, const uint8_t *data, size_t size)
 {
-    if (!self || self->failed)
+    if (!self || self->failed || (!data && size > 0))
         return -1;
     s_stream_t *s = s_find (self, id);
     if (!s || s->local_fin)

@@ -117,6 +117,8 @@ static void m1_data (void *ud, uint32_t id, const uint8_t *data, size_t size)
         uint32_t nid;
         ah_yamux_open (s->y, &nid);
     }
+    if (op == 0xff)
+        ah_yamux_destroy (&s->y);   //  from inside a callback: deferred free
 }
 
 static void m1_eof (void *ud, uint32_t id)
@@ -132,6 +134,24 @@ static void m1_writable (void *ud, uint32_t id)
     ah_yamux_write (s->y, id, s_junk, sizeof s_junk);
 }
 
+static void m1_closed (void *ud, uint32_t id, bool reset)
+{
+    single_t *s = ud;
+    uint8_t op = s_next (s);
+    if (op & 1)                     //  the id is gone: every call must refuse it
+        if (ah_yamux_write (s->y, id, s_junk, 1) != -1 || ah_yamux_close (s->y, id) != -1)
+            FAIL ("stream %u still usable inside its on_closed", id);
+    if (op & 2)
+        ah_yamux_ping (s->y, id);
+}
+
+static void m1_pong (void *ud, uint32_t opaque)
+{
+    single_t *s = ud;
+    if (s_next (s) == 0xfe)
+        ah_yamux_destroy (&s->y);
+}
+
 static void m1_goaway (void *ud, uint32_t code)
 {
     single_t *s = ud;
@@ -142,8 +162,8 @@ static void m1_goaway (void *ud, uint32_t code)
 static void s_mode_single (const uint8_t *data, size_t size, bool is_client)
 {
     single_t s = { 0 };
-    ah_yamux_callbacks_t cb = { m1_output, m1_open, m1_data, m1_eof, NULL,
-                                m1_writable, NULL, m1_goaway };
+    ah_yamux_callbacks_t cb = { m1_output, m1_open, m1_data, m1_eof, m1_closed,
+                                m1_writable, m1_pong, m1_goaway };
     s.y = ah_yamux_new (is_client, &cb, &s);
     if (!s.y)
         return;
@@ -160,7 +180,7 @@ static void s_mode_single (const uint8_t *data, size_t size, bool is_client)
     ah_yamux_open (s.y, &id);
     size_t at = 0, k = 0;
     bool failed = false;
-    while (at < size) {
+    while (at < size && s.y) {
         size_t n = nsplit? (size_t) splits [k++ % nsplit] + 1: size - at;
         if (n > size - at)
             n = size - at;
@@ -174,7 +194,7 @@ static void s_mode_single (const uint8_t *data, size_t size, bool is_client)
         else
         if (failed)
             FAIL ("input succeeded after a protocol error");
-        if (ah_yamux_stream_count (s.y) > 1024)
+        if (s.y && ah_yamux_stream_count (s.y) > 1024)
             FAIL ("stream cap exceeded");
         at += n;
     }
@@ -282,7 +302,7 @@ static void s_write (side_t *s, uint32_t id, size_t n)
 {
     if (id >= MAX_IDS || n == 0)
         return;
-    uint8_t buf [8192];
+    uint8_t buf [20000];            //  more than one frame (16 KiB)
     if (n > sizeof buf)
         n = sizeof buf;
     s_pattern (id, s->sent [id], buf, NULL, n);
