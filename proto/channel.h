@@ -10,7 +10,8 @@
        "exec", "stats") and the channel's arguments.
     2. sandboxd answers with a header of the same form: {"ok": true, ...}
        or {"ok": false, "code": "ENOENT"|"EACCES"|"EINVAL"|"EEXIST"|"EIO"|
-       "ENOTDIR"|"EISDIR"|"ETIMEDOUT"|"EPROTO"|"EVERSION", "error": "..."};
+       "ENOTDIR"|"EISDIR"|"ENOTEMPTY"|"ENOSPC"|"ETIMEDOUT"|"EPROTO"|
+       "EVERSION", "error": "..."};
        a refused channel is then closed (FIN) by sandboxd.
     3. After an ok reply, per channel (docs/tunnel.md):
        - fs.read: raw file bytes, then FIN. An I/O error mid-way: RST.
