@@ -24,6 +24,7 @@
 #include "actors/reconciler.h"
 #include "actors/recorder.h"
 #include "actors/sleeper.h"
+#include "actors/tunnel.h"
 #include "common/bus.h"
 #include "common/log.h"
 #include "common/msg.h"
@@ -68,6 +69,7 @@ typedef struct {
     ah_recorder_args_t   recorder_args;
     ah_lifecycle_args_t  lifecycle_args;
     ah_reconciler_args_t reconciler_args;
+    ah_tunnel_args_t     tunnel_args;
     ah_sleeper_args_t    sleeper_args;
     ah_builder_args_t    builder_args;
     ah_api_args_t        api_args;
@@ -75,7 +77,7 @@ typedef struct {
 
 //  Who gets lifecycle's SANDBOX_STATE events: every actor that follows
 //  sandbox states and is started by this server.
-static const char *s_state_subscribers [] = { "api", "sleeper", "recorder", NULL };
+static const char *s_state_subscribers [] = { "api", "sleeper", "tunnel", "recorder", NULL };
 
 //  mkdir -p, each missing level with mode; an existing directory is fine.
 static int
@@ -372,6 +374,9 @@ s_start_actors (self_t *self)
         return -1;
     self->reconciler_args = (ah_reconciler_args_t) { .db_path = self->db_path, .driver = self->driver };
     if (s_start (self, "reconciler", ah_reconciler_actor, &self->reconciler_args))
+        return -1;
+    self->tunnel_args = (ah_tunnel_args_t) { .config = config, .db_path = self->db_path };
+    if (s_start (self, "tunnel", ah_tunnel_actor, &self->tunnel_args))
         return -1;
     self->sleeper_args = (ah_sleeper_args_t) { .config = config, .db_path = self->db_path };
     if (s_start (self, "sleeper", ah_sleeper_actor, &self->sleeper_args))

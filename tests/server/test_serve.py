@@ -8,8 +8,12 @@ Checks: the admin token file is created 0600 and only its hash reaches
 the database; a second server on the same data dir is refused naming the
 first one's pid; SIGHUP reloads policies; SIGTERM stops cleanly (exit 0);
 a restart keeps the token; a newer schema is refused; the docker driver
-with an unreachable socket stops at start with the fix-it message."""
+with an unreachable socket stops at start with the fix-it message; an
+actor that cannot start stops the server; and, through the API, an agent
+started on the fake driver reaches running over the tunnel while the
+recorder keeps its state changes (the actors are wired to each other)."""
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -101,6 +105,21 @@ def http_status(path, token=None):
         return None
 
 
+def http_json(method, path, token, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request("http://127.0.0.1:%d%s" % (API_PORT, path), data=data, method=method)
+    request.add_header("Authorization", "Bearer " + token)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+    except (OSError, ValueError) as e:
+        return None, {"error": str(e)}
+
+
 def db_rows(data_dir, sql):
     db = sqlite3.connect(os.path.join(data_dir, "agenthold.db"))
     try:
@@ -158,6 +177,22 @@ def test_lifecycle_of_the_process(root):
         check(http_status("/api/v1/agents", "0" * 64) == 401, "a wrong token: 401")
         check(http_status("/api/v1/agents", token) == 200, "the admin token: 200")
 
+        # The wiring end to end (fake driver): an agent is created and started
+        # through the API, its in-process sandboxd says hello over the tunnel,
+        # and the recorder has the state changes lifecycle sent it.
+        status, body = http_json("POST", "/api/v1/agents", token, {"name": "alice"})
+        check(status == 201, "create alice: 201 (got %r %r)" % (status, body))
+        status, body = http_json("POST", "/api/v1/agents/alice/start?wait=1", token)
+        check(status == 200 and body.get("state") == "running",
+              "start alice and wait: running (got %r %r)" % (status, body))
+        deadline = time.time() + 5
+        states = []
+        while time.time() < deadline and "running" not in states:
+            states = [r[0] for r in db_rows(data_dir, "SELECT detail FROM operations WHERE kind = 'state'"
+                                                      " AND actor = 'lifecycle' ORDER BY id")]
+            time.sleep(0.1)
+        check("running" in states, "the recorder has alice's state changes: %r" % states)
+
         # SIGHUP: every policy holder reloads (policy_status.loaded_at moves),
         # and the server keeps running.
         def loaded():
@@ -178,7 +213,7 @@ def test_lifecycle_of_the_process(root):
               "SIGHUP reloaded every policy: %r -> %r" % (before, after))
         check(first.proc.poll() is None, "SIGHUP does not stop the server")
 
-        # SIGTERM: an orderly shutdown with exit status 0.
+        # SIGTERM (with alice's sandbox running): an orderly shutdown, exit status 0.
         first.proc.send_signal(signal.SIGTERM)
         code = first.wait_exit(30)
         check(code == 0, "SIGTERM: exit status 0 (got %r)" % code)
