@@ -346,6 +346,20 @@ static int s_cmp_pid (const void *a, const void *b)
 
 static bool s_cgroup_ns (int64_t *ns)
 {
+    //  cgroup v1: cpuacct.usage is already in ns (either mount layout).
+    static const char *v1 [] = { "/sys/fs/cgroup/cpuacct/cpuacct.usage",
+                                 "/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage" };
+    for (size_t i = 0; i < 2; i++) {
+        FILE *f = fopen (v1 [i], "re");
+        unsigned long long v;
+        if (f && fscanf (f, "%llu", &v) == 1) {
+            fclose (f);
+            *ns = (int64_t) v;
+            return true;
+        }
+        if (f)
+            fclose (f);
+    }
     FILE *f = fopen ("/sys/fs/cgroup/cpu.stat", "re");
     if (!f)
         return false;

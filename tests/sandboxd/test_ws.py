@@ -25,133 +25,12 @@ import tempfile
 import msgpack
 import websockets
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tunnel_peer import FIN, Yamux, check, failures, passed, records  # noqa: E402
+
 SANDBOXD = sys.argv[1]
 TOKEN = "tok-123.secret"
 AGENT = "agent-ws"
-SYN, ACK, FIN, RST = 1, 2, 4, 8
-
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("CHECK failed:", what, file=sys.stderr)
-
-
-class Yamux:
-    """The smallest yamux client that will do for a test."""
-
-    def __init__(self, ws):
-        self.ws = ws
-        self.buf = b""
-        self.next_id = 1
-        self.streams = {}
-        self.split = 0
-
-    async def frame(self, typ, flags, sid, length, payload=b""):
-        data = struct.pack(">BBHII", 0, typ, flags, sid, length) + payload
-        # Straddle messages on purpose: cut each frame at a moving point.
-        self.split = (self.split + 5) % 17
-        cut = min(self.split, len(data))
-        if cut:
-            await self.ws.send(data[:cut])
-        if cut < len(data):
-            await self.ws.send(data[cut:])
-
-    async def open(self, header, fin=True, body=b""):
-        sid = self.next_id
-        self.next_id += 2
-        self.streams[sid] = {"data": b"", "fin": False, "rst": False}
-        packed = msgpack.packb(header)
-        hdr = struct.pack(">I", len(packed)) + packed
-        await self.frame(1, SYN, sid, 0)
-        await self.frame(0, 0, sid, len(hdr), hdr)
-        if body:
-            await self.frame(0, 0, sid, len(body), body)
-        if fin:
-            await self.frame(1, FIN, sid, 0)
-        return sid
-
-    async def send(self, sid, data, fin=False):
-        await self.frame(0, FIN if fin else 0, sid, len(data), data)
-
-    async def feed(self, msg):
-        check(isinstance(msg, bytes), "sandboxd sends binary messages only")
-        self.buf += msg
-        while len(self.buf) >= 12:
-            ver, typ, flags, sid, length = struct.unpack(">BBHII", self.buf[:12])
-            check(ver == 0, "yamux version 0")
-            if typ == 0:
-                if len(self.buf) < 12 + length:
-                    return
-                payload = self.buf[12:12 + length]
-                self.buf = self.buf[12 + length:]
-                st = self.streams.get(sid)
-                if st is not None:
-                    st["data"] += payload
-                    # Give the window back as we go (we keep everything).
-                    st["credit"] = st.get("credit", 0) + length
-                    if st["credit"] >= 128 * 1024:
-                        await self.frame(1, 0, sid, st["credit"])
-                        st["credit"] = 0
-            else:
-                self.buf = self.buf[12:]
-                st = self.streams.get(sid)
-                if typ == 2 and flags & SYN:
-                    await self.frame(2, ACK, 0, length)
-            if st is not None and sid:
-                if flags & FIN:
-                    st["fin"] = True
-                if flags & RST:
-                    st["rst"] = True
-
-    async def until(self, cond, timeout=10):
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout
-        while not cond():
-            left = end - loop.time()
-            if left <= 0:
-                raise TimeoutError("yamux: condition not met in time")
-            await self.feed(await asyncio.wait_for(self.ws.recv(), left))
-
-    def header(self, sid):
-        """Take one length-prefixed msgpack header from the stream's data."""
-        st = self.streams[sid]
-        if len(st["data"]) < 4:
-            return None
-        (n,) = struct.unpack(">I", st["data"][:4])
-        if len(st["data"]) < 4 + n:
-            return None
-        m = msgpack.unpackb(st["data"][4:4 + n])
-        st["data"] = st["data"][4 + n:]
-        return m
-
-    async def call(self, header, body=b"", fin=True):
-        sid = await self.open(header, fin=fin, body=body)
-        holder = {}
-
-        def got():
-            if "h" not in holder:
-                h = self.header(sid)
-                if h is not None:
-                    holder["h"] = h
-            return "h" in holder
-        await self.until(got)
-        return sid, holder["h"]
-
-
-def records(data):
-    out = []
-    while len(data) >= 5:
-        kind, n = struct.unpack(">BI", data[:5])
-        if len(data) < 5 + n:
-            break
-        out.append((kind, data[5:5 + n]))
-        data = data[5 + n:]
-    return out
-
-
 state = {"upgrades": 0, "sessions": 0}
 done = asyncio.Event()
 
@@ -250,6 +129,17 @@ async def main():
         env = dict(os.environ, AGENTHOLD_LOG="debug")
         proc = subprocess.Popen([SANDBOXD, "--boot", boot, "--home", home, "--no-switch-user"], env=env)
         await asyncio.wait_for(done.wait(), 30)
+
+        # Idle and connected, sandboxd must sleep in poll: at most a few
+        # clock ticks of CPU over two seconds.
+        def cpu_ticks():
+            with open("/proc/%d/stat" % proc.pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return int(fields[11]) + int(fields[12])
+        t0 = cpu_ticks()
+        await asyncio.sleep(2)
+        spent = cpu_ticks() - t0
+        check(spent <= 3, "idle sandboxd used %d ticks in 2 s" % spent)
         check(state["upgrades"] == 3, "refused, served, reconnected (%d upgrades)" % state["upgrades"])
         check(os.path.exists(os.path.join(home, "w.bin")), "the file landed in the home")
         proc.send_signal(signal.SIGTERM)
@@ -271,5 +161,5 @@ async def main():
 
 
 asyncio.run(main())
-print("%d failures" % len(failures), file=sys.stderr)
+print("%d checks passed, %d failed" % (len(passed), len(failures)), file=sys.stderr)
 sys.exit(1 if failures else 0)
