@@ -25,18 +25,6 @@ def check(cond, what):
 
 SYN, ACK, FIN, RST = 1, 2, 4, 8
 
-failures = []
-passed = []
-
-
-def check(cond, what):
-    if cond:
-        passed.append(what)
-    else:
-        failures.append(what)
-        print("CHECK failed:", what, file=sys.stderr)
-
-
 class Yamux:
     """The smallest yamux client that will do for a test."""
 
