@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <libgen.h>
@@ -26,7 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define LOG_AREA            "docker"
 #define MAX_BODY            (32u << 20)     //  largest answer we accept from the engine
@@ -1485,6 +1488,59 @@ s_list (ah_driver_t *driver, char ***ids_p, char **err)
 }
 
 //  -------------------------------------------------------------------------
+//  Streams of JSON lines (events, build and pull progress): curl's write
+//  callback gets arbitrary chunks, not lines. Split on newlines and carry
+//  a partial line to the next chunk.
+
+#define MAX_STREAM_LINE  (1u << 20)
+
+typedef struct {
+    char  *line;
+    size_t size;
+    void (*on_line) (void *arg, const char *line, size_t len);
+    void  *arg;
+} lines_t;
+
+static int
+s_lines_carry (lines_t *l, const char *ptr, size_t add)
+{
+    if (l->size + add > MAX_STREAM_LINE) {
+        ah_warn (LOG_AREA, "a stream line longer than %u bytes; giving up on the stream",
+                 MAX_STREAM_LINE);
+        return -1;
+    }
+    char *grown = realloc (l->line, l->size + add + 1);
+    if (!grown)
+        return -1;
+    l->line = grown;
+    memcpy (l->line + l->size, ptr, add);
+    l->size += add;
+    return 0;
+}
+
+//  0, or -1 when a line is too long (the caller aborts the transfer).
+static int
+s_lines_feed (lines_t *l, const char *ptr, size_t n)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ptr [i] != '\n')
+            continue;
+        if (l->size) {
+            if (s_lines_carry (l, ptr + start, i - start))
+                return -1;
+            l->on_line (l->arg, l->line, l->size);
+            l->size = 0;
+        }
+        else
+        if (i > start)
+            l->on_line (l->arg, ptr + start, i - start);
+        start = i + 1;
+    }
+    return start < n ? s_lines_carry (l, ptr + start, n - start) : 0;
+}
+
+//  -------------------------------------------------------------------------
 //  Events
 
 typedef struct {
@@ -1492,18 +1548,16 @@ typedef struct {
     void (*on_change) (void *arg, const char *agent_id, const char *action);
     void *arg;
     volatile int *stop;
-    char  *line;                        //  partial line carried between chunks
-    size_t size;
+    lines_t lines;
     bool   connected;
     CURL  *curl;
     buf_t  error;                       //  the body of a refusal (capped)
 } watch_t;
 
-#define MAX_EVENT_LINE  (1u << 20)
-
 static void
-s_watch_line (watch_t *w, const char *line, size_t len)
+s_watch_line (void *arg, const char *line, size_t len)
 {
+    watch_t *w = arg;
     json_t *j = json_loadb (line, len, 0, NULL);
     if (!j) {
         ah_warn (LOG_AREA, "event stream: a line that is not JSON (%zu bytes); skipped", len);
@@ -1537,43 +1591,7 @@ s_watch_write (char *ptr, size_t size, size_t nmemb, void *userdata)
         w->connected = true;
         w->on_change (w->arg, NULL, "connected");
     }
-    //  Chunks are arbitrary: split on newlines, carry the rest.
-    size_t start = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (ptr [i] != '\n')
-            continue;
-        if (w->size) {
-            size_t add = i - start;
-            if (w->size + add > MAX_EVENT_LINE)
-                return 0;
-            char *grown = realloc (w->line, w->size + add + 1);
-            if (!grown)
-                return 0;
-            w->line = grown;
-            memcpy (w->line + w->size, ptr + start, add);
-            w->size += add;
-            s_watch_line (w, w->line, w->size);
-            w->size = 0;
-        }
-        else
-        if (i > start)
-            s_watch_line (w, ptr + start, i - start);
-        start = i + 1;
-    }
-    if (start < n) {
-        size_t add = n - start;
-        if (w->size + add > MAX_EVENT_LINE) {
-            ah_warn (LOG_AREA, "event stream: a line longer than %u bytes; reconnecting", MAX_EVENT_LINE);
-            return 0;
-        }
-        char *grown = realloc (w->line, w->size + add + 1);
-        if (!grown)
-            return 0;
-        w->line = grown;
-        memcpy (w->line + w->size, ptr + start, add);
-        w->size += add;
-    }
-    return n;
+    return s_lines_feed (&w->lines, ptr, n) == 0 ? n : 0;
 }
 
 //  With no data the engine sends nothing: headers arrive only with the
@@ -1622,7 +1640,9 @@ s_watch (ah_driver_t *driver,
     char *filters = s_filters (self->prefix, true);
     char *url = filters ? s_strdupf ("http://docker/v%s/events?filters=%s", version, filters) : NULL;
     free (filters);
-    watch_t w = { .self = self, .on_change = on_change, .arg = arg, .stop = stop };
+    watch_t w = { .self = self, .on_change = on_change, .arg = arg, .stop = stop,
+                  .lines = { .on_line = s_watch_line } };
+    w.lines.arg = &w;
     w.curl = url ? s_easy (self, url, 0) : NULL;
     free (url);
     if (!w.curl) {
@@ -1640,7 +1660,7 @@ s_watch (ah_driver_t *driver,
     long status = 0;
     curl_easy_getinfo (w.curl, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup (w.curl);
-    free (w.line);
+    free (w.lines.line);
     if (*stop) {
         free (w.error.data);
         return 0;
@@ -1663,6 +1683,377 @@ s_watch (ah_driver_t *driver,
         s_set_err (err, "following the engine's events: the engine closed the stream");
     free (w.error.data);
     return -1;
+}
+
+//  -------------------------------------------------------------------------
+//  Images (the builder's optional hooks)
+
+#define MAX_CONTEXT     (512u << 20)    //  largest build context we send
+#define MAX_IMAGE_REF   255
+
+//  Image references reach URLs: only the characters a reference may hold.
+static bool
+s_valid_image (const char *image)
+{
+    if (!image || !*image || strlen (image) > MAX_IMAGE_REF)
+        return false;
+    for (const char *p = image; *p; p++)
+        if (!(isalnum ((unsigned char) *p) || strchr ("._-/:@", *p)))
+            return false;
+    return true;
+}
+
+static int
+s_image_exists (ah_driver_t *driver, const char *image, bool *exists, char **err)
+{
+    self_t *self = driver->impl;
+    *exists = false;
+    if (!s_valid_image (image)) {
+        s_set_err (err, "looking up image '%s': not a valid image reference", image ? image : "");
+        return -1;
+    }
+    char *what = s_strdupf ("looking up image '%s'", image);
+    char *path = s_strdupf ("/images/%s/json", image);
+    call_t call = { .what = what, .method = "GET" };
+    char *msg = NULL;
+    long st = s_call (self, &call, path, NULL, &msg, err);
+    int rc = 0;
+    if (st == 200)
+        *exists = true;
+    else
+    if (st != 404) {
+        if (st > 0)
+            s_status_err (err, what, st, msg);
+        rc = -1;
+    }
+    free (msg);
+    free (path);
+    free (what);
+    return rc;
+}
+
+//  The context as an in-memory tar: every regular file, directory and
+//  symlink under dir (relative names), then the host files under their
+//  names. Caller frees *tar.
+typedef struct {
+    uint8_t *data;
+    size_t   size, cap;
+    char    *err;
+} tarbuf_t;
+
+static int
+s_tarbuf_add (tarbuf_t *t, const char *name, char type, unsigned mode, const void *data,
+              size_t size, const char *link)
+{
+    if (strlen (name) > 99 || (link && strlen (link) > 99)) {
+        t->err = s_strdupf ("the name '%s' is longer than 99 characters", name);
+        return -1;
+    }
+    size_t need = t->size + 512 + (size + 511) / 512 * 512 + 1024;
+    if (need > MAX_CONTEXT) {
+        t->err = s_strdupf ("the build context is larger than %u MiB", MAX_CONTEXT >> 20);
+        return -1;
+    }
+    if (need > t->cap) {
+        size_t cap = t->cap ? t->cap : 1 << 20;
+        while (cap < need)
+            cap *= 2;
+        uint8_t *grown = realloc (t->data, cap);
+        if (!grown) {
+            t->err = strdup ("out of memory");
+            return -1;
+        }
+        t->data = grown;
+        t->cap = cap;
+    }
+    uint8_t *h = t->data + t->size;
+    s_tar_header (h, name, type, mode, size);
+    if (link) {
+        snprintf ((char *) h + 157, 100, "%s", link);
+        //  The checksum covers the link name: compute it again.
+        memset (h + 148, ' ', 8);
+        unsigned sum = 0;
+        for (int i = 0; i < 512; i++)
+            sum += h [i];
+        snprintf ((char *) h + 148, 8, "%06o", sum);
+        h [155] = ' ';
+    }
+    memset (h + 512, 0, (size + 511) / 512 * 512);
+    if (size)
+        memcpy (h + 512, data, size);
+    t->size += 512 + (size + 511) / 512 * 512;
+    return 0;
+}
+
+static int
+s_tarbuf_file (tarbuf_t *t, const char *name, const char *path)
+{
+    FILE *f = fopen (path, "rb");
+    struct stat sb;
+    if (!f || fstat (fileno (f), &sb) || !S_ISREG (sb.st_mode)) {
+        t->err = s_strdupf ("cannot read %s: %s", path, f ? "not a regular file" : strerror (errno));
+        if (f)
+            fclose (f);
+        return -1;
+    }
+    if ((uint64_t) sb.st_size > MAX_CONTEXT) {
+        fclose (f);
+        t->err = s_strdupf ("%s is larger than %u MiB", path, MAX_CONTEXT >> 20);
+        return -1;
+    }
+    char *data = malloc (sb.st_size ? sb.st_size : 1);
+    size_t got = data ? fread (data, 1, sb.st_size, f) : 0;
+    fclose (f);
+    int rc = -1;
+    if (!data)
+        t->err = strdup ("out of memory");
+    else
+    if (got != (size_t) sb.st_size)
+        t->err = s_strdupf ("cannot read %s: short read", path);
+    else
+        rc = s_tarbuf_add (t, name, '0', sb.st_mode & 0777, data, got, NULL);
+    free (data);
+    return rc;
+}
+
+static int
+s_tarbuf_dir (tarbuf_t *t, const char *dir, const char *rel, int depth)
+{
+    if (depth > 16) {
+        t->err = s_strdupf ("the build context under %s is nested too deep", dir);
+        return -1;
+    }
+    char *full = *rel ? s_strdupf ("%s/%s", dir, rel) : strdup (dir);
+    DIR *d = full ? opendir (full) : NULL;
+    if (!d) {
+        t->err = s_strdupf ("cannot read the build context %s: %s", full ? full : dir, strerror (errno));
+        free (full);
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir (d))) {
+        if (!strcmp (e->d_name, ".") || !strcmp (e->d_name, ".."))
+            continue;
+        char *name = *rel ? s_strdupf ("%s/%s", rel, e->d_name) : strdup (e->d_name);
+        char *path = s_strdupf ("%s/%s", full, e->d_name);
+        struct stat sb;
+        if (!name || !path || lstat (path, &sb)) {
+            t->err = s_strdupf ("cannot read %s: %s", path ? path : "?", strerror (errno));
+            rc = -1;
+        }
+        else
+        if (S_ISDIR (sb.st_mode)) {
+            char *dname = s_strdupf ("%s/", name);
+            rc = s_tarbuf_add (t, dname, '5', sb.st_mode & 0777, NULL, 0, NULL);
+            free (dname);
+            if (rc == 0)
+                rc = s_tarbuf_dir (t, dir, name, depth + 1);
+        }
+        else
+        if (S_ISLNK (sb.st_mode)) {
+            char target [PATH_MAX];
+            ssize_t n = readlink (path, target, sizeof target - 1);
+            if (n < 0) {
+                t->err = s_strdupf ("cannot read the link %s: %s", path, strerror (errno));
+                rc = -1;
+            }
+            else {
+                target [n] = 0;
+                rc = s_tarbuf_add (t, name, '2', 0777, NULL, 0, target);
+            }
+        }
+        else
+        if (S_ISREG (sb.st_mode))
+            rc = s_tarbuf_file (t, name, path);
+        //  Sockets, fifos, devices: not build context material; skipped.
+        free (name);
+        free (path);
+    }
+    closedir (d);
+    free (full);
+    return rc;
+}
+
+//  Build and pull answer with a stream of JSON lines; an "error" in any
+//  of them is the failure (the HTTP status is 200 by then).
+typedef struct {
+    lines_t lines;
+    char   *error;                      //  the first error, if any
+    char    last [256];                 //  the last progress line (context)
+    volatile int *stop;
+} progress_t;
+
+static void
+s_progress_line (void *arg, const char *line, size_t len)
+{
+    progress_t *p = arg;
+    json_t *j = json_loadb (line, len, 0, NULL);
+    if (!j)
+        return;
+    const char *error = json_string_value (json_object_get (j, "error"));
+    if (!error)
+        error = json_string_value (json_object_get (json_object_get (j, "errorDetail"), "message"));
+    if (!error)                         //  a refusal before the stream: {"message": ...}
+        error = json_string_value (json_object_get (j, "message"));
+    if (error && !p->error)
+        p->error = strdup (error);
+    const char *text = json_string_value (json_object_get (j, "stream"));
+    if (!text)
+        text = json_string_value (json_object_get (j, "status"));
+    if (text) {
+        size_t n = strcspn (text, "\r\n");
+        if (n) {
+            snprintf (p->last, sizeof p->last, "%.*s", (int) (n < 255 ? n : 255), text);
+            ah_debug (LOG_AREA, "image: %s", p->last);
+        }
+    }
+    json_decref (j);
+}
+
+static size_t
+s_progress_write (char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    progress_t *p = userdata;
+    return s_lines_feed (&p->lines, ptr, size * nmemb) == 0 ? size * nmemb : 0;
+}
+
+static int
+s_progress_stop (void *userdata, curl_off_t dltotal, curl_off_t dlnow,
+                 curl_off_t ultotal, curl_off_t ulnow)
+{
+    progress_t *p = userdata;
+    return p->stop && *p->stop ? 1 : 0;
+}
+
+//  One streaming call (POST /build or /images/create). 0 / -1 with *err.
+static int
+s_image_stream (self_t *self, const char *what, const char *path, const uint8_t *body,
+                size_t body_size, volatile int *stop, char **err)
+{
+    char *eerr = NULL;
+    if (s_ensure_engine (self, &eerr)) {
+        s_set_err (err, "%s: %s", what, eerr);
+        free (eerr);
+        return -1;
+    }
+    char version [16];
+    pthread_mutex_lock (&self->lock);
+    snprintf (version, sizeof version, "%s", self->api_version);
+    pthread_mutex_unlock (&self->lock);
+    char *url = s_strdupf ("http://docker/v%s%s", version, path);
+    //  A build or a pull takes minutes: no overall timeout, the stop flag
+    //  ends it.
+    CURL *curl = url ? s_easy (self, url, 0) : NULL;
+    free (url);
+    if (!curl) {
+        s_set_err (err, "%s: cannot set up the request", what);
+        return -1;
+    }
+    progress_t p = { .lines = { .on_line = s_progress_line }, .stop = stop };
+    p.lines.arg = &p;
+    struct curl_slist *headers = curl_slist_append (NULL, "Expect:");
+    headers = curl_slist_append (headers, body ? "Content-Type: application/x-tar"
+                                                : "Content-Type: application/json");
+    curl_easy_setopt (curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt (curl, CURLOPT_POST, 1L);
+    curl_easy_setopt (curl, CURLOPT_POSTFIELDS, body ? (const char *) body : "");
+    curl_easy_setopt (curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) (body ? body_size : 0));
+    curl_easy_setopt (curl, CURLOPT_WRITEFUNCTION, s_progress_write);
+    curl_easy_setopt (curl, CURLOPT_WRITEDATA, &p);
+    curl_easy_setopt (curl, CURLOPT_XFERINFOFUNCTION, s_progress_stop);
+    curl_easy_setopt (curl, CURLOPT_XFERINFODATA, &p);
+    curl_easy_setopt (curl, CURLOPT_NOPROGRESS, 0L);
+    CURLcode rc = curl_easy_perform (curl);
+    long status = 0;
+    curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all (headers);
+    curl_easy_cleanup (curl);
+    int result = -1;
+    if (stop && *stop)
+        s_set_err (err, "%s: stopped (the server is shutting down)", what);
+    else
+    if (rc != CURLE_OK)
+        s_set_err (err, "%s: the connection to the Docker Engine at %s failed: %s", what,
+                   self->socket_path, curl_easy_strerror (rc));
+    else
+    if (status != 200) {
+        //  Refusals come as one JSON object, which the line splitter may
+        //  still hold (no newline at the end).
+        if (p.lines.size)
+            s_progress_line (&p, p.lines.line, p.lines.size);
+        s_set_err (err, "%s: the Docker Engine refused (HTTP %ld) (Docker: %s)", what, status,
+                   p.error ? p.error : p.last [0] ? p.last : "no message");
+    }
+    else {
+        if (p.lines.size)
+            s_progress_line (&p, p.lines.line, p.lines.size);
+        if (p.error)
+            s_set_err (err, "%s: %s", what, p.error);
+        else
+            result = 0;
+    }
+    free (p.lines.line);
+    free (p.error);
+    return result;
+}
+
+static int
+s_image_build (ah_driver_t *driver, const ah_image_build_t *build, volatile int *stop, char **err)
+{
+    self_t *self = driver->impl;
+    if (!build || !s_valid_image (build->image)) {
+        s_set_err (err, "building image '%s': not a valid image reference",
+                   build && build->image ? build->image : "");
+        return -1;
+    }
+    char *esc = curl_easy_escape (NULL, build->image, 0);
+    if (!build->context_dir) {
+        //  A pull: fromImage takes "name:tag" (a missing tag means latest).
+        char *what = s_strdupf ("pulling image '%s'", build->image);
+        char *path = s_strdupf ("/images/create?fromImage=%s", esc ? esc : "");
+        int rc = s_image_stream (self, what, path, NULL, 0, stop, err);
+        curl_free (esc);
+        free (path);
+        free (what);
+        return rc;
+    }
+    char *what = s_strdupf ("building image '%s' from %s", build->image, build->context_dir);
+    tarbuf_t t = { 0 };
+    int rc = s_tarbuf_dir (&t, build->context_dir, "", 0);
+    for (size_t i = 0; rc == 0 && i < build->n_files; i++)
+        rc = s_tarbuf_file (&t, build->file_names [i], build->file_paths [i]);
+    //  The end blocks: every add left room for them.
+    if (rc == 0 && t.cap < t.size + 1024) {
+        uint8_t *grown = realloc (t.data, t.size + 1024);
+        if (grown) {
+            t.data = grown;
+            t.cap = t.size + 1024;
+        }
+        else {
+            t.err = strdup ("out of memory");
+            rc = -1;
+        }
+    }
+    if (rc == 0) {
+        memset (t.data + t.size, 0, 1024);
+        t.size += 1024;
+        char *labels = curl_easy_escape (NULL, "{\"agenthold.managed\":\"true\"}", 0);
+        char *path = s_strdupf ("/build?t=%s&rm=1&forcerm=1&labels=%s", esc ? esc : "",
+                                labels ? labels : "");
+        curl_free (labels);
+        rc = s_image_stream (self, what, path, t.data, t.size, stop, err);
+        free (path);
+    }
+    else
+        s_set_err (err, "%s: %s", what, t.err ? t.err : "cannot make the build context");
+    if (rc == 0)
+        ah_info (LOG_AREA, "built image %s", build->image);
+    curl_free (esc);
+    free (t.data);
+    free (t.err);
+    free (what);
+    return rc;
 }
 
 //  -------------------------------------------------------------------------
@@ -1754,6 +2145,8 @@ ah_docker_driver_new (const ah_config_t *config, char **err)
     driver->inspect = s_inspect;
     driver->list = s_list;
     driver->watch = s_watch;
+    driver->image_exists = s_image_exists;
+    driver->image_build = s_image_build;
     driver->destroy_driver = s_destroy_driver;
     driver->impl = self;
 
