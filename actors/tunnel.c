@@ -825,6 +825,22 @@ static int s_authenticate (self_t *self, struct lws *wsi, char *agent_id, size_t
 //  ---------------------------------------------------------------------
 //  lws
 
+//  Refuse an upgrade with an HTTP status. Written by hand: at this point
+//  of an upgrade lws would answer "HTTP/1.0", which strict clients (Python
+//  websockets) reject as an invalid response; we answer HTTP/1.1.
+static void s_refuse (struct lws *wsi, int status, const char *why)
+{
+    const char *text = status == 401 ? "Unauthorized" : status == 403 ? "Forbidden"
+                     : status == 404 ? "Not Found" : "Bad Request";
+    uint8_t buf [LWS_PRE + 1024];
+    char *p = (char *) buf + LWS_PRE;
+    int n = snprintf (p, 1024, "HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                      "content-length: %zu\r\nconnection: close\r\n\r\n%s\n",
+                      status, text, strlen (why) + 1, why);
+    if (n > 0 && n < 1024)
+        lws_write (wsi, (unsigned char *) p, (size_t) n, LWS_WRITE_HTTP_HEADERS);
+}
+
 static int s_ws_callback (struct lws *wsi, enum lws_callback_reasons reason,
                           void *user, void *in, size_t len)
 {
@@ -839,14 +855,14 @@ static int s_ws_callback (struct lws *wsi, enum lws_callback_reasons reason,
             if (!in || strcmp ((const char *) in, "websocket") || strcmp (uri, AH_TUNNEL_PATH)) {
                 ah_warn (AREA, "refused an upgrade to '%s' on '%.100s' (want websocket on %s)",
                          in ? (const char *) in : "", uri, AH_TUNNEL_PATH);
-                lws_return_http_status (wsi, HTTP_STATUS_NOT_FOUND, NULL);
+                s_refuse (wsi, 404, "the tunnel is a WebSocket on " AH_TUNNEL_PATH);
                 return 1;
             }
             int status = s_authenticate (self, wsi, agent, sizeof agent, why, sizeof why);
             if (status) {
                 ah_warn (AREA, "refused tunnel for agent '%s': %s (HTTP %d)",
                          agent [0] ? agent : "?", why, status);
-                lws_return_http_status (wsi, (unsigned) status, why);
+                s_refuse (wsi, status, why);
                 return 1;
             }
             return 0;

@@ -1,0 +1,504 @@
+/*  tests/tunnel/test_tunnel.c: the tunnel actor alone on a real bus with a
+    real SQLite file, fake "lifecycle" and "api" DEALERs, and two kinds of
+    sandboxd: tests/tunnel/client.py (auth refusals, wrong versions, a
+    peer that stops answering pings) and the real sandboxd library
+    in-process (fs.write / fs.read round trips, flow control by ACK,
+    connection loss, reconnect, kick).                                  */
+#include "actors/tunnel.h"
+#include "common/bus.h"
+#include "common/log.h"
+#include "common/msg.h"
+#include "common/token.h"
+#include "proto/channel.h"
+#include "proto/yamux.h"
+#include "sandboxd/sandboxd.h"
+#include "server/config.h"
+#include "store/store.h"
+#include "../common/check.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define AGENT "a1b2c3d4e5f6"
+
+static char s_dir [256];
+static char s_db [300];
+static char s_url [128];
+static char s_token [AH_TOKEN_HEX];
+static int s_req = 1;
+
+static void s_sql (const char *fmt, ...)
+{
+    char sql [1024];
+    va_list ap;
+    va_start (ap, fmt);
+    vsnprintf (sql, sizeof sql, fmt, ap);
+    va_end (ap);
+    char *err = NULL;
+    ah_store_t *st = ah_store_open (s_db, false, &err);
+    if (!st || ah_store_exec (st, sql, &err)) {
+        fprintf (stderr, "sql failed: %s: %s\n", sql, err ? err : "?");
+        CHECK (false);
+    }
+    free (err);
+    ah_store_close (&st);
+}
+
+//  Run client.py to the end; its one result line (caller frees).
+static char *s_client (const char *agent, const char *token, const char *mode, const char *arg)
+{
+    char cmd [1024];
+    snprintf (cmd, sizeof cmd, "/usr/bin/python3 %s/tests/tunnel/client.py '%s' '%s' '%s' %s %s",
+              AH_SOURCE_DIR, s_url, agent, token, mode, arg ? arg : "");
+    FILE *f = popen (cmd, "r");
+    char line [256] = "";
+    if (f) {
+        if (!fgets (line, sizeof line, f))
+            line [0] = 0;
+        pclose (f);
+    }
+    line [strcspn (line, "\n")] = 0;
+    return strdup (line);
+}
+
+//  Next message of type on sock within ms (others are printed and skipped).
+static ah_msg_t *s_expect (zsock_t *sock, const char *type, int ms)
+{
+    int64_t end = zclock_mono () + ms;
+    while (zclock_mono () < end) {
+        zsock_set_rcvtimeo (sock, (int) (end - zclock_mono ()) + 1);
+        ah_msg_t *m = ah_msg_recv (sock, true, NULL);
+        if (!m)
+            continue;
+        if (streq (ah_msg_type (m), type))
+            return m;
+        fprintf (stderr, "(skipped %s while waiting for %s)\n", ah_msg_type (m), type);
+        ah_msg_destroy (&m);
+    }
+    fprintf (stderr, "no %s within %d ms\n", type, ms);
+    return NULL;
+}
+
+//  Nothing at all arrives on sock within ms.
+static bool s_quiet (zsock_t *sock, int ms)
+{
+    zsock_set_rcvtimeo (sock, ms);
+    ah_msg_t *m = ah_msg_recv (sock, true, NULL);
+    if (m)
+        fprintf (stderr, "unexpected %s\n", ah_msg_type (m));
+    bool quiet = m == NULL;
+    ah_msg_destroy (&m);
+    return quiet;
+}
+
+//  CHAN_OPEN with a header map; returns the REPLY.
+static ah_msg_t *s_open (zsock_t *api, ah_msg_t *header)
+{
+    uint8_t *raw = NULL;
+    size_t size = 0;
+    ah_msg_encode (header, &raw, &size);
+    ah_msg_t *m = ah_msg_new ("CHAN_OPEN");
+    int req = s_req++;
+    ah_msg_set_int (m, "req", req);
+    ah_msg_set_str (m, "agent_id", AGENT);
+    ah_msg_set_raw (m, "header", raw, size);
+    free (raw);
+    ah_msg_send (&m, api, "tunnel");
+    ah_msg_t *r = s_expect (api, "REPLY", 5000);
+    if (r && ah_msg_int (r, "req", 0) != req)
+        CHECK (false);
+    return r;
+}
+
+static ah_msg_t *s_header (const char *ch, const char *path)
+{
+    ah_msg_t *h = ah_msg_new ("H");
+    ah_msg_set_str (h, "ch", ch);
+    if (path)
+        ah_msg_set_str (h, "path", path);
+    return h;
+}
+
+static void s_send_chan (zsock_t *api, const char *type, int64_t chan)
+{
+    ah_msg_t *m = ah_msg_new (type);
+    ah_msg_set_int (m, "chan", chan);
+    ah_msg_send (&m, api, "tunnel");
+}
+
+static void s_ack (zsock_t *api, int64_t chan, size_t bytes)
+{
+    ah_msg_t *m = ah_msg_new ("CHAN_ACK");
+    ah_msg_set_int (m, "chan", chan);
+    ah_msg_set_int (m, "bytes", (int64_t) bytes);
+    ah_msg_send (&m, api, "tunnel");
+}
+
+static ah_sandboxd_t *s_sandboxd (void)
+{
+    char home [300];
+    snprintf (home, sizeof home, "%s/home", s_dir);
+    ah_sandboxd_opts_t opts = {
+        .agent_id = AGENT, .token = s_token, .tunnel_url = s_url, .home = home,
+        .backoff_min_ms = 100, .backoff_max_ms = 400,
+    };
+    return ah_sandboxd_start (&opts);
+}
+
+//  fs.write of data, then fs.read of it back (ACKing as a slow opener).
+static void s_round_trip (zsock_t *api, const uint8_t *data, size_t size)
+{
+    ah_msg_t *h = s_header ("fs.write", "data.bin");
+    ah_msg_t *r = s_open (api, h);
+    ah_msg_destroy (&h);
+    CHECK (r && ah_msg_bool (r, "ok", false));
+    int64_t chan = r ? ah_msg_int (r, "chan", -1) : -1;
+    CHECK (chan > 0);
+    ah_msg_destroy (&r);
+    //  Send with a 256 KiB credit, as an opener must.
+    size_t sent = 0, acked = 0;
+    while (sent < size) {
+        while (sent < size && sent - acked < AH_TUNNEL_CREDIT) {
+            size_t n = size - sent < AH_TUNNEL_DATA_MAX ? size - sent : AH_TUNNEL_DATA_MAX;
+            ah_msg_t *m = ah_msg_new ("CHAN_DATA");
+            ah_msg_set_int (m, "chan", chan);
+            ah_msg_set_bin (m, "data", data + sent, n);
+            ah_msg_send (&m, api, "tunnel");
+            sent += n;
+        }
+        ah_msg_t *a = s_expect (api, "CHAN_ACK", 5000);
+        if (!a) {
+            CHECK (false);
+            return;
+        }
+        acked += (size_t) ah_msg_int (a, "bytes", 0);
+        ah_msg_destroy (&a);
+    }
+    s_send_chan (api, "CHAN_EOF", chan);
+    //  The trailer comes back as data, then EOF, then CLOSE without error.
+    uint8_t trailer [256];
+    size_t tlen = 0;
+    bool eof = false, closed = false;
+    while (!closed) {
+        zsock_set_rcvtimeo (api, 5000);
+        ah_msg_t *m = ah_msg_recv (api, true, NULL);
+        if (!m)
+            break;
+        const char *t = ah_msg_type (m);
+        if (streq (t, "CHAN_DATA")) {
+            size_t n = 0;
+            const void *d = ah_msg_bin (m, "data", &n);
+            if (d && tlen + n <= sizeof trailer) {
+                memcpy (trailer + tlen, d, n);
+                tlen += n;
+            }
+            s_ack (api, chan, n);
+        }
+        else if (streq (t, "CHAN_EOF"))
+            eof = true;
+        else if (streq (t, "CHAN_CLOSE")) {
+            closed = true;
+            CHECK (!ah_msg_has (m, "error"));
+        }
+        ah_msg_destroy (&m);
+    }
+    CHECK (eof && closed);
+    ah_msg_t *tr = NULL;
+    size_t used = 0;
+    const char *err = NULL;
+    CHECK (ah_chan_header_decode (trailer, tlen, &tr, &used, &err) == 1);
+    CHECK (tr && ah_msg_bool (tr, "ok", false) && ah_msg_int (tr, "size", 0) == (int64_t) size);
+    ah_msg_destroy (&tr);
+
+    //  fs.read: no ACK at first: the yamux window must stop sandboxd.
+    h = s_header ("fs.read", "data.bin");
+    r = s_open (api, h);
+    ah_msg_destroy (&h);
+    CHECK (r && ah_msg_bool (r, "ok", false));
+    chan = r ? ah_msg_int (r, "chan", -1) : -1;
+    size_t rsize = 0;
+    const void *rep = r ? ah_msg_raw (r, "reply", &rsize) : NULL;
+    ah_msg_t *reply = rep ? ah_msg_decode ("R", rep, rsize, NULL) : NULL;
+    CHECK (reply && ah_msg_int (reply, "size", 0) == (int64_t) size);
+    ah_msg_destroy (&reply);
+    ah_msg_destroy (&r);
+    s_send_chan (api, "CHAN_EOF", chan);
+    uint8_t *back = (uint8_t *) malloc (size);
+    size_t got = 0;
+    while (true) {
+        zsock_set_rcvtimeo (api, 500);
+        ah_msg_t *m = ah_msg_recv (api, true, NULL);
+        if (!m)
+            break;
+        size_t n = 0;
+        const void *d = ah_msg_bin (m, "data", &n);
+        if (streq (ah_msg_type (m), "CHAN_DATA") && d && got + n <= size) {
+            memcpy (back + got, d, n);
+            got += n;
+        }
+        ah_msg_destroy (&m);
+    }
+    fprintf (stderr, "unacknowledged, sandboxd sent %zu bytes\n", got);
+    CHECK (got > 0 && got <= AH_YAMUX_INITIAL_WINDOW);
+    //  Now ACK as we go: everything arrives.
+    s_ack (api, chan, got);
+    eof = closed = false;
+    while (!closed) {
+        zsock_set_rcvtimeo (api, 5000);
+        ah_msg_t *m = ah_msg_recv (api, true, NULL);
+        if (!m)
+            break;
+        const char *t = ah_msg_type (m);
+        if (streq (t, "CHAN_DATA")) {
+            size_t n = 0;
+            const void *d = ah_msg_bin (m, "data", &n);
+            CHECK (n <= AH_TUNNEL_DATA_MAX);
+            if (d && got + n <= size) {
+                memcpy (back + got, d, n);
+                got += n;
+            }
+            s_ack (api, chan, n);
+        }
+        else if (streq (t, "CHAN_EOF"))
+            eof = true;
+        else if (streq (t, "CHAN_CLOSE")) {
+            closed = true;
+            CHECK (!ah_msg_has (m, "error"));
+        }
+        ah_msg_destroy (&m);
+    }
+    CHECK (eof && closed);
+    CHECK (got == size);
+    CHECK (got == size && memcmp (back, data, size) == 0);
+    free (back);
+}
+
+int main (void)
+{
+    zsys_init ();
+    zsys_handler_set (NULL);
+    snprintf (s_dir, sizeof s_dir, "/tmp/ah-test-tunnel-XXXXXX");
+    if (!mkdtemp (s_dir))
+        return 1;
+    snprintf (s_db, sizeof s_db, "%s/agenthold.db", s_dir);
+    char home [300];
+    snprintf (home, sizeof home, "%s/home", s_dir);
+    mkdir (home, 0700);
+
+    char *err = NULL;
+    ah_store_t *st = ah_store_open (s_db, true, &err);
+    CHECK (st != NULL);
+    ah_store_close (&st);
+    ah_token_new (s_token);
+    char hash [AH_TOKEN_HEX];
+    ah_token_hash (s_token, hash);
+    s_sql ("INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, created_at) "
+           "VALUES ('%s', 'alpha', 'img', 1, 512, 15, 1)", AGENT);
+    s_sql ("INSERT INTO sandboxes (agent_id, state, image, cpus, memory_mb, boot_token_hash, updated_at) "
+           "VALUES ('%s', 'starting', 'img', 1, 512, '%s', 1)", AGENT, hash);
+
+    ah_bus_args_t bargs = { .tap_endpoint = NULL };
+    zactor_t *bus = zactor_new (ah_bus_actor, &bargs);
+    zsock_t *lifecycle = ah_bus_connect ("lifecycle");
+    zsock_t *api = ah_bus_connect ("api");
+    ah_config_t *config = ah_config_new_defaults ();
+    free (config->tunnel_listen);
+    config->tunnel_listen = strdup ("127.0.0.1:0");
+    ah_tunnel_args_t targs = { .config = config, .db_path = s_db, .ping_interval_ms = 200,
+                               .ping_timeout_ms = 1000, .open_timeout_ms = 3000,
+                               .stats_interval_ms = -1 };
+    zactor_t *tunnel = zactor_new (ah_tunnel_actor, &targs);
+    CHECK (tunnel != NULL);
+    zstr_send (tunnel, "PORT");
+    char *port = zstr_recv (tunnel);
+    CHECK (port && atoi (port) > 0);
+    snprintf (s_url, sizeof s_url, "ws://127.0.0.1:%s/tunnel", port ? port : "0");
+    free (port);
+
+    //  1. Refusals at the upgrade.
+    char forged [AH_TOKEN_HEX];
+    ah_token_new (forged);
+    char *res = s_client (AGENT, forged, "auth", NULL);
+    CHECK_STR (res, "STATUS 401");
+    free (res);
+    res = s_client (AGENT, s_token, "noagent", NULL);
+    CHECK_STR (res, "STATUS 401");
+    free (res);
+    res = s_client (AGENT, s_token, "noauth", NULL);
+    CHECK_STR (res, "STATUS 401");
+    free (res);
+    res = s_client ("ffffffffffff", s_token, "auth", NULL);
+    CHECK_STR (res, "STATUS 401");
+    free (res);
+    //  A stale token: the hash was replaced by a newer boot's.
+    char newer [AH_TOKEN_HEX], newer_hash [AH_TOKEN_HEX];
+    ah_token_new (newer);
+    ah_token_hash (newer, newer_hash);
+    s_sql ("UPDATE sandboxes SET boot_token_hash = '%s' WHERE agent_id = '%s'", newer_hash, AGENT);
+    res = s_client (AGENT, s_token, "auth", NULL);
+    CHECK_STR (res, "STATUS 401");
+    free (res);
+    s_sql ("UPDATE sandboxes SET boot_token_hash = '%s' WHERE agent_id = '%s'", hash, AGENT);
+    //  A sleeping sandbox: right token, wrong state.
+    s_sql ("UPDATE sandboxes SET state = 'sleeping' WHERE agent_id = '%s'", AGENT);
+    res = s_client (AGENT, s_token, "auth", NULL);
+    CHECK_STR (res, "STATUS 403");
+    free (res);
+    s_sql ("UPDATE sandboxes SET state = 'starting' WHERE agent_id = '%s'", AGENT);
+    //  No lifecycle traffic from refused connections.
+    CHECK (s_quiet (lifecycle, 200));
+    //  The right token gets in (the client leaves at once: lost, not fatal).
+    res = s_client (AGENT, s_token, "auth", NULL);
+    CHECK_STR (res, "OK");
+    free (res);
+    ah_msg_t *m = s_expect (lifecycle, "TUNNEL_LOST", 5000);
+    CHECK (m && !ah_msg_bool (m, "fatal", true));
+    ah_msg_destroy (&m);
+
+    //  2. Version mismatch: both versions named, the connection closed.
+    res = s_client (AGENT, s_token, "version", "2");
+    CHECK (res && strstr (res, "CLOSED goaway=0"));
+    free (res);
+    m = s_expect (lifecycle, "TUNNEL_LOST", 5000);
+    CHECK (m && ah_msg_bool (m, "fatal", false));
+    const char *reason = m ? ah_msg_str (m, "reason") : NULL;
+    CHECK (reason && strstr (reason, "protocol 2") && strstr (reason, "speaks 1")
+           && strstr (reason, "deploy"));
+    ah_msg_destroy (&m);
+    res = s_client (AGENT, s_token, "eversion", NULL);
+    CHECK (res && strstr (res, "CLOSED"));
+    free (res);
+    m = s_expect (lifecycle, "TUNNEL_LOST", 5000);
+    reason = m ? ah_msg_str (m, "reason") : NULL;
+    CHECK (m && ah_msg_bool (m, "fatal", false));
+    CHECK (reason && strstr (reason, "99") && strstr (reason, "protocol 1") && strstr (reason, "deploy"));
+    ah_msg_destroy (&m);
+    CHECK (s_quiet (lifecycle, 100));           //  no SANDBOX_HELLO for either
+
+    //  3. A peer that stops answering pings: its channel fails, lifecycle hears.
+    char cmd [1024];
+    snprintf (cmd, sizeof cmd, "/usr/bin/python3 %s/tests/tunnel/client.py '%s' '%s' '%s' silent",
+              AH_SOURCE_DIR, s_url, AGENT, s_token);
+    FILE *silent = popen (cmd, "r");
+    m = s_expect (lifecycle, "SANDBOX_HELLO", 5000);
+    CHECK (m && streq (ah_msg_str (m, "agent_id"), AGENT));
+    ah_msg_destroy (&m);
+    ah_msg_t *h = s_header ("ping", NULL);
+    ah_msg_t *r = s_open (api, h);
+    ah_msg_destroy (&h);
+    CHECK (r && ah_msg_bool (r, "ok", false) && ah_msg_int (r, "chan", 0) > 0);
+    int64_t chan = r ? ah_msg_int (r, "chan", 0) : 0;
+    ah_msg_destroy (&r);
+    m = s_expect (api, "CHAN_CLOSE", 5000);
+    CHECK (m && ah_msg_int (m, "chan", 0) == chan);
+    CHECK (m && ah_msg_str (m, "error") && streq (ah_msg_str (m, "error"), "sandbox connection lost"));
+    ah_msg_destroy (&m);
+    m = s_expect (lifecycle, "TUNNEL_LOST", 3000);
+    CHECK (m && !ah_msg_bool (m, "fatal", true));
+    ah_msg_destroy (&m);
+    char line [128] = "";
+    if (silent) {
+        if (!fgets (line, sizeof line, silent))
+            line [0] = 0;
+        pclose (silent);
+    }
+    CHECK (strstr (line, "CLOSED") != NULL);
+    //  No connection now: CHAN_OPEN says so, with the state.
+    h = s_header ("ping", NULL);
+    r = s_open (api, h);
+    ah_msg_destroy (&h);
+    CHECK (r && !ah_msg_bool (r, "ok", true) && ah_msg_int (r, "status", 0) == 409);
+    CHECK (r && strstr (ah_msg_str (r, "error"), "no sandbox connection (state starting)"));
+    ah_msg_destroy (&r);
+
+    //  4. The real sandboxd: round trips with flow control.
+    ah_sandboxd_t *sd = s_sandboxd ();
+    CHECK (sd != NULL);
+    m = s_expect (lifecycle, "SANDBOX_HELLO", 5000);
+    CHECK (m != NULL);
+    ah_msg_destroy (&m);
+    size_t size = 3u << 20;
+    uint8_t *data = (uint8_t *) malloc (size);
+    for (size_t i = 0; i < size; i++)
+        data [i] = (uint8_t) (i * 2654435761u >> 13);
+    s_round_trip (api, data, size);
+    //  A refused channel: REPLY not ok with sandboxd's code and reason.
+    h = s_header ("fs.read", "missing.txt");
+    r = s_open (api, h);
+    ah_msg_destroy (&h);
+    CHECK (r && !ah_msg_bool (r, "ok", true) && ah_msg_int (r, "status", 0) == 404);
+    CHECK (r && ah_msg_str (r, "code") && streq (ah_msg_str (r, "code"), "ENOENT"));
+    ah_msg_destroy (&r);
+
+    //  5. The connection dies under an open channel; a reconnect works.
+    h = s_header ("exec", NULL);
+    ah_msg_set_str (h, "cmd", "sleep 30");
+    r = s_open (api, h);
+    ah_msg_destroy (&h);
+    CHECK (r && ah_msg_bool (r, "ok", false));
+    chan = r ? ah_msg_int (r, "chan", 0) : 0;
+    ah_msg_destroy (&r);
+    ah_sandboxd_stop (&sd);
+    m = s_expect (api, "CHAN_CLOSE", 5000);
+    CHECK (m && ah_msg_int (m, "chan", 0) == chan);
+    CHECK (m && ah_msg_str (m, "error") && streq (ah_msg_str (m, "error"), "sandbox connection lost"));
+    ah_msg_destroy (&m);
+    m = s_expect (lifecycle, "TUNNEL_LOST", 5000);
+    CHECK (m != NULL);
+    ah_msg_destroy (&m);
+    sd = s_sandboxd ();
+    m = s_expect (lifecycle, "SANDBOX_HELLO", 5000);
+    CHECK (m != NULL);
+    ah_msg_destroy (&m);
+    h = s_header ("ping", NULL);
+    r = s_open (api, h);
+    ah_msg_destroy (&h);
+    CHECK (r && ah_msg_bool (r, "ok", false));
+    chan = r ? ah_msg_int (r, "chan", 0) : 0;
+    ah_msg_destroy (&r);
+    //  ping: both FIN after the headers; then the channel is gone, cleanly.
+    s_send_chan (api, "CHAN_EOF", chan);
+    m = s_expect (api, "CHAN_EOF", 5000);
+    CHECK (m && ah_msg_int (m, "chan", 0) == chan);
+    ah_msg_destroy (&m);
+    m = s_expect (api, "CHAN_CLOSE", 5000);
+    CHECK (m && ah_msg_int (m, "chan", 0) == chan && !ah_msg_has (m, "error"));
+    ah_msg_destroy (&m);
+
+    //  6. Kick: the sandbox is stopping; sandboxd's redials are refused.
+    h = s_header ("exec", NULL);
+    ah_msg_set_str (h, "cmd", "sleep 30");
+    r = s_open (api, h);
+    ah_msg_destroy (&h);
+    chan = r ? ah_msg_int (r, "chan", 0) : 0;
+    ah_msg_destroy (&r);
+    s_sql ("UPDATE sandboxes SET state = 'stopping' WHERE agent_id = '%s'", AGENT);
+    m = ah_msg_new ("TUNNEL_KICK");
+    ah_msg_set_str (m, "agent_id", AGENT);
+    ah_msg_send (&m, lifecycle, "tunnel");
+    m = s_expect (api, "CHAN_CLOSE", 5000);
+    CHECK (m && ah_msg_int (m, "chan", 0) == chan && ah_msg_str (m, "error"));
+    ah_msg_destroy (&m);
+    CHECK (s_quiet (lifecycle, 1000));          //  no TUNNEL_LOST, no HELLO
+    h = s_header ("ping", NULL);
+    r = s_open (api, h);
+    ah_msg_destroy (&h);
+    CHECK (r && ah_msg_int (r, "status", 0) == 409);
+    CHECK (r && strstr (ah_msg_str (r, "error"), "state stopping"));
+    ah_msg_destroy (&r);
+    ah_sandboxd_stop (&sd);
+    free (data);
+
+    zactor_destroy (&tunnel);
+    zsock_destroy (&api);
+    zsock_destroy (&lifecycle);
+    zactor_destroy (&bus);
+    ah_config_destroy (&config);
+    char rm [400];
+    snprintf (rm, sizeof rm, "rm -rf '%s'", s_dir);
+    if (system (rm))
+        fprintf (stderr, "could not remove %s\n", s_dir);
+    return CHECK_DONE ();
+}
