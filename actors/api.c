@@ -442,7 +442,7 @@ static void s_wait_check (self_t *self, req_t *r)
         return;
     }
     s_unlink (self, r);
-    s_respond (r, 200, agent);
+    s_respond (r, r->op == OP_CREATE ? 201 : 200, agent);
 }
 
 static void s_on_reply (self_t *self, ah_msg_t *msg)
@@ -473,8 +473,11 @@ static void s_on_reply (self_t *self, ah_msg_t *msg)
                 s_respond_error (r, 500, "lifecycle created the agent but did not say its id");
                 return;
             }
-            s_respond (r, 201, s_agent_now (self, r, "creating"));
-            return;
+            if (!r->wait) {
+                s_respond (r, 201, s_agent_now (self, r, "creating"));
+                return;
+            }
+            break;                  //  wait for the sandbox to be made
         case OP_UPDATE:
             s_respond (r, 200, s_agent_now (self, r, "destroyed"));
             return;

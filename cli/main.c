@@ -33,9 +33,10 @@ static const command_t s_commands [] = {
       "Run the server in the foreground until SIGINT or SIGTERM (SIGHUP reloads the\n"
       "policies). The configuration is FILE, else $AGENTHOLD_CONFIG, else\n"
       "etc/agenthold.yaml when it exists; AGENTHOLD_* variables override every key.\n" },
-    { "create", "create NAME [--image IMG] [--cpus N] [--memory-mb N] [--idle-minutes N] [--json]",
-      "Create an agent and its sandbox (asleep until started). Unset resources take\n"
-      "the server's defaults; the server's limits policy may refuse them.\n" },
+    { "create", "create NAME [--image IMG] [--cpus N] [--memory-mb N] [--idle-minutes N] [--no-wait] [--json]",
+      "Create an agent and its sandbox (asleep until started) and wait until the\n"
+      "sandbox is made. Unset resources take the server's defaults; the server's\n"
+      "limits policy may refuse them. --no-wait returns once the agent exists.\n" },
     { "ls", "ls [--json]",
       "List every agent with its state, image and resources.\n" },
     { "show", "show NAME [--json]",
@@ -174,6 +175,11 @@ static int s_number (const char *cmd, const char *opt, const char *text, bool in
 //  --------------------------------------------------------------------
 //  Output
 
+typedef struct {
+    const char *config;             //  --config
+    bool json;                      //  --json
+} common_t;
+
 static const char *s_jstr (json_t *obj, const char *key, const char *dflt)
 {
     const char *s = json_string_value (json_object_get (obj, key));
@@ -204,6 +210,23 @@ static void s_print_agent (json_t *a)
         printf ("needs_rebuild:    %s\n", json_is_true (rebuild) ? "yes" : "no");
         printf ("created_at:       %s\n", s_jstr (a, "created_at", "-"));
         printf ("last_activity_at: %s\n", s_jstr (a, "last_activity_at", "-"));
+    }
+}
+
+//  An agent in reply: JSON or human. A waited transition that ended in
+//  error fails the command with the agent's error.
+static void s_print_reply (const common_t *co, json_t *reply, bool waited, int *exit_code)
+{
+    if (!reply)
+        return;
+    if (co->json)
+        s_print_json (reply);
+    else
+        s_print_agent (reply);
+    if (waited && !strcmp (s_jstr (reply, "state", ""), "error")) {
+        fprintf (stderr, "agenthold: %s: %s\n", s_jstr (reply, "name", "?"),
+                 s_jstr (reply, "error", "the sandbox is in error"));
+        *exit_code = 1;
     }
 }
 
@@ -277,11 +300,6 @@ static void s_print_agents (json_t *agents)
 //  --------------------------------------------------------------------
 //  Talking to the server
 
-typedef struct {
-    const char *config;             //  --config
-    bool json;                      //  --json
-} common_t;
-
 //  One call; prints the server's error and returns NULL on failure
 //  (*exit_code set). reply owned by the caller.
 static json_t *s_call (const common_t *co, const char *method, const char *path, json_t *body,
@@ -351,13 +369,28 @@ static int s_cmd_serve (const command_t *c, int argc, char **argv)
     return status;
 }
 
+//  Commands that take only --json and --config: 0 go on, else the exit
+//  status to return at once (0 after --help).
+static int s_parse_simple (const command_t *c, int argc, char **argv, common_t *co,
+                           const char **pos, int max_pos, int *npos)
+{
+    opt_t opts [] = { { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL } };
+    int rc = s_parse (c, argc, argv, opts, pos, max_pos, npos);
+    if (rc > 0) {
+        s_usage_one (c, stdout);
+        return -1;
+    }
+    return rc < 0 ? EXIT_USAGE : 0;
+}
+
 static int s_cmd_create (const command_t *c, int argc, char **argv, common_t *co)
 {
     const char *image = NULL, *cpus = NULL, *memory = NULL, *idle = NULL;
+    bool no_wait = false;
     opt_t opts [] = {
         { "--image", &image, NULL }, { "--cpus", &cpus, NULL }, { "--memory-mb", &memory, NULL },
-        { "--idle-minutes", &idle, NULL }, { "--json", NULL, &co->json }, { "--config", &co->config, NULL },
-        { NULL, NULL, NULL }
+        { "--idle-minutes", &idle, NULL }, { "--no-wait", NULL, &no_wait },
+        { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL }
     };
     const char *pos [1];
     int npos, rc = s_parse (c, argc, argv, opts, pos, 1, &npos);
@@ -387,14 +420,10 @@ static int s_cmd_create (const command_t *c, int argc, char **argv, common_t *co
         json_object_set_new (body, "idle_minutes", v);
     }
     int exit_code;
-    json_t *reply = s_call (co, "POST", "/api/v1/agents", body, 0, NULL, &exit_code);
+    json_t *reply = s_call (co, "POST", no_wait ? "/api/v1/agents" : "/api/v1/agents?wait=1&timeout=600",
+                            body, no_wait ? 0 : 630, NULL, &exit_code);
     json_decref (body);
-    if (reply) {
-        if (co->json)
-            s_print_json (reply);
-        else
-            s_print_agent (reply);
-    }
+    s_print_reply (co, reply, !no_wait, &exit_code);
     json_decref (reply);
     return exit_code;
 usage:
@@ -404,11 +433,10 @@ usage:
 
 static int s_cmd_ls (const command_t *c, int argc, char **argv, common_t *co)
 {
-    opt_t opts [] = { { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL } };
     const char *pos [1];
-    int npos, rc = s_parse (c, argc, argv, opts, pos, 0, &npos);
+    int npos, rc = s_parse_simple (c, argc, argv, co, pos, 0, &npos);
     if (rc)
-        return rc > 0 ? (s_usage_one (c, stdout), 0) : EXIT_USAGE;
+        return rc < 0 ? 0 : rc;
     int exit_code;
     json_t *reply = s_call (co, "GET", "/api/v1/agents", NULL, 0, NULL, &exit_code);
     if (reply) {
@@ -426,11 +454,10 @@ static int s_cmd_ls (const command_t *c, int argc, char **argv, common_t *co)
 
 static int s_cmd_show (const command_t *c, int argc, char **argv, common_t *co)
 {
-    opt_t opts [] = { { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL } };
     const char *pos [1];
-    int npos, rc = s_parse (c, argc, argv, opts, pos, 1, &npos);
+    int npos, rc = s_parse_simple (c, argc, argv, co, pos, 1, &npos);
     if (rc)
-        return rc > 0 ? (s_usage_one (c, stdout), 0) : EXIT_USAGE;
+        return rc < 0 ? 0 : rc;
     if (npos != 1) {
         fprintf (stderr, "agenthold show: which agent? (usage: agenthold %s)\n", c->usage);
         return EXIT_USAGE;
@@ -439,12 +466,7 @@ static int s_cmd_show (const command_t *c, int argc, char **argv, common_t *co)
     int exit_code;
     json_t *reply = s_call (co, "GET", path, NULL, 0, NULL, &exit_code);
     free (path);
-    if (reply) {
-        if (co->json)
-            s_print_json (reply);
-        else
-            s_print_agent (reply);
-    }
+    s_print_reply (co, reply, false, &exit_code);
     json_decref (reply);
     return exit_code;
 }
@@ -505,11 +527,10 @@ static int s_cmd_transition (const command_t *c, int argc, char **argv, common_t
 
 static int s_cmd_policy (const command_t *c, int argc, char **argv, common_t *co)
 {
-    opt_t opts [] = { { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL } };
     const char *pos [1];
-    int npos, rc = s_parse (c, argc, argv, opts, pos, 1, &npos);
+    int npos, rc = s_parse_simple (c, argc, argv, co, pos, 1, &npos);
     if (rc)
-        return rc > 0 ? (s_usage_one (c, stdout), 0) : EXIT_USAGE;
+        return rc < 0 ? 0 : rc;
     if (npos != 1 || (strcmp (pos [0], "status") && strcmp (pos [0], "reload"))) {
         fprintf (stderr, "agenthold policy: say status or reload (usage: agenthold %s)\n", c->usage);
         return EXIT_USAGE;
