@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """tests/server/test_serve.py: the real server process, start to stop.
 
-Usage: test_serve.py SERVER_BINARY (a program that does what
-`agenthold serve` does: load the configuration, run the server).
+Usage: test_serve.py SERVER_BINARY [--docker SOURCE_DIR]
+(SERVER_BINARY does what `agenthold serve` does: load the configuration,
+run the server. --docker runs the test that needs a Docker Engine
+instead; exit 77 = skipped when none is reachable.)
 
 Checks: the admin token file is created 0600 and only its hash reaches
 the database; a second server on the same data dir is refused naming the
@@ -289,13 +291,63 @@ def test_actor_fails_to_start(root):
         blocker.close()
 
 
+def docker_reachable():
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect("/var/run/docker.sock")
+        s.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+        answer = s.recv(64)
+        s.close()
+        return b" 200 " in answer
+    except OSError:
+        return False
+
+
+def test_docker_builder(root, source_dir):
+    """With a real Docker Engine: the server starts on the docker driver,
+    and the builder's image pass builds a locally built runtime image (a
+    private copy of the busybox recipe under a tag of this test's own)."""
+    tag = "agenthold-test/busybox:serve%d" % os.getpid()
+    catalog_dir = os.path.join(root, "catalog")
+    shutil.copytree(os.path.join(source_dir, "catalog", "images"), os.path.join(catalog_dir, "images"))
+    with open(os.path.join(source_dir, "catalog", "runtimes.json")) as f:
+        catalog = json.load(f)
+    catalog["runtimes"] = [r for r in catalog["runtimes"] if r["name"] == "busybox"]
+    catalog["runtimes"][0]["image"] = tag
+    with open(os.path.join(catalog_dir, "runtimes.json"), "w") as f:
+        json.dump(catalog, f)
+    data_dir = os.path.join(root, "dockerdata")
+    server = Server(data_dir, name="docker-builder", env_extra={
+        "AGENTHOLD_SANDBOX_DRIVER": "docker",
+        "AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": "ahtestserve%d" % os.getpid(),
+        "AGENTHOLD_CATALOG_PATH": os.path.join(catalog_dir, "runtimes.json")})
+    try:
+        check(server.wait_for(r"agenthold serving: .*driver docker", 30), "docker: the server starts")
+        built = server.wait_for(r"runtime busybox: image %s present" % re.escape(tag), 120)
+        check(built, "docker: the builder built %s: %s" % (tag, server.text()[-800:]))
+        inspect = subprocess.run(["docker", "image", "inspect", tag], capture_output=True)
+        check(inspect.returncode == 0, "docker: the image %s exists in the engine" % tag)
+        server.proc.send_signal(signal.SIGTERM)
+        check(server.wait_exit(60) == 0, "docker: SIGTERM, exit status 0")
+    finally:
+        server.stop()
+        subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
+
+
 def main():
     root = tempfile.mkdtemp(prefix="ah-test-serve-")
     try:
-        test_lifecycle_of_the_process(root)
-        test_newer_schema(root)
-        test_docker_unreachable(root)
-        test_actor_fails_to_start(root)
+        if "--docker" in sys.argv:
+            if not docker_reachable():
+                print("no Docker Engine at /var/run/docker.sock: skipped")
+                return 77
+            test_docker_builder(root, sys.argv[sys.argv.index("--docker") + 1])
+        else:
+            test_lifecycle_of_the_process(root)
+            test_newer_schema(root)
+            test_docker_unreachable(root)
+            test_actor_fails_to_start(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if FAILURES:
