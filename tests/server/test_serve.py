@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """tests/server/test_serve.py: the real server process, start to stop.
 
-Usage: test_serve.py SERVER_BINARY [--docker SOURCE_DIR]
-(SERVER_BINARY does what `agenthold serve` does: load the configuration,
-run the server. --docker runs the test that needs a Docker Engine
+Usage: test_serve.py [--docker SOURCE_DIR] -- SERVER COMMAND...
+(the command is `agenthold serve`, or tests/server's ah-serve-test where
+the CLI is not built. --docker runs the test that needs a Docker Engine
 instead; exit 77 = skipped when none is reachable.)
 
 Checks: the admin token file is created 0600 and only its hash reaches
@@ -30,7 +30,8 @@ import time
 import urllib.error
 import urllib.request
 
-BINARY = sys.argv[1]
+# Everything after "--" is the server command (`agenthold serve`).
+COMMAND = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else sys.argv[1:2]
 API_PORT = 18531          # this test's range: 18530-18539
 FAILURES = []
 
@@ -59,7 +60,7 @@ class Server:
         env.update(env_extra or {})
         self.log = open(self.log_path, "wb")
         self.out = open(self.out_path, "wb")
-        self.proc = subprocess.Popen([BINARY], env=env, stdout=self.out, stderr=self.log,
+        self.proc = subprocess.Popen(COMMAND, env=env, stdout=self.out, stderr=self.log,
                                      cwd=os.path.dirname(data_dir))
 
     def text(self):
