@@ -217,6 +217,7 @@ struct side_t {
     size_t   out_len, out_cap;
     uint64_t sent [MAX_IDS];    //  bytes written per stream
     uint64_t got [MAX_IDS];     //  bytes received per stream
+    uint64_t consumed [MAX_IDS];    //  of those, handed to ah_yamux_consumed
     bool     consume;
 };
 
@@ -294,23 +295,45 @@ static void m2_data (void *ud, uint32_t id, const uint8_t *data, size_t size)
     s->got [id] += size;
     if (s->got [id] > s->other->sent [id])
         FAIL ("stream %u: more bytes arrived than were sent", id);
-    if (s->consume)
+    if (s->consume) {
+        s->consumed [id] += size;
         ah_yamux_consumed (s->y, id, size);
+    }
 }
 
+static void s_consume (side_t *s, uint32_t id, size_t n)
+{
+    if (id >= MAX_IDS)
+        return;
+    if (n > s->got [id] - s->consumed [id])
+        n = (size_t) (s->got [id] - s->consumed [id]);
+    s->consumed [id] += n;
+    ah_yamux_consumed (s->y, id, n);
+}
+
+//  Write up to n pattern bytes on id, as far as the window allows.
 static void s_write (side_t *s, uint32_t id, size_t n)
 {
-    if (id >= MAX_IDS || n == 0)
+    if (id >= MAX_IDS)
         return;
     uint8_t buf [20000];            //  more than one frame (16 KiB)
-    if (n > sizeof buf)
-        n = sizeof buf;
-    s_pattern (id, s->sent [id], buf, NULL, n);
-    ssize_t w = ah_yamux_write (s->y, id, buf, n);
-    if (w > (ssize_t) n)
-        FAIL ("write took more than offered");
-    if (w > 0)
+    while (n > 0) {
+        size_t k = n < sizeof buf? n: sizeof buf;
+        s_pattern (id, s->sent [id], buf, NULL, k);
+        ssize_t w = ah_yamux_write (s->y, id, buf, k);
+        if (w > (ssize_t) k)
+            FAIL ("write took more than offered");
+        if (w <= 0)
+            return;
         s->sent [id] += (uint64_t) w;
+        //  Flow control: never more in flight or unconsumed than the window
+        if (s->sent [id] - s->other->consumed [id] > AH_YAMUX_INITIAL_WINDOW)
+            FAIL ("stream %u: %llu bytes sent beyond what the peer consumed", id,
+                  (unsigned long long) (s->sent [id] - s->other->consumed [id]));
+        n -= (size_t) w;
+        if ((size_t) w < k)
+            return;
+    }
 }
 
 static void m2_writable (void *ud, uint32_t id)
@@ -359,14 +382,14 @@ static void s_mode_pair (const uint8_t *data, size_t size)
         uint32_t nid;
         switch (op & 0x0f) {
             case 0: ah_yamux_open (s->y, &nid); break;
-            case 1: s_write (s, id, (size_t) arg * 37u); break;
+            case 1: s_write (s, id, (size_t) arg * 1031u); break;
             case 2: ah_yamux_close (s->y, id); break;
             case 3: ah_yamux_reset (s->y, id); break;
             case 4: ah_yamux_ping (s->y, arg); break;
             case 5: s_deliver (s, (size_t) arg * 11u + 1); break;
             case 6: s_deliver (s, SIZE_MAX); break;
             case 7: s->consume = !s->consume; break;
-            case 8: ah_yamux_consumed (s->y, id, (size_t) arg * 1024u); break;
+            case 8: s_consume (s, id, (size_t) arg * 1024u); break;
             case 9: if (arg == 0x42) ah_yamux_goaway (s->y, 0); break;
             default: s_deliver (s, 1); break;
         }
