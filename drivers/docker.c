@@ -279,6 +279,27 @@ s_ensure_engine (self_t *self, char **err)
     return 0;
 }
 
+//  The versioned URL of path, once the engine is known. NULL with *err
+//  ("<what>: <why>") when it cannot be reached. Caller frees.
+static char *
+s_url (self_t *self, const char *what, const char *path, char **err)
+{
+    char *eerr = NULL;
+    if (s_ensure_engine (self, &eerr)) {
+        s_set_err (err, "%s: %s", what, eerr ? eerr : "the engine is unusable");
+        free (eerr);
+        return NULL;
+    }
+    char version [16];
+    pthread_mutex_lock (&self->lock);
+    snprintf (version, sizeof version, "%s", self->api_version);
+    pthread_mutex_unlock (&self->lock);
+    char *url = s_strdupf ("http://docker/v%s%s", version, path);
+    if (!url)
+        s_set_err (err, "%s: out of memory", what);
+    return url;
+}
+
 //  Turns the engine's error body into its message ("No such image: foo").
 static char *
 s_engine_message (const buf_t *body)
@@ -312,20 +333,11 @@ s_call (self_t *self, const call_t *call, const char *path, json_t **answer,
         *answer = NULL;
     if (message)
         *message = NULL;
-    char *eerr = NULL;
-    if (s_ensure_engine (self, &eerr)) {
-        s_set_err (err, "%s: %s", call->what, eerr ? eerr : "the engine is unusable");
-        free (eerr);
+    char *url = s_url (self, call->what, path, err);
+    if (!url)
         return -1;
-    }
-    char version [16];
-    pthread_mutex_lock (&self->lock);
-    snprintf (version, sizeof version, "%s", self->api_version);
-    pthread_mutex_unlock (&self->lock);
-
-    char *url = s_strdupf ("http://docker/v%s%s", version, path);
     buf_t body = { 0 };
-    CURL *curl = url ? s_easy (self, url, call->timeout_s ? call->timeout_s : CALL_TIMEOUT_S) : NULL;
+    CURL *curl = s_easy (self, url, call->timeout_s ? call->timeout_s : CALL_TIMEOUT_S);
     if (!curl) {
         free (url);
         s_set_err (err, "%s: cannot set up the request (out of memory?)", call->what);
@@ -1627,19 +1639,13 @@ s_watch (ah_driver_t *driver,
          void *arg, volatile int *stop, char **err)
 {
     self_t *self = driver->impl;
-    char *eerr = NULL;
-    if (s_ensure_engine (self, &eerr)) {
-        s_set_err (err, "following the engine's events: %s", eerr);
-        free (eerr);
-        return -1;
-    }
-    char version [16];
-    pthread_mutex_lock (&self->lock);
-    snprintf (version, sizeof version, "%s", self->api_version);
-    pthread_mutex_unlock (&self->lock);
     char *filters = s_filters (self->prefix, true);
-    char *url = filters ? s_strdupf ("http://docker/v%s/events?filters=%s", version, filters) : NULL;
+    char *path = filters ? s_strdupf ("/events?filters=%s", filters) : NULL;
     free (filters);
+    char *url = path ? s_url (self, "following the engine's events", path, err) : NULL;
+    free (path);
+    if (!url)
+        return -1;
     watch_t w = { .self = self, .on_change = on_change, .arg = arg, .stop = stop,
                   .lines = { .on_line = s_watch_line } };
     w.lines.arg = &w;
@@ -1931,20 +1937,12 @@ static int
 s_image_stream (self_t *self, const char *what, const char *path, const uint8_t *body,
                 size_t body_size, volatile int *stop, char **err)
 {
-    char *eerr = NULL;
-    if (s_ensure_engine (self, &eerr)) {
-        s_set_err (err, "%s: %s", what, eerr);
-        free (eerr);
+    char *url = s_url (self, what, path, err);
+    if (!url)
         return -1;
-    }
-    char version [16];
-    pthread_mutex_lock (&self->lock);
-    snprintf (version, sizeof version, "%s", self->api_version);
-    pthread_mutex_unlock (&self->lock);
-    char *url = s_strdupf ("http://docker/v%s%s", version, path);
     //  A build or a pull takes minutes: no overall timeout, the stop flag
     //  ends it.
-    CURL *curl = url ? s_easy (self, url, 0) : NULL;
+    CURL *curl = s_easy (self, url, 0);
     free (url);
     if (!curl) {
         s_set_err (err, "%s: cannot set up the request", what);
