@@ -30,6 +30,8 @@ import time
 import urllib.error
 import urllib.request
 
+import zmq
+
 # Everything after "--" is the server command (`agenthold serve`).
 COMMAND = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else sys.argv[1:2]
 API_PORT = 18531          # this test's range: 18530-18539
@@ -133,7 +135,13 @@ def db_rows(data_dir, sql):
 
 def test_lifecycle_of_the_process(root):
     data_dir = os.path.join(root, "data")
-    first = Server(data_dir, name="first")
+    tap = "ipc://%s/tap" % root
+    first = Server(data_dir, name="first", env_extra={"AGENTHOLD_TAP_ENDPOINT": tap})
+    context = zmq.Context()
+    sub = context.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.connect(tap)
     try:
         started = first.wait_for(r"agenthold serving: ")
         check(started, "the server printed its start line")
@@ -196,6 +204,18 @@ def test_lifecycle_of_the_process(root):
             time.sleep(0.1)
         check("running" in states, "the recorder has alice's state changes: %r" % states)
 
+        # The tap (tap.endpoint) saw the traffic: [type][sender][dest][map].
+        seen = set()
+        deadline = time.time() + 5
+        while time.time() < deadline and ("SANDBOX_STATE", "lifecycle", "recorder") not in seen:
+            if sub.poll(200):
+                frames = sub.recv_multipart()
+                if len(frames) == 4:
+                    seen.add(tuple(f.decode(errors="replace") for f in frames[:3]))
+        check(("SANDBOX_STATE", "lifecycle", "recorder") in seen,
+              "the tap shows SANDBOX_STATE from lifecycle to recorder: %r" % sorted(seen)[:10])
+        check(("tap " + tap) in text, "the start line names the tap")
+
         # SIGHUP: every policy holder reloads (policy_status.loaded_at moves),
         # and the server keeps running.
         def loaded():
@@ -223,6 +243,8 @@ def test_lifecycle_of_the_process(root):
         check(re.search(r"INFO \[server\] stopped", first.text()) is not None, "the server logs 'stopped'")
     finally:
         first.stop()
+        sub.close()
+        context.term()
 
     # A restart keeps the same token (the file is not rewritten, no new row).
     again = Server(data_dir, name="again")
