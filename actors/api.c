@@ -42,6 +42,10 @@
 #define MAX_KEY             128
 #define MAX_AUTH            512
 #define CHUNK               16384
+//  A refused body up to this size is read and dropped before the answer,
+//  so that clients which send it all before reading see the answer; a
+//  larger one is answered at once and the connection closed.
+#define MAX_DISCARD         (16u << 20)
 
 typedef enum { M_OTHER, M_GET, M_POST, M_PUT, M_PATCH, M_DELETE, M_OPTIONS, M_HEAD } method_t;
 
@@ -73,6 +77,7 @@ typedef struct req_t {
     size_t body_len, body_cap;
     size_t content_length;
     bool discard_body;              //  already answered (413, 401): drop what comes
+    bool hold;                      //  ...and write the answer once it has come
     //  pending
     op_t op;
     int64_t req_id;
@@ -911,6 +916,17 @@ static method_t s_method (struct lws *wsi)
     return M_OTHER;
 }
 
+//  Refuse the request; its body (if any) is read and dropped first when
+//  it is not too large, else the connection closes after the answer.
+static void s_refuse_body (req_t *r)
+{
+    r->discard_body = true;
+    if (r->content_length > 0 && r->content_length <= MAX_DISCARD)
+        r->hold = true;
+    else if (r->content_length > 0)
+        r->close_after = true;
+}
+
 //  A new request: headers are in. Answers at once or waits for the body.
 static int s_on_http (self_t *self, req_t *r, const char *uri, size_t len)
 {
@@ -945,9 +961,9 @@ static int s_on_http (self_t *self, req_t *r, const char *uri, size_t len)
             s_respond_error (r, 400, "bad Content-Length '%s'", cl);
             return 0;
         }
-        r->content_length = (size_t) n;
+        r->content_length = n > SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t) n;
         if (n > AH_API_MAX_BODY) {
-            r->close_after = r->discard_body = true;
+            s_refuse_body (r);
             s_respond_error (r, 413, "request body of %llu bytes is over the limit of %u bytes",
                              n, AH_API_MAX_BODY);
             return 0;
@@ -960,15 +976,13 @@ static int s_on_http (self_t *self, req_t *r, const char *uri, size_t len)
     }
 
     if (r->method == M_GET && streq (r->path, "/healthz")) {
-        if (r->content_length)
-            r->discard_body = true;
+        s_refuse_body (r);
         s_respond (r, 200, json_pack ("{s:b}", "ok", 1));
         return 0;
     }
     bool failed;
     if (!s_authorized (self, r, &failed)) {
-        if (r->content_length)
-            r->close_after = r->discard_body = true;
+        s_refuse_body (r);
         if (failed)
             s_respond_error (r, 500, "cannot read the token table");
         else
@@ -1006,6 +1020,11 @@ static int s_on_body (self_t *self, req_t *r, const void *in, size_t len)
 
 static int s_on_body_done (self_t *self, req_t *r)
 {
+    if (r->hold) {
+        r->hold = false;            //  all read: the answer may go now
+        lws_callback_on_writable (r->wsi);
+        return 0;
+    }
     if (r->discard_body || r->phase != PHASE_BODY)
         return 0;
     r->body [r->body_len] = 0;
@@ -1017,7 +1036,7 @@ static int s_on_body_done (self_t *self, req_t *r)
 //  One lws_write per call: the headers, then body chunks.
 static int s_on_writeable (self_t *self, req_t *r)
 {
-    if (r->phase != PHASE_RESPOND || !r->resp)
+    if (r->phase != PHASE_RESPOND || !r->resp || r->hold)
         return 0;
     if (!r->headers_sent) {
         uint8_t buf [LWS_PRE + 1024];

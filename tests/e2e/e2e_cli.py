@@ -1,0 +1,329 @@
+#!/usr/bin/python3
+"""tests/e2e/e2e_cli.py: the real `agenthold serve` (fake driver, temporary
+data directory, ports from 18200-18299) driven with the agenthold CLI and
+raw HTTP: create, list, show, start, stop, rebuild, destroy; bad JSON,
+unknown agent, missing token, over-limit resources; the tap; then kill -9
+in the middle of operations and a restart: every agent is still there and
+none is left in a transitional state.
+
+usage: e2e_cli.py AGENTHOLD_BINARY
+Fails loudly (the server's log on stderr); always kills what it started and
+removes its temporary directory."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+BIN = os.path.abspath(sys.argv[1])
+TMP = tempfile.mkdtemp(prefix="ah-e2e-cli-")
+TRANSITIONAL = {"creating", "starting", "stopping", "rebuilding", "destroying"}
+procs = []
+checks = 0
+
+
+class Fail(Exception):
+    pass
+
+
+def free_port(avoid=()):
+    """A port of our range (18200-18299) that nobody listens on now."""
+    start = 18200 + (os.getpid() % 50) * 2
+    for i in range(100):
+        port = 18200 + (start - 18200 + i) % 100
+        if port in avoid:
+            continue
+        s = socket.socket()
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
+    raise Fail("no free port in 18200-18299")
+
+
+API_PORT = free_port()
+TUNNEL_PORT = free_port({API_PORT})
+URL = "http://127.0.0.1:%d" % API_PORT
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("AGENTHOLD_")}
+ENV.update({
+    "AGENTHOLD_SERVER_DATA_DIR": os.path.join(TMP, "data"),
+    "AGENTHOLD_SANDBOX_DRIVER": "fake",
+    "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % API_PORT,
+    "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:%d" % TUNNEL_PORT,
+    "AGENTHOLD_TAP_ENDPOINT": "ipc://%s/tap" % TMP,
+})
+LOG = os.path.join(TMP, "server.log")
+server = None
+
+
+def check(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        raise Fail(what)
+
+
+def start_server():
+    global server
+    log = open(LOG, "a")
+    log.write("---- server start ----\n")
+    log.flush()
+    server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
+    procs.append(server)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        if server.poll() is not None:
+            raise Fail("the server exited at start with status %d" % server.returncode)
+        try:
+            with urllib.request.urlopen(URL + "/healthz", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise Fail("the server did not answer /healthz within 20 s")
+
+
+def cli(*args, env=None, timeout=120):
+    """Run the CLI; returns (status, stdout, stderr)."""
+    p = subprocess.run([BIN] + list(args), env=env or ENV, cwd=TMP, capture_output=True,
+                       text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def cli_ok(*args):
+    rc, out, err = cli(*args)
+    check(rc == 0, "agenthold %s: status %d, stderr: %s" % (" ".join(args), rc, err.strip()))
+    return out
+
+
+def cli_json(*args):
+    out = cli_ok(*(list(args) + ["--json"]))
+    try:
+        return json.loads(out)
+    except ValueError:
+        raise Fail("agenthold %s --json printed no JSON: %r" % (" ".join(args), out))
+
+
+def cli_fails(expect, *args, env=None):
+    rc, out, err = cli(*args, env=env)
+    check(rc != 0, "agenthold %s should fail, printed %r" % (" ".join(args), out))
+    check(err.startswith("agenthold: ") and expect in err,
+          "agenthold %s: stderr %r does not say %r" % (" ".join(args), err, expect))
+
+
+def token():
+    with open(os.path.join(TMP, "data", "admin.token")) as f:
+        return f.read().strip()
+
+
+def http(method, path, body=None, tok=True, raw=None):
+    """Returns (status, parsed JSON or None)."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(URL + path, data=data, method=method)
+    if tok is True:
+        req.add_header("Authorization", "Bearer " + token())
+    elif tok:
+        req.add_header("Authorization", "Bearer " + tok)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            status, text = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read()
+    try:
+        return status, json.loads(text) if text else None
+    except ValueError:
+        raise Fail("%s %s: answer is not JSON: %r" % (method, path, text[:200]))
+
+
+def expect_error(status, part, method, path, **kw):
+    got, j = http(method, path, **kw)
+    check(got == status and j and part in j.get("error", ""),
+          "%s %s: want %d naming %r, got %d %r" % (method, path, status, part, got, j))
+
+
+def state(name):
+    return cli_json("show", name)["state"]
+
+
+def settled(deadline_s):
+    """Wait until no agent is transitional; returns the agents."""
+    deadline = time.time() + deadline_s
+    while True:
+        agents = cli_json("ls")
+        moving = [a for a in agents if a["state"] in TRANSITIONAL]
+        if not moving:
+            return agents
+        if time.time() > deadline:
+            raise Fail("agents stuck in a transitional state: %s" %
+                       ", ".join("%s=%s" % (a["name"], a["state"]) for a in moving))
+        time.sleep(0.2)
+
+
+def scenario():
+    start_server()
+    check(os.stat(os.path.join(TMP, "data", "admin.token")).st_mode & 0o077 == 0,
+          "admin.token is readable by others")
+
+    # Help and usage
+    out = cli_ok("--help")
+    check("agenthold create" in out and "agenthold tap" in out, "--help lists the commands")
+    check("--memory-mb" in cli_ok("help", "create"), "help create names its options")
+    check("--no-wait" in cli_ok("start", "--help"), "start --help")
+    rc, _, err = cli("create")
+    check(rc == 2 and "which agent" in err, "create without a name is a usage error")
+    rc, _, err = cli("create", "x", "--cpus", "lots")
+    check(rc == 2 and "--cpus" in err, "a bad --cpus is a usage error naming it")
+    rc, _, err = cli("frobnicate")
+    check(rc == 2 and "frobnicate" in err, "an unknown command is named")
+
+    # Empty, create, list, show
+    check("no agents" in cli_ok("ls"), "ls on an empty server")
+    check(cli_json("ls") == [], "ls --json on an empty server")
+    a = cli_json("create", "alice", "--cpus", "1", "--memory-mb", "512", "--idle-minutes", "30")
+    check(a["name"] == "alice" and a["cpus"] == 1 and a["memory_mb"] == 512
+          and a["idle_minutes"] == 30, "create returns the agent: %r" % a)
+    check(a["state"] not in TRANSITIONAL, "create waited for the sandbox: %r" % a["state"])
+    check(len(a["id"]) == 12 and a["created_at"].endswith("Z"), "id and created_at")
+    agents = cli_json("ls")
+    check([x["name"] for x in agents] == ["alice"], "ls lists alice: %r" % agents)
+    table = cli_ok("ls")
+    check(table.splitlines()[0].split()[:3] == ["NAME", "STATE", "IMAGE"], "ls table header: %r" % table)
+    check("alice" in table.splitlines()[1], "ls table row")
+    check(cli_json("show", a["id"])["name"] == "alice", "show by id")
+    check("memory_mb:" in cli_ok("show", "alice"), "show, human")
+
+    # Transitions, waiting (the default) and not
+    check(cli_ok("stop", "alice").strip() == "alice: sleeping", "stop waits until asleep")
+    check(state("alice") == "sleeping", "asleep after stop")
+    check(cli_ok("start", "alice").strip() == "alice: running", "start waits until running")
+    check(state("alice") == "running", "running after start")
+    out = cli_ok("rebuild", "alice")
+    check(out.strip() in ("alice: running", "alice: sleeping"), "rebuild ends: %r" % out)
+    check(state("alice") in ("running", "sleeping"), "settled after rebuild")
+    if state("alice") != "running":
+        cli_ok("start", "alice")
+    j = cli_json("stop", "alice", "--no-wait")
+    check(j["state"] in ("stopping", "sleeping"), "--no-wait returns at once: %r" % j["state"])
+    settled(30)
+    check(state("alice") == "sleeping", "the stop ended")
+
+    # The REST API directly: statuses and messages
+    status, j = http("GET", "/api/v1/agents/alice")
+    check(status == 200 and j["name"] == "alice", "GET one agent")
+    expect_error(401, "bearer token", "GET", "/api/v1/agents", tok=False)
+    expect_error(401, "bearer token", "GET", "/api/v1/agents", tok="0" * 64)
+    expect_error(400, "bad JSON", "POST", "/api/v1/agents", raw=b'{"name": "x",')
+    expect_error(400, "unknown field 'colour'", "POST", "/api/v1/agents", body={"name": "x", "colour": 1})
+    expect_error(400, "'cpus'", "POST", "/api/v1/agents", body={"name": "x", "cpus": "many"})
+    expect_error(404, "no agent named 'nobody'", "GET", "/api/v1/agents/nobody")
+    expect_error(404, "no agent named 'nobody'", "POST", "/api/v1/agents/nobody/start")
+    expect_error(409, "alice", "POST", "/api/v1/agents", body={"name": "alice"})
+    expect_error(413, "over the limit", "POST", "/api/v1/agents", raw=b" " * (2 << 20))
+    status, j = http("POST", "/api/v1/agents", body={"name": "big", "cpus": 64})
+    check(status == 422 and "cpus" in j["error"], "over-limit cpus: 422 with the policy's message: %d %r" % (status, j))
+    policy_message = j["error"]
+    status, j = http("POST", "/api/v1/agents", body={"name": "big", "memory_mb": 10 ** 7})
+    check(status == 422 and "memory" in j["error"], "over-limit memory: 422: %d %r" % (status, j))
+    status, j = http("PATCH", "/api/v1/agents/alice", body={"cpus": 2})
+    check(status == 200 and j["cpus"] == 2, "PATCH cpus: %d %r" % (status, j))
+
+    # The CLI says the server's messages
+    cli_fails("no agent named 'nobody'", "show", "nobody")
+    cli_fails("no agent named 'nobody'", "start", "nobody")
+    cli_fails(policy_message, "create", "big", "--cpus", "64")
+    bad = dict(ENV, AGENTHOLD_TOKEN="f" * 64)
+    cli_fails("bearer token", "ls", env=bad)
+    nodir = dict(ENV, AGENTHOLD_SERVER_DATA_DIR=os.path.join(TMP, "nowhere"))
+    cli_fails("admin.token", "ls", env=nodir)
+    down = dict(ENV, AGENTHOLD_URL="http://127.0.0.1:1")
+    cli_fails("cannot reach the server", "ls", env=down)
+
+    # Policy
+    pol = cli_json("policy", "status")
+    check(any(p["script"] == "limits.lua" for p in pol), "policy status lists limits.lua: %r" % pol)
+    cli_ok("policy", "reload")
+
+    # The tap: one SANDBOX_* message as a JSON line
+    tap = subprocess.Popen([BIN, "tap", "--type", "SANDBOX_*", "--count", "1"], env=ENV, cwd=TMP,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs.append(tap)
+    time.sleep(0.5)                         # let the SUB join
+    cli_ok("start", "alice")
+    try:
+        out, err = tap.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        raise Fail("agenthold tap printed nothing within 20 s")
+    line = json.loads(out.splitlines()[0])
+    check(line["type"].startswith("SANDBOX_") and "fields" in line and line["from"] and line["to"],
+          "tap line: %r" % line)
+
+    # Destroy
+    check(cli_ok("rm", "alice").strip() == "alice: destroyed", "rm waits until destroyed")
+    cli_fails("no agent named 'alice'", "show", "alice")
+    check(cli_json("ls") == [], "no agents after rm")
+
+    # kill -9 mid-operation, restart: everything still there, nothing transitional.
+    names = ["carol", "dave", "erin", "frank"]
+    for n in names:
+        cli_ok("create", n, "--cpus", "1", "--memory-mb", "256")
+    cli_ok("stop", "dave")
+    cli_ok("stop", "frank")
+    cli_json("stop", "carol", "--no-wait")
+    cli_json("start", "dave", "--no-wait")
+    cli_json("rebuild", "erin", "--no-wait")
+    http("DELETE", "/api/v1/agents/frank")
+    os.kill(server.pid, signal.SIGKILL)
+    server.wait()
+    start_server()
+    agents = settled(30)
+    got = sorted(a["name"] for a in agents)
+    check(set(got) in ({"carol", "dave", "erin"}, set(names)),
+          "after the crash the agents are there (frank may be destroyed): %r" % got)
+    for a in agents:
+        check(a["state"] in ("running", "sleeping", "error"), "%s is %s" % (a["name"], a["state"]))
+    # And usable: each can be started and stopped.
+    for a in agents:
+        if a["state"] != "running":
+            cli_ok("start", a["name"])
+        check(state(a["name"]) == "running", "%s runs after the restart" % a["name"])
+    cli_ok("stop", "carol")
+    check(state("carol") == "sleeping", "carol sleeps")
+
+
+def main():
+    rc = 1
+    try:
+        scenario()
+        print("e2e_cli: %d checks passed" % checks)
+        rc = 0
+    except (Fail, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
+        print("e2e_cli: FAILED after %d checks: %s: %s" % (checks, type(e).__name__, e), file=sys.stderr)
+        try:
+            with open(LOG) as f:
+                sys.stderr.write("---- server log ----\n" + f.read()[-20000:])
+        except OSError:
+            pass
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(TMP, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
