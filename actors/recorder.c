@@ -223,6 +223,8 @@ s_on_record (self_t *self, ah_msg_t *msg)
         s_refuse (self, msg, "\"detail\" and \"error\" must be strings");
         return;
     }
+    //  A value of another type gives back the default, so asking with both
+    //  defaults tells a real boolean from anything else.
     if (!ah_msg_has (msg, "ok") || ah_msg_bool (msg, "ok", false) != ah_msg_bool (msg, "ok", true)) {
         s_refuse (self, msg, "\"ok\" must be a boolean");
         return;
