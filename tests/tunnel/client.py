@@ -13,6 +13,13 @@ usage: client.py URL AGENT TOKEN MODE [ARG]
   MODE eversion        answer hello with ok=false code EVERSION
   MODE silent          answer hello and every channel with ok, never answer a
                        ping: print "CLOSED" when the server gives up on us
+  MODE ok [SECONDS]    answer hello, pings and every channel with ok; print
+                       "CLOSED ..." when the server closes, "TIMEOUT" after
+                       SECONDS (default 20) of silence
+  MODE mute            answer hello and pings, never answer a channel
+  MODE text            answer hello, then send a text message
+  MODE big             answer hello, then send a 2 MiB binary message (of
+                       valid yamux frames: only its size is wrong)
 Run with /usr/bin/python3 (Debian's: websockets, msgpack).
 """
 import asyncio
@@ -52,13 +59,14 @@ async def run(url, agent, token, mode, arg):
         await ws.close()
         return
 
+    life = float(arg) if mode == "ok" and arg else 20
     buf = b""
     streams = {}        # sid -> bytes received
     answered = set()
     goaway = None
     try:
         while True:
-            msg = await asyncio.wait_for(ws.recv(), timeout=20)
+            msg = await asyncio.wait_for(ws.recv(), timeout=life)
             if isinstance(msg, str):
                 print("TEXT", flush=True)
                 return
@@ -104,6 +112,13 @@ async def run(url, agent, token, mode, arg):
                         rep = {"ok": True, "version": req.get("version"), "agent_id": agent}
                     out = header(rep)
                     await ws.send(frame(0, FIN, sid, len(out), out))
+                    if mode == "text":
+                        await ws.send("hello as text")
+                    elif mode == "big":
+                        # valid yamux (ping answers) so only the size is wrong
+                        await ws.send(frame(2, ACK, 0, 0) * ((2 << 20) // 12 + 1))
+                elif mode == "mute":
+                    pass
                 else:
                     out = header({"ok": True})
                     await ws.send(frame(0, 0, sid, len(out), out))

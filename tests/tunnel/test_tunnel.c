@@ -46,21 +46,15 @@ static void s_sql (const char *fmt, ...)
     ah_store_close (&st);
 }
 
+static char *s_client_end (FILE *f);
+
 //  Run client.py to the end; its one result line (caller frees).
 static char *s_client (const char *agent, const char *token, const char *mode, const char *arg)
 {
     char cmd [1024];
     snprintf (cmd, sizeof cmd, "/usr/bin/python3 %s/tests/tunnel/client.py '%s' '%s' '%s' %s %s",
               AH_SOURCE_DIR, s_url, agent, token, mode, arg ? arg : "");
-    FILE *f = popen (cmd, "r");
-    char line [256] = "";
-    if (f) {
-        if (!fgets (line, sizeof line, f))
-            line [0] = 0;
-        pclose (f);
-    }
-    line [strcspn (line, "\n")] = 0;
-    return strdup (line);
+    return s_client_end (popen (cmd, "r"));
 }
 
 //  Next message of type on sock within ms (others are printed and skipped).
@@ -93,6 +87,27 @@ static bool s_quiet (zsock_t *sock, int ms)
     return quiet;
 }
 
+//  Start client.py in the background; read its line with s_client_end.
+static FILE *s_client_start (const char *mode, const char *arg)
+{
+    char cmd [1024];
+    snprintf (cmd, sizeof cmd, "/usr/bin/python3 %s/tests/tunnel/client.py '%s' '%s' '%s' %s %s",
+              AH_SOURCE_DIR, s_url, AGENT, s_token, mode, arg ? arg : "");
+    return popen (cmd, "r");
+}
+
+static char *s_client_end (FILE *f)
+{
+    char line [256] = "";
+    if (f) {
+        if (!fgets (line, sizeof line, f))
+            line [0] = 0;
+        pclose (f);
+    }
+    line [strcspn (line, "\n")] = 0;
+    return strdup (line);
+}
+
 //  CHAN_OPEN with a header map; returns the REPLY.
 static ah_msg_t *s_open (zsock_t *api, ah_msg_t *header)
 {
@@ -121,6 +136,26 @@ static ah_msg_t *s_header (const char *ch, const char *path)
     return h;
 }
 
+static bool s_hello (zsock_t *lifecycle)
+{
+    ah_msg_t *m = s_expect (lifecycle, "SANDBOX_HELLO", 5000);
+    bool ok = m && streq (ah_msg_str (m, "agent_id"), AGENT);
+    ah_msg_destroy (&m);
+    return ok;
+}
+
+//  A ping channel that must open: its chan (0 if not).
+static int64_t s_open_ping (zsock_t *api)
+{
+    ah_msg_t *h = s_header ("ping", NULL);
+    ah_msg_t *r = s_open (api, h);
+    ah_msg_destroy (&h);
+    int64_t chan = r && ah_msg_bool (r, "ok", false) ? ah_msg_int (r, "chan", 0) : 0;
+    CHECK (chan > 0);
+    ah_msg_destroy (&r);
+    return chan;
+}
+
 static void s_send_chan (zsock_t *api, const char *type, int64_t chan)
 {
     ah_msg_t *m = ah_msg_new (type);
@@ -145,6 +180,40 @@ static ah_sandboxd_t *s_sandboxd (void)
         .backoff_min_ms = 100, .backoff_max_ms = 400,
     };
     return ah_sandboxd_start (&opts);
+}
+
+//  Gather a channel's CHAN_DATA into buf (ACKing each), up to its
+//  CHAN_CLOSE: true if CHAN_EOF came and CHAN_CLOSE had no error.
+static bool s_collect (zsock_t *api, int64_t chan, uint8_t *buf, size_t cap, size_t *got)
+{
+    bool eof = false, closed = false, clean = false;
+    while (!closed) {
+        zsock_set_rcvtimeo (api, 5000);
+        ah_msg_t *m = ah_msg_recv (api, true, NULL);
+        if (!m)
+            break;
+        const char *t = ah_msg_type (m);
+        if (ah_msg_int (m, "chan", -1) != chan)
+            fprintf (stderr, "(skipped %s of another channel)\n", t);
+        else if (streq (t, "CHAN_DATA")) {
+            size_t n = 0;
+            const void *d = ah_msg_bin (m, "data", &n);
+            CHECK (n <= AH_TUNNEL_DATA_MAX);
+            if (d && *got + n <= cap) {
+                memcpy (buf + *got, d, n);
+                *got += n;
+            }
+            s_ack (api, chan, n);
+        }
+        else if (streq (t, "CHAN_EOF"))
+            eof = true;
+        else if (streq (t, "CHAN_CLOSE")) {
+            closed = true;
+            clean = !ah_msg_has (m, "error");
+        }
+        ah_msg_destroy (&m);
+    }
+    return eof && closed && clean;
 }
 
 //  fs.write of data, then fs.read of it back (ACKing as a slow opener).
@@ -180,31 +249,7 @@ static void s_round_trip (zsock_t *api, const uint8_t *data, size_t size)
     //  The trailer comes back as data, then EOF, then CLOSE without error.
     uint8_t trailer [256];
     size_t tlen = 0;
-    bool eof = false, closed = false;
-    while (!closed) {
-        zsock_set_rcvtimeo (api, 5000);
-        ah_msg_t *m = ah_msg_recv (api, true, NULL);
-        if (!m)
-            break;
-        const char *t = ah_msg_type (m);
-        if (streq (t, "CHAN_DATA")) {
-            size_t n = 0;
-            const void *d = ah_msg_bin (m, "data", &n);
-            if (d && tlen + n <= sizeof trailer) {
-                memcpy (trailer + tlen, d, n);
-                tlen += n;
-            }
-            s_ack (api, chan, n);
-        }
-        else if (streq (t, "CHAN_EOF"))
-            eof = true;
-        else if (streq (t, "CHAN_CLOSE")) {
-            closed = true;
-            CHECK (!ah_msg_has (m, "error"));
-        }
-        ah_msg_destroy (&m);
-    }
-    CHECK (eof && closed);
+    CHECK (s_collect (api, chan, trailer, sizeof trailer, &tlen));
     ah_msg_t *tr = NULL;
     size_t used = 0;
     const char *err = NULL;
@@ -244,32 +289,7 @@ static void s_round_trip (zsock_t *api, const uint8_t *data, size_t size)
     CHECK (got > 0 && got <= AH_YAMUX_INITIAL_WINDOW);
     //  Now ACK as we go: everything arrives.
     s_ack (api, chan, got);
-    eof = closed = false;
-    while (!closed) {
-        zsock_set_rcvtimeo (api, 5000);
-        ah_msg_t *m = ah_msg_recv (api, true, NULL);
-        if (!m)
-            break;
-        const char *t = ah_msg_type (m);
-        if (streq (t, "CHAN_DATA")) {
-            size_t n = 0;
-            const void *d = ah_msg_bin (m, "data", &n);
-            CHECK (n <= AH_TUNNEL_DATA_MAX);
-            if (d && got + n <= size) {
-                memcpy (back + got, d, n);
-                got += n;
-            }
-            s_ack (api, chan, n);
-        }
-        else if (streq (t, "CHAN_EOF"))
-            eof = true;
-        else if (streq (t, "CHAN_CLOSE")) {
-            closed = true;
-            CHECK (!ah_msg_has (m, "error"));
-        }
-        ah_msg_destroy (&m);
-    }
-    CHECK (eof && closed);
+    CHECK (s_collect (api, chan, back, size, &got));
     CHECK (got == size);
     CHECK (got == size && memcmp (back, data, size) == 0);
     free (back);
@@ -307,7 +327,7 @@ int main (void)
     free (config->tunnel_listen);
     config->tunnel_listen = strdup ("127.0.0.1:0");
     ah_tunnel_args_t targs = { .config = config, .db_path = s_db, .ping_interval_ms = 200,
-                               .ping_timeout_ms = 1000, .open_timeout_ms = 3000,
+                               .ping_timeout_ms = 1000, .open_timeout_ms = 1000,
                                .stats_interval_ms = -1 };
     zactor_t *tunnel = zactor_new (ah_tunnel_actor, &targs);
     CHECK (tunnel != NULL);
@@ -378,10 +398,7 @@ int main (void)
     CHECK (s_quiet (lifecycle, 100));           //  no SANDBOX_HELLO for either
 
     //  3. A peer that stops answering pings: its channel fails, lifecycle hears.
-    char cmd [1024];
-    snprintf (cmd, sizeof cmd, "/usr/bin/python3 %s/tests/tunnel/client.py '%s' '%s' '%s' silent",
-              AH_SOURCE_DIR, s_url, AGENT, s_token);
-    FILE *silent = popen (cmd, "r");
+    FILE *silent = s_client_start ("silent", NULL);
     m = s_expect (lifecycle, "SANDBOX_HELLO", 5000);
     CHECK (m && streq (ah_msg_str (m, "agent_id"), AGENT));
     ah_msg_destroy (&m);
@@ -398,13 +415,9 @@ int main (void)
     m = s_expect (lifecycle, "TUNNEL_LOST", 3000);
     CHECK (m && !ah_msg_bool (m, "fatal", true));
     ah_msg_destroy (&m);
-    char line [128] = "";
-    if (silent) {
-        if (!fgets (line, sizeof line, silent))
-            line [0] = 0;
-        pclose (silent);
-    }
-    CHECK (strstr (line, "CLOSED") != NULL);
+    res = s_client_end (silent);
+    CHECK (res && strstr (res, "CLOSED"));
+    free (res);
     //  No connection now: CHAN_OPEN says so, with the state.
     h = s_header ("ping", NULL);
     r = s_open (api, h);
@@ -413,12 +426,52 @@ int main (void)
     CHECK (r && strstr (ah_msg_str (r, "error"), "no sandbox connection (state starting)"));
     ah_msg_destroy (&r);
 
+    //  3b. A newer connection replaces the older; the older's channels fail.
+    FILE *first = s_client_start ("ok", NULL);
+    CHECK (s_hello (lifecycle));
+    chan = s_open_ping (api);
+    FILE *second = s_client_start ("mute", NULL);
+    CHECK (s_hello (lifecycle));
+    m = s_expect (api, "CHAN_CLOSE", 5000);
+    CHECK (m && ah_msg_int (m, "chan", 0) == chan);
+    CHECK (m && ah_msg_str (m, "error") && streq (ah_msg_str (m, "error"), "tunnel reconnected"));
+    ah_msg_destroy (&m);
+    res = s_client_end (first);
+    CHECK (res && strstr (res, "CLOSED goaway=0"));
+    free (res);
+    //  The newer one never answers a channel header: 504 after the timeout.
+    h = s_header ("ping", NULL);
+    int64_t t0 = zclock_mono ();
+    r = s_open (api, h);
+    ah_msg_destroy (&h);
+    CHECK (r && ah_msg_int (r, "status", 0) == 504);
+    CHECK (r && strstr (ah_msg_str (r, "error"), "did not answer"));
+    CHECK (zclock_mono () - t0 >= 900);
+    ah_msg_destroy (&r);
+    m = ah_msg_new ("TUNNEL_KICK");
+    ah_msg_set_str (m, "agent_id", AGENT);
+    ah_msg_send (&m, lifecycle, "tunnel");
+    res = s_client_end (second);
+    CHECK (res && strstr (res, "CLOSED goaway=0"));
+    free (res);
+    CHECK (s_quiet (lifecycle, 200));           //  replaced and kicked: no TUNNEL_LOST
+
+    //  3c. Bad WebSocket traffic: a text message, an oversized message.
+    const char *bad [][3] = { { "text", "code=1003", "protocol error" },
+                              { "big", "code=1009", "too big" } };
+    for (int i = 0; i < 2; i++) {
+        res = s_client (AGENT, s_token, bad [i][0], NULL);
+        CHECK (res && strstr (res, bad [i][1]));
+        free (res);
+        m = s_expect (lifecycle, "TUNNEL_LOST", 5000);
+        CHECK (m && strstr (ah_msg_str (m, "reason"), bad [i][2]));
+        ah_msg_destroy (&m);
+    }
+
     //  4. The real sandboxd: round trips with flow control.
     ah_sandboxd_t *sd = s_sandboxd ();
     CHECK (sd != NULL);
-    m = s_expect (lifecycle, "SANDBOX_HELLO", 5000);
-    CHECK (m != NULL);
-    ah_msg_destroy (&m);
+    CHECK (s_hello (lifecycle));
     size_t size = 3u << 20;
     uint8_t *data = (uint8_t *) malloc (size);
     for (size_t i = 0; i < size; i++)
@@ -449,15 +502,8 @@ int main (void)
     CHECK (m != NULL);
     ah_msg_destroy (&m);
     sd = s_sandboxd ();
-    m = s_expect (lifecycle, "SANDBOX_HELLO", 5000);
-    CHECK (m != NULL);
-    ah_msg_destroy (&m);
-    h = s_header ("ping", NULL);
-    r = s_open (api, h);
-    ah_msg_destroy (&h);
-    CHECK (r && ah_msg_bool (r, "ok", false));
-    chan = r ? ah_msg_int (r, "chan", 0) : 0;
-    ah_msg_destroy (&r);
+    CHECK (s_hello (lifecycle));
+    chan = s_open_ping (api);
     //  ping: both FIN after the headers; then the channel is gone, cleanly.
     s_send_chan (api, "CHAN_EOF", chan);
     m = s_expect (api, "CHAN_EOF", 5000);
