@@ -135,9 +135,55 @@ s_push (const char *endpoint)
     return push;
 }
 
-//  The start-up pass: orphans first (list, then read the table, so an
-//  agent created meanwhile is in the table before its objects are
-//  listed), then one observation per stored sandbox.
+//  Orphans: list, then read the table, so an agent created meanwhile is
+//  in the table before its objects are listed. Each removal is logged and
+//  recorded.
+static void
+s_remove_orphans (ah_driver_t *driver, ah_store_t *store, zsock_t *push, volatile int *stop)
+{
+    char **listed = NULL;
+    char *err = NULL;
+    if (driver->list (driver, &listed, &err)) {
+        ah_warn (AREA, "cannot list the driver's sandboxes, orphans stay: %s", err ? err : "?");
+        free (err);
+        return;
+    }
+    zlistx_t *stored = s_stored_ids (store);
+    for (char **id = listed; stored && id && *id && !*stop; id++) {
+        if (zlistx_find (stored, *id))
+            continue;
+        int rc = driver->destroy (driver, *id, &err);
+        if (rc == 0)
+            ah_info (AREA, "removed orphan sandbox %s (no stored agent)", *id);
+        else
+            ah_warn (AREA, "cannot remove orphan sandbox %s: %s", *id, err ? err : "?");
+        ah_msg_t *m = ah_msg_new ("OP_RECORD");
+        ah_msg_set_str (m, "agent_id", *id);
+        ah_msg_set_str (m, "actor", "reconciler");
+        ah_msg_set_str (m, "kind", "reconcile.orphan");
+        ah_msg_set_strf (m, "detail", "%s sandbox with no stored agent", driver->name);
+        ah_msg_set_bool (m, "ok", rc == 0);
+        if (rc)
+            ah_msg_set_str (m, "error", err ? err : "the driver failed");
+        ah_msg_send (&m, push, "recorder");
+        free (err);
+        err = NULL;
+    }
+    zlistx_destroy (&stored);
+    ah_driver_free_ids (&listed);
+}
+
+//  A full pass: orphans, then one observation per stored sandbox. Run at
+//  start-up and whenever the event stream comes back (the engine may have
+//  been down at start-up, or objects changed while it was away).
+static void
+s_full_pass (ah_driver_t *driver, ah_store_t *store, zsock_t *push, const char *source,
+             volatile int *stop)
+{
+    s_remove_orphans (driver, store, push, stop);
+    s_observe_all (driver, store, push, source, stop);
+}
+
 static void *
 s_scan_thread (void *arg)
 {
@@ -148,39 +194,9 @@ s_scan_thread (void *arg)
     if (!push || !store) {
         ah_error (AREA, "start-up pass not run: %s", err ? err : "cannot connect to the actor");
         free (err);
-        goto done;
     }
-    char **listed = NULL;
-    if (w->driver->list (w->driver, &listed, &err)) {
-        ah_warn (AREA, "cannot list the driver's sandboxes, orphans stay: %s", err ? err : "?");
-        free (err);
-        err = NULL;
-    }
-    zlistx_t *stored = listed ? s_stored_ids (store) : NULL;
-    for (char **id = listed; stored && id && *id && !*w->stop; id++) {
-        if (zlistx_find (stored, *id))
-            continue;
-        int rc = w->driver->destroy (w->driver, *id, &err);
-        if (rc == 0)
-            ah_info (AREA, "removed orphan sandbox %s (no stored agent)", *id);
-        else
-            ah_warn (AREA, "cannot remove orphan sandbox %s: %s", *id, err ? err : "?");
-        ah_msg_t *m = ah_msg_new ("OP_RECORD");
-        ah_msg_set_str (m, "agent_id", *id);
-        ah_msg_set_str (m, "actor", "reconciler");
-        ah_msg_set_str (m, "kind", "reconcile.orphan");
-        ah_msg_set_strf (m, "detail", "%s sandbox with no stored agent", w->driver->name);
-        ah_msg_set_bool (m, "ok", rc == 0);
-        if (rc)
-            ah_msg_set_str (m, "error", err ? err : "the driver failed");
-        ah_msg_send (&m, push, "recorder");
-        free (err);
-        err = NULL;
-    }
-    zlistx_destroy (&stored);
-    ah_driver_free_ids (&listed);
-    s_observe_all (w->driver, store, push, "startup", w->stop);
-done:
+    else
+        s_full_pass (w->driver, store, push, "startup", w->stop);
     if (push) {
         ah_msg_t *m = ah_msg_new (SCAN_DONE);
         ah_msg_send (&m, push, SELF_NAME);
@@ -208,7 +224,7 @@ s_on_change (void *arg, const char *agent_id, const char *action)
             f->backoff_ms = f->w->backoff_min_ms;
             if (f->lost_before) {
                 ah_info (AREA, "following the driver's events again; inspecting every sandbox");
-                s_observe_all (f->w->driver, f->store, f->push, "resync", f->w->stop);
+                s_full_pass (f->w->driver, f->store, f->push, "resync", f->w->stop);
             }
             else
                 ah_info (AREA, "following the driver's events");
