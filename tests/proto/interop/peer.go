@@ -152,6 +152,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "go peer: ping answered in %v\n", rtt)
 	}
 	own.Wait()
+	// Tell the C side we open nothing more (it checks it saw go away 0).
+	// The C side may close the connection as soon as the frame arrives,
+	// before GoAway hears that it was written: that is not a failure.
+	if err := sess.GoAway(); err != nil && err != yamux.ErrSessionShutdown {
+		fail("go away: %v", err)
+	}
 
 	// The C side goes away and closes the connection when it is done
 	select {

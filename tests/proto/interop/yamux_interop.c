@@ -5,8 +5,8 @@
     and stdout and drives our session over the other end with poll():
     opens streams that the peer echoes (0 bytes to several windows, checked
     byte for byte), resets one, echoes the streams the peer opens (the peer
-    checks those by SHA-256), pings, answers the peer's keepalive pings,
-    then goes away and closes. Passes only if both sides say so.        */
+    checks those by SHA-256), pings, answers the peer's pings, receives
+    the peer's go away, then goes away itself and closes. Passes only if both sides say so.        */
 #include "tests/common/check.h"
 #include "tests/proto/peer.h"
 
@@ -44,6 +44,7 @@ typedef struct {
     int      pongs;
     int      theirs_closed;
     int      goaways;
+    uint32_t goaway_code;
 } ctx_t;
 
 static void s_pump_send (ctx_t *c, uint32_t id)
@@ -159,6 +160,7 @@ static void c_goaway (void *ud, uint32_t code)
 {
     ctx_t *c = ud;
     c->goaways++;
+    c->goaway_code = code;
 }
 
 static double s_now (void)
@@ -279,7 +281,7 @@ int main (int argc, char **argv)
     while (s_now () < deadline) {
         if (s_io (c, fd, 100) < 0)
             break;
-        done = c->pongs >= 1 && c->theirs_closed >= 3;
+        done = c->pongs >= 1 && c->theirs_closed >= 3 && c->goaways >= 1;
         for (int i = 0; i < nours; i++)
             done = done && c->streams [ids [i]].closed;
         if (done)
@@ -287,8 +289,12 @@ int main (int argc, char **argv)
     }
     CHECK (done);
     if (!done)
-        fprintf (stderr, "C side: not done: pongs %d, peer streams closed %d\n",
-                 c->pongs, c->theirs_closed);
+        fprintf (stderr, "C side: not done: pongs %d, peer streams closed %d, go aways %d\n",
+                 c->pongs, c->theirs_closed, c->goaways);
+    //  After the peer's go away we open nothing more
+    uint32_t late;
+    CHECK (c->goaways == 1 && c->goaway_code == AH_YAMUX_GOAWAY_NORMAL);
+    CHECK (ah_yamux_open (c->y, &late) == -1);
     for (int i = 0; i < nours - 1; i++) {
         stream_t *s = &c->streams [ids [i]];
         bool same = s->back.len == s->send_len
