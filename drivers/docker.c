@@ -1106,13 +1106,19 @@ s_deploy_sandboxd (self_t *self, const char *image, char **err)
         s_set_err (err, "%s: cannot open it: %s", what, strerror (errno));
         goto out;
     }
-    data = malloc (MAX_SANDBOXD);
-    size = data ? fread (data, 1, MAX_SANDBOXD, f) : 0;
-    bool too_big = data && size == MAX_SANDBOXD && fgetc (f) != EOF;
+    struct stat sb = { 0 };
+    if (fstat (fileno (f), &sb) || !S_ISREG (sb.st_mode)) {
+        s_set_err (err, "%s: it is not a regular file", what);
+        fclose (f);
+        goto out;
+    }
+    bool too_big = (uint64_t) sb.st_size > MAX_SANDBOXD;
+    data = !too_big && sb.st_size > 0 ? malloc (sb.st_size) : NULL;
+    size = data ? fread (data, 1, sb.st_size, f) : 0;
     fclose (f);
-    if (!data || too_big || size == 0) {
-        s_set_err (err, "%s: %s", what, !data ? "out of memory"
-                   : too_big ? "it is larger than 256 MiB" : "it is empty");
+    if (!data || size != (size_t) sb.st_size) {
+        s_set_err (err, "%s: %s", what, too_big ? "it is larger than 256 MiB"
+                   : sb.st_size <= 0 ? "it is empty" : !data ? "out of memory" : "short read");
         goto out;
     }
     char helper [MAX_NAME];
