@@ -496,11 +496,13 @@ static void s_on_reply (self_t *self, ah_msg_t *msg)
         s_wait_check (self, r);
         return;
     }
+    //  202: the transition won; 200: already there or on its way.
     json_t *agent = s_agent_now (self, r, "destroying");
     const char *state = ah_msg_str (msg, "state");
     if (state && *state)
         json_object_set_new (agent, "state", s_json_text (state));
-    s_respond (r, 202, agent);
+    int status = (int) ah_msg_int (msg, "status", 202);
+    s_respond (r, status >= 200 && status < 300 ? status : 202, agent);
 }
 
 static void s_check_waits (self_t *self, const char *agent_id)
