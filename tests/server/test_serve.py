@@ -358,6 +358,21 @@ def test_docker_builder(root, source_dir):
         subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
 
 
+def test_tap_cannot_bind(root):
+    """A tap.endpoint that cannot be bound stops the server at start."""
+    data_dir = os.path.join(root, "badtap")
+    server = Server(data_dir, name="badtap", env_extra={
+        "AGENTHOLD_TAP_ENDPOINT": "ipc://%s/no-such-dir/tap" % root})
+    try:
+        code = server.wait_exit(30)
+        text = server.text()
+        check(code == 1, "bad tap: exit status 1 (got %r)" % code)
+        check("tap.endpoint" in text and "no-such-dir" in text, "bad tap: the message names the key and the endpoint")
+        check("agenthold serving" not in text, "bad tap: no start line")
+    finally:
+        server.stop()
+
+
 def main():
     root = tempfile.mkdtemp(prefix="ah-test-serve-")
     try:
@@ -371,6 +386,7 @@ def main():
             test_newer_schema(root)
             test_docker_unreachable(root)
             test_actor_fails_to_start(root)
+            test_tap_cannot_bind(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if FAILURES:
