@@ -359,20 +359,30 @@ s_on_list (self_t *self, ah_msg_t *msg)
     s_send_reply (self, &reply, ah_msg_peer (msg));
 }
 
+//  Retention: delete in batches, each its own short transaction, so the
+//  other actors' writers never wait long for the database.
 static void
 s_sweep (self_t *self)
 {
     self->next_sweep_ms = zclock_mono () + AH_RECORDER_SWEEP_MS;
-    sqlite3_stmt *stmt = ah_store_prepare (self->store, "DELETE FROM operations WHERE at < :cutoff");
-    if (!stmt || ah_store_bind_int64 (stmt, ":cutoff", ah_store_now_ms () - self->retention_ms))
-        return;
-    if (ah_store_step (self->store, stmt) == SQLITE_DONE) {
-        int n = ah_store_changes (self->store);
-        if (n > 0)
-            ah_info ("recorder", "retention: deleted %d operations older than %.0f days",
-                     n, self->retention_ms / 86400000.0);
+    int64_t cutoff = ah_store_now_ms () - self->retention_ms;
+    int64_t total = 0;
+    while (true) {
+        sqlite3_stmt *stmt = ah_store_prepare (self->store,
+            "DELETE FROM operations WHERE id IN"
+            " (SELECT id FROM operations WHERE at < :cutoff LIMIT 5000)");
+        if (!stmt || ah_store_bind_int64 (stmt, ":cutoff", cutoff))
+            break;
+        int rc = ah_store_step (self->store, stmt);
+        int n = rc == SQLITE_DONE ? ah_store_changes (self->store) : 0;
+        sqlite3_reset (stmt);
+        total += n;
+        if (n < 5000)
+            break;
     }
-    sqlite3_reset (stmt);
+    if (total > 0)
+        ah_info ("recorder", "retention: deleted %lld operations older than %.0f days",
+                 (long long) total, self->retention_ms / 86400000.0);
 }
 
 static void

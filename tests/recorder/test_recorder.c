@@ -262,6 +262,13 @@ s_test_retention (void)
               "INSERT INTO operations (at, actor, kind, ok) VALUES (%lld, 'recent', 'exec', 1);",
               (long long) (now - 40LL * 86400000), (long long) (now - 20LL * 86400000));
     s_sql (sql);
+    //  More old rows than one deletion batch (5000).
+    snprintf (sql, sizeof sql,
+              "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 12000)"
+              " INSERT INTO operations (at, actor, kind, ok) SELECT %lld, 'old', 'exec', 1 FROM n;",
+              (long long) (now - 31LL * 86400000));
+    s_sql (sql);
+    CHECK (s_count ("actor = 'old'") == 12001);
     ah_recorder_args_t args = { .db_path = s_db, .retention_days = 30 };
     zactor_t *rec = zactor_new (ah_recorder_actor, &args);
     zactor_destroy (&rec);
