@@ -57,7 +57,7 @@ typedef struct chan_s {
     bool     fin_sent;
 
     uint8_t *in;                //  received, not yet used (and not consumed)
-    size_t   in_len;
+    size_t   in_len, in_cap;    //  grows to at most S_IN_MAX (the window bounds it)
     uint8_t *out;               //  to send, not yet taken by yamux
     size_t   out_len, out_off, out_cap;
 
@@ -1005,6 +1005,11 @@ static void s_process_in (ah_sbd_session_t *self, chan_t *ch)
         ch->in_len -= used;
         ah_yamux_consumed (self->yamux, ch->id, used);
     }
+    if (ch->kind == K_DONE && ch->in_len == 0) {
+        free (ch->in);          //  a finished channel keeps no buffers
+        ch->in = NULL;
+        ch->in_cap = 0;
+    }
     if (ch->kind == K_EXEC && ch->in_len == 0 && (ch->stdin_eof || ch->peer_eof)
     &&  ch->proc.in >= 0) {
         close (ch->proc.in);
@@ -1180,12 +1185,19 @@ static void s_y_data (void *ud, uint32_t id, const uint8_t *data, size_t size)
         s_reset (self, ch, "more unconsumed data than the window allows");
         return;
     }
-    if (!ch->in) {
-        ch->in = malloc (S_IN_MAX);
-        if (!ch->in) {
+    if (ch->in_len + size > ch->in_cap) {
+        size_t cap = ch->in_cap ? ch->in_cap : 4096;
+        while (cap < ch->in_len + size)
+            cap *= 2;
+        if (cap > S_IN_MAX)
+            cap = S_IN_MAX;
+        uint8_t *p = realloc (ch->in, cap);
+        if (!p) {
             s_reset (self, ch, "out of memory");
             return;
         }
+        ch->in = p;
+        ch->in_cap = cap;
     }
     memcpy (ch->in + ch->in_len, data, size);
     ch->in_len += size;
