@@ -159,6 +159,22 @@ s_read_file (const char *path)
     return text;
 }
 
+//  Write script as briefing.lua, POLICY_RELOAD, then ask for runtime's
+//  briefing: want_status, and want in the text (or the error).
+static void
+s_reload_expect (zsock_t *client, const char *path, const char *script,
+                 const char *runtime, int want_status, const char *want)
+{
+    s_write (path, script);
+    ah_msg_t *reload = ah_msg_new ("POLICY_RELOAD");
+    ah_msg_send (&reload, client, "builder");
+    int status = 0;
+    char *text = s_briefing (client, runtime, &status);
+    CHECK (status == want_status);
+    CHECK (text && strstr (text, want));
+    free (text);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -234,21 +250,12 @@ main (int argc, char **argv)
     free (text);
 
     //  An edited briefing.lua is taken on POLICY_RELOAD ...
-    s_write (briefing_path, "function briefing(rt) return { text = 'edited: ' .. rt.name .. ' ' .. #rt.tools } end\n");
-    ah_msg_t *reload = ah_msg_new ("POLICY_RELOAD");
-    ah_msg_send (&reload, client, "builder");
-    text = s_briefing (client, "busybox", &status);
-    CHECK (status == 200);
-    CHECK (text && strstr (text, "edited: busybox 15"));
-    free (text);
+    s_reload_expect (client, briefing_path,
+                     "function briefing(rt) return { text = 'edited: ' .. rt.name .. ' ' .. #rt.tools } end\n",
+                     "busybox", 200, "edited: busybox 15");
     //  ... a broken one leaves the previous version in force, and says why in policy_status.
-    s_write (briefing_path, "function briefing(rt) return { text = \n");
-    reload = ah_msg_new ("POLICY_RELOAD");
-    ah_msg_send (&reload, client, "builder");
-    text = s_briefing (client, "debian", &status);
-    CHECK (status == 200);
-    CHECK (text && strstr (text, "edited: debian"));
-    free (text);
+    s_reload_expect (client, briefing_path, "function briefing(rt) return { text = \n",
+                     "debian", 200, "edited: debian");
     sqlite3 *db;
     CHECK (sqlite3_open (s_db, &db) == SQLITE_OK);
     sqlite3_stmt *stmt;
@@ -257,15 +264,9 @@ main (int argc, char **argv)
     CHECK (sqlite3_step (stmt) == SQLITE_ROW && sqlite3_column_text (stmt, 0) != NULL);
     sqlite3_finalize (stmt);
     sqlite3_close (db);
-
     //  A policy that fails at call time is a 500 naming the script.
-    s_write (briefing_path, "function briefing(rt) return { text = rt.nothing.here } end\n");
-    reload = ah_msg_new ("POLICY_RELOAD");
-    ah_msg_send (&reload, client, "builder");
-    text = s_briefing (client, "debian", &status);
-    CHECK (status == 500);
-    CHECK (text && strstr (text, "briefing"));
-    free (text);
+    s_reload_expect (client, briefing_path, "function briefing(rt) return { text = rt.nothing.here } end\n",
+                     "debian", 500, "briefing");
 
     //  Bad requests.
     ah_msg_t *req = ah_msg_new ("BRIEFING");
