@@ -81,6 +81,60 @@ s_wait_running (const char *name, bool want)
     return false;
 }
 
+//  The host rule docs/docker.md recommends (only the tunnel port from the
+//  pool), scoped to this test's pool and removed at once. Another host
+//  service (a second listener) answers every host address before the rule
+//  and none after it; the tunnel port on the gateway still answers.
+//  Needs root and iptables; said and skipped otherwise.
+static bool
+s_answers (const char *cname, const char *host, int port)
+{
+    char buf [256];
+    int code;
+    snprintf (buf, sizeof buf, "[\"nc\",\"-w\",\"2\",\"%s\",\"%d\"]", host, port);
+    char *out = eng_exec (cname, buf, &code);
+    bool yes = out && strstr (out, "hello-from-host");
+    free (out);
+    return yes;
+}
+
+static void
+s_firewall_check (const char *cname, const char *gateway, int port, struct ifaddrs *ifs)
+{
+    if (geteuid () != 0 || system ("iptables -w -L INPUT -n >/dev/null 2>&1") != 0) {
+        fprintf (stderr, "NOTE: host firewall check skipped (needs root and iptables)\n");
+        return;
+    }
+    listener_t other = { 0 };
+    CHECK (s_listen (&other) == 0);
+    pthread_t ot;
+    pthread_create (&ot, NULL, s_listen_thread, &other);
+    CHECK (s_answers (cname, gateway, other.port));       //  the gap, before the rule
+    char drop [128], accept [128], buf [1024];
+    snprintf (drop, sizeof drop, "INPUT -s 10.213.16.0/20 -j DROP");
+    snprintf (accept, sizeof accept, "INPUT -s 10.213.16.0/20 -p tcp --dport %d -j ACCEPT", port);
+    snprintf (buf, sizeof buf, "iptables -w -I %s 2>/dev/null && iptables -w -I %s 2>/dev/null",
+              drop, accept);
+    CHECK (system (buf) == 0);
+    CHECK (s_answers (cname, gateway, port));
+    CHECK (!s_answers (cname, gateway, other.port));
+    for (struct ifaddrs *ifa = ifs; ifa; ifa = ifa->ifa_next) {
+        if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != AF_INET)
+            continue;
+        char host [INET_ADDRSTRLEN];
+        inet_ntop (AF_INET, &((struct sockaddr_in *) ifa->ifa_addr)->sin_addr, host, sizeof host);
+        if (strncmp (host, "127.", 4))
+            CHECK (!s_answers (cname, host, other.port));
+    }
+    snprintf (buf, sizeof buf, "iptables -w -D %s 2>/dev/null; iptables -w -D %s 2>/dev/null",
+              accept, drop);
+    if (system (buf)) { /* removed or never there */ }
+    other.stop = 1;
+    pthread_join (ot, NULL);
+    close (other.fd);
+    fprintf (stderr, "host firewall rule checked: only the tunnel port answers the sandbox\n");
+}
+
 //  A helper container plays the server: it answers "hello-from-server" on
 //  a port; the driver must connect it to the agent's network at .2.
 static void
@@ -357,9 +411,10 @@ main (void)
         free (out);
         tried++;
     }
-    freeifaddrs (ifs);
     CHECK (tried > 0);
     (void) before;
+    s_firewall_check (cname, gateway, l.port, ifs);
+    freeifaddrs (ifs);
     //  The other sandbox and the outside world are unreachable.
     snprintf (buf, sizeof buf, "%s-b2", prefix);
     c = s_inspect_container (buf);
