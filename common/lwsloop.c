@@ -287,11 +287,12 @@ void ah_lwsloop_stop (ah_lwsloop_t *self)
 static void s_timer_fired (lws_sorted_usec_list_t *sul)
 {
     ah_lwsloop_timer_t *timer = lws_container_of (sul, ah_lwsloop_timer_t, sul);
+    ah_lwsloop_t *loop = timer->loop;       //  fn may free the timer
     timer->fn (timer, timer->arg);
     //  lws sleeps in poll() right after its timers: wake it so the drain
     //  runs (the callback may have sent on a zsock).
-    if (timer->loop->context && !timer->loop->destroying)
-        lws_cancel_service (timer->loop->context);
+    if (loop->context && !loop->destroying)
+        lws_cancel_service (loop->context);
 }
 
 void ah_lwsloop_timer_set (ah_lwsloop_t *self, ah_lwsloop_timer_t *timer, int64_t delay_ms,

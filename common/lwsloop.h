@@ -75,6 +75,7 @@ void ah_lwsloop_unwatch (ah_lwsloop_t *self, zsock_t *sock);
 //  A one-shot timer on the loop's thread. Embed the struct in your own
 //  (lws_container_of / arg); set again to re-arm or move it.
 typedef struct ah_lwsloop_timer_t ah_lwsloop_timer_t;
+//  fn may free the memory holding the timer, or set it again.
 typedef void (ah_lwsloop_timer_fn) (ah_lwsloop_timer_t *timer, void *arg);
 struct ah_lwsloop_timer_t {
     lws_sorted_usec_list_t sul;     //  first: lws's list links here

@@ -323,12 +323,13 @@ int main (void)
     zactor_t *bus = zactor_new (ah_bus_actor, &bargs);
     zsock_t *lifecycle = ah_bus_connect ("lifecycle");
     zsock_t *api = ah_bus_connect ("api");
+    zsock_t *sleeper = ah_bus_connect ("sleeper");
     ah_config_t *config = ah_config_new_defaults ();
     free (config->tunnel_listen);
     config->tunnel_listen = strdup ("127.0.0.1:0");
     ah_tunnel_args_t targs = { .config = config, .db_path = s_db, .ping_interval_ms = 200,
                                .ping_timeout_ms = 1000, .open_timeout_ms = 1000,
-                               .stats_interval_ms = -1 };
+                               .stats_interval_ms = 300 };
     zactor_t *tunnel = zactor_new (ah_tunnel_actor, &targs);
     CHECK (tunnel != NULL);
     zstr_send (tunnel, "PORT");
@@ -477,6 +478,11 @@ int main (void)
     for (size_t i = 0; i < size; i++)
         data [i] = (uint8_t) (i * 2654435761u >> 13);
     s_round_trip (api, data, size);
+    //  CPU samples for the sleeper, from sandboxd's stats channel.
+    m = s_expect (sleeper, "AGENT_STATS", 3000);
+    CHECK (m && streq (ah_msg_str (m, "agent_id"), AGENT));
+    CHECK (m && ah_msg_int (m, "cpu_ns", -1) >= 0 && ah_msg_int (m, "at_ns", 0) > 0);
+    ah_msg_destroy (&m);
     //  A refused channel: REPLY not ok with sandboxd's code and reason.
     h = s_header ("fs.read", "missing.txt");
     r = s_open (api, h);
@@ -539,6 +545,7 @@ int main (void)
 
     zactor_destroy (&tunnel);
     zsock_destroy (&api);
+    zsock_destroy (&sleeper);
     zsock_destroy (&lifecycle);
     zactor_destroy (&bus);
     ah_config_destroy (&config);
