@@ -1129,8 +1129,9 @@ static void s_header_in (ah_sbd_session_t *self, chan_t *ch)
         }
     }
     if (rc < 0) {
+        //  Refused like any other channel (FIN); what follows is discarded.
         s_refuse (self, ch, "EPROTO", "malformed channel header: %s", err ? err : "?");
-        s_reset (self, ch, "malformed header");
+        s_process_in (self, ch);
         return;
     }
     //  Keep the raw map until dispatch has looked at it (NUL checks).

@@ -324,7 +324,18 @@ int ah_ws_connect (const ah_ws_url_t *url, const char *headers, int timeout_ms,
         char *eol = strstr (resp, "\r\n");
         if (eol)
             *eol = 0;
-        snprintf (err, err_size, "upgrade refused: %.200s", resp);
+        //  The server says why in the body (when it came with the head):
+        //  first line, printable bytes only.
+        char why [201];
+        size_t wl = 0;
+        for (size_t i = head; i < got && wl < sizeof why - 1; i++) {
+            char ch = resp [i];
+            if (ch == '\n' || ch == '\r')
+                break;
+            why [wl++] = (ch >= 0x20 && ch < 0x7f) ? ch : '?';
+        }
+        why [wl] = 0;
+        snprintf (err, err_size, "upgrade refused: %.200s%s%s", resp, wl ? ": " : "", why);
         goto fail;
     }
     char want [29];

@@ -959,12 +959,29 @@ static void test_stats (peer_t *p)
 
 static void test_malformed (peer_t *p)
 {
-    //  A header length of zero: EPROTO then RST.
+    //  A header length of zero, or bytes that are no map: EPROTO, FIN.
     uint8_t zero [4] = { 0, 0, 0, 0 };
     uint32_t id = open_raw (p, zero, 4);
+    ah_msg_t *e = wait_header (p, id, 5000);
+    CHECK_STR (reply_code (e), "EPROTO");
+    ah_msg_destroy (&e);
     tstream_t *s = find (p, id);
-    wait_until (p, &s->closed, 5000);
-    CHECK (s->closed);
+    CHECK (wait_until (p, &s->eof, 5000));
+    uint8_t junk [7] = { 0, 0, 0, 3, 0x93, 1, 2 };      //  an array, not a map
+    id = open_raw (p, junk, 7);
+    e = wait_header (p, id, 5000);
+    CHECK_STR (reply_code (e), "EPROTO");
+    CHECK (e && strstr (ah_msg_str (e, "error"), "malformed"));
+    ah_msg_destroy (&e);
+    s = find (p, id);
+    CHECK (wait_until (p, &s->eof, 5000));
+    //  A stream that ends before its header is complete.
+    uint8_t part [5] = { 0, 0, 0, 9, 0x81 };
+    id = open_raw (p, part, 5);
+    ah_yamux_close (p->y, id);
+    e = wait_header (p, id, 5000);
+    CHECK_STR (reply_code (e), "EPROTO");
+    ah_msg_destroy (&e);
     //  And the session is still fine.
     ah_msg_t *r = simple (p, req_new ("ping"));
     CHECK (reply_ok (r));

@@ -38,7 +38,7 @@ done = asyncio.Event()
 async def process_request(path, headers):
     state["upgrades"] += 1
     if state["upgrades"] == 1:
-        return http.HTTPStatus.UNAUTHORIZED, [], b"first try refused on purpose\n"
+        return http.HTTPStatus.UNAUTHORIZED, [], b"token does not match (first try refused on purpose)\n"
     check(path == "/tunnel", "path /tunnel (got %r)" % path)
     check(headers.get("Authorization") == "Bearer " + TOKEN, "bearer token sent")
     check(headers.get("X-Agenthold-Agent") == AGENT, "agent id header sent")
@@ -127,7 +127,9 @@ async def main():
             json.dump({"agent_id": AGENT, "token": TOKEN,
                        "tunnel_url": "ws://127.0.0.1:%d/tunnel" % port}, f)
         env = dict(os.environ, AGENTHOLD_LOG="debug")
-        proc = subprocess.Popen([SANDBOXD, "--boot", boot, "--home", home, "--no-switch-user"], env=env)
+        log = open(os.path.join(tmp, "sandboxd.log"), "w+")
+        proc = subprocess.Popen([SANDBOXD, "--boot", boot, "--home", home, "--no-switch-user"],
+                                env=env, stderr=log)
         await asyncio.wait_for(done.wait(), 30)
 
         # Idle and connected, sandboxd must sleep in poll: at most a few
@@ -145,6 +147,11 @@ async def main():
         proc.send_signal(signal.SIGTERM)
         rc = await asyncio.get_running_loop().run_in_executor(None, lambda: proc.wait(10))
         check(rc == 0, "SIGTERM exits 0 (got %r)" % rc)
+        log.seek(0)
+        text = log.read()
+        sys.stderr.write(text[-3000:])
+        check("401 Unauthorized: token does not match" in text, "the refusal's reason is logged")
+        check("connection lost: server closed the WebSocket" in text, "the loss is logged")
         server.close()
         await server.wait_closed()
     finally:
