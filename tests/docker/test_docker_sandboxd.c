@@ -3,7 +3,7 @@
     docker-init), reads the boot.json the driver wrote, dials the tunnel
     URL on the network's gateway with the per-boot token, and answers
     hello as the agent named in boot.json. The server's side is
-    tests/docker/tunnel_peer.py (the tunnel actor is not needed).
+    tests/docker/boot_peer.py (the tunnel actor is not needed).
 
     Usage: test_docker_sandboxd SANDBOXD PEER_SCRIPT                   */
 #include "drivers/docker.h"
