@@ -40,12 +40,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define AH_SERVE_MAX_ACTORS 8
+//  An orderly shutdown waits for driver calls in flight (a docker stop, an
+//  image build giving up); past this, or on a second SIGINT/SIGTERM, the
+//  process exits at once (status 1) instead of hanging.
+#define AH_SERVE_SHUTDOWN_LIMIT_MS 60000
 
 typedef struct {
     const char *name;
@@ -464,15 +470,66 @@ s_wait (self_t *self)
     }
 }
 
+//  The shutdown watchdog: a thread that, while the main thread stops the
+//  actors, reads the signalfd (the main thread no longer does) and exits
+//  the process on a second SIGINT/SIGTERM or when the limit passes.
+//  Everything committed is in the database (WAL); only what was in flight
+//  is lost. done_fd (an eventfd) tells it the shutdown finished.
+typedef struct {
+    int signal_fd;
+    int done_fd;
+} s_watchdog_t;
+
+static void *
+s_watchdog (void *arg)
+{
+    s_watchdog_t *w = arg;
+    int64_t deadline = zclock_mono () + AH_SERVE_SHUTDOWN_LIMIT_MS;
+    while (true) {
+        int64_t left = deadline - zclock_mono ();
+        if (left <= 0) {
+            ah_error ("server", "shutdown took longer than %d s: exiting now", AH_SERVE_SHUTDOWN_LIMIT_MS / 1000);
+            _exit (1);
+        }
+        struct pollfd fds [2] = { { .fd = w->signal_fd, .events = POLLIN }, { .fd = w->done_fd, .events = POLLIN } };
+        if (poll (fds, 2, (int) left) < 0 && errno != EINTR)
+            return NULL;
+        if (fds [1].revents & POLLIN)
+            return NULL;
+        struct signalfd_siginfo info;
+        if ((fds [0].revents & POLLIN) && read (w->signal_fd, &info, sizeof info) == sizeof info
+        &&  info.ssi_signo != SIGHUP) {
+            ah_error ("server", "second %s during shutdown: exiting now", strsignal ((int) info.ssi_signo));
+            _exit (1);
+        }
+    }
+}
+
 static void
 s_destroy (self_t *self)
 {
+    s_watchdog_t watchdog = { .signal_fd = self->signal_fd, .done_fd = -1 };
+    pthread_t watchdog_thread;
+    bool watching = false;
+    if (self->signal_fd >= 0 && self->actor_count > 0) {
+        watchdog.done_fd = eventfd (0, EFD_CLOEXEC);
+        watching = watchdog.done_fd >= 0
+                && pthread_create (&watchdog_thread, NULL, s_watchdog, &watchdog) == 0;
+    }
     s_stop_actors (self);
     zsock_destroy (&self->control);
     zactor_destroy (&self->bus);
     //  After every actor: they borrow it.
     if (self->driver)
         self->driver->destroy_driver (&self->driver);
+    if (watching) {
+        uint64_t one = 1;
+        if (write (watchdog.done_fd, &one, sizeof one) != sizeof one)
+            pthread_cancel (watchdog_thread);       //  poll() is a cancellation point
+        pthread_join (watchdog_thread, NULL);
+    }
+    if (watchdog.done_fd >= 0)
+        close (watchdog.done_fd);
     if (self->signal_fd >= 0)
         close (self->signal_fd);
     if (self->lock_fd >= 0)
@@ -555,7 +612,7 @@ out:
     s_destroy (&self);
     if (status == 0)
         ah_info ("server", "stopped");
-    //  The mask stays: a second SIGTERM during exit must not kill us with
-    //  a signal status after an orderly shutdown.
+    //  The mask stays: a signal after the watchdog has gone must not kill
+    //  us with a signal status after an orderly shutdown.
     return status;
 }
