@@ -373,6 +373,22 @@ def test_tap_cannot_bind(root):
         server.stop()
 
 
+def test_second_signal(root):
+    """A second signal during shutdown exits at once, status 1 (the
+    operator's Ctrl-C twice when a shutdown hangs)."""
+    data_dir = os.path.join(root, "twice")
+    server = Server(data_dir, name="twice")
+    try:
+        check(server.wait_for(r"agenthold serving: "), "twice: the server starts")
+        os.kill(server.proc.pid, signal.SIGINT)
+        os.kill(server.proc.pid, signal.SIGTERM)
+        code = server.wait_exit(30)
+        check(code == 1, "twice: exit status 1 (got %r)" % code)
+        check("during shutdown: exiting now" in server.text(), "twice: the log says why")
+    finally:
+        server.stop()
+
+
 def main():
     root = tempfile.mkdtemp(prefix="ah-test-serve-")
     try:
@@ -387,6 +403,7 @@ def main():
             test_docker_unreachable(root)
             test_actor_fails_to_start(root)
             test_tap_cannot_bind(root)
+            test_second_signal(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if FAILURES:
