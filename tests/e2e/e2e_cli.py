@@ -319,6 +319,14 @@ def scenario():
     cli_ok("rm", "dave")
     check(sorted(a["name"] for a in cli_json("ls")) == ["carol", "erin", "frank"], "dave removed")
 
+    # An orderly shutdown (SIGTERM) ends with status 0 (and, under ASan, no leak).
+    server.send_signal(signal.SIGTERM)
+    try:
+        rc = server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        raise Fail("the server did not stop within 30 s of SIGTERM")
+    check(rc == 0, "the server exited with status %d after SIGTERM" % rc)
+
 def main():
     rc = 1
     try:
