@@ -292,8 +292,11 @@ static void s_serve (ah_sandboxd_t *self, int fd, bool ws, const uint8_t *extra,
         s_t_flush (&t);
         snprintf (why, why_size, "stopped");
     }
-    else
+    else {
         snprintf (why, why_size, "%s", t.closed ? t.closed : "ended");
+        t.closed = NULL;        //  best effort: a go away explaining a protocol error
+        s_t_flush (&t);
+    }
     ah_sbd_session_destroy (&t.session);
     close (fd);
     free (rbuf);
