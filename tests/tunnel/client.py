@@ -18,6 +18,7 @@ usage: client.py URL AGENT TOKEN MODE [ARG]
                        SECONDS (default 20) of silence
   MODE mute            answer hello and pings, never answer a channel
   MODE text            answer hello, then send a text message
+  MODE garbage         answer hello, then send bytes that are not yamux
   MODE big             answer hello, then send a 2 MiB binary message (of
                        valid yamux frames: only its size is wrong)
 Run with /usr/bin/python3 (Debian's: websockets, msgpack).
@@ -114,6 +115,8 @@ async def run(url, agent, token, mode, arg):
                     await ws.send(frame(0, FIN, sid, len(out), out))
                     if mode == "text":
                         await ws.send("hello as text")
+                    elif mode == "garbage":
+                        await ws.send(b"\x07" * 64)
                     elif mode == "big":
                         # valid yamux (ping answers) so only the size is wrong
                         await ws.send(frame(2, ACK, 0, 0) * ((2 << 20) // 12 + 1))

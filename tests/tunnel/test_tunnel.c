@@ -328,7 +328,7 @@ int main (void)
     free (config->tunnel_listen);
     config->tunnel_listen = strdup ("127.0.0.1:0");
     ah_tunnel_args_t targs = { .config = config, .db_path = s_db, .ping_interval_ms = 200,
-                               .ping_timeout_ms = 1000, .open_timeout_ms = 1000,
+                               .ping_timeout_ms = 2000, .open_timeout_ms = 2000,
                                .stats_interval_ms = 300 };
     zactor_t *tunnel = zactor_new (ah_tunnel_actor, &targs);
     CHECK (tunnel != NULL);
@@ -447,7 +447,7 @@ int main (void)
     ah_msg_destroy (&h);
     CHECK (r && ah_msg_int (r, "status", 0) == 504);
     CHECK (r && strstr (ah_msg_str (r, "error"), "did not answer"));
-    CHECK (zclock_mono () - t0 >= 900);
+    CHECK (zclock_mono () - t0 >= 1900);
     ah_msg_destroy (&r);
     m = ah_msg_new ("TUNNEL_KICK");
     ah_msg_set_str (m, "agent_id", AGENT);
@@ -457,10 +457,11 @@ int main (void)
     free (res);
     CHECK (s_quiet (lifecycle, 200));           //  replaced and kicked: no TUNNEL_LOST
 
-    //  3c. Bad WebSocket traffic: a text message, an oversized message.
+    //  3c. Bad traffic: a text message, an oversized message, not yamux.
     const char *bad [][3] = { { "text", "code=1003", "protocol error" },
-                              { "big", "code=1009", "too big" } };
-    for (int i = 0; i < 2; i++) {
+                              { "big", "code=1009", "too big" },
+                              { "garbage", "CLOSED", "yamux protocol error" } };
+    for (int i = 0; i < 3; i++) {
         res = s_client (AGENT, s_token, bad [i][0], NULL);
         CHECK (res && strstr (res, bad [i][1]));
         free (res);
