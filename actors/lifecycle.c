@@ -1335,6 +1335,14 @@ static void s_dispatch (self_t *self)
     else
     if (streq (mtype, "REPLY"))
         ;                               //  nothing we send asks for one
+    else
+    if (streq (mtype, "POLICY_RELOAD")) {
+#ifdef AH_HAVE_POLICY
+        if (ah_policy_reload (self->policy, true) < 0)
+            ah_warn (AREA, "limits.lua not reloaded, the previous version stays: %s",
+                     ah_policy_error (self->policy));
+#endif
+    }
     else {
         const transition_t *tr = NULL;
         for (size_t i = 0; i < sizeof s_transitions / sizeof s_transitions [0]; i++)

@@ -23,6 +23,21 @@ static void s_destroy (self_t *self)
     zsock_destroy (&self->router);
 }
 
+//  Sends every frame of msg without blocking (msg stays the caller's).
+//  A destination whose queue is full (EAGAIN under ROUTER_MANDATORY) or
+//  absent (EHOSTUNREACH) fails at the first frame: the bus never stalls
+//  on one slow actor.
+static int s_send_nowait (zsock_t *router, zmsg_t *msg)
+{
+    void *handle = zsock_resolve (router);
+    size_t n = zmsg_size (msg), i = 0;
+    for (zframe_t *f = zmsg_first (msg); f; f = zmsg_next (msg), i++)
+        if (zmq_send (handle, zframe_data (f), zframe_size (f),
+                      ZMQ_DONTWAIT | (i + 1 < n ? ZMQ_SNDMORE : 0)) < 0)
+            return -1;
+    return 0;
+}
+
 //  Frames from the router: [sender][dest][type][map].
 static void s_route (self_t *self)
 {
@@ -57,14 +72,17 @@ static void s_route (self_t *self)
     zframe_t *sender_copy = zframe_dup (sender);
     zmsg_prepend (msg, &sender_copy);
     zmsg_prepend (msg, &dest_copy);
-    if (zmsg_send (&msg, self->router) != 0) {
+    if (s_send_nowait (self->router, msg) != 0) {
+        bool full = zmq_errno () == EAGAIN;
         char *d = zframe_strdup (dest), *s = zframe_strdup (sender);
         char *t = zframe_strdup (type);
-        ah_warn ("bus", "no actor '%s' for %s from '%s'", d, t, s);
+        ah_warn ("bus", full ? "actor '%s' is not keeping up: dropped %s from '%s'"
+                             : "no actor '%s' for %s from '%s'", d, t, s);
         //  Answer if the sender waits for one.
         ah_msg_t *req = ah_msg_decode (t, zframe_data (body), zframe_size (body), NULL);
         if (req && ah_msg_has (req, "req") && strcmp (t, "REPLY") != 0) {
-            ah_msg_t *reply = ah_msg_reply_error (req, 503, "actor '%s' is not running", d);
+            ah_msg_t *reply = ah_msg_reply_error (req, 503, full ? "actor '%s' is overloaded"
+                                                               : "actor '%s' is not running", d);
             uint8_t *data;
             size_t size;
             if (reply && ah_msg_encode (reply, &data, &size) == 0) {
@@ -73,8 +91,8 @@ static void s_route (self_t *self)
                 zmsg_addstr (out, d);
                 zmsg_addstr (out, "REPLY");
                 zmsg_addmem (out, data, size);
-                if (zmsg_send (&out, self->router) != 0)
-                    zmsg_destroy (&out);
+                s_send_nowait (self->router, out);
+                zmsg_destroy (&out);
                 free (data);
             }
             ah_msg_destroy (&reply);
@@ -83,8 +101,8 @@ static void s_route (self_t *self)
         free (d);
         free (s);
         free (t);
-        zmsg_destroy (&msg);
     }
+    zmsg_destroy (&msg);
     zframe_destroy (&sender);
     zframe_destroy (&dest);
 }

@@ -86,6 +86,7 @@ static const char s_migration_2 [] =
     "  ended_at   INTEGER                         -- NULL while it runs\n"
     ");\n"
     "CREATE INDEX turns_agent ON turns(agent_id, ended_at);\n"
+    "CREATE INDEX operations_at ON operations(at);      -- the recorder's retention sweep\n"
     "CREATE TABLE sleep_forecast (\n"
     "  agent_id   TEXT PRIMARY KEY REFERENCES agents(id) ON DELETE CASCADE,\n"
     "  sleeps_at  INTEGER,                        -- when it falls asleep if nothing else happens\n"
