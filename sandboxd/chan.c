@@ -1089,6 +1089,10 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
             s_refuse (self, ch, "EINVAL", "%.16s: path contains a NUL byte", name);
             return;
         }
+        //  File operations run with the sandbox user's file-system
+        //  credentials (this thread only): permissions inside the home
+        //  apply, and what we create is the user's.
+        bool as_user = ah_proc_fs_as_user (&self->user, true);
         if (strcmp (name, "fs.list") == 0)
             s_fs_list (self, ch, path, plen);
         else if (strcmp (name, "fs.read") == 0)
@@ -1101,6 +1105,8 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
             s_fs_remove (self, ch, req, path, plen);
         else
             s_refuse (self, ch, "EPROTO", "unknown channel \"%.64s\"", name);
+        if (as_user)
+            ah_proc_fs_as_user (&self->user, false);
     }
     else
         s_refuse (self, ch, "EPROTO", "unknown channel \"%.64s\"", name);
@@ -1221,8 +1227,12 @@ static void s_y_eof (void *ud, uint32_t id)
     }
     if (ch->kind == K_FS_WRITE) {
         s_process_in (self, ch);
-        if (!ch->gone && ch->kind == K_FS_WRITE)
+        if (!ch->gone && ch->kind == K_FS_WRITE) {
+            bool as_user = ah_proc_fs_as_user (&self->user, true);
             s_fs_write_finish (self, ch);
+            if (as_user)
+                ah_proc_fs_as_user (&self->user, false);
+        }
     }
     else if (ch->kind == K_PTY && ch->proc.pid > 0 && !ch->proc.exited) {
         kill (-ch->proc.pid, SIGHUP);

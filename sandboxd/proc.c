@@ -50,6 +50,24 @@ void ah_proc_user_resolve (ah_proc_user_t *u, bool switch_user, const char *home
     (void) home;
 }
 
+bool ah_proc_fs_as_user (const ah_proc_user_t *u, bool on)
+{
+    if (!u->switch_to)
+        return false;
+    if (on) {
+        syscall (SYS_setfsgid, u->gid);
+        syscall (SYS_setfsuid, u->uid);
+        //  setfsuid reports the previous value, never an error: ask again.
+        if ((uid_t) syscall (SYS_setfsuid, (uid_t) -1) != u->uid)
+            return false;
+    }
+    else {
+        syscall (SYS_setfsuid, geteuid ());
+        syscall (SYS_setfsgid, getegid ());
+    }
+    return true;
+}
+
 void ah_proc_init (ah_proc_t *p)
 {
     memset (p, 0, sizeof *p);

@@ -30,6 +30,11 @@ typedef struct {
 //  it; else the current user (name from /etc/passwd, or "uid N").
 void ah_proc_user_resolve (ah_proc_user_t *u, bool switch_user, const char *home);
 
+//  Switch this thread's file-system uid/gid to u's (on) or back to ours
+//  (off), when u->switch_to. Returns whether it switched (call off only
+//  then). Per thread (the raw syscalls, not glibc's broadcasting ones).
+bool ah_proc_fs_as_user (const ah_proc_user_t *u, bool on);
+
 typedef struct {
     pid_t pid;                  //  0 none
     int   pidfd;                //  -1 none

@@ -107,6 +107,16 @@ async def session_body(ws):
     out, _, _ = await run(y, "stat -c '%u:%g %a' owned.txt; cat owned.txt")
     check(out == b"1000:1000 644\nmine\n", "written file owned by agent: %r" % out)
 
+    # File operations carry the agent's permissions, not root's.
+    sid, h = await y.call({"ch": "fs.read", "path": "rootonly"})
+    check(h.get("ok") is False and h.get("code") == "EACCES", "root's 0600 file unreadable: %r" % h)
+    sid, h = await y.call({"ch": "fs.write", "path": "rootdir/new"})
+    check(h.get("ok") is False and h.get("code") == "EACCES", "root's directory unwritable: %r" % h)
+    sid, h = await y.call({"ch": "fs.remove", "path": "rootdir/f"})
+    check(h.get("ok") is False and h.get("code") == "EACCES", "root's file not removable: %r" % h)
+    sid, h = await y.call({"ch": "fs.list", "path": "rootdir"})
+    check(h.get("ok") is True, "root's 0755 directory listable: %r" % h)
+
     # A terminal on /dev/ptmx, as agent.
     sid, h = await y.call({"ch": "pty", "cols": 90, "rows": 20}, fin=False)
     check(h.get("ok") is True, "pty ok %r" % h)
@@ -144,6 +154,16 @@ async def main():
             return
         bootdir = os.path.join(tmp, "boot")
         os.mkdir(bootdir)
+        # The home: the agent's, with a root-only file and a root directory.
+        home = os.path.join(tmp, "home")
+        os.mkdir(home)
+        with open(os.path.join(home, "rootonly"), "w") as f:
+            f.write("root\n")
+        os.chmod(os.path.join(home, "rootonly"), 0o600)
+        os.mkdir(os.path.join(home, "rootdir"))
+        with open(os.path.join(home, "rootdir", "f"), "w") as f:
+            f.write("f\n")
+        os.chown(home, 1000, 1000)
         os.chmod(tmp, 0o755)
         os.chmod(bootdir, 0o755)
         server = await websockets.serve(session, "0.0.0.0", 0, subprotocols=["agenthold-tunnel"])
@@ -154,7 +174,8 @@ async def main():
             "Env": ["AGENTHOLD_LOG=debug"],
             "Labels": {"agenthold.test": "true"},
             "HostConfig": {
-                "Binds": [SANDBOXD + ":/opt/agenthold/sandboxd:ro", bootdir + ":/etc/agenthold:ro"],
+                "Binds": [SANDBOXD + ":/opt/agenthold/sandboxd:ro", bootdir + ":/etc/agenthold:ro",
+                          home + ":/home/agent"],
             },
         })
         check(status == 201, "container create: %s %r" % (status, c))
