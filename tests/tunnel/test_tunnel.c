@@ -457,6 +457,22 @@ int main (void)
     free (res);
     CHECK (s_quiet (lifecycle, 200));           //  replaced and kicked: no TUNNEL_LOST
 
+    //  3b'. lifecycle says the sandbox is going to sleep: the tunnel closes.
+    first = s_client_start ("ok", NULL);
+    CHECK (s_hello (lifecycle));
+    m = ah_msg_new ("SANDBOX_STATE");
+    ah_msg_set_str (m, "agent_id", AGENT);
+    ah_msg_set_str (m, "state", "running");
+    ah_msg_send (&m, lifecycle, "tunnel");          //  no effect
+    m = ah_msg_new ("SANDBOX_STATE");
+    ah_msg_set_str (m, "agent_id", AGENT);
+    ah_msg_set_str (m, "state", "stopping");
+    ah_msg_send (&m, lifecycle, "tunnel");
+    res = s_client_end (first);
+    CHECK (res && strstr (res, "CLOSED goaway=0"));
+    free (res);
+    CHECK (s_quiet (lifecycle, 200));
+
     //  3c. Bad traffic: a text message, an oversized message, not yamux.
     const char *bad [][3] = { { "text", "code=1003", "protocol error" },
                               { "big", "code=1009", "too big" },
