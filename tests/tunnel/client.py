@@ -13,7 +13,8 @@ usage: client.py URL AGENT TOKEN MODE [ARG]
   MODE eversion        answer hello with ok=false code EVERSION
   MODE silent          answer hello and every channel with ok, never answer a
                        ping: print "CLOSED" when the server gives up on us
-  MODE ok [SECONDS]    answer hello, pings and every channel with ok; print
+  MODE ok [SECONDS]    answer hello (in 5-byte messages: frames straddle
+                       messages), pings and every channel with ok; print
                        "CLOSED ..." when the server closes, "TIMEOUT" after
                        SECONDS (default 20) of silence
   MODE mute            answer hello and pings, never answer a channel
@@ -111,8 +112,13 @@ async def run(url, agent, token, mode, arg):
                                         % req.get("version", -1)}
                     else:
                         rep = {"ok": True, "version": req.get("version"), "agent_id": agent}
-                    out = header(rep)
-                    await ws.send(frame(0, FIN, sid, len(out), out))
+                    out = frame(0, FIN, sid, len(header(rep)), header(rep))
+                    if mode == "ok":
+                        # frames may straddle messages: 5 bytes per message
+                        for i in range(0, len(out), 5):
+                            await ws.send(out[i:i + 5])
+                    else:
+                        await ws.send(out)
                     if mode == "text":
                         await ws.send("hello as text")
                     elif mode == "garbage":
