@@ -57,11 +57,15 @@ typedef enum {
 typedef enum { PHASE_IDLE, PHASE_BODY, PHASE_REPLY, PHASE_STATE, PHASE_RESPOND } phase_t;
 
 typedef struct self_t self_t;
+typedef struct req_t req_t;
+
+//  What a parked request does with its owner's successful REPLY.
+typedef void (reply_fn) (self_t *self, req_t *r, ah_msg_t *reply);
 
 //  Per connection (lws per-session data, zeroed by lws at bind); reset
 //  at the start of every request on a kept-alive connection. Touched only
 //  by the actor thread.
-typedef struct req_t {
+struct req_t {
     struct lws *wsi;
     struct req_t *prev, *next;      //  in self->pending while linked
     bool linked;
@@ -71,7 +75,8 @@ typedef struct req_t {
     char key [MAX_KEY];             //  agent id or name from the path
     char action [16];               //  start | stop | rebuild
     char agent_id [32];             //  resolved
-    char token_name [64];           //  who (for logs)
+    char token_name [64];           //  who: "api:<name>" in the audit trail
+    char tenant [64];               //  the token's tenant
     //  body
     char *body;
     size_t body_len, body_cap;
@@ -79,11 +84,16 @@ typedef struct req_t {
     bool discard_body;              //  already answered (413, 401): drop what comes
     bool hold;                      //  ...and write the answer once it has come
     //  pending
-    op_t op;
+    op_t op;                        //  lifecycle operations; OP_NONE for the rest
+    reply_fn *on_reply;             //  for a successful REPLY
+    const char *asked;              //  the owner asked ("lifecycle"), static
+    char asked_type [32];           //  what it was asked ("AGENT_CREATE")
+    char detail [256];              //  for the audit trail
     int64_t req_id;
     int64_t deadline_ms;
     int64_t wait_s;                 //  0: no wait
     bool wait;
+    int64_t limit, before;          //  ?limit, ?before (operations); 0 = unset
     //  response
     int status;
     char *resp;                     //  LWS_PRE headroom, then the body
@@ -91,7 +101,7 @@ typedef struct req_t {
     bool headers_sent;
     bool close_after;
     const char *allow;              //  for 405
-} req_t;
+};
 
 struct self_t {
     zsock_t *pipe;
@@ -242,8 +252,9 @@ static bool s_transitional (const char *state)
 
 #define AGENT_SELECT \
     "SELECT a.id, a.name, s.state, s.error, a.image, a.cpus, a.memory_mb, a.idle_minutes," \
-    " s.needs_rebuild, a.created_at, s.last_activity_at" \
-    " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id"
+    " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why" \
+    " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id" \
+    " LEFT JOIN sleep_forecast f ON f.agent_id = a.id"
 
 static json_t *s_agent_row (sqlite3_stmt *stmt)
 {
@@ -261,6 +272,12 @@ static json_t *s_agent_row (sqlite3_stmt *stmt)
     json_object_set_new (a, "last_activity_at",
                          sqlite3_column_type (stmt, 10) == SQLITE_NULL
                          ? json_null () : s_time_json (sqlite3_column_int64 (stmt, 10)));
+    //  The sleeper's forecast means something only while it runs.
+    bool running = sqlite3_column_type (stmt, 2) != SQLITE_NULL
+                && streq ((const char *) sqlite3_column_text (stmt, 2), "running");
+    json_object_set_new (a, "sleeps_at", running && sqlite3_column_type (stmt, 11) != SQLITE_NULL
+                         ? s_time_json (sqlite3_column_int64 (stmt, 11)) : json_null ());
+    json_object_set_new (a, "awake_because", running ? s_column_text (stmt, 12) : json_null ());
     return a;
 }
 
@@ -351,7 +368,7 @@ static bool s_authorized (self_t *self, req_t *r, bool *failed)
     ah_token_hash (token, hash);
     memset (header, 0, sizeof header);
 
-    sqlite3_stmt *stmt = ah_store_prepare (self->store, "SELECT name, hash FROM api_tokens");
+    sqlite3_stmt *stmt = ah_store_prepare (self->store, "SELECT name, hash, tenant FROM api_tokens");
     if (!stmt) {
         *failed = true;
         return false;
@@ -364,6 +381,8 @@ static bool s_authorized (self_t *self, req_t *r, bool *failed)
             found = true;
             snprintf (r->token_name, sizeof r->token_name, "%s",
                       (const char *) sqlite3_column_text (stmt, 0));
+            const char *tenant = (const char *) sqlite3_column_text (stmt, 2);
+            snprintf (r->tenant, sizeof r->tenant, "%s", tenant ? tenant : "default");
         }
     }
     if (rc != SQLITE_DONE)
@@ -373,29 +392,19 @@ static bool s_authorized (self_t *self, req_t *r, bool *failed)
 }
 
 //  --------------------------------------------------------------------
-//  Requests to lifecycle
+//  Requests to other actors
 
-static const char *s_op_type (op_t op)
+//  Sends msg (taken) to dest with a fresh req id and parks r until the
+//  REPLY: on_reply handles a successful one, s_on_reply the rest.
+static void s_ask (self_t *self, req_t *r, const char *dest, ah_msg_t **msg_p, reply_fn *on_reply)
 {
-    switch (op) {
-        case OP_CREATE:  return "AGENT_CREATE";
-        case OP_UPDATE:  return "AGENT_UPDATE";
-        case OP_START:   return "SANDBOX_START";
-        case OP_STOP:    return "SANDBOX_STOP";
-        case OP_REBUILD: return "SANDBOX_REBUILD";
-        case OP_DESTROY: return "SANDBOX_DESTROY";
-        default:         return "?";
-    }
-}
-
-//  Sends msg (taken) with a fresh req id and parks r until the REPLY.
-static void s_ask_lifecycle (self_t *self, req_t *r, op_t op, ah_msg_t **msg_p)
-{
-    r->op = op;
+    r->on_reply = on_reply;
+    r->asked = dest;
+    snprintf (r->asked_type, sizeof r->asked_type, "%s", ah_msg_type (*msg_p));
     r->req_id = ++self->next_req;
     ah_msg_set_int (*msg_p, "req", r->req_id);
-    if (ah_msg_send (msg_p, self->bus, "lifecycle")) {
-        s_respond_error (r, 503, "cannot reach lifecycle: %s", zmq_strerror (zmq_errno ()));
+    if (ah_msg_send (msg_p, self->bus, dest)) {
+        s_respond_error (r, 503, "cannot reach %s: %s", dest, zmq_strerror (zmq_errno ()));
         return;
     }
     r->phase = PHASE_REPLY;
@@ -450,28 +459,47 @@ static void s_wait_check (self_t *self, req_t *r)
     s_respond (r, r->op == OP_CREATE ? 201 : 200, agent);
 }
 
-static void s_on_reply (self_t *self, ah_msg_t *msg)
+static const char *s_op_kind (op_t op)
 {
-    int64_t id = ah_msg_int (msg, "req", 0);
-    req_t *r = self->pending;
-    while (r && !(r->phase == PHASE_REPLY && r->req_id == id))
-        r = r->next;
-    if (!r) {
-        ah_debug ("api", "REPLY for req %lld that nobody waits for (client gone?)", (long long) id);
-        return;
+    switch (op) {
+        case OP_CREATE:  return "create";
+        case OP_UPDATE:  return "update";
+        case OP_START:   return "start";
+        case OP_STOP:    return "stop";
+        case OP_REBUILD: return "rebuild";
+        case OP_DESTROY: return "destroy";
+        default:         return "?";
     }
-    s_unlink (self, r);
-    if (!ah_msg_bool (msg, "ok", false)) {
-        int status = (int) ah_msg_int (msg, "status", 500);
-        if (status < 400 || status > 599)
-            status = 500;
-        const char *error = ah_msg_str (msg, "error");
-        s_respond_error (r, status, "%s", error && *error ? error : "lifecycle refused the request");
+}
+
+//  The audit trail says who asked for a change and how it went (the
+//  recorder also records each state change lifecycle publishes).
+static void s_record (self_t *self, req_t *r, bool ok, const char *error)
+{
+    if (r->op == OP_NONE)
         return;
-    }
+    ah_msg_t *rec = ah_msg_new ("OP_RECORD");
+    if (r->agent_id [0])
+        ah_msg_set_str (rec, "agent_id", r->agent_id);
+    else
+        ah_msg_set_nil (rec, "agent_id");
+    ah_msg_set_strf (rec, "actor", "api:%s", r->token_name [0] ? r->token_name : "?");
+    ah_msg_set_str (rec, "kind", s_op_kind (r->op));
+    if (r->detail [0])
+        ah_msg_set_str (rec, "detail", r->detail);
+    ah_msg_set_bool (rec, "ok", ok);
+    if (!ok && error)
+        ah_msg_set_str (rec, "error", error);
+    ah_msg_send (&rec, self->bus, "recorder");
+}
+
+//  A successful lifecycle REPLY: the agent as it is now, or a wait.
+static void s_lifecycle_reply (self_t *self, req_t *r, ah_msg_t *msg)
+{
     const char *agent_id = ah_msg_str (msg, "agent_id");
     if (agent_id && !r->agent_id [0])
         snprintf (r->agent_id, sizeof r->agent_id, "%s", agent_id);
+    s_record (self, r, true, NULL);
     switch (r->op) {
         case OP_CREATE:
             if (!r->agent_id [0]) {
@@ -505,6 +533,34 @@ static void s_on_reply (self_t *self, ah_msg_t *msg)
     s_respond (r, status >= 200 && status < 300 ? status : 202, agent);
 }
 
+static void s_on_reply (self_t *self, ah_msg_t *msg)
+{
+    int64_t id = ah_msg_int (msg, "req", 0);
+    req_t *r = self->pending;
+    while (r && !(r->phase == PHASE_REPLY && r->req_id == id))
+        r = r->next;
+    if (!r) {
+        ah_debug ("api", "REPLY for req %lld that nobody waits for (client gone?)", (long long) id);
+        return;
+    }
+    s_unlink (self, r);
+    if (!ah_msg_bool (msg, "ok", false)) {
+        int status = (int) ah_msg_int (msg, "status", 500);
+        if (status < 400 || status > 599)
+            status = 500;
+        const char *error = ah_msg_str (msg, "error");
+        if (!error || !*error)
+            error = "the request was refused";
+        s_record (self, r, false, error);
+        s_respond_error (r, status, "%s", error);
+        return;
+    }
+    if (r->on_reply)
+        r->on_reply (self, r, msg);
+    else
+        s_respond (r, 200, json_pack ("{s:b}", "ok", 1));
+}
+
 static void s_check_waits (self_t *self, const char *agent_id)
 {
     req_t *r = self->pending;
@@ -524,9 +580,11 @@ static void s_sweep (self_t *self)
         req_t *next = r->next;
         if (r->deadline_ms && now >= r->deadline_ms) {
             s_unlink (self, r);
-            if (r->phase == PHASE_REPLY)
-                s_respond_error (r, 504, "lifecycle did not answer %s within %d s",
-                                 s_op_type (r->op), self->reply_timeout_s);
+            if (r->phase == PHASE_REPLY) {
+                s_record (self, r, false, "no answer in time");
+                s_respond_error (r, 504, "%s did not answer %s within %d s",
+                                 r->asked ? r->asked : "?", r->asked_type, self->reply_timeout_s);
+            }
             else {
                 bool failed;
                 json_t *agent = s_agent_get (self, r->agent_id, &failed);
@@ -663,7 +721,10 @@ static void s_agent_create (self_t *self, req_t *r)
         goto out;
     }
     snprintf (r->key, sizeof r->key, "%s", name);
-    s_ask_lifecycle (self, r, OP_CREATE, &msg);
+    snprintf (r->detail, sizeof r->detail, "%s", name);
+    ah_msg_set_str (msg, "tenant", r->tenant [0] ? r->tenant : "default");
+    r->op = OP_CREATE;
+    s_ask (self, r, "lifecycle", &msg, s_lifecycle_reply);
 out:
     ah_msg_destroy (&msg);
     json_decref (obj);
@@ -712,7 +773,12 @@ static void s_agent_update (self_t *self, req_t *r)
     if (!(agent = s_resolve (self, r)))
         goto out;
     ah_msg_set_str (msg, "agent", r->agent_id);
-    s_ask_lifecycle (self, r, OP_UPDATE, &msg);
+    //  The audit detail: the fields asked for, as compact JSON.
+    char *fields = json_dumps (obj, JSON_COMPACT | JSON_SORT_KEYS);
+    snprintf (r->detail, sizeof r->detail, "%s", fields ? fields : "");
+    free (fields);
+    r->op = OP_UPDATE;
+    s_ask (self, r, "lifecycle", &msg, s_lifecycle_reply);
 out:
     json_decref (agent);
     ah_msg_destroy (&msg);
@@ -736,11 +802,17 @@ static void s_agent_transition (self_t *self, req_t *r, op_t op)
     if (!agent)
         return;
     json_decref (agent);
-    ah_msg_t *msg = ah_msg_new (s_op_type (op));
+    static const char *types [] = {
+        [OP_START] = "SANDBOX_START", [OP_STOP] = "SANDBOX_STOP",
+        [OP_REBUILD] = "SANDBOX_REBUILD", [OP_DESTROY] = "SANDBOX_DESTROY"
+    };
+    ah_msg_t *msg = ah_msg_new (types [op]);
     ah_msg_set_str (msg, "agent", r->agent_id);
     if (op == OP_STOP)
-        ah_msg_set_str (msg, "reason", "api");
-    s_ask_lifecycle (self, r, op, &msg);
+        ah_msg_set_strf (msg, "reason", "api:%s", r->token_name);
+    snprintf (r->detail, sizeof r->detail, "%s", r->key);
+    r->op = op;
+    s_ask (self, r, "lifecycle", &msg, s_lifecycle_reply);
 }
 
 static void s_policy_reload (self_t *self, req_t *r)
@@ -755,7 +827,23 @@ static void s_policy_reload (self_t *self, req_t *r)
     s_respond (r, 202, json_pack ("{s:b, s:o}", "ok", 1, "sent_to", sent));
 }
 
-//  Query arguments we know: wait, timeout. Unknown ones are refused.
+static int s_query_int (req_t *r, const char *name, const char *value, int64_t min, int64_t max,
+                        int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll (value, &end, 10);
+    if (errno || end == value || *end || v < min || v > max) {
+        s_respond_error (r, 400, "query '%s' must be a whole number from %lld to %lld, got '%s'",
+                         name, (long long) min, (long long) max, value);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+//  Query arguments we know: wait, timeout, limit, before. Unknown ones
+//  are refused.
 static int s_parse_query (req_t *r)
 {
     char arg [256];
@@ -786,15 +874,16 @@ static int s_parse_query (req_t *r)
             }
         }
         else if (streq (arg, "timeout")) {
-            char *end = NULL;
-            errno = 0;
-            long long s = strtoll (value, &end, 10);
-            if (errno || !end || *end || s < 1 || s > AH_API_WAIT_MAX_S) {
-                s_respond_error (r, 400, "query 'timeout' must be seconds from 1 to %d, got '%s'",
-                                 AH_API_WAIT_MAX_S, value);
+            if (s_query_int (r, arg, value, 1, AH_API_WAIT_MAX_S, &r->wait_s))
                 return -1;
-            }
-            r->wait_s = s;
+        }
+        else if (streq (arg, "limit")) {
+            if (s_query_int (r, arg, value, 1, 1000, &r->limit))
+                return -1;
+        }
+        else if (streq (arg, "before")) {
+            if (s_query_int (r, arg, value, 1, INT64_MAX, &r->before))
+                return -1;
         }
         else {
             s_respond_error (r, 400, "unknown query argument '%s'", arg);
@@ -806,99 +895,301 @@ static int s_parse_query (req_t *r)
     return 0;
 }
 
-//  Route table. Paths: /healthz, /api/v1/agents[/{key}[/{action}]],
-//  /api/v1/policy[/reload]. Called once the body (if any) is complete.
+//  --------------------------------------------------------------------
+//  Routes answered by other actors: the audit trail (recorder), the
+//  runtime catalog and briefings (builder), turns (sleeper).
+
+//  A raw (nested msgpack) field of a message as JSON; NULL if absent.
+static json_t *s_raw_json (ah_msg_t *msg, const char *key)
+{
+    char *line = ah_msg_to_json (msg, NULL);
+    json_t *root = line ? json_loads (line, 0, NULL) : NULL;
+    free (line);
+    json_t *value = json_incref (json_object_get (json_object_get (root, "fields"), key));
+    json_decref (root);
+    return value;
+}
+
+static void s_operations_reply (self_t *self, req_t *r, ah_msg_t *msg)
+{
+    json_t *ops = s_raw_json (msg, "operations");
+    if (!json_is_array (ops)) {
+        json_decref (ops);
+        s_respond_error (r, 502, "the recorder answered without operations");
+        return;
+    }
+    size_t i;
+    json_t *op;
+    json_array_foreach (ops, i, op) {
+        json_t *at = json_object_get (op, "at");
+        if (json_is_integer (at)) {
+            json_int_t ms = json_integer_value (at);
+            json_object_set_new (op, "at_ms", json_integer (ms));
+            json_object_set_new (op, "at", s_time_json (ms));
+        }
+    }
+    s_respond (r, 200, json_pack ("{s:o}", "operations", ops));
+}
+
+static bool s_is_agent_id (const char *key)
+{
+    if (strlen (key) != 12)
+        return false;
+    for (const char *p = key; *p; p++)
+        if (!isdigit ((unsigned char) *p) && !(*p >= 'a' && *p <= 'f'))
+            return false;
+    return true;
+}
+
+//  GET /api/v1/operations, /api/v1/agents/{agent}/operations. A destroyed
+//  agent's trail stays readable by its id.
+static void s_operations (self_t *self, req_t *r, bool one_agent)
+{
+    ah_msg_t *msg = ah_msg_new ("OP_LIST");
+    if (one_agent) {
+        bool failed;
+        json_t *agent = s_agent_get (self, r->key, &failed);
+        if (agent)
+            snprintf (r->agent_id, sizeof r->agent_id, "%s",
+                      json_string_value (json_object_get (agent, "id")));
+        else if (!failed && s_is_agent_id (r->key))
+            memcpy (r->agent_id, r->key, 13);       //  12 hex and the NUL
+        else {
+            if (failed)
+                s_respond_error (r, 500, "cannot read the database");
+            else
+                s_respond_error (r, 404, "no agent named '%s'", r->key);
+            ah_msg_destroy (&msg);
+            return;
+        }
+        json_decref (agent);
+        ah_msg_set_str (msg, "agent_id", r->agent_id);
+    }
+    if (r->limit)
+        ah_msg_set_int (msg, "limit", r->limit);
+    if (r->before)
+        ah_msg_set_int (msg, "before", r->before);
+    s_ask (self, r, "recorder", &msg, s_operations_reply);
+}
+
+static void s_runtimes_reply (self_t *self, req_t *r, ah_msg_t *msg)
+{
+    json_t *list = s_raw_json (msg, "runtimes");
+    if (!json_is_array (list)) {
+        json_decref (list);
+        s_respond_error (r, 502, "the builder answered without runtimes");
+        return;
+    }
+    s_respond (r, 200, json_pack ("{s:o}", "runtimes", list));
+}
+
+static void s_briefing_reply (self_t *self, req_t *r, ah_msg_t *msg)
+{
+    const char *runtime = ah_msg_str (msg, "runtime");
+    const char *text = ah_msg_str (msg, "text");
+    json_t *body = json_object ();
+    json_object_set_new (body, "runtime", s_json_text (runtime ? runtime : r->key));
+    json_object_set_new (body, "text", text ? s_json_text (text) : json_null ());
+    s_respond (r, 200, body);
+}
+
+//  TURN_START, TURN_RENEW: {turn_id, agent_id, expires_at}; TURN_END: ok.
+static void s_turn_reply (self_t *self, req_t *r, ah_msg_t *msg)
+{
+    json_t *body = json_object ();
+    const char *turn_id = ah_msg_str (msg, "turn_id");
+    json_object_set_new (body, "turn_id", s_json_text (turn_id ? turn_id : r->key));
+    if (streq (r->asked_type, "TURN_END")) {
+        json_object_set_new (body, "ended", json_true ());
+        s_respond (r, 200, body);
+        return;
+    }
+    const char *agent_id = ah_msg_str (msg, "agent_id");
+    json_object_set_new (body, "agent_id", agent_id ? s_json_text (agent_id) : json_null ());
+    int64_t expires = ah_msg_int (msg, "expires_at", 0);
+    json_object_set_new (body, "expires_at", s_time_json (expires));
+    json_object_set_new (body, "expires_at_ms", json_integer (expires));
+    s_respond (r, streq (r->asked_type, "TURN_START") ? 201 : 200, body);
+}
+
+static const field_t s_turn_fields [] = { { "lease_ms", F_INT } };
+
+//  POST /api/v1/agents/{agent}/turns, /api/v1/turns/{id}/renew,
+//  DELETE /api/v1/turns/{id}. r->key is the agent or the turn.
+static void s_turn (self_t *self, req_t *r, const char *type)
+{
+    json_t *obj = s_body_object (r, true);
+    if (!obj)
+        return;
+    ah_msg_t *msg = ah_msg_new (type);
+    bool end = streq (type, "TURN_END");
+    if (end && json_object_size (obj) > 0)
+        s_respond_error (r, 400, "ending a turn takes no body");
+    else
+    if (!end && s_copy_fields (r, obj, s_turn_fields, 1, msg) == 0) {
+        json_t *agent = NULL;
+        if (streq (type, "TURN_START")) {
+            if ((agent = s_resolve (self, r)))
+                ah_msg_set_str (msg, "agent", r->agent_id);
+        }
+        else
+            ah_msg_set_str (msg, "turn_id", r->key);
+        if (agent || !streq (type, "TURN_START"))
+            s_ask (self, r, "sleeper", &msg, s_turn_reply);
+        json_decref (agent);
+    }
+    else
+    if (end) {
+        ah_msg_set_str (msg, "turn_id", r->key);
+        s_ask (self, r, "sleeper", &msg, s_turn_reply);
+    }
+    ah_msg_destroy (&msg);
+    json_decref (obj);
+}
+
+//  Answers 405 (with Allow) unless the method is the one wanted.
+static bool s_method_ok (req_t *r, method_t want, const char *allow)
+{
+    if (r->method == want)
+        return true;
+    r->allow = allow;
+    s_respond_error (r, 405, "%s takes %s", r->path, allow);
+    return false;
+}
+
+//  Splits "{key}" or "{key}/{action}" after a prefix into r->key and
+//  *action (NULL when absent). -1 (answered 404) on more segments.
+static int s_split_key (req_t *r, const char *rest, const char **action)
+{
+    const char *slash = strchr (rest, '/');
+    size_t klen = slash ? (size_t) (slash - rest) : strlen (rest);
+    *action = slash ? slash + 1 : NULL;
+    if (klen == 0 || klen >= sizeof r->key || (*action && (strchr (*action, '/') || !**action))) {
+        s_respond_error (r, 404, "no route %s", r->path);
+        return -1;
+    }
+    memcpy (r->key, rest, klen);
+    r->key [klen] = 0;
+    return 0;
+}
+
+//  /api/v1/agents/{agent}[/{action}]
+static void s_agent_route (self_t *self, req_t *r, const char *action)
+{
+    method_t m = r->method;
+    if (!action) {
+        if (m == M_GET) {
+            json_t *agent = s_resolve (self, r);
+            if (agent)
+                s_respond (r, 200, agent);
+        }
+        else if (m == M_PATCH)
+            s_agent_update (self, r);
+        else if (m == M_DELETE)
+            s_agent_transition (self, r, OP_DESTROY);
+        else {
+            r->allow = "GET, PATCH, DELETE";
+            s_respond_error (r, 405, "/api/v1/agents/{agent} takes GET, PATCH or DELETE");
+        }
+        return;
+    }
+    if (streq (action, "operations")) {
+        if (s_method_ok (r, M_GET, "GET"))
+            s_operations (self, r, true);
+        return;
+    }
+    if (streq (action, "turns")) {
+        if (s_method_ok (r, M_POST, "POST"))
+            s_turn (self, r, "TURN_START");
+        return;
+    }
+    op_t op = streq (action, "start") ? OP_START
+            : streq (action, "stop") ? OP_STOP
+            : streq (action, "rebuild") ? OP_REBUILD : OP_NONE;
+    if (op == OP_NONE) {
+        s_respond_error (r, 404, "no route %s (actions: start, stop, rebuild, turns, operations)", r->path);
+        return;
+    }
+    if (s_method_ok (r, M_POST, "POST")) {
+        snprintf (r->action, sizeof r->action, "%s", action);
+        s_agent_transition (self, r, op);
+    }
+}
+
+//  Route table (docs/api.md). Called once the body (if any) is complete.
 static void s_dispatch (self_t *self, req_t *r)
 {
     const char *p = r->path;
-    method_t m = r->method;
-    static const char *agents = "/api/v1/agents";
-    static const char *policy = "/api/v1/policy";
-
+    const char *action;
     if (s_parse_query (r))
         return;
     if (streq (p, "/api/v1/agents")) {
-        if (m == M_GET) {
+        if (r->method == M_GET) {
             json_t *list = s_agent_list (self);
             if (!list)
                 s_respond_error (r, 500, "cannot read the database");
             else
                 s_respond (r, 200, json_pack ("{s:o}", "agents", list));
         }
-        else if (m == M_POST)
+        else if (r->method == M_POST)
             s_agent_create (self, r);
         else {
             r->allow = "GET, POST";
-            s_respond_error (r, 405, "%s takes GET or POST", agents);
+            s_respond_error (r, 405, "%s takes GET or POST", p);
         }
-        return;
     }
-    if (strncmp (p, "/api/v1/agents/", 15) == 0) {
-        const char *key = p + 15;
-        const char *slash = strchr (key, '/');
-        size_t klen = slash ? (size_t) (slash - key) : strlen (key);
-        const char *action = slash ? slash + 1 : NULL;
-        if (klen == 0 || klen >= sizeof r->key || (action && strchr (action, '/'))) {
-            s_respond_error (r, 404, "no route %s", p);
-            return;
+    else if (strncmp (p, "/api/v1/agents/", 15) == 0) {
+        if (s_split_key (r, p + 15, &action) == 0)
+            s_agent_route (self, r, action);
+    }
+    else if (streq (p, "/api/v1/policy")) {
+        if (s_method_ok (r, M_GET, "GET")) {
+            json_t *list = s_policy_list (self);
+            if (!list)
+                s_respond_error (r, 500, "cannot read the database");
+            else
+                s_respond (r, 200, json_pack ("{s:o}", "policies", list));
         }
-        memcpy (r->key, key, klen);
-        r->key [klen] = 0;
+    }
+    else if (streq (p, "/api/v1/policy/reload")) {
+        if (s_method_ok (r, M_POST, "POST"))
+            s_policy_reload (self, r);
+    }
+    else if (streq (p, "/api/v1/operations")) {
+        if (s_method_ok (r, M_GET, "GET"))
+            s_operations (self, r, false);
+    }
+    else if (streq (p, "/api/v1/runtimes")) {
+        if (s_method_ok (r, M_GET, "GET")) {
+            ah_msg_t *msg = ah_msg_new ("CATALOG_LIST");
+            s_ask (self, r, "builder", &msg, s_runtimes_reply);
+        }
+    }
+    else if (strncmp (p, "/api/v1/runtimes/", 17) == 0) {
+        if (s_split_key (r, p + 17, &action))
+            return;
+        if (!action || !streq (action, "briefing"))
+            s_respond_error (r, 404, "no route %s (try /api/v1/runtimes/{name}/briefing)", p);
+        else if (s_method_ok (r, M_GET, "GET")) {
+            ah_msg_t *msg = ah_msg_new ("BRIEFING");
+            ah_msg_set_str (msg, "runtime", r->key);
+            s_ask (self, r, "builder", &msg, s_briefing_reply);
+        }
+    }
+    else if (strncmp (p, "/api/v1/turns/", 14) == 0) {
+        if (s_split_key (r, p + 14, &action))
+            return;
         if (!action) {
-            if (m == M_GET) {
-                json_t *agent = s_resolve (self, r);
-                if (agent)
-                    s_respond (r, 200, agent);
-            }
-            else if (m == M_PATCH)
-                s_agent_update (self, r);
-            else if (m == M_DELETE)
-                s_agent_transition (self, r, OP_DESTROY);
-            else {
-                r->allow = "GET, PATCH, DELETE";
-                s_respond_error (r, 405, "%s/{agent} takes GET, PATCH or DELETE", agents);
-            }
-            return;
+            if (s_method_ok (r, M_DELETE, "DELETE"))
+                s_turn (self, r, "TURN_END");
         }
-        op_t op = streq (action, "start") ? OP_START
-                : streq (action, "stop") ? OP_STOP
-                : streq (action, "rebuild") ? OP_REBUILD : OP_NONE;
-        if (op == OP_NONE) {
-            s_respond_error (r, 404, "no route %s (actions: start, stop, rebuild)", p);
-            return;
-        }
-        if (m != M_POST) {
-            r->allow = "POST";
-            s_respond_error (r, 405, "%s/{agent}/%s takes POST", agents, action);
-            return;
-        }
-        snprintf (r->action, sizeof r->action, "%s", action);
-        s_agent_transition (self, r, op);
-        return;
+        else if (!streq (action, "renew"))
+            s_respond_error (r, 404, "no route %s (try /api/v1/turns/{id}/renew)", p);
+        else if (s_method_ok (r, M_POST, "POST"))
+            s_turn (self, r, "TURN_RENEW");
     }
-    if (streq (p, policy)) {
-        if (m != M_GET) {
-            r->allow = "GET";
-            s_respond_error (r, 405, "%s takes GET", policy);
-            return;
-        }
-        json_t *list = s_policy_list (self);
-        if (!list)
-            s_respond_error (r, 500, "cannot read the database");
-        else
-            s_respond (r, 200, json_pack ("{s:o}", "policies", list));
-        return;
-    }
-    if (streq (p, "/api/v1/policy/reload")) {
-        if (m != M_POST) {
-            r->allow = "POST";
-            s_respond_error (r, 405, "%s/reload takes POST", policy);
-            return;
-        }
-        s_policy_reload (self, r);
-        return;
-    }
-    s_respond_error (r, 404, "no route %s", p);
+    else
+        s_respond_error (r, 404, "no route %s", p);
 }
 
 //  --------------------------------------------------------------------

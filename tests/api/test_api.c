@@ -10,6 +10,8 @@
 #include "../common/check.h"
 
 #include <curl/curl.h>
+#include <msgpack.h>
+#include <stdarg.h>
 #include <jansson.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -31,7 +33,96 @@ typedef struct {
     zlistx_t *later;
     int policy_reloads;
     char *last_create;              //  JSON of the last AGENT_CREATE
+    //  The other actors the API asks: recorder, builder, sleeper.
+    zsock_t *recorder, *builder, *sleeper;
+    int records;
+    char *last_record;              //  JSON of the last OP_RECORD
+    char *last_other;               //  JSON of the last OP_LIST / TURN_* / BRIEFING
 } fake_t;
+
+//  One msgpack array of maps, {k: v} given as "k", type, value triples:
+//  's' string, 'i' integer, 'b' bool, 'n' nil. For the fake answers.
+static void s_set_raw_list (ah_msg_t *m, const char *key, int n_maps, int n_fields, ...)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init (&sb);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_array (&pk, n_maps);
+    va_list ap;
+    va_start (ap, n_fields);
+    for (int i = 0; i < n_maps; i++) {
+        msgpack_pack_map (&pk, n_fields);
+        for (int f = 0; f < n_fields; f++) {
+            const char *k = va_arg (ap, const char *);
+            int type = va_arg (ap, int);
+            msgpack_pack_str_with_body (&pk, k, strlen (k));
+            if (type == 's') {
+                const char *v = va_arg (ap, const char *);
+                msgpack_pack_str_with_body (&pk, v, strlen (v));
+            }
+            else if (type == 'i')
+                msgpack_pack_int64 (&pk, va_arg (ap, int64_t));
+            else if (type == 'b') {
+                if (va_arg (ap, int)) msgpack_pack_true (&pk); else msgpack_pack_false (&pk);
+            }
+            else
+                msgpack_pack_nil (&pk);
+        }
+    }
+    va_end (ap);
+    ah_msg_set_raw (m, key, sb.data, sb.size);
+    msgpack_sbuffer_destroy (&sb);
+}
+
+//  recorder, builder and sleeper as the API sees them.
+static void s_fake_other (fake_t *f, zsock_t *sock, ah_msg_t *m)
+{
+    const char *type = ah_msg_type (m);
+    ah_msg_t *reply = NULL;
+    if (streq (type, "OP_RECORD")) {
+        f->records++;
+        free (f->last_record);
+        f->last_record = ah_msg_to_json (m, "recorder");
+        return;
+    }
+    free (f->last_other);
+    f->last_other = ah_msg_to_json (m, "");
+    if (streq (type, "OP_LIST")) {
+        reply = ah_msg_reply_ok (m);
+        s_set_raw_list (reply, "operations", 1, 8, "id", 'i', (int64_t) 1, "at", 'i', (int64_t) 1764406800000,
+                        "agent_id", 's', ah_msg_str (m, "agent_id") ? ah_msg_str (m, "agent_id") : "x",
+                        "actor", 's', "api:admin", "kind", 's', "create", "detail", 's', "alice",
+                        "ok", 'b', 1, "error", 'n');
+    }
+    else if (streq (type, "CATALOG_LIST")) {
+        reply = ah_msg_reply_ok (m);
+        s_set_raw_list (reply, "runtimes", 1, 2, "name", 's', "debian", "image", 's', "debian:bookworm-slim");
+    }
+    else if (streq (type, "BRIEFING")) {
+        if (streq (ah_msg_str (m, "runtime"), "debian")) {
+            reply = ah_msg_reply_ok (m);
+            ah_msg_set_str (reply, "runtime", "debian");
+            ah_msg_set_str (reply, "text", "You run on Debian.");
+        }
+        else
+            reply = ah_msg_reply_error (m, 404, "no runtime '%s' in the catalog", ah_msg_str (m, "runtime"));
+    }
+    else if (streq (type, "TURN_START") || streq (type, "TURN_RENEW") || streq (type, "TURN_END")) {
+        const char *turn = ah_msg_str (m, "turn_id");
+        if (turn && !streq (turn, "00112233aabbccdd"))
+            reply = ah_msg_reply_error (m, 404, "no turn '%s'", turn);
+        else {
+            reply = ah_msg_reply_ok (m);
+            ah_msg_set_str (reply, "turn_id", "00112233aabbccdd");
+            ah_msg_set_str (reply, "agent_id", "aaaaaaaaaaaa");
+            ah_msg_set_int (reply, "expires_at", 1764406860000);
+        }
+    }
+    else
+        reply = ah_msg_reply_error (m, 400, "fake: unknown %s", type);
+    ah_msg_send (&reply, sock, ah_msg_peer (m));
+}
 
 static const char *s_state (fake_t *f, const char *id)
 {
@@ -170,10 +261,13 @@ static void s_fake_lifecycle (zsock_t *pipe, void *args)
     fake_t f = { 0 };
     f.store = ah_store_open ((const char *) args, false, NULL);
     f.bus = ah_bus_connect ("lifecycle");
+    f.recorder = ah_bus_connect ("recorder");
+    f.builder = ah_bus_connect ("builder");
+    f.sleeper = ah_bus_connect ("sleeper");
     f.later = zlistx_new ();
     zlistx_set_destructor (f.later, NULL);
     zsock_signal (pipe, 0);
-    zpoller_t *poller = zpoller_new (pipe, f.bus, NULL);
+    zpoller_t *poller = zpoller_new (pipe, f.bus, f.recorder, f.builder, f.sleeper, NULL);
     while (true) {
         void *which = zpoller_wait (poller, 20);
         if (which == pipe) {
@@ -183,6 +277,10 @@ static void s_fake_lifecycle (zsock_t *pipe, void *args)
                 zstr_sendf (pipe, "%d", f.policy_reloads);
             else if (cmd && streq (cmd, "LAST"))
                 zstr_send (pipe, f.last_create ? f.last_create : "");
+            else if (cmd && streq (cmd, "RECORDS"))
+                zstr_sendf (pipe, "%d %s", f.records, f.last_record ? f.last_record : "");
+            else if (cmd && streq (cmd, "OTHER"))
+                zstr_send (pipe, f.last_other ? f.last_other : "");
             zstr_free (&cmd);
             if (term)
                 break;
@@ -191,6 +289,12 @@ static void s_fake_lifecycle (zsock_t *pipe, void *args)
             ah_msg_t *m = ah_msg_recv (f.bus, true, NULL);
             if (m)
                 s_fake_handle (&f, m);
+            ah_msg_destroy (&m);
+        }
+        else if (which) {
+            ah_msg_t *m = ah_msg_recv (which, true, NULL);
+            if (m)
+                s_fake_other (&f, which, m);
             ah_msg_destroy (&m);
         }
         else if (zpoller_terminated (poller))
@@ -227,6 +331,11 @@ static void s_fake_lifecycle (zsock_t *pipe, void *args)
     }
     zlistx_destroy (&f.later);
     free (f.last_create);
+    free (f.last_record);
+    free (f.last_other);
+    zsock_destroy (&f.recorder);
+    zsock_destroy (&f.builder);
+    zsock_destroy (&f.sleeper);
     zsock_destroy (&f.bus);
     ah_store_close (&f.store);
 }
@@ -564,6 +673,63 @@ int main (void)
     char *reloads = zstr_recv (lifecycle);
     CHECK_STR (reloads, "1");
     zstr_free (&reloads);
+
+    //  The audit trail: who created alice, and the refused create.
+    {
+        zstr_send (lifecycle, "RECORDS");
+        char *rec = zstr_recv (lifecycle);
+        CHECK (rec && atoi (rec) >= 4);
+        CHECK (rec && strstr (rec, "\"actor\":\"api:admin\""));
+        zstr_free (&rec);
+    }
+    zstr_send (lifecycle, "LAST");
+    last = zstr_recv (lifecycle);
+    CHECK (last && strstr (last, "\"tenant\":\"default\""));
+    zstr_free (&last);
+
+    //  Operations (recorder), runtimes and briefings (builder), turns (sleeper)
+    j = s_http ("GET", "/api/v1/agents/alice/operations?limit=5", NULL, s_token, &status);
+    CHECK (status == 200);
+    {
+        json_t *op = json_array_get (json_object_get (j, "operations"), 0);
+        CHECK_STR (s_str (op, "kind"), "create");
+        CHECK (s_str (op, "at") && strchr (s_str (op, "at"), 'T'));
+        CHECK (json_integer_value (json_object_get (op, "at_ms")) == 1764406800000);
+        CHECK_STR (s_str (op, "agent_id"), alice_id);
+    }
+    json_decref (j);
+    zstr_send (lifecycle, "OTHER");
+    last = zstr_recv (lifecycle);
+    CHECK (last && strstr (last, "\"limit\":5") && strstr (last, alice_id));
+    zstr_free (&last);
+    EXPECT ("GET", "/api/v1/operations?limit=0", NULL, s_token, 400, "'limit'");
+    EXPECT ("GET", "/api/v1/operations?before=1764406800000", NULL, s_token, 200, NULL);
+    EXPECT ("GET", "/api/v1/agents/bob/operations", NULL, s_token, 404, "no agent named 'bob'");
+    j = s_http ("GET", "/api/v1/runtimes", NULL, s_token, &status);
+    CHECK (status == 200);
+    CHECK_STR (s_str (json_array_get (json_object_get (j, "runtimes"), 0), "name"), "debian");
+    json_decref (j);
+    j = s_http ("GET", "/api/v1/runtimes/debian/briefing", NULL, s_token, &status);
+    CHECK (status == 200);
+    CHECK_STR (s_str (j, "text"), "You run on Debian.");
+    json_decref (j);
+    EXPECT ("GET", "/api/v1/runtimes/plan9/briefing", NULL, s_token, 404, "plan9");
+    EXPECT ("GET", "/api/v1/runtimes/debian/other", NULL, s_token, 404, "no route");
+    j = s_http ("POST", "/api/v1/agents/alice/turns", "{\"lease_ms\":5000}", s_token, &status);
+    CHECK (status == 201);
+    CHECK_STR (s_str (j, "turn_id"), "00112233aabbccdd");
+    CHECK (s_str (j, "expires_at") && strchr (s_str (j, "expires_at"), 'T'));
+    json_decref (j);
+    zstr_send (lifecycle, "OTHER");
+    last = zstr_recv (lifecycle);
+    CHECK (last && strstr (last, "\"lease_ms\":5000") && strstr (last, alice_id));
+    zstr_free (&last);
+    EXPECT ("POST", "/api/v1/agents/alice/turns", "{\"lease\":5}", s_token, 400, "unknown field 'lease'");
+    EXPECT ("POST", "/api/v1/agents/bob/turns", NULL, s_token, 404, "no agent named 'bob'");
+    EXPECT ("POST", "/api/v1/turns/00112233aabbccdd/renew", "{\"lease_ms\":9000}", s_token, 200, NULL);
+    EXPECT ("POST", "/api/v1/turns/feedface/renew", NULL, s_token, 404, "no turn 'feedface'");
+    EXPECT ("DELETE", "/api/v1/turns/00112233aabbccdd", NULL, s_token, 200, NULL);
+    EXPECT ("GET", "/api/v1/turns/00112233aabbccdd", NULL, s_token, 405, NULL);
 
     //  Malformed requests: answered or closed, never a crash.
     char *out = s_raw ("GARBAGE\r\n\r\n", 11, true);
