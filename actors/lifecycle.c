@@ -1178,6 +1178,33 @@ static void s_agent_update (self_t *self, const ah_msg_t *msg)
     s_reply (self, msg, reply);
 }
 
+//  TUNNEL_LOST {agent_id, reason, fatal}: a connection that redialling
+//  cannot mend (a protocol version mismatch) puts the sandbox in error
+//  with the reason, and stops it; a passing loss is left to sandboxd's
+//  reconnect and the reconciler.
+static void s_tunnel_lost (self_t *self, const ah_msg_t *msg)
+{
+    const char *id = ah_msg_str (msg, "agent_id");
+    const char *reason = ah_msg_str (msg, "reason");
+    if (!id) {
+        ah_warn (AREA, "TUNNEL_LOST from '%s' without agent_id", ah_msg_peer (msg));
+        return;
+    }
+    if (!ah_msg_bool (msg, "fatal", false)) {
+        ah_info (AREA, "%s: tunnel connection lost (%s); sandboxd will redial", id, reason ? reason : "?");
+        return;
+    }
+    if (s_move (self, id, "state IN ('starting','running')", "error", "start",
+                reason ? reason : "the sandbox's tunnel failed") == 1) {
+        track_t *track = zhashx_lookup (self->tracks, id);
+        if (track)
+            track->hello_deadline = 0;
+        row_t row;
+        if (s_lookup (self, id, &row) == 1)
+            s_launch (self, &row, "stop", true);
+    }
+}
+
 static void s_hello (self_t *self, const ah_msg_t *msg)
 {
     const char *id = ah_msg_str (msg, "agent_id");
@@ -1326,6 +1353,9 @@ static void s_dispatch (self_t *self)
     else
     if (streq (mtype, "SANDBOX_HELLO"))
         s_hello (self, msg);
+    else
+    if (streq (mtype, "TUNNEL_LOST"))
+        s_tunnel_lost (self, msg);
     else
     if (streq (mtype, "SANDBOX_OBSERVED"))
         s_observed (self, msg);
