@@ -52,6 +52,11 @@ static const command_t s_commands [] = {
       "stays) and wait until the rebuild ends. --no-wait returns at once.\n" },
     { "rm", "rm NAME [--no-wait] [--timeout S] [--json]",
       "Destroy an agent, its sandbox and its home directory, and wait until it is gone.\n" },
+    { "log", "log [NAME] [--limit N] [--json]",
+      "The audit trail, newest first: who did what to NAME (or to every agent),\n"
+      "and each state it went through. --limit: at most N entries (default 50).\n" },
+    { "runtimes", "runtimes [--json]",
+      "The runtime catalog: each runtime's image and whether the image is there.\n" },
     { "tap", "tap [--endpoint E] [--type GLOB] [--count N]",
       "Print every message on the server's bus as one JSON line, from the tap\n"
       "(tap.endpoint in the configuration, or E). --type keeps the types matching\n"
@@ -431,25 +436,85 @@ usage:
     return EXIT_USAGE;
 }
 
+//  Rows from JSON objects: one column per key (NULL key: the row number).
+static void s_print_objects (json_t *list, const char *const *header, const char *const *keys, size_t ncols)
+{
+    size_t nrows = json_array_size (list) + 1;
+    char ***rows = calloc (nrows, sizeof *rows);
+    rows [0] = calloc (ncols, sizeof (char *));
+    for (size_t c = 0; c < ncols; c++)
+        rows [0][c] = strdup (header [c]);
+    for (size_t i = 0; i + 1 < nrows; i++) {
+        json_t *o = json_array_get (list, i);
+        rows [i + 1] = calloc (ncols, sizeof (char *));
+        for (size_t c = 0; c < ncols; c++) {
+            json_t *v = json_object_get (o, keys [c]);
+            if (json_is_string (v))
+                rows [i + 1][c] = s_strf ("%.80s", json_string_value (v));
+            else if (json_is_true (v) || json_is_false (v))
+                rows [i + 1][c] = strdup (json_is_true (v) ? "yes" : "no");
+            else if (json_is_number (v))
+                rows [i + 1][c] = s_strf ("%g", json_number_value (v));
+            else
+                rows [i + 1][c] = strdup ("-");
+        }
+    }
+    s_print_table (rows, nrows, ncols);
+    for (size_t r = 0; r < nrows; r++) {
+        for (size_t c = 0; c < ncols; c++)
+            free (rows [r][c]);
+        free (rows [r]);
+    }
+    free (rows);
+}
+
+//  GET path and print the array under key: the JSON with --json, else
+//  print (list) for people. Returns the exit status.
+typedef void (print_fn) (json_t *list);
+static int s_show_list (const common_t *co, const char *path, const char *key, print_fn *print)
+{
+    int exit_code;
+    json_t *reply = s_call (co, "GET", path, NULL, 0, NULL, &exit_code);
+    if (reply) {
+        json_t *list = json_object_get (reply, key);
+        if (co->json)
+            s_print_json (list ? list : reply);
+        else
+            print (list);
+    }
+    json_decref (reply);
+    return exit_code;
+}
+
+static void s_print_operations (json_t *ops)
+{
+    static const char *const header [] = { "AT", "AGENT", "ACTOR", "KIND", "DETAIL", "OK", "ERROR" };
+    static const char *const keys [] = { "at", "agent_id", "actor", "kind", "detail", "ok", "error" };
+    s_print_objects (ops, header, keys, 7);
+}
+
+static void s_print_runtimes (json_t *list)
+{
+    static const char *const header [] = { "NAME", "IMAGE", "IMAGE STATE", "DESCRIPTION" };
+    static const char *const keys [] = { "name", "image", "image_state", "description" };
+    s_print_objects (list, header, keys, 4);
+}
+
+static void s_print_agent_list (json_t *agents)
+{
+    if (json_array_size (agents) == 0)
+        printf ("no agents (agenthold create NAME makes one)\n");
+    else
+        s_print_agents (agents);
+}
+
 static int s_cmd_ls (const command_t *c, int argc, char **argv, common_t *co)
 {
     const char *pos [1];
     int npos, rc = s_parse_simple (c, argc, argv, co, pos, 0, &npos);
     if (rc)
         return rc < 0 ? 0 : rc;
-    int exit_code;
-    json_t *reply = s_call (co, "GET", "/api/v1/agents", NULL, 0, NULL, &exit_code);
-    if (reply) {
-        json_t *agents = json_object_get (reply, "agents");
-        if (co->json)
-            s_print_json (agents ? agents : reply);
-        else if (json_array_size (agents) == 0)
-            printf ("no agents (agenthold create NAME makes one)\n");
-        else
-            s_print_agents (agents);
-    }
-    json_decref (reply);
-    return exit_code;
+    return s_show_list (co, "/api/v1/agents", "agents", s_print_agent_list);
 }
 
 static int s_cmd_show (const command_t *c, int argc, char **argv, common_t *co)
@@ -557,32 +622,46 @@ static int s_cmd_policy (const command_t *c, int argc, char **argv, common_t *co
     else if (json_array_size (list) == 0)
         printf ("no policy scripts loaded yet\n");
     else {
-        size_t nrows = json_array_size (list) + 1;
-        char ***rows = calloc (nrows, sizeof *rows);
-        static const char *header [] = { "HOLDER", "SCRIPT", "LOADED", "LAST ERROR" };
-        rows [0] = calloc (4, sizeof (char *));
-        for (int k = 0; k < 4; k++)
-            rows [0][k] = strdup (header [k]);
-        for (size_t i = 0; i + 1 < nrows; i++) {
-            json_t *p = json_array_get (list, i);
-            char **row = rows [i + 1] = calloc (4, sizeof (char *));
-            row [0] = strdup (s_jstr (p, "holder", "-"));
-            row [1] = strdup (s_jstr (p, "script", "-"));
-            row [2] = strdup (s_jstr (p, "loaded_at", "never"));
-            row [3] = json_is_string (json_object_get (p, "error"))
-                    ? s_strf ("%s (%s)", s_jstr (p, "error", ""), s_jstr (p, "error_at", "?"))
-                    : strdup ("");
-        }
-        s_print_table (rows, nrows, 4);
-        for (size_t r = 0; r < nrows; r++) {
-            for (int k = 0; k < 4; k++)
-                free (rows [r][k]);
-            free (rows [r]);
-        }
-        free (rows);
+        static const char *const header [] = { "HOLDER", "SCRIPT", "LOADED", "LAST ERROR", "AT" };
+        static const char *const keys [] = { "holder", "script", "loaded_at", "error", "error_at" };
+        s_print_objects (list, header, keys, 5);
     }
     json_decref (reply);
     return 0;
+}
+
+static int s_cmd_log (const command_t *c, int argc, char **argv, common_t *co)
+{
+    const char *limit = "50";
+    opt_t opts [] = {
+        { "--limit", &limit, NULL }, { "--json", NULL, &co->json }, { "--config", &co->config, NULL },
+        { NULL, NULL, NULL }
+    };
+    const char *pos [1];
+    int npos, rc = s_parse (c, argc, argv, opts, pos, 1, &npos);
+    if (rc)
+        return rc > 0 ? (s_usage_one (c, stdout), 0) : EXIT_USAGE;
+    char *end = NULL;
+    long n = strtol (limit, &end, 10);
+    if (end == limit || *end || n < 1 || n > 1000) {
+        fprintf (stderr, "agenthold log: --limit wants a number from 1 to 1000, got '%s'\n", limit);
+        return EXIT_USAGE;
+    }
+    char *suffix = s_strf ("/operations?limit=%ld", n);
+    char *path = npos ? s_agent_path (pos [0], suffix) : s_strf ("/api/v1%s", suffix);
+    free (suffix);
+    int exit_code = s_show_list (co, path, "operations", s_print_operations);
+    free (path);
+    return exit_code;
+}
+
+static int s_cmd_runtimes (const command_t *c, int argc, char **argv, common_t *co)
+{
+    const char *pos [1];
+    int npos, rc = s_parse_simple (c, argc, argv, co, pos, 0, &npos);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    return s_show_list (co, "/api/v1/runtimes", "runtimes", s_print_runtimes);
 }
 
 static int s_cmd_tap (const command_t *c, int argc, char **argv, common_t *co)
@@ -678,6 +757,10 @@ int main (int argc, char **argv)
         status = s_cmd_policy (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "tap"))
         status = s_cmd_tap (c, argc - 2, argv + 2, &co);
+    else if (!strcmp (name, "log"))
+        status = s_cmd_log (c, argc - 2, argv + 2, &co);
+    else if (!strcmp (name, "runtimes"))
+        status = s_cmd_runtimes (c, argc - 2, argv + 2, &co);
     else
         status = s_cmd_transition (c, argc - 2, argv + 2, &co);
     curl_global_cleanup ();

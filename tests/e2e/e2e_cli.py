@@ -257,6 +257,26 @@ def scenario():
     check(any(p["script"] == "limits.lua" for p in pol), "policy status lists limits.lua: %r" % pol)
     cli_ok("policy", "reload")
 
+    # The audit trail, the runtime catalog, turns: answered by the real
+    # recorder, builder and sleeper through the API.
+    ops = cli_json("log", "alice", "--limit", "100")
+    check(any(o["actor"] == "api:admin" and o["kind"] == "create" for o in ops),
+          "log alice shows who created it: %r" % ops[:3])
+    check(any(o["kind"] == "state" for o in ops), "log alice shows its states")
+    check("ACTOR" in cli_ok("log").splitlines()[0], "log table header")
+    runtimes = cli_json("runtimes")
+    check(runtimes and all("name" in r and "image" in r for r in runtimes), "runtimes: %r" % runtimes)
+    status, j = http("GET", "/api/v1/runtimes/%s/briefing" % runtimes[0]["name"])
+    check(status == 200 and j["text"], "briefing: %d %r" % (status, j))
+    expect_error(404, "plan9", "GET", "/api/v1/runtimes/plan9/briefing")
+    status, turn = http("POST", "/api/v1/agents/alice/turns", body={"lease_ms": 60000})
+    check(status == 201 and turn["turn_id"] and turn["expires_at"], "turn start: %d %r" % (status, turn))
+    status, j = http("POST", "/api/v1/turns/%s/renew" % turn["turn_id"], body={"lease_ms": 120000})
+    check(status == 200 and j["expires_at_ms"] > turn["expires_at_ms"], "turn renew: %d %r" % (status, j))
+    status, j = http("DELETE", "/api/v1/turns/%s" % turn["turn_id"])
+    check(status == 200, "turn end: %d %r" % (status, j))
+    expect_error(404, "", "POST", "/api/v1/turns/%s/renew" % turn["turn_id"])
+
     # The tap: one SANDBOX_* message as a JSON line
     tap = subprocess.Popen([BIN, "tap", "--type", "SANDBOX_*", "--count", "1"], env=ENV, cwd=TMP,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
