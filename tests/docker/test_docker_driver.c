@@ -135,6 +135,39 @@ s_firewall_check (const char *cname, const char *gateway, int port, struct ifadd
     fprintf (stderr, "host firewall rule checked: only the tunnel port answers the sandbox\n");
 }
 
+//  sandbox.docker.runtime: a runtime the engine has is set on the
+//  container; one it lacks is an error naming the key.
+static void
+s_runtime (eng_fixture_t *fx, char **err)
+{
+    ah_config_t config = fx->config;
+    config.runtime = "runc";
+    ah_driver_t *d = ah_docker_driver_new (&config, err);
+    CHECK (d != NULL);
+    if (!d)
+        return;
+    ah_sandbox_spec_t spec = { .agent_id = "r8" };
+    CHECK (d->create (d, &spec, err) == 0);
+    char cname [160];
+    snprintf (cname, sizeof cname, "%s-r8", fx->prefix);
+    json_t *c = s_inspect_container (cname);
+    CHECK_STR (json_string_value (json_object_get (json_object_get (c, "HostConfig"), "Runtime")), "runc");
+    json_decref (c);
+    CHECK (d->destroy (d, "r8", err) == 0);
+    d->destroy_driver (&d);
+    config.runtime = "agenthold-no-such-runtime";
+    d = ah_docker_driver_new (&config, err);
+    free (*err);
+    *err = NULL;
+    CHECK (d && d->create (d, &spec, err) == -1);
+    CHECK (*err && strstr (*err, "sandbox.docker.runtime") && strstr (*err, "agenthold-no-such-runtime"));
+    fprintf (stderr, "unknown runtime says: %s\n", *err ? *err : "");
+    if (d) {
+        CHECK (d->destroy (d, "r8", err) == 0);
+        d->destroy_driver (&d);
+    }
+}
+
 //  A helper container plays the server: it answers "hello-from-server" on
 //  a port; the driver must connect it to the agent's network at .2.
 static void
@@ -513,6 +546,7 @@ main (void)
     //  each agent network at .2 and boot.json points there.
     s_server_container_mode (&fx, &err);
     s_sandboxd_volume_mode (&fx, &err);
+    s_runtime (&fx, &err);
 
     //  An unreachable engine: a clear error, fast.
     ah_config_t gone = config;
