@@ -890,6 +890,16 @@ static void s_send_exit (ah_sbd_session_t *self, chan_t *ch)
     s_flush (self, ch);
 }
 
+//  Signal the channel's process group, and the process itself: a pty
+//  child may not have reached setsid yet, and then the group is not there.
+static void s_signal (chan_t *ch, int sig)
+{
+    if (ch->proc.pid > 0 && !ch->proc.reaped) {
+        kill (-ch->proc.pid, sig);
+        kill (ch->proc.pid, sig);
+    }
+}
+
 //  ---------------------------------------------------------------------
 //  Received bytes
 
@@ -1235,7 +1245,7 @@ static void s_y_eof (void *ud, uint32_t id)
         }
     }
     else if (ch->kind == K_PTY && ch->proc.pid > 0 && !ch->proc.exited) {
-        kill (-ch->proc.pid, SIGHUP);
+        s_signal (ch, SIGHUP);
         ch->kill_at = s_now () + S_HUP_KILL_MS;
     }
     else if (ch->kind == K_EXEC)
@@ -1458,12 +1468,12 @@ static void s_timers (ah_sbd_session_t *self, chan_t *ch, int64_t now)
     if (!ch->proc.exited) {
         if (ch->deadline && now >= ch->deadline && !ch->timed_out) {
             ch->timed_out = true;
-            kill (-ch->proc.pid, SIGKILL);
+            s_signal (ch, SIGKILL);
             ah_debug ("sandboxd", "stream %u: exec timed out, process group %d killed",
                       ch->id, (int) ch->proc.pid);
         }
         if (ch->kill_at && now >= ch->kill_at) {
-            kill (-ch->proc.pid, SIGKILL);
+            s_signal (ch, SIGKILL);
             ch->kill_at = 0;
         }
         return;

@@ -320,7 +320,23 @@ int ah_ws_connect (const ah_ws_url_t *url, const char *headers, int timeout_ms,
     *end = 0;
     int status = 0;
     if (sscanf (resp, "HTTP/1.1 %d", &status) != 1 || status != 101) {
-        //  The first line says why (401 bad token, 404 wrong path...).
+        //  The first line says why (401 bad token, 404 wrong path...),
+        //  the body says more: wait a little for its first bytes when
+        //  they did not come with the head (Content-Length, else close).
+        const char *cl = strcasestr (resp, "\r\nContent-Length:");
+        size_t body = cl ? (size_t) strtoul (cl + 17, NULL, 10) : 200;
+        if (body > 200)
+            body = 200;
+        int64_t body_deadline = s_now_ms () + 1000;
+        if (body_deadline > deadline)
+            body_deadline = deadline;
+        while (got - head < body && got < AH_WS_HTTP_MAX
+               && s_wait (fd, POLLIN, abort_fd, body_deadline) > 0) {
+            ssize_t r = recv (fd, resp + got, AH_WS_HTTP_MAX - got, 0);
+            if (r <= 0)
+                break;
+            got += (size_t) r;
+        }
         char *eol = strstr (resp, "\r\n");
         if (eol)
             *eol = 0;
