@@ -30,6 +30,7 @@
 
 #include <libwebsockets.h>
 #include <jansson.h>
+#include <msgpack.h>
 #include <fnmatch.h>
 #include <ctype.h>
 #include <errno.h>
@@ -51,10 +52,22 @@ typedef enum { M_OTHER, M_GET, M_POST, M_PUT, M_PATCH, M_DELETE, M_OPTIONS, M_HE
 
 //  What a pending request waits for and does with the answer.
 typedef enum {
-    OP_NONE, OP_CREATE, OP_UPDATE, OP_START, OP_STOP, OP_REBUILD, OP_DESTROY
+    OP_NONE, OP_CREATE, OP_UPDATE, OP_START, OP_STOP, OP_REBUILD, OP_DESTROY,
+    OP_EXEC, OP_FS_LIST, OP_FS_READ, OP_FS_MKDIR, OP_FS_REMOVE
 } op_t;
 
-typedef enum { PHASE_IDLE, PHASE_BODY, PHASE_REPLY, PHASE_STATE, PHASE_RESPOND } phase_t;
+typedef enum {
+    PHASE_IDLE, PHASE_BODY,
+    PHASE_REPLY,                    //  parked until the owner's REPLY
+    PHASE_STATE,                    //  parked until the agent's transition ends (?wait)
+    PHASE_CHAN,                     //  parked on a tunnel channel (exec, fs.read)
+    PHASE_RESPOND                   //  writing the response
+} phase_t;
+
+#define MAX_OUTPUT          (1u << 20)  //  exec: stdout and stderr kept, each
+#define MAX_STDIN           (192u << 10) //  exec: below the channel's credit
+#define MAX_STREAM_BUF      (512u << 10) //  fs.read: bytes received, not yet written
+#define TUNNEL_PIECE        (64u << 10)  //  CHAN_DATA carries at most this
 
 typedef struct self_t self_t;
 typedef struct req_t req_t;
@@ -88,12 +101,32 @@ struct req_t {
     reply_fn *on_reply;             //  for a successful REPLY
     const char *asked;              //  the owner asked ("lifecycle"), static
     char asked_type [32];           //  what it was asked ("AGENT_CREATE")
-    char detail [256];              //  for the audit trail
+    char detail [1100];             //  for the audit trail: a name, a path, a command
     int64_t req_id;
     int64_t deadline_ms;
     int64_t wait_s;                 //  0: no wait
     bool wait;
     int64_t limit, before;          //  ?limit, ?before (operations); 0 = unset
+    char qpath [1024];              //  ?path (files)
+    bool has_qpath, recursive, parents;
+    //  a tunnel channel (exec, files)
+    int64_t chan;                   //  0: none open
+    //  exec: the record stream from sandboxd (docs/tunnel.md, Records)
+    uint8_t rec_head [5];
+    size_t rec_have;                //  bytes of rec_head seen
+    uint32_t rec_left;              //  payload bytes still to come
+    char *out [2];                  //  stdout, stderr (capped at MAX_OUTPUT)
+    size_t out_len [2];
+    bool out_cut [2];
+    char exit_rec [256];            //  the EXIT record's payload
+    size_t exit_len;
+    bool exited;
+    //  fs.read: the body streams from the channel
+    bool streaming;
+    uint64_t stream_total, stream_sent;
+    char *sbuf;
+    size_t sbuf_len;
+    bool broken;                    //  the channel ended early: close the connection
     //  response
     int status;
     char *resp;                     //  LWS_PRE headroom, then the body
@@ -154,11 +187,20 @@ static void s_link (self_t *self, req_t *r)
     r->linked = true;
 }
 
+static void s_chan_close (self_t *self, int64_t chan);
+
 static void s_req_reset (self_t *self, req_t *r)
 {
     s_unlink (self, r);
+    //  The client left (or the request ended) with its channel open: the
+    //  tunnel resets the stream.
+    if (r->chan)
+        s_chan_close (self, r->chan);
     free (r->body);
     free (r->resp);
+    free (r->out [0]);
+    free (r->out [1]);
+    free (r->sbuf);
     struct lws *wsi = r->wsi;
     memset (r, 0, sizeof *r);
     r->wsi = wsi;
@@ -468,6 +510,11 @@ static const char *s_op_kind (op_t op)
         case OP_STOP:    return "stop";
         case OP_REBUILD: return "rebuild";
         case OP_DESTROY: return "destroy";
+        case OP_EXEC:    return "exec";
+        case OP_FS_LIST: return "fs.list";
+        case OP_FS_READ: return "fs.read";
+        case OP_FS_MKDIR: return "fs.mkdir";
+        case OP_FS_REMOVE: return "fs.remove";
         default:         return "?";
     }
 }
@@ -584,6 +631,13 @@ static void s_sweep (self_t *self)
                 s_record (self, r, false, "no answer in time");
                 s_respond_error (r, 504, "%s did not answer %s within %d s",
                                  r->asked ? r->asked : "?", r->asked_type, self->reply_timeout_s);
+            }
+            else
+            if (r->phase == PHASE_CHAN) {
+                s_chan_close (self, r->chan);
+                r->chan = 0;
+                s_respond_error (r, 504, "the command did not end within %lld s",
+                                 (long long) r->wait_s);
             }
             else {
                 bool failed;
@@ -846,7 +900,7 @@ static int s_query_int (req_t *r, const char *name, const char *value, int64_t m
 //  are refused.
 static int s_parse_query (req_t *r)
 {
-    char arg [256];
+    char arg [1100];
     for (int i = 0; i < 16; i++) {
         int n = lws_hdr_copy_fragment (r->wsi, arg, sizeof arg, WSI_TOKEN_HTTP_URI_ARGS, i);
         if (n < 0) {
@@ -884,6 +938,22 @@ static int s_parse_query (req_t *r)
         else if (streq (arg, "before")) {
             if (s_query_int (r, arg, value, 1, INT64_MAX, &r->before))
                 return -1;
+        }
+        else if (streq (arg, "path")) {
+            //  lws has already percent-decoded the argument.
+            snprintf (r->qpath, sizeof r->qpath, "%s", value);
+            r->has_qpath = true;
+        }
+        else if (streq (arg, "recursive") || streq (arg, "parents")) {
+            bool yes = streq (value, "1") || streq (value, "true");
+            if (!yes && !streq (value, "0") && !streq (value, "false")) {
+                s_respond_error (r, 400, "query '%s' must be 0 or 1, got '%s'", arg, value);
+                return -1;
+            }
+            if (streq (arg, "recursive"))
+                r->recursive = yes;
+            else
+                r->parents = yes;
         }
         else {
             s_respond_error (r, 400, "unknown query argument '%s'", arg);
@@ -1047,6 +1117,458 @@ static void s_turn (self_t *self, req_t *r, const char *type)
     json_decref (obj);
 }
 
+//  --------------------------------------------------------------------
+//  Tunnel channels: exec and files (docs/tunnel.md; CHAN_* in
+//  docs/messages.md). The API is the channel's opener: it sends the
+//  header in CHAN_OPEN, then data, FIN (CHAN_EOF) or RST (CHAN_CLOSE),
+//  and ACKs what it has passed on, so at most the tunnel's credit is ever
+//  buffered here.
+
+static void s_chan_send (self_t *self, const char *type, int64_t chan)
+{
+    ah_msg_t *m = ah_msg_new (type);
+    ah_msg_set_int (m, "chan", chan);
+    ah_msg_send (&m, self->bus, "tunnel");
+}
+
+static void s_chan_close (self_t *self, int64_t chan)
+{
+    s_chan_send (self, "CHAN_CLOSE", chan);
+}
+
+static void s_chan_ack (self_t *self, int64_t chan, size_t bytes)
+{
+    ah_msg_t *m = ah_msg_new ("CHAN_ACK");
+    ah_msg_set_int (m, "chan", chan);
+    ah_msg_set_int (m, "bytes", (int64_t) bytes);
+    ah_msg_send (&m, self->bus, "tunnel");
+}
+
+//  The agent must exist and run; lifecycle learns of the use (idle clock).
+static bool s_chan_agent (self_t *self, req_t *r, const char *what)
+{
+    json_t *agent = s_resolve (self, r);
+    if (!agent)
+        return false;
+    const char *state = json_string_value (json_object_get (agent, "state"));
+    bool running = state && streq (state, "running");
+    if (!running)
+        s_respond_error (r, 409, "agent '%s' is %s; %s needs it running (start it first)",
+                         r->key, state ? state : "without a sandbox", what);
+    json_decref (agent);
+    if (running) {
+        ah_msg_t *m = ah_msg_new ("AGENT_ACTIVITY");
+        ah_msg_set_str (m, "agent_id", r->agent_id);
+        ah_msg_set_str (m, "what", streq (what, "exec") ? "exec" : "files");
+        ah_msg_send (&m, self->bus, "lifecycle");
+    }
+    return running;
+}
+
+//  CHAN_OPEN to the tunnel with header's map (taken) as the channel header.
+static void s_chan_open (self_t *self, req_t *r, op_t op, ah_msg_t **header_p, reply_fn *on_reply)
+{
+    uint8_t *data = NULL;
+    size_t size = 0;
+    int rc = ah_msg_encode (*header_p, &data, &size);
+    ah_msg_destroy (header_p);
+    if (rc) {
+        free (data);
+        s_respond_error (r, 500, "cannot encode the channel header");
+        return;
+    }
+    ah_msg_t *msg = ah_msg_new ("CHAN_OPEN");
+    ah_msg_set_str (msg, "agent_id", r->agent_id);
+    ah_msg_set_raw (msg, "header", data, size);
+    free (data);
+    r->op = op;
+    s_ask (self, r, "tunnel", &msg, on_reply);
+}
+
+//  fs.list, fs.mkdir, fs.remove: all is in sandboxd's reply header.
+static void s_fs_meta_reply (self_t *self, req_t *r, ah_msg_t *msg)
+{
+    int64_t chan = ah_msg_int (msg, "chan", 0);
+    if (chan)
+        s_chan_send (self, "CHAN_EOF", chan);       //  nothing more to send
+    s_record (self, r, true, NULL);
+    json_t *body = json_object ();
+    json_object_set_new (body, "path", s_json_text (r->qpath));
+    if (r->op == OP_FS_LIST) {
+        json_t *reply = s_raw_json (msg, "reply");
+        json_t *entries = json_object_get (reply, "entries");
+        json_object_set (body, "entries", json_is_array (entries) ? entries : json_array ());
+        json_object_set_new (body, "truncated", json_boolean (json_is_true (json_object_get (reply, "truncated"))));
+        json_decref (reply);
+        s_respond (r, 200, body);
+    }
+    else
+    if (r->op == OP_FS_MKDIR) {
+        json_object_set_new (body, "created", json_true ());
+        s_respond (r, 201, body);
+    }
+    else {
+        json_object_set_new (body, "removed", json_true ());
+        s_respond (r, 200, body);
+    }
+}
+
+//  fs.read: the response streams as the channel's bytes arrive.
+static void s_fs_read_reply (self_t *self, req_t *r, ah_msg_t *msg)
+{
+    r->chan = ah_msg_int (msg, "chan", 0);
+    s_record (self, r, true, NULL);
+    json_t *reply = s_raw_json (msg, "reply");
+    json_t *size = json_object_get (reply, "size");
+    if (!r->chan || !json_is_integer (size) || json_integer_value (size) < 0) {
+        json_decref (reply);
+        s_respond_error (r, 502, "sandboxd's fs.read reply carries no size");
+        return;
+    }
+    r->stream_total = (uint64_t) json_integer_value (size);
+    json_decref (reply);
+    s_chan_send (self, "CHAN_EOF", r->chan);        //  the opener sends nothing more
+    r->streaming = true;
+    r->status = 200;
+    r->phase = PHASE_CHAN;
+    r->deadline_ms = 0;             //  as long as bytes come; a lost connection closes it
+    s_link (self, r);
+    lws_callback_on_writable (r->wsi);
+}
+
+static void s_fs_read_data (self_t *self, req_t *r, const void *data, size_t size)
+{
+    if (r->sbuf_len + size > MAX_STREAM_BUF
+    ||  r->stream_sent + r->sbuf_len + size > r->stream_total) {
+        ah_warn ("api", "%s: the tunnel sent more than announced or acknowledged; closing", r->path);
+        s_chan_close (self, r->chan);
+        r->chan = 0;
+        r->broken = true;
+    }
+    else {
+        char *grown = realloc (r->sbuf, r->sbuf_len + size);
+        if (!grown) {
+            s_chan_close (self, r->chan);
+            r->chan = 0;
+            r->broken = true;
+        }
+        else {
+            r->sbuf = grown;
+            memcpy (r->sbuf + r->sbuf_len, data, size);
+            r->sbuf_len += size;
+        }
+    }
+    lws_callback_on_writable (r->wsi);
+}
+
+//  A JSON string of bytes that may not be UTF-8: bad bytes become '?'.
+static json_t *s_json_bytes (const char *data, size_t size)
+{
+    json_t *j = json_stringn (data ? data : "", size);
+    if (j)
+        return j;
+    char *copy = malloc (size + 1);
+    if (!copy)
+        return json_string ("");
+    for (size_t i = 0; i < size; i++)
+        copy [i] = (unsigned char) data [i] >= 0x80 || data [i] == 0 ? '?' : data [i];
+    copy [size] = 0;
+    j = json_stringn (copy, size);
+    free (copy);
+    return j ? j : json_string ("");
+}
+
+static void s_exec_reply (self_t *self, req_t *r, ah_msg_t *msg)
+{
+    r->chan = ah_msg_int (msg, "chan", 0);
+    s_record (self, r, true, NULL);
+    if (!r->chan) {
+        s_respond_error (r, 502, "the tunnel opened no channel");
+        return;
+    }
+    //  stdin as STDIN records (u8 kind, u32 length, bytes) in CHAN_DATA
+    //  pieces; below the channel's credit (MAX_STDIN), then FIN.
+    uint8_t piece [TUNNEL_PIECE];
+    size_t off = 0;
+    while (off < r->sbuf_len) {
+        size_t n = r->sbuf_len - off;
+        if (n > TUNNEL_PIECE - 5)
+            n = TUNNEL_PIECE - 5;
+        piece [0] = 0;
+        piece [1] = (uint8_t) (n >> 24);
+        piece [2] = (uint8_t) (n >> 16);
+        piece [3] = (uint8_t) (n >> 8);
+        piece [4] = (uint8_t) n;
+        memcpy (piece + 5, r->sbuf + off, n);
+        ah_msg_t *m = ah_msg_new ("CHAN_DATA");
+        ah_msg_set_int (m, "chan", r->chan);
+        ah_msg_set_bin (m, "data", piece, n + 5);
+        ah_msg_send (&m, self->bus, "tunnel");
+        off += n;
+    }
+    free (r->sbuf);
+    r->sbuf = NULL;
+    r->sbuf_len = 0;
+    s_chan_send (self, "CHAN_EOF", r->chan);
+    r->phase = PHASE_CHAN;
+    r->deadline_ms = zclock_mono () + r->wait_s * 1000;    //  the command's timeout and a margin
+    s_link (self, r);
+}
+
+//  Records from sandboxd: STDOUT, STDERR kept (capped), EXIT remembered.
+static int s_exec_data (req_t *r, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        if (r->rec_have < 5) {
+            size_t m = 5 - r->rec_have < n ? 5 - r->rec_have : n;
+            memcpy (r->rec_head + r->rec_have, p, m);
+            r->rec_have += m;
+            p += m;
+            n -= m;
+            if (r->rec_have < 5)
+                break;
+            r->rec_left = (uint32_t) r->rec_head [1] << 24 | (uint32_t) r->rec_head [2] << 16
+                        | (uint32_t) r->rec_head [3] << 8 | r->rec_head [4];
+            if (r->rec_left > (1u << 20) || r->rec_head [0] > 5)
+                return -1;
+        }
+        uint8_t kind = r->rec_head [0];
+        size_t m = r->rec_left < n ? r->rec_left : n;
+        if (kind == 1 || kind == 2) {
+            int k = kind - 1;
+            size_t room = MAX_OUTPUT - r->out_len [k];
+            size_t take = m < room ? m : room;
+            if (take < m)
+                r->out_cut [k] = true;
+            if (take) {
+                char *grown = realloc (r->out [k], r->out_len [k] + take);
+                if (!grown)
+                    return -1;
+                r->out [k] = grown;
+                memcpy (r->out [k] + r->out_len [k], p, take);
+                r->out_len [k] += take;
+            }
+        }
+        else if (kind == 4) {
+            size_t take = m < sizeof r->exit_rec - r->exit_len ? m : sizeof r->exit_rec - r->exit_len;
+            memcpy (r->exit_rec + r->exit_len, p, take);
+            r->exit_len += take;
+        }
+        r->rec_left -= (uint32_t) m;
+        p += m;
+        n -= m;
+        if (r->rec_left == 0) {
+            if (kind == 4)
+                r->exited = true;
+            r->rec_have = 0;
+        }
+    }
+    return 0;
+}
+
+static void s_exec_done (self_t *self, req_t *r, const char *error)
+{
+    if (!r->exited) {
+        s_respond_error (r, 502, "the command's channel ended before it exited: %s",
+                         error ? error : "no exit status");
+        return;
+    }
+    ah_msg_t *exit = ah_msg_decode ("EXIT", r->exit_rec, r->exit_len, NULL);
+    json_t *body = json_object ();
+    json_object_set_new (body, "status", json_integer (exit ? ah_msg_int (exit, "status", -1) : -1));
+    json_object_set_new (body, "signal", json_integer (exit ? ah_msg_int (exit, "signal", 0) : 0));
+    json_object_set_new (body, "timed_out", json_boolean (exit && ah_msg_bool (exit, "timed_out", false)));
+    json_object_set_new (body, "stdout", s_json_bytes (r->out [0], r->out_len [0]));
+    json_object_set_new (body, "stderr", s_json_bytes (r->out [1], r->out_len [1]));
+    json_object_set_new (body, "stdout_truncated", json_boolean (r->out_cut [0]));
+    json_object_set_new (body, "stderr_truncated", json_boolean (r->out_cut [1]));
+    ah_msg_destroy (&exit);
+    s_respond (r, 200, body);
+}
+
+static req_t *s_chan_req (self_t *self, int64_t chan)
+{
+    for (req_t *r = self->pending; r; r = r->next)
+        if (r->phase == PHASE_CHAN && r->chan == chan)
+            return r;
+    return NULL;
+}
+
+//  CHAN_DATA, CHAN_EOF, CHAN_CLOSE, CHAN_ACK from the tunnel.
+static void s_on_chan (self_t *self, ah_msg_t *msg)
+{
+    const char *type = ah_msg_type (msg);
+    int64_t chan = ah_msg_int (msg, "chan", 0);
+    req_t *r = s_chan_req (self, chan);
+    if (!r) {
+        //  Its client left: make the tunnel drop the stream too.
+        if (streq (type, "CHAN_DATA"))
+            s_chan_close (self, chan);
+        return;
+    }
+    if (streq (type, "CHAN_DATA")) {
+        size_t size = 0;
+        const void *data = ah_msg_bin (msg, "data", &size);
+        if (!data)
+            return;
+        if (r->streaming)
+            s_fs_read_data (self, r, data, size);
+        else
+        if (s_exec_data (r, data, size) == 0)
+            s_chan_ack (self, chan, size);
+        else {
+            s_chan_close (self, chan);
+            r->chan = 0;
+            s_unlink (self, r);
+            s_respond_error (r, 502, "sandboxd sent a malformed exec record");
+        }
+    }
+    else
+    if (streq (type, "CHAN_CLOSE")) {
+        const char *error = ah_msg_str (msg, "error");
+        r->chan = 0;
+        if (r->streaming) {
+            if (r->stream_sent + r->sbuf_len < r->stream_total) {
+                ah_warn ("api", "%s: the file stream ended early: %s", r->path, error ? error : "closed");
+                r->broken = true;
+                lws_callback_on_writable (r->wsi);
+            }
+            return;                 //  stays linked until written
+        }
+        s_unlink (self, r);
+        s_exec_done (self, r, error);
+    }
+    //  CHAN_EOF: sandboxd's FIN; CHAN_CLOSE follows. CHAN_ACK: our stdin
+    //  is within the credit already.
+}
+
+//  POST /api/v1/agents/{agent}/exec
+static void s_exec (self_t *self, req_t *r)
+{
+    json_t *obj = s_body_object (r, false);
+    if (!obj)
+        return;
+    ah_msg_t *h = ah_msg_new ("HDR");
+    ah_msg_set_str (h, "ch", "exec");
+    const char *key;
+    json_t *v;
+    double timeout = 300;
+    json_object_foreach (obj, key, v) {
+        if (streq (key, "cmd") && json_is_string (v) && json_string_length (v) > 0
+        &&  json_string_length (v) <= 65536) {
+            ah_msg_set_str (h, "cmd", json_string_value (v));
+            snprintf (r->detail, sizeof r->detail, "%s", json_string_value (v));
+        }
+        else if (streq (key, "timeout") && json_is_number (v) && json_number_value (v) > 0
+             &&  json_number_value (v) <= 7 * 86400) {
+            timeout = json_number_value (v);
+            ah_msg_set_double (h, "timeout", timeout);
+        }
+        else if (streq (key, "cwd") && json_is_string (v))
+            ah_msg_set_str (h, "cwd", json_string_value (v));
+        else if (streq (key, "stdin") && json_is_string (v) && json_string_length (v) <= MAX_STDIN) {
+            r->sbuf_len = json_string_length (v);
+            r->sbuf = malloc (r->sbuf_len + 1);
+            if (r->sbuf)
+                memcpy (r->sbuf, json_string_value (v), r->sbuf_len);
+            else
+                r->sbuf_len = 0;
+        }
+        else if (streq (key, "env") && json_is_object (v) && json_object_size (v) <= 256) {
+            //  A map of str to str, carried as one nested msgpack map.
+            msgpack_sbuffer sb;
+            msgpack_sbuffer_init (&sb);
+            msgpack_packer pk;
+            msgpack_packer_init (&pk, &sb, msgpack_sbuffer_write);
+            msgpack_pack_map (&pk, json_object_size (v));
+            const char *ek;
+            json_t *ev;
+            bool ok = true;
+            json_object_foreach (v, ek, ev) {
+                if (!json_is_string (ev)) {
+                    ok = false;
+                    break;
+                }
+                msgpack_pack_str_with_body (&pk, ek, strlen (ek));
+                msgpack_pack_str_with_body (&pk, json_string_value (ev), json_string_length (ev));
+            }
+            if (ok)
+                ah_msg_set_raw (h, "env", sb.data, sb.size);
+            msgpack_sbuffer_destroy (&sb);
+            if (!ok) {
+                s_respond_error (r, 400, "field 'env' must map names to strings");
+                goto out;
+            }
+        }
+        else {
+            static const char *known [] = { "cmd", "timeout", "cwd", "stdin", "env" };
+            bool is_known = false;
+            for (size_t i = 0; i < sizeof known / sizeof known [0]; i++)
+                is_known |= streq (known [i], key);
+            if (is_known)
+                s_respond_error (r, 400, "field '%s' has the wrong type or size (cmd: a string; "
+                                 "timeout: seconds > 0; cwd: a path; stdin: a string of at most "
+                                 "%u bytes; env: names to strings)", key, MAX_STDIN);
+            else
+                s_respond_error (r, 400, "unknown field '%s'", key);
+            goto out;
+        }
+    }
+    if (!ah_msg_str (h, "cmd")) {
+        s_respond_error (r, 400, "field 'cmd' is required (a shell command line)");
+        goto out;
+    }
+    if (!s_chan_agent (self, r, "exec"))
+        goto out;
+    r->wait_s = (int64_t) timeout + 30;
+    s_chan_open (self, r, OP_EXEC, &h, s_exec_reply);
+out:
+    ah_msg_destroy (&h);
+    json_decref (obj);
+}
+
+//  /api/v1/agents/{agent}/fs/{list,file,mkdir}?path=...
+static void s_fs (self_t *self, req_t *r, const char *what)
+{
+    method_t m = r->method;
+    op_t op = streq (what, "list") && m == M_GET ? OP_FS_LIST
+            : streq (what, "file") && m == M_GET ? OP_FS_READ
+            : streq (what, "file") && m == M_DELETE ? OP_FS_REMOVE
+            : streq (what, "mkdir") && m == M_POST ? OP_FS_MKDIR : OP_NONE;
+    if (op == OP_NONE) {
+        if (streq (what, "list") || streq (what, "file") || streq (what, "mkdir")) {
+            r->allow = streq (what, "list") ? "GET" : streq (what, "file") ? "GET, DELETE" : "POST";
+            s_respond_error (r, 405, "%s takes %s", r->path, r->allow);
+        }
+        else
+            s_respond_error (r, 404, "no route %s (files: fs/list, fs/file, fs/mkdir)", r->path);
+        return;
+    }
+    if (!r->has_qpath && op != OP_FS_LIST) {
+        s_respond_error (r, 400, "query 'path' is required (relative to /home/agent)");
+        return;
+    }
+    if (r->body_len > 0) {
+        s_respond_error (r, 400, "%s takes no body", r->path);
+        return;
+    }
+    if (!s_chan_agent (self, r, "files"))
+        return;
+    ah_msg_t *h = ah_msg_new ("HDR");
+    static const char *channels [] = {
+        [OP_FS_LIST] = "fs.list", [OP_FS_READ] = "fs.read",
+        [OP_FS_REMOVE] = "fs.remove", [OP_FS_MKDIR] = "fs.mkdir"
+    };
+    ah_msg_set_str (h, "ch", channels [op]);
+    ah_msg_set_str (h, "path", r->qpath);
+    if (op == OP_FS_REMOVE)
+        ah_msg_set_bool (h, "recursive", r->recursive);
+    if (op == OP_FS_MKDIR)
+        ah_msg_set_bool (h, "parents", r->parents);
+    snprintf (r->detail, sizeof r->detail, "%s", r->qpath);
+    s_chan_open (self, r, op, &h, op == OP_FS_READ ? s_fs_read_reply : s_fs_meta_reply);
+}
+
 //  Answers 405 (with Allow) unless the method is the one wanted.
 static bool s_method_ok (req_t *r, method_t want, const char *allow)
 {
@@ -1064,7 +1586,9 @@ static int s_split_key (req_t *r, const char *rest, const char **action)
     const char *slash = strchr (rest, '/');
     size_t klen = slash ? (size_t) (slash - rest) : strlen (rest);
     *action = slash ? slash + 1 : NULL;
-    if (klen == 0 || klen >= sizeof r->key || (*action && (strchr (*action, '/') || !**action))) {
+    bool fs = *action && strncmp (*action, "fs/", 3) == 0;
+    if (klen == 0 || klen >= sizeof r->key
+    || (*action && ((strchr (*action, '/') && !fs) || !**action || (fs && strchr (*action + 3, '/'))))) {
         s_respond_error (r, 404, "no route %s", r->path);
         return -1;
     }
@@ -1103,11 +1627,20 @@ static void s_agent_route (self_t *self, req_t *r, const char *action)
             s_turn (self, r, "TURN_START");
         return;
     }
+    if (streq (action, "exec")) {
+        if (s_method_ok (r, M_POST, "POST"))
+            s_exec (self, r);
+        return;
+    }
+    if (strncmp (action, "fs/", 3) == 0) {
+        s_fs (self, r, action + 3);
+        return;
+    }
     op_t op = streq (action, "start") ? OP_START
             : streq (action, "stop") ? OP_STOP
             : streq (action, "rebuild") ? OP_REBUILD : OP_NONE;
     if (op == OP_NONE) {
-        s_respond_error (r, 404, "no route %s (actions: start, stop, rebuild, turns, operations)", r->path);
+        s_respond_error (r, 404, "no route %s (actions: start, stop, rebuild, turns, operations, exec, fs/...)", r->path);
         return;
     }
     if (s_method_ok (r, M_POST, "POST")) {
@@ -1327,15 +1860,61 @@ static int s_on_body_done (self_t *self, req_t *r)
 }
 
 //  One lws_write per call: the headers, then body chunks.
+//  fs.read's body: bytes from the channel as they come, ACKed once
+//  written. 1: more to come, 0: all written, -1: close the connection.
+static int s_stream_writeable (self_t *self, req_t *r)
+{
+    if (r->broken)
+        return -1;
+    if (r->sbuf_len == 0)
+        return r->stream_sent < r->stream_total ? 1 : 0;
+    size_t n = r->sbuf_len > CHUNK ? CHUNK : r->sbuf_len;
+    bool last = r->stream_sent + n == r->stream_total;
+    uint8_t out [LWS_PRE + CHUNK];
+    memcpy (out + LWS_PRE, r->sbuf, n);
+    if (lws_write (r->wsi, out + LWS_PRE, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < (int) n)
+        return -1;
+    memmove (r->sbuf, r->sbuf + n, r->sbuf_len - n);
+    r->sbuf_len -= n;
+    r->stream_sent += n;
+    if (r->chan)
+        s_chan_ack (self, r->chan, n);
+    if (last)
+        return 0;
+    if (r->sbuf_len)
+        lws_callback_on_writable (r->wsi);
+    return 1;
+}
+
 static int s_on_writeable (self_t *self, req_t *r)
 {
-    if (r->phase != PHASE_RESPOND || !r->resp || r->hold)
+    bool streaming = r->streaming && r->phase == PHASE_CHAN;
+    if (!streaming && (r->phase != PHASE_RESPOND || !r->resp || r->hold))
         return 0;
+    if (streaming && !r->headers_sent && r->broken) {
+        //  Nothing written yet: the failure can still be said.
+        r->streaming = false;
+        s_unlink (self, r);
+        s_respond_error (r, 502, "the file's stream from the sandbox ended early");
+        return 0;
+    }
+    if (streaming && r->headers_sent) {
+        int rc = s_stream_writeable (self, r);
+        if (rc < 0)
+            return -1;
+        if (rc > 0)
+            return 0;
+        //  All written; sandboxd's FIN follows, nothing to reset.
+        r->chan = 0;
+        s_req_reset (self, r);
+        return lws_http_transaction_completed (r->wsi) ? -1 : 0;
+    }
     if (!r->headers_sent) {
         uint8_t buf [LWS_PRE + 1024];
         uint8_t *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
-        if (lws_add_http_common_headers (r->wsi, (unsigned) r->status, "application/json",
-                                         r->resp_len, &p, end))
+        if (lws_add_http_common_headers (r->wsi, (unsigned) r->status,
+                                         streaming ? "application/octet-stream" : "application/json",
+                                         streaming ? r->stream_total : r->resp_len, &p, end))
             return -1;
         if (r->allow && lws_add_http_header_by_name (r->wsi, (const uint8_t *) "allow:",
                             (const uint8_t *) r->allow, (int) strlen (r->allow), &p, end))
@@ -1349,7 +1928,14 @@ static int s_on_writeable (self_t *self, req_t *r)
         if (lws_finalize_write_http_header (r->wsi, start, &p, end))
             return -1;
         r->headers_sent = true;
-        if (r->resp_len > 0) {
+        if (streaming && r->stream_total > 0) {
+            if (r->sbuf_len || r->broken)
+                lws_callback_on_writable (r->wsi);
+            return 0;
+        }
+        if (streaming)
+            r->chan = 0;            //  an empty file: done
+        else if (r->resp_len > 0) {
             lws_callback_on_writable (r->wsi);
             return 0;
         }
@@ -1421,6 +2007,8 @@ static void s_on_bus (ah_lwsloop_t *loop, zsock_t *sock, void *arg)
     const char *type = ah_msg_type (msg);
     if (streq (type, "REPLY"))
         s_on_reply (self, msg);
+    else if (strncmp (type, "CHAN_", 5) == 0)
+        s_on_chan (self, msg);
     else if (streq (type, "SANDBOX_STATE")) {
         const char *agent_id = ah_msg_str (msg, "agent_id");
         if (agent_id)

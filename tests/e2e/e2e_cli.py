@@ -277,6 +277,47 @@ def scenario():
     check(status == 200, "turn end: %d %r" % (status, j))
     expect_error(404, "", "POST", "/api/v1/turns/%s/renew" % turn["turn_id"])
 
+    # Exec and files through the tunnel (the fake driver's in-process sandboxd)
+    check(state("alice") == "running" or cli_ok("start", "alice"), "alice runs for exec")
+    status, j = http("POST", "/api/v1/agents/alice/exec",
+                     body={"cmd": "echo out; echo err >&2; cat; exit 3", "stdin": "in\n"})
+    check(status == 200 and j["stdout"] == "out\nin\n" and j["stderr"] == "err\n" and j["status"] == 3,
+          "exec: %d %r" % (status, j))
+    status, j = http("POST", "/api/v1/agents/alice/exec", body={"cmd": "sleep 10", "timeout": 0.5})
+    check(status == 200 and j["timed_out"] and j["signal"] == 9, "exec timeout: %d %r" % (status, j))
+    expect_error(400, "'cmd' is required", "POST", "/api/v1/agents/alice/exec", body={"timeout": 1})
+    status, j = http("POST", "/api/v1/agents/alice/fs/mkdir?path=work/sub&parents=1")
+    check(status == 201 and j["created"], "mkdir: %d %r" % (status, j))
+    big = bytes(range(256)) * 4096 + b"end"             # 1 MiB + 3: beyond the tunnel's credit
+    status, j = http("POST", "/api/v1/agents/alice/exec",
+                     body={"cmd": "head -c %d /dev/zero > work/sub/zero.bin; printf 'hi there' > work/note.txt" % len(big)})
+    check(status == 200 and j["status"] == 0, "exec writes files: %r" % j)
+    status, j = http("GET", "/api/v1/agents/alice/fs/list?path=work")
+    names = sorted(e["name"] for e in j.get("entries", []))
+    check(status == 200 and names == ["note.txt", "sub"], "list work: %d %r" % (status, j))
+    req = urllib.request.Request(URL + "/api/v1/agents/alice/fs/file?path=work/note.txt")
+    req.add_header("Authorization", "Bearer " + token())
+    with urllib.request.urlopen(req, timeout=30) as r:
+        check(r.read() == b"hi there" and r.headers["Content-Type"] == "application/octet-stream",
+              "read note.txt")
+    req = urllib.request.Request(URL + "/api/v1/agents/alice/fs/file?path=work/sub/zero.bin")
+    req.add_header("Authorization", "Bearer " + token())
+    with urllib.request.urlopen(req, timeout=30) as r:
+        data = r.read()
+    check(len(data) == len(big) and data == bytes(len(big)), "read 1 MiB through the tunnel: %d bytes" % len(data))
+    expect_error(404, "No such file", "GET", "/api/v1/agents/alice/fs/file?path=work/missing")
+    expect_error(403, "escapes the home directory", "GET", "/api/v1/agents/alice/fs/file?path=../../etc/passwd")
+    expect_error(400, "'path' is required", "GET", "/api/v1/agents/alice/fs/file")
+    expect_error(409, "", "DELETE", "/api/v1/agents/alice/fs/file?path=work")
+    status, j = http("DELETE", "/api/v1/agents/alice/fs/file?path=work&recursive=1")
+    check(status == 200 and j["removed"], "remove work: %d %r" % (status, j))
+    expect_error(404, "", "GET", "/api/v1/agents/alice/fs/list?path=work")
+    ops = cli_json("log", "alice")
+    check(any(o["kind"] == "exec" and "echo out" in (o["detail"] or "") for o in ops), "exec in the audit trail")
+    check(any(o["kind"] == "fs.read" and o["detail"] == "work/note.txt" for o in ops), "fs.read in the audit trail")
+    cli_ok("stop", "alice")
+    expect_error(409, "sleeping", "POST", "/api/v1/agents/alice/exec", body={"cmd": "true"})
+
     # The tap: one SANDBOX_* message as a JSON line
     tap = subprocess.Popen([BIN, "tap", "--type", "SANDBOX_*", "--count", "1"], env=ENV, cwd=TMP,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
