@@ -4,21 +4,16 @@
     Each stream the server opens becomes a chan_t. Its life: gather the
     header (NEW), dispatch by "ch" to a handler which replies and either
     finishes at once (DONE: FIN after the reply) or keeps state (FS_READ,
-    FS_WRITE, PTY, EXEC). Yamux may report a stream closed from inside any
+    FS_WRITE, PTY, EXEC); the fs.* handlers live in fs.c. Yamux may report a stream closed from inside any
     call into it (a reset, a close meeting the peer's FIN): that callback
     only releases the channel's resources and marks it gone; the structs
     are freed at the end of ah_sbd_session_service, so no pointer held by
     a caller dangles.                                                 */
-#include "sandboxd/chan.h"
+#include "sandboxd/chan_int.h"
 #include "sandboxd/path.h"
-#include "sandboxd/passwd.h"
-#include "sandboxd/proc.h"
 #include "proto/channel.h"
-#include "proto/msg.h"
-#include "proto/yamux.h"
 #include "common/log.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <msgpack.h>
@@ -28,87 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
-#define S_CHUNK          (64u * 1024u)      //  largest read from a file or fd at once
-#define S_IN_MAX         (AH_YAMUX_INITIAL_WINDOW + 16)
-#define S_LIST_BYTES     60000              //  fs.list entries kept under the header cap
-#define S_LIST_NAMES     200000             //  names read from one directory at most
-#define S_EXIT_GRACE_MS  1000               //  output still drained after the process exited
-#define S_HUP_KILL_MS    5000               //  pty: SIGHUP, then SIGKILL after this
-#define S_TIMEOUT_MAX    (7 * 24 * 3600.0)  //  longest exec timeout accepted
-#define S_ENV_MAX        256                //  exec env entries
-
-typedef enum { K_NEW, K_DONE, K_FS_READ, K_FS_WRITE, K_PTY, K_EXEC } kind_t;
-typedef enum { R_PTY, R_OUT, R_ERR, R_IN, R_PIDFD } role_t;
-
-typedef struct chan_s {
-    struct chan_s *next;
-    uint32_t id;
-    kind_t   kind;
-    bool     gone;              //  yamux forgot the stream: free at the sweep
-    bool     peer_eof;          //  the opener sent FIN
-    bool     want_fin;          //  FIN once out drains
-    bool     fin_sent;
-
-    uint8_t *in;                //  received, not yet used (and not consumed)
-    size_t   in_len, in_cap;    //  grows to at most S_IN_MAX (the window bounds it)
-    uint8_t *out;               //  to send, not yet taken by yamux
-    size_t   out_len, out_off, out_cap;
-
-    //  pty/exec: record being received
-    uint8_t  rhdr [5];
-    size_t   rhlen;
-    uint8_t  rkind;
-    uint32_t rleft;
-    uint8_t  rsmall [256];      //  a RESIZE payload
-    size_t   rsmall_len;
-
-    //  pty/exec: the process
-    ah_proc_t proc;
-    bool     stdin_eof;         //  close stdin once in drains
-    bool     timed_out;
-    int64_t  deadline;          //  exec timeout (ms, monotonic), 0 none
-    int64_t  kill_at;           //  SIGKILL after SIGHUP (pty), 0 none
-    int64_t  exit_at;           //  when the process exited
-    bool     exit_sent;
-
-    //  files
-    int      file;
-    int      dir;
-    uint64_t size, done;
-    char     leaf [NAME_MAX + 1];
-    char     tmp [NAME_MAX + 1];
-    int      write_errno;       //  fs.write: first error while writing
-} chan_t;
-
-typedef struct { chan_t *ch; role_t role; } slot_t;
-
-struct ah_sbd_session_t {
-    ah_sbd_env_t env;
-    ah_yamux_t *yamux;
-    chan_t *chans;
-    bool    hello_done;
-    bool    goaway;
-    const char *dead;
-    char    dead_buf [160];
-    struct pollfd *pfd;
-    slot_t *slot;
-    size_t  pcap;
-    int     reserve;
-    int     pn;
-    uint8_t *buf;               //  S_CHUNK scratch
-    int64_t next_ping, last_pong;
-    uint32_t ping_seq;
-    ah_proc_user_t user;        //  who terminals and commands run as
-};
-
-static int64_t s_now (void)
+int64_t ah_sbd_now (void)
 {
     struct timespec ts;
     clock_gettime (CLOCK_MONOTONIC, &ts);
@@ -123,7 +44,7 @@ static chan_t *s_find (ah_sbd_session_t *self, uint32_t id)
     return NULL;
 }
 
-static const char *s_code (int e)
+const char *ah_sbd_code (int e)
 {
     switch (e) {
         case ENOENT: return "ENOENT";
@@ -142,7 +63,7 @@ static const char *s_code (int e)
 //  ---------------------------------------------------------------------
 //  Output
 
-static void s_flush (ah_sbd_session_t *self, chan_t *ch)
+void ah_sbd_flush (ah_sbd_session_t *self, chan_t *ch)
 {
     while (!ch->gone && ch->out_off < ch->out_len) {
         ssize_t n = ah_yamux_write (self->yamux, ch->id, ch->out + ch->out_off,
@@ -164,12 +85,12 @@ static void s_flush (ah_sbd_session_t *self, chan_t *ch)
     }
 }
 
-static bool s_out_idle (const chan_t *ch)
+bool ah_sbd_out_idle (const chan_t *ch)
 {
     return ch->out_off == ch->out_len;
 }
 
-static int s_queue (chan_t *ch, const uint8_t *data, size_t size)
+int ah_sbd_queue (chan_t *ch, const uint8_t *data, size_t size)
 {
     if (ch->out_off == ch->out_len)
         ch->out_off = ch->out_len = 0;
@@ -188,17 +109,17 @@ static int s_queue (chan_t *ch, const uint8_t *data, size_t size)
     return 0;
 }
 
-static void s_send_header (ah_sbd_session_t *self, chan_t *ch, ah_msg_t *map)
+void ah_sbd_send_header (ah_sbd_session_t *self, chan_t *ch, ah_msg_t *map)
 {
     uint8_t *hdr = NULL;
     size_t size = 0;
     if (ah_chan_header_encode (map, &hdr, &size) == 0) {
-        s_queue (ch, hdr, size);
+        ah_sbd_queue (ch, hdr, size);
         free (hdr);
     }
     else
         ah_warn ("sandboxd", "stream %u: reply header did not encode", ch->id);
-    s_flush (self, ch);
+    ah_sbd_flush (self, ch);
 }
 
 static void s_send_record (ah_sbd_session_t *self, chan_t *ch, uint8_t kind,
@@ -206,14 +127,14 @@ static void s_send_record (ah_sbd_session_t *self, chan_t *ch, uint8_t kind,
 {
     uint8_t pre [5];
     ah_rec_prefix (kind, (uint32_t) size, pre);
-    s_queue (ch, pre, 5);
+    ah_sbd_queue (ch, pre, 5);
     if (size)
-        s_queue (ch, data, size);
-    s_flush (self, ch);
+        ah_sbd_queue (ch, data, size);
+    ah_sbd_flush (self, ch);
 }
 
 //  Refuse: error reply, FIN, then discard whatever else comes.
-static void s_refuse (ah_sbd_session_t *self, chan_t *ch, const char *code, const char *fmt, ...)
+void ah_sbd_refuse (ah_sbd_session_t *self, chan_t *ch, const char *code, const char *fmt, ...)
 {
     char text [512];
     va_list ap;
@@ -226,7 +147,7 @@ static void s_refuse (ah_sbd_session_t *self, chan_t *ch, const char *code, cons
     ah_msg_set_str (map, "error", text);
     ch->kind = K_DONE;
     ch->want_fin = true;
-    s_send_header (self, ch, map);
+    ah_sbd_send_header (self, ch, map);
     ah_msg_destroy (&map);
     ah_debug ("sandboxd", "stream %u refused: %s %s", ch->id, code, text);
 }
@@ -236,7 +157,7 @@ static void s_refuse (ah_sbd_session_t *self, chan_t *ch, const char *code, cons
 
 //  Release everything the channel holds in the world outside (processes,
 //  fds, temporary files). Safe to call twice.
-static void s_release (ah_sbd_session_t *self, chan_t *ch)
+void ah_sbd_release (ah_sbd_session_t *self, chan_t *ch)
 {
     if (ch->proc.pid > 0) {
         int64_t ns = ah_proc_kill_reap (&ch->proc);
@@ -266,10 +187,10 @@ static void s_free (chan_t *ch)
 }
 
 //  Abort a stream from our side (RST): I/O error mid-way, malformed input.
-static void s_reset (ah_sbd_session_t *self, chan_t *ch, const char *why)
+void ah_sbd_reset (ah_sbd_session_t *self, chan_t *ch, const char *why)
 {
     ah_debug ("sandboxd", "stream %u reset: %s", ch->id, why);
-    s_release (self, ch);
+    ah_sbd_release (self, ch);
     ah_yamux_reset (self->yamux, ch->id);   //  on_closed marks it gone
     ch->gone = true;
 }
@@ -286,7 +207,7 @@ static void s_hello (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
     if (v != AH_PROTOCOL_VERSION) {
         ah_error ("sandboxd", "server speaks tunnel protocol %lld, this sandboxd speaks %d",
                   (long long) v, AH_PROTOCOL_VERSION);
-        s_refuse (self, ch, "EVERSION",
+        ah_sbd_refuse (self, ch, "EVERSION",
                   "sandboxd speaks tunnel protocol %d, the server speaks %lld: deploy the "
                   "sandboxd that ships with this server (restart the sandbox so it mounts "
                   "the server's sandboxd)", AH_PROTOCOL_VERSION, (long long) v);
@@ -300,17 +221,17 @@ static void s_hello (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
     ah_msg_set_str (map, "user", self->user.name);
     ch->kind = K_DONE;
     ch->want_fin = true;
-    s_send_header (self, ch, map);
+    ah_sbd_send_header (self, ch, map);
     ah_msg_destroy (&map);
 }
 
-static void s_ok (ah_sbd_session_t *self, chan_t *ch)
+void ah_sbd_ok (ah_sbd_session_t *self, chan_t *ch)
 {
     ah_msg_t *map = ah_msg_new ("");
     ah_msg_set_bool (map, "ok", true);
     ch->kind = K_DONE;
     ch->want_fin = true;
-    s_send_header (self, ch, map);
+    ah_sbd_send_header (self, ch, map);
     ah_msg_destroy (&map);
 }
 
@@ -333,390 +254,8 @@ static void s_stats (ah_sbd_session_t *self, chan_t *ch)
     ah_msg_set_str (map, "source", source);
     ch->kind = K_DONE;
     ch->want_fin = true;
-    s_send_header (self, ch, map);
+    ah_sbd_send_header (self, ch, map);
     ah_msg_destroy (&map);
-}
-
-//  ---------------------------------------------------------------------
-//  fs.list
-
-static int s_name_cmp (const void *a, const void *b)
-{
-    return strcmp (*(char * const *) a, *(char * const *) b);
-}
-
-static void s_fs_list (ah_sbd_session_t *self, chan_t *ch, const char *path, size_t plen)
-{
-    const char *err = NULL;
-    int fd = ah_path_open (self->env.home_fd, path, plen, O_RDONLY | O_DIRECTORY, &err);
-    if (fd < 0) {
-        s_refuse (self, ch, s_code (-fd), "fs.list \"%.200s\": %s", path, err);
-        return;
-    }
-    DIR *d = fdopendir (fd);
-    if (!d) {
-        int e = errno;
-        close (fd);
-        s_refuse (self, ch, s_code (e), "fs.list \"%.200s\": %s", path, strerror (e));
-        return;
-    }
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    bool truncated = false;
-    struct dirent *de;
-    while ((de = readdir (d))) {
-        if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
-            continue;
-        if (n == S_LIST_NAMES) {
-            truncated = true;
-            break;
-        }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            char **p = realloc (names, cap * sizeof *names);
-            if (!p)
-                break;
-            names = p;
-        }
-        names [n] = strdup (de->d_name);
-        if (names [n])
-            n++;
-    }
-    qsort (names, n, sizeof *names, s_name_cmp);
-    msgpack_sbuffer items;
-    msgpack_sbuffer_init (&items);
-    msgpack_packer pk;
-    msgpack_packer_init (&pk, &items, msgpack_sbuffer_write);
-    size_t count = 0;
-    for (size_t i = 0; i < n; i++) {
-        struct stat st;
-        if (fstatat (dirfd (d), names [i], &st, AT_SYMLINK_NOFOLLOW) != 0)
-            continue;       //  vanished meanwhile
-        size_t before = items.size;
-        const char *type = S_ISREG (st.st_mode) ? "file" : S_ISDIR (st.st_mode) ? "dir"
-                         : S_ISLNK (st.st_mode) ? "link" : "other";
-        size_t nl = strlen (names [i]);
-        msgpack_pack_map (&pk, 5);
-        msgpack_pack_str_with_body (&pk, "name", 4);
-        msgpack_pack_str_with_body (&pk, names [i], nl);
-        msgpack_pack_str_with_body (&pk, "type", 4);
-        msgpack_pack_str_with_body (&pk, type, strlen (type));
-        msgpack_pack_str_with_body (&pk, "size", 4);
-        msgpack_pack_int64 (&pk, (int64_t) st.st_size);
-        msgpack_pack_str_with_body (&pk, "mode", 4);
-        msgpack_pack_int64 (&pk, (int64_t) (st.st_mode & 07777));
-        msgpack_pack_str_with_body (&pk, "mtime", 5);
-        msgpack_pack_int64 (&pk, (int64_t) st.st_mtime);
-        if (items.size > S_LIST_BYTES) {
-            items.size = before;        //  drop the entry that did not fit
-            truncated = true;
-            break;
-        }
-        count++;
-    }
-    for (size_t i = 0; i < n; i++)
-        free (names [i]);
-    free (names);
-    closedir (d);
-
-    msgpack_sbuffer arr;
-    msgpack_sbuffer_init (&arr);
-    msgpack_packer pa;
-    msgpack_packer_init (&pa, &arr, msgpack_sbuffer_write);
-    msgpack_pack_array (&pa, count);
-    msgpack_sbuffer_write (&arr, items.data ? items.data : "", items.size);
-    ah_msg_t *map = ah_msg_new ("");
-    ah_msg_set_bool (map, "ok", true);
-    if (ah_msg_set_raw (map, "entries", arr.data, arr.size) != 0)
-        ah_warn ("sandboxd", "fs.list: entries did not encode");
-    ah_msg_set_bool (map, "truncated", truncated);
-    ch->kind = K_DONE;
-    ch->want_fin = true;
-    s_send_header (self, ch, map);
-    ah_msg_destroy (&map);
-    msgpack_sbuffer_destroy (&items);
-    msgpack_sbuffer_destroy (&arr);
-}
-
-//  ---------------------------------------------------------------------
-//  fs.read
-
-static void s_fs_read (ah_sbd_session_t *self, chan_t *ch, const char *path, size_t plen)
-{
-    const char *err = NULL;
-    //  O_NONBLOCK: a FIFO planted in the home must not hang the loop.
-    int fd = ah_path_open (self->env.home_fd, path, plen, O_RDONLY | O_NONBLOCK, &err);
-    if (fd < 0) {
-        s_refuse (self, ch, s_code (-fd), "fs.read \"%.200s\": %s", path, err);
-        return;
-    }
-    struct stat st;
-    if (fstat (fd, &st) != 0 || !S_ISREG (st.st_mode)) {
-        bool dir = S_ISDIR (st.st_mode);
-        close (fd);
-        s_refuse (self, ch, dir ? "EISDIR" : "EINVAL", "fs.read \"%.200s\": %s", path,
-                  dir ? "is a directory" : "not a regular file");
-        return;
-    }
-    fcntl (fd, F_SETFL, 0);
-    ch->file = fd;
-    ch->size = (uint64_t) st.st_size;
-    ch->done = 0;
-    ch->kind = K_FS_READ;
-    ah_msg_t *map = ah_msg_new ("");
-    ah_msg_set_bool (map, "ok", true);
-    ah_msg_set_int (map, "size", (int64_t) ch->size);
-    s_send_header (self, ch, map);
-    ah_msg_destroy (&map);
-}
-
-//  Send file bytes while the window and the transport allow.
-static void s_fs_read_pump (ah_sbd_session_t *self, chan_t *ch)
-{
-    int rounds = 16;
-    while (!ch->gone && s_out_idle (ch) && ch->file >= 0 && rounds-- > 0
-           && self->env.backlog (self->env.ud) < AH_SBD_BACKLOG_MAX) {
-        if (ch->done == ch->size) {
-            close (ch->file);
-            ch->file = -1;
-            ch->want_fin = true;
-            s_flush (self, ch);
-            return;
-        }
-        uint32_t win = ah_yamux_send_window (self->yamux, ch->id);
-        if (win == 0)
-            return;
-        size_t want = S_CHUNK;
-        if (want > win)
-            want = win;
-        if (want > ch->size - ch->done)
-            want = (size_t) (ch->size - ch->done);
-        ssize_t r = read (ch->file, self->buf, want);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            s_reset (self, ch, r == 0 ? "file shrank while being read" : strerror (errno));
-            return;
-        }
-        ch->done += (uint64_t) r;
-        s_queue (ch, self->buf, (size_t) r);
-        s_flush (self, ch);
-    }
-}
-
-//  ---------------------------------------------------------------------
-//  fs.write
-
-static void s_fs_write (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
-                        const char *path, size_t plen)
-{
-    const char *err = NULL;
-    int64_t mode = ah_msg_int (req, "mode", 0644);
-    if (ah_msg_has (req, "mode") && !ah_msg_is_nil (req, "mode")
-    && (ah_msg_int (req, "mode", -1) < 0 || mode > 07777)) {
-        s_refuse (self, ch, "EINVAL", "fs.write: mode must be an integer 0..07777");
-        return;
-    }
-    int dir = ah_path_open_parent (self->env.home_fd, path, plen, ch->leaf, &err);
-    if (dir < 0) {
-        s_refuse (self, ch, dir == -EINVAL && plen <= 1 ? "EISDIR" : s_code (-dir),
-                  "fs.write \"%.200s\": %s", path, err);
-        return;
-    }
-    struct stat st;
-    if (fstatat (dir, ch->leaf, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR (st.st_mode)) {
-        close (dir);
-        s_refuse (self, ch, "EISDIR", "fs.write \"%.200s\": is a directory", path);
-        return;
-    }
-    //  A hidden temporary next to the target: same file system, so the
-    //  rename at the end is atomic.
-    int fd = -1;
-    for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
-        uint32_t r = 0;
-        if (getrandom (&r, sizeof r, GRND_NONBLOCK) != sizeof r)
-            r = (uint32_t) s_now () ^ (uint32_t) attempt * 2654435761u;
-        snprintf (ch->tmp, sizeof ch->tmp, ".%.200s.ah-%08x", ch->leaf, r);
-        fd = openat (dir, ch->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                     (mode_t) mode & 0777);
-        if (fd < 0 && errno != EEXIST)
-            break;
-    }
-    if (fd < 0) {
-        int e = errno;
-        ch->tmp [0] = 0;
-        close (dir);
-        s_refuse (self, ch, s_code (e), "fs.write \"%.200s\": %s", path, strerror (e));
-        return;
-    }
-    fchmod (fd, (mode_t) mode);
-    if (self->user.switch_to)
-        if (fchown (fd, self->user.uid, self->user.gid) != 0)
-            ah_warn ("sandboxd", "fs.write: chown: %s", strerror (errno));
-    ch->dir = dir;
-    ch->file = fd;
-    ch->done = 0;
-    ch->kind = K_FS_WRITE;
-    ah_msg_t *map = ah_msg_new ("");
-    ah_msg_set_bool (map, "ok", true);
-    s_send_header (self, ch, map);
-    ah_msg_destroy (&map);
-}
-
-//  The opener's FIN: the bytes are all here. Land the file or report why not.
-static void s_fs_write_finish (ah_sbd_session_t *self, chan_t *ch)
-{
-    int e = ch->write_errno;
-    if (!e && fsync (ch->file) != 0)
-        e = errno;
-    if (!e && close (ch->file) != 0)
-        e = errno;
-    else if (e)
-        close (ch->file);
-    ch->file = -1;
-    if (!e && renameat (ch->dir, ch->tmp, ch->dir, ch->leaf) != 0)
-        e = errno;
-    if (!e) {
-        ch->tmp [0] = 0;
-        fsync (ch->dir);        //  the rename itself survives a crash
-    }
-    ah_msg_t *map = ah_msg_new ("");
-    if (e) {
-        ah_msg_set_bool (map, "ok", false);
-        ah_msg_set_str (map, "code", s_code (e));
-        ah_msg_set_strf (map, "error", "fs.write \"%s\": %s", ch->leaf, strerror (e));
-    }
-    else {
-        ah_msg_set_bool (map, "ok", true);
-        ah_msg_set_int (map, "size", (int64_t) ch->done);
-    }
-    s_release (self, ch);       //  removes the temporary if it is still there
-    ch->kind = K_DONE;
-    ch->want_fin = true;
-    s_send_header (self, ch, map);
-    ah_msg_destroy (&map);
-}
-
-//  ---------------------------------------------------------------------
-//  fs.mkdir, fs.remove
-
-static int s_mkdir_one (ah_sbd_session_t *self, const char *path, size_t plen, mode_t mode,
-                        bool exist_ok, const char **err)
-{
-    char leaf [NAME_MAX + 1];
-    int dir = ah_path_open_parent (self->env.home_fd, path, plen, leaf, err);
-    if (dir < 0)
-        return dir;
-    int rc = 0;
-    if (mkdirat (dir, leaf, mode) != 0) {
-        rc = -errno;
-        struct stat st;
-        if (rc == -EEXIST && exist_ok) {
-            //  Existing is fine if it is a directory (or a link to one;
-            //  the next step's walk decides whether that link may be used).
-            if (fstatat (dir, leaf, &st, 0) != 0)
-                rc = -errno;
-            else if (S_ISDIR (st.st_mode))
-                rc = 0;
-        }
-        if (rc)
-            *err = strerror (-rc);
-    }
-    else if (self->user.switch_to) {
-        if (fchownat (dir, leaf, self->user.uid, self->user.gid, AT_SYMLINK_NOFOLLOW) != 0)
-            ah_warn ("sandboxd", "fs.mkdir: chown: %s", strerror (errno));
-    }
-    close (dir);
-    return rc;
-}
-
-static void s_fs_mkdir (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
-                        const char *path, size_t plen)
-{
-    bool parents = ah_msg_bool (req, "parents", false);
-    mode_t mode = (mode_t) (ah_msg_int (req, "mode", 0755) & 07777);
-    const char *err = NULL;
-    int rc = ah_path_check (path, plen, &err);
-    if (rc == 0 && parents) {
-        //  Each prefix in turn, through the same safe walk.
-        for (size_t i = 1; i < plen && rc == 0; i++)
-            if (path [i] == '/' && path [i - 1] != '/')
-                rc = s_mkdir_one (self, path, i, mode, true, &err);
-    }
-    if (rc == 0)
-        rc = s_mkdir_one (self, path, plen, mode, parents, &err);
-    if (rc == -EINVAL && plen <= 1 && err && strstr (err, "itself")) {
-        rc = parents ? 0 : -EEXIST;         //  the home exists
-        err = "the home directory exists";
-    }
-    if (rc)
-        s_refuse (self, ch, s_code (-rc), "fs.mkdir \"%.200s\": %s", path, err);
-    else
-        s_ok (self, ch);
-}
-
-//  Remove leaf in dir and everything below it, never following symlinks.
-static int s_rmtree (int dir, const char *leaf, int depth)
-{
-    if (depth > AH_PATH_MAX_DEPTH)
-        return -ELOOP;
-    int fd = openat (dir, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    DIR *d = fdopendir (fd);
-    if (!d) {
-        close (fd);
-        return -errno;
-    }
-    int rc = 0;
-    struct dirent *de;
-    while (rc == 0 && (de = readdir (d))) {
-        if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
-            continue;
-        struct stat st;
-        if (fstatat (fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-            continue;
-        if (S_ISDIR (st.st_mode))
-            rc = s_rmtree (fd, de->d_name, depth + 1);
-        else if (unlinkat (fd, de->d_name, 0) != 0 && errno != ENOENT)
-            rc = -errno;
-    }
-    closedir (d);
-    if (rc == 0 && unlinkat (dir, leaf, AT_REMOVEDIR) != 0)
-        rc = -errno;
-    return rc;
-}
-
-static void s_fs_remove (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
-                         const char *path, size_t plen)
-{
-    bool recursive = ah_msg_bool (req, "recursive", false);
-    const char *err = NULL;
-    char leaf [NAME_MAX + 1];
-    int dir = ah_path_open_parent (self->env.home_fd, path, plen, leaf, &err);
-    if (dir < 0) {
-        if (dir == -EINVAL && err && strstr (err, "itself"))
-            s_refuse (self, ch, "EACCES", "fs.remove \"%.200s\": removing the home directory is refused", path);
-        else
-            s_refuse (self, ch, s_code (-dir), "fs.remove \"%.200s\": %s", path, err);
-        return;
-    }
-    struct stat st;
-    int rc = 0;
-    if (fstatat (dir, leaf, &st, AT_SYMLINK_NOFOLLOW) != 0)
-        rc = -errno;
-    else if (S_ISDIR (st.st_mode))
-        rc = recursive ? s_rmtree (dir, leaf, 0)
-           : unlinkat (dir, leaf, AT_REMOVEDIR) == 0 ? 0 : -errno;
-    else
-        rc = unlinkat (dir, leaf, 0) == 0 ? 0 : -errno;
-    close (dir);
-    if (rc == -EEXIST)
-        rc = -ENOTEMPTY;
-    if (rc)
-        s_refuse (self, ch, s_code (-rc), "fs.remove \"%.200s\": %s", path, strerror (-rc));
-    else
-        s_ok (self, ch);
 }
 
 //  ---------------------------------------------------------------------
@@ -785,7 +324,7 @@ static void s_spawned_reply (ah_sbd_session_t *self, chan_t *ch)
     ah_msg_t *map = ah_msg_new ("");
     ah_msg_set_bool (map, "ok", true);
     ah_msg_set_int (map, "pid", ch->proc.pid);
-    s_send_header (self, ch, map);
+    ah_sbd_send_header (self, ch, map);
     ah_msg_destroy (&map);
 }
 
@@ -797,13 +336,13 @@ static void s_pty (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
     int64_t cols = ah_msg_int (req, "cols", 80), rows = ah_msg_int (req, "rows", 24);
     if (cols < 1 || cols > 1000 || rows < 1 || rows > 1000 || strlen (term) > 64
     ||  strpbrk (term, "\r\n=")) {
-        s_refuse (self, ch, "EINVAL", "pty: cols and rows must be 1..1000 and term a short name");
+        ah_sbd_refuse (self, ch, "EINVAL", "pty: cols and rows must be 1..1000 and term a short name");
         return;
     }
     char err [256];
     if (ah_proc_spawn_pty (&ch->proc, &self->user, self->env.home, term,
                            (unsigned short) cols, (unsigned short) rows, err, sizeof err)) {
-        s_refuse (self, ch, "EIO", "pty: %s", err);
+        ah_sbd_refuse (self, ch, "EIO", "pty: %s", err);
         return;
     }
     ch->kind = K_PTY;
@@ -815,17 +354,17 @@ static void s_exec (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
 {
     const char *cmd = ah_msg_str (req, "cmd");
     if (!cmd) {
-        s_refuse (self, ch, "EINVAL", "exec: \"cmd\" (a string) is required");
+        ah_sbd_refuse (self, ch, "EINVAL", "exec: \"cmd\" (a string) is required");
         return;
     }
     double timeout = ah_msg_double (req, "timeout", 300.0);
     if (ah_msg_has (req, "timeout") && !ah_msg_is_nil (req, "timeout")
     &&  ah_msg_double (req, "timeout", -1) == -1 && ah_msg_int (req, "timeout", -1) == -1) {
-        s_refuse (self, ch, "EINVAL", "exec: \"timeout\" must be a number of seconds");
+        ah_sbd_refuse (self, ch, "EINVAL", "exec: \"timeout\" must be a number of seconds");
         return;
     }
     if (!(timeout > 0) || timeout > S_TIMEOUT_MAX) {
-        s_refuse (self, ch, "EINVAL", "exec: \"timeout\" must be > 0 and at most 7 days");
+        ah_sbd_refuse (self, ch, "EINVAL", "exec: \"timeout\" must be > 0 and at most 7 days");
         return;
     }
     int cwd = -1;
@@ -833,13 +372,13 @@ static void s_exec (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
         const char *p;
         size_t pl;
         if (s_path_arg (req, "cwd", raw, raw_len, &p, &pl, true)) {
-            s_refuse (self, ch, "EINVAL", "exec: \"cwd\" must be a string without NUL bytes");
+            ah_sbd_refuse (self, ch, "EINVAL", "exec: \"cwd\" must be a string without NUL bytes");
             return;
         }
         const char *err = NULL;
         cwd = ah_path_open (self->env.home_fd, p, pl, O_RDONLY | O_DIRECTORY, &err);
         if (cwd < 0) {
-            s_refuse (self, ch, s_code (-cwd), "exec: cwd \"%.200s\": %s", p, err);
+            ah_sbd_refuse (self, ch, ah_sbd_code (-cwd), "exec: cwd \"%.200s\": %s", p, err);
             return;
         }
     }
@@ -849,7 +388,7 @@ static void s_exec (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
     if (s_env_arg (req, &env, &nenv, &eerr)) {
         if (cwd >= 0)
             close (cwd);
-        s_refuse (self, ch, "EINVAL", "exec: %s", eerr);
+        ah_sbd_refuse (self, ch, "EINVAL", "exec: %s", eerr);
         return;
     }
     char err [256];
@@ -862,11 +401,11 @@ static void s_exec (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
         free (env [i]);
     free (env);
     if (rc) {
-        s_refuse (self, ch, "EIO", "exec: %s", err);
+        ah_sbd_refuse (self, ch, "EIO", "exec: %s", err);
         return;
     }
     ch->kind = K_EXEC;
-    ch->deadline = s_now () + (int64_t) (timeout * 1000.0);
+    ch->deadline = ah_sbd_now () + (int64_t) (timeout * 1000.0);
     s_spawned_reply (self, ch);
 }
 
@@ -887,7 +426,7 @@ static void s_send_exit (ah_sbd_session_t *self, chan_t *ch)
     ah_msg_destroy (&map);
     ch->exit_sent = true;
     ch->want_fin = true;
-    s_flush (self, ch);
+    ah_sbd_flush (self, ch);
 }
 
 //  Signal the channel's process group, and the process itself: a pty
@@ -925,7 +464,7 @@ static size_t s_records_in (ah_sbd_session_t *self, chan_t *ch, bool *blocked)
             if ((ch->rkind != AH_REC_STDIN && ch->rkind != AH_REC_RESIZE && ch->rkind != AH_REC_EOF)
             ||  ch->rleft > AH_REC_MAX
             ||  (ch->rkind == AH_REC_RESIZE && ch->rleft > sizeof ch->rsmall)) {
-                s_reset (self, ch, "malformed record");
+                ah_sbd_reset (self, ch, "malformed record");
                 return off;
             }
         }
@@ -1068,7 +607,7 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
 {
     const char *name = ah_msg_str (req, "ch");
     if (!name) {
-        s_refuse (self, ch, "EPROTO", "the header has no \"ch\" string");
+        ah_sbd_refuse (self, ch, "EPROTO", "the header has no \"ch\" string");
         return;
     }
     if (strcmp (name, "hello") == 0) {
@@ -1076,11 +615,11 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
         return;
     }
     if (!self->hello_done) {
-        s_refuse (self, ch, "EPROTO", "channel \"%.64s\" before hello", name);
+        ah_sbd_refuse (self, ch, "EPROTO", "channel \"%.64s\" before hello", name);
         return;
     }
     if (strcmp (name, "ping") == 0)
-        s_ok (self, ch);
+        ah_sbd_ok (self, ch);
     else if (strcmp (name, "stats") == 0)
         s_stats (self, ch);
     else if (strcmp (name, "pty") == 0)
@@ -1092,11 +631,11 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
         size_t plen = 0;
         int rc = s_path_arg (req, "path", raw, raw_len, &path, &plen, true);
         if (rc == -1) {
-            s_refuse (self, ch, "EINVAL", "%.16s: \"path\" (a string) is required", name);
+            ah_sbd_refuse (self, ch, "EINVAL", "%.16s: \"path\" (a string) is required", name);
             return;
         }
         if (rc == -2) {
-            s_refuse (self, ch, "EINVAL", "%.16s: path contains a NUL byte", name);
+            ah_sbd_refuse (self, ch, "EINVAL", "%.16s: path contains a NUL byte", name);
             return;
         }
         //  File operations run with the sandbox user's file-system
@@ -1104,22 +643,22 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
         //  apply, and what we create is the user's.
         bool as_user = ah_proc_fs_as_user (&self->user, true);
         if (strcmp (name, "fs.list") == 0)
-            s_fs_list (self, ch, path, plen);
+            ah_sbd_fs_list (self, ch, path, plen);
         else if (strcmp (name, "fs.read") == 0)
-            s_fs_read (self, ch, path, plen);
+            ah_sbd_fs_read (self, ch, path, plen);
         else if (strcmp (name, "fs.write") == 0)
-            s_fs_write (self, ch, req, path, plen);
+            ah_sbd_fs_write (self, ch, req, path, plen);
         else if (strcmp (name, "fs.mkdir") == 0)
-            s_fs_mkdir (self, ch, req, path, plen);
+            ah_sbd_fs_mkdir (self, ch, req, path, plen);
         else if (strcmp (name, "fs.remove") == 0)
-            s_fs_remove (self, ch, req, path, plen);
+            ah_sbd_fs_remove (self, ch, req, path, plen);
         else
-            s_refuse (self, ch, "EPROTO", "unknown channel \"%.64s\"", name);
+            ah_sbd_refuse (self, ch, "EPROTO", "unknown channel \"%.64s\"", name);
         if (as_user)
             ah_proc_fs_as_user (&self->user, false);
     }
     else
-        s_refuse (self, ch, "EPROTO", "unknown channel \"%.64s\"", name);
+        ah_sbd_refuse (self, ch, "EPROTO", "unknown channel \"%.64s\"", name);
 }
 
 static void s_header_in (ah_sbd_session_t *self, chan_t *ch)
@@ -1139,14 +678,14 @@ static void s_header_in (ah_sbd_session_t *self, chan_t *ch)
             memmove (ch->in, ch->in + n, ch->in_len - n);
             ch->in_len -= n;
             ah_yamux_consumed (self->yamux, ch->id, n);
-            s_refuse (self, ch, "EINVAL", "a string argument (the path?) holds a NUL byte");
+            ah_sbd_refuse (self, ch, "EINVAL", "a string argument (the path?) holds a NUL byte");
             s_process_in (self, ch);
             return;
         }
     }
     if (rc < 0) {
         //  Refused like any other channel (FIN); what follows is discarded.
-        s_refuse (self, ch, "EPROTO", "malformed channel header: %s", err ? err : "?");
+        ah_sbd_refuse (self, ch, "EPROTO", "malformed channel header: %s", err ? err : "?");
         s_process_in (self, ch);
         return;
     }
@@ -1199,7 +738,7 @@ static void s_y_data (void *ud, uint32_t id, const uint8_t *data, size_t size)
         return;
     }
     if (ch->in_len + size > S_IN_MAX) {
-        s_reset (self, ch, "more unconsumed data than the window allows");
+        ah_sbd_reset (self, ch, "more unconsumed data than the window allows");
         return;
     }
     if (ch->in_len + size > ch->in_cap) {
@@ -1210,7 +749,7 @@ static void s_y_data (void *ud, uint32_t id, const uint8_t *data, size_t size)
             cap = S_IN_MAX;
         uint8_t *p = realloc (ch->in, cap);
         if (!p) {
-            s_reset (self, ch, "out of memory");
+            ah_sbd_reset (self, ch, "out of memory");
             return;
         }
         ch->in = p;
@@ -1232,21 +771,21 @@ static void s_y_eof (void *ud, uint32_t id)
         return;
     ch->peer_eof = true;
     if (ch->kind == K_NEW) {
-        s_refuse (self, ch, "EPROTO", "stream ended before a complete header");
+        ah_sbd_refuse (self, ch, "EPROTO", "stream ended before a complete header");
         return;
     }
     if (ch->kind == K_FS_WRITE) {
         s_process_in (self, ch);
         if (!ch->gone && ch->kind == K_FS_WRITE) {
             bool as_user = ah_proc_fs_as_user (&self->user, true);
-            s_fs_write_finish (self, ch);
+            ah_sbd_fs_write_finish (self, ch);
             if (as_user)
                 ah_proc_fs_as_user (&self->user, false);
         }
     }
     else if (ch->kind == K_PTY && ch->proc.pid > 0 && !ch->proc.exited) {
         s_signal (ch, SIGHUP);
-        ch->kill_at = s_now () + S_HUP_KILL_MS;
+        ch->kill_at = ah_sbd_now () + S_HUP_KILL_MS;
     }
     else if (ch->kind == K_EXEC)
         s_process_in (self, ch);
@@ -1260,7 +799,7 @@ static void s_y_closed (void *ud, uint32_t id, bool reset)
         return;
     if (reset)
         ah_debug ("sandboxd", "stream %u reset by the server", id);
-    s_release (self, ch);
+    ah_sbd_release (self, ch);
     ch->gone = true;
 }
 
@@ -1269,13 +808,13 @@ static void s_y_writable (void *ud, uint32_t id)
     ah_sbd_session_t *self = ud;
     chan_t *ch = s_find (self, id);
     if (ch)
-        s_flush (self, ch);
+        ah_sbd_flush (self, ch);
 }
 
 static void s_y_pong (void *ud, uint32_t opaque)
 {
     ah_sbd_session_t *self = ud;
-    self->last_pong = s_now ();
+    self->last_pong = ah_sbd_now ();
 }
 
 static void s_y_goaway (void *ud, uint32_t code)
@@ -1307,7 +846,7 @@ ah_sbd_session_t *ah_sbd_session_new (const ah_sbd_env_t *env)
         return NULL;
     }
     ah_proc_user_resolve (&self->user, env->switch_user, env->home);
-    self->last_pong = s_now ();
+    self->last_pong = ah_sbd_now ();
     self->next_ping = self->last_pong + AH_SBD_PING_MS;
     return self;
 }
@@ -1320,7 +859,7 @@ void ah_sbd_session_destroy (ah_sbd_session_t **self_p)
     chan_t *ch = self->chans;
     while (ch) {
         chan_t *next = ch->next;
-        s_release (self, ch);
+        ah_sbd_release (self, ch);
         s_free (ch);
         ch = next;
     }
@@ -1379,14 +918,14 @@ struct pollfd *ah_sbd_session_poll_prepare (ah_sbd_session_t *self, int reserve,
     self->reserve = reserve;
     for (int i = 0; i < reserve; i++)
         s_add_fd (self, -1, 0, NULL, R_PTY);
-    int64_t now = s_now ();
+    int64_t now = ah_sbd_now ();
     bool room = self->env.backlog (self->env.ud) < AH_SBD_BACKLOG_MAX;
     s_lower (timeout_ms, self->next_ping, now);
     for (chan_t *ch = self->chans; ch; ch = ch->next) {
         if (ch->gone)
             continue;
         uint32_t win = ah_yamux_send_window (self->yamux, ch->id);
-        bool can_send = room && s_out_idle (ch) && win > 5 && !ch->exit_sent;
+        bool can_send = room && ah_sbd_out_idle (ch) && win > 5 && !ch->exit_sent;
         if (ch->kind == K_PTY || ch->kind == K_EXEC) {
             int outfd = ch->kind == K_PTY ? ch->proc.pty : ch->proc.out;
             if (outfd >= 0 && can_send)
@@ -1424,7 +963,7 @@ struct pollfd *ah_sbd_session_poll_prepare (ah_sbd_session_t *self, int reserve,
 static void s_pump_fd (ah_sbd_session_t *self, chan_t *ch, int *fdp, uint8_t kind)
 {
     uint32_t win = ah_yamux_send_window (self->yamux, ch->id);
-    if (*fdp < 0 || win <= 5 || !s_out_idle (ch))
+    if (*fdp < 0 || win <= 5 || !ah_sbd_out_idle (ch))
         return;
     size_t want = win - 5;
     if (want > S_CHUNK)
@@ -1454,7 +993,7 @@ static void s_check_exit (ah_sbd_session_t *self, chan_t *ch)
         if (ah_proc_poll_exit (&ch->proc, &ns)) {
             if (self->env.reaped_ns)
                 *self->env.reaped_ns += ns;
-            ch->exit_at = s_now ();
+            ch->exit_at = ah_sbd_now ();
         }
     }
 }
@@ -1483,22 +1022,22 @@ static void s_timers (ah_sbd_session_t *self, chan_t *ch, int64_t now)
     bool out_open = ch->kind == K_PTY ? ch->proc.pty >= 0
                   : ch->proc.out >= 0 || ch->proc.err >= 0;
     if (!out_open) {
-        if (s_out_idle (ch))
+        if (ah_sbd_out_idle (ch))
             s_send_exit (self, ch);
         return;
     }
     //  Exited but something (a background job) still holds the output
     //  open: after the grace period, send what is readable now and end.
-    if (now >= ch->exit_at + S_EXIT_GRACE_MS && s_out_idle (ch)
+    if (now >= ch->exit_at + S_EXIT_GRACE_MS && ah_sbd_out_idle (ch)
     &&  ah_yamux_send_window (self->yamux, ch->id) > 5) {
         if (ch->kind == K_PTY)
             s_pump_fd (self, ch, &ch->proc.pty, AH_REC_STDOUT);
         else {
             s_pump_fd (self, ch, &ch->proc.out, AH_REC_STDOUT);
-            if (s_out_idle (ch))
+            if (ah_sbd_out_idle (ch))
                 s_pump_fd (self, ch, &ch->proc.err, AH_REC_STDERR);
         }
-        if (s_out_idle (ch))
+        if (ah_sbd_out_idle (ch))
             s_send_exit (self, ch);
     }
 }
@@ -1514,20 +1053,20 @@ void ah_sbd_session_service (ah_sbd_session_t *self)
             case R_PTY: s_pump_fd (self, ch, &ch->proc.pty, AH_REC_STDOUT); break;
             case R_OUT: s_pump_fd (self, ch, &ch->proc.out, AH_REC_STDOUT); break;
             case R_ERR:
-                if (s_out_idle (ch))
+                if (ah_sbd_out_idle (ch))
                     s_pump_fd (self, ch, &ch->proc.err, AH_REC_STDERR);
                 break;
             case R_IN: s_process_in (self, ch); break;
             case R_PIDFD: s_check_exit (self, ch); break;
         }
     }
-    int64_t now = s_now ();
+    int64_t now = ah_sbd_now ();
     for (chan_t *ch = self->chans; ch; ch = ch->next) {
         if (ch->gone)
             continue;
-        s_flush (self, ch);
+        ah_sbd_flush (self, ch);
         if (ch->kind == K_FS_READ)
-            s_fs_read_pump (self, ch);
+            ah_sbd_fs_read_pump (self, ch);
         s_timers (self, ch, now);
     }
     //  Sweep the channels yamux is done with.
@@ -1536,7 +1075,7 @@ void ah_sbd_session_service (ah_sbd_session_t *self)
         chan_t *ch = *pp;
         if (ch->gone) {
             *pp = ch->next;
-            s_release (self, ch);
+            ah_sbd_release (self, ch);
             s_free (ch);
         }
         else
@@ -1557,7 +1096,7 @@ void ah_sbd_session_reaped (ah_sbd_session_t *self, pid_t pid, int wstatus)
         if (ch->proc.pid == pid && !ch->proc.exited) {
             ch->proc.exited = ch->proc.reaped = true;
             ch->proc.wstatus = wstatus;
-            ch->exit_at = s_now ();
+            ch->exit_at = ah_sbd_now ();
         }
 }
 

@@ -1,0 +1,124 @@
+/*  sandboxd/chan_int.h: what chan.c (the session, records, processes)
+    and fs.c (the fs.* channels) share. Internal to sandboxd: one thread,
+    the instance's loop, touches all of it.                          */
+#ifndef AH_SANDBOXD_CHAN_INT_H
+#define AH_SANDBOXD_CHAN_INT_H
+
+#include "sandboxd/chan.h"
+#include "sandboxd/proc.h"
+#include "proto/msg.h"
+#include "proto/yamux.h"
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define S_CHUNK          (64u * 1024u)      //  largest read from a file or fd at once
+#define S_IN_MAX         (AH_YAMUX_INITIAL_WINDOW + 16)
+#define S_LIST_BYTES     60000              //  fs.list entries kept under the header cap
+#define S_LIST_NAMES     200000             //  names read from one directory at most
+#define S_EXIT_GRACE_MS  1000               //  output still drained after the process exited
+#define S_HUP_KILL_MS    5000               //  pty: SIGHUP, then SIGKILL after this
+#define S_TIMEOUT_MAX    (7 * 24 * 3600.0)  //  longest exec timeout accepted
+#define S_ENV_MAX        256                //  exec env entries
+
+typedef enum { K_NEW, K_DONE, K_FS_READ, K_FS_WRITE, K_PTY, K_EXEC } kind_t;
+typedef enum { R_PTY, R_OUT, R_ERR, R_IN, R_PIDFD } role_t;
+
+typedef struct chan_s {
+    struct chan_s *next;
+    uint32_t id;
+    kind_t   kind;
+    bool     gone;              //  yamux forgot the stream: free at the sweep
+    bool     peer_eof;          //  the opener sent FIN
+    bool     want_fin;          //  FIN once out drains
+    bool     fin_sent;
+
+    uint8_t *in;                //  received, not yet used (and not consumed)
+    size_t   in_len, in_cap;    //  grows to at most S_IN_MAX (the window bounds it)
+    uint8_t *out;               //  to send, not yet taken by yamux
+    size_t   out_len, out_off, out_cap;
+
+    //  pty/exec: record being received
+    uint8_t  rhdr [5];
+    size_t   rhlen;
+    uint8_t  rkind;
+    uint32_t rleft;
+    uint8_t  rsmall [256];      //  a RESIZE payload
+    size_t   rsmall_len;
+
+    //  pty/exec: the process
+    ah_proc_t proc;
+    bool     stdin_eof;         //  close stdin once in drains
+    bool     timed_out;
+    int64_t  deadline;          //  exec timeout (ms, monotonic), 0 none
+    int64_t  kill_at;           //  SIGKILL after SIGHUP (pty), 0 none
+    int64_t  exit_at;           //  when the process exited
+    bool     exit_sent;
+
+    //  files
+    int      file;
+    int      dir;
+    uint64_t size, done;
+    char     leaf [NAME_MAX + 1];
+    char     tmp [NAME_MAX + 1];
+    int      write_errno;       //  fs.write: first error while writing
+} chan_t;
+
+typedef struct { chan_t *ch; role_t role; } slot_t;
+
+struct ah_sbd_session_t {
+    ah_sbd_env_t env;
+    ah_yamux_t *yamux;
+    chan_t *chans;
+    bool    hello_done;
+    bool    goaway;
+    const char *dead;
+    char    dead_buf [160];
+    struct pollfd *pfd;
+    slot_t *slot;
+    size_t  pcap;
+    int     reserve;
+    int     pn;
+    uint8_t *buf;               //  S_CHUNK scratch
+    int64_t next_ping, last_pong;
+    uint32_t ping_seq;
+    ah_proc_user_t user;        //  who terminals and commands run as
+};
+
+//  Helpers (chan.c)
+int64_t     ah_sbd_now (void);
+//  The tunnel.md error code for an errno.
+const char *ah_sbd_code (int e);
+//  Hand pending output to yamux as the window allows; FIN when drained
+//  and asked for.
+void        ah_sbd_flush (ah_sbd_session_t *self, chan_t *ch);
+bool        ah_sbd_out_idle (const chan_t *ch);
+int         ah_sbd_queue (chan_t *ch, const uint8_t *data, size_t size);
+//  Encode and send a reply or trailer header.
+void        ah_sbd_send_header (ah_sbd_session_t *self, chan_t *ch, ah_msg_t *map);
+//  Refuse: error header, FIN, discard whatever else comes.
+void        ah_sbd_refuse (ah_sbd_session_t *self, chan_t *ch, const char *code,
+                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+//  {"ok": true} and FIN.
+void        ah_sbd_ok (ah_sbd_session_t *self, chan_t *ch);
+//  Release processes, fds and temporary files (idempotent).
+void        ah_sbd_release (ah_sbd_session_t *self, chan_t *ch);
+//  Abort the stream with RST.
+void        ah_sbd_reset (ah_sbd_session_t *self, chan_t *ch, const char *why);
+
+//  The fs channels (fs.c). path is plen bytes, checked for NUL already.
+void ah_sbd_fs_list (ah_sbd_session_t *self, chan_t *ch, const char *path, size_t plen);
+void ah_sbd_fs_read (ah_sbd_session_t *self, chan_t *ch, const char *path, size_t plen);
+//  Send file bytes while the window and the transport allow.
+void ah_sbd_fs_read_pump (ah_sbd_session_t *self, chan_t *ch);
+void ah_sbd_fs_write (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
+                      const char *path, size_t plen);
+//  The opener's FIN: land the file (fsync, rename) or report why not.
+void ah_sbd_fs_write_finish (ah_sbd_session_t *self, chan_t *ch);
+void ah_sbd_fs_mkdir (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
+                      const char *path, size_t plen);
+void ah_sbd_fs_remove (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
+                       const char *path, size_t plen);
+
+#endif
