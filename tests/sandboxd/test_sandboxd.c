@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -988,6 +990,100 @@ static void test_malformed (peer_t *p)
     ah_msg_destroy (&r);
 }
 
+//  Several instances in one process, each with its own home and thread:
+//  no state is shared between them.
+static void test_instances (void)
+{
+    enum { N = 3 };
+    char homes [N][PATH_MAX + 32];
+    ah_sandboxd_t *sbd [N];
+    peer_t peers [N];
+    int fds [N][2];
+    ah_yamux_callbacks_t cb = { .output = cb_output, .on_data = cb_data, .on_eof = cb_eof,
+                                .on_closed = cb_closed };
+    for (int i = 0; i < N; i++) {
+        snprintf (homes [i], sizeof homes [i], "%s/inst%d", root, i);
+        CHECK (mkdir (homes [i], 0755) == 0);
+        CHECK (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds [i]) == 0);
+        fcntl (fds [i][1], F_SETFL, O_NONBLOCK);
+        char id [32];
+        snprintf (id, sizeof id, "agent-%d", i);
+        ah_sandboxd_opts_t opts = { .agent_id = id, .home = homes [i], .raw_transport = true,
+                                    .raw_fd = fds [i][1] };
+        sbd [i] = ah_sandboxd_start (&opts);
+        CHECK (sbd [i] != NULL);
+        memset (&peers [i], 0, sizeof peers [i]);
+        peers [i].fd = fds [i][0];
+        peers [i].y = ah_yamux_new (true, &cb, &peers [i]);
+    }
+    //  Start a command on every instance before reading any answer.
+    uint32_t ids [N];
+    for (int i = 0; i < N; i++) {
+        ah_msg_t *req = req_new ("hello");
+        ah_msg_set_int (req, "version", AH_PROTOCOL_VERSION);
+        ah_msg_t *r = simple (&peers [i], req);
+        char want_id [32];
+        snprintf (want_id, sizeof want_id, "agent-%d", i);
+        CHECK_STR (r ? ah_msg_str (r, "agent_id") : NULL, want_id);
+        ah_msg_destroy (&r);
+        bool refused;
+        char body [16];
+        snprintf (body, sizeof body, "home %d\n", i);
+        r = write_file (&peers [i], "who", (const uint8_t *) body, strlen (body), &refused);
+        CHECK (reply_ok (r));
+        ah_msg_destroy (&r);
+        ids [i] = exec_open (&peers [i], "sleep 0.3; cat who", 0, &r);
+        ah_msg_destroy (&r);
+        ah_yamux_close (peers [i].y, ids [i]);
+    }
+    for (int i = 0; i < N; i++) {
+        recs_t rc = { 0 };
+        CHECK (run_until_exit (&peers [i], ids [i], &rc, 10000));
+        char want [16];
+        snprintf (want, sizeof want, "home %d\n", i);
+        CHECK_STR (rc.out, want);
+        recs_free (&rc);
+    }
+    for (int i = 0; i < N; i++) {
+        ah_sandboxd_stop (&sbd [i]);
+        ah_yamux_destroy (&peers [i].y);
+        for (int s = 0; s < peers [i].n; s++)
+            free (peers [i].s [s].buf);
+        close (fds [i][0]);
+    }
+}
+
+//  Stop is prompt whatever the instance is doing: backing off after a
+//  refused dial, or waiting on a dial that goes nowhere.
+static void test_stop_while_dialling (void)
+{
+    //  A port nobody listens on: bind one, note it, close it.
+    int s = socket (AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+    socklen_t al = sizeof a;
+    bind (s, (struct sockaddr *) &a, sizeof a);
+    getsockname (s, (struct sockaddr *) &a, &al);
+    close (s);
+    char url [64];
+    snprintf (url, sizeof url, "ws://127.0.0.1:%d/tunnel", ntohs (a.sin_port));
+    const char *urls [] = { url, "ws://192.0.2.1:9/tunnel" };    //  refused; TEST-NET blackhole
+    for (int i = 0; i < 2; i++) {
+        ah_sandboxd_opts_t opts = { .agent_id = "a", .token = "t", .tunnel_url = urls [i],
+                                    .home = home, .backoff_min_ms = 50, .backoff_max_ms = 200 };
+        ah_sandboxd_t *sbd = ah_sandboxd_start (&opts);
+        CHECK (sbd != NULL);
+        usleep (400 * 1000);
+        CHECK (ah_sandboxd_connections (sbd) == 0);
+        int64_t t0 = now_ms ();
+        ah_sandboxd_stop (&sbd);
+        CHECK (now_ms () - t0 < 1000);
+    }
+    //  A home that does not exist: no instance, a clear log line.
+    ah_sandboxd_opts_t bad = { .agent_id = "a", .token = "t", .tunnel_url = url,
+                               .home = "/nonexistent/home" };
+    CHECK (ah_sandboxd_start (&bad) == NULL);
+}
+
 int main (void)
 {
     signal (SIGPIPE, SIG_IGN);
@@ -1084,6 +1180,9 @@ int main (void)
     ah_yamux_destroy (&q.y);
     for (int i = 0; i < q.n; i++)
         free (q.s [i].buf);
+    test_instances ();
+    test_stop_while_dialling ();
+
     char cmd [PATH_MAX + 16];
     snprintf (cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system (cmd) != 0)
