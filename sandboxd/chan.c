@@ -133,6 +133,15 @@ static void s_send_record (ah_sbd_session_t *self, chan_t *ch, uint8_t kind,
     ah_sbd_flush (self, ch);
 }
 
+//  The last header of a channel: send it, FIN, and discard any more input.
+void ah_sbd_finish (ah_sbd_session_t *self, chan_t *ch, ah_msg_t **map_p)
+{
+    ch->kind = K_DONE;
+    ch->want_fin = true;
+    ah_sbd_send_header (self, ch, *map_p);
+    ah_msg_destroy (map_p);
+}
+
 //  Refuse: error reply, FIN, then discard whatever else comes.
 void ah_sbd_refuse (ah_sbd_session_t *self, chan_t *ch, const char *code, const char *fmt, ...)
 {
@@ -145,10 +154,7 @@ void ah_sbd_refuse (ah_sbd_session_t *self, chan_t *ch, const char *code, const 
     ah_msg_set_bool (map, "ok", false);
     ah_msg_set_str (map, "code", code);
     ah_msg_set_str (map, "error", text);
-    ch->kind = K_DONE;
-    ch->want_fin = true;
-    ah_sbd_send_header (self, ch, map);
-    ah_msg_destroy (&map);
+    ah_sbd_finish (self, ch, &map);
     ah_debug ("sandboxd", "stream %u refused: %s %s", ch->id, code, text);
 }
 
@@ -219,20 +225,14 @@ static void s_hello (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
     ah_msg_set_int (map, "version", AH_PROTOCOL_VERSION);
     ah_msg_set_str (map, "agent_id", self->env.agent_id ? self->env.agent_id : "");
     ah_msg_set_str (map, "user", self->user.name);
-    ch->kind = K_DONE;
-    ch->want_fin = true;
-    ah_sbd_send_header (self, ch, map);
-    ah_msg_destroy (&map);
+    ah_sbd_finish (self, ch, &map);
 }
 
 void ah_sbd_ok (ah_sbd_session_t *self, chan_t *ch)
 {
     ah_msg_t *map = ah_msg_new ("");
     ah_msg_set_bool (map, "ok", true);
-    ch->kind = K_DONE;
-    ch->want_fin = true;
-    ah_sbd_send_header (self, ch, map);
-    ah_msg_destroy (&map);
+    ah_sbd_finish (self, ch, &map);
 }
 
 static void s_stats (ah_sbd_session_t *self, chan_t *ch)
@@ -252,10 +252,7 @@ static void s_stats (ah_sbd_session_t *self, chan_t *ch)
     ah_msg_set_int (map, "cpu_ns", cpu);
     ah_msg_set_int (map, "at_ns", (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec);
     ah_msg_set_str (map, "source", source);
-    ch->kind = K_DONE;
-    ch->want_fin = true;
-    ah_sbd_send_header (self, ch, map);
-    ah_msg_destroy (&map);
+    ah_sbd_finish (self, ch, &map);
 }
 
 //  ---------------------------------------------------------------------

@@ -97,6 +97,8 @@ bool        ah_sbd_out_idle (const chan_t *ch);
 int         ah_sbd_queue (chan_t *ch, const uint8_t *data, size_t size);
 //  Encode and send a reply or trailer header.
 void        ah_sbd_send_header (ah_sbd_session_t *self, chan_t *ch, ah_msg_t *map);
+//  The channel's last header (destroyed), FIN, discard what else comes.
+void        ah_sbd_finish (ah_sbd_session_t *self, chan_t *ch, ah_msg_t **map_p);
 //  Refuse: error header, FIN, discard whatever else comes.
 void        ah_sbd_refuse (ah_sbd_session_t *self, chan_t *ch, const char *code,
                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));

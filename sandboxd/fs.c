@@ -110,10 +110,7 @@ void ah_sbd_fs_list (ah_sbd_session_t *self, chan_t *ch, const char *path, size_
     if (ah_msg_set_raw (map, "entries", arr.data, arr.size) != 0)
         ah_warn ("sandboxd", "fs.list: entries did not encode");
     ah_msg_set_bool (map, "truncated", truncated);
-    ch->kind = K_DONE;
-    ch->want_fin = true;
-    ah_sbd_send_header (self, ch, map);
-    ah_msg_destroy (&map);
+    ah_sbd_finish (self, ch, &map);
     msgpack_sbuffer_destroy (&items);
     msgpack_sbuffer_destroy (&arr);
 }
@@ -271,10 +268,7 @@ void ah_sbd_fs_write_finish (ah_sbd_session_t *self, chan_t *ch)
         ah_msg_set_int (map, "size", (int64_t) ch->done);
     }
     ah_sbd_release (self, ch);       //  removes the temporary if it is still there
-    ch->kind = K_DONE;
-    ch->want_fin = true;
-    ah_sbd_send_header (self, ch, map);
-    ah_msg_destroy (&map);
+    ah_sbd_finish (self, ch, &map);
 }
 
 //  ---------------------------------------------------------------------
