@@ -34,7 +34,10 @@ typedef struct {
     int policy_reloads;
     char *last_create;              //  JSON of the last AGENT_CREATE
     //  The other actors the API asks: recorder, builder, sleeper.
-    zsock_t *recorder, *builder, *sleeper;
+    zsock_t *recorder, *builder, *sleeper, *tunnel;
+    int64_t acked;                  //  CHAN_ACK bytes from the api
+    int eofs, closes;               //  CHAN_EOF, CHAN_CLOSE from the api
+    char stdin_seen [64];           //  CHAN_DATA from the api, as hex
     int records;
     char *last_record;              //  JSON of the last OP_RECORD
     char *last_other;               //  JSON of the last OP_LIST / TURN_* / BRIEFING
@@ -73,6 +76,123 @@ static void s_set_raw_list (ah_msg_t *m, const char *key, int n_maps, int n_fiel
     va_end (ap);
     ah_msg_set_raw (m, key, sb.data, sb.size);
     msgpack_sbuffer_destroy (&sb);
+}
+
+//  The record stream of an exec (docs/tunnel.md): u8 kind, u32 length, bytes.
+static size_t s_record_put (uint8_t *out, uint8_t kind, const void *data, size_t size)
+{
+    out [0] = kind;
+    out [1] = (uint8_t) (size >> 24);
+    out [2] = (uint8_t) (size >> 16);
+    out [3] = (uint8_t) (size >> 8);
+    out [4] = (uint8_t) size;
+    memcpy (out + 5, data, size);
+    return size + 5;
+}
+
+static void s_chan_msg (zsock_t *sock, const char *type, int64_t chan, const void *data, size_t size)
+{
+    ah_msg_t *m = ah_msg_new (type);
+    ah_msg_set_int (m, "chan", chan);
+    if (data)
+        ah_msg_set_bin (m, "data", data, size);
+    ah_msg_send (&m, sock, "api");
+}
+
+//  The tunnel as the API sees it: CHAN_OPEN for exec and fs.*, then the
+//  stream, in awkward pieces.
+static void s_fake_tunnel (fake_t *f, zsock_t *sock, ah_msg_t *m)
+{
+    const char *type = ah_msg_type (m);
+    if (streq (type, "CHAN_ACK")) {
+        f->acked += ah_msg_int (m, "bytes", 0);
+        return;
+    }
+    if (streq (type, "CHAN_DATA")) {
+        size_t n = 0;
+        const uint8_t *d = ah_msg_bin (m, "data", &n);
+        for (size_t i = 0; d && i < n && strlen (f->stdin_seen) + 3 < sizeof f->stdin_seen; i++)
+            sprintf (f->stdin_seen + strlen (f->stdin_seen), "%02x", d [i]);
+        return;
+    }
+    if (streq (type, "CHAN_EOF") || streq (type, "CHAN_CLOSE")) {
+        if (streq (type, "CHAN_EOF"))
+            f->eofs++;
+        else
+            f->closes++;
+        return;
+    }
+    if (!streq (type, "CHAN_OPEN"))
+        return;
+    size_t hsize = 0;
+    const void *raw = ah_msg_raw (m, "header", &hsize);
+    ah_msg_t *h = raw ? ah_msg_decode ("HEADER", raw, hsize, NULL) : NULL;
+    free (f->last_other);
+    f->last_other = h ? ah_msg_to_json (h, "sandboxd") : strdup ("");
+    const char *ch = h ? ah_msg_str (h, "ch") : "";
+    const char *path = h && ah_msg_str (h, "path") ? ah_msg_str (h, "path") : "";
+    ah_msg_t *reply;
+    if (streq (path, "nope")) {
+        reply = ah_msg_reply_error (m, 404, "%s \"nope\": No such file or directory", ch);
+        ah_msg_send (&reply, sock, "api");
+        ah_msg_destroy (&h);
+        return;
+    }
+    int64_t chan = streq (ch, "exec") ? 7 : 8;
+    reply = ah_msg_reply_ok (m);
+    ah_msg_set_int (reply, "chan", chan);
+    ah_msg_t *rh = ah_msg_new ("R");
+    ah_msg_set_bool (rh, "ok", true);
+    int64_t size = streq (path, "short") ? 1000 : 100000;
+    if (streq (ch, "fs.read"))
+        ah_msg_set_int (rh, "size", size);
+    uint8_t *enc;
+    size_t enc_size;
+    ah_msg_encode (rh, &enc, &enc_size);
+    ah_msg_set_raw (reply, "reply", enc, enc_size);
+    free (enc);
+    ah_msg_destroy (&rh);
+    ah_msg_send (&reply, sock, "api");
+    if (streq (ch, "exec")) {
+        uint8_t stream [512];
+        size_t n = 0;
+        if (streq (ah_msg_str (h, "cmd"), "bad-record"))
+            n += s_record_put (stream + n, 9, "x", 1);
+        n += s_record_put (stream + n, 1, "hello", 5);
+        n += s_record_put (stream + n, 2, "oops", 4);
+        ah_msg_t *exit = ah_msg_new ("EXIT");
+        ah_msg_set_int (exit, "status", 2);
+        ah_msg_set_int (exit, "signal", 0);
+        ah_msg_set_bool (exit, "timed_out", false);
+        ah_msg_encode (exit, &enc, &enc_size);
+        n += s_record_put (stream + n, 4, enc, enc_size);
+        free (enc);
+        ah_msg_destroy (&exit);
+        for (size_t off = 0; off < n; off += 3)      //  records straddle every message
+            s_chan_msg (sock, "CHAN_DATA", chan, stream + off, n - off < 3 ? n - off : 3);
+        s_chan_msg (sock, "CHAN_EOF", chan, NULL, 0);
+        s_chan_msg (sock, "CHAN_CLOSE", chan, NULL, 0);
+    }
+    else if (streq (ch, "fs.read")) {
+        uint8_t *data = malloc (100000);
+        for (int i = 0; i < 100000; i++)
+            data [i] = (uint8_t) (i % 251);
+        if (streq (path, "short")) {
+            s_chan_msg (sock, "CHAN_DATA", chan, data, 500);
+            ah_msg_t *c = ah_msg_new ("CHAN_CLOSE");
+            ah_msg_set_int (c, "chan", chan);
+            ah_msg_set_str (c, "error", "sandbox connection lost");
+            ah_msg_send (&c, sock, "api");
+        }
+        else {
+            s_chan_msg (sock, "CHAN_DATA", chan, data, 65536);
+            s_chan_msg (sock, "CHAN_DATA", chan, data + 65536, 100000 - 65536);
+            s_chan_msg (sock, "CHAN_EOF", chan, NULL, 0);
+            s_chan_msg (sock, "CHAN_CLOSE", chan, NULL, 0);
+        }
+        free (data);
+    }
+    ah_msg_destroy (&h);
 }
 
 //  recorder, builder and sleeper as the API sees them.
@@ -264,10 +384,11 @@ static void s_fake_lifecycle (zsock_t *pipe, void *args)
     f.recorder = ah_bus_connect ("recorder");
     f.builder = ah_bus_connect ("builder");
     f.sleeper = ah_bus_connect ("sleeper");
+    f.tunnel = ah_bus_connect ("tunnel");
     f.later = zlistx_new ();
     zlistx_set_destructor (f.later, NULL);
     zsock_signal (pipe, 0);
-    zpoller_t *poller = zpoller_new (pipe, f.bus, f.recorder, f.builder, f.sleeper, NULL);
+    zpoller_t *poller = zpoller_new (pipe, f.bus, f.recorder, f.builder, f.sleeper, f.tunnel, NULL);
     while (true) {
         void *which = zpoller_wait (poller, 20);
         if (which == pipe) {
@@ -279,6 +400,8 @@ static void s_fake_lifecycle (zsock_t *pipe, void *args)
                 zstr_send (pipe, f.last_create ? f.last_create : "");
             else if (cmd && streq (cmd, "RECORDS"))
                 zstr_sendf (pipe, "%d %s", f.records, f.last_record ? f.last_record : "");
+            else if (cmd && streq (cmd, "TUNNEL"))
+                zstr_sendf (pipe, "%lld %d %d %s", (long long) f.acked, f.eofs, f.closes, f.stdin_seen);
             else if (cmd && streq (cmd, "OTHER"))
                 zstr_send (pipe, f.last_other ? f.last_other : "");
             zstr_free (&cmd);
@@ -289,6 +412,12 @@ static void s_fake_lifecycle (zsock_t *pipe, void *args)
             ah_msg_t *m = ah_msg_recv (f.bus, true, NULL);
             if (m)
                 s_fake_handle (&f, m);
+            ah_msg_destroy (&m);
+        }
+        else if (which == f.tunnel) {
+            ah_msg_t *m = ah_msg_recv (f.tunnel, true, NULL);
+            if (m)
+                s_fake_tunnel (&f, f.tunnel, m);
             ah_msg_destroy (&m);
         }
         else if (which) {
@@ -336,6 +465,7 @@ static void s_fake_lifecycle (zsock_t *pipe, void *args)
     zsock_destroy (&f.recorder);
     zsock_destroy (&f.builder);
     zsock_destroy (&f.sleeper);
+    zsock_destroy (&f.tunnel);
     zsock_destroy (&f.bus);
     ah_store_close (&f.store);
 }
@@ -416,6 +546,28 @@ static bool s_error_has (json_t *j, const char *part)
         return false;
     }
     return true;
+}
+
+//  GET raw bytes; returns the curl result, *status and the body.
+static CURLcode s_download (const char *path, long *status, buf_t *b)
+{
+    CURL *c = curl_easy_init ();
+    char url [512], auth [200];
+    snprintf (url, sizeof url, "http://127.0.0.1:%d%s", s_port, path);
+    snprintf (auth, sizeof auth, "Authorization: Bearer %s", s_token);
+    struct curl_slist *headers = curl_slist_append (NULL, auth);
+    curl_easy_setopt (c, CURLOPT_URL, url);
+    curl_easy_setopt (c, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt (c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt (c, CURLOPT_TIMEOUT, 20L);
+    curl_easy_setopt (c, CURLOPT_WRITEFUNCTION, s_write);
+    curl_easy_setopt (c, CURLOPT_WRITEDATA, b);
+    CURLcode rc = curl_easy_perform (c);
+    *status = 0;
+    curl_easy_getinfo (c, CURLINFO_RESPONSE_CODE, status);
+    curl_slist_free_all (headers);
+    curl_easy_cleanup (c);
+    return rc;
 }
 
 //  One request that must fail with status and an error naming part.
@@ -636,6 +788,67 @@ int main (void)
     CHECK_STR (s_str (j, "state"), "running");
     json_decref (j);
     EXPECT ("POST", "/api/v1/agents/alice/start", NULL, s_token, 409, "running");
+
+    //  Exec over a (fake) tunnel: records cut into 3-byte messages.
+    j = s_http ("POST", "/api/v1/agents/alice/exec",
+                "{\"cmd\":\"make\",\"timeout\":5,\"env\":{\"A\":\"b\"},\"stdin\":\"x\"}", s_token, &status);
+    CHECK (status == 200);
+    CHECK_STR (s_str (j, "stdout"), "hello");
+    CHECK_STR (s_str (j, "stderr"), "oops");
+    CHECK (json_integer_value (json_object_get (j, "status")) == 2);
+    CHECK (json_is_false (json_object_get (j, "timed_out")));
+    json_decref (j);
+    zstr_send (lifecycle, "OTHER");
+    last = zstr_recv (lifecycle);
+    CHECK (last && strstr (last, "\"ch\":\"exec\"") && strstr (last, "\"cmd\":\"make\"")
+           && strstr (last, "\"env\":{\"A\":\"b\"}") && strstr (last, "\"timeout\":5"));
+    zstr_free (&last);
+    EXPECT ("POST", "/api/v1/agents/alice/exec", "{\"cmd\":\"bad-record\"}", s_token, 502, "malformed");
+    EXPECT ("POST", "/api/v1/agents/alice/exec", "{\"cmd\":7}", s_token, 400, "'cmd'");
+    EXPECT ("POST", "/api/v1/agents/alice/exec", "{\"cmd\":\"x\",\"env\":{\"A\":1}}", s_token, 400, "'env'");
+    EXPECT ("POST", "/api/v1/agents/alice/exec", "{\"cmd\":\"x\",\"user\":\"root\"}", s_token, 400, "unknown field 'user'");
+    //  A download: 100000 bytes in two messages, ACKed as written.
+    {
+        buf_t b = { 0 };
+        CURLcode rc = s_download ("/api/v1/agents/alice/fs/file?path=d%2Fdata.bin", &status, &b);
+        CHECK (rc == CURLE_OK && status == 200 && b.size == 100000);
+        bool same = b.size == 100000;
+        for (size_t i = 0; same && i < b.size; i++)
+            same = (uint8_t) b.data [i] == (uint8_t) (i % 251);
+        CHECK (same);
+        free (b.data);
+        zstr_send (lifecycle, "OTHER");
+        last = zstr_recv (lifecycle);
+        CHECK (last && strstr (last, "\"path\":\"d/data.bin\""));         //  decoded
+        zstr_free (&last);
+        //  A stream that breaks half way: the client sees it fail.
+        b = (buf_t) { 0 };
+        rc = s_download ("/api/v1/agents/alice/fs/file?path=short", &status, &b);
+        CHECK (rc != CURLE_OK || status >= 500);
+        CHECK (b.size < 1000);
+        free (b.data);
+        zclock_sleep (100);
+        zstr_send (lifecycle, "TUNNEL");
+        char *counts = zstr_recv (lifecycle);
+        long long acked = 0;
+        int eofs = 0, closes = 0;
+        char seen [64] = "";
+        if (counts)
+            sscanf (counts, "%lld %d %d %63s", &acked, &eofs, &closes, seen);
+        //  stdin "x" went as one STDIN record: kind 0, length 1, 'x'.
+        CHECK_STR (seen, "000000000178");
+        zstr_free (&counts);
+        //  exec: the record bytes ACKed as parsed; the download as written
+        //  while its channel lived (here it closes right after the data;
+        //  the e2e test moves 1 MiB, which stalls without ACKs).
+        CHECK (acked > 0);
+        CHECK (eofs >= 3);
+        CHECK (closes >= 1);                        //  the bad record's channel was reset
+    }
+    EXPECT ("GET", "/api/v1/agents/alice/fs/list?path=nope", NULL, s_token, 404, "No such file");
+    EXPECT ("GET", "/api/v1/agents/alice/fs/file", NULL, s_token, 400, "'path' is required");
+    EXPECT ("PUT", "/api/v1/agents/alice/fs/mkdir?path=x", "{}", s_token, 405, NULL);
+    EXPECT ("GET", "/api/v1/agents/alice/fs/other", NULL, s_token, 404, "no route");
     j = s_http ("POST", "/api/v1/agents/alice/rebuild?wait=1", NULL, s_token, &status);
     CHECK (status == 200);
     CHECK_STR (s_str (j, "state"), "sleeping");
