@@ -881,14 +881,23 @@ int ah_sbd_session_input (ah_sbd_session_t *self, const uint8_t *data, size_t si
 static void s_add_fd (ah_sbd_session_t *self, int fd, short events, chan_t *ch, role_t role)
 {
     if (self->pn == (int) self->pcap) {
+        //  Both arrays grow together or not at all (out of memory: that
+        //  fd is not polled this turn; the loop comes round again).
         size_t cap = self->pcap ? self->pcap * 2 : 64;
-        struct pollfd *p = realloc (self->pfd, cap * sizeof *p);
-        if (!p)
+        struct pollfd *p = malloc (cap * sizeof *p);
+        slot_t *s = malloc (cap * sizeof *s);
+        if (!p || !s) {
+            free (p);
+            free (s);
             return;
+        }
+        if (self->pn) {
+            memcpy (p, self->pfd, (size_t) self->pn * sizeof *p);
+            memcpy (s, self->slot, (size_t) self->pn * sizeof *s);
+        }
+        free (self->pfd);
+        free (self->slot);
         self->pfd = p;
-        slot_t *s = realloc (self->slot, cap * sizeof *s);
-        if (!s)
-            return;
         self->slot = s;
         self->pcap = cap;
     }
@@ -972,15 +981,9 @@ static void s_pump_fd (ah_sbd_session_t *self, chan_t *ch, int *fdp, uint8_t kin
     }
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return;
-    //  EOF, or EIO from a pty whose last slave closed.
-    if (ch->kind == K_PTY) {
-        close (*fdp);
-        *fdp = -1;
-    }
-    else {
-        close (*fdp);
-        *fdp = -1;
-    }
+    //  EOF on a pipe, or EIO from a pty whose last slave closed.
+    close (*fdp);
+    *fdp = -1;
 }
 
 static void s_check_exit (ah_sbd_session_t *self, chan_t *ch)
