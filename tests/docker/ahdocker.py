@@ -1,0 +1,333 @@
+"""tests/docker/ahdocker.py: what the Python Docker tests share: the Engine
+API over the unix socket (never the docker CLI), the test image, the
+real server as a process with its CLI, leftovers and clean-up by prefix.
+
+Each test makes one Harness with its own prefix (unique per run: the
+test's tag and its pid), pool and ports; everything it makes carries the
+prefix, so clean-up finds it by label or name even after a failure."""
+import http.client
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.parse
+
+SOCK = os.environ.get("AH_TEST_DOCKER_SOCKET", "/var/run/docker.sock")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SKIP = 77
+
+
+class Fail(Exception):
+    pass
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, timeout=60):
+        super().__init__("docker")
+        self.unix_timeout = timeout
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.unix_timeout)
+        self.sock.connect(SOCK)
+
+
+def engine_raw(method, path, body=None, content_type="application/json", timeout=60):
+    """(status, bytes) from the Docker Engine API."""
+    c = UnixHTTP(timeout)
+    if body is not None and not isinstance(body, (bytes, bytearray)):
+        body = json.dumps(body).encode()
+    c.request(method, path, body=body, headers={"Content-Type": content_type})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+def engine(method, path, body=None, timeout=60):
+    """(status, parsed JSON or None) from the Docker Engine API."""
+    st, text = engine_raw(method, path, body, timeout=timeout)
+    try:
+        return st, json.loads(text) if text else None
+    except ValueError:
+        return st, None
+
+
+def engine_up():
+    try:
+        return engine("GET", "/_ping", timeout=5)[0] == 200
+    except OSError:
+        return False
+
+
+def q(s):
+    return urllib.parse.quote(s, safe="")
+
+
+def read_file_from_container(cid, path):
+    """The bytes of one file in a container (running or stopped), through the
+    archive endpoint; None if it is not there."""
+    st, data = engine_raw("GET", "/containers/%s/archive?path=%s" % (cid, q(path)))
+    if st != 200:
+        return None
+    with tarfile.open(fileobj=io.BytesIO(data)) as t:
+        for m in t.getmembers():
+            if m.isfile():
+                return t.extractfile(m).read()
+    return None
+
+
+def build_image(tag, files, dockerfile):
+    """POST /build with an in-memory context: files maps the name in the
+    context to a host path (followed if a link) or to bytes."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        def add_bytes(name, data, mode=0o644):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            ti.mode = mode
+            t.addfile(ti, io.BytesIO(data))
+        add_bytes("Dockerfile", dockerfile.encode())
+        for name, src in files.items():
+            if isinstance(src, bytes):
+                add_bytes(name, src)
+            else:
+                t.add(os.path.realpath(src), arcname=name, recursive=True)
+    st, out = engine_raw("POST", "/build?t=%s&rm=1&forcerm=1" % q(tag), buf.getvalue(),
+                         content_type="application/x-tar", timeout=300)
+    if st != 200 or b'"error"' in out:
+        raise Fail("building image %s: HTTP %d: %s" % (tag, st, out[-2000:].decode(errors="replace")))
+
+
+def free_port(lo, hi, avoid=()):
+    for port in range(lo + os.getpid() % max(1, hi - lo), hi):
+        if port in avoid:
+            continue
+        s = socket.socket()
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("0.0.0.0", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
+    for port in range(lo, hi):
+        if port not in avoid:
+            s = socket.socket()
+            try:
+                s.bind(("0.0.0.0", port))
+                return port
+            except OSError:
+                continue
+            finally:
+                s.close()
+    raise Fail("no free port in %d-%d" % (lo, hi))
+
+
+class Harness:
+    """One test run: a prefix, a pool, a temp dir, the test image, the
+    server (a process on the host, or nothing when the test runs it in a
+    container), checks counted."""
+
+    def __init__(self, name, binary, pool, ports):
+        self.name = name
+        self.bin = os.path.abspath(binary) if binary else None
+        self.prefix = "%s%d" % (name.replace(".", "").replace("_", ""), os.getpid())
+        self.tag = "agenthold-test:" + self.prefix
+        self.pool = pool
+        self.tmp = tempfile.mkdtemp(prefix="ah-%s-" % name)
+        self.data = os.path.join(self.tmp, "data")
+        self.log = os.path.join(self.tmp, "server.log")
+        self.checks = 0
+        self.server = None
+        self.api_port = free_port(*ports)
+        self.tunnel_port = free_port(ports[0], ports[1], {self.api_port})
+        self.extra_images = []
+        self.extra_volumes = []
+        self.extra_containers = []
+        self.cleanups = []
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTHOLD_")}
+        self.env.update({
+            "AGENTHOLD_SERVER_DATA_DIR": self.data,
+            "AGENTHOLD_SANDBOX_DRIVER": "docker",
+            "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % self.api_port,
+            # All addresses: sandboxes reach the tunnel on their network's gateway.
+            "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": ":%d" % self.tunnel_port,
+            "AGENTHOLD_SANDBOX_DEFAULT_IMAGE": self.tag,
+            "AGENTHOLD_SANDBOX_DEFAULT_CPUS": "1",
+            "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB": "128",
+            "AGENTHOLD_SANDBOX_DOCKER_SOCKET": SOCK,
+            "AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": self.prefix,
+            "AGENTHOLD_SANDBOX_DOCKER_NETWORK_POOL": pool,
+        })
+        self.url = "http://127.0.0.1:%d" % self.api_port
+
+    def check(self, cond, what):
+        self.checks += 1
+        if not cond:
+            raise Fail(what)
+
+    # -- the engine's view -------------------------------------------------
+    def label_filter(self):
+        return q(json.dumps({"label": ["agenthold.prefix=" + self.prefix]}))
+
+    def leftovers(self):
+        f = self.label_filter()
+        _, c = engine("GET", "/containers/json?all=1&filters=" + f)
+        _, n = engine("GET", "/networks?filters=" + f)
+        _, v = engine("GET", "/volumes?filters=" + f)
+        return (c or []), (n or []), ((v or {}).get("Volumes") or [])
+
+    def container(self, agent_id):
+        st, j = engine("GET", "/containers/%s-%s/json" % (self.prefix, agent_id))
+        return j if st == 200 else None
+
+    def build_test_image(self):
+        subprocess.run([os.path.join(HERE, "..", "images", "build-test-image.sh"), self.tag, SOCK],
+                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+
+    def cleanup_engine(self):
+        for cid in self.extra_containers:
+            engine("DELETE", "/containers/%s?force=true&v=true" % cid)
+        c, n, v = self.leftovers()
+        for x in c:
+            engine("DELETE", "/containers/%s?force=true&v=true" % x["Id"])
+        c, n, v = self.leftovers()
+        for x in n:
+            engine("DELETE", "/networks/%s" % x["Id"])
+        for x in v:
+            engine("DELETE", "/volumes/%s?force=true" % x["Name"])
+        for name in self.extra_volumes:
+            engine("DELETE", "/volumes/%s?force=true" % q(name))
+        for tag in [self.tag] + self.extra_images:
+            engine("DELETE", "/images/%s?force=true" % q(tag))
+
+    # -- the server on the host --------------------------------------------
+    def token(self):
+        with open(os.path.join(self.data, "admin.token")) as f:
+            return f.read().strip()
+
+    def start_server(self, extra_env=None, wait=True):
+        log = open(self.log, "a")
+        log.write("---- server start ----\n")
+        log.flush()
+        env = dict(self.env)
+        env.update(extra_env or {})
+        self.server = subprocess.Popen([self.bin, "serve"], env=env, cwd=self.tmp, stdout=log,
+                                       stderr=log)
+        log.close()
+        if wait:
+            self.wait_healthy()
+
+    def wait_healthy(self, seconds=20):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            if self.server is not None and self.server.poll() is not None:
+                raise Fail("the server exited at start with status %d" % self.server.returncode)
+            try:
+                c = http.client.HTTPConnection(self.url[7:].split(":")[0],
+                                               int(self.url.rsplit(":", 1)[1]), timeout=2)
+                c.request("GET", "/healthz")
+                if c.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise Fail("the server did not answer /healthz within %d s" % seconds)
+
+    def kill_server(self):
+        if self.server and self.server.poll() is None:
+            self.server.send_signal(signal.SIGKILL)
+            self.server.wait()
+
+    def cli_env(self):
+        env = dict(self.env)
+        env["AGENTHOLD_URL"] = self.url
+        env["AGENTHOLD_TOKEN"] = self.token()
+        return env
+
+    def cli_raw(self, *args, timeout=120):
+        return subprocess.run([self.bin] + list(args) + ["--json"], env=self.cli_env(), cwd=self.tmp,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def cli(self, *args, timeout=120):
+        p = self.cli_raw(*args, timeout=timeout)
+        self.check(p.returncode == 0, "agenthold %s: status %d: %s" %
+                   (" ".join(args), p.returncode, p.stderr.strip()))
+        return json.loads(p.stdout)
+
+    def api(self, method, path, body=None, timeout=60):
+        host, port = self.url[7:].split(":")
+        c = http.client.HTTPConnection(host, int(port), timeout=timeout)
+        c.request(method, path, body=json.dumps(body) if body is not None else None,
+                  headers={"Authorization": "Bearer " + self.token(),
+                           "Content-Type": "application/json"})
+        r = c.getresponse()
+        text = r.read()
+        try:
+            return r.status, json.loads(text) if text else None
+        except ValueError:
+            return r.status, None
+
+    def wait_state(self, name, want, seconds=20):
+        deadline = time.time() + seconds
+        while True:
+            a = self.cli("show", name)
+            if a["state"] == want:
+                return a
+            if time.time() > deadline:
+                raise Fail("%s: state %s, not %s, after %d s (error: %s)" %
+                           (name, a["state"], want, seconds, a.get("error")))
+            time.sleep(0.2)
+
+    def server_log_tail(self, n=6000):
+        try:
+            with open(self.log) as f:
+                return f.read()[-n:]
+        except OSError:
+            return ""
+
+    # -- the run -------------------------------------------------------------
+    def run(self, scenario, needs_sandboxd=True):
+        if not engine_up():
+            print("\n*** %s SKIPPED: no Docker Engine at %s ***\n" % (self.name, SOCK),
+                  file=sys.stderr)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return SKIP
+        if needs_sandboxd and not os.path.exists(os.path.join(os.path.dirname(self.bin), "sandboxd")):
+            print("%s: no sandboxd next to %s" % (self.name, self.bin), file=sys.stderr)
+            return 1
+        rc = 1
+        try:
+            self.build_test_image()
+            scenario(self)
+            print("%s: %d checks passed" % (self.name, self.checks))
+            rc = 0
+        except (Fail, subprocess.SubprocessError, OSError, ValueError, KeyError, TypeError,
+                AttributeError) as e:
+            print("FAILED: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+            sys.stderr.write("---- server log ----\n" + self.server_log_tail())
+        finally:
+            if self.server and self.server.poll() is None:
+                self.server.kill()
+                self.server.wait()
+            for f in self.cleanups:
+                try:
+                    f()
+                except Exception as e:  # clean-up goes on whatever one step did
+                    print("clean-up step failed: %s" % e, file=sys.stderr)
+            self.cleanup_engine()
+            c, n, v = self.leftovers()
+            if c or n or v:
+                print("objects left behind with prefix %s" % self.prefix, file=sys.stderr)
+                rc = 1
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        return rc

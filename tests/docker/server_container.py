@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""tests/docker/server_container.py: the server itself run as a container.
+
+Builds an image here with no registry: FROM scratch holding the build's
+`agenthold` and static `sandboxd`, every shared library `ldd` names for
+agenthold (copied in at the path ldd gives, links followed), lua/ and
+catalog/, an /etc/passwd. Runs it through the Engine API with
+/var/run/docker.sock mounted, the docker driver and
+sandbox.docker.sandboxd_volume set, its API published on 127.0.0.1 and its
+data directory bind-mounted (the CLI on the host reads admin.token there).
+
+Shows: the server finds its own container id and says so; an agent created
+through the CLI becomes running (sandboxd in the agent's container dialed
+the server at .2 of the agent network); the Engine API shows the server's
+container on that network at .2, the sandbox mounting the sandboxd volume
+read-only, boot.json naming ws://<.2>:<port>/tunnel; stop/start through
+the containerised server; rm disconnects the server from the network and
+leaves nothing; `docker stop` of the server is an orderly exit (status 0).
+
+usage: server_container.py AGENTHOLD_BINARY SOURCE_DIR (sandboxd next to the binary)
+Exits 77 without a Docker Engine. Pool 10.213.112.0/20, prefix
+dockerservercontainer<pid>, host port picked by the engine on 127.0.0.1."""
+import ipaddress
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ahdocker import Fail, Harness, engine, q, read_file_from_container, build_image  # noqa: E402
+
+SRC = os.path.abspath(sys.argv[2])
+h = Harness("docker.server_container", sys.argv[1], "10.213.112.0/20", (18340, 18350))
+SERVER_TAG = "agenthold-server-test:" + h.prefix
+SERVER_NAME = h.prefix + "-server"
+SANDBOXD_VOLUME = h.prefix + "-sandboxd"
+h.extra_images.append(SERVER_TAG)
+h.extra_volumes.append(SANDBOXD_VOLUME)
+h.extra_containers.append(SERVER_NAME)
+server_id = None
+
+
+def libraries(binary):
+    """Every file ldd names for the binary (the loader too), as host paths."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    paths = []
+    for line in out.splitlines():
+        m = re.search(r"=>\s+(/\S+)", line) or re.match(r"\s*(/\S+)", line)
+        if m:
+            paths.append(m.group(1))
+    return paths
+
+
+def build_server_image():
+    bindir = os.path.dirname(h.bin)
+    # Everything under root/ at its final path: one COPY, one layer (a COPY
+    # per library costs a layer each: a minute instead of seconds).
+    files = {
+        "root/usr/bin/agenthold": h.bin,
+        "root/usr/bin/sandboxd": os.path.join(bindir, "sandboxd"),
+        "root/usr/share/agenthold/lua": os.path.join(SRC, "lua"),
+        "root/usr/share/agenthold/catalog": os.path.join(SRC, "catalog"),
+        "root/etc/passwd": b"root:x:0:0:root:/root:/bin/false\n",
+        "root/etc/group": b"root:x:0:\n",
+    }
+    libs = libraries(h.bin)
+    h.check(len(libs) > 5, "ldd names the libraries of agenthold: %r" % libs)
+    for lib in libs:
+        files["root" + lib] = lib
+    dockerfile = """FROM scratch
+COPY root/ /
+LABEL agenthold.test=true
+ENTRYPOINT ["/usr/bin/agenthold", "serve"]
+"""
+    t0 = time.time()
+    build_image(SERVER_TAG, files, dockerfile)
+    print("server image (%d libraries) built in %.1f s" % (len(libs), time.time() - t0))
+
+
+def server_logs():
+    st, data = engine_raw_logs()
+    return data
+
+
+def engine_raw_logs():
+    from ahdocker import engine_raw
+    st, data = engine_raw("GET", "/containers/%s/logs?stdout=1&stderr=1" % SERVER_NAME)
+    # Without a TTY the stream is multiplexed: 8-byte headers, then the bytes.
+    out, i = [], 0
+    while i + 8 <= len(data):
+        n = int.from_bytes(data[i + 4:i + 8], "big")
+        out.append(data[i + 8:i + 8 + n])
+        i += 8 + n
+    return st, b"".join(out).decode(errors="replace")
+
+
+def start_server_container():
+    global server_id
+    env = ["%s=%s" % kv for kv in h.env.items() if kv[0].startswith("AGENTHOLD_")]
+    env = [e for e in env if not e.startswith(("AGENTHOLD_SERVER_DATA_DIR=", "AGENTHOLD_SERVER_LISTEN="))]
+    env += ["AGENTHOLD_SERVER_DATA_DIR=/data",
+            "AGENTHOLD_SERVER_LISTEN=0.0.0.0:8080",
+            "AGENTHOLD_SANDBOX_TUNNEL_LISTEN=:%d" % h.tunnel_port,
+            "AGENTHOLD_SANDBOX_DOCKER_SANDBOXD_VOLUME=" + SANDBOXD_VOLUME,
+            "AGENTHOLD_SANDBOX_DOCKER_SOCKET=/var/run/docker.sock",
+            "AGENTHOLD_POLICY_LUA_DIR=/usr/share/agenthold/lua",
+            "AGENTHOLD_CATALOG_PATH=/usr/share/agenthold/catalog/runtimes.json"]
+    os.makedirs(h.data, mode=0o700)
+    body = {
+        "Image": SERVER_TAG,
+        "Env": env,
+        "Labels": {"agenthold.test": "true"},
+        "ExposedPorts": {"8080/tcp": {}},
+        "HostConfig": {
+            "Binds": ["%s:/var/run/docker.sock" % os.path.realpath(os.environ.get(
+                "AH_TEST_DOCKER_SOCKET", "/var/run/docker.sock")), "%s:/data" % h.data],
+            "PortBindings": {"8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]},
+            "Init": True,
+        },
+    }
+    st, j = engine("POST", "/containers/create?name=%s" % SERVER_NAME, body)
+    h.check(st == 201, "creating the server's container: %d %r" % (st, j))
+    server_id = j["Id"]
+    st, _ = engine("POST", "/containers/%s/start" % server_id)
+    h.check(st == 204, "starting the server's container: %d" % st)
+    st, c = engine("GET", "/containers/%s/json" % server_id)
+    port = c["NetworkSettings"]["Ports"]["8080/tcp"][0]["HostPort"]
+    h.url = "http://127.0.0.1:%s" % port
+    try:
+        h.wait_healthy(30)
+    except Fail:
+        _, c = engine("GET", "/containers/%s/json" % server_id)
+        raise Fail("the containerised server did not come up (%s): %s" %
+                   (c["State"]["Status"], engine_raw_logs()[1][-3000:]))
+
+
+def scenario(h):
+    build_server_image()
+    start_server_container()
+    h.server_log_tail = lambda n=6000: engine_raw_logs()[1][-n:]
+    logs = engine_raw_logs()[1]
+    h.check(("runs in container %s" % server_id[:12]) in logs or "agenthold serving" in logs,
+            "the server started: %s" % logs[-2000:])
+
+    t0 = time.time()
+    a = h.cli("create", "alice")
+    h.check(a["state"] == "running", "create -> running through the containerised server: %r" % a)
+    print("create -> running in %.2f s (server in a container)" % (time.time() - t0))
+    aid = a["id"]
+    logs = engine_raw_logs()[1]
+    h.check(("runs in container %s" % server_id[:12]) in logs,
+            "the server found its own container id %s: %s" % (server_id[:12], logs[-2000:]))
+
+    net_name = "%s-net-%s" % (h.prefix, aid)
+    st, net = engine("GET", "/networks/%s" % net_name)
+    h.check(st == 200 and net["Internal"], "the agent network exists and is internal")
+    subnet = ipaddress.ip_network(net["IPAM"]["Config"][0]["Subnet"])
+    hosts = list(subnet.hosts())
+    dot2 = str(hosts[1])
+    members = net.get("Containers") or {}
+    h.check(server_id in members, "the server's container is on %s: %r" % (net_name, list(members)))
+    h.check(members[server_id]["IPv4Address"].split("/")[0] == dot2,
+            "the server is at .2 (%s): %r" % (dot2, members[server_id]["IPv4Address"]))
+    sbx = h.container(aid)
+    h.check(sbx and sbx["State"]["Running"], "the sandbox runs")
+    sbx_ip = ipaddress.ip_address(
+        sbx["NetworkSettings"]["Networks"][net_name]["IPAddress"])
+    h.check(int(sbx_ip) - int(subnet.network_address) >= subnet.num_addresses // 2,
+            "the sandbox's address %s is in the upper half of %s" % (sbx_ip, subnet))
+    mounts = {m["Destination"]: m for m in sbx["Mounts"]}
+    m = mounts.get("/opt/agenthold")
+    h.check(m and m["Type"] == "volume" and m["Name"] == SANDBOXD_VOLUME and not m["RW"],
+            "sandboxd comes read-only from volume %s: %r" % (SANDBOXD_VOLUME, m))
+    boot = json.loads(read_file_from_container(sbx["Id"], "/etc/agenthold/boot.json"))
+    want_url = "ws://%s:%d/tunnel" % (dot2, h.tunnel_port)
+    h.check(boot["tunnel_url"] == want_url, "boot.json dials the server at .2: %r" % boot)
+    # The sandboxd in the volume is the server's own.
+    with open(os.path.join(os.path.dirname(h.bin), "sandboxd"), "rb") as f:
+        ours = f.read()
+    copied = read_file_from_container(sbx["Id"], "/opt/agenthold/sandboxd")
+    h.check(copied == ours, "the volume holds the server's sandboxd (%d vs %d bytes)" %
+            (len(copied or b""), len(ours)))
+
+    h.check(h.cli("stop", "alice")["state"] == "sleeping", "stop -> sleeping")
+    h.check(not h.container(aid)["State"]["Running"], "the sandbox is stopped")
+    h.check(h.cli("start", "alice")["state"] == "running", "start -> running (sandboxd back at .2)")
+
+    # A second agent: its own network, the server at .2 there too.
+    b = h.cli("create", "bob")
+    h.check(b["state"] == "running", "a second agent runs too")
+    st, net_b = engine("GET", "/networks/%s-net-%s" % (h.prefix, b["id"]))
+    h.check(server_id in (net_b.get("Containers") or {}), "the server joined bob's network too")
+    st, srv = engine("GET", "/containers/%s/json" % server_id)
+    joined = set(srv["NetworkSettings"]["Networks"])
+    h.check({net_name, "%s-net-%s" % (h.prefix, b["id"])} <= joined,
+            "the server's container lists both agent networks: %r" % sorted(joined))
+
+    for name in ("alice", "bob"):
+        h.check(h.cli("rm", name)["state"] == "destroyed", "rm %s" % name)
+    c, n, v = h.leftovers()
+    # The sandboxd volume is the server's, not an agent's: it stays.
+    v = [x for x in v if x["Name"] != SANDBOXD_VOLUME]
+    h.check(not c and not n and not v, "nothing of the agents is left: %d containers, %d networks, "
+            "%d volumes" % (len(c), len(n), len(v)))
+    st, srv = engine("GET", "/containers/%s/json" % server_id)
+    h.check(set(srv["NetworkSettings"]["Networks"]) == {"bridge"},
+            "the server left the agent networks: %r" % sorted(srv["NetworkSettings"]["Networks"]))
+
+    st, _ = engine("POST", "/containers/%s/stop?t=30" % server_id, timeout=60)
+    h.check(st == 204, "docker stop of the server: %d" % st)
+    st, srv = engine("GET", "/containers/%s/json" % server_id)
+    h.check(srv["State"]["ExitCode"] == 0, "the server exits 0 on SIGTERM: %r\n%s" %
+            (srv["State"]["ExitCode"], engine_raw_logs()[1][-2000:]))
+
+
+sys.exit(h.run(scenario))
