@@ -9,8 +9,9 @@
     byte stream in tests), and every pty, pipe and pidfd of the running
     channels; timers (exec timeouts, yamux pings, reconnect backoff) are
     poll timeouts. Layers: transport (sandboxd/ws.c) -> yamux session
-    (proto/yamux.c) -> channels (sandboxd/chan.c). Everything an instance
-    owns is touched only by its thread; ah_sandboxd_stop() talks to it
+    (proto/yamux.c) -> channels (sandboxd/chan.c, fs.c; paths: path.c;
+    processes: proc.c). Everything an instance owns is touched only by
+    its thread; ah_sandboxd_stop() talks to it
     through the wake pipe and joins it. Idle, the loop sleeps in poll
     until the next yamux ping (15 s).
 
