@@ -30,7 +30,7 @@ from tunnel_peer import Yamux, check, failures, passed, run  # noqa: E402
 
 SANDBOXD = os.path.abspath(sys.argv[1])
 SOCK = os.environ.get("AH_TEST_DOCKER_SOCKET", "/var/run/docker.sock")
-IMAGE = "agenthold-test-sandboxd:latest"
+IMAGE = "agenthold-test-sandboxd:%d" % os.getpid()   # per run: parallel runs do not collide
 HERE = os.path.dirname(os.path.abspath(__file__))
 AGENT = "agent-docker"
 TOKEN = "tok-docker"
