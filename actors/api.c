@@ -53,7 +53,7 @@ typedef enum { M_OTHER, M_GET, M_POST, M_PUT, M_PATCH, M_DELETE, M_OPTIONS, M_HE
 //  What a pending request waits for and does with the answer.
 typedef enum {
     OP_NONE, OP_CREATE, OP_UPDATE, OP_START, OP_STOP, OP_REBUILD, OP_DESTROY,
-    OP_EXEC, OP_FS_LIST, OP_FS_READ, OP_FS_MKDIR, OP_FS_REMOVE
+    OP_EXEC, OP_FS_LIST, OP_FS_READ, OP_FS_MKDIR, OP_FS_REMOVE, OP_TERMINAL
 } op_t;
 
 typedef enum {
@@ -127,6 +127,19 @@ struct req_t {
     char *sbuf;
     size_t sbuf_len;
     bool broken;                    //  the channel ended early: close the connection
+    //  a terminal WebSocket (pty channel); output goes through sbuf
+    bool is_ws;
+    int cols, rows;
+    char *inq;                      //  input typed before the channel opened
+    size_t inq_len;
+    char ctl [1024];                //  a text (control) message being reassembled
+    size_t ctl_len;
+    int64_t unacked_in;             //  input bytes the tunnel has not ACKed yet
+    bool rx_paused;
+    int64_t activity_ms;            //  when lifecycle last heard of this terminal
+    bool ws_closing;
+    int close_code;
+    char close_reason [120];
     //  response
     int status;
     char *resp;                     //  LWS_PRE headroom, then the body
@@ -188,6 +201,7 @@ static void s_link (self_t *self, req_t *r)
 }
 
 static void s_chan_close (self_t *self, int64_t chan);
+static void s_terminal_ended (self_t *self, req_t *r, const char *error);
 
 static void s_req_reset (self_t *self, req_t *r)
 {
@@ -201,6 +215,7 @@ static void s_req_reset (self_t *self, req_t *r)
     free (r->out [0]);
     free (r->out [1]);
     free (r->sbuf);
+    free (r->inq);
     struct lws *wsi = r->wsi;
     memset (r, 0, sizeof *r);
     r->wsi = wsi;
@@ -257,6 +272,18 @@ static void s_respond_error (req_t *r, int status, const char *fmt, ...)
     va_start (ap, fmt);
     vsnprintf (message, sizeof message, fmt, ap);
     va_end (ap);
+    if (r->is_ws) {
+        //  A terminal has no HTTP answer left to give: the close says why.
+        ah_debug ("api", "%s: terminal closed: %s", r->path, message);
+        r->ws_closing = true;
+        r->close_code = status >= 500 ? 1011 : 1008;
+        //  A close reason fits in 123 bytes: cut longer ones.
+        size_t n = strlen (message) < sizeof r->close_reason ? strlen (message) : sizeof r->close_reason - 1;
+        memcpy (r->close_reason, message, n);
+        r->close_reason [n] = 0;
+        lws_callback_on_writable (r->wsi);
+        return;
+    }
     json_t *body = json_object ();
     json_object_set_new (body, "error", s_json_text (message));
     if (status >= 500)
@@ -389,19 +416,24 @@ static json_t *s_policy_list (self_t *self)
 
 //  Bearer token -> true when its hash is in api_tokens. Every stored hash
 //  is compared in constant time; the token itself is never kept.
-static bool s_authorized (self_t *self, req_t *r, bool *failed)
+static bool s_authorized (self_t *self, req_t *r, const char *query_token, bool *failed)
 {
     *failed = false;
     char header [MAX_AUTH];
-    int n = lws_hdr_total_length (r->wsi, WSI_TOKEN_HTTP_AUTHORIZATION);
-    if (n <= 0 || n >= (int) sizeof header)
-        return false;
-    if (lws_hdr_copy (r->wsi, header, sizeof header, WSI_TOKEN_HTTP_AUTHORIZATION) < 0)
-        return false;
     const char *token = header;
-    if (strncasecmp (token, "Bearer ", 7) != 0)
+    int n = lws_hdr_total_length (r->wsi, WSI_TOKEN_HTTP_AUTHORIZATION);
+    if (n > 0) {
+        if (n >= (int) sizeof header
+        ||  lws_hdr_copy (r->wsi, header, sizeof header, WSI_TOKEN_HTTP_AUTHORIZATION) < 0
+        ||  strncasecmp (token, "Bearer ", 7) != 0)
+            return false;
+        token += 7;
+    }
+    else
+    if (query_token)
+        token = query_token;
+    else
         return false;
-    token += 7;
     while (*token == ' ')
         token++;
     if (!*token)
@@ -515,6 +547,7 @@ static const char *s_op_kind (op_t op)
         case OP_FS_READ: return "fs.read";
         case OP_FS_MKDIR: return "fs.mkdir";
         case OP_FS_REMOVE: return "fs.remove";
+        case OP_TERMINAL: return "terminal";
         default:         return "?";
     }
 }
@@ -1316,8 +1349,11 @@ static void s_exec_reply (self_t *self, req_t *r, ah_msg_t *msg)
 }
 
 //  Records from sandboxd: STDOUT, STDERR kept (capped), EXIT remembered.
-static int s_exec_data (req_t *r, const uint8_t *p, size_t n)
+//  A terminal's STDOUT goes to sbuf instead, *kept says how many bytes
+//  (those are ACKed once written to the WebSocket).
+static int s_exec_data (req_t *r, const uint8_t *p, size_t n, size_t *kept)
 {
+    *kept = 0;
     while (n > 0) {
         if (r->rec_have < 5) {
             size_t m = 5 - r->rec_have < n ? 5 - r->rec_have : n;
@@ -1334,6 +1370,18 @@ static int s_exec_data (req_t *r, const uint8_t *p, size_t n)
         }
         uint8_t kind = r->rec_head [0];
         size_t m = r->rec_left < n ? r->rec_left : n;
+        if (r->is_ws && kind == 1) {
+            if (r->sbuf_len + m > MAX_STREAM_BUF)
+                return -1;          //  more than the credit allows
+            char *grown = realloc (r->sbuf, r->sbuf_len + m);
+            if (!grown)
+                return -1;
+            r->sbuf = grown;
+            memcpy (r->sbuf + r->sbuf_len, p, m);
+            r->sbuf_len += m;
+            *kept += m;
+        }
+        else
         if (kind == 1 || kind == 2) {
             int k = kind - 1;
             size_t room = MAX_OUTPUT - r->out_len [k];
@@ -1411,11 +1459,16 @@ static void s_on_chan (self_t *self, ah_msg_t *msg)
         const void *data = ah_msg_bin (msg, "data", &size);
         if (!data)
             return;
+        size_t kept = 0;
         if (r->streaming)
             s_fs_read_data (self, r, data, size);
         else
-        if (s_exec_data (r, data, size) == 0)
-            s_chan_ack (self, chan, size);
+        if (s_exec_data (r, data, size, &kept) == 0) {
+            if (size > kept)
+                s_chan_ack (self, chan, size - kept);
+            if (kept)
+                lws_callback_on_writable (r->wsi);
+        }
         else {
             s_chan_close (self, chan);
             r->chan = 0;
@@ -1424,9 +1477,21 @@ static void s_on_chan (self_t *self, ah_msg_t *msg)
         }
     }
     else
+    if (streq (type, "CHAN_ACK")) {
+        r->unacked_in -= ah_msg_int (msg, "bytes", 0);
+        if (r->rx_paused && r->unacked_in < (64 << 10)) {
+            r->rx_paused = false;
+            lws_rx_flow_control (r->wsi, 1);
+        }
+    }
+    else
     if (streq (type, "CHAN_CLOSE")) {
         const char *error = ah_msg_str (msg, "error");
         r->chan = 0;
+        if (r->is_ws) {
+            s_terminal_ended (self, r, error);
+            return;
+        }
         if (r->streaming) {
             if (r->stream_sent + r->sbuf_len < r->stream_total) {
                 ah_warn ("api", "%s: the file stream ended early: %s", r->path, error ? error : "closed");
@@ -1438,8 +1503,12 @@ static void s_on_chan (self_t *self, ah_msg_t *msg)
         s_unlink (self, r);
         s_exec_done (self, r, error);
     }
-    //  CHAN_EOF: sandboxd's FIN; CHAN_CLOSE follows. CHAN_ACK: our stdin
-    //  is within the credit already.
+    else
+    if (streq (type, "CHAN_EOF") && r->is_ws)
+        //  The shell is gone (EXIT came first): FIN in turn, so the
+        //  stream ends and CHAN_CLOSE follows.
+        s_chan_send (self, "CHAN_EOF", chan);
+    //  Other CHAN_EOF: sandboxd's FIN after we sent ours; CHAN_CLOSE follows.
 }
 
 //  POST /api/v1/agents/{agent}/exec
@@ -1567,6 +1636,279 @@ static void s_fs (self_t *self, req_t *r, const char *what)
         ah_msg_set_bool (h, "parents", r->parents);
     snprintf (r->detail, sizeof r->detail, "%s", r->qpath);
     s_chan_open (self, r, op, &h, op == OP_FS_READ ? s_fs_read_reply : s_fs_meta_reply);
+}
+
+//  --------------------------------------------------------------------
+//  The terminal: a WebSocket at /api/v1/agents/{agent}/terminal bridged to
+//  a pty channel. Browser -> server: binary messages are keystrokes, text
+//  messages are JSON {"cols": N, "rows": N} (resize). Server -> browser:
+//  binary messages of terminal output. When the shell exits the server
+//  closes with 1000 and the exit status as the reason; a refusal closes
+//  with 1008 (policy) or 1011 (server) and the reason. Browsers cannot
+//  set headers on a WebSocket: the token may come as ?token=.
+
+static int s_open_terminals (self_t *self, const char *agent_id, req_t *except)
+{
+    int n = 0;
+    for (req_t *o = self->pending; o; o = o->next)
+        if (o != except && o->is_ws && o->phase == PHASE_CHAN && streq (o->agent_id, agent_id))
+            n++;
+    return n;
+}
+
+//  The sleeper keeps a sandbox with an open terminal awake; lifecycle
+//  moves last_activity_at (at most every 30 s per terminal).
+static void s_terminal_news (self_t *self, req_t *r, int open)
+{
+    if (open >= 0) {
+        ah_msg_t *m = ah_msg_new ("TERMINALS");
+        ah_msg_set_str (m, "agent_id", r->agent_id);
+        ah_msg_set_int (m, "open", open);
+        ah_msg_send (&m, self->bus, "sleeper");
+    }
+    int64_t now = zclock_mono ();
+    if (open != 0 && now - r->activity_ms >= 30000) {
+        r->activity_ms = now;
+        ah_msg_t *m = ah_msg_new ("AGENT_ACTIVITY");
+        ah_msg_set_str (m, "agent_id", r->agent_id);
+        ah_msg_set_str (m, "what", "terminal");
+        ah_msg_send (&m, self->bus, "lifecycle");
+    }
+}
+
+//  STDIN (kind 0) or RESIZE (kind 3) records to the pty, in pieces.
+static void s_terminal_send (self_t *self, req_t *r, uint8_t kind, const void *data, size_t size)
+{
+    uint8_t piece [TUNNEL_PIECE];
+    size_t off = 0;
+    do {
+        size_t n = size - off > TUNNEL_PIECE - 5 ? TUNNEL_PIECE - 5 : size - off;
+        piece [0] = kind;
+        piece [1] = (uint8_t) (n >> 24);
+        piece [2] = (uint8_t) (n >> 16);
+        piece [3] = (uint8_t) (n >> 8);
+        piece [4] = (uint8_t) n;
+        memcpy (piece + 5, (const uint8_t *) data + off, n);
+        ah_msg_t *m = ah_msg_new ("CHAN_DATA");
+        ah_msg_set_int (m, "chan", r->chan);
+        ah_msg_set_bin (m, "data", piece, n + 5);
+        ah_msg_send (&m, self->bus, "tunnel");
+        r->unacked_in += (int64_t) n + 5;
+        off += n;
+    } while (off < size);
+    //  Beyond the channel's credit the tunnel would reset it: hold the
+    //  browser's input until the tunnel ACKs.
+    if (r->unacked_in > (192 << 10) && !r->rx_paused) {
+        r->rx_paused = true;
+        lws_rx_flow_control (r->wsi, 0);
+    }
+}
+
+static void s_terminal_resize (self_t *self, req_t *r)
+{
+    ah_msg_t *size = ah_msg_new ("RESIZE");
+    ah_msg_set_int (size, "cols", r->cols);
+    ah_msg_set_int (size, "rows", r->rows);
+    uint8_t *data = NULL;
+    size_t n = 0;
+    if (ah_msg_encode (size, &data, &n) == 0)
+        s_terminal_send (self, r, 3, data, n);
+    free (data);
+    ah_msg_destroy (&size);
+}
+
+static void s_pty_reply (self_t *self, req_t *r, ah_msg_t *msg)
+{
+    r->chan = ah_msg_int (msg, "chan", 0);
+    s_record (self, r, true, NULL);
+    if (!r->chan) {
+        s_respond_error (r, 502, "the tunnel opened no channel");
+        return;
+    }
+    r->phase = PHASE_CHAN;
+    r->deadline_ms = 0;
+    s_link (self, r);
+    if (r->inq_len)
+        s_terminal_send (self, r, 0, r->inq, r->inq_len);
+    free (r->inq);
+    r->inq = NULL;
+    r->inq_len = 0;
+    s_terminal_news (self, r, s_open_terminals (self, r->agent_id, NULL));
+}
+
+//  The pty channel is gone: flush what output is left, then close.
+static void s_terminal_ended (self_t *self, req_t *r, const char *error)
+{
+    s_unlink (self, r);
+    s_terminal_news (self, r, s_open_terminals (self, r->agent_id, r));
+    ah_msg_t *exit = r->exited ? ah_msg_decode ("EXIT", r->exit_rec, r->exit_len, NULL) : NULL;
+    r->ws_closing = true;
+    if (exit) {
+        r->close_code = 1000;
+        int64_t sig = ah_msg_int (exit, "signal", 0);
+        if (sig)
+            snprintf (r->close_reason, sizeof r->close_reason, "the shell was killed by signal %lld", (long long) sig);
+        else
+            snprintf (r->close_reason, sizeof r->close_reason, "the shell exited with status %lld",
+                      (long long) ah_msg_int (exit, "status", -1));
+    }
+    else {
+        r->close_code = 1011;
+        snprintf (r->close_reason, sizeof r->close_reason, "the terminal's channel closed: %s",
+                  error ? error : "no exit status");
+    }
+    ah_msg_destroy (&exit);
+    lws_callback_on_writable (r->wsi);
+}
+
+//  The upgrade request: the path names an agent's terminal, the token is
+//  good, the agent exists. Anything else is refused before the handshake.
+static int s_ws_filter (self_t *self, req_t *r, struct lws *wsi)
+{
+    if (!r)
+        return -1;
+    s_req_reset (self, r);
+    r->wsi = wsi;
+    char uri [MAX_PATH];
+    int n = lws_hdr_copy (wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
+    const char *prefix = "/api/v1/agents/", *suffix = "/terminal";
+    size_t ulen = n > 0 ? (size_t) n : 0, plen = strlen (prefix), slen = strlen (suffix);
+    if (ulen <= plen + slen || strncmp (uri, prefix, plen) || strcmp (uri + ulen - slen, suffix)
+    ||  ulen - plen - slen >= sizeof r->key) {
+        ah_debug ("api", "refused a WebSocket for %s", n > 0 ? uri : "?");
+        return -1;
+    }
+    snprintf (r->path, sizeof r->path, "%s", uri);
+    memcpy (r->key, uri + plen, ulen - plen - slen);
+    r->key [ulen - plen - slen] = 0;
+    if (strchr (r->key, '/'))
+        return -1;
+    r->cols = 80;
+    r->rows = 24;
+    char token [MAX_AUTH] = "";
+    char arg [MAX_AUTH + 8];
+    for (int i = 0; i < 8; i++) {
+        if (lws_hdr_copy_fragment (wsi, arg, sizeof arg, WSI_TOKEN_HTTP_URI_ARGS, i) < 0)
+            break;
+        char *value = strchr (arg, '=');
+        if (!value)
+            continue;
+        *value++ = 0;
+        if (streq (arg, "token"))
+            snprintf (token, sizeof token, "%s", value);
+        else if (streq (arg, "cols") || streq (arg, "rows")) {
+            int v = atoi (value);
+            if (v >= 1 && v <= 1000)
+                *(streq (arg, "cols") ? &r->cols : &r->rows) = v;
+        }
+    }
+    bool failed;
+    bool ok = s_authorized (self, r, token [0] ? token : NULL, &failed);
+    memset (token, 0, sizeof token);
+    memset (arg, 0, sizeof arg);
+    if (!ok) {
+        ah_info ("api", "refused a terminal for '%s': %s", r->key,
+                 failed ? "the token table cannot be read" : "missing or wrong token");
+        return -1;
+    }
+    json_t *agent = s_agent_get (self, r->key, &failed);
+    if (!agent) {
+        ah_info ("api", "refused a terminal: no agent named '%s'", r->key);
+        return -1;
+    }
+    snprintf (r->agent_id, sizeof r->agent_id, "%s", json_string_value (json_object_get (agent, "id")));
+    json_decref (agent);
+    r->is_ws = true;
+    return 0;
+}
+
+static void s_ws_established (self_t *self, req_t *r)
+{
+    if (!r->is_ws)
+        return;
+    if (!s_chan_agent (self, r, "a terminal"))
+        return;                     //  closes with the reason
+    ah_msg_t *h = ah_msg_new ("HDR");
+    ah_msg_set_str (h, "ch", "pty");
+    ah_msg_set_str (h, "term", "xterm-256color");
+    ah_msg_set_int (h, "cols", r->cols);
+    ah_msg_set_int (h, "rows", r->rows);
+    snprintf (r->detail, sizeof r->detail, "terminal %dx%d", r->cols, r->rows);
+    r->op = OP_TERMINAL;
+    s_chan_open (self, r, OP_TERMINAL, &h, s_pty_reply);
+}
+
+static int s_ws_receive (self_t *self, req_t *r, const void *in, size_t len)
+{
+    if (!r->is_ws || r->ws_closing)
+        return 0;
+    if (lws_frame_is_binary (r->wsi)) {
+        if (r->chan) {
+            if (len)
+                s_terminal_send (self, r, 0, in, len);
+            s_terminal_news (self, r, -1);
+        }
+        else if (r->inq_len + len <= (64u << 10)) {
+            char *grown = realloc (r->inq, r->inq_len + len + 1);
+            if (grown) {
+                r->inq = grown;
+                memcpy (r->inq + r->inq_len, in, len);
+                r->inq_len += len;
+            }
+        }
+        return 0;
+    }
+    //  Text: a control message, reassembled, small.
+    if (r->ctl_len + len >= sizeof r->ctl) {
+        r->ctl_len = 0;
+        s_respond_error (r, 400, "a control message longer than %zu bytes", sizeof r->ctl - 1);
+        return 0;
+    }
+    memcpy (r->ctl + r->ctl_len, in, len);
+    r->ctl_len += len;
+    if (!lws_is_final_fragment (r->wsi))
+        return 0;
+    json_t *ctl = json_loadb (r->ctl, r->ctl_len, 0, NULL);
+    r->ctl_len = 0;
+    json_t *cols = json_object_get (ctl, "cols"), *rows = json_object_get (ctl, "rows");
+    if (json_is_integer (cols) && json_is_integer (rows)
+    &&  json_integer_value (cols) >= 1 && json_integer_value (cols) <= 1000
+    &&  json_integer_value (rows) >= 1 && json_integer_value (rows) <= 1000) {
+        r->cols = (int) json_integer_value (cols);
+        r->rows = (int) json_integer_value (rows);
+        if (r->chan)
+            s_terminal_resize (self, r);
+    }
+    else
+        ah_debug ("api", "%s: ignored a control message that is not {cols, rows}", r->path);
+    json_decref (ctl);
+    return 0;
+}
+
+static int s_ws_writeable (self_t *self, req_t *r)
+{
+    if (!r->is_ws)
+        return 0;
+    if (r->sbuf_len) {
+        size_t n = r->sbuf_len > CHUNK ? CHUNK : r->sbuf_len;
+        uint8_t out [LWS_PRE + CHUNK];
+        memcpy (out + LWS_PRE, r->sbuf, n);
+        if (lws_write (r->wsi, out + LWS_PRE, n, LWS_WRITE_BINARY) < (int) n)
+            return -1;
+        memmove (r->sbuf, r->sbuf + n, r->sbuf_len - n);
+        r->sbuf_len -= n;
+        if (r->chan)
+            s_chan_ack (self, r->chan, n);
+        if (r->sbuf_len || r->ws_closing)
+            lws_callback_on_writable (r->wsi);
+        return 0;
+    }
+    if (r->ws_closing) {
+        lws_close_reason (r->wsi, (enum lws_close_status) (r->close_code ? r->close_code : 1000),
+                          (unsigned char *) r->close_reason, strlen (r->close_reason));
+        return -1;
+    }
+    return 0;
 }
 
 //  Answers 405 (with Allow) unless the method is the one wanted.
@@ -1807,7 +2149,7 @@ static int s_on_http (self_t *self, req_t *r, const char *uri, size_t len)
         return 0;
     }
     bool failed;
-    if (!s_authorized (self, r, &failed)) {
+    if (!s_authorized (self, r, NULL, &failed)) {
         s_refuse_body (r);
         if (failed)
             s_respond_error (r, 500, "cannot read the token table");
@@ -1984,6 +2326,24 @@ static int s_http_callback (struct lws *wsi, enum lws_callback_reasons reason, v
         case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
             if (r)
                 s_req_reset (self, r);
+            return 0;
+        //  The terminal WebSocket (it lands here: browsers name no subprotocol).
+        case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+            return s_ws_filter (self, r, wsi);
+        case LWS_CALLBACK_ESTABLISHED:
+            if (r)
+                s_ws_established (self, r);
+            return 0;
+        case LWS_CALLBACK_RECEIVE:
+            return r ? s_ws_receive (self, r, in, len) : -1;
+        case LWS_CALLBACK_SERVER_WRITEABLE:
+            return r ? s_ws_writeable (self, r) : -1;
+        case LWS_CALLBACK_CLOSED:
+            if (r) {
+                if (r->is_ws && r->phase == PHASE_CHAN)
+                    s_terminal_news (self, r, s_open_terminals (self, r->agent_id, r));
+                s_req_reset (self, r);
+            }
             return 0;
         default:
             break;

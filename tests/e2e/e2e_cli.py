@@ -9,6 +9,7 @@ none is left in a transitional state.
 usage: e2e_cli.py AGENTHOLD_BINARY
 Fails loudly (the server's log on stderr); always kills what it started and
 removes its temporary directory."""
+import asyncio
 import json
 import os
 import shutil
@@ -21,6 +22,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+
+import websockets
 
 BIN = os.path.abspath(sys.argv[1])
 TMP = tempfile.mkdtemp(prefix="ah-e2e-cli-")
@@ -173,6 +176,36 @@ def settled(deadline_s):
         time.sleep(0.2)
 
 
+async def terminal_session(url, expect_refusal=False):
+    """Type into a terminal, resize it, exit the shell; returns output and close."""
+    out = b""
+    async with websockets.connect(url) as ws:
+        try:
+            if not expect_refusal:
+                await ws.send(b"echo hi-$((6*7)); stty size\n")
+                while b"hi-42" not in out or b"30 100" not in out:
+                    out += await asyncio.wait_for(ws.recv(), 15)
+                await ws.send(json.dumps({"cols": 120, "rows": 40}))
+                await ws.send(b"stty size; exit 5\n")
+            while True:
+                m = await asyncio.wait_for(ws.recv(), 15)
+                out += m if isinstance(m, bytes) else m.encode()
+        except websockets.ConnectionClosed as e:
+            return {"out": out, "code": e.code, "reason": e.reason}
+        except asyncio.TimeoutError:
+            raise Fail("the terminal went quiet; output so far: %r" % out[-300:])
+
+
+async def terminal_refused(url):
+    try:
+        async with websockets.connect(url):
+            return False
+    except websockets.InvalidStatusCode:
+        return True
+    except (websockets.InvalidHandshake, OSError, websockets.ConnectionClosed):
+        return True
+
+
 def scenario():
     start_server()
     check(os.stat(os.path.join(TMP, "data", "admin.token")).st_mode & 0o077 == 0,
@@ -312,11 +345,24 @@ def scenario():
     status, j = http("DELETE", "/api/v1/agents/alice/fs/file?path=work&recursive=1")
     check(status == 200 and j["removed"], "remove work: %d %r" % (status, j))
     expect_error(404, "", "GET", "/api/v1/agents/alice/fs/list?path=work")
+    # The terminal: a WebSocket on a pty in the sandbox
+    term_url = "ws://127.0.0.1:%d/api/v1/agents/alice/terminal" % API_PORT
+    result = asyncio.run(terminal_session(term_url + "?cols=100&rows=30&token=" + token()))
+    check(b"hi-42" in result["out"] and b"30 100" in result["out"], "terminal output: %r" % result["out"][-200:])
+    check(b"40 120" in result["out"], "terminal resize reached the pty")
+    check(result["code"] == 1000 and "status 5" in result["reason"], "terminal close: %r" % result)
+    check(asyncio.run(terminal_refused(term_url + "?token=" + "0" * 64)), "a wrong token is refused")
+    check(asyncio.run(terminal_refused(term_url.replace("alice", "nobody") + "?token=" + token())),
+          "an unknown agent is refused")
+
     ops = cli_json("log", "alice")
+    check(any(o["kind"] == "terminal" and o["actor"] == "api:admin" for o in ops), "terminal in the audit trail")
     check(any(o["kind"] == "exec" and "echo out" in (o["detail"] or "") for o in ops), "exec in the audit trail")
     check(any(o["kind"] == "fs.read" and o["detail"] == "work/note.txt" for o in ops), "fs.read in the audit trail")
     cli_ok("stop", "alice")
     expect_error(409, "sleeping", "POST", "/api/v1/agents/alice/exec", body={"cmd": "true"})
+    result = asyncio.run(terminal_session(term_url + "?token=" + token(), expect_refusal=True))
+    check(result["code"] == 1008 and "sleeping" in result["reason"], "terminal on a sleeping agent: %r" % result)
 
     # The tap: one SANDBOX_* message as a JSON line
     tap = subprocess.Popen([BIN, "tap", "--type", "SANDBOX_*", "--count", "1"], env=ENV, cwd=TMP,
