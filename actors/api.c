@@ -202,6 +202,7 @@ static void s_link (self_t *self, req_t *r)
 
 static void s_chan_close (self_t *self, int64_t chan);
 static void s_terminal_ended (self_t *self, req_t *r, const char *error);
+static void s_records_send (self_t *self, req_t *r, uint8_t kind, const void *data, size_t size);
 
 static void s_req_reset (self_t *self, req_t *r)
 {
@@ -1319,26 +1320,9 @@ static void s_exec_reply (self_t *self, req_t *r, ah_msg_t *msg)
         s_respond_error (r, 502, "the tunnel opened no channel");
         return;
     }
-    //  stdin as STDIN records (u8 kind, u32 length, bytes) in CHAN_DATA
-    //  pieces; below the channel's credit (MAX_STDIN), then FIN.
-    uint8_t piece [TUNNEL_PIECE];
-    size_t off = 0;
-    while (off < r->sbuf_len) {
-        size_t n = r->sbuf_len - off;
-        if (n > TUNNEL_PIECE - 5)
-            n = TUNNEL_PIECE - 5;
-        piece [0] = 0;
-        piece [1] = (uint8_t) (n >> 24);
-        piece [2] = (uint8_t) (n >> 16);
-        piece [3] = (uint8_t) (n >> 8);
-        piece [4] = (uint8_t) n;
-        memcpy (piece + 5, r->sbuf + off, n);
-        ah_msg_t *m = ah_msg_new ("CHAN_DATA");
-        ah_msg_set_int (m, "chan", r->chan);
-        ah_msg_set_bin (m, "data", piece, n + 5);
-        ah_msg_send (&m, self->bus, "tunnel");
-        off += n;
-    }
+    //  stdin as STDIN records (below the channel's credit: MAX_STDIN), then FIN.
+    if (r->sbuf_len)
+        s_records_send (self, r, 0, r->sbuf, r->sbuf_len);
     free (r->sbuf);
     r->sbuf = NULL;
     r->sbuf_len = 0;
@@ -1676,8 +1660,9 @@ static void s_terminal_news (self_t *self, req_t *r, int open)
     }
 }
 
-//  STDIN (kind 0) or RESIZE (kind 3) records to the pty, in pieces.
-static void s_terminal_send (self_t *self, req_t *r, uint8_t kind, const void *data, size_t size)
+//  STDIN (kind 0) or RESIZE (kind 3) records to a pty or exec channel, in
+//  CHAN_DATA pieces: u8 kind, u32 big-endian length, bytes.
+static void s_records_send (self_t *self, req_t *r, uint8_t kind, const void *data, size_t size)
 {
     uint8_t piece [TUNNEL_PIECE];
     size_t off = 0;
@@ -1712,7 +1697,7 @@ static void s_terminal_resize (self_t *self, req_t *r)
     uint8_t *data = NULL;
     size_t n = 0;
     if (ah_msg_encode (size, &data, &n) == 0)
-        s_terminal_send (self, r, 3, data, n);
+        s_records_send (self, r, 3, data, n);
     free (data);
     ah_msg_destroy (&size);
 }
@@ -1729,7 +1714,7 @@ static void s_pty_reply (self_t *self, req_t *r, ah_msg_t *msg)
     r->deadline_ms = 0;
     s_link (self, r);
     if (r->inq_len)
-        s_terminal_send (self, r, 0, r->inq, r->inq_len);
+        s_records_send (self, r, 0, r->inq, r->inq_len);
     free (r->inq);
     r->inq = NULL;
     r->inq_len = 0;
@@ -1845,7 +1830,7 @@ static int s_ws_receive (self_t *self, req_t *r, const void *in, size_t len)
     if (lws_frame_is_binary (r->wsi)) {
         if (r->chan) {
             if (len)
-                s_terminal_send (self, r, 0, in, len);
+                s_records_send (self, r, 0, in, len);
             s_terminal_news (self, r, -1);
         }
         else if (r->inq_len + len <= (64u << 10)) {
