@@ -16,6 +16,9 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
@@ -54,6 +57,10 @@ typedef struct {
     bool    sandboxd_deployed;          //  copied into sandboxd_volume (volume mode)
     char   *server_container;           //  full id when we run in a container, else NULL
     ah_store_t *store;
+    //  The host firewall probe's thread (ah_docker_isolation_check_start),
+    //  joined by destroy_driver; only the thread that started it touches these.
+    pthread_t probe_thread;
+    bool    probe_started;
 } self_t;
 
 //  -------------------------------------------------------------------------
@@ -910,6 +917,19 @@ s_container_remove (self_t *self, const char *agent_id, char **err)
     return rc;
 }
 
+//  sandboxd at /opt/agenthold, read-only: a bind of its directory (server
+//  on the host) or sandbox.docker.sandboxd_volume.
+static json_t *
+s_sandboxd_mount (self_t *self)
+{
+    if (self->sandboxd_dir)
+        return json_pack ("{s:s s:s s:s s:b}",
+            "Type", "bind", "Source", self->sandboxd_dir, "Target", "/opt/agenthold", "ReadOnly", 1);
+    return json_pack ("{s:s s:s s:s s:b s:{s:b}}",
+        "Type", "volume", "Source", self->config->sandboxd_volume, "Target", "/opt/agenthold",
+        "ReadOnly", 1, "VolumeOptions", "NoCopy", 1);
+}
+
 static int
 s_container_create (self_t *self, const ah_sandbox_spec_t *spec, uint32_t base, char **err)
 {
@@ -933,13 +953,7 @@ s_container_create (self_t *self, const ah_sandbox_spec_t *spec, uint32_t base, 
     json_array_append_new (mounts, json_pack ("{s:s s:s s:s s:{s:o}}",
         "Type", "volume", "Source", volume, "Target", "/home/agent",
         "VolumeOptions", "Labels", s_labels (self, spec->agent_id)));
-    if (self->sandboxd_dir)
-        json_array_append_new (mounts, json_pack ("{s:s s:s s:s s:b}",
-            "Type", "bind", "Source", self->sandboxd_dir, "Target", "/opt/agenthold", "ReadOnly", 1));
-    else
-        json_array_append_new (mounts, json_pack ("{s:s s:s s:s s:b s:{s:b}}",
-            "Type", "volume", "Source", c->sandboxd_volume, "Target", "/opt/agenthold", "ReadOnly", 1,
-            "VolumeOptions", "NoCopy", 1));
+    json_array_append_new (mounts, s_sandboxd_mount (self));
 
     json_t *host = json_pack ("{s:b s:I s:I s:I s:o s:s s:{s:s}}",
         "Init", 1,
@@ -2061,6 +2075,314 @@ s_image_build (ah_driver_t *driver, const ah_image_build_t *build, volatile int 
 }
 
 //  -------------------------------------------------------------------------
+//  Host firewall probe (docs/docker.md, "Isolation")
+//
+//  A container on an internal network still reaches the host's own
+//  addresses through the host's INPUT chain, which Docker leaves open; only
+//  a host rule closes it, and the product does not install one (why: see
+//  docs/docker.md). This probe tells the operator at start whether the rule
+//  is there: a throw-away sandbox on the pool's last block runs the
+//  server's sandboxd with a boot.json whose tunnel URL names the gateway
+//  and a port the server just bound on all addresses, not the tunnel's. If
+//  the dial arrives, host services are open to sandboxes. Its objects carry
+//  only the label agenthold.probe=<prefix> (never agenthold.managed), so
+//  list(), events and the reconciler do not see them; leftovers of a probe
+//  cut short by a kill are removed by the next one.
+
+#define PROBE_WAIT_MS   2500
+
+static void
+s_probe_remove_all (self_t *self)
+{
+    char *filter = s_strdupf ("{\"label\":[\"agenthold.probe=%s\"]}", self->prefix);
+    char *esc = filter ? curl_easy_escape (NULL, filter, 0) : NULL;
+    free (filter);
+    if (!esc)
+        return;
+    const char *kinds [] = { "containers", "networks" };
+    for (int k = 0; k < 2; k++) {
+        char *path = s_strdupf (k == 0 ? "/containers/json?all=1&filters=%s" : "/networks?filters=%s", esc);
+        call_t call = { .what = "listing leftovers of the firewall probe", .method = "GET" };
+        json_t *j = NULL;
+        char *msg = NULL, *cerr = NULL;
+        long st = path ? s_call (self, &call, path, &j, &msg, &cerr) : -1;
+        free (path);
+        size_t i;
+        json_t *o;
+        if (st == 200)
+            json_array_foreach (j, i, o) {
+                const char *id = json_string_value (json_object_get (o, "Id"));
+                if (!id)
+                    continue;
+                char *del = s_strdupf (k == 0 ? "/%s/%s?force=true&v=true" : "/%s/%s", kinds [k], id);
+                simple_t how = { .method = "DELETE", .ok1 = 204, .ok2 = 200, .absent_ok = true,
+                                 .timeout_s = 60 };
+                char *derr = NULL;
+                if (del && s_simple (self, &how, "removing the firewall probe", del, &derr))
+                    ah_warn (LOG_AREA, "%s", derr);
+                free (derr);
+                free (del);
+            }
+        json_decref (j);
+        free (msg);
+        free (cerr);
+    }
+    curl_free (esc);
+}
+
+//  A listener on all addresses, port chosen by the kernel. -1 on failure.
+static int
+s_probe_listen (int *port)
+{
+    int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_ANY) };
+    socklen_t len = sizeof sa;
+    if (bind (fd, (struct sockaddr *) &sa, sizeof sa) || listen (fd, 4)
+    ||  getsockname (fd, (struct sockaddr *) &sa, &len)) {
+        close (fd);
+        return -1;
+    }
+    *port = ntohs (sa.sin_port);
+    return fd;
+}
+
+int
+ah_docker_check_isolation (ah_driver_t *driver, int tunnel_port, char **report)
+{
+    if (!driver || !driver->impl || !driver->name || strcmp (driver->name, "docker")) {
+        s_set_err (report, "the host firewall probe needs the docker driver");
+        return -1;
+    }
+    self_t *self = driver->impl;
+    const ah_config_t *c = self->config;
+    char *eerr = NULL;
+    if (s_ensure_engine (self, &eerr)) {
+        s_set_err (report, "cannot check the host firewall: %s", eerr);
+        free (eerr);
+        return -1;
+    }
+    char *server = s_server_container (self);
+    if (server) {
+        free (server);
+        s_set_err (report, "cannot check the host firewall from inside a container: make sure "
+                   "the host drops what %s sends to its own addresses (docs/docker.md)",
+                   c->network_pool);
+        return -1;
+    }
+    const char *image = c->default_image;
+    bool exists = false;
+    char *ierr = NULL;
+    if (!image || s_image_exists (driver, image, &exists, &ierr) || !exists) {
+        s_set_err (report, "cannot check the host firewall: sandbox.default_image '%s' is not "
+                   "here to run the probe%s%s", image ? image : "", ierr ? ": " : "", ierr ? ierr : "");
+        free (ierr);
+        return -1;
+    }
+    if (!self->sandboxd_dir && s_deploy_sandboxd (self, image, &ierr)) {
+        s_set_err (report, "cannot check the host firewall: %s", ierr);
+        free (ierr);
+        return -1;
+    }
+    s_probe_remove_all (self);
+
+    //  The pool's last block: agents take blocks from the first up, so it is
+    //  free unless the pool is full; the networks table says for sure.
+    uint32_t size = 1u << (32 - self->subnet_bits);
+    uint32_t base = self->pool_base + (self->subnet_count - 1) * size;
+    char *ip = s_ip_string (base), *gw = s_ip_string (base + 1), *addr = s_ip_string (base + size / 2);
+    char *subnet = s_strdupf ("%s/%d", ip ? ip : "", self->subnet_bits);
+    bool in_use = true;
+    pthread_mutex_lock (&self->lock);
+    sqlite3_stmt *q = ah_store_prepare (self->store, "SELECT 1 FROM networks WHERE subnet = :subnet");
+    if (q && subnet && ah_store_bind_text (q, ":subnet", subnet) == 0) {
+        int step = ah_store_step (self->store, q);
+        in_use = step != SQLITE_DONE;
+    }
+    if (q)
+        sqlite3_reset (q);
+    pthread_mutex_unlock (&self->lock);
+
+    int rc = -1, port = 0, fd = -1;
+    char name [MAX_NAME], *body = NULL, *path = NULL, *msg = NULL, *cerr = NULL, *boot = NULL;
+    uint8_t *tar = NULL;
+    snprintf (name, sizeof name, "%s-probe-%08x", self->prefix, (unsigned) random ());
+    if (in_use) {
+        s_set_err (report, "cannot check the host firewall: the last subnet of %s (%s) is in use",
+                   c->network_pool, subnet ? subnet : "");
+        goto out;
+    }
+    if ((fd = s_probe_listen (&port)) < 0) {
+        s_set_err (report, "cannot check the host firewall: cannot listen on a port: %s", strerror (errno));
+        goto out;
+    }
+    if (port == tunnel_port) {
+        s_set_err (report, "cannot check the host firewall: the probe got the tunnel port");
+        goto out;
+    }
+    json_t *labels = json_pack ("{s:s}", "agenthold.probe", self->prefix);
+    json_t *req = json_pack ("{s:s s:s s:b s:b s:{s:s s:[{s:s s:s}]} s:O}",
+        "Name", name, "Driver", "bridge", "Internal", 1, "CheckDuplicate", 1,
+        "IPAM", "Driver", "default", "Config", "Subnet", subnet, "Gateway", gw, "Labels", labels);
+    body = json_dumps (req, JSON_COMPACT);
+    json_decref (req);
+    call_t ncall = { .what = "creating the firewall probe's network", .method = "POST", .body = body,
+                     .body_size = body ? strlen (body) : 0 };
+    long st = s_call (self, &ncall, "/networks/create", NULL, &msg, &cerr);
+    free (body);
+    body = NULL;
+    if (st != 201 && st != 200) {
+        s_set_err (report, "cannot check the host firewall: creating network %s on %s: %s", name,
+                   subnet, st > 0 ? (msg ? msg : "refused") : cerr);
+        json_decref (labels);
+        goto out;
+    }
+    json_t *mounts = json_array ();
+    json_array_append_new (mounts, s_sandboxd_mount (self));
+    req = json_pack ("{s:s s:[s] s:[] s:s s:o s:{s:b s:o s:s s:I} s:{s:{s:{s:{s:s}}}}}",
+        "Image", image, "Entrypoint", "/opt/agenthold/sandboxd", "Cmd", "User", "0:0",
+        "Labels", labels,
+        "HostConfig", "Init", 1, "Mounts", mounts, "NetworkMode", name, "Memory",
+        (json_int_t) 64 << 20,
+        "NetworkingConfig", "EndpointsConfig", name, "IPAMConfig", "IPv4Address", addr);
+    body = json_dumps (req, JSON_COMPACT);
+    json_decref (req);
+    path = s_strdupf ("/containers/create?name=%s", name);
+    call_t ccall = { .what = "creating the firewall probe's container", .method = "POST", .body = body,
+                     .body_size = body ? strlen (body) : 0 };
+    free (msg);
+    msg = NULL;
+    st = s_call (self, &ccall, path, NULL, &msg, &cerr);
+    free (path);
+    path = NULL;
+    if (st != 201) {
+        s_set_err (report, "cannot check the host firewall: creating container %s from %s: %s", name,
+                   image, st > 0 ? (msg ? msg : "refused") : cerr);
+        goto out;
+    }
+    //  The boot file: the gateway and our probe port, a token nobody holds.
+    json_t *bj = json_pack ("{s:s s:s s:s}", "agent_id", "probe", "token", "probe", "tunnel_url", "");
+    char *url = s_strdupf ("ws://%s:%d/tunnel", gw, port);
+    json_object_set_new (bj, "tunnel_url", json_string (url ? url : ""));
+    free (url);
+    boot = json_dumps (bj, JSON_COMPACT);
+    json_decref (bj);
+    size_t tar_size = 0;
+    tar = boot ? s_boot_tar (boot, &tar_size) : NULL;
+    path = s_strdupf ("/containers/%s/archive?path=%%2F", name);
+    call_t put = { .what = "writing the firewall probe's boot.json", .method = "PUT",
+                   .body = (const char *) tar, .body_size = tar_size, .content_type = "application/x-tar" };
+    free (msg);
+    msg = NULL;
+    st = tar && path ? s_call (self, &put, path, NULL, &msg, &cerr) : -1;
+    free (path);
+    path = NULL;
+    if (st != 200) {
+        s_set_err (report, "cannot check the host firewall: writing the probe's boot.json: %s",
+                   st > 0 ? (msg ? msg : "refused") : (cerr ? cerr : "out of memory"));
+        goto out;
+    }
+    path = s_strdupf ("/containers/%s/start", name);
+    simple_t how = { .method = "POST", .ok1 = 204, .ok2 = 304 };
+    char *serr = NULL;
+    if (s_simple (self, &how, "starting the firewall probe", path, &serr)) {
+        s_set_err (report, "cannot check the host firewall: %s", serr);
+        free (serr);
+        goto out;
+    }
+    free (path);
+    path = NULL;
+    struct pollfd pfd = { .fd = fd, .events = POLLIN };
+    int ready = poll (&pfd, 1, PROBE_WAIT_MS);
+    if (ready > 0) {
+        s_set_err (report, "a sandbox on %s reached this host at %s:%d, a port that is not the "
+                   "tunnel's: every service listening on this host's addresses is open to "
+                   "sandboxes. Filter the pool on the host (docs/docker.md), e.g. `iptables -I "
+                   "INPUT -s %s -j DROP` then `iptables -I INPUT -s %s -p tcp --dport %d -j ACCEPT`",
+                   c->network_pool, gw, port, c->network_pool, c->network_pool, tunnel_port);
+        rc = 1;
+        goto out;
+    }
+    //  Silence only counts if the probe was alive to dial.
+    path = s_strdupf ("/containers/%s/json", name);
+    call_t insp = { .what = "inspecting the firewall probe", .method = "GET" };
+    json_t *j = NULL;
+    free (msg);
+    msg = NULL;
+    st = s_call (self, &insp, path, &j, &msg, &cerr);
+    bool running = json_is_true (json_object_get (json_object_get (j, "State"), "Running"));
+    json_int_t code = json_integer_value (json_object_get (json_object_get (j, "State"), "ExitCode"));
+    json_decref (j);
+    if (st == 200 && running) {
+        s_set_err (report, "a sandbox on %s reaches no host port but the tunnel's (a probe on "
+                   "port %d went unanswered for %d ms)", c->network_pool, port, PROBE_WAIT_MS);
+        rc = 0;
+    }
+    else
+        s_set_err (report, "cannot check the host firewall: the probe sandbox stopped (exit %lld) "
+                   "before it could dial", (long long) code);
+out:
+    if (fd >= 0)
+        close (fd);
+    s_probe_remove_all (self);
+    free (tar);
+    free (boot);
+    free (path);
+    free (body);
+    free (msg);
+    free (cerr);
+    free (subnet);
+    free (ip);
+    free (gw);
+    free (addr);
+    return rc;
+}
+
+typedef struct {
+    ah_driver_t *driver;
+    int tunnel_port;
+} probe_args_t;
+
+static void *
+s_probe_thread (void *arg)
+{
+    probe_args_t *a = arg;
+    char *report = NULL;
+    int rc = ah_docker_check_isolation (a->driver, a->tunnel_port, &report);
+    if (rc == 0)
+        ah_info (LOG_AREA, "host firewall: %s", report ? report : "");
+    else
+        ah_warn (LOG_AREA, "host firewall: %s", report ? report : "");
+    free (report);
+    free (a);
+    return NULL;
+}
+
+int
+ah_docker_isolation_check_start (ah_driver_t *driver)
+{
+    if (!driver || !driver->impl || !driver->name || strcmp (driver->name, "docker"))
+        return -1;
+    self_t *self = driver->impl;
+    //  tunnel_listen is "host:port" or ":port" (validated by the config).
+    const char *colon = self->config->tunnel_listen ? strrchr (self->config->tunnel_listen, ':') : NULL;
+    int port = colon ? atoi (colon + 1) : 0;
+    if (self->probe_started || port <= 0 || port > 65535)
+        return -1;
+    probe_args_t *a = calloc (1, sizeof *a);
+    if (!a)
+        return -1;
+    *a = (probe_args_t) { .driver = driver, .tunnel_port = port };
+    if (pthread_create (&self->probe_thread, NULL, s_probe_thread, a)) {
+        free (a);
+        return -1;
+    }
+    self->probe_started = true;
+    return 0;
+}
+
+//  -------------------------------------------------------------------------
 //  Life
 
 static void
@@ -2071,6 +2393,8 @@ s_destroy_driver (ah_driver_t **self_p)
     ah_driver_t *driver = *self_p;
     self_t *self = driver->impl;
     if (self) {
+        if (self->probe_started)
+            pthread_join (self->probe_thread, NULL);
         ah_store_close (&self->store);
         pthread_mutex_destroy (&self->lock);
         free (self->socket_path);

@@ -28,4 +28,20 @@ ah_driver_t *ah_docker_driver_new (const ah_config_t *config, char **err);
 //  confirms the id with an inspect.
 char *ah_docker_container_id_from_mountinfo (const char *path);
 
+//  The host firewall probe (docs/docker.md, "Isolation"): a throw-away
+//  sandbox on the pool's last block (sandbox.default_image, the server's
+//  sandboxd) dials the gateway on a port the server bound that is not the
+//  tunnel's. 1 when the dial arrived (host services are open to sandboxes;
+//  *report says how to filter them), 0 when it went unanswered while the
+//  probe ran (the host filters the pool), -1 when it could not tell
+//  (*report says why: server in a container, no image, ...). Blocks for
+//  about 3 s. *report is the caller's to free.
+int ah_docker_check_isolation (ah_driver_t *driver, int tunnel_port, char **report);
+
+//  Runs the probe once in a thread of the driver (joined by its
+//  destroy_driver) and logs the outcome: a warning when sandboxes reach
+//  the host, an info line when they do not. `agenthold serve` calls it at
+//  start. 0, or -1 when it could not start (or already did).
+int ah_docker_isolation_check_start (ah_driver_t *driver);
+
 #endif

@@ -30,6 +30,7 @@
 #include "common/msg.h"
 #include "common/token.h"
 #include "drivers/driver.h"
+#include "drivers/docker.h"
 #include "store/store.h"
 
 #include <czmq.h>
@@ -340,6 +341,11 @@ s_prepare_driver (self_t *self, char **err)
         ah_driver_free_ids (&ids);
         ah_info ("server", "driver %s: %zu sandbox(es) found", self->driver->name, n);
         free (driver_err);
+        //  Whether sandboxes reach this host's own services (the host
+        //  firewall is the operator's; docs/docker.md): probed in the
+        //  background, the outcome logged, a warning if they do.
+        if (streq (self->driver->name, "docker"))
+            ah_docker_isolation_check_start (self->driver);
         return 0;
     }
     int rc;

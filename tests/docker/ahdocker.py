@@ -84,6 +84,28 @@ def read_file_from_container(cid, path):
     return None
 
 
+def demux(data):
+    """The bytes of a multiplexed stream (no TTY): 8-byte headers, then the bytes."""
+    out, i = [], 0
+    while i + 8 <= len(data):
+        n = int.from_bytes(data[i + 4:i + 8], "big")
+        out.append(data[i + 8:i + 8 + n])
+        i += 8 + n
+    return b"".join(out)
+
+
+def exec_in(cid, cmd, timeout=30):
+    """Runs cmd (a list) in a running container through the Engine API;
+    returns its output (stdout and stderr together) as text."""
+    st, j = engine("POST", "/containers/%s/exec" % cid,
+                   {"Cmd": cmd, "AttachStdout": True, "AttachStderr": True})
+    if st != 201:
+        raise Fail("exec in %s: %d %r" % (cid[:12], st, j))
+    st, out = engine_raw("POST", "/exec/%s/start" % j["Id"], {"Detach": False, "Tty": False},
+                         timeout=timeout)
+    return demux(out).decode(errors="replace")
+
+
 def build_image(tag, files, dockerfile):
     """POST /build with an in-memory context: files maps the name in the
     context to a host path (followed if a link) or to bytes."""
@@ -205,6 +227,14 @@ class Harness:
             engine("DELETE", "/networks/%s" % x["Id"])
         for x in v:
             engine("DELETE", "/volumes/%s?force=true" % x["Name"])
+        # The server's host firewall probe (drivers/docker.c) labels its own.
+        pf = q(json.dumps({"label": ["agenthold.probe=" + self.prefix]}))
+        _, pc = engine("GET", "/containers/json?all=1&filters=" + pf)
+        for x in pc or []:
+            engine("DELETE", "/containers/%s?force=true&v=true" % x["Id"])
+        _, pn = engine("GET", "/networks?filters=" + pf)
+        for x in pn or []:
+            engine("DELETE", "/networks/%s" % x["Id"])
         for name in self.extra_volumes:
             engine("DELETE", "/volumes/%s?force=true" % q(name))
         for tag in [self.tag] + self.extra_images:
@@ -326,7 +356,10 @@ class Harness:
                     print("clean-up step failed: %s" % e, file=sys.stderr)
             self.cleanup_engine()
             c, n, v = self.leftovers()
-            if c or n or v:
+            pf = q(json.dumps({"label": ["agenthold.probe=" + self.prefix]}))
+            pc = engine("GET", "/containers/json?all=1&filters=" + pf)[1] or []
+            pn = engine("GET", "/networks?filters=" + pf)[1] or []
+            if c or n or v or pc or pn:
                 print("objects left behind with prefix %s" % self.prefix, file=sys.stderr)
                 rc = 1
             shutil.rmtree(self.tmp, ignore_errors=True)

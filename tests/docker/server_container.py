@@ -29,7 +29,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import Fail, Harness, engine, q, read_file_from_container, build_image  # noqa: E402
+from ahdocker import (Fail, Harness, build_image, demux, engine, engine_raw,  # noqa: E402
+                      read_file_from_container)
 
 SRC = os.path.abspath(sys.argv[2])
 h = Harness("docker.server_container", sys.argv[1], "10.213.112.0/20", (18340, 18350))
@@ -79,21 +80,9 @@ ENTRYPOINT ["/usr/bin/agenthold", "serve"]
     print("server image (%d libraries) built in %.1f s" % (len(libs), time.time() - t0))
 
 
-def server_logs():
-    st, data = engine_raw_logs()
-    return data
-
-
 def engine_raw_logs():
-    from ahdocker import engine_raw
     st, data = engine_raw("GET", "/containers/%s/logs?stdout=1&stderr=1" % SERVER_NAME)
-    # Without a TTY the stream is multiplexed: 8-byte headers, then the bytes.
-    out, i = [], 0
-    while i + 8 <= len(data):
-        n = int.from_bytes(data[i + 4:i + 8], "big")
-        out.append(data[i + 8:i + 8 + n])
-        i += 8 + n
-    return st, b"".join(out).decode(errors="replace")
+    return st, demux(data).decode(errors="replace")
 
 
 def start_server_container():
@@ -182,6 +171,14 @@ def scenario(h):
     copied = read_file_from_container(sbx["Id"], "/opt/agenthold/sandboxd")
     h.check(copied == ours, "the volume holds the server's sandboxd (%d vs %d bytes)" %
             (len(copied or b""), len(ours)))
+
+    # The host firewall cannot be probed from inside a container: said so.
+    deadline = time.time() + 15
+    while "host firewall:" not in logs and time.time() < deadline:
+        time.sleep(0.2)
+        logs = engine_raw_logs()[1]
+    h.check("host firewall: cannot check the host firewall from inside a container" in logs,
+            "the firewall probe says it cannot check from a container: %s" % logs[-1500:])
 
     h.check(h.cli("stop", "alice")["state"] == "sleeping", "stop -> sleeping")
     h.check(not h.container(aid)["State"]["Running"], "the sandbox is stopped")
