@@ -1,0 +1,536 @@
+/*  actors/api_events.c: the API's event streams and wakes (see
+    api_events.h, docs/api.md "Events" and "Wake").
+
+    DESIGN. Everything here runs on the API actor's thread, the one lws
+    service thread: the streams' wsi are only touched in its callbacks, the
+    bus DEALER and the SQLite connection are the actor's, borrowed. Two
+    lists, both owned here:
+    - streams: one per GET /api/v1/events connection. An event is queued
+      as text in the stream's buffer and written in WRITEABLE callbacks,
+      one lws_write each; a stream more than AH_API_EVENTS_MAX_BACKLOG
+      behind (a client that stopped reading) is closed, so memory stays
+      bounded whatever the clients do.
+    - waiters: requests (a turn, a terminal) held until their agent runs.
+      Their state is re-read from the database on every SANDBOX_STATE for
+      the agent and on every tick, so a missed event costs at most a tick.
+      A waiter leaves the list before its callback runs: the callback may
+      start another wake or close the request.                       */
+#include "actors/api_events.h"
+#include "common/log.h"
+
+#include <jansson.h>
+#include <string.h>
+
+#define AREA "api"
+#define CHUNK 16384
+
+typedef struct stream_t {
+    struct stream_t *next;
+    struct lws *wsi;
+    char agent_id [48];             //  "" = every agent
+    char *buf;                      //  text not yet written
+    size_t len;
+    bool headers_sent;
+    bool dead;                      //  too far behind: close at the next WRITEABLE
+    int64_t queued_ms;              //  when something was last queued (keep-alive)
+} stream_t;
+
+typedef struct waiter_t {
+    struct waiter_t *next;
+    void *ctx;
+    ah_api_wake_fn *fn;
+    char agent_id [48];
+    char name [72];
+    int64_t deadline_ms;
+    int timeout_s;
+    int64_t req;                    //  our SANDBOX_START's (negative), 0 none sent
+    bool accepted;                  //  lifecycle took it: an error now is the start's
+    int tries;
+} waiter_t;
+
+struct _ah_api_events_t {
+    ah_store_t *store;              //  borrowed
+    zsock_t *bus;                   //  borrowed
+    stream_t *streams;
+    size_t nstreams;
+    waiter_t *waiters;
+    size_t nwaiters;
+    int64_t next_req;               //  counts down from -1
+    zhashx_t *names;                //  agent id -> name, for "destroyed" events
+};
+
+ah_api_events_t *ah_api_events_new (ah_store_t *store, zsock_t *bus)
+{
+    ah_api_events_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->store = store;
+    self->bus = bus;
+    self->names = zhashx_new ();
+    if (!self->names) {
+        free (self);
+        return NULL;
+    }
+    zhashx_set_destructor (self->names, (zhashx_destructor_fn *) zstr_free);
+    zhashx_set_duplicator (self->names, (zhashx_duplicator_fn *) strdup);
+    return self;
+}
+
+void ah_api_events_destroy (ah_api_events_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    ah_api_events_t *self = *self_p;
+    while (self->streams) {
+        stream_t *s = self->streams;
+        self->streams = s->next;
+        free (s->buf);
+        free (s);
+    }
+    //  Waiters' requests are gone with the lws context: no callbacks.
+    while (self->waiters) {
+        waiter_t *w = self->waiters;
+        self->waiters = w->next;
+        free (w);
+    }
+    zhashx_destroy (&self->names);
+    free (self);
+    *self_p = NULL;
+}
+
+//  --------------------------------------------------------------------
+//  The database
+
+//  The agent's name, state and error. 1 found, 0 no such agent, -1 error.
+static int s_agent (ah_api_events_t *self, const char *key, char *id, size_t id_size,
+                    char *name, size_t name_size, char *state, size_t state_size,
+                    char *error, size_t error_size)
+{
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "SELECT a.id, a.name, s.state, s.error FROM agents a"
+        " LEFT JOIN sandboxes s ON s.agent_id = a.id"
+        " WHERE a.id = :key OR a.name = :key ORDER BY a.id = :key DESC LIMIT 1");
+    if (!st || ah_store_bind_text (st, ":key", key))
+        return -1;
+    int rc = ah_store_step (self->store, st);
+    if (rc == SQLITE_ROW) {
+        const char *cols [4];
+        for (int i = 0; i < 4; i++)
+            cols [i] = (const char *) sqlite3_column_text (st, i);
+        if (id) snprintf (id, id_size, "%s", cols [0] ? cols [0] : "");
+        if (name) snprintf (name, name_size, "%s", cols [1] ? cols [1] : "");
+        if (state) snprintf (state, state_size, "%s", cols [2] ? cols [2] : "");
+        if (error) snprintf (error, error_size, "%s", cols [3] ? cols [3] : "");
+        if (cols [0] && cols [1]) {
+            if (zhashx_size (self->names) >= 10000)
+                zhashx_purge (self->names);     //  a cache: bounded
+            zhashx_update (self->names, cols [0], (void *) cols [1]);
+        }
+    }
+    sqlite3_reset (st);
+    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+}
+
+//  --------------------------------------------------------------------
+//  Streams
+
+static stream_t *s_stream (ah_api_events_t *self, struct lws *wsi)
+{
+    for (stream_t *s = self->streams; s; s = s->next)
+        if (s->wsi == wsi)
+            return s;
+    return NULL;
+}
+
+static void s_queue (stream_t *s, const char *text, size_t n)
+{
+    if (s->dead)
+        return;
+    s->queued_ms = zclock_mono ();
+    if (s->len + n > AH_API_EVENTS_MAX_BACKLOG) {
+        ah_info (AREA, "an event stream fell %zu bytes behind: closing it", s->len + n);
+        s->dead = true;
+    }
+    else {
+        char *grown = realloc (s->buf, s->len + n);
+        if (!grown)
+            s->dead = true;
+        else {
+            s->buf = grown;
+            memcpy (s->buf + s->len, text, n);
+            s->len += n;
+        }
+    }
+    lws_callback_on_writable (s->wsi);
+}
+
+//  One event to every stream that wants the agent's.
+static void s_publish (ah_api_events_t *self, const char *agent_id, const char *name,
+                       const char *state, const char *op, const char *error, const char *message)
+{
+    if (!self->streams)
+        return;
+    char at [40];
+    ah_store_format_time (ah_store_now_ms (), at, sizeof at);
+    json_t *event = json_object ();
+    json_object_set_new (event, "agent_id", json_string (agent_id));
+    json_object_set_new (event, "name", name && *name ? json_string (name) : json_null ());
+    json_object_set_new (event, "state", state ? json_string (state) : json_null ());
+    json_object_set_new (event, "op", op ? json_string (op) : json_null ());
+    json_object_set_new (event, "error", error ? json_string (error) : json_null ());
+    json_object_set_new (event, "at", json_string (at));
+    if (message)
+        json_object_set_new (event, "message", json_string (message));
+    //  Invalid UTF-8 makes json_string NULL and the key is dropped: the
+    //  event still goes out, with what could be said.
+    char *text = json_dumps (event, JSON_COMPACT);
+    json_decref (event);
+    if (!text)
+        return;
+    size_t tlen = strlen (text);
+    char *line = malloc (tlen + 16);
+    if (line) {
+        int n = snprintf (line, tlen + 16, "data: %s\n\n", text);
+        for (stream_t *s = self->streams; s; s = s->next)
+            if (!s->agent_id [0] || streq (s->agent_id, agent_id))
+                s_queue (s, line, (size_t) n);
+    }
+    free (line);
+    free (text);
+}
+
+int ah_api_events_open (ah_api_events_t *self, struct lws *wsi, char *why, size_t why_size)
+{
+    if (!self) {
+        snprintf (why, why_size, "the event streams are not available");
+        return 503;
+    }
+    char agent [128] = "";
+    char arg [256];
+    for (int i = 0; i < 16; i++) {
+        if (lws_hdr_copy_fragment (wsi, arg, sizeof arg, WSI_TOKEN_HTTP_URI_ARGS, i) < 0)
+            break;
+        char *value = strchr (arg, '=');
+        if (value)
+            *value++ = 0;
+        if (streq (arg, "agent") && value && *value && strlen (value) < sizeof agent)
+            snprintf (agent, sizeof agent, "%s", value);
+        else
+        if (streq (arg, "agent")) {
+            snprintf (why, why_size, "query 'agent' must name an agent (its id or name)");
+            return 400;
+        }
+        else {
+            snprintf (why, why_size, "unknown query argument '%.64s' (events take agent=)", arg);
+            return 400;
+        }
+    }
+    if (self->nstreams >= AH_API_EVENTS_MAX_STREAMS) {
+        snprintf (why, why_size, "too many event streams open (at most %d)", AH_API_EVENTS_MAX_STREAMS);
+        return 503;
+    }
+    stream_t *s = calloc (1, sizeof *s);
+    if (!s) {
+        snprintf (why, why_size, "out of memory for an event stream");
+        return 503;
+    }
+    if (agent [0]) {
+        int rc = s_agent (self, agent, s->agent_id, sizeof s->agent_id, NULL, 0, NULL, 0, NULL, 0);
+        if (rc != 1) {
+            free (s);
+            snprintf (why, why_size, rc < 0 ? "cannot read the database" : "no agent named '%s'", agent);
+            return rc < 0 ? 500 : 404;
+        }
+    }
+    s->wsi = wsi;
+    s->next = self->streams;
+    self->streams = s;
+    self->nstreams++;
+    //  A first comment: the client knows the stream is open.
+    s_queue (s, ": agenthold events\n\n", 20);
+    lws_set_timeout (wsi, NO_PENDING_TIMEOUT, 0);
+    return 0;
+}
+
+bool ah_api_events_owns (ah_api_events_t *self, struct lws *wsi)
+{
+    return self && s_stream (self, wsi) != NULL;
+}
+
+int ah_api_events_writeable (ah_api_events_t *self, struct lws *wsi)
+{
+    stream_t *s = self ? s_stream (self, wsi) : NULL;
+    if (!s || s->dead)
+        return -1;
+    if (!s->headers_sent) {
+        uint8_t buf [LWS_PRE + 512];
+        uint8_t *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
+        if (lws_add_http_common_headers (wsi, 200, "text/event-stream",
+                                         LWS_ILLEGAL_HTTP_CONTENT_LEN, &p, end)
+        ||  lws_add_http_header_by_name (wsi, (const uint8_t *) "cache-control:",
+                                         (const uint8_t *) "no-cache", 8, &p, end)
+        ||  lws_finalize_write_http_header (wsi, start, &p, end))
+            return -1;
+        s->headers_sent = true;
+        if (s->len)
+            lws_callback_on_writable (wsi);
+        return 0;
+    }
+    if (s->len == 0)
+        return 0;
+    size_t n = s->len > CHUNK ? CHUNK : s->len;
+    uint8_t out [LWS_PRE + CHUNK];
+    memcpy (out + LWS_PRE, s->buf, n);
+    if (lws_write (wsi, out + LWS_PRE, n, LWS_WRITE_HTTP) < (int) n)
+        return -1;
+    memmove (s->buf, s->buf + n, s->len - n);
+    s->len -= n;
+    if (s->len)
+        lws_callback_on_writable (wsi);
+    return 0;
+}
+
+void ah_api_events_closed (ah_api_events_t *self, struct lws *wsi)
+{
+    if (!self)
+        return;
+    for (stream_t **pp = &self->streams; *pp; pp = &(*pp)->next)
+        if ((*pp)->wsi == wsi) {
+            stream_t *s = *pp;
+            *pp = s->next;
+            self->nstreams--;
+            free (s->buf);
+            free (s);
+            return;
+        }
+}
+
+//  --------------------------------------------------------------------
+//  Wakes
+
+void ah_api_events_activity (ah_api_events_t *self, const char *agent_id, const char *what)
+{
+    if (!self || !agent_id || !*agent_id)
+        return;
+    ah_msg_t *m = ah_msg_new ("AGENT_ACTIVITY");
+    ah_msg_set_str (m, "agent_id", agent_id);
+    ah_msg_set_str (m, "what", what);
+    ah_msg_send (&m, self->bus, "lifecycle");
+}
+
+//  Takes w out of the list (it must be in it) and calls it back.
+static void s_done (ah_api_events_t *self, waiter_t *w, int status, const char *error)
+{
+    for (waiter_t **pp = &self->waiters; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            self->nwaiters--;
+            break;
+        }
+    void *ctx = w->ctx;
+    ah_api_wake_fn *fn = w->fn;
+    free (w);
+    fn (ctx, status, error);
+}
+
+static void s_send_start (ah_api_events_t *self, waiter_t *w, const char *state)
+{
+    ah_msg_t *m = ah_msg_new ("SANDBOX_START");
+    w->req = --self->next_req;
+    w->accepted = false;
+    w->tries++;
+    ah_msg_set_int (m, "req", w->req);
+    ah_msg_set_str (m, "agent", w->agent_id);
+    ah_msg_send (&m, self->bus, "lifecycle");
+    ah_info (AREA, "waking agent '%s' (%s)", w->name, state);
+    s_publish (self, w->agent_id, w->name, state, "start", NULL, AH_API_WAKE_MESSAGE);
+}
+
+//  Where w's agent stands now; calls back when the wait is over.
+//  true when w was called back (and is gone).
+static bool s_check (ah_api_events_t *self, waiter_t *w)
+{
+    char state [32] = "", error [512] = "", text [700];
+    int rc = s_agent (self, w->agent_id, NULL, 0, NULL, 0, state, sizeof state, error, sizeof error);
+    if (rc < 0)
+        return false;                               //  the next tick tries again
+    if (rc == 0 || !state [0]) {
+        snprintf (text, sizeof text, "agent '%s' was destroyed while it was being woken", w->name);
+        s_done (self, w, 409, text);
+        return true;
+    }
+    if (streq (state, "running")) {
+        s_done (self, w, 0, NULL);
+        return true;
+    }
+    if (streq (state, "destroying")) {
+        snprintf (text, sizeof text, "agent '%s' is being destroyed", w->name);
+        s_done (self, w, 409, text);
+        return true;
+    }
+    if (streq (state, "error") && w->accepted) {
+        snprintf (text, sizeof text, "agent '%s' could not start: %s", w->name,
+                  error [0] ? error : "(no reason given)");
+        s_done (self, w, 503, text);
+        return true;
+    }
+    if ((streq (state, "sleeping") || streq (state, "error")) && !w->req) {
+        if (w->tries >= 3) {
+            snprintf (text, sizeof text, "agent '%s' did not start after %d attempts (it is %s)",
+                      w->name, w->tries, state);
+            s_done (self, w, 503, text);
+            return true;
+        }
+        s_send_start (self, w, state);
+    }
+    //  creating, starting, stopping, rebuilding, or our start on its way.
+    if (zclock_mono () >= w->deadline_ms) {
+        snprintf (text, sizeof text, "agent '%s' did not start within %d s (it is %s)",
+                  w->name, w->timeout_s, state);
+        s_done (self, w, 504, text);
+        return true;
+    }
+    return false;
+}
+
+int ah_api_events_wake (ah_api_events_t *self, const char *agent_id, void *ctx,
+                        ah_api_wake_fn *fn, int timeout_s, char *why, size_t why_size)
+{
+    if (!self || !fn) {
+        snprintf (why, why_size, "waking agents is not available");
+        return 503;
+    }
+    char name [72], state [32];
+    int rc = s_agent (self, agent_id, NULL, 0, name, sizeof name, state, sizeof state, NULL, 0);
+    if (rc != 1) {
+        snprintf (why, why_size, rc < 0 ? "cannot read the database" : "no agent '%s'", agent_id);
+        return rc < 0 ? 500 : 404;
+    }
+    if (streq (state, "running"))
+        return 0;
+    if (!state [0] || streq (state, "destroying")) {
+        snprintf (why, why_size, "agent '%s' is %s", name, state [0] ? state : "without a sandbox");
+        return 409;
+    }
+    if (self->nwaiters >= AH_API_WAKE_MAX) {
+        snprintf (why, why_size, "too many requests waiting for agents to wake (at most %d)", AH_API_WAKE_MAX);
+        return 503;
+    }
+    ah_api_events_wake_cancel (self, ctx);
+    waiter_t *w = calloc (1, sizeof *w);
+    if (!w) {
+        snprintf (why, why_size, "out of memory");
+        return 503;
+    }
+    w->ctx = ctx;
+    w->fn = fn;
+    snprintf (w->agent_id, sizeof w->agent_id, "%s", agent_id);
+    snprintf (w->name, sizeof w->name, "%s", name);
+    w->timeout_s = timeout_s > 0 ? timeout_s : AH_API_WAKE_TIMEOUT_S;
+    w->deadline_ms = zclock_mono () + (int64_t) w->timeout_s * 1000;
+    w->next = self->waiters;
+    self->waiters = w;
+    self->nwaiters++;
+    if (streq (state, "sleeping") || streq (state, "error"))
+        s_send_start (self, w, state);
+    return 1;
+}
+
+void ah_api_events_wake_cancel (ah_api_events_t *self, void *ctx)
+{
+    if (!self)
+        return;
+    for (waiter_t **pp = &self->waiters; *pp; )
+        if ((*pp)->ctx == ctx) {
+            waiter_t *w = *pp;
+            *pp = w->next;
+            self->nwaiters--;
+            free (w);
+        }
+        else
+            pp = &(*pp)->next;
+}
+
+bool ah_api_events_reply (ah_api_events_t *self, const ah_msg_t *msg)
+{
+    int64_t req = ah_msg_int (msg, "req", 0);
+    if (!self || req >= 0)
+        return false;
+    waiter_t *w = self->waiters;
+    while (w && w->req != req)
+        w = w->next;
+    if (!w)
+        return true;                                //  ours, its waiter gone
+    if (ah_msg_bool (msg, "ok", false)) {
+        w->accepted = true;
+        s_check (self, w);
+        return true;
+    }
+    int status = (int) ah_msg_int (msg, "status", 500);
+    const char *error = ah_msg_str (msg, "error");
+    if (status == 409) {
+        //  It moved between our read and lifecycle's (into stopping, say):
+        //  the next check sends again once it is sleeping.
+        w->req = 0;
+        return true;
+    }
+    char text [700];
+    snprintf (text, sizeof text, "agent '%s' could not be started: %s", w->name,
+              error && *error ? error : "lifecycle refused");
+    s_done (self, w, status >= 400 && status <= 599 ? status : 500, text);
+    return true;
+}
+
+//  Checks every waiter of agent_id (NULL: all). A callback may change the
+//  list, so after each one the walk starts again; each waiter is checked
+//  at most once per call (the pass mark).
+static void s_check_all (ah_api_events_t *self, const char *agent_id)
+{
+    size_t n = self->nwaiters;
+    waiter_t **todo = n ? calloc (n, sizeof *todo) : NULL;
+    if (!todo)
+        return;
+    size_t k = 0;
+    for (waiter_t *w = self->waiters; w && k < n; w = w->next)
+        if (!agent_id || streq (w->agent_id, agent_id))
+            todo [k++] = w;
+    for (size_t i = 0; i < k; i++) {
+        //  Still there? (an earlier callback may have cancelled it)
+        waiter_t *w = self->waiters;
+        while (w && w != todo [i])
+            w = w->next;
+        if (w)
+            s_check (self, w);
+    }
+    free (todo);
+}
+
+void ah_api_events_on_state (ah_api_events_t *self, const ah_msg_t *msg)
+{
+    const char *agent_id = ah_msg_str (msg, "agent_id");
+    if (!self || !agent_id)
+        return;
+    const char *state = ah_msg_str (msg, "state");
+    char name [72] = "";
+    if (self->streams) {
+        if (s_agent (self, agent_id, NULL, 0, name, sizeof name, NULL, 0, NULL, 0) != 1) {
+            const char *known = zhashx_lookup (self->names, agent_id);
+            snprintf (name, sizeof name, "%s", known ? known : "");
+        }
+        s_publish (self, agent_id, name, state, ah_msg_str (msg, "op"), ah_msg_str (msg, "error"), NULL);
+    }
+    if (state && streq (state, "destroyed"))
+        zhashx_delete (self->names, agent_id);
+    s_check_all (self, agent_id);
+}
+
+void ah_api_events_tick (ah_api_events_t *self)
+{
+    if (!self)
+        return;
+    int64_t now = zclock_mono ();
+    for (stream_t *s = self->streams; s; s = s->next)
+        if (now - s->queued_ms >= AH_API_EVENTS_KEEPALIVE_MS)
+            s_queue (s, ": keep-alive\n\n", 14);
+    s_check_all (self, NULL);
+}
