@@ -53,7 +53,7 @@ typedef enum { M_OTHER, M_GET, M_POST, M_PUT, M_PATCH, M_DELETE, M_OPTIONS, M_HE
 //  What a pending request waits for and does with the answer.
 typedef enum {
     OP_NONE, OP_CREATE, OP_UPDATE, OP_START, OP_STOP, OP_REBUILD, OP_DESTROY,
-    OP_EXEC, OP_FS_LIST, OP_FS_READ, OP_FS_MKDIR, OP_FS_REMOVE, OP_TERMINAL
+    OP_EXEC, OP_FS_LIST, OP_FS_READ, OP_FS_MKDIR, OP_FS_REMOVE, OP_TERMINAL, OP_FS_WRITE
 } op_t;
 
 typedef enum {
@@ -109,6 +109,9 @@ struct req_t {
     int64_t limit, before;          //  ?limit, ?before (operations); 0 = unset
     char qpath [1024];              //  ?path (files)
     bool has_qpath, recursive, parents;
+    int mode;                       //  ?mode (octal), -1 unset
+    //  an upload (PUT fs/file): the body streams into an fs.write channel
+    bool upload, upload_done;
     //  a tunnel channel (exec, files)
     int64_t chan;                   //  0: none open
     //  exec: the record stream from sandboxd (docs/tunnel.md, Records)
@@ -203,6 +206,8 @@ static void s_link (self_t *self, req_t *r)
 static void s_chan_close (self_t *self, int64_t chan);
 static void s_terminal_ended (self_t *self, req_t *r, const char *error);
 static void s_records_send (self_t *self, req_t *r, uint8_t kind, const void *data, size_t size);
+static void s_upload_trailer (self_t *self, req_t *r, const void *data, size_t size);
+static void s_upload_ended (self_t *self, req_t *r, const char *error);
 
 static void s_req_reset (self_t *self, req_t *r)
 {
@@ -261,6 +266,11 @@ static void s_respond (req_t *r, int status, json_t *body)
     r->headers_sent = false;
     r->status = status;
     r->phase = PHASE_RESPOND;
+    //  A connection whose reading is paused (an upload) gets no WRITEABLE.
+    if (r->rx_paused) {
+        r->rx_paused = false;
+        lws_rx_flow_control (r->wsi, 1);
+    }
     lws_callback_on_writable (r->wsi);
 }
 
@@ -273,6 +283,19 @@ static void s_respond_error (req_t *r, int status, const char *fmt, ...)
     va_start (ap, fmt);
     vsnprintf (message, sizeof message, fmt, ap);
     va_end (ap);
+    if (r->upload && !r->upload_done && !r->discard_body) {
+        //  The rest of the upload is read and dropped before the answer
+        //  (as for any refused body), or, when large, the connection closes.
+        r->discard_body = true;
+        if (r->rx_paused) {
+            r->rx_paused = false;
+            lws_rx_flow_control (r->wsi, 1);
+        }
+        if (r->content_length <= MAX_DISCARD)
+            r->hold = true;
+        else
+            r->close_after = true;
+    }
     if (r->is_ws) {
         //  A terminal has no HTTP answer left to give: the close says why.
         ah_debug ("api", "%s: terminal closed: %s", r->path, message);
@@ -549,6 +572,7 @@ static const char *s_op_kind (op_t op)
         case OP_FS_MKDIR: return "fs.mkdir";
         case OP_FS_REMOVE: return "fs.remove";
         case OP_TERMINAL: return "terminal";
+        case OP_FS_WRITE: return "fs.write";
         default:         return "?";
     }
 }
@@ -977,6 +1001,15 @@ static int s_parse_query (req_t *r)
             //  lws has already percent-decoded the argument.
             snprintf (r->qpath, sizeof r->qpath, "%s", value);
             r->has_qpath = true;
+        }
+        else if (streq (arg, "mode")) {
+            char *end = NULL;
+            long v = strtol (value, &end, 8);
+            if (end == value || *end || v < 0 || v > 07777) {
+                s_respond_error (r, 400, "query 'mode' must be octal permission bits (644, 0755), got '%s'", value);
+                return -1;
+            }
+            r->mode = (int) v;
         }
         else if (streq (arg, "recursive") || streq (arg, "parents")) {
             bool yes = streq (value, "1") || streq (value, "true");
@@ -1444,6 +1477,9 @@ static void s_on_chan (self_t *self, ah_msg_t *msg)
         if (!data)
             return;
         size_t kept = 0;
+        if (r->upload)
+            s_upload_trailer (self, r, data, size);
+        else
         if (r->streaming)
             s_fs_read_data (self, r, data, size);
         else
@@ -1474,6 +1510,10 @@ static void s_on_chan (self_t *self, ah_msg_t *msg)
         r->chan = 0;
         if (r->is_ws) {
             s_terminal_ended (self, r, error);
+            return;
+        }
+        if (r->upload) {
+            s_upload_ended (self, r, error);
             return;
         }
         if (r->streaming) {
@@ -1580,6 +1620,120 @@ out:
     json_decref (obj);
 }
 
+//  Raw bytes to a channel in CHAN_DATA pieces; the browser's or client's
+//  reading pauses while the tunnel holds more than 192 KiB unACKed.
+static void s_data_send (self_t *self, req_t *r, const void *data, size_t size)
+{
+    size_t off = 0;
+    while (off < size) {
+        size_t n = size - off > TUNNEL_PIECE ? TUNNEL_PIECE : size - off;
+        ah_msg_t *m = ah_msg_new ("CHAN_DATA");
+        ah_msg_set_int (m, "chan", r->chan);
+        ah_msg_set_bin (m, "data", (const uint8_t *) data + off, n);
+        ah_msg_send (&m, self->bus, "tunnel");
+        r->unacked_in += (int64_t) n;
+        off += n;
+    }
+    if (r->unacked_in > (192 << 10) && !r->rx_paused) {
+        r->rx_paused = true;
+        lws_rx_flow_control (r->wsi, 0);
+    }
+}
+
+static void s_fs_write_reply (self_t *self, req_t *r, ah_msg_t *msg)
+{
+    r->chan = ah_msg_int (msg, "chan", 0);
+    s_record (self, r, true, NULL);
+    if (!r->chan) {
+        s_respond_error (r, 502, "the tunnel opened no channel");
+        return;
+    }
+    r->phase = PHASE_CHAN;
+    r->deadline_ms = 0;
+    s_link (self, r);
+    //  What came before the channel was open, then the rest as it comes.
+    if (r->sbuf_len)
+        s_data_send (self, r, r->sbuf, r->sbuf_len);
+    free (r->sbuf);
+    r->sbuf = NULL;
+    r->sbuf_len = 0;
+    if (r->upload_done)
+        s_chan_send (self, "CHAN_EOF", r->chan);
+    if (r->rx_paused && r->unacked_in <= (192 << 10)) {
+        r->rx_paused = false;
+        lws_rx_flow_control (r->wsi, 1);
+    }
+}
+
+static int s_upload_body (self_t *self, req_t *r, const void *in, size_t len)
+{
+    if (r->discard_body)
+        return 0;
+    if (r->chan) {
+        s_data_send (self, r, in, len);
+        return 0;
+    }
+    //  Before the channel is open (lws may hand over what it had read).
+    if (r->sbuf_len + len > MAX_STREAM_BUF) {
+        s_respond_error (r, 503, "the sandbox did not take the upload in time");
+        return 0;
+    }
+    char *grown = realloc (r->sbuf, r->sbuf_len + len);
+    if (!grown)
+        return -1;
+    r->sbuf = grown;
+    memcpy (r->sbuf + r->sbuf_len, in, len);
+    r->sbuf_len += len;
+    return 0;
+}
+
+static void s_upload_done (self_t *self, req_t *r)
+{
+    r->upload_done = true;
+    if (r->chan && !r->discard_body)
+        s_chan_send (self, "CHAN_EOF", r->chan);
+}
+
+//  sandboxd's trailer (u32 length, msgpack map) arrives as CHAN_DATA.
+static void s_upload_trailer (self_t *self, req_t *r, const void *data, size_t size)
+{
+    if (r->sbuf_len + size > 65536 + 4)
+        return;
+    char *grown = realloc (r->sbuf, r->sbuf_len + size);
+    if (!grown)
+        return;
+    r->sbuf = grown;
+    memcpy (r->sbuf + r->sbuf_len, data, size);
+    r->sbuf_len += size;
+}
+
+static void s_upload_ended (self_t *self, req_t *r, const char *error)
+{
+    s_unlink (self, r);
+    const uint8_t *p = (const uint8_t *) r->sbuf;
+    size_t n = r->sbuf_len >= 4 ? ((size_t) p [0] << 24 | (size_t) p [1] << 16 | (size_t) p [2] << 8 | p [3]) : 0;
+    ah_msg_t *trailer = n && r->sbuf_len >= 4 + n ? ah_msg_decode ("TRAILER", p + 4, n, NULL) : NULL;
+    if (!trailer)
+        s_respond_error (r, 502, "the upload's channel ended without sandboxd's word: %s",
+                         error ? error : "no trailer");
+    else
+    if (ah_msg_bool (trailer, "ok", false)) {
+        json_t *body = json_object ();
+        json_object_set_new (body, "path", s_json_text (r->qpath));
+        json_object_set_new (body, "size", json_integer (ah_msg_int (trailer, "size", 0)));
+        s_respond (r, 200, body);
+    }
+    else {
+        const char *code = ah_msg_str (trailer, "code");
+        int status = !code ? 500 : streq (code, "ENOENT") ? 404 : streq (code, "EACCES") ? 403
+                   : streq (code, "ENOSPC") ? 507 : streq (code, "EISDIR") ? 409
+                   : streq (code, "EINVAL") ? 400 : 500;
+        const char *why = ah_msg_str (trailer, "error");
+        s_respond_error (r, status, "%s", why ? why : "sandboxd refused the file");
+    }
+    ah_msg_destroy (&trailer);
+}
+
 //  /api/v1/agents/{agent}/fs/{list,file,mkdir}?path=...
 static void s_fs (self_t *self, req_t *r, const char *what)
 {
@@ -1587,10 +1741,11 @@ static void s_fs (self_t *self, req_t *r, const char *what)
     op_t op = streq (what, "list") && m == M_GET ? OP_FS_LIST
             : streq (what, "file") && m == M_GET ? OP_FS_READ
             : streq (what, "file") && m == M_DELETE ? OP_FS_REMOVE
+            : streq (what, "file") && m == M_PUT && r->upload ? OP_FS_WRITE
             : streq (what, "mkdir") && m == M_POST ? OP_FS_MKDIR : OP_NONE;
     if (op == OP_NONE) {
         if (streq (what, "list") || streq (what, "file") || streq (what, "mkdir")) {
-            r->allow = streq (what, "list") ? "GET" : streq (what, "file") ? "GET, DELETE" : "POST";
+            r->allow = streq (what, "list") ? "GET" : streq (what, "file") ? "GET, PUT, DELETE" : "POST";
             s_respond_error (r, 405, "%s takes %s", r->path, r->allow);
         }
         else
@@ -1609,8 +1764,8 @@ static void s_fs (self_t *self, req_t *r, const char *what)
         return;
     ah_msg_t *h = ah_msg_new ("HDR");
     static const char *channels [] = {
-        [OP_FS_LIST] = "fs.list", [OP_FS_READ] = "fs.read",
-        [OP_FS_REMOVE] = "fs.remove", [OP_FS_MKDIR] = "fs.mkdir"
+        [OP_FS_LIST] = "fs.list", [OP_FS_READ] = "fs.read", [OP_FS_REMOVE] = "fs.remove",
+        [OP_FS_MKDIR] = "fs.mkdir", [OP_FS_WRITE] = "fs.write"
     };
     ah_msg_set_str (h, "ch", channels [op]);
     ah_msg_set_str (h, "path", r->qpath);
@@ -1618,8 +1773,16 @@ static void s_fs (self_t *self, req_t *r, const char *what)
         ah_msg_set_bool (h, "recursive", r->recursive);
     if (op == OP_FS_MKDIR)
         ah_msg_set_bool (h, "parents", r->parents);
+    if ((op == OP_FS_MKDIR || op == OP_FS_WRITE) && r->mode >= 0)
+        ah_msg_set_int (h, "mode", r->mode);
     snprintf (r->detail, sizeof r->detail, "%s", r->qpath);
-    s_chan_open (self, r, op, &h, op == OP_FS_READ ? s_fs_read_reply : s_fs_meta_reply);
+    if (op == OP_FS_WRITE && !r->upload_done && !r->rx_paused) {
+        //  No body bytes until sandboxd said ok (docs/tunnel.md, fs.write).
+        r->rx_paused = true;
+        lws_rx_flow_control (r->wsi, 0);
+    }
+    s_chan_open (self, r, op, &h, op == OP_FS_READ ? s_fs_read_reply
+                                : op == OP_FS_WRITE ? s_fs_write_reply : s_fs_meta_reply);
 }
 
 //  --------------------------------------------------------------------
@@ -2096,6 +2259,12 @@ static int s_on_http (self_t *self, req_t *r, const char *uri, size_t len)
     if (len > 1 && r->path [len - 1] == '/')
         r->path [len - 1] = 0;
     r->method = s_method (r->wsi);
+    r->mode = -1;
+    //  PUT .../fs/file streams its body to the sandbox: another cap, no copy.
+    size_t plen = strlen (r->path);
+    r->upload = r->method == M_PUT && strncmp (r->path, "/api/v1/agents/", 15) == 0
+             && plen > 23 && streq (r->path + plen - 8, "/fs/file");
+    size_t cap = r->upload ? AH_API_MAX_UPLOAD : AH_API_MAX_BODY;
 
     //  Body framing first: what we do not read we must not keep alive.
     char cl [32] = "";
@@ -2115,10 +2284,10 @@ static int s_on_http (self_t *self, req_t *r, const char *uri, size_t len)
             return 0;
         }
         r->content_length = n > SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t) n;
-        if (n > AH_API_MAX_BODY) {
+        if (n > cap) {
             s_refuse_body (r);
-            s_respond_error (r, 413, "request body of %llu bytes is over the limit of %u bytes",
-                             n, AH_API_MAX_BODY);
+            s_respond_error (r, 413, "request body of %llu bytes is over the limit of %zu bytes",
+                             n, cap);
             return 0;
         }
     }
@@ -2142,6 +2311,17 @@ static int s_on_http (self_t *self, req_t *r, const char *uri, size_t len)
             s_respond_error (r, 401, "missing or wrong bearer token (Authorization: Bearer <token>)");
         return 0;
     }
+    if (r->upload) {
+        if (!has_length) {
+            r->close_after = r->discard_body = true;
+            s_respond_error (r, 411, "an upload needs a Content-Length");
+            return 0;
+        }
+        if (r->content_length == 0)
+            r->upload_done = true;
+        s_dispatch (self, r);       //  opens the channel; the body follows
+        return 0;
+    }
     if (r->content_length > 0) {
         r->body = malloc (r->content_length + 1);
         if (!r->body) {
@@ -2159,6 +2339,8 @@ static int s_on_http (self_t *self, req_t *r, const char *uri, size_t len)
 
 static int s_on_body (self_t *self, req_t *r, const void *in, size_t len)
 {
+    if (r->upload)
+        return s_upload_body (self, r, in, len);
     if (r->discard_body || r->phase != PHASE_BODY)
         return 0;
     if (len > r->body_cap - r->body_len) {
@@ -2176,6 +2358,10 @@ static int s_on_body_done (self_t *self, req_t *r)
     if (r->hold) {
         r->hold = false;            //  all read: the answer may go now
         lws_callback_on_writable (r->wsi);
+        return 0;
+    }
+    if (r->upload) {
+        s_upload_done (self, r);
         return 0;
     }
     if (r->discard_body || r->phase != PHASE_BODY)

@@ -19,6 +19,7 @@
 
 #define AH_API_REPLY_TIMEOUT_S  30          //  lifecycle must answer within this
 #define AH_API_MAX_BODY         (1u << 20)  //  largest JSON request body accepted
+#define AH_API_MAX_UPLOAD       ((size_t) 4 << 30) //  largest file upload (PUT fs/file)
 #define AH_API_WAIT_DEFAULT_S   600         //  ?wait=1 bound unless ?timeout=N says otherwise
 #define AH_API_WAIT_MAX_S       3600
 

@@ -338,6 +338,19 @@ def scenario():
     with urllib.request.urlopen(req, timeout=30) as r:
         data = r.read()
     check(len(data) == len(big) and data == bytes(len(big)), "read 1 MiB through the tunnel: %d bytes" % len(data))
+    # Upload: 3 MiB of random bytes streamed to fs.write, read back the same
+    blob = os.urandom(3 << 20)
+    status, j = http("PUT", "/api/v1/agents/alice/fs/file?path=work/blob.bin&mode=600", raw=blob)
+    check(status == 200 and j["size"] == len(blob), "upload: %d %r" % (status, j))
+    req = urllib.request.Request(URL + "/api/v1/agents/alice/fs/file?path=work/blob.bin")
+    req.add_header("Authorization", "Bearer " + token())
+    with urllib.request.urlopen(req, timeout=60) as r:
+        check(r.read() == blob, "the upload reads back the same")
+    status, j = http("GET", "/api/v1/agents/alice/fs/list?path=work")
+    modes = {e["name"]: e["mode"] for e in j["entries"]}
+    check(modes.get("blob.bin") == 0o600, "upload mode 600: %r" % modes)
+    expect_error(404, "No such file", "PUT", "/api/v1/agents/alice/fs/file?path=nodir/x", raw=b"hello")
+    expect_error(403, "escapes", "PUT", "/api/v1/agents/alice/fs/file?path=../x", raw=b"hello")
     expect_error(404, "No such file", "GET", "/api/v1/agents/alice/fs/file?path=work/missing")
     expect_error(403, "escapes the home directory", "GET", "/api/v1/agents/alice/fs/file?path=../../etc/passwd")
     expect_error(400, "'path' is required", "GET", "/api/v1/agents/alice/fs/file")
@@ -359,6 +372,7 @@ def scenario():
     check(any(o["kind"] == "terminal" and o["actor"] == "api:admin" for o in ops), "terminal in the audit trail")
     check(any(o["kind"] == "exec" and "echo out" in (o["detail"] or "") for o in ops), "exec in the audit trail")
     check(any(o["kind"] == "fs.read" and o["detail"] == "work/note.txt" for o in ops), "fs.read in the audit trail")
+    check(any(o["kind"] == "fs.write" and o["detail"] == "work/blob.bin" for o in ops), "fs.write in the audit trail")
     cli_ok("stop", "alice")
     expect_error(409, "sleeping", "POST", "/api/v1/agents/alice/exec", body={"cmd": "true"})
     result = asyncio.run(terminal_session(term_url + "?token=" + token(), expect_refusal=True))
