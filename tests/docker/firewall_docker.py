@@ -49,6 +49,14 @@ def remove_rules():
     inserted.clear()
 
 
+def remove_stale_rules():
+    """Rules for this test's pool left by a run that was killed before its
+    clean-up (the pool is this test's alone)."""
+    for line in iptables("-S", "INPUT").stdout.splitlines():
+        if line.startswith("-A INPUT -s %s " % h.pool):
+            iptables("-D", *line.split()[1:])
+
+
 def host_service():
     """A host service on all addresses (not the tunnel): answers hello."""
     s = socket.socket()
@@ -159,5 +167,6 @@ if __name__ == "__main__":
         print("\n*** docker.firewall SKIPPED: needs root and iptables (it adds and removes a host "
               "rule for its own pool) ***\n", file=sys.stderr)
         sys.exit(77)
+    remove_stale_rules()
     h.cleanups.append(remove_rules)
     sys.exit(h.run(scenario))
