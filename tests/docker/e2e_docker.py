@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 
+sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import Harness, engine  # noqa: E402
 

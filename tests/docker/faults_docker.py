@@ -30,6 +30,7 @@ import sqlite3
 import sys
 import time
 
+sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import Fail, Harness, engine  # noqa: E402
 

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import (Fail, Harness, build_image, demux, engine, engine_raw,  # noqa: E402
                       read_file_from_container)

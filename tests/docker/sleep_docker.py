@@ -22,6 +22,7 @@ import sys
 import tarfile
 import time
 
+sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import engine, engine_raw, q, read_file_from_container, Harness  # noqa: E402
 
