@@ -21,6 +21,7 @@
     lws_write per callback. Streaming routes (terminal, files: CHAN_*
     messages) will add req kinds that write as data arrives.            */
 #include "actors/api.h"
+#include "actors/api_events.h"
 #include "common/log.h"
 #include "common/msg.h"
 #include "common/bus.h"
@@ -164,6 +165,7 @@ struct self_t {
     int64_t next_req;
     int reply_timeout_s;
     bool terminated;
+    ah_api_events_t *events;        //  issue 5: event streams and wakes (api_events.c)
 };
 
 static void s_check_waits (self_t *self, const char *agent_id);
@@ -212,6 +214,7 @@ static void s_upload_ended (self_t *self, req_t *r, const char *error);
 static void s_req_reset (self_t *self, req_t *r)
 {
     s_unlink (self, r);
+    ah_api_events_wake_cancel (self->events, r);
     //  The client left (or the request ended) with its channel open: the
     //  tunnel resets the stream.
     if (r->chan)
@@ -640,6 +643,8 @@ static void s_lifecycle_reply (self_t *self, req_t *r, ah_msg_t *msg)
 
 static void s_on_reply (self_t *self, ah_msg_t *msg)
 {
+    if (ah_api_events_reply (self->events, msg))
+        return;                     //  a wake's SANDBOX_START (api_events.c)
     int64_t id = ah_msg_int (msg, "req", 0);
     req_t *r = self->pending;
     while (r && !(r->phase == PHASE_REPLY && r->req_id == id))
@@ -922,6 +927,8 @@ static void s_agent_transition (self_t *self, req_t *r, op_t op)
     ah_msg_set_str (msg, "agent", r->agent_id);
     if (op == OP_STOP)
         ah_msg_set_strf (msg, "reason", "api:%s", r->token_name);
+    if (op == OP_START)
+        ah_api_events_activity (self->events, r->agent_id, "start");
     snprintf (r->detail, sizeof r->detail, "%s", r->key);
     r->op = op;
     s_ask (self, r, "lifecycle", &msg, s_lifecycle_reply);
@@ -1151,6 +1158,37 @@ static void s_turn_reply (self_t *self, req_t *r, ah_msg_t *msg)
 
 static const field_t s_turn_fields [] = { { "lease_ms", F_INT } };
 
+//  Issue 5 (api_events.c): a turn or a terminal on an agent that is not
+//  running wakes it; the request waits (AH_API_WAKE_TIMEOUT_S) and comes
+//  back through s_woken. true: parked or answered.
+static void s_turn (self_t *self, req_t *r, const char *type);
+static void s_ws_established (self_t *self, req_t *r);
+static void s_woken (void *ctx, int status, const char *error)
+{
+    req_t *r = ctx;
+    self_t *self = s_self (r->wsi);
+    if (status)
+        s_respond_error (r, status, "%s", error);
+    else if (r->is_ws)
+        s_ws_established (self, r);
+    else
+        s_turn (self, r, "TURN_START");
+}
+
+static bool s_wake (self_t *self, req_t *r)
+{
+    char why [300];
+    int rc = ah_api_events_wake (self->events, r->agent_id, r, s_woken, AH_API_WAKE_TIMEOUT_S,
+                                 why, sizeof why);
+    if (rc == 0)
+        return false;
+    if (rc == 1)
+        lws_set_timeout (r->wsi, NO_PENDING_TIMEOUT, 0);
+    else
+        s_respond_error (r, rc, "%s", why);
+    return true;
+}
+
 //  POST /api/v1/agents/{agent}/turns, /api/v1/turns/{id}/renew,
 //  DELETE /api/v1/turns/{id}. r->key is the agent or the turn.
 static void s_turn (self_t *self, req_t *r, const char *type)
@@ -1168,6 +1206,12 @@ static void s_turn (self_t *self, req_t *r, const char *type)
         if (streq (type, "TURN_START")) {
             if ((agent = s_resolve (self, r)))
                 ah_msg_set_str (msg, "agent", r->agent_id);
+            if (agent && s_wake (self, r)) {    //  issue 5: s_woken comes back here
+                json_decref (agent);
+                agent = NULL;
+            }
+            else if (agent)
+                ah_api_events_activity (self->events, r->agent_id, "turn");
         }
         else
             ah_msg_set_str (msg, "turn_id", r->key);
@@ -1250,6 +1294,22 @@ static void s_chan_open (self_t *self, req_t *r, op_t op, ah_msg_t **header_p, r
     free (data);
     r->op = op;
     s_ask (self, r, "tunnel", &msg, on_reply);
+}
+
+//  A channel opened (CHAN_OPEN's REPLY): park r on it until CHAN_CLOSE,
+//  or the deadline (0: none). false (answered 502) without a chan.
+static bool s_chan_opened (self_t *self, req_t *r, ah_msg_t *msg, int64_t deadline_ms)
+{
+    r->chan = ah_msg_int (msg, "chan", 0);
+    s_record (self, r, true, NULL);
+    if (!r->chan) {
+        s_respond_error (r, 502, "the tunnel opened no channel");
+        return false;
+    }
+    r->phase = PHASE_CHAN;
+    r->deadline_ms = deadline_ms;
+    s_link (self, r);
+    return true;
 }
 
 //  fs.list, fs.mkdir, fs.remove: all is in sandboxd's reply header.
@@ -1347,12 +1407,9 @@ static json_t *s_json_bytes (const char *data, size_t size)
 
 static void s_exec_reply (self_t *self, req_t *r, ah_msg_t *msg)
 {
-    r->chan = ah_msg_int (msg, "chan", 0);
-    s_record (self, r, true, NULL);
-    if (!r->chan) {
-        s_respond_error (r, 502, "the tunnel opened no channel");
+    //  The deadline: the command's timeout and a margin.
+    if (!s_chan_opened (self, r, msg, zclock_mono () + r->wait_s * 1000))
         return;
-    }
     //  stdin as STDIN records (below the channel's credit: MAX_STDIN), then FIN.
     if (r->sbuf_len)
         s_records_send (self, r, 0, r->sbuf, r->sbuf_len);
@@ -1360,9 +1417,6 @@ static void s_exec_reply (self_t *self, req_t *r, ah_msg_t *msg)
     r->sbuf = NULL;
     r->sbuf_len = 0;
     s_chan_send (self, "CHAN_EOF", r->chan);
-    r->phase = PHASE_CHAN;
-    r->deadline_ms = zclock_mono () + r->wait_s * 1000;    //  the command's timeout and a margin
-    s_link (self, r);
 }
 
 //  Records from sandboxd: STDOUT, STDERR kept (capped), EXIT remembered.
@@ -1642,15 +1696,8 @@ static void s_data_send (self_t *self, req_t *r, const void *data, size_t size)
 
 static void s_fs_write_reply (self_t *self, req_t *r, ah_msg_t *msg)
 {
-    r->chan = ah_msg_int (msg, "chan", 0);
-    s_record (self, r, true, NULL);
-    if (!r->chan) {
-        s_respond_error (r, 502, "the tunnel opened no channel");
+    if (!s_chan_opened (self, r, msg, 0))
         return;
-    }
-    r->phase = PHASE_CHAN;
-    r->deadline_ms = 0;
-    s_link (self, r);
     //  What came before the channel was open, then the rest as it comes.
     if (r->sbuf_len)
         s_data_send (self, r, r->sbuf, r->sbuf_len);
@@ -1867,15 +1914,8 @@ static void s_terminal_resize (self_t *self, req_t *r)
 
 static void s_pty_reply (self_t *self, req_t *r, ah_msg_t *msg)
 {
-    r->chan = ah_msg_int (msg, "chan", 0);
-    s_record (self, r, true, NULL);
-    if (!r->chan) {
-        s_respond_error (r, 502, "the tunnel opened no channel");
+    if (!s_chan_opened (self, r, msg, 0))
         return;
-    }
-    r->phase = PHASE_CHAN;
-    r->deadline_ms = 0;
-    s_link (self, r);
     if (r->inq_len)
         s_records_send (self, r, 0, r->inq, r->inq_len);
     free (r->inq);
@@ -1974,6 +2014,8 @@ static void s_ws_established (self_t *self, req_t *r)
 {
     if (!r->is_ws)
         return;
+    if (s_wake (self, r))
+        return;                     //  issue 5: s_woken comes back here
     if (!s_chan_agent (self, r, "a terminal"))
         return;                     //  closes with the reason
     ah_msg_t *h = ah_msg_new ("HDR");
@@ -2144,6 +2186,13 @@ static void s_dispatch (self_t *self, req_t *r)
 {
     const char *p = r->path;
     const char *action;
+    if (streq (p, "/api/v1/events")) {  //  issue 5: its own query (api_events.c)
+        char why [300];
+        int status;
+        if (s_method_ok (r, M_GET, "GET") && (status = ah_api_events_open (self->events, r->wsi, why, sizeof why)))
+            s_respond_error (r, status, "%s", why);
+        return;
+    }
     if (s_parse_query (r))
         return;
     if (streq (p, "/api/v1/agents")) {
@@ -2492,9 +2541,12 @@ static int s_http_callback (struct lws *wsi, enum lws_callback_reasons reason, v
         case LWS_CALLBACK_HTTP_BODY_COMPLETION:
             return r ? s_on_body_done (self, r) : -1;
         case LWS_CALLBACK_HTTP_WRITEABLE:
+            if (ah_api_events_owns (self->events, wsi))
+                return ah_api_events_writeable (self->events, wsi);
             return r ? s_on_writeable (self, r) : -1;
         case LWS_CALLBACK_CLOSED_HTTP:
         case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+            ah_api_events_closed (self->events, wsi);
             if (r)
                 s_req_reset (self, r);
             return 0;
@@ -2544,6 +2596,7 @@ static void s_on_bus (ah_lwsloop_t *loop, zsock_t *sock, void *arg)
         const char *agent_id = ah_msg_str (msg, "agent_id");
         if (agent_id)
             s_check_waits (self, agent_id);
+        ah_api_events_on_state (self->events, msg);
     }
     else if (ah_msg_has (msg, "req")) {
         ah_warn ("api", "%s from '%s' is not for the api", type, ah_msg_peer (msg));
@@ -2575,6 +2628,7 @@ static void s_tick_cb (lws_sorted_usec_list_t *sul)
     self_t *self = lws_container_of (sul, self_t, tick);
     s_check_waits (self, NULL);
     s_sweep (self);
+    ah_api_events_tick (self->events);
     lws_sul_schedule (self->context, 0, &self->tick, s_tick_cb, TICK_US);
 }
 
@@ -2591,6 +2645,7 @@ static void s_destroy (self_t *self)
         lws_sul_cancel (&self->tick);
         ah_lwsloop_destroy (&self->loop);
     }
+    ah_api_events_destroy (&self->events);
     self->context = NULL;
     zsock_destroy (&self->bus);
     ah_store_close (&self->store);
@@ -2644,6 +2699,7 @@ void ah_api_actor (zsock_t *pipe, void *args)
         goto fail;
     }
     self->context = ah_lwsloop_context (self->loop);
+    self->events = ah_api_events_new (self->store, self->bus);
     if (ah_lwsloop_watch (self->loop, pipe, s_on_pipe, self)
     ||  ah_lwsloop_watch (self->loop, self->bus, s_on_bus, self)) {
         ah_error ("api", "cannot watch the zmq sockets in the lws loop");
