@@ -1,0 +1,174 @@
+"""bench/files/ahserve.py: a real `agenthold serve` for the benchmarks
+(bench/files, bench/term, bench/sandboxd import it).
+
+The fake driver (sandboxd in-process), a temporary data directory, ports
+from 18900-18999 that nobody listens on now. Use as a context manager: the
+server is stopped (SIGTERM, then SIGKILL after 10 s) and the directory
+removed whatever happens, and every process still in its process group is
+killed."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+
+class BenchError(Exception):
+    pass
+
+
+def free_port(avoid=()):
+    """A port of 18900-18999 that nobody listens on now."""
+    start = (os.getpid() * 7) % 100
+    for i in range(100):
+        port = 18900 + (start + i) % 100
+        if port in avoid:
+            continue
+        s = socket.socket()
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
+    raise BenchError("no free port in 18900-18999")
+
+
+class Server:
+    def __init__(self, binary, prefix="ah-bench-"):
+        self.binary = os.path.abspath(binary)
+        self.tmp = tempfile.mkdtemp(prefix=prefix)
+        self.data = os.path.join(self.tmp, "data")
+        self.api_port = free_port()
+        self.tunnel_port = free_port({self.api_port})
+        self.url = "http://127.0.0.1:%d" % self.api_port
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTHOLD_")}
+        self.env.update({
+            "AGENTHOLD_SERVER_DATA_DIR": self.data,
+            "AGENTHOLD_SANDBOX_DRIVER": "fake",
+            "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % self.api_port,
+            "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:%d" % self.tunnel_port,
+            "AGENTHOLD_TAP_ENDPOINT": "ipc://%s/tap" % self.tmp,
+            "AGENTHOLD_LOG": "warn",
+        })
+        self.log_path = os.path.join(self.tmp, "server.log")
+        self.proc = None
+        self.extra = []             # other processes to end with the server
+        self._token = None
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def start(self):
+        log = open(self.log_path, "ab")
+        #  Its own process group, so that close() also ends what it left.
+        self.proc = subprocess.Popen([self.binary, "serve"], env=self.env, cwd=self.tmp,
+                                     stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise BenchError("the server exited at start with status %d:\n%s"
+                                 % (self.proc.returncode, self.log_tail()))
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        raise BenchError("the server did not answer /healthz within 20 s")
+
+    def log_tail(self, n=30):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def spawn(self, argv, **kw):
+        """A helper process ended (SIGTERM, then SIGKILL) by close()."""
+        p = subprocess.Popen(argv, start_new_session=True, **kw)
+        self.extra.append(p)
+        return p
+
+    def close(self):
+        for p in self.extra + ([self.proc] if self.proc else []):
+            #  SIGTERM, then SIGKILL to whatever is left in its group.
+            for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+                if sig == signal.SIGTERM and p.poll() is not None:
+                    continue
+                try:
+                    os.killpg(p.pid, sig)
+                except OSError:
+                    pass
+                try:
+                    p.wait(wait)
+                except subprocess.TimeoutExpired:
+                    pass
+        self.extra = []
+        self.proc = None
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def token(self):
+        if self._token is None:
+            with open(os.path.join(self.data, "admin.token")) as f:
+                self._token = f.read().strip()
+        return self._token
+
+    def call(self, method, path, body=None, timeout=120):
+        """(status, parsed JSON or None)."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Authorization", "Bearer " + self.token())
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                status, text = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, text = e.code, e.read()
+        try:
+            return status, json.loads(text) if text else None
+        except ValueError:
+            raise BenchError("%s %s: answer is not JSON: %r" % (method, path, text[:200]))
+
+    def create_agent(self, name):
+        """Create an agent and wait until it runs; returns its id."""
+        st, j = self.call("POST", "/api/v1/agents?wait=1", {"name": name})
+        if st != 201 and st != 200 or not j or j.get("state") != "running":
+            raise BenchError("create %s: %d %r\n%s" % (name, st, j, self.log_tail()))
+        return j["id"]
+
+    def agent_dir(self, agent_id):
+        """The fake driver's directory of the agent (boot.json, home/)."""
+        return os.path.join(self.data, "fake", agent_id)
+
+
+def median(v):
+    s = sorted(v)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def percentile(v, p):
+    """Nearest-rank percentile (p in 0..100)."""
+    s = sorted(v)
+    k = max(0, min(len(s) - 1, int(-(-p * len(s) // 100)) - 1))
+    return s[k]

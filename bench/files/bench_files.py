@@ -1,0 +1,204 @@
+#!/usr/bin/python3
+"""bench/files/bench_files.py: file throughput up and down through the API
+against a raw loopback TCP copy of the same bytes, in the same run.
+
+usage: bench_files.py AGENTHOLD_BINARY [--mib N] [--rounds R]
+
+Starts the real `agenthold serve` (fake driver: sandboxd in-process, its
+home under the data directory), creates an agent, and per round:
+  up:       PUT /api/v1/agents/{id}/fs/file?path=bench.bin (Content-Length,
+            the body read from a local file in 1 MiB blocks), timed until
+            the server's answer, i.e. until sandboxd wrote, fsynced and
+            renamed the file;
+  down:     GET .../fs/file?path=bench.bin into a local file, 1 MiB reads;
+  baseline: the same local file read in 1 MiB blocks and sent over a plain
+            loopback TCP connection to another process, which writes it to
+            a file and fsyncs it (as sandboxd does) before answering one byte.
+The rounds are interleaved (baseline, up, down) so the machine's noise
+falls on all three; each figure is the median over the rounds, with its
+ratio to the baseline of the same run. The same client code (Python,
+1 MiB blocks) drives all three, so the ratio is the cost of the path:
+HTTP in libwebsockets, the bus, the tunnel actor, yamux over WebSocket,
+sandboxd and its temporary file. SHA-256 is checked outside the timed part:
+the source, the file as it landed in the sandbox's home, the download and
+the baseline's copy must all agree. Exits 1 on any mismatch or error."""
+import argparse
+import hashlib
+import http.client
+import os
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ahserve import BenchError, Server, median  # noqa: E402
+
+BLOCK = 1 << 20
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(BLOCK)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
+
+
+def make_source(path, size):
+    """size bytes of random data (not compressible, not all zero)."""
+    h = hashlib.sha256()
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            b = os.urandom(min(BLOCK, left))
+            f.write(b)
+            h.update(b)
+            left -= len(b)
+    return h.hexdigest()
+
+
+def receiver(port_file, out_path):
+    """Baseline peer (another process): accept one connection, write what
+    comes to out_path, fsync, answer one byte."""
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    with open(port_file + ".tmp", "w") as f:
+        f.write(str(ls.getsockname()[1]))
+    os.rename(port_file + ".tmp", port_file)
+    buf = bytearray(BLOCK)
+    view = memoryview(buf)
+    while True:
+        c, _ = ls.accept()
+        with open(out_path, "wb") as f:
+            while True:
+                n = c.recv_into(buf)
+                if n == 0:
+                    break
+                f.write(view[:n])
+            f.flush()
+            os.fsync(f.fileno())
+        c.sendall(b"k")
+        c.close()
+
+
+def baseline(port, src, size):
+    t0 = time.perf_counter()
+    s = socket.create_connection(("127.0.0.1", port))
+    with open(src, "rb") as f:
+        while True:
+            b = f.read(BLOCK)
+            if not b:
+                break
+            s.sendall(b)
+    s.shutdown(socket.SHUT_WR)
+    if s.recv(1) != b"k":
+        raise BenchError("the baseline receiver did not answer")
+    s.close()
+    return time.perf_counter() - t0
+
+
+def upload(srv, agent_id, src, size):
+    conn = http.client.HTTPConnection("127.0.0.1", srv.api_port, timeout=300, blocksize=BLOCK)
+    t0 = time.perf_counter()
+    with open(src, "rb") as f:
+        conn.request("PUT", "/api/v1/agents/%s/fs/file?path=bench.bin" % agent_id, body=f,
+                     headers={"Authorization": "Bearer " + srv.token(),
+                              "Content-Length": str(size),
+                              "Content-Type": "application/octet-stream"})
+        r = conn.getresponse()
+        body = r.read()
+    dt = time.perf_counter() - t0
+    conn.close()
+    if r.status not in (200, 201):
+        raise BenchError("PUT fs/file: %d %s\n%s" % (r.status, body[:300], srv.log_tail()))
+    return dt
+
+
+def download(srv, agent_id, dst, size):
+    conn = http.client.HTTPConnection("127.0.0.1", srv.api_port, timeout=300)
+    buf = bytearray(BLOCK)
+    view = memoryview(buf)
+    got = 0
+    t0 = time.perf_counter()
+    conn.request("GET", "/api/v1/agents/%s/fs/file?path=bench.bin" % agent_id,
+                 headers={"Authorization": "Bearer " + srv.token()})
+    r = conn.getresponse()
+    if r.status != 200:
+        raise BenchError("GET fs/file: %d %s\n%s" % (r.status, r.read()[:300], srv.log_tail()))
+    with open(dst, "wb") as f:
+        while True:
+            n = r.readinto(buf)
+            if not n:
+                break
+            f.write(view[:n])
+            got += n
+    dt = time.perf_counter() - t0
+    conn.close()
+    if got != size:
+        raise BenchError("GET fs/file: %d bytes of %d" % (got, size))
+    return dt
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("agenthold")
+    ap.add_argument("--mib", type=int, default=256, help="file size in MiB (default 256)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds, medians printed (default 3)")
+    a = ap.parse_args()
+    if a.mib < 1 or a.mib > 16384 or a.rounds < 1 or a.rounds > 50:
+        ap.error("--mib 1..16384, --rounds 1..50")
+    size = a.mib << 20
+    rx = None
+    with Server(a.agenthold, "ah-bench-files-") as srv:
+        try:
+            src = os.path.join(srv.tmp, "src.bin")
+            dst = os.path.join(srv.tmp, "down.bin")
+            base_out = os.path.join(srv.tmp, "baseline.bin")
+            port_file = os.path.join(srv.tmp, "rx.port")
+            want = make_source(src, size)
+            agent_id = srv.create_agent("bench-files")
+            landed = os.path.join(srv.agent_dir(agent_id), "home", "bench.bin")
+            rx = srv.spawn([sys.executable, os.path.abspath(__file__), "--receiver",
+                            port_file, base_out])
+            deadline = time.time() + 10
+            while not os.path.exists(port_file):
+                if time.time() > deadline or rx.poll() is not None:
+                    raise BenchError("the baseline receiver did not start")
+                time.sleep(0.05)
+            with open(port_file) as f:
+                rx_port = int(f.read())
+            t_base, t_up, t_down = [], [], []
+            for r in range(a.rounds):
+                t_base.append(baseline(rx_port, src, size))
+                if sha256_file(base_out) != want:
+                    raise BenchError("round %d: the baseline's copy differs from the source" % r)
+                os.unlink(base_out)
+                t_up.append(upload(srv, agent_id, src, size))
+                if sha256_file(landed) != want:
+                    raise BenchError("round %d: the uploaded file differs from the source" % r)
+                t_down.append(download(srv, agent_id, dst, size))
+                if sha256_file(dst) != want:
+                    raise BenchError("round %d: the downloaded file differs from the source" % r)
+                os.unlink(dst)
+            base = a.mib / median(t_base)
+            up = a.mib / median(t_up)
+            down = a.mib / median(t_down)
+            print("bench_files: %d MiB, %d round(s), medians; sha256 %s... checked "
+                  "(source = sandbox's copy = download = baseline copy)" % (a.mib, a.rounds, want[:16]))
+            print("  baseline (loopback TCP, file to file + fsync) %9.1f MiB/s" % base)
+            print("  up   (PUT fs/file through the API)            %9.1f MiB/s   %.3fx baseline" % (up, up / base))
+            print("  down (GET fs/file through the API)            %9.1f MiB/s   %.3fx baseline" % (down, down / base))
+        except BenchError as e:
+            print("bench_files: %s" % e, file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--receiver":
+        receiver(sys.argv[2], sys.argv[3])
+        sys.exit(0)
+    sys.exit(main())

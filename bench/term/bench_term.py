@@ -1,0 +1,201 @@
+#!/usr/bin/python3
+"""bench/term/bench_term.py: terminal echo round trip through the API's
+terminal WebSocket against the same shell on a local pty, in the same run.
+
+usage: bench_term.py AGENTHOLD_BINARY [--samples N]
+
+Starts the real `agenthold serve` (fake driver: sandboxd in-process runs
+the terminal's shell as this user), creates an agent, and opens
+  ws:   GET /api/v1/agents/{id}/terminal (80x24): keystroke -> libwebsockets
+        -> the bus -> the tunnel actor -> yamux over WebSocket -> sandboxd
+        -> its pty -> the shell's echo -> all the way back;
+  pty:  the same login shell (this user's, from /etc/passwd, with the
+        environment sandboxd gives it) on a local pty made with forkpty,
+        read and written directly: the baseline.
+One sample: send "x", time until an "x" comes back. Then a DEL (untimed)
+to keep the line short, waiting for its backspace so nothing of it is
+left for the next sample. Samples are taken in interleaved blocks of 100
+(ws, pty, ws, ...) after 20 warm-up samples each, so the machine's noise
+falls on both. The same Python client code drives both; the ratio is the
+cost of the path. Prints median and p99 of each and their ratios; exits 1
+on any error (an echo that does not come within 10 s, a refused terminal)."""
+import argparse
+import asyncio
+import fcntl
+import os
+import pty
+import pwd
+import select
+import struct
+import sys
+import termios
+import time
+
+import websockets
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "files"))
+from ahserve import BenchError, Server, median, percentile  # noqa: E402
+
+BLOCK = 100
+WARMUP = 20
+TIMEOUT = 10.0
+KEY, DEL = b"x", b"\x7f"
+
+
+class Local:
+    """The baseline: the login shell on a local pty."""
+
+    def __init__(self, home):
+        pw = pwd.getpwuid(os.getuid())
+        shell = pw.pw_shell or "/bin/sh"
+        env = {"HOME": home, "USER": pw.pw_name, "LOGNAME": pw.pw_name, "SHELL": shell,
+               "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               "TERM": "xterm-256color"}
+        pid, fd = pty.fork()
+        if pid == 0:
+            try:
+                os.chdir(home)
+                os.execve(shell, ["-" + os.path.basename(shell)], env)
+            finally:
+                os._exit(127)
+        self.pid, self.fd = pid, fd
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+
+    def read_until(self, want):
+        buf = b""
+        deadline = time.perf_counter() + TIMEOUT
+        while want not in buf:
+            left = deadline - time.perf_counter()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                raise BenchError("local pty: no %r within %.0f s; got %r" % (want, TIMEOUT, buf[-200:]))
+            try:
+                buf += os.read(self.fd, 65536)
+            except OSError as e:
+                raise BenchError("local pty: %s" % e)
+        return buf
+
+    def settle(self):
+        """Read until the shell has been quiet for 0.5 s (its prompt)."""
+        deadline = time.time() + TIMEOUT
+        while time.time() < deadline and select.select([self.fd], [], [], 0.5)[0]:
+            os.read(self.fd, 65536)
+
+    def sample(self):
+        t0 = time.perf_counter()
+        os.write(self.fd, KEY)
+        self.read_until(KEY)
+        dt = time.perf_counter() - t0
+        os.write(self.fd, DEL)
+        self.read_until(b"\x08")
+        return dt
+
+    def close(self):
+        try:
+            os.write(self.fd, b"exit\n")
+        except OSError:
+            pass
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            if os.waitpid(self.pid, os.WNOHANG)[0]:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(self.pid, 9)
+            os.waitpid(self.pid, 0)
+        os.close(self.fd)
+
+
+async def ws_read_until(ws, want):
+    buf = b""
+    deadline = time.perf_counter() + TIMEOUT
+    while want not in buf:
+        left = deadline - time.perf_counter()
+        try:
+            m = await asyncio.wait_for(ws.recv(), max(left, 0.001))
+        except asyncio.TimeoutError:
+            raise BenchError("terminal: no %r within %.0f s; got %r" % (want, TIMEOUT, buf[-200:]))
+        buf += m if isinstance(m, bytes) else m.encode()
+    return buf
+
+
+async def ws_settle(ws):
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline:
+        try:
+            await asyncio.wait_for(ws.recv(), 0.5)
+        except asyncio.TimeoutError:
+            return
+
+
+async def ws_sample(ws):
+    t0 = time.perf_counter()
+    await ws.send(KEY)
+    await ws_read_until(ws, KEY)
+    dt = time.perf_counter() - t0
+    await ws.send(DEL)
+    await ws_read_until(ws, b"\x08")
+    return dt
+
+
+async def run(srv, agent_id, samples):
+    url = "ws://127.0.0.1:%d/api/v1/agents/%s/terminal?cols=80&rows=24&token=%s" % (
+        srv.api_port, agent_id, srv.token())
+    home = os.path.join(srv.agent_dir(agent_id), "home")
+    local = Local(home)
+    t_ws, t_pty = [], []
+    try:
+        async with websockets.connect(url, ping_interval=None, max_size=None) as ws:
+            await ws_settle(ws)
+            local.settle()
+            for _ in range(WARMUP):
+                await ws_sample(ws)
+                local.sample()
+            while len(t_ws) < samples:
+                n = min(BLOCK, samples - len(t_ws))
+                for _ in range(n):
+                    t_ws.append(await ws_sample(ws))
+                for _ in range(n):
+                    t_pty.append(local.sample())
+            await ws.send(b"exit\n")
+            try:
+                while True:
+                    await asyncio.wait_for(ws.recv(), TIMEOUT)
+            except websockets.ConnectionClosed as e:
+                if e.code != 1000:
+                    raise BenchError("terminal: closed with %s %r at exit" % (e.code, e.reason))
+            except asyncio.TimeoutError:
+                raise BenchError("terminal: still open %.0f s after exit" % TIMEOUT)
+    except (OSError, websockets.InvalidHandshake, websockets.ConnectionClosed) as e:
+        raise BenchError("terminal: %s\n%s" % (e, srv.log_tail()))
+    finally:
+        local.close()
+    return t_ws, t_pty
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("agenthold")
+    ap.add_argument("--samples", type=int, default=1000, help="samples of each (default 1000)")
+    a = ap.parse_args()
+    if a.samples < 1 or a.samples > 100000:
+        ap.error("--samples 1..100000")
+    with Server(a.agenthold, "ah-bench-term-") as srv:
+        try:
+            agent_id = srv.create_agent("bench-term")
+            t_ws, t_pty = asyncio.run(run(srv, agent_id, a.samples))
+        except BenchError as e:
+            print("bench_term: %s" % e, file=sys.stderr)
+            return 1
+    shell = pwd.getpwuid(os.getuid()).pw_shell or "/bin/sh"
+    ws_med, ws_p99 = median(t_ws) * 1e3, percentile(t_ws, 99) * 1e3
+    pty_med, pty_p99 = median(t_pty) * 1e3, percentile(t_pty, 99) * 1e3
+    print("bench_term: %d echo round trips of each, %s login shell, interleaved blocks of %d"
+          % (a.samples, shell, BLOCK))
+    print("  baseline (local pty, forkpty)      median %7.3f ms   p99 %7.3f ms" % (pty_med, pty_p99))
+    print("  terminal WebSocket through the API median %7.3f ms   p99 %7.3f ms   "
+          "%.2fx / %.2fx baseline" % (ws_med, ws_p99, ws_med / pty_med, ws_p99 / pty_p99))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
