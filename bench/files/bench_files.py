@@ -148,8 +148,8 @@ def main():
     ap.add_argument("--mib", type=int, default=256, help="file size in MiB (default 256)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds, medians printed (default 3)")
     a = ap.parse_args()
-    if a.mib < 1 or a.mib > 16384 or a.rounds < 1 or a.rounds > 50:
-        ap.error("--mib 1..16384, --rounds 1..50")
+    if a.mib < 1 or a.mib > 4096 or a.rounds < 1 or a.rounds > 50:
+        ap.error("--mib 1..4096 (the API takes uploads up to 4 GiB), --rounds 1..50")
     size = a.mib << 20
     rx = None
     with Server(a.agenthold, "ah-bench-files-") as srv:
