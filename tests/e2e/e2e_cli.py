@@ -176,12 +176,17 @@ def settled(deadline_s):
         time.sleep(0.2)
 
 
-async def terminal_session(url, expect_refusal=False):
+async def terminal_session(url, wake_only=False):
     """Type into a terminal, resize it, exit the shell; returns output and close."""
     out = b""
     async with websockets.connect(url) as ws:
         try:
-            if not expect_refusal:
+            # Type once the shell is there (its prompt), as a person would.
+            while not out:
+                out += await asyncio.wait_for(ws.recv(), 30)
+            if wake_only:
+                return {"out": out, "code": None, "reason": None}
+            if True:
                 await ws.send(b"echo hi-$((6*7)); stty size\n")
                 while b"hi-42" not in out or b"30 100" not in out:
                     out += await asyncio.wait_for(ws.recv(), 15)
@@ -375,8 +380,10 @@ def scenario():
     check(any(o["kind"] == "fs.write" and o["detail"] == "work/blob.bin" for o in ops), "fs.write in the audit trail")
     cli_ok("stop", "alice")
     expect_error(409, "sleeping", "POST", "/api/v1/agents/alice/exec", body={"cmd": "true"})
-    result = asyncio.run(terminal_session(term_url + "?token=" + token(), expect_refusal=True))
-    check(result["code"] == 1008 and "sleeping" in result["reason"], "terminal on a sleeping agent: %r" % result)
+    # A terminal on a sleeping agent wakes it (issue 5) and then serves.
+    result = asyncio.run(terminal_session(term_url + "?token=" + token(), wake_only=True))
+    check(result["out"], "a terminal on a sleeping agent woke it and shows the shell: %r" % result)
+    check(state("alice") == "running", "alice runs after the terminal woke it")
 
     # The tap: one SANDBOX_* message as a JSON line
     tap = subprocess.Popen([BIN, "tap", "--type", "SANDBOX_*", "--count", "1"], env=ENV, cwd=TMP,
