@@ -19,7 +19,9 @@
 #include "common/log.h"
 
 #include <jansson.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define AREA "api"
 #define CHUNK 16384
@@ -529,8 +531,21 @@ void ah_api_events_tick (ah_api_events_t *self)
     if (!self)
         return;
     int64_t now = zclock_mono ();
-    for (stream_t *s = self->streams; s; s = s->next)
+    for (stream_t *s = self->streams; s; s = s->next) {
+        //  lws does not read a connection it is answering, so a client
+        //  that left would only be seen at the second write after it: a
+        //  peek says so at once (0: end of stream; an error other than
+        //  "nothing yet": reset).
+        char byte;
+        int fd = (int) lws_get_socket_fd (s->wsi);
+        ssize_t n = fd >= 0 ? recv (fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) : 1;
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            s->dead = true;
+            lws_callback_on_writable (s->wsi);
+        }
+        else
         if (now - s->queued_ms >= AH_API_EVENTS_KEEPALIVE_MS)
             s_queue (s, ": keep-alive\n\n", 14);
+    }
     s_check_all (self, NULL);
 }
