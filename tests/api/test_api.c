@@ -868,6 +868,25 @@ int main (void)
         json_decref (j);
         free (body);
     }
+    //  A client that leaves while its request waits for lifecycle: the
+    //  request is forgotten (no answer written to a closed connection),
+    //  the server goes on.
+    {
+        char req [600];
+        const char *body = "{\"name\":\"mute\"}";
+        snprintf (req, sizeof req, "POST /api/v1/agents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                  "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s", s_token, strlen (body), body);
+        int fd = socket (AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons (s_port) };
+        inet_pton (AF_INET, "127.0.0.1", &sa.sin_addr);
+        CHECK (connect (fd, (struct sockaddr *) &sa, sizeof sa) == 0);
+        CHECK (write (fd, req, strlen (req)) == (ssize_t) strlen (req));
+        zclock_sleep (200);
+        close (fd);
+        zclock_sleep (1500);                        //  past the reply timeout
+        EXPECT ("GET", "/healthz", NULL, NULL, 200, NULL);
+    }
+
     //  Lifecycle does not answer: 504 after the (shortened) timeout.
     EXPECT ("POST", "/api/v1/agents", "{\"name\":\"mute\"}", s_token, 504, "did not answer");
 
