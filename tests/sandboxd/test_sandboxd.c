@@ -926,6 +926,40 @@ static void test_pty (peer_t *p)
     recs_free (&rc);
 }
 
+//  Typing before the shell is ready: the keystrokes arrive with the
+//  header, before any prompt, and more of them than the pty takes at once
+//  (its input queue fills while the shell starts: EAGAIN, partial writes).
+//  None may be lost: sandboxd keeps what the pty did not take and writes
+//  it on POLLOUT.
+static void test_pty_early (peer_t *p)
+{
+    ah_msg_t *req = req_new ("pty");
+    ah_msg_set_int (req, "cols", 80);
+    ah_msg_set_int (req, "rows", 24);
+    uint32_t id = open_chan (p, &req);
+    //  No wait for the reply: type at once. 200 lines of a no-op (about
+    //  40 KiB, far more than a pty's 4 KiB queue), then lines whose
+    //  output differs from their echo.
+    char line [256];
+    memset (line, 'x', sizeof line);
+    memcpy (line, ": ", 2);
+    line [199] = '\n';
+    for (int i = 0; i < 200; i++)
+        send_rec (p, id, AH_REC_STDIN, line, 200);
+    const char *tail = "echo early$((6*7)); echo late$((6*8)); exit 3\n";
+    send_rec (p, id, AH_REC_STDIN, tail, strlen (tail));
+    ah_msg_t *r = wait_header (p, id, 5000);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    recs_t rc = { 0 };
+    CHECK (run_until_exit (p, id, &rc, 30000));
+    CHECK (rc.out && strstr (rc.out, "early42"));
+    CHECK (rc.out && strstr (rc.out, "late48"));
+    CHECK (rc.status == 3);
+    ah_yamux_close (p->y, id);
+    recs_free (&rc);
+}
+
 static void test_stats (peer_t *p)
 {
     ah_msg_t *r = simple (p, req_new ("stats"));
@@ -1116,6 +1150,7 @@ int main (void)
     test_flow (&p);
     test_flow_read (&p);
     test_pty (&p);
+    test_pty_early (&p);
     test_stats (&p);
     test_malformed (&p);
     CHECK (!p.failed);
