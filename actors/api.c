@@ -210,6 +210,7 @@ static void s_terminal_ended (self_t *self, req_t *r, const char *error);
 static void s_records_send (self_t *self, req_t *r, uint8_t kind, const void *data, size_t size);
 static void s_upload_trailer (self_t *self, req_t *r, const void *data, size_t size);
 static void s_upload_ended (self_t *self, req_t *r, const char *error);
+static void s_fs (self_t *self, req_t *r, const char *what);
 
 static void s_req_reset (self_t *self, req_t *r)
 {
@@ -1008,6 +1009,14 @@ static int s_parse_query (req_t *r)
             //  lws has already percent-decoded the argument.
             snprintf (r->qpath, sizeof r->qpath, "%s", value);
             r->has_qpath = true;
+        }
+        else if (streq (arg, "op")) {
+            //  POST .../files/{path}?op=mkdir (the one op so far)
+            if (!streq (value, "mkdir")) {
+                s_respond_error (r, 400, "query 'op' must be mkdir, got '%s'", value);
+                return -1;
+            }
+            snprintf (r->action, sizeof r->action, "%s", value);
         }
         else if (streq (arg, "mode")) {
             char *end = NULL;
@@ -1832,6 +1841,49 @@ static void s_fs (self_t *self, req_t *r, const char *what)
                                 : op == OP_FS_WRITE ? s_fs_write_reply : s_fs_meta_reply);
 }
 
+//  /api/v1/agents/{agent}/files[/{path}] (the documented routes; fs/* are
+//  their older aliases): GET files?path=DIR lists, GET and PUT files/{path}
+//  stream a file, POST files/{path}?op=mkdir, DELETE files/{path}. {path}
+//  is the rest of the URL, percent-decoded by lws; sandboxd judges it.
+static void s_files (self_t *self, req_t *r, const char *path)
+{
+    method_t m = r->method;
+    if (!path || !*path) {
+        if (m != M_GET) {
+            r->allow = "GET";
+            s_respond_error (r, 405, "%s takes GET (?path=DIR lists); name a file as files/{path}", r->path);
+            return;
+        }
+        s_fs (self, r, "list");
+        return;
+    }
+    if (r->has_qpath) {
+        s_respond_error (r, 400, "%s names its path in the URL: no ?path", r->path);
+        return;
+    }
+    snprintf (r->qpath, sizeof r->qpath, "%s", path);
+    r->has_qpath = true;
+    if (m == M_POST && !streq (r->action, "mkdir")) {
+        s_respond_error (r, 400, "POST %s needs ?op=mkdir", r->path);
+        return;
+    }
+    if (m != M_POST && r->action [0]) {
+        s_respond_error (r, 400, "query 'op' goes with POST only");
+        return;
+    }
+    r->action [0] = 0;
+    if (m == M_GET && streq (path, ".")) {
+        s_fs (self, r, "list");
+        return;
+    }
+    if (m != M_POST && m != M_GET && m != M_PUT && m != M_DELETE) {
+        r->allow = "GET, PUT, POST, DELETE";
+        s_respond_error (r, 405, "%s takes GET, PUT, POST (?op=mkdir) or DELETE", r->path);
+        return;
+    }
+    s_fs (self, r, m == M_POST ? "mkdir" : "file");
+}
+
 //  --------------------------------------------------------------------
 //  The terminal: a WebSocket at /api/v1/agents/{agent}/terminal bridged to
 //  a pty channel. Browser -> server: binary messages are keystrokes, text
@@ -2119,8 +2171,9 @@ static int s_split_key (req_t *r, const char *rest, const char **action)
     size_t klen = slash ? (size_t) (slash - rest) : strlen (rest);
     *action = slash ? slash + 1 : NULL;
     bool fs = *action && strncmp (*action, "fs/", 3) == 0;
+    bool files = *action && strncmp (*action, "files/", 6) == 0;   //  the rest is a path
     if (klen == 0 || klen >= sizeof r->key
-    || (*action && ((strchr (*action, '/') && !fs) || !**action || (fs && strchr (*action + 3, '/'))))) {
+    || (*action && !files && ((strchr (*action, '/') && !fs) || !**action || (fs && strchr (*action + 3, '/'))))) {
         s_respond_error (r, 404, "no route %s", r->path);
         return -1;
     }
@@ -2166,6 +2219,10 @@ static void s_agent_route (self_t *self, req_t *r, const char *action)
     }
     if (strncmp (action, "fs/", 3) == 0) {
         s_fs (self, r, action + 3);
+        return;
+    }
+    if (streq (action, "files") || strncmp (action, "files/", 6) == 0) {
+        s_files (self, r, action [5] ? action + 6 : NULL);
         return;
     }
     op_t op = streq (action, "start") ? OP_START
@@ -2312,7 +2369,8 @@ static int s_on_http (self_t *self, req_t *r, const char *uri, size_t len)
     //  PUT .../fs/file streams its body to the sandbox: another cap, no copy.
     size_t plen = strlen (r->path);
     r->upload = r->method == M_PUT && strncmp (r->path, "/api/v1/agents/", 15) == 0
-             && plen > 23 && streq (r->path + plen - 8, "/fs/file");
+             && ((plen > 23 && streq (r->path + plen - 8, "/fs/file"))
+                 || (strchr (r->path + 15, '/') && strncmp (strchr (r->path + 15, '/'), "/files/", 7) == 0));
     size_t cap = r->upload ? AH_API_MAX_UPLOAD : AH_API_MAX_BODY;
 
     //  Body framing first: what we do not read we must not keep alive.
