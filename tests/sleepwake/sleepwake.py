@@ -302,9 +302,17 @@ def s_terminal():
 
 
 def s_turn():
-    running_agent("busy")
+    before = ms(running_agent("busy")["last_activity_at"])
+    time.sleep(1.5)
+    t0 = time.time()
     st, t = api("POST", "/api/v1/agents/busy/turns", {"lease_ms": 60000})
     check(st == 201 and t["turn_id"], "turn start: %s %s" % (st, t))
+    # A prompt (a turn starting) moves last_activity_at (written within ~1 s).
+    deadline = time.time() + 3
+    while ms(agent("busy")["last_activity_at"]) < t0 - 0.2 and time.time() < deadline:
+        time.sleep(0.1)
+    after = ms(agent("busy")["last_activity_at"])
+    check(after >= t0 - 0.2 and after > before, "the turn did not move last_activity_at (%s -> %s)" % (before, after))
     stays_running("busy", IDLE_S * 2 + 1, "turn")
     st, e = api("DELETE", "/api/v1/turns/" + t["turn_id"])
     check(st == 200 and e["ended"], "turn end: %s %s" % (st, e))
@@ -404,6 +412,19 @@ def s_wake():
     streams.append(again)
     for s in streams:
         s.close()
+    # A wake that cannot start answers with the error state's message; the
+    # next turn wakes it from error once the fault is gone.
+    put_to_sleep("sleepy")
+    fault = os.path.join(TMP, "data", "fake", "fail-start")
+    with open(fault, "w") as f:
+        f.write("the disk is on fire\n")
+    st, r = api("POST", "/api/v1/agents/sleepy/turns", {}, timeout=150)
+    check(st == 503 and "could not start" in r["error"] and "the disk is on fire" in r["error"],
+          "a wake that fails: %s %s" % (st, r))
+    check(agent("sleepy")["state"] == "error", "not in error after a failed wake")
+    os.unlink(fault)
+    st, t = api("POST", "/api/v1/agents/sleepy/turns", {}, timeout=150)
+    check(st == 201 and agent("sleepy")["state"] == "running", "a turn on an agent in error: %s %s" % (st, t))
     check(server.poll() is None, "the server died")
 
 
@@ -509,6 +530,15 @@ def main():
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
+        # A sanitizer build: what it found fails the scenario.
+        try:
+            text = open(LOG, errors="replace").read()
+            for bad in ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer"):
+                if ok and bad in text:
+                    ok = False
+                    print("FAIL sleepwake %s: the server's log says %r" % (SCENARIO, bad), file=sys.stderr)
+        except OSError:
+            pass
         if not ok:
             try:
                 sys.stderr.write(open(LOG).read()[-12000:])
