@@ -129,6 +129,11 @@ void ah_client_destroy (ah_client_t **self_p)
     *self_p = NULL;
 }
 
+const char *ah_client_token (ah_client_t *self)
+{
+    return self->token;
+}
+
 const char *ah_client_url (ah_client_t *self)
 {
     return self->url;

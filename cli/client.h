@@ -20,6 +20,9 @@ typedef struct ah_client_t ah_client_t;
 ah_client_t *ah_client_new (const char *config_path, bool need_token, char **err);
 void ah_client_destroy (ah_client_t **self_p);
 const char *ah_client_url (ah_client_t *self);
+//  The API token (NULL when not needed): for streaming calls made with
+//  curl or a WebSocket directly (cli/sbx.c).
+const char *ah_client_token (ah_client_t *self);
 
 //  One request. body (borrowed) is sent as JSON when not NULL. Returns
 //  the HTTP status, or 0 when the server could not be reached (*err set,

@@ -6,7 +6,9 @@
     Exit status: 0 success, 1 the server refused or could not be reached
     (its message on stderr, "agenthold: ..."), 2 bad usage.             */
 #include "cli/client.h"
+#include "cli/sbx.h"
 #include "cli/tap.h"
+#include "cli/turn.h"
 #include "server/config.h"
 #include "server/serve.h"
 
@@ -64,6 +66,15 @@ static const command_t s_commands [] = {
     { "policy", "policy status [--json] | policy reload",
       "status: each policy script, when it was loaded and why its last load failed.\n"
       "reload: ask the lifecycle, sleeper and builder to reload their scripts.\n" },
+    { "turn", "turn NAME [--lease S] -- CMD...",
+      "Hold a turn on NAME while CMD runs here (stdin, stdout, stderr inherited), so\n"
+      "the agent does not fall asleep: wakes it first if it sleeps, renews the lease\n"
+      "(default 60 s) every third of it, ends the turn when CMD exits or on\n"
+      "SIGINT/SIGTERM, and exits with CMD's status.\n" },
+    { "exec", "exec NAME [--timeout S] -- CMD...",
+      "Run CMD in NAME's sandbox; its output to ours, exit with its status.\n" },
+    { "fs", "fs ls|get|put|mkdir|rm NAME PATH [LOCAL]",
+      "Files in NAME's sandbox home; get and put stream (agenthold fs --help).\n" },
     { "help", "help [COMMAND]",
       "Show this help, or one command's.\n" },
 };
@@ -270,7 +281,7 @@ static char *s_strf (const char *fmt, ...)
 
 static void s_print_agents (json_t *agents)
 {
-    static const char *header [] = { "NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "IDLE", "LAST ACTIVITY", "NOTE" };
+    static const char *header [] = { "NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "IDLE", "LAST ACTIVITY", "NOTE", "SLEEPS" };
     const size_t ncols = sizeof header / sizeof header [0];
     size_t nrows = json_array_size (agents) + 1;
     char ***rows = calloc (nrows, sizeof *rows);
@@ -292,6 +303,7 @@ static void s_print_agents (json_t *agents)
             row [7] = s_strf ("%.60s", error);
         else
             row [7] = strdup (json_is_true (json_object_get (a, "needs_rebuild")) ? "needs rebuild" : "");
+        row [8] = ah_cli_sleeps_in (s_jstr (a, "sleeps_at", NULL));
     }
     s_print_table (rows, nrows, ncols);
     for (size_t r = 0; r < nrows; r++) {
@@ -761,6 +773,12 @@ int main (int argc, char **argv)
         status = s_cmd_log (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "runtimes"))
         status = s_cmd_runtimes (c, argc - 2, argv + 2, &co);
+    else if (!strcmp (name, "exec"))
+        status = ah_cli_exec (argc - 2, argv + 2, co.config);
+    else if (!strcmp (name, "fs"))
+        status = ah_cli_fs (argc - 2, argv + 2, co.config);
+    else if (!strcmp (name, "turn"))
+        status = ah_cli_turn (argc - 2, argv + 2, co.config);
     else
         status = s_cmd_transition (c, argc - 2, argv + 2, &co);
     curl_global_cleanup ();

@@ -1,0 +1,515 @@
+/*  cli/sbx.c: `agenthold exec` and `agenthold fs` (see sbx.h,
+    docs/cli.md). exec is one POST /api/v1/agents/NAME/exec; fs get and
+    put stream with libcurl straight between the local file and the API's
+    /files/{path} routes, so a file never sits whole in memory here.   */
+#include "cli/sbx.h"
+#include "cli/client.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_USAGE      2
+#define MAX_ERR_BODY    65536       //  an error answer kept to print it
+#define MAX_CMD         65536       //  the API's cap on cmd
+
+//  --------------------------------------------------------------------
+//  Small helpers
+
+static ah_client_t *s_client (const char *cmd, const char *config)
+{
+    char *err = NULL;
+    ah_client_t *client = ah_client_new (config, true, &err);
+    if (!client) {
+        fprintf (stderr, "agenthold %s: %s\n", cmd, err ? err : "cannot reach the server");
+        free (err);
+    }
+    return client;
+}
+
+//  Appends s percent-encoded (keeping '/' when keep_slash) to buf.
+static int s_encode (char *buf, size_t size, const char *s, bool keep_slash)
+{
+    size_t n = strlen (buf);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char) *s;
+        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+                  || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/');
+        if (n + 4 >= size)
+            return -1;
+        if (plain)
+            buf [n++] = (char) c;
+        else
+            n += (size_t) snprintf (buf + n, size - n, "%%%02X", c);
+    }
+    buf [n] = 0;
+    return 0;
+}
+
+//  /api/v1/agents/NAME/files/PATH (PATH NULL: .../files)
+static char *s_files_path (const char *name, const char *path)
+{
+    size_t size = 64 + 3 * strlen (name) + (path ? 3 * strlen (path) : 0);
+    char *p = malloc (size);
+    if (!p)
+        return NULL;
+    snprintf (p, size, "/api/v1/agents/");
+    s_encode (p, size, name, false);
+    strcat (p, path ? "/files/" : "/files");
+    if (path)
+        s_encode (p, size, path, true);
+    return p;
+}
+
+//  A JSON call that prints the server's error; the reply or NULL.
+static json_t *s_call (const char *cmd, ah_client_t *client, const char *method,
+                       const char *path, json_t *body, long timeout_s)
+{
+    json_t *reply = NULL;
+    char *err = NULL;
+    long status = ah_client_call (client, method, path, body, timeout_s, &reply, &err);
+    if (status == 0 || status >= 400) {
+        fprintf (stderr, "agenthold %s: %s\n", cmd,
+                 status == 0 ? (err ? err : "cannot reach the server") : ah_client_error (reply, status));
+        json_decref (reply);
+        reply = NULL;
+    }
+    free (err);
+    return reply;
+}
+
+//  --------------------------------------------------------------------
+//  exec
+
+static void s_exec_usage (FILE *out)
+{
+    fprintf (out, "usage: agenthold exec NAME [--timeout S] [--config FILE] -- CMD [ARG...]\n");
+}
+
+//  One shell word, single-quoted unless plain.
+static int s_quote (char *buf, size_t size, const char *word)
+{
+    size_t n = strlen (buf);
+    bool plain = *word != 0;
+    for (const char *s = word; *s; s++)
+        if (!strchr ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%", *s))
+            plain = false;
+    if (plain) {
+        if (n + strlen (word) + 1 >= size)
+            return -1;
+        strcat (buf, word);
+        return 0;
+    }
+    if (n + 3 >= size)
+        return -1;
+    buf [n++] = '\'';
+    for (const char *s = word; *s; s++) {
+        if (n + 6 >= size)
+            return -1;
+        if (*s == '\'') {
+            memcpy (buf + n, "'\\''", 4);
+            n += 4;
+        }
+        else
+            buf [n++] = *s;
+    }
+    buf [n++] = '\'';
+    buf [n] = 0;
+    return 0;
+}
+
+int ah_cli_exec (int argc, char **argv, const char *config)
+{
+    const char *name = NULL, *timeout = NULL;
+    int i = 0;
+    for (; i < argc; i++) {
+        const char *a = argv [i];
+        if (!strcmp (a, "--help") || !strcmp (a, "-h")) {
+            s_exec_usage (stdout);
+            printf ("\nRun CMD under /bin/sh in NAME's sandbox (which must be running), print its\n"
+                    "stdout and stderr to ours and exit with its status (128+N when signal N\n"
+                    "ended it, 124 when it timed out). --timeout S: kill it after S seconds\n"
+                    "(default 300). The words of CMD are quoted for the shell; a single word\n"
+                    "is passed as it is (`agenthold exec a1 -- 'ls | wc -l'`).\n");
+            return 0;
+        }
+        if (!strcmp (a, "--"))
+            break;
+        if (!strcmp (a, "--timeout") && i + 1 < argc)
+            timeout = argv [++i];
+        else if (!strncmp (a, "--timeout=", 10))
+            timeout = a + 10;
+        else if (!strcmp (a, "--config") && i + 1 < argc)
+            config = argv [++i];
+        else if (a [0] == '-') {
+            fprintf (stderr, "agenthold exec: unknown option '%s'\n", a);
+            s_exec_usage (stderr);
+            return EXIT_USAGE;
+        }
+        else if (!name)
+            name = a;
+        else
+            break;              //  the command starts without --
+    }
+    if (i < argc && !strcmp (argv [i], "--"))
+        i++;
+    if (!name || i >= argc) {
+        fprintf (stderr, "agenthold exec: %s\n", !name ? "no agent named" : "no command after --");
+        s_exec_usage (stderr);
+        return EXIT_USAGE;
+    }
+    double t = 300;
+    if (timeout) {
+        char *end = NULL;
+        t = strtod (timeout, &end);
+        if (end == timeout || *end || !(t > 0) || t > 7 * 86400) {
+            fprintf (stderr, "agenthold exec: --timeout wants seconds greater than 0, got '%s'\n", timeout);
+            return EXIT_USAGE;
+        }
+    }
+    char *cmd = calloc (1, MAX_CMD + 1);
+    if (!cmd)
+        return 1;
+    if (argc - i == 1)
+        snprintf (cmd, MAX_CMD + 1, "%s", argv [i]);
+    else
+        for (int k = i; k < argc; k++) {
+            size_t n = strlen (cmd);
+            if (k > i && n + 1 < MAX_CMD)
+                cmd [n] = ' ', cmd [n + 1] = 0;
+            if (s_quote (cmd, MAX_CMD, argv [k])) {
+                fprintf (stderr, "agenthold exec: the command is longer than %d bytes\n", MAX_CMD);
+                free (cmd);
+                return EXIT_USAGE;
+            }
+        }
+    ah_client_t *client = s_client ("exec", config);
+    if (!client) {
+        free (cmd);
+        return 1;
+    }
+    char path [512] = "/api/v1/agents/";
+    s_encode (path, sizeof path - 8, name, false);
+    strcat (path, "/exec");
+    json_t *body = json_pack ("{s:s, s:f}", "cmd", cmd, "timeout", t);
+    json_t *reply = s_call ("exec", client, "POST", path, body, (long) t + 60);
+    json_decref (body);
+    free (cmd);
+    ah_client_destroy (&client);
+    if (!reply)
+        return 1;
+    const char *out = json_string_value (json_object_get (reply, "stdout"));
+    const char *err = json_string_value (json_object_get (reply, "stderr"));
+    if (out)
+        fwrite (out, 1, json_string_length (json_object_get (reply, "stdout")), stdout);
+    if (err)
+        fwrite (err, 1, json_string_length (json_object_get (reply, "stderr")), stderr);
+    fflush (stdout);
+    int status = (int) json_integer_value (json_object_get (reply, "status"));
+    int sig = (int) json_integer_value (json_object_get (reply, "signal"));
+    bool timed_out = json_is_true (json_object_get (reply, "timed_out"));
+    if (json_is_true (json_object_get (reply, "stdout_truncated"))
+    ||  json_is_true (json_object_get (reply, "stderr_truncated")))
+        fprintf (stderr, "agenthold exec: output cut at the API's 1 MiB per stream\n");
+    json_decref (reply);
+    if (timed_out) {
+        fprintf (stderr, "agenthold exec: timed out after %g s\n", t);
+        return 124;
+    }
+    if (sig > 0)
+        return 128 + sig;
+    return status >= 0 && status < 256 ? status : 1;
+}
+
+//  --------------------------------------------------------------------
+//  fs
+
+static void s_fs_usage (FILE *out)
+{
+    fprintf (out,
+        "usage: agenthold fs ls NAME [PATH] [--json]\n"
+        "       agenthold fs get NAME PATH [LOCAL]     (LOCAL '-' is stdout)\n"
+        "       agenthold fs put NAME PATH [LOCAL]     (LOCAL '-' is stdin)\n"
+        "       agenthold fs mkdir NAME PATH [-p]\n"
+        "       agenthold fs rm NAME PATH [-r]\n");
+}
+
+typedef struct {
+    CURL *curl;
+    FILE *out;                      //  the local file (get)
+    char *err;                      //  an error answer's body (capped)
+    size_t err_len;
+    bool failed_write;
+} xfer_t;
+
+static size_t s_on_body (char *data, size_t size, size_t n, void *ud)
+{
+    xfer_t *x = ud;
+    size_t len = size * n;
+    long code = 0;
+    curl_easy_getinfo (x->curl, CURLINFO_RESPONSE_CODE, &code);
+    if (code >= 300) {
+        //  An error answer: keep it to print, not in the file.
+        size_t take = x->err_len + len > MAX_ERR_BODY ? MAX_ERR_BODY - x->err_len : len;
+        char *grown = realloc (x->err, x->err_len + take + 1);
+        if (grown) {
+            x->err = grown;
+            memcpy (x->err + x->err_len, data, take);
+            x->err_len += take;
+            x->err [x->err_len] = 0;
+        }
+        return len;
+    }
+    if (x->out && fwrite (data, 1, len, x->out) != len) {
+        x->failed_write = true;
+        return 0;
+    }
+    return len;
+}
+
+//  One streaming transfer; 0 ok, else prints why and returns 1.
+static int s_transfer (ah_client_t *client, const char *method, const char *path,
+                       FILE *in, curl_off_t in_size, FILE *out, const char *what)
+{
+    CURL *curl = curl_easy_init ();
+    if (!curl)
+        return 1;
+    size_t ulen = strlen (ah_client_url (client)) + strlen (path) + 1;
+    char *url = malloc (ulen);
+    char auth [600];
+    snprintf (url, ulen, "%s%s", ah_client_url (client), path);
+    snprintf (auth, sizeof auth, "Authorization: Bearer %s", ah_client_token (client));
+    struct curl_slist *hdrs = curl_slist_append (NULL, auth);
+    hdrs = curl_slist_append (hdrs, "Expect:");
+    xfer_t x = { .curl = curl, .out = out };
+    curl_easy_setopt (curl, CURLOPT_URL, url);
+    curl_easy_setopt (curl, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt (curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt (curl, CURLOPT_WRITEFUNCTION, s_on_body);
+    curl_easy_setopt (curl, CURLOPT_WRITEDATA, &x);
+    curl_easy_setopt (curl, CURLOPT_CUSTOMREQUEST, method);
+    if (in) {
+        curl_easy_setopt (curl, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt (curl, CURLOPT_READDATA, in);
+        if (in_size >= 0)
+            curl_easy_setopt (curl, CURLOPT_INFILESIZE_LARGE, in_size);
+    }
+    CURLcode rc = curl_easy_perform (curl);
+    long code = 0;
+    curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, &code);
+    int status = 0;
+    if (x.failed_write) {
+        fprintf (stderr, "agenthold fs %s: cannot write the local file: %s\n", what, strerror (errno));
+        status = 1;
+    }
+    else if (code >= 300) {
+        json_t *j = x.err ? json_loads (x.err, 0, NULL) : NULL;
+        fprintf (stderr, "agenthold fs %s: %s\n", what, ah_client_error (j, code));
+        json_decref (j);
+        status = 1;
+    }
+    else if (rc != CURLE_OK) {
+        fprintf (stderr, "agenthold fs %s: %s: %s\n", what, url, curl_easy_strerror (rc));
+        status = 1;
+    }
+    free (x.err);
+    free (url);
+    curl_slist_free_all (hdrs);
+    curl_easy_cleanup (curl);
+    return status;
+}
+
+static const char *s_base (const char *path)
+{
+    const char *slash = strrchr (path, '/');
+    return slash && slash [1] ? slash + 1 : path;
+}
+
+static int s_fs_get (ah_client_t *client, const char *name, const char *path, const char *local)
+{
+    if (!local)
+        local = s_base (path);
+    char *url = s_files_path (name, path);
+    if (!url)
+        return 1;
+    int status;
+    if (!strcmp (local, "-"))
+        status = s_transfer (client, "GET", url, NULL, -1, stdout, "get");
+    else {
+        //  Into LOCAL.part, renamed once whole: a failed download leaves
+        //  no truncated LOCAL behind.
+        size_t tlen = strlen (local) + 8;
+        char *tmp = malloc (tlen);
+        snprintf (tmp, tlen, "%s.part", local);
+        FILE *f = fopen (tmp, "wb");
+        if (!f) {
+            fprintf (stderr, "agenthold fs get: cannot create %s: %s\n", tmp, strerror (errno));
+            free (tmp);
+            free (url);
+            return 1;
+        }
+        status = s_transfer (client, "GET", url, NULL, -1, f, "get");
+        if (fclose (f) && !status) {
+            fprintf (stderr, "agenthold fs get: cannot write %s: %s\n", tmp, strerror (errno));
+            status = 1;
+        }
+        if (!status && rename (tmp, local)) {
+            fprintf (stderr, "agenthold fs get: cannot rename %s to %s: %s\n", tmp, local, strerror (errno));
+            status = 1;
+        }
+        if (status)
+            unlink (tmp);
+        free (tmp);
+    }
+    free (url);
+    return status;
+}
+
+static int s_fs_put (ah_client_t *client, const char *name, const char *path, const char *local)
+{
+    if (!local)
+        local = s_base (path);
+    FILE *f = strcmp (local, "-") ? fopen (local, "rb") : stdin;
+    if (!f) {
+        fprintf (stderr, "agenthold fs put: cannot open %s: %s\n", local, strerror (errno));
+        return 1;
+    }
+    struct stat st;
+    if (fstat (fileno (f), &st) || !S_ISREG (st.st_mode)) {
+        fprintf (stderr, "agenthold fs put: %s is not a regular file (the API needs the size up front)\n", local);
+        if (f != stdin)
+            fclose (f);
+        return 1;
+    }
+    char *url = s_files_path (name, path);
+    int status = url ? s_transfer (client, "PUT", url, f, (curl_off_t) st.st_size, NULL, "put") : 1;
+    free (url);
+    if (f != stdin)
+        fclose (f);
+    return status;
+}
+
+static int s_fs_ls (ah_client_t *client, const char *name, const char *path, bool as_json)
+{
+    char *base = s_files_path (name, NULL);
+    size_t size = strlen (base) + 16 + 3 * strlen (path);
+    char *url = malloc (size);
+    snprintf (url, size, "%s?path=", base);
+    s_encode (url, size, path, false);
+    json_t *reply = s_call ("fs ls", client, "GET", url, NULL, 0);
+    free (base);
+    free (url);
+    if (!reply)
+        return 1;
+    if (as_json) {
+        char *s = json_dumps (reply, JSON_INDENT (2));
+        printf ("%s\n", s ? s : "");
+        free (s);
+    }
+    else {
+        size_t i;
+        json_t *e;
+        json_array_foreach (json_object_get (reply, "entries"), i, e) {
+            const char *type = json_string_value (json_object_get (e, "type"));
+            time_t mtime = (time_t) json_integer_value (json_object_get (e, "mtime"));
+            struct tm tm;
+            char when [32] = "-";
+            if (gmtime_r (&mtime, &tm))
+                strftime (when, sizeof when, "%Y-%m-%d %H:%M", &tm);
+            printf ("%-7s %04o %12lld  %s  %s%s\n", type ? type : "?",
+                    (unsigned) json_integer_value (json_object_get (e, "mode")) & 07777,
+                    (long long) json_integer_value (json_object_get (e, "size")), when,
+                    json_string_value (json_object_get (e, "name")),
+                    type && !strcmp (type, "dir") ? "/" : "");
+        }
+        if (json_is_true (json_object_get (reply, "truncated")))
+            fprintf (stderr, "agenthold fs ls: the listing was cut short\n");
+    }
+    json_decref (reply);
+    return 0;
+}
+
+int ah_cli_fs (int argc, char **argv, const char *config)
+{
+    const char *pos [4] = { 0 };
+    int npos = 0;
+    bool as_json = false, parents = false, recursive = false;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv [i];
+        if (!strcmp (a, "--help") || !strcmp (a, "-h")) {
+            s_fs_usage (stdout);
+            printf ("\nFiles in NAME's sandbox (which must be running). PATH is relative to the\n"
+                    "agent's home (/home/agent); absolute paths, '..' and symlinks that lead out\n"
+                    "are refused. get and put stream (the file never sits in memory); get writes\n"
+                    "LOCAL.part and renames it once whole; LOCAL defaults to PATH's last name.\n"
+                    "put lands whole or not at all. -p: mkdir makes missing parents; -r: rm\n"
+                    "removes a directory and what is in it. Also: --config FILE.\n");
+            return 0;
+        }
+        if (!strcmp (a, "--json"))
+            as_json = true;
+        else if (!strcmp (a, "-p") || !strcmp (a, "--parents"))
+            parents = true;
+        else if (!strcmp (a, "-r") || !strcmp (a, "--recursive"))
+            recursive = true;
+        else if (!strcmp (a, "--config") && i + 1 < argc)
+            config = argv [++i];
+        else if (a [0] == '-' && a [1]) {
+            fprintf (stderr, "agenthold fs: unknown option '%s'\n", a);
+            s_fs_usage (stderr);
+            return EXIT_USAGE;
+        }
+        else if (npos < 4)
+            pos [npos++] = a;
+        else {
+            fprintf (stderr, "agenthold fs: unexpected argument '%s'\n", a);
+            s_fs_usage (stderr);
+            return EXIT_USAGE;
+        }
+    }
+    const char *op = pos [0];
+    bool known = op && (!strcmp (op, "ls") || !strcmp (op, "get") || !strcmp (op, "put")
+                     || !strcmp (op, "mkdir") || !strcmp (op, "rm"));
+    int need = op && !strcmp (op, "ls") ? 2 : 3;
+    int most = op && (!strcmp (op, "get") || !strcmp (op, "put")) ? 4 : 3;
+    if (!known || npos < need || npos > most) {
+        fprintf (stderr, "agenthold fs: %s\n", !op ? "no operation (ls, get, put, mkdir, rm)"
+                 : !known ? "unknown operation (ls, get, put, mkdir, rm)" : "wrong number of arguments");
+        s_fs_usage (stderr);
+        return EXIT_USAGE;
+    }
+    ah_client_t *client = s_client ("fs", config);
+    if (!client)
+        return 1;
+    const char *name = pos [1], *path = pos [2] ? pos [2] : ".";
+    int status;
+    if (!strcmp (op, "ls"))
+        status = s_fs_ls (client, name, path, as_json);
+    else if (!strcmp (op, "get"))
+        status = s_fs_get (client, name, path, pos [3]);
+    else if (!strcmp (op, "put"))
+        status = s_fs_put (client, name, path, pos [3]);
+    else {
+        char *base = s_files_path (name, path);
+        size_t size = strlen (base) + 32;
+        char *url = malloc (size);
+        if (!strcmp (op, "mkdir"))
+            snprintf (url, size, "%s?op=mkdir%s", base, parents ? "&parents=1" : "");
+        else
+            snprintf (url, size, "%s%s", base, recursive ? "?recursive=1" : "");
+        json_t *reply = s_call (!strcmp (op, "mkdir") ? "fs mkdir" : "fs rm", client,
+                                !strcmp (op, "mkdir") ? "POST" : "DELETE", url, NULL, 0);
+        status = reply ? 0 : 1;
+        json_decref (reply);
+        free (base);
+        free (url);
+    }
+    ah_client_destroy (&client);
+    return status;
+}
