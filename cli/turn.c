@@ -3,7 +3,8 @@
     wakes a sleeping agent and waits until it runs), runs CMD here with
     our stdin, stdout and stderr, renews the lease every lease/3 while CMD
     runs, and ends the turn when CMD exits or when we are told to stop
-    (SIGINT, SIGTERM, SIGHUP: passed on to CMD first). A turn whose holder
+    (SIGINT, SIGTERM, SIGHUP: passed on to CMD first unless the terminal
+    sent it to CMD as well). A turn whose holder
     dies without ending it expires with its lease, so nothing here must
     survive us.
 
@@ -28,11 +29,17 @@
 #define GRACE_MS    10000           //  after passing a signal on, before SIGKILL
 #define START_TIMEOUT_S 180         //  a wake may take the server's 120 s
 
-static volatile sig_atomic_t s_signal;
+static volatile sig_atomic_t s_signal, s_pass_on;
 
-static void s_on_signal (int sig)
+//  A signal from the terminal (Ctrl-C) reaches CMD by itself, as CMD is
+//  in our process group: only one sent to us alone (kill) is passed on,
+//  so CMD never sees the same Ctrl-C twice.
+static void s_on_signal (int sig, siginfo_t *info, void *context)
 {
+    (void) context;
     s_signal = sig;
+    if (!info || info->si_code == SI_USER || info->si_code == SI_QUEUE)
+        s_pass_on = 1;
 }
 
 static int64_t s_now_ms (void)
@@ -134,7 +141,8 @@ int ah_cli_turn (int argc, char **argv, const char *config)
     //  would only kill us, which is fine.
     struct sigaction sa;
     memset (&sa, 0, sizeof sa);
-    sa.sa_handler = s_on_signal;
+    sa.sa_sigaction = s_on_signal;
+    sa.sa_flags = SA_SIGINFO;
     sigemptyset (&sa.sa_mask);
     sigaction (SIGINT, &sa, NULL);
     sigaction (SIGTERM, &sa, NULL);
@@ -185,7 +193,9 @@ int ah_cli_turn (int argc, char **argv, const char *config)
         int sig = s_signal;
         if (sig && sig != passed) {
             passed = sig;
-            kill (pid, sig);
+            if (s_pass_on)
+                kill (pid, sig);
+            s_pass_on = 0;
             killed_at = s_now_ms ();
         }
         if (killed_at && s_now_ms () - killed_at > GRACE_MS) {
