@@ -1,5 +1,6 @@
 /*  drivers/driver.c: what every backend shares: freeing id lists, and the
     factory that picks a backend by sandbox.driver.                    */
+#include "common/str.h"
 #include "drivers/driver.h"
 #include "drivers/fake.h"
 #ifdef AH_HAVE_DOCKER
@@ -20,14 +21,6 @@ void ah_driver_free_ids (char ***ids_p)
     *ids_p = NULL;
 }
 
-static char *s_strdupf (const char *fmt, const char *arg)
-{
-    size_t n = strlen (fmt) + (arg ? strlen (arg) : 0) + 1;
-    char *text = malloc (n);
-    if (text)
-        snprintf (text, n, fmt, arg ? arg : "");
-    return text;
-}
 
 ah_driver_t *ah_driver_new (const ah_config_t *config, char **err)
 {
@@ -46,6 +39,6 @@ ah_driver_t *ah_driver_new (const ah_config_t *config, char **err)
 #endif
     }
     if (err)
-        *err = s_strdupf ("sandbox.driver '%s' is unknown (want docker or fake)", name);
+        *err = ah_strf ("sandbox.driver '%s' is unknown (want docker or fake)", name);
     return NULL;
 }

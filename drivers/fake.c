@@ -12,6 +12,7 @@
     runs sandboxd in-process on the sandbox's boot.json, one thread per
     sandbox, and the driver waits for its hello over the tunnel; the
     thread handles live in a small table guarded by the same mutex.  */
+#include "common/str.h"
 #include "drivers/fake.h"
 #include "common/log.h"
 #ifdef AH_HAVE_SANDBOXD
@@ -45,18 +46,6 @@ typedef struct {
     pthread_mutex_t lock;               //  guards every call (any worker thread)
     s_instance_t *instances;            //  under lock
 } fake_t;
-
-static char *s_printf (const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *s_printf (const char *fmt, ...)
-{
-    va_list ap;
-    va_start (ap, fmt);
-    char *text = NULL;
-    if (vasprintf (&text, fmt, ap) < 0)
-        text = NULL;
-    va_end (ap);
-    return text;
-}
 
 static void s_set_err (char **err, char *text)
 {
@@ -131,7 +120,7 @@ static int s_read_line (const char *path, char *buf, size_t size)
 
 static char *s_path (fake_t *self, const char *id, const char *leaf)
 {
-    return leaf ? s_printf ("%s/%s/%s", self->root, id, leaf) : s_printf ("%s/%s", self->root, id);
+    return leaf ? ah_strf ("%s/%s/%s", self->root, id, leaf) : ah_strf ("%s/%s", self->root, id);
 }
 
 static bool s_exists (fake_t *self, const char *id)
@@ -148,7 +137,7 @@ static bool s_injected (fake_t *self, const char *id, const char *op, char **err
 {
     char leaf [32], line [512];
     snprintf (leaf, sizeof leaf, "fail-%s", op);
-    char *paths [2] = { s_path (self, id, leaf), s_printf ("%s/%s", self->root, leaf) };
+    char *paths [2] = { s_path (self, id, leaf), ah_strf ("%s/%s", self->root, leaf) };
     bool failed = false;
     for (int i = 0; i < 2 && !failed; i++)
         if (paths [i] && s_read_line (paths [i], line, sizeof line) == 0) {
@@ -167,7 +156,7 @@ static int s_set_state (fake_t *self, const char *id, const char *state, char **
     snprintf (line, sizeof line, "%s\n", state);
     int rc = path ? s_write_file (path, line, 0644) : -1;
     if (rc)
-        s_set_err (err, s_printf ("fake: cannot write %s: %s", path ? path : id, strerror (errno)));
+        s_set_err (err, ah_strf ("fake: cannot write %s: %s", path ? path : id, strerror (errno)));
     free (path);
     return rc;
 }
@@ -176,7 +165,7 @@ static int s_set_state (fake_t *self, const char *id, const char *state, char **
 #define ENTER(op) \
     fake_t *self = driver->impl; \
     if (!s_id_ok (agent_id)) { \
-        s_set_err (err, s_printf ("fake: bad agent id '%.48s'", agent_id ? agent_id : "")); \
+        s_set_err (err, ah_strf ("fake: bad agent id '%.48s'", agent_id ? agent_id : "")); \
         return -1; \
     } \
     pthread_mutex_lock (&self->lock); \
@@ -216,7 +205,7 @@ static int s_instance_start (fake_t *self, const char *id, char **err)
     free (home);
     if (!inst || !inst->sandboxd) {
         free (inst);
-        s_set_err (err, s_printf ("fake: cannot run sandboxd for %s (see the log)", id));
+        s_set_err (err, ah_strf ("fake: cannot run sandboxd for %s (see the log)", id));
         return -1;
     }
     snprintf (inst->id, sizeof inst->id, "%s", id);
@@ -235,13 +224,13 @@ static int s_make (fake_t *self, const ah_sandbox_spec_t *spec, char **err)
     char *image = s_path (self, agent_id, "image");
     int rc = -1;
     if (!home || !image || s_mkdir_p (home, 0700)) {
-        s_set_err (err, s_printf ("fake: cannot make %s: %s", home ? home : agent_id, strerror (errno)));
+        s_set_err (err, ah_strf ("fake: cannot make %s: %s", home ? home : agent_id, strerror (errno)));
         goto out;
     }
     char line [512];
     snprintf (line, sizeof line, "%s\n", spec->image ? spec->image : "");
     if (s_write_file (image, line, 0644)) {
-        s_set_err (err, s_printf ("fake: cannot write %s: %s", image, strerror (errno)));
+        s_set_err (err, ah_strf ("fake: cannot write %s: %s", image, strerror (errno)));
         goto out;
     }
     rc = s_set_state (self, agent_id, "created", err);
@@ -256,7 +245,7 @@ static int s_create (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **
     const char *agent_id = spec ? spec->agent_id : NULL;
     ENTER ("create");
     if (s_exists (self, agent_id)) {
-        s_set_err (err, s_printf ("fake: sandbox %s exists already", agent_id));
+        s_set_err (err, ah_strf ("fake: sandbox %s exists already", agent_id));
         goto out;
     }
     rc = s_make (self, spec, err);
@@ -270,16 +259,16 @@ static int s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     const char *agent_id = boot ? boot->agent_id : NULL;
     ENTER ("start");
     if (!s_exists (self, agent_id)) {
-        s_set_err (err, s_printf ("fake: no sandbox %s (create it first)", agent_id));
+        s_set_err (err, ah_strf ("fake: no sandbox %s (create it first)", agent_id));
         goto out;
     }
     //  Same document as the docker driver writes into the container.
     char *path = s_path (self, agent_id, "boot.json");
-    char *json = s_printf ("{\"agent_id\": \"%s\", \"token\": \"%s\", "
+    char *json = ah_strf ("{\"agent_id\": \"%s\", \"token\": \"%s\", "
                            "\"tunnel_url\": \"ws://127.0.0.1:%d/tunnel\"}\n",
                            agent_id, boot->token ? boot->token : "", boot->tunnel_port);
     if (!path || !json || s_write_file (path, json, 0600)) {
-        s_set_err (err, s_printf ("fake: cannot write %s: %s", path ? path : "boot.json", strerror (errno)));
+        s_set_err (err, ah_strf ("fake: cannot write %s: %s", path ? path : "boot.json", strerror (errno)));
         free (path);
         free (json);
         goto out;
@@ -297,7 +286,7 @@ static int s_stop (ah_driver_t *driver, const char *agent_id, char **err)
 {
     ENTER ("stop");
     if (!s_exists (self, agent_id)) {
-        s_set_err (err, s_printf ("fake: no sandbox %s", agent_id));
+        s_set_err (err, ah_strf ("fake: no sandbox %s", agent_id));
         goto out;
     }
     char line [STATE_MAX] = "";
@@ -343,7 +332,7 @@ static int s_destroy (ah_driver_t *driver, const char *agent_id, char **err)
     else if (lstat (dir, &st) && errno == ENOENT)
         rc = 0;                         //  absent is success
     else if (nftw (dir, s_rm_one, 16, FTW_DEPTH | FTW_PHYS))
-        s_set_err (err, s_printf ("fake: cannot remove %s: %s", dir, strerror (errno)));
+        s_set_err (err, ah_strf ("fake: cannot remove %s: %s", dir, strerror (errno)));
     else
         rc = 0;
     free (dir);
@@ -393,7 +382,7 @@ static int s_list (ah_driver_t *driver, char ***ids, char **err)
     char **list = calloc (cap + 1, sizeof *list);
     DIR *dir = opendir (self->root);
     if (!list || !dir) {
-        s_set_err (err, s_printf ("fake: cannot list %s: %s", self->root, strerror (errno)));
+        s_set_err (err, ah_strf ("fake: cannot list %s: %s", self->root, strerror (errno)));
         goto out;
     }
     struct dirent *ent;
@@ -495,9 +484,9 @@ ah_driver_t *ah_fake_driver_new (const ah_config_t *config, char **err)
     driver->inspect = s_inspect;
     driver->list = s_list;
     driver->destroy_driver = s_destroy_driver;
-    self->root = s_printf ("%s/fake", config->data_dir);
+    self->root = ah_strf ("%s/fake", config->data_dir);
     if (!self->root || s_mkdir_p (self->root, 0700)) {
-        s_set_err (err, s_printf ("fake driver: cannot make %s/fake: %s", config->data_dir, strerror (errno)));
+        s_set_err (err, ah_strf ("fake driver: cannot make %s/fake: %s", config->data_dir, strerror (errno)));
         s_destroy_driver (&driver);
         return NULL;
     }

@@ -10,6 +10,7 @@
     Everything that may allocate inside Lua (building argument tables,
     calling the function) runs under lua_pcall, so running out of the
     memory cap is an ordinary error, never a panic.                    */
+#include "common/str.h"
 #include "policy/policy.h"
 #include "common/log.h"
 #include <errno.h>
@@ -60,17 +61,6 @@ static int64_t s_monotonic_ms (void)
     struct timespec ts;
     clock_gettime (CLOCK_MONOTONIC, &ts);
     return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static char *s_strdupf (const char *fmt, ...)
-{
-    va_list ap;
-    va_start (ap, fmt);
-    char *text = NULL;
-    if (vasprintf (&text, fmt, ap) < 0)
-        text = NULL;
-    va_end (ap);
-    return text;
 }
 
 //  The unpacked msgpack zone lives in a userdata with __gc, so a Lua
@@ -351,15 +341,15 @@ static char *s_describe (ah_policy_t *self, s_state_t *state, int rc, const char
         message = "(no message)";
     char *text;
     if (state->over_budget)
-        text = s_strdupf ("policy %s: %s exceeded its budget of %lld instructions",
+        text = ah_strf ("policy %s: %s exceeded its budget of %lld instructions",
                           self->script, what, (long long) state->budget);
     else
     if (rc == LUA_ERRMEM)
-        text = s_strdupf ("policy %s: %s ran out of memory (the limit is %zu KiB)",
+        text = ah_strf ("policy %s: %s ran out of memory (the limit is %zu KiB)",
                           self->script, what, state->limit / 1024);
     else {
         char *line = s_first_line (message);
-        text = s_strdupf ("policy %s: %s failed: %s", self->script, what, line ? line : message);
+        text = ah_strf ("policy %s: %s failed: %s", self->script, what, line ? line : message);
         free (line);
         if (strchr (message, '\n'))
             ah_warn ("policy", "%s [%s]: %s", self->script, self->holder, message);
@@ -374,26 +364,26 @@ static s_state_t *s_load (ah_policy_t *self, char **err)
     *err = NULL;
     FILE *file = fopen (self->path, "rb");
     if (!file) {
-        *err = s_strdupf ("policy %s: cannot read %s: %s", self->script, self->path, strerror (errno));
+        *err = ah_strf ("policy %s: cannot read %s: %s", self->script, self->path, strerror (errno));
         return NULL;
     }
     char *text = malloc (AH_POLICY_MAX_SCRIPT + 1);
     size_t size = text ? fread (text, 1, AH_POLICY_MAX_SCRIPT + 1, file) : 0;
     fclose (file);
     if (!text) {
-        *err = s_strdupf ("policy %s: out of memory", self->script);
+        *err = ah_strf ("policy %s: out of memory", self->script);
         return NULL;
     }
     if (size > AH_POLICY_MAX_SCRIPT) {
         free (text);
-        *err = s_strdupf ("policy %s: the script is larger than %u bytes", self->script,
+        *err = ah_strf ("policy %s: the script is larger than %u bytes", self->script,
                           AH_POLICY_MAX_SCRIPT);
         return NULL;
     }
     s_state_t *state = calloc (1, sizeof *state);
     if (!state) {
         free (text);
-        *err = s_strdupf ("policy %s: out of memory", self->script);
+        *err = ah_strf ("policy %s: out of memory", self->script);
         return NULL;
     }
     state->limit = self->memory_limit;
@@ -402,7 +392,7 @@ static s_state_t *s_load (ah_policy_t *self, char **err)
     if (!state->L) {
         free (text);
         free (state);
-        *err = s_strdupf ("policy %s: cannot create a Lua state", self->script);
+        *err = ah_strf ("policy %s: cannot create a Lua state", self->script);
         return NULL;
     }
     *(s_state_t **) lua_getextraspace (state->L) = state;
@@ -420,7 +410,7 @@ static s_state_t *s_load (ah_policy_t *self, char **err)
     rc = luaL_loadbufferx (L, text, size, chunkname, "t");
     if (rc != LUA_OK) {
         const char *message = lua_tostring (L, -1);
-        *err = s_strdupf ("policy %s: does not load: %s", self->script,
+        *err = ah_strf ("policy %s: does not load: %s", self->script,
                           message ? message : (rc == LUA_ERRMEM ? "out of memory" : "?"));
         goto fail;
     }
@@ -547,7 +537,7 @@ ah_policy_t *ah_policy_new (const char *lua_dir, const char *script, const char 
     self->lua_dir = strdup (lua_dir);
     self->script = strdup (script);
     self->holder = strdup (holder);
-    self->path = s_strdupf ("%s/%s", lua_dir, script);
+    self->path = ah_strf ("%s/%s", lua_dir, script);
     self->store = store;
     self->budget = AH_POLICY_BUDGET;
     self->memory_limit = AH_POLICY_MEMORY_LIMIT;
@@ -730,7 +720,7 @@ static int s_call_protected (lua_State *L)
 static ah_msg_t *s_to_msg (ah_policy_t *self, lua_State *L, const char *function, char **err)
 {
     if (!lua_istable (L, -1)) {
-        *err = s_strdupf ("policy %s: %s() returned %s, wanted a table", self->script,
+        *err = ah_strf ("policy %s: %s() returned %s, wanted a table", self->script,
                           function, luaL_typename (L, -1));
         return NULL;
     }
@@ -744,7 +734,7 @@ static ah_msg_t *s_to_msg (ah_policy_t *self, lua_State *L, const char *function
     while (lua_next (L, -2)) {
         //  Only string keys: lua_tostring on a number key would confuse lua_next
         if (lua_type (L, -2) != LUA_TSTRING) {
-            *err = s_strdupf ("policy %s: %s() returned a table with a %s key;"
+            *err = ah_strf ("policy %s: %s() returned a table with a %s key;"
                               " only string keys are allowed", self->script, function,
                               luaL_typename (L, -2));
             lua_pop (L, 2);
@@ -753,7 +743,7 @@ static ah_msg_t *s_to_msg (ah_policy_t *self, lua_State *L, const char *function
         }
         const char *key = lua_tostring (L, -2);
         if (++fields > AH_MSG_MAX_FIELDS) {
-            *err = s_strdupf ("policy %s: %s() returned more than %d fields", self->script,
+            *err = ah_strf ("policy %s: %s() returned more than %d fields", self->script,
                               function, AH_MSG_MAX_FIELDS);
             lua_pop (L, 2);
             ah_msg_destroy (&msg);
@@ -779,7 +769,7 @@ static ah_msg_t *s_to_msg (ah_policy_t *self, lua_State *L, const char *function
                 ah_msg_set_bool (msg, key, lua_toboolean (L, -1));
                 break;
             default:
-                *err = s_strdupf ("policy %s: %s() returned a %s for '%s'; only strings, numbers"
+                *err = ah_strf ("policy %s: %s() returned a %s for '%s'; only strings, numbers"
                                   " and booleans are allowed in a result", self->script, function,
                                   luaL_typename (L, -1), key);
                 lua_pop (L, 2);

@@ -6,6 +6,7 @@
     table, so a key cannot exist in one place and be missing in another.
 
     Single-threaded: called once at start, before any actor exists.    */
+#include "common/str.h"
 #include "server/config.h"
 #include <ctype.h>
 #include <errno.h>
@@ -77,17 +78,6 @@ static const char *s_env_exempt [] = {
     "AGENTHOLD_URL", "AGENTHOLD_TOKEN", "AGENTHOLD_LOG", "AGENTHOLD_CONFIG",
 };
 
-static char *s_strdupf (const char *fmt, ...)
-{
-    va_list ap;
-    va_start (ap, fmt);
-    char *text = NULL;
-    if (vasprintf (&text, fmt, ap) < 0)
-        text = NULL;
-    va_end (ap);
-    return text;
-}
-
 static char **s_str_field (ah_config_t *self, const s_key_t *key)
 {
     return (char **) ((char *) self + key->offset);
@@ -132,13 +122,13 @@ static char *s_default_data_dir (void)
         return strdup ("/var/lib/agenthold");
     const char *xdg = getenv ("XDG_DATA_HOME");
     if (xdg && *xdg == '/')
-        return s_strdupf ("%s/agenthold", xdg);
+        return ah_strf ("%s/agenthold", xdg);
     const char *home = getenv ("HOME");
     if (!home || !*home) {
         struct passwd *pw = getpwuid (geteuid ());
         home = pw && pw->pw_dir ? pw->pw_dir : "/tmp";
     }
-    return s_strdupf ("%s/.local/share/agenthold", home);
+    return ah_strf ("%s/.local/share/agenthold", home);
 }
 
 //  A shipped data file (lua/, catalog/runtimes.json): next to an installed
@@ -149,12 +139,12 @@ static char *s_default_data_path (const char *relative, bool want_dir)
     char *candidates [3] = { NULL, NULL, NULL };
     char *exe_dir = s_exe_dir ();
     if (exe_dir)
-        candidates [0] = s_strdupf ("%s/../share/agenthold/%s", exe_dir, relative);
+        candidates [0] = ah_strf ("%s/../share/agenthold/%s", exe_dir, relative);
     free (exe_dir);
 #ifdef AH_SOURCE_DIR
-    candidates [1] = s_strdupf ("%s/%s", AH_SOURCE_DIR, relative);
+    candidates [1] = ah_strf ("%s/%s", AH_SOURCE_DIR, relative);
 #endif
-    candidates [2] = s_strdupf ("/usr/share/agenthold/%s", relative);
+    candidates [2] = ah_strf ("/usr/share/agenthold/%s", relative);
     char *found = NULL;
     for (int i = 0; i < 3 && !found; i++)
         if (candidates [i] && (want_dir ? s_is_dir (candidates [i]) : s_is_file (candidates [i])))
@@ -187,7 +177,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->idle_check_interval_s = 30;
     self->tunnel_listen = strdup (":8090");
     char *exe_dir = s_exe_dir ();
-    self->sandboxd_path = exe_dir ? s_strdupf ("%s/sandboxd", exe_dir) : strdup ("sandboxd");
+    self->sandboxd_path = exe_dir ? ah_strf ("%s/sandboxd", exe_dir) : strdup ("sandboxd");
     free (exe_dir);
     self->docker_socket = strdup ("/var/run/docker.sock");
     self->name_prefix = strdup ("agenthold");
@@ -282,7 +272,7 @@ static int s_set (ah_config_t *self, const s_key_t *key, const char *value,
     switch (key->type) {
         case T_STR:
             if (!value || !*value) {
-                *err = s_strdupf ("%s (%s): must not be empty", key->key, where);
+                *err = ah_strf ("%s (%s): must not be empty", key->key, where);
                 return -1;
             }
             s_replace (s_str_field (self, key), value);
@@ -291,7 +281,7 @@ static int s_set (ah_config_t *self, const s_key_t *key, const char *value,
             if (!value)
                 return 0;               //  null: keep the computed default
             if (!*value) {
-                *err = s_strdupf ("%s (%s): must not be empty (leave it out for the default)",
+                *err = ah_strf ("%s (%s): must not be empty (leave it out for the default)",
                                   key->key, where);
                 return -1;
             }
@@ -306,7 +296,7 @@ static int s_set (ah_config_t *self, const s_key_t *key, const char *value,
         case T_DOUBLE: {
             double d;
             if (!s_parse_double (value, &d)) {
-                *err = s_strdupf ("%s = '%s' (%s): not a number", key->key, shown, where);
+                *err = ah_strf ("%s = '%s' (%s): not a number", key->key, shown, where);
                 return -1;
             }
             *(double *) ((char *) self + key->offset) = d;
@@ -317,7 +307,7 @@ static int s_set (ah_config_t *self, const s_key_t *key, const char *value,
             int64_t n;
             if (!s_parse_int64 (value, &n)
             ||  (key->type == T_INT && (n < INT_MIN || n > INT_MAX))) {
-                *err = s_strdupf ("%s = '%s' (%s): not a whole number", key->key, shown, where);
+                *err = ah_strf ("%s = '%s' (%s): not a whole number", key->key, shown, where);
                 return -1;
             }
             if (key->type == T_INT)
@@ -329,7 +319,7 @@ static int s_set (ah_config_t *self, const s_key_t *key, const char *value,
         case T_DURATION: {
             double seconds;
             if (!s_parse_duration (value, &seconds)) {
-                *err = s_strdupf ("%s = '%s' (%s): not a duration (a number with ms, s, m or h;"
+                *err = ah_strf ("%s = '%s' (%s): not a duration (a number with ms, s, m or h;"
                                   " a bare number is seconds)", key->key, shown, where);
                 return -1;
             }
@@ -399,13 +389,13 @@ static char *s_unknown_key (const char *key, const char *where)
 {
     const s_key_t *close = s_closest (key);
     if (close)
-        return s_strdupf ("unknown key '%s' (%s); did you mean '%s'?", key, where, close->key);
+        return ah_strf ("unknown key '%s' (%s); did you mean '%s'?", key, where, close->key);
     //  A misspelt section ("polcy:")
     static const char *sections [] = { "server", "tap", "sandbox", "sandbox.docker", "policy", "catalog" };
     for (size_t i = 0; i < sizeof sections / sizeof sections [0]; i++)
         if (s_distance (key, sections [i]) <= 2)
-            return s_strdupf ("unknown key '%s' (%s); did you mean '%s'?", key, where, sections [i]);
-    return s_strdupf ("unknown key '%s' (%s); docs/configuration.md lists the keys", key, where);
+            return ah_strf ("unknown key '%s' (%s); did you mean '%s'?", key, where, sections [i]);
+    return ah_strf ("unknown key '%s' (%s); docs/configuration.md lists the keys", key, where);
 }
 
 static const s_key_t *s_find (const char *key)
@@ -457,11 +447,11 @@ static int s_walk (s_walk_t *walk, yaml_node_t *mapping, const char *prefix)
         char where [512];
         snprintf (where, sizeof where, "%s line %zu", walk->file, key_node->start_mark.line + 1);
         if (key_node->type != YAML_SCALAR_NODE) {
-            walk->err = s_strdupf ("%s: a key must be a plain word", where);
+            walk->err = ah_strf ("%s: a key must be a plain word", where);
             return -1;
         }
         char *path = *prefix
-            ? s_strdupf ("%s.%s", prefix, (const char *) key_node->data.scalar.value)
+            ? ah_strf ("%s.%s", prefix, (const char *) key_node->data.scalar.value)
             : strdup ((const char *) key_node->data.scalar.value);
         if (!path) {
             walk->err = strdup ("out of memory");
@@ -472,12 +462,12 @@ static int s_walk (s_walk_t *walk, yaml_node_t *mapping, const char *prefix)
         if (key) {
             size_t index = (size_t) (key - s_keys);
             if (walk->seen [index]) {
-                walk->err = s_strdupf ("%s (%s): the key appears twice", path, where);
+                walk->err = ah_strf ("%s (%s): the key appears twice", path, where);
                 rc = -1;
             }
             else
             if (value->type != YAML_SCALAR_NODE) {
-                walk->err = s_strdupf ("%s (%s): wants a single value, not a %s", path, where,
+                walk->err = ah_strf ("%s (%s): wants a single value, not a %s", path, where,
                                        value->type == YAML_MAPPING_NODE ? "mapping" : "list");
                 rc = -1;
             }
@@ -494,7 +484,7 @@ static int s_walk (s_walk_t *walk, yaml_node_t *mapping, const char *prefix)
                 rc = s_walk (walk, value, path);
             else
             if (!s_is_null (value)) {        //  "docker:" with nothing under it is fine
-                walk->err = s_strdupf ("%s (%s): is a section and wants a mapping of keys",
+                walk->err = ah_strf ("%s (%s): is a section and wants a mapping of keys",
                                        path, where);
                 rc = -1;
             }
@@ -514,13 +504,13 @@ static int s_load_file (ah_config_t *self, const char *file, char **err)
 {
     FILE *handle = fopen (file, "rb");
     if (!handle) {
-        *err = s_strdupf ("cannot read config file %s: %s", file, strerror (errno));
+        *err = ah_strf ("cannot read config file %s: %s", file, strerror (errno));
         return -1;
     }
     struct stat st;
     if (fstat (fileno (handle), &st) == 0 && st.st_size > CONFIG_MAX_BYTES) {
         fclose (handle);
-        *err = s_strdupf ("config file %s is %lld bytes; the limit is %d", file,
+        *err = ah_strf ("config file %s is %lld bytes; the limit is %d", file,
                           (long long) st.st_size, CONFIG_MAX_BYTES);
         return -1;
     }
@@ -533,7 +523,7 @@ static int s_load_file (ah_config_t *self, const char *file, char **err)
     }
     yaml_parser_set_input_file (&parser, handle);
     if (!yaml_parser_load (&parser, &document)) {
-        *err = s_strdupf ("%s line %zu column %zu: YAML syntax error: %s%s%s", file,
+        *err = ah_strf ("%s line %zu column %zu: YAML syntax error: %s%s%s", file,
                           parser.problem_mark.line + 1, parser.problem_mark.column + 1,
                           parser.problem ? parser.problem : "unknown problem",
                           parser.context ? " " : "", parser.context ? parser.context : "");
@@ -545,7 +535,7 @@ static int s_load_file (ah_config_t *self, const char *file, char **err)
     yaml_node_t *root = yaml_document_get_root_node (&document);
     if (root && !s_is_null (root)) {
         if (root->type != YAML_MAPPING_NODE) {
-            *err = s_strdupf ("%s line %zu: the file must be a mapping of sections"
+            *err = ah_strf ("%s line %zu: the file must be a mapping of sections"
                               " (server:, sandbox:, ...)", file, root->start_mark.line + 1);
             rc = -1;
         }
@@ -560,7 +550,7 @@ static int s_load_file (ah_config_t *self, const char *file, char **err)
     yaml_document_t extra;
     if (rc == 0 && yaml_parser_load (&parser, &extra)) {
         if (yaml_document_get_root_node (&extra)) {
-            *err = s_strdupf ("%s: holds more than one YAML document; only one is allowed", file);
+            *err = ah_strf ("%s: holds more than one YAML document; only one is allowed", file);
             rc = -1;
         }
         yaml_document_delete (&extra);
@@ -593,7 +583,7 @@ static int s_load_env (ah_config_t *self, char **err)
         size_t name_length = (size_t) (equals - *entry);
         char name [128];
         if (name_length >= sizeof name) {
-            *err = s_strdupf ("environment variable %.60s...: names no configuration key", *entry);
+            *err = ah_strf ("environment variable %.60s...: names no configuration key", *entry);
             return -1;
         }
         memcpy (name, *entry, name_length);
@@ -623,9 +613,9 @@ static int s_load_env (ah_config_t *self, char **err)
             if (close)
                 s_env_name (close->key, suggestion, sizeof suggestion);
             *err = close
-                ? s_strdupf ("environment variable %s names no configuration key;"
+                ? ah_strf ("environment variable %s names no configuration key;"
                              " did you mean %s?", name, suggestion)
-                : s_strdupf ("environment variable %s names no configuration key"
+                : ah_strf ("environment variable %s names no configuration key"
                              " (docs/configuration.md lists them)", name);
             return -1;
         }
@@ -702,7 +692,7 @@ static char *s_check_listen (const char *key, const char *value)
     char host [256];
     int port;
     if (ah_config_split_listen (value, host, sizeof host, &port))
-        return s_strdupf ("%s = '%s': not a valid host:port (e.g. 127.0.0.1:8080 or :8090)",
+        return ah_strf ("%s = '%s': not a valid host:port (e.g. 127.0.0.1:8080 or :8090)",
                           key, value);
     return NULL;
 }
@@ -715,37 +705,37 @@ static char *s_validate (const ah_config_t *self)
         return why;
     if (self->tap_endpoint
     &&  strncmp (self->tap_endpoint, "ipc://", 6) && strncmp (self->tap_endpoint, "tcp://", 6))
-        return s_strdupf ("tap.endpoint = '%s': must start with ipc:// or tcp:// (or be off)",
+        return ah_strf ("tap.endpoint = '%s': must start with ipc:// or tcp:// (or be off)",
                           self->tap_endpoint);
     if (strcmp (self->driver, "docker") && strcmp (self->driver, "fake"))
-        return s_strdupf ("sandbox.driver = '%s': must be docker or fake", self->driver);
+        return ah_strf ("sandbox.driver = '%s': must be docker or fake", self->driver);
     if (!(self->default_cpus > 0))
-        return s_strdupf ("sandbox.default_cpus = %g: must be greater than 0", self->default_cpus);
+        return ah_strf ("sandbox.default_cpus = %g: must be greater than 0", self->default_cpus);
     if (!(self->max_cpus > 0))
-        return s_strdupf ("sandbox.max_cpus = %g: must be greater than 0", self->max_cpus);
+        return ah_strf ("sandbox.max_cpus = %g: must be greater than 0", self->max_cpus);
     if (self->default_cpus > self->max_cpus)
-        return s_strdupf ("sandbox.default_cpus = %g: is over sandbox.max_cpus = %g",
+        return ah_strf ("sandbox.default_cpus = %g: is over sandbox.max_cpus = %g",
                           self->default_cpus, self->max_cpus);
     //  Docker refuses less than 6 MiB
     if (self->default_memory_mb < 6)
-        return s_strdupf ("sandbox.default_memory_mb = %lld: must be at least 6",
+        return ah_strf ("sandbox.default_memory_mb = %lld: must be at least 6",
                           (long long) self->default_memory_mb);
     if (self->max_memory_mb < 6)
-        return s_strdupf ("sandbox.max_memory_mb = %lld: must be at least 6",
+        return ah_strf ("sandbox.max_memory_mb = %lld: must be at least 6",
                           (long long) self->max_memory_mb);
     if (self->max_memory_mb > (INT64_C (1) << 40))
-        return s_strdupf ("sandbox.max_memory_mb = %lld: is larger than any machine",
+        return ah_strf ("sandbox.max_memory_mb = %lld: is larger than any machine",
                           (long long) self->max_memory_mb);
     if (self->default_memory_mb > self->max_memory_mb)
-        return s_strdupf ("sandbox.default_memory_mb = %lld: is over sandbox.max_memory_mb = %lld",
+        return ah_strf ("sandbox.default_memory_mb = %lld: is over sandbox.max_memory_mb = %lld",
                           (long long) self->default_memory_mb, (long long) self->max_memory_mb);
     if (self->pids_limit <= 0)
-        return s_strdupf ("sandbox.pids_limit = %lld: must be greater than 0",
+        return ah_strf ("sandbox.pids_limit = %lld: must be greater than 0",
                           (long long) self->pids_limit);
     if (!(self->idle_minutes > 0))
-        return s_strdupf ("sandbox.idle_minutes = %g: must be greater than 0", self->idle_minutes);
+        return ah_strf ("sandbox.idle_minutes = %g: must be greater than 0", self->idle_minutes);
     if (!(self->idle_check_interval_s >= 0.1))
-        return s_strdupf ("sandbox.idle_check_interval = %gs: must be at least 100ms",
+        return ah_strf ("sandbox.idle_check_interval = %gs: must be at least 100ms",
                           self->idle_check_interval_s);
     const char *prefix = self->name_prefix;
     bool prefix_ok = isalnum ((unsigned char) prefix [0]) && strlen (prefix) <= 32;
@@ -753,18 +743,18 @@ static char *s_validate (const ah_config_t *self)
         if (!isalnum ((unsigned char) *p) && *p != '_' && *p != '.' && *p != '-')
             prefix_ok = false;
     if (!prefix_ok)
-        return s_strdupf ("sandbox.docker.name_prefix = '%s': must be up to 32 letters, digits,"
+        return ah_strf ("sandbox.docker.name_prefix = '%s': must be up to 32 letters, digits,"
                           " '_', '.' or '-', starting with a letter or digit", prefix);
     uint32_t pool;
     int pool_prefix;
     if (!s_parse_cidr (self->network_pool, &pool, &pool_prefix))
-        return s_strdupf ("sandbox.docker.network_pool = '%s': not an IPv4 network in CIDR form"
+        return ah_strf ("sandbox.docker.network_pool = '%s': not an IPv4 network in CIDR form"
                           " (e.g. 10.213.0.0/16, host bits zero)", self->network_pool);
     if (self->subnet_bits < 16 || self->subnet_bits > 30)
-        return s_strdupf ("sandbox.docker.subnet_bits = %d: must be between 16 and 30",
+        return ah_strf ("sandbox.docker.subnet_bits = %d: must be between 16 and 30",
                           self->subnet_bits);
     if (self->subnet_bits <= pool_prefix)
-        return s_strdupf ("sandbox.docker.subnet_bits = %d: must be larger than the prefix of"
+        return ah_strf ("sandbox.docker.subnet_bits = %d: must be larger than the prefix of"
                           " sandbox.docker.network_pool = '%s'",
                           self->subnet_bits, self->network_pool);
     return NULL;

@@ -8,6 +8,7 @@
     The statement cache is a small chained hash keyed by the SQL text: an
     actor prepares the same few dozen statements over and over, so each is
     compiled once per connection and reused (reset + cleared) afterwards. */
+#include "common/str.h"
 #include "store/store.h"
 #include "store/migrations.h"
 #include "common/log.h"
@@ -47,29 +48,13 @@ static uint32_t s_hash (const char *text)
     return hash;
 }
 
-static char *s_vprintf (const char *fmt, va_list ap)
-{
-    char *text = NULL;
-    if (vasprintf (&text, fmt, ap) < 0)
-        return NULL;
-    return text;
-}
-
-static char *s_printf (const char *fmt, ...)
-{
-    va_list ap;
-    va_start (ap, fmt);
-    char *text = s_vprintf (fmt, ap);
-    va_end (ap);
-    return text;
-}
 
 //  Record (and log) an error on this connection.
 static void s_fail (ah_store_t *self, const char *fmt, ...)
 {
     va_list ap;
     va_start (ap, fmt);
-    char *text = s_vprintf (fmt, ap);
+    char *text = ah_vstrf (fmt, ap);
     va_end (ap);
     if (!text)
         return;
@@ -174,7 +159,7 @@ ah_store_t *ah_store_open (const char *path, bool migrate, char **err)
         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
         if (err)
-            *err = s_printf ("cannot open database %s: %s", path,
+            *err = ah_strf ("cannot open database %s: %s", path,
                              self->db ? sqlite3_errmsg (self->db) : sqlite3_errstr (rc));
         ah_store_close (&self);
         return NULL;
@@ -192,7 +177,7 @@ ah_store_t *ah_store_open (const char *path, bool migrate, char **err)
         goto fail;
     if (version > ah_store_latest_version ()) {
         free (self->error);
-        self->error = s_printf ("database schema version %d is newer than this agenthold "
+        self->error = ah_strf ("database schema version %d is newer than this agenthold "
                                 "(knows %d): upgrade agenthold or restore a backup",
                                 version, ah_store_latest_version ());
         goto fail;
@@ -203,7 +188,7 @@ ah_store_t *ah_store_open (const char *path, bool migrate, char **err)
 
 fail:
     if (err) {
-        char *why = s_printf ("%s: %s", path, self->error ? self->error : "cannot open database");
+        char *why = ah_strf ("%s: %s", path, self->error ? self->error : "cannot open database");
         *err = why;
     }
     ah_store_close (&self);
