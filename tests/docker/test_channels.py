@@ -22,6 +22,7 @@ Exits 77 without a Docker Engine. Ports 18380-18399, pool 10.213.176.0/20,
 prefix dockerchannels<pid>. Removes everything it made, even on failure
 (tests/docker/ahdocker.py)."""
 import asyncio
+import difflib
 import hashlib
 import http.client
 import json
@@ -33,7 +34,7 @@ import urllib.parse
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import Fail, Harness  # noqa: E402
+from ahdocker import Fail, Harness, read_file_from_container  # noqa: E402
 
 try:
     import websockets
@@ -197,9 +198,11 @@ def scenario(h):
     took = time.time() - t0
     h.check(r["timed_out"] and r["signal"] == 9 and "never" not in r["stdout"],
             "a command past its timeout is killed: %r" % r)
+    h.check(r["stdout"] == "started\n", "its output until then is kept: %r" % r["stdout"])
     h.check(took < 15, "the timeout of 2 s answered after %.1f s" % took)
-    h.check("sleep 60" not in sh("ps -o args 2>/dev/null || ps"),
-            "nothing of the timed-out command is left running")
+    ps = sh("ps -o pid,user,args")
+    h.check("ps -o pid" in ps and "sleep 60" not in ps,
+            "nothing of the timed-out command is left running: %r" % ps)
 
     # -- files ---------------------------------------------------------------
     st, r = h.api("POST", fs("mkdir", "data"))
@@ -215,6 +218,11 @@ def scenario(h):
     h.check(r.get("size") == len(blob), "the upload's answer has its size: %r" % r)
     t0 = time.time()
     home_file_intact(blob_sha, len(blob), "after the upload")
+    h.check(sh("ls -A %s/data" % HOME) == "blob.bin\n", "no temporary file is left beside it")
+    # Seen by the engine too, in the home volume (not only through sandboxd).
+    inside = read_file_from_container(cid1, HOME + "/data/blob.bin")
+    h.check(inside is not None and hashlib.sha256(inside).hexdigest() == blob_sha,
+            "the Engine API's archive of the container has the same file")
     print("%d MiB up in %.2f s; checked and down in %.2f s" % (BLOB_MIB, up, time.time() - t0))
 
     st, r = h.api("GET", fs("list", "data"))
@@ -243,7 +251,9 @@ def scenario(h):
     h.check(exec_("test -e %s/data/a" % HOME)["status"] == 1, "the tree is gone inside")
 
     # -- hostile paths -------------------------------------------------------
-    outside = "sha256sum /etc/passwd /etc/group; ls -la / /etc /home"
+    # Names, modes, owners, sizes and times outside the home (not /proc: its
+    # link count follows the processes).
+    outside = "sha256sum /etc/passwd /etc/group; ls -A / /home; ls -la /etc /tmp; ls -ld / /etc /home /tmp"
     before = sh(outside)
     sh("ln -s /etc %s/etclink && ln -s ../../etc/passwd %s/pwlink" % (HOME, HOME))
     for p in ("../etc/passwd", "/etc/passwd", "../../etc/passwd", "data/../../../etc/passwd",
@@ -273,7 +283,9 @@ def scenario(h):
     refused("POST", fs("mkdir", "../evil"))
     refused("POST", fs("mkdir", "/tmp/evil"))
     refused("POST", fs("mkdir", "etclink/evil"))
-    h.check(sh(outside) == before, "nothing outside the home changed")
+    after = sh(outside)
+    h.check(after == before, "nothing outside the home changed: %r" %
+            [x for x in difflib.ndiff(before.splitlines(), after.splitlines()) if x[:1] in "+-"])
     h.check(exec_("test -e /home/evil || test -e /tmp/evil || test -e /etc/evil")["status"] == 1,
             "no directory was made outside the home")
     sh("rm %s/etclink" % HOME)
@@ -309,6 +321,8 @@ def scenario(h):
     c = h.container(aid)
     h.check(c["Id"] != cid1 and c["HostConfig"]["Memory"] == 160 << 20,
             "the rebuild made a new container with 160 MiB")
+    vols = [m.get("Name") for m in c["Mounts"] if m.get("Destination") == HOME]
+    h.check(vols == ["%s-home-%s" % (h.prefix, aid)], "the same home volume: %r" % vols)
     home_file_intact(blob_sha, len(blob), "after the rebuild")
     h.check(exec_("id -un")["stdout"] == "agent\n", "exec in the rebuilt sandbox")
 
