@@ -1854,6 +1854,11 @@ static void s_files (self_t *self, req_t *r, const char *path)
             s_respond_error (r, 405, "%s takes GET (?path=DIR lists); name a file as files/{path}", r->path);
             return;
         }
+        if (!r->has_qpath || !r->qpath [0]) {
+            s_respond_error (r, 400, "%s needs ?path=DIR, relative to /home/agent ('.' is the home)",
+                             r->path);
+            return;
+        }
         s_fs (self, r, "list");
         return;
     }
@@ -2223,6 +2228,12 @@ static void s_agent_route (self_t *self, req_t *r, const char *action)
     }
     if (streq (action, "files") || strncmp (action, "files/", 6) == 0) {
         s_files (self, r, action [5] ? action + 6 : NULL);
+        return;
+    }
+    if (r->action [0]) {
+        //  ?op belongs to the files route; elsewhere it is a files URL
+        //  whose dot segments lws resolved out of it (files/../stop).
+        s_respond_error (r, 400, "query 'op' goes with /api/v1/agents/{agent}/files/{path} only");
         return;
     }
     op_t op = streq (action, "start") ? OP_START

@@ -52,18 +52,24 @@ static int s_encode (char *buf, size_t size, const char *s, bool keep_slash)
     return 0;
 }
 
-//  /api/v1/agents/NAME/files/PATH (PATH NULL: .../files)
-static char *s_files_path (const char *name, const char *path)
+//  /api/v1/agents/NAME/fs/WHAT?path=PATH. The query form on purpose: the
+//  URL form (files/{path}) is normalised by the server's HTTP layer before
+//  routing (dot segments resolved), so a PATH with '..' would reach another
+//  route there instead of sandboxd's refusal. In ?path= it arrives as it
+//  is and sandboxd judges it. extra: more query ("&parents=1") or "".
+static char *s_files_path (const char *name, const char *what, const char *path, const char *extra)
 {
-    size_t size = 64 + 3 * strlen (name) + (path ? 3 * strlen (path) : 0);
+    size_t size = 64 + 3 * strlen (name) + 3 * strlen (path) + strlen (extra);
     char *p = malloc (size);
     if (!p)
         return NULL;
     snprintf (p, size, "/api/v1/agents/");
     s_encode (p, size, name, false);
-    strcat (p, path ? "/files/" : "/files");
-    if (path)
-        s_encode (p, size, path, true);
+    strcat (p, "/fs/");
+    strcat (p, what);
+    strcat (p, "?path=");
+    s_encode (p, size, path, false);
+    strcat (p, extra);
     return p;
 }
 
@@ -335,7 +341,7 @@ static int s_fs_get (ah_client_t *client, const char *name, const char *path, co
 {
     if (!local)
         local = s_base (path);
-    char *url = s_files_path (name, path);
+    char *url = s_files_path (name, "file", path, "");
     if (!url)
         return 1;
     int status;
@@ -387,7 +393,7 @@ static int s_fs_put (ah_client_t *client, const char *name, const char *path, co
             fclose (f);
         return 1;
     }
-    char *url = s_files_path (name, path);
+    char *url = s_files_path (name, "file", path, "");
     int status = url ? s_transfer (client, "PUT", url, f, (curl_off_t) st.st_size, NULL, "put") : 1;
     free (url);
     if (f != stdin)
@@ -397,13 +403,8 @@ static int s_fs_put (ah_client_t *client, const char *name, const char *path, co
 
 static int s_fs_ls (ah_client_t *client, const char *name, const char *path, bool as_json)
 {
-    char *base = s_files_path (name, NULL);
-    size_t size = strlen (base) + 16 + 3 * strlen (path);
-    char *url = malloc (size);
-    snprintf (url, size, "%s?path=", base);
-    s_encode (url, size, path, false);
-    json_t *reply = s_call ("fs ls", client, "GET", url, NULL, 0);
-    free (base);
+    char *url = s_files_path (name, "list", path, "");
+    json_t *reply = url ? s_call ("fs ls", client, "GET", url, NULL, 0) : NULL;
     free (url);
     if (!reply)
         return 1;
@@ -496,18 +497,13 @@ int ah_cli_fs (int argc, char **argv, const char *config)
     else if (!strcmp (op, "put"))
         status = s_fs_put (client, name, path, pos [3]);
     else {
-        char *base = s_files_path (name, path);
-        size_t size = strlen (base) + 32;
-        char *url = malloc (size);
-        if (!strcmp (op, "mkdir"))
-            snprintf (url, size, "%s?op=mkdir%s", base, parents ? "&parents=1" : "");
-        else
-            snprintf (url, size, "%s%s", base, recursive ? "?recursive=1" : "");
+        bool mk = !strcmp (op, "mkdir");
+        char *url = s_files_path (name, mk ? "mkdir" : "file", path,
+                                  mk ? (parents ? "&parents=1" : "") : (recursive ? "&recursive=1" : ""));
         json_t *reply = s_call (!strcmp (op, "mkdir") ? "fs mkdir" : "fs rm", client,
                                 !strcmp (op, "mkdir") ? "POST" : "DELETE", url, NULL, 0);
         status = reply ? 0 : 1;
         json_decref (reply);
-        free (base);
         free (url);
     }
     ah_client_destroy (&client);

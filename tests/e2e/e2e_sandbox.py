@@ -1,0 +1,559 @@
+#!/usr/bin/python3
+"""tests/e2e/e2e_sandbox.py: issue 3 end to end. The real `agenthold serve`
+(fake driver: sandboxd in-process, its home under <data>/fake/<id>/home;
+temporary data directory; ports from 18200-18299) driven through the REST
+API, the terminal WebSocket, the tunnel port and the CLI:
+
+  terminal   the WebSocket types `echo` and reads the output back, exit status
+  files      the /files routes; 409 naming the state on a stopped agent
+  big        512 MiB from a seeded PRNG up and down, streamed on both sides,
+             same sha256 through the API and in the home
+  hostile    .., absolute, symlink out (made with exec `ln -s /etc out`),
+             very long, NUL, empty: refused with the status named, nothing
+             written outside the home
+  exec       exit codes, stderr, timeout
+  reconnect  the tunnel's TCP connection killed with `ss -K` (a real RST
+             seen by both ends): sandboxd redials, channels work again
+  token      a forged and a stale token on the tunnel port: 401
+  cli        agenthold exec's status, agenthold fs put/get round trip
+
+usage: e2e_sandbox.py AGENTHOLD_BINARY [SCENARIO...]
+Always kills what it started and removes its temporary directory."""
+import asyncio
+import hashlib
+import http.client
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+
+import websockets
+
+BIN = os.path.abspath(sys.argv[1])
+ONLY = set(sys.argv[2:])
+TMP = tempfile.mkdtemp(prefix="ah-e2e-sbx-")
+DATA = os.path.join(TMP, "data")
+BIG = 512 << 20
+procs = []
+checks = 0
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        raise Fail(what)
+
+
+def free_port(avoid=()):
+    start = 18200 + (os.getpid() % 50) * 2 + 1
+    for i in range(100):
+        port = 18200 + (start - 18200 + i) % 100
+        if port in avoid:
+            continue
+        s = socket.socket()
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
+    raise Fail("no free port in 18200-18299")
+
+
+API_PORT = free_port()
+TUNNEL_PORT = free_port({API_PORT})
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("AGENTHOLD_")}
+ENV.update({
+    "AGENTHOLD_SERVER_DATA_DIR": DATA,
+    "AGENTHOLD_SANDBOX_DRIVER": "fake",
+    "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % API_PORT,
+    "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:%d" % TUNNEL_PORT,
+    "AGENTHOLD_TAP_ENDPOINT": "ipc://%s/tap" % TMP,
+})
+LOG = os.path.join(TMP, "server.log")
+
+
+def token():
+    with open(os.path.join(DATA, "admin.token")) as f:
+        return f.read().strip()
+
+
+def request(method, path, body=None, headers=None, timeout=60):
+    """(status, raw body bytes)."""
+    c = http.client.HTTPConnection("127.0.0.1", API_PORT, timeout=timeout)
+    h = {"Authorization": "Bearer " + token()}
+    h.update(headers or {})
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+        h["Content-Type"] = "application/json"
+    try:
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        return r.status, r.read()
+    except (ConnectionError, http.client.HTTPException) as e:
+        return 0, str(e).encode()
+    finally:
+        c.close()
+
+
+def api(method, path, body=None, expect=200, timeout=60):
+    status, raw = request(method, path, body, timeout=timeout)
+    try:
+        j = json.loads(raw) if raw else None
+    except ValueError:
+        j = None
+    if expect is not None:
+        check(status == expect, "%s %s: %d (wanted %d): %r" % (method, path, status, expect, raw[:300]))
+    return status, j
+
+
+def start_server():
+    log = open(LOG, "a")
+    server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
+    procs.append(server)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        if server.poll() is not None:
+            raise Fail("the server exited at start with status %d" % server.returncode)
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", API_PORT, timeout=2)
+            c.request("GET", "/healthz")
+            if c.getresponse().status == 200:
+                return server
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise Fail("the server did not answer /healthz within 20 s")
+
+
+def files(agent, path=""):
+    return "/api/v1/agents/%s/files/%s" % (agent, urllib.parse.quote(path))
+
+
+def home_of(agent_id):
+    return os.path.join(DATA, "fake", agent_id, "home")
+
+
+def exec_(agent, cmd, timeout=30, expect=200):
+    return api("POST", "/api/v1/agents/%s/exec" % agent, {"cmd": cmd, "timeout": timeout},
+               expect=expect, timeout=timeout + 30)[1]
+
+
+def terminal(agent, send, expect, tok=None, wait=20):
+    """Types send once the prompt is there; returns (output, close reason)."""
+    async def go():
+        uri = "ws://127.0.0.1:%d/api/v1/agents/%s/terminal?token=%s" % (API_PORT, agent, tok or token())
+        out = b""
+        async with websockets.connect(uri, open_timeout=60, close_timeout=5) as ws:
+            end = time.time() + wait
+            sent = False
+            reason = None
+            while time.time() < end:
+                try:
+                    m = await asyncio.wait_for(ws.recv(), timeout=0.3)
+                    if isinstance(m, bytes):
+                        out += m
+                except asyncio.TimeoutError:
+                    pass
+                except websockets.exceptions.ConnectionClosed as e:
+                    reason = e.reason if hasattr(e, "reason") else str(e)
+                    break
+                if not sent and out:
+                    await ws.send(send.encode())
+                    sent = True
+                if expect and expect.encode() in out:
+                    break
+            return out, reason
+    return asyncio.run(go())
+
+
+#  --------------------------------------------------------------------
+#  Scenarios
+
+def s_terminal(a):
+    out, _ = terminal(a["name"], "echo term$((6*7))\n", "term42")
+    check(b"term42" in out, "the terminal did not echo: %r" % out[-300:])
+    out, reason = terminal(a["name"], "exit 7\n", None, wait=10)
+    check(reason is not None and "7" in reason, "the terminal's close did not carry exit 7: %r" % reason)
+
+
+def s_files(a):
+    n = a["name"]
+    api("POST", files(n, "fdir/sub") + "?op=mkdir&parents=1", expect=201)
+    st, raw = request("PUT", files(n, "fdir/sub/a b.txt"), b"hello files\n")
+    check(st == 200, "PUT: %d %r" % (st, raw))
+    st, raw = request("GET", files(n, "fdir/sub/a b.txt"))
+    check(st == 200 and raw == b"hello files\n", "GET: %d %r" % (st, raw))
+    _, j = api("GET", "/api/v1/agents/%s/files?path=fdir/sub" % n)
+    names = [e["name"] for e in j["entries"]]
+    check(names == ["a b.txt"] and j["entries"][0]["size"] == 12, "list: %r" % j)
+    with open(os.path.join(home_of(a["id"]), "fdir/sub/a b.txt"), "rb") as f:
+        check(f.read() == b"hello files\n", "the home's copy differs")
+    api("DELETE", files(n, "fdir/sub/a b.txt"))
+    check(not os.path.exists(os.path.join(home_of(a["id"]), "fdir/sub/a b.txt")), "DELETE left the file")
+    st, raw = request("POST", files(n, "fdir/x"))
+    check(st == 400 and b"op=mkdir" in raw, "POST without op: %d %r" % (st, raw))
+    st, raw = request("GET", files(n, "nope.txt"))
+    check(st == 404, "GET of a missing file: %d %r" % (st, raw))
+    #  The old aliases still answer.
+    st, raw = request("GET", "/api/v1/agents/%s/fs/list?path=fdir" % n)
+    check(st == 200 and b"sub" in raw, "fs/list alias: %d %r" % (st, raw))
+    #  A stopped agent: 409 naming the state, for every file operation.
+    api("POST", "/api/v1/agents/%s/stop?wait=1" % n, timeout=120)
+    state = api("GET", "/api/v1/agents/%s" % n)[1]["state"]
+    check(state != "running", "stop left it running")
+    for method, path in (("GET", "/api/v1/agents/%s/files?path=." % n), ("GET", files(n, "x")),
+                         ("PUT", files(n, "x")), ("DELETE", files(n, "x")),
+                         ("POST", files(n, "x") + "?op=mkdir")):
+        st, raw = request(method, path, b"data" if method == "PUT" else None)
+        check(st == 409 and (" is %s;" % state).encode() in raw, "%s %s on a stopped agent: %d %r" % (method, path, st, raw))
+    api("POST", "/api/v1/agents/%s/start?wait=1" % n, timeout=120)
+
+
+class PRNGStream:
+    """512 MiB from a seeded PRNG, made as read, hashed as it goes."""
+    def __init__(self, seed, size):
+        self.rng = random.Random(seed)
+        self.left = size
+        self.sha = hashlib.sha256()
+
+    def read(self, n=-1):
+        n = self.left if n < 0 else min(n, self.left, 1 << 20)
+        if n <= 0:
+            return b""
+        b = self.rng.randbytes(n)
+        self.sha.update(b)
+        self.left -= n
+        return b
+
+
+def s_big(a):
+    n = a["name"]
+    src = PRNGStream(20261129, BIG)
+    t0 = time.time()
+    c = http.client.HTTPConnection("127.0.0.1", API_PORT, timeout=120)
+    c.putrequest("PUT", files(n, "big.bin"))
+    c.putheader("Authorization", "Bearer " + token())
+    c.putheader("Content-Length", str(BIG))
+    c.endheaders()
+    while True:
+        b = src.read(1 << 20)
+        if not b:
+            break
+        c.send(b)
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    check(r.status == 200 and json.loads(body)["size"] == BIG, "big upload: %d %r" % (r.status, body))
+    t1 = time.time()
+    c = http.client.HTTPConnection("127.0.0.1", API_PORT, timeout=120)
+    c.request("GET", files(n, "big.bin"), headers={"Authorization": "Bearer " + token()})
+    r = c.getresponse()
+    check(r.status == 200, "big download: %d" % r.status)
+    down, got = hashlib.sha256(), 0
+    while True:
+        b = r.read(1 << 20)
+        if not b:
+            break
+        down.update(b)
+        got += len(b)
+    c.close()
+    t2 = time.time()
+    home = hashlib.sha256()
+    with open(os.path.join(home_of(a["id"]), "big.bin"), "rb") as f:
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            home.update(b)
+    check(got == BIG, "downloaded %d bytes of %d" % (got, BIG))
+    check(down.hexdigest() == src.sha.hexdigest(), "sha256 down %s != up %s" % (down.hexdigest(), src.sha.hexdigest()))
+    check(home.hexdigest() == src.sha.hexdigest(), "the home's copy has another sha256")
+    print("big: 512 MiB up %.1f s, down %.1f s, sha256 %s" % (t1 - t0, t2 - t1, src.sha.hexdigest()[:16]))
+    os.unlink(os.path.join(home_of(a["id"]), "big.bin"))
+
+
+def tree(root):
+    """Every path under root (with size and mtime), the home excluded."""
+    out = {}
+    for d, dirs, fs in os.walk(root):
+        if os.path.abspath(d) == os.path.abspath(home_of(A_ID)):
+            dirs[:] = []
+            continue
+        for x in dirs + fs:
+            p = os.path.join(d, x)
+            try:
+                st = os.lstat(p)
+                out[p] = (st.st_size, st.st_mtime_ns)
+            except OSError:
+                pass
+    return out
+
+
+def s_hostile(a):
+    n = a["name"]
+    exec_(n, "ln -s /etc out && ln -s .. up && mkdir -p inner")
+    home = home_of(a["id"])
+    check(os.path.islink(os.path.join(home, "out")), "exec did not make the symlink")
+    watch = os.path.dirname(home)          # <data>/fake/<id>: around the home
+    before = tree(watch)
+    before_tmp = set(os.listdir(TMP))
+    etc_before = set(os.listdir("/etc"))
+    long_name = "a" * 5000
+    #  (what, method, raw URL path, statuses accepted: refusals only)
+    cases = []
+    for m in ("GET", "PUT", "DELETE", "POST"):
+        q = "?op=mkdir" if m == "POST" else ""
+        base = "/api/v1/agents/%s/files/" % n
+        cases += [
+            #  lws resolves dot segments before routing: these leave the
+            #  files route (404/405 from wherever they land, 400 for ?op).
+            ("dotdot", m, base + "../../../../tmp/evil" + q, (400, 403, 404, 405)),
+            ("dotdot-encoded", m, base + "%2E%2E/%2E%2E/evil" + q, (400, 403, 404, 405)),
+            ("dotdot-inner", m, base + "inner/%2E%2E/%2E%2E/evil" + q, (400, 403, 404, 405)),
+            ("dotdot-stop", m, base + "%2E%2E/stop" + q, (400, 404, 405)),
+            ("absolute-encoded", m, base + "%2Fetc%2Fevil" + q, (400, 403, 404)),
+            ("symlink-out", m, base + "out/evil" + q, (400, 403, 404)),
+            ("symlink-up", m, base + "up/evil" + q, (400, 403, 404)),
+            ("long", m, base + long_name + q, (400, 414)),
+            ("nul", m, base + "a%00b" + q, (0, 400)),
+            ("empty", m, base + q, (400, 405)),
+        ]
+    lst = "/api/v1/agents/%s/files?path=" % n
+    cases += [
+        ("list-dotdot", "GET", lst + "..", (400, 403)),
+        ("list-dotdot-deep", "GET", lst + "inner/../..", (400, 403)),
+        ("list-absolute", "GET", lst + "/etc", (400, 403)),
+        ("list-symlink", "GET", lst + "out", (400, 403)),
+        ("list-symlink-up", "GET", lst + "up", (400, 403)),
+        ("list-nul", "GET", lst + "a%00b", (0, 400)),
+        ("list-empty", "GET", lst, (400,)),
+        ("list-none", "GET", "/api/v1/agents/%s/files" % n, (400,)),
+        ("list-long", "GET", lst + "b" * 1200, (400, 414)),
+        ("alias-put-dotdot", "PUT", "/api/v1/agents/%s/fs/file?path=../evil" % n, (400, 403)),
+        ("alias-put-absolute", "PUT", "/api/v1/agents/%s/fs/file?path=/tmp/evil" % n, (400, 403)),
+        ("alias-put-symlink", "PUT", "/api/v1/agents/%s/fs/file?path=out/evil" % n, (400, 403)),
+        ("alias-mkdir-symlink", "POST", "/api/v1/agents/%s/fs/mkdir?path=out/evil" % n, (400, 403)),
+        ("alias-rm-symlink", "DELETE", "/api/v1/agents/%s/fs/file?path=out/passwd" % n, (400, 403)),
+        ("alias-read-symlink", "GET", "/api/v1/agents/%s/fs/file?path=out/passwd" % n, (400, 403)),
+    ]
+    for what, m, path, ok in cases:
+        st, raw = raw_request(m, path, b"evil\n" if m == "PUT" else None)
+        check(st in ok, "hostile %s %s %s: %d %r" % (what, m, path[:120], st, raw[:200]))
+        check(st == 0 or b"error" in raw, "hostile %s: no error named: %r" % (what, raw[:200]))
+    _, ag = api("GET", "/api/v1/agents/%s" % n)
+    check(ag["state"] == "running", "the hostile requests changed the agent: %s" % ag["state"])
+    after = tree(watch)
+    check(before == after, "something changed around the home: %r" %
+          sorted(set(after.items()) ^ set(before.items()))[:5])
+    check(set(os.listdir("/etc")) == etc_before, "/etc changed")
+    check(set(os.listdir(TMP)) == before_tmp, "the temporary directory changed")
+    check(not os.path.exists("/tmp/evil") and not os.path.exists("/etc/evil"), "evil landed outside")
+    check(os.path.isdir("/etc") and os.path.exists("/etc/passwd"), "/etc/passwd went away")
+    for x in os.listdir(home):
+        check("evil" not in x, "evil landed in the home: %s" % x)
+    print("hostile: %d requests refused" % len(cases))
+
+
+def raw_request(method, path, body):
+    """A request line written as is (no client normalisation); (status, body)."""
+    s = socket.create_connection(("127.0.0.1", API_PORT), timeout=30)
+    try:
+        head = "%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nConnection: close\r\n" % (
+            method, path, token())
+        head += "Content-Length: %d\r\n\r\n" % len(body or b"")
+        s.sendall(head.encode() + (body or b""))
+        data = b""
+        while True:
+            try:
+                b = s.recv(65536)
+            except ConnectionError:
+                break
+            if not b:
+                break
+            data += b
+    finally:
+        s.close()
+    if not data.startswith(b"HTTP/1."):
+        return 0, data
+    status = int(data.split(b" ", 2)[1])
+    return status, data.split(b"\r\n\r\n", 1)[-1]
+
+
+def s_exec(a):
+    n = a["name"]
+    for code in (0, 1, 42, 255):
+        j = exec_(n, "echo out$((%d+1)); echo err >&2; exit %d" % (code, code))
+        check(j["status"] == code and j["stdout"] == "out%d\n" % (code + 1) and j["stderr"] == "err\n"
+              and not j["timed_out"], "exec exit %d: %r" % (code, j))
+    t0 = time.time()
+    j = exec_(n, "sleep 30", timeout=1)
+    check(j["timed_out"] and time.time() - t0 < 15, "exec did not time out: %r" % j)
+    api("POST", "/api/v1/agents/%s/exec" % n, {"timeout": 1}, expect=400)
+
+
+def tunnel_conns():
+    out = subprocess.run(["ss", "-Htn", "state", "established", "dport", "= :%d" % TUNNEL_PORT],
+                         capture_output=True, text=True).stdout
+    return [l.split()[2] for l in out.splitlines() if l.strip()]
+
+
+def s_reconnect(a):
+    n = a["name"]
+    before = tunnel_conns()
+    check(len(before) == 1, "one tunnel connection expected, ss shows %r" % before)
+    #  A real RST on both ends of the live connection (needs CAP_NET_ADMIN).
+    r = subprocess.run(["ss", "-K", "-tn", "dport", "= :%d" % TUNNEL_PORT], capture_output=True, text=True)
+    check(r.returncode == 0, "ss -K failed: %s" % r.stderr)
+    deadline = time.time() + 30
+    after = []
+    while time.time() < deadline:
+        after = tunnel_conns()
+        if after and after != before:
+            break
+        time.sleep(0.2)
+    check(after and after != before, "sandboxd did not redial: %r -> %r" % (before, after))
+    deadline = time.time() + 30
+    j = None
+    while time.time() < deadline:
+        st, j = api("POST", "/api/v1/agents/%s/exec" % n, {"cmd": "echo back$((40+2))"}, expect=None)
+        if st == 200:
+            break
+        time.sleep(0.5)
+    check(j and j.get("stdout") == "back42\n", "exec after the reconnect: %r" % j)
+    out, _ = terminal(n, "echo again$((6*7))\n", "again42")
+    check(b"again42" in out, "terminal after the reconnect: %r" % out[-200:])
+    with open(LOG) as f:
+        log = f.read()
+    check("sandboxd connected" in log and "tunnel connection" in log, "the log does not show the reconnect")
+
+
+def tunnel_status(agent_id, tok):
+    async def go():
+        uri = "ws://127.0.0.1:%d/tunnel" % TUNNEL_PORT
+        try:
+            ws = await websockets.connect(uri, subprotocols=["agenthold-tunnel"], open_timeout=5,
+                                          extra_headers={"Authorization": "Bearer " + tok,
+                                                         "X-Agenthold-Agent": agent_id})
+        except websockets.exceptions.InvalidStatusCode as e:
+            return e.status_code
+        await ws.close()
+        return 101
+    return asyncio.run(go())
+
+
+def s_token(a):
+    with open(os.path.join(DATA, "fake", a["id"], "boot.json")) as f:
+        boot = json.load(f)
+    forged = "%064x" % random.Random(7).getrandbits(256)
+    check(tunnel_status(a["id"], forged) == 401, "a forged token was not refused with 401")
+    check(tunnel_status(a["id"], "") == 401, "an empty token was not refused with 401")
+    check(tunnel_status("nosuchagent", boot["token"]) == 401, "another agent's id was not refused")
+    #  A restart makes a fresh token: the old one is stale.
+    api("POST", "/api/v1/agents/%s/stop?wait=1" % a["name"], timeout=120)
+    api("POST", "/api/v1/agents/%s/start?wait=1" % a["name"], timeout=120)
+    with open(os.path.join(DATA, "fake", a["id"], "boot.json")) as f:
+        fresh = json.load(f)["token"]
+    check(fresh != boot["token"], "a start did not make a fresh token")
+    check(tunnel_status(a["id"], boot["token"]) == 401, "a stale token was not refused with 401")
+
+
+def cli(*args, timeout=60):
+    p = subprocess.run([BIN] + list(args), env=ENV, cwd=TMP, capture_output=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def s_cli(a):
+    n = a["name"]
+    rc, out, err = cli("exec", n, "--", "sh", "-c", "echo cli-out; echo cli-err >&2; exit 9")
+    check(rc == 9 and out == b"cli-out\n" and err == b"cli-err\n", "agenthold exec: %d %r %r" % (rc, out, err))
+    rc, out, err = cli("exec", n, "--", "echo", "a b", "$HOME")
+    check(rc == 0 and out == b"a b $HOME\n", "agenthold exec quoting: %d %r %r" % (rc, out, err))
+    rc, out, err = cli("exec", "--timeout", "1", n, "--", "sleep 20")
+    check(rc == 124 and b"timed out" in err, "agenthold exec timeout: %d %r" % (rc, err))
+    local = os.path.join(TMP, "cli-up.bin")
+    with open(local, "wb") as f:
+        f.write(random.Random(3).randbytes(5 << 20))
+    rc, out, err = cli("fs", "mkdir", n, "clidir/deep", "-p")
+    check(rc == 0, "agenthold fs mkdir: %d %r" % (rc, err))
+    rc, out, err = cli("fs", "put", n, "clidir/deep/up.bin", local)
+    check(rc == 0, "agenthold fs put: %d %r" % (rc, err))
+    back = os.path.join(TMP, "cli-down.bin")
+    rc, out, err = cli("fs", "get", n, "clidir/deep/up.bin", back)
+    check(rc == 0, "agenthold fs get: %d %r" % (rc, err))
+    with open(local, "rb") as f1, open(back, "rb") as f2:
+        check(f1.read() == f2.read(), "agenthold fs put/get: the bytes differ")
+    rc, out, err = cli("fs", "ls", n, "clidir/deep")
+    check(rc == 0 and b"up.bin" in out and b"5242880" in out, "agenthold fs ls: %r" % out)
+    rc, out, err = cli("fs", "rm", n, "clidir", "-r")
+    check(rc == 0 and not os.path.exists(os.path.join(home_of(a["id"]), "clidir")), "agenthold fs rm -r: %r" % err)
+    rc, out, err = cli("fs", "rm", n, "../../" + n)
+    check(rc == 1 and api("GET", "/api/v1/agents/%s" % n)[1]["state"] == "running", "fs rm ../../NAME: %r" % err)
+    rc, out, err = cli("fs", "get", n, "../etc/passwd", os.path.join(TMP, "evil"))
+    check(rc == 1 and err.startswith(b"agenthold fs get: ") and not os.path.exists(os.path.join(TMP, "evil"))
+          and not os.path.exists(os.path.join(TMP, "evil.part")), "agenthold fs get ..: %d %r" % (rc, err))
+    rc, out, err = cli("fs", "frob", n, "x")
+    check(rc == 2 and b"unknown operation" in err, "agenthold fs frob: %d %r" % (rc, err))
+    rc, out, err = cli("exec", "--help")
+    check(rc == 0 and b"usage: agenthold exec" in out, "agenthold exec --help: %r" % out)
+
+
+SCENARIOS = [("terminal", s_terminal), ("files", s_files), ("hostile", s_hostile), ("exec", s_exec),
+             ("cli", s_cli), ("reconnect", s_reconnect), ("token", s_token), ("big", s_big)]
+A_ID = None
+
+
+def main():
+    global A_ID
+    start_server()
+    _, a = api("POST", "/api/v1/agents?wait=1", {"name": "sbx1"}, expect=None, timeout=120)
+    check(a and a.get("id"), "create: %r" % a)
+    api("POST", "/api/v1/agents/sbx1/start?wait=1", expect=None, timeout=120)
+    _, a = api("GET", "/api/v1/agents/sbx1")
+    check(a["state"] == "running", "the agent is %s" % a["state"])
+    A_ID = a["id"]
+    for name, fn in SCENARIOS:
+        if ONLY and name not in ONLY:
+            continue
+        t0 = time.time()
+        fn(a)
+        print("ok %s (%.1f s)" % (name, time.time() - t0), flush=True)
+    print("e2e_sandbox: %d checks passed" % checks)
+
+
+if __name__ == "__main__":
+    rc = 1
+    try:
+        main()
+        rc = 0
+    except Fail as e:
+        print("FAIL: %s" % e, file=sys.stderr)
+        try:
+            with open(LOG) as f:
+                sys.stderr.write(f.read()[-6000:])
+        except OSError:
+            pass
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        shutil.rmtree(TMP, ignore_errors=True)
+    sys.exit(rc)
