@@ -7,6 +7,7 @@
     (its message on stderr, "agenthold: ..."), 2 bad usage.             */
 #include "cli/client.h"
 #include "cli/sbx.h"
+#include "cli/term.h"
 #include "cli/tap.h"
 #include "cli/turn.h"
 #include "server/config.h"
@@ -71,6 +72,8 @@ static const command_t s_commands [] = {
       "the agent does not fall asleep: wakes it first if it sleeps, renews the lease\n"
       "(default 60 s) every third of it, ends the turn when CMD exits or on\n"
       "SIGINT/SIGTERM, and exits with CMD's status.\n" },
+    { "term", "term NAME",
+      "A shell in NAME's sandbox on this terminal (raw mode); exits with its status.\n" },
     { "exec", "exec NAME [--timeout S] -- CMD...",
       "Run CMD in NAME's sandbox; its output to ours, exit with its status.\n" },
     { "fs", "fs ls|get|put|mkdir|rm NAME PATH [LOCAL]",
@@ -775,6 +778,8 @@ int main (int argc, char **argv)
         status = s_cmd_runtimes (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "exec"))
         status = ah_cli_exec (argc - 2, argv + 2, co.config);
+    else if (!strcmp (name, "term"))
+        status = ah_cli_term (argc - 2, argv + 2, co.config);
     else if (!strcmp (name, "fs"))
         status = ah_cli_fs (argc - 2, argv + 2, co.config);
     else if (!strcmp (name, "turn"))

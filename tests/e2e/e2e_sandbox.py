@@ -16,20 +16,27 @@ API, the terminal WebSocket, the tunnel port and the CLI:
              seen by both ends): sandboxd redials, channels work again
   token      a forged and a stale token on the tunnel port: 401
   cli        agenthold exec's status, agenthold fs put/get round trip
+  term       agenthold term on a pty: echo, resize (SIGWINCH), the shell's
+             status, settings restored (also on SIGTERM), piped input
 
 usage: e2e_sandbox.py AGENTHOLD_BINARY [SCENARIO...]
 Always kills what it started and removes its temporary directory."""
 import asyncio
+import fcntl
 import hashlib
 import http.client
 import json
 import os
 import random
+import select
+import signal
 import shutil
 import socket
 import subprocess
+import struct
 import sys
 import tempfile
+import termios
 import time
 import urllib.parse
 
@@ -511,8 +518,81 @@ def s_cli(a):
     check(rc == 0 and b"usage: agenthold exec" in out, "agenthold exec --help: %r" % out)
 
 
+def term_session(name, script, resize=None, kill=None):
+    """agenthold term on a pty of our own (the slave kept, to read its
+    settings afterwards). script: lines typed once output shows the
+    prompt, each after the last one's expected text. Returns (output,
+    exit status, termios before, termios after)."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    before = termios.tcgetattr(slave)
+
+    def ctty():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    p = subprocess.Popen([BIN, "term", name], env=ENV, cwd=TMP, stdin=slave, stdout=slave,
+                         stderr=slave, preexec_fn=ctty)
+    procs.append(p)
+    out = b""
+
+    def read_until(want, t):
+        nonlocal out
+        end = time.time() + t
+        while time.time() < end and (want is None or want not in out):
+            r, _, _ = select.select([master], [], [], 0.1)
+            if r:
+                try:
+                    out += os.read(master, 65536)
+                except OSError:
+                    return
+    read_until(b"#", 20)
+    for send, want in script:
+        if send == "RESIZE":
+            #  The kernel sends the pty's foreground group SIGWINCH.
+            fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", resize[0], resize[1], 0, 0))
+            time.sleep(0.5)
+            continue
+        if send == "KILL":
+            p.send_signal(kill)
+            break
+        os.write(master, send.encode())
+        read_until(want.encode() if want else None, 15)
+    try:
+        status = p.wait(20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        status = -1
+    read_until(None, 0.3)
+    after = termios.tcgetattr(slave)
+    os.close(master)
+    os.close(slave)
+    return out, status, before, after
+
+
+def s_term(a):
+    n = a["name"]
+    out, status, before, after = term_session(n, [
+        ("stty size; echo term$((6*7))\r", "term42"),
+        ("RESIZE", None),
+        ("stty size; exit 5\r", "logout")], resize=(33, 111))
+    check(b"term42" in out and b"24 80" in out, "agenthold term did not echo: %r" % out[-300:])
+    check(b"33 111" in out, "agenthold term did not pass the resize on: %r" % out[-300:])
+    check(status == 5, "agenthold term exited %d, the shell 5: %r" % (status, out[-300:]))
+    check(after == before, "agenthold term left the terminal's settings changed")
+    out, status, before, after = term_session(n, [("echo x$((6*7))\r", "x42"), ("KILL", None)],
+                                              kill=signal.SIGTERM)
+    check(status == 128 + signal.SIGTERM, "agenthold term on SIGTERM exited %d" % status)
+    check(after == before, "agenthold term left the terminal raw after SIGTERM")
+    p = subprocess.run([BIN, "term", n], env=ENV, cwd=TMP, input=b"echo piped$((6*7)); exit 4\n",
+                       capture_output=True, timeout=30)
+    check(p.returncode == 4 and b"piped42" in p.stdout, "agenthold term with piped input: %d %r"
+          % (p.returncode, p.stdout[-200:]))
+    rc, out, err = cli("term", "nosuch")
+    check(rc == 1 and b"no agent named 'nosuch'" in err, "agenthold term nosuch: %d %r" % (rc, err))
+
+
 SCENARIOS = [("terminal", s_terminal), ("files", s_files), ("hostile", s_hostile), ("exec", s_exec),
-             ("cli", s_cli), ("reconnect", s_reconnect), ("token", s_token), ("big", s_big)]
+             ("cli", s_cli), ("term", s_term), ("reconnect", s_reconnect), ("token", s_token), ("big", s_big)]
 A_ID = None
 
 

@@ -1,0 +1,11 @@
+/*  cli/term.h: `agenthold term NAME` (issue 3): our terminal, in raw
+    mode, on the API's terminal WebSocket (docs/cli.md).              */
+#ifndef AH_CLI_TERM_H
+#define AH_CLI_TERM_H
+
+//  argv: what follows "term". config: --config's file or NULL. Returns
+//  the shell's exit status (128+N when signal N ended it or us), 1 when
+//  the terminal could not open or broke, 2 bad usage.
+int ah_cli_term (int argc, char **argv, const char *config);
+
+#endif
