@@ -131,6 +131,9 @@ struct req_t {
     char *sbuf;
     size_t sbuf_len;
     bool broken;                    //  the channel ended early: close the connection
+    //  exec ?stream=1: records re-framed into sbuf, sent chunked (docs/api.md)
+    bool exec_stream, stream_end;
+    size_t ack_owed;                //  payload bytes received, not yet ACKed
     //  a terminal WebSocket (pty channel); output goes through sbuf
     bool is_ws;
     int cols, rows;
@@ -1027,6 +1030,14 @@ static int s_parse_query (req_t *r)
             }
             r->mode = (int) v;
         }
+        else if (streq (arg, "stream")) {
+            //  POST .../exec?stream=1: output as it comes (s_exec_stream_*)
+            if (!streq (value, "1") && !streq (value, "0") && !streq (value, "true") && !streq (value, "false")) {
+                s_respond_error (r, 400, "query 'stream' must be 0 or 1, got '%s'", value);
+                return -1;
+            }
+            r->exec_stream = streq (value, "1") || streq (value, "true");
+        }
         else if (streq (arg, "recursive") || streq (arg, "parents")) {
             bool yes = streq (value, "1") || streq (value, "true");
             if (!yes && !streq (value, "0") && !streq (value, "false")) {
@@ -1419,6 +1430,12 @@ static void s_exec_reply (self_t *self, req_t *r, ah_msg_t *msg)
     //  The deadline: the command's timeout and a margin.
     if (!s_chan_opened (self, r, msg, zclock_mono () + r->wait_s * 1000))
         return;
+    if (r->exec_stream) {
+        //  200 and the headers now; records follow as the command writes.
+        r->status = 200;
+        r->deadline_ms = 0;         //  sandboxd's timeout ends it; a lost tunnel closes it
+        lws_callback_on_writable (r->wsi);
+    }
     //  stdin as STDIN records (below the channel's credit: MAX_STDIN), then FIN.
     if (r->sbuf_len)
         s_records_send (self, r, 0, r->sbuf, r->sbuf_len);
@@ -1450,6 +1467,22 @@ static int s_exec_data (req_t *r, const uint8_t *p, size_t n, size_t *kept)
         }
         uint8_t kind = r->rec_head [0];
         size_t m = r->rec_left < n ? r->rec_left : n;
+        if (r->exec_stream && (kind == 1 || kind == 2) && m > 0) {
+            //  Re-framed as a record of its own (kind, u32 length, bytes).
+            if (r->sbuf_len + m + 5 > MAX_STREAM_BUF + (64u << 10))
+                return -1;          //  more than the credit allows
+            char *grown = realloc (r->sbuf, r->sbuf_len + m + 5);
+            if (!grown)
+                return -1;
+            r->sbuf = grown;
+            uint8_t *h = (uint8_t *) r->sbuf + r->sbuf_len;
+            h [0] = kind;
+            h [1] = (uint8_t) (m >> 24), h [2] = (uint8_t) (m >> 16), h [3] = (uint8_t) (m >> 8), h [4] = (uint8_t) m;
+            memcpy (r->sbuf + r->sbuf_len + 5, p, m);
+            r->sbuf_len += m + 5;
+            *kept += m;
+        }
+        else
         if (r->is_ws && kind == 1) {
             if (r->sbuf_len + m > MAX_STREAM_BUF)
                 return -1;          //  more than the credit allows
@@ -1492,6 +1525,35 @@ static int s_exec_data (req_t *r, const uint8_t *p, size_t n, size_t *kept)
         }
     }
     return 0;
+}
+
+//  exec ?stream=1: the last record, kind 4 with the exit as JSON, or
+//  kind 5 with {"error"} when the channel ended without an exit status.
+static void s_exec_stream_end (req_t *r, const char *error)
+{
+    ah_msg_t *exit = r->exited ? ah_msg_decode ("EXIT", r->exit_rec, r->exit_len, NULL) : NULL;
+    json_t *body = exit ? json_pack ("{s:I, s:I, s:b}",
+                                     "status", (json_int_t) ah_msg_int (exit, "status", -1),
+                                     "signal", (json_int_t) ah_msg_int (exit, "signal", 0),
+                                     "timed_out", ah_msg_bool (exit, "timed_out", false))
+                        : json_pack ("{s:s}", "error", error ? error : "the command's channel ended "
+                                     "before it exited");
+    ah_msg_destroy (&exit);
+    char *text = body ? json_dumps (body, JSON_COMPACT) : NULL;
+    json_decref (body);
+    size_t n = text ? strlen (text) : 0;
+    char *grown = realloc (r->sbuf, r->sbuf_len + n + 5);
+    if (grown) {
+        r->sbuf = grown;
+        uint8_t *h = (uint8_t *) r->sbuf + r->sbuf_len;
+        h [0] = r->exited ? 4 : 5;
+        h [1] = (uint8_t) (n >> 24), h [2] = (uint8_t) (n >> 16), h [3] = (uint8_t) (n >> 8), h [4] = (uint8_t) n;
+        memcpy (r->sbuf + r->sbuf_len + 5, text, n);
+        r->sbuf_len += n + 5;
+    }
+    free (text);
+    r->stream_end = true;
+    lws_callback_on_writable (r->wsi);
 }
 
 static void s_exec_done (self_t *self, req_t *r, const char *error)
@@ -1549,6 +1611,8 @@ static void s_on_chan (self_t *self, ah_msg_t *msg)
         if (s_exec_data (r, data, size, &kept) == 0) {
             if (size > kept)
                 s_chan_ack (self, chan, size - kept);
+            if (r->exec_stream)
+                r->ack_owed += kept;
             if (kept)
                 lws_callback_on_writable (r->wsi);
         }
@@ -1585,6 +1649,10 @@ static void s_on_chan (self_t *self, ah_msg_t *msg)
                 r->broken = true;
                 lws_callback_on_writable (r->wsi);
             }
+            return;                 //  stays linked until written
+        }
+        if (r->exec_stream && r->status == 200) {
+            s_exec_stream_end (r, error);
             return;                 //  stays linked until written
         }
         s_unlink (self, r);
@@ -2191,6 +2259,10 @@ static int s_split_key (req_t *r, const char *rest, const char **action)
 static void s_agent_route (self_t *self, req_t *r, const char *action)
 {
     method_t m = r->method;
+    if (r->exec_stream && !(action && streq (action, "exec"))) {
+        s_respond_error (r, 400, "query 'stream' goes with POST /api/v1/agents/{agent}/exec only");
+        return;
+    }
     if (!action) {
         if (m == M_GET) {
             json_t *agent = s_resolve (self, r);
@@ -2517,8 +2589,64 @@ static int s_stream_writeable (self_t *self, req_t *r)
     return 1;
 }
 
+//  exec ?stream=1: the headers, then sbuf's records in HTTP/1.1 chunks
+//  (framed here: the length is not known up front), the last one with
+//  the zero chunk. Payload bytes are ACKed as they are written.
+static int s_exec_stream_writeable (self_t *self, req_t *r)
+{
+    if (!r->headers_sent) {
+        uint8_t buf [LWS_PRE + 1024];
+        uint8_t *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
+        if (lws_add_http_common_headers (r->wsi, 200, "application/vnd.agenthold.exec-records",
+                                         LWS_ILLEGAL_HTTP_CONTENT_LEN, &p, end)
+        ||  lws_add_http_header_by_name (r->wsi, (const uint8_t *) "transfer-encoding:",
+                                         (const uint8_t *) "chunked", 7, &p, end)
+        ||  lws_finalize_write_http_header (r->wsi, start, &p, end))
+            return -1;
+        r->headers_sent = true;
+        if (r->sbuf_len || r->stream_end)
+            lws_callback_on_writable (r->wsi);
+        return 0;
+    }
+    if (r->sbuf_len == 0 && !r->stream_end)
+        return 0;
+    size_t n = r->sbuf_len > CHUNK ? CHUNK : r->sbuf_len;
+    bool last = r->stream_end && n == r->sbuf_len;
+    uint8_t out [LWS_PRE + CHUNK + 32];
+    size_t pos = 0;
+    if (n) {
+        pos = (size_t) snprintf ((char *) out + LWS_PRE, 16, "%zx\r\n", n);
+        memcpy (out + LWS_PRE + pos, r->sbuf, n);
+        pos += n;
+        memcpy (out + LWS_PRE + pos, "\r\n", 2);
+        pos += 2;
+    }
+    if (last) {
+        memcpy (out + LWS_PRE + pos, "0\r\n\r\n", 5);
+        pos += 5;
+    }
+    if (lws_write (r->wsi, out + LWS_PRE, pos, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < (int) pos)
+        return -1;
+    memmove (r->sbuf, r->sbuf + n, r->sbuf_len - n);
+    r->sbuf_len -= n;
+    size_t ack = n < r->ack_owed ? n : r->ack_owed;
+    if (ack && r->chan) {
+        s_chan_ack (self, r->chan, ack);
+        r->ack_owed -= ack;
+    }
+    if (last) {
+        s_req_reset (self, r);
+        return lws_http_transaction_completed (r->wsi) ? -1 : 0;
+    }
+    if (r->sbuf_len || r->stream_end)
+        lws_callback_on_writable (r->wsi);
+    return 0;
+}
+
 static int s_on_writeable (self_t *self, req_t *r)
 {
+    if (r->exec_stream && r->phase == PHASE_CHAN && r->status == 200)
+        return s_exec_stream_writeable (self, r);
     bool streaming = r->streaming && r->phase == PHASE_CHAN;
     if (!streaming && (r->phase != PHASE_RESPOND || !r->resp || r->hold))
         return 0;

@@ -8,6 +8,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +131,145 @@ static int s_quote (char *buf, size_t size, const char *word)
     return 0;
 }
 
+//  exec ?stream=1's answer: records (kind, u32 length, payload): 1
+//  stdout, 2 stderr, 4 the exit as JSON, 5 {"error"} (docs/api.md).
+typedef struct {
+    CURL *curl;
+    uint8_t head [5];
+    size_t head_have;
+    uint32_t left;
+    uint8_t kind;
+    char *rec;                      //  a kind 4/5 record's JSON (small)
+    size_t rec_len;
+    char *err;                      //  an error answer's body
+    size_t err_len;
+    int status, signal;
+    bool timed_out, bad;
+    char error [512];
+} exec_rx_t;
+
+static void s_exec_record_end (exec_rx_t *x)
+{
+    json_t *j = x->rec ? json_loadb (x->rec, x->rec_len, 0, NULL) : NULL;
+    if (x->kind == 4 && j) {
+        x->status = (int) json_integer_value (json_object_get (j, "status"));
+        x->signal = (int) json_integer_value (json_object_get (j, "signal"));
+        x->timed_out = json_is_true (json_object_get (j, "timed_out"));
+    }
+    else if (x->kind == 5)
+        snprintf (x->error, sizeof x->error, "%s", j && json_is_string (json_object_get (j, "error"))
+                  ? json_string_value (json_object_get (j, "error")) : "the command's channel broke");
+    json_decref (j);
+    free (x->rec);
+    x->rec = NULL;
+    x->rec_len = 0;
+}
+
+static size_t s_on_records (char *data, size_t size, size_t n, void *ud)
+{
+    exec_rx_t *x = ud;
+    size_t len = size * n;
+    long code = 0;
+    curl_easy_getinfo (x->curl, CURLINFO_RESPONSE_CODE, &code);
+    if (code >= 300) {
+        size_t take = x->err_len + len > MAX_ERR_BODY ? MAX_ERR_BODY - x->err_len : len;
+        char *grown = realloc (x->err, x->err_len + take + 1);
+        if (grown) {
+            x->err = grown;
+            memcpy (x->err + x->err_len, data, take);
+            x->err_len += take;
+            x->err [x->err_len] = 0;
+        }
+        return len;
+    }
+    const uint8_t *p = (const uint8_t *) data;
+    size_t left = len;
+    while (left > 0) {
+        if (x->head_have < 5) {
+            size_t m = 5 - x->head_have < left ? 5 - x->head_have : left;
+            memcpy (x->head + x->head_have, p, m);
+            x->head_have += m, p += m, left -= m;
+            if (x->head_have < 5)
+                break;
+            x->kind = x->head [0];
+            x->left = (uint32_t) x->head [1] << 24 | (uint32_t) x->head [2] << 16
+                    | (uint32_t) x->head [3] << 8 | x->head [4];
+            if (x->kind < 1 || x->kind > 5 || ((x->kind == 4 || x->kind == 5) && x->left > 65536)) {
+                x->bad = true;
+                return 0;
+            }
+        }
+        size_t m = x->left < left ? x->left : left;
+        if (x->kind == 1 || x->kind == 2) {
+            FILE *f = x->kind == 1 ? stdout : stderr;
+            if (m && fwrite (p, 1, m, f) != m)
+                return 0;
+            fflush (f);
+        }
+        else if (x->kind == 4 || x->kind == 5) {
+            char *grown = realloc (x->rec, x->rec_len + m + 1);
+            if (!grown)
+                return 0;
+            x->rec = grown;
+            memcpy (x->rec + x->rec_len, p, m);
+            x->rec_len += m;
+        }
+        x->left -= (uint32_t) m, p += m, left -= m;
+        if (x->left == 0) {
+            if (x->kind == 4 || x->kind == 5)
+                s_exec_record_end (x);
+            x->head_have = 0;
+        }
+    }
+    return len;
+}
+
+//  POST body (JSON) to path; the records go to stdout/stderr as they come.
+static int s_stream_call (ah_client_t *client, const char *path, const char *body, exec_rx_t *x)
+{
+    CURL *curl = curl_easy_init ();
+    if (!curl)
+        return 1;
+    size_t ulen = strlen (ah_client_url (client)) + strlen (path) + 1;
+    char *url = malloc (ulen);
+    char auth [600];
+    snprintf (url, ulen, "%s%s", ah_client_url (client), path);
+    snprintf (auth, sizeof auth, "Authorization: Bearer %s", ah_client_token (client));
+    struct curl_slist *hdrs = curl_slist_append (NULL, auth);
+    hdrs = curl_slist_append (hdrs, "Content-Type: application/json");
+    hdrs = curl_slist_append (hdrs, "Expect:");
+    x->curl = curl;
+    curl_easy_setopt (curl, CURLOPT_URL, url);
+    curl_easy_setopt (curl, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt (curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt (curl, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt (curl, CURLOPT_WRITEFUNCTION, s_on_records);
+    curl_easy_setopt (curl, CURLOPT_WRITEDATA, x);
+    CURLcode rc = curl_easy_perform (curl);
+    long code = 0;
+    curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, &code);
+    int status = 0;
+    if (code >= 300) {
+        json_t *j = x->err ? json_loads (x->err, 0, NULL) : NULL;
+        fprintf (stderr, "agenthold exec: %s\n", ah_client_error (j, code));
+        json_decref (j);
+        status = 1;
+    }
+    else if (x->bad) {
+        fprintf (stderr, "agenthold exec: the server's answer is not a record stream\n");
+        status = 1;
+    }
+    else if (rc != CURLE_OK) {
+        fprintf (stderr, "agenthold exec: %s: %s\n", url, curl_easy_strerror (rc));
+        status = 1;
+    }
+    free (x->err);
+    free (url);
+    curl_slist_free_all (hdrs);
+    curl_easy_cleanup (curl);
+    return status;
+}
+
 int ah_cli_exec (int argc, char **argv, const char *config)
 {
     const char *name = NULL, *timeout = NULL;
@@ -201,36 +341,35 @@ int ah_cli_exec (int argc, char **argv, const char *config)
         return 1;
     }
     char path [512] = "/api/v1/agents/";
-    s_encode (path, sizeof path - 8, name, false);
-    strcat (path, "/exec");
+    s_encode (path, sizeof path - 16, name, false);
+    strcat (path, "/exec?stream=1");
     json_t *body = json_pack ("{s:s, s:f}", "cmd", cmd, "timeout", t);
-    json_t *reply = s_call ("exec", client, "POST", path, body, (long) t + 60);
+    char *text = json_dumps (body, JSON_COMPACT);
     json_decref (body);
     free (cmd);
+    exec_rx_t rx = { .status = -1 };
+    int rc = s_stream_call (client, path, text, &rx);
+    free (text);
+    free (rx.rec);
     ah_client_destroy (&client);
-    if (!reply)
-        return 1;
-    const char *out = json_string_value (json_object_get (reply, "stdout"));
-    const char *err = json_string_value (json_object_get (reply, "stderr"));
-    if (out)
-        fwrite (out, 1, json_string_length (json_object_get (reply, "stdout")), stdout);
-    if (err)
-        fwrite (err, 1, json_string_length (json_object_get (reply, "stderr")), stderr);
     fflush (stdout);
-    int status = (int) json_integer_value (json_object_get (reply, "status"));
-    int sig = (int) json_integer_value (json_object_get (reply, "signal"));
-    bool timed_out = json_is_true (json_object_get (reply, "timed_out"));
-    if (json_is_true (json_object_get (reply, "stdout_truncated"))
-    ||  json_is_true (json_object_get (reply, "stderr_truncated")))
-        fprintf (stderr, "agenthold exec: output cut at the API's 1 MiB per stream\n");
-    json_decref (reply);
-    if (timed_out) {
+    if (rc)
+        return 1;
+    if (rx.error [0]) {
+        fprintf (stderr, "agenthold exec: %s\n", rx.error);
+        return 1;
+    }
+    if (rx.status < 0 && !rx.signal) {
+        fprintf (stderr, "agenthold exec: the answer ended without the command's exit status\n");
+        return 1;
+    }
+    if (rx.timed_out) {
         fprintf (stderr, "agenthold exec: timed out after %g s\n", t);
         return 124;
     }
-    if (sig > 0)
-        return 128 + sig;
-    return status >= 0 && status < 256 ? status : 1;
+    if (rx.signal > 0)
+        return 128 + rx.signal;
+    return rx.status >= 0 && rx.status < 256 ? rx.status : 1;
 }
 
 //  --------------------------------------------------------------------

@@ -12,6 +12,7 @@ API, the terminal WebSocket, the tunnel port and the CLI:
              very long, NUL, empty: refused with the status named, nothing
              written outside the home
   exec       exit codes, stderr, timeout
+  exec_stream  ?stream=1: output as it comes, 20 MiB whole, the exit record
   reconnect  the tunnel's TCP connection killed with `ss -K` (a real RST
              seen by both ends): sandboxd redials, channels work again
   token      a forged and a stale token on the tunnel port: 401
@@ -412,6 +413,63 @@ def s_exec(a):
     api("POST", "/api/v1/agents/%s/exec" % n, {"timeout": 1}, expect=400)
 
 
+def exec_stream(agent, cmd, timeout=30):
+    """POST exec?stream=1; yields (kind, payload, seconds since the request)."""
+    c = http.client.HTTPConnection("127.0.0.1", API_PORT, timeout=timeout + 30)
+    t0 = time.time()
+    c.request("POST", "/api/v1/agents/%s/exec?stream=1" % agent,
+              body=json.dumps({"cmd": cmd, "timeout": timeout}).encode(),
+              headers={"Authorization": "Bearer " + token(), "Content-Type": "application/json"})
+    r = c.getresponse()
+    check(r.status == 200 and r.getheader("Content-Type") == "application/vnd.agenthold.exec-records",
+          "exec?stream=1: %d %s" % (r.status, r.getheader("Content-Type")))
+
+    def exact(n):
+        b = b""
+        while len(b) < n:
+            x = r.read(n - len(b))
+            if not x:
+                raise Fail("exec?stream=1 ended inside a record")
+            b += x
+        return b
+    try:
+        while True:
+            h = r.read(5)
+            if not h:
+                return
+            if len(h) < 5:
+                h += exact(5 - len(h))
+            kind, n = h[0], int.from_bytes(h[1:5], "big")
+            yield kind, exact(n), time.time() - t0
+    finally:
+        c.close()
+
+
+def s_exec_stream(a):
+    n = a["name"]
+    recs = list(exec_stream(n, "echo first; sleep 2; echo second >&2; exit 6"))
+    kinds = [k for k, _, _ in recs]
+    check(kinds[-1] == 4 and json.loads(recs[-1][1]) == {"status": 6, "signal": 0, "timed_out": False},
+          "exec stream's end: %r" % recs[-1:])
+    first = [t for k, d, t in recs if k == 1 and b"first" in d]
+    check(first and recs[-1][2] - first[0] > 1.5, "the first line did not come before the end: %r" % recs)
+    check(any(k == 2 and d == b"second\n" for k, d, _ in recs), "no stderr record: %r" % recs)
+    #  20 MiB: over the buffered form's 1 MiB cap, streamed whole.
+    sha, size = hashlib.sha256(), 0
+    for k, d, _ in exec_stream(n, "head -c 20971520 /dev/zero | tr '\\0' 'z'"):
+        if k == 1:
+            sha.update(d)
+            size += len(d)
+        last = (k, d)
+    check(size == 20 << 20 and sha.hexdigest() == hashlib.sha256(b"z" * (20 << 20)).hexdigest(),
+          "exec stream of 20 MiB: %d bytes" % size)
+    check(last[0] == 4 and json.loads(last[1])["status"] == 0, "20 MiB end: %r" % (last,))
+    recs = list(exec_stream(n, "sleep 30", timeout=1))
+    check(recs[-1][0] == 4 and json.loads(recs[-1][1])["timed_out"], "exec stream timeout: %r" % recs[-1:])
+    st, raw = request("GET", "/api/v1/agents/%s?stream=1" % n)
+    check(st == 400, "stream on another route: %d" % st)
+
+
 def tunnel_conns():
     out = subprocess.run(["ss", "-Htn", "state", "established", "dport", "= :%d" % TUNNEL_PORT],
                          capture_output=True, text=True).stdout
@@ -592,6 +650,7 @@ def s_term(a):
 
 
 SCENARIOS = [("terminal", s_terminal), ("files", s_files), ("hostile", s_hostile), ("exec", s_exec),
+             ("exec_stream", s_exec_stream),
              ("cli", s_cli), ("term", s_term), ("reconnect", s_reconnect), ("token", s_token), ("big", s_big)]
 A_ID = None
 
