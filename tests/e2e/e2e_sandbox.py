@@ -160,8 +160,9 @@ def exec_(agent, cmd, timeout=30, expect=200):
                expect=expect, timeout=timeout + 30)[1]
 
 
-def terminal(agent, send, expect, tok=None, wait=20):
-    """Types send once the prompt is there; returns (output, close reason)."""
+def terminal(agent, send, expect, tok=None, wait=20, early=False):
+    """Types send once the prompt is there (early: at once, before any
+    output); returns (output, close reason)."""
     async def go():
         uri = "ws://127.0.0.1:%d/api/v1/agents/%s/terminal?token=%s" % (API_PORT, agent, tok or token())
         out = b""
@@ -169,6 +170,9 @@ def terminal(agent, send, expect, tok=None, wait=20):
             end = time.time() + wait
             sent = False
             reason = None
+            if early:
+                await ws.send(send.encode())
+                sent = True
             while time.time() < end:
                 try:
                     m = await asyncio.wait_for(ws.recv(), timeout=0.3)
@@ -194,6 +198,12 @@ def terminal(agent, send, expect, tok=None, wait=20):
 def s_terminal(a):
     out, _ = terminal(a["name"], "echo term$((6*7))\n", "term42")
     check(b"term42" in out, "the terminal did not echo: %r" % out[-300:])
+    #  Typed before the shell is up (sandboxd keeps what the pty does not
+    #  take yet): 20 KiB of no-ops, then lines whose output is not their echo.
+    early = (": " + "y" * 200 + "\n") * 100 + "echo early$((6*7)); echo late$((6*8))\n"
+    out, _ = terminal(a["name"], early, "late48", early=True, wait=30)
+    check(b"early42" in out and b"late48" in out, "keystrokes typed before the prompt were lost: %r"
+          % out[-300:])
     out, reason = terminal(a["name"], "exit 7\n", None, wait=10)
     check(reason is not None and "7" in reason, "the terminal's close did not carry exit 7: %r" % reason)
 
