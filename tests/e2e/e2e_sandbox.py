@@ -500,7 +500,8 @@ def s_reconnect(a):
         if after and after != before:
             break
         time.sleep(0.2)
-    check(after and after != before, "sandboxd did not redial: %r -> %r" % (before, after))
+    check(after and after != before, "sandboxd did not redial: %r -> %r (ss -K needs CAP_NET_ADMIN and a "
+          "kernel with CONFIG_INET_DIAG_DESTROY)" % (before, after))
     deadline = time.time() + 30
     j = None
     while time.time() < deadline:
