@@ -388,6 +388,9 @@ s_start_actors (self_t *self)
     if (s_start (self, "reconciler", ah_reconciler_actor, &self->reconciler_args))
         return -1;
     self->tunnel_args = (ah_tunnel_args_t) { .config = config, .db_path = self->db_path };
+    //  CPU samples at least as often as the sleeper judges (issue 5: short test intervals).
+    if (config->idle_check_interval_s * 1000 < AH_TUNNEL_STATS_INTERVAL_MS)
+        self->tunnel_args.stats_interval_ms = (int) (config->idle_check_interval_s * 1000);
     if (s_start (self, "tunnel", ah_tunnel_actor, &self->tunnel_args))
         return -1;
     self->sleeper_args = (ah_sleeper_args_t) { .config = config, .db_path = self->db_path };
