@@ -347,6 +347,7 @@ def s_hostile(a):
             ("symlink-out", m, base + "out/evil" + q, (400, 403, 404)),
             ("symlink-up", m, base + "up/evil" + q, (400, 403, 404)),
             ("long", m, base + long_name + q, (400, 414)),
+            ("long-component", m, base + "c" * 300 + q, (400,)),
             ("nul", m, base + "a%00b" + q, (0, 400)),
             ("empty", m, base + q, (400, 405)),
         ]
@@ -361,6 +362,7 @@ def s_hostile(a):
         ("list-empty", "GET", lst, (400,)),
         ("list-none", "GET", "/api/v1/agents/%s/files" % n, (400,)),
         ("list-long", "GET", lst + "b" * 1200, (400, 414)),
+        ("list-long-component", "GET", lst + "/".join(["d" * 300] * 3), (400,)),
         ("alias-put-dotdot", "PUT", "/api/v1/agents/%s/fs/file?path=../evil" % n, (400, 403)),
         ("alias-put-absolute", "PUT", "/api/v1/agents/%s/fs/file?path=/tmp/evil" % n, (400, 403)),
         ("alias-put-symlink", "PUT", "/api/v1/agents/%s/fs/file?path=out/evil" % n, (400, 403)),
