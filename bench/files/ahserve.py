@@ -10,12 +10,12 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
+import ahserver  # noqa: E402
 
 
 class BenchError(Exception):
@@ -24,21 +24,7 @@ class BenchError(Exception):
 
 def free_port(avoid=()):
     """A port of 18900-18999 that nobody listens on now."""
-    start = (os.getpid() * 7) % 100
-    for i in range(100):
-        port = 18900 + (start + i) % 100
-        if port in avoid:
-            continue
-        s = socket.socket()
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            s.close()
-    raise BenchError("no free port in 18900-18999")
+    return ahserver.free_port(18900, 18999, (os.getpid() * 7) % 100, avoid, fail=BenchError)
 
 
 class Server:
@@ -49,12 +35,7 @@ class Server:
         self.api_port = free_port()
         self.tunnel_port = free_port({self.api_port})
         self.url = "http://127.0.0.1:%d" % self.api_port
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTHOLD_")}
-        self.env.update({
-            "AGENTHOLD_SERVER_DATA_DIR": self.data,
-            "AGENTHOLD_SANDBOX_DRIVER": "fake",
-            "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % self.api_port,
-            "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:%d" % self.tunnel_port,
+        self.env = ahserver.server_env(self.data, self.api_port, self.tunnel_port, extra={
             "AGENTHOLD_TAP_ENDPOINT": "ipc://%s/tap" % self.tmp,
             "AGENTHOLD_LOG": "warn",
         })
@@ -81,19 +62,7 @@ class Server:
         self.proc = subprocess.Popen([self.binary, "serve"], env=self.env, cwd=self.tmp,
                                      stdout=log, stderr=log, start_new_session=True)
         log.close()
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise BenchError("the server exited at start with status %d:\n%s"
-                                 % (self.proc.returncode, self.log_tail()))
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        raise BenchError("the server did not answer /healthz within 20 s")
+        ahserver.wait_healthy(self.proc, self.api_port, fail=BenchError, tail=self.log_tail)
 
     def log_tail(self, n=30):
         try:
@@ -128,22 +97,13 @@ class Server:
 
     def token(self):
         if self._token is None:
-            with open(os.path.join(self.data, "admin.token")) as f:
-                self._token = f.read().strip()
+            self._token = ahserver.read_token(self.data)
         return self._token
 
     def call(self, method, path, body=None, timeout=120):
         """(status, parsed JSON or None)."""
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Authorization", "Bearer " + self.token())
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                status, text = r.status, r.read()
-        except urllib.error.HTTPError as e:
-            status, text = e.code, e.read()
+        status, text = ahserver.request(self.api_port, method, path, body, self.token(),
+                                        timeout=timeout)
         try:
             return status, json.loads(text) if text else None
         except ValueError:

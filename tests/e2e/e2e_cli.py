@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +23,9 @@ import urllib.error
 import urllib.request
 
 import websockets
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ahserver  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
 TMP = tempfile.mkdtemp(prefix="ah-e2e-cli-")
@@ -38,32 +40,13 @@ class Fail(Exception):
 
 def free_port(avoid=()):
     """A port of our range (18200-18299) that nobody listens on now."""
-    start = 18200 + (os.getpid() % 50) * 2
-    for i in range(100):
-        port = 18200 + (start - 18200 + i) % 100
-        if port in avoid:
-            continue
-        s = socket.socket()
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            s.close()
-    raise Fail("no free port in 18200-18299")
+    return ahserver.free_port(18200, 18299, (os.getpid() % 50) * 2, avoid, fail=Fail)
 
 
 API_PORT = free_port()
 TUNNEL_PORT = free_port({API_PORT})
 URL = "http://127.0.0.1:%d" % API_PORT
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("AGENTHOLD_")}
-ENV.update({
-    "AGENTHOLD_SERVER_DATA_DIR": os.path.join(TMP, "data"),
-    "AGENTHOLD_SANDBOX_DRIVER": "fake",
-    "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % API_PORT,
-    "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:%d" % TUNNEL_PORT,
+ENV = ahserver.server_env(os.path.join(TMP, "data"), API_PORT, TUNNEL_PORT, extra={
     "AGENTHOLD_TAP_ENDPOINT": "ipc://%s/tap" % TMP,
 })
 LOG = os.path.join(TMP, "server.log")
@@ -84,18 +67,7 @@ def start_server():
     log.flush()
     server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
     procs.append(server)
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        if server.poll() is not None:
-            raise Fail("the server exited at start with status %d" % server.returncode)
-        try:
-            with urllib.request.urlopen(URL + "/healthz", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.1)
-    raise Fail("the server did not answer /healthz within 20 s")
+    ahserver.wait_healthy(server, API_PORT, fail=Fail)
 
 
 def cli(*args, env=None, timeout=120):
@@ -127,8 +99,7 @@ def cli_fails(expect, *args, env=None):
 
 
 def token():
-    with open(os.path.join(TMP, "data", "admin.token")) as f:
-        return f.read().strip()
+    return ahserver.read_token(os.path.join(TMP, "data"))
 
 
 def http(method, path, body=None, tok=True, raw=None):

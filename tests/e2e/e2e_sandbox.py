@@ -43,6 +43,9 @@ import urllib.parse
 
 import websockets
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ahserver  # noqa: E402
+
 BIN = os.path.abspath(sys.argv[1])
 ONLY = set(sys.argv[2:])
 TMP = tempfile.mkdtemp(prefix="ah-e2e-sbx-")
@@ -64,57 +67,27 @@ def check(cond, what):
 
 
 def free_port(avoid=()):
-    start = 18200 + (os.getpid() % 50) * 2 + 1
-    for i in range(100):
-        port = 18200 + (start - 18200 + i) % 100
-        if port in avoid:
-            continue
-        s = socket.socket()
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            s.close()
-    raise Fail("no free port in 18200-18299")
+    return ahserver.free_port(18200, 18299, (os.getpid() % 50) * 2 + 1, avoid, fail=Fail)
 
 
 API_PORT = free_port()
 TUNNEL_PORT = free_port({API_PORT})
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("AGENTHOLD_")}
-ENV.update({
-    "AGENTHOLD_SERVER_DATA_DIR": DATA,
-    "AGENTHOLD_SANDBOX_DRIVER": "fake",
-    "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % API_PORT,
-    "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:%d" % TUNNEL_PORT,
+ENV = ahserver.server_env(DATA, API_PORT, TUNNEL_PORT, extra={
     "AGENTHOLD_TAP_ENDPOINT": "ipc://%s/tap" % TMP,
 })
 LOG = os.path.join(TMP, "server.log")
 
 
 def token():
-    with open(os.path.join(DATA, "admin.token")) as f:
-        return f.read().strip()
+    return ahserver.read_token(DATA)
 
 
 def request(method, path, body=None, headers=None, timeout=60):
     """(status, raw body bytes)."""
-    c = http.client.HTTPConnection("127.0.0.1", API_PORT, timeout=timeout)
-    h = {"Authorization": "Bearer " + token()}
-    h.update(headers or {})
-    if isinstance(body, (dict, list)):
-        body = json.dumps(body).encode()
-        h["Content-Type"] = "application/json"
     try:
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        return r.status, r.read()
+        return ahserver.request(API_PORT, method, path, body, token(), headers, timeout)
     except (ConnectionError, http.client.HTTPException) as e:
         return 0, str(e).encode()
-    finally:
-        c.close()
 
 
 def api(method, path, body=None, expect=200, timeout=60):
@@ -132,19 +105,8 @@ def start_server():
     log = open(LOG, "a")
     server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
     procs.append(server)
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        if server.poll() is not None:
-            raise Fail("the server exited at start with status %d" % server.returncode)
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", API_PORT, timeout=2)
-            c.request("GET", "/healthz")
-            if c.getresponse().status == 200:
-                return server
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise Fail("the server did not answer /healthz within 20 s")
+    ahserver.wait_healthy(server, API_PORT, fail=Fail)
+    return server
 
 
 def files(agent, path=""):

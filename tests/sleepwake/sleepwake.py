@@ -9,7 +9,6 @@ SCENARIO: untouched, terminal, turn, files, cpu, wake, lease, lua, cli.
 Every scenario asserts, and always kills the server and removes its
 temporary directory (the server's log goes to stderr on failure)."""
 import asyncio
-import http.client
 import json
 import os
 import shutil
@@ -25,6 +24,9 @@ import urllib.parse
 from datetime import datetime
 
 import websockets
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ahserver  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
 LUA_SRC = os.path.abspath(sys.argv[2])
@@ -52,30 +54,13 @@ def check(cond, what):
 
 
 def free_port(avoid=()):
-    start = (os.getpid() * 7) % 100
-    for i in range(100):
-        port = 18800 + (start + i) % 100
-        if port in avoid:
-            continue
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            s.close()
-    raise Fail("no free port in 18800-18899")
+    return ahserver.free_port(18800, 18899, (os.getpid() * 7) % 100, avoid, reuse=False,
+                              fail=Fail)
 
 
 API_PORT = free_port()
 TUNNEL_PORT = free_port({API_PORT})
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("AGENTHOLD_")}
-ENV.update({
-    "AGENTHOLD_SERVER_DATA_DIR": os.path.join(TMP, "data"),
-    "AGENTHOLD_SANDBOX_DRIVER": "fake",
-    "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % API_PORT,
-    "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:%d" % TUNNEL_PORT,
+ENV = ahserver.server_env(os.path.join(TMP, "data"), API_PORT, TUNNEL_PORT, extra={
     "AGENTHOLD_SANDBOX_IDLE_MINUTES": "0.05",
     "AGENTHOLD_SANDBOX_IDLE_CHECK_INTERVAL": "1s",
     "AGENTHOLD_POLICY_LUA_DIR": LUA_DIR,
@@ -87,37 +72,17 @@ def start_server():
     shutil.copytree(LUA_SRC, LUA_DIR)
     log = open(LOG, "a")
     server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        if server.poll() is not None:
-            raise Fail("the server exited at start with status %d" % server.returncode)
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", API_PORT, timeout=2)
-            c.request("GET", "/healthz")
-            if c.getresponse().status == 200:
-                TOKEN = open(os.path.join(TMP, "data", "admin.token")).read().strip()
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise Fail("the server did not answer /healthz within 20 s")
+    ahserver.wait_healthy(server, API_PORT, fail=Fail)
+    TOKEN = ahserver.read_token(os.path.join(TMP, "data"))
 
 
 def api(method, path, body=None, timeout=60, token=True):
-    c = http.client.HTTPConnection("127.0.0.1", API_PORT, timeout=timeout)
-    headers = {"Authorization": "Bearer " + TOKEN} if token else {}
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    c.request(method, path, body=data, headers=headers)
-    r = c.getresponse()
-    raw = r.read()
-    c.close()
+    status, raw = ahserver.request(API_PORT, method, path, body, TOKEN if token else None,
+                                   timeout=timeout)
     try:
-        return r.status, json.loads(raw) if raw else None
+        return status, json.loads(raw) if raw else None
     except ValueError:
-        return r.status, raw
+        return status, raw
 
 
 def ms(text):

@@ -1,0 +1,103 @@
+"""tests/lib/ahserver.py: what the Python drivers that start a real
+`agenthold serve` share: a free port of the caller's range, the server's
+AGENTHOLD_* environment, the wait for /healthz, the admin token, a call
+with the bearer token.
+
+Import it by path from the script's own location, e.g. from tests/X/:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+and from bench/X/ with "..", "..", "tests", "lib".
+
+What differs per caller stays a parameter: the port range and where the
+walk through it starts (tests running at the same time use different
+ranges and offsets), the exception class raised (each driver has its own
+Fail), the driver and the other settings."""
+import http.client
+import json
+import os
+import socket
+import time
+
+
+def free_port(lo, hi, start, avoid=(), reuse=True, fail=RuntimeError):
+    """A port of lo..hi (inclusive) that nobody listens on now, trying
+    them in turn from lo + start (wrapping round). reuse: bind with
+    SO_REUSEADDR, so a port in TIME_WAIT counts as free."""
+    n = hi - lo + 1
+    for i in range(n):
+        port = lo + (start + i) % n
+        if port in avoid:
+            continue
+        s = socket.socket()
+        try:
+            if reuse:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
+    raise fail("no free port in %d-%d" % (lo, hi))
+
+
+def server_env(data, api_port, tunnel_port, driver="fake", tunnel_host="127.0.0.1",
+               strip=True, extra=None):
+    """The environment of `agenthold serve`: the caller's own, without any
+    AGENTHOLD_* it has (strip), plus the data dir, driver and listeners."""
+    env = {k: v for k, v in os.environ.items() if not (strip and k.startswith("AGENTHOLD_"))}
+    env.update({
+        "AGENTHOLD_SERVER_DATA_DIR": data,
+        "AGENTHOLD_SANDBOX_DRIVER": driver,
+        "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % api_port,
+        "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "%s:%d" % (tunnel_host, tunnel_port),
+    })
+    env.update(extra or {})
+    return env
+
+
+def wait_healthy(proc, port, seconds=20, fail=RuntimeError, tail=None):
+    """Wait until GET /healthz on 127.0.0.1:port answers 200. Raises fail
+    when proc exits first (its status, plus tail() when given) or after
+    seconds."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise fail("the server exited at start with status %d%s"
+                       % (proc.returncode, (":\n" + tail()) if tail else ""))
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            try:
+                c.request("GET", "/healthz")
+                if c.getresponse().status == 200:
+                    return
+            finally:
+                c.close()
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise fail("the server did not answer /healthz within %d s" % seconds)
+
+
+def read_token(data):
+    """The admin token the server wrote into its data dir."""
+    with open(os.path.join(data, "admin.token")) as f:
+        return f.read().strip()
+
+
+def request(port, method, path, body=None, token=None, headers=None, timeout=60):
+    """One HTTP request to 127.0.0.1:port; returns (status, raw body).
+    body: bytes as they are, a dict or list as JSON (with its
+    Content-Type). token: sent as the bearer token. Connection errors are
+    raised to the caller."""
+    h = {"Authorization": "Bearer " + token} if token else {}
+    h.update(headers or {})
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+        h["Content-Type"] = "application/json"
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
