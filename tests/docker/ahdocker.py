@@ -21,6 +21,9 @@ import urllib.parse
 
 SOCK = os.environ.get("AH_TEST_DOCKER_SOCKET", "/var/run/docker.sock")
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import ahserver  # noqa: E402
+
 SKIP = 77
 
 
@@ -176,13 +179,9 @@ class Harness:
         self.extra_volumes = []
         self.extra_containers = []
         self.cleanups = []
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTHOLD_")}
-        self.env.update({
-            "AGENTHOLD_SERVER_DATA_DIR": self.data,
-            "AGENTHOLD_SANDBOX_DRIVER": "docker",
-            "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % self.api_port,
-            # All addresses: sandboxes reach the tunnel on their network's gateway.
-            "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": ":%d" % self.tunnel_port,
+        # All addresses for the tunnel: sandboxes reach it on their network's gateway.
+        self.env = ahserver.server_env(self.data, self.api_port, self.tunnel_port, driver="docker",
+                                       tunnel_host="", extra={
             "AGENTHOLD_SANDBOX_DEFAULT_IMAGE": self.tag,
             "AGENTHOLD_SANDBOX_DEFAULT_CPUS": "1",
             "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB": "128",
@@ -242,8 +241,7 @@ class Harness:
 
     # -- the server on the host --------------------------------------------
     def token(self):
-        with open(os.path.join(self.data, "admin.token")) as f:
-            return f.read().strip()
+        return ahserver.read_token(self.data)
 
     def start_server(self, extra_env=None, wait=True):
         log = open(self.log, "a")
@@ -257,21 +255,12 @@ class Harness:
         if wait:
             self.wait_healthy()
 
+    def port(self):
+        """The API's port, from self.url (a test may point it elsewhere)."""
+        return int(self.url.rsplit(":", 1)[1])
+
     def wait_healthy(self, seconds=20):
-        deadline = time.time() + seconds
-        while time.time() < deadline:
-            if self.server is not None and self.server.poll() is not None:
-                raise Fail("the server exited at start with status %d" % self.server.returncode)
-            try:
-                c = http.client.HTTPConnection(self.url[7:].split(":")[0],
-                                               int(self.url.rsplit(":", 1)[1]), timeout=2)
-                c.request("GET", "/healthz")
-                if c.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise Fail("the server did not answer /healthz within %d s" % seconds)
+        ahserver.wait_healthy(self.server, self.port(), seconds, fail=Fail)
 
     def kill_server(self):
         if self.server and self.server.poll() is None:
@@ -295,17 +284,14 @@ class Harness:
         return json.loads(p.stdout)
 
     def api(self, method, path, body=None, timeout=60):
-        host, port = self.url[7:].split(":")
-        c = http.client.HTTPConnection(host, int(port), timeout=timeout)
-        c.request(method, path, body=json.dumps(body) if body is not None else None,
-                  headers={"Authorization": "Bearer " + self.token(),
-                           "Content-Type": "application/json"})
-        r = c.getresponse()
-        text = r.read()
+        status, text = ahserver.request(self.port(), method, path,
+                                        json.dumps(body) if body is not None else None,
+                                        self.token(), {"Content-Type": "application/json"},
+                                        timeout)
         try:
-            return r.status, json.loads(text) if text else None
+            return status, json.loads(text) if text else None
         except ValueError:
-            return r.status, None
+            return status, None
 
     def wait_state(self, name, want, seconds=20):
         deadline = time.time() + seconds

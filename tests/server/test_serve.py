@@ -32,6 +32,9 @@ import urllib.request
 
 import zmq
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ahserver  # noqa: E402
+
 # Everything after "--" is the server command (`agenthold serve`).
 COMMAND = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else sys.argv[1:2]
 API_PORT = 18531          # this test's range: 18530-18539
@@ -51,14 +54,9 @@ class Server:
         self.data_dir = data_dir
         self.log_path = os.path.join(os.path.dirname(data_dir), name + ".log")
         self.out_path = os.path.join(os.path.dirname(data_dir), name + ".out")
-        env = dict(os.environ)
-        env.update({
-            "AGENTHOLD_SERVER_DATA_DIR": data_dir,
-            "AGENTHOLD_SANDBOX_DRIVER": "fake",
-            "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % API_PORT,
-            "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:18532",
-            "AGENTHOLD_LOG": "debug",
-        })
+        # The caller's AGENTHOLD_* are kept (strip=False), as before.
+        env = ahserver.server_env(data_dir, API_PORT, 18532, strip=False,
+                                  extra={"AGENTHOLD_LOG": "debug"})
         env.update(env_extra or {})
         self.log = open(self.log_path, "wb")
         self.out = open(self.out_path, "wb")
