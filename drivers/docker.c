@@ -10,6 +10,7 @@
 
     Errors are sentences: "<what was being done>: <why> (Docker: <the
     engine's message>)".                                                 */
+#include "common/str.h"
 #include "drivers/docker.h"
 #include "store/store.h"
 #include "common/log.h"
@@ -65,18 +66,6 @@ typedef struct {
 
 //  -------------------------------------------------------------------------
 //  Small helpers
-
-static char *
-s_strdupf (const char *fmt, ...)
-{
-    va_list ap;
-    va_start (ap, fmt);
-    char *s = NULL;
-    if (vasprintf (&s, fmt, ap) < 0)
-        s = NULL;
-    va_end (ap);
-    return s;
-}
 
 static void
 s_set_err (char **err, const char *fmt, ...)
@@ -301,7 +290,7 @@ s_url (self_t *self, const char *what, const char *path, char **err)
     pthread_mutex_lock (&self->lock);
     snprintf (version, sizeof version, "%s", self->api_version);
     pthread_mutex_unlock (&self->lock);
-    char *url = s_strdupf ("http://docker/v%s%s", version, path);
+    char *url = ah_strf ("http://docker/v%s%s", version, path);
     if (!url)
         s_set_err (err, "%s: out of memory", what);
     return url;
@@ -513,7 +502,7 @@ s_detect_server_container (self_t *self, char **err)
     char *full_id = NULL;
     if (candidate) {
         char *esc = curl_easy_escape (NULL, candidate, 0);
-        char *path = s_strdupf ("/containers/%s/json", esc ? esc : "");
+        char *path = ah_strf ("/containers/%s/json", esc ? esc : "");
         curl_free (esc);
         json_t *j = NULL;
         char *msg = NULL, *cerr = NULL;
@@ -659,7 +648,7 @@ s_subnet_for (self_t *self, const char *agent_id, const uint32_t *skip, size_t n
     }
     uint32_t base = self->pool_base + pick * size;
     char *ip = s_ip_string (base);
-    char *cidr = ip ? s_strdupf ("%s/%d", ip, self->subnet_bits) : NULL;
+    char *cidr = ip ? ah_strf ("%s/%d", ip, self->subnet_bits) : NULL;
     free (ip);
     sqlite3_stmt *ins = ah_store_prepare (store,
         "INSERT INTO networks (agent_id, subnet) VALUES (:agent_id, :subnet)");
@@ -744,10 +733,10 @@ s_network_create (self_t *self, const char *agent_id, uint32_t base, char **err)
 {
     char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
     s_names (self, agent_id, container, volume, network);
-    char *what = s_strdupf ("creating network %s", network);
+    char *what = ah_strf ("creating network %s", network);
     char *ip = s_ip_string (base);
     char *gw = s_ip_string (base + 1);
-    char *subnet = s_strdupf ("%s/%d", ip, self->subnet_bits);
+    char *subnet = ah_strf ("%s/%d", ip, self->subnet_bits);
     json_t *req = json_pack ("{s:s s:s s:b s:b s:b s:{s:s s:[{s:s s:s}]} s:o}",
         "Name", network, "Driver", "bridge", "Internal", 1, "CheckDuplicate", 1,
         "Attachable", 0,
@@ -765,7 +754,7 @@ s_network_create (self_t *self, const char *agent_id, uint32_t base, char **err)
     if (st == 409) {
         //  It exists already (a retried create or rebuild): fine if it is ours
         //  on the same subnet.
-        char *path = s_strdupf ("/networks/%s", network);
+        char *path = ah_strf ("/networks/%s", network);
         json_t *j = NULL;
         call_t get = { .what = what, .method = "GET" };
         char *m2 = NULL;
@@ -813,13 +802,13 @@ s_network_join_server (self_t *self, const char *agent_id, uint32_t base, char *
         return 0;
     char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
     s_names (self, agent_id, container, volume, network);
-    char *what = s_strdupf ("connecting the server's container to network %s", network);
+    char *what = ah_strf ("connecting the server's container to network %s", network);
     char *addr = s_ip_string (base + 2);
     json_t *req = json_pack ("{s:s s:{s:{s:s}}}", "Container", server,
                              "EndpointConfig", "IPAMConfig", "IPv4Address", addr);
     char *body = json_dumps (req, JSON_COMPACT);
     json_decref (req);
-    char *path = s_strdupf ("/networks/%s/connect", network);
+    char *path = ah_strf ("/networks/%s/connect", network);
     call_t call = { .what = what, .method = "POST", .body = body, .body_size = strlen (body) };
     char *msg = NULL;
     long st = s_call (self, &call, path, NULL, &msg, err);
@@ -846,13 +835,13 @@ s_network_remove (self_t *self, const char *agent_id, char **err)
 {
     char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
     s_names (self, agent_id, container, volume, network);
-    char *what = s_strdupf ("removing network %s", network);
+    char *what = ah_strf ("removing network %s", network);
     char *server = s_server_container (self);
     if (server) {
         json_t *req = json_pack ("{s:s s:b}", "Container", server, "Force", 1);
         char *body = json_dumps (req, JSON_COMPACT);
         json_decref (req);
-        char *path = s_strdupf ("/networks/%s/disconnect", network);
+        char *path = ah_strf ("/networks/%s/disconnect", network);
         call_t call = { .what = what, .method = "POST", .body = body, .body_size = strlen (body) };
         char *msg = NULL;
         s_call (self, &call, path, NULL, &msg, NULL);   //  not connected / absent: fine
@@ -861,7 +850,7 @@ s_network_remove (self_t *self, const char *agent_id, char **err)
         free (body);
         free (server);
     }
-    char *path = s_strdupf ("/networks/%s", network);
+    char *path = ah_strf ("/networks/%s", network);
     simple_t how = { .method = "DELETE", .ok1 = 204, .ok2 = 200, .absent_ok = true };
     int rc = s_simple (self, &how, what, path, err);
     free (path);
@@ -907,8 +896,8 @@ s_container_remove (self_t *self, const char *agent_id, char **err)
 {
     char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
     s_names (self, agent_id, container, volume, network);
-    char *what = s_strdupf ("removing container %s", container);
-    char *path = s_strdupf ("/containers/%s?force=true&v=false", container);
+    char *what = ah_strf ("removing container %s", container);
+    char *path = ah_strf ("/containers/%s?force=true&v=false", container);
     //  409 "removal already in progress": someone else is removing it.
     simple_t how = { .method = "DELETE", .ok1 = 204, .ok2 = 409, .absent_ok = true, .timeout_s = 60 };
     int rc = s_simple (self, &how, what, path, err);
@@ -983,8 +972,8 @@ s_container_create (self_t *self, const ah_sandbox_spec_t *spec, uint32_t base, 
     json_decref (req);
     free (addr);
 
-    char *what = s_strdupf ("creating container %s", container);
-    char *path = s_strdupf ("/containers/create?name=%s", container);
+    char *what = ah_strf ("creating container %s", container);
+    char *path = ah_strf ("/containers/create?name=%s", container);
     call_t call = { .what = what, .method = "POST", .body = body, .body_size = body ? strlen (body) : 0 };
     int rc = -1;
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -1109,7 +1098,7 @@ s_deploy_sandboxd (self_t *self, const char *image, char **err)
     pthread_mutex_unlock (&self->lock);
     if (done)
         return 0;
-    char *what = s_strdupf ("copying sandboxd (%s) into volume %s", c->sandboxd_path,
+    char *what = ah_strf ("copying sandboxd (%s) into volume %s", c->sandboxd_path,
                             c->sandboxd_volume);
     int rc = -1;
     char *data = NULL, *body = NULL, *path = NULL, *msg = NULL;
@@ -1145,7 +1134,7 @@ s_deploy_sandboxd (self_t *self, const char *image, char **err)
         json_pack ("{s:s s:s}", "agenthold.managed", "true", "agenthold.prefix", self->prefix));
     body = json_dumps (req, JSON_COMPACT);
     json_decref (req);
-    path = s_strdupf ("/containers/create?name=%s", helper);
+    path = ah_strf ("/containers/create?name=%s", helper);
     call_t create = { .what = what, .method = "POST", .body = body, .body_size = body ? strlen (body) : 0 };
     long st = s_call (self, &create, path, NULL, &msg, err);
     if (st == 404) {
@@ -1161,7 +1150,7 @@ s_deploy_sandboxd (self_t *self, const char *image, char **err)
     tar_entry_t entry = { "sandboxd", '0', 0755, data, size };
     tar = s_tar (&entry, 1, &tar_size);
     free (path);
-    path = s_strdupf ("/containers/%s/archive?path=%%2Fopt%%2Fagenthold", helper);
+    path = ah_strf ("/containers/%s/archive?path=%%2Fopt%%2Fagenthold", helper);
     call_t put = { .what = what, .method = "PUT", .body = (const char *) tar, .body_size = tar_size,
                    .content_type = "application/x-tar" };
     free (msg);
@@ -1173,7 +1162,7 @@ s_deploy_sandboxd (self_t *self, const char *image, char **err)
     if (st > 0)
         s_status_err (err, what, st, msg);
     free (path);
-    path = s_strdupf ("/containers/%s?force=true&v=false", helper);
+    path = ah_strf ("/containers/%s?force=true&v=false", helper);
     simple_t how = { .method = "DELETE", .ok1 = 204, .ok2 = 200, .absent_ok = true };
     s_simple (self, &how, "removing the sandboxd copy helper", path, NULL);
     if (rc == 0) {
@@ -1246,8 +1235,8 @@ s_deploy_for_start (self_t *self, const char *container, char **err)
     pthread_mutex_unlock (&self->lock);
     if (!needed)
         return 0;
-    char *what = s_strdupf ("starting container %s", container);
-    char *path = s_strdupf ("/containers/%s/json", container);
+    char *what = ah_strf ("starting container %s", container);
+    char *path = ah_strf ("/containers/%s/json", container);
     call_t call = { .what = what, .method = "GET" };
     json_t *j = NULL;
     char *msg = NULL;
@@ -1295,7 +1284,7 @@ s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     char *server = s_server_container (self);
     char *host = s_ip_string (base + (server ? 2 : 1));
     free (server);
-    char *url = s_strdupf ("ws://%s:%d/tunnel", host, boot->tunnel_port);
+    char *url = ah_strf ("ws://%s:%d/tunnel", host, boot->tunnel_port);
     free (host);
     json_t *j = json_pack ("{s:s s:s s:s}", "agent_id", boot->agent_id, "token", boot->token,
                            "tunnel_url", url);
@@ -1309,8 +1298,8 @@ s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
         s_set_err (err, "starting container %s: out of memory composing boot.json", container);
         return -1;
     }
-    char *what = s_strdupf ("writing /etc/agenthold/boot.json into container %s", container);
-    char *path = s_strdupf ("/containers/%s/archive?path=%%2F", container);
+    char *what = ah_strf ("writing /etc/agenthold/boot.json into container %s", container);
+    char *path = ah_strf ("/containers/%s/archive?path=%%2F", container);
     call_t put = { .what = what, .method = "PUT", .body = (const char *) tar, .body_size = tar_size,
                    .content_type = "application/x-tar" };
     char *msg = NULL;
@@ -1330,8 +1319,8 @@ s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     if (st != 200)
         return -1;
 
-    what = s_strdupf ("starting container %s", container);
-    path = s_strdupf ("/containers/%s/start", container);
+    what = ah_strf ("starting container %s", container);
+    path = ah_strf ("/containers/%s/start", container);
     simple_t how = { .method = "POST", .ok1 = 204, .ok2 = 304 };
     rc = s_simple (self, &how, what, path, err);
     free (path);
@@ -1347,8 +1336,8 @@ s_stop (ah_driver_t *driver, const char *agent_id, char **err)
         return -1;
     char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
     s_names (self, agent_id, container, volume, network);
-    char *what = s_strdupf ("stopping container %s", container);
-    char *path = s_strdupf ("/containers/%s/stop?t=5", container);
+    char *what = ah_strf ("stopping container %s", container);
+    char *path = ah_strf ("/containers/%s/stop?t=5", container);
     simple_t how = { .method = "POST", .ok1 = 204, .ok2 = 304, .timeout_s = 60 };
     int rc = s_simple (self, &how, what, path, err);
     free (path);
@@ -1368,8 +1357,8 @@ s_destroy (ah_driver_t *driver, const char *agent_id, char **err)
         return -1;
     char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
     s_names (self, agent_id, container, volume, network);
-    char *what = s_strdupf ("removing volume %s", volume);
-    char *path = s_strdupf ("/volumes/%s?force=true", volume);
+    char *what = ah_strf ("removing volume %s", volume);
+    char *path = ah_strf ("/volumes/%s?force=true", volume);
     simple_t how = { .method = "DELETE", .ok1 = 204, .ok2 = 200, .absent_ok = true };
     int rc = s_simple (self, &how, what, path, err);
     free (path);
@@ -1389,8 +1378,8 @@ s_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *statu
     status->exit_code = -1;
     char container [MAX_NAME], volume [MAX_NAME], network [MAX_NAME];
     s_names (self, agent_id, container, volume, network);
-    char *what = s_strdupf ("inspecting container %s", container);
-    char *path = s_strdupf ("/containers/%s/json", container);
+    char *what = ah_strf ("inspecting container %s", container);
+    char *path = ah_strf ("/containers/%s/json", container);
     call_t call = { .what = what, .method = "GET" };
     char *msg = NULL;
     json_t *j = NULL;
@@ -1400,7 +1389,7 @@ s_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *statu
         //  No container. Say whether the home survives: lifecycle repairs
         //  that with a rebuild, where nothing at all means recreate.
         free (path);
-        path = s_strdupf ("/volumes/%s", volume);
+        path = ah_strf ("/volumes/%s", volume);
         call_t vol = { .what = what, .method = "GET" };
         char *m2 = NULL;
         long vst = s_call (self, &vol, path, NULL, &m2, NULL);
@@ -1476,11 +1465,11 @@ s_list (ah_driver_t *driver, char ***ids_p, char **err)
     const char *kinds [] = { "containers", "networks", "volumes" };
     int rc = 0;
     for (int k = 0; k < 3 && rc == 0; k++) {
-        char *what = s_strdupf ("listing the sandboxes' %s", kinds [k]);
-        char *path = s_strdupf ("/%s%s?filters=%s", kinds [k], k == 0 ? "/json" : "",
+        char *what = ah_strf ("listing the sandboxes' %s", kinds [k]);
+        char *path = ah_strf ("/%s%s?filters=%s", kinds [k], k == 0 ? "/json" : "",
                                 filters);
         if (k == 0) {
-            char *all = s_strdupf ("%s&all=1", path);
+            char *all = ah_strf ("%s&all=1", path);
             free (path);
             path = all;
         }
@@ -1660,7 +1649,7 @@ s_watch (ah_driver_t *driver,
 {
     self_t *self = driver->impl;
     char *filters = s_filters (self->prefix, true);
-    char *path = filters ? s_strdupf ("/events?filters=%s", filters) : NULL;
+    char *path = filters ? ah_strf ("/events?filters=%s", filters) : NULL;
     free (filters);
     char *url = path ? s_url (self, "following the engine's events", path, err) : NULL;
     free (path);
@@ -1738,8 +1727,8 @@ s_image_exists (ah_driver_t *driver, const char *image, bool *exists, char **err
         s_set_err (err, "looking up image '%s': not a valid image reference", image ? image : "");
         return -1;
     }
-    char *what = s_strdupf ("looking up image '%s'", image);
-    char *path = s_strdupf ("/images/%s/json", image);
+    char *what = ah_strf ("looking up image '%s'", image);
+    char *path = ah_strf ("/images/%s/json", image);
     call_t call = { .what = what, .method = "GET" };
     char *msg = NULL;
     long st = s_call (self, &call, path, NULL, &msg, err);
@@ -1772,12 +1761,12 @@ s_tarbuf_add (tarbuf_t *t, const char *name, char type, unsigned mode, const voi
               size_t size, const char *link)
 {
     if (strlen (name) > 99 || (link && strlen (link) > 99)) {
-        t->err = s_strdupf ("the name '%s' is longer than 99 characters", name);
+        t->err = ah_strf ("the name '%s' is longer than 99 characters", name);
         return -1;
     }
     size_t need = t->size + 512 + (size + 511) / 512 * 512 + 1024;
     if (need > MAX_CONTEXT) {
-        t->err = s_strdupf ("the build context is larger than %u MiB", MAX_CONTEXT >> 20);
+        t->err = ah_strf ("the build context is larger than %u MiB", MAX_CONTEXT >> 20);
         return -1;
     }
     if (need > t->cap) {
@@ -1817,14 +1806,14 @@ s_tarbuf_file (tarbuf_t *t, const char *name, const char *path)
     FILE *f = fopen (path, "rb");
     struct stat sb;
     if (!f || fstat (fileno (f), &sb) || !S_ISREG (sb.st_mode)) {
-        t->err = s_strdupf ("cannot read %s: %s", path, f ? "not a regular file" : strerror (errno));
+        t->err = ah_strf ("cannot read %s: %s", path, f ? "not a regular file" : strerror (errno));
         if (f)
             fclose (f);
         return -1;
     }
     if ((uint64_t) sb.st_size > MAX_CONTEXT) {
         fclose (f);
-        t->err = s_strdupf ("%s is larger than %u MiB", path, MAX_CONTEXT >> 20);
+        t->err = ah_strf ("%s is larger than %u MiB", path, MAX_CONTEXT >> 20);
         return -1;
     }
     char *data = malloc (sb.st_size ? sb.st_size : 1);
@@ -1835,7 +1824,7 @@ s_tarbuf_file (tarbuf_t *t, const char *name, const char *path)
         t->err = strdup ("out of memory");
     else
     if (got != (size_t) sb.st_size)
-        t->err = s_strdupf ("cannot read %s: short read", path);
+        t->err = ah_strf ("cannot read %s: short read", path);
     else
         rc = s_tarbuf_add (t, name, '0', sb.st_mode & 0777, data, got, NULL);
     free (data);
@@ -1846,13 +1835,13 @@ static int
 s_tarbuf_dir (tarbuf_t *t, const char *dir, const char *rel, int depth)
 {
     if (depth > 16) {
-        t->err = s_strdupf ("the build context under %s is nested too deep", dir);
+        t->err = ah_strf ("the build context under %s is nested too deep", dir);
         return -1;
     }
-    char *full = *rel ? s_strdupf ("%s/%s", dir, rel) : strdup (dir);
+    char *full = *rel ? ah_strf ("%s/%s", dir, rel) : strdup (dir);
     DIR *d = full ? opendir (full) : NULL;
     if (!d) {
-        t->err = s_strdupf ("cannot read the build context %s: %s", full ? full : dir, strerror (errno));
+        t->err = ah_strf ("cannot read the build context %s: %s", full ? full : dir, strerror (errno));
         free (full);
         return -1;
     }
@@ -1861,16 +1850,16 @@ s_tarbuf_dir (tarbuf_t *t, const char *dir, const char *rel, int depth)
     while (rc == 0 && (e = readdir (d))) {
         if (!strcmp (e->d_name, ".") || !strcmp (e->d_name, ".."))
             continue;
-        char *name = *rel ? s_strdupf ("%s/%s", rel, e->d_name) : strdup (e->d_name);
-        char *path = s_strdupf ("%s/%s", full, e->d_name);
+        char *name = *rel ? ah_strf ("%s/%s", rel, e->d_name) : strdup (e->d_name);
+        char *path = ah_strf ("%s/%s", full, e->d_name);
         struct stat sb;
         if (!name || !path || lstat (path, &sb)) {
-            t->err = s_strdupf ("cannot read %s: %s", path ? path : "?", strerror (errno));
+            t->err = ah_strf ("cannot read %s: %s", path ? path : "?", strerror (errno));
             rc = -1;
         }
         else
         if (S_ISDIR (sb.st_mode)) {
-            char *dname = s_strdupf ("%s/", name);
+            char *dname = ah_strf ("%s/", name);
             rc = s_tarbuf_add (t, dname, '5', sb.st_mode & 0777, NULL, 0, NULL);
             free (dname);
             if (rc == 0)
@@ -1881,7 +1870,7 @@ s_tarbuf_dir (tarbuf_t *t, const char *dir, const char *rel, int depth)
             char target [PATH_MAX];
             ssize_t n = readlink (path, target, sizeof target - 1);
             if (n < 0) {
-                t->err = s_strdupf ("cannot read the link %s: %s", path, strerror (errno));
+                t->err = ah_strf ("cannot read the link %s: %s", path, strerror (errno));
                 rc = -1;
             }
             else {
@@ -2028,15 +2017,15 @@ s_image_build (ah_driver_t *driver, const ah_image_build_t *build, volatile int 
     char *esc = curl_easy_escape (NULL, build->image, 0);
     if (!build->context_dir) {
         //  A pull: fromImage takes "name:tag" (a missing tag means latest).
-        char *what = s_strdupf ("pulling image '%s'", build->image);
-        char *path = s_strdupf ("/images/create?fromImage=%s", esc ? esc : "");
+        char *what = ah_strf ("pulling image '%s'", build->image);
+        char *path = ah_strf ("/images/create?fromImage=%s", esc ? esc : "");
         int rc = s_image_stream (self, what, path, NULL, 0, stop, err);
         curl_free (esc);
         free (path);
         free (what);
         return rc;
     }
-    char *what = s_strdupf ("building image '%s' from %s", build->image, build->context_dir);
+    char *what = ah_strf ("building image '%s' from %s", build->image, build->context_dir);
     tarbuf_t t = { 0 };
     int rc = s_tarbuf_dir (&t, build->context_dir, "", 0);
     for (size_t i = 0; rc == 0 && i < build->n_files; i++)
@@ -2057,7 +2046,7 @@ s_image_build (ah_driver_t *driver, const ah_image_build_t *build, volatile int 
         memset (t.data + t.size, 0, 1024);
         t.size += 1024;
         char *labels = curl_easy_escape (NULL, "{\"agenthold.managed\":\"true\"}", 0);
-        char *path = s_strdupf ("/build?t=%s&rm=1&forcerm=1&labels=%s", esc ? esc : "",
+        char *path = ah_strf ("/build?t=%s&rm=1&forcerm=1&labels=%s", esc ? esc : "",
                                 labels ? labels : "");
         curl_free (labels);
         rc = s_image_stream (self, what, path, t.data, t.size, stop, err);
@@ -2094,14 +2083,14 @@ s_image_build (ah_driver_t *driver, const ah_image_build_t *build, volatile int 
 static void
 s_probe_remove_all (self_t *self)
 {
-    char *filter = s_strdupf ("{\"label\":[\"agenthold.probe=%s\"]}", self->prefix);
+    char *filter = ah_strf ("{\"label\":[\"agenthold.probe=%s\"]}", self->prefix);
     char *esc = filter ? curl_easy_escape (NULL, filter, 0) : NULL;
     free (filter);
     if (!esc)
         return;
     const char *kinds [] = { "containers", "networks" };
     for (int k = 0; k < 2; k++) {
-        char *path = s_strdupf (k == 0 ? "/containers/json?all=1&filters=%s" : "/networks?filters=%s", esc);
+        char *path = ah_strf (k == 0 ? "/containers/json?all=1&filters=%s" : "/networks?filters=%s", esc);
         call_t call = { .what = "listing leftovers of the firewall probe", .method = "GET" };
         json_t *j = NULL;
         char *msg = NULL, *cerr = NULL;
@@ -2114,7 +2103,7 @@ s_probe_remove_all (self_t *self)
                 const char *id = json_string_value (json_object_get (o, "Id"));
                 if (!id)
                     continue;
-                char *del = s_strdupf (k == 0 ? "/%s/%s?force=true&v=true" : "/%s/%s", kinds [k], id);
+                char *del = ah_strf (k == 0 ? "/%s/%s?force=true&v=true" : "/%s/%s", kinds [k], id);
                 simple_t how = { .method = "DELETE", .ok1 = 204, .ok2 = 200, .absent_ok = true,
                                  .timeout_s = 60 };
                 char *derr = NULL;
@@ -2192,7 +2181,7 @@ ah_docker_check_isolation (ah_driver_t *driver, int tunnel_port, char **report)
     uint32_t size = 1u << (32 - self->subnet_bits);
     uint32_t base = self->pool_base + (self->subnet_count - 1) * size;
     char *ip = s_ip_string (base), *gw = s_ip_string (base + 1), *addr = s_ip_string (base + size / 2);
-    char *subnet = s_strdupf ("%s/%d", ip ? ip : "", self->subnet_bits);
+    char *subnet = ah_strf ("%s/%d", ip ? ip : "", self->subnet_bits);
     bool in_use = true;
     pthread_mutex_lock (&self->lock);
     sqlite3_stmt *q = ah_store_prepare (self->store, "SELECT 1 FROM networks WHERE subnet = :subnet");
@@ -2248,7 +2237,7 @@ ah_docker_check_isolation (ah_driver_t *driver, int tunnel_port, char **report)
         "NetworkingConfig", "EndpointsConfig", name, "IPAMConfig", "IPv4Address", addr);
     body = json_dumps (req, JSON_COMPACT);
     json_decref (req);
-    path = s_strdupf ("/containers/create?name=%s", name);
+    path = ah_strf ("/containers/create?name=%s", name);
     call_t ccall = { .what = "creating the firewall probe's container", .method = "POST", .body = body,
                      .body_size = body ? strlen (body) : 0 };
     free (msg);
@@ -2263,14 +2252,14 @@ ah_docker_check_isolation (ah_driver_t *driver, int tunnel_port, char **report)
     }
     //  The boot file: the gateway and our probe port, a token nobody holds.
     json_t *bj = json_pack ("{s:s s:s s:s}", "agent_id", "probe", "token", "probe", "tunnel_url", "");
-    char *url = s_strdupf ("ws://%s:%d/tunnel", gw, port);
+    char *url = ah_strf ("ws://%s:%d/tunnel", gw, port);
     json_object_set_new (bj, "tunnel_url", json_string (url ? url : ""));
     free (url);
     boot = json_dumps (bj, JSON_COMPACT);
     json_decref (bj);
     size_t tar_size = 0;
     tar = boot ? s_boot_tar (boot, &tar_size) : NULL;
-    path = s_strdupf ("/containers/%s/archive?path=%%2F", name);
+    path = ah_strf ("/containers/%s/archive?path=%%2F", name);
     call_t put = { .what = "writing the firewall probe's boot.json", .method = "PUT",
                    .body = (const char *) tar, .body_size = tar_size, .content_type = "application/x-tar" };
     free (msg);
@@ -2283,7 +2272,7 @@ ah_docker_check_isolation (ah_driver_t *driver, int tunnel_port, char **report)
                    st > 0 ? (msg ? msg : "refused") : (cerr ? cerr : "out of memory"));
         goto out;
     }
-    path = s_strdupf ("/containers/%s/start", name);
+    path = ah_strf ("/containers/%s/start", name);
     simple_t how = { .method = "POST", .ok1 = 204, .ok2 = 304 };
     char *serr = NULL;
     if (s_simple (self, &how, "starting the firewall probe", path, &serr)) {
@@ -2305,7 +2294,7 @@ ah_docker_check_isolation (ah_driver_t *driver, int tunnel_port, char **report)
         goto out;
     }
     //  Silence only counts if the probe was alive to dial.
-    path = s_strdupf ("/containers/%s/json", name);
+    path = ah_strf ("/containers/%s/json", name);
     call_t insp = { .what = "inspecting the firewall probe", .method = "GET" };
     json_t *j = NULL;
     free (msg);
@@ -2492,7 +2481,7 @@ ah_docker_driver_new (const ah_config_t *config, char **err)
         self->sandboxd_dir = copy ? strdup (dirname (copy)) : NULL;
         free (copy);
     }
-    char *db = s_strdupf ("%s/agenthold.db", config->data_dir);
+    char *db = ah_strf ("%s/agenthold.db", config->data_dir);
     char *serr = NULL;
     self->store = db ? ah_store_open (db, true, &serr) : NULL;
     if (!self->store) {
