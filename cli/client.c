@@ -1,4 +1,5 @@
 /*  cli/client.c: the REST client of the agenthold command (libcurl). */
+#include "common/str.h"
 #include "cli/client.h"
 #include "server/config.h"
 #include "server/serve.h"
@@ -18,24 +19,12 @@ struct ah_client_t {
     char *token;                    //  NULL when not needed
 };
 
-static char *s_printf (const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *s_printf (const char *fmt, ...)
-{
-    va_list ap;
-    va_start (ap, fmt);
-    char *s = NULL;
-    if (vasprintf (&s, fmt, ap) < 0)
-        s = NULL;
-    va_end (ap);
-    return s;
-}
-
 //  The token file: one line, surrounding whitespace ignored.
 static char *s_read_token (const char *path, char **err)
 {
     FILE *f = fopen (path, "r");
     if (!f) {
-        *err = s_printf ("no API token: cannot read %s (%s); set AGENTHOLD_TOKEN, or run as "
+        *err = ah_strf ("no API token: cannot read %s (%s); set AGENTHOLD_TOKEN, or run as "
                          "the user that runs `agenthold serve`", path, strerror (errno));
         return NULL;
     }
@@ -50,7 +39,7 @@ static char *s_read_token (const char *path, char **err)
     while (end > start && isspace ((unsigned char) end [-1]))
         *--end = 0;
     if (!*start) {
-        *err = s_printf ("no API token: %s is empty", path);
+        *err = ah_strf ("no API token: %s is empty", path);
         return NULL;
     }
     return strdup (start);
@@ -70,7 +59,7 @@ ah_client_t *ah_client_new (const char *config_path, bool need_token, char **err
         char *why = NULL;
         config = ah_config_load (config_path, &why);
         if (!config) {
-            *err = s_printf ("configuration: %s", why ? why : "cannot load");
+            *err = ah_strf ("configuration: %s", why ? why : "cannot load");
             free (why);
             goto fail;
         }
@@ -81,15 +70,15 @@ ah_client_t *ah_client_new (const char *config_path, bool need_token, char **err
         char host [256];
         int port = 0;
         if (ah_config_split_listen (config->listen, host, sizeof host, &port)) {
-            *err = s_printf ("server.listen '%s' is not host:port", config->listen);
+            *err = ah_strf ("server.listen '%s' is not host:port", config->listen);
             goto fail;
         }
         if (!*host || !strcmp (host, "0.0.0.0"))
             snprintf (host, sizeof host, "127.0.0.1");
         else if (!strcmp (host, "::"))
             snprintf (host, sizeof host, "::1");
-        self->url = strchr (host, ':') ? s_printf ("http://[%s]:%d", host, port)
-                                       : s_printf ("http://%s:%d", host, port);
+        self->url = strchr (host, ':') ? ah_strf ("http://[%s]:%d", host, port)
+                                       : ah_strf ("http://%s:%d", host, port);
     }
     size_t n = self->url ? strlen (self->url) : 0;
     while (n > 0 && self->url [n - 1] == '/')
@@ -98,7 +87,7 @@ ah_client_t *ah_client_new (const char *config_path, bool need_token, char **err
         if (env_token && *env_token)
             self->token = strdup (env_token);
         else {
-            char *path = s_printf ("%s/%s", config->data_dir, AH_SERVE_TOKEN_FILE);
+            char *path = ah_strf ("%s/%s", config->data_dir, AH_SERVE_TOKEN_FILE);
             self->token = path ? s_read_token (path, err) : NULL;
             free (path);
             if (!self->token)
@@ -173,8 +162,8 @@ long ah_client_call (ah_client_t *self, const char *method, const char *path, js
         *err = strdup ("cannot start libcurl");
         return 0;
     }
-    char *url = s_printf ("%s%s", self->url, path);
-    char *auth = self->token ? s_printf ("Authorization: Bearer %s", self->token) : NULL;
+    char *url = ah_strf ("%s%s", self->url, path);
+    char *auth = self->token ? ah_strf ("Authorization: Bearer %s", self->token) : NULL;
     char *text = body ? json_dumps (body, JSON_COMPACT) : NULL;
     struct curl_slist *headers = NULL;
     if (auth)
@@ -205,12 +194,12 @@ long ah_client_call (ah_client_t *self, const char *method, const char *path, js
     CURLcode rc = curl_easy_perform (curl);
     if (rc != CURLE_OK) {
         if (b.too_big)
-            *err = s_printf ("the server's answer to %s %s is larger than %u bytes", method, path, MAX_REPLY);
+            *err = ah_strf ("the server's answer to %s %s is larger than %u bytes", method, path, MAX_REPLY);
         else if (rc == CURLE_OPERATION_TIMEDOUT)
-            *err = s_printf ("%s %s: no answer from %s within %ld s", method, path, self->url,
+            *err = ah_strf ("%s %s: no answer from %s within %ld s", method, path, self->url,
                              timeout_s > 0 ? timeout_s : 60L);
         else
-            *err = s_printf ("cannot reach the server at %s: %s (is `agenthold serve` running? "
+            *err = ah_strf ("cannot reach the server at %s: %s (is `agenthold serve` running? "
                              "AGENTHOLD_URL says where)", self->url, curl_easy_strerror (rc));
     }
     else {
