@@ -165,6 +165,19 @@ static void s_exec_record_end (exec_rx_t *x)
     x->rec_len = 0;
 }
 
+//  Keeps an error answer's body (at most MAX_ERR_BODY bytes) to print.
+static void s_keep_error (char **err, size_t *err_len, const char *data, size_t len)
+{
+    size_t take = *err_len + len > MAX_ERR_BODY ? MAX_ERR_BODY - *err_len : len;
+    char *grown = realloc (*err, *err_len + take + 1);
+    if (grown) {
+        *err = grown;
+        memcpy (*err + *err_len, data, take);
+        *err_len += take;
+        (*err) [*err_len] = 0;
+    }
+}
+
 static size_t s_on_records (char *data, size_t size, size_t n, void *ud)
 {
     exec_rx_t *x = ud;
@@ -172,14 +185,7 @@ static size_t s_on_records (char *data, size_t size, size_t n, void *ud)
     long code = 0;
     curl_easy_getinfo (x->curl, CURLINFO_RESPONSE_CODE, &code);
     if (code >= 300) {
-        size_t take = x->err_len + len > MAX_ERR_BODY ? MAX_ERR_BODY - x->err_len : len;
-        char *grown = realloc (x->err, x->err_len + take + 1);
-        if (grown) {
-            x->err = grown;
-            memcpy (x->err + x->err_len, data, take);
-            x->err_len += take;
-            x->err [x->err_len] = 0;
-        }
+        s_keep_error (&x->err, &x->err_len, data, len);
         return len;
     }
     const uint8_t *p = (const uint8_t *) data;
@@ -401,14 +407,7 @@ static size_t s_on_body (char *data, size_t size, size_t n, void *ud)
     curl_easy_getinfo (x->curl, CURLINFO_RESPONSE_CODE, &code);
     if (code >= 300) {
         //  An error answer: keep it to print, not in the file.
-        size_t take = x->err_len + len > MAX_ERR_BODY ? MAX_ERR_BODY - x->err_len : len;
-        char *grown = realloc (x->err, x->err_len + take + 1);
-        if (grown) {
-            x->err = grown;
-            memcpy (x->err + x->err_len, data, take);
-            x->err_len += take;
-            x->err [x->err_len] = 0;
-        }
+        s_keep_error (&x->err, &x->err_len, data, len);
         return len;
     }
     if (x->out && fwrite (data, 1, len, x->out) != len) {
