@@ -15,7 +15,7 @@
 #define AH_API_H
 
 #include <czmq.h>
-#include "server/config.h"
+#include "config/config.h"
 
 #define AH_API_REPLY_TIMEOUT_S  30          //  lifecycle must answer within this
 #define AH_API_MAX_BODY         (1u << 20)  //  largest JSON request body accepted

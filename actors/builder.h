@@ -29,7 +29,7 @@
 #include <czmq.h>
 #include <stdbool.h>
 #include "drivers/driver.h"
-#include "server/config.h"
+#include "config/config.h"
 
 typedef struct {
     const ah_config_t *config;      //  borrowed; catalog_path, lua_dir; outlives the actor

@@ -22,9 +22,7 @@
 #include "common/msg.h"
 #include "common/token.h"
 #include "store/store.h"
-#ifdef AH_HAVE_POLICY
 #include "policy/policy.h"
-#endif
 
 #include <math.h>
 #include <pthread.h>
@@ -91,9 +89,7 @@ typedef struct {
     zhashx_t *tracks;               //  agent id -> track_t *
     zhashx_t *activity;             //  agent id -> int64_t * (ms), waiting for a flush
     int64_t activity_flush_at;      //  0 = nothing pending
-#ifdef AH_HAVE_POLICY
     ah_policy_t *policy;
-#endif
 } self_t;
 
 //  Transition requests: where from (the guard), where to, what is "already".
@@ -445,7 +441,6 @@ static int s_admit (self_t *self, const char *op, const char *name, const char *
 {
     *why = NULL;
     const ah_config_t *c = self->config;
-#ifdef AH_HAVE_POLICY
     ah_msg_t *request = ah_msg_new ("ADMIT");
     ah_msg_set_str (request, "op", op);
     ah_msg_set_str (request, "name", name);
@@ -485,28 +480,6 @@ static int s_admit (self_t *self, const char *op, const char *name, const char *
     out->memory_mb = ah_msg_int (result, "memory_mb", out->memory_mb);
     out->idle_minutes = ah_msg_double (result, "idle_minutes", out->idle_minutes);
     ah_msg_destroy (&result);
-#else
-    //  Without the policy host: defaults and the per-sandbox maxima.
-    (void) name;
-    if (streq (op, "create")) {
-        snprintf (out->image, sizeof out->image, "%s", c->default_image);
-        out->cpus = c->default_cpus;
-        out->memory_mb = c->default_memory_mb;
-        out->idle_minutes = c->idle_minutes;
-    }
-    if (asked->has_image)  snprintf (out->image, sizeof out->image, "%s", asked->image);
-    if (asked->has_cpus)   out->cpus = asked->cpus;
-    if (asked->has_memory) out->memory_mb = asked->memory_mb;
-    if (asked->has_idle)   out->idle_minutes = asked->idle_minutes;
-    if (out->cpus <= 0 || out->cpus > c->max_cpus)
-        *why = zsys_sprintf ("cpus %g is outside 0..%g (sandbox.max_cpus)", out->cpus, c->max_cpus);
-    else
-    if (out->memory_mb < 6 || out->memory_mb > c->max_memory_mb)
-        *why = zsys_sprintf ("memory_mb %lld is outside 6..%lld (sandbox.max_memory_mb)",
-                             (long long) out->memory_mb, (long long) c->max_memory_mb);
-    if (*why)
-        return 1;
-#endif
     if (!s_image_ok (out->image) || out->cpus <= 0 || out->memory_mb <= 0) {
         *why = strdup ("the admit policy returned an unusable image or resources");
         return -1;
@@ -1367,11 +1340,9 @@ static void s_dispatch (self_t *self)
         ;                               //  nothing we send asks for one
     else
     if (streq (mtype, "POLICY_RELOAD")) {
-#ifdef AH_HAVE_POLICY
         if (ah_policy_reload (self->policy, true) < 0)
             ah_warn (AREA, "limits.lua not reloaded, the previous version stays: %s",
                      ah_policy_error (self->policy));
-#endif
     }
     else {
         const transition_t *tr = NULL;
@@ -1442,9 +1413,7 @@ static void s_self_destroy (self_t *self)
     zsock_destroy (&self->bus);
     ah_store_close (&self->store);
     zlist_destroy (&self->subscribers);
-#ifdef AH_HAVE_POLICY
     ah_policy_destroy (&self->policy);
-#endif
 }
 
 static int s_self_init (self_t *self, zsock_t *pipe, const ah_lifecycle_args_t *a)
@@ -1484,7 +1453,6 @@ static int s_self_init (self_t *self, zsock_t *pipe, const ah_lifecycle_args_t *
         ah_error (AREA, "cannot bind %s", self->endpoint);
         return -1;
     }
-#ifdef AH_HAVE_POLICY
     //  Our own policy host (it belongs to this thread): limits.lua.
     self->policy = ah_policy_new (a->config->lua_dir, "limits.lua", "lifecycle", self->store, &err);
     if (!self->policy) {
@@ -1492,7 +1460,6 @@ static int s_self_init (self_t *self, zsock_t *pipe, const ah_lifecycle_args_t *
         free (err);
         return -1;
     }
-#endif
     self->bus = ah_bus_connect ("lifecycle");
     if (!self->bus) {
         ah_error (AREA, "cannot connect to the bus at %s", AH_BUS_ENDPOINT);

@@ -17,7 +17,7 @@
 
 #include <czmq.h>
 #include "drivers/driver.h"
-#include "server/config.h"
+#include "config/config.h"
 
 #define AH_LIFECYCLE_HELLO_TIMEOUT_MS   60000   //  sandboxd must say hello within this
 #define AH_LIFECYCLE_ACTIVITY_FLUSH_MS  1000    //  AGENT_ACTIVITY is written in batches

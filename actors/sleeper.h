@@ -20,7 +20,7 @@
 #define AH_SLEEPER_H
 
 #include <czmq.h>
-#include "server/config.h"
+#include "config/config.h"
 
 #define AH_SLEEPER_TURN_LEASE_MS      60000     //  default lease of a turn
 #define AH_SLEEPER_TURN_LEASE_MAX_MS  3600000

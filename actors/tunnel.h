@@ -32,7 +32,7 @@
 #define AH_TUNNEL_H
 
 #include <czmq.h>
-#include "server/config.h"
+#include "config/config.h"
 
 #define AH_TUNNEL_PATH              "/tunnel"
 #define AH_TUNNEL_SUBPROTOCOL       "agenthold-tunnel"

@@ -1,7 +1,7 @@
 /*  cli/client.c: the REST client of the agenthold command (libcurl). */
 #include "common/str.h"
 #include "cli/client.h"
-#include "server/config.h"
+#include "config/config.h"
 #include "server/serve.h"
 
 #include <curl/curl.h>

@@ -10,7 +10,7 @@
 #include "cli/term.h"
 #include "cli/tap.h"
 #include "cli/turn.h"
-#include "server/config.h"
+#include "config/config.h"
 #include "server/serve.h"
 
 #include <curl/curl.h>

@@ -14,7 +14,7 @@
 #define AH_DOCKER_H
 
 #include "drivers/driver.h"
-#include "server/config.h"
+#include "config/config.h"
 
 //  config is borrowed and must outlive the driver. Does not need the
 //  engine to be up (each call finds it, or says it cannot). NULL with

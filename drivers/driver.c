@@ -3,9 +3,7 @@
 #include "common/str.h"
 #include "drivers/driver.h"
 #include "drivers/fake.h"
-#ifdef AH_HAVE_DOCKER
 #include "drivers/docker.h"
-#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,13 +28,7 @@ ah_driver_t *ah_driver_new (const ah_config_t *config, char **err)
     if (strcmp (name, "fake") == 0)
         return ah_fake_driver_new (config, err);
     if (strcmp (name, "docker") == 0) {
-#ifdef AH_HAVE_DOCKER
         return ah_docker_driver_new (config, err);
-#else
-        if (err)
-            *err = strdup ("sandbox.driver 'docker' is not built into this binary");
-        return NULL;
-#endif
     }
     if (err)
         *err = ah_strf ("sandbox.driver '%s' is unknown (want docker or fake)", name);

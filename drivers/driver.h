@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "server/config.h"
+#include "config/config.h"
 
 typedef struct {
     const char *agent_id;

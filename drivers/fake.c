@@ -8,16 +8,14 @@
     The truth lives in files, not in memory, so a restarted server (and a
     test) sees what the previous one left.
 
-    When the sandboxd library is built in (AH_HAVE_SANDBOXD), start also
+    Start also
     runs sandboxd in-process on the sandbox's boot.json, one thread per
     sandbox, and the driver waits for its hello over the tunnel; the
     thread handles live in a small table guarded by the same mutex.  */
 #include "common/str.h"
 #include "drivers/fake.h"
 #include "common/log.h"
-#ifdef AH_HAVE_SANDBOXD
 #include "sandboxd/sandboxd.h"
-#endif
 
 #include <dirent.h>
 #include <errno.h>
@@ -34,7 +32,7 @@
 #define ID_MAX      40                  //  drivers/driver.h: at most 40 characters
 #define STATE_MAX   64
 
-//  An in-process sandboxd (AH_HAVE_SANDBOXD), one per running sandbox.
+//  An in-process sandboxd, one per running sandbox.
 typedef struct s_instance_t {
     char id [ID_MAX + 1];
     void *sandboxd;                     //  ah_sandboxd_t *
@@ -180,10 +178,8 @@ static void s_instance_stop (fake_t *self, const char *id)
         if (strcmp ((*p)->id, id) == 0) {
             s_instance_t *gone = *p;
             *p = gone->next;
-#ifdef AH_HAVE_SANDBOXD
             ah_sandboxd_t *sd = gone->sandboxd;
             ah_sandboxd_stop (&sd);
-#endif
             free (gone);
             return;
         }
@@ -194,7 +190,6 @@ static void s_instance_stop (fake_t *self, const char *id)
 static int s_instance_start (fake_t *self, const char *id, char **err)
 {
     s_instance_stop (self, id);
-#ifdef AH_HAVE_SANDBOXD
     char *boot = s_path (self, id, "boot.json"), *home = s_path (self, id, "home");
     s_instance_t *inst = calloc (1, sizeof *inst);
     ah_sandboxd_opts_t opts = { .boot_path = boot, .home = home, .switch_user = false,
@@ -211,9 +206,6 @@ static int s_instance_start (fake_t *self, const char *id, char **err)
     snprintf (inst->id, sizeof inst->id, "%s", id);
     inst->next = self->instances;
     self->instances = inst;
-#else
-    (void) self; (void) id; (void) err;
-#endif
     return 0;
 }
 
@@ -415,7 +407,6 @@ out:
     return rc;
 }
 
-#ifdef AH_HAVE_SANDBOXD
 //  In-process sandboxd threads die with the process that ran them: a
 //  sandbox recorded running by a previous server is stopped now (as if
 //  by `docker stop`), and the reconciler/lifecycle see it so.
@@ -433,7 +424,6 @@ static void s_settle (fake_t *self)
     if (dir)
         closedir (dir);
 }
-#endif
 
 static void s_destroy_driver (ah_driver_t **self_p)
 {
@@ -471,11 +461,7 @@ ah_driver_t *ah_fake_driver_new (const ah_config_t *config, char **err)
     pthread_mutex_init (&self->lock, NULL);
     driver->impl = self;
     driver->name = "fake";
-#ifdef AH_HAVE_SANDBOXD
     driver->waits_for_hello = true;     //  running = sandboxd said hello over the tunnel
-#else
-    driver->waits_for_hello = false;
-#endif
     driver->create = s_create;
     driver->start = s_start;
     driver->stop = s_stop;
@@ -490,9 +476,7 @@ ah_driver_t *ah_fake_driver_new (const ah_config_t *config, char **err)
         s_destroy_driver (&driver);
         return NULL;
     }
-#ifdef AH_HAVE_SANDBOXD
     s_settle (self);
-#endif
     ah_warn ("fake", "the fake driver is for development and tests only: sandboxes are "
              "directories under %s and nothing in them is isolated", self->root);
     return driver;

@@ -16,7 +16,7 @@
 #define AH_FAKE_H
 
 #include "drivers/driver.h"
-#include "server/config.h"
+#include "config/config.h"
 
 //  config is borrowed and must outlive the driver (data_dir, tunnel_listen).
 //  NULL with *err (caller frees) if <data_dir>/fake cannot be made.

@@ -9,7 +9,7 @@
 #ifndef AH_SERVE_H
 #define AH_SERVE_H
 
-#include "server/config.h"
+#include "config/config.h"
 
 //  Name of the files inside server.data_dir.
 #define AH_SERVE_DB_FILE     "agenthold.db"

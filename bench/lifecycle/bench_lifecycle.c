@@ -12,7 +12,7 @@
 #include "actors/lifecycle.h"
 #include "common/bus.h"
 #include "common/msg.h"
-#include "server/config.h"
+#include "config/config.h"
 #include "store/store.h"
 
 #include <ftw.h>

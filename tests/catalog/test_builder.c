@@ -9,7 +9,7 @@
 #include "actors/builder.h"
 #include "common/bus.h"
 #include "common/msg.h"
-#include "server/config.h"
+#include "config/config.h"
 #include "store/store.h"
 #include "check.h"
 

@@ -1,6 +1,6 @@
 /*  tests/config/test_config.c: defaults, the YAML file, AGENTHOLD_*
     overrides, and the message for each bad key or value.             */
-#include "server/config.h"
+#include "config/config.h"
 #include "tests/common/check.h"
 #include <stdlib.h>
 #include <unistd.h>

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "server/config.h"
+#include "config/config.h"
 
 //  AH_TEST_DOCKER_SOCKET overrides the socket (a path with no engine shows
 //  the skip: exit 77).

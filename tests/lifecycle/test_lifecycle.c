@@ -10,7 +10,7 @@
 #include "common/msg.h"
 #include "common/token.h"
 #include "drivers/fake.h"
-#include "server/config.h"
+#include "config/config.h"
 #include "store/store.h"
 #include "tests/common/check.h"
 

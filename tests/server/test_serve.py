@@ -2,9 +2,8 @@
 """tests/server/test_serve.py: the real server process, start to stop.
 
 Usage: test_serve.py [--docker SOURCE_DIR] -- SERVER COMMAND...
-(the command is `agenthold serve`, or tests/server's ah-serve-test where
-the CLI is not built. --docker runs the test that needs a Docker Engine
-instead; exit 77 = skipped when none is reachable.)
+(the command is `agenthold serve`. --docker runs the test that needs a
+Docker Engine instead; exit 77 = skipped when none is reachable.)
 
 Checks: the admin token file is created 0600 and only its hash reaches
 the database; a second server on the same data dir is refused naming the

@@ -12,7 +12,7 @@
 #include "proto/channel.h"
 #include "proto/yamux.h"
 #include "sandboxd/sandboxd.h"
-#include "server/config.h"
+#include "config/config.h"
 #include "store/store.h"
 #include "../common/check.h"
 

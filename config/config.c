@@ -1,4 +1,4 @@
-/*  server/config.c: the configuration (see config.h and docs/configuration.md).
+/*  config/config.c: the configuration (see config.h and docs/configuration.md).
 
     One table, s_keys, names every key once: its dotted path, its type,
     where it lives in ah_config_t. The YAML walker, the environment reader,
@@ -7,7 +7,7 @@
 
     Single-threaded: called once at start, before any actor exists.    */
 #include "common/str.h"
-#include "server/config.h"
+#include "config/config.h"
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>

@@ -1,4 +1,4 @@
-/*  server/config.h: the server's configuration, read once at start.
+/*  config/config.h: the server's configuration, read once at start.
 
     Sources, later wins: built-in defaults, the YAML file (etc/agenthold.yaml
     or --config), AGENTHOLD_* environment variables (key path upper-cased,
