@@ -97,6 +97,67 @@ void ah_rec_prefix (uint8_t kind, uint32_t len, uint8_t hdr [5])
     s_put32 (hdr + 1, len);
 }
 
+int ah_rec_append (ah_buf_t *b, uint8_t kind, const void *payload, size_t len)
+{
+    if (len > UINT32_MAX)
+        return -1;
+    uint8_t *p = ah_buf_reserve (b, 5 + len);
+    if (!p)
+        return -1;
+    ah_rec_prefix (kind, (uint32_t) len, p);
+    if (len)
+        memcpy (p + 5, payload, len);
+    ah_buf_commit (b, 5 + len);
+    return 0;
+}
+
+//  The one check of a record prefix: its kind, its length.
+static const char *s_rec_check (const uint8_t *prefix)
+{
+    if (prefix [0] > AH_REC_EOF)
+        return "record: unknown kind";
+    if (s_get32 (prefix + 1) > AH_REC_MAX)
+        return "record: longer than 1 MiB";
+    return NULL;
+}
+
+int ah_rec_read (ah_rec_reader_t *self, const uint8_t *data, size_t size,
+                 ah_rec_fn *fn, void *arg, const char **err)
+{
+    const char *dummy;
+    if (!err)
+        err = &dummy;
+    *err = NULL;
+    while (size > 0) {
+        if (self->have < 5) {
+            size_t m = 5u - self->have < size ? 5u - self->have : size;
+            memcpy (self->head + self->have, data, m);
+            self->have += (uint8_t) m;
+            data += m;
+            size -= m;
+            if (self->have < 5)
+                break;
+            if ((*err = s_rec_check (self->head)))
+                return -1;
+            self->kind = self->head [0];
+            self->left = s_get32 (self->head + 1);
+        }
+        size_t m = self->left < size ? self->left : size;
+        if (m == 0 && self->left > 0)
+            break;                  //  a prefix that ended the input
+        self->left -= (uint32_t) m;
+        bool last = self->left == 0;
+        if (last)
+            self->have = 0;
+        int rc = fn (arg, self->kind, data, m, last);
+        data += m;
+        size -= m;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 int ah_rec_decode (const uint8_t *buf, size_t len, uint8_t *kind,
                    const uint8_t **payload, uint32_t *plen, size_t *used,
                    const char **err)
@@ -117,11 +178,9 @@ int ah_rec_decode (const uint8_t *buf, size_t len, uint8_t *kind,
     }
     if (len < 5)
         return 0;
-    uint32_t n = s_get32 (buf + 1);
-    if (n > AH_REC_MAX) {
-        *err = "record: longer than 1 MiB";
+    if ((*err = s_rec_check (buf)))
         return -1;
-    }
+    uint32_t n = s_get32 (buf + 1);
     if (len - 5 < n)
         return 0;
     if (kind)

@@ -28,8 +28,10 @@
 #ifndef AH_CHANNEL_H
 #define AH_CHANNEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "proto/buf.h"
 #include "proto/msg.h"
 
 #define AH_PROTOCOL_VERSION   1
@@ -54,12 +56,36 @@ int ah_chan_header_encode (const ah_msg_t *map, uint8_t **out, size_t *size);
 int ah_chan_header_decode (const uint8_t *buf, size_t len, ah_msg_t **map,
                            size_t *used, const char **err);
 
-//  Record framing. encode writes 5 bytes of prefix into hdr.
+//  Record framing (also the API's exec stream, docs/api.md): u8 kind,
+//  u32 big-endian length, payload. The prefix alone into hdr:
 void ah_rec_prefix (uint8_t kind, uint32_t len, uint8_t hdr [5]);
-//  Incremental: 1 = complete record (kind, payload pointer into buf, len,
-//  *used), 0 = need more, -1 = malformed (unknown kind, too long).
+//  A whole record appended to b. 0 / -1 (out of memory, too long).
+int  ah_rec_append (ah_buf_t *b, uint8_t kind, const void *payload, size_t len);
+//  Whole records from a buffer: 1 = complete record (kind, payload
+//  pointer into buf, len, *used), 0 = need more, -1 = malformed (unknown
+//  kind, too long).
 int ah_rec_decode (const uint8_t *buf, size_t len, uint8_t *kind,
                    const uint8_t **payload, uint32_t *plen, size_t *used,
                    const char **err);
+
+//  Records as a stream: bytes are fed in whatever pieces they arrive and
+//  payloads are handed on in pieces, never buffered whole. A zeroed
+//  reader is ready. fn gets each piece of a record's payload with the
+//  record's kind, and last = true on the piece that ends it (a record of
+//  length 0 gives one call with size 0 and last = true); it returns 0 to
+//  go on or non-zero to stop.
+typedef struct {
+    uint8_t  head [5];
+    uint8_t  have;                  //  bytes of head seen
+    uint8_t  kind;
+    uint32_t left;                  //  payload bytes still to come
+} ah_rec_reader_t;
+typedef int (ah_rec_fn) (void *arg, uint8_t kind, const uint8_t *data, size_t size, bool last);
+//  0 = all consumed, -1 = malformed prefix (*err, static), or the
+//  non-zero value fn stopped with.
+int ah_rec_read (ah_rec_reader_t *self, const uint8_t *data, size_t size,
+                 ah_rec_fn *fn, void *arg, const char **err);
+//  True between records (nothing of a record pending).
+static inline bool ah_rec_reader_idle (const ah_rec_reader_t *self) { return self->have == 0; }
 
 #endif

@@ -228,8 +228,115 @@ static void test_over_yamux (void)
     peer_destroy (&s);
 }
 
+//  The byte buffer: append, consume, compaction, headroom, C strings.
+static void test_buf (void)
+{
+    ah_buf_t b;
+    ah_buf_init (&b, 16);
+    CHECK (ah_buf_size (&b) == 0 && ah_buf_head (&b) == NULL);
+    CHECK (ah_buf_append (&b, "hello", 5) == 0);
+    CHECK (ah_buf_size (&b) == 5 && memcmp (ah_buf_head (&b), "hello", 5) == 0);
+    CHECK (ah_buf_head (&b) - b.data >= 16);            //  headroom kept
+    ah_buf_consume (&b, 2);
+    CHECK (ah_buf_size (&b) == 3 && memcmp (ah_buf_head (&b), "llo", 3) == 0);
+    CHECK (ah_buf_appendf (&b, "-%d", 42) == 0);
+    CHECK_STR (ah_buf_cstr (&b), "llo-42");
+    //  Grow far past the first allocation, bytes intact, headroom intact
+    uint8_t big [10000];
+    for (size_t i = 0; i < sizeof big; i++)
+        big [i] = (uint8_t) (i * 7);
+    for (int round = 0; round < 20; round++) {
+        CHECK (ah_buf_append (&b, big, sizeof big) == 0);
+        ah_buf_consume (&b, sizeof big / 2);
+    }
+    CHECK (ah_buf_head (&b) - b.data >= 16);
+    size_t size = ah_buf_size (&b);
+    CHECK (size == 6 + 20 * sizeof big - 20 * (sizeof big / 2));
+    ah_buf_consume (&b, size - sizeof big / 2);
+    CHECK (memcmp (ah_buf_head (&b), big + sizeof big / 2, sizeof big / 2) == 0);
+    ah_buf_consume (&b, SIZE_MAX);
+    CHECK (ah_buf_size (&b) == 0);
+    uint8_t *w = ah_buf_reserve (&b, 3);
+    CHECK (w != NULL);
+    memcpy (w, "abc", 3);
+    ah_buf_commit (&b, 3);
+    CHECK (ah_buf_size (&b) == 3);
+    CHECK (ah_buf_reserve (&b, SIZE_MAX) == NULL && ah_buf_size (&b) == 3);
+    ah_buf_free (&b);
+    CHECK (ah_buf_size (&b) == 0 && b.headroom == 16);
+}
+
+typedef struct {
+    ah_buf_t out [6];
+    int records [6];
+    int calls;
+} rec_sink_t;
+
+static int s_rec_sink (void *arg, uint8_t kind, const uint8_t *data, size_t size, bool last)
+{
+    rec_sink_t *s = arg;
+    s->calls++;
+    ah_buf_append (&s->out [kind], data, size);
+    if (last)
+        s->records [kind]++;
+    return 0;
+}
+
+static int s_rec_stop (void *arg, uint8_t kind, const uint8_t *data, size_t size, bool last)
+{
+    return kind == AH_REC_EXIT ? 7 : 0;
+}
+
+//  The streaming reader gets the same records whatever the pieces.
+static void test_rec_reader (void)
+{
+    ah_buf_t wire = { 0 };
+    uint8_t payload [3000];
+    for (size_t i = 0; i < sizeof payload; i++)
+        payload [i] = (uint8_t) i;
+    CHECK (ah_rec_append (&wire, AH_REC_STDOUT, payload, sizeof payload) == 0);
+    CHECK (ah_rec_append (&wire, AH_REC_STDERR, "err", 3) == 0);
+    CHECK (ah_rec_append (&wire, AH_REC_STDOUT, NULL, 0) == 0);
+    CHECK (ah_rec_append (&wire, AH_REC_EXIT, "\x80", 1) == 0);
+    CHECK (ah_buf_size (&wire) == 4 * 5 + sizeof payload + 3 + 1);
+    for (size_t piece = 1; piece <= ah_buf_size (&wire); piece = piece * 3 + 1) {
+        rec_sink_t sink = { 0 };
+        ah_rec_reader_t reader = { 0 };
+        const uint8_t *p = ah_buf_head (&wire);
+        size_t left = ah_buf_size (&wire);
+        while (left) {
+            size_t n = piece < left ? piece : left;
+            CHECK (ah_rec_read (&reader, p, n, s_rec_sink, &sink, NULL) == 0);
+            p += n, left -= n;
+        }
+        CHECK (ah_rec_reader_idle (&reader));
+        CHECK (sink.records [AH_REC_STDOUT] == 2 && sink.records [AH_REC_STDERR] == 1);
+        CHECK (sink.records [AH_REC_EXIT] == 1);
+        CHECK (ah_buf_size (&sink.out [AH_REC_STDOUT]) == sizeof payload);
+        CHECK (memcmp (ah_buf_head (&sink.out [AH_REC_STDOUT]), payload, sizeof payload) == 0);
+        for (int k = 0; k < 6; k++)
+            ah_buf_free (&sink.out [k]);
+    }
+    //  fn stops the reader with its value
+    ah_rec_reader_t reader = { 0 };
+    CHECK (ah_rec_read (&reader, ah_buf_head (&wire), ah_buf_size (&wire), s_rec_stop, NULL, NULL) == 7);
+    //  A bad kind and an over-long record are refused, with a reason
+    const char *err = NULL;
+    uint8_t bad [5] = { 9, 0, 0, 0, 1 };
+    memset (&reader, 0, sizeof reader);
+    CHECK (ah_rec_read (&reader, bad, 5, s_rec_stop, NULL, &err) == -1 && err != NULL);
+    uint8_t huge [5];
+    ah_rec_prefix (AH_REC_STDOUT, AH_REC_MAX + 1, huge);
+    memset (&reader, 0, sizeof reader);
+    err = NULL;
+    CHECK (ah_rec_read (&reader, huge, 5, s_rec_stop, NULL, &err) == -1 && err != NULL);
+    ah_buf_free (&wire);
+}
+
 int main (void)
 {
+    test_buf ();
+    test_rec_reader ();
     test_over_yamux ();
     test_header_roundtrip ();
     test_header_oversize ();
