@@ -48,33 +48,38 @@ static char *s_frame_name (zframe_t *frame, const char *what, char **err)
     return zframe_strdup (frame);
 }
 
-ah_msg_t *ah_msg_recv (zsock_t *sock, bool with_route, char **err)
+ah_msg_t *ah_msg_recv_fault (zsock_t *sock, bool with_route, ah_msg_fault_t *fault)
 {
-    if (err)
-        *err = NULL;
+    memset (fault, 0, sizeof *fault);
     zmsg_t *zmsg = zmsg_recv (sock);
     if (!zmsg) {
-        if (err) *err = strdup ("interrupted");
+        fault->error = strdup ("interrupted");
         return NULL;
     }
     ah_msg_t *self = NULL;
     char *route = NULL, *type = NULL;
     size_t want = with_route ? 3 : 2;
-    if (zmsg_size (zmsg) != want) {
-        if (err) *err = zsys_sprintf ("expected %zu frames, got %zu", want, zmsg_size (zmsg));
+    size_t frames = zmsg_size (zmsg);
+    if (with_route && frames >= 1 && (route = s_frame_name (zmsg_first (zmsg), "route", NULL)))
+        snprintf (fault->route, sizeof fault->route, "%s", route);
+    if (frames != want) {
+        fault->error = zsys_sprintf ("expected %zu frames, got %zu", want, frames);
         goto out;
     }
-    if (with_route && !(route = s_frame_name (zmsg_first (zmsg), "route", err)))
+    if (with_route && !route) {
+        s_frame_name (zmsg_first (zmsg), "route", &fault->error);
         goto out;
+    }
     zframe_t *tf = with_route ? zmsg_next (zmsg) : zmsg_first (zmsg);
-    if (!(type = s_frame_name (tf, "type", err)))
-        goto out;
     zframe_t *body = zmsg_next (zmsg);
+    fault->has_req = ah_msg_peek_req (zframe_data (body), zframe_size (body), &fault->req);
+    if (!(type = s_frame_name (tf, "type", &fault->error)))
+        goto out;
+    snprintf (fault->type, sizeof fault->type, "%s", type);
     char *why = NULL;
     self = ah_msg_decode (type, zframe_data (body), zframe_size (body), &why);
     if (!self) {
-        if (err)
-            *err = zsys_sprintf ("%s: %s", type, why ? why : "malformed");
+        fault->error = zsys_sprintf ("%s: %s", type, why ? why : "malformed");
         free (why);
         goto out;
     }
@@ -84,6 +89,23 @@ out:
     zstr_free (&route);
     zstr_free (&type);
     zmsg_destroy (&zmsg);
+    return self;
+}
+
+void ah_msg_fault_clear (ah_msg_fault_t *fault)
+{
+    zstr_free (&fault->error);
+}
+
+ah_msg_t *ah_msg_recv (zsock_t *sock, bool with_route, char **err)
+{
+    ah_msg_fault_t fault;
+    ah_msg_t *self = ah_msg_recv_fault (sock, with_route, &fault);
+    if (err) {
+        *err = fault.error;
+        fault.error = NULL;
+    }
+    ah_msg_fault_clear (&fault);
     return self;
 }
 

@@ -14,6 +14,19 @@ int ah_msg_send (ah_msg_t **self_p, zsock_t *sock, const char *route);
 //  all frames of the bad message are consumed.
 ah_msg_t *ah_msg_recv (zsock_t *sock, bool with_route, char **err);
 
+//  What could be read of a message that was refused, so that it can
+//  still be answered: the sender (with_route), its type and its "req".
+typedef struct {
+    char   *error;                      //  why it was refused (ah_msg_fault_clear frees)
+    char    route [AH_MSG_MAX_TYPE + 1];    //  "" when unreadable
+    char    type [AH_MSG_MAX_TYPE + 1];     //  "" when unreadable
+    int64_t req;
+    bool    has_req;
+} ah_msg_fault_t;
+//  As ah_msg_recv; on NULL, *fault says what was refused.
+ah_msg_t *ah_msg_recv_fault (zsock_t *sock, bool with_route, ah_msg_fault_t *fault);
+void ah_msg_fault_clear (ah_msg_fault_t *fault);
+
 //  Render as one JSON object line {"type":..,"from":..,"to":..,"fields":{..}}:
 //  bin fields become {"bin": N} (their size: contents never reach a log or
 //  the tap). Caller frees.

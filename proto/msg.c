@@ -398,6 +398,35 @@ fail:
 
 //  --------------------------------------------------------------------
 
+bool ah_msg_peek_req (const void *data, size_t size, int64_t *req)
+{
+    if (!data || size == 0 || size > AH_MSG_MAX_BYTES)
+        return false;
+    cursor_t c = { data, size };
+    const char *why = NULL;
+    obj_t top;
+    if ((c.p [0] != 0xde && c.p [0] != 0xdf && (c.p [0] & 0xf0) != 0x80) || s_read_obj (&c, &top, &why))
+        return false;
+    uint64_t pairs = top.children / 2;
+    for (uint64_t i = 0; i < pairs && i < AH_MSG_MAX_FIELDS; i++) {
+        obj_t k, v;
+        if (s_read_obj (&c, &k, &why))
+            return false;
+        const uint8_t *start = c.p;
+        if (s_read_obj (&c, &v, &why))
+            return false;
+        if (k.type == F_STR && k.size == 3 && memcmp (k.data, "req", 3) == 0)
+            return v.type == F_INT ? (*req = v.i, true) : false;
+        if (v.type == F_RAW) {
+            cursor_t sub = { start, (size_t) (c.p - start) + c.left };
+            if (s_skip (&sub, &why))
+                return false;
+            c = sub;
+        }
+    }
+    return false;
+}
+
 bool ah_msg_has (const ah_msg_t *self, const char *key) { return s_find (self, key) != NULL; }
 
 bool ah_msg_is_nil (const ah_msg_t *self, const char *key)

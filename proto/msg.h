@@ -77,6 +77,11 @@ int ah_msg_encode (const ah_msg_t *self, uint8_t **data, size_t *size);
 //  Decode a map; NULL with *err (caller frees) on malformed input.
 ah_msg_t *ah_msg_decode (const char *type, const void *data, size_t size, char **err);
 
+//  The "req" of a map that may be malformed elsewhere (so a bad request
+//  can still be answered): true with *req when the top-level map holds
+//  an integer "req" before anything unreadable.
+bool ah_msg_peek_req (const void *data, size_t size, int64_t *req);
+
 //  Replies: a REPLY with "req" copied from the request.
 ah_msg_t *ah_msg_reply_ok (const ah_msg_t *request);
 ah_msg_t *ah_msg_reply_error (const ah_msg_t *request, int status, const char *fmt, ...)

@@ -1,0 +1,502 @@
+/*  common/actor.c: the actor skeleton (see actor.h).
+
+    DESIGN. ah_actor_new hands a start record to the new thread; the
+    thread fills in its status before it signals, and the starter reads
+    it after zactor_new returned (the signal orders the two), then frees
+    it: the thread never touches it again after signalling.
+    Everything else belongs to the actor's thread: the ah_actor_t lives on
+    its stack, readers and timers are small records it allocates, and in
+    the lws mode each record also carries the lwsloop watch or timer that
+    points back at it.                                                   */
+#include "common/actor.h"
+#include "common/bus.h"
+#include "common/log.h"
+#include "common/msg.h"
+#include "common/str.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#define BATCH           64      //  messages taken from one socket per round
+#define MAX_READERS     16
+
+typedef struct {
+    ah_actor_t *actor;
+    zsock_t *sock;
+    ah_actor_sock_fn *fn;       //  NULL: the skeleton's own (pipe, bus)
+    void (*own) (ah_actor_t *self);
+} reader_t;
+
+typedef struct {
+    ah_lwsloop_timer_t lt;      //  lws mode
+    ah_actor_t *actor;
+    int id;
+    int64_t when;               //  own loop: zclock_mono ms
+    int64_t repeat;
+    ah_actor_timer_fn *fn;
+    void *arg;
+} s_timer_t;
+
+struct ah_actor_t {
+    const ah_actor_def_t *def;
+    void *state;
+    zsock_t *pipe;
+    zsock_t *bus;
+    ah_lwsloop_t *lws;
+    reader_t *readers [MAX_READERS];
+    size_t nreaders;
+    s_timer_t **timers;
+    size_t ntimers, timers_cap;
+    int next_timer;
+    bool stopped;
+    char *fail;
+};
+
+typedef struct {
+    const ah_actor_def_t *def;
+    void *args;
+    int status;
+    char *err;
+} start_t;
+
+const char *ah_actor_name (ah_actor_t *self) { return self->def->name; }
+zsock_t *ah_actor_pipe (ah_actor_t *self) { return self->pipe; }
+zsock_t *ah_actor_bus (ah_actor_t *self) { return self->bus; }
+
+void ah_actor_fail (ah_actor_t *self, const char *fmt, ...)
+{
+    va_list ap;
+    va_start (ap, fmt);
+    char *why = ah_vstrf (fmt, ap);
+    va_end (ap);
+    free (self->fail);
+    self->fail = why;
+}
+
+void ah_actor_use_lws (ah_actor_t *self, ah_lwsloop_t *loop)
+{
+    self->lws = loop;
+}
+
+//  --------------------------------------------------------------------
+//  Messages
+
+int ah_actor_send (ah_actor_t *self, const char *dest, ah_msg_t **msg_p)
+{
+    if (!self->bus) {
+        ah_msg_destroy (msg_p);
+        return -1;
+    }
+    const char *type = msg_p && *msg_p ? ah_msg_type (*msg_p) : "?";
+    char saved [AH_MSG_MAX_TYPE + 1];
+    snprintf (saved, sizeof saved, "%s", type);
+    int rc = ah_msg_send (msg_p, self->bus, dest);
+    if (rc)
+        ah_warn (self->def->name, "cannot send %s to %s", saved, dest);
+    return rc;
+}
+
+void ah_actor_reply (ah_actor_t *self, const ah_msg_t *request, ah_msg_t *reply)
+{
+    if (!reply)
+        return;
+    if (!ah_msg_has (request, "req") || !*ah_msg_peer (request)) {
+        ah_msg_destroy (&reply);
+        return;
+    }
+    ah_actor_send (self, ah_msg_peer (request), &reply);
+}
+
+void ah_actor_reply_ok (ah_actor_t *self, const ah_msg_t *request, int status)
+{
+    ah_msg_t *reply = ah_msg_reply_ok (request);
+    if (reply)
+        ah_msg_set_int (reply, "status", status);
+    ah_actor_reply (self, request, reply);
+}
+
+void ah_actor_reply_error (ah_actor_t *self, const ah_msg_t *request, int status,
+                           const char *fmt, ...)
+{
+    va_list ap;
+    va_start (ap, fmt);
+    char *text = ah_vstrf (fmt, ap);
+    va_end (ap);
+    ah_actor_reply (self, request, ah_msg_reply_error (request, status, "%s", text ? text : "error"));
+    free (text);
+}
+
+//  A refusal that cannot use the request (it did not decode): built from
+//  what the fault record could read. Never for a REPLY (no answering
+//  answers) nor without a req.
+static void s_refuse (ah_actor_t *self, const ah_msg_fault_t *fault)
+{
+    if (!fault->has_req || !*fault->route || streq (fault->type, "REPLY"))
+        return;
+    ah_msg_t *reply = ah_msg_new ("REPLY");
+    if (!reply)
+        return;
+    ah_msg_set_int (reply, "req", fault->req);
+    ah_msg_set_bool (reply, "ok", false);
+    ah_msg_set_int (reply, "status", 400);
+    ah_msg_set_strf (reply, "error", "%s refused a malformed message: %s", self->def->name,
+                     fault->error ? fault->error : "unreadable");
+    ah_actor_send (self, fault->route, &reply);
+}
+
+static void s_on_bus (ah_actor_t *self)
+{
+    ah_msg_fault_t fault;
+    ah_msg_t *msg = ah_msg_recv_fault (self->bus, true, &fault);
+    if (!msg) {
+        ah_warn (self->def->name, "malformed message from %s: %s",
+                 *fault.route ? fault.route : "?", fault.error ? fault.error : "unreadable");
+        s_refuse (self, &fault);
+        ah_msg_fault_clear (&fault);
+        return;
+    }
+    const char *type = ah_msg_type (msg);
+    for (const ah_actor_handler_t *h = self->def->handlers; h && h->type; h++)
+        if (streq (h->type, type)) {
+            h->fn (self->state, msg);
+            ah_msg_destroy (&msg);
+            return;
+        }
+    if (streq (type, "REPLY"))
+        ah_debug (self->def->name, "a REPLY from %s that nobody waits for", ah_msg_peer (msg));
+    else {
+        ah_warn (self->def->name, "unknown message type %s from %s", type, ah_msg_peer (msg));
+        ah_actor_reply_error (self, msg, 400, "%s does not know the message type %s",
+                              self->def->name, type);
+    }
+    ah_msg_destroy (&msg);
+}
+
+static void s_on_pipe (ah_actor_t *self)
+{
+    zmsg_t *cmd = zmsg_recv (self->pipe);
+    char *name = cmd ? zmsg_popstr (cmd) : NULL;
+    if (!name || streq (name, "$TERM")) {
+        if (self->def->on_term)
+            self->def->on_term (self->state);
+        ah_actor_stop (self);
+    }
+    else {
+        bool known = false;
+        for (const ah_actor_command_t *c = self->def->commands; c && c->name; c++)
+            if (streq (c->name, name)) {
+                zmsg_pushstr (cmd, name);
+                c->fn (self->state, cmd);
+                known = true;
+                break;
+            }
+        if (!known)
+            ah_warn (self->def->name, "unknown pipe command %s", name);
+    }
+    zstr_free (&name);
+    zmsg_destroy (&cmd);
+}
+
+void ah_actor_drain (ah_actor_t *self, int quiet_ms, int max_ms)
+{
+    if (!self->bus)
+        return;
+    zpoller_t *poller = zpoller_new (self->bus, NULL);
+    int64_t give_up = zclock_mono () + max_ms;
+    while (zclock_mono () < give_up && zpoller_wait (poller, quiet_ms) == self->bus)
+        s_on_bus (self);
+    zpoller_destroy (&poller);
+}
+
+void ah_actor_stop (ah_actor_t *self)
+{
+    self->stopped = true;
+    if (self->lws)
+        ah_lwsloop_stop (self->lws);
+}
+
+//  --------------------------------------------------------------------
+//  Readers
+
+static void s_reader_call (reader_t *r)
+{
+    if (r->own)
+        r->own (r->actor);
+    else
+        r->fn (r->actor->state, r->sock);
+}
+
+static void s_lws_reader (ah_lwsloop_t *loop, zsock_t *sock, void *arg)
+{
+    s_reader_call ((reader_t *) arg);
+}
+
+static int s_reader_add (ah_actor_t *self, zsock_t *sock, ah_actor_sock_fn *fn,
+                         void (*own) (ah_actor_t *))
+{
+    if (self->nreaders == MAX_READERS)
+        return -1;
+    reader_t *r = calloc (1, sizeof *r);
+    if (!r)
+        return -1;
+    *r = (reader_t) { self, sock, fn, own };
+    if (self->lws && ah_lwsloop_watch (self->lws, sock, s_lws_reader, r)) {
+        free (r);
+        return -1;
+    }
+    self->readers [self->nreaders++] = r;
+    return 0;
+}
+
+int ah_actor_reader (ah_actor_t *self, zsock_t *sock, ah_actor_sock_fn *fn)
+{
+    return fn ? s_reader_add (self, sock, fn, NULL) : -1;
+}
+
+void ah_actor_reader_end (ah_actor_t *self, zsock_t *sock)
+{
+    for (size_t i = 0; i < self->nreaders; i++)
+        if (self->readers [i]->sock == sock) {
+            if (self->lws)
+                ah_lwsloop_unwatch (self->lws, sock);
+            free (self->readers [i]);
+            memmove (self->readers + i, self->readers + i + 1,
+                     (self->nreaders - i - 1) * sizeof self->readers [0]);
+            self->nreaders--;
+            return;
+        }
+}
+
+//  --------------------------------------------------------------------
+//  Timers
+
+static s_timer_t *s_timer_find (ah_actor_t *self, int id, size_t *index)
+{
+    for (size_t i = 0; i < self->ntimers; i++)
+        if (self->timers [i]->id == id) {
+            if (index)
+                *index = i;
+            return self->timers [i];
+        }
+    return NULL;
+}
+
+static void s_lws_timer (ah_lwsloop_timer_t *lt, void *arg);
+
+static void s_timer_arm (ah_actor_t *self, s_timer_t *t, int64_t delay_ms)
+{
+    if (delay_ms < 0)
+        delay_ms = 0;
+    if (self->lws)
+        ah_lwsloop_timer_set (self->lws, &t->lt, delay_ms, s_lws_timer, t);
+    else
+        t->when = zclock_mono () + delay_ms;
+}
+
+int ah_actor_timer (ah_actor_t *self, int64_t delay_ms, int64_t repeat_ms,
+                    ah_actor_timer_fn *fn, void *arg)
+{
+    if (self->ntimers == self->timers_cap) {
+        size_t cap = self->timers_cap ? 2 * self->timers_cap : 8;
+        s_timer_t **grown = realloc (self->timers, cap * sizeof *grown);
+        if (!grown)
+            return -1;
+        self->timers = grown;
+        self->timers_cap = cap;
+    }
+    s_timer_t *t = calloc (1, sizeof *t);
+    if (!t)
+        return -1;
+    if (++self->next_timer <= 0)
+        self->next_timer = 1;
+    *t = (s_timer_t) { .actor = self, .id = self->next_timer, .repeat = repeat_ms > 0 ? repeat_ms : 0,
+                      .fn = fn, .arg = arg };
+    self->timers [self->ntimers++] = t;
+    s_timer_arm (self, t, delay_ms);
+    return t->id;
+}
+
+void ah_actor_timer_end (ah_actor_t *self, int id)
+{
+    size_t i;
+    s_timer_t *t = id > 0 ? s_timer_find (self, id, &i) : NULL;
+    if (!t)
+        return;
+    if (self->lws)
+        ah_lwsloop_timer_cancel (&t->lt);
+    free (t);
+    memmove (self->timers + i, self->timers + i + 1, (self->ntimers - i - 1) * sizeof self->timers [0]);
+    self->ntimers--;
+}
+
+//  One timer is due: a repeating one is re-armed first, a one-shot one
+//  is gone before its callback runs, so the callback may do anything.
+static void s_timer_fire (ah_actor_t *self, s_timer_t *t)
+{
+    ah_actor_timer_fn *fn = t->fn;
+    void *arg = t->arg;
+    if (t->repeat)
+        s_timer_arm (self, t, t->repeat);
+    else
+        ah_actor_timer_end (self, t->id);
+    fn (self->state, arg);
+}
+
+static void s_lws_timer (ah_lwsloop_timer_t *lt, void *arg)
+{
+    s_timer_t *t = arg;
+    s_timer_fire (t->actor, t);
+}
+
+//  Own loop: fire what is due; the next deadline's distance, or -1.
+static long s_timers_run (ah_actor_t *self)
+{
+    int64_t now = zclock_mono ();
+    for (bool fired = true; fired && !self->stopped; ) {
+        fired = false;
+        for (size_t i = 0; i < self->ntimers; i++)
+            if (self->timers [i]->when <= now) {
+                s_timer_fire (self, self->timers [i]);
+                fired = true;
+                break;          //  the array may have changed: look again
+            }
+    }
+    long wait = -1;
+    for (size_t i = 0; i < self->ntimers; i++) {
+        int64_t left = self->timers [i]->when - now;
+        if (left < 0)
+            left = 0;
+        if (wait < 0 || left < wait)
+            wait = (long) left;
+    }
+    return wait;
+}
+
+//  --------------------------------------------------------------------
+//  The loop and the thread
+
+static void s_own_loop (ah_actor_t *self)
+{
+    zmq_pollitem_t items [MAX_READERS];
+    reader_t *polled [MAX_READERS];
+    while (!self->stopped) {
+        long wait = s_timers_run (self);
+        if (self->stopped)
+            break;
+        size_t n = self->nreaders;
+        for (size_t i = 0; i < n; i++) {
+            polled [i] = self->readers [i];
+            items [i] = (zmq_pollitem_t) { zsock_resolve (polled [i]->sock), 0, ZMQ_POLLIN, 0 };
+        }
+        int rc = zmq_poll (items, (int) n, wait);
+        if (rc < 0) {
+            if (errno == EINTR)
+                continue;
+            ah_error (self->def->name, "poll failed: %s", zmq_strerror (errno));
+            break;
+        }
+        for (size_t i = 0; i < n && !self->stopped; i++) {
+            if (!(items [i].revents & ZMQ_POLLIN))
+                continue;
+            //  The reader may have ended (by an earlier callback this round).
+            bool alive = false;
+            for (size_t k = 0; k < self->nreaders; k++)
+                alive = alive || self->readers [k] == polled [i];
+            if (!alive)
+                continue;
+            zsock_t *sock = polled [i]->sock;
+            for (int b = 0; b < BATCH && !self->stopped; b++) {
+                s_reader_call (polled [i]);
+                alive = false;
+                for (size_t k = 0; k < self->nreaders; k++)
+                    alive = alive || self->readers [k] == polled [i];
+                if (!alive || !(zsock_events (sock) & ZMQ_POLLIN))
+                    break;
+            }
+        }
+    }
+}
+
+static void s_thread (zsock_t *pipe, void *arg)
+{
+    start_t *start = arg;
+    ah_actor_t self = { .def = start->def, .pipe = pipe };
+    const ah_actor_def_t *def = self.def;
+    char thread_name [16];
+    snprintf (thread_name, sizeof thread_name, "ah-%s", def->name);
+    pthread_setname_np (pthread_self (), thread_name);
+
+    if (def->on_bus && !(self.bus = ah_bus_connect (def->name)))
+        ah_actor_fail (&self, "cannot connect to the bus at %s", AH_BUS_ENDPOINT);
+    else if (!(self.state = def->init (&self, start->args)) && !self.fail)
+        ah_actor_fail (&self, "the %s actor could not start", def->name);
+    if (!self.state) {
+        start->status = -1;
+        start->err = self.fail;
+        self.fail = NULL;
+        for (size_t i = 0; i < self.nreaders; i++)
+            free (self.readers [i]);
+        zsock_destroy (&self.bus);
+        zsock_signal (pipe, 1);
+        return;             //  nothing of start is touched after the signal
+    }
+    //  The skeleton's own sockets, after init (which may have chosen lws):
+    //  readers registered during init are watched now.
+    reader_t *early [MAX_READERS];
+    size_t nearly = self.nreaders;
+    memcpy (early, self.readers, nearly * sizeof early [0]);
+    self.nreaders = 0;
+    bool ok = s_reader_add (&self, pipe, NULL, s_on_pipe) == 0
+           && (!self.bus || s_reader_add (&self, self.bus, NULL, s_on_bus) == 0);
+    for (size_t i = 0; i < nearly; i++) {
+        ok = ok && s_reader_add (&self, early [i]->sock, early [i]->fn, NULL) == 0;
+        free (early [i]);
+    }
+    if (!ok)
+        ah_error (def->name, "cannot watch its sockets");
+    start->status = 0;
+    zsock_signal (pipe, 0);
+
+    if (ok) {
+        if (self.lws) {
+            if (ah_lwsloop_run (self.lws) < 0)
+                ah_error (def->name, "the lws service loop failed");
+        }
+        else
+            s_own_loop (&self);
+    }
+    while (self.ntimers)
+        ah_actor_timer_end (&self, self.timers [0]->id);
+    free (self.timers);
+    while (self.nreaders)
+        ah_actor_reader_end (&self, self.readers [0]->sock);
+    def->destroy (self.state);
+    zsock_destroy (&self.bus);
+    free (self.fail);
+}
+
+zactor_t *ah_actor_new (const ah_actor_def_t *def, void *args, char **err)
+{
+    start_t *start = calloc (1, sizeof *start);
+    if (!start) {
+        if (err)
+            *err = strdup ("out of memory");
+        return NULL;
+    }
+    start->def = def;
+    start->args = args;
+    zactor_t *actor = zactor_new (s_thread, start);
+    if (actor && start->status != 0) {
+        zactor_destroy (&actor);
+        if (err) {
+            *err = start->err;
+            start->err = NULL;
+        }
+    }
+    else if (!actor && err)
+        *err = ah_strf ("cannot start the %s actor's thread", def->name);
+    free (start->err);
+    free (start);
+    return actor;
+}

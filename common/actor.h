@@ -1,0 +1,117 @@
+/*  common/actor.h: the one actor skeleton every actor of the server runs.
+
+    DESIGN. An actor is a czmq zactor: one thread, a PAIR pipe to the
+    thread that started it. The skeleton owns what every actor repeats:
+    the thread's name ("ah-<name>"), the pipe and `$TERM`, the actor's
+    DEALER on the bus, the loop, its readers and timers, dispatch of bus
+    messages by type through a table, and one rule for what cannot be
+    served:
+
+      - a malformed message (bad frames, a map that does not decode) or a
+        type the table does not name is answered with REPLY ok=false
+        status=400 and the reason, to the sender, when it carries a "req"
+        (found even in a map that does not decode, when it comes before
+        the damage), and logged always; the actor goes on serving.
+
+    An actor file then holds its state, its handlers and an
+    ah_actor_def_t, and nothing else.
+
+    The loop is the skeleton's own (zmq_poll over the registered readers,
+    with the next timer's deadline as the timeout), or, for an actor that
+    speaks WebSocket, a common/lwsloop the actor creates in init and hands
+    over with ah_actor_use_lws: the readers and timers then ride in the
+    lws service loop. The actor's code is the same either way.
+
+    Start-up: ah_actor_new runs init in the new thread and returns only
+    once it finished, NULL with the reason when it failed; there is no
+    "watch the pipe for a while".
+
+    Threads: everything here is called from the actor's own thread only,
+    except ah_actor_new (the starter's thread, before the actor runs).  */
+#ifndef AH_ACTOR_H
+#define AH_ACTOR_H
+
+#include <czmq.h>
+#include "proto/msg.h"
+#include "common/lwsloop.h"
+
+typedef struct ah_actor_t ah_actor_t;
+
+//  A bus message of one type. msg is borrowed (freed after the call).
+typedef void (ah_actor_msg_fn) (void *self, ah_msg_t *msg);
+//  A pipe command: cmd is the whole zmsg, its first frame the command
+//  name, borrowed. Answer on ah_actor_pipe if the command wants one.
+typedef void (ah_actor_cmd_fn) (void *self, zmsg_t *cmd);
+//  A registered socket has a message: receive exactly one.
+typedef void (ah_actor_sock_fn) (void *self, zsock_t *sock);
+typedef void (ah_actor_timer_fn) (void *self, void *arg);
+
+typedef struct {
+    const char *type;
+    ah_actor_msg_fn *fn;
+} ah_actor_handler_t;
+
+typedef struct {
+    const char *name;
+    ah_actor_cmd_fn *fn;
+} ah_actor_command_t;
+
+typedef struct {
+    const char *name;               //  thread "ah-<name>", log area
+    bool on_bus;                    //  a DEALER on the bus with identity name
+    //  Make the state, in the actor's thread. NULL on failure, after
+    //  ah_actor_fail has said why (or the reason is "init failed").
+    void *(*init) (ah_actor_t *actor, void *args);
+    //  Free the state (the loop has stopped; timers and readers are gone).
+    void (*destroy) (void *self);
+    //  Optional: $TERM arrived, before the loop stops (flush, drain).
+    void (*on_term) (void *self);
+    const ah_actor_handler_t *handlers;     //  ends with { NULL, NULL }
+    const ah_actor_command_t *commands;     //  NULL, or ends with { NULL, NULL }
+} ah_actor_def_t;
+
+//  Start an actor; returns once its init ran. NULL with *err (caller
+//  frees) when it failed. args must outlive the actor. Stop it with
+//  zactor_destroy (sends $TERM, waits for the thread's end). A zactor
+//  whose pipe has something to read unasked has died.
+zactor_t *ah_actor_new (const ah_actor_def_t *def, void *args, char **err);
+
+//  From init: the reason start-up failed (printf-style).
+void ah_actor_fail (ah_actor_t *self, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+//  From init: run on this lwsloop (created by the actor in this thread,
+//  destroyed by it in destroy) instead of the skeleton's own loop.
+void ah_actor_use_lws (ah_actor_t *self, ah_lwsloop_t *loop);
+
+const char *ah_actor_name (ah_actor_t *self);
+zsock_t *ah_actor_pipe (ah_actor_t *self);
+zsock_t *ah_actor_bus (ah_actor_t *self);       //  NULL when not on the bus
+
+//  Bus messages. send takes *msg_p (nulled, even on failure): 0 / -1.
+int  ah_actor_send (ah_actor_t *self, const char *dest, ah_msg_t **msg_p);
+//  Answer a request (a REPLY with its req); nothing is sent when the
+//  request carried no req. reply is taken.
+void ah_actor_reply (ah_actor_t *self, const ah_msg_t *request, ah_msg_t *reply);
+void ah_actor_reply_ok (ah_actor_t *self, const ah_msg_t *request, int status);
+void ah_actor_reply_error (ah_actor_t *self, const ah_msg_t *request, int status,
+                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+//  More sockets to serve (worker results, a PULL). 0 / -1.
+int  ah_actor_reader (ah_actor_t *self, zsock_t *sock, ah_actor_sock_fn *fn);
+void ah_actor_reader_end (ah_actor_t *self, zsock_t *sock);
+
+//  Timers: fn (self, arg) after delay_ms, then every repeat_ms when
+//  repeat_ms > 0. Returns an id (> 0) for ah_actor_timer_end, -1 when
+//  out of memory. A timer may end itself or others from its callback.
+int  ah_actor_timer (ah_actor_t *self, int64_t delay_ms, int64_t repeat_ms,
+                     ah_actor_timer_fn *fn, void *arg);
+//  Safe on an id that fired (once) or ended already, and on 0.
+void ah_actor_timer_end (ah_actor_t *self, int id);
+
+//  Serve the bus (only) until it has been quiet for quiet_ms, for at
+//  most max_ms: for on_term, to take what is still crossing the bus.
+void ah_actor_drain (ah_actor_t *self, int quiet_ms, int max_ms);
+//  Leave the loop after the current callback (the actor then ends as on
+//  $TERM, without on_term; the starter sees its pipe speak).
+void ah_actor_stop (ah_actor_t *self);
+
+#endif

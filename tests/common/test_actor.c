@@ -1,0 +1,178 @@
+/*  tests/common/test_actor.c: the actor skeleton (common/actor.h), on
+    both loops: dispatch by type, refusals, pipe commands, timers,
+    readers, start-up failure reported to the starter, $TERM.          */
+#include "common/actor.h"
+#include "common/bus.h"
+#include "common/msg.h"
+#include "tests/common/check.h"
+#include "tests/common/actor_probe.h"
+
+#include <unistd.h>
+
+typedef struct {
+    ah_actor_t *actor;
+    ah_lwsloop_t *lws;
+    bool fail;
+    int once, ticks, tick_id;
+    zsock_t *pull;
+    int pulled;
+    bool termed;
+} self_t;
+
+typedef struct {
+    bool fail;
+    bool lws;
+} args_t;
+
+static void s_on_tick (void *arg, void *timer_arg)
+{
+    self_t *self = arg;
+    if (++self->ticks == 3)
+        ah_actor_timer_end (self->actor, self->tick_id);
+}
+
+static void s_on_once (void *arg, void *timer_arg)
+{
+    self_t *self = arg;
+    self->once += (int) (intptr_t) timer_arg;
+}
+
+static void s_on_echo (void *arg, ah_msg_t *msg)
+{
+    self_t *self = arg;
+    ah_msg_t *reply = ah_msg_reply_ok (msg);
+    ah_msg_set_int (reply, "ticks", self->ticks);
+    ah_msg_set_int (reply, "once", self->once);
+    ah_msg_set_int (reply, "pulled", self->pulled);
+    ah_msg_set_str (reply, "echo", ah_msg_str (msg, "text"));
+    ah_actor_reply (self->actor, msg, reply);
+}
+
+static void s_on_pull (void *arg, zsock_t *sock)
+{
+    self_t *self = arg;
+    char *s = zstr_recv (sock);
+    self->pulled++;
+    zstr_free (&s);
+}
+
+static void s_cmd_count (void *arg, zmsg_t *cmd)
+{
+    self_t *self = arg;
+    zsock_send (ah_actor_pipe (self->actor), "si", "COUNT", self->ticks);
+}
+
+static void *s_init (ah_actor_t *actor, void *arg)
+{
+    args_t *args = arg;
+    if (args->fail) {
+        ah_actor_fail (actor, "the test asked to fail (%d)", 42);
+        return NULL;
+    }
+    self_t *self = calloc (1, sizeof *self);
+    self->actor = actor;
+    if (args->lws) {
+        static const struct lws_protocols protocols [] = {
+            { "http", lws_callback_http_dummy, 0, 0, 0, NULL, 0 }, { NULL, NULL, 0, 0, 0, NULL, 0 } };
+        struct lws_context_creation_info info = { 0 };
+        info.port = CONTEXT_PORT_NO_LISTEN;
+        info.protocols = protocols;
+        self->lws = ah_lwsloop_new (&info);
+        ah_actor_use_lws (actor, self->lws);
+    }
+    self->pull = zsock_new_pull ("inproc://test-actor-pull");
+    ah_actor_reader (actor, self->pull, s_on_pull);
+    self->tick_id = ah_actor_timer (actor, 10, 10, s_on_tick, NULL);
+    ah_actor_timer (actor, 30, 0, s_on_once, (void *) (intptr_t) 1);
+    int never = ah_actor_timer (actor, 20, 0, s_on_once, (void *) (intptr_t) 100);
+    ah_actor_timer_end (actor, never);
+    return self;
+}
+
+static void s_destroy (void *arg)
+{
+    self_t *self = arg;
+    ah_lwsloop_destroy (&self->lws);
+    zsock_destroy (&self->pull);
+    free (self);
+}
+
+static const ah_actor_handler_t s_handlers [] = {
+    { "ECHO", s_on_echo },
+    { NULL, NULL }
+};
+static const ah_actor_command_t s_commands [] = {
+    { "COUNT", s_cmd_count },
+    { NULL, NULL }
+};
+static const ah_actor_def_t s_def = {
+    .name = "tester", .on_bus = true, .init = s_init, .destroy = s_destroy,
+    .handlers = s_handlers, .commands = s_commands
+};
+
+static void s_run (bool lws)
+{
+    fprintf (stderr, "-- %s loop\n", lws ? "lws" : "own");
+    //  A failing init: NULL and its reason, at once.
+    args_t bad = { .fail = true, .lws = lws };
+    char *err = NULL;
+    int64_t t0 = zclock_mono ();
+    zactor_t *actor = ah_actor_new (&s_def, &bad, &err);
+    CHECK (actor == NULL);
+    CHECK_STR (err, "the test asked to fail (42)");
+    CHECK (zclock_mono () - t0 < 1000);
+    free (err);
+    err = NULL;
+
+    args_t good = { .lws = lws };
+    actor = ah_actor_new (&s_def, &good, &err);
+    CHECK (actor != NULL && err == NULL);
+    if (!actor)
+        return;
+    zsock_t *push = zsock_new_push (">inproc://test-actor-pull");
+    zstr_send (push, "one");
+    zstr_send (push, "two");
+    zclock_sleep (150);
+
+    zsock_t *client = ah_bus_connect ("client");
+    zclock_sleep (20);
+    ah_msg_t *m = ah_msg_new ("ECHO");
+    ah_msg_set_int (m, "req", 7);
+    ah_msg_set_str (m, "text", "hi");
+    ah_msg_send (&m, client, "tester");
+    zsock_set_rcvtimeo (client, 1000);
+    ah_msg_t *reply = ah_msg_recv (client, true, NULL);
+    CHECK (reply && ah_msg_bool (reply, "ok", false) && ah_msg_int (reply, "req", 0) == 7);
+    CHECK (reply && ah_msg_int (reply, "ticks", 0) == 3);       //  ended itself after 3
+    CHECK (reply && ah_msg_int (reply, "once", 0) == 1);        //  the ended one never fired
+    CHECK (reply && ah_msg_int (reply, "pulled", 0) == 2);
+    CHECK_STR (reply ? ah_msg_str (reply, "echo") : NULL, "hi");
+    ah_msg_destroy (&reply);
+    zsock_destroy (&client);
+
+    actor_probe_refusals ("tester");
+
+    //  A pipe command, answered on the pipe
+    zstr_send (actor, "COUNT");
+    char *what = NULL;
+    int count = -1;
+    CHECK (zsock_recv (actor, "si", &what, &count) == 0);
+    CHECK_STR (what, "COUNT");
+    CHECK (count == 3);
+    zstr_free (&what);
+    zsock_destroy (&push);
+    zactor_destroy (&actor);
+    CHECK (actor == NULL);
+}
+
+int main (void)
+{
+    zsys_init ();
+    zsys_handler_set (NULL);
+    ah_bus_args_t args = { 0 };
+    zactor_t *bus = zactor_new (ah_bus_actor, &args);
+    s_run (false);
+    s_run (true);
+    zactor_destroy (&bus);
+    return CHECK_DONE ();
+}
