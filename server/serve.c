@@ -401,8 +401,16 @@ s_start_actors (self_t *self)
     if (s_start (self, "builder", ah_builder_actor, &self->builder_args))
         return -1;
     self->api_args = (ah_api_args_t) { .config = config, .db_path = self->db_path };
-    if (s_start (self, "api", ah_api_actor, &self->api_args))
+    char *err = NULL;
+    zactor_t *api = ah_actor_new (&ah_api_actor, &self->api_args, &err);
+    if (!api) {
+        ah_error ("server", "the api actor failed to start: %s", err ? err : "?");
+        free (err);
         return -1;
+    }
+    self->actors [self->actor_count].name = "api";
+    self->actors [self->actor_count].actor = api;
+    self->actor_count++;
     return 0;
 }
 

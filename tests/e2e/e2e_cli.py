@@ -326,9 +326,9 @@ def scenario():
     modes = {e["name"]: e["mode"] for e in j["entries"]}
     check(modes.get("blob.bin") == 0o600, "upload mode 600: %r" % modes)
     expect_error(404, "No such file", "PUT", "/api/v1/agents/alice/fs/file?path=nodir/x", raw=b"hello")
-    expect_error(403, "escapes", "PUT", "/api/v1/agents/alice/fs/file?path=../x", raw=b"hello")
+    expect_error(400, "'..' component", "PUT", "/api/v1/agents/alice/fs/file?path=../x", raw=b"hello")
     expect_error(404, "No such file", "GET", "/api/v1/agents/alice/fs/file?path=work/missing")
-    expect_error(403, "escapes the home directory", "GET", "/api/v1/agents/alice/fs/file?path=../../etc/passwd")
+    expect_error(400, "'..' component", "GET", "/api/v1/agents/alice/fs/file?path=../../etc/passwd")
     expect_error(400, "'path' is required", "GET", "/api/v1/agents/alice/fs/file")
     expect_error(409, "", "DELETE", "/api/v1/agents/alice/fs/file?path=work")
     status, j = http("DELETE", "/api/v1/agents/alice/fs/file?path=work&recursive=1")

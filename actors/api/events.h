@@ -1,9 +1,9 @@
-/*  actors/api_events.h: the API's lifecycle event streams and wakes
-    (issue 5; docs/api.md "Events" and "Wake").
+/*  actors/api/events.h: the API's lifecycle event streams and wakes
+    (docs/api.md "Events" and "Wake").
 
     Part of the API actor, not an actor of its own: every function runs on
     the API actor's thread (the lws service thread), which owns the object,
-    the lws connections it is handed and the bus socket it sends on.
+    the requests it is handed and the actor it sends through.
 
     - GET /api/v1/events: a server-sent event stream of SANDBOX_STATE
       (one JSON object per event), filterable with ?agent=, keep-alive
@@ -16,8 +16,7 @@
 #ifndef AH_API_EVENTS_H
 #define AH_API_EVENTS_H
 
-#include <czmq.h>
-#include <libwebsockets.h>
+#include "common/actor.h"
 #include "common/msg.h"
 #include "store/store.h"
 
@@ -35,19 +34,10 @@ typedef struct _ah_api_events_t ah_api_events_t;
 //  passed) and a sentence saying why.
 typedef void (ah_api_wake_fn) (void *ctx, int status, const char *error);
 
-//  store and bus are borrowed (the API actor's).
-ah_api_events_t *ah_api_events_new (ah_store_t *store, zsock_t *bus);
+//  store and actor are borrowed (the API actor's). The streams themselves
+//  are requests of GET /api/v1/events (api_event_routes).
+ah_api_events_t *ah_api_events_new (ah_store_t *store, ah_actor_t *actor);
 void ah_api_events_destroy (ah_api_events_t **self_p);
-
-//  GET /api/v1/events on wsi (already authorised): parses its own query
-//  (agent=ID-or-NAME). 0: the connection is the stream's now (headers are
-//  written at the next WRITEABLE); else an HTTP status with why.
-int  ah_api_events_open (ah_api_events_t *self, struct lws *wsi, char *why, size_t why_size);
-bool ah_api_events_owns (ah_api_events_t *self, struct lws *wsi);
-//  HTTP WRITEABLE for a stream's wsi: -1 closes the connection.
-int  ah_api_events_writeable (ah_api_events_t *self, struct lws *wsi);
-//  The connection closed (idempotent; any wsi).
-void ah_api_events_closed (ah_api_events_t *self, struct lws *wsi);
 
 //  A SANDBOX_STATE from lifecycle: to the streams, and to the waiters.
 void ah_api_events_on_state (ah_api_events_t *self, const ah_msg_t *msg);

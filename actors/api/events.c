@@ -1,39 +1,29 @@
-/*  actors/api_events.c: the API's event streams and wakes (see
-    api_events.h, docs/api.md "Events" and "Wake").
+/*  actors/api/events.c: the API's event streams and wakes (see
+    events.h, docs/api.md "Events" and "Wake").
 
     DESIGN. Everything here runs on the API actor's thread, the one lws
-    service thread: the streams' wsi are only touched in its callbacks, the
-    bus DEALER and the SQLite connection are the actor's, borrowed. Two
-    lists, both owned here:
-    - streams: one per GET /api/v1/events connection. An event is queued
-      as text in the stream's buffer and written in WRITEABLE callbacks,
-      one lws_write each; a stream more than AH_API_EVENTS_MAX_BACKLOG
-      behind (a client that stopped reading) is closed, so memory stays
-      bounded whatever the clients do.
+    service thread: the streams' requests, the actor (for the bus) and
+    the SQLite connection are borrowed. Two lists, both owned here:
+    - streams: one per GET /api/v1/events request. An event is queued as
+      text in the stream's buffer and handed to the connection when it
+      can write (http.c asks the request's produce); a stream more than
+      AH_API_EVENTS_MAX_BACKLOG behind (a client that stopped reading) is
+      closed, so memory stays bounded whatever the clients do.
     - waiters: requests (a turn, a terminal) held until their agent runs.
       Their state is re-read from the database on every SANDBOX_STATE for
       the agent and on every tick, so a missed event costs at most a tick.
       A waiter leaves the list before its callback runs: the callback may
       start another wake or close the request.                       */
-#include "actors/api_events.h"
-#include "common/log.h"
+#include "actors/api/api_int.h"
 
-#include <jansson.h>
-#include <errno.h>
 #include <string.h>
-#include <sys/socket.h>
-
-#define AREA "api"
-#define CHUNK 16384
 
 typedef struct stream_t {
     struct stream_t *next;
-    struct lws *wsi;
+    req_t *r;
     char agent_id [48];             //  "" = every agent
-    char *buf;                      //  text not yet written
-    size_t len;
-    bool headers_sent;
-    bool dead;                      //  too far behind: close at the next WRITEABLE
+    ah_buf_t buf;                   //  text not yet handed to the connection
+    bool dead;                      //  too far behind: close
     int64_t queued_ms;              //  when something was last queued (keep-alive)
 } stream_t;
 
@@ -52,7 +42,7 @@ typedef struct waiter_t {
 
 struct _ah_api_events_t {
     ah_store_t *store;              //  borrowed
-    zsock_t *bus;                   //  borrowed
+    ah_actor_t *actor;              //  borrowed: the bus
     stream_t *streams;
     size_t nstreams;
     waiter_t *waiters;
@@ -61,13 +51,13 @@ struct _ah_api_events_t {
     zhashx_t *names;                //  agent id -> name, for "destroyed" events
 };
 
-ah_api_events_t *ah_api_events_new (ah_store_t *store, zsock_t *bus)
+ah_api_events_t *ah_api_events_new (ah_store_t *store, ah_actor_t *actor)
 {
     ah_api_events_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     self->store = store;
-    self->bus = bus;
+    self->actor = actor;
     self->names = zhashx_new ();
     if (!self->names) {
         free (self);
@@ -86,7 +76,7 @@ void ah_api_events_destroy (ah_api_events_t **self_p)
     while (self->streams) {
         stream_t *s = self->streams;
         self->streams = s->next;
-        free (s->buf);
+        ah_buf_free (&s->buf);
         free (s);
     }
     //  Waiters' requests are gone with the lws context: no callbacks.
@@ -136,34 +126,18 @@ static int s_agent (ah_api_events_t *self, const char *key, char *id, size_t id_
 //  --------------------------------------------------------------------
 //  Streams
 
-static stream_t *s_stream (ah_api_events_t *self, struct lws *wsi)
-{
-    for (stream_t *s = self->streams; s; s = s->next)
-        if (s->wsi == wsi)
-            return s;
-    return NULL;
-}
-
 static void s_queue (stream_t *s, const char *text, size_t n)
 {
     if (s->dead)
         return;
     s->queued_ms = zclock_mono ();
-    if (s->len + n > AH_API_EVENTS_MAX_BACKLOG) {
-        ah_info (AREA, "an event stream fell %zu bytes behind: closing it", s->len + n);
+    if (ah_buf_size (&s->buf) + n > AH_API_EVENTS_MAX_BACKLOG) {
+        ah_info (AREA, "an event stream fell %zu bytes behind: closing it", ah_buf_size (&s->buf) + n);
         s->dead = true;
     }
-    else {
-        char *grown = realloc (s->buf, s->len + n);
-        if (!grown)
-            s->dead = true;
-        else {
-            s->buf = grown;
-            memcpy (s->buf + s->len, text, n);
-            s->len += n;
-        }
-    }
-    lws_callback_on_writable (s->wsi);
+    else if (ah_buf_append (&s->buf, text, n))
+        s->dead = true;
+    api_want_write (s->r);
 }
 
 //  One event to every stream that wants the agent's.
@@ -201,111 +175,81 @@ static void s_publish (ah_api_events_t *self, const char *agent_id, const char *
     free (text);
 }
 
-int ah_api_events_open (ah_api_events_t *self, struct lws *wsi, char *why, size_t why_size)
+static void s_stream_free (req_t *r)
 {
-    if (!self) {
-        snprintf (why, why_size, "the event streams are not available");
-        return 503;
-    }
-    char agent [128] = "";
-    char arg [256];
-    for (int i = 0; i < 16; i++) {
-        if (lws_hdr_copy_fragment (wsi, arg, sizeof arg, WSI_TOKEN_HTTP_URI_ARGS, i) < 0)
-            break;
-        char *value = strchr (arg, '=');
-        if (value)
-            *value++ = 0;
-        if (streq (arg, "agent") && value && *value && strlen (value) < sizeof agent)
-            snprintf (agent, sizeof agent, "%s", value);
-        else
-        if (streq (arg, "agent")) {
-            snprintf (why, why_size, "query 'agent' must name an agent (its id or name)");
-            return 400;
-        }
-        else {
-            snprintf (why, why_size, "unknown query argument '%.64s' (events take agent=)", arg);
-            return 400;
-        }
-    }
-    if (self->nstreams >= AH_API_EVENTS_MAX_STREAMS) {
-        snprintf (why, why_size, "too many event streams open (at most %d)", AH_API_EVENTS_MAX_STREAMS);
-        return 503;
-    }
-    stream_t *s = calloc (1, sizeof *s);
-    if (!s) {
-        snprintf (why, why_size, "out of memory for an event stream");
-        return 503;
-    }
-    if (agent [0]) {
-        int rc = s_agent (self, agent, s->agent_id, sizeof s->agent_id, NULL, 0, NULL, 0, NULL, 0);
-        if (rc != 1) {
-            free (s);
-            snprintf (why, why_size, rc < 0 ? "cannot read the database" : "no agent named '%s'", agent);
-            return rc < 0 ? 500 : 404;
-        }
-    }
-    s->wsi = wsi;
-    s->next = self->streams;
-    self->streams = s;
-    self->nstreams++;
-    //  A first comment: the client knows the stream is open.
-    s_queue (s, ": agenthold events\n\n", 20);
-    lws_set_timeout (wsi, NO_PENDING_TIMEOUT, 0);
-    return 0;
-}
-
-bool ah_api_events_owns (ah_api_events_t *self, struct lws *wsi)
-{
-    return self && s_stream (self, wsi) != NULL;
-}
-
-int ah_api_events_writeable (ah_api_events_t *self, struct lws *wsi)
-{
-    stream_t *s = self ? s_stream (self, wsi) : NULL;
-    if (!s || s->dead)
-        return -1;
-    if (!s->headers_sent) {
-        uint8_t buf [LWS_PRE + 512];
-        uint8_t *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
-        if (lws_add_http_common_headers (wsi, 200, "text/event-stream",
-                                         LWS_ILLEGAL_HTTP_CONTENT_LEN, &p, end)
-        ||  lws_add_http_header_by_name (wsi, (const uint8_t *) "cache-control:",
-                                         (const uint8_t *) "no-cache", 8, &p, end)
-        ||  lws_finalize_write_http_header (wsi, start, &p, end))
-            return -1;
-        s->headers_sent = true;
-        if (s->len)
-            lws_callback_on_writable (wsi);
-        return 0;
-    }
-    if (s->len == 0)
-        return 0;
-    size_t n = s->len > CHUNK ? CHUNK : s->len;
-    uint8_t out [LWS_PRE + CHUNK];
-    memcpy (out + LWS_PRE, s->buf, n);
-    if (lws_write (wsi, out + LWS_PRE, n, LWS_WRITE_HTTP) < (int) n)
-        return -1;
-    memmove (s->buf, s->buf + n, s->len - n);
-    s->len -= n;
-    if (s->len)
-        lws_callback_on_writable (wsi);
-    return 0;
-}
-
-void ah_api_events_closed (ah_api_events_t *self, struct lws *wsi)
-{
-    if (!self)
-        return;
+    ah_api_events_t *self = r->api->events;
     for (stream_t **pp = &self->streams; *pp; pp = &(*pp)->next)
-        if ((*pp)->wsi == wsi) {
+        if (*pp == r->ext) {
             stream_t *s = *pp;
             *pp = s->next;
             self->nstreams--;
-            free (s->buf);
+            ah_buf_free (&s->buf);
             free (s);
             return;
         }
 }
+
+static int s_stream_produce (req_t *r)
+{
+    stream_t *s = r->ext;
+    if (s->dead)
+        return -1;
+    size_t n = ah_buf_size (&s->buf);
+    if (n > API_CHUNK)
+        n = API_CHUNK;
+    if (n && api_out (r, ah_buf_head (&s->buf), n))
+        return -1;
+    ah_buf_consume (&s->buf, n);
+    return 1;                       //  a stream ends when its client leaves
+}
+
+static const ext_ops_t s_stream_ops = { .free = s_stream_free, .produce = s_stream_produce };
+
+//  GET /api/v1/events[?agent=ID-or-NAME]
+static void s_open (req_t *r)
+{
+    ah_api_events_t *self = r->api->events;
+    const char *agent = api_query (r, "agent");
+    if (agent && !*agent) {
+        api_respond_error (r, 400, "query 'agent' must name an agent (its id or name)");
+        return;
+    }
+    if (self->nstreams >= AH_API_EVENTS_MAX_STREAMS) {
+        api_respond_error (r, 503, "too many event streams open (at most %d)", AH_API_EVENTS_MAX_STREAMS);
+        return;
+    }
+    stream_t *s = calloc (1, sizeof *s);
+    if (!s) {
+        api_respond_error (r, 503, "out of memory for an event stream");
+        return;
+    }
+    if (agent) {
+        int rc = ah_ident_ok (AH_IDENT_AGENT_NAME, agent) || ah_ident_ok (AH_IDENT_AGENT_ID, agent)
+               ? s_agent (self, agent, s->agent_id, sizeof s->agent_id, NULL, 0, NULL, 0, NULL, 0) : 0;
+        if (rc != 1) {
+            free (s);
+            if (rc < 0)
+                api_respond_error (r, 500, "cannot read the database");
+            else
+                api_respond_error (r, 404, "no agent named '%s'", agent);
+            return;
+        }
+    }
+    s->r = r;
+    s->next = self->streams;
+    self->streams = s;
+    self->nstreams++;
+    r->ext = s;
+    r->ext_ops = &s_stream_ops;
+    api_respond_stream (r, 200, "text/event-stream", -2);
+    //  A first comment: the client knows the stream is open.
+    s_queue (s, ": agenthold events\n\n", 20);
+}
+
+const route_t api_event_routes [] = {
+    { M_GET, "/api/v1/events", s_open, 0, "agent" },
+    { 0 }
+};
 
 //  --------------------------------------------------------------------
 //  Wakes
@@ -317,7 +261,7 @@ void ah_api_events_activity (ah_api_events_t *self, const char *agent_id, const 
     ah_msg_t *m = ah_msg_new ("AGENT_ACTIVITY");
     ah_msg_set_str (m, "agent_id", agent_id);
     ah_msg_set_str (m, "what", what);
-    ah_msg_send (&m, self->bus, "lifecycle");
+    ah_actor_send (self->actor, "lifecycle", &m);
 }
 
 //  Takes w out of the list (it must be in it) and calls it back.
@@ -343,7 +287,7 @@ static void s_send_start (ah_api_events_t *self, waiter_t *w, const char *state)
     w->tries++;
     ah_msg_set_int (m, "req", w->req);
     ah_msg_set_str (m, "agent", w->agent_id);
-    ah_msg_send (&m, self->bus, "lifecycle");
+    ah_actor_send (self->actor, "lifecycle", &m);
     ah_info (AREA, "waking agent '%s' (%s)", w->name, state);
     s_publish (self, w->agent_id, w->name, state, "start", NULL, AH_API_WAKE_MESSAGE);
 }
@@ -531,21 +475,8 @@ void ah_api_events_tick (ah_api_events_t *self)
     if (!self)
         return;
     int64_t now = zclock_mono ();
-    for (stream_t *s = self->streams; s; s = s->next) {
-        //  lws does not read a connection it is answering, so a client
-        //  that left would only be seen at the second write after it: a
-        //  peek says so at once (0: end of stream; an error other than
-        //  "nothing yet": reset).
-        char byte;
-        int fd = (int) lws_get_socket_fd (s->wsi);
-        ssize_t n = fd >= 0 ? recv (fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) : 1;
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            s->dead = true;
-            lws_callback_on_writable (s->wsi);
-        }
-        else
+    for (stream_t *s = self->streams; s; s = s->next)
         if (now - s->queued_ms >= AH_API_EVENTS_KEEPALIVE_MS)
             s_queue (s, ": keep-alive\n\n", 14);
-    }
     s_check_all (self, NULL);
 }

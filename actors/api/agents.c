@@ -1,0 +1,349 @@
+/*  actors/api/agents.c: the agents (docs/api.md "The agent object" and
+    its routes): reads from SQLite, changes through lifecycle, and ?wait
+    for a transition to end.                                            */
+#include "actors/api/api_int.h"
+
+#include <string.h>
+
+#define AGENT_SELECT \
+    "SELECT a.id, a.name, s.state, s.error, a.image, a.cpus, a.memory_mb, a.idle_minutes," \
+    " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why" \
+    " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id" \
+    " LEFT JOIN sleep_forecast f ON f.agent_id = a.id"
+
+bool api_transitional (const char *state)
+{
+    return state && (streq (state, "creating") || streq (state, "starting")
+                     || streq (state, "stopping") || streq (state, "rebuilding")
+                     || streq (state, "destroying"));
+}
+
+static json_t *s_row (sqlite3_stmt *stmt)
+{
+    json_t *a = json_object ();
+    json_object_set_new (a, "id", api_json_column (stmt, 0));
+    json_object_set_new (a, "name", api_json_column (stmt, 1));
+    json_object_set_new (a, "state", api_json_column (stmt, 2));
+    json_object_set_new (a, "error", api_json_column (stmt, 3));
+    json_object_set_new (a, "image", api_json_column (stmt, 4));
+    json_object_set_new (a, "cpus", json_real (sqlite3_column_double (stmt, 5)));
+    json_object_set_new (a, "memory_mb", json_integer (sqlite3_column_int64 (stmt, 6)));
+    json_object_set_new (a, "idle_minutes", json_real (sqlite3_column_double (stmt, 7)));
+    json_object_set_new (a, "needs_rebuild", json_boolean (sqlite3_column_int (stmt, 8) != 0));
+    json_object_set_new (a, "created_at", api_json_time (sqlite3_column_int64 (stmt, 9)));
+    json_object_set_new (a, "last_activity_at",
+                         sqlite3_column_type (stmt, 10) == SQLITE_NULL
+                         ? json_null () : api_json_time (sqlite3_column_int64 (stmt, 10)));
+    //  The sleeper's forecast means something only while it runs.
+    bool running = sqlite3_column_type (stmt, 2) != SQLITE_NULL
+                && streq ((const char *) sqlite3_column_text (stmt, 2), "running");
+    json_object_set_new (a, "sleeps_at", running && sqlite3_column_type (stmt, 11) != SQLITE_NULL
+                         ? api_json_time (sqlite3_column_int64 (stmt, 11)) : json_null ());
+    json_object_set_new (a, "awake_because", running ? api_json_column (stmt, 12) : json_null ());
+    return a;
+}
+
+json_t *api_agent_get (api_t *api, const char *key, bool *failed)
+{
+    *failed = false;
+    sqlite3_stmt *stmt = ah_store_prepare (api->store,
+        AGENT_SELECT " WHERE a.id = :key OR a.name = :key ORDER BY (a.id = :key) DESC LIMIT 1");
+    if (!stmt || ah_store_bind_text (stmt, ":key", key)) {
+        *failed = true;
+        return NULL;
+    }
+    json_t *agent = NULL;
+    int rc = ah_store_step (api->store, stmt);
+    if (rc == SQLITE_ROW)
+        agent = s_row (stmt);
+    else if (rc != SQLITE_DONE)
+        *failed = true;
+    sqlite3_reset (stmt);
+    return agent;
+}
+
+json_t *api_agent_resolve (req_t *r)
+{
+    const char *key = r->params [0];
+    if (!ah_ident_ok (AH_IDENT_AGENT_NAME, key) && !ah_ident_ok (AH_IDENT_AGENT_ID, key)) {
+        api_respond_error (r, 400, "'%s' is neither an agent name nor an agent id: an agent name %s",
+                           key, ah_ident_check (AH_IDENT_AGENT_NAME, key));
+        return NULL;
+    }
+    bool failed;
+    json_t *agent = api_agent_get (r->api, key, &failed);
+    if (failed) {
+        json_decref (agent);
+        api_respond_error (r, 500, "cannot read the database");
+        return NULL;
+    }
+    if (!agent) {
+        api_respond_error (r, 404, "no agent named '%s'", key);
+        return NULL;
+    }
+    snprintf (r->agent_id, sizeof r->agent_id, "%s", json_string_value (json_object_get (agent, "id")));
+    const char *name = json_string_value (json_object_get (agent, "name"));
+    snprintf (r->name, sizeof r->name, "%s", name ? name : key);
+    return agent;
+}
+
+//  The agent as it is now, for a response; a stand-in when it is gone.
+static json_t *s_agent_now (req_t *r, const char *state_if_gone)
+{
+    bool failed;
+    json_t *agent = api_agent_get (r->api, r->agent_id [0] ? r->agent_id : r->name, &failed);
+    if (!agent) {
+        agent = json_object ();
+        json_object_set_new (agent, "id", api_json_text (r->agent_id));
+        json_object_set_new (agent, "name", api_json_text (r->name));
+        json_object_set_new (agent, "state", json_string (state_if_gone));
+    }
+    return agent;
+}
+
+//  ?wait=1 [&timeout=S]: 0, or -1 answered 400.
+static int s_wait_query (req_t *r, bool *wait, int64_t *timeout_s)
+{
+    *wait = false;
+    *timeout_s = AH_API_WAIT_DEFAULT_S;
+    return api_query_bool (r, "wait", wait) || api_query_int (r, "timeout", 1, AH_API_WAIT_MAX_S, timeout_s)
+         ? -1 : 0;
+}
+
+//  A parked ?wait request: answer it once the transition has ended.
+static void s_wait_check (req_t *r)
+{
+    bool failed;
+    json_t *agent = api_agent_get (r->api, r->agent_id, &failed);
+    if (failed) {
+        json_decref (agent);
+        return;                     //  again at the next tick
+    }
+    bool destroy = streq (r->kind ? r->kind : "", "destroy");
+    if (!agent) {
+        api_unpark (r);
+        if (destroy) {
+            agent = json_object ();
+            json_object_set_new (agent, "id", api_json_text (r->agent_id));
+            json_object_set_new (agent, "name", api_json_text (r->name));
+            json_object_set_new (agent, "state", json_string ("destroyed"));
+            api_respond (r, 200, agent);
+        }
+        else
+            api_respond_error (r, 404, "agent '%s' was destroyed", r->name);
+        return;
+    }
+    const char *state = json_string_value (json_object_get (agent, "state"));
+    if (api_transitional (state)) {
+        json_decref (agent);
+        return;
+    }
+    api_unpark (r);
+    api_respond (r, streq (r->kind, "create") ? 201 : 200, agent);
+}
+
+static void s_wait_deadline (req_t *r)
+{
+    bool failed;
+    json_t *agent = api_agent_get (r->api, r->agent_id, &failed);
+    const char *state = agent ? json_string_value (json_object_get (agent, "state")) : NULL;
+    bool wait;
+    int64_t timeout_s;
+    s_wait_query (r, &wait, &timeout_s);
+    api_respond_error (r, 504, "agent '%s' is still %s after %lld s", r->name,
+                       state ? state : "changing", (long long) timeout_s);
+    json_decref (agent);
+}
+
+//  A successful lifecycle REPLY: the agent as it is now, or a wait.
+static void s_lifecycle_reply (req_t *r, ah_msg_t *msg)
+{
+    const char *agent_id = ah_msg_str (msg, "agent_id");
+    if (agent_id && !r->agent_id [0])
+        snprintf (r->agent_id, sizeof r->agent_id, "%s", agent_id);
+    api_record (r, true, NULL);
+    bool wait;
+    int64_t timeout_s;
+    s_wait_query (r, &wait, &timeout_s);        //  checked before asking
+    bool create = streq (r->kind, "create");
+    if (create && !r->agent_id [0]) {
+        api_respond_error (r, 500, "lifecycle created the agent but did not say its id");
+        return;
+    }
+    if (streq (r->kind, "update")) {
+        api_respond (r, 200, s_agent_now (r, "destroyed"));
+        return;
+    }
+    if (wait) {
+        r->on_state = s_wait_check;
+        r->on_deadline = s_wait_deadline;
+        api_park (r, zclock_mono () + timeout_s * 1000);
+        s_wait_check (r);
+        return;
+    }
+    if (create) {
+        api_respond (r, 201, s_agent_now (r, "creating"));
+        return;
+    }
+    //  202: the transition won; 200: already there or on its way.
+    json_t *agent = s_agent_now (r, "destroying");
+    const char *state = ah_msg_str (msg, "state");
+    if (state && *state)
+        json_object_set_new (agent, "state", api_json_text (state));
+    int status = (int) ah_msg_int (msg, "status", 202);
+    api_respond (r, status >= 200 && status < 300 ? status : 202, agent);
+}
+
+//  --------------------------------------------------------------------
+//  Routes
+
+static const field_t s_create_fields [] = {
+    { "name", F_STR }, { "image", F_STR }, { "cpus", F_NUM },
+    { "memory_mb", F_INT }, { "idle_minutes", F_NUM }
+};
+static const field_t s_update_fields [] = {
+    { "image", F_STR }, { "cpus", F_NUM }, { "memory_mb", F_INT }, { "idle_minutes", F_NUM }
+};
+
+//  An image field must be a reference the driver will take.
+static int s_check_image (req_t *r, ah_msg_t *msg)
+{
+    const char *image = ah_msg_str (msg, "image");
+    const char *why = image ? ah_ident_check (AH_IDENT_IMAGE, image) : NULL;
+    if (why) {
+        api_respond_error (r, 400, "field 'image': image reference '%s' %s", image, why);
+        return -1;
+    }
+    return 0;
+}
+
+static void s_list (req_t *r)
+{
+    sqlite3_stmt *stmt = ah_store_prepare (r->api->store, AGENT_SELECT " ORDER BY a.name");
+    json_t *list = stmt ? json_array () : NULL;
+    int rc = SQLITE_ERROR;
+    while (stmt && (rc = ah_store_step (r->api->store, stmt)) == SQLITE_ROW)
+        json_array_append_new (list, s_row (stmt));
+    if (stmt)
+        sqlite3_reset (stmt);
+    if (rc != SQLITE_DONE) {
+        json_decref (list);
+        api_respond_error (r, 500, "cannot read the database");
+        return;
+    }
+    api_respond (r, 200, json_pack ("{s:o}", "agents", list));
+}
+
+static void s_create (req_t *r)
+{
+    bool wait;
+    int64_t timeout_s;
+    if (s_wait_query (r, &wait, &timeout_s))
+        return;
+    json_t *obj = api_body_object (r, false);
+    if (!obj)
+        return;
+    ah_msg_t *msg = ah_msg_new ("AGENT_CREATE");
+    if (api_copy_fields (r, obj, s_create_fields, sizeof s_create_fields / sizeof s_create_fields [0], msg)
+    ||  s_check_image (r, msg))
+        goto out;
+    const char *name = ah_msg_str (msg, "name");
+    const char *why = name ? ah_ident_check (AH_IDENT_AGENT_NAME, name) : NULL;
+    if (!name)
+        api_respond_error (r, 400, "field 'name' is required");
+    else if (why)
+        api_respond_error (r, 400, "field 'name': agent name '%s' %s", name, why);
+    else {
+        snprintf (r->name, sizeof r->name, "%s", name);
+        snprintf (r->detail, sizeof r->detail, "%s", name);
+        ah_msg_set_str (msg, "tenant", r->who.tenant [0] ? r->who.tenant : "default");
+        r->kind = "create";
+        api_ask (r, "lifecycle", &msg, s_lifecycle_reply);
+    }
+out:
+    ah_msg_destroy (&msg);
+    json_decref (obj);
+}
+
+static void s_show (req_t *r)
+{
+    json_t *agent = api_agent_resolve (r);
+    if (agent)
+        api_respond (r, 200, agent);
+}
+
+static void s_update (req_t *r)
+{
+    json_t *obj = api_body_object (r, false);
+    if (!obj)
+        return;
+    ah_msg_t *msg = ah_msg_new ("AGENT_UPDATE");
+    json_t *agent = NULL;
+    if (json_object_get (obj, "name"))
+        api_respond_error (r, 400, "field 'name' cannot be changed");
+    else if (api_copy_fields (r, obj, s_update_fields, sizeof s_update_fields / sizeof s_update_fields [0], msg)
+         ||  s_check_image (r, msg))
+        ;
+    else if (json_object_size (obj) == 0)
+        api_respond_error (r, 400, "nothing to change: give image, cpus, memory_mb or idle_minutes");
+    else if ((agent = api_agent_resolve (r))) {
+        ah_msg_set_str (msg, "agent", r->agent_id);
+        //  The audit detail: the fields asked for, as compact JSON.
+        char *fields = json_dumps (obj, JSON_COMPACT | JSON_SORT_KEYS);
+        snprintf (r->detail, sizeof r->detail, "%s", fields ? fields : "");
+        free (fields);
+        r->kind = "update";
+        api_ask (r, "lifecycle", &msg, s_lifecycle_reply);
+    }
+    json_decref (agent);
+    ah_msg_destroy (&msg);
+    json_decref (obj);
+}
+
+static void s_transition (req_t *r, const char *type, const char *kind)
+{
+    bool wait;
+    int64_t timeout_s;
+    if (s_wait_query (r, &wait, &timeout_s))
+        return;
+    //  An optional body, and then only an empty object.
+    json_t *obj = api_body_object (r, true);
+    if (!obj)
+        return;
+    if (json_object_size (obj) > 0) {
+        api_respond_error (r, 400, "unknown field '%s'", json_object_iter_key (json_object_iter (obj)));
+        json_decref (obj);
+        return;
+    }
+    json_decref (obj);
+    json_t *agent = api_agent_resolve (r);
+    if (!agent)
+        return;
+    json_decref (agent);
+    ah_msg_t *msg = ah_msg_new (type);
+    ah_msg_set_str (msg, "agent", r->agent_id);
+    if (streq (kind, "stop"))
+        ah_msg_set_strf (msg, "reason", "api:%s", r->who.token_name);
+    if (streq (kind, "start"))
+        api_activity (r->api, r->agent_id, "start");
+    snprintf (r->detail, sizeof r->detail, "%s", r->name);
+    r->kind = kind;
+    api_ask (r, "lifecycle", &msg, s_lifecycle_reply);
+}
+
+static void s_start (req_t *r)   { s_transition (r, "SANDBOX_START", "start"); }
+static void s_stop (req_t *r)    { s_transition (r, "SANDBOX_STOP", "stop"); }
+static void s_rebuild (req_t *r) { s_transition (r, "SANDBOX_REBUILD", "rebuild"); }
+static void s_destroy (req_t *r) { s_transition (r, "SANDBOX_DESTROY", "destroy"); }
+
+const route_t api_agent_routes [] = {
+    { M_GET, "/api/v1/agents", s_list, 0, "" },
+    { M_POST, "/api/v1/agents", s_create, R_BODY, "wait timeout" },
+    { M_GET, "/api/v1/agents/{agent}", s_show, 0, "" },
+    { M_PATCH, "/api/v1/agents/{agent}", s_update, R_BODY, "" },
+    { M_DELETE, "/api/v1/agents/{agent}", s_destroy, R_BODY, "wait timeout" },
+    { M_POST, "/api/v1/agents/{agent}/start", s_start, R_BODY, "wait timeout" },
+    { M_POST, "/api/v1/agents/{agent}/stop", s_stop, R_BODY, "wait timeout" },
+    { M_POST, "/api/v1/agents/{agent}/rebuild", s_rebuild, R_BODY, "wait timeout" },
+    { 0 }
+};

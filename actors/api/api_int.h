@@ -1,0 +1,383 @@
+/*  actors/api/api_int.h: the API actor's parts and what they share.
+
+    DESIGN. One thread, the actor's, owns everything here: the lws context
+    (a raw listener: the API reads HTTP itself, proto/http.h), every
+    connection, the bus DEALER (through the actor skeleton), the SQLite
+    connection, the pending requests and the tunnel channels. Nothing is
+    locked because nothing is shared.
+
+    The files, by concern:
+      api.c       the actor: start-up, the bus (REPLY, CHAN_*, SANDBOX_STATE),
+                  the tick, requests parked on another actor's REPLY
+      http.c      a connection and its requests: read, route, authenticate,
+                  body, 100-continue, respond, write, keep-alive, upgrade
+      route.c     the route table and the request target: segments decoded
+                  once, queries, paths inside the home
+      auth.c      bearer tokens
+      chan.c      tunnel channels: open, data both ways, credit, the end
+      agents.c, runtimes.c, turns.c, audit.c, exec.c, files.c, events.c,
+      terminal.c  one route family each: its routes and its handlers
+      ws.c        the server side of the terminal's WebSocket
+
+    A request (req_t) lives inside its connection (conn_t) from its head
+    to its last response byte. A route family that needs more state hangs
+    its own struct on the request (req->ext, with its ext_ops_t: freed
+    with the request, given streamed body bytes, asked for response bytes)
+    instead of growing req_t: exec, files and events do.                */
+#ifndef AH_API_INT_H
+#define AH_API_INT_H
+
+#include "actors/api.h"
+#include "actors/api/events.h"
+#include "common/actor.h"
+#include "common/ident.h"
+#include "common/log.h"
+#include "common/lwsloop.h"
+#include "common/msg.h"
+#include "proto/buf.h"
+#include "proto/http.h"
+#include "store/store.h"
+
+#include <jansson.h>
+#include <libwebsockets.h>
+
+#define AREA                "api"
+#define API_CHUNK           (64u << 10)     //  most bytes one lws_write takes
+#define API_IN_HIGH         (256u << 10)    //  stop reading a connection past this
+#define API_MAX_QUERY       16
+#define API_MAX_PARAMS      4
+#define API_MAX_DISCARD     (16u << 20)     //  a refused body read and dropped up to this
+#define API_IDLE_S          30              //  keep-alive and head timeout
+#define API_TICK_MS         250
+
+typedef struct api_t api_t;
+typedef struct conn_t conn_t;
+typedef struct req_t req_t;
+typedef struct route_t route_t;
+typedef struct api_chan_t api_chan_t;
+
+typedef enum {
+    M_GET = 1, M_HEAD = 2, M_POST = 4, M_PUT = 8, M_PATCH = 16, M_DELETE = 32, M_OPTIONS = 64
+} method_t;
+
+//  --------------------------------------------------------------------
+//  The actor (api.c)
+
+struct api_t {
+    ah_actor_t *actor;
+    const ah_config_t *config;
+    ah_store_t *store;
+    ah_lwsloop_t *loop;
+    struct lws_vhost *vhost;                //  the listener (server.listen)
+    struct lws_protocols protocols [2];     //  its protocol, and the terminator
+    req_t *pending;                 //  parked on a REPLY or a state
+    api_chan_t *chans;              //  tunnel channels, open or opening
+    struct api_abandoned_t *abandoned;      //  opens whose owner left (chan.c)
+    int64_t next_req;
+    int reply_timeout_s;
+    ah_api_events_t *events;
+    struct terminal_t *terminals;   //  open terminals (terminal.c)
+};
+
+//  A successful REPLY to a parked request.
+typedef void (reply_fn) (req_t *r, ah_msg_t *reply);
+
+//  Sends msg (taken) to dest with a fresh req and parks r until the
+//  REPLY: on_reply gets a successful one; a refusal is answered with its
+//  status and sentence (and recorded when r->kind is set); no answer
+//  within the reply timeout is a 504.
+void api_ask (req_t *r, const char *dest, ah_msg_t **msg_p, reply_fn *on_reply);
+//  A bus message that expects no answer. 0 / -1.
+int  api_send (api_t *api, const char *dest, ah_msg_t **msg_p);
+//  Park r until its agent leaves a transitional state (?wait), or the
+//  deadline; check_fn decides. Unparks what is parked.
+void api_park (req_t *r, int64_t deadline_ms);
+void api_unpark (req_t *r);
+//  The audit row for r (r->kind set): who, what, how it went.
+void api_record (req_t *r, bool ok, const char *error);
+//  AGENT_ACTIVITY to lifecycle (moves last_activity_at).
+void api_activity (api_t *api, const char *agent_id, const char *what);
+
+//  --------------------------------------------------------------------
+//  Connections and requests (http.c)
+
+//  What a route family adds to a request.
+typedef struct {
+    //  The request ends (answered, or its client left). Free ext here.
+    void (*free) (req_t *r);
+    //  Streamed body bytes (routes with R_STREAM): how many it took; the
+    //  rest waits (reading pauses) until api_body_resume.
+    size_t (*body) (req_t *r, const uint8_t *data, size_t size);
+    //  All of the body arrived.
+    void (*body_end) (req_t *r);
+    //  A streamed response wants bytes: append to conn->out (api_out_*).
+    //  1: more will come (call api_want_write when it has), 0: the body
+    //  is complete, -1: close the connection now (a broken stream).
+    int (*produce) (req_t *r);
+} ext_ops_t;
+
+typedef struct {
+    bool ok;
+    char token_name [65];           //  who, for the audit trail
+    char tenant [64];
+    bool admin;
+} who_t;
+
+struct req_t {
+    conn_t *conn;
+    api_t *api;
+    //  The request as sent
+    ah_http_head_t head;
+    method_t method;
+    char path [AH_HTTP_MAX_TARGET + 1];     //  the path as sent (no query)
+    const route_t *route;
+    char *params [API_MAX_PARAMS];          //  decoded captures, in pattern order
+    char *qkey [API_MAX_QUERY], *qval [API_MAX_QUERY];
+    size_t nquery;
+    who_t who;
+    //  The body
+    uint64_t content_length;
+    uint64_t body_seen;
+    ah_buf_t body;                  //  whole JSON bodies (not streamed)
+    bool expect_continue;
+    bool continue_sent;
+    bool discard;                   //  refused: body bytes are read and dropped
+    bool abandon;                   //  ...or not even that: answer now, then close
+    bool body_done;
+    bool handled;                   //  the route's handler ran
+    //  Parked on a REPLY or a state (api.c)
+    req_t *prev, *next;
+    bool linked;
+    int64_t req_id;
+    int64_t deadline_ms;
+    reply_fn *on_reply;
+    const char *asked;
+    char asked_type [32];
+    void (*on_deadline) (req_t *r);
+    void (*on_state) (req_t *r);    //  a SANDBOX_STATE for r->agent_id, or the tick
+    //  The response
+    int status;
+    bool responded;                 //  headers (and a whole body) are queued
+    bool streaming;                 //  the body comes from ext_ops->produce
+    bool chunked;
+    bool close_after;
+    bool upgraded;                  //  now a WebSocket (ws.c)
+    //  The audit trail and the agent it is about
+    const char *kind;               //  "create", "fs.read", ...; NULL: not recorded
+    char detail [1100];
+    char agent_id [AH_AGENT_ID_LEN + 1];
+    char name [AH_NAME_MAX + 1];
+    //  The route family's own state
+    void *ext;
+    const ext_ops_t *ext_ops;
+};
+
+typedef enum { CONN_HEAD, CONN_BODY, CONN_HANDLING, CONN_WS, CONN_CLOSED } conn_state_t;
+
+typedef struct ws_t ws_t;
+
+struct conn_t {
+    struct lws *wsi;
+    api_t *api;
+    conn_state_t state;
+    ah_buf_t in;                    //  read, not yet taken
+    ah_buf_t out;                   //  to write (LWS_PRE headroom)
+    bool rx_paused;
+    bool processing;                //  s_process is running (no re-entry)
+    bool closing;                   //  close once out has drained
+    req_t req;                      //  the request being served
+    ws_t *ws;                       //  after an upgrade (ws.c)
+};
+
+//  Answers. json: the body, taken (NULL: an empty object).
+void api_respond (req_t *r, int status, json_t *json);
+void api_respond_error (req_t *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+//  405 naming what the route takes.
+void api_respond_method (req_t *r, unsigned allowed);
+//  A streamed answer: the status line and headers now; the body from
+//  ext_ops->produce. length: the body's length, or -1 for chunked.
+void api_respond_stream (req_t *r, int status, const char *content_type, int64_t length);
+//  Bytes for the connection (streamed bodies: api_out_chunk frames one
+//  chunk when the response is chunked).
+int  api_out (req_t *r, const void *data, size_t size);
+int  api_out_chunk (req_t *r, const void *data, size_t size, bool last);
+size_t api_out_pending (req_t *r);
+void api_want_write (req_t *r);
+//  The body's consumer can take more (R_STREAM routes).
+void api_body_resume (req_t *r);
+//  The request is going away: the client left, or its answer is out.
+bool api_req_alive (const req_t *r);
+//  Ask the client for the body now (Expect: 100-continue).
+void api_continue (req_t *r);
+
+//  The body as one JSON object; answers 400 itself and returns NULL.
+json_t *api_body_object (req_t *r, bool empty_ok);
+//  Invalid UTF-8 bytes and control characters become '?'.
+json_t *api_json_text (const char *text);
+json_t *api_json_bytes (const char *data, size_t size);
+json_t *api_json_time (int64_t ms);
+json_t *api_json_column (sqlite3_stmt *stmt, int col);
+//  A raw (nested msgpack) field of a message as JSON; NULL if absent.
+json_t *api_json_raw (const ah_msg_t *msg, const char *key);
+
+//  Field checks for bodies: every key of obj must be one of fields.
+typedef enum { F_STR, F_NUM, F_INT } field_type_t;
+typedef struct {
+    const char *name;
+    field_type_t type;
+} field_t;
+int api_copy_fields (req_t *r, json_t *obj, const field_t *fields, size_t nfields, ah_msg_t *msg);
+
+//  --------------------------------------------------------------------
+//  Routes (route.c)
+
+typedef void (route_fn) (req_t *r);
+
+enum {
+    R_PUBLIC  = 1,                  //  no token needed
+    R_STREAM  = 2,                  //  the body streams to ext_ops->body
+    R_UPGRADE = 4,                  //  a WebSocket (token may come as ?token=)
+    R_BODY    = 8,                  //  takes a JSON body
+};
+
+struct route_t {
+    unsigned methods;
+    const char *pattern;            //  "/api/v1/agents/{agent}/start"; "{path*}" takes the rest
+    route_fn *fn;
+    unsigned flags;
+    const char *query;              //  the query arguments it takes, space-separated
+};
+
+//  Each family's table, ending with { 0 }.
+extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes [],
+                     api_audit_routes [], api_exec_routes [], api_file_routes [],
+                     api_event_routes [], api_terminal_routes [];
+
+//  Finds r's route from its path as sent: 0, or an HTTP status (400 a
+//  malformed target or query, 404, 405 with *allowed) and why; nothing is
+//  answered here. Fills r->route, r->params and the query.
+int  api_route (req_t *r, char *why, size_t why_size, unsigned *allowed);
+//  Query values (decoded once); NULL when absent.
+const char *api_query (req_t *r, const char *key);
+//  Typed query values: 0 (absent: *out untouched), or -1 answered 400.
+int  api_query_bool (req_t *r, const char *key, bool *out);
+int  api_query_int (req_t *r, const char *key, int64_t min, int64_t max, int64_t *out);
+//  A path inside the home as a client gives it: relative, no control
+//  characters, no empty, "." or ".." component (a lone "." is the home
+//  when dot_ok), at most 4095 bytes, components at most 255. NULL when
+//  good, else the reason (static).
+const char *api_path_check (const char *path, bool dot_ok);
+
+//  --------------------------------------------------------------------
+//  Authentication (auth.c)
+
+//  The bearer token (or ?token= on R_UPGRADE routes): 0 with r->who set,
+//  401, or 500 when the token table cannot be read.
+int  api_auth (req_t *r);
+
+//  --------------------------------------------------------------------
+//  Agents (agents.c), shared with the other families
+
+//  An agent by id or name as JSON (the agent object of docs/api.md).
+//  NULL with *failed=false when there is none, *failed=true on a
+//  database error.
+json_t *api_agent_get (api_t *api, const char *key, bool *failed);
+//  params [0] names an agent: resolve it into r->agent_id and r->name.
+//  Answers 400 (neither a name nor an id), 404 or 500 itself and returns
+//  NULL; else the agent as JSON (the caller's).
+json_t *api_agent_resolve (req_t *r);
+bool api_transitional (const char *state);
+
+//  --------------------------------------------------------------------
+//  Tunnel channels (chan.c)
+
+typedef struct {
+    //  sandboxd accepted: reply is CHAN_OPEN's REPLY (its "reply" field
+    //  holds sandboxd's header).
+    void (*opened) (void *owner, ah_msg_t *reply);
+    //  The channel could not open: an HTTP status and a sentence.
+    void (*refused) (void *owner, int status, const char *error, ah_msg_t *reply);
+    //  Bytes from sandboxd; pass them on and api_chan_ack what left.
+    void (*data) (void *owner, const uint8_t *data, size_t size);
+    //  sandboxd sent FIN.
+    void (*eof) (void *owner);
+    //  The channel is gone (error NULL: both sides ended it cleanly).
+    void (*closed) (void *owner, const char *error);
+    //  The tunnel took bytes we sent: api_chan_room grew.
+    void (*writable) (void *owner);
+} chan_ops_t;
+
+struct api_chan_t {
+    api_t *api;
+    const chan_ops_t *ops;
+    void *owner;
+    int64_t id;                     //  the tunnel's; 0 while opening
+    int64_t open_req;               //  CHAN_OPEN's req while opening
+    int64_t open_deadline_ms;
+    int64_t unacked;                //  sent, not yet taken by the tunnel
+    bool linked;
+    api_chan_t *prev, *next;
+};
+
+#define API_CHAN_CREDIT     (192u << 10)    //  most bytes in flight to the tunnel
+
+//  Opens a channel on agent_id's connection with header (taken). 0, or
+//  -1 (refused is called first... not: -1 means nothing was sent).
+int  api_chan_open (api_t *api, api_chan_t *chan, const char *agent_id, ah_msg_t **header_p,
+                    const chan_ops_t *ops, void *owner);
+//  Bytes to sandboxd (as CHAN_DATA pieces). 0 / -1.
+int  api_chan_send (api_chan_t *chan, const void *data, size_t size);
+//  One record (u8 kind, u32 length, payload) to sandboxd.
+int  api_chan_record (api_chan_t *chan, uint8_t kind, const void *data, size_t size);
+//  How many bytes may be sent before the tunnel takes some.
+size_t api_chan_room (const api_chan_t *chan);
+void api_chan_ack (api_chan_t *chan, size_t bytes);
+void api_chan_eof (api_chan_t *chan);
+//  The owner is gone: reset the stream; no callback after this.
+void api_chan_close (api_chan_t *chan);
+bool api_chan_open_now (const api_chan_t *chan);
+
+//  From api.c: true when msg was the channel layer's.
+bool api_chan_on_reply (api_t *api, ah_msg_t *msg);
+void api_chan_on_msg (api_t *api, ah_msg_t *msg);
+void api_chan_tick (api_t *api);
+void api_chan_shutdown (api_t *api);
+
+//  HTTP status for a sandboxd refusal code (ENOENT 404, ...).
+int  api_code_status (const char *code);
+
+//  --------------------------------------------------------------------
+//  The terminal's WebSocket (ws.c, terminal.c)
+
+//  A WebSocket message to the terminal (binary or text), or its close.
+typedef struct {
+    void (*message) (void *owner, bool binary, const uint8_t *data, size_t size);
+    void (*closed) (void *owner);   //  the peer closed or the connection dropped
+    void (*free) (void *owner);     //  the connection is gone: free owner
+    //  bytes of queued output the connection has written since last told
+    void (*written) (void *owner, size_t bytes);
+} ws_ops_t;
+
+//  Answers r's upgrade (101) and turns its connection into a WebSocket
+//  served by ops. 0, or -1 (answered with an HTTP error already).
+int  api_ws_accept (req_t *r, const ws_ops_t *ops, void *owner);
+//  One binary message; 0 / -1.
+int  api_ws_send (conn_t *conn, const void *data, size_t size);
+//  Bytes queued, not yet written (back-pressure).
+size_t api_ws_pending (conn_t *conn);
+//  Close with a code and reason once what is queued is written.
+void api_ws_close (conn_t *conn, int code, const char *reason);
+//  Pause / resume reading the client (input back-pressure).
+void api_ws_read (conn_t *conn, bool on);
+//  From http.c.
+void api_ws_rx (conn_t *conn);
+void api_ws_written (conn_t *conn);
+void api_ws_gone (conn_t *conn);
+
+//  From http.c, for ws.c: write what conn->out holds; the request that
+//  asked for the upgrade is over and the connection speaks WebSocket.
+void api_conn_want_write (conn_t *conn);
+void api_conn_upgraded (conn_t *conn);
+
+#endif

@@ -1,0 +1,124 @@
+/*  actors/api/audit.c: the audit trail (from the recorder) and the
+    policies' status (docs/api.md "Operations", "Policy").              */
+#include "actors/api/api_int.h"
+
+static void s_operations_reply (req_t *r, ah_msg_t *msg)
+{
+    json_t *ops = api_json_raw (msg, "operations");
+    if (!json_is_array (ops)) {
+        json_decref (ops);
+        api_respond_error (r, 502, "the recorder answered without operations");
+        return;
+    }
+    size_t i;
+    json_t *op;
+    json_array_foreach (ops, i, op) {
+        json_t *at = json_object_get (op, "at");
+        if (json_is_integer (at)) {
+            json_int_t ms = json_integer_value (at);
+            json_object_set_new (op, "at_ms", json_integer (ms));
+            json_object_set_new (op, "at", api_json_time (ms));
+        }
+    }
+    api_respond (r, 200, json_pack ("{s:o}", "operations", ops));
+}
+
+//  OP_LIST for one agent (agent_id) or all (NULL).
+static void s_list (req_t *r, const char *agent_id)
+{
+    int64_t limit = 0, before = 0;
+    if (api_query_int (r, "limit", 1, 1000, &limit) || api_query_int (r, "before", 1, INT64_MAX, &before))
+        return;
+    ah_msg_t *msg = ah_msg_new ("OP_LIST");
+    if (agent_id)
+        ah_msg_set_str (msg, "agent_id", agent_id);
+    if (limit)
+        ah_msg_set_int (msg, "limit", limit);
+    if (before)
+        ah_msg_set_int (msg, "before", before);
+    api_ask (r, "recorder", &msg, s_operations_reply);
+}
+
+static void s_all (req_t *r)
+{
+    s_list (r, NULL);
+}
+
+//  A destroyed agent's trail stays readable by its id.
+static void s_agent (req_t *r)
+{
+    const char *key = r->params [0];
+    bool failed;
+    json_t *agent = ah_ident_ok (AH_IDENT_AGENT_NAME, key) || ah_ident_ok (AH_IDENT_AGENT_ID, key)
+                  ? api_agent_get (r->api, key, &failed) : NULL;
+    if (agent) {
+        snprintf (r->agent_id, sizeof r->agent_id, "%s", json_string_value (json_object_get (agent, "id")));
+        json_decref (agent);
+        s_list (r, r->agent_id);
+    }
+    else if (ah_ident_ok (AH_IDENT_AGENT_ID, key)) {
+        snprintf (r->agent_id, sizeof r->agent_id, "%s", key);
+        s_list (r, key);
+    }
+    else {
+        json_t *again = api_agent_resolve (r);      //  answers 400, 404 or 500
+        if (again) {
+            json_decref (again);
+            s_list (r, r->agent_id);
+        }
+    }
+}
+
+static void s_policies (req_t *r)
+{
+    sqlite3_stmt *stmt = ah_store_prepare (r->api->store,
+        "SELECT holder, script, loaded_at, error, error_at FROM policy_status ORDER BY holder, script");
+    json_t *list = stmt ? json_array () : NULL;
+    int rc = SQLITE_ERROR;
+    while (stmt && (rc = ah_store_step (r->api->store, stmt)) == SQLITE_ROW) {
+        json_t *p = json_object ();
+        json_object_set_new (p, "holder", api_json_column (stmt, 0));
+        json_object_set_new (p, "script", api_json_column (stmt, 1));
+        json_object_set_new (p, "loaded_at", api_json_time (sqlite3_column_int64 (stmt, 2)));
+        json_object_set_new (p, "error", api_json_column (stmt, 3));
+        json_object_set_new (p, "error_at", api_json_time (sqlite3_column_int64 (stmt, 4)));
+        json_array_append_new (list, p);
+    }
+    if (stmt)
+        sqlite3_reset (stmt);
+    if (rc != SQLITE_DONE) {
+        json_decref (list);
+        api_respond_error (r, 500, "cannot read the database");
+        return;
+    }
+    api_respond (r, 200, json_pack ("{s:o}", "policies", list));
+}
+
+static void s_reload (req_t *r)
+{
+    json_t *obj = api_body_object (r, true);
+    if (!obj)
+        return;
+    if (json_object_size (obj) > 0) {
+        api_respond_error (r, 400, "unknown field '%s'", json_object_iter_key (json_object_iter (obj)));
+        json_decref (obj);
+        return;
+    }
+    json_decref (obj);
+    static const char *holders [] = { "lifecycle", "sleeper", "builder" };
+    json_t *sent = json_array ();
+    for (size_t i = 0; i < sizeof holders / sizeof holders [0]; i++) {
+        ah_msg_t *msg = ah_msg_new ("POLICY_RELOAD");
+        if (api_send (r->api, holders [i], &msg) == 0)
+            json_array_append_new (sent, json_string (holders [i]));
+    }
+    api_respond (r, 202, json_pack ("{s:b, s:o}", "ok", 1, "sent_to", sent));
+}
+
+const route_t api_audit_routes [] = {
+    { M_GET, "/api/v1/operations", s_all, 0, "limit before" },
+    { M_GET, "/api/v1/agents/{agent}/operations", s_agent, 0, "limit before" },
+    { M_GET, "/api/v1/policy", s_policies, 0, "" },
+    { M_POST, "/api/v1/policy/reload", s_reload, R_BODY, "" },
+    { 0 }
+};

@@ -1,0 +1,288 @@
+/*  actors/api/chan.c: tunnel channels as the API opens them (see
+    api_int.h, docs/messages.md "tunnel" and docs/tunnel.md).
+
+    DESIGN. The API is a channel's opener: CHAN_OPEN to the tunnel, then
+    bytes both ways, FIN (CHAN_EOF) or RST (CHAN_CLOSE). Each channel is
+    an api_chan_t embedded in its owner (an exec, a file transfer, a
+    terminal) and linked in api->chans while it lives, so the bus side
+    finds it by the CHAN_OPEN's req while it opens and by the tunnel's
+    chan id after. Its owner gets callbacks through its chan_ops_t and
+    nothing after api_chan_close.
+    Credit: at most API_CHAN_CREDIT bytes sent to the tunnel are
+    unacknowledged; a writer asks api_chan_room and waits for writable.
+    An owner that leaves while its channel is still opening leaves a
+    small note (abandoned) so the channel is reset if the tunnel opens it
+    after all.                                                          */
+#include "actors/api/api_int.h"
+#include "proto/channel.h"
+
+#include <string.h>
+
+#define PIECE   (64u << 10)         //  CHAN_DATA carries at most this
+
+struct api_abandoned_t {
+    struct api_abandoned_t *next;
+    int64_t req;
+    int64_t deadline_ms;
+};
+typedef struct api_abandoned_t abandoned_t;
+
+int api_code_status (const char *code)
+{
+    if (!code)
+        return 500;
+    static const struct { const char *code; int status; } map [] = {
+        { "ENOENT", 404 }, { "EACCES", 403 }, { "EINVAL", 400 }, { "EEXIST", 409 },
+        { "ENOTDIR", 409 }, { "EISDIR", 409 }, { "ENOTEMPTY", 409 }, { "ENOSPC", 507 },
+        { "ETIMEDOUT", 504 }, { "EPROTO", 502 }, { "EVERSION", 502 },
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map [0]; i++)
+        if (streq (map [i].code, code))
+            return map [i].status;
+    return 500;
+}
+
+static void s_link (api_chan_t *chan)
+{
+    api_t *api = chan->api;
+    chan->prev = NULL;
+    chan->next = api->chans;
+    if (api->chans)
+        api->chans->prev = chan;
+    api->chans = chan;
+    chan->linked = true;
+}
+
+static void s_unlink (api_chan_t *chan)
+{
+    if (!chan->linked)
+        return;
+    if (chan->prev)
+        chan->prev->next = chan->next;
+    else
+        chan->api->chans = chan->next;
+    if (chan->next)
+        chan->next->prev = chan->prev;
+    chan->prev = chan->next = NULL;
+    chan->linked = false;
+}
+
+static void s_send (api_t *api, const char *type, int64_t id, const char *key, int64_t value)
+{
+    ah_msg_t *m = ah_msg_new (type);
+    ah_msg_set_int (m, "chan", id);
+    if (key)
+        ah_msg_set_int (m, key, value);
+    api_send (api, "tunnel", &m);
+}
+
+int api_chan_open (api_t *api, api_chan_t *chan, const char *agent_id, ah_msg_t **header_p,
+                   const chan_ops_t *ops, void *owner)
+{
+    uint8_t *data = NULL;
+    size_t size = 0;
+    int rc = ah_msg_encode (*header_p, &data, &size);
+    ah_msg_destroy (header_p);
+    if (rc) {
+        free (data);
+        return -1;
+    }
+    memset (chan, 0, sizeof *chan);
+    chan->api = api;
+    chan->ops = ops;
+    chan->owner = owner;
+    chan->open_req = ++api->next_req;
+    chan->open_deadline_ms = zclock_mono () + (int64_t) api->reply_timeout_s * 1000;
+    ah_msg_t *msg = ah_msg_new ("CHAN_OPEN");
+    ah_msg_set_int (msg, "req", chan->open_req);
+    ah_msg_set_str (msg, "agent_id", agent_id);
+    ah_msg_set_raw (msg, "header", data, size);
+    free (data);
+    if (api_send (api, "tunnel", &msg))
+        return -1;
+    s_link (chan);
+    return 0;
+}
+
+bool api_chan_open_now (const api_chan_t *chan)
+{
+    return chan->linked && chan->id != 0;
+}
+
+int api_chan_send (api_chan_t *chan, const void *data, size_t size)
+{
+    if (!api_chan_open_now (chan))
+        return -1;
+    for (size_t off = 0; off < size; ) {
+        size_t n = size - off > PIECE ? PIECE : size - off;
+        ah_msg_t *m = ah_msg_new ("CHAN_DATA");
+        ah_msg_set_int (m, "chan", chan->id);
+        ah_msg_set_bin (m, "data", (const uint8_t *) data + off, n);
+        if (api_send (chan->api, "tunnel", &m))
+            return -1;
+        chan->unacked += (int64_t) n;
+        off += n;
+    }
+    return 0;
+}
+
+int api_chan_record (api_chan_t *chan, uint8_t kind, const void *data, size_t size)
+{
+    ah_buf_t piece = { 0 };
+    int rc = 0;
+    size_t off = 0;
+    do {
+        size_t n = size - off > PIECE - 5 ? PIECE - 5 : size - off;
+        ah_buf_clear (&piece);
+        rc = ah_rec_append (&piece, kind, (const uint8_t *) data + off, n)
+          || api_chan_send (chan, ah_buf_head (&piece), ah_buf_size (&piece));
+        off += n;
+    } while (rc == 0 && off < size);
+    ah_buf_free (&piece);
+    return rc ? -1 : 0;
+}
+
+size_t api_chan_room (const api_chan_t *chan)
+{
+    return chan->unacked >= (int64_t) API_CHAN_CREDIT ? 0 : API_CHAN_CREDIT - (size_t) chan->unacked;
+}
+
+void api_chan_ack (api_chan_t *chan, size_t bytes)
+{
+    if (api_chan_open_now (chan) && bytes)
+        s_send (chan->api, "CHAN_ACK", chan->id, "bytes", (int64_t) bytes);
+}
+
+void api_chan_eof (api_chan_t *chan)
+{
+    if (api_chan_open_now (chan))
+        s_send (chan->api, "CHAN_EOF", chan->id, NULL, 0);
+}
+
+void api_chan_close (api_chan_t *chan)
+{
+    if (!chan->linked)
+        return;
+    if (chan->id)
+        s_send (chan->api, "CHAN_CLOSE", chan->id, NULL, 0);
+    else if (chan->open_req) {
+        abandoned_t *a = calloc (1, sizeof *a);
+        if (a) {
+            *a = (abandoned_t) { chan->api->abandoned, chan->open_req, chan->open_deadline_ms };
+            chan->api->abandoned = a;
+        }
+    }
+    s_unlink (chan);
+    chan->id = 0;
+    chan->open_req = 0;
+}
+
+bool api_chan_on_reply (api_t *api, ah_msg_t *msg)
+{
+    int64_t req = ah_msg_int (msg, "req", 0);
+    for (abandoned_t **p = &api->abandoned; *p; p = &(*p)->next)
+        if ((*p)->req == req) {
+            abandoned_t *gone = *p;
+            *p = gone->next;
+            free (gone);
+            int64_t id = ah_msg_int (msg, "chan", 0);
+            if (ah_msg_bool (msg, "ok", false) && id)
+                s_send (api, "CHAN_CLOSE", id, NULL, 0);
+            return true;
+        }
+    api_chan_t *chan = api->chans;
+    while (chan && !(chan->open_req && chan->open_req == req))
+        chan = chan->next;
+    if (!chan)
+        return false;
+    chan->open_req = 0;
+    if (!ah_msg_bool (msg, "ok", false)) {
+        s_unlink (chan);
+        int status = (int) ah_msg_int (msg, "status", 500);
+        if (status < 400 || status > 599)
+            status = 500;
+        const char *error = ah_msg_str (msg, "error");
+        chan->ops->refused (chan->owner, status, error && *error ? error : "the channel was refused", msg);
+        return true;
+    }
+    chan->id = ah_msg_int (msg, "chan", 0);
+    if (!chan->id) {
+        s_unlink (chan);
+        chan->ops->refused (chan->owner, 502, "the tunnel opened no channel", msg);
+        return true;
+    }
+    chan->ops->opened (chan->owner, msg);
+    return true;
+}
+
+void api_chan_on_msg (api_t *api, ah_msg_t *msg)
+{
+    const char *type = ah_msg_type (msg);
+    int64_t id = ah_msg_int (msg, "chan", 0);
+    api_chan_t *chan = api->chans;
+    while (chan && chan->id != id)
+        chan = chan->next;
+    if (!chan || !id) {
+        //  Its owner left: make the tunnel drop the stream too.
+        if (id && streq (type, "CHAN_DATA"))
+            s_send (api, "CHAN_CLOSE", id, NULL, 0);
+        return;
+    }
+    if (streq (type, "CHAN_DATA")) {
+        size_t size = 0;
+        const uint8_t *data = ah_msg_bin (msg, "data", &size);
+        if (data)
+            chan->ops->data (chan->owner, data, size);
+    }
+    else if (streq (type, "CHAN_ACK")) {
+        chan->unacked -= ah_msg_int (msg, "bytes", 0);
+        if (chan->unacked < 0)
+            chan->unacked = 0;
+        if (chan->ops->writable)
+            chan->ops->writable (chan->owner);
+    }
+    else if (streq (type, "CHAN_EOF")) {
+        if (chan->ops->eof)
+            chan->ops->eof (chan->owner);
+    }
+    else if (streq (type, "CHAN_CLOSE")) {
+        const char *error = ah_msg_str (msg, "error");
+        s_unlink (chan);
+        chan->id = 0;
+        chan->ops->closed (chan->owner, error);
+    }
+}
+
+void api_chan_tick (api_t *api)
+{
+    int64_t now = zclock_mono ();
+    api_chan_t *chan = api->chans;
+    while (chan) {
+        api_chan_t *next = chan->next;
+        if (chan->open_req && now >= chan->open_deadline_ms) {
+            api_chan_close (chan);          //  noted as abandoned: reset if it opens late
+            chan->ops->refused (chan->owner, 504, "the tunnel did not open the channel in time", NULL);
+        }
+        chan = next;
+    }
+    for (abandoned_t **p = &api->abandoned; *p; ) {
+        if (now >= (*p)->deadline_ms + 60000) {
+            abandoned_t *gone = *p;
+            *p = gone->next;
+            free (gone);
+        }
+        else
+            p = &(*p)->next;
+    }
+}
+
+void api_chan_shutdown (api_t *api)
+{
+    while (api->chans)
+        s_unlink (api->chans);
+    while (api->abandoned) {
+        abandoned_t *gone = api->abandoned;
+        api->abandoned = gone->next;
+        free (gone);
+    }
+}

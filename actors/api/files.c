@@ -1,0 +1,389 @@
+/*  actors/api/files.c: files in the sandbox's home (docs/api.md "Files"):
+    list, read (streamed down), write (streamed up), mkdir, remove, each
+    one channel to sandboxd. Paths are checked here first (api_path_check)
+    and judged again by sandboxd, which resolves them inside the home.
+
+    Flow control: a download holds at most the tunnel's credit and ACKs
+    what the connection took; an upload sends at most API_CHAN_CREDIT
+    unacknowledged and lets the client's bytes wait (reading pauses)
+    until the tunnel takes more.                                        */
+#include "actors/api/api_int.h"
+#include "proto/channel.h"
+
+#include <string.h>
+
+#define MAX_DOWN_BUF    (512u << 10)
+#define TRAILER_MAX     (4 + AH_CHAN_HEADER_MAX)
+
+typedef enum { F_LIST, F_READ, F_WRITE, F_MKDIR, F_REMOVE } op_t;
+
+static const char *s_channel [] = {
+    [F_LIST] = "fs.list", [F_READ] = "fs.read", [F_WRITE] = "fs.write",
+    [F_MKDIR] = "fs.mkdir", [F_REMOVE] = "fs.remove"
+};
+
+typedef struct {
+    req_t *r;
+    op_t op;
+    api_chan_t chan;
+    char path [4096];
+    ah_buf_t buf;                   //  a download's bytes, or the upload's trailer
+    uint64_t total, sent;           //  a download
+    bool closed;                    //  the channel ended
+    bool broken;
+} files_t;
+
+static void s_free (req_t *r)
+{
+    files_t *f = r->ext;
+    if (!f)
+        return;
+    api_chan_close (&f->chan);
+    ah_buf_free (&f->buf);
+    free (f);
+}
+
+static void s_on_refused (void *owner, int status, const char *error, ah_msg_t *reply)
+{
+    files_t *f = owner;
+    f->closed = true;
+    api_record (f->r, false, error);
+    api_respond_error (f->r, status, "%s", error);
+}
+
+//  --------------------------------------------------------------------
+//  list, mkdir, remove: all is in sandboxd's reply header
+
+static void s_meta_opened (void *owner, ah_msg_t *reply)
+{
+    files_t *f = owner;
+    req_t *r = f->r;
+    api_chan_eof (&f->chan);        //  nothing more to send
+    api_record (r, true, NULL);
+    json_t *body = json_object ();
+    json_object_set_new (body, "path", api_json_text (f->path));
+    if (f->op == F_LIST) {
+        json_t *header = api_json_raw (reply, "reply");
+        json_t *entries = json_object_get (header, "entries");
+        json_object_set (body, "entries", json_is_array (entries) ? entries : json_array ());
+        json_object_set_new (body, "truncated", json_boolean (json_is_true (json_object_get (header, "truncated"))));
+        json_decref (header);
+        api_respond (r, 200, body);
+    }
+    else if (f->op == F_MKDIR) {
+        json_object_set_new (body, "created", json_true ());
+        api_respond (r, 201, body);
+    }
+    else {
+        json_object_set_new (body, "removed", json_true ());
+        api_respond (r, 200, body);
+    }
+}
+
+static void s_meta_data (void *owner, const uint8_t *data, size_t size)
+{
+    files_t *f = owner;
+    api_chan_ack (&f->chan, size);
+}
+
+static void s_meta_closed (void *owner, const char *error)
+{
+    ((files_t *) owner)->closed = true;
+}
+
+static const chan_ops_t s_meta_ops = {
+    .opened = s_meta_opened, .refused = s_on_refused, .data = s_meta_data, .closed = s_meta_closed
+};
+
+//  --------------------------------------------------------------------
+//  read: the file streams down as the channel's bytes arrive
+
+static void s_read_opened (void *owner, ah_msg_t *reply)
+{
+    files_t *f = owner;
+    req_t *r = f->r;
+    api_record (r, true, NULL);
+    json_t *header = api_json_raw (reply, "reply");
+    json_t *size = json_object_get (header, "size");
+    if (!json_is_integer (size) || json_integer_value (size) < 0) {
+        json_decref (header);
+        api_chan_close (&f->chan);
+        api_respond_error (r, 502, "sandboxd's fs.read reply carries no size");
+        return;
+    }
+    f->total = (uint64_t) json_integer_value (size);
+    json_decref (header);
+    api_chan_eof (&f->chan);        //  the opener sends nothing more
+    //  Headers go once there are bytes (or none are due), so a stream
+    //  that breaks before its first byte can still be answered.
+    if (f->total == 0)
+        api_respond_stream (r, 200, "application/octet-stream", 0);
+}
+
+static void s_read_data (void *owner, const uint8_t *data, size_t size)
+{
+    files_t *f = owner;
+    req_t *r = f->r;
+    if (ah_buf_size (&f->buf) + size > MAX_DOWN_BUF || f->sent + ah_buf_size (&f->buf) + size > f->total
+    ||  ah_buf_append (&f->buf, data, size)) {
+        ah_warn (AREA, "%s: the tunnel sent more than announced or acknowledged; closing", r->path);
+        api_chan_close (&f->chan);
+        f->broken = true;
+    }
+    if (!r->responded)
+        api_respond_stream (r, 200, "application/octet-stream", (int64_t) f->total);
+    api_want_write (r);
+}
+
+static void s_read_closed (void *owner, const char *error)
+{
+    files_t *f = owner;
+    req_t *r = f->r;
+    f->closed = true;
+    if (f->sent + ah_buf_size (&f->buf) >= f->total)
+        return;                     //  all here: written by produce
+    ah_warn (AREA, "%s: the file stream ended early: %s", r->path, error ? error : "closed");
+    if (!r->responded)
+        api_respond_error (r, 502, "the file's stream from the sandbox ended early: %s",
+                           error ? error : "closed");
+    else {
+        f->broken = true;
+        api_want_write (r);
+    }
+}
+
+static int s_read_produce (req_t *r)
+{
+    files_t *f = r->ext;
+    size_t n = ah_buf_size (&f->buf);
+    if (n > API_CHUNK)
+        n = API_CHUNK;
+    if (n) {
+        if (api_out (r, ah_buf_head (&f->buf), n))
+            return -1;
+        ah_buf_consume (&f->buf, n);
+        f->sent += n;
+        api_chan_ack (&f->chan, n);
+    }
+    if (f->sent == f->total)
+        return 0;
+    if (f->broken && ah_buf_size (&f->buf) == 0)
+        return -1;                  //  the length cannot match: close
+    return 1;
+}
+
+static const chan_ops_t s_read_ops = {
+    .opened = s_read_opened, .refused = s_on_refused, .data = s_read_data, .closed = s_read_closed
+};
+
+//  --------------------------------------------------------------------
+//  write: the request body streams up; sandboxd's trailer says how it went
+
+static void s_write_opened (void *owner, ah_msg_t *reply)
+{
+    files_t *f = owner;
+    req_t *r = f->r;
+    api_record (r, true, NULL);
+    if (r->body_done)
+        api_chan_eof (&f->chan);    //  an empty file
+    api_continue (r);               //  now the body may come
+}
+
+static size_t s_write_body (req_t *r, const uint8_t *data, size_t size)
+{
+    files_t *f = r->ext;
+    if (!api_chan_open_now (&f->chan))
+        return 0;
+    size_t room = api_chan_room (&f->chan);
+    size_t take = size < room ? size : room;
+    if (take && api_chan_send (&f->chan, data, take))
+        return 0;
+    return take;
+}
+
+static void s_write_body_end (req_t *r)
+{
+    files_t *f = r->ext;
+    api_chan_eof (&f->chan);
+}
+
+static void s_write_writable (void *owner)
+{
+    files_t *f = owner;
+    api_body_resume (f->r);
+}
+
+//  sandboxd's trailer (u32 length, msgpack map) arrives as data.
+static void s_write_data (void *owner, const uint8_t *data, size_t size)
+{
+    files_t *f = owner;
+    if (ah_buf_size (&f->buf) + size <= TRAILER_MAX)
+        ah_buf_append (&f->buf, data, size);
+    api_chan_ack (&f->chan, size);
+}
+
+static void s_write_closed (void *owner, const char *error)
+{
+    files_t *f = owner;
+    req_t *r = f->r;
+    f->closed = true;
+    ah_msg_t *trailer = NULL;
+    const char *why = NULL;
+    size_t used;
+    if (ah_buf_size (&f->buf))
+        ah_chan_header_decode (ah_buf_head (&f->buf), ah_buf_size (&f->buf), &trailer, &used, &why);
+    if (!trailer)
+        api_respond_error (r, 502, "the upload's channel ended without sandboxd's word: %s",
+                           error ? error : why ? why : "no trailer");
+    else if (ah_msg_bool (trailer, "ok", false)) {
+        json_t *body = json_object ();
+        json_object_set_new (body, "path", api_json_text (f->path));
+        json_object_set_new (body, "size", json_integer (ah_msg_int (trailer, "size", 0)));
+        api_respond (r, 200, body);
+    }
+    else {
+        const char *text = ah_msg_str (trailer, "error");
+        api_respond_error (r, api_code_status (ah_msg_str (trailer, "code")), "%s",
+                           text ? text : "sandboxd refused the file");
+    }
+    ah_msg_destroy (&trailer);
+}
+
+static const chan_ops_t s_write_ops = {
+    .opened = s_write_opened, .refused = s_on_refused, .data = s_write_data,
+    .closed = s_write_closed, .writable = s_write_writable
+};
+
+static const ext_ops_t s_ext_ops = {
+    .free = s_free, .body = s_write_body, .body_end = s_write_body_end, .produce = s_read_produce
+};
+
+//  --------------------------------------------------------------------
+//  Routes
+
+//  One file operation on path (as the client gave it). Answers itself.
+static void s_op (req_t *r, op_t op, const char *path)
+{
+    //  A directory may be named with one trailing '/'; a file may not.
+    char clean [4096] = "";
+    size_t n = path ? strlen (path) : 0;
+    if (n >= sizeof clean) {
+        api_respond_error (r, 400, "path is longer than 4095 bytes");
+        return;
+    }
+    memcpy (clean, path ? path : "", n);
+    clean [n] = 0;
+    if ((op == F_LIST || op == F_MKDIR) && n > 1 && clean [n - 1] == '/')
+        clean [n - 1] = 0;
+    if (!path) {
+        api_respond_error (r, 400, "query 'path' is required (relative to /home/agent)");
+        return;
+    }
+    const char *why = api_path_check (clean, op == F_LIST);
+    if (why) {
+        api_respond_error (r, 400, "path '%s' %s", path ? path : "", why);
+        return;
+    }
+    bool recursive = false, parents = false;
+    int64_t mode = -1;
+    const char *mode_text = api_query (r, "mode");
+    if (mode_text) {
+        char *end = NULL;
+        long v = strtol (mode_text, &end, 8);
+        if (!*mode_text || end == mode_text || *end || v < 0 || v > 07777) {
+            api_respond_error (r, 400, "query 'mode' must be octal permission bits (644, 0755), got '%.20s'",
+                               mode_text);
+            return;
+        }
+        mode = v;
+    }
+    if (api_query_bool (r, "recursive", &recursive) || api_query_bool (r, "parents", &parents))
+        return;
+    json_t *agent = api_agent_resolve (r);
+    if (!agent)
+        return;
+    const char *state = json_string_value (json_object_get (agent, "state"));
+    bool running = state && streq (state, "running");
+    if (!running)
+        api_respond_error (r, 409, "agent '%s' is %s; files needs it running (start it first)",
+                           r->name, state ? state : "without a sandbox");
+    json_decref (agent);
+    if (!running)
+        return;
+    api_activity (r->api, r->agent_id, "files");
+    files_t *f = calloc (1, sizeof *f);
+    ah_msg_t *h = ah_msg_new ("HDR");
+    if (!f || !h) {
+        free (f);
+        ah_msg_destroy (&h);
+        api_respond_error (r, 503, "out of memory");
+        return;
+    }
+    f->r = r;
+    f->op = op;
+    snprintf (f->path, sizeof f->path, "%s", clean);
+    r->ext = f;
+    r->ext_ops = &s_ext_ops;
+    r->kind = s_channel [op];
+    snprintf (r->detail, sizeof r->detail, "%s", clean);
+    ah_msg_set_str (h, "ch", s_channel [op]);
+    ah_msg_set_str (h, "path", clean);
+    if (op == F_REMOVE)
+        ah_msg_set_bool (h, "recursive", recursive);
+    if (op == F_MKDIR)
+        ah_msg_set_bool (h, "parents", parents);
+    if ((op == F_MKDIR || op == F_WRITE) && mode >= 0)
+        ah_msg_set_int (h, "mode", mode);
+    const chan_ops_t *ops = op == F_READ ? &s_read_ops : op == F_WRITE ? &s_write_ops : &s_meta_ops;
+    if (api_chan_open (r->api, &f->chan, r->agent_id, &h, ops, f))
+        api_respond_error (r, 500, "cannot open a channel to the sandbox");
+}
+
+static void s_list (req_t *r)
+{
+    const char *path = api_query (r, "path");
+    if (!path) {
+        api_respond_error (r, 400, "%s needs ?path=DIR, relative to /home/agent ('.' is the home)", r->path);
+        return;
+    }
+    s_op (r, F_LIST, path);
+}
+
+static void s_read (req_t *r)   { s_op (r, F_READ, r->params [1]); }
+static void s_write (req_t *r)  { s_op (r, F_WRITE, r->params [1]); }
+static void s_remove (req_t *r) { s_op (r, F_REMOVE, r->params [1]); }
+
+static void s_mkdir (req_t *r)
+{
+    const char *op = api_query (r, "op");
+    if (!op || !streq (op, "mkdir")) {
+        api_respond_error (r, 400, "POST %s needs ?op=mkdir (the one operation there is)", r->path);
+        return;
+    }
+    s_op (r, F_MKDIR, r->params [1]);
+}
+
+//  The query forms (fs/list, fs/file, fs/mkdir): ?path= names the path.
+static void s_q_list (req_t *r)
+{
+    const char *path = api_query (r, "path");
+    s_op (r, F_LIST, path ? path : ".");
+}
+static void s_q_read (req_t *r)   { s_op (r, F_READ, api_query (r, "path")); }
+static void s_q_write (req_t *r)  { s_op (r, F_WRITE, api_query (r, "path")); }
+static void s_q_remove (req_t *r) { s_op (r, F_REMOVE, api_query (r, "path")); }
+static void s_q_mkdir (req_t *r)  { s_op (r, F_MKDIR, api_query (r, "path")); }
+
+const route_t api_file_routes [] = {
+    { M_GET, "/api/v1/agents/{agent}/files", s_list, 0, "path" },
+    { M_GET, "/api/v1/agents/{agent}/files/{path*}", s_read, 0, "" },
+    { M_PUT, "/api/v1/agents/{agent}/files/{path*}", s_write, R_STREAM, "mode" },
+    { M_POST, "/api/v1/agents/{agent}/files/{path*}", s_mkdir, 0, "op parents mode" },
+    { M_DELETE, "/api/v1/agents/{agent}/files/{path*}", s_remove, 0, "recursive" },
+    { M_GET, "/api/v1/agents/{agent}/fs/list", s_q_list, 0, "path" },
+    { M_GET, "/api/v1/agents/{agent}/fs/file", s_q_read, 0, "path" },
+    { M_PUT, "/api/v1/agents/{agent}/fs/file", s_q_write, R_STREAM, "path mode" },
+    { M_DELETE, "/api/v1/agents/{agent}/fs/file", s_q_remove, 0, "path recursive" },
+    { M_POST, "/api/v1/agents/{agent}/fs/mkdir", s_q_mkdir, 0, "path parents mode" },
+    { 0 }
+};

@@ -1,0 +1,748 @@
+/*  actors/api/http.c: a connection and the requests on it (see api_int.h).
+
+    DESIGN. The listener is raw: lws accepts, reads and writes bytes, and
+    this file speaks HTTP/1.1 over them, so the request line is routed as
+    the client sent it (proto/http.h), Expect: 100-continue is answered,
+    a refused upgrade gets a status, and nothing of a request is decided
+    by a library first.
+
+    A connection serves one request at a time: bytes that arrive ahead of
+    the next request (pipelining) wait in conn->in. Its states:
+      HEAD      reading a request head
+      BODY      reading the body (into req->body, into the route's
+                consumer for R_STREAM routes, or dropped for a refused one)
+      HANDLING  the handler has it: the answer is being made or written
+      WS        a WebSocket now (ws.c)
+    Everything written goes through conn->out, one lws_write of at most
+    API_CHUNK per WRITEABLE. Reading pauses while conn->in holds more than
+    API_IN_HIGH (a consumer that does not take a streamed body, a client
+    that pipelines without reading).                                     */
+#include "actors/api/api_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <string.h>
+
+static void s_process (conn_t *conn);
+
+//  --------------------------------------------------------------------
+//  JSON helpers
+
+json_t *api_json_text (const char *text)
+{
+    json_t *j = json_string (text ? text : "");
+    if (j)
+        return j;
+    char *copy = strdup (text);
+    if (!copy)
+        return json_string ("?");
+    for (char *p = copy; *p; p++)
+        if ((unsigned char) *p >= 0x80 || (unsigned char) *p < 0x20)
+            *p = '?';
+    j = json_string (copy);
+    free (copy);
+    return j ? j : json_string ("?");
+}
+
+json_t *api_json_bytes (const char *data, size_t size)
+{
+    json_t *j = json_stringn (data ? data : "", size);
+    if (j)
+        return j;
+    char *copy = malloc (size + 1);
+    if (!copy)
+        return json_string ("");
+    for (size_t i = 0; i < size; i++)
+        copy [i] = (unsigned char) data [i] >= 0x80 || data [i] == 0 ? '?' : data [i];
+    copy [size] = 0;
+    j = json_stringn (copy, size);
+    free (copy);
+    return j ? j : json_string ("");
+}
+
+json_t *api_json_time (int64_t ms)
+{
+    if (ms <= 0)
+        return json_null ();
+    char buf [40];
+    ah_store_format_time (ms, buf, sizeof buf);
+    return json_string (buf);
+}
+
+json_t *api_json_column (sqlite3_stmt *stmt, int col)
+{
+    if (sqlite3_column_type (stmt, col) == SQLITE_NULL)
+        return json_null ();
+    return api_json_text ((const char *) sqlite3_column_text (stmt, col));
+}
+
+json_t *api_json_raw (const ah_msg_t *msg, const char *key)
+{
+    char *line = ah_msg_to_json (msg, NULL);
+    json_t *root = line ? json_loads (line, 0, NULL) : NULL;
+    free (line);
+    json_t *value = json_incref (json_object_get (json_object_get (root, "fields"), key));
+    json_decref (root);
+    return value;
+}
+
+json_t *api_body_object (req_t *r, bool empty_ok)
+{
+    size_t n = ah_buf_size (&r->body);
+    if (n == 0) {
+        if (empty_ok)
+            return json_object ();
+        api_respond_error (r, 400, "a JSON object body is required");
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb ((const char *) ah_buf_head (&r->body), n, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        api_respond_error (r, 400, "bad JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+        return NULL;
+    }
+    if (!json_is_object (root)) {
+        json_decref (root);
+        api_respond_error (r, 400, "the body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+int api_copy_fields (req_t *r, json_t *obj, const field_t *fields, size_t nfields, ah_msg_t *msg)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach (obj, key, value) {
+        const field_t *f = NULL;
+        for (size_t i = 0; i < nfields; i++)
+            if (streq (fields [i].name, key))
+                f = &fields [i];
+        if (!f) {
+            api_respond_error (r, 400, "unknown field '%s'", key);
+            return -1;
+        }
+        switch (f->type) {
+            case F_STR:
+                if (!json_is_string (value) || json_string_length (value) == 0
+                ||  json_string_length (value) > 255) {
+                    api_respond_error (r, 400, "field '%s' must be a non-empty string of at most 255 bytes", key);
+                    return -1;
+                }
+                if (strlen (json_string_value (value)) != json_string_length (value)) {
+                    api_respond_error (r, 400, "field '%s' holds a NUL character", key);
+                    return -1;
+                }
+                ah_msg_set_str (msg, key, json_string_value (value));
+                break;
+            case F_NUM:
+                if (!json_is_number (value) || json_number_value (value) <= 0) {
+                    api_respond_error (r, 400, "field '%s' must be a number greater than 0", key);
+                    return -1;
+                }
+                ah_msg_set_double (msg, key, json_number_value (value));
+                break;
+            case F_INT:
+                if (!json_is_integer (value) || json_integer_value (value) <= 0) {
+                    api_respond_error (r, 400, "field '%s' must be an integer greater than 0", key);
+                    return -1;
+                }
+                ah_msg_set_int (msg, key, json_integer_value (value));
+                break;
+        }
+    }
+    return 0;
+}
+
+//  --------------------------------------------------------------------
+//  Writing
+
+void api_conn_want_write (conn_t *conn)
+{
+    if (conn->state != CONN_CLOSED)
+        lws_callback_on_writable (conn->wsi);
+}
+
+void api_want_write (req_t *r)
+{
+    api_conn_want_write (r->conn);
+}
+
+bool api_req_alive (const req_t *r)
+{
+    return r->conn && r->conn->state != CONN_CLOSED;
+}
+
+int api_out (req_t *r, const void *data, size_t size)
+{
+    if (ah_buf_append (&r->conn->out, data, size))
+        return -1;
+    api_want_write (r);
+    return 0;
+}
+
+int api_out_chunk (req_t *r, const void *data, size_t size, bool last)
+{
+    ah_buf_t *out = &r->conn->out;
+    int rc = 0;
+    if (size) {
+        if (r->chunked)
+            rc |= ah_buf_appendf (out, "%zx\r\n", size);
+        rc |= ah_buf_append (out, data, size);
+        if (r->chunked)
+            rc |= ah_buf_append (out, "\r\n", 2);
+    }
+    if (last && r->chunked)
+        rc |= ah_buf_append (out, "0\r\n\r\n", 5);
+    api_want_write (r);
+    return rc ? -1 : 0;
+}
+
+size_t api_out_pending (req_t *r)
+{
+    return ah_buf_size (&r->conn->out);
+}
+
+static const char *s_method_names [] = { "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS" };
+
+//  The status line and headers. length >= 0: Content-Length; -1:
+//  chunked; -2: the body ends when the connection closes.
+static void s_head (req_t *r, int status, const char *type, int64_t length, unsigned allowed)
+{
+    ah_buf_t *out = &r->conn->out;
+    r->status = status;
+    if (length == -2)
+        r->close_after = true;
+    ah_buf_appendf (out, "HTTP/1.1 %d %s\r\n", status, ah_http_reason (status));
+    if (type)
+        ah_buf_appendf (out, "Content-Type: %s\r\n", type);
+    if (length >= 0)
+        ah_buf_appendf (out, "Content-Length: %lld\r\n", (long long) length);
+    else if (length == -1)
+        ah_buf_appendf (out, "Transfer-Encoding: chunked\r\n");
+    if (allowed) {
+        ah_buf_appendf (out, "Allow: ");
+        bool first = true;
+        for (size_t i = 0; i < sizeof s_method_names / sizeof s_method_names [0]; i++)
+            if (allowed & (1u << i)) {
+                ah_buf_appendf (out, "%s%s", first ? "" : ", ", s_method_names [i]);
+                first = false;
+            }
+        ah_buf_appendf (out, "\r\n");
+    }
+    if (status == 401)
+        ah_buf_appendf (out, "WWW-Authenticate: Bearer\r\n");
+    ah_buf_appendf (out, "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n");
+    if (r->close_after)
+        ah_buf_appendf (out, "Connection: close\r\n");
+    ah_buf_appendf (out, "\r\n");
+}
+
+//  A refused body: read and drop it when it is small enough, so clients
+//  that send it all before reading see the answer; else close after.
+static void s_refuse_body (req_t *r)
+{
+    if (r->body_done || r->content_length <= r->body_seen)
+        return;
+    r->discard = true;
+    if ((r->expect_continue && !r->continue_sent) || r->content_length > API_MAX_DISCARD)
+        r->close_after = r->abandon = true;
+}
+
+static void s_respond_body (req_t *r, int status, json_t *json, unsigned allowed)
+{
+    if (r->responded || !api_req_alive (r)) {
+        json_decref (json);
+        return;
+    }
+    char *text = json_dumps (json ? json : json_object (), JSON_COMPACT);
+    json_decref (json);
+    if (!text) {
+        status = 500;
+        text = strdup ("{\"error\":\"cannot encode the response\"}");
+    }
+    s_refuse_body (r);
+    r->responded = true;
+    r->streaming = false;
+    size_t n = text ? strlen (text) : 0;
+    s_head (r, status, "application/json", (int64_t) n, allowed);
+    ah_buf_append (&r->conn->out, text, n);
+    free (text);
+    api_want_write (r);
+    s_process (r->conn);            //  a body being dropped goes on
+}
+
+void api_respond (req_t *r, int status, json_t *json)
+{
+    s_respond_body (r, status, json, 0);
+}
+
+static void s_respond_errorv (req_t *r, int status, unsigned allowed, const char *fmt, va_list ap)
+{
+    char message [1024];
+    vsnprintf (message, sizeof message, fmt, ap);
+    if (status >= 500)
+        ah_warn (AREA, "%s %s -> %d %s", r->head.method, r->path, status, message);
+    else
+        ah_debug (AREA, "%s %s -> %d %s", r->head.method, r->path, status, message);
+    json_t *body = json_object ();
+    json_object_set_new (body, "error", api_json_text (message));
+    s_respond_body (r, status, body, allowed);
+}
+
+void api_respond_error (req_t *r, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start (ap, fmt);
+    s_respond_errorv (r, status, 0, fmt, ap);
+    va_end (ap);
+}
+
+static void s_respond_allowed (req_t *r, unsigned allowed, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void s_respond_allowed (req_t *r, unsigned allowed, const char *fmt, ...)
+{
+    va_list ap;
+    va_start (ap, fmt);
+    s_respond_errorv (r, 405, allowed, fmt, ap);
+    va_end (ap);
+}
+
+void api_respond_method (req_t *r, unsigned allowed)
+{
+    char names [64] = "";
+    for (size_t i = 0; i < sizeof s_method_names / sizeof s_method_names [0]; i++)
+        if (allowed & (1u << i))
+            snprintf (names + strlen (names), sizeof names - strlen (names), "%s%s",
+                      *names ? ", " : "", s_method_names [i]);
+    s_respond_allowed (r, allowed, "%s takes %s", r->path, names);
+}
+
+void api_respond_stream (req_t *r, int status, const char *content_type, int64_t length)
+{
+    if (r->responded || !api_req_alive (r))
+        return;
+    r->responded = true;
+    r->streaming = true;
+    r->chunked = length == -1;
+    s_head (r, status, content_type, length, 0);
+    api_want_write (r);
+}
+
+void api_continue (req_t *r)
+{
+    if (r->expect_continue && !r->continue_sent && !r->responded && api_req_alive (r)) {
+        ah_buf_append (&r->conn->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        api_want_write (r);
+    }
+    r->continue_sent = true;
+    s_process (r->conn);
+}
+
+void api_body_resume (req_t *r)
+{
+    if (api_req_alive (r))
+        s_process (r->conn);
+}
+
+//  --------------------------------------------------------------------
+//  A request's life
+
+static void s_req_free (req_t *r)
+{
+    if (r->ext_ops && r->ext_ops->free)
+        r->ext_ops->free (r);
+    r->ext = NULL;
+    r->ext_ops = NULL;
+    api_unpark (r);
+    ah_api_events_wake_cancel (r->api->events, r);
+    for (int i = 0; i < API_MAX_PARAMS; i++)
+        free (r->params [i]);
+    for (size_t i = 0; i < r->nquery; i++) {
+        free (r->qkey [i]);
+        free (r->qval [i]);
+    }
+    ah_http_head_clear (&r->head);
+    ah_buf_free (&r->body);
+    conn_t *conn = r->conn;
+    api_t *api = r->api;
+    memset (r, 0, sizeof *r);
+    r->conn = conn;
+    r->api = api;
+}
+
+//  The answer is out: the connection serves the next request, or closes.
+static void s_req_done (conn_t *conn)
+{
+    req_t *r = &conn->req;
+    bool close = r->close_after;
+    s_req_free (r);
+    if (close) {
+        conn->closing = true;       //  s_writeable closes once all is sent
+        return;
+    }
+    conn->state = CONN_HEAD;
+    lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, API_IDLE_S);
+    s_process (conn);
+}
+
+void api_conn_upgraded (conn_t *conn)
+{
+    conn->req.close_after = false;
+    s_req_free (&conn->req);
+    conn->state = CONN_WS;
+    lws_set_timeout (conn->wsi, NO_PENDING_TIMEOUT, 0);
+}
+
+static method_t s_method (const char *name)
+{
+    for (size_t i = 0; i < sizeof s_method_names / sizeof s_method_names [0]; i++)
+        if (streq (s_method_names [i], name))
+            return (method_t) (1u << i);
+    return 0;
+}
+
+//  Content-Length, Transfer-Encoding, Expect, Connection: 0, or the
+//  request is answered and the connection closes after.
+static int s_framing (req_t *r)
+{
+    const ah_http_head_t *h = &r->head;
+    if (ah_http_header (h, "transfer-encoding")) {
+        r->close_after = true;
+        api_respond_error (r, 411, "send the body with a Content-Length (no Transfer-Encoding)");
+        return -1;
+    }
+    size_t n = ah_http_header_count (h, "content-length");
+    if (n > 0) {
+        const char *first = ah_http_header (h, "content-length");
+        for (size_t i = 0; i < h->nheaders; i++)
+            if (streq (h->headers [i].name, "content-length") && !streq (h->headers [i].value, first)) {
+                r->close_after = true;
+                api_respond_error (r, 400, "Content-Length given twice, differently");
+                return -1;
+            }
+        const char *p = first;
+        unsigned long long v = 0;
+        bool ok = *p != 0 && strlen (p) <= 19;
+        for (; ok && *p; p++) {
+            if (*p < '0' || *p > '9')
+                ok = false;
+            else
+                v = v * 10 + (unsigned) (*p - '0');
+        }
+        if (!ok) {
+            r->close_after = true;
+            api_respond_error (r, 400, "bad Content-Length '%.40s'", first);
+            return -1;
+        }
+        r->content_length = v;
+    }
+    const char *expect = ah_http_header (h, "expect");
+    if (expect) {
+        if (strcasecmp (expect, "100-continue") != 0) {
+            r->close_after = true;
+            api_respond_error (r, 417, "only 'Expect: 100-continue' is understood");
+            return -1;
+        }
+        r->expect_continue = true;
+    }
+    if (ah_http_header_has (h, "connection", "close") || (r->head.minor == 0
+        && !ah_http_header_has (h, "connection", "keep-alive")))
+        r->close_after = true;
+    return 0;
+}
+
+//  A complete head: frame, route, authenticate, then run the handler now
+//  (no body, or a streamed one) or once the body is in.
+static void s_begin (conn_t *conn)
+{
+    req_t *r = &conn->req;
+    conn->state = CONN_BODY;
+    lws_set_timeout (conn->wsi, NO_PENDING_TIMEOUT, 0);
+    const char *target = r->head.target;
+    const char *q = strchr (target, '?');
+    size_t plen = q ? (size_t) (q - target) : strlen (target);
+    snprintf (r->path, sizeof r->path, "%.*s", (int) plen, target);
+    r->method = s_method (r->head.method);
+    if (s_framing (r))
+        return;
+    if (!r->method) {
+        api_respond_error (r, 501, "method %s is not implemented", r->head.method);
+        return;
+    }
+    char why [512];
+    unsigned allowed = 0;
+    int status = api_route (r, why, sizeof why, &allowed);
+    if (status == 400) {
+        api_respond_error (r, 400, "%s", why);
+        return;
+    }
+    if (!(r->route && (r->route->flags & R_PUBLIC))) {
+        int auth = api_auth (r);
+        if (auth == 401) {
+            api_respond_error (r, 401, "missing or wrong bearer token (Authorization: Bearer <token>)");
+            return;
+        }
+        if (auth) {
+            api_respond_error (r, 500, "cannot read the token table");
+            return;
+        }
+    }
+    if (status == 405) {
+        s_respond_allowed (r, allowed, "%s", why);
+        return;
+    }
+    if (status) {
+        api_respond_error (r, status, "%s", why);
+        return;
+    }
+    const route_t *route = r->route;
+    bool upgrade = ah_http_header_has (&r->head, "upgrade", "websocket");
+    if ((route->flags & R_UPGRADE) && !upgrade) {
+        api_respond_error (r, 426, "%s is a WebSocket: send Upgrade: websocket", r->path);
+        return;
+    }
+    if (!(route->flags & R_UPGRADE) && upgrade) {
+        api_respond_error (r, 400, "%s is not a WebSocket", r->path);
+        return;
+    }
+    uint64_t cap = (route->flags & R_STREAM) ? AH_API_MAX_UPLOAD : AH_API_MAX_BODY;
+    if (r->content_length > cap) {
+        api_respond_error (r, 413, "request body of %llu bytes is over the limit of %llu bytes",
+                           (unsigned long long) r->content_length, (unsigned long long) cap);
+        return;
+    }
+    if (r->content_length > 0 && !(route->flags & (R_BODY | R_STREAM))) {
+        api_respond_error (r, 400, "%s takes no body", r->path);
+        return;
+    }
+    if ((route->flags & R_STREAM) && !ah_http_header (&r->head, "content-length")) {
+        r->close_after = true;
+        api_respond_error (r, 411, "an upload needs a Content-Length");
+        return;
+    }
+    if (r->content_length == 0 || (route->flags & R_STREAM)) {
+        r->body_done = r->content_length == 0;
+        r->handled = true;
+        conn->state = r->body_done ? CONN_HANDLING : CONN_BODY;
+        route->fn (r);
+        return;
+    }
+    //  A JSON body: all checks passed, so ask for it.
+    api_continue (r);
+}
+
+//  Body bytes from conn->in: dropped, kept or streamed. false when the
+//  connection must wait (the consumer is full, or not ready).
+static bool s_body (conn_t *conn)
+{
+    req_t *r = &conn->req;
+    uint64_t want = r->content_length - r->body_seen;
+    size_t have = ah_buf_size (&conn->in);
+    size_t n = want < have ? (size_t) want : have;
+    if (n > 0) {
+        if (r->discard)
+            ;
+        else if (r->route && (r->route->flags & R_STREAM)) {
+            if (!r->continue_sent || !r->ext_ops || !r->ext_ops->body)
+                return false;
+            n = r->ext_ops->body (r, ah_buf_head (&conn->in), n);
+        }
+        else if (ah_buf_append (&r->body, ah_buf_head (&conn->in), n)) {
+            r->close_after = true;
+            api_respond_error (r, 503, "out of memory for the request body");
+            return true;
+        }
+        ah_buf_consume (&conn->in, n);
+        r->body_seen += n;
+        if (!api_req_alive (r))
+            return false;
+    }
+    if (r->body_seen < r->content_length)
+        return false;
+    r->body_done = true;
+    conn->state = CONN_HANDLING;
+    if (r->discard) {
+        api_want_write (r);         //  the held answer may go now
+        return true;
+    }
+    if (!r->route || r->responded)
+        return true;                //  refused before its handler: nothing to run
+    if (r->route->flags & R_STREAM) {
+        if (r->ext_ops && r->ext_ops->body_end)
+            r->ext_ops->body_end (r);
+    }
+    else if (!r->handled) {
+        r->handled = true;
+        r->route->fn (r);
+    }
+    return true;
+}
+
+//  Take what conn->in holds as far as the state allows.
+static void s_process (conn_t *conn)
+{
+    if (conn->processing || conn->state == CONN_CLOSED)
+        return;                     //  the outer call goes on
+    conn->processing = true;
+    for (bool more = true; more && conn->state != CONN_CLOSED && !conn->closing; ) {
+        more = false;
+        req_t *r = &conn->req;
+        switch (conn->state) {
+            case CONN_HEAD: {
+                if (ah_buf_size (&conn->in) == 0)
+                    break;
+                size_t used = 0;
+                const char *why = NULL;
+                int rc = ah_http_head_parse (ah_buf_head (&conn->in), ah_buf_size (&conn->in),
+                                             &r->head, &used, &why);
+                if (rc == 0)
+                    break;
+                if (rc < 0) {
+                    //  Not a request we can read: say why and close.
+                    conn->state = CONN_HANDLING;
+                    snprintf (r->path, sizeof r->path, "(unreadable request)");
+                    snprintf (r->head.method, sizeof r->head.method, "?");
+                    r->close_after = true;
+                    ah_buf_clear (&conn->in);
+                    api_respond_error (r, -rc, "%s", why ? why : "malformed request");
+                    break;
+                }
+                ah_buf_consume (&conn->in, used);
+                s_begin (conn);
+                more = true;
+                break;
+            }
+            case CONN_BODY:
+                more = s_body (conn);
+                break;
+            case CONN_HANDLING:
+                //  A refused request still has its body read and dropped.
+                if (r->discard && !r->body_done)
+                    more = s_body (conn);
+                break;
+            case CONN_WS:
+                api_ws_rx (conn);
+                break;
+            case CONN_CLOSED:
+                break;
+        }
+    }
+    //  Read again once what waits is small.
+    if (conn->rx_paused && ah_buf_size (&conn->in) < API_IN_HIGH / 2 && conn->state != CONN_CLOSED) {
+        conn->rx_paused = false;
+        lws_rx_flow_control (conn->wsi, 1);
+    }
+    conn->processing = false;
+}
+
+//  A connection that is to close does, once lws has sent what it kept of
+//  a partial write too: -1 closes, 0 waits for the next WRITEABLE.
+static int s_close_when_sent (conn_t *conn)
+{
+    if (!conn->closing || ah_buf_size (&conn->out) > 0)
+        return 0;
+    if (lws_partial_buffered (conn->wsi)) {
+        api_conn_want_write (conn);
+        return 0;
+    }
+    return -1;
+}
+
+//  One lws_write from conn->out; when it has drained, a streamed body is
+//  asked for more, and a finished answer ends the request.
+static int s_writeable (conn_t *conn)
+{
+    req_t *r = &conn->req;
+    //  A refused request's answer waits until its body has been dropped.
+    bool hold = r->discard && !r->body_done && !r->abandon && conn->state != CONN_WS;
+    if (hold)
+        return 0;
+    if (ah_buf_size (&conn->out) == 0 && r->streaming && r->ext_ops && r->ext_ops->produce) {
+        int rc = r->ext_ops->produce (r);
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            r->streaming = false;
+        else if (ah_buf_size (&conn->out) == 0)
+            return 0;               //  the producer calls api_want_write when it has more
+    }
+    size_t n = ah_buf_size (&conn->out);
+    if (n > 0) {
+        if (n > API_CHUNK)
+            n = API_CHUNK;
+        if (lws_write (conn->wsi, ah_buf_head (&conn->out), n, LWS_WRITE_RAW) < (int) n)
+            return -1;
+        ah_buf_consume (&conn->out, n);
+        if (ah_buf_size (&conn->out) > 0 || r->streaming)
+            api_conn_want_write (conn);
+    }
+    if (conn->state == CONN_WS) {
+        api_ws_written (conn);
+        return s_close_when_sent (conn);
+    }
+    if (ah_buf_size (&conn->out) == 0 && r->responded && !r->streaming && !conn->closing) {
+        if (!r->body_done && !r->discard)
+            return 0;               //  answered early; the body still streams in
+        s_req_done (conn);
+    }
+    return s_close_when_sent (conn);
+}
+
+static int s_callback (struct lws *wsi, enum lws_callback_reasons reason, void *user,
+                       void *in, size_t len)
+{
+    conn_t *conn = user;
+    switch (reason) {
+        case LWS_CALLBACK_RAW_ADOPT: {
+            if (!conn)
+                return -1;
+            api_t *api = ah_lwsloop_user (ah_lwsloop_from_wsi (wsi));
+            memset (conn, 0, sizeof *conn);
+            conn->wsi = wsi;
+            conn->api = api;
+            conn->state = CONN_HEAD;
+            ah_buf_init (&conn->in, 0);
+            ah_buf_init (&conn->out, LWS_PRE);
+            conn->req.conn = conn;
+            conn->req.api = api;
+            lws_set_timeout (wsi, PENDING_TIMEOUT_USER_OK, API_IDLE_S);
+            return 0;
+        }
+        case LWS_CALLBACK_RAW_RX:
+            if (!conn || conn->state == CONN_CLOSED)
+                return -1;
+            if (ah_buf_append (&conn->in, in, len))
+                return -1;
+            if (ah_buf_size (&conn->in) > API_IN_HIGH && !conn->rx_paused) {
+                conn->rx_paused = true;
+                lws_rx_flow_control (wsi, 0);
+            }
+            s_process (conn);
+            if (conn->closing)
+                api_conn_want_write (conn);
+            return 0;
+        case LWS_CALLBACK_RAW_WRITEABLE:
+            if (!conn || conn->state == CONN_CLOSED)
+                return -1;
+            return s_writeable (conn);
+        case LWS_CALLBACK_RAW_CLOSE:
+            if (conn && conn->state != CONN_CLOSED) {
+                conn_state_t was = conn->state;
+                conn->state = CONN_CLOSED;
+                if (was == CONN_WS)
+                    api_ws_gone (conn);
+                s_req_free (&conn->req);
+                ah_buf_free (&conn->in);
+                ah_buf_free (&conn->out);
+            }
+            return 0;
+        default:
+            break;
+    }
+    return 0;
+}
+
+const struct lws_protocols api_http_protocol = {
+    "ah-api", s_callback, sizeof (conn_t), 0, 0, NULL, 0
+};

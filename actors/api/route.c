@@ -1,0 +1,350 @@
+/*  actors/api/route.c: the route table and the request target (see
+    api_int.h and docs/api.md "Paths").
+
+    The target is split as sent: the path at '/', then each segment is
+    percent-decoded exactly once. A segment that is empty (a trailing
+    slash too, but after a path inside the home), "." or "..", or that
+    decodes to something holding
+    '/', a NUL or a control character, is a 400: it never becomes another
+    route. The query is split at '&' and each key and value decoded once
+    ('+' stays a '+'); a key the route does not take, or one given twice,
+    is a 400 naming it.                                                  */
+#include "actors/api/api_int.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define MAX_SEGMENTS 64
+
+static void s_healthz (req_t *r)
+{
+    api_respond (r, 200, json_pack ("{s:b}", "ok", 1));
+}
+
+static const route_t s_public_routes [] = {
+    { M_GET, "/healthz", s_healthz, R_PUBLIC, "" },
+    { 0 }
+};
+
+static const route_t *const s_tables [] = {
+    s_public_routes, api_agent_routes, api_runtime_routes, api_turn_routes, api_audit_routes,
+    api_exec_routes, api_file_routes, api_event_routes, api_terminal_routes, NULL
+};
+
+typedef struct {
+    char *seg [MAX_SEGMENTS];       //  decoded
+    size_t n;
+    bool trailing;                  //  the path ended in '/'
+} segments_t;
+
+static void s_segments_free (segments_t *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free (s->seg [i]);
+    s->n = 0;
+}
+
+//  A printable copy of at most 64 bytes of s for a message.
+static const char *s_show (const char *s, size_t n, char *out, size_t size)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 4 < size && i < 64; i++)
+        out [k++] = (unsigned char) s [i] < 0x20 || s [i] == 0x7f ? '?' : s [i];
+    if (n > 64 && k + 4 < size) {
+        memcpy (out + k, "...", 3);
+        k += 3;
+    }
+    out [k] = 0;
+    return out;
+}
+
+static int s_split (const char *path, size_t plen, segments_t *s, char *why, size_t why_size)
+{
+    memset (s, 0, sizeof *s);
+    if (plen == 0 || path [0] != '/') {
+        snprintf (why, why_size, "the request path must start with '/'");
+        return 400;
+    }
+    if (plen > 1 && path [plen - 1] == '/') {
+        s->trailing = true;
+        plen--;
+        if (plen == 1) {
+            snprintf (why, why_size, "an empty segment ('//') in the request path");
+            return 400;
+        }
+    }
+    size_t i = 1;
+    while (i <= plen && plen > 1) {
+        size_t j = i;
+        while (j < plen && path [j] != '/')
+            j++;
+        char shown [80];
+        if (j == i) {
+            snprintf (why, why_size, "an empty segment ('//') in the request path");
+            return 400;
+        }
+        if (s->n == MAX_SEGMENTS) {
+            snprintf (why, why_size, "more than %d segments in the request path", MAX_SEGMENTS);
+            return 400;
+        }
+        char *seg = malloc (j - i + 1);
+        const char *bad = NULL;
+        if (!seg || ah_http_decode (path + i, j - i, seg, j - i + 1, &bad) < 0) {
+            free (seg);
+            snprintf (why, why_size, "request path segment '%s': %s",
+                      s_show (path + i, j - i, shown, sizeof shown), bad ? bad : "out of memory");
+            return 400;
+        }
+        s->seg [s->n++] = seg;
+        if (streq (seg, ".") || streq (seg, "..")) {
+            snprintf (why, why_size, "a '%s' segment in the request path (paths are taken as sent, "
+                      "never resolved)", seg);
+            return 400;
+        }
+        if (strchr (seg, '/')) {
+            snprintf (why, why_size, "request path segment '%s' holds an encoded '/'",
+                      s_show (path + i, j - i, shown, sizeof shown));
+            return 400;
+        }
+        i = j + 1;
+    }
+    return 0;
+}
+
+//  Does the pattern match the segments? Captures into params when set.
+static bool s_match (const char *pattern, const segments_t *s, char **params)
+{
+    size_t k = 0, p = 0;
+    const char *c = pattern + 1;
+    if (streq (pattern, "/"))
+        return s->n == 0;
+    while (*c) {
+        const char *end = strchr (c, '/');
+        size_t len = end ? (size_t) (end - c) : strlen (c);
+        bool rest = len > 2 && c [0] == '{' && c [len - 2] == '*' && c [len - 1] == '}';
+        bool capture = len > 1 && c [0] == '{' && c [len - 1] == '}';
+        if (rest) {
+            if (k >= s->n)
+                return false;
+            if (params) {
+                size_t total = 1 + (s->trailing ? 1 : 0);
+                for (size_t i = k; i < s->n; i++)
+                    total += strlen (s->seg [i]) + 1;
+                char *joined = malloc (total);
+                if (!joined)
+                    return false;
+                joined [0] = 0;
+                for (size_t i = k; i < s->n; i++) {
+                    strcat (joined, s->seg [i]);
+                    if (i + 1 < s->n)
+                        strcat (joined, "/");
+                }
+                if (s->trailing)
+                    strcat (joined, "/");
+                params [p++] = joined;
+            }
+            return true;
+        }
+        if (k >= s->n)
+            return false;
+        if (capture) {
+            if (params)
+                params [p++] = strdup (s->seg [k]);
+        }
+        else if (strlen (s->seg [k]) != len || strncmp (s->seg [k], c, len))
+            return false;
+        k++;
+        c += len;
+        if (*c == '/')
+            c++;
+    }
+    return k == s->n;
+}
+
+static bool s_takes (const route_t *route, const char *key)
+{
+    const char *p = route->query ? route->query : "";
+    size_t n = strlen (key);
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        const char *e = p;
+        while (*e && *e != ' ')
+            e++;
+        if ((size_t) (e - p) == n && strncmp (p, key, n) == 0)
+            return true;
+        p = e;
+    }
+    return false;
+}
+
+static int s_query (req_t *r, const char *query, char *why, size_t why_size)
+{
+    const char *p = query;
+    while (p && *p) {
+        const char *amp = strchr (p, '&');
+        size_t len = amp ? (size_t) (amp - p) : strlen (p);
+        if (len > 0) {
+            const char *eq = memchr (p, '=', len);
+            size_t klen = eq ? (size_t) (eq - p) : len;
+            size_t vlen = eq ? len - klen - 1 : 0;
+            char *key = malloc (klen + 1), *value = malloc (vlen + 1);
+            const char *bad = NULL;
+            char shown [80];
+            if (!key || !value || ah_http_decode (p, klen, key, klen + 1, &bad) < 0
+            ||  (eq && ah_http_decode (eq + 1, vlen, value, vlen + 1, &bad) < 0)) {
+                snprintf (why, why_size, "query argument '%s': %s", s_show (p, klen, shown, sizeof shown),
+                          bad ? bad : "out of memory");
+                free (key);
+                free (value);
+                return 400;
+            }
+            if (!eq)
+                value [0] = 0;
+            if (!s_takes (r->route, key)) {
+                snprintf (why, why_size, "unknown query argument '%s'", s_show (key, strlen (key), shown, sizeof shown));
+                free (key);
+                free (value);
+                return 400;
+            }
+            if (api_query (r, key)) {
+                snprintf (why, why_size, "query argument '%s' given twice", key);
+                free (key);
+                free (value);
+                return 400;
+            }
+            if (r->nquery == API_MAX_QUERY) {
+                snprintf (why, why_size, "more than %d query arguments", API_MAX_QUERY);
+                free (key);
+                free (value);
+                return 400;
+            }
+            r->qkey [r->nquery] = key;
+            r->qval [r->nquery++] = value;
+        }
+        p = amp ? amp + 1 : NULL;
+    }
+    return 0;
+}
+
+int api_route (req_t *r, char *why, size_t why_size, unsigned *allowed)
+{
+    const char *target = r->head.target;
+    const char *q = strchr (target, '?');
+    size_t plen = q ? (size_t) (q - target) : strlen (target);
+    *allowed = 0;
+    segments_t s;
+    int status = s_split (target, plen, &s, why, why_size);
+    if (status) {
+        s_segments_free (&s);
+        return status;
+    }
+    const route_t *found = NULL;
+    for (size_t t = 0; s_tables [t] && !found; t++)
+        for (const route_t *route = s_tables [t]; route->pattern && !found; route++)
+            if (s_match (route->pattern, &s, NULL)) {
+                *allowed |= route->methods;
+                if (route->methods & r->method)
+                    found = route;
+            }
+    bool rest = found && strstr (found->pattern, "*}") != NULL;
+    if (s.trailing && !rest) {
+        //  Only a path inside the home may end in '/' (a directory).
+        s_segments_free (&s);
+        snprintf (why, why_size, "an empty segment (a trailing '/') in the request path");
+        return 400;
+    }
+    if (!found) {
+        s_segments_free (&s);
+        char shown [80];
+        snprintf (why, why_size, *allowed ? "%s takes another method" : "no route %s",
+                  s_show (target, plen, shown, sizeof shown));
+        return *allowed ? 405 : 404;
+    }
+    //  Other routes on the same path may take other methods (for Allow).
+    for (size_t t = 0; s_tables [t]; t++)
+        for (const route_t *route = s_tables [t]; route->pattern; route++)
+            if (s_match (route->pattern, &s, NULL))
+                *allowed |= route->methods;
+    r->route = found;
+    s_match (found->pattern, &s, r->params);
+    s_segments_free (&s);
+    return q ? s_query (r, q + 1, why, why_size) : 0;
+}
+
+const char *api_query (req_t *r, const char *key)
+{
+    for (size_t i = 0; i < r->nquery; i++)
+        if (streq (r->qkey [i], key))
+            return r->qval [i];
+    return NULL;
+}
+
+int api_query_bool (req_t *r, const char *key, bool *out)
+{
+    const char *v = api_query (r, key);
+    if (!v)
+        return 0;
+    if (streq (v, "1") || streq (v, "true") || streq (v, ""))
+        *out = true;
+    else if (streq (v, "0") || streq (v, "false"))
+        *out = false;
+    else {
+        api_respond_error (r, 400, "query '%s' must be 0 or 1, got '%.40s'", key, v);
+        return -1;
+    }
+    return 0;
+}
+
+int api_query_int (req_t *r, const char *key, int64_t min, int64_t max, int64_t *out)
+{
+    const char *v = api_query (r, key);
+    if (!v)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    long long n = strtoll (v, &end, 10);
+    if (errno || end == v || *end || n < min || n > max) {
+        api_respond_error (r, 400, "query '%s' must be a whole number from %lld to %lld, got '%.40s'",
+                           key, (long long) min, (long long) max, v);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
+const char *api_path_check (const char *path, bool dot_ok)
+{
+    if (!path || !*path)
+        return "is empty";
+    if (dot_ok && streq (path, "."))
+        return NULL;
+    size_t n = strlen (path);
+    if (n > 4095)
+        return "is longer than 4095 bytes";
+    if (path [0] == '/')
+        return "is absolute (paths are relative to /home/agent)";
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char) path [i] < 0x20 || path [i] == 0x7f)
+            return "holds a control character";
+    const char *c = path;
+    while (*c) {
+        const char *e = strchr (c, '/');
+        size_t len = e ? (size_t) (e - c) : strlen (c);
+        if (len == 0)
+            return e && !e [1] ? "ends in '/'" : "has an empty component ('//')";
+        if (len == 1 && c [0] == '.')
+            return "has a '.' component";
+        if (len == 2 && c [0] == '.' && c [1] == '.')
+            return "has a '..' component";
+        if (len > 255)
+            return "has a component longer than 255 bytes";
+        c += len;
+        if (*c == '/') {
+            c++;
+            if (!*c)
+                return "ends in '/'";
+        }
+    }
+    return NULL;
+}

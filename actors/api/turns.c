@@ -1,0 +1,102 @@
+/*  actors/api/turns.c: turns, the leases an agent harness holds while it
+    works (docs/api.md "Turns"), kept by the sleeper. A turn on an agent
+    that is not running wakes it first (events.c) and starts once it runs. */
+#include "actors/api/api_int.h"
+
+static const field_t s_fields [] = { { "lease_ms", F_INT } };
+
+//  TURN_START, TURN_RENEW: {turn_id, agent_id, expires_at}; TURN_END: ok.
+static void s_reply (req_t *r, ah_msg_t *msg)
+{
+    json_t *body = json_object ();
+    const char *turn_id = ah_msg_str (msg, "turn_id");
+    json_object_set_new (body, "turn_id", api_json_text (turn_id ? turn_id : r->params [0]));
+    if (streq (r->asked_type, "TURN_END")) {
+        json_object_set_new (body, "ended", json_true ());
+        api_respond (r, 200, body);
+        return;
+    }
+    const char *agent_id = ah_msg_str (msg, "agent_id");
+    json_object_set_new (body, "agent_id", agent_id ? api_json_text (agent_id) : json_null ());
+    int64_t expires = ah_msg_int (msg, "expires_at", 0);
+    json_object_set_new (body, "expires_at", api_json_time (expires));
+    json_object_set_new (body, "expires_at_ms", json_integer (expires));
+    api_respond (r, streq (r->asked_type, "TURN_START") ? 201 : 200, body);
+}
+
+//  The turn's own message: lease_ms from the body. NULL when answered.
+static ah_msg_t *s_message (req_t *r, const char *type, bool body_ok)
+{
+    json_t *obj = api_body_object (r, true);
+    if (!obj)
+        return NULL;
+    ah_msg_t *msg = ah_msg_new (type);
+    if (!body_ok && json_object_size (obj) > 0) {
+        api_respond_error (r, 400, "ending a turn takes no body");
+        ah_msg_destroy (&msg);
+    }
+    else if (api_copy_fields (r, obj, s_fields, 1, msg))
+        ah_msg_destroy (&msg);
+    json_decref (obj);
+    return msg;
+}
+
+static void s_begin (req_t *r)
+{
+    ah_msg_t *msg = s_message (r, "TURN_START", true);
+    if (!msg)
+        return;
+    ah_msg_set_str (msg, "agent", r->agent_id);
+    api_activity (r->api, r->agent_id, "turn");
+    api_ask (r, "sleeper", &msg, s_reply);
+}
+
+static void s_woken (void *ctx, int status, const char *error)
+{
+    req_t *r = ctx;
+    if (status)
+        api_respond_error (r, status, "%s", error);
+    else
+        s_begin (r);
+}
+
+static void s_start (req_t *r)
+{
+    json_t *agent = api_agent_resolve (r);
+    if (!agent)
+        return;
+    json_decref (agent);
+    char why [300];
+    int rc = ah_api_events_wake (r->api->events, r->agent_id, r, s_woken, AH_API_WAKE_TIMEOUT_S,
+                                 why, sizeof why);
+    if (rc == 0)
+        s_begin (r);
+    else if (rc != 1)
+        api_respond_error (r, rc, "%s", why);
+    //  1: s_woken comes back once it runs.
+}
+
+static void s_renew (req_t *r)
+{
+    ah_msg_t *msg = s_message (r, "TURN_RENEW", true);
+    if (!msg)
+        return;
+    ah_msg_set_str (msg, "turn_id", r->params [0]);
+    api_ask (r, "sleeper", &msg, s_reply);
+}
+
+static void s_end (req_t *r)
+{
+    ah_msg_t *msg = s_message (r, "TURN_END", false);
+    if (!msg)
+        return;
+    ah_msg_set_str (msg, "turn_id", r->params [0]);
+    api_ask (r, "sleeper", &msg, s_reply);
+}
+
+const route_t api_turn_routes [] = {
+    { M_POST, "/api/v1/agents/{agent}/turns", s_start, R_BODY, "" },
+    { M_POST, "/api/v1/turns/{turn}/renew", s_renew, R_BODY, "" },
+    { M_DELETE, "/api/v1/turns/{turn}", s_end, R_BODY, "" },
+    { 0 }
+};

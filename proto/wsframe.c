@@ -1,0 +1,102 @@
+/*  proto/wsframe.c: WebSocket frames (see wsframe.h).  */
+#include "proto/wsframe.h"
+
+#include <string.h>
+
+int ah_wsframe_parse (const uint8_t *buf, size_t size, bool want_mask, ah_wsframe_t *frame,
+                      const char **why)
+{
+    const char *dummy;
+    if (!why)
+        why = &dummy;
+    if (size < 2)
+        return 0;
+    uint8_t b0 = buf [0], b1 = buf [1];
+    memset (frame, 0, sizeof *frame);
+    frame->fin = b0 & 0x80;
+    frame->opcode = b0 & 0x0f;
+    frame->masked = b1 & 0x80;
+    if (b0 & 0x70) {
+        *why = "a frame with reserved bits set";
+        return -1;
+    }
+    int op = frame->opcode;
+    if (op != AH_WSF_CONT && op != AH_WSF_TEXT && op != AH_WSF_BIN && op != AH_WSF_CLOSE
+    &&  op != AH_WSF_PING && op != AH_WSF_PONG) {
+        *why = "a frame with an unknown opcode";
+        return -1;
+    }
+    if (frame->masked != want_mask) {
+        *why = want_mask ? "an unmasked frame from a client" : "a masked frame from a server";
+        return -1;
+    }
+    uint64_t len = b1 & 0x7f;
+    size_t need = 2 + (len == 126 ? 2 : len == 127 ? 8 : 0) + (frame->masked ? 4 : 0);
+    if (op >= 8 && (len > 125 || !frame->fin)) {
+        *why = "a control frame that is fragmented or over 125 bytes";
+        return -1;
+    }
+    if (size < need)
+        return 0;
+    size_t p = 2;
+    if (len == 126) {
+        len = (uint64_t) buf [2] << 8 | buf [3];
+        p = 4;
+    }
+    else if (len == 127) {
+        len = 0;
+        for (int i = 0; i < 8; i++)
+            len = len << 8 | buf [2 + i];
+        p = 10;
+        if (len >> 63) {
+            *why = "a frame length with its top bit set";
+            return -1;
+        }
+    }
+    if (frame->masked)
+        memcpy (frame->mask, buf + p, 4);
+    frame->length = len;
+    frame->header = need;
+    return 1;
+}
+
+void ah_wsframe_unmask (uint8_t *data, size_t size, const uint8_t mask [4], uint64_t offset)
+{
+    for (size_t i = 0; i < size; i++)
+        data [i] ^= mask [(offset + i) & 3];
+}
+
+int ah_wsframe_append (ah_buf_t *out, int opcode, bool fin, const void *data, size_t size,
+                       const uint8_t *mask)
+{
+    uint8_t head [14];
+    size_t h = 0;
+    head [h++] = (uint8_t) ((fin ? 0x80 : 0) | (opcode & 0x0f));
+    uint8_t m = mask ? 0x80 : 0;
+    if (size < 126)
+        head [h++] = (uint8_t) (m | size);
+    else if (size <= 0xffff) {
+        head [h++] = m | 126;
+        head [h++] = (uint8_t) (size >> 8);
+        head [h++] = (uint8_t) size;
+    }
+    else {
+        head [h++] = m | 127;
+        for (int i = 7; i >= 0; i--)
+            head [h++] = (uint8_t) ((uint64_t) size >> (8 * i));
+    }
+    if (mask) {
+        memcpy (head + h, mask, 4);
+        h += 4;
+    }
+    uint8_t *p = ah_buf_reserve (out, h + size);
+    if (!p)
+        return -1;
+    memcpy (p, head, h);
+    if (size)
+        memcpy (p + h, data, size);
+    if (mask)
+        ah_wsframe_unmask (p + h, size, mask, 0);
+    ah_buf_commit (out, h + size);
+    return 0;
+}

@@ -1,0 +1,252 @@
+#!/usr/bin/python3
+"""tests/api/hostile_urls.py: every route of the API, its URL bent every
+way a hostile client bends one, against the real `agenthold serve` (fake
+driver).
+
+Usage: hostile_urls.py AGENTHOLD
+
+For each route of docs/api.md (the ROUTES table below), and for each
+segment of its path, the segment is replaced by (and, separately, gets
+appended) each of: .. %2e%2e %2E%2E ..%2F %2F %00 %0A %0D a%2Fb and an
+empty segment (//), raw ".", and the bytes are sent exactly as written
+(a raw socket: no client library normalises them). Every answer must be
+a 400 (or the exact route the URL names, which none of these is), with
+a JSON error; afterwards nothing changed: both agents still exist in
+the state they had, the files planted in both homes are intact, and
+bob's audit trail (the agent no URL names) has no new row.
+
+A few whole-request forms go too: raw CR, LF, NUL and TAB inside the
+request line, a request line over 4 KiB (414), a head over 16 KiB (431),
+bare LF line ends; each answered with its status and the connection
+closed, the server still serving."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ahserver  # noqa: E402
+
+AGENTHOLD = sys.argv[1]
+TMP = tempfile.mkdtemp(prefix="ah-hostile-")
+DATA = os.path.join(TMP, "data")
+
+
+class Fail(Exception):
+    pass
+
+
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        raise Fail(what)
+
+
+def free_port(avoid=()):
+    return ahserver.free_port(18700, 18799, (os.getpid() % 50) * 2, avoid, fail=Fail)
+
+
+API = free_port()
+TUNNEL = free_port({API})
+TOKEN = None
+
+
+def raw(request_bytes, timeout=10):
+    """Send bytes as they are; returns (status, body bytes)."""
+    s = socket.create_connection(("127.0.0.1", API), timeout=timeout)
+    try:
+        s.sendall(request_bytes)
+        data = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            data += chunk
+            head, sep, body = data.partition(b"\r\n\r\n")
+            if sep:
+                length = None
+                for line in head.split(b"\r\n")[1:]:
+                    k, _, v = line.partition(b":")
+                    if k.strip().lower() == b"content-length":
+                        length = int(v.strip())
+                if length is not None and len(body) >= length:
+                    break
+    finally:
+        s.close()
+    line = data.split(b"\r\n", 1)[0]
+    parts = line.split(b" ")
+    status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+    return status, data.partition(b"\r\n\r\n")[2]
+
+
+def send(method, target, body=None):
+    body = body if body is not None else b""
+    req = ("%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nConnection: close\r\n"
+           "Content-Length: %d\r\n\r\n" % (method, target, TOKEN, len(body))).encode() + body
+    return raw(req)
+
+
+def api(method, path, body=None):
+    status, data = ahserver.request(API, method, path, body=body, token=TOKEN)
+    return status, (json.loads(data) if data else None)
+
+
+# Every route: method, path with its parameters filled in, a body.
+ROUTES = [
+    ("GET", "/api/v1/agents", None),
+    ("POST", "/api/v1/agents", b'{"name":"carol"}'),
+    ("GET", "/api/v1/agents/alice", None),
+    ("PATCH", "/api/v1/agents/alice", b'{"idle_minutes":30}'),
+    ("DELETE", "/api/v1/agents/alice", None),
+    ("POST", "/api/v1/agents/alice/start", None),
+    ("POST", "/api/v1/agents/alice/stop", None),
+    ("POST", "/api/v1/agents/alice/rebuild", None),
+    ("GET", "/api/v1/agents/alice/operations", None),
+    ("POST", "/api/v1/agents/alice/turns", b"{}"),
+    ("POST", "/api/v1/turns/0123456789abcdef/renew", b"{}"),
+    ("DELETE", "/api/v1/turns/0123456789abcdef", None),
+    ("POST", "/api/v1/agents/alice/exec", b'{"cmd":"touch hit"}'),
+    ("GET", "/api/v1/agents/alice/files?path=.", None),
+    ("GET", "/api/v1/agents/alice/files/keep/note.txt", None),
+    ("PUT", "/api/v1/agents/alice/files/keep/note.txt", b"overwritten"),
+    ("POST", "/api/v1/agents/alice/files/keep/sub?op=mkdir", None),
+    ("DELETE", "/api/v1/agents/alice/files/keep/note.txt", None),
+    ("GET", "/api/v1/agents/alice/fs/list?path=keep", None),
+    ("GET", "/api/v1/agents/alice/fs/file?path=keep/note.txt", None),
+    ("PUT", "/api/v1/agents/alice/fs/file?path=keep/note.txt", b"overwritten"),
+    ("DELETE", "/api/v1/agents/alice/fs/file?path=keep/note.txt", None),
+    ("POST", "/api/v1/agents/alice/fs/mkdir?path=keep/sub", None),
+    ("GET", "/api/v1/operations", None),
+    ("GET", "/api/v1/policy", None),
+    ("POST", "/api/v1/policy/reload", None),
+    ("GET", "/api/v1/runtimes", None),
+    ("GET", "/api/v1/runtimes/busybox/briefing", None),
+    ("GET", "/api/v1/events", None),
+    ("GET", "/api/v1/agents/alice/terminal", None),
+    ("GET", "/healthz", None),
+]
+
+INJECT = ["..", "%2e%2e", "%2E%2E", "..%2F", "%2F", "%00", "%0A", "%0D", "a%2Fb", "", ".",
+          "%2e", "..%2f..%2fbob", "%2e%2e%2fbob", "bob%00", "bob%0D%0Astart"]
+
+
+def bent(path):
+    """Every bent form of a path, with the statuses it may get: each
+    segment replaced, and each extra segment inserted after each
+    position. One is a real route: a path in the home ending in '/'
+    names the directory above, so it may be answered for that
+    directory (404, 409), which the snapshot shows touches nothing."""
+    segs = path.split("/")[1:]
+    in_home = "/files/" in path
+    for i in range(len(segs)):
+        for inj in INJECT:
+            rep = segs[:i] + [inj] + segs[i + 1:]
+            last = in_home and inj == "" and i == len(segs) - 1
+            yield "/" + "/".join(rep), (400, 404, 409) if last else (400,)
+            ins = segs[:i + 1] + [inj] + segs[i + 1:]
+            yield "/" + "/".join(ins), (400, 404, 409) if last else (400,)
+
+
+def snapshot():
+    """The agents, their files, and how many audit rows bob has (counted
+    first: the two reads here add two rows of their own)."""
+    bob_ops = api("GET", "/api/v1/agents/bob/operations?limit=1000")[1]["operations"]
+    agents = {a["name"]: a["state"] for a in api("GET", "/api/v1/agents")[1]["agents"]}
+    homes = {}
+    for n in ("alice", "bob"):
+        st, data = ahserver.request(API, "GET", "/api/v1/agents/%s/files/keep/note.txt" % n, token=TOKEN)
+        homes[n] = (st, data)
+        st, j = api("GET", "/api/v1/agents/%s/files?path=keep" % n)
+        homes[n + "/ls"] = sorted(e["name"] for e in j["entries"]) if st == 200 else st
+    return agents, homes, len(bob_ops)
+
+
+def main():
+    global TOKEN
+    env = ahserver.server_env(DATA, API, TUNNEL)
+    log = open(os.path.join(TMP, "server.log"), "w")
+    proc = subprocess.Popen([AGENTHOLD, "serve"], env=env, stdout=log, stderr=log)
+    try:
+        ahserver.wait_healthy(proc, API, fail=Fail)
+        TOKEN = ahserver.read_token(DATA)
+        for n in ("alice", "bob"):
+            st, j = api("POST", "/api/v1/agents?wait=1", {"name": n})
+            check(st == 201 and j["state"] == "running", "create %s: %d %r" % (n, st, j))
+            st, _ = api("POST", "/api/v1/agents/%s/files/keep/sub?op=mkdir&parents=1" % n)
+            check(st == 201, "mkdir keep/sub in %s: %d" % (n, st))
+            st, _ = ahserver.request(API, "PUT", "/api/v1/agents/%s/files/keep/note.txt" % n,
+                                     body=b"original " + n.encode(), token=TOKEN)
+            check(st == 200, "plant a file in %s: %d" % (n, st))
+        before = snapshot()
+        tried = 0
+        for method, path, body in ROUTES:
+            base, _, query = path.partition("?")
+            for p, allowed in bent(base):
+                if p == "/":
+                    continue            #  the root is a route of its own
+                target = p + ("?" + query if query else "")
+                st, data = send(method, target, body)
+                tried += 1
+                try:
+                    err = json.loads(data).get("error", "") if data else ""
+                except ValueError:
+                    err = None
+                check(st in allowed and err, "%s %r: want %r with a JSON error, got %d %r"
+                      % (method, target, allowed, st, data[:200]))
+        # Hostile query values: control characters and encodings in ?path
+        for value in ("keep%0Anote.txt", "keep%0D.old", "keep%00x", "keep/note.txt%2F",
+                      "keep//note.txt", "/etc/passwd", "keep/../../x", "keep/./note.txt",
+                      "keep/note.txt/", "%", "%zz", ""):
+            for method, route in (("GET", "fs/file"), ("DELETE", "fs/file"), ("PUT", "fs/file")):
+                st, data = send(method, "/api/v1/agents/alice/%s?path=%s" % (route, value),
+                                b"x" if method == "PUT" else None)
+                check(st == 400, "%s %s?path=%s: want 400, got %d %r" % (method, route, value, st, data[:200]))
+        after = snapshot()
+        check(before[:2] == after[:2], "nothing changed: %r -> %r" % (before, after))
+        check(after[2] == before [2] + 2, "bob's audit trail has no row but the snapshot's own "
+              "two reads: %d -> %d" % (before[2], after[2]))
+        # Requests that cannot be read at all
+        for what, req, want in (
+                ("CR in the target", b"GET /api/v1/agents\rX HTTP/1.1\r\n\r\n", 400),
+                ("LF in the target", b"GET /api/v1/agents\nX HTTP/1.1\r\n\r\n", 400),
+                ("NUL in the target", b"GET /api/v1/ag\x00ents HTTP/1.1\r\n\r\n", 400),
+                ("TAB in the target", b"GET /api/v1/\tagents HTTP/1.1\r\n\r\n", 400),
+                ("bare LF", b"GET /healthz HTTP/1.1\nHost: x\n\n", 400),
+                ("long target", b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\n\r\n", 414),
+                ("huge head", b"GET /healthz HTTP/1.1\r\nX: " + b"v" * 20000 + b"\r\n\r\n", 431),
+                ("HTTP/2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505)):
+            st, data = raw(req)
+            check(st == want, "%s: want %d, got %d %r" % (what, want, st, data[:120]))
+        st, _ = ahserver.request(API, "GET", "/healthz")
+        check(st == 200, "still serving")
+        print("hostile_urls: %d bent URLs, %d checks passed" % (tried, checks))
+        return 0
+    except Fail as e:
+        print("hostile_urls: FAILED after %d checks: %s" % (checks, e), file=sys.stderr)
+        log.flush()
+        with open(os.path.join(TMP, "server.log")) as f:
+            print(f.read()[-4000:], file=sys.stderr)
+        return 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(TMP, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
