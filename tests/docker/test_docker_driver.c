@@ -9,6 +9,7 @@
 #include "drivers/docker.h"
 #include "store/store.h"
 #include "../common/check.h"
+#include "../common/ident_cases.h"
 #include "engine.h"
 
 #include <arpa/inet.h>
@@ -276,6 +277,109 @@ s_sandboxd_volume_mode (eng_fixture_t *fx, char **err)
     d->destroy_driver (&d);
 }
 
+//  err says value is not a valid kind, in common/ident.h's words.
+static bool
+s_ident_refusal (const char *err, ah_ident_t kind, const char *value)
+{
+    const char *why = ah_ident_check (kind, value);
+    return err && why && strstr (err, why) && strstr (err, ah_ident_what (kind));
+}
+
+//  What failed for a good value is never its grammar.
+static bool
+s_not_grammar (int rc, const char *err, ah_ident_t kind)
+{
+    return rc == 0 || (err && !strstr (err, ah_ident_check (kind, "")));
+}
+
+//  The shared table of identifiers (tests/common/ident_cases.h) through
+//  the driver's entry points: a bad agent id or image reference is
+//  refused with common/ident.h's message and nothing of the prefix
+//  appears in the engine; a good one is never refused for its grammar
+//  (it may fail later: most of the good images are not here).
+static void
+s_ident_table (eng_fixture_t *fx, char **err)
+{
+    const char *image_id = "0000000000c9";
+    char missing [256];
+    snprintf (missing, sizeof missing, "%s/no-such-context", fx->dir);
+    int before = eng_count_prefix (fx->prefix);
+    int ids = 0, images = 0;
+    for (size_t i = 0; i < IDENT_CASES; i++) {
+        const ident_case_t *t = &ident_cases [i];
+        if (t->kind != AH_IDENT_AGENT_ID && t->kind != AH_IDENT_IMAGE)
+            continue;
+        //  The image rows are also the default image: an empty spec image
+        //  means sandbox.default_image, which must obey the same rule.
+        ah_config_t config = fx->config;
+        if (t->kind == AH_IDENT_IMAGE)
+            config.default_image = (char *) t->value;
+        ah_driver_t *d = ah_docker_driver_new (&config, err);
+        CHECK (d != NULL);
+        if (!d)
+            continue;
+        ah_sandbox_spec_t spec = { .agent_id = t->kind == AH_IDENT_AGENT_ID ? t->value : image_id,
+                                   .image = t->kind == AH_IDENT_IMAGE ? t->value : fx->tag };
+        free (*err);
+        *err = NULL;
+        int rc = d->create (d, &spec, err);
+        if (t->kind == AH_IDENT_AGENT_ID) {
+            ids++;
+            if (t->good) {
+                CHECK (rc == 0);
+                CHECK (d->destroy (d, t->value, err) == 0);
+            }
+            else {
+                ah_boot_t boot = { .agent_id = t->value, .token = "tok", .tunnel_port = 18303 };
+                ah_sandbox_status_t status;
+                CHECK (rc == -1 && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->rebuild (d, &spec, err) == -1 && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->start (d, &boot, err) == -1 && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->stop (d, t->value, err) == -1 && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->inspect (d, t->value, &status, err) == -1
+                       && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->destroy (d, t->value, err) == -1 && s_ident_refusal (*err, t->kind, t->value));
+            }
+        }
+        else {
+            images++;
+            bool exists = false;
+            ah_image_build_t build = { .image = t->value, .context_dir = missing };
+            ah_image_build_t pull = { .image = t->value };
+            if (t->good) {
+                CHECK (s_not_grammar (rc, *err, t->kind));
+                CHECK (d->destroy (d, image_id, err) == 0);
+                free (*err);
+                *err = NULL;
+                rc = d->image_exists (d, t->value, &exists, err);
+                CHECK (s_not_grammar (rc, *err, t->kind));
+                free (*err);
+                *err = NULL;
+                //  A context that is not there: fails before the engine.
+                CHECK (d->image_build (d, &build, NULL, err) == -1 && s_not_grammar (-1, *err, t->kind));
+            }
+            else {
+                CHECK (rc == -1 && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->rebuild (d, &spec, err) == -1 && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->image_exists (d, t->value, &exists, err) == -1
+                       && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->image_build (d, &build, NULL, err) == -1
+                       && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->image_build (d, &pull, NULL, err) == -1
+                       && s_ident_refusal (*err, t->kind, t->value));
+            }
+        }
+        if (!t->good && eng_count_prefix (fx->prefix) != before)
+            fprintf (stderr, "%s '%s' left objects in the engine\n", ah_ident_what (t->kind), t->value);
+        CHECK (t->good || eng_count_prefix (fx->prefix) == before);
+        d->destroy_driver (&d);
+    }
+    CHECK (ids > 0 && images > 0);
+    CHECK (eng_count_prefix (fx->prefix) == before);
+    fprintf (stderr, "identifier table: %d agent ids, %d image references through the driver\n",
+             ids, images);
+}
+
 int
 main (void)
 {
@@ -535,7 +639,8 @@ main (void)
     //  A bad id never reaches the engine.
     free (err);
     err = NULL;
-    CHECK (d->stop (d, "../x", &err) == -1 && err && strstr (err, "not a valid agent id"));
+    CHECK (d->stop (d, "../x", &err) == -1 && err
+           && strstr (err, ah_ident_check (AH_IDENT_AGENT_ID, "../x")));
     CHECK (d->destroy (d, "0000000000b2", &err) == 0);
     ah_store_close (&store);
     d->destroy_driver (&d);
@@ -547,6 +652,7 @@ main (void)
     s_server_container_mode (&fx, &err);
     s_sandboxd_volume_mode (&fx, &err);
     s_runtime (&fx, &err);
+    s_ident_table (&fx, &err);
 
     //  An unreachable engine: a clear error, fast.
     ah_config_t gone = config;

@@ -3,6 +3,7 @@
     (the catalog's busybox runtime), a failing build and a failing pull
     with the engine's reason, the stop flag, and bad references.      */
 #include "drivers/docker.h"
+#include "common/ident.h"
 #include "../common/check.h"
 #include "engine.h"
 
@@ -28,7 +29,8 @@ main (void)
     bool exists = false;
     CHECK (d->image_exists (d, fx.tag, &exists, &err) == 0 && exists);
     CHECK (d->image_exists (d, "agenthold-no-such-image:nope", &exists, &err) == 0 && !exists);
-    CHECK (d->image_exists (d, "bad image!", &exists, &err) == -1 && strstr (err, "not a valid image"));
+    CHECK (d->image_exists (d, "bad image!", &exists, &err) == -1
+           && strstr (err, ah_ident_check (AH_IDENT_IMAGE, "bad image!")));
 
     //  The catalog's busybox runtime: context dir + /bin/busybox as a host file.
     const char *names [] = { "busybox" };
