@@ -7,9 +7,10 @@
     immutable. Every call returns 0 on success or -1 with *err set to a
     sentence for a person (caller frees), e.g. "image 'x' not found: ...".
 
-    Identity: every sandbox is named by its agent id (a string of
-    [a-z0-9-], at most 40 characters). Drivers derive their own object
-    names from it (docker: <prefix>-<id>, <prefix>-home-<id>, ...).     */
+    Identity: every sandbox is named by its agent id (common/ident.h:
+    12 hexadecimal digits, made by the server). Drivers derive their own
+    object names from it (docker: <prefix>-<id>, <prefix>-home-<id>, ...);
+    the docker driver refuses what is not an agent id.                  */
 #ifndef AH_DRIVER_H
 #define AH_DRIVER_H
 

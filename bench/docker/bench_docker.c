@@ -76,7 +76,7 @@ main (void)
         //  The driver: create (network, volume, container), then start
         //  (boot.json, start).
         char id [16];
-        snprintf (id, sizeof id, "b%d", r);
+        snprintf (id, sizeof id, "%012x", 0xb0 + r);     //  an agent id: 12 hex digits
         ah_sandbox_spec_t spec = { .agent_id = id, .image = fx.tag };
         ah_boot_t boot = { .agent_id = id, .token = "bench", .tunnel_port = 18399 };
         snprintf (name, sizeof name, "%s-%s", fx.prefix, id);

@@ -226,7 +226,7 @@ class Harness:
             engine("DELETE", "/networks/%s" % x["Id"])
         for x in v:
             engine("DELETE", "/volumes/%s?force=true" % x["Name"])
-        # The server's host firewall probe (drivers/docker.c) labels its own.
+        # The server's host firewall probe (drivers/docker/probe.c) labels its own.
         pf = q(json.dumps({"label": ["agenthold.probe=" + self.prefix]}))
         _, pc = engine("GET", "/containers/json?all=1&filters=" + pf)
         for x in pc or []:

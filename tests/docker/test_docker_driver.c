@@ -9,6 +9,7 @@
 #include "drivers/docker.h"
 #include "store/store.h"
 #include "../common/check.h"
+#include "../common/ident_cases.h"
 #include "engine.h"
 
 #include <arpa/inet.h>
@@ -146,14 +147,14 @@ s_runtime (eng_fixture_t *fx, char **err)
     CHECK (d != NULL);
     if (!d)
         return;
-    ah_sandbox_spec_t spec = { .agent_id = "r8" };
+    ah_sandbox_spec_t spec = { .agent_id = "0000000000a8" };
     CHECK (d->create (d, &spec, err) == 0);
     char cname [160];
-    snprintf (cname, sizeof cname, "%s-r8", fx->prefix);
+    snprintf (cname, sizeof cname, "%s-0000000000a8", fx->prefix);
     json_t *c = s_inspect_container (cname);
     CHECK_STR (json_string_value (json_object_get (json_object_get (c, "HostConfig"), "Runtime")), "runc");
     json_decref (c);
-    CHECK (d->destroy (d, "r8", err) == 0);
+    CHECK (d->destroy (d, "0000000000a8", err) == 0);
     d->destroy_driver (&d);
     config.runtime = "agenthold-no-such-runtime";
     d = ah_docker_driver_new (&config, err);
@@ -163,7 +164,7 @@ s_runtime (eng_fixture_t *fx, char **err)
     CHECK (*err && strstr (*err, "sandbox.docker.runtime") && strstr (*err, "agenthold-no-such-runtime"));
     fprintf (stderr, "unknown runtime says: %s\n", *err ? *err : "");
     if (d) {
-        CHECK (d->destroy (d, "r8", err) == 0);
+        CHECK (d->destroy (d, "0000000000a8", err) == 0);
         d->destroy_driver (&d);
     }
 }
@@ -189,12 +190,12 @@ s_server_container_mode (eng_fixture_t *fx, char **err)
     CHECK (d != NULL);
     if (!d)
         return;
-    ah_sandbox_spec_t spec = { .agent_id = "s5" };
+    ah_sandbox_spec_t spec = { .agent_id = "0000000000f5" };
     CHECK (d->create (d, &spec, err) == 0);
-    ah_boot_t boot = { .agent_id = "s5", .token = "tok-s5", .tunnel_port = 18301 };
+    ah_boot_t boot = { .agent_id = "0000000000f5", .token = "tok-s5", .tunnel_port = 18301 };
     CHECK (d->start (d, &boot, err) == 0);
-    snprintf (netname, sizeof netname, "%s-net-s5", fx->prefix);
-    snprintf (cname, sizeof cname, "%s-s5", fx->prefix);
+    snprintf (netname, sizeof netname, "%s-net-0000000000f5", fx->prefix);
+    snprintf (cname, sizeof cname, "%s-0000000000f5", fx->prefix);
     json_t *j = s_inspect_container (srv);
     json_t *ep = json_object_get (json_object_get (json_object_get (j, "NetworkSettings"), "Networks"),
                                   netname);
@@ -214,14 +215,14 @@ s_server_container_mode (eng_fixture_t *fx, char **err)
     CHECK (out && strstr (out, "hello-from-server"));
     free (out);
     //  Destroy disconnects the server and removes the network.
-    CHECK (d->destroy (d, "s5", err) == 0);
+    CHECK (d->destroy (d, "0000000000f5", err) == 0);
     free (eng_call ("GET", NULL, &st, "/networks/%s", netname));
     CHECK (st == 404);
     d->destroy_driver (&d);
     //  A configured server container that does not exist is a clear error.
     config.server_container = "agenthold-no-such-server";
     d = ah_docker_driver_new (&config, err);
-    spec.agent_id = "s6";
+    spec.agent_id = "0000000000f6";
     free (*err);
     *err = NULL;
     CHECK (d && d->create (d, &spec, err) == -1);
@@ -238,19 +239,19 @@ s_sandboxd_volume_mode (eng_fixture_t *fx, char **err)
 {
     char vol [128], cname [160];
     snprintf (vol, sizeof vol, "%s-sandboxd", fx->prefix);
-    snprintf (cname, sizeof cname, "%s-v7", fx->prefix);
+    snprintf (cname, sizeof cname, "%s-0000000000e7", fx->prefix);
     ah_config_t config = fx->config;
     config.sandboxd_volume = vol;
     ah_driver_t *d = ah_docker_driver_new (&config, err);
     CHECK (d != NULL);
     if (!d)
         return;
-    ah_sandbox_spec_t spec = { .agent_id = "v7" };
+    ah_sandbox_spec_t spec = { .agent_id = "0000000000e7" };
     int rc = d->create (d, &spec, err);
     CHECK (rc == 0);
     if (rc)
         fprintf (stderr, "volume mode create: %s\n", *err);
-    ah_boot_t boot = { .agent_id = "v7", .token = "tok-v7", .tunnel_port = 18302 };
+    ah_boot_t boot = { .agent_id = "0000000000e7", .token = "tok-v7", .tunnel_port = 18302 };
     CHECK (d->start (d, &boot, err) == 0);
     CHECK (s_wait_running (cname, true));
     json_t *c = s_inspect_container (cname);
@@ -272,8 +273,111 @@ s_sandboxd_volume_mode (eng_fixture_t *fx, char **err)
     out = eng_exec (cname, "[\"touch\",\"/opt/agenthold/x\"]", &code);
     CHECK (code != 0);
     free (out);
-    CHECK (d->destroy (d, "v7", err) == 0);
+    CHECK (d->destroy (d, "0000000000e7", err) == 0);
     d->destroy_driver (&d);
+}
+
+//  err says value is not a valid kind, in common/ident.h's words.
+static bool
+s_ident_refusal (const char *err, ah_ident_t kind, const char *value)
+{
+    const char *why = ah_ident_check (kind, value);
+    return err && why && strstr (err, why) && strstr (err, ah_ident_what (kind));
+}
+
+//  What failed for a good value is never its grammar.
+static bool
+s_not_grammar (int rc, const char *err, ah_ident_t kind)
+{
+    return rc == 0 || (err && !strstr (err, ah_ident_check (kind, "")));
+}
+
+//  The shared table of identifiers (tests/common/ident_cases.h) through
+//  the driver's entry points: a bad agent id or image reference is
+//  refused with common/ident.h's message and nothing of the prefix
+//  appears in the engine; a good one is never refused for its grammar
+//  (it may fail later: most of the good images are not here).
+static void
+s_ident_table (eng_fixture_t *fx, char **err)
+{
+    const char *image_id = "0000000000c9";
+    char missing [256];
+    snprintf (missing, sizeof missing, "%s/no-such-context", fx->dir);
+    int before = eng_count_prefix (fx->prefix);
+    int ids = 0, images = 0;
+    for (size_t i = 0; i < IDENT_CASES; i++) {
+        const ident_case_t *t = &ident_cases [i];
+        if (t->kind != AH_IDENT_AGENT_ID && t->kind != AH_IDENT_IMAGE)
+            continue;
+        //  The image rows are also the default image: an empty spec image
+        //  means sandbox.default_image, which must obey the same rule.
+        ah_config_t config = fx->config;
+        if (t->kind == AH_IDENT_IMAGE)
+            config.default_image = (char *) t->value;
+        ah_driver_t *d = ah_docker_driver_new (&config, err);
+        CHECK (d != NULL);
+        if (!d)
+            continue;
+        ah_sandbox_spec_t spec = { .agent_id = t->kind == AH_IDENT_AGENT_ID ? t->value : image_id,
+                                   .image = t->kind == AH_IDENT_IMAGE ? t->value : fx->tag };
+        free (*err);
+        *err = NULL;
+        int rc = d->create (d, &spec, err);
+        if (t->kind == AH_IDENT_AGENT_ID) {
+            ids++;
+            if (t->good) {
+                CHECK (rc == 0);
+                CHECK (d->destroy (d, t->value, err) == 0);
+            }
+            else {
+                ah_boot_t boot = { .agent_id = t->value, .token = "tok", .tunnel_port = 18303 };
+                ah_sandbox_status_t status;
+                CHECK (rc == -1 && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->rebuild (d, &spec, err) == -1 && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->start (d, &boot, err) == -1 && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->stop (d, t->value, err) == -1 && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->inspect (d, t->value, &status, err) == -1
+                       && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->destroy (d, t->value, err) == -1 && s_ident_refusal (*err, t->kind, t->value));
+            }
+        }
+        else {
+            images++;
+            bool exists = false;
+            ah_image_build_t build = { .image = t->value, .context_dir = missing };
+            ah_image_build_t pull = { .image = t->value };
+            if (t->good) {
+                CHECK (s_not_grammar (rc, *err, t->kind));
+                CHECK (d->destroy (d, image_id, err) == 0);
+                free (*err);
+                *err = NULL;
+                rc = d->image_exists (d, t->value, &exists, err);
+                CHECK (s_not_grammar (rc, *err, t->kind));
+                free (*err);
+                *err = NULL;
+                //  A context that is not there: fails before the engine.
+                CHECK (d->image_build (d, &build, NULL, err) == -1 && s_not_grammar (-1, *err, t->kind));
+            }
+            else {
+                CHECK (rc == -1 && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->rebuild (d, &spec, err) == -1 && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->image_exists (d, t->value, &exists, err) == -1
+                       && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->image_build (d, &build, NULL, err) == -1
+                       && s_ident_refusal (*err, t->kind, t->value));
+                CHECK (d->image_build (d, &pull, NULL, err) == -1
+                       && s_ident_refusal (*err, t->kind, t->value));
+            }
+        }
+        if (!t->good && eng_count_prefix (fx->prefix) != before)
+            fprintf (stderr, "%s '%s' left objects in the engine\n", ah_ident_what (t->kind), t->value);
+        CHECK (t->good || eng_count_prefix (fx->prefix) == before);
+        d->destroy_driver (&d);
+    }
+    CHECK (ids > 0 && images > 0);
+    CHECK (eng_count_prefix (fx->prefix) == before);
+    fprintf (stderr, "identifier table: %d agent ids, %d image references through the driver\n",
+             ids, images);
 }
 
 int
@@ -300,12 +404,12 @@ main (void)
     CHECK (d->watch != NULL);
 
     //  Create: limits, init, mounts, network, address.
-    ah_sandbox_spec_t a = { .agent_id = "a1", .image = tag, .cpus = 1.5, .memory_mb = 256, .pids_limit = 64 };
+    ah_sandbox_spec_t a = { .agent_id = "0000000000a1", .image = tag, .cpus = 1.5, .memory_mb = 256, .pids_limit = 64 };
     int rc = d->create (d, &a, &err);
     CHECK (rc == 0);
     if (rc)
         fprintf (stderr, "create: %s\n", err);
-    snprintf (cname, sizeof cname, "%s-a1", prefix);
+    snprintf (cname, sizeof cname, "%s-0000000000a1", prefix);
     json_t *c = s_inspect_container (cname);
     CHECK (c != NULL);
     json_t *hc = json_object_get (c, "HostConfig");
@@ -316,11 +420,11 @@ main (void)
     json_t *entry = json_object_get (json_object_get (c, "Config"), "Entrypoint");
     CHECK_STR (json_string_value (json_array_get (entry, 0)), "/opt/agenthold/sandboxd");
     CHECK_STR (json_string_value (json_object_get (json_object_get (json_object_get (c, "Config"),
-               "Labels"), "agenthold.agent")), "a1");
+               "Labels"), "agenthold.agent")), "0000000000a1");
     bool home_ok = false, sbd_ok = false;
     size_t i; json_t *m;
     char volname [128];
-    snprintf (volname, sizeof volname, "%s-home-a1", prefix);
+    snprintf (volname, sizeof volname, "%s-home-0000000000a1", prefix);
     json_array_foreach (json_object_get (c, "Mounts"), i, m) {
         const char *dest = json_string_value (json_object_get (m, "Destination"));
         if (dest && !strcmp (dest, "/home/agent"))
@@ -334,7 +438,7 @@ main (void)
     CHECK (home_ok);
     CHECK (sbd_ok);
     char netname [128];
-    snprintf (netname, sizeof netname, "%s-net-a1", prefix);
+    snprintf (netname, sizeof netname, "%s-net-0000000000a1", prefix);
     json_t *ep = json_object_get (json_object_get (json_object_get (c, "NetworkSettings"), "Networks"), netname);
     const char *addr = json_string_value (json_object_get (json_object_get (ep, "IPAMConfig"), "IPv4Address"));
     CHECK (addr != NULL);
@@ -365,15 +469,15 @@ main (void)
     snprintf (dbpath, sizeof dbpath, "%s/agenthold.db", dir);
     ah_store_t *store = ah_store_open (dbpath, false, &err);
     sqlite3_stmt *q = ah_store_prepare (store, "SELECT subnet FROM networks WHERE agent_id = :a");
-    ah_store_bind_text (q, ":a", "a1");
+    ah_store_bind_text (q, ":a", "0000000000a1");
     CHECK (ah_store_step (store, q) == SQLITE_ROW && subnet
            && !strcmp ((const char *) sqlite3_column_text (q, 0), subnet));
     sqlite3_reset (q);
 
     //  Caps: more than max_cpus / max_memory_mb are capped.
-    ah_sandbox_spec_t b = { .agent_id = "b2", .image = tag, .cpus = 64, .memory_mb = 1 << 20 };
+    ah_sandbox_spec_t b = { .agent_id = "0000000000b2", .image = tag, .cpus = 64, .memory_mb = 1 << 20 };
     CHECK (d->create (d, &b, &err) == 0);
-    snprintf (buf, sizeof buf, "%s-b2", prefix);
+    snprintf (buf, sizeof buf, "%s-0000000000b2", prefix);
     c = s_inspect_container (buf);
     hc = json_object_get (c, "HostConfig");
     CHECK (json_integer_value (json_object_get (hc, "NanoCpus")) == 2000000000);
@@ -386,19 +490,19 @@ main (void)
     CHECK (s_listen (&l) == 0);
     pthread_t lt;
     pthread_create (&lt, NULL, s_listen_thread, &l);
-    ah_boot_t boot = { .agent_id = "a1", .token = "tok-first", .tunnel_port = l.port };
+    ah_boot_t boot = { .agent_id = "0000000000a1", .token = "tok-first", .tunnel_port = l.port };
     rc = d->start (d, &boot, &err);
     CHECK (rc == 0);
     if (rc)
         fprintf (stderr, "start: %s\n", err);
-    ah_boot_t bootb = { .agent_id = "b2", .token = "tok-b", .tunnel_port = l.port };
+    ah_boot_t bootb = { .agent_id = "0000000000b2", .token = "tok-b", .tunnel_port = l.port };
     CHECK (d->start (d, &bootb, &err) == 0);
     CHECK (s_wait_running (cname, true));
     int code;
     char *out = eng_exec (cname, "[\"cat\",\"/etc/agenthold/boot.json\"]", &code);
     CHECK (code == 0);
     json_t *bj = json_loads (out, 0, NULL);
-    CHECK_STR (json_string_value (json_object_get (bj, "agent_id")), "a1");
+    CHECK_STR (json_string_value (json_object_get (bj, "agent_id")), "0000000000a1");
     CHECK_STR (json_string_value (json_object_get (bj, "token")), "tok-first");
     snprintf (buf, sizeof buf, "ws://%s:%d/tunnel", gateway, l.port);
     CHECK_STR (json_string_value (json_object_get (bj, "tunnel_url")), buf);
@@ -409,7 +513,7 @@ main (void)
     free (out);
 
     ah_sandbox_status_t status;
-    CHECK (d->inspect (d, "a1", &status, &err) == 0);
+    CHECK (d->inspect (d, "0000000000a1", &status, &err) == 0);
     CHECK (status.exists && status.running);
     CHECK_STR (status.detail, "running");
 
@@ -449,9 +553,9 @@ main (void)
     s_firewall_check (cname, gateway, l.port, ifs);
     freeifaddrs (ifs);
     //  The other sandbox and the outside world are unreachable.
-    snprintf (buf, sizeof buf, "%s-b2", prefix);
+    snprintf (buf, sizeof buf, "%s-0000000000b2", prefix);
     c = s_inspect_container (buf);
-    snprintf (netname, sizeof netname, "%s-net-b2", prefix);
+    snprintf (netname, sizeof netname, "%s-net-0000000000b2", prefix);
     const char *baddr = json_string_value (json_object_get (json_object_get (json_object_get (
         json_object_get (json_object_get (c, "NetworkSettings"), "Networks"), netname), "IPAMConfig"),
         "IPv4Address"));
@@ -468,8 +572,8 @@ main (void)
     out = eng_exec (cname, "[\"sh\",\"-c\",\"echo keep > /home/agent/keep.txt\"]", &code);
     CHECK (code == 0);
     free (out);
-    CHECK (d->stop (d, "a1", &err) == 0);
-    CHECK (d->inspect (d, "a1", &status, &err) == 0);
+    CHECK (d->stop (d, "0000000000a1", &err) == 0);
+    CHECK (d->inspect (d, "0000000000a1", &status, &err) == 0);
     CHECK (status.exists && !status.running && status.exit_code >= 0);
     boot.token = "tok-second";
     CHECK (d->start (d, &boot, &err) == 0);
@@ -486,7 +590,7 @@ main (void)
     CHECK (rc == 0);
     if (rc)
         fprintf (stderr, "rebuild: %s\n", err);
-    CHECK (d->inspect (d, "a1", &status, &err) == 0 && status.exists && !status.running);
+    CHECK (d->inspect (d, "0000000000a1", &status, &err) == 0 && status.exists && !status.running);
     c = s_inspect_container (cname);
     CHECK (json_integer_value (json_object_get (json_object_get (c, "HostConfig"), "Memory"))
            == 300LL * 1024 * 1024);
@@ -503,40 +607,41 @@ main (void)
     CHECK (d->list (d, &ids, &err) == 0);
     int seen = 0;
     for (char **p = ids; p && *p; p++)
-        seen += !strcmp (*p, "a1") || !strcmp (*p, "b2");
+        seen += !strcmp (*p, "0000000000a1") || !strcmp (*p, "0000000000b2");
     CHECK (seen == 2);
     ah_driver_free_ids (&ids);
 
     //  Destroy leaves nothing (and twice is fine).
-    CHECK (d->destroy (d, "a1", &err) == 0);
+    CHECK (d->destroy (d, "0000000000a1", &err) == 0);
     free (eng_call ("GET", NULL, &st, "/containers/%s/json", cname));
     CHECK (st == 404);
     free (eng_call ("GET", NULL, &st, "/volumes/%s", volname));
     CHECK (st == 404);
-    snprintf (netname, sizeof netname, "%s-net-a1", prefix);
+    snprintf (netname, sizeof netname, "%s-net-0000000000a1", prefix);
     free (eng_call ("GET", NULL, &st, "/networks/%s", netname));
     CHECK (st == 404);
     q = ah_store_prepare (store, "SELECT count(*) FROM networks WHERE agent_id = :a");
-    ah_store_bind_text (q, ":a", "a1");
+    ah_store_bind_text (q, ":a", "0000000000a1");
     CHECK (ah_store_step (store, q) == SQLITE_ROW && sqlite3_column_int (q, 0) == 0);
     sqlite3_reset (q);
-    CHECK (d->destroy (d, "a1", &err) == 0);
-    CHECK (d->inspect (d, "a1", &status, &err) == 0 && !status.exists);
+    CHECK (d->destroy (d, "0000000000a1", &err) == 0);
+    CHECK (d->inspect (d, "0000000000a1", &status, &err) == 0 && !status.exists);
 
     //  A missing image: a sentence naming the container and the image.
-    ah_sandbox_spec_t bad = { .agent_id = "c3", .image = "agenthold-no-such-image:nope" };
+    ah_sandbox_spec_t bad = { .agent_id = "0000000000c3", .image = "agenthold-no-such-image:nope" };
     free (err);
     err = NULL;
     CHECK (d->create (d, &bad, &err) == -1);
     CHECK (err && strstr (err, "creating container") && strstr (err, "agenthold-no-such-image:nope")
            && strstr (err, "not found"));
     fprintf (stderr, "missing image says: %s\n", err ? err : "");
-    CHECK (d->destroy (d, "c3", &err) == 0);
+    CHECK (d->destroy (d, "0000000000c3", &err) == 0);
     //  A bad id never reaches the engine.
     free (err);
     err = NULL;
-    CHECK (d->stop (d, "../x", &err) == -1 && err && strstr (err, "not a valid agent id"));
-    CHECK (d->destroy (d, "b2", &err) == 0);
+    CHECK (d->stop (d, "../x", &err) == -1 && err
+           && strstr (err, ah_ident_check (AH_IDENT_AGENT_ID, "../x")));
+    CHECK (d->destroy (d, "0000000000b2", &err) == 0);
     ah_store_close (&store);
     d->destroy_driver (&d);
     CHECK (d == NULL);
@@ -547,6 +652,7 @@ main (void)
     s_server_container_mode (&fx, &err);
     s_sandboxd_volume_mode (&fx, &err);
     s_runtime (&fx, &err);
+    s_ident_table (&fx, &err);
 
     //  An unreachable engine: a clear error, fast.
     ah_config_t gone = config;

@@ -3,6 +3,7 @@
     (the catalog's busybox runtime), a failing build and a failing pull
     with the engine's reason, the stop flag, and bad references.      */
 #include "drivers/docker.h"
+#include "common/ident.h"
 #include "../common/check.h"
 #include "engine.h"
 
@@ -28,7 +29,8 @@ main (void)
     bool exists = false;
     CHECK (d->image_exists (d, fx.tag, &exists, &err) == 0 && exists);
     CHECK (d->image_exists (d, "agenthold-no-such-image:nope", &exists, &err) == 0 && !exists);
-    CHECK (d->image_exists (d, "bad image!", &exists, &err) == -1 && strstr (err, "not a valid image"));
+    CHECK (d->image_exists (d, "bad image!", &exists, &err) == -1
+           && strstr (err, ah_ident_check (AH_IDENT_IMAGE, "bad image!")));
 
     //  The catalog's busybox runtime: context dir + /bin/busybox as a host file.
     const char *names [] = { "busybox" };
@@ -45,17 +47,17 @@ main (void)
     fprintf (stderr, "busybox runtime image built in %.2f s\n", eng_now () - t0);
     CHECK (d->image_exists (d, built, &exists, &err) == 0 && exists);
     //  It is a working sandbox image: the driver runs a sandbox from it.
-    ah_sandbox_spec_t spec = { .agent_id = "i1", .image = built };
+    ah_sandbox_spec_t spec = { .agent_id = "0000000000d1", .image = built };
     CHECK (d->create (d, &spec, &err) == 0);
-    ah_boot_t boot = { .agent_id = "i1", .token = "t", .tunnel_port = 18311 };
+    ah_boot_t boot = { .agent_id = "0000000000d1", .token = "t", .tunnel_port = 18311 };
     CHECK (d->start (d, &boot, &err) == 0);
     char cname [160];
-    snprintf (cname, sizeof cname, "%s-i1", fx.prefix);
+    snprintf (cname, sizeof cname, "%s-0000000000d1", fx.prefix);
     int code;
     char *out = eng_exec (cname, "[\"grep\",\"^agent:\",\"/etc/passwd\"]", &code);
     CHECK (code == 0 && out && strstr (out, "agent:x:1000"));
     free (out);
-    CHECK (d->destroy (d, "i1", &err) == 0);
+    CHECK (d->destroy (d, "0000000000d1", &err) == 0);
 
     //  A build that fails says why, in the engine's words.
     snprintf (ctx, sizeof ctx, "%s/badctx", fx.dir);

@@ -104,14 +104,14 @@ main (int argc, char **argv)
         goto cleanup;
     store = ah_store_open (dbpath, true, &err);
     CHECK (store != NULL);
-    s_store_agent (store, "r1", tag);
+    s_store_agent (store, "0000000000e1", tag);
 
     //  A stored, running sandbox and an orphan (made by the driver, never stored).
-    ah_sandbox_spec_t r1 = { .agent_id = "r1", .image = tag };
-    ah_sandbox_spec_t o9 = { .agent_id = "o9", .image = tag };
+    ah_sandbox_spec_t r1 = { .agent_id = "0000000000e1", .image = tag };
+    ah_sandbox_spec_t o9 = { .agent_id = "0000000000f9", .image = tag };
     CHECK (d->create (d, &r1, &err) == 0);
     CHECK (d->create (d, &o9, &err) == 0);
-    ah_boot_t boot = { .agent_id = "r1", .token = "t", .tunnel_port = 18300 };
+    ah_boot_t boot = { .agent_id = "0000000000e1", .token = "t", .tunnel_port = 18300 };
     CHECK (d->start (d, &boot, &err) == 0);
 
     ah_bus_args_t bargs = { .tap_endpoint = NULL };
@@ -134,7 +134,7 @@ main (int argc, char **argv)
     CHECK (rec != NULL);
 
     //  Start-up: r1 is running.
-    ah_msg_t *m = s_wait_observed (lifecycle, "r1", "startup", 1, 1, 10000);
+    ah_msg_t *m = s_wait_observed (lifecycle, "0000000000e1", "startup", 1, 1, 10000);
     CHECK (m != NULL);
     CHECK (m && ah_msg_int (m, "exit_code", 99) == -1);
     ah_msg_destroy (&m);
@@ -144,21 +144,21 @@ main (int argc, char **argv)
     m = ah_msg_recv (recorder, true, NULL);
     CHECK (m && streq (ah_msg_type (m), "OP_RECORD"));
     CHECK_STR (m ? ah_msg_str (m, "kind") : NULL, "reconcile.orphan");
-    CHECK_STR (m ? ah_msg_str (m, "agent_id") : NULL, "o9");
+    CHECK_STR (m ? ah_msg_str (m, "agent_id") : NULL, "0000000000f9");
     CHECK (m && ah_msg_bool (m, "ok", false));
     ah_msg_destroy (&m);
     long st;
-    snprintf (name, sizeof name, "%s-o9", prefix);
+    snprintf (name, sizeof name, "%s-0000000000f9", prefix);
     free (eng_call ("GET", NULL, &st, "/containers/%s/json", name));
     CHECK (st == 404);
-    snprintf (name, sizeof name, "%s-net-o9", prefix);
+    snprintf (name, sizeof name, "%s-net-0000000000f9", prefix);
     free (eng_call ("GET", NULL, &st, "/networks/%s", name));
     CHECK (st == 404);
-    snprintf (name, sizeof name, "%s-home-o9", prefix);
+    snprintf (name, sizeof name, "%s-home-0000000000f9", prefix);
     free (eng_call ("GET", NULL, &st, "/volumes/%s", name));
     CHECK (st == 404);
     //  r1 was left alone.
-    snprintf (name, sizeof name, "%s-r1", prefix);
+    snprintf (name, sizeof name, "%s-0000000000e1", prefix);
     free (eng_call ("GET", NULL, &st, "/containers/%s/json", name));
     CHECK (st == 200);
 
@@ -177,7 +177,7 @@ main (int argc, char **argv)
         double t0 = eng_now ();
         free (eng_call (steps [i].method, NULL, &st, steps [i].path, name));
         CHECK (st == 204);
-        m = s_wait_observed_action (lifecycle, "r1", "event", steps [i].action,
+        m = s_wait_observed_action (lifecycle, "0000000000e1", "event", steps [i].action,
                                     steps [i].exists, steps [i].running, 10000);
         double latency = eng_now () - t0;
         CHECK (m != NULL);
@@ -191,30 +191,30 @@ main (int argc, char **argv)
     }
 
     //  The engine goes away; meanwhile r2 stops; the engine comes back.
-    s_store_agent (store, "r2", tag);
-    ah_sandbox_spec_t r2 = { .agent_id = "r2", .image = tag };
+    s_store_agent (store, "0000000000e2", tag);
+    ah_sandbox_spec_t r2 = { .agent_id = "0000000000e2", .image = tag };
     CHECK (d->create (d, &r2, &err) == 0);
-    boot.agent_id = "r2";
+    boot.agent_id = "0000000000e2";
     CHECK (d->start (d, &boot, &err) == 0);
-    m = s_wait_observed (lifecycle, "r2", "event", 1, 1, 10000);
+    m = s_wait_observed (lifecycle, "0000000000e2", "event", 1, 1, 10000);
     CHECK (m != NULL);
     ah_msg_destroy (&m);
     proxy_kill (&proxy);
-    snprintf (name, sizeof name, "%s-r2", prefix);
+    snprintf (name, sizeof name, "%s-0000000000e2", prefix);
     free (eng_call ("POST", NULL, &st, "/containers/%s/stop?t=1", name));
     CHECK (st == 204);
     zclock_sleep (1500);                    //  a few failed reconnects
     proxy = proxy_start (argv [0], proxy_path, ENG_SOCKET);
     CHECK (proxy > 0);
     double back = eng_now ();
-    m = s_wait_observed (lifecycle, "r2", "resync", 1, 0, 15000);
+    m = s_wait_observed (lifecycle, "0000000000e2", "resync", 1, 0, 15000);
     CHECK (m != NULL);
     CHECK (m && strstr (ah_msg_str (m, "detail"), "exited"));
     ah_msg_destroy (&m);
     fprintf (stderr, "engine back -> resync observed in %.2f s\n", eng_now () - back);
     //  And events flow again.
     free (eng_call ("POST", NULL, &st, "/containers/%s/start", name));
-    m = s_wait_observed (lifecycle, "r2", "event", 1, 1, 10000);
+    m = s_wait_observed (lifecycle, "0000000000e2", "event", 1, 1, 10000);
     CHECK (m != NULL);
     ah_msg_destroy (&m);
 
@@ -229,9 +229,9 @@ cleanup:
     zsock_destroy (&recorder);
     zactor_destroy (&bus);
     if (d) {
-        d->destroy (d, "r1", &err);
-        d->destroy (d, "o9", &err);
-        d->destroy (d, "r2", &err);
+        d->destroy (d, "0000000000e1", &err);
+        d->destroy (d, "0000000000f9", &err);
+        d->destroy (d, "0000000000e2", &err);
         d->destroy_driver (&d);
     }
     if (dp)

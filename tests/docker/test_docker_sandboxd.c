@@ -37,7 +37,7 @@ main (int argc, char **argv)
         goto cleanup;
     }
     snprintf (out, sizeof out, "%s/hello.json", fx.dir);
-    snprintf (cname, sizeof cname, "%s-sb1", fx.prefix);
+    snprintf (cname, sizeof cname, "%s-0000000000b1", fx.prefix);
     ah_config_t config = fx.config;
     config.sandboxd_path = argv [1];
     d = ah_docker_driver_new (&config, &err);
@@ -48,16 +48,16 @@ main (int argc, char **argv)
     }
 
     char *peer_argv [] = { "/usr/bin/python3", argv [2], "--port", PEER_PORT, "--token", "tok-sb1",
-                           "--agent", "sb1", "--out", out, NULL };
+                           "--agent", "0000000000b1", "--out", out, NULL };
     CHECK (posix_spawn (&peer, "/usr/bin/python3", NULL, NULL, peer_argv, environ) == 0);
     usleep (700 * 1000);                    //  the peer binds
 
-    ah_sandbox_spec_t spec = { .agent_id = "sb1" };
+    ah_sandbox_spec_t spec = { .agent_id = "0000000000b1" };
     int rc = d->create (d, &spec, &err);
     CHECK (rc == 0);
     if (rc)
         fprintf (stderr, "create: %s\n", err);
-    ah_boot_t boot = { .agent_id = "sb1", .token = "tok-sb1", .tunnel_port = atoi (PEER_PORT) };
+    ah_boot_t boot = { .agent_id = "0000000000b1", .token = "tok-sb1", .tunnel_port = atoi (PEER_PORT) };
     double t0 = eng_now ();
     rc = d->start (d, &boot, &err);
     CHECK (rc == 0);
@@ -79,7 +79,7 @@ main (int argc, char **argv)
     json_t *reply = json_load_file (out, 0, NULL);
     CHECK (reply != NULL);
     CHECK (json_is_true (json_object_get (reply, "ok")));
-    CHECK_STR (json_string_value (json_object_get (reply, "agent_id")), "sb1");
+    CHECK_STR (json_string_value (json_object_get (reply, "agent_id")), "0000000000b1");
     CHECK_STR (json_string_value (json_object_get (reply, "user")), "agent");
     json_decref (reply);
     if (peer != -1 || !WIFEXITED (status) || WEXITSTATUS (status) != 0) {
@@ -90,9 +90,9 @@ main (int argc, char **argv)
         free (logs);
     }
     ah_sandbox_status_t s;
-    CHECK (d->inspect (d, "sb1", &s, &err) == 0 && s.running);
+    CHECK (d->inspect (d, "0000000000b1", &s, &err) == 0 && s.running);
 
-    CHECK (d->destroy (d, "sb1", &err) == 0);
+    CHECK (d->destroy (d, "0000000000b1", &err) == 0);
 cleanup:
     if (peer > 0) {
         kill (peer, SIGKILL);

@@ -1,0 +1,418 @@
+/*  drivers/docker/container.c: the agent's container, <prefix>-<id>, and
+    the driver's entry points on it: create, rebuild, start (boot.json,
+    then start), stop, destroy (with the network, the home volume and the
+    subnet), inspect and list. Every entry point checks the agent id and
+    the image reference (common/ident.h) before anything reaches the
+    engine.                                                             */
+#include "drivers/docker/docker_int.h"
+#include "proto/tar.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+//  -------------------------------------------------------------------------
+//  Containers
+
+int
+ah_dk_container_remove (docker_t *self, const char *name, char **err)
+{
+    //  409 "removal already in progress": someone else is removing it.
+    dk_simple_t how = { .method = "DELETE", .path_fmt = "/containers/%s?force=true&v=false",
+                        .ok1 = 204, .ok2 = 409, .absent_ok = true, .timeout_s = 60 };
+    return ah_dk_simple (self, &how, "removing container", name, err);
+}
+
+int
+ah_dk_container_start (docker_t *self, const char *name, char **err)
+{
+    dk_simple_t how = { .method = "POST", .path_fmt = "/containers/%s/start", .ok1 = 204, .ok2 = 304 };
+    return ah_dk_simple (self, &how, "starting container", name, err);
+}
+
+json_t *
+ah_dk_sandboxd_mount (const docker_t *self)
+{
+    if (self->sandboxd_dir)
+        return json_pack ("{s:s s:s s:s s:b}",
+            "Type", "bind", "Source", self->sandboxd_dir, "Target", "/opt/agenthold", "ReadOnly", 1);
+    return json_pack ("{s:s s:s s:s s:b s:{s:b}}",
+        "Type", "volume", "Source", self->config->sandboxd_volume, "Target", "/opt/agenthold",
+        "ReadOnly", 1, "VolumeOptions", "NoCopy", 1);
+}
+
+static int
+s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *image, uint32_t base,
+                    char **err)
+{
+    const ah_config_t *c = self->config;
+    dk_names_t n;
+    ah_dk_names (self, spec->agent_id, &n);
+    double cpus = spec->cpus > 0 ? spec->cpus : c->default_cpus;
+    if (c->max_cpus > 0 && cpus > c->max_cpus)
+        cpus = c->max_cpus;
+    int64_t memory_mb = spec->memory_mb > 0 ? spec->memory_mb : c->default_memory_mb;
+    if (c->max_memory_mb > 0 && memory_mb > c->max_memory_mb)
+        memory_mb = c->max_memory_mb;
+    int64_t pids = spec->pids_limit > 0 ? spec->pids_limit : c->pids_limit;
+
+    json_t *mounts = json_array ();
+    json_array_append_new (mounts, json_pack ("{s:s s:s s:s s:{s:o}}",
+        "Type", "volume", "Source", n.volume, "Target", "/home/agent",
+        "VolumeOptions", "Labels", ah_dk_labels (self, spec->agent_id)));
+    json_array_append_new (mounts, ah_dk_sandboxd_mount (self));
+
+    json_t *host = json_pack ("{s:b s:I s:I s:I s:o s:s s:{s:s}}",
+        "Init", 1,
+        "NanoCpus", (json_int_t) (cpus * 1e9),
+        "Memory", (json_int_t) memory_mb * 1024 * 1024,
+        "PidsLimit", (json_int_t) pids,
+        "Mounts", mounts,
+        "NetworkMode", n.network,
+        "RestartPolicy", "Name", "no");
+    if (c->runtime && *c->runtime)
+        json_object_set_new (host, "Runtime", json_string (c->runtime));
+
+    char *addr = ah_dk_ip_string (base + (1u << (32 - self->subnet_bits)) / 2);
+    json_t *req = json_pack ("{s:s s:s s:[s] s:[] s:s s:o s:o s:{s:{s:{s:{s:s}}}}}",
+        "Image", image,
+        "Hostname", spec->agent_id,
+        "Entrypoint", "/opt/agenthold/sandboxd",
+        "Cmd",
+        //  sandboxd starts as root (it reads the root-only boot.json and
+        //  drops to the agent account for what it runs), whatever USER
+        //  the image names.
+        "User", "0:0",
+        "Labels", ah_dk_labels (self, spec->agent_id),
+        "HostConfig", host,
+        "NetworkingConfig", "EndpointsConfig", n.network, "IPAMConfig", "IPv4Address", addr ? addr : "");
+    free (addr);
+
+    char *what = ah_strf ("creating container %s", n.container);
+    char *path = ah_strf ("/containers/create?name=%s", n.container);
+    int rc = -1;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        char *msg = NULL;
+        long st = ah_dk_call_json (self, what, path, json_incref (req), &msg, err);
+        if (st == 201 || st == 200)
+            rc = 0;
+        else
+        if (st == 404)
+            ah_dk_err (err, "%s: image '%s' not found (Docker: %s)", what, image, msg ? msg : "");
+        else
+        if (st == 409 && attempt == 0) {
+            //  A container of that name survives from an interrupted
+            //  create or rebuild: the spec wins, the home is in the volume.
+            ah_info (LOG_AREA, "%s: one exists already; replacing it", what);
+            free (msg);
+            if (ah_dk_container_remove (self, n.container, err))
+                break;
+            continue;
+        }
+        else
+        if (st == 400 && msg && strstr (msg, "runtime"))
+            ah_dk_err (err, "%s: the engine has no OCI runtime '%s' (sandbox.docker.runtime) (Docker: %s)",
+                       what, c->runtime ? c->runtime : "", msg);
+        else
+        if (st > 0)
+            ah_dk_status_err (err, what, st, msg);
+        free (msg);
+        break;
+    }
+    json_decref (req);
+    free (path);
+    free (what);
+    return rc;
+}
+
+//  -------------------------------------------------------------------------
+//  boot.json
+
+int
+ah_dk_boot_write (docker_t *self, const char *name, const char *agent_id, const char *token,
+                  const char *tunnel_url, char **err)
+{
+    char *what = ah_strf ("writing /etc/agenthold/boot.json into container %s", name);
+    json_t *j = json_pack ("{s:s s:s s:s}", "agent_id", agent_id, "token", token,
+                           "tunnel_url", tunnel_url);
+    char *text = j ? json_dumps (j, JSON_COMPACT) : NULL;
+    json_decref (j);
+    //  etc/, etc/agenthold/, etc/agenthold/boot.json (root, 0600).
+    ah_tar_t tar = { .max = 0 };
+    if (!what || !text
+    ||  ah_tar_add (&tar, "etc/", AH_TAR_DIR, 0755, NULL, 0, NULL)
+    ||  ah_tar_add (&tar, "etc/agenthold/", AH_TAR_DIR, 0755, NULL, 0, NULL)
+    ||  ah_tar_add (&tar, "etc/agenthold/boot.json", AH_TAR_FILE, 0600, text, strlen (text), NULL)
+    ||  ah_tar_finish (&tar)) {
+        ah_dk_err (err, "%s: out of memory composing it", what ? what : "writing boot.json");
+        ah_tar_free (&tar);
+        free (text);
+        free (what);
+        return -1;
+    }
+    free (text);
+    char *path = ah_strf ("/containers/%s/archive?path=%%2F", name);
+    dk_call_t put = { .what = what, .method = "PUT", .body = ah_buf_head (&tar.buf),
+                      .body_size = ah_buf_size (&tar.buf), .content_type = "application/x-tar" };
+    char *msg = NULL;
+    long st = path ? ah_dk_call (self, &put, path, NULL, &msg, err) : -1;
+    if (st == 404)
+        ah_dk_err (err, "%s: the container does not exist (Docker: %s); rebuild the sandbox",
+                   what, msg ? msg : "");
+    else
+    if (st > 0 && st != 200)
+        ah_dk_status_err (err, what, st, msg);
+    ah_tar_free (&tar);
+    free (msg);
+    free (path);
+    free (what);
+    return st == 200 ? 0 : -1;
+}
+
+//  -------------------------------------------------------------------------
+//  The entry points
+
+//  What every entry point on one agent starts with: its id checked, the
+//  names of its objects. The driver's state, or NULL with *err.
+static docker_t *
+s_enter (ah_driver_t *driver, const char *agent_id, const char *doing, dk_names_t *names, char **err)
+{
+    if (ah_dk_check_ident (AH_IDENT_AGENT_ID, agent_id, doing, err))
+        return NULL;
+    ah_dk_names (driver->impl, agent_id, names);
+    return driver->impl;
+}
+
+//  create and rebuild: the network (kept across rebuilds) and a container
+//  from the spec; rebuild first removes the old container, never the home.
+static int
+s_make (ah_driver_t *driver, const ah_sandbox_spec_t *spec, bool rebuild, char **err)
+{
+    const char *doing = rebuild ? "rebuilding a sandbox" : "creating a sandbox";
+    dk_names_t n;
+    docker_t *self = s_enter (driver, spec ? spec->agent_id : NULL, doing, &n, err);
+    if (!self)
+        return -1;
+    //  No image in the spec: sandbox.default_image, under the same rule.
+    bool given = spec->image && *spec->image;
+    const char *image = given ? spec->image : self->config->default_image;
+    char *doing_default = given ? NULL : ah_strf ("%s with sandbox.default_image", doing);
+    int bad = ah_dk_check_ident (AH_IDENT_IMAGE, image, doing_default ? doing_default : doing, err);
+    free (doing_default);
+    if (bad)
+        return -1;
+    if (rebuild && ah_dk_container_remove (self, n.container, err))
+        return -1;
+    if (ah_dk_deploy_sandboxd (self, image, err))
+        return -1;
+    uint32_t base = ah_dk_network_ensure (self, spec->agent_id, err);
+    if (!base)
+        return -1;
+    return s_container_create (self, spec, image, base, err);
+}
+
+int
+ah_dk_create (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
+{
+    return s_make (driver, spec, false, err);
+}
+
+int
+ah_dk_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
+{
+    return s_make (driver, spec, true, err);
+}
+
+int
+ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
+{
+    dk_names_t n;
+    docker_t *self = s_enter (driver, boot ? boot->agent_id : NULL, "starting a sandbox", &n, err);
+    if (!self)
+        return -1;
+    if (!boot->token || !*boot->token || boot->tunnel_port <= 0 || boot->tunnel_port > 65535) {
+        ah_dk_err (err, "starting container %s: no boot token or no valid tunnel port", n.container);
+        return -1;
+    }
+    uint32_t base = ah_dk_subnet_lookup (self, boot->agent_id);
+    if (!base) {
+        ah_dk_err (err, "starting container %s: no network was allocated for agent %s; "
+                   "rebuild the sandbox", n.container, boot->agent_id);
+        return -1;
+    }
+    char *eerr = NULL;
+    if (ah_dk_ensure_engine (self, &eerr)) {
+        ah_dk_err (err, "starting container %s: %s", n.container, eerr);
+        free (eerr);
+        return -1;
+    }
+    if (ah_dk_deploy_for_start (self, n.container, err))
+        return -1;
+    //  The server is at .1 on the host (the gateway) or .2 in its container.
+    char *server = ah_dk_server_container (self);
+    char *host = ah_dk_ip_string (base + (server ? 2 : 1));
+    free (server);
+    char *url = host ? ah_strf ("ws://%s:%d/tunnel", host, boot->tunnel_port) : NULL;
+    free (host);
+    int rc = url ? ah_dk_boot_write (self, n.container, boot->agent_id, boot->token, url, err) : -1;
+    if (!url)
+        ah_dk_err (err, "starting container %s: out of memory", n.container);
+    free (url);
+    if (rc == 0)
+        rc = ah_dk_container_start (self, n.container, err);
+    return rc;
+}
+
+int
+ah_dk_stop (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    dk_names_t n;
+    docker_t *self = s_enter (driver, agent_id, "stopping a sandbox", &n, err);
+    if (!self)
+        return -1;
+    dk_simple_t how = { .method = "POST", .path_fmt = "/containers/%s/stop?t=5", .ok1 = 204,
+                        .ok2 = 304, .timeout_s = 60 };
+    return ah_dk_simple (self, &how, "stopping container", n.container, err);
+}
+
+int
+ah_dk_destroy (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    dk_names_t n;
+    docker_t *self = s_enter (driver, agent_id, "destroying a sandbox", &n, err);
+    if (!self)
+        return -1;
+    if (ah_dk_container_remove (self, n.container, err))
+        return -1;
+    if (ah_dk_network_remove (self, agent_id, err))
+        return -1;
+    dk_simple_t how = { .method = "DELETE", .path_fmt = "/volumes/%s?force=true", .ok1 = 204,
+                        .ok2 = 200, .absent_ok = true };
+    if (ah_dk_simple (self, &how, "removing volume", n.volume, err))
+        return -1;
+    return ah_dk_subnet_free (self, agent_id, err);
+}
+
+//  The state of an existing container into status.
+static void
+s_status_from (const json_t *container, ah_sandbox_status_t *status)
+{
+    json_t *state = json_object_get (container, "State");
+    const char *s = json_string_value (json_object_get (state, "Status"));
+    status->exists = true;
+    status->running = json_is_true (json_object_get (state, "Running"));
+    json_t *code = json_object_get (state, "ExitCode");
+    const char *started = json_string_value (json_object_get (state, "StartedAt"));
+    bool ran = started && strncmp (started, "0001-", 5) != 0;
+    if (!status->running && ran && json_is_integer (code))
+        status->exit_code = (int) json_integer_value (code);
+    if (status->running)
+        snprintf (status->detail, sizeof status->detail, "running");
+    else
+    if (status->exit_code >= 0)
+        snprintf (status->detail, sizeof status->detail, "%s (%d)", s ? s : "exited",
+                  status->exit_code);
+    else
+        snprintf (status->detail, sizeof status->detail, "%s", s ? s : "unknown");
+}
+
+int
+ah_dk_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *status, char **err)
+{
+    dk_names_t n;
+    docker_t *self = s_enter (driver, agent_id, "inspecting a sandbox", &n, err);
+    if (!self)
+        return -1;
+    memset (status, 0, sizeof *status);
+    status->exit_code = -1;
+    char *what = ah_strf ("inspecting container %s", n.container);
+    char *path = ah_strf ("/containers/%s/json", n.container);
+    json_t *j = NULL;
+    long st = ah_dk_get (self, what, path, true, &j, err);
+    if (st == 404) {
+        //  No container. Say whether the home survives: lifecycle repairs
+        //  that with a rebuild, where nothing at all means recreate.
+        free (path);
+        path = ah_strf ("/volumes/%s", n.volume);
+        long vst = ah_dk_get (self, what, path, true, NULL, NULL);
+        snprintf (status->detail, sizeof status->detail, "%s",
+                  vst == 200 ? "container missing; home volume present"
+                             : "container missing; no home volume");
+    }
+    else
+    if (st == 200)
+        s_status_from (j, status);
+    json_decref (j);
+    free (path);
+    free (what);
+    return st > 0 ? 0 : -1;
+}
+
+//  Adds id to the NULL-terminated *ids once; ids that are not agent ids
+//  (another product's labels) are left out.
+static void
+s_add_id (char ***ids, size_t *count, size_t *cap, const char *id)
+{
+    if (!ah_ident_ok (AH_IDENT_AGENT_ID, id))
+        return;
+    for (size_t i = 0; i < *count; i++)
+        if (strcmp ((*ids) [i], id) == 0)
+            return;
+    if (*count + 2 > *cap) {
+        size_t ncap = *cap ? *cap * 2 : 16;
+        char **grown = realloc (*ids, ncap * sizeof (char *));
+        if (!grown)
+            return;
+        *ids = grown;
+        *cap = ncap;
+    }
+    (*ids) [(*count)++] = strdup (id);
+    (*ids) [*count] = NULL;
+}
+
+int
+ah_dk_list (ah_driver_t *driver, char ***ids_p, char **err)
+{
+    docker_t *self = driver->impl;
+    *ids_p = NULL;
+    char *filters = ah_dk_filters (ah_dk_label_filter (self));
+    if (!filters) {
+        ah_dk_err (err, "listing sandboxes: out of memory");
+        return -1;
+    }
+    char **ids = calloc (16, sizeof (char *));
+    size_t count = 0, cap = ids ? 16 : 0;
+    const char *paths [] = { "/containers/json?all=1&filters=", "/networks?filters=",
+                             "/volumes?filters=" };
+    const char *kinds [] = { "containers", "networks", "volumes" };
+    int rc = 0;
+    for (int k = 0; k < 3 && rc == 0; k++) {
+        char *what = ah_strf ("listing the sandboxes' %s", kinds [k]);
+        char *path = ah_strf ("%s%s", paths [k], filters);
+        json_t *j = NULL;
+        if (ah_dk_get (self, what, path, false, &j, err) == 200) {
+            json_t *arr = k == 2 ? json_object_get (j, "Volumes") : j;
+            size_t i;
+            json_t *item;
+            json_array_foreach (arr, i, item) {
+                json_t *labels = json_object_get (item, "Labels");
+                const char *id = json_string_value (json_object_get (labels, "agenthold.agent"));
+                const char *prefix = json_string_value (json_object_get (labels, "agenthold.prefix"));
+                if (id && prefix && strcmp (prefix, self->prefix) == 0)
+                    s_add_id (&ids, &count, &cap, id);
+            }
+        }
+        else
+            rc = -1;
+        json_decref (j);
+        free (path);
+        free (what);
+    }
+    free (filters);
+    if (rc) {
+        ah_driver_free_ids (&ids);
+        return -1;
+    }
+    *ids_p = ids;
+    return 0;
+}

@@ -1,0 +1,240 @@
+/*  drivers/docker/docker_int.h: what the files of the Docker driver share
+    (the public face is drivers/docker.h; docs/docker.md describes it).
+
+        engine.c      HTTP over the engine's unix socket, JSON answers,
+                      streams of JSON lines, identifier checks
+        mountinfo.c   the server's own container, when it runs in one
+        subnet.c      subnet allocations (the networks table)
+        network.c     the agent's internal bridge network
+        container.c   containers and the entry points on them (create,
+                      start, stop, rebuild, destroy, inspect, list), boot.json
+        sandboxd.c    sandboxd copied into a volume (server in a container)
+        image.c       image_exists, image_build (build context, pull)
+        events.c      watch: the engine's event stream
+        probe.c       the host firewall probe
+        driver.c      the driver object: configuration checks, names, life
+
+    DESIGN. The driver is called from lifecycle's, the builder's and the
+    reconciler's worker threads, several at once, and from the probe's own
+    thread. Each call builds its own curl easy handle, so no curl state is
+    shared. The shared state is small and lives in docker_t behind one
+    mutex: the negotiated API version and the server's own container id
+    (both found lazily on first use, so the server may start before the
+    engine), whether sandboxd was copied into its volume, and the driver's
+    SQLite connection (subnet allocations). The configuration and the
+    fields above the mutex are set once by ah_docker_driver_new and never
+    written again.
+
+    Errors are sentences: "<what was being done>: <why> (Docker: <the
+    engine's message>)".                                                 */
+#ifndef AH_DOCKER_INT_H
+#define AH_DOCKER_INT_H
+
+#include "drivers/docker.h"
+#include "common/ident.h"
+#include "common/log.h"
+#include "common/str.h"
+#include "store/store.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define LOG_AREA            "docker"
+#define DK_MAX_NAME         128             //  a Docker object name we make
+
+typedef struct {
+    const ah_config_t *config;          //  borrowed, immutable
+    char    *socket_path;
+    char    *prefix;
+    uint32_t pool_base;                 //  host order
+    int      pool_bits;
+    int      subnet_bits;
+    uint32_t subnet_count;
+    char    *sandboxd_dir;              //  bind-mounted at /opt/agenthold (NULL: volume)
+
+    pthread_mutex_t lock;               //  guards everything below
+    char    api_version [16];           //  "1.41"; "" until negotiated
+    bool    server_checked;             //  server container detection done
+    bool    sandboxd_deployed;          //  copied into sandboxd_volume (volume mode)
+    char   *server_container;           //  full id when we run in a container, else NULL
+    ah_store_t *store;
+    //  The host firewall probe's thread (ah_docker_isolation_check_start),
+    //  joined by destroy_driver; only the thread that started it touches these.
+    pthread_t probe_thread;
+    bool    probe_started;
+} docker_t;
+
+//  -------------------------------------------------------------------------
+//  driver.c: names and labels of an agent's objects
+
+typedef struct {
+    char container [DK_MAX_NAME];       //  <prefix>-<id>
+    char volume [DK_MAX_NAME];          //  <prefix>-home-<id>
+    char network [DK_MAX_NAME];         //  <prefix>-net-<id>
+} dk_names_t;
+
+void    ah_dk_names (const docker_t *self, const char *agent_id, dk_names_t *names);
+//  {agenthold.managed, agenthold.agent, agenthold.prefix}: a new object.
+json_t *ah_dk_labels (const docker_t *self, const char *agent_id);
+
+//  -------------------------------------------------------------------------
+//  engine.c: talking to the engine
+
+//  *err = the sentence (replacing what it held); nothing when err is NULL.
+void ah_dk_err (char **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+//  0 when value is a valid kind; else -1 with *err "<doing>: <what> 'value'
+//  <rule>" (common/ident.h), before anything reaches the engine.
+int  ah_dk_check_ident (ah_ident_t kind, const char *value, const char *doing, char **err);
+
+//  Negotiates the API version once (and finds out whether we run in a
+//  container). 0 / -1 with *err.
+int  ah_dk_ensure_engine (docker_t *self, char **err);
+
+typedef struct {
+    const char *what;                   //  "creating container x", for messages
+    const char *method;                 //  "GET", "POST", ...
+    const void *body;                   //  NULL: none
+    size_t      body_size;
+    const char *content_type;           //  default application/json
+    long        timeout_s;              //  0: the default (120 s)
+} dk_call_t;
+
+//  One call. Returns the HTTP status, or -1 with *err when the engine
+//  could not be reached. *answer (if wanted) gets the parsed JSON body or
+//  NULL; *message (if wanted) the engine's error message on status >= 400.
+long ah_dk_call (docker_t *self, const dk_call_t *call, const char *path, json_t **answer,
+                 char **message, char **err);
+//  GET path: 200 with *answer (if wanted), 404 when absent_ok (the caller
+//  decides what absence means), or -1 with *err (any other status, or the
+//  engine not reached).
+long ah_dk_get (docker_t *self, const char *what, const char *path, bool absent_ok,
+                json_t **answer, char **err);
+//  A POST with a JSON body (taken over), e.g. a create.
+long ah_dk_call_json (docker_t *self, const char *what, const char *path, json_t *body,
+                      char **message, char **err);
+//  The usual sentence for an unexpected status.
+void ah_dk_status_err (char **err, const char *what, long status, const char *message);
+
+//  A call on one object without an answer body: OK when the status is
+//  ok1 or ok2, or 404 when absent_ok (removing what is gone already). 404
+//  otherwise says the object does not exist. The path is path_fmt with
+//  the object's name for its one %s; messages say "<doing> <name>: ...".
+//  0 / -1 with *err.
+typedef struct {
+    const char *method;
+    const char *path_fmt;               //  "/containers/%s/start"
+    long        ok1, ok2;
+    bool        absent_ok;
+    long        timeout_s;
+} dk_simple_t;
+
+int  ah_dk_simple (docker_t *self, const dk_simple_t *how, const char *doing, const char *name,
+                   char **err);
+
+//  A JSON filter (taken over) escaped for ?filters=. Caller frees.
+char *ah_dk_filters (json_t *filters);
+//  The filter on this driver's labels (managed, prefix).
+json_t *ah_dk_label_filter (const docker_t *self);
+
+//  A streaming call (events, build and pull progress): the answer is a
+//  stream of JSON lines, handed to on_line one at a time (curl's chunks
+//  split on newlines, a line over 1 MiB ends the stream). No overall
+//  timeout: *stop (may be NULL) is polled at least once a second.
+typedef struct {
+    dk_call_t   call;                   //  timeout_s is not used
+    void      (*on_line) (void *arg, const char *line, size_t len);
+    void      (*on_open) (void *arg);   //  optional: once the 200 is known
+    void       *arg;
+    volatile int *stop;
+} dk_stream_t;
+
+//  0 when the engine answered 200 and ended the stream (every line
+//  handed over), 1 when stopped, -1 with *err (not reached, broke,
+//  refused with the engine's message).
+int  ah_dk_stream (docker_t *self, const dk_stream_t *how, const char *path, char **err);
+
+//  -------------------------------------------------------------------------
+//  mountinfo.c: the server's own container
+
+//  Finds it once (ah_dk_ensure_engine calls it). 0 / -1 with *err (a
+//  configured sandbox.docker.server_container the engine does not know).
+int   ah_dk_detect_server_container (docker_t *self, char **err);
+//  Its full id, NULL on the host. Caller frees.
+char *ah_dk_server_container (docker_t *self);
+
+//  -------------------------------------------------------------------------
+//  subnet.c: the networks table
+
+//  "a.b.c.d" of a host-order address. Caller frees.
+char    *ah_dk_ip_string (uint32_t host_order);
+//  "10.213.0.16/28" -> base address (host order); -1 when malformed.
+int      ah_dk_parse_cidr (const char *cidr, uint32_t *base, int *bits);
+//  "a.b.c.d/bits" of a subnet base. Caller frees.
+char    *ah_dk_subnet_string (const docker_t *self, uint32_t base);
+//  The subnet already recorded for agent_id, or a new one, not one of
+//  skip[]. Returns the subnet's base (host order) or 0 with *err.
+uint32_t ah_dk_subnet_for (docker_t *self, const char *agent_id, const uint32_t *skip,
+                           size_t nskip, char **err);
+//  The recorded subnet, 0 if none.
+uint32_t ah_dk_subnet_lookup (docker_t *self, const char *agent_id);
+int      ah_dk_subnet_free (docker_t *self, const char *agent_id, char **err);
+//  true when some agent holds the subnet at base (or the table cannot tell).
+bool     ah_dk_subnet_taken (docker_t *self, uint32_t base);
+
+//  -------------------------------------------------------------------------
+//  network.c: the agent's network
+
+//  POST /networks/create: an internal bridge named name on the subnet at
+//  base, gateway .1, with labels (taken over). The status, or -1 with *err.
+long     ah_dk_network_post (docker_t *self, const char *what, const char *name, uint32_t base,
+                             json_t *labels, char **message, char **err);
+//  The agent's network, on a subnet that works, joined by the server when
+//  it runs in a container. Returns the subnet base, 0 with *err.
+uint32_t ah_dk_network_ensure (docker_t *self, const char *agent_id, char **err);
+int      ah_dk_network_remove (docker_t *self, const char *agent_id, char **err);
+
+//  -------------------------------------------------------------------------
+//  container.c: containers
+
+//  Removes the container name (force, volumes kept); absent is fine.
+int      ah_dk_container_remove (docker_t *self, const char *name, char **err);
+//  sandboxd's read-only mount at /opt/agenthold (a bind or the volume).
+json_t  *ah_dk_sandboxd_mount (const docker_t *self);
+//  Writes /etc/agenthold/boot.json (root, 0600) into the container name:
+//  {"agent_id", "token", "tunnel_url"}. 0 / -1 with *err.
+int      ah_dk_boot_write (docker_t *self, const char *name, const char *agent_id,
+                           const char *token, const char *tunnel_url, char **err);
+int      ah_dk_container_start (docker_t *self, const char *name, char **err);
+
+int ah_dk_create (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err);
+int ah_dk_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err);
+int ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err);
+int ah_dk_stop (ah_driver_t *driver, const char *agent_id, char **err);
+int ah_dk_destroy (ah_driver_t *driver, const char *agent_id, char **err);
+int ah_dk_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *status,
+                   char **err);
+int ah_dk_list (ah_driver_t *driver, char ***ids, char **err);
+
+//  -------------------------------------------------------------------------
+//  sandboxd.c: sandboxd in a volume
+
+//  Once per driver in volume mode, copies sandbox.sandboxd_path into
+//  sandbox.docker.sandboxd_volume with a helper container from image.
+//  0 (also when there is nothing to do) / -1 with *err.
+int ah_dk_deploy_sandboxd (docker_t *self, const char *image, char **err);
+//  The same before a start, from the image of the container name.
+int ah_dk_deploy_for_start (docker_t *self, const char *name, char **err);
+
+//  -------------------------------------------------------------------------
+//  image.c, events.c: the optional hooks
+
+int ah_dk_image_exists (ah_driver_t *driver, const char *image, bool *exists, char **err);
+int ah_dk_image_build (ah_driver_t *driver, const ah_image_build_t *build, volatile int *stop,
+                       char **err);
+int ah_dk_watch (ah_driver_t *driver,
+                 void (*on_change) (void *arg, const char *agent_id, const char *action),
+                 void *arg, volatile int *stop, char **err);
+
+#endif

@@ -1,0 +1,165 @@
+/*  drivers/docker/network.c: the agent's network, <prefix>-net-<id>: an
+    internal bridge on the agent's subnet (subnet.c), gateway .1, joined
+    by the server's own container at .2 when the server runs in one.
+    Kept across rebuilds; destroy removes it.                           */
+#include "drivers/docker/docker_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_OVERLAPS    8               //  subnets in a row the engine may refuse
+
+long
+ah_dk_network_post (docker_t *self, const char *what, const char *name, uint32_t base,
+                    json_t *labels, char **message, char **err)
+{
+    char *subnet = ah_dk_subnet_string (self, base);
+    char *gw = ah_dk_ip_string (base + 1);
+    json_t *req = json_pack ("{s:s s:s s:b s:b s:b s:{s:s s:[{s:s s:s}]} s:o}",
+        "Name", name, "Driver", "bridge", "Internal", 1, "CheckDuplicate", 1,
+        "Attachable", 0,
+        "IPAM", "Driver", "default", "Config", "Subnet", subnet ? subnet : "", "Gateway", gw ? gw : "",
+        "Labels", labels);
+    free (subnet);
+    free (gw);
+    return ah_dk_call_json (self, what, "/networks/create", req, message, err);
+}
+
+//  It exists already (a retried create or rebuild): fine if it is on the
+//  same subnet. 0 / -1 with *err.
+static int
+s_network_same (docker_t *self, const char *what, const char *network, uint32_t base, char **err)
+{
+    char *path = ah_strf ("/networks/%s", network);
+    char *subnet = ah_dk_subnet_string (self, base);
+    json_t *j = NULL;
+    long st = path ? ah_dk_get (self, what, path, false, &j, err) : -1;
+    json_t *cfg = json_array_get (json_object_get (json_object_get (j, "IPAM"), "Config"), 0);
+    const char *have = json_string_value (json_object_get (cfg, "Subnet"));
+    int rc = -1;
+    if (st == 200 && have && subnet && strcmp (have, subnet) == 0)
+        rc = 0;
+    else
+    if (st == 200)
+        ah_dk_err (err, "%s: a network of that name exists on subnet %s, not %s; destroy the "
+                   "sandbox to clean it up", what, have ? have : "(none)", subnet ? subnet : "");
+    json_decref (j);
+    free (subnet);
+    free (path);
+    return rc;
+}
+
+//  Creates (or finds) the agent's network on subnet base. Returns 0, 1 when
+//  the engine says the subnet overlaps another network (pick another), or
+//  -1 with *err.
+static int
+s_network_create (docker_t *self, const char *agent_id, uint32_t base, char **err)
+{
+    dk_names_t n;
+    ah_dk_names (self, agent_id, &n);
+    char *what = ah_strf ("creating network %s", n.network);
+    char *msg = NULL;
+    int rc = -1;
+    long st = ah_dk_network_post (self, what ? what : "creating a network", n.network, base,
+                                  ah_dk_labels (self, agent_id), &msg, err);
+    if (st == 201 || st == 200)
+        rc = 0;
+    else
+    if (st == 409)
+        rc = s_network_same (self, what, n.network, base, err);
+    else
+    if (st > 0 && msg && strstr (msg, "overlap")) {
+        char *subnet = ah_dk_subnet_string (self, base);
+        ah_warn (LOG_AREA, "%s: subnet %s overlaps a network not ours (Docker: %s); trying another",
+                 what, subnet ? subnet : "", msg);
+        free (subnet);
+        rc = 1;
+    }
+    else
+    if (st > 0)
+        ah_dk_status_err (err, what, st, msg);
+    free (msg);
+    free (what);
+    return rc;
+}
+
+//  Connects the server's own container to the network at .2.
+static int
+s_network_join_server (docker_t *self, const char *agent_id, uint32_t base, char **err)
+{
+    char *server = ah_dk_server_container (self);
+    if (!server)
+        return 0;
+    dk_names_t n;
+    ah_dk_names (self, agent_id, &n);
+    char *what = ah_strf ("connecting the server's container to network %s", n.network);
+    char *addr = ah_dk_ip_string (base + 2);
+    json_t *req = json_pack ("{s:s s:{s:{s:s}}}", "Container", server,
+                             "EndpointConfig", "IPAMConfig", "IPv4Address", addr ? addr : "");
+    char *path = ah_strf ("/networks/%s/connect", n.network);
+    char *msg = NULL;
+    long st = ah_dk_call_json (self, what, path, req, &msg, err);
+    int rc = 0;
+    //  403 "already exists in network" is what a repeated connect answers.
+    if (st == 200 || (st == 403 && msg && strstr (msg, "already exists")))
+        rc = 0;
+    else {
+        if (st > 0)
+            ah_dk_status_err (err, what, st, msg);
+        rc = -1;
+    }
+    free (msg);
+    free (path);
+    free (addr);
+    free (what);
+    free (server);
+    return rc;
+}
+
+int
+ah_dk_network_remove (docker_t *self, const char *agent_id, char **err)
+{
+    dk_names_t n;
+    ah_dk_names (self, agent_id, &n);
+    char *server = ah_dk_server_container (self);
+    if (server) {
+        char *path = ah_strf ("/networks/%s/disconnect", n.network);
+        char *msg = NULL;
+        //  Not connected, or no network: fine.
+        if (path)
+            ah_dk_call_json (self, "disconnecting the server's container", path,
+                             json_pack ("{s:s s:b}", "Container", server, "Force", 1), &msg, NULL);
+        free (msg);
+        free (path);
+        free (server);
+    }
+    dk_simple_t how = { .method = "DELETE", .path_fmt = "/networks/%s", .ok1 = 204, .ok2 = 200,
+                        .absent_ok = true };
+    return ah_dk_simple (self, &how, "removing network", n.network, err);
+}
+
+uint32_t
+ah_dk_network_ensure (docker_t *self, const char *agent_id, char **err)
+{
+    uint32_t skip [MAX_OVERLAPS];
+    size_t nskip = 0;
+    while (true) {
+        uint32_t base = ah_dk_subnet_for (self, agent_id, skip, nskip, err);
+        if (!base)
+            return 0;
+        int rc = s_network_create (self, agent_id, base, err);
+        if (rc == 0)
+            return s_network_join_server (self, agent_id, base, err) ? 0 : base;
+        if (rc < 0)
+            return 0;
+        if (nskip == MAX_OVERLAPS) {
+            ah_dk_err (err, "creating the network of agent %s: %zu subnets in a row overlap networks "
+                       "the engine already has; choose another sandbox.docker.network_pool",
+                       agent_id, nskip + 1);
+            ah_dk_subnet_free (self, agent_id, NULL);
+            return 0;
+        }
+        skip [nskip++] = base;
+    }
+}
