@@ -12,6 +12,7 @@
     runs sandboxd in-process on the sandbox's boot.json, one thread per
     sandbox, and the driver waits for its hello over the tunnel; the
     thread handles live in a small table guarded by the same mutex.  */
+#include "common/ident.h"
 #include "common/str.h"
 #include "drivers/fake.h"
 #include "common/log.h"
@@ -29,7 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ID_MAX      40                  //  drivers/driver.h: at most 40 characters
+#define ID_MAX      AH_AGENT_ID_LEN     //  common/ident.h
 #define STATE_MAX   64
 
 //  An in-process sandboxd, one per running sandbox.
@@ -54,17 +55,6 @@ static void s_set_err (char **err, char *text)
 }
 
 //  Ids become path components: only [a-z0-9-], 1..40, so nothing can climb out.
-static bool s_id_ok (const char *id)
-{
-    size_t n = id ? strlen (id) : 0;
-    if (n == 0 || n > ID_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!((id [i] >= 'a' && id [i] <= 'z') || (id [i] >= '0' && id [i] <= '9') || id [i] == '-'))
-            return false;
-    return true;
-}
-
 static int s_mkdir_p (const char *path, mode_t mode)
 {
     char buf [4096];
@@ -162,8 +152,9 @@ static int s_set_state (fake_t *self, const char *id, const char *state, char **
 //  Common entry: valid id, the lock taken, the injected failure checked.
 #define ENTER(op) \
     fake_t *self = driver->impl; \
-    if (!s_id_ok (agent_id)) { \
-        s_set_err (err, ah_strf ("fake: bad agent id '%.48s'", agent_id ? agent_id : "")); \
+    if (!ah_ident_ok (AH_IDENT_AGENT_ID, agent_id)) { \
+        s_set_err (err, ah_strf ("fake: agent id '%.48s' %s", agent_id ? agent_id : "", \
+                                 ah_ident_check (AH_IDENT_AGENT_ID, agent_id))); \
         return -1; \
     } \
     pthread_mutex_lock (&self->lock); \
@@ -379,7 +370,7 @@ static int s_list (ah_driver_t *driver, char ***ids, char **err)
     }
     struct dirent *ent;
     while ((ent = readdir (dir))) {
-        if (!s_id_ok (ent->d_name) || !s_exists (self, ent->d_name))
+        if (!ah_ident_ok (AH_IDENT_AGENT_ID, ent->d_name) || !s_exists (self, ent->d_name))
             continue;
         if (count == cap) {
             char **bigger = realloc (list, (2 * cap + 1) * sizeof *list);
@@ -416,7 +407,7 @@ static void s_settle (fake_t *self)
     struct dirent *ent;
     while (dir && (ent = readdir (dir))) {
         char line [STATE_MAX] = "";
-        char *path = s_id_ok (ent->d_name) ? s_path (self, ent->d_name, "state") : NULL;
+        char *path = ah_ident_ok (AH_IDENT_AGENT_ID, ent->d_name) ? s_path (self, ent->d_name, "state") : NULL;
         if (path && s_read_line (path, line, sizeof line) == 0 && strcmp (line, "running") == 0)
             s_set_state (self, ent->d_name, "exited 143", NULL);
         free (path);

@@ -63,7 +63,7 @@ static void *s_worker (void *arg)
 {
     worker_t *w = arg;
     char id [32];
-    snprintf (id, sizeof id, "worker-%d", w->n);
+    snprintf (id, sizeof id, "00000000%04x", w->n);
     ah_sandbox_spec_t spec = { id, "img", 1, 64, 10 };
     ah_boot_t boot = { id, "t0k3n", 18402 };
     for (int round = 0; round < 20; round++) {
@@ -103,30 +103,30 @@ int main (void)
         return 1;
 
     //  Ids that would leave the directory are refused.
-    const char *bad [] = { "../etc", "", "UPPER", "a/b", ".", "0123456789012345678901234567890123456789x" };
+    const char *bad [] = { "../etc", "", "UPPER", "a/b", ".", "0123456789abc", "../../../x", "abc123abc12/" };
     for (size_t i = 0; i < sizeof bad / sizeof bad [0]; i++) {
         ah_sandbox_spec_t spec = { bad [i], "img", 1, 64, 10 };
-        CHECK (s_fails_with (d->create (d, &spec, &err), &err, "bad agent id"));
-        CHECK (s_fails_with (d->destroy (d, bad [i], &err), &err, "bad agent id"));
+        CHECK (s_fails_with (d->create (d, &spec, &err), &err, "must be 12 hexadecimal digits"));
+        CHECK (s_fails_with (d->destroy (d, bad [i], &err), &err, "must be 12 hexadecimal digits"));
     }
 
     //  create -> start -> stop -> rebuild -> destroy, and what inspect says.
-    ah_sandbox_spec_t spec = { "abc123", "debian:bookworm-slim", 2, 4096, 100 };
+    ah_sandbox_spec_t spec = { "abc123abc123", "debian:bookworm-slim", 2, 4096, 100 };
     ah_sandbox_status_t st;
-    CHECK (d->inspect (d, "abc123", &st, &err) == 0 && !st.exists && !st.running);
-    CHECK (d->start ? s_fails_with (d->start (d, &(ah_boot_t) { "abc123", "t", 1 }, &err), &err,
+    CHECK (d->inspect (d, "abc123abc123", &st, &err) == 0 && !st.exists && !st.running);
+    CHECK (d->start ? s_fails_with (d->start (d, &(ah_boot_t) { "abc123abc123", "t", 1 }, &err), &err,
                                     "create it first") : false);
     CHECK (d->create (d, &spec, &err) == 0);
-    CHECK (s_exists ("abc123", "home"));
+    CHECK (s_exists ("abc123abc123", "home"));
     CHECK (s_fails_with (d->create (d, &spec, &err), &err, "exists already"));
-    CHECK (d->inspect (d, "abc123", &st, &err) == 0 && st.exists && !st.running);
+    CHECK (d->inspect (d, "abc123abc123", &st, &err) == 0 && st.exists && !st.running);
     CHECK (streq (st.detail, "created"));
     char token [AH_TOKEN_HEX];
     CHECK (ah_token_new (token) == 0);
-    ah_boot_t boot = { "abc123", token, 18402 };
+    ah_boot_t boot = { "abc123abc123", token, 18402 };
     CHECK (d->start (d, &boot, &err) == 0);
-    CHECK (d->inspect (d, "abc123", &st, &err) == 0 && st.running);
-    char *boot_path = s_path ("abc123", "boot.json");
+    CHECK (d->inspect (d, "abc123abc123", &st, &err) == 0 && st.running);
+    char *boot_path = s_path ("abc123abc123", "boot.json");
     struct stat bs;
     CHECK (boot_path && stat (boot_path, &bs) == 0 && (bs.st_mode & 0777) == 0600);
     FILE *f = boot_path ? fopen (boot_path, "r") : NULL;
@@ -139,33 +139,33 @@ int main (void)
     CHECK (strstr (text, token) && strstr (text, "\"tunnel_url\": \"ws://127.0.0.1:18402/tunnel\""));
     free (boot_path);
     char **ids = NULL;
-    CHECK (d->list (d, &ids, &err) == 0 && ids && ids [0] && streq (ids [0], "abc123") && !ids [1]);
+    CHECK (d->list (d, &ids, &err) == 0 && ids && ids [0] && streq (ids [0], "abc123abc123") && !ids [1]);
     ah_driver_free_ids (&ids);
     CHECK (ids == NULL);
 
     //  Injected failure, global and then per sandbox; gone when the file is.
-    char *fail_root = NULL, *fail_one = s_path ("abc123", "fail-stop");
+    char *fail_root = NULL, *fail_one = s_path ("abc123abc123", "fail-stop");
     CHECK (asprintf (&fail_root, "%s/fake/fail-stop", s_dir) > 0);
     s_put (fail_root, "engine on strike\n");
-    CHECK (s_fails_with (d->stop (d, "abc123", &err), &err, "engine on strike"));
+    CHECK (s_fails_with (d->stop (d, "abc123abc123", &err), &err, "engine on strike"));
     unlink (fail_root);
     s_put (fail_one, "only this one");
-    CHECK (s_fails_with (d->stop (d, "abc123", &err), &err, "only this one"));
+    CHECK (s_fails_with (d->stop (d, "abc123abc123", &err), &err, "only this one"));
     unlink (fail_one);
     free (fail_root);
     free (fail_one);
-    CHECK (d->stop (d, "abc123", &err) == 0);
-    CHECK (d->inspect (d, "abc123", &st, &err) == 0 && !st.running && st.exit_code == 143);
-    CHECK (d->stop (d, "abc123", &err) == 0);          //  stopping a stopped one is fine
+    CHECK (d->stop (d, "abc123abc123", &err) == 0);
+    CHECK (d->inspect (d, "abc123abc123", &st, &err) == 0 && !st.running && st.exit_code == 143);
+    CHECK (d->stop (d, "abc123abc123", &err) == 0);          //  stopping a stopped one is fine
 
     //  Rebuild keeps the home.
-    char *keep = s_path ("abc123", "home/notes.txt");
+    char *keep = s_path ("abc123abc123", "home/notes.txt");
     s_put (keep, "keep me");
     spec.image = "busybox:latest";
     CHECK (d->rebuild (d, &spec, &err) == 0);
     CHECK (access (keep, F_OK) == 0);
     free (keep);
-    CHECK (d->inspect (d, "abc123", &st, &err) == 0 && st.exists && !st.running);
+    CHECK (d->inspect (d, "abc123abc123", &st, &err) == 0 && st.exists && !st.running);
 
     //  A second driver on the same directory sees the same sandboxes; with
     //  in-process sandboxd (waits_for_hello) a sandbox that ran in the
@@ -174,15 +174,15 @@ int main (void)
     ah_driver_t *d2 = ah_fake_driver_new (&config, &err);
     CHECK (d2 != NULL);
     if (d2) {
-        CHECK (d2->inspect (d2, "abc123", &st, &err) == 0 && st.exists);
+        CHECK (d2->inspect (d2, "abc123abc123", &st, &err) == 0 && st.exists);
         CHECK (d->waits_for_hello ? (!st.running && st.exit_code == 143) : st.running);
         d2->destroy_driver (&d2);
         CHECK (d2 == NULL);
     }
 
-    CHECK (d->destroy (d, "abc123", &err) == 0);
-    CHECK (!s_exists ("abc123", NULL));
-    CHECK (d->destroy (d, "abc123", &err) == 0);       //  absent is success
+    CHECK (d->destroy (d, "abc123abc123", &err) == 0);
+    CHECK (!s_exists ("abc123abc123", NULL));
+    CHECK (d->destroy (d, "abc123abc123", &err) == 0);       //  absent is success
 
     //  Many threads at once, each on its own sandboxes.
     pthread_t threads [8];
