@@ -4,6 +4,9 @@
 #include "common/lwsloop.h"
 #include "common/log.h"
 
+#include "common/str.h"
+
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
@@ -186,6 +189,45 @@ int ah_lwsloop_port (ah_lwsloop_t *self)
 {
     int port = self->vhost ? lws_get_vhost_listen_port (self->vhost) : -1;
     return port > 0 ? port : -1;
+}
+
+struct lws_vhost *ah_lwsloop_listen (ah_lwsloop_t *self, const char *name, const char *host, int port,
+                                     const struct lws_protocols *protocols, const char *raw_protocol,
+                                     char **err)
+{
+    struct in_addr v4;
+    struct in6_addr v6;
+    bool ipv4 = host && inet_pton (AF_INET, host, &v4) == 1;
+    bool ipv6 = host && inet_pton (AF_INET6, host, &v6) == 1;
+    if (host && *host && !ipv4 && !ipv6) {
+        if (err)
+            *err = ah_strf ("'%s' is not an IP address (give an IPv4 or an IPv6 literal, or none "
+                            "for every address)", host);
+        return NULL;
+    }
+    struct lws_context_creation_info info;
+    memset (&info, 0, sizeof info);
+    info.vhost_name = name;
+    info.port = port;
+    info.protocols = protocols;
+    //  lws binds an IPv6 socket unless told otherwise: an IPv4 address
+    //  would then be taken as every address.
+    info.iface = host && *host ? host : NULL;
+    if (ipv4)
+        info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+    if (raw_protocol) {
+        info.options |= LWS_SERVER_OPTION_ADOPT_APPLY_LISTEN_ACCEPT_CONFIG;
+        info.listen_accept_role = "raw-skt";
+        info.listen_accept_protocol = raw_protocol;
+    }
+    struct lws_vhost *vhost = lws_create_vhost (self->context, &info);
+    if (!vhost || lws_get_vhost_listen_port (vhost) <= 0) {
+        if (err)
+            *err = ah_strf ("cannot listen on %s%s%s:%d: address in use or not available",
+                            ipv6 ? "[" : "", host && *host ? host : "", ipv6 ? "]" : "", port);
+        return NULL;
+    }
+    return vhost;
 }
 
 int ah_lwsloop_watch (ah_lwsloop_t *self, zsock_t *sock, ah_lwsloop_fn *fn, void *arg)

@@ -66,6 +66,16 @@ ah_lwsloop_t *ah_lwsloop_from_wsi (struct lws *wsi);
 //  the OS picks). -1 if none.
 int ah_lwsloop_port (ah_lwsloop_t *self);
 
+//  A listening vhost of its own: host exactly as given ("" = every
+//  address, IPv4 and IPv6; an IPv4 literal binds IPv4 only, an IPv6
+//  literal IPv6 only), port (0: the OS picks; lws_get_vhost_listen_port
+//  says which). raw_protocol non-NULL: connections are raw sockets bound
+//  to that protocol (the caller speaks HTTP itself); NULL: lws serves
+//  HTTP and WebSocket on protocols. NULL with *err on failure.
+struct lws_vhost *ah_lwsloop_listen (ah_lwsloop_t *self, const char *name, const char *host, int port,
+                                     const struct lws_protocols *protocols, const char *raw_protocol,
+                                     char **err);
+
 //  Call fn (loop, sock, arg) whenever sock has a message. 0 / -1.
 //  Watching a socket twice replaces the first watch.
 int  ah_lwsloop_watch (ah_lwsloop_t *self, zsock_t *sock, ah_lwsloop_fn *fn, void *arg);

@@ -8,6 +8,7 @@
     Single-threaded: called once at start, before any actor exists.    */
 #include "common/str.h"
 #include "config/config.h"
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -694,6 +695,11 @@ static char *s_check_listen (const char *key, const char *value)
     if (ah_config_split_listen (value, host, sizeof host, &port))
         return ah_strf ("%s = '%s': not a valid host:port (e.g. 127.0.0.1:8080 or :8090)",
                           key, value);
+    struct in_addr v4;
+    struct in6_addr v6;
+    if (host [0] && inet_pton (AF_INET, host, &v4) != 1 && inet_pton (AF_INET6, host, &v6) != 1)
+        return ah_strf ("%s = '%s': the host must be an IP address (127.0.0.1, [::1], 0.0.0.0) "
+                        "or empty for every address (:8090)", key, value);
     return NULL;
 }
 

@@ -250,18 +250,12 @@ static void *s_init (ah_actor_t *actor, void *arg)
     info.user = api;
     api->loop = ah_lwsloop_new (&info);
     api->protocols [0] = api_http_protocol;     //  [1] stays the zeroed terminator
-    struct lws_context_creation_info vinfo;
-    memset (&vinfo, 0, sizeof vinfo);
-    vinfo.port = port;
-    vinfo.iface = host [0] ? host : NULL;
-    vinfo.protocols = api->protocols;
-    vinfo.vhost_name = "api";
-    vinfo.options = LWS_SERVER_OPTION_ADOPT_APPLY_LISTEN_ACCEPT_CONFIG;
-    vinfo.listen_accept_role = "raw-skt";
-    vinfo.listen_accept_protocol = "ah-api";
-    api->vhost = api->loop ? lws_create_vhost (ah_lwsloop_context (api->loop), &vinfo) : NULL;
-    if (!api->vhost || lws_get_vhost_listen_port (api->vhost) <= 0) {
-        ah_actor_fail (actor, "cannot listen on %s (server.listen): address in use or not available", listen);
+    char *why = NULL;
+    api->vhost = api->loop ? ah_lwsloop_listen (api->loop, "api", host, port, api->protocols, "ah-api", &why)
+                           : NULL;
+    if (!api->vhost) {
+        ah_actor_fail (actor, "server.listen = '%s': %s", listen, why ? why : "cannot start the loop");
+        free (why);
         s_destroy (api);
         return NULL;
     }
@@ -272,7 +266,8 @@ static void *s_init (ah_actor_t *actor, void *arg)
         s_destroy (api);
         return NULL;
     }
-    ah_info (AREA, "listening on http://%s:%d", host [0] ? host : "*", lws_get_vhost_listen_port (api->vhost));
+    ah_info (AREA, "listening on http://%s%s%s:%d", strchr (host, ':') ? "[" : "", host [0] ? host : "*",
+             strchr (host, ':') ? "]" : "", lws_get_vhost_listen_port (api->vhost));
     return api;
 }
 

@@ -321,6 +321,11 @@ static void s_test_errors (void)
                   "sandbox.docker.subnet_bits = 20", "larger than the prefix");
     EXPECT_ERROR ("sandbox:\n  docker:\n    name_prefix: \"bad name\"\n", "sandbox.docker.name_prefix", NULL);
     EXPECT_ERROR ("tap:\n  endpoint: http://x\n", "tap.endpoint = 'http://x'", "ipc:// or tcp://");
+    //  A listen host must be an IP address or nothing: what is bound is
+    //  exactly what was written.
+    EXPECT_ERROR ("server:\n  listen: localhost:8080\n", "server.listen = 'localhost:8080'", "must be an IP address");
+    EXPECT_ERROR ("sandbox:\n  tunnel_listen: example.org:8090\n", "sandbox.tunnel_listen", "must be an IP address");
+    EXPECT_ERROR ("server:\n  listen: 127.0.0.1.5:8080\n", "server.listen", "must be an IP address");
     //  YAML syntax errors say where
     EXPECT_ERROR ("server:\n  listen: [1, 2\n", "line 3 column", "YAML syntax error");
     EXPECT_ERROR ("server:\n  listen: x\n bad: indent\n", "line 3 column", "YAML syntax error");
