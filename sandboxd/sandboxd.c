@@ -2,9 +2,9 @@
 
     DESIGN (see sandboxd.h): one poll loop per instance, in the instance's
     own thread (ah_sandboxd_start) or in the main thread (the binary). The
-    transport below the yamux session is either a WebSocket (ws.c) or, for
-    tests, a raw socket carrying yamux bytes directly. Output from yamux is
-    queued here: yamux bytes are framed into WebSocket messages of at most
+    transport below the yamux session is either a WebSocket (proto/ws.c)
+    or, for tests, a raw socket carrying yamux bytes directly. Output from
+    yamux is queued here: yamux bytes are framed into WebSocket messages of at most
     64 KiB when the socket can take them. The queue is bounded in practice
     by the yamux windows (256 KiB per stream); the channel layer also
     stops reading ptys, pipes and files while it holds over 1 MiB.
