@@ -727,8 +727,9 @@ int ah_ws_handshake (ah_ws_t *self, const ah_ws_url_t *url, const char *headers,
         }
     }
     //  The answer, up to the blank line.
-    const uint8_t *end;
-    while (!(end = memmem (ah_buf_head (&self->in), ah_buf_size (&self->in), "\r\n\r\n", 4))) {
+    const uint8_t *end = NULL;
+    while (!ah_buf_size (&self->in)
+           || !(end = memmem (ah_buf_head (&self->in), ah_buf_size (&self->in), "\r\n\r\n", 4))) {
         if (ah_buf_size (&self->in) >= AH_WS_HTTP_MAX) {
             snprintf (err, err_size, "upgrade response over %d bytes", AH_WS_HTTP_MAX);
             return -1;
