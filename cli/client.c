@@ -2,6 +2,7 @@
 #include "common/str.h"
 #include "cli/client.h"
 #include "config/config.h"
+#include "proto/buf.h"
 #include "server/serve.h"
 
 #include <curl/curl.h>
@@ -129,27 +130,19 @@ const char *ah_client_url (ah_client_t *self)
 }
 
 typedef struct {
-    char *data;
-    size_t size;
+    ah_buf_t body;
     bool too_big;
-} s_buf_t;
+} reply_t;
 
 static size_t s_write (char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-    s_buf_t *b = userdata;
+    reply_t *r = userdata;
     size_t n = size * nmemb;
-    if (b->size + n > MAX_REPLY) {
-        b->too_big = true;
+    if (ah_buf_size (&r->body) + n > MAX_REPLY) {
+        r->too_big = true;
         return 0;                   //  curl stops with a write error
     }
-    char *grown = realloc (b->data, b->size + n + 1);
-    if (!grown)
-        return 0;
-    b->data = grown;
-    memcpy (b->data + b->size, ptr, n);
-    b->size += n;
-    b->data [b->size] = 0;
-    return n;
+    return ah_buf_append (&r->body, ptr, n) ? 0 : n;
 }
 
 long ah_client_call (ah_client_t *self, const char *method, const char *path, json_t *body,
@@ -173,7 +166,7 @@ long ah_client_call (ah_client_t *self, const char *method, const char *path, js
         headers = curl_slist_append (headers, "Content-Type: application/json");
         headers = curl_slist_append (headers, "Expect:");
     }
-    s_buf_t b = { 0 };
+    reply_t b = { .too_big = false };
     curl_easy_setopt (curl, CURLOPT_URL, url);
     curl_easy_setopt (curl, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt (curl, CURLOPT_HTTPHEADER, headers);
@@ -204,9 +197,9 @@ long ah_client_call (ah_client_t *self, const char *method, const char *path, js
     }
     else {
         curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, &status);
-        if (b.data && b.size) {
+        if (ah_buf_size (&b.body)) {
             json_error_t jerr;
-            *reply = json_loadb (b.data, b.size, 0, &jerr);
+            *reply = json_loadb ((const char *) ah_buf_head (&b.body), ah_buf_size (&b.body), 0, &jerr);
         }
     }
     curl_slist_free_all (headers);
@@ -217,7 +210,7 @@ long ah_client_call (ah_client_t *self, const char *method, const char *path, js
     }
     free (text);
     free (url);
-    free (b.data);
+    ah_buf_free (&b.body);
     return status;
 }
 

@@ -4,6 +4,8 @@
     /files/{path} routes, so a file never sits whole in memory here.   */
 #include "cli/sbx.h"
 #include "cli/client.h"
+#include "proto/buf.h"
+#include "proto/channel.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -19,6 +21,8 @@
 #define EXIT_USAGE      2
 #define MAX_ERR_BODY    65536       //  an error answer kept to print it
 #define MAX_CMD         65536       //  the API's cap on cmd
+#define MAX_JSON_REC    65536       //  an exit or error record at most
+#define REC_ERROR       5           //  the API's record: {"error"}, the channel broke (docs/api.md)
 
 //  --------------------------------------------------------------------
 //  Small helpers
@@ -131,132 +135,129 @@ static int s_quote (char *buf, size_t size, const char *word)
     return 0;
 }
 
-//  exec ?stream=1's answer: records (kind, u32 length, payload): 1
+//  exec ?stream=1's answer: records (proto/channel.h's framing): 1
 //  stdout, 2 stderr, 4 the exit as JSON, 5 {"error"} (docs/api.md).
 typedef struct {
     CURL *curl;
-    uint8_t head [5];
-    size_t head_have;
-    uint32_t left;
-    uint8_t kind;
-    char *rec;                      //  a kind 4/5 record's JSON (small)
-    size_t rec_len;
-    char *err;                      //  an error answer's body
-    size_t err_len;
+    ah_rec_reader_t reader;
+    ah_buf_t rec;                   //  a kind 4/5 record's JSON (small)
+    ah_buf_t err;                   //  an error answer's body
     int status, signal;
     bool timed_out, bad;
     char error [512];
 } exec_rx_t;
 
-static void s_exec_record_end (exec_rx_t *x)
+static void s_exec_record_end (exec_rx_t *x, uint8_t kind)
 {
-    json_t *j = x->rec ? json_loadb (x->rec, x->rec_len, 0, NULL) : NULL;
-    if (x->kind == 4 && j) {
+    json_t *j = json_loadb ((const char *) ah_buf_head (&x->rec), ah_buf_size (&x->rec), 0, NULL);
+    if (kind == AH_REC_EXIT && j) {
         x->status = (int) json_integer_value (json_object_get (j, "status"));
         x->signal = (int) json_integer_value (json_object_get (j, "signal"));
         x->timed_out = json_is_true (json_object_get (j, "timed_out"));
     }
-    else if (x->kind == 5)
+    else if (kind == REC_ERROR)
         snprintf (x->error, sizeof x->error, "%s", j && json_is_string (json_object_get (j, "error"))
                   ? json_string_value (json_object_get (j, "error")) : "the command's channel broke");
     json_decref (j);
-    free (x->rec);
-    x->rec = NULL;
-    x->rec_len = 0;
+    ah_buf_clear (&x->rec);
 }
 
-//  Keeps an error answer's body (at most MAX_ERR_BODY bytes) to print.
-static void s_keep_error (char **err, size_t *err_len, const char *data, size_t len)
+//  An error answer (status 300 and up): its body is kept (at most
+//  MAX_ERR_BODY bytes) to print, not handed on. True when it is one.
+static bool s_error_answer (CURL *curl, ah_buf_t *err, const char *data, size_t len)
 {
-    size_t take = *err_len + len > MAX_ERR_BODY ? MAX_ERR_BODY - *err_len : len;
-    char *grown = realloc (*err, *err_len + take + 1);
-    if (grown) {
-        *err = grown;
-        memcpy (*err + *err_len, data, take);
-        *err_len += take;
-        (*err) [*err_len] = 0;
+    long code = 0;
+    curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, &code);
+    if (code < 300)
+        return false;
+    size_t room = MAX_ERR_BODY - ah_buf_size (err);
+    ah_buf_append (err, data, len < room ? len : room);
+    return true;
+}
+
+//  The body of an error answer as JSON (caller decrefs), or NULL.
+static json_t *s_error_json (ah_buf_t *err)
+{
+    return json_loadb ((const char *) ah_buf_head (err), ah_buf_size (err), 0, NULL);
+}
+
+//  A piece of a record: output goes out as it comes, the exit and the
+//  error are gathered. 0 goes on; 1 stops (our output failed, or no
+//  memory); 2 stops on a record that does not belong in the answer.
+static int s_exec_piece (void *arg, uint8_t kind, const uint8_t *data, size_t size, bool last)
+{
+    exec_rx_t *x = arg;
+    if (kind == AH_REC_STDOUT || kind == AH_REC_STDERR) {
+        FILE *f = kind == AH_REC_STDOUT ? stdout : stderr;
+        if (size && fwrite (data, 1, size, f) != size)
+            return 1;
+        fflush (f);
+        return 0;
     }
+    if ((kind != AH_REC_EXIT && kind != REC_ERROR) || ah_buf_size (&x->rec) + size > MAX_JSON_REC)
+        return 2;
+    if (ah_buf_append (&x->rec, data, size))
+        return 1;
+    if (last)
+        s_exec_record_end (x, kind);
+    return 0;
 }
 
 static size_t s_on_records (char *data, size_t size, size_t n, void *ud)
 {
     exec_rx_t *x = ud;
     size_t len = size * n;
-    long code = 0;
-    curl_easy_getinfo (x->curl, CURLINFO_RESPONSE_CODE, &code);
-    if (code >= 300) {
-        s_keep_error (&x->err, &x->err_len, data, len);
+    if (s_error_answer (x->curl, &x->err, data, len))
         return len;
-    }
-    const uint8_t *p = (const uint8_t *) data;
-    size_t left = len;
-    while (left > 0) {
-        if (x->head_have < 5) {
-            size_t m = 5 - x->head_have < left ? 5 - x->head_have : left;
-            memcpy (x->head + x->head_have, p, m);
-            x->head_have += m, p += m, left -= m;
-            if (x->head_have < 5)
-                break;
-            x->kind = x->head [0];
-            x->left = (uint32_t) x->head [1] << 24 | (uint32_t) x->head [2] << 16
-                    | (uint32_t) x->head [3] << 8 | x->head [4];
-            if (x->kind < 1 || x->kind > 5 || ((x->kind == 4 || x->kind == 5) && x->left > 65536)) {
-                x->bad = true;
-                return 0;
-            }
-        }
-        size_t m = x->left < left ? x->left : left;
-        if (x->kind == 1 || x->kind == 2) {
-            FILE *f = x->kind == 1 ? stdout : stderr;
-            if (m && fwrite (p, 1, m, f) != m)
-                return 0;
-            fflush (f);
-        }
-        else if (x->kind == 4 || x->kind == 5) {
-            char *grown = realloc (x->rec, x->rec_len + m + 1);
-            if (!grown)
-                return 0;
-            x->rec = grown;
-            memcpy (x->rec + x->rec_len, p, m);
-            x->rec_len += m;
-        }
-        x->left -= (uint32_t) m, p += m, left -= m;
-        if (x->left == 0) {
-            if (x->kind == 4 || x->kind == 5)
-                s_exec_record_end (x);
-            x->head_have = 0;
-        }
-    }
-    return len;
+    int rc = ah_rec_read (&x->reader, (const uint8_t *) data, len, s_exec_piece, x, NULL);
+    if (rc == -1 || rc == 2)
+        x->bad = true;
+    return rc ? 0 : len;            //  0: curl stops with a write error
+}
+
+//  A streaming call's curl handle: path on the API with the token, the
+//  body to fn. *url and *hdrs are the caller's to free. NULL when curl
+//  cannot start.
+static CURL *s_curl (ah_client_t *client, const char *path, const char *header,
+                     curl_write_callback fn, void *ud, char **url, struct curl_slist **hdrs)
+{
+    CURL *curl = curl_easy_init ();
+    if (!curl)
+        return NULL;
+    size_t ulen = strlen (ah_client_url (client)) + strlen (path) + 1;
+    char auth [600];
+    *url = malloc (ulen);
+    if (*url)
+        snprintf (*url, ulen, "%s%s", ah_client_url (client), path);
+    snprintf (auth, sizeof auth, "Authorization: Bearer %s", ah_client_token (client));
+    *hdrs = curl_slist_append (NULL, auth);
+    *hdrs = curl_slist_append (*hdrs, "Expect:");
+    if (header)
+        *hdrs = curl_slist_append (*hdrs, header);
+    curl_easy_setopt (curl, CURLOPT_URL, *url);
+    curl_easy_setopt (curl, CURLOPT_HTTPHEADER, *hdrs);
+    curl_easy_setopt (curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt (curl, CURLOPT_WRITEFUNCTION, fn);
+    curl_easy_setopt (curl, CURLOPT_WRITEDATA, ud);
+    return curl;
 }
 
 //  POST body (JSON) to path; the records go to stdout/stderr as they come.
 static int s_stream_call (ah_client_t *client, const char *path, const char *body, exec_rx_t *x)
 {
-    CURL *curl = curl_easy_init ();
+    char *url = NULL;
+    struct curl_slist *hdrs = NULL;
+    CURL *curl = s_curl (client, path, "Content-Type: application/json", s_on_records, x, &url, &hdrs);
     if (!curl)
         return 1;
-    size_t ulen = strlen (ah_client_url (client)) + strlen (path) + 1;
-    char *url = malloc (ulen);
-    char auth [600];
-    snprintf (url, ulen, "%s%s", ah_client_url (client), path);
-    snprintf (auth, sizeof auth, "Authorization: Bearer %s", ah_client_token (client));
-    struct curl_slist *hdrs = curl_slist_append (NULL, auth);
-    hdrs = curl_slist_append (hdrs, "Content-Type: application/json");
-    hdrs = curl_slist_append (hdrs, "Expect:");
     x->curl = curl;
-    curl_easy_setopt (curl, CURLOPT_URL, url);
-    curl_easy_setopt (curl, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt (curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt (curl, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt (curl, CURLOPT_WRITEFUNCTION, s_on_records);
-    curl_easy_setopt (curl, CURLOPT_WRITEDATA, x);
     CURLcode rc = curl_easy_perform (curl);
     long code = 0;
     curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, &code);
     int status = 0;
     if (code >= 300) {
-        json_t *j = x->err ? json_loads (x->err, 0, NULL) : NULL;
+        json_t *j = s_error_json (&x->err);
         fprintf (stderr, "agenthold exec: %s\n", ah_client_error (j, code));
         json_decref (j);
         status = 1;
@@ -269,7 +270,7 @@ static int s_stream_call (ah_client_t *client, const char *path, const char *bod
         fprintf (stderr, "agenthold exec: %s: %s\n", url, curl_easy_strerror (rc));
         status = 1;
     }
-    free (x->err);
+    ah_buf_free (&x->err);
     free (url);
     curl_slist_free_all (hdrs);
     curl_easy_cleanup (curl);
@@ -356,7 +357,7 @@ int ah_cli_exec (int argc, char **argv, const char *config)
     exec_rx_t rx = { .status = -1 };
     int rc = s_stream_call (client, path, text, &rx);
     free (text);
-    free (rx.rec);
+    ah_buf_free (&rx.rec);
     ah_client_destroy (&client);
     fflush (stdout);
     if (rc)
@@ -394,8 +395,7 @@ static void s_fs_usage (FILE *out)
 typedef struct {
     CURL *curl;
     FILE *out;                      //  the local file (get)
-    char *err;                      //  an error answer's body (capped)
-    size_t err_len;
+    ah_buf_t err;                   //  an error answer's body (capped)
     bool failed_write;
 } xfer_t;
 
@@ -403,13 +403,8 @@ static size_t s_on_body (char *data, size_t size, size_t n, void *ud)
 {
     xfer_t *x = ud;
     size_t len = size * n;
-    long code = 0;
-    curl_easy_getinfo (x->curl, CURLINFO_RESPONSE_CODE, &code);
-    if (code >= 300) {
-        //  An error answer: keep it to print, not in the file.
-        s_keep_error (&x->err, &x->err_len, data, len);
-        return len;
-    }
+    if (s_error_answer (x->curl, &x->err, data, len))
+        return len;                 //  kept to print, not in the file
     if (x->out && fwrite (data, 1, len, x->out) != len) {
         x->failed_write = true;
         return 0;
@@ -421,22 +416,13 @@ static size_t s_on_body (char *data, size_t size, size_t n, void *ud)
 static int s_transfer (ah_client_t *client, const char *method, const char *path,
                        FILE *in, curl_off_t in_size, FILE *out, const char *what)
 {
-    CURL *curl = curl_easy_init ();
+    char *url = NULL;
+    struct curl_slist *hdrs = NULL;
+    xfer_t x = { .out = out };
+    CURL *curl = s_curl (client, path, NULL, s_on_body, &x, &url, &hdrs);
     if (!curl)
         return 1;
-    size_t ulen = strlen (ah_client_url (client)) + strlen (path) + 1;
-    char *url = malloc (ulen);
-    char auth [600];
-    snprintf (url, ulen, "%s%s", ah_client_url (client), path);
-    snprintf (auth, sizeof auth, "Authorization: Bearer %s", ah_client_token (client));
-    struct curl_slist *hdrs = curl_slist_append (NULL, auth);
-    hdrs = curl_slist_append (hdrs, "Expect:");
-    xfer_t x = { .curl = curl, .out = out };
-    curl_easy_setopt (curl, CURLOPT_URL, url);
-    curl_easy_setopt (curl, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt (curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt (curl, CURLOPT_WRITEFUNCTION, s_on_body);
-    curl_easy_setopt (curl, CURLOPT_WRITEDATA, &x);
+    x.curl = curl;
     curl_easy_setopt (curl, CURLOPT_CUSTOMREQUEST, method);
     if (in) {
         curl_easy_setopt (curl, CURLOPT_UPLOAD, 1L);
@@ -453,7 +439,7 @@ static int s_transfer (ah_client_t *client, const char *method, const char *path
         status = 1;
     }
     else if (code >= 300) {
-        json_t *j = x.err ? json_loads (x.err, 0, NULL) : NULL;
+        json_t *j = s_error_json (&x.err);
         fprintf (stderr, "agenthold fs %s: %s\n", what, ah_client_error (j, code));
         json_decref (j);
         status = 1;
@@ -462,7 +448,7 @@ static int s_transfer (ah_client_t *client, const char *method, const char *path
         fprintf (stderr, "agenthold fs %s: %s: %s\n", what, url, curl_easy_strerror (rc));
         status = 1;
     }
-    free (x.err);
+    ah_buf_free (&x.err);
     free (url);
     curl_slist_free_all (hdrs);
     curl_easy_cleanup (curl);

@@ -5,14 +5,16 @@
     and on SIGWINCH; output comes as binary messages; the server closes
     with "the shell exited with status N" and we exit with N.
 
-    A small RFC 6455 client of our own over one TCP socket (plain http
-    URLs; the CLI has no libwebsockets): client frames masked, server
-    frames capped at MAX_FRAME, pings answered. One thread; signal
-    handlers only write the signal's number to a self-pipe, the loop acts
-    on it. The terminal's settings are restored on every way out: the
-    shell's exit, an error, SIGINT/SIGTERM/SIGHUP/SIGQUIT, and atexit.   */
+    The WebSocket is proto/ws.c over one TCP connection (plain http URLs
+    for now). One thread, one poll loop over the socket, our input and a
+    self-pipe: signal handlers only write the signal's number to it, the
+    loop acts on it. Our input is read only while less than OUT_MAX waits
+    for the server. The terminal's settings are restored on every way
+    out: the shell's exit, an error, SIGINT/SIGTERM/SIGHUP/SIGQUIT, and
+    atexit.                                                             */
 #include "cli/term.h"
 #include "cli/client.h"
+#include "proto/ws.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,15 +27,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/random.h>
-#include <sys/socket.h>
 #include <termios.h>
 #include <unistd.h>
 
 #define EXIT_USAGE  2
-#define MAX_HEAD    16384           //  the HTTP answer's headers
-#define MAX_FRAME   (1u << 20)      //  a server frame's payload at most
 #define IN_CHUNK    4096
+#define OUT_MAX     (1u << 20)      //  bytes queued for the server before we stop reading input
+#define READ_MAX    (1u << 20)      //  bytes read from the server per loop turn
+#define CONNECT_MS  10000
 
 //  The saved terminal: process-wide like the terminal itself; touched by
 //  the one thread (and atexit on that thread).
@@ -84,93 +85,47 @@ static int s_write_all (int fd, const void *data, size_t size)
     return 0;
 }
 
-//  One masked client frame (FIN set).
-static int s_send_frame (int fd, int opcode, const void *data, size_t size)
+typedef struct {
+    int  exit_status;               //  -1 until the close says
+    bool closed;                    //  the server closed the terminal
+    bool failed;                    //  our output could not be written
+} term_t;
+
+//  The terminal's output: binary messages, in pieces as they come.
+static void s_on_message (void *ud, int opcode, const uint8_t *data, size_t size, bool last)
 {
-    uint8_t head [14];
-    size_t n = 0;
-    head [n++] = (uint8_t) (0x80 | opcode);
-    if (size < 126)
-        head [n++] = (uint8_t) (0x80 | size);
-    else if (size <= 0xFFFF) {
-        head [n++] = 0x80 | 126;
-        head [n++] = (uint8_t) (size >> 8);
-        head [n++] = (uint8_t) size;
-    }
-    else {
-        head [n++] = 0x80 | 127;
-        for (int i = 7; i >= 0; i--)
-            head [n++] = (uint8_t) ((uint64_t) size >> (8 * i));
-    }
-    uint8_t mask [4];
-    if (getrandom (mask, sizeof mask, 0) != sizeof mask)
-        memset (mask, 0x5a, sizeof mask);
-    memcpy (head + n, mask, 4);
-    n += 4;
-    uint8_t *buf = malloc (n + size);
-    if (!buf)
-        return -1;
-    memcpy (buf, head, n);
-    for (size_t i = 0; i < size; i++)
-        buf [n + i] = ((const uint8_t *) data) [i] ^ mask [i % 4];
-    int rc = s_write_all (fd, buf, n + size);
-    free (buf);
-    return rc;
+    term_t *t = ud;
+    if (opcode == AH_WS_BIN && size && !t->failed && s_write_all (STDOUT_FILENO, data, size))
+        t->failed = true;
 }
 
-static void s_send_size (int fd)
+//  The server's close: the shell's status in the reason, or why not.
+static void s_on_close (void *ud, unsigned code, const char *reason)
 {
-    struct winsize ws;
-    if (ioctl (STDIN_FILENO, TIOCGWINSZ, &ws) || ws.ws_col == 0 || ws.ws_row == 0)
+    term_t *t = ud;
+    long v;
+    const char *s;
+    if (code == 1000 && (s = strstr (reason, "exited with status ")) && sscanf (s + 19, "%ld", &v) == 1)
+        t->exit_status = (int) (v & 0xFF);
+    else if (code == 1000 && (s = strstr (reason, "by signal ")) && sscanf (s + 10, "%ld", &v) == 1)
+        t->exit_status = 128 + (int) v;
+    else {
+        s_restore ();
+        fprintf (stderr, "\nagenthold term: the terminal closed (%u): %s\n", code,
+                 *reason ? reason : "no reason given");
+        t->exit_status = 1;
+    }
+    t->closed = true;
+}
+
+static void s_send_size (ah_ws_t *ws)
+{
+    struct winsize wsz;
+    if (ioctl (STDIN_FILENO, TIOCGWINSZ, &wsz) || wsz.ws_col == 0 || wsz.ws_row == 0)
         return;
     char msg [64];
-    int n = snprintf (msg, sizeof msg, "{\"cols\":%u,\"rows\":%u}", ws.ws_col, ws.ws_row);
-    s_send_frame (fd, 1, msg, (size_t) n);
-}
-
-//  "http://HOST[:PORT][/...]" to a connected socket, or -1 (said why).
-static int s_connect (const char *url)
-{
-    if (strncmp (url, "http://", 7)) {
-        fprintf (stderr, "agenthold term: only http:// servers are supported, not %s\n", url);
-        return -1;
-    }
-    char host [256], port [16] = "80";
-    const char *h = url + 7, *end = h + strcspn (h, "/");
-    const char *colon = NULL;
-    if (*h == '[') {                //  [v6]:port
-        const char *close = memchr (h, ']', (size_t) (end - h));
-        if (!close) {
-            fprintf (stderr, "agenthold term: bad server URL %s\n", url);
-            return -1;
-        }
-        snprintf (host, sizeof host, "%.*s", (int) (close - h - 1), h + 1);
-        colon = close [1] == ':' ? close + 1 : NULL;
-    }
-    else {
-        colon = memchr (h, ':', (size_t) (end - h));
-        snprintf (host, sizeof host, "%.*s", (int) ((colon ? colon : end) - h), h);
-    }
-    if (colon)
-        snprintf (port, sizeof port, "%.*s", (int) (end - colon - 1), colon + 1);
-    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
-    int rc = getaddrinfo (host, port, &hints, &ai);
-    if (rc) {
-        fprintf (stderr, "agenthold term: %s: %s\n", host, gai_strerror (rc));
-        return -1;
-    }
-    int fd = -1;
-    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
-        fd = socket (a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd >= 0 && connect (fd, a->ai_addr, a->ai_addrlen)) {
-            close (fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo (ai);
-    if (fd < 0)
-        fprintf (stderr, "agenthold term: cannot connect to %s: %s\n", url, strerror (errno));
-    return fd;
+    int n = snprintf (msg, sizeof msg, "{\"cols\":%u,\"rows\":%u}", wsz.ws_col, wsz.ws_row);
+    ah_ws_send (ws, AH_WS_TEXT, msg, (size_t) n);
 }
 
 //  Percent-encodes s into buf (for the agent's name in the path).
@@ -188,166 +143,138 @@ static void s_encode (char *buf, size_t size, const char *s)
     buf [n] = 0;
 }
 
-//  The upgrade. 0 with the bytes read past the headers in extra (*extra_len),
-//  or 1 (said why: the server's error when it refused).
-static int s_upgrade (int fd, ah_client_t *client, const char *name, uint8_t *extra, size_t *extra_len)
+//  The terminal's WebSocket, upgraded; NULL when it could not open
+//  (said why: the server's own words when it refused).
+static ah_ws_t *s_open (ah_client_t *client, const char *name, term_t *t)
 {
+    const char *base = ah_client_url (client);
+    ah_ws_url_t url;
+    const char *uerr = NULL;
+    if (strncmp (base, "http://", 7)) {
+        fprintf (stderr, "agenthold term: only http:// servers are supported, not %s\n", base);
+        return NULL;
+    }
+    if (ah_ws_url_parse (base, &url, &uerr)) {
+        fprintf (stderr, "agenthold term: bad server URL %s: %s\n", base, uerr);
+        return NULL;
+    }
+    //  A name, or an IP literal: the resolver knows both.
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+    int rc = getaddrinfo (url.host, url.port, &hints, &ai);
+    if (rc) {
+        fprintf (stderr, "agenthold term: %s: %s\n", url.host, gai_strerror (rc));
+        return NULL;
+    }
+    char err [512] = "";
+    int fd = -1;
+    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next)
+        fd = ah_ws_dial (a->ai_addr, a->ai_addrlen, CONNECT_MS, -1, err, sizeof err);
+    freeaddrinfo (ai);
+    if (fd < 0) {
+        fprintf (stderr, "agenthold term: cannot connect to %s: %s\n", base, err);
+        return NULL;
+    }
+    ah_ws_io_t io = ah_ws_io_plain (fd);
+    ah_ws_opts_t opts = { .on_message = s_on_message, .on_close = s_on_close, .ud = t };
+    ah_ws_t *ws = ah_ws_new (&io, &opts);
+    if (!ws)
+        return NULL;
     char ename [512];
     s_encode (ename, sizeof ename, name);
-    struct winsize ws = { .ws_col = 80, .ws_row = 24 };
-    if (ioctl (STDIN_FILENO, TIOCGWINSZ, &ws) || !ws.ws_col || !ws.ws_row)
-        ws.ws_col = 80, ws.ws_row = 24;
-    uint8_t key [16];
-    if (getrandom (key, sizeof key, 0) != sizeof key)
-        memset (key, 0x42, sizeof key);
-    static const char b64 [] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char k64 [25];
-    for (int i = 0, o = 0; i < 16; i += 3) {
-        uint32_t v = (uint32_t) key [i] << 16 | (i + 1 < 16 ? (uint32_t) key [i + 1] << 8 : 0)
-                   | (i + 2 < 16 ? key [i + 2] : 0);
-        k64 [o++] = b64 [v >> 18 & 63];
-        k64 [o++] = b64 [v >> 12 & 63];
-        k64 [o++] = i + 1 < 16 ? b64 [v >> 6 & 63] : '=';
-        k64 [o++] = i + 2 < 16 ? b64 [v & 63] : '=';
-        k64 [o] = 0;
-    }
-    const char *url = ah_client_url (client);
-    const char *host = url + 7;
-    char req [2048];
-    int n = snprintf (req, sizeof req,
-        "GET /api/v1/agents/%s/terminal?cols=%u&rows=%u HTTP/1.1\r\n"
-        "Host: %.*s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n"
-        "Authorization: Bearer %s\r\n\r\n",
-        ename, ws.ws_col, ws.ws_row, (int) strcspn (host, "/"), host, k64,
-        ah_client_token (client) ? ah_client_token (client) : "");
-    if (n <= 0 || (size_t) n >= sizeof req || s_write_all (fd, req, (size_t) n)) {
-        fprintf (stderr, "agenthold term: cannot send the request\n");
-        return 1;
-    }
-    //  Opening a terminal may wake the agent first: no short timeout here.
-    char *head = malloc (MAX_HEAD + 1);
-    size_t have = 0;
-    char *eoh = NULL;
-    while (!eoh) {
-        if (have == MAX_HEAD) {
-            fprintf (stderr, "agenthold term: the server's answer has headers over %d bytes\n", MAX_HEAD);
-            free (head);
-            return 1;
-        }
-        ssize_t r = read (fd, head + have, MAX_HEAD - have);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            fprintf (stderr, "agenthold term: the server refused the terminal (it closed the "
-                     "connection; its log says why)\n");
-            free (head);
-            return 1;
-        }
-        have += (size_t) r;
-        head [have] = 0;
-        eoh = strstr (head, "\r\n\r\n");
-    }
-    size_t hlen = (size_t) (eoh + 4 - head);
-    int status = 0;
-    sscanf (head, "HTTP/1.%*d %d", &status);
-    if (status != 101) {
-        //  The refusal's body says why ({"error": ...}): what came with it.
-        const char *body = eoh + 4;
-        const char *msg = strstr (body, "\"error\":\"");
-        if (msg) {
-            msg += 9;
-            fprintf (stderr, "agenthold term: %.*s\n", (int) strcspn (msg, "\""), msg);
-        }
-        else
-            fprintf (stderr, "agenthold term: the server refused the terminal (HTTP %d)\n", status);
-        free (head);
-        return 1;
-    }
-    *extra_len = have - hlen;
-    memcpy (extra, head + hlen, *extra_len);
-    free (head);
-    return 0;
+    struct winsize wsz = { .ws_col = 80, .ws_row = 24 };
+    if (ioctl (STDIN_FILENO, TIOCGWINSZ, &wsz) || !wsz.ws_col || !wsz.ws_row)
+        wsz.ws_col = 80, wsz.ws_row = 24;
+    snprintf (url.path, sizeof url.path, "/api/v1/agents/%s/terminal?cols=%u&rows=%u",
+              ename, wsz.ws_col, wsz.ws_row);
+    char *auth = malloc (strlen (ah_client_token (client)) + 32);
+    if (auth)
+        sprintf (auth, "Authorization: Bearer %s\r\n", ah_client_token (client));
+    else
+        snprintf (err, sizeof err, "out of memory");
+    //  Opening a terminal may wake the agent first: no time limit here.
+    rc = auth ? ah_ws_handshake (ws, &url, auth, -1, -1, err, sizeof err) : -1;
+    if (auth)
+        memset (auth, 0, strlen (auth));
+    free (auth);
+    if (rc == 0)
+        return ws;
+    int status = ah_ws_status (ws);
+    //  The refusal's body says why ({"error": ...}).
+    const char *msg = strstr (ah_ws_body (ws), "\"error\":\"");
+    if (status == 0 && strstr (err, "closed the connection"))
+        fprintf (stderr, "agenthold term: the server refused the terminal (it closed the "
+                 "connection; its log says why)\n");
+    else if (status != 101 && msg)
+        fprintf (stderr, "agenthold term: %.*s\n", (int) strcspn (msg + 9, "\""), msg + 9);
+    else if (status != 101 && status != 0)
+        fprintf (stderr, "agenthold term: the server refused the terminal (HTTP %d)\n", status);
+    else
+        fprintf (stderr, "agenthold term: %s\n", err);
+    ah_ws_destroy (&ws);
+    return NULL;
 }
 
-typedef struct {
-    uint8_t *buf;
-    size_t len, cap;
-    bool msg_binary;                //  the message being received (fragments)
-    int exit_status;                //  -1 until the close says
-    bool closed;
-} rx_t;
-
-//  Frames in rx->buf: output to stdout, pings answered, the close read.
-//  -1 on a protocol error (said why).
-static int s_frames (int fd, rx_t *rx)
+//  ah_ws_read said the connection is over: the shell's status when the
+//  server closed the terminal, else 1 (said why).
+static int s_ended (ah_ws_t *ws, term_t *t)
 {
-    size_t off = 0;
-    while (rx->len - off >= 2) {
-        const uint8_t *p = rx->buf + off;
-        int opcode = p [0] & 0x0F;
-        bool masked = p [1] & 0x80;
-        uint64_t plen = p [1] & 0x7F;
-        size_t hl = 2;
-        if (plen == 126) {
-            if (rx->len - off < 4)
-                break;
-            plen = (uint64_t) p [2] << 8 | p [3];
-            hl = 4;
-        }
-        else if (plen == 127) {
-            if (rx->len - off < 10)
-                break;
-            plen = 0;
-            for (int i = 0; i < 8; i++)
-                plen = plen << 8 | p [2 + i];
-            hl = 10;
-        }
-        if (masked || plen > MAX_FRAME) {
-            fprintf (stderr, "\r\nagenthold term: the server sent a %s frame\r\n",
-                     masked ? "masked" : "too large a");
+    ah_ws_flush (ws);               //  our answer to the close, best effort
+    if (t->closed)
+        return t->exit_status;
+    s_restore ();
+    fprintf (stderr, "\nagenthold term: %s\n", ah_ws_error (ws));
+    return 1;
+}
+
+//  The loop: input to the server, output to ours, signals. Returns the
+//  exit status.
+static int s_run (ah_ws_t *ws, term_t *t)
+{
+    bool in_open = true;
+    uint8_t in [IN_CHUNK];
+    if (ah_ws_read (ws, READ_MAX))  //  what came with the upgrade
+        return s_ended (ws, t);
+    while (!t->failed) {
+        bool room = ah_ws_pending (ws) < OUT_MAX;
+        struct pollfd pf [3] = {
+            { ah_ws_fd (ws), POLLIN | (ah_ws_pending (ws) ? POLLOUT : 0), 0 },
+            { s_sigpipe [0], POLLIN, 0 },
+            { in_open && room ? STDIN_FILENO : -1, POLLIN, 0 },
+        };
+        if (poll (pf, 3, -1) < 0) {
+            if (errno == EINTR)
+                continue;
             return -1;
         }
-        if (rx->len - off < hl + plen)
-            break;
-        const uint8_t *pl = p + hl;
-        if (opcode == 2 || (opcode == 0 && rx->msg_binary)) {
-            if (opcode == 2)
-                rx->msg_binary = true;
-            if (s_write_all (STDOUT_FILENO, pl, (size_t) plen))
-                return -1;
-        }
-        else if (opcode == 1)
-            rx->msg_binary = false;
-        else if (opcode == 9)
-            s_send_frame (fd, 10, pl, (size_t) plen);
-        else if (opcode == 8) {
-            unsigned code = plen >= 2 ? (unsigned) pl [0] << 8 | pl [1] : 1005;
-            char reason [200] = "";
-            if (plen > 2)
-                snprintf (reason, sizeof reason, "%.*s", (int) (plen - 2), (const char *) pl + 2);
-            long v;
-            const char *s;
-            if (code == 1000 && (s = strstr (reason, "exited with status ")) && sscanf (s + 19, "%ld", &v) == 1)
-                rx->exit_status = (int) (v & 0xFF);
-            else if (code == 1000 && (s = strstr (reason, "by signal ")) && sscanf (s + 10, "%ld", &v) == 1)
-                rx->exit_status = 128 + (int) v;
-            else {
-                s_restore ();
-                fprintf (stderr, "\nagenthold term: the terminal closed (%u): %s\n", code,
-                         *reason ? reason : "no reason given");
-                rx->exit_status = 1;
+        unsigned char sig;
+        while (pf [1].revents && read (s_sigpipe [0], &sig, 1) == 1) {
+            if (sig == SIGWINCH) {
+                s_send_size (ws);
+                continue;
             }
-            s_send_frame (fd, 8, pl, plen >= 2 ? 2 : 0);
-            rx->closed = true;
-            off += hl + (size_t) plen;
-            break;
+            //  Told to stop: say goodbye (the server hangs the shell up).
+            ah_ws_close (ws, 1000, NULL);
+            ah_ws_flush (ws);
+            s_restore ();
+            fprintf (stderr, "\nagenthold term: stopped by signal %d\n", sig);
+            return 128 + sig;
         }
-        off += hl + (size_t) plen;
+        if (pf [2].revents) {
+            ssize_t r = read (STDIN_FILENO, in, sizeof in);
+            if (r > 0)
+                ah_ws_send (ws, AH_WS_BIN, in, (size_t) r);
+            else if (r == 0 || (errno != EINTR && errno != EAGAIN))
+                in_open = false;    //  our input ended: the shell goes on until it exits
+        }
+        if (ah_ws_flush (ws)) {
+            s_restore ();
+            fprintf (stderr, "\nagenthold term: lost the connection to the server\n");
+            return 1;
+        }
+        if ((pf [0].revents & (POLLIN | POLLHUP | POLLERR)) && ah_ws_read (ws, READ_MAX))
+            return s_ended (ws, t);
     }
-    memmove (rx->buf, rx->buf + off, rx->len - off);
-    rx->len -= off;
-    return 0;
+    return 1;                       //  our own output failed
 }
 
 int ah_cli_term (int argc, char **argv, const char *config)
@@ -406,23 +333,14 @@ int ah_cli_term (int argc, char **argv, const char *config)
         return 1;
     }
     json_decref (reply);
-    int fd = s_connect (ah_client_url (client));
-    rx_t rx = { .exit_status = -1 };
-    rx.cap = MAX_HEAD + MAX_FRAME + 16;
-    rx.buf = malloc (rx.cap);
-    if (fd < 0 || !rx.buf || s_upgrade (fd, client, name, rx.buf, &rx.len)) {
-        ah_client_destroy (&client);
-        if (fd >= 0)
-            close (fd);
-        free (rx.buf);
-        return 1;
-    }
+    term_t t = { .exit_status = -1 };
+    ah_ws_t *ws = s_open (client, name, &t);
     ah_client_destroy (&client);
-
+    if (!ws)
+        return 1;
     if (pipe2 (s_sigpipe, O_CLOEXEC | O_NONBLOCK)) {
         fprintf (stderr, "agenthold term: pipe: %s\n", strerror (errno));
-        close (fd);
-        free (rx.buf);
+        ah_ws_destroy (&ws);
         return 1;
     }
     struct sigaction sa = { .sa_handler = s_on_signal };
@@ -439,76 +357,10 @@ int ah_cli_term (int argc, char **argv, const char *config)
         if (tcsetattr (STDIN_FILENO, TCSAFLUSH, &raw) == 0)
             s_raw = true;
     }
-    bool in_open = true;
-    int status = -1;
-    uint8_t in [IN_CHUNK];
-    if (s_frames (fd, &rx))
-        status = 1;
-    while (status < 0 && !rx.closed) {
-        struct pollfd pf [3] = {
-            { fd, POLLIN, 0 }, { s_sigpipe [0], POLLIN, 0 }, { in_open ? STDIN_FILENO : -1, POLLIN, 0 }
-        };
-        if (poll (pf, 3, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        if (pf [1].revents) {
-            unsigned char sig;
-            while (read (s_sigpipe [0], &sig, 1) == 1) {
-                if (sig == SIGWINCH)
-                    s_send_size (fd);
-                else {
-                    //  Told to stop: say goodbye (the server hangs the shell up).
-                    s_send_frame (fd, 8, "\x03\xe8", 2);
-                    s_restore ();
-                    fprintf (stderr, "\nagenthold term: stopped by signal %d\n", sig);
-                    status = 128 + sig;
-                    break;
-                }
-            }
-        }
-        if (status >= 0)
-            break;
-        if (pf [2].revents) {
-            ssize_t r = read (STDIN_FILENO, in, sizeof in);
-            if (r > 0) {
-                if (s_send_frame (fd, 2, in, (size_t) r)) {
-                    s_restore ();
-                    fprintf (stderr, "\nagenthold term: lost the connection to the server\n");
-                    status = 1;
-                }
-            }
-            else if (r == 0 || (errno != EINTR && errno != EAGAIN))
-                in_open = false;    //  our input ended: the shell goes on until it exits
-        }
-        if (pf [0].revents) {
-            if (rx.len == rx.cap) {
-                s_restore ();
-                fprintf (stderr, "\nagenthold term: a frame larger than %u bytes\n", MAX_FRAME);
-                status = 1;
-                break;
-            }
-            ssize_t r = read (fd, rx.buf + rx.len, rx.cap - rx.len);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0) {
-                s_restore ();
-                fprintf (stderr, "\nagenthold term: the server closed the connection\n");
-                status = 1;
-                break;
-            }
-            rx.len += (size_t) r;
-            if (s_frames (fd, &rx)) {
-                status = 1;
-                break;
-            }
-        }
-    }
+    int status = s_run (ws, &t);
     s_restore ();
     if (status < 0)
-        status = rx.exit_status >= 0 ? rx.exit_status : 1;
-    close (fd);
-    free (rx.buf);
+        status = t.exit_status >= 0 ? t.exit_status : 1;
+    ah_ws_destroy (&ws);
     return status;
 }

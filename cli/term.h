@@ -1,4 +1,4 @@
-/*  cli/term.h: `agenthold term NAME` (issue 3): our terminal, in raw
+/*  cli/term.h: `agenthold term NAME`: our terminal, in raw
     mode, on the API's terminal WebSocket (docs/cli.md).              */
 #ifndef AH_CLI_TERM_H
 #define AH_CLI_TERM_H

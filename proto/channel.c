@@ -121,6 +121,28 @@ static const char *s_rec_check (const uint8_t *prefix)
     return NULL;
 }
 
+//  Gathers a record's prefix from the front of the input. 1 = the prefix
+//  is whole (the payload, or an empty record's end, follows), 0 = the
+//  input ended first, -1 = malformed (*err).
+static int s_rec_head (ah_rec_reader_t *self, const uint8_t **data, size_t *size,
+                       const char **err)
+{
+    if (self->have == 5)
+        return 1;
+    size_t m = 5u - self->have < *size ? 5u - self->have : *size;
+    memcpy (self->head + self->have, *data, m);
+    self->have += (uint8_t) m;
+    *data += m;
+    *size -= m;
+    if (self->have < 5)
+        return 0;
+    if ((*err = s_rec_check (self->head)))
+        return -1;
+    self->kind = self->head [0];
+    self->left = s_get32 (self->head + 1);
+    return 1;
+}
+
 int ah_rec_read (ah_rec_reader_t *self, const uint8_t *data, size_t size,
                  ah_rec_fn *fn, void *arg, const char **err)
 {
@@ -129,19 +151,9 @@ int ah_rec_read (ah_rec_reader_t *self, const uint8_t *data, size_t size,
         err = &dummy;
     *err = NULL;
     while (size > 0) {
-        if (self->have < 5) {
-            size_t m = 5u - self->have < size ? 5u - self->have : size;
-            memcpy (self->head + self->have, data, m);
-            self->have += (uint8_t) m;
-            data += m;
-            size -= m;
-            if (self->have < 5)
-                break;
-            if ((*err = s_rec_check (self->head)))
-                return -1;
-            self->kind = self->head [0];
-            self->left = s_get32 (self->head + 1);
-        }
+        int h = s_rec_head (self, &data, &size, err);
+        if (h <= 0)
+            return h;
         size_t m = self->left < size ? self->left : size;
         if (m == 0 && self->left > 0)
             break;                  //  a prefix that ended the input
@@ -156,6 +168,51 @@ int ah_rec_read (ah_rec_reader_t *self, const uint8_t *data, size_t size,
             return rc;
     }
     return 0;
+}
+
+ssize_t ah_rec_take (ah_rec_reader_t *self, const uint8_t *data, size_t size,
+                     ah_rec_take_fn *fn, void *arg, const char **err)
+{
+    const char *dummy;
+    if (!err)
+        err = &dummy;
+    *err = NULL;
+    const uint8_t *p = data;
+    while (true) {
+        if (self->have < 5) {
+            //  A prefix is used only whole: the caller keeps the rest.
+            if (size < 5)
+                break;
+            if ((*err = s_rec_check (p)))
+                return -1;
+            memcpy (self->head, p, 5);
+            self->have = 5;
+            self->kind = p [0];
+            self->left = s_get32 (p + 1);
+            p += 5;
+            size -= 5;
+        }
+        size_t m = self->left < size ? self->left : size;
+        if (m == 0 && self->left > 0)
+            break;
+        ssize_t took = fn (arg, self->kind, p, m, m == self->left);
+        if (took < 0 && self->left == 0) {
+            p -= 5;                 //  an empty record not taken: offered again
+            self->have = 0;
+        }
+        if (took < 0)
+            break;
+        if ((size_t) took > m)
+            took = (ssize_t) m;
+        self->left -= (uint32_t) took;
+        p += took;
+        size -= (size_t) took;
+        if (self->left == 0)
+            self->have = 0;
+        if ((size_t) took < m)
+            break;
+    }
+    return p - data;
 }
 
 int ah_rec_decode (const uint8_t *buf, size_t len, uint8_t *kind,

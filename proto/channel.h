@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "proto/buf.h"
 #include "proto/msg.h"
 
@@ -85,6 +86,16 @@ typedef int (ah_rec_fn) (void *arg, uint8_t kind, const uint8_t *data, size_t si
 //  non-zero value fn stopped with.
 int ah_rec_read (ah_rec_reader_t *self, const uint8_t *data, size_t size,
                  ah_rec_fn *fn, void *arg, const char **err);
+//  The same stream for a consumer that may take only part of a piece (a
+//  pipe that is full), when the caller keeps what was not used and offers
+//  it again with what comes next (a reader used with one of the two
+//  functions only): fn returns how many of the size bytes it took, or -1
+//  to stop; the reader stops at the first piece not taken whole (last is
+//  true when taking all of it ends the record). Returns the bytes of data
+//  used, or -1 on a malformed prefix (*err, static).
+typedef ssize_t (ah_rec_take_fn) (void *arg, uint8_t kind, const uint8_t *data, size_t size, bool last);
+ssize_t ah_rec_take (ah_rec_reader_t *self, const uint8_t *data, size_t size,
+                     ah_rec_take_fn *fn, void *arg, const char **err);
 //  True between records (nothing of a record pending).
 static inline bool ah_rec_reader_idle (const ah_rec_reader_t *self) { return self->have == 0; }
 

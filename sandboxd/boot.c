@@ -221,3 +221,18 @@ int ah_boot_load (const char *path, ah_boot_card_t *out, char *err, size_t err_s
     }
     return 0;
 }
+
+int ah_boot_tunnel_url (const char *text, ah_ws_url_t *url, const char **err)
+{
+    if (strncmp (text, "ws://", 5) != 0) {
+        *err = "must start with ws:// (wss is not supported inside the sandbox)";
+        return -1;
+    }
+    if (ah_ws_url_parse (text, url, err))
+        return -1;
+    if (!url->addr_len) {
+        *err = "the host must be an IP literal (no DNS resolver in the sandbox)";
+        return -1;
+    }
+    return 0;
+}

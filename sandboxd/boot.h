@@ -11,6 +11,7 @@
 #define AH_SANDBOXD_BOOT_H
 
 #include <stddef.h>
+#include "proto/ws.h"
 
 #define AH_BOOT_MAX     16384       //  largest boot.json accepted
 #define AH_BOOT_VALUE   1024        //  longest value
@@ -26,5 +27,9 @@ int ah_boot_parse (const char *text, size_t size, ah_boot_card_t *out,
                    char *err, size_t err_size);
 //  Read and parse a file. 0, or -1 with a message naming the file.
 int ah_boot_load (const char *path, ah_boot_card_t *out, char *err, size_t err_size);
+//  The card's tunnel_url: ws://IP[:PORT]/path, an IP literal (there is no
+//  resolver in a scratch image) and no wss (no TLS inside the sandbox).
+//  0, or -1 with *err (static).
+int ah_boot_tunnel_url (const char *text, ah_ws_url_t *url, const char **err);
 
 #endif

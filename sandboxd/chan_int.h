@@ -1,11 +1,15 @@
-/*  sandboxd/chan_int.h: what chan.c (the session, records, processes)
-    and fs.c (the fs.* channels) share. Internal to sandboxd: one thread,
-    the instance's loop, touches all of it.                          */
+/*  sandboxd/chan_int.h: what the channel files share: chan.c (the
+    session, the channel table, headers in and dispatch, output), exec.c
+    (pty and exec: processes and their records) and fs.c (the fs.*
+    channels). Internal to sandboxd: one thread, the instance's loop,
+    touches all of it.                                                */
 #ifndef AH_SANDBOXD_CHAN_INT_H
 #define AH_SANDBOXD_CHAN_INT_H
 
 #include "sandboxd/chan.h"
 #include "sandboxd/proc.h"
+#include "proto/buf.h"
+#include "proto/channel.h"
 #include "proto/msg.h"
 #include "proto/yamux.h"
 
@@ -34,16 +38,11 @@ typedef struct chan_s {
     bool     want_fin;          //  FIN once out drains
     bool     fin_sent;
 
-    uint8_t *in;                //  received, not yet used (and not consumed)
-    size_t   in_len, in_cap;    //  grows to at most S_IN_MAX (the window bounds it)
-    uint8_t *out;               //  to send, not yet taken by yamux
-    size_t   out_len, out_off, out_cap;
+    ah_buf_t in;                //  received, not yet used (nor consumed): at most S_IN_MAX
+    ah_buf_t out;               //  to send, not yet taken by yamux
 
-    //  pty/exec: record being received
-    uint8_t  rhdr [5];
-    size_t   rhlen;
-    uint8_t  rkind;
-    uint32_t rleft;
+    //  pty/exec: records being received
+    ah_rec_reader_t rec;
     uint8_t  rsmall [256];      //  a RESIZE payload
     size_t   rsmall_len;
 
@@ -94,7 +93,6 @@ const char *ah_sbd_code (int e);
 //  and asked for.
 void        ah_sbd_flush (ah_sbd_session_t *self, chan_t *ch);
 bool        ah_sbd_out_idle (const chan_t *ch);
-int         ah_sbd_queue (chan_t *ch, const uint8_t *data, size_t size);
 //  Encode and send a reply or trailer header.
 void        ah_sbd_send_header (ah_sbd_session_t *self, chan_t *ch, ah_msg_t *map);
 //  The channel's last header (destroyed), FIN, discard what else comes.
@@ -108,6 +106,28 @@ void        ah_sbd_ok (ah_sbd_session_t *self, chan_t *ch);
 void        ah_sbd_release (ah_sbd_session_t *self, chan_t *ch);
 //  Abort the stream with RST.
 void        ah_sbd_reset (ah_sbd_session_t *self, chan_t *ch, const char *why);
+
+//  A path argument of the request header (raw: the header's msgpack
+//  map): 0, -1 missing or not a string, -2 holds a NUL byte.
+int         ah_sbd_path_arg (const ah_msg_t *req, const char *key, const uint8_t *raw,
+                             size_t raw_len, const char **path, size_t *len);
+
+//  pty and exec (exec.c): spawn and reply.
+void   ah_sbd_pty (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req);
+void   ah_sbd_exec (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
+                    const uint8_t *raw, size_t raw_len);
+//  The opener's records at the front of ch->in: stdin written as far as
+//  the pty or pipe takes it. Returns the bytes used (a malformed record
+//  resets the stream).
+size_t ah_sbd_records_in (ah_sbd_session_t *self, chan_t *ch);
+//  Read a pty or pipe into a record while the window allows.
+void   ah_sbd_pump_fd (ah_sbd_session_t *self, chan_t *ch, int *fdp, uint8_t kind);
+//  Whether the process exited (its pidfd was readable, or no pidfd).
+void   ah_sbd_check_exit (ah_sbd_session_t *self, chan_t *ch);
+//  Timeouts, the kill after a hangup, and EXIT once the output is drained.
+void   ah_sbd_timers (ah_sbd_session_t *self, chan_t *ch, int64_t now);
+//  Signal the channel's process group and the process itself.
+void   ah_sbd_signal (chan_t *ch, int sig);
 
 //  The fs channels (fs.c). path is plen bytes, checked for NUL already.
 void ah_sbd_fs_list (ah_sbd_session_t *self, chan_t *ch, const char *path, size_t plen);

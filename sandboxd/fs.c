@@ -176,7 +176,10 @@ void ah_sbd_fs_read_pump (ah_sbd_session_t *self, chan_t *ch)
             return;
         }
         ch->done += (uint64_t) r;
-        ah_sbd_queue (ch, self->buf, (size_t) r);
+        if (ah_buf_append (&ch->out, self->buf, (size_t) r)) {
+            ah_sbd_reset (self, ch, "out of memory");
+            return;
+        }
         ah_sbd_flush (self, ch);
     }
 }

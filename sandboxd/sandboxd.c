@@ -2,9 +2,9 @@
 
     DESIGN (see sandboxd.h): one poll loop per instance, in the instance's
     own thread (ah_sandboxd_start) or in the main thread (the binary). The
-    transport below the yamux session is either a WebSocket (ws.c) or, for
-    tests, a raw socket carrying yamux bytes directly. Output from yamux is
-    queued here: yamux bytes are framed into WebSocket messages of at most
+    transport below the yamux session is either a WebSocket (proto/ws.c)
+    or, for tests, a raw socket carrying yamux bytes directly. Output from
+    yamux is queued here: yamux bytes are framed into WebSocket messages of at most
     64 KiB when the socket can take them. The queue is bounded in practice
     by the yamux windows (256 KiB per stream); the channel layer also
     stops reading ptys, pipes and files while it holds over 1 MiB.
@@ -14,7 +14,7 @@
 #include "sandboxd/sandboxd.h"
 #include "sandboxd/boot.h"
 #include "sandboxd/chan.h"
-#include "sandboxd/ws.h"
+#include "proto/ws.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -37,6 +37,7 @@
 #define S_CONNECT_MS   10000        //  dial + upgrade time limit
 #define S_STABLE_MS    10000        //  a connection this old resets the backoff
 #define S_READ_MAX     (256 * 1024) //  transport bytes read per loop turn
+#define S_SEND_MAX     (64 * 1024)  //  largest WebSocket message sent
 
 struct ah_sandboxd_t {
     ah_sandboxd_opts_t opts;        //  string fields point at the copies below
@@ -54,14 +55,10 @@ struct ah_sandboxd_t {
 };
 
 typedef struct {
-    ah_sandboxd_t *owner;
-    int   fd;
-    bool  ws;
-    ah_ws_parser_t parser;
-    uint8_t *yq;                    //  yamux bytes not yet framed (ws)
-    size_t   yq_len, yq_cap;
-    uint8_t *wq;                    //  wire bytes not yet sent
-    size_t   wq_off, wq_len, wq_cap;
+    int   fd;                       //  raw transport (WebSocket: ah_ws_fd)
+    ah_ws_t *ws;                    //  NULL: yamux bytes straight on fd
+    ah_buf_t q;                     //  WebSocket: yamux bytes not yet framed;
+                                    //  raw: bytes not yet sent
     const char *closed;             //  why the transport ended
     char     why [200];
     ah_sbd_session_t *session;
@@ -74,23 +71,6 @@ static int64_t s_now (void)
     return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int s_append (uint8_t **buf, size_t *len, size_t *cap, const uint8_t *data, size_t size)
-{
-    if (*len + size > *cap) {
-        size_t c = *cap ? *cap : 65536;
-        while (c < *len + size)
-            c *= 2;
-        uint8_t *p = realloc (*buf, c);
-        if (!p)
-            return -1;
-        *buf = p;
-        *cap = c;
-    }
-    memcpy (*buf + *len, data, size);
-    *len += size;
-    return 0;
-}
-
 static void s_t_fail (s_transport_t *t, const char *fmt, const char *detail)
 {
     if (t->closed)
@@ -99,52 +79,40 @@ static void s_t_fail (s_transport_t *t, const char *fmt, const char *detail)
     t->closed = t->why;
 }
 
-static void s_wq_add (s_transport_t *t, const uint8_t *data, size_t size)
-{
-    if (t->wq_off == t->wq_len)
-        t->wq_off = t->wq_len = 0;
-    if (s_append (&t->wq, &t->wq_len, &t->wq_cap, data, size))
-        s_t_fail (t, "%s", "out of memory queueing output");
-}
-
 //  yamux output
 static void s_t_output (void *ud, const uint8_t *data, size_t size)
 {
     s_transport_t *t = ud;
-    if (t->ws) {
-        if (s_append (&t->yq, &t->yq_len, &t->yq_cap, data, size))
-            s_t_fail (t, "%s", "out of memory queueing output");
-    }
-    else
-        s_wq_add (t, data, size);
+    if (ah_buf_append (&t->q, data, size))
+        s_t_fail (t, "%s", "out of memory queueing output");
 }
 
 static size_t s_t_backlog (void *ud)
 {
     s_transport_t *t = ud;
-    return t->yq_len + (t->wq_len - t->wq_off);
+    return ah_buf_size (&t->q) + (t->ws ? ah_ws_pending (t->ws) : 0);
 }
 
 //  Frame pending yamux bytes into WebSocket messages, then send.
 static void s_t_flush (s_transport_t *t)
 {
-    if (t->ws && t->yq_len) {
-        uint8_t frame [AH_WS_SEND_MAX + 14];
-        size_t off = 0;
-        while (off < t->yq_len) {
-            size_t n = t->yq_len - off;
-            if (n > AH_WS_SEND_MAX)
-                n = AH_WS_SEND_MAX;
-            size_t fl = ah_ws_frame (AH_WS_BIN, t->yq + off, n, frame);
-            s_wq_add (t, frame, fl);
-            off += n;
+    if (t->ws) {
+        while (ah_buf_size (&t->q)) {
+            size_t n = ah_buf_size (&t->q) < S_SEND_MAX ? ah_buf_size (&t->q) : S_SEND_MAX;
+            if (ah_ws_send (t->ws, AH_WS_BIN, ah_buf_head (&t->q), n)) {
+                ah_buf_clear (&t->q);
+                s_t_fail (t, "%s", "the WebSocket is closing");
+            }
+            ah_buf_consume (&t->q, n);
         }
-        t->yq_len = 0;
+        if (ah_ws_flush (t->ws))
+            s_t_fail (t, "%s", ah_ws_error (t->ws));
+        return;
     }
-    while (t->wq_off < t->wq_len && !t->closed) {
-        ssize_t r = send (t->fd, t->wq + t->wq_off, t->wq_len - t->wq_off, MSG_NOSIGNAL);
+    while (ah_buf_size (&t->q) && !t->closed) {
+        ssize_t r = send (t->fd, ah_buf_head (&t->q), ah_buf_size (&t->q), MSG_NOSIGNAL);
         if (r > 0)
-            t->wq_off += (size_t) r;
+            ah_buf_consume (&t->q, (size_t) r);
         else if (r < 0 && errno == EINTR)
             continue;
         else if (r < 0 && errno == EAGAIN)
@@ -152,32 +120,40 @@ static void s_t_flush (s_transport_t *t)
         else
             s_t_fail (t, "send: %s", strerror (errno));
     }
-    if (t->wq_off == t->wq_len)
-        t->wq_off = t->wq_len = 0;
 }
 
-static void s_ws_data (void *ud, const uint8_t *data, size_t size)
+//  Payload bytes of the server's binary messages: the yamux stream.
+static void s_ws_data (void *ud, int opcode, const uint8_t *data, size_t size, bool last)
 {
     s_transport_t *t = ud;
     const char *err = NULL;
-    if (!t->closed && ah_sbd_session_input (t->session, data, size, &err))
+    if (size && !t->closed && ah_sbd_session_input (t->session, data, size, &err))
         s_t_fail (t, "yamux: %s", err ? err : "protocol error");
 }
 
-static void s_ws_reply (void *ud, uint8_t opcode, const uint8_t *data, size_t size)
+//  Read what the transport has and hand it on.
+static void s_t_read (s_transport_t *t, uint8_t *rbuf)
 {
-    s_transport_t *t = ud;
-    uint8_t frame [125 + 14];
-    s_t_flush (t);          //  keep order: pending data first
-    s_wq_add (t, frame, ah_ws_frame (opcode, data, size, frame));
-}
-
-static void s_ws_close (void *ud, unsigned code)
-{
-    s_transport_t *t = ud;
-    char c [16];
-    snprintf (c, sizeof c, "%u", code);
-    s_t_fail (t, "server closed the WebSocket (code %s)", c);
+    if (t->ws) {
+        if (ah_ws_read (t->ws, S_READ_MAX))
+            s_t_fail (t, "%s", ah_ws_error (t->ws));
+        return;
+    }
+    size_t total = 0;
+    while (!t->closed && total < S_READ_MAX) {
+        ssize_t r = recv (t->fd, rbuf, 65536, 0);
+        if (r == 0)
+            s_t_fail (t, "%s", "the server closed the connection");
+        if (r <= 0) {
+            if (r < 0 && errno != EAGAIN && errno != EINTR)
+                s_t_fail (t, "recv: %s", strerror (errno));
+            break;
+        }
+        total += (size_t) r;
+        const char *err = NULL;
+        if (ah_sbd_session_input (t->session, rbuf, (size_t) r, &err))
+            s_t_fail (t, "yamux: %s", err ? err : "protocol error");
+    }
 }
 
 static void s_reap_orphans (ah_sandboxd_t *self, ah_sbd_session_t *session)
@@ -197,111 +173,76 @@ static bool s_drain_wake (ah_sandboxd_t *self)
     return atomic_load (&self->stop);
 }
 
-//  Serve one connection until it ends or we are stopped. Returns why.
-static void s_serve (ah_sandboxd_t *self, int fd, bool ws, const uint8_t *extra,
-                     size_t extra_len, char *why, size_t why_size)
+//  Serve one connection (t->ws, or the raw socket t->fd; taken over
+//  either way) until it ends or we are stopped. Returns why.
+static void s_serve (ah_sandboxd_t *self, s_transport_t *t, char *why, size_t why_size)
 {
-    s_transport_t t = { .owner = self, .fd = fd, .ws = ws };
+    if (t->ws)
+        t->fd = ah_ws_fd (t->ws);
     ah_sbd_env_t env = {
         .home_fd = self->home_fd, .home = self->home,
         .agent_id = self->dialled_id,
         .switch_user = self->opts.switch_user, .stats = self->opts.stats,
         .reaped_ns = &self->reaped_ns,
-        .output = s_t_output, .backlog = s_t_backlog, .ud = &t,
+        .output = s_t_output, .backlog = s_t_backlog, .ud = t,
     };
-    t.session = ah_sbd_session_new (&env);
-    if (!t.session) {
-        snprintf (why, why_size, "out of memory");
-        close (fd);
-        return;
-    }
-    ah_ws_callbacks_t cb = { .on_data = s_ws_data, .on_reply = s_ws_reply, .on_close = s_ws_close };
-    ah_ws_parser_init (&t.parser, &cb, &t);
-    uint8_t *rbuf = malloc (65536);
-    if (!rbuf)
-        s_t_fail (&t, "%s", "out of memory");
-    if (extra_len && !t.closed) {
-        const char *err = NULL;
-        unsigned code;
-        if (ah_ws_parser_feed (&t.parser, extra, extra_len, &err, &code))
-            s_t_fail (&t, "websocket: %s", err);
-    }
+    t->session = ah_sbd_session_new (&env);
+    uint8_t *rbuf = t->ws ? NULL : malloc (65536);
+    if (!t->session || (!t->ws && !rbuf))
+        s_t_fail (t, "%s", "out of memory");
+    else if (t->ws)
+        s_t_read (t, NULL);            //  frames that came with the upgrade
     bool stopping = false;
     int64_t last_reap = 0;
-    while (!t.closed) {
+    while (!t->closed) {
         int n = 0, timeout = -1;
-        s_t_flush (&t);
-        struct pollfd *p = ah_sbd_session_poll_prepare (t.session, 2, &n, &timeout);
+        s_t_flush (t);
+        struct pollfd *p = ah_sbd_session_poll_prepare (t->session, 2, &n, &timeout);
         p [0] = (struct pollfd) { .fd = self->wake [0], .events = POLLIN };
-        p [1] = (struct pollfd) { .fd = fd, .events = POLLIN | (s_t_backlog (&t) ? POLLOUT : 0) };
+        p [1] = (struct pollfd) { .fd = t->fd, .events = POLLIN | (s_t_backlog (t) ? POLLOUT : 0) };
         if (self->pid1 && (timeout < 0 || timeout > 1000))
             timeout = 1000;
         int rc = poll (p, (nfds_t) n, timeout);
         if (rc < 0 && errno != EINTR) {
-            s_t_fail (&t, "poll: %s", strerror (errno));
+            s_t_fail (t, "poll: %s", strerror (errno));
             break;
         }
         if (rc > 0 && p [0].revents && s_drain_wake (self)) {
             stopping = true;
             break;
         }
-        if (rc > 0 && (p [1].revents & (POLLIN | POLLHUP | POLLERR))) {
-            size_t total = 0;
-            while (!t.closed && total < S_READ_MAX) {
-                ssize_t r = recv (fd, rbuf, 65536, 0);
-                if (r == 0) {
-                    s_t_fail (&t, "%s", "the server closed the connection");
-                    break;
-                }
-                if (r < 0) {
-                    if (errno != EAGAIN && errno != EINTR)
-                        s_t_fail (&t, "recv: %s", strerror (errno));
-                    break;
-                }
-                total += (size_t) r;
-                const char *err = NULL;
-                if (ws) {
-                    unsigned code = 1002;
-                    if (ah_ws_parser_feed (&t.parser, rbuf, (size_t) r, &err, &code)) {
-                        uint8_t c [2] = { (uint8_t) (code >> 8), (uint8_t) code };
-                        s_ws_reply (&t, AH_WS_CLOSE, c, 2);
-                        s_t_flush (&t);
-                        s_t_fail (&t, "websocket: %s", err);
-                    }
-                }
-                else if (ah_sbd_session_input (t.session, rbuf, (size_t) r, &err))
-                    s_t_fail (&t, "yamux: %s", err ? err : "protocol error");
-            }
-        }
-        ah_sbd_session_service (t.session);
-        const char *dead = ah_sbd_session_dead (t.session);
+        if (rc > 0 && (p [1].revents & (POLLIN | POLLHUP | POLLERR)))
+            s_t_read (t, rbuf);
+        ah_sbd_session_service (t->session);
+        const char *dead = ah_sbd_session_dead (t->session);
         if (dead)
-            s_t_fail (&t, "%s", dead);
+            s_t_fail (t, "%s", dead);
         if (self->pid1 && s_now () - last_reap >= 1000) {
-            s_reap_orphans (self, t.session);
+            s_reap_orphans (self, t->session);
             last_reap = s_now ();
         }
     }
     if (stopping) {
         //  Say goodbye; best effort, the socket is non-blocking.
-        ah_sbd_session_goaway (t.session);
-        if (ws) {
-            static const uint8_t normal [2] = { 0x03, 0xe8 };
-            s_ws_reply (&t, AH_WS_CLOSE, normal, 2);
-        }
-        s_t_flush (&t);
+        ah_sbd_session_goaway (t->session);
+        s_t_flush (t);
+        if (t->ws)
+            ah_ws_close (t->ws, 1000, NULL);
+        s_t_flush (t);
         snprintf (why, why_size, "stopped");
     }
     else {
-        snprintf (why, why_size, "%s", t.closed ? t.closed : "ended");
-        t.closed = NULL;        //  best effort: a go away explaining a protocol error
-        s_t_flush (&t);
+        snprintf (why, why_size, "%s", t->closed ? t->closed : "ended");
+        t->closed = NULL;        //  best effort: a go away explaining a protocol error
+        s_t_flush (t);
     }
-    ah_sbd_session_destroy (&t.session);
-    close (fd);
+    ah_sbd_session_destroy (&t->session);
+    if (t->ws)
+        ah_ws_destroy (&t->ws);
+    else
+        close (t->fd);
     free (rbuf);
-    free (t.yq);
-    free (t.wq);
+    ah_buf_free (&t->q);
 }
 
 //  Sleep ms unless stopped (returns true when stopped).
@@ -341,6 +282,31 @@ static bool s_header_safe (const char *s)
     return true;
 }
 
+//  Dial the tunnel and upgrade, within S_CONNECT_MS all told; a stop
+//  cuts the wait short. The WebSocket, or NULL with err.
+static ah_ws_t *s_dial (ah_sandboxd_t *self, const ah_boot_card_t *card, const ah_ws_url_t *url,
+                        s_transport_t *t, char *err, size_t err_size)
+{
+    int64_t deadline = s_now () + S_CONNECT_MS;
+    int fd = ah_ws_dial ((const struct sockaddr *) &url->addr, url->addr_len, S_CONNECT_MS,
+                         self->wake [0], err, err_size);
+    if (fd < 0)
+        return NULL;
+    ah_ws_io_t io = ah_ws_io_plain (fd);
+    ah_ws_opts_t opts = { .protocol = "agenthold-tunnel", .binary_only = true,
+                          .on_message = s_ws_data, .ud = t };
+    ah_ws_t *ws = ah_ws_new (&io, &opts);
+    char headers [2 * AH_BOOT_VALUE + 64];
+    snprintf (headers, sizeof headers, "Authorization: Bearer %s\r\nX-Agenthold-Agent: %s\r\n",
+              card->token, card->agent_id);
+    int left = (int) (deadline - s_now ());
+    if (!ws)
+        snprintf (err, err_size, "out of memory");
+    else if (ah_ws_handshake (ws, url, headers, left > 0 ? left : 0, self->wake [0], err, err_size))
+        ah_ws_destroy (&ws);
+    return ws;
+}
+
 static void s_run (ah_sandboxd_t *self)
 {
     char why [256];
@@ -348,7 +314,8 @@ static void s_run (ah_sandboxd_t *self)
         snprintf (self->dialled_id, sizeof self->dialled_id, "%s",
                   self->agent_id ? self->agent_id : "");
         atomic_fetch_add (&self->connections, 1);
-        s_serve (self, self->opts.raw_fd, false, NULL, 0, why, sizeof why);
+        s_transport_t t = { .fd = self->opts.raw_fd };
+        s_serve (self, &t, why, sizeof why);
         self->opts.raw_fd = -1;
         ah_debug ("sandboxd", "raw session ended: %s", why);
         return;
@@ -374,8 +341,8 @@ static void s_run (ah_sandboxd_t *self)
         }
         ah_ws_url_t url;
         const char *uerr = NULL;
-        if (ready && ah_ws_url_parse (card.tunnel_url, &url, &uerr)) {
-            snprintf (err, sizeof err, "%s (\"%.200s\")", uerr, card.tunnel_url);
+        if (ready && ah_boot_tunnel_url (card.tunnel_url, &url, &uerr)) {
+            snprintf (err, sizeof err, "tunnel_url: %s (\"%.200s\")", uerr, card.tunnel_url);
             s_note_error (self, err);
             ready = false;
         }
@@ -383,33 +350,26 @@ static void s_run (ah_sandboxd_t *self)
             s_note_error (self, "boot card: agent_id and token must not hold control characters");
             ready = false;
         }
-        if (ready) {
-            char headers [2 * AH_BOOT_VALUE + 64];
-            snprintf (headers, sizeof headers, "Authorization: Bearer %s\r\nX-Agenthold-Agent: %s\r\n",
-                      card.token, card.agent_id);
-            uint8_t extra [4096];
-            size_t extra_len = 0;
-            int fd = ah_ws_connect (&url, headers, S_CONNECT_MS, self->wake [0], extra,
-                                    sizeof extra, &extra_len, err, sizeof err);
-            if (fd < 0) {
-                if (atomic_load (&self->stop))
-                    break;
-                s_note_error (self, err);
-            }
-            else {
-                //  The agent id in hello replies is the one we dialled with.
-                snprintf (self->dialled_id, sizeof self->dialled_id, "%s", card.agent_id);
-                atomic_fetch_add (&self->connections, 1);
-                self->last_error [0] = 0;
-                ah_info ("sandboxd", "connected to %s as %s", card.tunnel_url, card.agent_id);
-                int64_t t0 = s_now ();
-                s_serve (self, fd, true, extra, extra_len, why, sizeof why);
-                if (atomic_load (&self->stop))
-                    break;
-                ah_warn ("sandboxd", "connection lost: %s", why);
-                if (s_now () - t0 >= S_STABLE_MS)
-                    backoff = min;
-            }
+        s_transport_t t = { .fd = -1 };
+        t.ws = ready ? s_dial (self, &card, &url, &t, err, sizeof err) : NULL;
+        if (t.ws) {
+            //  The agent id in hello replies is the one we dialled with.
+            snprintf (self->dialled_id, sizeof self->dialled_id, "%s", card.agent_id);
+            atomic_fetch_add (&self->connections, 1);
+            self->last_error [0] = 0;
+            ah_info ("sandboxd", "connected to %s as %s", card.tunnel_url, card.agent_id);
+            int64_t t0 = s_now ();
+            s_serve (self, &t, why, sizeof why);
+            if (atomic_load (&self->stop))
+                break;
+            ah_warn ("sandboxd", "connection lost: %s", why);
+            if (s_now () - t0 >= S_STABLE_MS)
+                backoff = min;
+        }
+        else if (ready) {
+            if (atomic_load (&self->stop))
+                break;
+            s_note_error (self, err);
         }
         //  Jitter: somewhere in [backoff/2, backoff], so a fleet of
         //  sandboxes does not reconnect in step after a server restart.

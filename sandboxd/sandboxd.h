@@ -8,11 +8,11 @@
     pipe (stop requests), the transport socket (WebSocket, or a raw yamux
     byte stream in tests), and every pty, pipe and pidfd of the running
     channels; timers (exec timeouts, yamux pings, reconnect backoff) are
-    poll timeouts. Layers: transport (sandboxd/ws.c) -> yamux session
-    (proto/yamux.c) -> channels (sandboxd/chan.c, fs.c; paths: path.c;
-    processes: proc.c). Everything an instance owns is touched only by
-    its thread; ah_sandboxd_stop() talks to it
-    through the wake pipe and joins it. Idle, the loop sleeps in poll
+    poll timeouts. Layers: transport (proto/ws.c) -> yamux session
+    (proto/yamux.c) -> channels (sandboxd/chan.c, exec.c, fs.c; paths:
+    path.c; processes: proc.c). Everything an instance owns is touched
+    only by its thread; ah_sandboxd_stop() talks to it through the wake
+    pipe and joins it. Idle, the loop sleeps in poll
     until the next yamux ping (15 s).
 
     Behaviour (docs/sandboxd.md, docs/tunnel.md): read the boot card,

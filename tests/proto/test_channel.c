@@ -333,10 +333,93 @@ static void test_rec_reader (void)
     ah_buf_free (&wire);
 }
 
+//  A consumer that takes at most `room` bytes a call, then refuses until
+//  given room again (a pipe that fills up), and stops at EXIT.
+typedef struct {
+    rec_sink_t sink;
+    size_t room;
+} taker_t;
+
+static ssize_t s_rec_taker (void *arg, uint8_t kind, const uint8_t *data, size_t size, bool last)
+{
+    taker_t *t = arg;
+    if (kind == AH_REC_EXIT && !t->room)
+        return -1;
+    size_t took = size < t->room ? size : t->room;
+    t->room -= took;
+    t->sink.calls++;
+    ah_buf_append (&t->sink.out [kind], data, took);
+    if (last && took == size)
+        t->sink.records [kind]++;
+    return (ssize_t) took;
+}
+
+//  The partial-taking reader: whatever the pieces and however little the
+//  consumer takes at a time, the same records come out, and what was not
+//  taken is offered again.
+static void test_rec_take (void)
+{
+    ah_buf_t wire = { 0 };
+    uint8_t payload [3000];
+    for (size_t i = 0; i < sizeof payload; i++)
+        payload [i] = (uint8_t) (i * 7);
+    CHECK (ah_rec_append (&wire, AH_REC_STDIN, payload, sizeof payload) == 0);
+    CHECK (ah_rec_append (&wire, AH_REC_EOF, NULL, 0) == 0);
+    CHECK (ah_rec_append (&wire, AH_REC_STDIN, "tail", 4) == 0);
+    CHECK (ah_rec_append (&wire, AH_REC_EXIT, NULL, 0) == 0);
+    for (size_t room = 1; room < 5000; room = room * 5 + 3) {
+        taker_t t = { .room = room };
+        ah_rec_reader_t reader = { 0 };
+        ah_buf_t in = { 0 };            //  received, not yet taken
+        size_t fed = 0, rounds = 0;
+        while ((fed < ah_buf_size (&wire) || ah_buf_size (&in)) && rounds++ < 100000) {
+            size_t n = ah_buf_size (&wire) - fed < 11 ? ah_buf_size (&wire) - fed : 11;
+            ah_buf_append (&in, ah_buf_head (&wire) + fed, n);
+            fed += n;
+            ssize_t used = ah_rec_take (&reader, ah_buf_head (&in), ah_buf_size (&in),
+                                        s_rec_taker, &t, NULL);
+            CHECK (used >= 0 && (size_t) used <= ah_buf_size (&in));
+            if (used < 0)
+                break;
+            ah_buf_consume (&in, (size_t) used);
+            t.room = room;
+        }
+        CHECK (ah_buf_size (&in) == 0 && ah_rec_reader_idle (&reader));
+        CHECK (t.sink.records [AH_REC_STDIN] == 2 && t.sink.records [AH_REC_EOF] == 1);
+        CHECK (t.sink.records [AH_REC_EXIT] == 1);
+        CHECK (ah_buf_size (&t.sink.out [AH_REC_STDIN]) == sizeof payload + 4);
+        CHECK (memcmp (ah_buf_head (&t.sink.out [AH_REC_STDIN]), payload, sizeof payload) == 0);
+        for (int k = 0; k < 6; k++)
+            ah_buf_free (&t.sink.out [k]);
+        ah_buf_free (&in);
+    }
+    //  A consumer with no room: the prefix is used, the payload waits.
+    taker_t t = { .room = 0 };
+    ah_rec_reader_t reader = { 0 };
+    CHECK (ah_rec_take (&reader, ah_buf_head (&wire), 20, s_rec_taker, &t, NULL) == 5);
+    CHECK (!ah_rec_reader_idle (&reader));
+    //  An empty record refused: nothing used, offered again.
+    uint8_t exit_rec [5];
+    ah_rec_prefix (AH_REC_EXIT, 0, exit_rec);
+    memset (&reader, 0, sizeof reader);
+    CHECK (ah_rec_take (&reader, exit_rec, 5, s_rec_taker, &t, NULL) == 0);
+    CHECK (ah_rec_reader_idle (&reader) && t.sink.records [AH_REC_EXIT] == 0);
+    t.room = 1;
+    CHECK (ah_rec_take (&reader, exit_rec, 5, s_rec_taker, &t, NULL) == 5);
+    CHECK (ah_rec_reader_idle (&reader) && t.sink.records [AH_REC_EXIT] == 1);
+    //  A bad kind is refused with a reason.
+    const char *err = NULL;
+    uint8_t bad [5] = { 9, 0, 0, 0, 1 };
+    memset (&reader, 0, sizeof reader);
+    CHECK (ah_rec_take (&reader, bad, 5, s_rec_taker, &t, &err) == -1 && err != NULL);
+    ah_buf_free (&wire);
+}
+
 int main (void)
 {
     test_buf ();
     test_rec_reader ();
+    test_rec_take ();
     test_over_yamux ();
     test_header_roundtrip ();
     test_header_oversize ();

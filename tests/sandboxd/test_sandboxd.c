@@ -741,6 +741,30 @@ static void test_exec (peer_t *p)
     ah_yamux_close (p->y, id);
     recs_free (&rc);
 
+    //  One stdin record larger than the window, to a process that reads
+    //  late: sandboxd takes what the pipe takes, the rest waits unconsumed.
+    id = exec_open (p, "sleep 0.3; wc -c", 0, &r);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    size_t big = 600000;
+    uint8_t *data = calloc (1, big + 5);
+    ah_rec_prefix (AH_REC_STDIN, (uint32_t) big, data);
+    size_t sent = 0;
+    int64_t until = now_ms () + 10000;
+    while (sent < big + 5 && now_ms () < until && !p->failed) {
+        ssize_t w = ah_yamux_write (p->y, id, data + sent, big + 5 - sent);
+        if (w > 0)
+            sent += (size_t) w;
+        pump (p, 20);
+    }
+    CHECK (sent == big + 5);
+    free (data);
+    send_rec (p, id, AH_REC_EOF, NULL, 0);
+    CHECK (run_until_exit (p, id, &rc, 10000));
+    CHECK (rc.out && strtol (rc.out, NULL, 10) == (long) big && rc.status == 0);
+    ah_yamux_close (p->y, id);
+    recs_free (&rc);
+
     //  The timeout kills the process group, grandchildren included.
     int64_t t0 = now_ms ();
     id = exec_open (p, "sleep 30 & sleep 30; echo never", 0.5, &r);

@@ -1,10 +1,9 @@
 /*  tests/sandboxd/test_units.c: sandboxd's small parts on their own: the
-    boot card parser, the WebSocket framing and handshake arithmetic, the
-    URL parser, the path string checks, /etc/passwd lookups.           */
+    boot card parser and its tunnel_url rules, the path string checks,
+    /etc/passwd lookups.                                               */
 #include "sandboxd/boot.h"
 #include "sandboxd/passwd.h"
 #include "sandboxd/path.h"
-#include "sandboxd/ws.h"
 #include "tests/common/check.h"
 
 #include <errno.h>
@@ -57,96 +56,22 @@ static void test_boot (void)
            && strstr (err, "/nonexistent/boot.json"));
 }
 
-static int got_data;
-static uint8_t data_buf [256];
-static size_t data_len;
-static int got_reply_op = -1;
-static unsigned got_close;
-
-static void on_data (void *ud, const uint8_t *d, size_t n)
+//  The boot card's tunnel_url rules on top of the URL grammar (proto/ws.c,
+//  tested in tests/proto/test_ws.c).
+static void test_tunnel_url (void)
 {
-    memcpy (data_buf + data_len, d, n);
-    data_len += n;
-    got_data++;
-}
-
-static void on_reply (void *ud, uint8_t op, const uint8_t *d, size_t n)
-{
-    got_reply_op = op;
-}
-
-static void on_close (void *ud, unsigned code)
-{
-    got_close = code;
-}
-
-static void test_ws (void)
-{
-    //  RFC 6455 section 1.3's example.
-    char acc [29];
-    ah_ws_accept_for ("dGhlIHNhbXBsZSBub25jZQ==", acc);
-    CHECK_STR (acc, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
-
-    //  A client frame is masked and unmasks to the payload.
-    uint8_t out [300];
-    const char *msg = "hello yamux";
-    size_t fl = ah_ws_frame (AH_WS_BIN, (const uint8_t *) msg, strlen (msg), out);
-    CHECK (fl == 2 + 4 + strlen (msg));
-    CHECK (out [0] == 0x82 && out [1] == (0x80 | strlen (msg)));
-    char un [32] = "";
-    for (size_t i = 0; i < strlen (msg); i++)
-        un [i] = (char) (out [6 + i] ^ out [2 + (i & 3)]);
-    CHECK_STR (un, msg);
-    uint8_t big [200];
-    memset (big, 7, sizeof big);
-    fl = ah_ws_frame (AH_WS_BIN, big, sizeof big, out);
-    CHECK (fl == 4 + 4 + sizeof big && out [1] == (0x80 | 126) && out [2] == 0 && out [3] == 200);
-
-    //  Server frames: fragmented binary message fed a byte at a time,
-    //  a ping in the middle, then close.
-    ah_ws_callbacks_t cb = { on_data, on_reply, on_close };
-    ah_ws_parser_t p;
-    ah_ws_parser_init (&p, &cb, NULL);
-    const uint8_t stream [] = {
-        0x02, 3, 'a', 'b', 'c',             //  binary, not fin
-        0x89, 1, 'P',                       //  ping (control between fragments)
-        0x80, 2, 'd', 'e',                  //  continuation, fin
-        0x88, 2, 0x03, 0xe8,                //  close 1000
-    };
-    const char *err = NULL;
-    unsigned code = 0;
-    for (size_t i = 0; i < sizeof stream; i++)
-        CHECK (ah_ws_parser_feed (&p, stream + i, 1, &err, &code) == 0);
-    CHECK (data_len == 5 && memcmp (data_buf, "abcde", 5) == 0);
-    CHECK (got_close == 1000);
-    CHECK (got_reply_op == AH_WS_CLOSE);
-
-    struct { uint8_t bytes [12]; size_t n; unsigned code; } bad [] = {
-        { { 0x81, 1, 'x' }, 3, 1003 },                          //  text
-        { { 0x82, 0x81, 0, 0, 0, 0, 'x' }, 7, 1002 },           //  masked from server
-        { { 0xc2, 1, 'x' }, 3, 1002 },                          //  RSV1
-        { { 0x80, 1, 'x' }, 3, 1002 },                          //  continuation without start
-        { { 0x09, 0 }, 2, 1002 },                               //  fragmented ping
-        { { 0x82, 127, 0, 0, 0, 0, 0, 0x20, 0, 0 }, 10, 1009 }, //  2 MiB message
-        { { 0x83, 0 }, 2, 1002 },                               //  reserved opcode
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        ah_ws_parser_init (&p, &cb, NULL);
-        code = 0;
-        CHECK (ah_ws_parser_feed (&p, bad [i].bytes, bad [i].n, &err, &code) == -1);
-        CHECK (code == bad [i].code);
-    }
-
     ah_ws_url_t u;
-    CHECK (ah_ws_url_parse ("ws://10.213.0.2:8090/tunnel", &u, &err) == 0);
+    const char *err = NULL;
+    CHECK (ah_boot_tunnel_url ("ws://10.213.0.2:8090/tunnel", &u, &err) == 0);
     CHECK_STR (u.host, "10.213.0.2");
     CHECK_STR (u.port, "8090");
     CHECK_STR (u.path, "/tunnel");
-    CHECK (ah_ws_url_parse ("ws://[::1]:9/t", &u, &err) == 0 && !strcmp (u.host, "::1"));
-    CHECK (ah_ws_url_parse ("ws://agenthold:8090/tunnel", &u, &err) == -1 && strstr (err, "IP literal"));
-    CHECK (ah_ws_url_parse ("wss://10.0.0.1/tunnel", &u, &err) == -1);
-    CHECK (ah_ws_url_parse ("ws://10.0.0.1:99999/tunnel", &u, &err) == -1);
-    CHECK (ah_ws_url_parse ("ws://10.0.0.1:80/a b", &u, &err) == -1);
+    CHECK (ah_boot_tunnel_url ("ws://[::1]:9/t", &u, &err) == 0 && !strcmp (u.host, "::1"));
+    CHECK (ah_boot_tunnel_url ("ws://agenthold:8090/tunnel", &u, &err) == -1 && strstr (err, "IP literal"));
+    CHECK (ah_boot_tunnel_url ("wss://10.0.0.1/tunnel", &u, &err) == -1 && strstr (err, "wss"));
+    CHECK (ah_boot_tunnel_url ("http://10.0.0.1/tunnel", &u, &err) == -1);
+    CHECK (ah_boot_tunnel_url ("ws://10.0.0.1:99999/tunnel", &u, &err) == -1);
+    CHECK (ah_boot_tunnel_url ("ws://10.0.0.1:80/a b", &u, &err) == -1);
 }
 
 static void test_paths (void)
@@ -192,7 +117,7 @@ static void test_passwd (void)
 int main (void)
 {
     test_boot ();
-    test_ws ();
+    test_tunnel_url ();
     test_paths ();
     test_passwd ();
     return CHECK_DONE ();
