@@ -2,6 +2,7 @@
     here, for the handshake only, so the static sandboxd needs no
     libcrypto.                                                          */
 #include "proto/ws.h"
+#include "proto/wsframe.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -371,31 +372,9 @@ const char *ah_ws_error (const ah_ws_t *self)
 
 static int s_frame (ah_ws_t *self, int opcode, const void *data, size_t size)
 {
-    uint8_t *out = ah_buf_reserve (&self->out, size + 14);
-    if (!out)
-        return -1;
-    size_t o = 0;
-    out [o++] = (uint8_t) (0x80 | (opcode & 0x0f));
-    if (size < 126)
-        out [o++] = (uint8_t) (0x80 | size);
-    else if (size <= 0xffff) {
-        out [o++] = 0x80 | 126;
-        out [o++] = (uint8_t) (size >> 8);
-        out [o++] = (uint8_t) size;
-    }
-    else {
-        out [o++] = 0x80 | 127;
-        for (int i = 7; i >= 0; i--)
-            out [o++] = (uint8_t) ((uint64_t) size >> (8 * i));
-    }
     uint8_t mask [4];
     s_random (mask, 4);
-    memcpy (out + o, mask, 4);
-    o += 4;
-    for (size_t i = 0; i < size; i++)
-        out [o + i] = ((const uint8_t *) data) [i] ^ mask [i & 3];
-    ah_buf_commit (&self->out, o + size);
-    return 0;
+    return ah_wsframe_append (&self->out, opcode, true, data, size, mask);
 }
 
 int ah_ws_send (ah_ws_t *self, int opcode, const void *data, size_t size)
@@ -456,40 +435,16 @@ static int s_fail (ah_ws_t *self, unsigned code, const char *fmt, ...)
 
 //  ---------------------------------------------------------------- frames in
 
-//  Header bytes needed given what we have (2, or 2 + extended length + mask).
-static size_t s_hdr_need (const ah_ws_t *self)
+//  A whole header (proto/wsframe checks what every peer must): check it
+//  against the message state.
+static int s_frame_start (ah_ws_t *self, const ah_wsframe_t *f)
 {
-    if (self->hlen < 2)
-        return 2;
-    uint8_t l = self->hdr [1] & 0x7f;
-    return 2 + (l == 126 ? 2 : l == 127 ? 8 : 0) + ((self->hdr [1] & 0x80) ? 4 : 0);
-}
-
-//  A whole header: check it against what may come now.
-static int s_frame_start (ah_ws_t *self)
-{
-    uint8_t b0 = self->hdr [0], b1 = self->hdr [1];
-    if (b0 & 0x70)
-        return s_fail (self, 1002, "websocket: frame with reserved bits set");
-    if (b1 & 0x80)
-        return s_fail (self, 1002, "websocket: masked frame from the server");
-    uint8_t op = b0 & 0x0f;
-    uint64_t len = b1 & 0x7f;
-    if (len == 126)
-        len = (uint64_t) self->hdr [2] << 8 | self->hdr [3];
-    else if (len == 127) {
-        len = 0;
-        for (int i = 0; i < 8; i++)
-            len = len << 8 | self->hdr [2 + i];
-    }
+    int op = f->opcode;
+    uint64_t len = f->length;
     self->op = op;
-    self->fin = b0 & 0x80;
+    self->fin = f->fin;
     self->left = len;
     if (op >= 8) {
-        if (op != AH_WS_CLOSE && op != AH_WS_PING && op != AH_WS_PONG)
-            return s_fail (self, 1002, "websocket: control frame with an unknown opcode");
-        if (!self->fin || len > 125)
-            return s_fail (self, 1002, "websocket: control frame fragmented or over 125 bytes");
         self->ctl_len = 0;
         return 0;
     }
@@ -501,8 +456,6 @@ static int s_frame_start (ah_ws_t *self)
         self->msg_op = op;
         self->msg_total = 0;
     }
-    else if (op != AH_WS_CONT)
-        return s_fail (self, 1002, "websocket: frame with an unknown opcode");
     else if (!self->msg_op)
         return s_fail (self, 1002, "websocket: continuation frame without a message");
     if (len > self->opts.max_message - self->msg_total)
@@ -536,16 +489,20 @@ static int s_feed (ah_ws_t *self, const uint8_t *data, size_t size)
 {
     while (size > 0 && !self->over) {
         if (!self->in_payload) {
-            size_t need = s_hdr_need (self);
-            while (self->hlen < need && size > 0) {
+            ah_wsframe_t f;
+            const char *why = NULL;
+            int rc = 0;
+            while (size > 0 && rc == 0 && self->hlen < sizeof self->hdr) {
                 self->hdr [self->hlen++] = *data++;
                 size--;
-                need = s_hdr_need (self);
+                rc = ah_wsframe_parse (self->hdr, self->hlen, false, &f, &why);
             }
-            if (self->hlen < need)
+            if (rc < 0)
+                return s_fail (self, 1002, "websocket: %s", why);
+            if (rc == 0)
                 break;
             self->hlen = 0;
-            if (s_frame_start (self))
+            if (s_frame_start (self, &f))
                 return -1;
             self->in_payload = true;
         }

@@ -30,13 +30,12 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include "proto/buf.h"
+#include "proto/wsframe.h"      //  the frames and their opcodes (AH_WS_*)
 
 #define AH_WS_MESSAGE_MAX (1u << 20)    //  received message cap unless told otherwise
 #define AH_WS_HTTP_MAX    16384         //  largest upgrade answer head
 #define AH_WS_BODY_MAX    1024          //  a refused upgrade's body kept
 
-enum { AH_WS_CONT = 0, AH_WS_TEXT = 1, AH_WS_BIN = 2, AH_WS_CLOSE = 8,
-       AH_WS_PING = 9, AH_WS_PONG = 10 };
 
 //  A parsed ws:// (or http://) URL; wss:// and https:// parse with secure
 //  set, for a transport that can do TLS.

@@ -21,8 +21,8 @@ int ah_wsframe_parse (const uint8_t *buf, size_t size, bool want_mask, ah_wsfram
         return -1;
     }
     int op = frame->opcode;
-    if (op != AH_WSF_CONT && op != AH_WSF_TEXT && op != AH_WSF_BIN && op != AH_WSF_CLOSE
-    &&  op != AH_WSF_PING && op != AH_WSF_PONG) {
+    if (op != AH_WS_CONT && op != AH_WS_TEXT && op != AH_WS_BIN && op != AH_WS_CLOSE
+    &&  op != AH_WS_PING && op != AH_WS_PONG) {
         *why = "a frame with an unknown opcode";
         return -1;
     }

@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include "proto/buf.h"
 
-enum { AH_WSF_CONT = 0, AH_WSF_TEXT = 1, AH_WSF_BIN = 2, AH_WSF_CLOSE = 8,
-       AH_WSF_PING = 9, AH_WSF_PONG = 10 };
+enum { AH_WS_CONT = 0, AH_WS_TEXT = 1, AH_WS_BIN = 2, AH_WS_CLOSE = 8,
+       AH_WS_PING = 9, AH_WS_PONG = 10 };
 
 typedef struct {
     bool     fin;

@@ -10,9 +10,8 @@
     The owner (the terminal) writes binary messages and is told how many
     bytes the connection has written since, to give credit back.       */
 #include "actors/api/api_int.h"
-#include "proto/wsframe.h"
+#include "proto/ws.h"
 
-#include <openssl/sha.h>
 #include <string.h>
 
 #define WS_FRAME_MAX    (1u << 20)      //  a client frame over this is refused (1009)
@@ -23,31 +22,10 @@ struct ws_t {
     void *owner;
     bool reading;                   //  the owner takes input
     bool close_sent, closed_told;
-    int text_opcode;                //  AH_WSF_TEXT while a text message is being reassembled
+    int text_opcode;                //  AH_WS_TEXT while a text message is being reassembled
     ah_buf_t text;
     size_t pending_seen;            //  conn->out's size after the last write
 };
-
-//  Sec-WebSocket-Accept: base64 (SHA-1 (key + GUID)).
-static void s_accept_key (const char *key, char out [29])
-{
-    static const char guid [] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-    static const char b64 [] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char joined [128];
-    int n = snprintf (joined, sizeof joined, "%s%s", key, guid);
-    uint8_t digest [SHA_DIGEST_LENGTH];
-    SHA1 ((const uint8_t *) joined, (size_t) n, digest);
-    size_t o = 0;
-    for (size_t i = 0; i < 20; i += 3) {
-        uint32_t v = (uint32_t) digest [i] << 16 | (i + 1 < 20 ? (uint32_t) digest [i + 1] << 8 : 0)
-                   | (i + 2 < 20 ? digest [i + 2] : 0);
-        out [o++] = b64 [(v >> 18) & 63];
-        out [o++] = b64 [(v >> 12) & 63];
-        out [o++] = i + 1 < 20 ? b64 [(v >> 6) & 63] : '=';
-        out [o++] = i + 2 < 20 ? b64 [v & 63] : '=';
-    }
-    out [o] = 0;
-}
 
 //  A key is 16 bytes in base64: 22 characters and "==".
 static bool s_key_ok (const char *key)
@@ -86,7 +64,7 @@ int api_ws_accept (req_t *r, const ws_ops_t *ops, void *owner)
     ws->owner = owner;
     ws->reading = true;
     char accept [29];
-    s_accept_key (key, accept);
+    ah_ws_accept_for (key, accept);
     ah_buf_appendf (&conn->out, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                     "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", accept);
     conn->ws = ws;
@@ -101,7 +79,7 @@ int api_ws_send (conn_t *conn, const void *data, size_t size)
     ws_t *ws = conn->ws;
     if (!ws || ws->close_sent || conn->state != CONN_WS)
         return -1;
-    if (ah_wsframe_append (&conn->out, AH_WSF_BIN, true, data, size, NULL))
+    if (ah_wsframe_append (&conn->out, AH_WS_BIN, true, data, size, NULL))
         return -1;
     ws->pending_seen = ah_buf_size (&conn->out);
     api_conn_want_write (conn);
@@ -126,7 +104,7 @@ void api_ws_close (conn_t *conn, int code, const char *reason)
     payload [1] = (uint8_t) code;
     if (n)
         memcpy (payload + 2, reason, n);
-    ah_wsframe_append (&conn->out, AH_WSF_CLOSE, true, payload, n + 2, NULL);
+    ah_wsframe_append (&conn->out, AH_WS_CLOSE, true, payload, n + 2, NULL);
     ws->close_sent = true;
     conn->closing = true;
     ws->pending_seen = ah_buf_size (&conn->out);
@@ -182,36 +160,36 @@ void api_ws_rx (conn_t *conn)
         size_t n = (size_t) f.length;
         ah_wsframe_unmask (payload, n, f.mask, 0);
         switch (f.opcode) {
-            case AH_WSF_PING:
-                ah_wsframe_append (&conn->out, AH_WSF_PONG, true, payload, n, NULL);
+            case AH_WS_PING:
+                ah_wsframe_append (&conn->out, AH_WS_PONG, true, payload, n, NULL);
                 api_conn_want_write (conn);
                 break;
-            case AH_WSF_PONG:
+            case AH_WS_PONG:
                 break;
-            case AH_WSF_CLOSE: {
+            case AH_WS_CLOSE: {
                 unsigned code = n >= 2 ? (unsigned) payload [0] << 8 | payload [1] : 1000;
                 ah_buf_consume (&conn->in, f.header + n);
                 s_told_closed (conn);
                 api_ws_close (conn, code == 1005 || code < 1000 ? 1000 : (int) code, NULL);
                 return;
             }
-            case AH_WSF_TEXT:
-            case AH_WSF_CONT:
-            case AH_WSF_BIN: {
+            case AH_WS_TEXT:
+            case AH_WS_CONT:
+            case AH_WS_BIN: {
                 int op = f.opcode;
-                if (op == AH_WSF_CONT)
-                    op = ws->text_opcode ? ws->text_opcode : AH_WSF_BIN;
+                if (op == AH_WS_CONT)
+                    op = ws->text_opcode ? ws->text_opcode : AH_WS_BIN;
                 else if (ws->text_opcode) {
                     s_fail (conn, 1002, "a new message inside a fragmented one");
                     return;
                 }
-                if (op == AH_WSF_TEXT) {
+                if (op == AH_WS_TEXT) {
                     if (ah_buf_size (&ws->text) + n > WS_TEXT_MAX) {
                         s_fail (conn, 1009, "a text message over 4 KiB");
                         return;
                     }
                     ah_buf_append (&ws->text, payload, n);
-                    ws->text_opcode = f.fin ? 0 : AH_WSF_TEXT;
+                    ws->text_opcode = f.fin ? 0 : AH_WS_TEXT;
                     if (f.fin) {
                         ws->ops->message (ws->owner, false, ah_buf_head (&ws->text), ah_buf_size (&ws->text));
                         ah_buf_clear (&ws->text);

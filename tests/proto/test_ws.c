@@ -432,8 +432,46 @@ static void test_interop (const char *peer_script)
     CHECK (fd == -1 && strstr (err, "connect 127.0.0.1:") && strstr (err, "refused"));
 }
 
+//  proto/wsframe on the server's side: masks required, the rules every
+//  peer checks, a round trip masked and not.
+static void test_frames_server_side (void)
+{
+    ah_buf_t b = { 0 };
+    uint8_t mask [4] = { 1, 2, 3, 4 };
+    uint8_t big [70000];
+    memset (big, 'x', sizeof big);
+    CHECK (ah_wsframe_append (&b, AH_WS_BIN, true, big, sizeof big, mask) == 0);
+    ah_wsframe_t f;
+    const char *why = NULL;
+    for (size_t i = 0; i < 14; i++)         //  "need more" until the header is whole
+        CHECK (ah_wsframe_parse (ah_buf_head (&b), i, true, &f, &why) == (i >= 14 ? 1 : 0));
+    CHECK (ah_wsframe_parse (ah_buf_head (&b), ah_buf_size (&b), true, &f, &why) == 1);
+    CHECK (f.fin && f.opcode == AH_WS_BIN && f.masked && f.length == sizeof big && f.header == 14);
+    uint8_t *payload = ah_buf_head (&b) + f.header;
+    ah_wsframe_unmask (payload, 100, f.mask, 0);
+    ah_wsframe_unmask (payload + 100, sizeof big - 100, f.mask, 100);
+    CHECK (memcmp (payload, big, sizeof big) == 0);
+    CHECK (ah_wsframe_parse (ah_buf_head (&b), ah_buf_size (&b), false, &f, &why) == -1 && why);
+    ah_buf_clear (&b);
+    ah_wsframe_append (&b, AH_WS_TEXT, true, "hi", 2, NULL);            //  unmasked: a server's
+    CHECK (ah_wsframe_parse (ah_buf_head (&b), ah_buf_size (&b), true, &f, &why) == -1);
+    CHECK (ah_wsframe_parse (ah_buf_head (&b), ah_buf_size (&b), false, &f, &why) == 1 && f.length == 2);
+    uint8_t reserved [] = { 0xc2, 0x80, 0, 0, 0, 0 };
+    CHECK (ah_wsframe_parse (reserved, sizeof reserved, true, &f, &why) == -1);
+    uint8_t long_ping [] = { 0x89, 0x80 | 126, 0, 200 };
+    CHECK (ah_wsframe_parse (long_ping, sizeof long_ping, true, &f, &why) == -1);
+    uint8_t split_close [] = { 0x08, 0x80 };
+    CHECK (ah_wsframe_parse (split_close, sizeof split_close, true, &f, &why) == -1);
+    uint8_t unknown [] = { 0x83, 0x80 };
+    CHECK (ah_wsframe_parse (unknown, sizeof unknown, true, &f, &why) == -1);
+    uint8_t top_bit [14] = { 0x82, 0x80 | 127, 0x80 };
+    CHECK (ah_wsframe_parse (top_bit, sizeof top_bit, true, &f, &why) == -1);
+    ah_buf_free (&b);
+}
+
 int main (int argc, char **argv)
 {
+    test_frames_server_side ();
     test_accept_and_url ();
     test_session ();
     test_refusals ();
