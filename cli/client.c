@@ -18,6 +18,7 @@
 struct ah_client_t {
     char *url;                      //  "http://127.0.0.1:8080", no trailing slash
     char *token;                    //  NULL when not needed
+    char *ca;                       //  certificates to trust for https (NULL: the system's)
 };
 
 //  The token file: one line, surrounding whitespace ignored.
@@ -54,6 +55,7 @@ ah_client_t *ah_client_new (const char *config_path, bool need_token, char **err
         return NULL;
     const char *env_url = getenv ("AGENTHOLD_URL");
     const char *env_token = getenv ("AGENTHOLD_TOKEN");
+    const char *env_ca = getenv ("AGENTHOLD_CA");
     ah_config_t *config = NULL;
     //  The configuration is needed unless the environment says it all.
     if (!(env_url && *env_url) || (need_token && !(env_token && *env_token))) {
@@ -78,9 +80,16 @@ ah_client_t *ah_client_new (const char *config_path, bool need_token, char **err
             snprintf (host, sizeof host, "127.0.0.1");
         else if (!strcmp (host, "::"))
             snprintf (host, sizeof host, "::1");
-        self->url = strchr (host, ':') ? ah_strf ("http://[%s]:%d", host, port)
-                                       : ah_strf ("http://%s:%d", host, port);
+        //  The server's own certificate is the one to trust when the
+        //  configuration names it (a self-signed one, typically).
+        const char *scheme = config->tls_cert ? "https" : "http";
+        self->url = strchr (host, ':') ? ah_strf ("%s://[%s]:%d", scheme, host, port)
+                                       : ah_strf ("%s://%s:%d", scheme, host, port);
+        if (config->tls_cert && !(env_ca && *env_ca))
+            self->ca = strdup (config->tls_cert);
     }
+    if (env_ca && *env_ca)
+        self->ca = strdup (env_ca);
     size_t n = self->url ? strlen (self->url) : 0;
     while (n > 0 && self->url [n - 1] == '/')
         self->url [--n] = 0;
@@ -105,12 +114,24 @@ fail:
     return NULL;
 }
 
+void ah_client_curl (ah_client_t *self, void *curl)
+{
+    if (self->ca)
+        curl_easy_setopt ((CURL *) curl, CURLOPT_CAINFO, self->ca);
+}
+
+const char *ah_client_ca (ah_client_t *self)
+{
+    return self->ca;
+}
+
 void ah_client_destroy (ah_client_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
     ah_client_t *self = *self_p;
     free (self->url);
+    free (self->ca);
     if (self->token) {
         memset (self->token, 0, strlen (self->token));
         free (self->token);
@@ -167,6 +188,7 @@ long ah_client_call (ah_client_t *self, const char *method, const char *path, js
         headers = curl_slist_append (headers, "Expect:");
     }
     reply_t b = { .too_big = false };
+    ah_client_curl (self, curl);
     curl_easy_setopt (curl, CURLOPT_URL, url);
     curl_easy_setopt (curl, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt (curl, CURLOPT_HTTPHEADER, headers);

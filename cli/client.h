@@ -1,10 +1,14 @@
 /*  cli/client.h: how the agenthold command reaches the server's REST API.
 
     Where: AGENTHOLD_URL, else http://<server.listen> from the
-    configuration (a wildcard host becomes 127.0.0.1).
+    configuration (a wildcard host becomes 127.0.0.1), https:// when the
+    configuration gives the server a certificate (server.tls_cert).
+    Whom to trust for https: AGENTHOLD_CA (a PEM file), else that
+    certificate when the URL came from the configuration, else the
+    system's certificate authorities.
     Who: AGENTHOLD_TOKEN, else the token file <server.data_dir>/admin.token
     that the server writes on its first start (mode 0600).
-    The configuration is the server's own loader (server/config.h): the
+    The configuration is the server's own loader (config/config.h): the
     file from --config or AGENTHOLD_CONFIG, then AGENTHOLD_* variables.  */
 #ifndef AH_CLI_CLIENT_H
 #define AH_CLI_CLIENT_H
@@ -23,6 +27,10 @@ const char *ah_client_url (ah_client_t *self);
 //  The API token (NULL when not needed): for streaming calls made with
 //  curl or a WebSocket directly (cli/sbx.c).
 const char *ah_client_token (ah_client_t *self);
+//  Certificates to trust (a PEM file), or NULL for the system's.
+const char *ah_client_ca (ah_client_t *self);
+//  Sets what every curl handle of the client needs (the CA). curl is a CURL *.
+void ah_client_curl (ah_client_t *self, void *curl);
 
 //  One request. body (borrowed) is sent as JSON when not NULL. Returns
 //  the HTTP status, or 0 when the server could not be reached (*err set,

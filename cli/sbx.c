@@ -234,6 +234,7 @@ static CURL *s_curl (ah_client_t *client, const char *path, const char *header,
     *hdrs = curl_slist_append (*hdrs, "Expect:");
     if (header)
         *hdrs = curl_slist_append (*hdrs, header);
+    ah_client_curl (client, curl);
     curl_easy_setopt (curl, CURLOPT_URL, *url);
     curl_easy_setopt (curl, CURLOPT_HTTPHEADER, *hdrs);
     curl_easy_setopt (curl, CURLOPT_NOSIGNAL, 1L);

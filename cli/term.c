@@ -5,8 +5,8 @@
     and on SIGWINCH; output comes as binary messages; the server closes
     with "the shell exited with status N" and we exit with N.
 
-    The WebSocket is proto/ws.c over one TCP connection (plain http URLs
-    for now). One thread, one poll loop over the socket, our input and a
+    The WebSocket is proto/ws.c over one TCP connection, through TLS
+    (cli/tls.c) when the server is https. One thread, one poll loop over the socket, our input and a
     self-pipe: signal handlers only write the signal's number to it, the
     loop acts on it. Our input is read only while less than OUT_MAX waits
     for the server. The terminal's settings are restored on every way
@@ -14,6 +14,7 @@
     atexit.                                                             */
 #include "cli/term.h"
 #include "cli/client.h"
+#include "cli/tls.h"
 #include "proto/ws.h"
 
 #include <errno.h>
@@ -150,10 +151,6 @@ static ah_ws_t *s_open (ah_client_t *client, const char *name, term_t *t)
     const char *base = ah_client_url (client);
     ah_ws_url_t url;
     const char *uerr = NULL;
-    if (strncmp (base, "http://", 7)) {
-        fprintf (stderr, "agenthold term: only http:// servers are supported, not %s\n", base);
-        return NULL;
-    }
     if (ah_ws_url_parse (base, &url, &uerr)) {
         fprintf (stderr, "agenthold term: bad server URL %s: %s\n", base, uerr);
         return NULL;
@@ -175,6 +172,10 @@ static ah_ws_t *s_open (ah_client_t *client, const char *name, term_t *t)
         return NULL;
     }
     ah_ws_io_t io = ah_ws_io_plain (fd);
+    if (url.secure && ah_tls_io (fd, url.host, ah_client_ca (client), CONNECT_MS, &io, err, sizeof err)) {
+        fprintf (stderr, "agenthold term: %s: %s\n", base, err);
+        return NULL;
+    }
     ah_ws_opts_t opts = { .on_message = s_on_message, .on_close = s_on_close, .ud = t };
     ah_ws_t *ws = ah_ws_new (&io, &opts);
     if (!ws)

@@ -193,7 +193,7 @@ int ah_lwsloop_port (ah_lwsloop_t *self)
 
 struct lws_vhost *ah_lwsloop_listen (ah_lwsloop_t *self, const char *name, const char *host, int port,
                                      const struct lws_protocols *protocols, const char *raw_protocol,
-                                     char **err)
+                                     const char *tls_cert, const char *tls_key, char **err)
 {
     struct in_addr v4;
     struct in6_addr v6;
@@ -215,6 +215,16 @@ struct lws_vhost *ah_lwsloop_listen (ah_lwsloop_t *self, const char *name, const
     info.iface = host && *host ? host : NULL;
     if (ipv4)
         info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+    if (tls_cert && tls_key) {
+        info.ssl_cert_filepath = tls_cert;
+        info.ssl_private_key_filepath = tls_key;
+        //  lws reads this from the vhost's options too: without it the
+        //  vhost quietly serves plain TCP.
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        //  A raw listener's owner speaks HTTP/1.1 itself: offer nothing else.
+        if (raw_protocol)
+            info.alpn = "http/1.1";
+    }
     if (raw_protocol) {
         info.options |= LWS_SERVER_OPTION_ADOPT_APPLY_LISTEN_ACCEPT_CONFIG;
         info.listen_accept_role = "raw-skt";

@@ -72,9 +72,12 @@ int ah_lwsloop_port (ah_lwsloop_t *self);
 //  says which). raw_protocol non-NULL: connections are raw sockets bound
 //  to that protocol (the caller speaks HTTP itself); NULL: lws serves
 //  HTTP and WebSocket on protocols. NULL with *err on failure.
+//  tls_cert and tls_key (PEM files, both or neither): the listener
+//  speaks TLS (the context must have been made with
+//  LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT).
 struct lws_vhost *ah_lwsloop_listen (ah_lwsloop_t *self, const char *name, const char *host, int port,
                                      const struct lws_protocols *protocols, const char *raw_protocol,
-                                     char **err);
+                                     const char *tls_cert, const char *tls_key, char **err);
 
 //  Call fn (loop, sock, arg) whenever sock has a message. 0 / -1.
 //  Watching a socket twice replaces the first watch.

@@ -49,6 +49,8 @@ typedef struct {
 static const s_key_t s_keys [] = {
     { "server.listen",                    T_STR,      F (listen), NULL },
     { "server.data_dir",                  T_PATH,     F (data_dir), NULL },
+    { "server.tls_cert",                  T_OPT,      F (tls_cert), "none" },
+    { "server.tls_key",                   T_OPT,      F (tls_key), "none" },
     { "tap.endpoint",                     T_OPT,      F (tap_endpoint), "off" },
     { "sandbox.driver",                   T_STR,      F (driver), NULL },
     { "sandbox.default_image",            T_STR,      F (default_image), NULL },
@@ -76,7 +78,7 @@ static const s_key_t s_keys [] = {
 
 //  Environment variables that start with AGENTHOLD_ but are not keys
 static const char *s_env_exempt [] = {
-    "AGENTHOLD_URL", "AGENTHOLD_TOKEN", "AGENTHOLD_LOG", "AGENTHOLD_CONFIG",
+    "AGENTHOLD_URL", "AGENTHOLD_TOKEN", "AGENTHOLD_LOG", "AGENTHOLD_CONFIG", "AGENTHOLD_CA",
 };
 
 static char **s_str_field (ah_config_t *self, const s_key_t *key)
@@ -709,6 +711,15 @@ static char *s_validate (const ah_config_t *self)
     if ((why = s_check_listen ("server.listen", self->listen))
     ||  (why = s_check_listen ("sandbox.tunnel_listen", self->tunnel_listen)))
         return why;
+    if (!self->tls_cert != !self->tls_key)
+        return ah_strf ("server.tls_cert and server.tls_key go together: give both (HTTPS) or "
+                        "neither (plain HTTP)");
+    for (int i = 0; i < 2 && self->tls_cert; i++) {
+        const char *path = i ? self->tls_key : self->tls_cert;
+        if (access (path, R_OK) != 0)
+            return ah_strf ("%s = '%s': cannot be read: %s", i ? "server.tls_key" : "server.tls_cert",
+                            path, strerror (errno));
+    }
     if (self->tap_endpoint
     &&  strncmp (self->tap_endpoint, "ipc://", 6) && strncmp (self->tap_endpoint, "tcp://", 6))
         return ah_strf ("tap.endpoint = '%s': must start with ipc:// or tcp:// (or be off)",

@@ -17,6 +17,8 @@
 typedef struct {
     //  server.*
     char   *listen;                 //  "127.0.0.1:8080"
+    char   *tls_cert;               //  PEM certificate (chain) for the API; NULL = plain HTTP
+    char   *tls_key;                //  its private key
     char   *data_dir;               //  "/var/lib/agenthold" as root, else ~/.local/share/agenthold
     //  tap.*
     char   *tap_endpoint;           //  NULL = off

@@ -248,10 +248,13 @@ static void *s_init (ah_actor_t *actor, void *arg)
     memset (&info, 0, sizeof info);
     info.port = CONTEXT_PORT_NO_LISTEN;
     info.user = api;
+    if (a->config->tls_cert)
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
     api->loop = ah_lwsloop_new (&info);
     api->protocols [0] = api_http_protocol;     //  [1] stays the zeroed terminator
     char *why = NULL;
-    api->vhost = api->loop ? ah_lwsloop_listen (api->loop, "api", host, port, api->protocols, "ah-api", &why)
+    api->vhost = api->loop ? ah_lwsloop_listen (api->loop, "api", host, port, api->protocols, "ah-api",
+                                                  a->config->tls_cert, a->config->tls_key, &why)
                            : NULL;
     if (!api->vhost) {
         ah_actor_fail (actor, "server.listen = '%s': %s", listen, why ? why : "cannot start the loop");
@@ -266,7 +269,11 @@ static void *s_init (ah_actor_t *actor, void *arg)
         s_destroy (api);
         return NULL;
     }
-    ah_info (AREA, "listening on http://%s%s%s:%d", strchr (host, ':') ? "[" : "", host [0] ? host : "*",
+    bool loopback = streq (host, "127.0.0.1") || streq (host, "::1") || !strncmp (host, "127.", 4);
+    if (!a->config->tls_cert && !loopback)
+        ah_warn (AREA, "server.listen = '%s' is not loopback and the API speaks plain HTTP: tokens "
+                 "and terminals cross the network in clear; give server.tls_cert and server.tls_key", listen);
+    ah_info (AREA, "listening on %s://%s%s%s:%d", a->config->tls_cert ? "https" : "http", strchr (host, ':') ? "[" : "", host [0] ? host : "*",
              strchr (host, ':') ? "]" : "", lws_get_vhost_listen_port (api->vhost));
     return api;
 }
