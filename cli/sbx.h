@@ -1,4 +1,4 @@
-/*  cli/sbx.h: the sandbox commands of the agenthold CLI (issue 3):
+/*  cli/sbx.h: the sandbox commands of the agenthold CLI:
     `agenthold exec NAME -- CMD...` and `agenthold fs ls|get|put|mkdir|rm
     NAME PATH [LOCAL]` over the REST API (docs/cli.md).               */
 #ifndef AH_CLI_SBX_H

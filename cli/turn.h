@@ -1,4 +1,4 @@
-/*  cli/turn.h: `agenthold turn NAME [--lease S] -- CMD...` (issue 5):
+/*  cli/turn.h: `agenthold turn NAME [--lease S] -- CMD...`:
     hold a turn on an agent while a local command runs, and the "sleeps
     in" column of `agenthold ls`.                                       */
 #ifndef AH_CLI_TURN_H

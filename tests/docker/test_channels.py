@@ -2,9 +2,9 @@
 """tests/docker/test_channels.py: exec, files and the terminal through the
 REST API, end to end with the real `agenthold serve` on the Docker driver,
 the real static sandboxd in the busybox test image (tests/images/), and a
-sandbox's home that outlives stop, start and rebuild (issue 4: "a terminal
-and a file round trip work; stop, start and rebuild keep the files in the
-home").
+sandbox's home that outlives stop, start and rebuild (a terminal and a
+file round trip work; stop, start and rebuild keep the files in the
+home).
 
 Exec: `id -un` is agent, exit statuses and stderr pass through, a signal
 is reported, a timeout kills. Files: a 6 MiB upload comes back identical

@@ -351,7 +351,7 @@ def scenario():
     check(any(o["kind"] == "fs.write" and o["detail"] == "work/blob.bin" for o in ops), "fs.write in the audit trail")
     cli_ok("stop", "alice")
     expect_error(409, "sleeping", "POST", "/api/v1/agents/alice/exec", body={"cmd": "true"})
-    # A terminal on a sleeping agent wakes it (issue 5) and then serves.
+    # A terminal on a sleeping agent wakes it and then serves.
     result = asyncio.run(terminal_session(term_url + "?token=" + token(), wake_only=True))
     check(result["out"], "a terminal on a sleeping agent woke it and shows the shell: %r" % result)
     check(state("alice") == "running", "alice runs after the terminal woke it")

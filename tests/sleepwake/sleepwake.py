@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""tests/sleepwake/sleepwake.py: issue 5 end to end. The real `agenthold
+"""tests/sleepwake/sleepwake.py: sleep and wake end to end. The real `agenthold
 serve` with the fake driver, short times (idle_minutes 0.05 = 3 s, checks
 every 1 s, CPU sampled every 1 s), a temporary data directory and a copy
 of lua/ as policy.lua_dir; ports picked free from 18800-18899.
