@@ -589,12 +589,9 @@ ah_server_run (const ah_config_t *config)
 
     zsys_init ();
     self.bus_args.tap_endpoint = config->tap_endpoint;
-    self.bus = zactor_new (ah_bus_actor, &self.bus_args);
-    zpoller_t *poller = self.bus ? zpoller_new (self.bus, NULL) : NULL;
-    bool bus_died = !self.bus || zpoller_wait (poller, 100) == self.bus;
-    zpoller_destroy (&poller);
-    if (bus_died) {
-        ah_error ("server", "the bus did not start (see above)");
+    self.bus = ah_actor_new (&ah_bus_actor, &self.bus_args, &err);
+    if (!self.bus) {
+        ah_error ("server", "the bus did not start: %s", err ? err : "no reason given");
         goto out;
     }
     self.control = ah_bus_connect ("server");

@@ -88,7 +88,7 @@ int main (int argc, char **argv)
     //  fake's in-process sandboxd threads still start and stop each cycle).
     driver->waits_for_hello = false;
     ah_bus_args_t bus_args = { NULL };
-    zactor_t *bus = zactor_new (ah_bus_actor, &bus_args);
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
     s_client = ah_bus_connect ("api");
     s_watch = ah_bus_connect ("watch");
     zsock_set_rcvtimeo (s_client, 10000);

@@ -211,7 +211,7 @@ main (int argc, char **argv)
 
     zsys_init ();
     ah_bus_args_t bus_args = { 0 };
-    zactor_t *bus = zactor_new (ah_bus_actor, &bus_args);
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
     zsock_t *client = ah_bus_connect ("api");
 
     s_stub_t stub = { .lock = PTHREAD_MUTEX_INITIALIZER };

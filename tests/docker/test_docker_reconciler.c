@@ -115,7 +115,7 @@ main (int argc, char **argv)
     CHECK (d->start (d, &boot, &err) == 0);
 
     ah_bus_args_t bargs = { .tap_endpoint = NULL };
-    bus = zactor_new (ah_bus_actor, &bargs);
+    bus = ah_actor_new (&ah_bus_actor, &bargs, NULL);
     lifecycle = ah_bus_connect ("lifecycle");
     recorder = ah_bus_connect ("recorder");
     zclock_sleep (50);

@@ -113,7 +113,7 @@ main (void)
         .watch = s_watch, .impl = &stub,
     };
     ah_bus_args_t bargs = { 0 };
-    zactor_t *bus = zactor_new (ah_bus_actor, &bargs);
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &bargs, NULL);
     zsock_t *lifecycle = ah_bus_connect ("lifecycle");
     zsock_t *recorder = ah_bus_connect ("recorder");
     zclock_sleep (50);

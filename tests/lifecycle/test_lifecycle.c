@@ -771,7 +771,7 @@ int main (void)
         .destroy = c_destroy, .inspect = c_inspect, .list = c_list, .impl = &s_drv };
 
     ah_bus_args_t bus_args = { NULL };
-    s_bus = zactor_new (ah_bus_actor, &bus_args);
+    s_bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
     s_client = ah_bus_connect ("api");
     s_watch = ah_bus_connect ("watch");
     zsock_set_rcvtimeo (s_client, 5000);

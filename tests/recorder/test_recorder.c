@@ -285,7 +285,7 @@ s_test_crash (void)
     pid_t pid = fork ();
     if (pid == 0) {
         ah_bus_args_t bus_args = { 0 };
-        zactor_t *bus = zactor_new (ah_bus_actor, &bus_args);
+        zactor_t *bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
         ah_recorder_args_t args = { .db_path = s_db, .flush_rows = 10, .flush_ms = 60000 };
         zactor_t *rec = zactor_new (ah_recorder_actor, &args);
         zsock_t *client = ah_bus_connect ("api");
@@ -342,7 +342,7 @@ main (void)
 
     zsys_init ();
     ah_bus_args_t bus_args = { 0 };
-    zactor_t *bus = zactor_new (ah_bus_actor, &bus_args);
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
     zsock_t *client = ah_bus_connect ("api");
     s_test_batches (client);
     s_test_timer_and_replies (client);

@@ -125,7 +125,7 @@ int main (void)
     ah_config_t *config = ah_config_new_defaults ();
     free (config->lua_dir);
     config->lua_dir = strdup (lua);
-    zactor_t *bus = zactor_new (ah_bus_actor, &(ah_bus_args_t) { NULL });
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &(ah_bus_args_t) { NULL }, NULL);
     s_api = ah_bus_connect ("api");
     s_lifecycle = ah_bus_connect ("lifecycle");
     zsock_set_rcvtimeo (s_api, 5000);

@@ -320,7 +320,7 @@ int main (void)
            "VALUES ('%s', 'starting', 'img', 1, 512, '%s', 1)", AGENT, hash);
 
     ah_bus_args_t bargs = { .tap_endpoint = NULL };
-    zactor_t *bus = zactor_new (ah_bus_actor, &bargs);
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &bargs, NULL);
     zsock_t *lifecycle = ah_bus_connect ("lifecycle");
     zsock_t *api = ah_bus_connect ("api");
     zsock_t *sleeper = ah_bus_connect ("sleeper");
