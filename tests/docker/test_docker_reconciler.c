@@ -130,7 +130,7 @@ main (int argc, char **argv)
         goto cleanup;
     ah_reconciler_args_t rargs = { .db_path = dbpath, .driver = dp,
                                    .backoff_min_ms = 200, .backoff_max_ms = 1000 };
-    rec = zactor_new (ah_reconciler_actor, &rargs);
+    rec = ah_actor_new (&ah_reconciler_actor, &rargs, NULL);
     CHECK (rec != NULL);
 
     //  Start-up: r1 is running.
