@@ -404,7 +404,7 @@ s_start_actors (self_t *self)
     self->lifecycle_args = (ah_lifecycle_args_t) {
         .config = config, .driver = self->driver, .db_path = self->db_path,
         .subscribers = s_state_subscribers };
-    if (s_start_zactor (self, "lifecycle", ah_lifecycle_actor, &self->lifecycle_args))
+    if (s_start (self, &ah_lifecycle_actor, &self->lifecycle_args))
         return -1;
     self->reconciler_args = (ah_reconciler_args_t) { .db_path = self->db_path, .driver = self->driver };
     if (s_start (self, &ah_reconciler_actor, &self->reconciler_args))

@@ -96,7 +96,7 @@ int main (int argc, char **argv)
     const char *subscribers [] = { "watch", NULL };
     ah_lifecycle_args_t args = { .config = config, .driver = driver, .db_path = db_path,
                                  .subscribers = subscribers };
-    zactor_t *lifecycle = zactor_new (ah_lifecycle_actor, &args);
+    zactor_t *lifecycle = ah_actor_new (&ah_lifecycle_actor, &args, NULL);
 
     ah_msg_t *m = ah_msg_new ("AGENT_CREATE");
     ah_msg_set_str (m, "name", "bench");
