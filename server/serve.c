@@ -413,7 +413,7 @@ s_start_actors (self_t *self)
     //  CPU samples at least as often as the sleeper judges (issue 5: short test intervals).
     if (config->idle_check_interval_s * 1000 < AH_TUNNEL_STATS_INTERVAL_MS)
         self->tunnel_args.stats_interval_ms = (int) (config->idle_check_interval_s * 1000);
-    if (s_start_zactor (self, "tunnel", ah_tunnel_actor, &self->tunnel_args))
+    if (s_start (self, &ah_tunnel_actor, &self->tunnel_args))
         return -1;
     self->sleeper_args = (ah_sleeper_args_t) { .config = config, .db_path = self->db_path };
     if (s_start (self, &ah_sleeper_actor, &self->sleeper_args))
