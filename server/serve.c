@@ -6,8 +6,9 @@
     interrupts an actor's poll; the main thread reads them from a
     signalfd. It then prepares what every actor relies on (data
     directory, its lock, the migrated database, the admin token, the
-    driver), starts the bus and the actors in dependency order, each a
-    zactor, and waits on the signalfd and the actors' pipes. An actor
+    driver), starts the bus and the actors in dependency order, each with
+    ah_actor_new (common/actor.h), and waits on the signalfd and the
+    actors' pipes. An actor
     whose pipe speaks unasked has died: the server stops, exit status 1.
 
     Shutdown is the start order reversed (api first, bus last), so no
@@ -297,27 +298,34 @@ s_start (self_t *self, const ah_actor_def_t *def, void *args)
     return 0;
 }
 
-//  Start one actor. zactor_new does not report the status an actor
-//  signals, but an actor that failed returns at once and its thread's end
-//  signals again on the pipe: a short look tells most failures apart.
-//  (One that fails later is caught by the main loop the same way.)
+//  The api actor is a plain zactor: it says whether it started on its
+//  pipe, where zactor_new does not look. Asking for its PORT tells:
+//  a running api answers with the port, a failed one's thread has
+//  ended and its last signal is what comes back (its reason is in the
+//  log, written by the api).
 static int
-s_start_zactor (self_t *self, const char *name, zactor_fn *fn, void *args)
+s_start_api (self_t *self)
 {
-    zactor_t *actor = zactor_new (fn, args);
-    if (!actor) {
-        ah_error ("server", "cannot start the %s actor", name);
-        return -1;
+    zactor_t *actor = zactor_new (ah_api_actor, &self->api_args);
+    zmsg_t *answer = NULL;
+    if (actor) {
+        zsock_set_sndtimeo (zactor_sock (actor), 1000);
+        zsock_set_rcvtimeo (zactor_sock (actor), 5000);
+        zstr_send (actor, "PORT");
+        answer = zmsg_recv (actor);
+        zsock_set_sndtimeo (zactor_sock (actor), -1);
+        zsock_set_rcvtimeo (zactor_sock (actor), -1);
     }
-    zpoller_t *poller = zpoller_new (actor, NULL);
-    bool died = zpoller_wait (poller, 100) == actor;
-    zpoller_destroy (&poller);
-    if (died) {
-        ah_error ("server", "the %s actor failed to start (its reason is logged above)", name);
+    bool running = answer && zmsg_signal (answer) < 0;
+    zmsg_destroy (&answer);
+    if (!running) {
+        ah_error ("server", "the api actor failed to start (its reason is logged above)");
+        if (actor)
+            zsock_set_rcvtimeo (zactor_sock (actor), 500);     //  its last signal is consumed
         zactor_destroy (&actor);
         return -1;
     }
-    s_add (self, name, actor);
+    s_add (self, "api", actor);
     return 0;
 }
 
@@ -410,7 +418,7 @@ s_start_actors (self_t *self)
     if (s_start (self, &ah_reconciler_actor, &self->reconciler_args))
         return -1;
     self->tunnel_args = (ah_tunnel_args_t) { .config = config, .db_path = self->db_path };
-    //  CPU samples at least as often as the sleeper judges (issue 5: short test intervals).
+    //  CPU samples at least as often as the sleeper judges (short check intervals).
     if (config->idle_check_interval_s * 1000 < AH_TUNNEL_STATS_INTERVAL_MS)
         self->tunnel_args.stats_interval_ms = (int) (config->idle_check_interval_s * 1000);
     if (s_start (self, &ah_tunnel_actor, &self->tunnel_args))
@@ -423,9 +431,7 @@ s_start_actors (self_t *self)
     if (s_start (self, &ah_builder_actor, &self->builder_args))
         return -1;
     self->api_args = (ah_api_args_t) { .config = config, .db_path = self->db_path };
-    if (s_start_zactor (self, "api", ah_api_actor, &self->api_args))
-        return -1;
-    return 0;
+    return s_start_api (self);
 }
 
 static void
