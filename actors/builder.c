@@ -2,13 +2,13 @@
     builder.h for the messages and the threads).                       */
 #include "actors/builder.h"
 #include "catalog/catalog.h"
-#include "common/bus.h"
 #include "common/log.h"
 #include "common/msg.h"
 #include "policy/policy.h"
 #include "store/store.h"
 
 #include <msgpack.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,17 +26,19 @@ typedef struct {
     ah_driver_t        *driver;
     const ah_catalog_t *catalog;
     bool                prewarm;
+    char                endpoint [64];  //  the builder's PULL
     volatile int        stop;       //  set by the builder's thread, read by the worker and the driver
 } s_worker_args_t;
 
 typedef struct {
-    zsock_t          *pipe;
-    zsock_t          *bus;
+    ah_actor_t       *actor;
     ah_store_t       *store;
     ah_catalog_t     *catalog;
     ah_policy_t      *policy;
     s_image_t        *images;       //  one per catalog entry
-    zactor_t         *worker;       //  NULL when there is no image work
+    zsock_t          *results;      //  the worker's reports (PULL)
+    bool              working;      //  the worker thread runs (join it)
+    pthread_t         worker;
     s_worker_args_t   worker_args;
 } self_t;
 
@@ -44,40 +46,45 @@ typedef struct {
 //  The worker: image checks and builds, one at a time, off the actor's loop.
 
 static void
-s_report (zsock_t *pipe, const char *runtime, const char *state, const char *error)
+s_report (zsock_t *push, const char *runtime, const char *state, const char *error)
 {
-    zstr_sendx (pipe, "IMAGE", runtime, state, error ? error : "", NULL);
+    zstr_sendx (push, "IMAGE", runtime, state, error ? error : "", NULL);
 }
 
-static void
-s_worker (zsock_t *pipe, void *args)
+static void *
+s_worker (void *args)
 {
     s_worker_args_t *w = args;
-    zsock_signal (pipe, 0);
+    zsock_t *push = zsock_new_push (w->endpoint);
+    if (!push) {
+        ah_error (AREA, "the image worker cannot reach the builder");
+        return NULL;
+    }
+    zsock_set_linger (push, 1000);
     for (size_t i = 0; i < ah_catalog_size (w->catalog) && !w->stop; i++) {
         const ah_runtime_t *rt = ah_catalog_at (w->catalog, i);
         char *err = NULL;
         bool exists = false;
         if (w->driver->image_exists (w->driver, rt->image, &exists, &err) != 0) {
-            s_report (pipe, rt->name, "error", err ? err : "cannot ask the driver about the image");
+            s_report (push, rt->name, "error", err ? err : "cannot ask the driver about the image");
             free (err);
             continue;
         }
         if (exists) {
-            s_report (pipe, rt->name, "present", NULL);
+            s_report (push, rt->name, "present", NULL);
             continue;
         }
         if (!w->prewarm || !w->driver->image_build) {
-            s_report (pipe, rt->name, "missing", NULL);
+            s_report (push, rt->name, "missing", NULL);
             continue;
         }
-        s_report (pipe, rt->name, "building", NULL);
+        s_report (push, rt->name, "building", NULL);
         const char **names = calloc (rt->host_file_count + 1, sizeof (char *));
         const char **paths = calloc (rt->host_file_count + 1, sizeof (char *));
         if (!names || !paths) {
             free (names);
             free (paths);
-            s_report (pipe, rt->name, "error", "out of memory");
+            s_report (push, rt->name, "error", "out of memory");
             continue;
         }
         for (size_t f = 0; f < rt->host_file_count; f++) {
@@ -91,31 +98,18 @@ s_worker (zsock_t *pipe, void *args)
         free (names);
         free (paths);
         if (rc == 0)
-            s_report (pipe, rt->name, "present", NULL);
+            s_report (push, rt->name, "present", NULL);
         else
-            s_report (pipe, rt->name, "error", err ? err : "the image could not be built");
+            s_report (push, rt->name, "error", err ? err : "the image could not be built");
         free (err);
     }
-    zstr_sendx (pipe, "DONE", NULL);
-    //  Wait for $TERM (zactor_destroy) so the builder's pipe stays valid.
-    while (true) {
-        char *cmd = zstr_recv (pipe);
-        bool term = !cmd || streq (cmd, "$TERM");
-        zstr_free (&cmd);
-        if (term)
-            break;
-    }
+    zstr_sendx (push, "DONE", NULL);
+    zsock_destroy (&push);
+    return NULL;
 }
 
 //  ---------------------------------------------------------------------
 //  The actor.
-
-static void
-s_send (self_t *self, ah_msg_t **msg_p, const char *to)
-{
-    if (ah_msg_send (msg_p, self->bus, to) != 0)
-        ah_warn (AREA, "could not send to '%s'", to);
-}
 
 static void
 s_pack_str (msgpack_packer *pk, const char *s)
@@ -134,12 +128,13 @@ s_pack_tools (msgpack_packer *pk, const ah_runtime_t *rt)
         s_pack_str (pk, rt->tools [t]);
 }
 
-//  On the worker's pipe: [IMAGE][runtime][state][error] or [DONE].
+//  From the worker: [IMAGE][runtime][state][error] or [DONE].
 static void
-s_on_worker (self_t *self)
+s_on_worker (void *self_, zsock_t *results)
 {
+    self_t *self = self_;
     char *kind = NULL, *runtime = NULL, *state = NULL, *error = NULL;
-    if (zstr_recvx (self->worker, &kind, &runtime, &state, &error, NULL) < 1 || !kind)
+    if (zstr_recvx (results, &kind, &runtime, &state, &error, NULL) < 1 || !kind)
         return;
     if (streq (kind, "DONE"))
         ah_debug (AREA, "image pass done");
@@ -170,8 +165,9 @@ s_on_worker (self_t *self)
 }
 
 static void
-s_on_catalog_list (self_t *self, ah_msg_t *msg)
+s_on_catalog_list (void *self_, ah_msg_t *msg)
 {
+    self_t *self = self_;
     msgpack_sbuffer buf;
     msgpack_sbuffer_init (&buf);
     msgpack_packer pk;
@@ -203,12 +199,13 @@ s_on_catalog_list (self_t *self, ah_msg_t *msg)
         reply = ah_msg_reply_error (msg, 500, "the catalog could not be encoded");
     }
     msgpack_sbuffer_destroy (&buf);
-    s_send (self, &reply, ah_msg_peer (msg));
+    ah_actor_reply (self->actor, msg, reply);
 }
 
 static void
-s_on_briefing (self_t *self, ah_msg_t *msg)
+s_on_briefing (void *self_, ah_msg_t *msg)
 {
+    self_t *self = self_;
     const char *name = ah_msg_str (msg, "runtime");
     ah_msg_t *reply = NULL;
     const ah_runtime_t *rt = name ? ah_catalog_find (self->catalog, name) : NULL;
@@ -249,153 +246,98 @@ s_on_briefing (self_t *self, ah_msg_t *msg)
         ah_msg_destroy (&result);
         ah_msg_destroy (&arg);
     }
-    s_send (self, &reply, ah_msg_peer (msg));
+    ah_actor_reply (self->actor, msg, reply);
 }
 
 static void
-s_on_bus (self_t *self)
+s_on_policy_reload (void *self_, ah_msg_t *msg)
 {
-    char *err = NULL;
-    ah_msg_t *msg = ah_msg_recv (self->bus, true, &err);
-    if (!msg) {
-        ah_warn (AREA, "malformed message: %s", err ? err : "?");
-        free (err);
-        return;
-    }
-    const char *type = ah_msg_type (msg);
-    if (streq (type, "CATALOG_LIST"))
-        s_on_catalog_list (self, msg);
+    self_t *self = self_;
+    int rc = ah_policy_reload (self->policy, true);
+    if (rc < 0)
+        ah_warn (AREA, "briefing.lua not reloaded, the previous version stays: %s",
+                 ah_policy_error (self->policy));
     else
-    if (streq (type, "BRIEFING"))
-        s_on_briefing (self, msg);
-    else
-    if (streq (type, "POLICY_RELOAD")) {
-        int rc = ah_policy_reload (self->policy, true);
-        if (rc < 0)
-            ah_warn (AREA, "briefing.lua not reloaded, the previous version stays: %s",
-                     ah_policy_error (self->policy));
-        else
-            ah_info (AREA, "briefing.lua reloaded");
-    }
-    else
-    if (streq (type, "REPLY"))
-        ;                           //  we ask nobody anything
-    else {
-        ah_warn (AREA, "unknown message %s from '%s'", type, ah_msg_peer (msg));
-        if (ah_msg_has (msg, "req")) {
-            ah_msg_t *reply = ah_msg_reply_error (msg, 400, "unknown message type %s for the builder", type);
-            s_send (self, &reply, ah_msg_peer (msg));
-        }
-    }
-    ah_msg_destroy (&msg);
+        ah_info (AREA, "briefing.lua reloaded");
 }
 
 static void
-s_destroy (self_t *self)
+s_destroy (void *self_)
 {
-    if (self->worker) {
+    self_t *self = self_;
+    if (self->working) {
         //  A build in progress polls the flag and gives up; then join.
         __atomic_store_n (&self->worker_args.stop, 1, __ATOMIC_SEQ_CST);
-        zactor_destroy (&self->worker);
+        pthread_join (self->worker, NULL);
     }
+    zsock_destroy (&self->results);
     for (size_t i = 0; self->images && i < ah_catalog_size (self->catalog); i++)
         free (self->images [i].error);
     free (self->images);
     ah_policy_destroy (&self->policy);
     ah_catalog_destroy (&self->catalog);
-    zsock_destroy (&self->bus);
     ah_store_close (&self->store);
+    free (self);
 }
 
-static int
-s_init (self_t *self, const ah_builder_args_t *a)
+static void *
+s_init (ah_actor_t *actor, void *args)
 {
-    char *err = NULL;
+    const ah_builder_args_t *a = args;
     const ah_config_t *config = a ? a->config : NULL;
     if (!config || !config->catalog_path || !config->lua_dir || !a->db_path) {
-        ah_error (AREA, "no configuration (catalog.path, policy.lua_dir) or database given");
-        return -1;
+        ah_actor_fail (actor, "no configuration (catalog.path, policy.lua_dir) or database given");
+        return NULL;
     }
-    self->catalog = ah_catalog_load (config->catalog_path, &err);
-    if (!self->catalog) {
-        ah_error (AREA, "the runtime catalog is invalid: %s", err ? err : "?");
-        free (err);
-        return -1;
+    self_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->actor = actor;
+    char *err = NULL;
+    if (!(self->catalog = ah_catalog_load (config->catalog_path, &err)))
+        ah_actor_fail (actor, "the runtime catalog is invalid: %s", err ? err : "?");
+    else
+    if (!(self->store = ah_store_open (a->db_path, false, &err)))
+        ah_actor_fail (actor, "cannot open the database: %s", err ? err : "?");
+    else
+    if (!(self->policy = ah_policy_new (config->lua_dir, "briefing.lua", AREA, self->store, &err)))
+        ah_actor_fail (actor, "cannot load briefing.lua: %s", err ? err : "?");
+    free (err);
+    size_t n = self->policy ? ah_catalog_size (self->catalog) : 0;
+    if (!self->policy || !(self->images = calloc (n, sizeof (s_image_t)))) {
+        s_destroy (self);
+        return NULL;
     }
-    self->store = ah_store_open (a->db_path, false, &err);
-    if (!self->store) {
-        ah_error (AREA, "cannot open the database: %s", err ? err : "?");
-        free (err);
-        return -1;
-    }
-    self->policy = ah_policy_new (config->lua_dir, "briefing.lua", "builder", self->store, &err);
-    if (!self->policy) {
-        ah_error (AREA, "cannot load briefing.lua: %s", err ? err : "?");
-        free (err);
-        return -1;
-    }
-    size_t n = ah_catalog_size (self->catalog);
-    self->images = calloc (n, sizeof (s_image_t));
-    if (!self->images)
-        return -1;
     bool hooks = a->driver && a->driver->image_exists;
     for (size_t i = 0; i < n; i++)
         snprintf (self->images [i].state, sizeof self->images [i].state, hooks ? "checking" : "unknown");
-    self->bus = ah_bus_connect ("builder");
-    if (!self->bus) {
-        ah_error (AREA, "cannot connect to the bus");
-        return -1;
-    }
     if (hooks) {
-        self->worker_args = (s_worker_args_t) {
-            .driver = a->driver, .catalog = self->catalog, .prewarm = a->prewarm };
-        self->worker = zactor_new (s_worker, &self->worker_args);
-        if (!self->worker) {
-            ah_error (AREA, "cannot start the image worker");
-            return -1;
+        s_worker_args_t *w = &self->worker_args;
+        *w = (s_worker_args_t) { .driver = a->driver, .catalog = self->catalog, .prewarm = a->prewarm };
+        snprintf (w->endpoint, sizeof w->endpoint, "inproc://agenthold-builder-%p", (void *) self);
+        self->results = zsock_new_pull (w->endpoint);
+        self->working = self->results && ah_actor_reader (actor, self->results, s_on_worker) == 0
+                     && pthread_create (&self->worker, NULL, s_worker, w) == 0;
+        if (!self->working) {
+            ah_actor_fail (actor, "cannot start the image worker");
+            s_destroy (self);
+            return NULL;
         }
     }
     else
         ah_info (AREA, "the %s driver has no image hooks: runtime images are not checked",
                  a->driver ? a->driver->name : "(none)");
     ah_info (AREA, "%zu runtimes in %s", n, config->catalog_path);
-    return 0;
+    return self;
 }
 
-void
-ah_builder_actor (zsock_t *pipe, void *args)
-{
-    self_t self = { .pipe = pipe };
-    if (s_init (&self, args) != 0) {
-        s_destroy (&self);
-        zsock_signal (pipe, 1);
-        return;
-    }
-    zsock_signal (pipe, 0);
-    zpoller_t *poller = zpoller_new (pipe, self.bus, NULL);
-    if (self.worker)
-        zpoller_add (poller, self.worker);
-    while (true) {
-        void *which = zpoller_wait (poller, -1);
-        if (which == pipe) {
-            char *cmd = zstr_recv (pipe);
-            bool term = !cmd || streq (cmd, "$TERM");
-            if (!term)
-                ah_warn (AREA, "unknown pipe command '%s'", cmd);
-            zstr_free (&cmd);
-            if (term)
-                break;
-        }
-        else
-        if (which == self.bus)
-            s_on_bus (&self);
-        else
-        if (self.worker && which == self.worker)
-            s_on_worker (&self);
-        else
-        if (zpoller_terminated (poller))
-            break;
-    }
-    zpoller_destroy (&poller);
-    s_destroy (&self);
-}
+static const ah_actor_handler_t s_handlers [] = {
+    { "CATALOG_LIST", s_on_catalog_list },
+    { "BRIEFING", s_on_briefing },
+    { "POLICY_RELOAD", s_on_policy_reload },
+    { NULL, NULL }
+};
+
+const ah_actor_def_t ah_builder_actor = {
+    .name = AREA, .on_bus = true, .init = s_init, .destroy = s_destroy, .handlers = s_handlers,
+};

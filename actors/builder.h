@@ -13,21 +13,21 @@
       POLICY_RELOAD {}              reloads briefing.lua (a broken script
                                     keeps the previous one)
 
-    DESIGN. The actor's thread owns the catalog, the policy state, its
-    SQLite connection (policy_status rows) and the image table. Image
-    work blocks for minutes, so it runs in one worker thread (a zactor
-    started by the builder, not on the bus) that takes a snapshot of what
-    to do, calls the driver's optional image hooks (drivers/driver.h:
-    image_exists, image_build) one image at a time and reports each
-    outcome on its pipe as [IMAGE][runtime][state][error]. On $TERM the
-    builder raises the worker's stop flag, which the driver polls, and
-    joins it. Without the hooks (fake driver, or a driver that has none
+    DESIGN. The actor's thread (common/actor.h) owns the catalog, the
+    policy state, its SQLite connection (policy_status rows) and the
+    image table. Image work blocks for minutes, so it runs in one worker
+    thread (a pthread started by the builder, not on the bus) that takes
+    a snapshot of what to do, calls the driver's optional image hooks
+    (drivers/driver.h: image_exists, image_build) one image at a time
+    and reports each outcome over its PUSH to the builder's PULL as
+    [IMAGE][runtime][state][error], then [DONE]. On $TERM the builder
+    raises the worker's stop flag, which the driver polls, and joins it. Without the hooks (fake driver, or a driver that has none
     yet) every image is "unknown" and nothing blocks.                  */
 #ifndef AH_BUILDER_H
 #define AH_BUILDER_H
 
-#include <czmq.h>
 #include <stdbool.h>
+#include "common/actor.h"
 #include "drivers/driver.h"
 #include "config/config.h"
 
@@ -38,9 +38,9 @@ typedef struct {
     bool         prewarm;           //  build / pull missing images at start
 } ah_builder_args_t;
 
-//  zactor body: zactor_new (ah_builder_actor, &args). Signals 0 when the
-//  catalog and briefing.lua are loaded and it is on the bus; 1 (after
-//  logging why) otherwise.
-void ah_builder_actor (zsock_t *pipe, void *args);
+//  ah_actor_new (&ah_builder_actor, &args, &err): running once the catalog
+//  and briefing.lua are loaded and it is on the bus; NULL with the reason
+//  (e.g. the catalog's own message) otherwise.
+extern const ah_actor_def_t ah_builder_actor;
 
 #endif

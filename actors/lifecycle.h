@@ -9,13 +9,13 @@
     SANDBOX_START/STOP/REBUILD/DESTROY, SANDBOX_HELLO, SANDBOX_OBSERVED,
     AGENT_ACTIVITY in; REPLY and SANDBOX_STATE out).
 
-    The actor signals 0 once it is on the bus with its database open,
-    1 (after logging why) if it cannot be. $TERM on the pipe stops it; it
-    waits for driver calls in flight before it returns.              */
+    An actor (common/actor.h): ah_actor_new returns once it is on the bus
+    with its database open, or NULL with the reason. $TERM on the pipe
+    stops it; it waits for driver calls in flight before it returns.  */
 #ifndef AH_LIFECYCLE_H
 #define AH_LIFECYCLE_H
 
-#include <czmq.h>
+#include "common/actor.h"
 #include "drivers/driver.h"
 #include "config/config.h"
 
@@ -32,7 +32,7 @@ typedef struct {
     int hello_timeout_ms;           //  0: AH_LIFECYCLE_HELLO_TIMEOUT_MS (tests set less)
 } ah_lifecycle_args_t;
 
-//  zactor body: zactor_new (ah_lifecycle_actor, &args).
-void ah_lifecycle_actor (zsock_t *pipe, void *args);
+//  ah_actor_new (&ah_lifecycle_actor, &args, &err).
+extern const ah_actor_def_t ah_lifecycle_actor;
 
 #endif

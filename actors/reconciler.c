@@ -2,7 +2,6 @@
     driver's event stream turned into SANDBOX_OBSERVED (see reconciler.h;
     the threads and what they share are described there).             */
 #include "actors/reconciler.h"
-#include "common/bus.h"
 #include "common/log.h"
 #include "common/msg.h"
 #include "store/store.h"
@@ -27,8 +26,7 @@ typedef struct {
 } worker_args_t;
 
 typedef struct {
-    zsock_t      *pipe;
-    zsock_t      *bus;
+    ah_actor_t   *actor;
     zsock_t      *pull;                 //  workers' messages, to forward
     char         *db_path;
     char          endpoint [64];
@@ -285,10 +283,11 @@ s_start_scan (self_t *self)
 
 //  A worker's message: forward to its destination on the bus.
 static void
-s_on_pull (self_t *self)
+s_on_pull (void *self_, zsock_t *pull)
 {
+    self_t *self = self_;
     char *err = NULL;
-    ah_msg_t *m = ah_msg_recv (self->pull, true, &err);
+    ah_msg_t *m = ah_msg_recv (pull, true, &err);
     if (!m) {
         ah_error (AREA, "bad message from a worker: %s", err ? err : "?");
         free (err);
@@ -305,117 +304,94 @@ s_on_pull (self_t *self)
         return;
     }
     ah_msg_set_peer (m, "");
-    if (ah_msg_send (&m, self->bus, dest))
-        ah_warn (AREA, "cannot send to %s on the bus", dest);
+    ah_actor_send (self->actor, dest, &m);
+}
+
+//  The bus answers 503 for an absent destination only when a req was
+//  set; we set none. Anything else: log it.
+static void
+s_on_reply (void *self_, ah_msg_t *m)
+{
+    if (!ah_msg_bool (m, "ok", true))
+        ah_warn (AREA, "%s answered: %s", ah_msg_peer (m),
+                 ah_msg_str (m, "error") ? ah_msg_str (m, "error") : "?");
+}
+
+//  SCAN: the start-up pass again; answered once it is queued.
+static void
+s_cmd_scan (void *self_, zmsg_t *cmd)
+{
+    self_t *self = self_;
+    s_start_scan (self);
+    zsock_signal (ah_actor_pipe (self->actor), 0);
 }
 
 static void
-s_on_bus (self_t *self)
+s_destroy (void *self_)
 {
-    char *err = NULL;
-    ah_msg_t *m = ah_msg_recv (self->bus, true, &err);
-    if (!m) {
-        ah_warn (AREA, "malformed message: %s", err ? err : "?");
-        free (err);
-        return;
-    }
-    const char *type = ah_msg_type (m);
-    if (streq (type, "REPLY")) {
-        //  The bus answers 503 for an absent destination only when a req
-        //  was set; we set none. Anything else: log it.
-        if (!ah_msg_bool (m, "ok", true))
-            ah_warn (AREA, "%s answered: %s", ah_msg_peer (m),
-                     ah_msg_str (m, "error") ? ah_msg_str (m, "error") : "?");
-    }
-    else {
-        ah_warn (AREA, "unknown message %s from %s", type, ah_msg_peer (m));
-        if (ah_msg_has (m, "req")) {
-            ah_msg_t *reply = ah_msg_reply_error (m, 400, "the reconciler does not handle %s", type);
-            ah_msg_send (&reply, self->bus, ah_msg_peer (m));
-        }
-    }
-    ah_msg_destroy (&m);
-}
-
-static void
-s_destroy (self_t *self)
-{
+    self_t *self = self_;
     self->stop = 1;
     if (self->following)
         pthread_join (self->follower, NULL);
     if (self->scanning)
         pthread_join (self->scan, NULL);
-    self->following = self->scanning = false;
     zsock_destroy (&self->pull);
-    zsock_destroy (&self->bus);
     free (self->db_path);
-    self->db_path = NULL;
+    free (self);
 }
 
-void
-ah_reconciler_actor (zsock_t *pipe, void *args)
+static void *
+s_init (ah_actor_t *actor, void *args)
 {
     const ah_reconciler_args_t *a = args;
-    self_t self = { .pipe = pipe };
     if (!a || !a->driver || !a->db_path) {
-        ah_error (AREA, "started without a driver or a database path");
-        zsock_signal (pipe, 1);
-        return;
+        ah_actor_fail (actor, "the reconciler was started without a driver or a database path");
+        return NULL;
     }
-    self.db_path = strdup (a->db_path);
-    snprintf (self.endpoint, sizeof self.endpoint, "inproc://reconciler-%p", (void *) &self);
-    self.pull = zsock_new_pull (self.endpoint);
-    self.bus = ah_bus_connect (SELF_NAME);
-    if (!self.pull || !self.bus || !self.db_path) {
-        ah_error (AREA, "cannot set up the reconciler's sockets");
-        s_destroy (&self);
-        zsock_signal (pipe, 1);
-        return;
+    self_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->actor = actor;
+    self->db_path = strdup (a->db_path);
+    snprintf (self->endpoint, sizeof self->endpoint, "inproc://reconciler-%p", (void *) self);
+    self->pull = zsock_new_pull (self->endpoint);
+    if (!self->pull || !self->db_path || ah_actor_reader (actor, self->pull, s_on_pull)) {
+        ah_actor_fail (actor, "cannot set up the reconciler's sockets");
+        s_destroy (self);
+        return NULL;
     }
-    self.wargs = (worker_args_t) {
-        .db_path = self.db_path, .driver = a->driver, .endpoint = self.endpoint,
-        .stop = &self.stop,
+    self->wargs = (worker_args_t) {
+        .db_path = self->db_path, .driver = a->driver, .endpoint = self->endpoint,
+        .stop = &self->stop,
         .backoff_min_ms = a->backoff_min_ms > 0 ? a->backoff_min_ms : 500,
         .backoff_max_ms = a->backoff_max_ms > 0 ? a->backoff_max_ms : 30000,
     };
-    if (self.wargs.backoff_max_ms < self.wargs.backoff_min_ms)
-        self.wargs.backoff_max_ms = self.wargs.backoff_min_ms;
+    if (self->wargs.backoff_max_ms < self->wargs.backoff_min_ms)
+        self->wargs.backoff_max_ms = self->wargs.backoff_min_ms;
     //  Follow first, then scan: an event during the scan is not lost.
     if (a->driver->watch) {
-        if (pthread_create (&self.follower, NULL, s_follow_thread, &self.wargs) == 0)
-            self.following = true;
+        if (pthread_create (&self->follower, NULL, s_follow_thread, &self->wargs) == 0)
+            self->following = true;
         else
             ah_error (AREA, "cannot start the event follower thread");
     }
     else
         ah_info (AREA, "the %s driver has no event stream: start-up pass only", a->driver->name);
-    s_start_scan (&self);
-    zsock_signal (pipe, 0);
-
-    zpoller_t *poller = zpoller_new (pipe, self.bus, self.pull, NULL);
-    while (true) {
-        void *which = zpoller_wait (poller, -1);
-        if (which == pipe) {
-            char *cmd = zstr_recv (pipe);
-            bool term = !cmd || streq (cmd, "$TERM");
-            if (cmd && streq (cmd, "SCAN")) {
-                s_start_scan (&self);
-                zsock_signal (pipe, 0);
-            }
-            zstr_free (&cmd);
-            if (term)
-                break;
-        }
-        else
-        if (which == self.pull)
-            s_on_pull (&self);
-        else
-        if (which == self.bus)
-            s_on_bus (&self);
-        else
-        if (zpoller_terminated (poller))
-            break;
-    }
-    zpoller_destroy (&poller);
-    s_destroy (&self);
+    s_start_scan (self);
+    return self;
 }
+
+static const ah_actor_handler_t s_handlers [] = {
+    { "REPLY", s_on_reply },
+    { NULL, NULL }
+};
+
+static const ah_actor_command_t s_commands [] = {
+    { "SCAN", s_cmd_scan },
+    { NULL, NULL }
+};
+
+const ah_actor_def_t ah_reconciler_actor = {
+    .name = SELF_NAME, .on_bus = true, .init = s_init, .destroy = s_destroy,
+    .handlers = s_handlers, .commands = s_commands,
+};

@@ -21,8 +21,8 @@
     Pipe commands: "$TERM". "SCAN" runs the start-up pass again (tests,
     operators); the actor answers on the pipe with signal 0 once queued.
 
-    DESIGN. Three threads. The actor thread owns the bus DEALER and only
-    forwards messages; it never blocks on the driver. A scan worker
+    DESIGN. Three threads. The actor thread (common/actor.h) owns the
+    bus DEALER and only forwards messages; it never blocks on the driver. A scan worker
     (pthread, one at a time) and the event follower (pthread) call the
     driver, each with its own SQLite connection, and send their messages
     [dest][TYPE][map] over their own inproc PUSH to the actor's PULL,
@@ -32,19 +32,19 @@
 #ifndef AH_RECONCILER_H
 #define AH_RECONCILER_H
 
-#include <czmq.h>
+#include "common/actor.h"
 #include "drivers/driver.h"
 
 typedef struct {
-    const char  *db_path;           //  borrowed until the actor signals
+    const char  *db_path;           //  borrowed until ah_actor_new returns
     ah_driver_t *driver;            //  borrowed; thread-safe; outlives the actor
     int          backoff_min_ms;    //  0: 500 (first reconnect delay)
     int          backoff_max_ms;    //  0: 30000
 } ah_reconciler_args_t;
 
-//  zactor body: zactor_new (ah_reconciler_actor, &args). Signals 0 when
-//  ready (bus connected, scan and follower launched); on failure it logs
-//  why, signals 1 and returns.
-void ah_reconciler_actor (zsock_t *pipe, void *args);
+//  ah_actor_new (&ah_reconciler_actor, &args, &err): running once on the
+//  bus with the scan and the follower launched; NULL with the reason
+//  otherwise.
+extern const ah_actor_def_t ah_reconciler_actor;
 
 #endif

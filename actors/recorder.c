@@ -1,16 +1,16 @@
 /*  actors/recorder.c: the audit trail (see recorder.h).
 
-    DESIGN. One zactor thread owning one SQLite connection and one bus
-    DEALER named "recorder". Incoming rows are validated, capped and
-    queued in memory (self->pending); a flush writes them all in one
-    transaction when flush_rows are pending, when the oldest has waited
-    flush_ms, on FLUSH and on $TERM. Requests that asked for an answer
-    (OP_RECORD with "req") are answered after the commit that made their
-    row durable. If the database refuses a flush (busy, disk full) the rows
-    stay queued and the next tick retries; past AH_RECORDER_MAX_PENDING
-    new rows are dropped and counted, so memory stays bounded.          */
+    DESIGN. An actor (common/actor.h) owning one SQLite connection; bus
+    name "recorder". Incoming rows are validated, capped and queued in
+    memory (self->pending); a flush writes them all in one transaction
+    when flush_rows are pending, when the oldest has waited flush_ms (a
+    timer armed by the first pending row), on FLUSH and on $TERM.
+    Requests that asked for an answer (OP_RECORD with "req") are answered
+    after the commit that made their row durable. If the database refuses
+    a flush (busy, disk full) the rows stay queued and the timer retries
+    flush_ms later; past AH_RECORDER_MAX_PENDING new rows are dropped and
+    counted, so memory stays bounded.                                   */
 #include "actors/recorder.h"
-#include "common/bus.h"
 #include "common/log.h"
 #include "common/msg.h"
 #include "store/store.h"
@@ -42,18 +42,16 @@ typedef struct {
 } s_row_t;
 
 typedef struct {
-    zsock_t    *pipe;
-    zsock_t    *bus;
+    ah_actor_t *actor;
     ah_store_t *store;
     s_row_t    *pending;
     size_t      pending_count;
     size_t      pending_alloc;
-    int64_t     oldest_ms;          //  when the oldest pending row arrived (monotonic)
+    int         flush_timer;        //  armed while rows are pending; 0 when not
     int64_t     dropped;            //  rows dropped since the last warning
     int         flush_rows;
     int         flush_ms;
     int64_t     retention_ms;
-    int64_t     next_sweep_ms;      //  monotonic
 } self_t;
 
 static void
@@ -89,11 +87,14 @@ s_capped (const char *s, size_t max)
     return copy;
 }
 
+static void s_on_flush_timer (void *self_, void *arg);
+
+//  The pending rows wait at most flush_ms: the timer runs while any do.
 static void
-s_send_reply (self_t *self, ah_msg_t **reply_p, const char *to)
+s_arm (self_t *self)
 {
-    if (ah_msg_send (reply_p, self->bus, to) != 0)
-        ah_warn ("recorder", "could not send a REPLY to '%s'", to);
+    if (!self->flush_timer)
+        self->flush_timer = ah_actor_timer (self->actor, self->flush_ms, 0, s_on_flush_timer, NULL);
 }
 
 //  Write every pending row in one transaction. 0 / -1 (rows stay queued).
@@ -104,6 +105,7 @@ s_flush (self_t *self)
         return 0;
     if (ah_store_begin (self->store) != 0) {
         ah_warn ("recorder", "cannot begin a transaction; %zu rows stay queued", self->pending_count);
+        s_arm (self);
         return -1;
     }
     sqlite3_stmt *stmt = ah_store_prepare (self->store,
@@ -129,6 +131,7 @@ s_flush (self_t *self)
     if (failed || ah_store_commit (self->store) != 0) {
         ah_store_rollback (self->store);
         ah_warn ("recorder", "flush failed; %zu rows stay queued", self->pending_count);
+        s_arm (self);
         return -1;
     }
     ah_debug ("recorder", "flushed %zu rows", self->pending_count);
@@ -139,11 +142,13 @@ s_flush (self_t *self)
             ah_msg_set_int (reply, "req", row->req);
             ah_msg_set_bool (reply, "ok", true);
             ah_msg_set_int (reply, "status", 201);
-            s_send_reply (self, &reply, row->reply_to);
+            ah_actor_send (self->actor, row->reply_to, &reply);
         }
         s_row_free (row);
     }
     self->pending_count = 0;
+    ah_actor_timer_end (self->actor, self->flush_timer);
+    self->flush_timer = 0;
     if (self->dropped) {
         ah_warn ("recorder", "%lld audit rows were dropped while the database refused writes",
                  (long long) self->dropped);
@@ -172,8 +177,7 @@ s_queue (self_t *self, s_row_t *row)
         self->pending = grown;
         self->pending_alloc = alloc;
     }
-    if (self->pending_count == 0)
-        self->oldest_ms = zclock_mono ();
+    s_arm (self);
     self->pending [self->pending_count++] = *row;
     if ((int) self->pending_count >= self->flush_rows)
         s_flush (self);
@@ -195,15 +199,13 @@ static void
 s_refuse (self_t *self, ah_msg_t *msg, const char *why)
 {
     ah_warn ("recorder", "%s from '%s' refused: %s", ah_msg_type (msg), ah_msg_peer (msg), why);
-    if (ah_msg_has (msg, "req")) {
-        ah_msg_t *reply = ah_msg_reply_error (msg, 400, "%s: %s", ah_msg_type (msg), why);
-        s_send_reply (self, &reply, ah_msg_peer (msg));
-    }
+    ah_actor_reply_error (self->actor, msg, 400, "%s: %s", ah_msg_type (msg), why);
 }
 
 static void
-s_on_record (self_t *self, ah_msg_t *msg)
+s_on_record (void *self_, ah_msg_t *msg)
 {
+    self_t *self = self_;
     const char *actor = ah_msg_str (msg, "actor");
     const char *kind = ah_msg_str (msg, "kind");
     const char *agent_id, *detail, *error;
@@ -247,16 +249,15 @@ s_on_record (self_t *self, ah_msg_t *msg)
         row.reply_to = strdup (ah_msg_peer (msg));
         row.req = ah_msg_int (msg, "req", 0);
     }
-    if (s_queue (self, &row) != 0 && ah_msg_has (msg, "req")) {
-        ah_msg_t *reply = ah_msg_reply_error (msg, 503, "the audit queue is full (the database refuses writes)");
-        s_send_reply (self, &reply, ah_msg_peer (msg));
-    }
+    if (s_queue (self, &row) != 0)
+        ah_actor_reply_error (self->actor, msg, 503, "the audit queue is full (the database refuses writes)");
 }
 
 //  Lifecycle's state events become rows of kind "state".
 static void
-s_on_state (self_t *self, ah_msg_t *msg)
+s_on_state (void *self_, ah_msg_t *msg)
 {
+    self_t *self = self_;
     const char *agent_id = ah_msg_str (msg, "agent_id");
     const char *state = ah_msg_str (msg, "state");
     const char *op, *error;
@@ -287,8 +288,9 @@ s_on_state (self_t *self, ah_msg_t *msg)
 //  OP_LIST: newest first; pending rows are flushed first so a caller sees
 //  everything recorded before it asked.
 static void
-s_on_list (self_t *self, ah_msg_t *msg)
+s_on_list (void *self_, ah_msg_t *msg)
 {
+    self_t *self = self_;
     const char *agent_id;
     if (!s_opt_str (msg, "agent_id", &agent_id)) {
         s_refuse (self, msg, "\"agent_id\" must be a string");
@@ -308,8 +310,7 @@ s_on_list (self_t *self, ah_msg_t *msg)
           " WHERE at < :before ORDER BY at DESC, id DESC LIMIT :limit");
     if (!stmt || (agent_id && ah_store_bind_text (stmt, ":agent_id", agent_id))
     ||  ah_store_bind_int64 (stmt, ":before", before) || ah_store_bind_int64 (stmt, ":limit", limit)) {
-        ah_msg_t *reply = ah_msg_reply_error (msg, 500, "cannot read the operations table");
-        s_send_reply (self, &reply, ah_msg_peer (msg));
+        ah_actor_reply_error (self->actor, msg, 500, "cannot read the operations table");
         return;
     }
     //  Rows first into a buffer, then the array header in front of them.
@@ -356,15 +357,15 @@ s_on_list (self_t *self, ah_msg_t *msg)
         msgpack_sbuffer_destroy (&all);
     }
     msgpack_sbuffer_destroy (&rows);
-    s_send_reply (self, &reply, ah_msg_peer (msg));
+    ah_actor_reply (self->actor, msg, reply);
 }
 
 //  Retention: delete in batches, each its own short transaction, so the
 //  other actors' writers never wait long for the database.
 static void
-s_sweep (self_t *self)
+s_sweep (void *self_, void *arg)
 {
-    self->next_sweep_ms = zclock_mono () + AH_RECORDER_SWEEP_MS;
+    self_t *self = self_;
     int64_t cutoff = ah_store_now_ms () - self->retention_ms;
     int64_t total = 0;
     while (true) {
@@ -386,119 +387,83 @@ s_sweep (self_t *self)
 }
 
 static void
-s_on_bus (self_t *self)
+s_on_flush_timer (void *self_, void *arg)
 {
-    char *err = NULL;
-    ah_msg_t *msg = ah_msg_recv (self->bus, true, &err);
-    if (!msg) {
-        ah_warn ("recorder", "malformed message: %s", err ? err : "?");
-        free (err);
-        return;
-    }
-    const char *type = ah_msg_type (msg);
-    if (streq (type, "OP_RECORD"))
-        s_on_record (self, msg);
-    else
-    if (streq (type, "SANDBOX_STATE"))
-        s_on_state (self, msg);
-    else
-    if (streq (type, "OP_LIST"))
-        s_on_list (self, msg);
-    else
-    if (streq (type, "REPLY"))
-        ;                           //  nothing we asked for: ignore
-    else
-        s_refuse (self, msg, "unknown message type for the recorder");
-    ah_msg_destroy (&msg);
+    self_t *self = self_;
+    self->flush_timer = 0;          //  it fired; s_flush re-arms it on failure
+    s_flush (self);
+}
+
+//  FLUSH: write what is pending now, answer signal 0 (1 if refused).
+static void
+s_cmd_flush (void *self_, zmsg_t *cmd)
+{
+    self_t *self = self_;
+    zsock_signal (ah_actor_pipe (self->actor), s_flush (self) == 0 ? 0 : 1);
+}
+
+//  $TERM: the server stops every sender before us, but their last rows
+//  may still be crossing the bus. Take what arrives until it has been
+//  quiet for 50 ms (at most a second in all), then flush.
+static void
+s_on_term (void *self_)
+{
+    self_t *self = self_;
+    ah_actor_drain (self->actor, 50, 1000);
+    if (s_flush (self) != 0)
+        ah_error ("recorder", "%zu audit rows could not be written at shutdown", self->pending_count);
 }
 
 static void
-s_destroy (self_t *self)
+s_destroy (void *self_)
 {
+    self_t *self = self_;
     for (size_t i = 0; i < self->pending_count; i++)
         s_row_free (&self->pending [i]);
     free (self->pending);
-    zsock_destroy (&self->bus);
     ah_store_close (&self->store);
+    free (self);
 }
 
-void
-ah_recorder_actor (zsock_t *pipe, void *args)
+static void *
+s_init (ah_actor_t *actor, void *args)
 {
     const ah_recorder_args_t *a = args;
-    self_t self = {
-        .pipe = pipe,
+    self_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    *self = (self_t) {
+        .actor = actor,
         .flush_rows = a && a->flush_rows > 0 ? a->flush_rows : 256,
         .flush_ms = a && a->flush_ms > 0 ? a->flush_ms : 200,
         .retention_ms = (int64_t) ((a && a->retention_days > 0 ? a->retention_days : 90) * 86400000.0),
     };
     char *err = NULL;
-    self.store = a && a->db_path ? ah_store_open (a->db_path, false, &err) : NULL;
-    if (!self.store) {
-        ah_error ("recorder", "cannot open the database: %s", err ? err : "no path given");
+    self->store = a && a->db_path ? ah_store_open (a->db_path, false, &err) : NULL;
+    if (!self->store) {
+        ah_actor_fail (actor, "cannot open the database: %s", err ? err : "no path given");
         free (err);
-        s_destroy (&self);
-        zsock_signal (pipe, 1);
-        return;
+        s_destroy (self);
+        return NULL;
     }
-    self.bus = ah_bus_connect ("recorder");
-    if (!self.bus) {
-        ah_error ("recorder", "cannot connect to the bus");
-        s_destroy (&self);
-        zsock_signal (pipe, 1);
-        return;
-    }
-    s_sweep (&self);
-    zsock_signal (pipe, 0);
-
-    zpoller_t *poller = zpoller_new (pipe, self.bus, NULL);
-    while (true) {
-        int timeout = -1;
-        int64_t now = zclock_mono ();
-        if (self.pending_count) {
-            int64_t left = self.oldest_ms + self.flush_ms - now;
-            timeout = left > 0 ? (int) left : 0;
-        }
-        int64_t to_sweep = self.next_sweep_ms - now;
-        if (timeout < 0 || to_sweep < timeout)
-            timeout = to_sweep > 0 ? (int) to_sweep : 0;
-        void *which = zpoller_wait (poller, timeout);
-        if (which == pipe) {
-            char *cmd = zstr_recv (pipe);
-            if (!cmd || streq (cmd, "$TERM")) {
-                zstr_free (&cmd);
-                break;
-            }
-            if (streq (cmd, "FLUSH"))
-                zsock_signal (pipe, s_flush (&self) == 0 ? 0 : 1);
-            else
-                ah_warn ("recorder", "unknown pipe command '%s'", cmd);
-            zstr_free (&cmd);
-        }
-        else
-        if (which == self.bus)
-            s_on_bus (&self);
-        else
-        if (zpoller_terminated (poller))
-            break;
-        now = zclock_mono ();
-        if (self.pending_count && now - self.oldest_ms >= self.flush_ms) {
-            if (s_flush (&self) != 0)
-                self.oldest_ms = now;           //  back off one period before retrying
-        }
-        if (now >= self.next_sweep_ms)
-            s_sweep (&self);
-    }
-    zpoller_destroy (&poller);
-    //  Drain, then flush: the server stops every sender before us, but
-    //  their last rows may still be crossing the bus. Take what arrives
-    //  until it has been quiet for 50 ms (at most a second in all).
-    poller = zpoller_new (self.bus, NULL);
-    int64_t give_up = zclock_mono () + 1000;
-    while (zclock_mono () < give_up && zpoller_wait (poller, 50) == self.bus)
-        s_on_bus (&self);
-    zpoller_destroy (&poller);
-    if (s_flush (&self) != 0)
-        ah_error ("recorder", "%zu audit rows could not be written at shutdown", self.pending_count);
-    s_destroy (&self);
+    s_sweep (self, NULL);
+    ah_actor_timer (actor, AH_RECORDER_SWEEP_MS, AH_RECORDER_SWEEP_MS, s_sweep, NULL);
+    return self;
 }
+
+static const ah_actor_handler_t s_handlers [] = {
+    { "OP_RECORD", s_on_record },
+    { "SANDBOX_STATE", s_on_state },
+    { "OP_LIST", s_on_list },
+    { NULL, NULL }
+};
+
+static const ah_actor_command_t s_commands [] = {
+    { "FLUSH", s_cmd_flush },
+    { NULL, NULL }
+};
+
+const ah_actor_def_t ah_recorder_actor = {
+    .name = "recorder", .on_bus = true, .init = s_init, .destroy = s_destroy, .on_term = s_on_term,
+    .handlers = s_handlers, .commands = s_commands,
+};

@@ -16,7 +16,8 @@
     Pipe commands: "$TERM" (flush, then exit), "FLUSH" (flush now, then
     signal 0 on the pipe: tests and orderly shutdown use it).
 
-    DESIGN. One thread (this zactor), one SQLite connection of its own.
+    DESIGN. One actor thread (common/actor.h), one SQLite connection of
+    its own.
     Rows wait in memory for at most flush_ms or until flush_rows are
     pending, then go in one BEGIN IMMEDIATE transaction: the audit trail
     must never slow the actors that feed it. A retention sweep deletes
@@ -24,18 +25,17 @@
 #ifndef AH_RECORDER_H
 #define AH_RECORDER_H
 
-#include <czmq.h>
-#include <stdint.h>
+#include "common/actor.h"
 
 typedef struct {
-    const char *db_path;            //  borrowed until the actor signals
+    const char *db_path;            //  borrowed until ah_actor_new returns
     double      retention_days;     //  0: 90 days
     int         flush_rows;         //  0: 256
     int         flush_ms;           //  0: 200
 } ah_recorder_args_t;
 
-//  zactor body: zactor_new (ah_recorder_actor, &args). Signals 0 when
-//  ready; on failure (database, bus) it logs why, signals 1 and returns.
-void ah_recorder_actor (zsock_t *pipe, void *args);
+//  ah_actor_new (&ah_recorder_actor, &args, &err); NULL with the reason
+//  when the database or the bus cannot be had.
+extern const ah_actor_def_t ah_recorder_actor;
 
 #endif

@@ -1,16 +1,17 @@
 /*  actors/sleeper.c: the sleeper actor (see sleeper.h).
 
-    DESIGN. One thread (this zactor) owns a DEALER on the bus
-    ("sleeper"), its own store connection (turns and sleep_forecast are
+    DESIGN. One actor thread (common/actor.h; bus name "sleeper") owns
+    its own store connection (turns and sleep_forecast are
     its tables; sandboxes and agents it only reads), one Lua state for
     idle.lua, and a hash of per-agent live facts (terminals, CPU samples,
     when it was last seen busy). Nothing here blocks: a pass is one
     SELECT, one policy call per running sandbox and one transaction of
-    forecast rows; stopping is lifecycle's job, asked by message.     */
+    forecast rows; stopping is lifecycle's job, asked by message. A
+    repeating timer runs the pass every idle_check_interval.          */
 #include "actors/sleeper.h"
-#include "common/bus.h"
 #include "common/log.h"
 #include "common/msg.h"
+#include "common/str.h"
 #include "common/token.h"
 #include "policy/policy.h"
 #include "store/store.h"
@@ -41,14 +42,11 @@ typedef struct {
 } row_t;
 
 typedef struct {
-    zsock_t     *pipe;
-    zsock_t     *bus;               //  NULL in ah_sleeper_pass_once
+    ah_actor_t  *actor;             //  NULL in ah_sleeper_pass_once
     ah_store_t  *store;
     ah_policy_t *policy;
     zhashx_t    *facts;             //  agent id -> facts_t (owned)
     int64_t      started_ms;
-    int64_t      interval_ms;
-    int64_t      next_check;
     int64_t      req_seq;
 } self_t;
 
@@ -69,18 +67,6 @@ static void s_touch (facts_t *f, int64_t ms)
 {
     if (ms > f->busy_at)
         f->busy_at = ms;
-}
-
-static void s_send (self_t *self, ah_msg_t **msg_p, const char *to)
-{
-    if (!self->bus || ah_msg_send (msg_p, self->bus, to) != 0)
-        ah_msg_destroy (msg_p);
-}
-
-static void s_reply_error (self_t *self, const ah_msg_t *req, int status, const char *text)
-{
-    ah_msg_t *r = ah_msg_reply_error (req, status, "%s", text);
-    s_send (self, &r, ah_msg_peer (req));
 }
 
 static int64_t s_max (int64_t a, int64_t b) { return a > b ? a : b; }
@@ -185,12 +171,12 @@ static int s_pass (self_t *self, int64_t now, int *checked)
         sqlite3_reset (up);
         if (is_idle) {
             idle++;
-            if (!f->stop_sent && self->bus) {
+            if (!f->stop_sent && self->actor) {
                 ah_msg_t *stop = ah_msg_new ("SANDBOX_STOP");
                 ah_msg_set_int (stop, "req", ++self->req_seq);
                 ah_msg_set_str (stop, "agent", r->id);
                 ah_msg_set_str (stop, "reason", "idle");
-                s_send (self, &stop, "lifecycle");
+                ah_actor_send (self->actor, "lifecycle", &stop);
                 ah_info (AREA, "agent '%s' is idle: asked lifecycle to put it to sleep", r->name);
             }
             f->stop_sent = true;
@@ -228,23 +214,22 @@ static int64_t s_lease (const ah_msg_t *msg)
     return lease;
 }
 
-static void s_turn_start (self_t *self, const ah_msg_t *msg)
+static void s_turn_start (void *self_, ah_msg_t *msg)
 {
+    self_t *self = self_;
     const char *agent = ah_msg_str (msg, "agent");
     char id [48], turn [20];
     if (!agent) {
-        s_reply_error (self, msg, 400, "TURN_START needs 'agent' (a string)");
+        ah_actor_reply_error (self->actor, msg, 400, "TURN_START needs 'agent' (a string)");
         return;
     }
     if (s_find_agent (self, agent, id, sizeof id)) {
-        char text [160];
-        snprintf (text, sizeof text, "no agent named '%.64s'", agent);
-        s_reply_error (self, msg, 404, text);
+        ah_actor_reply_error (self->actor, msg, 404, "no agent named '%.64s'", agent);
         return;
     }
     int64_t now = ah_store_now_ms (), expires = now + s_lease (msg);
     if (ah_token_id (turn, sizeof turn, 16)) {
-        s_reply_error (self, msg, 500, "no entropy for a turn id");
+        ah_actor_reply_error (self->actor, msg, 500, "no entropy for a turn id");
         return;
     }
     sqlite3_stmt *st = ah_store_prepare (self->store,
@@ -253,7 +238,7 @@ static void s_turn_start (self_t *self, const ah_msg_t *msg)
     ||  ah_store_bind_int64 (st, ":now", now) || ah_store_bind_int64 (st, ":exp", expires)
     ||  ah_store_step (self->store, st) != SQLITE_DONE) {
         if (st) sqlite3_reset (st);
-        s_reply_error (self, msg, 500, "could not record the turn (see the server log)");
+        ah_actor_reply_error (self->actor, msg, 500, "could not record the turn (see the server log)");
         return;
     }
     sqlite3_reset (st);
@@ -267,7 +252,7 @@ static void s_turn_start (self_t *self, const ah_msg_t *msg)
     ah_msg_set_str (r, "turn_id", turn);
     ah_msg_set_str (r, "agent_id", id);
     ah_msg_set_int (r, "expires_at", expires);
-    s_send (self, &r, ah_msg_peer (msg));
+    ah_actor_reply (self->actor, msg, r);
 }
 
 //  TURN_RENEW and TURN_END: one guarded UPDATE on a turn still running.
@@ -275,7 +260,7 @@ static void s_turn_change (self_t *self, const ah_msg_t *msg, bool end)
 {
     const char *turn = ah_msg_str (msg, "turn_id");
     if (!turn) {
-        s_reply_error (self, msg, 400, "needs 'turn_id' (a string)");
+        ah_actor_reply_error (self->actor, msg, 400, "needs 'turn_id' (a string)");
         return;
     }
     int64_t now = ah_store_now_ms ();
@@ -286,7 +271,7 @@ static void s_turn_change (self_t *self, const ah_msg_t *msg, bool end)
           " AND expires_at > :now RETURNING agent_id, expires_at");
     if (!st || ah_store_bind_text (st, ":id", turn) || ah_store_bind_int64 (st, ":now", now)
     ||  (!end && ah_store_bind_int64 (st, ":exp", now + s_lease (msg)))) {
-        s_reply_error (self, msg, 500, "could not update the turn (see the server log)");
+        ah_actor_reply_error (self->actor, msg, 500, "could not update the turn (see the server log)");
         return;
     }
     int rc = ah_store_step (self->store, st);
@@ -298,9 +283,8 @@ static void s_turn_change (self_t *self, const ah_msg_t *msg, bool end)
     }
     sqlite3_reset (st);
     if (rc != SQLITE_ROW) {
-        char text [160];
-        snprintf (text, sizeof text, "no running turn '%.32s' (it ended, its lease expired, or it never was)", turn);
-        s_reply_error (self, msg, 404, text);
+        ah_actor_reply_error (self->actor, msg, 404,
+                              "no running turn '%.32s' (it ended, its lease expired, or it never was)", turn);
         return;
     }
     facts_t *f = s_facts (self, agent);
@@ -310,11 +294,15 @@ static void s_turn_change (self_t *self, const ah_msg_t *msg, bool end)
     ah_msg_set_str (r, "turn_id", turn);
     ah_msg_set_str (r, "agent_id", agent);
     ah_msg_set_int (r, "expires_at", expires);
-    s_send (self, &r, ah_msg_peer (msg));
+    ah_actor_reply (self->actor, msg, r);
 }
 
-static void s_state (self_t *self, const ah_msg_t *msg)
+static void s_turn_renew (void *self, ah_msg_t *msg) { s_turn_change (self, msg, false); }
+static void s_turn_end (void *self, ah_msg_t *msg) { s_turn_change (self, msg, true); }
+
+static void s_state (void *self_, ah_msg_t *msg)
 {
+    self_t *self = self_;
     const char *agent = ah_msg_str (msg, "agent_id"), *state = ah_msg_str (msg, "state");
     if (!agent || !state)
         return;
@@ -332,8 +320,9 @@ static void s_state (self_t *self, const ah_msg_t *msg)
         s_touch (f, ah_store_now_ms ());    //  the idle clock starts when it runs
 }
 
-static void s_stats (self_t *self, const ah_msg_t *msg)
+static void s_stats (void *self_, ah_msg_t *msg)
 {
+    self_t *self = self_;
     const char *agent = ah_msg_str (msg, "agent_id");
     int64_t cpu = ah_msg_int (msg, "cpu_ns", -1), at = ah_msg_int (msg, "at_ns", -1);
     if (!agent || cpu < 0 || at <= 0) {
@@ -352,64 +341,51 @@ static void s_stats (self_t *self, const ah_msg_t *msg)
     f->cpu_at_ns = at;
 }
 
-static void s_dispatch (self_t *self)
+static void s_terminals (void *self_, ah_msg_t *msg)
 {
-    char *err = NULL;
-    ah_msg_t *msg = ah_msg_recv (self->bus, true, &err);
-    if (!msg) {
-        ah_warn (AREA, "dropped a malformed message: %s", err ? err : "?");
-        free (err);
-        return;
+    self_t *self = self_;
+    const char *agent = ah_msg_str (msg, "agent_id");
+    facts_t *f = agent ? s_facts (self, agent) : NULL;
+    if (f) {
+        f->terminals = (int) ah_msg_int (msg, "open", 0);
+        s_touch (f, ah_store_now_ms ());
+        f->stop_sent = f->stop_sent && f->terminals == 0;
     }
-    const char *type = ah_msg_type (msg);
-    if (streq (type, "TURN_START"))
-        s_turn_start (self, msg);
-    else if (streq (type, "TURN_RENEW"))
-        s_turn_change (self, msg, false);
-    else if (streq (type, "TURN_END"))
-        s_turn_change (self, msg, true);
-    else if (streq (type, "TERMINALS")) {
-        const char *agent = ah_msg_str (msg, "agent_id");
-        facts_t *f = agent ? s_facts (self, agent) : NULL;
-        if (f) {
-            f->terminals = (int) ah_msg_int (msg, "open", 0);
-            s_touch (f, ah_store_now_ms ());
-            f->stop_sent = f->stop_sent && f->terminals == 0;
-        }
-    }
-    else if (streq (type, "AGENT_STATS"))
-        s_stats (self, msg);
-    else if (streq (type, "SANDBOX_STATE"))
-        s_state (self, msg);
-    else if (streq (type, "SLEEPER_CHECK")) {
-        int checked = 0;
-        int64_t now = ah_msg_int (msg, "now_ms", ah_store_now_ms ());
-        int idle = s_pass (self, now, &checked);
-        ah_msg_t *r = idle < 0 ? ah_msg_reply_error (msg, 500, "the sleeper pass failed (see the log)")
-                               : ah_msg_reply_ok (msg);
-        ah_msg_set_int (r, "checked", checked);
-        ah_msg_set_int (r, "idle", idle);
-        s_send (self, &r, ah_msg_peer (msg));
-    }
-    else if (streq (type, "POLICY_RELOAD")) {
-        if (ah_policy_reload (self->policy, true) < 0)
-            ah_warn (AREA, "idle.lua not reloaded, the previous version stays: %s",
-                     ah_policy_error (self->policy));
-    }
-    else if (streq (type, "REPLY")) {
-        if (!ah_msg_bool (msg, "ok", false) && ah_msg_int (msg, "status", 0) != 409)
-            ah_warn (AREA, "%s answered: %s", ah_msg_peer (msg),
-                     ah_msg_str (msg, "error") ? ah_msg_str (msg, "error") : "an error");
-    }
-    else {
-        ah_warn (AREA, "unknown message %s from '%s'", type, ah_msg_peer (msg));
-        if (ah_msg_has (msg, "req")) {
-            char text [128];
-            snprintf (text, sizeof text, "the sleeper does not know %s", type);
-            s_reply_error (self, msg, 400, text);
-        }
-    }
-    ah_msg_destroy (&msg);
+}
+
+static void s_check (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    int checked = 0;
+    int64_t now = ah_msg_int (msg, "now_ms", ah_store_now_ms ());
+    int idle = s_pass (self, now, &checked);
+    ah_msg_t *r = idle < 0 ? ah_msg_reply_error (msg, 500, "the sleeper pass failed (see the log)")
+                           : ah_msg_reply_ok (msg);
+    ah_msg_set_int (r, "checked", checked);
+    ah_msg_set_int (r, "idle", idle);
+    ah_actor_reply (self->actor, msg, r);
+}
+
+static void s_policy_reload (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    if (ah_policy_reload (self->policy, true) < 0)
+        ah_warn (AREA, "idle.lua not reloaded, the previous version stays: %s",
+                 ah_policy_error (self->policy));
+}
+
+//  Lifecycle's answers to our SANDBOX_STOP: 409 means it moved meanwhile.
+static void s_reply (void *self_, ah_msg_t *msg)
+{
+    if (!ah_msg_bool (msg, "ok", false) && ah_msg_int (msg, "status", 0) != 409)
+        ah_warn (AREA, "%s answered: %s", ah_msg_peer (msg),
+                 ah_msg_str (msg, "error") ? ah_msg_str (msg, "error") : "an error");
+}
+
+static void s_on_timer (void *self_, void *arg)
+{
+    int checked = 0;
+    s_pass (self_, ah_store_now_ms (), &checked);
 }
 
 static void s_facts_free (void **item)
@@ -423,82 +399,82 @@ static void s_self_destroy (self_t *self)
     ah_policy_destroy (&self->policy);
     ah_store_close (&self->store);
     zhashx_destroy (&self->facts);
-    zsock_destroy (&self->bus);
 }
 
-static int s_self_init (self_t *self, const char *db_path, const char *lua_dir, bool bus)
+//  0, or -1 with *why (caller frees).
+static int s_self_init (self_t *self, const char *db_path, const char *lua_dir, char **why)
 {
     char *err = NULL;
     self->facts = zhashx_new ();
     zhashx_set_destructor (self->facts, s_facts_free);
     self->started_ms = ah_store_now_ms ();
-    if (!(self->store = ah_store_open (db_path, false, &err))) {
-        ah_error (AREA, "cannot open %s: %s", db_path, err);
-        free (err);
-        return -1;
-    }
-    if (!(self->policy = ah_policy_new (lua_dir, "idle.lua", AREA, self->store, &err))) {
-        ah_error (AREA, "cannot load idle.lua from %s: %s", lua_dir, err);
-        free (err);
-        return -1;
-    }
-    if (bus && !(self->bus = ah_bus_connect (AREA))) {
-        ah_error (AREA, "cannot connect to the bus");
-        return -1;
-    }
-    return 0;
+    if (!(self->store = ah_store_open (db_path, false, &err)))
+        *why = ah_strf ("cannot open %s: %s", db_path, err);
+    else
+    if (!(self->policy = ah_policy_new (lua_dir, "idle.lua", AREA, self->store, &err)))
+        *why = ah_strf ("cannot load idle.lua from %s: %s", lua_dir, err);
+    free (err);
+    return self->policy ? 0 : -1;
 }
 
 int ah_sleeper_pass_once (const char *db_path, const char *lua_dir, int64_t now_ms, int *checked)
 {
     self_t self = { 0 };
+    char *why = NULL;
     int rc = -1;
-    if (s_self_init (&self, db_path, lua_dir, false) == 0) {
+    if (s_self_init (&self, db_path, lua_dir, &why) == 0) {
         self.started_ms = 0;
         rc = s_pass (&self, now_ms, checked);
     }
+    else
+        ah_error (AREA, "%s", why);
+    free (why);
     s_self_destroy (&self);
     return rc;
 }
 
-void ah_sleeper_actor (zsock_t *pipe, void *args)
+static void s_destroy (void *self_)
+{
+    s_self_destroy (self_);
+    free (self_);
+}
+
+static void *s_init (ah_actor_t *actor, void *args)
 {
     const ah_sleeper_args_t *a = args;
-    self_t self = { .pipe = pipe };
-    if (s_self_init (&self, a->db_path, a->config->lua_dir, true)) {
-        s_self_destroy (&self);
-        zsock_signal (pipe, 1);
-        return;
+    self_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->actor = actor;
+    char *why = NULL;
+    if (s_self_init (self, a->db_path, a->config->lua_dir, &why)) {
+        ah_actor_fail (actor, "%s", why ? why : "out of memory");
+        free (why);
+        s_destroy (self);
+        return NULL;
     }
-    self.interval_ms = a->check_interval_ms > 0 ? a->check_interval_ms
+    int64_t interval = a->check_interval_ms > 0 ? a->check_interval_ms
                      : (int64_t) llround (a->config->idle_check_interval_s * 1000.0);
-    if (self.interval_ms < 100)
-        self.interval_ms = 100;
-    self.next_check = zclock_mono () + self.interval_ms;
-    zsock_signal (pipe, 0);
-    ah_info (AREA, "checking running sandboxes every %lld ms with idle.lua", (long long) self.interval_ms);
-
-    zpoller_t *poller = zpoller_new (pipe, self.bus, NULL);
-    while (true) {
-        int64_t wait = self.next_check - zclock_mono ();
-        void *which = zpoller_wait (poller, wait > 0 ? (int) wait : 0);
-        if (which == pipe) {
-            char *cmd = zstr_recv (pipe);
-            bool term = !cmd || streq (cmd, "$TERM");
-            zstr_free (&cmd);
-            if (term)
-                break;
-        }
-        else if (which == self.bus)
-            s_dispatch (&self);
-        else if (zpoller_terminated (poller))
-            break;
-        if (zclock_mono () >= self.next_check) {
-            int checked = 0;
-            s_pass (&self, ah_store_now_ms (), &checked);
-            self.next_check = zclock_mono () + self.interval_ms;
-        }
-    }
-    zpoller_destroy (&poller);
-    s_self_destroy (&self);
+    if (interval < 100)
+        interval = 100;
+    ah_actor_timer (actor, interval, interval, s_on_timer, NULL);
+    ah_info (AREA, "checking running sandboxes every %lld ms with idle.lua", (long long) interval);
+    return self;
 }
+
+static const ah_actor_handler_t s_handlers [] = {
+    { "TURN_START", s_turn_start },
+    { "TURN_RENEW", s_turn_renew },
+    { "TURN_END", s_turn_end },
+    { "TERMINALS", s_terminals },
+    { "AGENT_STATS", s_stats },
+    { "SANDBOX_STATE", s_state },
+    { "SLEEPER_CHECK", s_check },
+    { "POLICY_RELOAD", s_policy_reload },
+    { "REPLY", s_reply },
+    { NULL, NULL }
+};
+
+const ah_actor_def_t ah_sleeper_actor = {
+    .name = AREA, .on_bus = true, .init = s_init, .destroy = s_destroy, .handlers = s_handlers,
+};

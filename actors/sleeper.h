@@ -19,7 +19,7 @@
 #ifndef AH_SLEEPER_H
 #define AH_SLEEPER_H
 
-#include <czmq.h>
+#include "common/actor.h"
 #include "config/config.h"
 
 #define AH_SLEEPER_TURN_LEASE_MS      60000     //  default lease of a turn
@@ -31,10 +31,9 @@ typedef struct {
     int64_t check_interval_ms;      //  0: from config
 } ah_sleeper_args_t;
 
-//  zactor body: zactor_new (ah_sleeper_actor, &args). Signals 0 when on
-//  the bus with its database and idle.lua loaded, 1 (after logging why)
-//  otherwise.
-void ah_sleeper_actor (zsock_t *pipe, void *args);
+//  ah_actor_new (&ah_sleeper_actor, &args, &err): running once on the bus
+//  with its database and idle.lua loaded; NULL with the reason otherwise.
+extern const ah_actor_def_t ah_sleeper_actor;
 
 //  One pass without the actor, for the benchmark: evaluates every running
 //  sandbox in db_path with the idle policy in lua_dir; returns how many

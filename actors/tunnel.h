@@ -25,13 +25,14 @@
     credit-based flow control so the yamux window carries backpressure end
     to end.
 
-    The actor signals 0 once it listens, 1 (after logging why) if it
-    cannot. Its pipe takes "$TERM", and "PORT" (answered with the port it
-    listens on: tunnel_listen "127.0.0.1:0" lets the OS pick).          */
+    An actor (common/actor.h, on an lwsloop): ah_actor_new returns once
+    it listens, or NULL with the reason. Its pipe takes "$TERM", and
+    "PORT" (answered with the port it listens on: tunnel_listen
+    "127.0.0.1:0" lets the OS pick).                                    */
 #ifndef AH_TUNNEL_H
 #define AH_TUNNEL_H
 
-#include <czmq.h>
+#include "common/actor.h"
 #include "config/config.h"
 
 #define AH_TUNNEL_PATH              "/tunnel"
@@ -53,7 +54,7 @@ typedef struct {
     int stats_interval_ms;          //  0: AH_TUNNEL_STATS_INTERVAL_MS; < 0: no stats
 } ah_tunnel_args_t;
 
-//  zactor body: zactor_new (ah_tunnel_actor, &args).
-void ah_tunnel_actor (zsock_t *pipe, void *args);
+//  ah_actor_new (&ah_tunnel_actor, &args, &err).
+extern const ah_actor_def_t ah_tunnel_actor;
 
 #endif

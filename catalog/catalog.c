@@ -4,6 +4,7 @@
     the first problem stops it with a sentence naming the file, the entry
     and the field, so whoever edits the catalog knows what to fix.       */
 #include "catalog/catalog.h"
+#include "common/ident.h"
 #include <errno.h>
 #include <limits.h>
 #include <jansson.h>
@@ -81,43 +82,6 @@ ah_catalog_destroy (ah_catalog_t **self_p)
     *self_p = NULL;
 }
 
-//  Runtime names double as identifiers in URLs and Lua: the agent-name alphabet.
-static bool
-s_valid_name (const char *s)
-{
-    size_t len = strlen (s);
-    if (len < 1 || len > 63)
-        return false;
-    if (!((s [0] >= 'a' && s [0] <= 'z') || (s [0] >= '0' && s [0] <= '9')))
-        return false;
-    for (size_t i = 1; i < len; i++) {
-        char c = s [i];
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
-}
-
-//  An image reference as Docker accepts it, roughly: [host[:port]/]path[:tag][@digest].
-//  We check the alphabet and shape, not the registry grammar in full.
-static bool
-s_valid_image (const char *s)
-{
-    size_t len = strlen (s);
-    if (len < 1 || len > 255)
-        return false;
-    if (!((s [0] >= 'a' && s [0] <= 'z') || (s [0] >= '0' && s [0] <= '9')))
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = s [i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
-               || c == '.' || c == '_' || c == '-' || c == ':' || c == '/' || c == '@';
-        if (!ok)
-            return false;
-    }
-    return s [len - 1] != ':' && s [len - 1] != '/';
-}
-
 //  A relative path inside the build context: no "..", not absolute, no empty parts.
 static bool
 s_valid_relative (const char *s)
@@ -137,9 +101,11 @@ s_valid_relative (const char *s)
     return true;
 }
 
-//  A required string field, non-empty, at most max characters.
+//  A required string field. An identifier (kind not NULL) follows its
+//  grammar (common/ident.h), and the message says the rule; any other
+//  string has 1 to AH_CATALOG_MAX_STRING characters.
 static const char *
-s_string_field (s_ctx_t *ctx, json_t *obj, const char *field, size_t max)
+s_string_field (s_ctx_t *ctx, json_t *obj, const char *field, const ah_ident_t *kind)
 {
     json_t *v = json_object_get (obj, field);
     if (!v) {
@@ -151,16 +117,21 @@ s_string_field (s_ctx_t *ctx, json_t *obj, const char *field, size_t max)
         return NULL;
     }
     const char *s = json_string_value (v);
-    if (!*s) {
-        s_fail (ctx, "field \"%s\" must not be empty", field);
-        return NULL;
-    }
     if (strlen (s) != json_string_length (v)) {
         s_fail (ctx, "field \"%s\" contains a NUL character", field);
         return NULL;
     }
-    if (strlen (s) > max) {
-        s_fail (ctx, "field \"%s\" is longer than %zu characters", field, max);
+    const char *why = kind ? ah_ident_check (*kind, s) : NULL;
+    if (why) {
+        s_fail (ctx, "field \"%s\": %s '%s' %s", field, ah_ident_what (*kind), s, why);
+        return NULL;
+    }
+    if (!*s) {
+        s_fail (ctx, "field \"%s\" must not be empty", field);
+        return NULL;
+    }
+    if (strlen (s) > AH_CATALOG_MAX_STRING) {
+        s_fail (ctx, "field \"%s\" is longer than %d characters", field, AH_CATALOG_MAX_STRING);
         return NULL;
     }
     return s;
@@ -302,21 +273,14 @@ s_parse_runtime (s_ctx_t *ctx, json_t *entry, ah_runtime_t *rt)
     static const char *keys [] = { "name", "image", "description", "tools", "build", NULL };
     if (s_known_keys (ctx, entry, "the runtime", keys))
         return -1;
-    const char *name = s_string_field (ctx, entry, "name", 63);
+    static const ah_ident_t runtime = AH_IDENT_RUNTIME, image_ref = AH_IDENT_IMAGE;
+    const char *name = s_string_field (ctx, entry, "name", &runtime);
     if (!name)
         return -1;
-    if (!s_valid_name (name)) {
-        s_fail (ctx, "field \"name\" (\"%s\") must match [a-z0-9][a-z0-9._-]{0,62}", name);
-        return -1;
-    }
-    const char *image = s_string_field (ctx, entry, "image", 255);
+    const char *image = s_string_field (ctx, entry, "image", &image_ref);
     if (!image)
         return -1;
-    if (!s_valid_image (image)) {
-        s_fail (ctx, "field \"image\" (\"%s\") is not an image reference like \"debian:bookworm-slim\"", image);
-        return -1;
-    }
-    const char *description = s_string_field (ctx, entry, "description", AH_CATALOG_MAX_STRING);
+    const char *description = s_string_field (ctx, entry, "description", NULL);
     if (!description)
         return -1;
     rt->name = strdup (name);

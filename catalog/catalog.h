@@ -10,14 +10,16 @@
 
     Format (docs/catalog.md has the same, with examples):
       { "version": 1,
-        "runtimes": [ { "name": "debian",               [a-z0-9][a-z0-9._-]{0,62}, unique
+        "runtimes": [ { "name": "debian",               a runtime name, unique
                         "image": "debian:bookworm-slim", an image reference
                         "description": "...",           non-empty, <= 1000 chars
                         "tools": ["bash", ...],          strings, <= 64 of them
                         "build": {                       optional
                           "context": "images/busybox",   relative, no ".."
                           "host_files": {"busybox": "/bin/busybox"} } } ] }
-    Unknown fields are refused (a typo should not pass silently). Every
+    Names and images follow common/ident.h (AH_IDENT_RUNTIME: 1 to 63 of
+    a-z 0-9 -, starting with a letter; AH_IDENT_IMAGE: a Docker image
+    reference). Unknown fields are refused (a typo should not pass silently). Every
     error names the file, the entry (index and name when it has one) and
     the field.
 

@@ -427,17 +427,28 @@ static void s_thread (zsock_t *pipe, void *arg)
     snprintf (thread_name, sizeof thread_name, "ah-%s", def->name);
     pthread_setname_np (pthread_self (), thread_name);
 
-    if (def->on_bus && !(self.bus = ah_bus_connect (def->name)))
-        ah_actor_fail (&self, "cannot connect to the bus at %s", AH_BUS_ENDPOINT);
-    else if (!(self.state = def->init (&self, start->args)) && !self.fail)
+    if (!(self.state = def->init (&self, start->args)) && !self.fail)
         ah_actor_fail (&self, "the %s actor could not start", def->name);
+    //  On the bus only once init succeeded: a DEALER closes asynchronously
+    //  and the bus ignores a second connection under a name it still
+    //  sees, so a start that failed must never have held the name.
+    if (self.state && def->on_bus && !(self.bus = ah_bus_connect (def->name))) {
+        ah_actor_fail (&self, "cannot connect to the bus at %s", AH_BUS_ENDPOINT);
+        while (self.ntimers)
+            ah_actor_timer_end (&self, self.timers [0]->id);
+        def->destroy (self.state);
+        self.state = NULL;
+    }
     if (!self.state) {
         start->status = -1;
         start->err = self.fail;
         self.fail = NULL;
         for (size_t i = 0; i < self.nreaders; i++)
             free (self.readers [i]);
-        zsock_destroy (&self.bus);
+        //  Timers a failed init left: their loop is gone with its state.
+        for (size_t i = 0; i < self.ntimers; i++)
+            free (self.timers [i]);
+        free (self.timers);
         zsock_signal (pipe, 1);
         return;             //  nothing of start is touched after the signal
     }
@@ -469,6 +480,8 @@ static void s_thread (zsock_t *pipe, void *arg)
     while (self.ntimers)
         ah_actor_timer_end (&self, self.timers [0]->id);
     free (self.timers);
+    self.timers = NULL;         //  destroy may still end timers it knew of
+    self.timers_cap = 0;
     while (self.nreaders)
         ah_actor_reader_end (&self, self.readers [0]->sock);
     def->destroy (self.state);

@@ -58,9 +58,12 @@ typedef struct {
 
 typedef struct {
     const char *name;               //  thread "ah-<name>", log area
-    bool on_bus;                    //  a DEALER on the bus with identity name
+    bool on_bus;                    //  a DEALER on the bus with identity name,
+                                    //  connected once init succeeded
     //  Make the state, in the actor's thread. NULL on failure, after
-    //  ah_actor_fail has said why (or the reason is "init failed").
+    //  ah_actor_fail has said why (or the reason is "init failed"). Not
+    //  on the bus yet: send from a timer or a handler (a 0 ms timer runs
+    //  first thing in the loop).
     void *(*init) (ah_actor_t *actor, void *args);
     //  Free the state (the loop has stopped; timers and readers are gone).
     void (*destroy) (void *self);

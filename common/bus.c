@@ -1,10 +1,11 @@
 /*  common/bus.c: routes messages between actors by name (see bus.h).
 
-    DESIGN. One thread (this zactor) owns a ROUTER bound at
-    AH_BUS_ENDPOINT, with ROUTER_MANDATORY set so that a message for an
-    actor that is not connected fails at once instead of vanishing, and an
-    optional PUB tap. The bus does not decode maps except to learn "req"
-    when it must answer for an absent destination.                      */
+    DESIGN. One actor thread owns a ROUTER bound at AH_BUS_ENDPOINT, with
+    ROUTER_MANDATORY set so that a message for an actor that is not
+    connected fails at once instead of vanishing, and an optional PUB
+    tap. The bus decodes a map only to learn "req" when it must answer
+    for an absent destination, and to put a CHAN_DATA's metadata on the
+    tap in place of its data.                                          */
 #include "common/bus.h"
 #include "common/log.h"
 #include "common/msg.h"
@@ -12,16 +13,9 @@
 #include <string.h>
 
 typedef struct {
-    zsock_t *pipe;
     zsock_t *router;
     zsock_t *tap;           //  NULL when off
 } self_t;
-
-static void s_destroy (self_t *self)
-{
-    zsock_destroy (&self->tap);
-    zsock_destroy (&self->router);
-}
 
 //  Sends every frame of msg without blocking (msg stays the caller's).
 //  A destination whose queue is full (EAGAIN under ROUTER_MANDATORY) or
@@ -38,10 +32,76 @@ static int s_send_nowait (zsock_t *router, zmsg_t *msg)
     return 0;
 }
 
-//  Frames from the router: [sender][dest][type][map].
-static void s_route (self_t *self)
+//  The tap's copy, [type][sender][dest][map]. A CHAN_DATA carries the
+//  bytes of a terminal or a file: the tap gets {chan, bytes} instead (an
+//  empty map when it does not decode), never the data.
+static void s_tap (self_t *self, zframe_t *sender, zframe_t *dest, zframe_t *type, zframe_t *body)
 {
-    zmsg_t *msg = zmsg_recv (self->router);
+    zmsg_t *copy = zmsg_new ();
+    zmsg_addmem (copy, zframe_data (type), zframe_size (type));
+    zmsg_addmem (copy, zframe_data (sender), zframe_size (sender));
+    zmsg_addmem (copy, zframe_data (dest), zframe_size (dest));
+    if (zframe_streq (type, "CHAN_DATA")) {
+        ah_msg_t *data = ah_msg_decode ("CHAN_DATA", zframe_data (body), zframe_size (body), NULL);
+        ah_msg_t *meta = ah_msg_new ("CHAN_DATA");
+        size_t size = 0;
+        if (data && ah_msg_has (data, "chan"))
+            ah_msg_set_int (meta, "chan", ah_msg_int (data, "chan", -1));
+        if (data && ah_msg_bin (data, "data", &size))
+            ah_msg_set_int (meta, "bytes", (int64_t) size);
+        uint8_t *encoded = NULL;
+        if (ah_msg_encode (meta, &encoded, &size) == 0)
+            zmsg_addmem (copy, encoded, size);
+        else
+            zmsg_addmem (copy, "\x80", 1);
+        free (encoded);
+        ah_msg_destroy (&meta);
+        ah_msg_destroy (&data);
+    }
+    else
+        zmsg_addmem (copy, zframe_data (body), zframe_size (body));
+    //  PUB never blocks: it drops at its high-water mark.
+    zmsg_send (&copy, self->tap);
+    zmsg_destroy (&copy);
+}
+
+//  The destination cannot take msg: log, and answer a request.
+static void s_undeliverable (self_t *self, zframe_t *sender, zframe_t *dest, zframe_t *type,
+                             zframe_t *body)
+{
+    bool full = zmq_errno () == EAGAIN;
+    char *d = zframe_strdup (dest), *s = zframe_strdup (sender), *t = zframe_strdup (type);
+    ah_warn ("bus", full ? "actor '%s' is not keeping up: dropped %s from '%s'"
+                         : "no actor '%s' for %s from '%s'", d, t, s);
+    ah_msg_t *req = ah_msg_decode (t, zframe_data (body), zframe_size (body), NULL);
+    if (req && ah_msg_has (req, "req") && strcmp (t, "REPLY") != 0) {
+        ah_msg_t *reply = ah_msg_reply_error (req, 503, full ? "actor '%s' is overloaded"
+                                                           : "actor '%s' is not running", d);
+        uint8_t *data;
+        size_t size;
+        if (reply && ah_msg_encode (reply, &data, &size) == 0) {
+            zmsg_t *out = zmsg_new ();
+            zmsg_addmem (out, zframe_data (sender), zframe_size (sender));
+            zmsg_addstr (out, d);
+            zmsg_addstr (out, "REPLY");
+            zmsg_addmem (out, data, size);
+            s_send_nowait (self->router, out);
+            zmsg_destroy (&out);
+            free (data);
+        }
+        ah_msg_destroy (&reply);
+    }
+    ah_msg_destroy (&req);
+    free (d);
+    free (s);
+    free (t);
+}
+
+//  Frames from the router: [sender][dest][type][map].
+static void s_route (void *arg, zsock_t *router)
+{
+    self_t *self = arg;
+    zmsg_t *msg = zmsg_recv (router);
     if (!msg)
         return;
     if (zmsg_size (msg) != 4) {
@@ -56,103 +116,66 @@ static void s_route (self_t *self)
     zframe_t *dest = zmsg_pop (msg);
     zframe_t *type = zmsg_first (msg);
     zframe_t *body = zmsg_next (msg);
-
-    if (self->tap) {
-        //  [type][sender][dest][map]; PUB never blocks: it drops at HWM.
-        zmsg_t *copy = zmsg_new ();
-        zmsg_addmem (copy, zframe_data (type), zframe_size (type));
-        zmsg_addmem (copy, zframe_data (sender), zframe_size (sender));
-        zmsg_addmem (copy, zframe_data (dest), zframe_size (dest));
-        zmsg_addmem (copy, zframe_data (body), zframe_size (body));
-        zmsg_send (&copy, self->tap);
-        zmsg_destroy (&copy);
-    }
+    if (self->tap)
+        s_tap (self, sender, dest, type, body);
     //  Out: [dest][sender][type][map]
     zframe_t *dest_copy = zframe_dup (dest);
     zframe_t *sender_copy = zframe_dup (sender);
     zmsg_prepend (msg, &sender_copy);
     zmsg_prepend (msg, &dest_copy);
-    if (s_send_nowait (self->router, msg) != 0) {
-        bool full = zmq_errno () == EAGAIN;
-        char *d = zframe_strdup (dest), *s = zframe_strdup (sender);
-        char *t = zframe_strdup (type);
-        ah_warn ("bus", full ? "actor '%s' is not keeping up: dropped %s from '%s'"
-                             : "no actor '%s' for %s from '%s'", d, t, s);
-        //  Answer if the sender waits for one.
-        ah_msg_t *req = ah_msg_decode (t, zframe_data (body), zframe_size (body), NULL);
-        if (req && ah_msg_has (req, "req") && strcmp (t, "REPLY") != 0) {
-            ah_msg_t *reply = ah_msg_reply_error (req, 503, full ? "actor '%s' is overloaded"
-                                                               : "actor '%s' is not running", d);
-            uint8_t *data;
-            size_t size;
-            if (reply && ah_msg_encode (reply, &data, &size) == 0) {
-                zmsg_t *out = zmsg_new ();
-                zmsg_addmem (out, zframe_data (sender), zframe_size (sender));
-                zmsg_addstr (out, d);
-                zmsg_addstr (out, "REPLY");
-                zmsg_addmem (out, data, size);
-                s_send_nowait (self->router, out);
-                zmsg_destroy (&out);
-                free (data);
-            }
-            ah_msg_destroy (&reply);
-        }
-        ah_msg_destroy (&req);
-        free (d);
-        free (s);
-        free (t);
-    }
+    if (s_send_nowait (router, msg) != 0)
+        s_undeliverable (self, sender, dest, type, body);
     zmsg_destroy (&msg);
     zframe_destroy (&sender);
     zframe_destroy (&dest);
 }
 
-void ah_bus_actor (zsock_t *pipe, void *args)
+static void s_destroy (void *arg)
+{
+    self_t *self = arg;
+    zsock_destroy (&self->tap);
+    zsock_destroy (&self->router);
+    free (self);
+}
+
+static void *s_init (ah_actor_t *actor, void *args)
 {
     const ah_bus_args_t *a = args;
-    self_t self = { .pipe = pipe };
-    self.router = zsock_new (ZMQ_ROUTER);
-    if (!self.router || zsock_bind (self.router, "%s", AH_BUS_ENDPOINT) != 0) {
-        ah_error ("bus", "cannot bind %s: %s", AH_BUS_ENDPOINT, zmq_strerror (zmq_errno ()));
-        s_destroy (&self);
-        zsock_signal (pipe, 1);
-        return;
+    self_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->router = zsock_new (ZMQ_ROUTER);
+    if (!self->router || zsock_bind (self->router, "%s", AH_BUS_ENDPOINT) != 0) {
+        ah_actor_fail (actor, "cannot bind the bus at %s: %s", AH_BUS_ENDPOINT, zmq_strerror (zmq_errno ()));
+        s_destroy (self);
+        return NULL;
     }
-    zsock_set_router_mandatory (self.router, 1);
-    zsock_set_sndhwm (self.router, 100000);
-    zsock_set_rcvhwm (self.router, 100000);
+    zsock_set_router_mandatory (self->router, 1);
+    zsock_set_sndhwm (self->router, 100000);
+    zsock_set_rcvhwm (self->router, 100000);
     if (a && a->tap_endpoint && *a->tap_endpoint) {
-        self.tap = zsock_new (ZMQ_PUB);
-        zsock_set_sndhwm (self.tap, 10000);
-        if (!self.tap || zsock_bind (self.tap, "%s", a->tap_endpoint) < 0) {
-            ah_error ("bus", "cannot bind the tap at %s (tap.endpoint): %s", a->tap_endpoint,
-                      zmq_strerror (zmq_errno ()));
-            s_destroy (&self);
-            zsock_signal (pipe, 1);
-            return;
+        self->tap = zsock_new (ZMQ_PUB);
+        if (self->tap)
+            zsock_set_sndhwm (self->tap, 10000);
+        if (!self->tap || zsock_bind (self->tap, "%s", a->tap_endpoint) < 0) {
+            ah_actor_fail (actor, "cannot bind the tap at %s (tap.endpoint): %s", a->tap_endpoint,
+                           zmq_strerror (zmq_errno ()));
+            s_destroy (self);
+            return NULL;
         }
         ah_info ("bus", "tap publishing every message on %s", a->tap_endpoint);
     }
-    zsock_signal (pipe, 0);
-
-    zpoller_t *poller = zpoller_new (pipe, self.router, NULL);
-    while (true) {
-        void *which = zpoller_wait (poller, -1);
-        if (which == pipe) {
-            char *cmd = zstr_recv (pipe);
-            bool term = !cmd || streq (cmd, "$TERM");
-            zstr_free (&cmd);
-            if (term)
-                break;
-        }
-        else if (which == self.router)
-            s_route (&self);
-        else if (zpoller_terminated (poller))
-            break;
+    if (ah_actor_reader (actor, self->router, s_route)) {
+        ah_actor_fail (actor, "cannot serve the bus's socket");
+        s_destroy (self);
+        return NULL;
     }
-    zpoller_destroy (&poller);
-    s_destroy (&self);
+    return self;
 }
+
+const ah_actor_def_t ah_bus_actor = {
+    .name = "bus", .on_bus = false, .init = s_init, .destroy = s_destroy,
+};
 
 zsock_t *ah_bus_connect (const char *name)
 {

@@ -6,8 +6,9 @@
     interrupts an actor's poll; the main thread reads them from a
     signalfd. It then prepares what every actor relies on (data
     directory, its lock, the migrated database, the admin token, the
-    driver), starts the bus and the actors in dependency order, each a
-    zactor, and waits on the signalfd and the actors' pipes. An actor
+    driver), starts the bus and the actors in dependency order, each with
+    ah_actor_new (common/actor.h), and waits on the signalfd and the
+    actors' pipes. An actor
     whose pipe speaks unasked has died: the server stops, exit status 1.
 
     Shutdown is the start order reversed (api first, bus last), so no
@@ -272,30 +273,28 @@ s_prepare_store (self_t *self, char **err)
     return rc;
 }
 
-//  Start one actor. zactor_new does not report the status an actor
-//  signals, but an actor that failed returns at once and its thread's end
-//  signals again on the pipe: a short look tells most failures apart.
-//  (One that fails later is caught by the main loop the same way.)
-static int
-s_start (self_t *self, const char *name, zactor_fn *fn, void *args)
+static void
+s_add (self_t *self, const char *name, zactor_t *actor)
 {
-    zactor_t *actor = zactor_new (fn, args);
-    if (!actor) {
-        ah_error ("server", "cannot start the %s actor", name);
-        return -1;
-    }
-    zpoller_t *poller = zpoller_new (actor, NULL);
-    bool died = zpoller_wait (poller, 100) == actor;
-    zpoller_destroy (&poller);
-    if (died) {
-        ah_error ("server", "the %s actor failed to start (its reason is logged above)", name);
-        zactor_destroy (&actor);
-        return -1;
-    }
     self->actors [self->actor_count].name = name;
     self->actors [self->actor_count].actor = actor;
     self->actor_count++;
     ah_debug ("server", "%s started", name);
+}
+
+//  Start one actor: ah_actor_new returns once its start-up ran, or NULL
+//  with the reason it failed.
+static int
+s_start (self_t *self, const ah_actor_def_t *def, void *args)
+{
+    char *err = NULL;
+    zactor_t *actor = ah_actor_new (def, args, &err);
+    if (!actor) {
+        ah_error ("server", "the %s actor failed to start: %s", def->name, err ? err : "no reason given");
+        free (err);
+        return -1;
+    }
+    s_add (self, def->name, actor);
     return 0;
 }
 
@@ -377,41 +376,31 @@ s_start_actors (self_t *self)
 {
     const ah_config_t *config = self->config;
     self->recorder_args = (ah_recorder_args_t) { .db_path = self->db_path };
-    if (s_start (self, "recorder", ah_recorder_actor, &self->recorder_args))
+    if (s_start (self, &ah_recorder_actor, &self->recorder_args))
         return -1;
     self->lifecycle_args = (ah_lifecycle_args_t) {
         .config = config, .driver = self->driver, .db_path = self->db_path,
         .subscribers = s_state_subscribers };
-    if (s_start (self, "lifecycle", ah_lifecycle_actor, &self->lifecycle_args))
+    if (s_start (self, &ah_lifecycle_actor, &self->lifecycle_args))
         return -1;
     self->reconciler_args = (ah_reconciler_args_t) { .db_path = self->db_path, .driver = self->driver };
-    if (s_start (self, "reconciler", ah_reconciler_actor, &self->reconciler_args))
+    if (s_start (self, &ah_reconciler_actor, &self->reconciler_args))
         return -1;
     self->tunnel_args = (ah_tunnel_args_t) { .config = config, .db_path = self->db_path };
-    //  CPU samples at least as often as the sleeper judges (issue 5: short test intervals).
+    //  CPU samples at least as often as the sleeper judges (short check intervals).
     if (config->idle_check_interval_s * 1000 < AH_TUNNEL_STATS_INTERVAL_MS)
         self->tunnel_args.stats_interval_ms = (int) (config->idle_check_interval_s * 1000);
-    if (s_start (self, "tunnel", ah_tunnel_actor, &self->tunnel_args))
+    if (s_start (self, &ah_tunnel_actor, &self->tunnel_args))
         return -1;
     self->sleeper_args = (ah_sleeper_args_t) { .config = config, .db_path = self->db_path };
-    if (s_start (self, "sleeper", ah_sleeper_actor, &self->sleeper_args))
+    if (s_start (self, &ah_sleeper_actor, &self->sleeper_args))
         return -1;
     self->builder_args = (ah_builder_args_t) {
         .config = config, .db_path = self->db_path, .driver = self->driver, .prewarm = true };
-    if (s_start (self, "builder", ah_builder_actor, &self->builder_args))
+    if (s_start (self, &ah_builder_actor, &self->builder_args))
         return -1;
     self->api_args = (ah_api_args_t) { .config = config, .db_path = self->db_path };
-    char *err = NULL;
-    zactor_t *api = ah_actor_new (&ah_api_actor, &self->api_args, &err);
-    if (!api) {
-        ah_error ("server", "the api actor failed to start: %s", err ? err : "?");
-        free (err);
-        return -1;
-    }
-    self->actors [self->actor_count].name = "api";
-    self->actors [self->actor_count].actor = api;
-    self->actor_count++;
-    return 0;
+    return s_start (self, &ah_api_actor, &self->api_args);
 }
 
 static void
@@ -597,12 +586,9 @@ ah_server_run (const ah_config_t *config)
 
     zsys_init ();
     self.bus_args.tap_endpoint = config->tap_endpoint;
-    self.bus = zactor_new (ah_bus_actor, &self.bus_args);
-    zpoller_t *poller = self.bus ? zpoller_new (self.bus, NULL) : NULL;
-    bool bus_died = !self.bus || zpoller_wait (poller, 100) == self.bus;
-    zpoller_destroy (&poller);
-    if (bus_died) {
-        ah_error ("server", "the bus did not start (see above)");
+    self.bus = ah_actor_new (&ah_bus_actor, &self.bus_args, &err);
+    if (!self.bus) {
+        ah_error ("server", "the bus did not start: %s", err ? err : "no reason given");
         goto out;
     }
     self.control = ah_bus_connect ("server");

@@ -90,7 +90,7 @@ s_run (const char *name, int count, bool pair, const char *tap)
         args.endpoint = ">inproc://bench-pair";
     }
     else {
-        bus = zactor_new (ah_bus_actor, &bus_args);
+        bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
         receiver = ah_bus_connect ("b");
     }
     zactor_t *sender = zactor_new (s_sender, &args);

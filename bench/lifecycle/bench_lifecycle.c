@@ -88,7 +88,7 @@ int main (int argc, char **argv)
     //  fake's in-process sandboxd threads still start and stop each cycle).
     driver->waits_for_hello = false;
     ah_bus_args_t bus_args = { NULL };
-    zactor_t *bus = zactor_new (ah_bus_actor, &bus_args);
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
     s_client = ah_bus_connect ("api");
     s_watch = ah_bus_connect ("watch");
     zsock_set_rcvtimeo (s_client, 10000);
@@ -96,7 +96,7 @@ int main (int argc, char **argv)
     const char *subscribers [] = { "watch", NULL };
     ah_lifecycle_args_t args = { .config = config, .driver = driver, .db_path = db_path,
                                  .subscribers = subscribers };
-    zactor_t *lifecycle = zactor_new (ah_lifecycle_actor, &args);
+    zactor_t *lifecycle = ah_actor_new (&ah_lifecycle_actor, &args, NULL);
 
     ah_msg_t *m = ah_msg_new ("AGENT_CREATE");
     ah_msg_set_str (m, "name", "bench");

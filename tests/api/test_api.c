@@ -641,7 +641,7 @@ int main (void)
                           NULL) == 0);
 
     ah_bus_args_t bus_args = { .tap_endpoint = NULL };
-    zactor_t *bus = zactor_new (ah_bus_actor, &bus_args);
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
     zactor_t *lifecycle = zactor_new (s_fake_lifecycle, db);
 
     //  A listen address that is taken: the actor says so and fails to start.

@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "store/store.h"
 #include "check.h"
+#include "actor_probe.h"
 
 #include <msgpack.h>
 #include <pthread.h>
@@ -211,14 +212,14 @@ main (int argc, char **argv)
 
     zsys_init ();
     ah_bus_args_t bus_args = { 0 };
-    zactor_t *bus = zactor_new (ah_bus_actor, &bus_args);
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
     zsock_t *client = ah_bus_connect ("api");
 
     s_stub_t stub = { .lock = PTHREAD_MUTEX_INITIALIZER };
     ah_driver_t driver = { .name = "stub", .impl = &stub,
                            .image_exists = s_image_exists, .image_build = s_image_build };
     ah_builder_args_t args = { .config = config, .db_path = s_db, .driver = &driver, .prewarm = true };
-    zactor_t *builder = zactor_new (ah_builder_actor, &args);
+    zactor_t *builder = ah_actor_new (&ah_builder_actor, &args, NULL);
     CHECK (builder != NULL);
 
     //  The image pass: debian is there, busybox gets built from its recipe.
@@ -279,13 +280,17 @@ main (int argc, char **argv)
     reply = s_ask (client, req);
     CHECK (reply && ah_msg_int (reply, "status", 0) == 400);
     ah_msg_destroy (&reply);
+    actor_probe_refusals ("builder");
+    text = s_briefing (client, "debian", &status);
+    CHECK (status == 500);                  //  still serving (with the failing script)
+    free (text);
     zactor_destroy (&builder);
 
     //  No image hooks (the fake driver): images are "unknown", briefings work.
     s_write (briefing_path, original);
     ah_driver_t bare = { .name = "bare" };
     args.driver = &bare;
-    builder = zactor_new (ah_builder_actor, &args);
+    builder = ah_actor_new (&ah_builder_actor, &args, NULL);
     s_image_state (client, "busybox", state, sizeof state);
     CHECK_STR (state, "unknown");
     text = s_briefing (client, "busybox", &status);
@@ -293,17 +298,19 @@ main (int argc, char **argv)
     free (text);
     zactor_destroy (&builder);
 
-    //  A broken catalog: the actor logs why and stops at start.
+    //  A broken catalog: the start fails with the catalog's message.
     char bad_catalog [200];
     snprintf (bad_catalog, sizeof bad_catalog, "%s/bad.json", s_dir);
     s_write (bad_catalog, "{\"version\": 1, \"runtimes\": [{\"name\": \"x\"}]}");
     free (config->catalog_path);
     config->catalog_path = strdup (bad_catalog);
-    builder = zactor_new (ah_builder_actor, &args);
-    zpoller_t *poller = zpoller_new (builder, NULL);
-    CHECK (zpoller_wait (poller, 2000) == builder);
-    zpoller_destroy (&poller);
-    zactor_destroy (&builder);
+    err = NULL;
+    builder = ah_actor_new (&ah_builder_actor, &args, &err);
+    CHECK (builder == NULL);
+    CHECK (err && strstr (err, "bad.json") && strstr (err, "runtime 0 (\"x\")"));
+    if (err && !strstr (err, "runtime 0"))
+        fprintf (stderr, "the start failed with: %s\n", err);
+    free (err);
 
     free (original);
     zsock_destroy (&client);

@@ -170,7 +170,7 @@ int main (void)
     zsys_init ();
     zsys_handler_set (NULL);
     ah_bus_args_t args = { 0 };
-    zactor_t *bus = zactor_new (ah_bus_actor, &args);
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &args, NULL);
     s_run (false);
     s_run (true);
     zactor_destroy (&bus);

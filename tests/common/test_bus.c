@@ -1,5 +1,6 @@
-/*  tests/common/test_bus.c: routing by name, answers for absent actors,
-    malformed frames, and the tap.                                      */
+/*  tests/common/test_bus.c: the bus actor: routing by name, answers for
+    absent actors, malformed frames, and the tap, which never carries
+    the bytes of a CHAN_DATA (only its chan and length).               */
 #include "common/bus.h"
 #include "common/msg.h"
 #include "check.h"
@@ -12,8 +13,13 @@ int main (void)
     char tap [128];
     snprintf (tap, sizeof tap, "ipc:///tmp/ah-test-bus-tap-%d", getpid ());
     ah_bus_args_t args = { .tap_endpoint = tap };
-    zactor_t *bus = zactor_new (ah_bus_actor, &args);
-    CHECK (bus != NULL);
+    char *why = NULL;
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &args, &why);
+    CHECK (bus != NULL && why == NULL);
+    //  A second bus cannot bind: the start fails with the reason.
+    zactor_t *second = ah_actor_new (&ah_bus_actor, &args, &why);
+    CHECK (second == NULL && why && strstr (why, "cannot bind"));
+    free (why);
     zsock_t *sub = zsock_new_sub (tap, "");
     zclock_sleep (100);                            //  let the SUB join
 
@@ -80,6 +86,42 @@ int main (void)
         free (type); free (from); free (to);
     }
     zmsg_destroy (&t);
+
+    //  CHAN_DATA: the receiver gets the bytes, the tap only their count.
+    m = ah_msg_new ("CHAN_DATA");
+    ah_msg_set_int (m, "chan", 12);
+    ah_msg_set_bin (m, "data", "SECRET-KEYSTROKES", 17);
+    ah_msg_send (&m, a, "beta");
+    got = ah_msg_recv (b, true, &err);
+    size_t size = 0;
+    const void *data = got ? ah_msg_bin (got, "data", &size) : NULL;
+    CHECK (data && size == 17 && memcmp (data, "SECRET-KEYSTROKES", 17) == 0);
+    ah_msg_destroy (&got);
+    //  One that does not decode: still nothing of it on the tap.
+    zstr_sendm (a, "beta");
+    zstr_sendm (a, "CHAN_DATA");
+    zmq_send (zsock_resolve (a), "\x82\xa4" "chan\x07\xa4" "data\xc4\x20" "SECRET-KEYSTROKES", 29, 0);
+    got = ah_msg_recv (b, true, &err);
+    CHECK (got == NULL);
+    free (err);
+    err = NULL;
+    int seen = 0;
+    while ((t = zmsg_recv (sub))) {
+        char *type = zmsg_popstr (t);
+        zframe_t *body = zmsg_last (t);
+        for (zframe_t *f = zmsg_first (t); f; f = zmsg_next (t))
+            CHECK (!memmem (zframe_data (f), zframe_size (f), "SECRET", 6));
+        if (streq (type, "CHAN_DATA")) {
+            ah_msg_t *meta = ah_msg_decode (type, zframe_data (body), zframe_size (body), NULL);
+            CHECK (meta && !ah_msg_has (meta, "data"));
+            if (seen++ == 0)
+                CHECK (meta && ah_msg_int (meta, "chan", 0) == 12 && ah_msg_int (meta, "bytes", 0) == 17);
+            ah_msg_destroy (&meta);
+        }
+        free (type);
+        zmsg_destroy (&t);
+    }
+    CHECK (seen == 2);
 
     zsock_destroy (&a);
     zsock_destroy (&b);

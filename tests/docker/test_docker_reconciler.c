@@ -115,7 +115,7 @@ main (int argc, char **argv)
     CHECK (d->start (d, &boot, &err) == 0);
 
     ah_bus_args_t bargs = { .tap_endpoint = NULL };
-    bus = zactor_new (ah_bus_actor, &bargs);
+    bus = ah_actor_new (&ah_bus_actor, &bargs, NULL);
     lifecycle = ah_bus_connect ("lifecycle");
     recorder = ah_bus_connect ("recorder");
     zclock_sleep (50);
@@ -130,7 +130,7 @@ main (int argc, char **argv)
         goto cleanup;
     ah_reconciler_args_t rargs = { .db_path = dbpath, .driver = dp,
                                    .backoff_min_ms = 200, .backoff_max_ms = 1000 };
-    rec = zactor_new (ah_reconciler_actor, &rargs);
+    rec = ah_actor_new (&ah_reconciler_actor, &rargs, NULL);
     CHECK (rec != NULL);
 
     //  Start-up: r1 is running.

@@ -10,6 +10,7 @@
 #include "common/msg.h"
 #include "store/store.h"
 #include "../common/check.h"
+#include "tests/common/actor_probe.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -113,13 +114,13 @@ main (void)
         .watch = s_watch, .impl = &stub,
     };
     ah_bus_args_t bargs = { 0 };
-    zactor_t *bus = zactor_new (ah_bus_actor, &bargs);
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &bargs, NULL);
     zsock_t *lifecycle = ah_bus_connect ("lifecycle");
     zsock_t *recorder = ah_bus_connect ("recorder");
     zclock_sleep (50);
     ah_reconciler_args_t args = { .db_path = dbpath, .driver = &driver,
                                   .backoff_min_ms = 100, .backoff_max_ms = 400 };
-    zactor_t *rec = zactor_new (ah_reconciler_actor, &args);
+    zactor_t *rec = ah_actor_new (&ah_reconciler_actor, &args, NULL);
     CHECK (rec != NULL);
 
     //  Collect what lifecycle hears for 3 seconds.
@@ -175,6 +176,7 @@ main (void)
     CHECK (m && streq (ah_msg_type (m), "REPLY") && ah_msg_int (m, "status", 0) == 400
            && ah_msg_int (m, "req", 0) == 5);
     ah_msg_destroy (&m);
+    actor_probe_refusals ("reconciler");
 
     //  SCAN runs the start-up pass again.
     zstr_send (rec, "SCAN");

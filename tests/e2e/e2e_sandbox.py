@@ -31,7 +31,6 @@ import os
 import random
 import select
 import signal
-import shutil
 import socket
 import subprocess
 import struct
@@ -649,25 +648,4 @@ def main():
 
 
 if __name__ == "__main__":
-    rc = 1
-    try:
-        main()
-        rc = 0
-    except Fail as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        try:
-            with open(LOG) as f:
-                sys.stderr.write(f.read()[-6000:])
-        except OSError:
-            pass
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        shutil.rmtree(TMP, ignore_errors=True)
-    sys.exit(rc)
+    sys.exit(ahserver.run(main, Fail, procs, TMP, LOG))

@@ -1,7 +1,7 @@
 """tests/lib/ahserver.py: what the Python drivers that start a real
 `agenthold serve` share: a free port of the caller's range, the server's
 AGENTHOLD_* environment, the wait for /healthz, the admin token, a call
-with the bearer token.
+with the bearer token, and a driver's main with its clean-up.
 
 Import it by path from the script's own location, e.g. from tests/X/:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -14,7 +14,10 @@ Fail), the driver and the other settings."""
 import http.client
 import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
 import time
 
 
@@ -101,3 +104,37 @@ def request(port, method, path, body=None, token=None, headers=None, timeout=60)
         return r.status, r.read()
     finally:
         c.close()
+
+
+def stop_all(procs, seconds=10):
+    """Ends what is still running of procs: SIGTERM, then SIGKILL after
+    seconds."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(seconds)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def run(main, fail, procs, tmp, log):
+    """Runs main() and returns the exit status: 0, or 1 after fail (said
+    on stderr with the end of the server's log). Whatever happens, procs
+    are stopped and tmp is removed."""
+    rc = 1
+    try:
+        main()
+        rc = 0
+    except fail as e:
+        print("FAIL: %s" % e, file=sys.stderr)
+        try:
+            with open(log) as f:
+                sys.stderr.write(f.read()[-6000:])
+        except OSError:
+            pass
+    finally:
+        stop_all(procs)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rc

@@ -13,6 +13,8 @@
 #include "config/config.h"
 #include "store/store.h"
 #include "tests/common/check.h"
+#include "tests/common/actor_probe.h"
+#include "tests/common/ident_cases.h"
 
 #include <ftw.h>
 #include <stdatomic.h>
@@ -96,7 +98,7 @@ static void s_start_lifecycle (int hello_timeout_ms)
 {
     ah_lifecycle_args_t args = { .config = s_config, .driver = &s_drv.base, .db_path = s_db_path,
                                  .subscribers = s_subscribers, .hello_timeout_ms = hello_timeout_ms };
-    s_lifecycle = zactor_new (ah_lifecycle_actor, &args);
+    s_lifecycle = ah_actor_new (&ah_lifecycle_actor, &args, NULL);
     CHECK (s_lifecycle != NULL);
 }
 
@@ -297,10 +299,70 @@ static void test_malformed (void)
     CHECK (reply && ah_msg_str (reply, "error") && strstr (ah_msg_str (reply, "error"), "max_cpus"));
     ah_msg_destroy (&reply);
     CHECK (s_count ("SELECT count(*) FROM agents WHERE name <> :id", "") == 0);
+
+    //  What the skeleton refuses, at once, and lifecycle goes on serving.
+    actor_probe_refusals ("lifecycle");
+    CHECK (s_status ((reply = s_op ("SANDBOX_START", "nobody"), &reply)) == 404);
+}
+
+//  The shared identifier table (tests/common/ident_cases.h) through
+//  AGENT_CREATE (names, tenants) and AGENT_UPDATE (images): good values
+//  are taken, bad ones refused with 400 and the grammar's own sentence.
+static void test_idents (void)
+{
+    char *target = s_create ("ident-target");
+    CHECK (target != NULL);
+    if (!target)
+        return;
+    for (size_t i = 0; i < IDENT_CASES; i++) {
+        const ident_case_t *c = &ident_cases [i];
+        ah_msg_t *m;
+        if (c->kind == AH_IDENT_AGENT_NAME || c->kind == AH_IDENT_TENANT) {
+            m = ah_msg_new ("AGENT_CREATE");
+            ah_msg_set_str (m, "name", c->kind == AH_IDENT_AGENT_NAME ? c->value : "ident-tenant");
+            if (c->kind == AH_IDENT_TENANT)
+                ah_msg_set_str (m, "tenant", c->value);
+        }
+        else
+        if (c->kind == AH_IDENT_IMAGE) {
+            m = ah_msg_new ("AGENT_UPDATE");
+            ah_msg_set_str (m, "agent", target);
+            ah_msg_set_str (m, "image", c->value);
+        }
+        else
+            continue;
+        bool create = streq (ah_msg_type (m), "AGENT_CREATE");
+        ah_msg_t *reply = s_call (m);
+        int status = reply ? (int) ah_msg_int (reply, "status", 0) : 0;
+        const char *error = reply ? ah_msg_str (reply, "error") : NULL;
+        const char *rule = ah_ident_check (c->kind, c->value);
+        bool ok = c->good ? status == (create ? 201 : 200)
+                          : status == 400 && error && strstr (error, rule)
+                            && strstr (error, ah_ident_what (c->kind));
+        if (!ok)
+            fprintf (stderr, "  %s '%s' (%s): %d %s\n", ah_ident_what (c->kind), c->value,
+                     c->good ? "good" : "bad", status, error ? error : "");
+        CHECK (ok);
+        const char *made = create && status == 201 ? ah_msg_str (reply, "agent_id") : NULL;
+        if (made) {
+            char id [32];
+            snprintf (id, sizeof id, "%s", made);
+            ah_msg_t *r = s_op ("SANDBOX_DESTROY", id);
+            CHECK (s_status (&r) == 202);
+            CHECK (s_wait_state (id, NULL, 5000));
+        }
+        ah_msg_destroy (&reply);
+    }
+    ah_msg_t *r = s_op ("SANDBOX_DESTROY", target);
+    CHECK (s_status (&r) == 202);
+    CHECK (s_wait_state (target, NULL, 5000));
+    free (target);
+    s_drain_events ();
 }
 
 static char *test_create (void)
 {
+    int creates = atomic_load (&s_drv.creates), starts = atomic_load (&s_drv.starts);
     char *id = s_create ("alpha");
     CHECK (id && strlen (id) == 12 && strspn (id, "0123456789abcdef") == 12);
     if (!id)
@@ -308,7 +370,7 @@ static char *test_create (void)
     CHECK (s_saw_event (id, "creating", NULL, 0));
     CHECK (s_wait_state (id, "running", 5000));
     CHECK (s_saw_event (id, "running", NULL, 0));
-    CHECK (atomic_load (&s_drv.creates) == 1 && atomic_load (&s_drv.starts) == 1);
+    CHECK (atomic_load (&s_drv.creates) == creates + 1 && atomic_load (&s_drv.starts) == starts + 1);
     CHECK (s_col_is (id, "image", s_config->default_image));
     CHECK (s_col_is (id, "needs_rebuild", "0"));
     CHECK (s_col_is (id, "op", ""));
@@ -771,7 +833,7 @@ int main (void)
         .destroy = c_destroy, .inspect = c_inspect, .list = c_list, .impl = &s_drv };
 
     ah_bus_args_t bus_args = { NULL };
-    s_bus = zactor_new (ah_bus_actor, &bus_args);
+    s_bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
     s_client = ah_bus_connect ("api");
     s_watch = ah_bus_connect ("watch");
     zsock_set_rcvtimeo (s_client, 5000);
@@ -779,6 +841,7 @@ int main (void)
     zclock_sleep (50);
 
     test_malformed ();
+    test_idents ();
     char *id = test_create ();
     if (id) {
         test_stop_and_concurrent_start (id);

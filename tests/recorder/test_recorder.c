@@ -8,6 +8,7 @@
 #include "common/msg.h"
 #include "store/store.h"
 #include "check.h"
+#include "actor_probe.h"
 
 #include <msgpack.h>
 #include <signal.h>
@@ -105,7 +106,7 @@ s_test_batches (zsock_t *client)
 {
     s_fresh_db ();
     ah_recorder_args_t args = { .db_path = s_db, .flush_rows = 5, .flush_ms = 60000 };
-    zactor_t *rec = zactor_new (ah_recorder_actor, &args);
+    zactor_t *rec = ah_actor_new (&ah_recorder_actor, &args, NULL);
     CHECK (rec != NULL);
     for (int i = 0; i < 12; i++)
         s_record (client, "fs.write", "notes/todo.txt", 0);
@@ -131,7 +132,7 @@ s_test_timer_and_replies (zsock_t *client)
 {
     s_fresh_db ();
     ah_recorder_args_t args = { .db_path = s_db, .flush_rows = 1000, .flush_ms = 100 };
-    zactor_t *rec = zactor_new (ah_recorder_actor, &args);
+    zactor_t *rec = ah_actor_new (&ah_recorder_actor, &args, NULL);
     for (int i = 0; i < 3; i++)
         s_record (client, "fs.mkdir", "src", 0);
     //  The 200 ms-style timer (100 here) flushes without anyone asking.
@@ -184,7 +185,13 @@ s_test_timer_and_replies (zsock_t *client)
     ah_msg_set_int (m, "req", 7);
     ah_msg_send (&m, client, "recorder");
     reply = s_recv (client);
-    CHECK (reply && ah_msg_int (reply, "status", 0) == 400 && strstr (ah_msg_str (reply, "error"), "unknown"));
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 400 && strstr (ah_msg_str (reply, "error"), "WHAT_IS_THIS"));
+    ah_msg_destroy (&reply);
+    //  What it cannot serve is refused at once, and it goes on serving.
+    actor_probe_refusals ("recorder");
+    s_record (client, "fs.mkdir", "after-probe", 45);
+    reply = s_recv (client);
+    CHECK (reply && ah_msg_int (reply, "req", 0) == 45 && ah_msg_bool (reply, "ok", false));
     ah_msg_destroy (&reply);
 
     //  Over-long details are capped, not lost.
@@ -270,7 +277,7 @@ s_test_retention (void)
     s_sql (sql);
     CHECK (s_count ("actor = 'old'") == 12001);
     ah_recorder_args_t args = { .db_path = s_db, .retention_days = 30 };
-    zactor_t *rec = zactor_new (ah_recorder_actor, &args);
+    zactor_t *rec = ah_actor_new (&ah_recorder_actor, &args, NULL);
     zactor_destroy (&rec);
     CHECK (s_count ("actor = 'old'") == 0);
     CHECK (s_count ("actor = 'recent'") == 1);
@@ -285,9 +292,9 @@ s_test_crash (void)
     pid_t pid = fork ();
     if (pid == 0) {
         ah_bus_args_t bus_args = { 0 };
-        zactor_t *bus = zactor_new (ah_bus_actor, &bus_args);
+        zactor_t *bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
         ah_recorder_args_t args = { .db_path = s_db, .flush_rows = 10, .flush_ms = 60000 };
-        zactor_t *rec = zactor_new (ah_recorder_actor, &args);
+        zactor_t *rec = ah_actor_new (&ah_recorder_actor, &args, NULL);
         zsock_t *client = ah_bus_connect ("api");
         for (int i = 0; i < 20; i++)
             s_record (client, "fs.write", "a.txt", 0);
@@ -319,14 +326,13 @@ s_test_crash (void)
 static void
 s_test_bad_db (void)
 {
-    //  No database: the actor says so and signals failure instead of running blind.
+    //  No database: the start fails with the reason instead of running blind.
     ah_recorder_args_t args = { .db_path = "/nonexistent/dir/agenthold.db" };
-    zactor_t *rec = zactor_new (ah_recorder_actor, &args);
-    CHECK (rec != NULL);
-    zpoller_t *poller = zpoller_new (rec, NULL);
-    CHECK (zpoller_wait (poller, 2000) == rec);     //  the thread ended
-    zpoller_destroy (&poller);
-    zactor_destroy (&rec);
+    char *err = NULL;
+    zactor_t *rec = ah_actor_new (&ah_recorder_actor, &args, &err);
+    CHECK (rec == NULL);
+    CHECK (err && strstr (err, "cannot open the database"));
+    free (err);
 }
 
 int
@@ -342,7 +348,7 @@ main (void)
 
     zsys_init ();
     ah_bus_args_t bus_args = { 0 };
-    zactor_t *bus = zactor_new (ah_bus_actor, &bus_args);
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
     zsock_t *client = ah_bus_connect ("api");
     s_test_batches (client);
     s_test_timer_and_replies (client);

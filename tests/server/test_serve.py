@@ -138,10 +138,16 @@ def test_lifecycle_of_the_process(root):
     sub = context.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.setsockopt(zmq.LINGER, 0)
+    connected = sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
     sub.connect(tap)
     try:
         started = first.wait_for(r"agenthold serving: ")
         check(started, "the server printed its start line")
+        # The server may be serving before the subscriber's first retry
+        # reaches the tap (it connected before the tap was bound).
+        check(connected.poll(5000) != 0, "the tap subscriber connected")
+        sub.disable_monitor()
+        connected.close(0)
         if not started:
             print(first.text(), file=sys.stderr)
             return

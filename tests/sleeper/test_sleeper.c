@@ -7,6 +7,7 @@
 #include "common/msg.h"
 #include "store/store.h"
 #include "../common/check.h"
+#include "tests/common/actor_probe.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -125,12 +126,12 @@ int main (void)
     ah_config_t *config = ah_config_new_defaults ();
     free (config->lua_dir);
     config->lua_dir = strdup (lua);
-    zactor_t *bus = zactor_new (ah_bus_actor, &(ah_bus_args_t) { NULL });
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &(ah_bus_args_t) { NULL }, NULL);
     s_api = ah_bus_connect ("api");
     s_lifecycle = ah_bus_connect ("lifecycle");
     zsock_set_rcvtimeo (s_api, 5000);
     ah_sleeper_args_t args = { .config = config, .db_path = db, .check_interval_ms = 3600000 };
-    zactor_t *sleeper = zactor_new (ah_sleeper_actor, &args);
+    zactor_t *sleeper = ah_actor_new (&ah_sleeper_actor, &args, NULL);
     CHECK (sleeper != NULL);
 
     //  Turn for b (long lease), an abandoned one for e (1 s lease).
@@ -243,6 +244,8 @@ int main (void)
     r = s_call (m);
     CHECK (r && ah_msg_int (r, "status", 0) == 400);
     ah_msg_destroy (&r);
+    actor_probe_refusals ("sleeper");
+    CHECK (s_check (127) == 3);             //  and it goes on serving
 
     zactor_destroy (&sleeper);
     zsock_destroy (&s_api);

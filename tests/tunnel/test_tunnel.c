@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "store/store.h"
 #include "../common/check.h"
+#include "tests/common/actor_probe.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -320,7 +321,7 @@ int main (void)
            "VALUES ('%s', 'starting', 'img', 1, 512, '%s', 1)", AGENT, hash);
 
     ah_bus_args_t bargs = { .tap_endpoint = NULL };
-    zactor_t *bus = zactor_new (ah_bus_actor, &bargs);
+    zactor_t *bus = ah_actor_new (&ah_bus_actor, &bargs, NULL);
     zsock_t *lifecycle = ah_bus_connect ("lifecycle");
     zsock_t *api = ah_bus_connect ("api");
     zsock_t *sleeper = ah_bus_connect ("sleeper");
@@ -330,13 +331,15 @@ int main (void)
     ah_tunnel_args_t targs = { .config = config, .db_path = s_db, .ping_interval_ms = 200,
                                .ping_timeout_ms = 2000, .open_timeout_ms = 2000,
                                .stats_interval_ms = 300 };
-    zactor_t *tunnel = zactor_new (ah_tunnel_actor, &targs);
+    zactor_t *tunnel = ah_actor_new (&ah_tunnel_actor, &targs, NULL);
     CHECK (tunnel != NULL);
     zstr_send (tunnel, "PORT");
     char *port = zstr_recv (tunnel);
     CHECK (port && atoi (port) > 0);
     snprintf (s_url, sizeof s_url, "ws://127.0.0.1:%s/tunnel", port ? port : "0");
     free (port);
+    //  What it cannot serve is refused at once (the lws loop serves the bus too).
+    actor_probe_refusals ("tunnel");
 
     //  1. Refusals at the upgrade.
     char forged [AH_TOKEN_HEX];
@@ -351,6 +354,10 @@ int main (void)
     CHECK_STR (res, "STATUS 401");
     free (res);
     res = s_client ("ffffffffffff", s_token, "auth", NULL);
+    CHECK_STR (res, "STATUS 401");
+    free (res);
+    //  Not an agent id at all (common/ident.h): refused before any lookup.
+    res = s_client ("A1B2C3D4E5F6", s_token, "auth", NULL);
     CHECK_STR (res, "STATUS 401");
     free (res);
     //  A stale token: the hash was replaced by a newer boot's.

@@ -1,0 +1,165 @@
+/*  actors/lifecycle_int.h: what the files of the lifecycle actor share.
+    Internal to the actor: everything here runs on its one thread.
+
+      lifecycle.c          the actor: state, start and stop, the handler
+                           table, rows and state moves, activity
+      lifecycle_request.c  requests: AGENT_CREATE, AGENT_UPDATE and the
+                           transitions (SANDBOX_START/STOP/REBUILD/DESTROY)
+      lifecycle_admit.c    admission: request fields, limits.lua, tenant limits
+      lifecycle_job.c      driver calls in worker threads and their outcomes,
+                           hello deadlines
+      lifecycle_repair.c   observations and repairs: SANDBOX_OBSERVED,
+                           SANDBOX_HELLO, TUNNEL_LOST, the start-up scan  */
+#ifndef AH_LIFECYCLE_INT_H
+#define AH_LIFECYCLE_INT_H
+
+#include "actors/lifecycle.h"
+#include "common/ident.h"
+#include "common/msg.h"
+#include "common/token.h"
+#include "policy/policy.h"
+#include "store/store.h"
+
+#include <pthread.h>
+
+#define AREA            "lifecycle"
+#define ID_SIZE         (AH_AGENT_ID_LEN + 8)
+#define ERROR_MAX_LEN   1024
+
+//  A driver call in a worker thread. Owned by the worker until it has
+//  sent JOB_DONE, then by the actor (which joins and frees it).
+typedef struct {
+    ah_driver_t *driver;
+    char endpoint [64];
+    char op [16];                   //  create start stop rebuild destroy inspect
+    char agent_id [ID_SIZE];
+    char token [AH_TOKEN_HEX];      //  start only; wiped when freed
+    int  tunnel_port;
+    char image [AH_IMAGE_MAX + 1];
+    double  cpus;
+    int64_t memory_mb;
+    int64_t pids_limit;
+    bool cleanup;                   //  a stop that changes no state (after a hello timeout)
+    pthread_t thread;
+} job_t;
+
+//  What the actor keeps per agent between messages, while it holds
+//  something (a job, a hello deadline).
+typedef struct {
+    char    agent_id [ID_SIZE];
+    job_t  *job;                    //  the driver call in flight, or NULL
+    int     hello_timer;            //  waiting for sandboxd's hello; 0 = not
+} track_t;
+
+//  One agent and its sandbox, copied out of the database.
+typedef struct {
+    char id [ID_SIZE];
+    char name [AH_NAME_MAX + 2];
+    char tenant [AH_NAME_MAX + 2];
+    char image [AH_IMAGE_MAX + 1];
+    double  cpus;
+    int64_t memory_mb;
+    double  idle_minutes;
+    char state [16];
+    char op [16];                   //  "" for NULL
+    char error [ERROR_MAX_LEN + 1];
+    bool needs_rebuild;
+} row_t;
+
+typedef struct {
+    ah_actor_t *actor;
+    zsock_t *results;               //  PULL: the workers' JOB_DONE
+    char endpoint [64];
+    ah_store_t *store;
+    const ah_config_t *config;
+    ah_driver_t *driver;
+    zlist_t *subscribers;           //  of char *, copied
+    bool tunnel_subscribed;
+    int hello_timeout_ms;
+    int tunnel_port;
+    zhashx_t *tracks;               //  agent id -> track_t *
+    zhashx_t *activity;             //  agent id -> int64_t * (ms), waiting for a flush
+    int activity_timer;             //  0 = nothing pending
+    ah_policy_t *policy;
+} self_t;
+
+//  What a create or update asks for. Absent fields keep has_* false.
+typedef struct {
+    char image [AH_IMAGE_MAX + 1];
+    double cpus;
+    int64_t memory_mb;
+    double idle_minutes;
+    bool has_image, has_cpus, has_memory, has_idle;
+} desired_t;
+
+//  Rows and state moves (lifecycle.c)
+const char *ah_lc_state_for_op (const char *op);
+const char *ah_lc_op_for_state (const char *state);     //  NULL: not transitional
+//  By id first, then by name. 1 found, 0 not, -1 error.
+int  ah_lc_lookup (self_t *self, const char *key, row_t *row);
+//  The guarded UPDATE: moves the row to `to` if `guard` (constant SQL)
+//  holds. 1 (we won), 0 (the row is elsewhere) or -1. Does not publish.
+int  ah_lc_update (self_t *self, const char *agent_id, const char *guard,
+                   const char *to, const char *op, const char *error);
+//  ah_lc_update, and SANDBOX_STATE when it won.
+int  ah_lc_move (self_t *self, const char *agent_id, const char *guard,
+                 const char *to, const char *op, const char *error);
+//  SANDBOX_STATE to every subscriber, TUNNEL_KICK where it applies.
+void ah_lc_publish (self_t *self, const char *agent_id, const char *state,
+                    const char *op, const char *error);
+//  One statement with :id bound. 0 / -1.
+int  ah_lc_run (self_t *self, const char *sql, const char *agent_id);
+//  The agent's rows are gone: forget what the actor holds for it.
+void ah_lc_forget_agent (self_t *self, const char *agent_id);
+
+//  Admission (lifecycle_admit.c)
+//  0 when value is a valid kind; else a 400 naming the value and the
+//  rule (common/ident.h), and -1.
+int  ah_lc_ident (self_t *self, const ah_msg_t *msg, ah_ident_t kind, const char *value);
+//  An optional string field: 0 absent or nil, 1 (*out set), -1 not a string.
+int  ah_lc_opt_str (const ah_msg_t *msg, const char *key, const char **out);
+//  The optional fields of a request, type-checked. 0, or -1 after a 400.
+int  ah_lc_desired (self_t *self, const ah_msg_t *msg, desired_t *d);
+//  limits.lua's admit, then the tenant's own limits. *out starts as the
+//  agent's current values and ends as what it will hold. 0 admitted,
+//  1 refused (*why, a 422), -1 could not decide (*why, a 500).
+int  ah_lc_admit (self_t *self, const char *op, const char *name, const char *tenant,
+                  const char *except, const desired_t *asked, desired_t *out, char **why);
+
+//  Driver calls (lifecycle_job.c)
+//  A worker for op, unless one is in flight for the agent already (the
+//  row then says what comes next). -1 when it could not be started (the
+//  row went to error).
+int  ah_lc_launch (self_t *self, const row_t *row, const char *op, bool cleanup);
+//  What the row's transitional state asks for.
+void ah_lc_launch_for_row (self_t *self, const row_t *row);
+bool ah_lc_busy (self_t *self, const char *agent_id);
+//  create or rebuild done: on to starting (from the state `from`).
+void ah_lc_begin_start (self_t *self, const row_t *row, const char *from);
+//  Wait for sandboxd's hello (hello_timeout_ms), or stop waiting.
+void ah_lc_hello_wait (self_t *self, const char *agent_id);
+void ah_lc_hello_cancel (self_t *self, const char *agent_id);
+//  A worker's JOB_DONE on the results PULL.
+void ah_lc_on_job_done (void *self, zsock_t *results);
+//  Forget an idle track; wait for every driver call in flight.
+void ah_lc_forget (self_t *self, const char *agent_id);
+void ah_lc_jobs_join (self_t *self);
+
+//  Observations and repairs (lifecycle_repair.c)
+//  What the driver says against what the row says (docs/lifecycle.md,
+//  "Repairs"); startup: the first look after a restart.
+void ah_lc_repair (self_t *self, const char *agent_id, bool exists, bool running,
+                   int exit_code, const char *detail, bool startup);
+void ah_lc_on_observed (void *self, ah_msg_t *msg);
+void ah_lc_on_hello (void *self, ah_msg_t *msg);
+void ah_lc_on_tunnel_lost (void *self, ah_msg_t *msg);
+//  Timer: transitional and running rows left by a previous run.
+void ah_lc_startup_scan (void *self, void *arg);
+
+//  Requests (lifecycle_request.c)
+void ah_lc_on_create (void *self, ah_msg_t *msg);
+void ah_lc_on_update (void *self, ah_msg_t *msg);
+//  SANDBOX_START, SANDBOX_STOP, SANDBOX_REBUILD, SANDBOX_DESTROY.
+void ah_lc_on_transition (void *self, ah_msg_t *msg);
+
+#endif

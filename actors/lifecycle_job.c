@@ -1,0 +1,360 @@
+/*  actors/lifecycle_job.c: the lifecycle actor's driver calls (see
+    lifecycle_int.h). Each runs in a worker thread that owns its job_t
+    until it pushes JOB_DONE to the actor's PULL; the actor then joins
+    it, frees the job and moves the row on. Also the hello deadlines:
+    a started sandbox whose sandboxd does not say hello in time goes to
+    error and is stopped.                                              */
+#include "actors/lifecycle_int.h"
+#include "common/log.h"
+
+#include <string.h>
+
+// --------------------------------------------------------------------------
+//  The worker thread
+
+static void *s_worker (void *arg)
+{
+    job_t *job = arg;
+    char *err = NULL;
+    int rc = -1;
+    ah_sandbox_spec_t spec = { job->agent_id, job->image, job->cpus, job->memory_mb, job->pids_limit };
+    ah_sandbox_status_t status = { .exit_code = -1 };
+    ah_driver_t *d = job->driver;
+    if (streq (job->op, "create"))
+        rc = d->create (d, &spec, &err);
+    else if (streq (job->op, "start")) {
+        ah_boot_t boot = { job->agent_id, job->token, job->tunnel_port };
+        rc = d->start (d, &boot, &err);
+    }
+    else if (streq (job->op, "stop"))
+        rc = d->stop (d, job->agent_id, &err);
+    else if (streq (job->op, "rebuild")) {
+        //  From running: stop first. A sandbox that is gone or stopped
+        //  already is no reason not to rebuild, so its error is only logged.
+        if (d->stop (d, job->agent_id, &err)) {
+            ah_info (AREA, "%s: stop before rebuild: %s", job->agent_id, err ? err : "failed");
+            free (err);
+            err = NULL;
+        }
+        rc = d->rebuild (d, &spec, &err);
+    }
+    else if (streq (job->op, "destroy"))
+        rc = d->destroy (d, job->agent_id, &err);
+    else if (streq (job->op, "inspect"))
+        rc = d->inspect (d, job->agent_id, &status, &err);
+
+    ah_msg_t *done = ah_msg_new ("JOB_DONE");
+    ah_msg_set_str (done, "agent_id", job->agent_id);
+    ah_msg_set_str (done, "op", job->op);
+    ah_msg_set_bool (done, "ok", rc == 0);
+    if (rc)
+        ah_msg_set_str (done, "error", err ? err : "the driver failed without saying why");
+    ah_msg_set_bool (done, "exists", status.exists);
+    ah_msg_set_bool (done, "running", status.running);
+    ah_msg_set_int (done, "exit_code", status.exit_code);
+    status.detail [sizeof status.detail - 1] = 0;
+    ah_msg_set_str (done, "detail", status.detail);
+    free (err);
+    //  A PUSH of our own: linger so the message is delivered even though
+    //  we close at once (the actor binds before any worker starts).
+    zsock_t *push = zsock_new (ZMQ_PUSH);
+    if (push) {
+        zsock_set_linger (push, 10000);
+        if (zsock_connect (push, "%s", job->endpoint) == 0)
+            ah_msg_send (&done, push, NULL);
+        zsock_destroy (&push);
+    }
+    if (done) {
+        ah_error (AREA, "%s: could not report the end of %s", job->agent_id, job->op);
+        ah_msg_destroy (&done);
+    }
+    return NULL;
+}
+
+static void s_job_free (job_t **job_p)
+{
+    if (*job_p) {
+        explicit_bzero ((*job_p)->token, sizeof (*job_p)->token);
+        free (*job_p);
+        *job_p = NULL;
+    }
+}
+
+// --------------------------------------------------------------------------
+//  Tracks: what the actor holds per agent
+
+static track_t *s_track (self_t *self, const char *agent_id)
+{
+    track_t *track = zhashx_lookup (self->tracks, agent_id);
+    if (!track) {
+        track = calloc (1, sizeof *track);
+        if (!track)
+            return NULL;
+        snprintf (track->agent_id, sizeof track->agent_id, "%s", agent_id);
+        zhashx_insert (self->tracks, agent_id, track);
+    }
+    return track;
+}
+
+bool ah_lc_busy (self_t *self, const char *agent_id)
+{
+    track_t *track = zhashx_lookup (self->tracks, agent_id);
+    return track && track->job;
+}
+
+void ah_lc_forget (self_t *self, const char *agent_id)
+{
+    track_t *track = zhashx_lookup (self->tracks, agent_id);
+    if (track && !track->job) {
+        ah_actor_timer_end (self->actor, track->hello_timer);
+        zhashx_delete (self->tracks, agent_id);        //  its destructor frees the track
+    }
+}
+
+void ah_lc_hello_cancel (self_t *self, const char *agent_id)
+{
+    track_t *track = zhashx_lookup (self->tracks, agent_id);
+    if (track) {
+        ah_actor_timer_end (self->actor, track->hello_timer);
+        track->hello_timer = 0;
+    }
+}
+
+//  The hello deadline passed.
+static void s_on_hello_late (void *self_, void *arg)
+{
+    self_t *self = self_;
+    track_t *track = arg;
+    track->hello_timer = 0;
+    char id [ID_SIZE], why [96];
+    snprintf (id, sizeof id, "%s", track->agent_id);
+    snprintf (why, sizeof why, "sandboxd did not connect within %d s", (self->hello_timeout_ms + 999) / 1000);
+    if (ah_lc_move (self, id, "state = 'starting'", "error", "start", why) == 1) {
+        //  Leave nothing running that nobody can reach.
+        row_t row;
+        if (ah_lc_lookup (self, id, &row) == 1)
+            ah_lc_launch (self, &row, "stop", true);
+    }
+}
+
+void ah_lc_hello_wait (self_t *self, const char *agent_id)
+{
+    track_t *track = s_track (self, agent_id);
+    if (!track)
+        return;
+    ah_actor_timer_end (self->actor, track->hello_timer);
+    track->hello_timer = ah_actor_timer (self->actor, self->hello_timeout_ms, 0, s_on_hello_late, track);
+}
+
+void ah_lc_jobs_join (self_t *self)
+{
+    //  Driver calls in flight own their jobs until they end: wait for them.
+    for (track_t *t = zhashx_first (self->tracks); t; t = zhashx_next (self->tracks))
+        if (t->job) {
+            ah_info (AREA, "waiting for %s of %s to end", t->job->op, t->job->agent_id);
+            pthread_join (t->job->thread, NULL);
+            s_job_free (&t->job);
+        }
+}
+
+// --------------------------------------------------------------------------
+//  Launching
+
+int ah_lc_launch (self_t *self, const row_t *row, const char *op, bool cleanup)
+{
+    track_t *track = s_track (self, row->id);
+    if (!track)
+        return -1;
+    if (track->job)
+        return 0;
+    job_t *job = calloc (1, sizeof *job);
+    if (!job)
+        return -1;
+    job->driver = self->driver;
+    snprintf (job->endpoint, sizeof job->endpoint, "%s", self->endpoint);
+    snprintf (job->op, sizeof job->op, "%s", op);
+    snprintf (job->agent_id, sizeof job->agent_id, "%s", row->id);
+    snprintf (job->image, sizeof job->image, "%s", row->image);
+    job->cpus = row->cpus;
+    job->memory_mb = row->memory_mb;
+    job->pids_limit = self->config->pids_limit;
+    job->tunnel_port = self->tunnel_port;
+    job->cleanup = cleanup;
+    const char *why = NULL;
+    if (streq (op, "start")) {
+        //  A fresh boot token per start; only its hash is kept.
+        char hash [AH_TOKEN_HEX];
+        if (ah_token_new (job->token))
+            why = "no entropy for a boot token";
+        else {
+            ah_token_hash (job->token, hash);
+            sqlite3_stmt *st = ah_store_prepare (self->store,
+                "UPDATE sandboxes SET boot_token_hash = :hash WHERE agent_id = :id");
+            if (!st || ah_store_bind_text (st, ":hash", hash) || ah_store_bind_text (st, ":id", row->id)
+                    || ah_store_step (self->store, st) != SQLITE_DONE)
+                why = "cannot store the boot token";
+            if (st)
+                sqlite3_reset (st);
+        }
+        ah_actor_timer_end (self->actor, track->hello_timer);
+        track->hello_timer = 0;
+    }
+    if (!why && pthread_create (&job->thread, NULL, s_worker, job))
+        why = "cannot start a worker thread";
+    if (why) {
+        ah_error (AREA, "%s: %s: %s", row->id, op, why);
+        s_job_free (&job);
+        if (!cleanup)
+            ah_lc_move (self, row->id, "1", "error", op, why);
+        return -1;
+    }
+    track->job = job;
+    ah_debug (AREA, "%s: %s in a worker", row->id, op);
+    return 0;
+}
+
+void ah_lc_launch_for_row (self_t *self, const row_t *row)
+{
+    const char *op = ah_lc_op_for_state (row->state);
+    if (op)
+        ah_lc_launch (self, row, op, false);
+}
+
+void ah_lc_begin_start (self_t *self, const row_t *row, const char *from)
+{
+    char guard [64];
+    snprintf (guard, sizeof guard, "state = '%s'", from);
+    if (ah_lc_move (self, row->id, guard, "starting", "start", NULL) == 1) {
+        row_t fresh;
+        if (ah_lc_lookup (self, row->id, &fresh) == 1)
+            ah_lc_launch (self, &fresh, "start", false);
+    }
+}
+
+// --------------------------------------------------------------------------
+//  Outcomes
+
+static void s_destroyed (self_t *self, const char *agent_id)
+{
+    bool ok = ah_store_begin (self->store) == 0;
+    ok = ok && ah_lc_run (self, "DELETE FROM sandboxes WHERE agent_id = :id", agent_id) == 0;
+    ok = ok && ah_lc_run (self, "DELETE FROM agents WHERE id = :id", agent_id) == 0;
+    ok = ok && ah_lc_run (self, "DELETE FROM tombstones WHERE agent_id = :id", agent_id) == 0;
+    if (ok && ah_store_commit (self->store) == 0) {
+        ah_lc_publish (self, agent_id, "destroyed", NULL, NULL);
+        ah_lc_forget_agent (self, agent_id);
+        ah_info (AREA, "%s destroyed", agent_id);
+    }
+    else {
+        ah_store_rollback (self->store);
+        ah_lc_move (self, agent_id, "state = 'destroying'", "error", "destroy",
+                    "the sandbox is gone but its rows could not be removed (see the log)");
+    }
+}
+
+//  The sandbox is now what the rebuild built; it still needs a rebuild
+//  only if the agent was updated while it ran.
+static void s_rebuilt (self_t *self, const char *id, const char *image, double cpus, int64_t memory_mb)
+{
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "UPDATE sandboxes SET image = :image, cpus = :cpus, memory_mb = :mem,"
+        " needs_rebuild = (SELECT a.image <> :image OR a.cpus <> :cpus OR a.memory_mb <> :mem"
+        "                  FROM agents a WHERE a.id = :id)"
+        " WHERE agent_id = :id AND state = 'rebuilding'");
+    if (st && !ah_store_bind_text (st, ":image", image) && !ah_store_bind_double (st, ":cpus", cpus)
+           && !ah_store_bind_int64 (st, ":mem", memory_mb) && !ah_store_bind_text (st, ":id", id))
+        ah_store_step (self->store, st);
+    if (st)
+        sqlite3_reset (st);
+}
+
+//  What a finished driver call means for the row.
+static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, const job_t *job)
+{
+    const char *id = row->id, *op = job->op;
+    bool ok = ah_msg_bool (done, "ok", false);
+    const char *why = ah_msg_str (done, "error");
+    if (!ok)
+        ah_warn (AREA, "%s: %s failed: %s", id, op, why ? why : "?");
+    if (streq (op, "inspect")) {
+        //  A failed look is no evidence of anything: finish what the row
+        //  was doing by running it again (the driver's own error, if it
+        //  is still down, lands the row in error where a person can see).
+        if (ok)
+            ah_lc_repair (self, id, ah_msg_bool (done, "exists", false), ah_msg_bool (done, "running", false),
+                          (int) ah_msg_int (done, "exit_code", -1), ah_msg_str (done, "detail"), true);
+        else
+            ah_lc_launch_for_row (self, row);
+    }
+    else
+    if (job->cleanup || !streq (row->state, ah_lc_state_for_op (op)) || !streq (row->op, op))
+        //  The row moved on while the driver worked (destroy during a
+        //  start, ...): do what it asks for now.
+        ah_lc_launch_for_row (self, row);
+    else
+    if (!ok) {
+        char guard [64];
+        snprintf (guard, sizeof guard, "state = '%s'", row->state);
+        ah_lc_move (self, id, guard, "error", op, why ? why : "the driver failed");
+    }
+    else
+    if (streq (op, "create"))
+        ah_lc_begin_start (self, row, "creating");
+    else
+    if (streq (op, "start")) {
+        if (self->driver->waits_for_hello) {
+            ah_lc_hello_wait (self, id);
+            ah_debug (AREA, "%s: started; waiting for sandboxd's hello", id);
+        }
+        else
+            ah_lc_move (self, id, "state = 'starting'", "running", NULL, NULL);
+    }
+    else
+    if (streq (op, "stop"))
+        ah_lc_move (self, id, "state = 'stopping'", "sleeping", NULL, NULL);
+    else
+    if (streq (op, "rebuild")) {
+        s_rebuilt (self, id, job->image, job->cpus, job->memory_mb);
+        ah_lc_begin_start (self, row, "rebuilding");
+    }
+    else
+    if (streq (op, "destroy"))
+        s_destroyed (self, id);
+}
+
+void ah_lc_on_job_done (void *self_, zsock_t *results)
+{
+    self_t *self = self_;
+    char *err = NULL;
+    ah_msg_t *done = ah_msg_recv (results, false, &err);
+    if (!done) {
+        ah_error (AREA, "bad message from a worker: %s", err ? err : "?");
+        free (err);
+        return;
+    }
+    const char *id = ah_msg_str (done, "agent_id");
+    const char *op = ah_msg_str (done, "op");
+    track_t *track = id ? zhashx_lookup (self->tracks, id) : NULL;
+    if (!track || !track->job || !op || !streq (track->job->op, op)) {
+        ah_error (AREA, "a worker reported %s for %s, which nobody asked for",
+                  op ? op : "?", id ? id : "?");
+        ah_msg_destroy (&done);
+        return;
+    }
+    char agent_id [ID_SIZE];
+    snprintf (agent_id, sizeof agent_id, "%s", id);
+    pthread_join (track->job->thread, NULL);
+    job_t *job = track->job;
+    track->job = NULL;
+    row_t row;
+    if (ah_lc_lookup (self, agent_id, &row) == 1)
+        s_outcome (self, done, &row, job);
+    else
+        ah_lc_forget (self, agent_id);
+    s_job_free (&job);
+    //  Keep tracks only while they hold something.
+    track = zhashx_lookup (self->tracks, agent_id);
+    if (track && !track->job && !track->hello_timer)
+        ah_lc_forget (self, agent_id);
+    ah_msg_destroy (&done);
+}

@@ -1,0 +1,178 @@
+/*  actors/lifecycle_repair.c: what the lifecycle actor learns from
+    outside its own requests (see lifecycle_int.h): the reconciler's
+    observations and the repair rules (docs/lifecycle.md, "Repairs"),
+    sandboxd's hello and lost tunnels, and the start-up scan that
+    finishes what a previous run left half done.                       */
+#include "actors/lifecycle_int.h"
+#include "common/log.h"
+
+#include <string.h>
+
+void ah_lc_repair (self_t *self, const char *agent_id, bool exists, bool running,
+                   int exit_code, const char *detail, bool startup)
+{
+    row_t row;
+    if (ah_lc_lookup (self, agent_id, &row) != 1) {
+        ah_debug (AREA, "observed %s, which has no row (the reconciler's to judge)", agent_id);
+        return;
+    }
+    if (ah_lc_busy (self, row.id)) {
+        ah_debug (AREA, "observed %s while %s is in flight: the operation decides", row.id, row.op);
+        return;
+    }
+    //  Driver events follow our own operations too (a rebuild removes the
+    //  container), and may arrive late: a transitional row is left to its
+    //  operation (a sandbox that dies while starting meets the hello
+    //  timeout). Only the start-up pass finishes interrupted operations.
+    if (!startup && ah_lc_op_for_state (row.state)) {
+        ah_debug (AREA, "observed %s while %s: ignored", row.id, row.state);
+        return;
+    }
+    const char *id = row.id;
+    const char *removed = "sandbox container was removed outside agenthold";
+    const char *s = row.state;
+    char why [160];
+    if (streq (s, "running")) {
+        if (!exists)
+            ah_lc_move (self, id, "state = 'running'", "error", "create", removed);
+        else
+        if (!running) {
+            //  0, SIGKILL, SIGTERM: stopped by hand (docker stop); else it died.
+            if (exit_code == 0 || exit_code == 137 || exit_code == 143)
+                ah_lc_move (self, id, "state = 'running'", "sleeping", NULL, NULL);
+            else {
+                snprintf (why, sizeof why, "sandbox exited with code %d", exit_code);
+                ah_lc_move (self, id, "state = 'running'", "error", "start", why);
+            }
+        }
+    }
+    else
+    if (streq (s, "starting")) {
+        if (!exists)
+            ah_lc_move (self, id, "state = 'starting'", "error", "create", removed);
+        else
+        if (running && self->driver->waits_for_hello)
+            //  It kept running while we were away: its sandboxd reconnects
+            //  with the token it has (whose hash we kept).
+            ah_lc_hello_wait (self, id);
+        else
+        if (running)
+            ah_lc_move (self, id, "state = 'starting'", "running", NULL, NULL);
+        else
+            ah_lc_launch (self, &row, "start", false);      //  fresh token
+    }
+    else
+    if (streq (s, "creating")) {
+        if (exists)
+            ah_lc_begin_start (self, &row, "creating");
+        else
+            ah_lc_launch (self, &row, "create", false);
+    }
+    else
+    if (streq (s, "stopping")) {
+        if (!exists)
+            ah_lc_move (self, id, "state = 'stopping'", "error", "create", removed);
+        else
+        if (running)
+            ah_lc_launch (self, &row, "stop", false);
+        else
+            ah_lc_move (self, id, "state = 'stopping'", "sleeping", NULL, NULL);
+    }
+    else
+    if (streq (s, "rebuilding") || streq (s, "destroying"))
+        ah_lc_launch_for_row (self, &row);
+    else
+    if (streq (s, "sleeping")) {
+        if (!exists)
+            ah_lc_move (self, id, "state = 'sleeping'", "error", "create", removed);
+        else
+        if (running) {
+            //  Started by hand: without a boot token of ours it cannot
+            //  reach us, so stored state wins and it is stopped again.
+            ah_warn (AREA, "%s is sleeping but its sandbox runs (%s): stopping it", id,
+                     detail ? detail : "");
+            ah_lc_launch (self, &row, "stop", true);
+        }
+    }
+}
+
+void ah_lc_on_observed (void *self, ah_msg_t *msg)
+{
+    const char *id = ah_msg_str (msg, "agent_id");
+    const char *source = ah_msg_str (msg, "source");
+    if (!id || !ah_msg_has (msg, "exists") || !ah_msg_has (msg, "running")) {
+        ah_warn (AREA, "SANDBOX_OBSERVED from '%s' without agent_id, exists and running",
+                 ah_msg_peer (msg));
+        return;
+    }
+    ah_lc_repair (self, id, ah_msg_bool (msg, "exists", true), ah_msg_bool (msg, "running", false),
+                  (int) ah_msg_int (msg, "exit_code", -1), ah_msg_str (msg, "detail"),
+                  source && streq (source, "startup"));
+}
+
+void ah_lc_on_hello (void *self, ah_msg_t *msg)
+{
+    const char *id = ah_msg_str (msg, "agent_id");
+    if (!id) {
+        ah_warn (AREA, "SANDBOX_HELLO from '%s' without agent_id", ah_msg_peer (msg));
+        return;
+    }
+    if (ah_lc_move (self, id, "state = 'starting'", "running", NULL, NULL) == 1) {
+        ah_lc_hello_cancel (self, id);
+        ah_info (AREA, "%s: sandboxd said hello; running", id);
+    }
+    else
+        ah_debug (AREA, "%s: hello while not starting (ignored)", id);
+}
+
+//  TUNNEL_LOST {agent_id, reason, fatal}: a connection that redialling
+//  cannot mend (a protocol version mismatch) puts the sandbox in error
+//  with the reason, and stops it; a passing loss is left to sandboxd's
+//  reconnect and the reconciler.
+void ah_lc_on_tunnel_lost (void *self, ah_msg_t *msg)
+{
+    const char *id = ah_msg_str (msg, "agent_id");
+    const char *reason = ah_msg_str (msg, "reason");
+    if (!id) {
+        ah_warn (AREA, "TUNNEL_LOST from '%s' without agent_id", ah_msg_peer (msg));
+        return;
+    }
+    if (!ah_msg_bool (msg, "fatal", false)) {
+        ah_info (AREA, "%s: tunnel connection lost (%s); sandboxd will redial", id, reason ? reason : "?");
+        return;
+    }
+    if (ah_lc_move (self, id, "state IN ('starting','running')", "error", "start",
+                    reason ? reason : "the sandbox's tunnel failed") == 1) {
+        ah_lc_hello_cancel (self, id);
+        row_t row;
+        if (ah_lc_lookup (self, id, &row) == 1)
+            ah_lc_launch (self, &row, "stop", true);
+    }
+}
+
+//  Transitional rows left by a previous run, and running ones (which may
+//  have stopped while we were away): look at each through the driver,
+//  then repair (startup = true). The reconciler's start-up pass says the
+//  same; whichever comes second finds the row settled.
+void ah_lc_startup_scan (void *self_, void *arg)
+{
+    self_t *self = self_;
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "SELECT agent_id FROM sandboxes"
+        " WHERE state IN ('creating','starting','running','stopping','rebuilding','destroying')");
+    if (!st)
+        return;
+    zlist_t *ids = zlist_new ();
+    zlist_autofree (ids);
+    while (ah_store_step (self->store, st) == SQLITE_ROW)
+        zlist_append (ids, (void *) sqlite3_column_text (st, 0));
+    sqlite3_reset (st);
+    for (const char *id = zlist_first (ids); id; id = zlist_next (ids)) {
+        row_t row;
+        if (ah_lc_lookup (self, id, &row) == 1) {
+            ah_info (AREA, "%s was left %s: looking at it to finish the %s", id, row.state, row.op);
+            ah_lc_launch (self, &row, "inspect", false);
+        }
+    }
+    zlist_destroy (&ids);
+}

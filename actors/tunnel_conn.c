@@ -1,0 +1,466 @@
+/*  actors/tunnel_conn.c: the tunnel actor's connections (see
+    tunnel_int.h and docs/tunnel.md): the WebSocket protocol sandboxd
+    dials, its authentication, one yamux session per connection, ping,
+    the hello that tells lifecycle sandboxd is there, and CPU samples
+    for the sleeper.                                                   */
+#include "actors/tunnel_int.h"
+#include "common/ident.h"
+#include "common/log.h"
+#include "common/token.h"
+#include "proto/channel.h"
+
+#include <string.h>
+#include <strings.h>
+
+#define WRITE_CHUNK     (64u << 10)         //  largest WebSocket message we send
+#define OUTQ_HIGH       (1u << 20)          //  stop reading sandboxd above this
+#define OUTQ_LOW        (256u << 10)        //  ... and read again below this
+
+//  lws per-session data of a tunnel WebSocket.
+typedef struct {
+    conn_t *conn;
+    char agent_id [AGENT_ID_MAX];   //  authenticated in FILTER
+} pss_t;
+
+//  ---------------------------------------------------------------------
+//  yamux callbacks of the session (ud = conn); the streams' are in
+//  tunnel_chan.c
+
+static void s_ymx_output (void *ud, const uint8_t *data, size_t size)
+{
+    conn_t *conn = (conn_t *) ud;
+    if (!conn->wsi)
+        return;
+    if (ah_buf_append (&conn->outq, data, size)) {
+        ah_error (AREA, "agent '%s': out of memory queueing tunnel output", conn->agent_id);
+        ah_tun_conn_close (conn, "out of memory", true, false, false);
+        return;
+    }
+    lws_callback_on_writable (conn->wsi);
+}
+
+static void s_ymx_on_open (void *ud, uint32_t id)
+{
+    //  sandboxd never opens streams (docs/tunnel.md): refuse.
+    conn_t *conn = (conn_t *) ud;
+    ah_warn (AREA, "agent '%s': sandboxd opened stream %u; reset", conn->agent_id, id);
+    ah_yamux_reset (conn->yamux, id);
+}
+
+static void s_ymx_on_pong (void *ud, uint32_t opaque)
+{
+    conn_t *conn = (conn_t *) ud;
+    conn->last_pong_ms = zclock_mono ();
+}
+
+static void s_ymx_on_goaway (void *ud, uint32_t code)
+{
+    conn_t *conn = (conn_t *) ud;
+    if (conn->dead)
+        return;
+    char why [80];
+    snprintf (why, sizeof why, "sandboxd sent go away (code %u)", code);
+    ah_info (AREA, "agent '%s': %s", conn->agent_id, why);
+    //  sandboxd is exiting or refusing: the connection is of no more use.
+    ah_tun_conn_close (conn, code ? why : "sandbox connection lost", true, false, true);
+}
+
+//  ---------------------------------------------------------------------
+//  Connections
+
+static void s_conn_destroy (conn_t **conn_p)
+{
+    conn_t *conn = *conn_p;
+    if (!conn)
+        return;
+    ah_actor_timer_end (conn->self->actor, conn->ping_timer);
+    ah_actor_timer_end (conn->self->actor, conn->stats_timer);
+    ah_yamux_destroy (&conn->yamux);
+    zhashx_destroy (&conn->streams);
+    ah_buf_free (&conn->outq);
+    free (conn);
+    *conn_p = NULL;
+}
+
+void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bool graceful)
+{
+    self_t *self = conn->self;
+    if (conn->dead)
+        return;
+    conn->dead = true;
+    ah_actor_timer_end (self->actor, conn->ping_timer);
+    ah_actor_timer_end (self->actor, conn->stats_timer);
+    conn->ping_timer = conn->stats_timer = 0;
+    if (zhashx_lookup (self->agents, conn->agent_id) == conn)
+        zhashx_delete (self->agents, conn->agent_id);
+    //  Fail every channel; collect first (failing edits the map).
+    zlistx_t *list = zlistx_new ();
+    for (chan_t *c = (chan_t *) zhashx_first (conn->streams); c; c = (chan_t *) zhashx_next (conn->streams))
+        zlistx_add_end (list, c);
+    for (chan_t *c = (chan_t *) zlistx_first (list); c; c = (chan_t *) zlistx_next (list)) {
+        c->conn = NULL;                     //  its stream entry goes with the map
+        if (c->kind == CH_EXTERNAL)
+            ah_tun_chan_fail (self, c, 502, why);
+        else
+            ah_tun_chan_free (self, c);
+    }
+    zlistx_destroy (&list);
+    zhashx_purge (conn->streams);
+    if (lost && !self->terminating) {
+        ah_msg_t *m = ah_msg_new ("TUNNEL_LOST");
+        ah_msg_set_str (m, "agent_id", conn->agent_id);
+        ah_msg_set_str (m, "reason", why);
+        ah_msg_set_bool (m, "fatal", fatal);
+        ah_actor_send (self->actor, "lifecycle", &m);
+    }
+    if (conn->wsi) {
+        if (graceful && conn->yamux) {
+            ah_yamux_goaway (conn->yamux, AH_YAMUX_GOAWAY_NORMAL);
+            //  WRITEABLE flushes the go away and closes; 2 s at most.
+            lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, 2);
+            lws_callback_on_writable (conn->wsi);
+        }
+        else
+            lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+    }
+}
+
+static void s_on_ping_timer (void *self_, void *arg)
+{
+    self_t *self = self_;
+    conn_t *conn = (conn_t *) arg;
+    int64_t now = zclock_mono ();
+    if (now - conn->last_pong_ms > self->ping_timeout_ms) {
+        ah_warn (AREA, "agent '%s': no ping answer for %lld ms; closing the connection",
+                 conn->agent_id, (long long) (now - conn->last_pong_ms));
+        ah_tun_conn_close (conn, "sandbox connection lost", true, false, false);
+        return;
+    }
+    ah_yamux_ping (conn->yamux, ++conn->ping_seq);
+}
+
+static void s_on_stats_timer (void *self_, void *arg)
+{
+    conn_t *conn = (conn_t *) arg;
+    ah_msg_t *h = ah_msg_new ("HEADER");
+    ah_msg_set_str (h, "ch", "stats");
+    const char *why = NULL;
+    if (!ah_tun_chan_open (conn, CH_STATS, h, true, &why))
+        ah_debug (AREA, "agent '%s': stats: %s", conn->agent_id, why);
+    ah_msg_destroy (&h);
+}
+
+void ah_tun_stats_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
+{
+    conn_t *conn = chan->conn;
+    if (ah_msg_bool (reply, "ok", false) && ah_msg_has (reply, "cpu_ns")) {
+        ah_msg_t *m = ah_msg_new ("AGENT_STATS");
+        ah_msg_set_str (m, "agent_id", conn->agent_id);
+        ah_msg_set_int (m, "cpu_ns", ah_msg_int (reply, "cpu_ns", 0));
+        ah_msg_set_int (m, "at_ns", ah_msg_int (reply, "at_ns", 0));
+        ah_actor_send (self->actor, "sleeper", &m);
+    }
+    //  Stays mapped until sandboxd's FIN completes the close (on_closed).
+}
+
+void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
+{
+    conn_t *conn = chan->conn;
+    char why [600];
+    const char *their_id = ah_msg_str (reply, "agent_id");
+    if (!ah_msg_bool (reply, "ok", false)) {
+        const char *code = ah_msg_str (reply, "code");
+        const char *error = ah_msg_str (reply, "error");
+        if (code && streq (code, "EVERSION"))
+            snprintf (why, sizeof why, "sandboxd refused hello: %s (this server speaks tunnel "
+                      "protocol %d: deploy the sandboxd that ships with this server and "
+                      "restart the sandbox)", error ? error : "version mismatch", AH_PROTOCOL_VERSION);
+        else
+            snprintf (why, sizeof why, "sandboxd refused hello: %s %s",
+                      code ? code : "?", error ? error : "");
+        ah_error (AREA, "agent '%s': %s", conn->agent_id, why);
+        ah_tun_conn_close (conn, why, true, true, true);
+        return;
+    }
+    int64_t version = ah_msg_int (reply, "version", -1);
+    if (version != AH_PROTOCOL_VERSION) {
+        snprintf (why, sizeof why, "sandboxd speaks tunnel protocol %lld, this server speaks %d: "
+                  "deploy the sandboxd that ships with this server (restart the sandbox so it "
+                  "mounts the server's sandboxd)", (long long) version, AH_PROTOCOL_VERSION);
+        ah_error (AREA, "agent '%s': %s", conn->agent_id, why);
+        ah_tun_conn_close (conn, why, true, true, true);
+        return;
+    }
+    if (their_id && !streq (their_id, conn->agent_id)) {
+        snprintf (why, sizeof why, "sandboxd says it serves agent '%.64s' but authenticated as '%s'",
+                  their_id, conn->agent_id);
+        ah_error (AREA, "agent '%s': %s", conn->agent_id, why);
+        ah_tun_conn_close (conn, why, true, true, true);
+        return;
+    }
+    conn->ready = true;
+    ah_info (AREA, "agent '%s': sandboxd connected (tunnel protocol %d)", conn->agent_id,
+             AH_PROTOCOL_VERSION);
+    ah_msg_t *m = ah_msg_new ("SANDBOX_HELLO");
+    ah_msg_set_str (m, "agent_id", conn->agent_id);
+    ah_actor_send (self->actor, "lifecycle", &m);
+    if (self->stats_interval_ms > 0)
+        conn->stats_timer = ah_actor_timer (self->actor, self->stats_interval_ms, self->stats_interval_ms,
+                                            s_on_stats_timer, conn);
+}
+
+static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id)
+{
+    conn_t *conn = (conn_t *) calloc (1, sizeof *conn);
+    if (!conn)
+        return NULL;
+    conn->self = self;
+    conn->wsi = wsi;
+    snprintf (conn->agent_id, sizeof conn->agent_id, "%s", agent_id);
+    conn->streams = zhashx_new ();
+    //  lws writes each message's frame header in the LWS_PRE bytes in
+    //  front of it: the queue keeps that room.
+    ah_buf_init (&conn->outq, LWS_PRE);
+    ah_yamux_callbacks_t cb = {
+        .output = s_ymx_output, .on_open = s_ymx_on_open, .on_data = ah_tun_ymx_on_data,
+        .on_eof = ah_tun_ymx_on_eof, .on_closed = ah_tun_ymx_on_closed,
+        .on_writable = ah_tun_ymx_on_writable, .on_pong = s_ymx_on_pong, .on_goaway = s_ymx_on_goaway,
+    };
+    //  The server opens every stream: the yamux client role (odd ids).
+    conn->yamux = ah_yamux_new (true, &cb, conn);
+    if (!conn->streams || !conn->yamux) {
+        s_conn_destroy (&conn);
+        return NULL;
+    }
+    conn->last_pong_ms = zclock_mono ();
+    return conn;
+}
+
+//  A new authenticated connection: replace the agent's old one, say hello.
+static void s_conn_start (self_t *self, conn_t *conn)
+{
+    conn_t *old = (conn_t *) zhashx_lookup (self->agents, conn->agent_id);
+    if (old) {
+        ah_info (AREA, "agent '%s': new connection replaces the old one", conn->agent_id);
+        ah_tun_conn_close (old, "tunnel reconnected", false, false, true);
+    }
+    zhashx_insert (self->agents, conn->agent_id, conn);
+    ah_msg_t *h = ah_msg_new ("HEADER");
+    ah_msg_set_str (h, "ch", "hello");
+    ah_msg_set_int (h, "version", AH_PROTOCOL_VERSION);
+    const char *why = NULL;
+    if (!ah_tun_chan_open (conn, CH_HELLO, h, true, &why)) {
+        ah_error (AREA, "agent '%s': cannot open hello: %s", conn->agent_id, why);
+        ah_tun_conn_close (conn, why, true, false, false);
+    }
+    ah_msg_destroy (&h);
+    if (!conn->dead)
+        conn->ping_timer = ah_actor_timer (self->actor, self->ping_interval_ms, self->ping_interval_ms,
+                                           s_on_ping_timer, conn);
+}
+
+//  ---------------------------------------------------------------------
+//  Authentication
+
+//  0 if the upgrade may go on (agent_id filled), else the HTTP status to
+//  refuse with; why says what for the log (never the token).
+static int s_authenticate (self_t *self, struct lws *wsi, char *agent_id, size_t id_size,
+                           char *why, size_t why_size)
+{
+    char auth [512];
+    agent_id [0] = 0;
+    if (lws_hdr_custom_copy (wsi, agent_id, (int) id_size, "x-agenthold-agent:", 18) <= 0) {
+        agent_id [0] = 0;
+        snprintf (why, why_size, "no X-Agenthold-Agent header");
+        return 401;
+    }
+    const char *bad = ah_ident_check (AH_IDENT_AGENT_ID, agent_id);
+    if (bad) {
+        snprintf (why, why_size, "malformed X-Agenthold-Agent header: the agent id %s", bad);
+        agent_id [0] = 0;
+        return 401;
+    }
+    int n = lws_hdr_copy (wsi, auth, sizeof auth, WSI_TOKEN_HTTP_AUTHORIZATION);
+    if (n <= 7 || strncasecmp (auth, "Bearer ", 7)) {
+        snprintf (why, why_size, "no Authorization: Bearer header");
+        return 401;
+    }
+    const char *token = auth + 7;
+    while (*token == ' ')
+        token++;
+    char *hash = NULL;
+    char *state = ah_tun_sandbox_state (self, agent_id, &hash);
+    if (!state) {
+        snprintf (why, why_size, "unknown agent");
+        return 401;
+    }
+    char got [AH_TOKEN_HEX];
+    ah_token_hash (token, got);
+    bool match = hash && ah_token_equal (got, hash);
+    int status = 0;
+    if (!match) {
+        snprintf (why, why_size, "token does not match the sandbox's current boot token");
+        status = 401;
+    }
+    else if (!streq (state, "starting") && !streq (state, "running")) {
+        snprintf (why, why_size, "sandbox is %s (needs starting or running)", state);
+        status = 403;
+    }
+    free (state);
+    free (hash);
+    return status;
+}
+
+//  ---------------------------------------------------------------------
+//  lws
+
+//  Refuse an upgrade with an HTTP status. Written by hand: at this point
+//  of an upgrade lws would answer "HTTP/1.0", which strict clients (Python
+//  websockets) reject as an invalid response; we answer HTTP/1.1.
+static void s_refuse (struct lws *wsi, int status, const char *why)
+{
+    const char *text = status == 401 ? "Unauthorized" : status == 403 ? "Forbidden"
+                     : status == 404 ? "Not Found" : "Bad Request";
+    uint8_t buf [LWS_PRE + 1024];
+    char *p = (char *) buf + LWS_PRE;
+    int n = snprintf (p, 1024, "HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                      "content-length: %zu\r\nconnection: close\r\n\r\n%s\n",
+                      status, text, strlen (why) + 1, why);
+    if (n > 0 && n < 1024)
+        lws_write (wsi, (unsigned char *) p, (size_t) n, LWS_WRITE_HTTP_HEADERS);
+}
+
+static int s_on_receive (struct lws *wsi, conn_t *conn, const void *in, size_t len)
+{
+    if (!lws_frame_is_binary (wsi)) {
+        ah_warn (AREA, "agent '%s': text message on the tunnel; closing", conn->agent_id);
+        lws_close_reason (wsi, LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE, (unsigned char *) "binary only", 11);
+        ah_tun_conn_close (conn, "sandbox connection lost (protocol error)", true, false, false);
+        return -1;
+    }
+    conn->msg_bytes += len;
+    if (conn->msg_bytes > AH_TUNNEL_MESSAGE_MAX) {
+        ah_warn (AREA, "agent '%s': WebSocket message over %u bytes; closing",
+                 conn->agent_id, AH_TUNNEL_MESSAGE_MAX);
+        lws_close_reason (wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, (unsigned char *) "message too big", 15);
+        ah_tun_conn_close (conn, "sandbox connection lost (message too big)", true, false, false);
+        return -1;
+    }
+    if (lws_is_final_fragment (wsi))
+        conn->msg_bytes = 0;
+    const char *err = NULL;
+    if (ah_yamux_input (conn->yamux, (const uint8_t *) in, len, &err)) {
+        char why [200];
+        snprintf (why, sizeof why, "sandbox connection lost (yamux protocol error: %s)", err ? err : "?");
+        ah_warn (AREA, "agent '%s': %s", conn->agent_id, why);
+        //  yamux queued go away 1: flush it, then close.
+        ah_tun_conn_close (conn, why, true, false, true);
+    }
+    return 0;
+}
+
+//  One message of the queue, written in place (LWS_PRE headroom).
+static int s_on_writeable (struct lws *wsi, conn_t *conn)
+{
+    size_t n = ah_buf_size (&conn->outq);
+    if (n) {
+        if (n > WRITE_CHUNK)
+            n = WRITE_CHUNK;
+        if (lws_write (wsi, ah_buf_head (&conn->outq), n, LWS_WRITE_BINARY) < (int) n) {
+            ah_warn (AREA, "agent '%s': write to the tunnel failed", conn->agent_id);
+            ah_tun_conn_close (conn, "sandbox connection lost", true, false, false);
+            return -1;
+        }
+        ah_buf_consume (&conn->outq, n);
+    }
+    if (ah_buf_size (&conn->outq))
+        lws_callback_on_writable (wsi);
+    else if (conn->dead) {
+        lws_close_reason (wsi, LWS_CLOSE_STATUS_NORMAL, NULL, 0);
+        return -1;
+    }
+    //  Backpressure: stop reading sandboxd while we cannot write.
+    if (!conn->rx_paused && ah_buf_size (&conn->outq) > OUTQ_HIGH) {
+        conn->rx_paused = true;
+        lws_rx_flow_control (wsi, 0);
+    }
+    else if (conn->rx_paused && ah_buf_size (&conn->outq) < OUTQ_LOW) {
+        conn->rx_paused = false;
+        lws_rx_flow_control (wsi, 1);
+    }
+    return 0;
+}
+
+static int s_ws_callback (struct lws *wsi, enum lws_callback_reasons reason,
+                          void *user, void *in, size_t len)
+{
+    ah_lwsloop_t *loop = ah_lwsloop_from_wsi (wsi);
+    self_t *self = loop ? (self_t *) ah_lwsloop_user (loop) : NULL;
+    pss_t *pss = (pss_t *) user;
+    char why [200];
+    switch (reason) {
+        case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: {
+            //  The place where a refusal can still be an HTTP status.
+            char uri [256] = "", agent [AGENT_ID_MAX];
+            lws_hdr_copy (wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
+            if (!in || strcmp ((const char *) in, "websocket") || strcmp (uri, AH_TUNNEL_PATH)) {
+                ah_warn (AREA, "refused an upgrade to '%s' on '%.100s' (want websocket on %s)",
+                         in ? (const char *) in : "", uri, AH_TUNNEL_PATH);
+                s_refuse (wsi, 404, "the tunnel is a WebSocket on " AH_TUNNEL_PATH);
+                return 1;
+            }
+            int status = s_authenticate (self, wsi, agent, sizeof agent, why, sizeof why);
+            if (status) {
+                ah_warn (AREA, "refused tunnel for agent '%s': %s (HTTP %d)",
+                         agent [0] ? agent : "?", why, status);
+                s_refuse (wsi, status, why);
+                return 1;
+            }
+            return 0;
+        }
+        case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+            //  Checked again (the headers are still here) to keep the id.
+            if (s_authenticate (self, wsi, pss->agent_id, sizeof pss->agent_id, why, sizeof why)) {
+                ah_warn (AREA, "refused tunnel for agent '%s': %s", pss->agent_id [0] ? pss->agent_id : "?", why);
+                return 1;
+            }
+            return 0;
+        case LWS_CALLBACK_ESTABLISHED:
+            if (!(pss->conn = s_conn_new (self, wsi, pss->agent_id))) {
+                ah_error (AREA, "agent '%s': out of memory for a connection", pss->agent_id);
+                return -1;
+            }
+            ah_info (AREA, "agent '%s': tunnel connected", pss->agent_id);
+            s_conn_start (self, pss->conn);
+            return 0;
+        case LWS_CALLBACK_RECEIVE:
+            if (!pss->conn)
+                return -1;
+            return pss->conn->dead ? 0 : s_on_receive (wsi, pss->conn, in, len);
+        case LWS_CALLBACK_SERVER_WRITEABLE:
+            return pss->conn ? s_on_writeable (wsi, pss->conn) : -1;
+        case LWS_CALLBACK_CLOSED: {
+            conn_t *conn = pss->conn;
+            if (!conn)
+                return 0;
+            conn->wsi = NULL;
+            if (!conn->dead) {
+                ah_warn (AREA, "agent '%s': tunnel connection closed by the peer", conn->agent_id);
+                ah_tun_conn_close (conn, "sandbox connection lost", true, false, false);
+            }
+            else
+                ah_info (AREA, "agent '%s': tunnel connection closed", conn->agent_id);
+            pss->conn = NULL;
+            s_conn_destroy (&conn);
+            return 0;
+        }
+        default:
+            return lws_callback_http_dummy (wsi, reason, user, in, len);
+    }
+}
+
+const struct lws_protocols ah_tun_protocols [] = {
+    //  First: also gets plain HTTP and upgrades that name no subprotocol.
+    { AH_TUNNEL_SUBPROTOCOL, s_ws_callback, sizeof (pss_t), 65536, 0, NULL, 0 },
+    { NULL, NULL, 0, 0, 0, NULL, 0 }
+};

@@ -1,0 +1,129 @@
+/*  actors/tunnel_int.h: what the files of the tunnel actor share.
+    Internal to the actor: everything here runs on its one thread, the
+    lws service thread (common/actor.h in lws mode).
+
+      tunnel.c        the actor: state, start and stop, the bus side
+                      (CHAN_* from openers, TUNNEL_KICK, SANDBOX_STATE)
+      tunnel_conn.c   connections: the WebSocket protocol, authentication,
+                      yamux sessions, ping, hello and stats
+      tunnel_chan.c   channels: one yamux stream each, reply headers, flow
+                      control between the opener and the stream
+
+    DESIGN. conn_t: one authenticated WebSocket (lws per-session data
+    points at it). It owns its yamux session, the bytes yamux gave us to
+    send (outq, written one message per WRITEABLE) and a map stream id ->
+    chan_t. self->agents maps agent id -> the agent's current conn. A conn
+    that is being closed (kick, replaced, ping timeout, bad hello) is
+    "dead" at once: out of self->agents, its channels failed and freed,
+    its yamux callbacks ignored; lws frees it in CLOSED.
+
+    chan_t: one yamux stream. External channels belong to the actor that
+    sent CHAN_OPEN (opener, a bus name); internal ones (hello, stats) are
+    handled here. self->chans maps the server-wide channel id -> chan_t.
+    Flow control: bytes from sandboxd are passed on at once as CHAN_DATA
+    and given back to yamux (ah_yamux_consumed) only when the opener ACKs
+    them, so yamux's 256 KiB window stops sandboxd when the opener is slow.
+    Bytes from the opener go to ah_yamux_write; what the window does not
+    take waits in chan->pending (bounded by the opener's credit) and is
+    ACKed to the opener when yamux takes it.                            */
+#ifndef AH_TUNNEL_INT_H
+#define AH_TUNNEL_INT_H
+
+#include "actors/tunnel.h"
+#include "common/lwsloop.h"
+#include "common/msg.h"
+#include "proto/buf.h"
+#include "proto/yamux.h"
+#include "store/store.h"
+
+#include <libwebsockets.h>
+
+#define AREA            "tunnel"
+#define AGENT_ID_MAX    64
+#define PENDING_MAX     (2 * AH_TUNNEL_CREDIT)
+
+typedef struct self_t self_t;
+typedef struct conn_t conn_t;
+
+typedef enum { CH_EXTERNAL, CH_HELLO, CH_STATS } chan_kind_t;
+
+typedef struct {
+    int64_t id;                     //  server-wide channel id
+    uint32_t stream;
+    conn_t *conn;
+    chan_kind_t kind;
+    char opener [64];               //  bus name (external)
+    int64_t req;                    //  of CHAN_OPEN
+    char ch [32];                   //  channel name, for logs
+    bool replied;                   //  sandboxd's reply header arrived
+    ah_buf_t rbuf;                  //  reply header being gathered
+    ah_buf_t pending;               //  opener bytes yamux has not taken yet
+    bool eof_pending;               //  opener sent CHAN_EOF while pending
+    size_t unacked;                 //  bytes passed to the opener, not yet ACKed
+    int open_timer;                 //  reply deadline; 0 once replied
+} chan_t;
+
+struct conn_t {
+    self_t *self;
+    struct lws *wsi;                //  NULL once lws closed it
+    char agent_id [AGENT_ID_MAX];
+    ah_yamux_t *yamux;
+    ah_buf_t outq;                  //  with LWS_PRE headroom: written in place
+    zhashx_t *streams;              //  "stream id" -> chan_t (not owned)
+    bool ready;                     //  hello succeeded
+    bool dead;                      //  being closed; ignore everything
+    bool rx_paused;
+    size_t msg_bytes;               //  of the WebSocket message being received
+    int64_t last_pong_ms;
+    uint32_t ping_seq;
+    int ping_timer;
+    int stats_timer;
+};
+
+struct self_t {
+    ah_actor_t *actor;
+    ah_store_t *store;
+    ah_lwsloop_t *loop;
+    int ping_interval_ms, ping_timeout_ms, open_timeout_ms, stats_interval_ms;
+    zhashx_t *agents;               //  agent id -> conn_t (not owned)
+    zhashx_t *chans;                //  "chan id" -> chan_t (owned, freed by ah_tun_chan_free)
+    int64_t next_chan;
+    bool terminating;
+};
+
+//  The actor (tunnel.c)
+//  The sandbox's state ("" when the row has no state), and the boot
+//  token's hash when hash != NULL; NULL when there is no such sandbox.
+char *ah_tun_sandbox_state (self_t *self, const char *agent_id, char **hash);
+
+//  Connections (tunnel_conn.c)
+extern const struct lws_protocols ah_tun_protocols [];
+//  Close conn now: out of the agent map, channels failed with why; lws
+//  closes the socket (after flushing a go away when graceful).
+//  lost: tell lifecycle (TUNNEL_LOST) unless we are shutting down.
+void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bool graceful);
+
+//  Channels (tunnel_chan.c)
+chan_t *ah_tun_chan_find (self_t *self, int64_t id);
+//  Open a stream on conn, send the header, FIN if fin. NULL with *why.
+chan_t *ah_tun_chan_open (conn_t *conn, chan_kind_t kind, const ah_msg_t *header,
+                          bool fin, const char **why);
+//  Forget a channel (no message, no yamux call).
+void ah_tun_chan_free (self_t *self, chan_t *chan);
+//  The channel failed: tell its opener (REPLY if CHAN_OPEN is still
+//  unanswered, else CHAN_CLOSE), then forget it. status for the REPLY.
+void ah_tun_chan_fail (self_t *self, chan_t *chan, int status, const char *error);
+//  ah_tun_chan_fail, then reset its stream.
+void ah_tun_chan_abort (self_t *self, chan_t *chan, int status, const char *error);
+//  Push the opener's pending bytes into yamux; ACK what it took.
+void ah_tun_chan_flush (self_t *self, chan_t *chan);
+//  sandboxd's reply header on an internal channel (tunnel_conn.c).
+void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply);
+void ah_tun_stats_reply (self_t *self, chan_t *chan, ah_msg_t *reply);
+//  yamux callbacks for a conn's streams (ud = conn).
+void ah_tun_ymx_on_data (void *ud, uint32_t id, const uint8_t *data, size_t size);
+void ah_tun_ymx_on_eof (void *ud, uint32_t id);
+void ah_tun_ymx_on_closed (void *ud, uint32_t id, bool reset);
+void ah_tun_ymx_on_writable (void *ud, uint32_t id);
+
+#endif

@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""tests/e2e/e2e_tap.py: the monitoring tap never carries data. The real
+`agenthold serve` (fake driver, temporary data directory, ports from
+18700-18799) with tap.endpoint set; a subscriber takes every frame the
+tap publishes, and `agenthold tap` prints its JSON lines, while a file
+holding a marker is uploaded and downloaded through the API and a
+terminal session types a second marker that the shell echoes back.
+
+Neither marker may appear in any frame of the tap; the CHAN_DATA
+messages that carried them must be there, with their metadata only
+({chan, bytes}), and their byte counts must add up to the transfers.
+
+usage: e2e_tap.py AGENTHOLD_BINARY
+Always kills what it started and removes its temporary directory."""
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import uuid
+
+import msgpack
+import websockets
+import zmq
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ahserver  # noqa: E402
+
+BIN = os.path.abspath(sys.argv[1])
+TMP = tempfile.mkdtemp(prefix="ah-e2e-tap-")
+DATA = os.path.join(TMP, "data")
+TAP = "ipc://%s/tap" % TMP
+LOG = os.path.join(TMP, "server.log")
+procs = []
+checks = 0
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        raise Fail(what)
+
+
+API_PORT = ahserver.free_port(18700, 18799, (os.getpid() % 50) * 2, fail=Fail)
+TUNNEL_PORT = ahserver.free_port(18700, 18799, (os.getpid() % 50) * 2 + 1, {API_PORT}, fail=Fail)
+ENV = ahserver.server_env(DATA, API_PORT, TUNNEL_PORT, extra={"AGENTHOLD_TAP_ENDPOINT": TAP})
+#  Made here, so no earlier run and nothing else can have them: the file's
+#  and the terminal's bytes, never a path, a name or a command line.
+FILE_MARK = ("filemark-%s-" % uuid.uuid4().hex).encode()
+TERM_MARK = "termmark%s" % uuid.uuid4().hex
+FILE = FILE_MARK * ((1 << 20) // len(FILE_MARK))
+
+
+def api(method, path, body=None, expect=200, timeout=60):
+    status, raw = ahserver.request(API_PORT, method, path, body, ahserver.read_token(DATA), None, timeout)
+    check(expect is None or status == expect, "%s %s: %d (wanted %s): %r" % (method, path, status, expect, raw[:300]))
+    return status, raw
+
+
+class Subscriber(threading.Thread):
+    """Every tap message, as its raw frames, until stopped."""
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.frames = []
+        self.stop = False
+        self.sock = zmq.Context.instance().socket(zmq.SUB)
+        self.sock.setsockopt(zmq.RCVHWM, 1000000)
+        self.sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sock.connect(TAP)
+
+    def run(self):
+        while not self.stop:
+            if self.sock.poll(100):
+                self.frames.append(self.sock.recv_multipart())
+        self.sock.close(0)
+
+
+def terminal(agent, line, want):
+    """Types line once the shell speaks; the output until want shows."""
+    async def go():
+        uri = "ws://127.0.0.1:%d/api/v1/agents/%s/terminal?token=%s" % (
+            API_PORT, agent, ahserver.read_token(DATA))
+        out, sent = b"", False
+        async with websockets.connect(uri, open_timeout=60, close_timeout=5) as ws:
+            end = time.time() + 30
+            while time.time() < end and want not in out:
+                try:
+                    m = await asyncio.wait_for(ws.recv(), timeout=0.3)
+                    if isinstance(m, bytes):
+                        out += m
+                except asyncio.TimeoutError:
+                    pass
+                if not sent and out:
+                    await ws.send(line.encode())
+                    sent = True
+        return out
+    return asyncio.run(go())
+
+
+def main():
+    log = open(LOG, "a")
+    server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
+    procs.append(server)
+    ahserver.wait_healthy(server, API_PORT, fail=Fail)
+    api("POST", "/api/v1/agents?wait=1", {"name": "tapped"}, expect=None, timeout=120)
+    api("POST", "/api/v1/agents/tapped/start?wait=1", expect=None, timeout=120)
+
+    sub = Subscriber()
+    sub.start()
+    cli = subprocess.Popen([BIN, "tap", "--endpoint", TAP, "--type", "CHAN_*"], env=ENV, cwd=TMP,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    procs.append(cli)
+    time.sleep(1)                   #  both subscriptions reach the PUB
+
+    path = "/api/v1/agents/tapped/files/%s" % urllib.parse.quote("tap/check.bin")
+    api("POST", "/api/v1/agents/tapped/files/tap?op=mkdir&parents=1", expect=201)
+    api("PUT", path, FILE)
+    _, back = api("GET", path)
+    check(back == FILE, "the file came back different (%d bytes)" % len(back))
+    out = terminal("tapped", "echo %s\n" % TERM_MARK, TERM_MARK.encode() + b"\r\n")
+    check(out.count(TERM_MARK.encode()) >= 2, "the terminal did not echo the marker: %r" % out[-300:])
+    time.sleep(1)                   #  the last messages reach the subscribers
+    sub.stop = True
+    sub.join(5)
+    cli.terminate()
+    lines, _ = cli.communicate(timeout=10)
+
+    #  Nothing of the data, in any frame.
+    frames = [f for msg in sub.frames for f in msg]
+    check(len(sub.frames) > 0, "the tap published nothing")
+    for mark in (FILE_MARK, TERM_MARK.encode(), FILE_MARK[:16], TERM_MARK[:16].encode()):
+        check(not any(mark in f for f in frames), "the tap carried data: %r" % mark)
+        check(mark not in lines, "agenthold tap printed data: %r" % mark)
+    #  The CHAN_DATA that carried it, by its metadata.
+    sent = {}
+    for msg in sub.frames:
+        check(len(msg) == 4, "a tap message of %d frames" % len(msg))
+        if msg[0] != b"CHAN_DATA":
+            continue
+        meta = msgpack.unpackb(msg[3], raw=False)
+        check(set(meta) == {"chan", "bytes"}, "CHAN_DATA on the tap holds %r" % sorted(meta))
+        key = (msg[1].decode(), msg[2].decode())
+        sent[key] = sent.get(key, 0) + meta["bytes"]
+    check(sent.get(("api", "tunnel"), 0) >= len(FILE) + len(TERM_MARK),
+          "CHAN_DATA api -> tunnel on the tap counts %d bytes" % sent.get(("api", "tunnel"), 0))
+    check(sent.get(("tunnel", "api"), 0) >= len(FILE) + 2 * len(TERM_MARK),
+          "CHAN_DATA tunnel -> api on the tap counts %d bytes" % sent.get(("tunnel", "api"), 0))
+    types = {msg[0] for msg in sub.frames}
+    check({b"CHAN_OPEN", b"CHAN_ACK", b"REPLY"} <= types, "control messages missing on the tap: %r" % types)
+    check(b'"type":"CHAN_DATA"' in lines and b'"bytes":' in lines,
+          "agenthold tap printed no CHAN_DATA metadata: %r" % lines[:300])
+    print("e2e_tap: %d checks passed (%d tap messages, %d CHAN_DATA bytes counted)"
+          % (checks, len(sub.frames), sum(sent.values())))
+
+
+if __name__ == "__main__":
+    sys.exit(ahserver.run(main, Fail, procs, TMP, LOG))
