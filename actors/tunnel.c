@@ -196,7 +196,7 @@ static void s_on_close (void *self_, ah_msg_t *msg)
 static void s_cmd_port (void *self_, zmsg_t *cmd)
 {
     self_t *self = self_;
-    zstr_sendf (ah_actor_pipe (self->actor), "%d", ah_lwsloop_port (self->loop));
+    zstr_sendf (ah_actor_pipe (self->actor), "%d", lws_get_vhost_listen_port (self->vhost));
 }
 
 //  ---------------------------------------------------------------------
@@ -254,25 +254,30 @@ static void *s_init (ah_actor_t *actor, void *args)
         ah_actor_fail (actor, "cannot open the database %s: %s", a->db_path ? a->db_path : "(none)",
                        err ? err : "?");
     else {
+        //  The context listens on nothing; the tunnel's listener is a vhost
+        //  of its own, on exactly the address configured.
         struct lws_context_creation_info info;
         memset (&info, 0, sizeof info);
-        info.port = port;
-        info.iface = host [0] ? host : NULL;
-        info.protocols = ah_tun_protocols;
+        info.port = CONTEXT_PORT_NO_LISTEN;
         info.user = self;
-        info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
         info.timeout_secs = 10;             //  a handshake that stalls
         self->loop = ah_lwsloop_new (&info);
-        if (!self->loop || ah_lwsloop_port (self->loop) <= 0)
-            ah_actor_fail (actor, "cannot listen on %s (sandbox.tunnel_listen)", listen);
+        free (err);
+        err = NULL;
+        if (self->loop)
+            self->vhost = ah_lwsloop_listen (self->loop, "tunnel", host, port, ah_tun_protocols, NULL,
+                                             NULL, NULL, LWS_SERVER_OPTION_VALIDATE_UTF8, &err);
+        if (!self->vhost)
+            ah_actor_fail (actor, "sandbox.tunnel_listen = '%s': %s", listen,
+                           err ? err : "cannot start the loop");
     }
     free (err);
-    if (!self->loop || ah_lwsloop_port (self->loop) <= 0) {
+    if (!self->vhost) {
         s_destroy (self);
         return NULL;
     }
     ah_actor_use_lws (actor, self->loop);
-    ah_info (AREA, "listening for sandboxd on %s (port %d)", listen, ah_lwsloop_port (self->loop));
+    ah_info (AREA, "listening for sandboxd on %s (port %d)", listen, lws_get_vhost_listen_port (self->vhost));
     return self;
 }
 

@@ -84,6 +84,7 @@ struct self_t {
     ah_actor_t *actor;
     ah_store_t *store;
     ah_lwsloop_t *loop;
+    struct lws_vhost *vhost;               //  the listener (sandbox.tunnel_listen)
     int ping_interval_ms, ping_timeout_ms, open_timeout_ms, stats_interval_ms;
     zhashx_t *agents;               //  agent id -> conn_t (not owned)
     zhashx_t *chans;                //  "chan id" -> chan_t (owned, freed by ah_tun_chan_free)

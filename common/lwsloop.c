@@ -193,7 +193,8 @@ int ah_lwsloop_port (ah_lwsloop_t *self)
 
 struct lws_vhost *ah_lwsloop_listen (ah_lwsloop_t *self, const char *name, const char *host, int port,
                                      const struct lws_protocols *protocols, const char *raw_protocol,
-                                     const char *tls_cert, const char *tls_key, char **err)
+                                     const char *tls_cert, const char *tls_key, uint64_t options,
+                                     char **err)
 {
     struct in_addr v4;
     struct in6_addr v6;
@@ -210,6 +211,7 @@ struct lws_vhost *ah_lwsloop_listen (ah_lwsloop_t *self, const char *name, const
     info.vhost_name = name;
     info.port = port;
     info.protocols = protocols;
+    info.options = options;
     //  lws binds an IPv6 socket unless told otherwise: an IPv4 address
     //  would then be taken as every address.
     info.iface = host && *host ? host : NULL;

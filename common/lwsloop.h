@@ -75,9 +75,11 @@ int ah_lwsloop_port (ah_lwsloop_t *self);
 //  tls_cert and tls_key (PEM files, both or neither): the listener
 //  speaks TLS (the context must have been made with
 //  LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT).
+//  options: more vhost options (LWS_SERVER_OPTION_*), or 0.
 struct lws_vhost *ah_lwsloop_listen (ah_lwsloop_t *self, const char *name, const char *host, int port,
                                      const struct lws_protocols *protocols, const char *raw_protocol,
-                                     const char *tls_cert, const char *tls_key, char **err);
+                                     const char *tls_cert, const char *tls_key, uint64_t options,
+                                     char **err);
 
 //  Call fn (loop, sock, arg) whenever sock has a message. 0 / -1.
 //  Watching a socket twice replaces the first watch.

@@ -254,7 +254,7 @@ static void *s_init (ah_actor_t *actor, void *arg)
     api->protocols [0] = api_http_protocol;     //  [1] stays the zeroed terminator
     char *why = NULL;
     api->vhost = api->loop ? ah_lwsloop_listen (api->loop, "api", host, port, api->protocols, "ah-api",
-                                                  a->config->tls_cert, a->config->tls_key, &why)
+                                                  a->config->tls_cert, a->config->tls_key, 0, &why)
                            : NULL;
     if (!api->vhost) {
         ah_actor_fail (actor, "server.listen = '%s': %s", listen, why ? why : "cannot start the loop");

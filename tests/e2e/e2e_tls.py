@@ -212,7 +212,7 @@ def test_tls():
         src, dst = os.path.join(TMP, "blob"), os.path.join(TMP, "blob.back")
         with open(src, "wb") as f:
             f.write(blob)
-        p = cli(s, "fs", "put", "tlsy", src, "blob")
+        p = cli(s, "fs", "put", "tlsy", "blob", src)
         check(p.returncode == 0, "fs put over https: %r" % p.stderr)
         p = cli(s, "fs", "get", "tlsy", "blob", dst)
         check(p.returncode == 0 and open(dst, "rb").read() == blob, "fs get over https: same bytes")
