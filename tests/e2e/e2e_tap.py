@@ -84,14 +84,15 @@ class Subscriber(threading.Thread):
 
 
 def terminal(agent, line, want):
-    """Types line once the shell speaks; the output until want shows."""
+    """Types line once the shell speaks; the output until want shows twice
+    (the line echoed as typed, then the command's output)."""
     async def go():
         uri = "ws://127.0.0.1:%d/api/v1/agents/%s/terminal?token=%s" % (
             API_PORT, agent, ahserver.read_token(DATA))
         out, sent = b"", False
         async with websockets.connect(uri, open_timeout=60, close_timeout=5) as ws:
             end = time.time() + 30
-            while time.time() < end and want not in out:
+            while time.time() < end and out.count(want) < 2:
                 try:
                     m = await asyncio.wait_for(ws.recv(), timeout=0.3)
                     if isinstance(m, bytes):
