@@ -94,8 +94,63 @@ static const char s_migration_2 [] =
     "  checked_at INTEGER NOT NULL\n"
     ");\n";
 
+//  Migration 3 (tenants, tokens and sessions): the tenant is the boundary.
+//  Agent names are unique within a tenant (the table is rebuilt: SQLite
+//  cannot drop a column's UNIQUE); tokens expire, are revoked and may act
+//  for a person; a session names the sandbox of a conversation (or run,
+//  channel, user, agent) without the caller storing our ids; the audit
+//  trail keeps the tenant; policy_values hold what PUT /api/v1/policy
+//  changes at run time.
+static const char s_migration_3 [] =
+    "CREATE TABLE agents_new (\n"
+    "  id            TEXT PRIMARY KEY,          -- 12 lowercase hex characters\n"
+    "  name          TEXT NOT NULL,             -- an agent name, unique within its tenant\n"
+    "  tenant        TEXT NOT NULL DEFAULT 'default',\n"
+    "  image         TEXT NOT NULL,             -- desired image\n"
+    "  cpus          REAL NOT NULL,             -- desired resources\n"
+    "  memory_mb     INTEGER NOT NULL,\n"
+    "  idle_minutes  REAL NOT NULL,\n"
+    "  created_at    INTEGER NOT NULL,\n"
+    "  UNIQUE (tenant, name)\n"
+    ");\n"
+    "INSERT INTO agents_new (id, name, tenant, image, cpus, memory_mb, idle_minutes, created_at)\n"
+    "  SELECT id, name, tenant, image, cpus, memory_mb, idle_minutes, created_at FROM agents;\n"
+    "DROP TABLE agents;\n"
+    "ALTER TABLE agents_new RENAME TO agents;\n"
+    "ALTER TABLE tenants ADD COLUMN max_running INTEGER;       -- sandboxes running at once\n"
+    "ALTER TABLE tenants ADD COLUMN created_at INTEGER NOT NULL DEFAULT 0;\n"
+    "INSERT OR IGNORE INTO tenants (name) SELECT DISTINCT tenant FROM agents;\n"
+    "ALTER TABLE api_tokens ADD COLUMN user TEXT;              -- the person it acts for, NULL: none\n"
+    "ALTER TABLE api_tokens ADD COLUMN expires_at INTEGER;     -- NULL: never\n"
+    "ALTER TABLE api_tokens ADD COLUMN revoked_at INTEGER;\n"
+    "ALTER TABLE api_tokens ADD COLUMN last_used_at INTEGER;\n"
+    "ALTER TABLE operations ADD COLUMN tenant TEXT;\n"
+    "CREATE INDEX operations_tenant ON operations(tenant, at);\n"
+    "CREATE TABLE sessions (\n"
+    "  id          TEXT PRIMARY KEY,            -- the reference: also the sandbox's name\n"
+    "  tenant      TEXT NOT NULL,\n"
+    "  backend     TEXT NOT NULL,               -- the calling platform (\"api\" by default)\n"
+    "  scope       TEXT NOT NULL CHECK (scope IN ('run','conversation','channel','user','agent')),\n"
+    "  host        TEXT NOT NULL,               -- where the subject lives on that platform\n"
+    "  subject     TEXT NOT NULL,               -- the run, conversation, channel, user or agent\n"
+    "  agent_id    TEXT,                        -- its sandbox (kept after it is gone)\n"
+    "  created_at  INTEGER NOT NULL,\n"
+    "  opened_at   INTEGER NOT NULL,\n"
+    "  lost_at     INTEGER,                     -- its files are gone\n"
+    "  lost_reason TEXT,\n"
+    "  closed_at   INTEGER\n"
+    ");\n"
+    "CREATE UNIQUE INDEX sessions_key ON sessions(tenant, backend, scope, host, subject)\n"
+    "  WHERE lost_at IS NULL AND closed_at IS NULL;\n"
+    "CREATE TABLE policy_values (                -- changed at run time (PUT /api/v1/policy)\n"
+    "  key        TEXT PRIMARY KEY,\n"
+    "  value      REAL NOT NULL,\n"
+    "  updated_at INTEGER NOT NULL\n"
+    ");\n";
+
 const ah_migration_t ah_migrations [] = {
     { 1, "the backbone", s_migration_1 },
     { 2, "sleep and wake", s_migration_2 },
+    { 3, "tenants, tokens and sessions", s_migration_3 },
 };
 const int ah_migrations_count = (int) (sizeof ah_migrations / sizeof ah_migrations [0]);

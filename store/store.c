@@ -100,10 +100,38 @@ static int s_user_version (ah_store_t *self)
     return version;
 }
 
+static int s_migrate_all (ah_store_t *self);
+
+//  A migration must leave every foreign key pointing somewhere.
+static bool s_foreign_keys_broken (ah_store_t *self, const ah_migration_t *migration)
+{
+    sqlite3_stmt *st = ah_store_prepare (self, "PRAGMA foreign_key_check");
+    int rc = st ? ah_store_step (self, st) : SQLITE_ERROR;
+    if (st)
+        sqlite3_reset (st);
+    if (rc == SQLITE_DONE)
+        return false;
+    s_fail (self, "migration %d (%s) left broken foreign keys", migration->version, migration->name);
+    return true;
+}
+
 //  Apply the migrations this database lacks, each in its own transaction.
 //  The version is re-read inside the transaction, so two processes that
 //  open a fresh file at once apply each migration exactly once.
 static int s_migrate (ah_store_t *self)
+{
+    //  Foreign keys are off while migrations run (a table rebuilt would
+    //  otherwise take its dependants with it when the old one is
+    //  dropped); each migration checks them before it commits.
+    if (s_exec (self, "PRAGMA foreign_keys = OFF"))
+        return -1;
+    int rc = s_migrate_all (self);
+    if (s_exec (self, "PRAGMA foreign_keys = ON"))
+        rc = -1;
+    return rc;
+}
+
+static int s_migrate_all (ah_store_t *self)
 {
     int latest = ah_store_latest_version ();
     for (int i = 0; i < latest; i++) {
@@ -125,6 +153,10 @@ static int s_migrate (ah_store_t *self)
             s_fail (self, "migration %d (%s) failed: %s", migration->version,
                     migration->name, why ? why : "unknown error");
             free (why);
+            return -1;
+        }
+        if (s_foreign_keys_broken (self, migration)) {
+            ah_store_rollback (self);
             return -1;
         }
         char pragma [64];

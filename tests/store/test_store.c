@@ -2,6 +2,7 @@
     migrations, refusal of a newer schema, named binds, guarded updates
     from two connections, and a writer killed mid-transaction.        */
 #include "store/store.h"
+#include "store/migrations.h"
 #include "tests/common/check.h"
 #include <pthread.h>
 #include <signal.h>
@@ -375,6 +376,73 @@ static void s_test_time (void)
     CHECK (now > 1700000000000LL && now < 4102444800000LL);
 }
 
+//  A database of the last release before tenants (version 2), with
+//  agents, sandboxes and turns in it, migrates: every row is kept, names
+//  become unique within a tenant, foreign keys still hold and cascade.
+static void s_test_upgrade_from_2 (void)
+{
+    char *path = s_path ("v2.db");
+    sqlite3 *db = NULL;
+    CHECK (sqlite3_open (path, &db) == SQLITE_OK);
+    CHECK (sqlite3_exec (db, ah_migrations [0].sql, NULL, NULL, NULL) == SQLITE_OK);
+    CHECK (sqlite3_exec (db, ah_migrations [1].sql, NULL, NULL, NULL) == SQLITE_OK);
+    CHECK (sqlite3_exec (db, "PRAGMA user_version = 2;"
+        "INSERT INTO agents (id, name, tenant, image, cpus, memory_mb, idle_minutes, created_at)"
+        " VALUES ('aaaaaaaaaaaa', 'alice', 'acme', 'img', 2, 4096, 15, 1),"
+        "        ('bbbbbbbbbbbb', 'bob', 'default', 'img', 1, 1024, 15, 2);"
+        "INSERT INTO sandboxes (agent_id, state, image, cpus, memory_mb, updated_at)"
+        " VALUES ('aaaaaaaaaaaa', 'running', 'img', 2, 4096, 1), ('bbbbbbbbbbbb', 'sleeping', 'img', 1, 1024, 1);"
+        "INSERT INTO turns (id, agent_id, started_at, expires_at) VALUES ('t1', 'aaaaaaaaaaaa', 1, 2);",
+        NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close (db);
+    char *err = NULL;
+    ah_store_t *store = ah_store_open (path, true, &err);
+    CHECK (store != NULL && err == NULL);
+    free (err);
+    if (store) {
+        CHECK (s_count (store, "PRAGMA user_version") == ah_store_latest_version ());
+        CHECK (s_count (store, "SELECT count(*) FROM agents") == 2);
+        CHECK (s_count (store, "SELECT count(*) FROM sandboxes") == 2);
+        CHECK (s_count (store, "SELECT count(*) FROM turns") == 1);
+        CHECK (s_count (store, "SELECT count(*) FROM tenants WHERE name = 'acme'") == 1);
+        //  The same name in another tenant is fine now; twice in one is not.
+        CHECK (ah_store_exec (store, "INSERT INTO agents (id, name, tenant, image, cpus, memory_mb,"
+                              " idle_minutes, created_at) VALUES ('cccccccccccc', 'alice', 'default',"
+                              " 'img', 1, 64, 15, 3)", NULL) == 0);
+        CHECK (ah_store_exec (store, "INSERT INTO agents (id, name, tenant, image, cpus, memory_mb,"
+                              " idle_minutes, created_at) VALUES ('dddddddddddd', 'alice', 'acme',"
+                              " 'img', 1, 64, 15, 4)", NULL) != 0);
+        //  Foreign keys are on again and still cascade to the new table.
+        CHECK (s_count (store, "PRAGMA foreign_keys") == 1);
+        CHECK (ah_store_exec (store, "DELETE FROM agents WHERE id = 'aaaaaaaaaaaa'", NULL) == 0);
+        CHECK (s_count (store, "SELECT count(*) FROM sandboxes") == 1);
+        CHECK (s_count (store, "SELECT count(*) FROM turns") == 0);
+        ah_store_close (&store);
+    }
+    free (path);
+}
+
+//  docs/schema.md shows every migration's SQL as it is.
+static void s_test_schema_doc (void)
+{
+    FILE *f = fopen (AH_SOURCE_DIR "/docs/schema.md", "r");
+    CHECK (f != NULL);
+    if (!f)
+        return;
+    char *doc = calloc (1, 1 << 20);
+    size_t n = fread (doc, 1, (1 << 20) - 1, f);
+    fclose (f);
+    doc [n] = 0;
+    for (int i = 0; i < ah_migrations_count; i++) {
+        bool found = strstr (doc, ah_migrations [i].sql) != NULL;
+        if (!found)
+            fprintf (stderr, "docs/schema.md does not show migration %d (%s) as it is\n",
+                     ah_migrations [i].version, ah_migrations [i].name);
+        CHECK (found);
+    }
+    free (doc);
+}
+
 int main (void)
 {
     if (!mkdtemp (s_dir)) {
@@ -382,6 +450,8 @@ int main (void)
         return 1;
     }
     s_test_migrations ();
+    s_test_upgrade_from_2 ();
+    s_test_schema_doc ();
     s_test_newer_refused ();
     s_test_binds_and_cache ();
     s_test_concurrent_open ();
