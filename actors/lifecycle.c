@@ -83,19 +83,37 @@ void ah_lc_publish (self_t *self, const char *agent_id, const char *state,
     }
 }
 
-int ah_lc_lookup (self_t *self, const char *key_in, row_t *row)
+int ah_lc_lookup (self_t *self, const char *key, row_t *row)
+{
+    return ah_lc_lookup_in (self, key, NULL, row);
+}
+
+int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t *row)
 {
     char key [AH_NAME_MAX + 2];             //  key_in may point into *row
     snprintf (key, sizeof key, "%s", key_in);
     memset (row, 0, sizeof *row);
+    //  Names are unique within a tenant only: without one, a name held in
+    //  two tenants names nobody (-2).
     sqlite3_stmt *st = ah_store_prepare (self->store,
         "SELECT a.id, a.name, a.tenant, a.image, a.cpus, a.memory_mb, a.idle_minutes,"
-        " s.state, s.op, s.error, s.needs_rebuild"
+        " s.state, s.op, s.error, s.needs_rebuild, a.id = :key"
         " FROM agents a JOIN sandboxes s ON s.agent_id = a.id"
-        " WHERE a.id = :key OR a.name = :key ORDER BY a.id = :key DESC LIMIT 1");
-    if (!st || ah_store_bind_text (st, ":key", key))
+        " WHERE a.id = :key OR (a.name = :key AND (:tenant IS NULL OR a.tenant = :tenant))"
+        " ORDER BY a.id = :key DESC LIMIT 2");
+    if (!st || ah_store_bind_text (st, ":key", key) || ah_store_bind_text (st, ":tenant", tenant))
         return -1;
     int rc = ah_store_step (self->store, st);
+    if (rc == SQLITE_ROW && !sqlite3_column_int (st, 11)) {
+        //  Matched by name: a second match makes it ambiguous.
+        char first_id [AH_AGENT_ID_LEN + 1];
+        s_copy (first_id, sizeof first_id, sqlite3_column_text (st, 0));
+        int second = ah_store_step (self->store, st);
+        sqlite3_reset (st);
+        if (second == SQLITE_ROW)
+            return -2;
+        return ah_lc_lookup_in (self, first_id, NULL, row);    //  the one row, by its id
+    }
     if (rc == SQLITE_ROW) {
         s_copy (row->id, sizeof row->id, sqlite3_column_text (st, 0));
         s_copy (row->name, sizeof row->name, sqlite3_column_text (st, 1));

@@ -84,88 +84,132 @@ int ah_lc_desired (self_t *self, const ah_msg_t *msg, desired_t *d)
 }
 
 // --------------------------------------------------------------------------
-//  Limits
+//  Limits: lua/limits.lua's admit (tenant, request, usage, limits)
 
-//  The tenant's own limits (tenants table; NULL or no row = none) against what its
-//  agents would hold with this one at `want`. `except`: the agent being
-//  updated, counted at its new values only. 0 / 1 refused (*why) / -1.
-static int s_tenant_fits (self_t *self, const char *tenant, const char *except,
-                          const desired_t *want, char **why)
+//  The tenant's record: its name and the limits an admin set on it
+//  (absent: none set). 0 / -1.
+static int s_tenant (self_t *self, const char *tenant, ah_msg_t *out)
 {
+    ah_msg_set_str (out, "name", tenant);
     sqlite3_stmt *st = ah_store_prepare (self->store,
-        "SELECT count(a.id), coalesce(sum(a.cpus), 0), coalesce(sum(a.memory_mb), 0),"
-        " t.max_agents, t.max_cpus, t.max_memory_mb"
-        " FROM tenants t LEFT JOIN agents a ON a.tenant = t.name AND a.id <> :except"
-        " WHERE t.name = :tenant GROUP BY t.name");
-    if (!st || ah_store_bind_text (st, ":tenant", tenant)
-            || ah_store_bind_text (st, ":except", except ? except : "")) {
-        *why = strdup ("cannot read the tenant's usage");
+        "SELECT max_agents, max_running, max_cpus, max_memory_mb FROM tenants WHERE name = :tenant");
+    if (!st || ah_store_bind_text (st, ":tenant", tenant))
         return -1;
-    }
     int rc = ah_store_step (self->store, st);
-    if (rc != SQLITE_ROW) {
-        //  No row for the tenant: it has no limits of its own.
-        sqlite3_reset (st);
-        if (rc != SQLITE_DONE)
-            *why = strdup ("cannot read the tenant's usage");
-        return rc == SQLITE_DONE ? 0 : -1;
+    if (rc == SQLITE_ROW) {
+        static const char *keys [] = { "max_sandboxes", "max_running", "max_cpus", "max_memory_mb" };
+        for (int c = 0; c < 4; c++)
+            if (sqlite3_column_type (st, c) != SQLITE_NULL) {
+                if (c == 2)
+                    ah_msg_set_double (out, keys [c], sqlite3_column_double (st, c));
+                else
+                    ah_msg_set_int (out, keys [c], sqlite3_column_int64 (st, c));
+            }
     }
-    int64_t agents = sqlite3_column_int64 (st, 0) + 1;
-    double cpus = sqlite3_column_double (st, 1) + want->cpus;
-    int64_t memory = sqlite3_column_int64 (st, 2) + want->memory_mb;
-    if (sqlite3_column_type (st, 3) != SQLITE_NULL && agents > sqlite3_column_int64 (st, 3))
-        *why = zsys_sprintf ("tenant '%s' may have at most %lld agents", tenant,
-                             (long long) sqlite3_column_int64 (st, 3));
-    else
-    if (sqlite3_column_type (st, 4) != SQLITE_NULL && cpus > sqlite3_column_double (st, 4))
-        *why = zsys_sprintf ("tenant '%s' would hold %g cpus, over its limit of %g", tenant,
-                             cpus, sqlite3_column_double (st, 4));
-    else
-    if (sqlite3_column_type (st, 5) != SQLITE_NULL && memory > sqlite3_column_int64 (st, 5))
-        *why = zsys_sprintf ("tenant '%s' would hold %lld MiB, over its limit of %lld MiB", tenant,
-                             (long long) memory, (long long) sqlite3_column_int64 (st, 5));
     sqlite3_reset (st);
-    return *why ? 1 : 0;
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
 }
 
-//  lua/limits.lua admit(request, limits) says yes or no and fills in
-//  defaults; then the tenant's quota. `asked` are the fields the request
-//  named.
+//  What the tenant holds, without `except` (the agent asking), and what
+//  the pool holds: sandboxes, those running (or starting), their cpus and
+//  memory. 0 / -1.
+static int s_usage (self_t *self, const char *tenant, const char *except, ah_msg_t *out)
+{
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "SELECT count(*), coalesce(sum(s.state IN ('running','starting')), 0),"
+        " coalesce(sum(a.cpus), 0), coalesce(sum(a.memory_mb), 0),"
+        " coalesce(sum(a.tenant = :tenant), 0),"
+        " coalesce(sum(a.tenant = :tenant AND s.state IN ('running','starting')), 0),"
+        " coalesce(sum(CASE WHEN a.tenant = :tenant THEN a.cpus END), 0),"
+        " coalesce(sum(CASE WHEN a.tenant = :tenant THEN a.memory_mb END), 0)"
+        " FROM agents a JOIN sandboxes s ON s.agent_id = a.id WHERE a.id <> :except");
+    if (!st || ah_store_bind_text (st, ":tenant", tenant) || ah_store_bind_text (st, ":except", except ? except : ""))
+        return -1;
+    int rc = ah_store_step (self->store, st);
+    if (rc == SQLITE_ROW) {
+        ah_msg_set_int (out, "sandboxes", sqlite3_column_int64 (st, 4));
+        ah_msg_set_int (out, "running", sqlite3_column_int64 (st, 5));
+        ah_msg_set_double (out, "cpus", sqlite3_column_double (st, 6));
+        ah_msg_set_int (out, "memory_mb", sqlite3_column_int64 (st, 7));
+        ah_msg_set_int (out, "pool_sandboxes", sqlite3_column_int64 (st, 0));
+        ah_msg_set_int (out, "pool_running", sqlite3_column_int64 (st, 1));
+        ah_msg_set_double (out, "pool_cpus", sqlite3_column_double (st, 2));
+        ah_msg_set_int (out, "pool_memory_mb", sqlite3_column_int64 (st, 3));
+    }
+    sqlite3_reset (st);
+    return rc == SQLITE_ROW ? 0 : -1;
+}
+
+//  The server's limits: the configuration, then what PUT /api/v1/policy
+//  changed (policy_values). 0 / -1.
+static int s_limits (self_t *self, ah_msg_t *out)
+{
+    const ah_config_t *c = self->config;
+    ah_msg_set_str (out, "default_image", c->default_image);
+    ah_msg_set_double (out, "default_cpus", c->default_cpus);
+    ah_msg_set_int (out, "default_memory_mb", c->default_memory_mb);
+    ah_msg_set_double (out, "max_cpus", c->max_cpus);
+    ah_msg_set_int (out, "max_memory_mb", c->max_memory_mb);
+    ah_msg_set_double (out, "default_idle_minutes", c->idle_minutes);
+    ah_msg_set_int (out, "tenant_max_sandboxes", c->tenant_max_sandboxes);
+    ah_msg_set_int (out, "pool_max_sandboxes", c->pool_max_sandboxes);
+    ah_msg_set_int (out, "tenant_max_running", c->tenant_max_running);
+    ah_msg_set_int (out, "pool_max_running", c->pool_max_running);
+    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT key, value FROM policy_values");
+    if (!st)
+        return -1;
+    int rc;
+    while ((rc = ah_store_step (self->store, st)) == SQLITE_ROW) {
+        const char *key = (const char *) sqlite3_column_text (st, 0);
+        double v = sqlite3_column_double (st, 1);
+        if (key && ah_msg_has (out, key) && !ah_msg_str (out, key)) {
+            if (v == floor (v) && fabs (v) < 9e15 && !streq (key, "default_cpus") && !streq (key, "max_cpus")
+            &&  !streq (key, "default_idle_minutes"))
+                ah_msg_set_int (out, key, (int64_t) v);
+            else
+                ah_msg_set_double (out, key, v);
+        }
+    }
+    sqlite3_reset (st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
 int ah_lc_admit (self_t *self, const char *op, const char *name, const char *tenant,
                  const char *except, const desired_t *asked, desired_t *out, char **why)
 {
     *why = NULL;
-    const ah_config_t *c = self->config;
-    ah_msg_t *request = ah_msg_new ("ADMIT");
+    ah_msg_t *t = ah_msg_new ("TENANT"), *request = ah_msg_new ("ADMIT");
+    ah_msg_t *usage = ah_msg_new ("USAGE"), *limits = ah_msg_new ("LIMITS");
+    ah_msg_t *result = NULL;
+    char *err = NULL;
+    int rc = -1;
     ah_msg_set_str (request, "op", op);
     ah_msg_set_str (request, "name", name);
     if (asked->has_image)  ah_msg_set_str (request, "image", asked->image);
     if (asked->has_cpus)   ah_msg_set_double (request, "cpus", asked->cpus);
     if (asked->has_memory) ah_msg_set_int (request, "memory_mb", asked->memory_mb);
     if (asked->has_idle)   ah_msg_set_double (request, "idle_minutes", asked->idle_minutes);
-    ah_msg_t *limits = ah_msg_new ("LIMITS");
-    ah_msg_set_str (limits, "default_image", c->default_image);
-    ah_msg_set_double (limits, "default_cpus", c->default_cpus);
-    ah_msg_set_int (limits, "default_memory_mb", c->default_memory_mb);
-    ah_msg_set_double (limits, "max_cpus", c->max_cpus);
-    ah_msg_set_int (limits, "max_memory_mb", c->max_memory_mb);
-    ah_msg_set_double (limits, "default_idle_minutes", c->idle_minutes);
-    ah_msg_t *result = NULL;
-    char *err = NULL;
-    int rc = ah_policy_call (self->policy, "admit", request, limits, &result, &err);
-    ah_msg_destroy (&request);
-    ah_msg_destroy (&limits);
-    if (rc) {
+    if (!streq (op, "create")) {
+        //  What the agent holds now, for a start (and an update's defaults).
+        ah_msg_set_str (request, "current_image", out->image);
+        ah_msg_set_double (request, "current_cpus", out->cpus);
+        ah_msg_set_int (request, "current_memory_mb", out->memory_mb);
+    }
+    if (s_tenant (self, tenant, t) || s_usage (self, tenant, except, usage) || s_limits (self, limits)) {
+        *why = strdup ("cannot read the tenant's usage (see the server log)");
+        goto out;
+    }
+    const ah_msg_t *args [] = { t, request, usage, limits };
+    if (ah_policy_callv (self->policy, "admit", args, 4, &result, &err)) {
         ah_error (AREA, "admit policy: %s", err ? err : "failed");
         *why = zsys_sprintf ("the admit policy failed: %s", err ? err : "?");
-        free (err);
-        return -1;
+        goto out;
     }
     if (!ah_msg_bool (result, "allow", false)) {
         const char *message = ah_msg_str (result, "message");
         *why = strdup (message ? message : "refused by the admit policy");
-        ah_msg_destroy (&result);
-        return 1;
+        rc = 1;
+        goto out;
     }
     //  The policy's values win (it fills defaults and may round).
     const char *image = ah_msg_str (result, "image");
@@ -174,10 +218,17 @@ int ah_lc_admit (self_t *self, const char *op, const char *name, const char *ten
     out->cpus = ah_msg_double (result, "cpus", out->cpus);
     out->memory_mb = ah_msg_int (result, "memory_mb", out->memory_mb);
     out->idle_minutes = ah_msg_double (result, "idle_minutes", out->idle_minutes);
-    ah_msg_destroy (&result);
     if (!ah_ident_ok (AH_IDENT_IMAGE, out->image) || out->cpus <= 0 || out->memory_mb <= 0) {
         *why = strdup ("the admit policy returned an unusable image or resources");
-        return -1;
+        goto out;
     }
-    return s_tenant_fits (self, tenant, except, out, why);
+    rc = 0;
+out:
+    free (err);
+    ah_msg_destroy (&t);
+    ah_msg_destroy (&request);
+    ah_msg_destroy (&usage);
+    ah_msg_destroy (&limits);
+    ah_msg_destroy (&result);
+    return rc;
 }

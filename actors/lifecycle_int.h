@@ -95,8 +95,10 @@ typedef struct {
 //  Rows and state moves (lifecycle.c)
 const char *ah_lc_state_for_op (const char *op);
 const char *ah_lc_op_for_state (const char *state);     //  NULL: not transitional
-//  By id first, then by name. 1 found, 0 not, -1 error.
+//  By id first, then by name (within tenant when it is not NULL). 1
+//  found, 0 not, -1 error, -2 a name that two tenants hold.
 int  ah_lc_lookup (self_t *self, const char *key, row_t *row);
+int  ah_lc_lookup_in (self_t *self, const char *key, const char *tenant, row_t *row);
 //  The guarded UPDATE: moves the row to `to` if `guard` (constant SQL)
 //  holds. 1 (we won), 0 (the row is elsewhere) or -1. Does not publish.
 int  ah_lc_update (self_t *self, const char *agent_id, const char *guard,
@@ -120,9 +122,13 @@ int  ah_lc_ident (self_t *self, const ah_msg_t *msg, ah_ident_t kind, const char
 int  ah_lc_opt_str (const ah_msg_t *msg, const char *key, const char **out);
 //  The optional fields of a request, type-checked. 0, or -1 after a 400.
 int  ah_lc_desired (self_t *self, const ah_msg_t *msg, desired_t *d);
-//  limits.lua's admit, then the tenant's own limits. *out starts as the
-//  agent's current values and ends as what it will hold. 0 admitted,
-//  1 refused (*why, a 422), -1 could not decide (*why, a 500).
+//  lua/limits.lua's admit (tenant, request, usage, limits) decides a
+//  create, a start or an update: op "create", "start" or "update".
+//  *out starts as the agent's current values and ends as what it will
+//  hold. 0 admitted, 1 refused (*why, a 422), -1 could not decide (*why,
+//  a 500). Called inside the actor's one thread, between reading what
+//  the tenant holds and the guarded change that follows, so concurrent
+//  requests are decided one after another against what the last left.
 int  ah_lc_admit (self_t *self, const char *op, const char *name, const char *tenant,
                   const char *except, const desired_t *asked, desired_t *out, char **why);
 

@@ -41,11 +41,16 @@ static int s_find (self_t *self, const ah_msg_t *msg, const char *field, row_t *
                               "%s: missing or not a string (want an agent id or name)", field);
         return 0;
     }
-    int rc = ah_lc_lookup (self, key, row);
+    const char *tenant = ah_msg_str (msg, "tenant");
+    int rc = ah_lc_lookup_in (self, key, tenant, row);
     if (rc == 1)
         return 1;
-    ah_actor_reply_error (self->actor, msg, rc == 0 ? 404 : 500,
-                          rc == 0 ? "no agent '%s'" : "cannot read agent '%s'", key);
+    if (rc == -2)
+        ah_actor_reply_error (self->actor, msg, 409, "agent name '%s' is held in more than one "
+                              "tenant: name the tenant or use the agent's id", key);
+    else
+        ah_actor_reply_error (self->actor, msg, rc == 0 ? 404 : 500,
+                              rc == 0 ? "no agent '%s'" : "cannot read agent '%s'", key);
     return 0;
 }
 
@@ -111,6 +116,19 @@ void ah_lc_on_transition (void *self_, ah_msg_t *msg)
         //  Already there or on the way: waiters can just wait.
         s_reply_state (self, msg, 200, &row, row.state);
         return;
+    }
+    if (streq (tr->verb, "start")) {
+        //  Starting takes a running place: limits.lua decides (running caps).
+        desired_t asked = { 0 }, d = { .cpus = row.cpus, .memory_mb = row.memory_mb,
+                                       .idle_minutes = row.idle_minutes };
+        snprintf (d.image, sizeof d.image, "%s", row.image);
+        char *why = NULL;
+        int admit = ah_lc_admit (self, "start", row.name, row.tenant, row.id, &asked, &d, &why);
+        if (admit) {
+            ah_actor_reply_error (self->actor, msg, admit > 0 ? 422 : 500, "%s", why ? why : "refused");
+            free (why);
+            return;
+        }
     }
     const char *to = tr->to;
     int won;
@@ -192,14 +210,17 @@ void ah_lc_on_create (void *self_, ah_msg_t *msg)
     if (ah_lc_ident (self, msg, AH_IDENT_TENANT, tenant) || ah_lc_desired (self, msg, &asked))
         return;
     memset (&d, 0, sizeof d);
-    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT count(*) FROM agents WHERE name = :name");
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "SELECT count(*) FROM agents WHERE name = :name AND tenant = :tenant");
     int taken = -1;
-    if (st && !ah_store_bind_text (st, ":name", name) && ah_store_step (self->store, st) == SQLITE_ROW)
+    if (st && !ah_store_bind_text (st, ":name", name) && !ah_store_bind_text (st, ":tenant", tenant)
+    &&  ah_store_step (self->store, st) == SQLITE_ROW)
         taken = sqlite3_column_int (st, 0) > 0;
     if (st)
         sqlite3_reset (st);
     if (taken > 0) {
-        ah_actor_reply_error (self->actor, msg, 409, "an agent named '%s' exists already", name);
+        ah_actor_reply_error (self->actor, msg, 409, "an agent named '%s' exists already in tenant '%s'",
+                              name, tenant);
         return;
     }
     if (taken < 0) {

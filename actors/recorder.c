@@ -31,6 +31,7 @@
 typedef struct {
     int64_t at;
     char   *agent_id;               //  NULL allowed
+    char   *tenant;                 //  NULL: the agent's, when there is one
     char   *actor;
     char   *kind;
     char   *detail;                 //  NULL allowed
@@ -58,6 +59,7 @@ static void
 s_row_free (s_row_t *row)
 {
     free (row->agent_id);
+    free (row->tenant);
     free (row->actor);
     free (row->kind);
     free (row->detail);
@@ -109,8 +111,9 @@ s_flush (self_t *self)
         return -1;
     }
     sqlite3_stmt *stmt = ah_store_prepare (self->store,
-        "INSERT INTO operations (at, agent_id, actor, kind, detail, ok, error)"
-        " VALUES (:at, :agent_id, :actor, :kind, :detail, :ok, :error)");
+        "INSERT INTO operations (at, agent_id, tenant, actor, kind, detail, ok, error)"
+        " VALUES (:at, :agent_id, coalesce (:tenant, (SELECT tenant FROM agents WHERE id = :agent_id)),"
+        " :actor, :kind, :detail, :ok, :error)");
     bool failed = stmt == NULL;
     for (size_t i = 0; !failed && i < self->pending_count; i++) {
         s_row_t *row = &self->pending [i];
@@ -118,6 +121,7 @@ s_flush (self_t *self)
         sqlite3_clear_bindings (stmt);
         if (ah_store_bind_int64 (stmt, ":at", row->at)
         ||  ah_store_bind_text (stmt, ":agent_id", row->agent_id)
+        ||  ah_store_bind_text (stmt, ":tenant", row->tenant)
         ||  ah_store_bind_text (stmt, ":actor", row->actor)
         ||  ah_store_bind_text (stmt, ":kind", row->kind)
         ||  ah_store_bind_text (stmt, ":detail", row->detail)
@@ -208,7 +212,7 @@ s_on_record (void *self_, ah_msg_t *msg)
     self_t *self = self_;
     const char *actor = ah_msg_str (msg, "actor");
     const char *kind = ah_msg_str (msg, "kind");
-    const char *agent_id, *detail, *error;
+    const char *agent_id, *detail, *error, *tenant;
     if (!actor || !*actor || strlen (actor) > MAX_ACTOR) {
         s_refuse (self, msg, "\"actor\" must be a string of 1 to 128 characters");
         return;
@@ -219,6 +223,10 @@ s_on_record (void *self_, ah_msg_t *msg)
     }
     if (!s_opt_str (msg, "agent_id", &agent_id) || (agent_id && strlen (agent_id) > MAX_AGENT)) {
         s_refuse (self, msg, "\"agent_id\" must be a string of at most 64 characters");
+        return;
+    }
+    if (!s_opt_str (msg, "tenant", &tenant) || (tenant && strlen (tenant) > MAX_AGENT)) {
+        s_refuse (self, msg, "\"tenant\" must be a string of at most 64 characters");
         return;
     }
     if (!s_opt_str (msg, "detail", &detail) || !s_opt_str (msg, "error", &error)) {
@@ -239,6 +247,7 @@ s_on_record (void *self_, ah_msg_t *msg)
     s_row_t row = {
         .at = at > 0 ? at : ah_store_now_ms (),
         .agent_id = agent_id ? strdup (agent_id) : NULL,
+        .tenant = tenant ? strdup (tenant) : NULL,
         .actor = strdup (actor),
         .kind = strdup (kind),
         .detail = s_capped (detail, MAX_DETAIL),
@@ -291,9 +300,9 @@ static void
 s_on_list (void *self_, ah_msg_t *msg)
 {
     self_t *self = self_;
-    const char *agent_id;
-    if (!s_opt_str (msg, "agent_id", &agent_id)) {
-        s_refuse (self, msg, "\"agent_id\" must be a string");
+    const char *agent_id, *tenant;
+    if (!s_opt_str (msg, "agent_id", &agent_id) || !s_opt_str (msg, "tenant", &tenant)) {
+        s_refuse (self, msg, "\"agent_id\" and \"tenant\" must be strings");
         return;
     }
     int64_t limit = ah_msg_int (msg, "limit", 100);
@@ -303,12 +312,11 @@ s_on_list (void *self_, ah_msg_t *msg)
         return;
     }
     s_flush (self);
-    sqlite3_stmt *stmt = ah_store_prepare (self->store, agent_id
-        ? "SELECT id, at, agent_id, actor, kind, detail, ok, error FROM operations"
-          " WHERE agent_id = :agent_id AND at < :before ORDER BY at DESC, id DESC LIMIT :limit"
-        : "SELECT id, at, agent_id, actor, kind, detail, ok, error FROM operations"
-          " WHERE at < :before ORDER BY at DESC, id DESC LIMIT :limit");
-    if (!stmt || (agent_id && ah_store_bind_text (stmt, ":agent_id", agent_id))
+    sqlite3_stmt *stmt = ah_store_prepare (self->store,
+        "SELECT id, at, agent_id, actor, kind, detail, ok, error FROM operations"
+        " WHERE (:agent_id IS NULL OR agent_id = :agent_id) AND (:tenant IS NULL OR tenant = :tenant)"
+        " AND at < :before ORDER BY at DESC, id DESC LIMIT :limit");
+    if (!stmt || ah_store_bind_text (stmt, ":agent_id", agent_id) || ah_store_bind_text (stmt, ":tenant", tenant)
     ||  ah_store_bind_int64 (stmt, ":before", before) || ah_store_bind_int64 (stmt, ":limit", limit)) {
         ah_actor_reply_error (self->actor, msg, 500, "cannot read the operations table");
         return;

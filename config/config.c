@@ -70,6 +70,10 @@ static const s_key_t s_keys [] = {
     { "sandbox.docker.runtime",           T_OPT,      F (runtime), "none" },
     { "sandbox.docker.server_container",  T_OPT,      F (server_container), "detect" },
     { "sandbox.docker.sandboxd_volume",   T_OPT,      F (sandboxd_volume), "none" },
+    { "limits.tenant_max_sandboxes",      T_INT64,    F (tenant_max_sandboxes), NULL },
+    { "limits.pool_max_sandboxes",        T_INT64,    F (pool_max_sandboxes), NULL },
+    { "limits.tenant_max_running",        T_INT64,    F (tenant_max_running), NULL },
+    { "limits.pool_max_running",          T_INT64,    F (pool_max_running), NULL },
     { "policy.lua_dir",                   T_PATH,     F (lua_dir), NULL },
     { "catalog.path",                     T_PATH,     F (catalog_path), NULL },
 };
@@ -189,6 +193,10 @@ ah_config_t *ah_config_new_defaults (void)
     self->runtime = NULL;
     self->server_container = NULL;
     self->sandboxd_volume = NULL;
+    self->tenant_max_sandboxes = 10;
+    self->pool_max_sandboxes = 20;
+    self->tenant_max_running = 0;
+    self->pool_max_running = 0;
     self->lua_dir = s_default_data_path ("lua", true);
     self->catalog_path = s_default_data_path ("catalog/runtimes.json", false);
     //  One allocation failed: give up cleanly rather than run half-configured
@@ -726,6 +734,9 @@ static char *s_validate (const ah_config_t *self)
                           self->tap_endpoint);
     if (strcmp (self->driver, "docker") && strcmp (self->driver, "fake"))
         return ah_strf ("sandbox.driver = '%s': must be docker or fake", self->driver);
+    if (self->tenant_max_sandboxes < 0 || self->pool_max_sandboxes < 0
+    ||  self->tenant_max_running < 0 || self->pool_max_running < 0)
+        return ah_strf ("limits.*: a limit must be 0 (none) or more");
     if (!(self->default_cpus > 0))
         return ah_strf ("sandbox.default_cpus = %g: must be greater than 0", self->default_cpus);
     if (!(self->max_cpus > 0))

@@ -42,6 +42,11 @@ typedef struct {
     char   *runtime;                //  NULL = engine default
     char   *server_container;       //  NULL = detect
     char   *sandboxd_volume;        //  NULL = bind-mount dirname(sandboxd_path)
+    //  limits.* (what lua/limits.lua reads; PUT /api/v1/policy changes them at run time)
+    int64_t tenant_max_sandboxes;   //  10
+    int64_t pool_max_sandboxes;     //  20
+    int64_t tenant_max_running;     //  0 = no limit
+    int64_t pool_max_running;       //  0 = no limit
     //  policy.*
     char   *lua_dir;                //  directory of idle.lua, limits.lua, briefing.lua
     //  catalog.*

@@ -1,16 +1,31 @@
--- limits.lua: admit(request, limits) decides whether a sandbox may be
--- created or changed with the resources asked for, and fills in defaults.
+-- limits.lua: admit(tenant, request, usage, limits) decides whether a
+-- sandbox may be created, started or changed, and fills in defaults.
+-- Edit it while the server runs: the next decision uses the new version
+-- (a version that does not load leaves the previous one in force, and
+-- `agenthold policy status` says why).
 --
--- request: { op = "create" | "update", name, image, cpus, memory_mb,
---            idle_minutes }                      (absent fields are nil)
--- limits:  { default_image, default_cpus, default_memory_mb, max_cpus,
---            max_memory_mb, default_idle_minutes }  (from the configuration)
+-- tenant:  { name, max_sandboxes, max_running, max_cpus, max_memory_mb }
+--          the limits an admin set on the tenant (nil: none set; the
+--          server-wide ones below apply)
+-- request: { op = "create" | "start" | "update", name, image, cpus,
+--            memory_mb, idle_minutes, current_image, current_cpus,
+--            current_memory_mb }       (absent fields are nil; current_*:
+--                                       what the agent holds, start/update)
+-- usage:   what the tenant holds now, the asking agent left out:
+--          { sandboxes, running, cpus, memory_mb,
+--            pool_sandboxes, pool_running, pool_cpus, pool_memory_mb }
+--          (pool_*: every tenant together); running counts starting too
+-- limits:  the configuration, as PUT /api/v1/policy changed it:
+--          { default_image, default_cpus, default_memory_mb, max_cpus,
+--            max_memory_mb, default_idle_minutes, tenant_max_sandboxes,
+--            pool_max_sandboxes, tenant_max_running, pool_max_running }
+--          (a *_max_* of 0 means no limit)
 --
 -- Returns { allow = true, image =, cpus =, memory_mb =, idle_minutes = }:
 -- for "create" every field is filled (defaults where the request named
--- none); for "update" only the fields the request named (nil = keep).
--- Or { allow = false, message = "..." }: a sentence for the person who
--- asked, naming the value and the limit (and the configuration key).
+-- none); for "update" only the fields the request named (nil = keep); for
+-- "start" nothing needs filling. Or { allow = false, message = "..." }: a
+-- sentence for the person who asked, naming the value and the limit.
 
 -- 12 -> "12", 0.5 -> "0.5" (Lua prints 12.0 for a float)
 local function num(n)
@@ -24,26 +39,79 @@ local function deny(fmt, ...)
   return { allow = false, message = string.format(fmt, ...) }
 end
 
-function admit(request, limits)
+-- The tenant's own limit when an admin set one, else the server's; 0 or
+-- nil: no limit.
+local function cap(own, server)
+  local v = own
+  if v == nil then v = server end
+  if v == nil or v <= 0 then return nil end
+  return v
+end
+
+-- Places: how many sandboxes a tenant holds, how many run, and the same
+-- for the whole pool.
+local function places(tenant, request, usage, limits)
+  local op = request.op
+  if op == "create" then
+    local most = cap(tenant.max_sandboxes, limits.tenant_max_sandboxes)
+    if most and usage.sandboxes >= most then
+      return deny("tenant '%s' already holds %d of %d sandboxes", tenant.name, usage.sandboxes, most)
+    end
+    local pool = cap(nil, limits.pool_max_sandboxes)
+    if pool and usage.pool_sandboxes >= pool then
+      return deny("the pool already holds %d of %d sandboxes (every tenant together)",
+                  usage.pool_sandboxes, pool)
+    end
+  end
+  if op == "start" then
+    local most = cap(tenant.max_running, limits.tenant_max_running)
+    if most and usage.running >= most then
+      return deny("tenant '%s' already runs %d of %d sandboxes", tenant.name, usage.running, most)
+    end
+    local pool = cap(nil, limits.pool_max_running)
+    if pool and usage.pool_running >= pool then
+      return deny("the pool already runs %d of %d sandboxes (every tenant together)",
+                  usage.pool_running, pool)
+    end
+  end
+  return nil
+end
+
+-- Resources: what the tenant would hold in cpus and memory.
+local function resources(tenant, out, request, usage)
+  local cpus = out.cpus or request.current_cpus or 0
+  local memory = out.memory_mb or request.current_memory_mb or 0
+  local max_cpus = cap(tenant.max_cpus, nil)
+  if max_cpus and usage.cpus + cpus > max_cpus then
+    return deny("tenant '%s' would hold %s cpus, over its limit of %s", tenant.name,
+                num(usage.cpus + cpus), num(max_cpus))
+  end
+  local max_memory = cap(tenant.max_memory_mb, nil)
+  if max_memory and usage.memory_mb + memory > max_memory then
+    return deny("tenant '%s' would hold %s MiB, over its limit of %s MiB", tenant.name,
+                num(usage.memory_mb + memory), num(max_memory))
+  end
+  return nil
+end
+
+function admit(tenant, request, usage, limits)
   local op = request.op or "create"
-  if op ~= "create" and op ~= "update" then
-    return deny("unknown operation '%s' (wanted create or update)", tostring(op))
+  if op ~= "create" and op ~= "update" and op ~= "start" then
+    return deny("unknown operation '%s' (wanted create, start or update)", tostring(op))
+  end
+  local refused = places(tenant, request, usage, limits)
+  if refused then return refused end
+  if op == "start" then
+    return resources(tenant, {}, request, usage) or { allow = true }
   end
   local creating = op == "create"
   local out = { allow = true }
 
-  -- image: a plausible reference; the driver finds out whether it exists
+  -- image: a reference the server's grammar already checked; the driver
+  -- finds out whether it exists
   local image = request.image
   if image == nil and creating then image = limits.default_image end
-  if image ~= nil then
-    if type(image) ~= "string" or image == "" then
-      return deny("image must be a non-empty image reference")
-    end
-    if #image > 255 or image:find("%s") then
-      return deny("image '%s' is not a valid image reference", image:sub(1, 80))
-    end
-    out.image = image
-  end
+  if image ~= nil then out.image = image end
 
   local cpus = request.cpus
   if cpus == nil and creating then cpus = limits.default_cpus end
@@ -91,5 +159,5 @@ function admit(request, limits)
     end
     out.idle_minutes = idle + 0.0
   end
-  return out
+  return resources(tenant, out, request, usage) or out
 end

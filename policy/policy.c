@@ -689,8 +689,8 @@ static void s_push_msg (lua_State *L, const ah_msg_t *msg)
 
 typedef struct {
     const char *function;
-    const ah_msg_t *arg1;
-    const ah_msg_t *arg2;
+    const ah_msg_t *const *args;
+    size_t nargs;
 } s_call_t;
 
 //  Under lua_pcall: find the function, build the arguments, call it.
@@ -704,14 +704,16 @@ static int s_call_protected (lua_State *L)
     lua_remove (L, -2);
     if (!lua_isfunction (L, -1))
         return luaL_error (L, "the script defines no function %s()", call->function);
-    int nargs = call->arg2 ? 2 : call->arg1 ? 1 : 0;
-    if (call->arg1)
-        s_push_msg (L, call->arg1);
-    else
-    if (nargs)
-        lua_pushnil (L);
-    if (call->arg2)
-        s_push_msg (L, call->arg2);
+    //  Trailing absent arguments are not passed; absent ones before a
+    //  present one are nil.
+    int nargs = (int) call->nargs;
+    while (nargs > 0 && !call->args [nargs - 1])
+        nargs--;
+    for (int i = 0; i < nargs; i++)
+        if (call->args [i])
+            s_push_msg (L, call->args [i]);
+        else
+            lua_pushnil (L);
     lua_call (L, nargs, 1);
     return 1;
 }
@@ -785,6 +787,14 @@ int ah_policy_call (ah_policy_t *self, const char *function,
                     const ah_msg_t *arg1, const ah_msg_t *arg2,
                     ah_msg_t **result, char **err)
 {
+    const ah_msg_t *args [2] = { arg1, arg2 };
+    return ah_policy_callv (self, function, args, 2, result, err);
+}
+
+int ah_policy_callv (ah_policy_t *self, const char *function,
+                     const ah_msg_t *const *args, size_t nargs,
+                     ah_msg_t **result, char **err)
+{
     if (result)
         *result = NULL;
     if (err)
@@ -800,7 +810,12 @@ int ah_policy_call (ah_policy_t *self, const char *function,
     s_state_t *state = self->state;
     lua_State *L = state->L;
     lua_settop (L, 0);
-    s_call_t call = { function, arg1, arg2 };
+    if (nargs > 8) {
+        if (err)
+            *err = strdup ("policy: more than 8 arguments");
+        return -1;
+    }
+    s_call_t call = { function, args, nargs };
     char what [128];
     snprintf (what, sizeof what, "%s()", function);
     lua_pushcfunction (L, s_call_protected);

@@ -57,6 +57,10 @@ void ah_policy_destroy (ah_policy_t **self_p);
 int ah_policy_call (ah_policy_t *self, const char *function,
                     const ah_msg_t *arg1, const ah_msg_t *arg2,
                     ah_msg_t **result, char **err);
+//  The same with nargs (at most 8) arguments; a NULL one is nil.
+int ah_policy_callv (ah_policy_t *self, const char *function,
+                     const ah_msg_t *const *args, size_t nargs,
+                     ah_msg_t **result, char **err);
 
 //  1 = a new version is in force, 0 = the file had not changed (and not
 //  forced), -1 = the new version failed to load and the previous one stays

@@ -124,6 +124,7 @@ static const char s_migration_3 [] =
     "ALTER TABLE api_tokens ADD COLUMN expires_at INTEGER;     -- NULL: never\n"
     "ALTER TABLE api_tokens ADD COLUMN revoked_at INTEGER;\n"
     "ALTER TABLE api_tokens ADD COLUMN last_used_at INTEGER;\n"
+    "ALTER TABLE sandboxes ADD COLUMN home_lost TEXT;       -- why its home is gone (NULL: it is there)\n"
     "ALTER TABLE operations ADD COLUMN tenant TEXT;\n"
     "CREATE INDEX operations_tenant ON operations(tenant, at);\n"
     "CREATE TABLE sessions (\n"

@@ -7,7 +7,7 @@
 
 #define AGENT_SELECT \
     "SELECT a.id, a.name, s.state, s.error, a.image, a.cpus, a.memory_mb, a.idle_minutes," \
-    " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why" \
+    " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why, a.tenant" \
     " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id" \
     " LEFT JOIN sleep_forecast f ON f.agent_id = a.id"
 
@@ -40,24 +40,33 @@ static json_t *s_row (sqlite3_stmt *stmt)
     json_object_set_new (a, "sleeps_at", running && sqlite3_column_type (stmt, 11) != SQLITE_NULL
                          ? api_json_time (sqlite3_column_int64 (stmt, 11)) : json_null ());
     json_object_set_new (a, "awake_because", running ? api_json_column (stmt, 12) : json_null ());
+    json_object_set_new (a, "tenant", api_json_column (stmt, 13));
     return a;
 }
 
-json_t *api_agent_get (api_t *api, const char *key, bool *failed)
+json_t *api_agent_get (api_t *api, const char *key, const char *scope, int *status)
 {
-    *failed = false;
+    //  An id wins; a name is unique within a tenant, so without a scope a
+    //  name two tenants hold names nobody in particular.
     sqlite3_stmt *stmt = ah_store_prepare (api->store,
-        AGENT_SELECT " WHERE a.id = :key OR a.name = :key ORDER BY (a.id = :key) DESC LIMIT 1");
-    if (!stmt || ah_store_bind_text (stmt, ":key", key)) {
-        *failed = true;
+        AGENT_SELECT " WHERE (a.id = :key OR a.name = :key) AND (:scope = '' OR a.tenant = :scope)"
+        " ORDER BY (a.id = :key) DESC LIMIT 2");
+    if (!stmt || ah_store_bind_text (stmt, ":key", key) || ah_store_bind_text (stmt, ":scope", scope)) {
+        *status = 500;
         return NULL;
     }
     json_t *agent = NULL;
     int rc = ah_store_step (api->store, stmt);
-    if (rc == SQLITE_ROW)
+    *status = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 404 : 500;
+    if (rc == SQLITE_ROW) {
         agent = s_row (stmt);
-    else if (rc != SQLITE_DONE)
-        *failed = true;
+        const char *id = json_string_value (json_object_get (agent, "id"));
+        if (!(id && streq (id, key)) && ah_store_step (api->store, stmt) == SQLITE_ROW) {
+            json_decref (agent);
+            agent = NULL;
+            *status = 409;
+        }
+    }
     sqlite3_reset (stmt);
     return agent;
 }
@@ -70,15 +79,16 @@ json_t *api_agent_resolve (req_t *r)
                            key, ah_ident_check (AH_IDENT_AGENT_NAME, key));
         return NULL;
     }
-    bool failed;
-    json_t *agent = api_agent_get (r->api, key, &failed);
-    if (failed) {
-        json_decref (agent);
-        api_respond_error (r, 500, "cannot read the database");
-        return NULL;
-    }
+    int status;
+    json_t *agent = api_agent_get (r->api, key, r->who.scope, &status);
     if (!agent) {
-        api_respond_error (r, 404, "no agent named '%s'", key);
+        if (status == 404)
+            api_respond_error (r, 404, "no agent named '%s'", key);
+        else if (status == 409)
+            api_respond_error (r, 409, "agent name '%s' is held in more than one tenant: "
+                               "add ?tenant= or use the agent's id", key);
+        else
+            api_respond_error (r, 500, "cannot read the database");
         return NULL;
     }
     snprintf (r->agent_id, sizeof r->agent_id, "%s", json_string_value (json_object_get (agent, "id")));
@@ -90,8 +100,8 @@ json_t *api_agent_resolve (req_t *r)
 //  The agent as it is now, for a response; a stand-in when it is gone.
 static json_t *s_agent_now (req_t *r, const char *state_if_gone)
 {
-    bool failed;
-    json_t *agent = api_agent_get (r->api, r->agent_id [0] ? r->agent_id : r->name, &failed);
+    int status;
+    json_t *agent = api_agent_get (r->api, r->agent_id [0] ? r->agent_id : r->name, r->who.scope, &status);
     if (!agent) {
         agent = json_object ();
         json_object_set_new (agent, "id", api_json_text (r->agent_id));
@@ -113,12 +123,10 @@ static int s_wait_query (req_t *r, bool *wait, int64_t *timeout_s)
 //  A parked ?wait request: answer it once the transition has ended.
 static void s_wait_check (req_t *r)
 {
-    bool failed;
-    json_t *agent = api_agent_get (r->api, r->agent_id, &failed);
-    if (failed) {
-        json_decref (agent);
+    int status;
+    json_t *agent = api_agent_get (r->api, r->agent_id, "", &status);
+    if (!agent && status == 500)
         return;                     //  again at the next tick
-    }
     bool destroy = streq (r->kind ? r->kind : "", "destroy");
     if (!agent) {
         api_unpark (r);
@@ -144,8 +152,8 @@ static void s_wait_check (req_t *r)
 
 static void s_wait_deadline (req_t *r)
 {
-    bool failed;
-    json_t *agent = api_agent_get (r->api, r->agent_id, &failed);
+    int status;
+    json_t *agent = api_agent_get (r->api, r->agent_id, "", &status);
     const char *state = agent ? json_string_value (json_object_get (agent, "state")) : NULL;
     bool wait;
     int64_t timeout_s;
@@ -219,7 +227,10 @@ static int s_check_image (req_t *r, ah_msg_t *msg)
 
 static void s_list (req_t *r)
 {
-    sqlite3_stmt *stmt = ah_store_prepare (r->api->store, AGENT_SELECT " ORDER BY a.name");
+    sqlite3_stmt *stmt = ah_store_prepare (r->api->store,
+        AGENT_SELECT " WHERE :scope = '' OR a.tenant = :scope ORDER BY a.tenant, a.name");
+    if (stmt && ah_store_bind_text (stmt, ":scope", r->who.scope))
+        stmt = NULL;
     json_t *list = stmt ? json_array () : NULL;
     int rc = SQLITE_ERROR;
     while (stmt && (rc = ah_store_step (r->api->store, stmt)) == SQLITE_ROW)
@@ -256,7 +267,7 @@ static void s_create (req_t *r)
     else {
         snprintf (r->name, sizeof r->name, "%s", name);
         snprintf (r->detail, sizeof r->detail, "%s", name);
-        ah_msg_set_str (msg, "tenant", r->who.tenant [0] ? r->who.tenant : "default");
+        ah_msg_set_str (msg, "tenant", api_tenant (r));
         r->kind = "create";
         api_ask (r, "lifecycle", &msg, s_lifecycle_reply);
     }

@@ -72,6 +72,7 @@ void api_ask (req_t *r, const char *dest, ah_msg_t **msg_p, reply_fn *on_reply)
         return;
     }
     r->on_deadline = NULL;
+    r->on_state = NULL;
     api_park (r, zclock_mono () + (int64_t) api->reply_timeout_s * 1000);
 }
 
@@ -85,6 +86,8 @@ void api_record (req_t *r, bool ok, const char *error)
     else
         ah_msg_set_nil (rec, "agent_id");
     ah_msg_set_strf (rec, "actor", "api:%s", r->who.token_name [0] ? r->who.token_name : "?");
+    if (!r->agent_id [0])
+        ah_msg_set_str (rec, "tenant", api_tenant (r));     //  else the agent's, found by the recorder
     ah_msg_set_str (rec, "kind", r->kind);
     if (r->detail [0])
         ah_msg_set_str (rec, "detail", r->detail);
@@ -125,6 +128,8 @@ static void s_on_reply (void *arg, ah_msg_t *msg)
         const char *error = ah_msg_str (msg, "error");
         if (!error || !*error)
             error = "the request was refused";
+        if (r->on_refused)
+            r->on_refused (r);
         api_record (r, false, error);
         api_respond_error (r, status, "%s", error);
         return;
@@ -175,6 +180,8 @@ static void s_tick (void *arg, void *unused)
             if (r->on_deadline)
                 r->on_deadline (r);
             else if (asked) {
+                if (r->on_refused)
+                    r->on_refused (r);
                 api_record (r, false, "no answer in time");
                 api_respond_error (r, 504, "%s did not answer %s within %d s",
                                    asked, r->asked_type, api->reply_timeout_s);

@@ -118,9 +118,14 @@ typedef struct {
 
 typedef struct {
     bool ok;
+    int64_t token_id;
     char token_name [65];           //  who, for the audit trail
-    char tenant [64];
+    char tenant [64];               //  the token's tenant
+    char user [129];                //  the person the token acts for, "" none
     bool admin;
+    //  The tenant this request acts within: the token's, or for an admin
+    //  the one ?tenant= names; "" (an admin naming none) is every tenant.
+    char scope [64];
 } who_t;
 
 struct req_t {
@@ -154,6 +159,7 @@ struct req_t {
     const char *asked;
     char asked_type [32];
     void (*on_deadline) (req_t *r);
+    void (*on_refused) (req_t *r);  //  the asked actor refused, or did not answer in time
     void (*on_state) (req_t *r);    //  a SANDBOX_STATE for r->agent_id, or the tick
     //  The response
     int status;
@@ -239,6 +245,7 @@ enum {
     R_STREAM  = 2,                  //  the body streams to ext_ops->body
     R_UPGRADE = 4,                  //  a WebSocket (token may come as ?token=)
     R_BODY    = 8,                  //  takes a JSON body
+    R_ADMIN   = 16,                 //  admin tokens only
 };
 
 struct route_t {
@@ -252,7 +259,8 @@ struct route_t {
 //  Each family's table, ending with { 0 }.
 extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes [],
                      api_audit_routes [], api_exec_routes [], api_file_routes [],
-                     api_event_routes [], api_terminal_routes [];
+                     api_event_routes [], api_terminal_routes [], api_tenant_routes [],
+                     api_session_routes [];
 
 //  Finds r's route from its path as sent: 0, or an HTTP status (400 a
 //  malformed target or query, 404, 405 with *allowed) and why; nothing is
@@ -272,17 +280,23 @@ const char *api_path_check (const char *path, bool dot_ok);
 //  --------------------------------------------------------------------
 //  Authentication (auth.c)
 
-//  The bearer token (or ?token= on R_UPGRADE routes): 0 with r->who set,
-//  401, or 500 when the token table cannot be read.
+//  The bearer token (or ?token= on R_UPGRADE routes), then ?tenant=: 0
+//  with r->who set, or an HTTP status with the answer already given (401
+//  a missing, wrong, revoked or expired token; 403 a tenant token naming
+//  another tenant; 404 no such tenant; 500).
 int  api_auth (req_t *r);
+//  The tenant a new thing of this request belongs to: the scope, or the
+//  token's own tenant for an admin acting within none.
+const char *api_tenant (const req_t *r);
 
 //  --------------------------------------------------------------------
 //  Agents (agents.c), shared with the other families
 
-//  An agent by id or name as JSON (the agent object of docs/api.md).
-//  NULL with *failed=false when there is none, *failed=true on a
-//  database error.
-json_t *api_agent_get (api_t *api, const char *key, bool *failed);
+//  An agent by id or name, within scope ("" every tenant), as JSON (the
+//  agent object of docs/api.md). NULL with *status: 404 none (an agent
+//  of another tenant is none), 409 a name several tenants hold (scope
+//  ""), 500 a database error.
+json_t *api_agent_get (api_t *api, const char *key, const char *scope, int *status);
 //  params [0] names an agent: resolve it into r->agent_id and r->name.
 //  Answers 400 (neither a name nor an id), 404 or 500 itself and returns
 //  NULL; else the agent as JSON (the caller's).

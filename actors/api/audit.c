@@ -32,6 +32,8 @@ static void s_list (req_t *r, const char *agent_id)
     ah_msg_t *msg = ah_msg_new ("OP_LIST");
     if (agent_id)
         ah_msg_set_str (msg, "agent_id", agent_id);
+    if (r->who.scope [0])
+        ah_msg_set_str (msg, "tenant", r->who.scope);
     if (limit)
         ah_msg_set_int (msg, "limit", limit);
     if (before)
@@ -48,15 +50,17 @@ static void s_all (req_t *r)
 static void s_agent (req_t *r)
 {
     const char *key = r->params [0];
-    bool failed;
+    int status = 404;
     json_t *agent = ah_ident_ok (AH_IDENT_AGENT_NAME, key) || ah_ident_ok (AH_IDENT_AGENT_ID, key)
-                  ? api_agent_get (r->api, key, &failed) : NULL;
+                  ? api_agent_get (r->api, key, r->who.scope, &status) : NULL;
     if (agent) {
         snprintf (r->agent_id, sizeof r->agent_id, "%s", json_string_value (json_object_get (agent, "id")));
         json_decref (agent);
         s_list (r, r->agent_id);
     }
-    else if (ah_ident_ok (AH_IDENT_AGENT_ID, key)) {
+    else if (status == 404 && ah_ident_ok (AH_IDENT_AGENT_ID, key)) {
+        //  A destroyed agent's trail, read by its id (within the scope:
+        //  the recorder filters by tenant too).
         snprintf (r->agent_id, sizeof r->agent_id, "%s", key);
         s_list (r, key);
     }
@@ -67,6 +71,41 @@ static void s_agent (req_t *r)
             s_list (r, r->agent_id);
         }
     }
+}
+
+//  What PUT /api/v1/policy may change: the values lua/limits.lua reads,
+//  each with the configuration key it overrides.
+static const struct { const char *key; const char *config; } s_values [] = {
+    { "tenant_max_sandboxes", "limits.tenant_max_sandboxes" },
+    { "pool_max_sandboxes", "limits.pool_max_sandboxes" },
+    { "tenant_max_running", "limits.tenant_max_running" },
+    { "pool_max_running", "limits.pool_max_running" },
+};
+#define VALUE_COUNT (sizeof s_values / sizeof s_values [0])
+
+static int64_t s_config_value (const ah_config_t *c, size_t i)
+{
+    int64_t v [] = { c->tenant_max_sandboxes, c->pool_max_sandboxes, c->tenant_max_running,
+                     c->pool_max_running };
+    return v [i];
+}
+
+//  The values in force: the configuration, then policy_values.
+static json_t *s_values_json (req_t *r)
+{
+    json_t *values = json_object ();
+    for (size_t i = 0; i < VALUE_COUNT; i++)
+        json_object_set_new (values, s_values [i].key, json_integer (s_config_value (r->api->config, i)));
+    sqlite3_stmt *st = ah_store_prepare (r->api->store, "SELECT key, value FROM policy_values");
+    int rc;
+    while (st && (rc = ah_store_step (r->api->store, st)) == SQLITE_ROW) {
+        const char *key = (const char *) sqlite3_column_text (st, 0);
+        if (key && json_object_get (values, key))
+            json_object_set_new (values, key, json_integer ((json_int_t) sqlite3_column_double (st, 1)));
+    }
+    if (st)
+        sqlite3_reset (st);
+    return values;
 }
 
 static void s_policies (req_t *r)
@@ -91,7 +130,70 @@ static void s_policies (req_t *r)
         api_respond_error (r, 500, "cannot read the database");
         return;
     }
-    api_respond (r, 200, json_pack ("{s:o}", "policies", list));
+    api_respond (r, 200, json_pack ("{s:o, s:o}", "policies", list, "values", s_values_json (r)));
+}
+
+//  PUT /api/v1/policy {KEY: number or null}: changes what limits.lua
+//  reads, at once and without a restart; null goes back to the
+//  configuration's value. The runtime catalog is not changed here.
+static void s_put_values (req_t *r)
+{
+    json_t *obj = api_body_object (r, false);
+    if (!obj)
+        return;
+    const char *key;
+    json_t *v;
+    json_object_foreach (obj, key, v) {
+        bool known = false;
+        for (size_t i = 0; i < VALUE_COUNT; i++)
+            known = known || streq (s_values [i].key, key);
+        if (streq (key, "runtimes") || streq (key, "catalog")) {
+            api_respond_error (r, 400, "the runtime catalog is not changed here: edit catalog/runtimes.json "
+                               "(its composition is part of the deployment)");
+            goto out;
+        }
+        if (!known) {
+            api_respond_error (r, 400, "unknown policy value '%s' (it has tenant_max_sandboxes, "
+                               "pool_max_sandboxes, tenant_max_running, pool_max_running)", key);
+            goto out;
+        }
+        if (!json_is_null (v) && !(json_is_integer (v) && json_integer_value (v) >= 0)) {
+            api_respond_error (r, 400, "policy value '%s' must be a whole number 0 or more (0: no limit), or "
+                               "null (the configuration's)", key);
+            goto out;
+        }
+    }
+    if (json_object_size (obj) == 0) {
+        api_respond_error (r, 400, "nothing to change");
+        goto out;
+    }
+    ah_store_t *store = r->api->store;
+    bool ok = ah_store_begin (store) == 0;
+    json_object_foreach (obj, key, v) {
+        sqlite3_stmt *st = ok ? ah_store_prepare (store, json_is_null (v)
+            ? "DELETE FROM policy_values WHERE key = :key"
+            : "INSERT OR REPLACE INTO policy_values (key, value, updated_at) VALUES (:key, :value, :now)") : NULL;
+        ok = st && !ah_store_bind_text (st, ":key", key)
+          && (json_is_null (v) || (!ah_store_bind_double (st, ":value", (double) json_integer_value (v))
+                                   && !ah_store_bind_int64 (st, ":now", ah_store_now_ms ())))
+          && ah_store_step (store, st) == SQLITE_DONE;
+        if (st)
+            sqlite3_reset (st);
+    }
+    if (!ok || ah_store_commit (store)) {
+        ah_store_rollback (store);
+        api_respond_error (r, 500, "cannot write the policy values");
+        goto out;
+    }
+    char *text = json_dumps (obj, JSON_COMPACT | JSON_SORT_KEYS);
+    snprintf (r->detail, sizeof r->detail, "%s", text ? text : "");
+    ah_info (AREA, "policy values changed by %s: %s", r->who.token_name, text ? text : "?");
+    free (text);
+    r->kind = "policy";
+    api_record (r, true, NULL);
+    api_respond (r, 200, json_pack ("{s:o}", "values", s_values_json (r)));
+out:
+    json_decref (obj);
 }
 
 static void s_reload (req_t *r)
@@ -119,6 +221,7 @@ const route_t api_audit_routes [] = {
     { M_GET, "/api/v1/operations", s_all, 0, "limit before" },
     { M_GET, "/api/v1/agents/{agent}/operations", s_agent, 0, "limit before" },
     { M_GET, "/api/v1/policy", s_policies, 0, "" },
-    { M_POST, "/api/v1/policy/reload", s_reload, R_BODY, "" },
+    { M_PUT, "/api/v1/policy", s_put_values, R_BODY | R_ADMIN, "" },
+    { M_POST, "/api/v1/policy/reload", s_reload, R_BODY | R_ADMIN, "" },
     { 0 }
 };

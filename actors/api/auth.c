@@ -1,55 +1,141 @@
-/*  actors/api/auth.c: who is asking (see api_int.h).
+/*  actors/api/auth.c: who is asking, and within which tenant (see
+    api_int.h and docs/api.md "Tenants and tokens").
 
     A bearer token in the Authorization header, or, on a WebSocket route
     (browsers cannot set headers there), a token= query argument. Only
     token hashes are stored (api_tokens.hash); every stored hash is
-    compared in constant time and the token itself is wiped once hashed. */
+    compared in constant time and the token itself is wiped once hashed.
+    A revoked or expired token is refused at once. The tenant is the
+    boundary: a tenant's token acts within its tenant only; an admin's
+    acts within every tenant, or within the one ?tenant= names.       */
 #include "actors/api/api_int.h"
 #include "common/token.h"
 
 #include <strings.h>
+
+#define LAST_USED_EVERY_MS  60000       //  last_used_at is written at most this often
+
+const char *api_tenant (const req_t *r)
+{
+    return r->who.scope [0] ? r->who.scope : r->who.tenant;
+}
+
+//  Which token: 0 with r->who filled, 401 with why, 500.
+static int s_token (req_t *r, const char *token, char *why, size_t why_size)
+{
+    char hash [AH_TOKEN_HEX];
+    ah_token_hash (token, hash);
+    ah_store_t *store = r->api->store;
+    sqlite3_stmt *st = ah_store_prepare (store,
+        "SELECT id, name, hash, tenant, admin, user, expires_at, revoked_at, last_used_at FROM api_tokens");
+    if (!st)
+        return 500;
+    int64_t now = ah_store_now_ms (), last_used = 0;
+    bool found = false;
+    int rc, status = 401;
+    snprintf (why, why_size, "missing or wrong bearer token (Authorization: Bearer <token>)");
+    while ((rc = ah_store_step (store, st)) == SQLITE_ROW) {
+        const char *stored = (const char *) sqlite3_column_text (st, 2);
+        if (!stored || !ah_token_equal (hash, stored) || found)
+            continue;
+        found = true;
+        const char *name = (const char *) sqlite3_column_text (st, 1);
+        if (sqlite3_column_type (st, 7) != SQLITE_NULL) {
+            snprintf (why, why_size, "the token '%s' was revoked", name ? name : "?");
+            continue;
+        }
+        if (sqlite3_column_type (st, 6) != SQLITE_NULL && sqlite3_column_int64 (st, 6) <= now) {
+            char at [40];
+            ah_store_format_time (sqlite3_column_int64 (st, 6), at, sizeof at);
+            snprintf (why, why_size, "the token '%s' expired at %s", name ? name : "?", at);
+            continue;
+        }
+        const char *tenant = (const char *) sqlite3_column_text (st, 3);
+        const char *user = (const char *) sqlite3_column_text (st, 5);
+        r->who.token_id = sqlite3_column_int64 (st, 0);
+        snprintf (r->who.token_name, sizeof r->who.token_name, "%s", name ? name : "?");
+        snprintf (r->who.tenant, sizeof r->who.tenant, "%s", tenant ? tenant : "default");
+        snprintf (r->who.user, sizeof r->who.user, "%s", user ? user : "");
+        r->who.admin = sqlite3_column_int (st, 4) != 0;
+        last_used = sqlite3_column_int64 (st, 8);
+        r->who.ok = true;
+        status = 0;
+    }
+    sqlite3_reset (st);
+    explicit_bzero (hash, sizeof hash);
+    if (rc != SQLITE_DONE)
+        return 500;
+    if (status == 0 && now - last_used >= LAST_USED_EVERY_MS) {
+        st = ah_store_prepare (store, "UPDATE api_tokens SET last_used_at = :now WHERE id = :id");
+        if (st && !ah_store_bind_int64 (st, ":now", now) && !ah_store_bind_int64 (st, ":id", r->who.token_id))
+            ah_store_step (store, st);
+        if (st)
+            sqlite3_reset (st);
+    }
+    return status;
+}
+
+//  Within which tenant: 0, or the status (answered).
+static int s_scope (req_t *r)
+{
+    const char *asked = api_query (r, "tenant");
+    if (!r->who.admin) {
+        if (asked && !streq (asked, r->who.tenant)) {
+            api_respond_error (r, 403, "this token acts for tenant '%s' only", r->who.tenant);
+            return 403;
+        }
+        snprintf (r->who.scope, sizeof r->who.scope, "%s", r->who.tenant);
+        return 0;
+    }
+    if (!asked)
+        return 0;                   //  an admin: every tenant
+    const char *why = ah_ident_check (AH_IDENT_TENANT, asked);
+    if (why) {
+        api_respond_error (r, 400, "query 'tenant': tenant name '%.64s' %s", asked, why);
+        return 400;
+    }
+    sqlite3_stmt *st = ah_store_prepare (r->api->store, "SELECT 1 FROM tenants WHERE name = :name");
+    int rc = st && !ah_store_bind_text (st, ":name", asked) ? ah_store_step (r->api->store, st) : SQLITE_ERROR;
+    if (st)
+        sqlite3_reset (st);
+    if (rc != SQLITE_ROW) {
+        api_respond_error (r, rc == SQLITE_DONE ? 404 : 500,
+                           rc == SQLITE_DONE ? "no tenant '%s'" : "cannot read the tenants (%s)", asked);
+        return rc == SQLITE_DONE ? 404 : 500;
+    }
+    snprintf (r->who.scope, sizeof r->who.scope, "%s", asked);
+    return 0;
+}
 
 int api_auth (req_t *r)
 {
     memset (&r->who, 0, sizeof r->who);
     const char *token = NULL;
     const char *header = ah_http_header (&r->head, "authorization");
+    char why [200];
+    snprintf (why, sizeof why, "missing or wrong bearer token (Authorization: Bearer <token>)");
     if (header) {
-        if (ah_http_header_count (&r->head, "authorization") != 1 || strncasecmp (header, "Bearer ", 7))
-            return 401;
-        token = header + 7;
+        if (ah_http_header_count (&r->head, "authorization") == 1 && !strncasecmp (header, "Bearer ", 7))
+            token = header + 7;
     }
     else if (r->route && (r->route->flags & R_UPGRADE))
         token = api_query (r, "token");
-    if (!token)
-        return 401;
-    while (*token == ' ')
+    while (token && *token == ' ')
         token++;
-    if (!*token || strlen (token) > 256)
+    int status = token && *token && strlen (token) <= 256 ? s_token (r, token, why, sizeof why) : 401;
+    if (status == 401) {
+        api_respond_error (r, 401, "%s", why);
         return 401;
-    char hash [AH_TOKEN_HEX];
-    ah_token_hash (token, hash);
-
-    sqlite3_stmt *stmt = ah_store_prepare (r->api->store, "SELECT name, hash, tenant, admin FROM api_tokens");
-    if (!stmt)
-        return 500;
-    bool found = false;
-    int rc;
-    while ((rc = ah_store_step (r->api->store, stmt)) == SQLITE_ROW) {
-        const char *stored = (const char *) sqlite3_column_text (stmt, 1);
-        if (stored && ah_token_equal (hash, stored) && !found) {
-            found = true;
-            const char *name = (const char *) sqlite3_column_text (stmt, 0);
-            const char *tenant = (const char *) sqlite3_column_text (stmt, 2);
-            snprintf (r->who.token_name, sizeof r->who.token_name, "%s", name ? name : "?");
-            snprintf (r->who.tenant, sizeof r->who.tenant, "%s", tenant ? tenant : "default");
-            r->who.admin = sqlite3_column_int (stmt, 3) != 0;
-        }
     }
-    sqlite3_reset (stmt);
-    explicit_bzero (hash, sizeof hash);
-    if (rc != SQLITE_DONE)
+    if (status) {
+        api_respond_error (r, 500, "cannot read the token table");
         return 500;
-    r->who.ok = found;
-    return found ? 0 : 401;
+    }
+    if ((status = s_scope (r)))
+        return status;
+    if (r->route && (r->route->flags & R_ADMIN) && !r->who.admin) {
+        api_respond_error (r, 403, "%s needs an admin token", r->path);
+        return 403;
+    }
+    return 0;
 }

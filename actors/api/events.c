@@ -21,7 +21,8 @@
 typedef struct stream_t {
     struct stream_t *next;
     req_t *r;
-    char agent_id [48];             //  "" = every agent
+    char agent_id [48];             //  "" = every agent (of the scope)
+    char scope [64];                //  the tenant whose agents it shows, "" = every tenant
     ah_buf_t buf;                   //  text not yet handed to the connection
     bool dead;                      //  too far behind: close
     int64_t queued_ms;              //  when something was last queued (keep-alive)
@@ -33,6 +34,7 @@ typedef struct waiter_t {
     ah_api_wake_fn *fn;
     char agent_id [48];
     char name [72];
+    char tenant [64];
     int64_t deadline_ms;
     int timeout_s;
     int64_t req;                    //  our SANDBOX_START's (negative), 0 none sent
@@ -93,31 +95,43 @@ void ah_api_events_destroy (ah_api_events_t **self_p)
 //  --------------------------------------------------------------------
 //  The database
 
-//  The agent's name, state and error. 1 found, 0 no such agent, -1 error.
-static int s_agent (ah_api_events_t *self, const char *key, char *id, size_t id_size,
-                    char *name, size_t name_size, char *state, size_t state_size,
-                    char *error, size_t error_size)
+//  An agent as the streams and the waiters see it.
+typedef struct {
+    char id [AH_AGENT_ID_LEN + 1];
+    char name [AH_NAME_MAX + 1];
+    char tenant [64];
+    char state [32];
+    char error [512];
+} agent_t;
+
+//  By id or name (an id wins; within tenant unless it is NULL or ""). 1
+//  found, 0 not, -1 error. Remembers id -> tenant and name for the
+//  "destroyed" event, when the row is gone.
+static int s_agent (ah_api_events_t *self, const char *key, const char *tenant, agent_t *out)
 {
+    memset (out, 0, sizeof *out);
     sqlite3_stmt *st = ah_store_prepare (self->store,
-        "SELECT a.id, a.name, s.state, s.error FROM agents a"
+        "SELECT a.id, a.name, a.tenant, s.state, s.error FROM agents a"
         " LEFT JOIN sandboxes s ON s.agent_id = a.id"
-        " WHERE a.id = :key OR a.name = :key ORDER BY a.id = :key DESC LIMIT 1");
-    if (!st || ah_store_bind_text (st, ":key", key))
+        " WHERE (a.id = :key OR a.name = :key) AND (:tenant IS NULL OR :tenant = '' OR a.tenant = :tenant)"
+        " ORDER BY a.id = :key DESC LIMIT 1");
+    if (!st || ah_store_bind_text (st, ":key", key) || ah_store_bind_text (st, ":tenant", tenant))
         return -1;
     int rc = ah_store_step (self->store, st);
     if (rc == SQLITE_ROW) {
-        const char *cols [4];
-        for (int i = 0; i < 4; i++)
+        const char *cols [5];
+        for (int i = 0; i < 5; i++)
             cols [i] = (const char *) sqlite3_column_text (st, i);
-        if (id) snprintf (id, id_size, "%s", cols [0] ? cols [0] : "");
-        if (name) snprintf (name, name_size, "%s", cols [1] ? cols [1] : "");
-        if (state) snprintf (state, state_size, "%s", cols [2] ? cols [2] : "");
-        if (error) snprintf (error, error_size, "%s", cols [3] ? cols [3] : "");
-        if (cols [0] && cols [1]) {
-            if (zhashx_size (self->names) >= 10000)
-                zhashx_purge (self->names);     //  a cache: bounded
-            zhashx_update (self->names, cols [0], (void *) cols [1]);
-        }
+        snprintf (out->id, sizeof out->id, "%s", cols [0] ? cols [0] : "");
+        snprintf (out->name, sizeof out->name, "%s", cols [1] ? cols [1] : "");
+        snprintf (out->tenant, sizeof out->tenant, "%s", cols [2] ? cols [2] : "");
+        snprintf (out->state, sizeof out->state, "%s", cols [3] ? cols [3] : "");
+        snprintf (out->error, sizeof out->error, "%s", cols [4] ? cols [4] : "");
+        if (zhashx_size (self->names) >= 10000)
+            zhashx_purge (self->names);     //  a cache: bounded
+        char both [200];
+        snprintf (both, sizeof both, "%s\t%s", out->tenant, out->name);
+        zhashx_update (self->names, out->id, both);
     }
     sqlite3_reset (st);
     return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
@@ -141,7 +155,7 @@ static void s_queue (stream_t *s, const char *text, size_t n)
 }
 
 //  One event to every stream that wants the agent's.
-static void s_publish (ah_api_events_t *self, const char *agent_id, const char *name,
+static void s_publish (ah_api_events_t *self, const char *agent_id, const char *tenant, const char *name,
                        const char *state, const char *op, const char *error, const char *message)
 {
     if (!self->streams)
@@ -168,7 +182,8 @@ static void s_publish (ah_api_events_t *self, const char *agent_id, const char *
     if (line) {
         int n = snprintf (line, tlen + 16, "data: %s\n\n", text);
         for (stream_t *s = self->streams; s; s = s->next)
-            if (!s->agent_id [0] || streq (s->agent_id, agent_id))
+            if ((!s->agent_id [0] || streq (s->agent_id, agent_id))
+            &&  (!s->scope [0] || streq (s->scope, tenant)))
                 s_queue (s, line, (size_t) n);
     }
     free (line);
@@ -223,9 +238,12 @@ static void s_open (req_t *r)
         api_respond_error (r, 503, "out of memory for an event stream");
         return;
     }
+    snprintf (s->scope, sizeof s->scope, "%s", r->who.scope);
     if (agent) {
+        agent_t a;
         int rc = ah_ident_ok (AH_IDENT_AGENT_NAME, agent) || ah_ident_ok (AH_IDENT_AGENT_ID, agent)
-               ? s_agent (self, agent, s->agent_id, sizeof s->agent_id, NULL, 0, NULL, 0, NULL, 0) : 0;
+               ? s_agent (self, agent, r->who.scope, &a) : 0;
+        snprintf (s->agent_id, sizeof s->agent_id, "%s", a.id);
         if (rc != 1) {
             free (s);
             if (rc < 0)
@@ -289,15 +307,17 @@ static void s_send_start (ah_api_events_t *self, waiter_t *w, const char *state)
     ah_msg_set_str (m, "agent", w->agent_id);
     ah_actor_send (self->actor, "lifecycle", &m);
     ah_info (AREA, "waking agent '%s' (%s)", w->name, state);
-    s_publish (self, w->agent_id, w->name, state, "start", NULL, AH_API_WAKE_MESSAGE);
+    s_publish (self, w->agent_id, w->tenant, w->name, state, "start", NULL, AH_API_WAKE_MESSAGE);
 }
 
 //  Where w's agent stands now; calls back when the wait is over.
 //  true when w was called back (and is gone).
 static bool s_check (ah_api_events_t *self, waiter_t *w)
 {
-    char state [32] = "", error [512] = "", text [700];
-    int rc = s_agent (self, w->agent_id, NULL, 0, NULL, 0, state, sizeof state, error, sizeof error);
+    char text [700];
+    agent_t a;
+    int rc = s_agent (self, w->agent_id, NULL, &a);
+    const char *state = a.state, *error = a.error;
     if (rc < 0)
         return false;                               //  the next tick tries again
     if (rc == 0 || !state [0]) {
@@ -346,8 +366,9 @@ int ah_api_events_wake (ah_api_events_t *self, const char *agent_id, void *ctx,
         snprintf (why, why_size, "waking agents is not available");
         return 503;
     }
-    char name [72], state [32];
-    int rc = s_agent (self, agent_id, NULL, 0, name, sizeof name, state, sizeof state, NULL, 0);
+    agent_t a;
+    int rc = s_agent (self, agent_id, NULL, &a);
+    const char *name = a.name, *state = a.state;
     if (rc != 1) {
         snprintf (why, why_size, rc < 0 ? "cannot read the database" : "no agent '%s'", agent_id);
         return rc < 0 ? 500 : 404;
@@ -372,6 +393,7 @@ int ah_api_events_wake (ah_api_events_t *self, const char *agent_id, void *ctx,
     w->fn = fn;
     snprintf (w->agent_id, sizeof w->agent_id, "%s", agent_id);
     snprintf (w->name, sizeof w->name, "%s", name);
+    snprintf (w->tenant, sizeof w->tenant, "%s", a.tenant);
     w->timeout_s = timeout_s > 0 ? timeout_s : AH_API_WAKE_TIMEOUT_S;
     w->deadline_ms = zclock_mono () + (int64_t) w->timeout_s * 1000;
     w->next = self->waiters;
@@ -457,13 +479,20 @@ void ah_api_events_on_state (ah_api_events_t *self, const ah_msg_t *msg)
     if (!self || !agent_id)
         return;
     const char *state = ah_msg_str (msg, "state");
-    char name [72] = "";
     if (self->streams) {
-        if (s_agent (self, agent_id, NULL, 0, name, sizeof name, NULL, 0, NULL, 0) != 1) {
+        agent_t a;
+        if (s_agent (self, agent_id, NULL, &a) != 1) {
+            //  Gone (destroyed): what the cache remembers, "tenant\tname".
             const char *known = zhashx_lookup (self->names, agent_id);
-            snprintf (name, sizeof name, "%s", known ? known : "");
+            const char *tab = known ? strchr (known, '\t') : NULL;
+            snprintf (a.tenant, sizeof a.tenant, "%.*s", tab ? (int) (tab - known) : 0, known ? known : "");
+            snprintf (a.name, sizeof a.name, "%s", tab ? tab + 1 : "");
         }
-        s_publish (self, agent_id, name, state, ah_msg_str (msg, "op"), ah_msg_str (msg, "error"), NULL);
+        //  A stream of a tenant shows nothing of an agent it cannot tell
+        //  is its own.
+        if (a.tenant [0] || !state || !streq (state, "destroyed"))
+            s_publish (self, agent_id, a.tenant, a.name, state, ah_msg_str (msg, "op"),
+                       ah_msg_str (msg, "error"), NULL);
     }
     if (state && streq (state, "destroyed"))
         zhashx_delete (self->names, agent_id);

@@ -477,17 +477,8 @@ static void s_begin (conn_t *conn)
         api_respond_error (r, 400, "%s", why);
         return;
     }
-    if (!(r->route && (r->route->flags & R_PUBLIC))) {
-        int auth = api_auth (r);
-        if (auth == 401) {
-            api_respond_error (r, 401, "missing or wrong bearer token (Authorization: Bearer <token>)");
-            return;
-        }
-        if (auth) {
-            api_respond_error (r, 500, "cannot read the token table");
-            return;
-        }
-    }
+    if (!(r->route && (r->route->flags & R_PUBLIC)) && api_auth (r))
+        return;                     //  answered
     if (status == 405) {
         s_respond_allowed (r, allowed, "%s", why);
         return;

@@ -28,7 +28,8 @@ static const route_t s_public_routes [] = {
 
 static const route_t *const s_tables [] = {
     s_public_routes, api_agent_routes, api_runtime_routes, api_turn_routes, api_audit_routes,
-    api_exec_routes, api_file_routes, api_event_routes, api_terminal_routes, NULL
+    api_exec_routes, api_file_routes, api_event_routes, api_terminal_routes, api_tenant_routes,
+    api_session_routes, NULL
 };
 
 typedef struct {
@@ -163,6 +164,10 @@ static bool s_match (const char *pattern, const segments_t *s, char **params)
 
 static bool s_takes (const route_t *route, const char *key)
 {
+    //  Every route but the public ones takes ?tenant= (an admin acting
+    //  within one tenant; auth.c judges it).
+    if (streq (key, "tenant") && !(route->flags & R_PUBLIC))
+        return true;
     const char *p = route->query ? route->query : "";
     size_t n = strlen (key);
     while (*p) {

@@ -76,8 +76,30 @@ static void s_start (req_t *r)
     //  1: s_woken comes back once it runs.
 }
 
+//  A turn of another tenant is no turn: 404 like one that does not exist.
+static bool s_turn_in_scope (req_t *r)
+{
+    if (!r->who.scope [0])
+        return true;                //  an admin acting within every tenant
+    const char *id = r->params [0];
+    sqlite3_stmt *st = ah_store_prepare (r->api->store,
+        "SELECT a.tenant FROM turns t JOIN agents a ON a.id = t.agent_id WHERE t.id = :id");
+    int rc = st && !ah_store_bind_text (st, ":id", id) ? ah_store_step (r->api->store, st) : SQLITE_ERROR;
+    bool ok = rc == SQLITE_ROW && (!r->who.scope [0]
+              || streq ((const char *) sqlite3_column_text (st, 0), r->who.scope));
+    if (st)
+        sqlite3_reset (st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        api_respond_error (r, 500, "cannot read the turns");
+    else if (!ok)
+        api_respond_error (r, 404, "no turn '%.64s'", id);
+    return ok;
+}
+
 static void s_renew (req_t *r)
 {
+    if (!s_turn_in_scope (r))
+        return;
     ah_msg_t *msg = s_message (r, "TURN_RENEW", true);
     if (!msg)
         return;
@@ -87,6 +109,8 @@ static void s_renew (req_t *r)
 
 static void s_end (req_t *r)
 {
+    if (!s_turn_in_scope (r))
+        return;
     ah_msg_t *msg = s_message (r, "TURN_END", false);
     if (!msg)
         return;

@@ -727,7 +727,7 @@ static void test_tenant_limits (void)
     ah_msg_set_str (m, "tenant", "small");
     reply = s_call (m);
     CHECK (reply && ah_msg_int (reply, "status", 0) == 422);
-    CHECK (reply && strstr (ah_msg_str (reply, "error"), "at most 1 agents"));
+    CHECK (reply && strstr (ah_msg_str (reply, "error"), "tenant 'small' already holds 1 of 1 sandboxes"));
     ah_msg_destroy (&reply);
     //  Its own update is counted once: 2 -> 3 cpus fits, 4 does not.
     m = ah_msg_new ("AGENT_UPDATE");

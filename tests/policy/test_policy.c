@@ -32,6 +32,30 @@ static bool s_has (const char *text, const char *want)
     return false;
 }
 
+//  admit (tenant, request, usage, limits) of lua/limits.lua. The tenant
+//  "acme" with no limits of its own and empty usage unless given.
+static int s_admit (ah_policy_t *policy, const ah_msg_t *tenant, const ah_msg_t *request,
+                    const ah_msg_t *usage, const ah_msg_t *limits, ah_msg_t **result, char **err)
+{
+    ah_msg_t *t = NULL, *u = NULL;
+    if (!tenant) {
+        t = ah_msg_new ("TENANT");
+        ah_msg_set_str (t, "name", "acme");
+    }
+    if (!usage) {
+        u = ah_msg_new ("USAGE");
+        static const char *keys [] = { "sandboxes", "running", "cpus", "memory_mb", "pool_sandboxes",
+                                       "pool_running", "pool_cpus", "pool_memory_mb" };
+        for (size_t i = 0; i < sizeof keys / sizeof keys [0]; i++)
+            ah_msg_set_int (u, keys [i], 0);
+    }
+    const ah_msg_t *args [] = { tenant ? tenant : t, request, usage ? usage : u, limits };
+    int rc = ah_policy_callv (policy, "admit", args, 4, result, err);
+    ah_msg_destroy (&t);
+    ah_msg_destroy (&u);
+    return rc;
+}
+
 static ah_msg_t *s_limits (void)
 {
     ah_msg_t *limits = ah_msg_new ("LIMITS");
@@ -41,6 +65,10 @@ static ah_msg_t *s_limits (void)
     ah_msg_set_double (limits, "max_cpus", 8);
     ah_msg_set_int (limits, "max_memory_mb", 16384);
     ah_msg_set_double (limits, "default_idle_minutes", 15);
+    ah_msg_set_int (limits, "tenant_max_sandboxes", 10);
+    ah_msg_set_int (limits, "pool_max_sandboxes", 20);
+    ah_msg_set_int (limits, "tenant_max_running", 0);
+    ah_msg_set_int (limits, "pool_max_running", 0);
     return limits;
 }
 
@@ -66,7 +94,7 @@ static void s_test_admit (ah_store_t *store)
     ah_msg_set_str (request, "name", "alpha");
     ah_msg_set_nil (request, "image");
     ah_msg_t *result = NULL;
-    CHECK (ah_policy_call (policy, "admit", request, limits, &result, &err) == 0);
+    CHECK (s_admit (policy, NULL, request, NULL, limits, &result, &err) == 0);
     CHECK (result && ah_msg_bool (result, "allow", false));
     CHECK_STR (ah_msg_str (result, "image"), "debian:bookworm-slim");
     CHECK (result && ah_msg_double (result, "cpus", 0) == 2);
@@ -81,7 +109,7 @@ static void s_test_admit (ah_store_t *store)
     ah_msg_set_double (request, "cpus", 0.5);
     ah_msg_set_int (request, "memory_mb", 512);
     ah_msg_set_double (request, "idle_minutes", 0.05);
-    CHECK (ah_policy_call (policy, "admit", request, limits, &result, NULL) == 0);
+    CHECK (s_admit (policy, NULL, request, NULL, limits, &result, NULL) == 0);
     CHECK (result && ah_msg_bool (result, "allow", false));
     CHECK_STR (ah_msg_str (result, "image"), "alpine:3");
     CHECK (result && ah_msg_double (result, "cpus", 0) == 0.5);
@@ -91,25 +119,25 @@ static void s_test_admit (ah_store_t *store)
 
     //  Over the limits: refused with a message naming value, limit and key
     ah_msg_set_int (request, "cpus", 12);
-    CHECK (ah_policy_call (policy, "admit", request, limits, &result, NULL) == 0);
+    CHECK (s_admit (policy, NULL, request, NULL, limits, &result, NULL) == 0);
     CHECK (result && !ah_msg_bool (result, "allow", true));
     CHECK_STR (ah_msg_str (result, "message"), "cpus 12 is over the limit of 8 (sandbox.max_cpus)");
     ah_msg_destroy (&result);
     ah_msg_set_double (request, "cpus", 1);
     ah_msg_set_int (request, "memory_mb", 20000);
-    CHECK (ah_policy_call (policy, "admit", request, limits, &result, NULL) == 0);
+    CHECK (s_admit (policy, NULL, request, NULL, limits, &result, NULL) == 0);
     CHECK (result && !ah_msg_bool (result, "allow", true));
     CHECK_STR (ah_msg_str (result, "message"),
                "memory_mb 20000 is over the limit of 16384 (sandbox.max_memory_mb)");
     ah_msg_destroy (&result);
     ah_msg_set_int (request, "memory_mb", 512);
     ah_msg_set_double (request, "cpus", 0);
-    CHECK (ah_policy_call (policy, "admit", request, limits, &result, NULL) == 0);
+    CHECK (s_admit (policy, NULL, request, NULL, limits, &result, NULL) == 0);
     CHECK (result && !ah_msg_bool (result, "allow", true));
     CHECK (s_has (ah_msg_str (result, "message"), "more than 0"));
     ah_msg_destroy (&result);
     ah_msg_set_str (request, "cpus", "two");
-    CHECK (ah_policy_call (policy, "admit", request, limits, &result, NULL) == 0);
+    CHECK (s_admit (policy, NULL, request, NULL, limits, &result, NULL) == 0);
     CHECK_STR (ah_msg_str (result, "message"), "cpus must be a number");
     ah_msg_destroy (&result);
     ah_msg_destroy (&request);
@@ -118,12 +146,66 @@ static void s_test_admit (ah_store_t *store)
     request = ah_msg_new ("REQ");
     ah_msg_set_str (request, "op", "update");
     ah_msg_set_int (request, "memory_mb", 8192);
-    CHECK (ah_policy_call (policy, "admit", request, limits, &result, NULL) == 0);
+    CHECK (s_admit (policy, NULL, request, NULL, limits, &result, NULL) == 0);
     CHECK (result && ah_msg_bool (result, "allow", false));
     CHECK (result && ah_msg_int (result, "memory_mb", 0) == 8192);
     CHECK (result && !ah_msg_has (result, "cpus"));
     CHECK (result && !ah_msg_has (result, "image"));
     ah_msg_destroy (&result);
+    ah_msg_destroy (&request);
+
+    //  Places: the seed's caps, 10 per tenant within a pool of 20
+    request = ah_msg_new ("REQ");
+    ah_msg_set_str (request, "op", "create");
+    ah_msg_t *usage = ah_msg_new ("USAGE");
+    ah_msg_set_int (usage, "sandboxes", 10);
+    ah_msg_set_int (usage, "running", 0);
+    ah_msg_set_int (usage, "cpus", 0);
+    ah_msg_set_int (usage, "memory_mb", 0);
+    ah_msg_set_int (usage, "pool_sandboxes", 12);
+    ah_msg_set_int (usage, "pool_running", 0);
+    CHECK (s_admit (policy, NULL, request, usage, limits, &result, NULL) == 0);
+    CHECK (result && !ah_msg_bool (result, "allow", true));
+    CHECK_STR (ah_msg_str (result, "message"), "tenant 'acme' already holds 10 of 10 sandboxes");
+    ah_msg_destroy (&result);
+    ah_msg_set_int (usage, "sandboxes", 9);
+    CHECK (s_admit (policy, NULL, request, usage, limits, &result, NULL) == 0);
+    CHECK (result && ah_msg_bool (result, "allow", false));
+    ah_msg_destroy (&result);
+    ah_msg_set_int (usage, "pool_sandboxes", 20);
+    CHECK (s_admit (policy, NULL, request, usage, limits, &result, NULL) == 0);
+    CHECK (result && !ah_msg_bool (result, "allow", true));
+    CHECK (s_has (ah_msg_str (result, "message"), "the pool already holds 20 of 20 sandboxes"));
+    ah_msg_destroy (&result);
+    //  A tenant's own limit wins over the server's
+    ah_msg_set_int (usage, "pool_sandboxes", 5);
+    ah_msg_set_int (usage, "sandboxes", 3);
+    ah_msg_t *tenant = ah_msg_new ("TENANT");
+    ah_msg_set_str (tenant, "name", "tiny");
+    ah_msg_set_int (tenant, "max_sandboxes", 3);
+    CHECK (s_admit (policy, tenant, request, usage, limits, &result, NULL) == 0);
+    CHECK_STR (result ? ah_msg_str (result, "message") : NULL, "tenant 'tiny' already holds 3 of 3 sandboxes");
+    ah_msg_destroy (&result);
+    //  Running places at start, and the tenant's cpus and memory
+    ah_msg_set_str (request, "op", "start");
+    ah_msg_set_int (tenant, "max_running", 2);
+    ah_msg_set_int (usage, "running", 2);
+    CHECK (s_admit (policy, tenant, request, usage, limits, &result, NULL) == 0);
+    CHECK_STR (result ? ah_msg_str (result, "message") : NULL, "tenant 'tiny' already runs 2 of 2 sandboxes");
+    ah_msg_destroy (&result);
+    ah_msg_set_int (usage, "running", 1);
+    CHECK (s_admit (policy, tenant, request, usage, limits, &result, NULL) == 0);
+    CHECK (result && ah_msg_bool (result, "allow", false));
+    ah_msg_destroy (&result);
+    ah_msg_set_str (request, "op", "update");
+    ah_msg_set_double (tenant, "max_cpus", 4);
+    ah_msg_set_double (usage, "cpus", 3);
+    ah_msg_set_double (request, "cpus", 2);
+    CHECK (s_admit (policy, tenant, request, usage, limits, &result, NULL) == 0);
+    CHECK_STR (result ? ah_msg_str (result, "message") : NULL, "tenant 'tiny' would hold 5 cpus, over its limit of 4");
+    ah_msg_destroy (&result);
+    ah_msg_destroy (&tenant);
+    ah_msg_destroy (&usage);
     ah_msg_destroy (&request);
     ah_msg_destroy (&limits);
 
