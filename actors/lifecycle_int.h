@@ -153,9 +153,10 @@ void ah_lc_jobs_join (self_t *self);
 
 //  Observations and repairs (lifecycle_repair.c)
 //  What the driver says against what the row says (docs/lifecycle.md,
-//  "Repairs"); startup: the first look after a restart.
-void ah_lc_repair (self_t *self, const char *agent_id, bool exists, bool running,
-                   int exit_code, const char *detail, bool startup);
+//  "Repairs"); seen: a SANDBOX_OBSERVED or an inspect's JOB_DONE
+//  {exists, running, exit_code, detail, home_gone}; startup: the first
+//  look after a restart.
+void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, bool startup);
 void ah_lc_on_observed (void *self, ah_msg_t *msg);
 void ah_lc_on_hello (void *self, ah_msg_t *msg);
 void ah_lc_on_tunnel_lost (void *self, ah_msg_t *msg);

@@ -54,6 +54,7 @@ static void *s_worker (void *arg)
     ah_msg_set_int (done, "exit_code", status.exit_code);
     status.detail [sizeof status.detail - 1] = 0;
     ah_msg_set_str (done, "detail", status.detail);
+    ah_msg_set_bool (done, "home_gone", status.home_gone);
     free (err);
     //  A PUSH of our own: linger so the message is delivered even though
     //  we close at once (the actor binds before any worker starts).
@@ -281,8 +282,7 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
         //  was doing by running it again (the driver's own error, if it
         //  is still down, lands the row in error where a person can see).
         if (ok)
-            ah_lc_repair (self, id, ah_msg_bool (done, "exists", false), ah_msg_bool (done, "running", false),
-                          (int) ah_msg_int (done, "exit_code", -1), ah_msg_str (done, "detail"), true);
+            ah_lc_repair (self, id, done, true);
         else
             ah_lc_launch_for_row (self, row);
     }

@@ -8,9 +8,42 @@
 
 #include <string.h>
 
-void ah_lc_repair (self_t *self, const char *agent_id, bool exists, bool running,
-                   int exit_code, const char *detail, bool startup)
+#define REMOVED "sandbox container was removed outside agenthold"
+
+//  Did the row's sandbox have a home to lose? Not before its first
+//  create succeeded (an error there has op 'create' and the driver's
+//  words), nor while it is made or destroyed.
+static bool s_had_home (const row_t *row)
 {
+    const char *s = row->state;
+    if (streq (s, "error"))
+        return !streq (row->op, "create") || !strncmp (row->error, REMOVED, strlen (REMOVED));
+    return streq (s, "running") || streq (s, "sleeping") || streq (s, "starting") || streq (s, "stopping");
+}
+
+//  Its home is gone: its files with it. Kept on the row (a session on it
+//  is lost, docs/sessions.md); the sandbox itself is repaired as usual.
+static void s_home_lost (self_t *self, const row_t *row, const char *detail)
+{
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "UPDATE sandboxes SET home_lost = :why WHERE agent_id = :id AND home_lost IS NULL");
+    char why [256];
+    snprintf (why, sizeof why, "its home was removed outside agenthold (%s)", detail ? detail : "no home");
+    if (!st || ah_store_bind_text (st, ":id", row->id) || ah_store_bind_text (st, ":why", why))
+        return;
+    int rc = ah_store_step (self->store, st);
+    bool changed = rc == SQLITE_DONE && ah_store_changes (self->store) > 0;
+    sqlite3_reset (st);
+    if (changed)
+        ah_warn (AREA, "%s: %s", row->id, why);
+}
+
+void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, bool startup)
+{
+    bool exists = ah_msg_bool (seen, "exists", true);
+    bool running = ah_msg_bool (seen, "running", false);
+    int exit_code = (int) ah_msg_int (seen, "exit_code", -1);
+    const char *detail = ah_msg_str (seen, "detail");
     row_t row;
     if (ah_lc_lookup (self, agent_id, &row) != 1) {
         ah_debug (AREA, "observed %s, which has no row (the reconciler's to judge)", agent_id);
@@ -20,6 +53,9 @@ void ah_lc_repair (self_t *self, const char *agent_id, bool exists, bool running
         ah_debug (AREA, "observed %s while %s is in flight: the operation decides", row.id, row.op);
         return;
     }
+    bool home_gone = !exists && ah_msg_bool (seen, "home_gone", false) && s_had_home (&row);
+    if (home_gone)
+        s_home_lost (self, &row, detail);
     //  Driver events follow our own operations too (a rebuild removes the
     //  container), and may arrive late: a transitional row is left to its
     //  operation (a sandbox that dies while starting meets the hello
@@ -29,7 +65,7 @@ void ah_lc_repair (self_t *self, const char *agent_id, bool exists, bool running
         return;
     }
     const char *id = row.id;
-    const char *removed = "sandbox container was removed outside agenthold";
+    const char *removed = home_gone ? REMOVED " with its home" : REMOVED;
     const char *s = row.state;
     char why [160];
     if (streq (s, "running")) {
@@ -105,9 +141,7 @@ void ah_lc_on_observed (void *self, ah_msg_t *msg)
                  ah_msg_peer (msg));
         return;
     }
-    ah_lc_repair (self, id, ah_msg_bool (msg, "exists", true), ah_msg_bool (msg, "running", false),
-                  (int) ah_msg_int (msg, "exit_code", -1), ah_msg_str (msg, "detail"),
-                  source && streq (source, "startup"));
+    ah_lc_repair (self, id, msg, source && streq (source, "startup"));
 }
 
 void ah_lc_on_hello (void *self, ah_msg_t *msg)

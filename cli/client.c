@@ -19,6 +19,7 @@ struct ah_client_t {
     char *url;                      //  "http://127.0.0.1:8080", no trailing slash
     char *token;                    //  NULL when not needed
     char *ca;                       //  certificates to trust for https (NULL: the system's)
+    char *tenant;                   //  percent-encoded AGENTHOLD_TENANT, or NULL
 };
 
 //  The token file: one line, surrounding whitespace ignored.
@@ -90,6 +91,12 @@ ah_client_t *ah_client_new (const char *config_path, bool need_token, char **err
     }
     if (env_ca && *env_ca)
         self->ca = strdup (env_ca);
+    const char *env_tenant = getenv ("AGENTHOLD_TENANT");
+    if (env_tenant && *env_tenant) {
+        char *esc = curl_easy_escape (NULL, env_tenant, 0);
+        self->tenant = esc ? strdup (esc) : NULL;
+        curl_free (esc);
+    }
     size_t n = self->url ? strlen (self->url) : 0;
     while (n > 0 && self->url [n - 1] == '/')
         self->url [--n] = 0;
@@ -132,6 +139,7 @@ void ah_client_destroy (ah_client_t **self_p)
     ah_client_t *self = *self_p;
     free (self->url);
     free (self->ca);
+    free (self->tenant);
     if (self->token) {
         memset (self->token, 0, strlen (self->token));
         free (self->token);
@@ -148,6 +156,13 @@ const char *ah_client_token (ah_client_t *self)
 const char *ah_client_url (ah_client_t *self)
 {
     return self->url;
+}
+
+char *ah_client_url_for (ah_client_t *self, const char *path)
+{
+    if (!self->tenant)
+        return ah_strf ("%s%s", self->url, path);
+    return ah_strf ("%s%s%stenant=%s", self->url, path, strchr (path, '?') ? "&" : "?", self->tenant);
 }
 
 typedef struct {
@@ -176,7 +191,7 @@ long ah_client_call (ah_client_t *self, const char *method, const char *path, js
         *err = strdup ("cannot start libcurl");
         return 0;
     }
-    char *url = ah_strf ("%s%s", self->url, path);
+    char *url = ah_client_url_for (self, path);
     char *auth = self->token ? ah_strf ("Authorization: Bearer %s", self->token) : NULL;
     char *text = body ? json_dumps (body, JSON_COMPACT) : NULL;
     struct curl_slist *headers = NULL;

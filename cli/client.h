@@ -6,6 +6,8 @@
     Whom to trust for https: AGENTHOLD_CA (a PEM file), else that
     certificate when the URL came from the configuration, else the
     system's certificate authorities.
+    Within which tenant (an admin's token acting for one): AGENTHOLD_TENANT
+    (the command's --tenant), sent as ?tenant= on every request.
     Who: AGENTHOLD_TOKEN, else the token file <server.data_dir>/admin.token
     that the server writes on its first start (mode 0600).
     The configuration is the server's own loader (config/config.h): the
@@ -24,6 +26,9 @@ typedef struct ah_client_t ah_client_t;
 ah_client_t *ah_client_new (const char *config_path, bool need_token, char **err);
 void ah_client_destroy (ah_client_t **self_p);
 const char *ah_client_url (ah_client_t *self);
+//  The URL of path (which starts with '/') on the server, with the tenant
+//  when one is set (?tenant= or &tenant=). Caller frees; NULL: no memory.
+char *ah_client_url_for (ah_client_t *self, const char *path);
 //  The API token (NULL when not needed): for streaming calls made with
 //  curl or a WebSocket directly (cli/sbx.c).
 const char *ah_client_token (ah_client_t *self);

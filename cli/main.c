@@ -5,6 +5,7 @@
 
     Exit status: 0 success, 1 the server refused or could not be reached
     (its message on stderr, "agenthold: ..."), 2 bad usage.             */
+#include "cli/admin.h"
 #include "cli/client.h"
 #include "cli/sbx.h"
 #include "cli/term.h"
@@ -20,18 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXIT_USAGE  2
-
 //  --------------------------------------------------------------------
 //  Help
 
-typedef struct {
-    const char *name;
-    const char *usage;
-    const char *help;
-} command_t;
-
-static const command_t s_commands [] = {
+static const ah_cmd_t s_commands [] = {
     { "serve", "serve [--config FILE]",
       "Run the server in the foreground until SIGINT or SIGTERM (SIGHUP reloads the\n"
       "policies). The configuration is FILE, else $AGENTHOLD_CONFIG, else\n"
@@ -64,9 +57,32 @@ static const command_t s_commands [] = {
       "Print every message on the server's bus as one JSON line, from the tap\n"
       "(tap.endpoint in the configuration, or E). --type keeps the types matching\n"
       "GLOB (e.g. 'SANDBOX_*'); --count stops after N messages. Ctrl-C stops.\n" },
-    { "policy", "policy status [--json] | policy reload",
-      "status: each policy script, when it was loaded and why its last load failed.\n"
-      "reload: ask the lifecycle, sleeper and builder to reload their scripts.\n" },
+    { "policy", "policy status [--json] | policy reload | policy set KEY=N|KEY=default...",
+      "status: each policy script, when it was loaded and why its last load failed,\n"
+      "and the values the limits read.\n"
+      "reload: ask the lifecycle, sleeper and builder to reload their scripts.\n"
+      "set (an admin): change values the limits read, at once and without a restart:\n"
+      "tenant_max_sandboxes, pool_max_sandboxes, tenant_max_running, pool_max_running\n"
+      "(0: no limit; default: back to the configuration's).\n" },
+    { "tenant", "tenant create|ls|show|set|rm [NAME] [--max-sandboxes N] [--max-running N]\n"
+      "                   [--max-cpus N] [--max-memory-mb N] [--force] [--json]",
+      "Tenants, for an admin. create NAME makes one (with limits of its own, else\n"
+      "the pool's rules apply); ls lists them with what they hold; show NAME; set NAME\n"
+      "changes its limits ('none' removes one); rm NAME removes it, refused while it\n"
+      "holds sandboxes unless --force, which destroys them first.\n" },
+    { "token", "token create [--name N] [--user U] [--expires D] [--admin] [--json] | token ls | token revoke NAME",
+      "API tokens, for an admin. create: a token for the tenant given with --tenant\n"
+      "(or an admin's with --admin), acting for person U when given (user sessions\n"
+      "are U's), expiring after D (30d, 12h, 90m); the token is printed once on\n"
+      "stdout and only its hash is kept. ls: every token, never the token itself.\n"
+      "revoke NAME: refused from then on.\n" },
+    { "session", "session open SCOPE [SUBJECT] [--backend B] [--host H] [--runtime R] [--no-wait]\n"
+      "                   | session open ID | session ls | session show ID | session close ID",
+      "The sandbox of a conversation by name (docs/sessions.md). open SCOPE SUBJECT:\n"
+      "SCOPE is run, conversation, channel, user (the token's person; no subject)\n"
+      "or agent; the first open makes the sandbox, later ones attach to it. open ID:\n"
+      "again by its reference (refused when its files are gone). close ID: end the\n"
+      "session and destroy its sandbox.\n" },
     { "turn", "turn NAME [--lease S] -- CMD...",
       "Hold a turn on NAME while CMD runs here (stdin, stdout, stderr inherited), so\n"
       "the agent does not fall asleep: wakes it first if it sleeps, renews the lease\n"
@@ -83,7 +99,7 @@ static const command_t s_commands [] = {
 };
 #define COMMAND_COUNT (sizeof s_commands / sizeof s_commands [0])
 
-static const command_t *s_command (const char *name)
+static const ah_cmd_t *s_command (const char *name)
 {
     for (size_t i = 0; i < COMMAND_COUNT; i++)
         if (!strcmp (s_commands [i].name, name))
@@ -98,285 +114,96 @@ static void s_usage_all (FILE *out)
         fprintf (out, "  agenthold %s\n", s_commands [i].usage);
     fprintf (out,
         "\nOptions every client command takes: --config FILE (where to find the server),\n"
-        "--help. The server is AGENTHOLD_URL (default: http://<server.listen>), the token\n"
+        "--tenant T (an admin's token acting within tenant T; AGENTHOLD_TENANT), --help.\n"
+        "The server is AGENTHOLD_URL (default: http://<server.listen>), the token\n"
         "AGENTHOLD_TOKEN (default: <server.data_dir>/admin.token).\n"
         "`agenthold help COMMAND` tells more.\n");
-}
-
-static void s_usage_one (const command_t *c, FILE *out)
-{
-    fprintf (out, "usage: agenthold %s\n\n%s", c->usage, c->help);
-    if (strcmp (c->name, "help") && strcmp (c->name, "serve"))
-        fprintf (out, "\nAlso: --config FILE (where to find the server and its token), --help.\n");
-}
-
-//  --------------------------------------------------------------------
-//  Options
-
-typedef struct {
-    const char *name;               //  "--cpus"
-    const char **value;             //  for options with an argument
-    bool *flag;                     //  for switches
-} opt_t;
-
-//  Parse argv (after the command name) into opts and positionals.
-//  0 ok, 1 --help was asked, -1 bad usage (said why).
-static int s_parse (const command_t *c, int argc, char **argv, const opt_t *opts,
-                    const char **pos, int max_pos, int *npos)
-{
-    *npos = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *arg = argv [i];
-        if (!strcmp (arg, "--help") || !strcmp (arg, "-h"))
-            return 1;
-        if (arg [0] == '-' && arg [1]) {
-            const char *eq = strchr (arg, '=');
-            size_t len = eq ? (size_t) (eq - arg) : strlen (arg);
-            const opt_t *o = NULL;
-            for (const opt_t *p = opts; p && p->name; p++)
-                if (strlen (p->name) == len && !strncmp (p->name, arg, len))
-                    o = p;
-            if (!o) {
-                fprintf (stderr, "agenthold %s: unknown option '%.*s' (agenthold %s --help)\n",
-                         c->name, (int) len, arg, c->name);
-                return -1;
-            }
-            if (o->flag) {
-                if (eq) {
-                    fprintf (stderr, "agenthold %s: %s takes no value\n", c->name, o->name);
-                    return -1;
-                }
-                *o->flag = true;
-            }
-            else if (eq)
-                *o->value = eq + 1;
-            else if (i + 1 < argc)
-                *o->value = argv [++i];
-            else {
-                fprintf (stderr, "agenthold %s: %s needs a value\n", c->name, o->name);
-                return -1;
-            }
-            continue;
-        }
-        if (*npos >= max_pos) {
-            fprintf (stderr, "agenthold %s: unexpected argument '%s' (usage: agenthold %s)\n",
-                     c->name, arg, c->usage);
-            return -1;
-        }
-        pos [(*npos)++] = arg;
-    }
-    return 0;
-}
-
-static int s_number (const char *cmd, const char *opt, const char *text, bool integer, json_t **out)
-{
-    char *end = NULL;
-    errno = 0;
-    if (integer) {
-        long long v = strtoll (text, &end, 10);
-        if (!errno && end != text && !*end && v > 0) {
-            *out = json_integer (v);
-            return 0;
-        }
-        fprintf (stderr, "agenthold %s: %s wants a whole number greater than 0, got '%s'\n", cmd, opt, text);
-    }
-    else {
-        double v = strtod (text, &end);
-        if (!errno && end != text && !*end && isfinite (v) && v > 0) {
-            *out = json_real (v);
-            return 0;
-        }
-        fprintf (stderr, "agenthold %s: %s wants a number greater than 0, got '%s'\n", cmd, opt, text);
-    }
-    return -1;
 }
 
 //  --------------------------------------------------------------------
 //  Output
 
-typedef struct {
-    const char *config;             //  --config
-    bool json;                      //  --json
-} common_t;
-
-static const char *s_jstr (json_t *obj, const char *key, const char *dflt)
-{
-    const char *s = json_string_value (json_object_get (obj, key));
-    return s && *s ? s : dflt;
-}
-
-static void s_print_json (json_t *j)
-{
-    char *text = json_dumps (j, JSON_INDENT (2) | JSON_SORT_KEYS);
-    if (text)
-        printf ("%s\n", text);
-    free (text);
-}
-
 static void s_print_agent (json_t *a)
 {
     json_t *rebuild = json_object_get (a, "needs_rebuild");
-    printf ("name:             %s\n", s_jstr (a, "name", "-"));
-    printf ("id:               %s\n", s_jstr (a, "id", "-"));
-    printf ("state:            %s\n", s_jstr (a, "state", "-"));
+    printf ("name:             %s\n", ah_cmd_jstr (a, "name", "-"));
+    printf ("id:               %s\n", ah_cmd_jstr (a, "id", "-"));
+    printf ("state:            %s\n", ah_cmd_jstr (a, "state", "-"));
     if (json_is_string (json_object_get (a, "error")))
-        printf ("error:            %s\n", s_jstr (a, "error", "-"));
+        printf ("error:            %s\n", ah_cmd_jstr (a, "error", "-"));
     if (json_object_get (a, "image")) {
-        printf ("image:            %s\n", s_jstr (a, "image", "-"));
+        printf ("image:            %s\n", ah_cmd_jstr (a, "image", "-"));
         printf ("cpus:             %g\n", json_number_value (json_object_get (a, "cpus")));
         printf ("memory_mb:        %lld\n", (long long) json_integer_value (json_object_get (a, "memory_mb")));
         printf ("idle_minutes:     %g\n", json_number_value (json_object_get (a, "idle_minutes")));
         printf ("needs_rebuild:    %s\n", json_is_true (rebuild) ? "yes" : "no");
-        printf ("created_at:       %s\n", s_jstr (a, "created_at", "-"));
-        printf ("last_activity_at: %s\n", s_jstr (a, "last_activity_at", "-"));
+        printf ("created_at:       %s\n", ah_cmd_jstr (a, "created_at", "-"));
+        printf ("last_activity_at: %s\n", ah_cmd_jstr (a, "last_activity_at", "-"));
     }
 }
 
 //  An agent in reply: JSON or human. A waited transition that ended in
 //  error fails the command with the agent's error.
-static void s_print_reply (const common_t *co, json_t *reply, bool waited, int *exit_code)
+static void s_print_reply (const ah_common_t *co, json_t *reply, bool waited, int *exit_code)
 {
     if (!reply)
         return;
     if (co->json)
-        s_print_json (reply);
+        ah_cmd_print_json (reply);
     else
         s_print_agent (reply);
-    if (waited && !strcmp (s_jstr (reply, "state", ""), "error")) {
-        fprintf (stderr, "agenthold: %s: %s\n", s_jstr (reply, "name", "?"),
-                 s_jstr (reply, "error", "the sandbox is in error"));
+    if (waited && !strcmp (ah_cmd_jstr (reply, "state", ""), "error")) {
+        fprintf (stderr, "agenthold: %s: %s\n", ah_cmd_jstr (reply, "name", "?"),
+                 ah_cmd_jstr (reply, "error", "the sandbox is in error"));
         *exit_code = 1;
     }
 }
 
-//  An aligned table: rows of ncols strings; the header is row 0.
-static void s_print_table (char ***rows, size_t nrows, size_t ncols)
-{
-    size_t width [16] = { 0 };
-    for (size_t r = 0; r < nrows; r++)
-        for (size_t c = 0; c < ncols && c < 16; c++) {
-            size_t n = strlen (rows [r][c]);
-            if (n > width [c])
-                width [c] = n;
-        }
-    for (size_t r = 0; r < nrows; r++) {
-        for (size_t c = 0; c < ncols; c++) {
-            if (c + 1 < ncols)
-                printf ("%-*s  ", (int) width [c], rows [r][c]);
-            else
-                printf ("%s", rows [r][c]);
-        }
-        printf ("\n");
-    }
-}
-
-static char *s_strf (const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *s_strf (const char *fmt, ...)
-{
-    va_list ap;
-    va_start (ap, fmt);
-    char *s = NULL;
-    if (vasprintf (&s, fmt, ap) < 0)
-        s = strdup ("?");
-    va_end (ap);
-    return s;
-}
-
 static void s_print_agents (json_t *agents)
 {
-    static const char *header [] = { "NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "IDLE", "LAST ACTIVITY", "NOTE", "SLEEPS" };
+    static const char *const header [] = { "NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "IDLE", "LAST ACTIVITY",
+                                           "NOTE", "SLEEPS" };
     const size_t ncols = sizeof header / sizeof header [0];
     size_t nrows = json_array_size (agents) + 1;
-    char ***rows = calloc (nrows, sizeof *rows);
-    rows [0] = calloc (ncols, sizeof (char *));
-    for (size_t c = 0; c < ncols; c++)
-        rows [0][c] = strdup (header [c]);
+    char ***rows = ah_cmd_table_new (header, ncols, nrows - 1);
     for (size_t i = 0; i + 1 < nrows; i++) {
         json_t *a = json_array_get (agents, i);
-        char **row = rows [i + 1] = calloc (ncols, sizeof (char *));
-        row [0] = strdup (s_jstr (a, "name", "-"));
-        row [1] = strdup (s_jstr (a, "state", "-"));
-        row [2] = strdup (s_jstr (a, "image", "-"));
-        row [3] = s_strf ("%g", json_number_value (json_object_get (a, "cpus")));
-        row [4] = s_strf ("%lldM", (long long) json_integer_value (json_object_get (a, "memory_mb")));
-        row [5] = s_strf ("%gm", json_number_value (json_object_get (a, "idle_minutes")));
-        row [6] = strdup (s_jstr (a, "last_activity_at", "-"));
-        const char *error = s_jstr (a, "error", NULL);
-        if (error && !strcmp (s_jstr (a, "state", ""), "error"))
-            row [7] = s_strf ("%.60s", error);
+        char **row = rows [i + 1];
+        row [0] = strdup (ah_cmd_jstr (a, "name", "-"));
+        row [1] = strdup (ah_cmd_jstr (a, "state", "-"));
+        row [2] = strdup (ah_cmd_jstr (a, "image", "-"));
+        row [3] = ah_cmd_strf ("%g", json_number_value (json_object_get (a, "cpus")));
+        row [4] = ah_cmd_strf ("%lldM", (long long) json_integer_value (json_object_get (a, "memory_mb")));
+        row [5] = ah_cmd_strf ("%gm", json_number_value (json_object_get (a, "idle_minutes")));
+        row [6] = strdup (ah_cmd_jstr (a, "last_activity_at", "-"));
+        const char *error = ah_cmd_jstr (a, "error", NULL);
+        if (error && !strcmp (ah_cmd_jstr (a, "state", ""), "error"))
+            row [7] = ah_cmd_strf ("%.60s", error);
         else
             row [7] = strdup (json_is_true (json_object_get (a, "needs_rebuild")) ? "needs rebuild" : "");
-        row [8] = ah_cli_sleeps_in (s_jstr (a, "sleeps_at", NULL));
+        row [8] = ah_cli_sleeps_in (ah_cmd_jstr (a, "sleeps_at", NULL));
     }
-    s_print_table (rows, nrows, ncols);
-    for (size_t r = 0; r < nrows; r++) {
-        for (size_t c = 0; c < ncols; c++)
-            free (rows [r][c]);
-        free (rows [r]);
-    }
-    free (rows);
-}
-
-//  --------------------------------------------------------------------
-//  Talking to the server
-
-//  One call; prints the server's error and returns NULL on failure
-//  (*exit_code set). reply owned by the caller.
-static json_t *s_call (const common_t *co, const char *method, const char *path, json_t *body,
-                       long timeout_s, long *status_out, int *exit_code)
-{
-    char *err = NULL;
-    *exit_code = 1;
-    ah_client_t *client = ah_client_new (co->config, true, &err);
-    if (!client) {
-        fprintf (stderr, "agenthold: %s\n", err ? err : "cannot reach the server");
-        free (err);
-        return NULL;
-    }
-    json_t *reply = NULL;
-    long status = ah_client_call (client, method, path, body, timeout_s, &reply, &err);
-    ah_client_destroy (&client);
-    if (status_out)
-        *status_out = status;
-    if (status == 0) {
-        fprintf (stderr, "agenthold: %s\n", err ? err : "request failed");
-        free (err);
-        return NULL;
-    }
-    if (status >= 400) {
-        fprintf (stderr, "agenthold: %s\n", ah_client_error (reply, status));
-        json_decref (reply);
-        return NULL;
-    }
-    if (!reply) {
-        fprintf (stderr, "agenthold: the server's answer (status %ld) is not JSON\n", status);
-        return NULL;
-    }
-    *exit_code = 0;
-    return reply;
+    ah_cmd_print_table (rows, nrows, ncols);
 }
 
 static char *s_agent_path (const char *name, const char *suffix)
 {
-    char *escaped = curl_easy_escape (NULL, name, 0);
-    char *path = s_strf ("/api/v1/agents/%s%s", escaped ? escaped : "", suffix);
-    curl_free (escaped);
-    return path;
+    return ah_cmd_path ("agents", name, suffix);
 }
 
 //  --------------------------------------------------------------------
 //  Commands
 
-static int s_cmd_serve (const command_t *c, int argc, char **argv)
+static int s_cmd_serve (const ah_cmd_t *c, int argc, char **argv)
 {
     const char *config_path = getenv ("AGENTHOLD_CONFIG");
     if (config_path && !*config_path)
         config_path = NULL;
-    opt_t opts [] = { { "--config", &config_path, NULL }, { NULL, NULL, NULL } };
+    ah_opt_t opts [] = { { "--config", &config_path, NULL }, { NULL, NULL, NULL } };
     const char *pos [1];
-    int npos, rc = s_parse (c, argc, argv, opts, pos, 0, &npos);
+    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 0, &npos);
     if (rc)
-        return rc > 0 ? (s_usage_one (c, stdout), 0) : EXIT_USAGE;
+        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
     char *err = NULL;
     ah_config_t *config = ah_config_load (config_path, &err);
     if (!config) {
@@ -391,56 +218,56 @@ static int s_cmd_serve (const command_t *c, int argc, char **argv)
 
 //  Commands that take only --json and --config: 0 go on, else the exit
 //  status to return at once (0 after --help).
-static int s_parse_simple (const command_t *c, int argc, char **argv, common_t *co,
+static int s_parse_simple (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co,
                            const char **pos, int max_pos, int *npos)
 {
-    opt_t opts [] = { { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL } };
-    int rc = s_parse (c, argc, argv, opts, pos, max_pos, npos);
+    ah_opt_t opts [] = { { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL } };
+    int rc = ah_cmd_parse (c, argc, argv, opts, pos, max_pos, npos);
     if (rc > 0) {
-        s_usage_one (c, stdout);
+        ah_cmd_usage (c, stdout);
         return -1;
     }
-    return rc < 0 ? EXIT_USAGE : 0;
+    return rc < 0 ? AH_EXIT_USAGE : 0;
 }
 
-static int s_cmd_create (const command_t *c, int argc, char **argv, common_t *co)
+static int s_cmd_create (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
     const char *image = NULL, *cpus = NULL, *memory = NULL, *idle = NULL;
     bool no_wait = false;
-    opt_t opts [] = {
+    ah_opt_t opts [] = {
         { "--image", &image, NULL }, { "--cpus", &cpus, NULL }, { "--memory-mb", &memory, NULL },
         { "--idle-minutes", &idle, NULL }, { "--no-wait", NULL, &no_wait },
         { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL }
     };
     const char *pos [1];
-    int npos, rc = s_parse (c, argc, argv, opts, pos, 1, &npos);
+    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 1, &npos);
     if (rc)
-        return rc > 0 ? (s_usage_one (c, stdout), 0) : EXIT_USAGE;
+        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
     if (npos != 1) {
         fprintf (stderr, "agenthold create: which agent? (usage: agenthold %s)\n", c->usage);
-        return EXIT_USAGE;
+        return AH_EXIT_USAGE;
     }
     json_t *body = json_pack ("{s:s}", "name", pos [0]);
     json_t *v;
     if (image)
         json_object_set_new (body, "image", json_string (image));
     if (cpus) {
-        if (s_number ("create", "--cpus", cpus, false, &v))
+        if (ah_cmd_number ("create", "--cpus", cpus, false, &v))
             goto usage;
         json_object_set_new (body, "cpus", v);
     }
     if (memory) {
-        if (s_number ("create", "--memory-mb", memory, true, &v))
+        if (ah_cmd_number ("create", "--memory-mb", memory, true, &v))
             goto usage;
         json_object_set_new (body, "memory_mb", v);
     }
     if (idle) {
-        if (s_number ("create", "--idle-minutes", idle, false, &v))
+        if (ah_cmd_number ("create", "--idle-minutes", idle, false, &v))
             goto usage;
         json_object_set_new (body, "idle_minutes", v);
     }
     int exit_code;
-    json_t *reply = s_call (co, "POST", no_wait ? "/api/v1/agents" : "/api/v1/agents?wait=1&timeout=600",
+    json_t *reply = ah_cmd_call (co, "POST", no_wait ? "/api/v1/agents" : "/api/v1/agents?wait=1&timeout=600",
                             body, no_wait ? 0 : 630, NULL, &exit_code);
     json_decref (body);
     s_print_reply (co, reply, !no_wait, &exit_code);
@@ -448,71 +275,21 @@ static int s_cmd_create (const command_t *c, int argc, char **argv, common_t *co
     return exit_code;
 usage:
     json_decref (body);
-    return EXIT_USAGE;
-}
-
-//  Rows from JSON objects: one column per key (NULL key: the row number).
-static void s_print_objects (json_t *list, const char *const *header, const char *const *keys, size_t ncols)
-{
-    size_t nrows = json_array_size (list) + 1;
-    char ***rows = calloc (nrows, sizeof *rows);
-    rows [0] = calloc (ncols, sizeof (char *));
-    for (size_t c = 0; c < ncols; c++)
-        rows [0][c] = strdup (header [c]);
-    for (size_t i = 0; i + 1 < nrows; i++) {
-        json_t *o = json_array_get (list, i);
-        rows [i + 1] = calloc (ncols, sizeof (char *));
-        for (size_t c = 0; c < ncols; c++) {
-            json_t *v = json_object_get (o, keys [c]);
-            if (json_is_string (v))
-                rows [i + 1][c] = s_strf ("%.80s", json_string_value (v));
-            else if (json_is_true (v) || json_is_false (v))
-                rows [i + 1][c] = strdup (json_is_true (v) ? "yes" : "no");
-            else if (json_is_number (v))
-                rows [i + 1][c] = s_strf ("%g", json_number_value (v));
-            else
-                rows [i + 1][c] = strdup ("-");
-        }
-    }
-    s_print_table (rows, nrows, ncols);
-    for (size_t r = 0; r < nrows; r++) {
-        for (size_t c = 0; c < ncols; c++)
-            free (rows [r][c]);
-        free (rows [r]);
-    }
-    free (rows);
-}
-
-//  GET path and print the array under key: the JSON with --json, else
-//  print (list) for people. Returns the exit status.
-typedef void (print_fn) (json_t *list);
-static int s_show_list (const common_t *co, const char *path, const char *key, print_fn *print)
-{
-    int exit_code;
-    json_t *reply = s_call (co, "GET", path, NULL, 0, NULL, &exit_code);
-    if (reply) {
-        json_t *list = json_object_get (reply, key);
-        if (co->json)
-            s_print_json (list ? list : reply);
-        else
-            print (list);
-    }
-    json_decref (reply);
-    return exit_code;
+    return AH_EXIT_USAGE;
 }
 
 static void s_print_operations (json_t *ops)
 {
     static const char *const header [] = { "AT", "AGENT", "ACTOR", "KIND", "DETAIL", "OK", "ERROR" };
     static const char *const keys [] = { "at", "agent_id", "actor", "kind", "detail", "ok", "error" };
-    s_print_objects (ops, header, keys, 7);
+    ah_cmd_print_objects (ops, header, keys, 7);
 }
 
 static void s_print_runtimes (json_t *list)
 {
     static const char *const header [] = { "NAME", "IMAGE", "IMAGE STATE", "DESCRIPTION" };
     static const char *const keys [] = { "name", "image", "image_state", "description" };
-    s_print_objects (list, header, keys, 4);
+    ah_cmd_print_objects (list, header, keys, 4);
 }
 
 static void s_print_agent_list (json_t *agents)
@@ -523,16 +300,16 @@ static void s_print_agent_list (json_t *agents)
         s_print_agents (agents);
 }
 
-static int s_cmd_ls (const command_t *c, int argc, char **argv, common_t *co)
+static int s_cmd_ls (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
     const char *pos [1];
     int npos, rc = s_parse_simple (c, argc, argv, co, pos, 0, &npos);
     if (rc)
         return rc < 0 ? 0 : rc;
-    return s_show_list (co, "/api/v1/agents", "agents", s_print_agent_list);
+    return ah_cmd_show_list (co, "/api/v1/agents", "agents", s_print_agent_list);
 }
 
-static int s_cmd_show (const command_t *c, int argc, char **argv, common_t *co)
+static int s_cmd_show (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
     const char *pos [1];
     int npos, rc = s_parse_simple (c, argc, argv, co, pos, 1, &npos);
@@ -540,11 +317,11 @@ static int s_cmd_show (const command_t *c, int argc, char **argv, common_t *co)
         return rc < 0 ? 0 : rc;
     if (npos != 1) {
         fprintf (stderr, "agenthold show: which agent? (usage: agenthold %s)\n", c->usage);
-        return EXIT_USAGE;
+        return AH_EXIT_USAGE;
     }
     char *path = s_agent_path (pos [0], "");
     int exit_code;
-    json_t *reply = s_call (co, "GET", path, NULL, 0, NULL, &exit_code);
+    json_t *reply = ah_cmd_call (co, "GET", path, NULL, 0, NULL, &exit_code);
     free (path);
     s_print_reply (co, reply, false, &exit_code);
     json_decref (reply);
@@ -552,21 +329,21 @@ static int s_cmd_show (const command_t *c, int argc, char **argv, common_t *co)
 }
 
 //  start, stop, rebuild, rm: one request, waiting by default.
-static int s_cmd_transition (const command_t *c, int argc, char **argv, common_t *co)
+static int s_cmd_transition (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
     bool no_wait = false;
     const char *timeout = NULL;
-    opt_t opts [] = {
+    ah_opt_t opts [] = {
         { "--no-wait", NULL, &no_wait }, { "--timeout", &timeout, NULL },
         { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL }
     };
     const char *pos [1];
-    int npos, rc = s_parse (c, argc, argv, opts, pos, 1, &npos);
+    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 1, &npos);
     if (rc)
-        return rc > 0 ? (s_usage_one (c, stdout), 0) : EXIT_USAGE;
+        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
     if (npos != 1) {
         fprintf (stderr, "agenthold %s: which agent? (usage: agenthold %s)\n", c->name, c->usage);
-        return EXIT_USAGE;
+        return AH_EXIT_USAGE;
     }
     long wait_s = 600;
     if (timeout) {
@@ -576,28 +353,28 @@ static int s_cmd_transition (const command_t *c, int argc, char **argv, common_t
         if (errno || end == timeout || *end || wait_s < 1 || wait_s > 3600) {
             fprintf (stderr, "agenthold %s: --timeout wants seconds from 1 to 3600, got '%s'\n",
                      c->name, timeout);
-            return EXIT_USAGE;
+            return AH_EXIT_USAGE;
         }
     }
     bool rm = !strcmp (c->name, "rm");
-    char *suffix = no_wait ? s_strf ("%s%s", rm ? "" : "/", rm ? "" : c->name)
-                           : s_strf ("%s%s?wait=1&timeout=%ld", rm ? "" : "/", rm ? "" : c->name, wait_s);
+    char *suffix = no_wait ? ah_cmd_strf ("%s%s", rm ? "" : "/", rm ? "" : c->name)
+                           : ah_cmd_strf ("%s%s?wait=1&timeout=%ld", rm ? "" : "/", rm ? "" : c->name, wait_s);
     char *path = s_agent_path (pos [0], suffix);
     free (suffix);
     int exit_code;
-    json_t *reply = s_call (co, rm ? "DELETE" : "POST", path, NULL, no_wait ? 0 : wait_s + 30,
+    json_t *reply = ah_cmd_call (co, rm ? "DELETE" : "POST", path, NULL, no_wait ? 0 : wait_s + 30,
                             NULL, &exit_code);
     free (path);
     if (reply) {
-        const char *state = s_jstr (reply, "state", "?");
+        const char *state = ah_cmd_jstr (reply, "state", "?");
         if (co->json)
-            s_print_json (reply);
+            ah_cmd_print_json (reply);
         else
-            printf ("%s: %s\n", s_jstr (reply, "name", pos [0]), state);
+            printf ("%s: %s\n", ah_cmd_jstr (reply, "name", pos [0]), state);
         //  The transition ended, badly: say why, fail.
         if (!no_wait && !strcmp (state, "error")) {
-            fprintf (stderr, "agenthold: %s: %s\n", s_jstr (reply, "name", pos [0]),
-                     s_jstr (reply, "error", "the sandbox is in error"));
+            fprintf (stderr, "agenthold: %s: %s\n", ah_cmd_jstr (reply, "name", pos [0]),
+                     ah_cmd_jstr (reply, "error", "the sandbox is in error"));
             exit_code = 1;
         }
     }
@@ -605,91 +382,51 @@ static int s_cmd_transition (const command_t *c, int argc, char **argv, common_t
     return exit_code;
 }
 
-static int s_cmd_policy (const command_t *c, int argc, char **argv, common_t *co)
-{
-    const char *pos [1];
-    int npos, rc = s_parse_simple (c, argc, argv, co, pos, 1, &npos);
-    if (rc)
-        return rc < 0 ? 0 : rc;
-    if (npos != 1 || (strcmp (pos [0], "status") && strcmp (pos [0], "reload"))) {
-        fprintf (stderr, "agenthold policy: say status or reload (usage: agenthold %s)\n", c->usage);
-        return EXIT_USAGE;
-    }
-    int exit_code;
-    if (!strcmp (pos [0], "reload")) {
-        json_t *reply = s_call (co, "POST", "/api/v1/policy/reload", NULL, 0, NULL, &exit_code);
-        if (reply) {
-            if (co->json)
-                s_print_json (reply);
-            else
-                printf ("policy reload asked of lifecycle, sleeper and builder "
-                        "(agenthold policy status shows the outcome)\n");
-        }
-        json_decref (reply);
-        return exit_code;
-    }
-    json_t *reply = s_call (co, "GET", "/api/v1/policy", NULL, 0, NULL, &exit_code);
-    if (!reply)
-        return exit_code;
-    json_t *list = json_object_get (reply, "policies");
-    if (co->json)
-        s_print_json (list ? list : reply);
-    else if (json_array_size (list) == 0)
-        printf ("no policy scripts loaded yet\n");
-    else {
-        static const char *const header [] = { "HOLDER", "SCRIPT", "LOADED", "LAST ERROR", "AT" };
-        static const char *const keys [] = { "holder", "script", "loaded_at", "error", "error_at" };
-        s_print_objects (list, header, keys, 5);
-    }
-    json_decref (reply);
-    return 0;
-}
-
-static int s_cmd_log (const command_t *c, int argc, char **argv, common_t *co)
+static int s_cmd_log (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
     const char *limit = "50";
-    opt_t opts [] = {
+    ah_opt_t opts [] = {
         { "--limit", &limit, NULL }, { "--json", NULL, &co->json }, { "--config", &co->config, NULL },
         { NULL, NULL, NULL }
     };
     const char *pos [1];
-    int npos, rc = s_parse (c, argc, argv, opts, pos, 1, &npos);
+    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 1, &npos);
     if (rc)
-        return rc > 0 ? (s_usage_one (c, stdout), 0) : EXIT_USAGE;
+        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
     char *end = NULL;
     long n = strtol (limit, &end, 10);
     if (end == limit || *end || n < 1 || n > 1000) {
         fprintf (stderr, "agenthold log: --limit wants a number from 1 to 1000, got '%s'\n", limit);
-        return EXIT_USAGE;
+        return AH_EXIT_USAGE;
     }
-    char *suffix = s_strf ("/operations?limit=%ld", n);
-    char *path = npos ? s_agent_path (pos [0], suffix) : s_strf ("/api/v1%s", suffix);
+    char *suffix = ah_cmd_strf ("/operations?limit=%ld", n);
+    char *path = npos ? s_agent_path (pos [0], suffix) : ah_cmd_strf ("/api/v1%s", suffix);
     free (suffix);
-    int exit_code = s_show_list (co, path, "operations", s_print_operations);
+    int exit_code = ah_cmd_show_list (co, path, "operations", s_print_operations);
     free (path);
     return exit_code;
 }
 
-static int s_cmd_runtimes (const command_t *c, int argc, char **argv, common_t *co)
+static int s_cmd_runtimes (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
     const char *pos [1];
     int npos, rc = s_parse_simple (c, argc, argv, co, pos, 0, &npos);
     if (rc)
         return rc < 0 ? 0 : rc;
-    return s_show_list (co, "/api/v1/runtimes", "runtimes", s_print_runtimes);
+    return ah_cmd_show_list (co, "/api/v1/runtimes", "runtimes", s_print_runtimes);
 }
 
-static int s_cmd_tap (const command_t *c, int argc, char **argv, common_t *co)
+static int s_cmd_tap (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
     const char *endpoint = NULL, *glob = NULL, *count = NULL;
-    opt_t opts [] = {
+    ah_opt_t opts [] = {
         { "--endpoint", &endpoint, NULL }, { "--type", &glob, NULL }, { "--count", &count, NULL },
         { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL }
     };
     const char *pos [1];
-    int npos, rc = s_parse (c, argc, argv, opts, pos, 0, &npos);
+    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 0, &npos);
     if (rc)
-        return rc > 0 ? (s_usage_one (c, stdout), 0) : EXIT_USAGE;
+        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
     long n = 0;
     if (count) {
         char *end = NULL;
@@ -697,7 +434,7 @@ static int s_cmd_tap (const command_t *c, int argc, char **argv, common_t *co)
         n = strtol (count, &end, 10);
         if (errno || end == count || *end || n < 1) {
             fprintf (stderr, "agenthold tap: --count wants a whole number greater than 0, got '%s'\n", count);
-            return EXIT_USAGE;
+            return AH_EXIT_USAGE;
         }
     }
     char *owned = NULL;
@@ -724,11 +461,40 @@ static int s_cmd_tap (const command_t *c, int argc, char **argv, common_t *co)
     return status;
 }
 
+//  --tenant T (or --tenant=T) anywhere before a "--": taken out of argv
+//  into AGENTHOLD_TENANT, which every request carries (cli/client.h).
+//  -1 when it has no value (said why).
+static int s_take_tenant (int *argc, char **argv)
+{
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv [i];
+        if (!strcmp (a, "--"))
+            while (i < *argc)
+                argv [out++] = argv [i++];
+        else if (!strcmp (a, "--tenant") || !strncmp (a, "--tenant=", 9)) {
+            const char *v = a [8] == '=' ? a + 9 : i + 1 < *argc ? argv [++i] : NULL;
+            if (!v || !*v) {
+                fprintf (stderr, "agenthold: --tenant needs a tenant name\n");
+                return -1;
+            }
+            setenv ("AGENTHOLD_TENANT", v, 1);
+        }
+        else
+            argv [out++] = argv [i];
+    }
+    *argc = out;
+    argv [out] = NULL;
+    return 0;
+}
+
 int main (int argc, char **argv)
 {
+    if (s_take_tenant (&argc, argv))
+        return AH_EXIT_USAGE;
     if (argc < 2) {
         s_usage_all (stderr);
-        return EXIT_USAGE;
+        return AH_EXIT_USAGE;
     }
     const char *name = argv [1];
     if (!strcmp (name, "--help") || !strcmp (name, "-h")) {
@@ -737,27 +503,27 @@ int main (int argc, char **argv)
     }
     if (!strcmp (name, "help")) {
         if (argc > 2) {
-            const command_t *c = s_command (argv [2]);
+            const ah_cmd_t *c = s_command (argv [2]);
             if (!c) {
                 fprintf (stderr, "agenthold: no command '%s'\n", argv [2]);
-                return EXIT_USAGE;
+                return AH_EXIT_USAGE;
             }
-            s_usage_one (c, stdout);
+            ah_cmd_usage (c, stdout);
         }
         else
             s_usage_all (stdout);
         return 0;
     }
-    const command_t *c = s_command (name);
+    const ah_cmd_t *c = s_command (name);
     if (!c) {
         fprintf (stderr, "agenthold: no command '%s' (agenthold --help lists them)\n", name);
-        return EXIT_USAGE;
+        return AH_EXIT_USAGE;
     }
     //  serve first: it must start before any thread (curl's included).
     if (!strcmp (name, "serve"))
         return s_cmd_serve (c, argc - 2, argv + 2);
 
-    common_t co = { .config = getenv ("AGENTHOLD_CONFIG") };
+    ah_common_t co = { .config = getenv ("AGENTHOLD_CONFIG") };
     if (co.config && !*co.config)
         co.config = NULL;
     curl_global_init (CURL_GLOBAL_DEFAULT);
@@ -769,7 +535,13 @@ int main (int argc, char **argv)
     else if (!strcmp (name, "show"))
         status = s_cmd_show (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "policy"))
-        status = s_cmd_policy (c, argc - 2, argv + 2, &co);
+        status = ah_cli_policy (c, argc - 2, argv + 2, &co);
+    else if (!strcmp (name, "tenant"))
+        status = ah_cli_tenant (c, argc - 2, argv + 2, &co);
+    else if (!strcmp (name, "token"))
+        status = ah_cli_token (c, argc - 2, argv + 2, &co);
+    else if (!strcmp (name, "session"))
+        status = ah_cli_session (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "tap"))
         status = s_cmd_tap (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "log"))

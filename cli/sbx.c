@@ -224,11 +224,8 @@ static CURL *s_curl (ah_client_t *client, const char *path, const char *header,
     CURL *curl = curl_easy_init ();
     if (!curl)
         return NULL;
-    size_t ulen = strlen (ah_client_url (client)) + strlen (path) + 1;
     char auth [600];
-    *url = malloc (ulen);
-    if (*url)
-        snprintf (*url, ulen, "%s%s", ah_client_url (client), path);
+    *url = ah_client_url_for (client, path);
     snprintf (auth, sizeof auth, "Authorization: Bearer %s", ah_client_token (client));
     *hdrs = curl_slist_append (NULL, auth);
     *hdrs = curl_slist_append (*hdrs, "Expect:");

@@ -149,9 +149,18 @@ static void s_encode (char *buf, size_t size, const char *s)
 static ah_ws_t *s_open (ah_client_t *client, const char *name, term_t *t)
 {
     const char *base = ah_client_url (client);
+    char ename [512], path [600];
+    s_encode (ename, sizeof ename, name);
+    struct winsize wsz = { .ws_col = 80, .ws_row = 24 };
+    if (ioctl (STDIN_FILENO, TIOCGWINSZ, &wsz) || !wsz.ws_col || !wsz.ws_row)
+        wsz.ws_col = 80, wsz.ws_row = 24;
+    snprintf (path, sizeof path, "/api/v1/agents/%s/terminal?cols=%u&rows=%u", ename, wsz.ws_col, wsz.ws_row);
+    char *full = ah_client_url_for (client, path);
     ah_ws_url_t url;
-    const char *uerr = NULL;
-    if (ah_ws_url_parse (base, &url, &uerr)) {
+    const char *uerr = "out of memory";
+    int bad = full ? ah_ws_url_parse (full, &url, &uerr) : -1;
+    free (full);
+    if (bad) {
         fprintf (stderr, "agenthold term: bad server URL %s: %s\n", base, uerr);
         return NULL;
     }
@@ -180,13 +189,6 @@ static ah_ws_t *s_open (ah_client_t *client, const char *name, term_t *t)
     ah_ws_t *ws = ah_ws_new (&io, &opts);
     if (!ws)
         return NULL;
-    char ename [512];
-    s_encode (ename, sizeof ename, name);
-    struct winsize wsz = { .ws_col = 80, .ws_row = 24 };
-    if (ioctl (STDIN_FILENO, TIOCGWINSZ, &wsz) || !wsz.ws_col || !wsz.ws_row)
-        wsz.ws_col = 80, wsz.ws_row = 24;
-    snprintf (url.path, sizeof url.path, "/api/v1/agents/%s/terminal?cols=%u&rows=%u",
-              ename, wsz.ws_col, wsz.ws_row);
     char *auth = malloc (strlen (ah_client_token (client)) + 32);
     if (auth)
         sprintf (auth, "Authorization: Bearer %s\r\n", ah_client_token (client));

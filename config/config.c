@@ -83,6 +83,7 @@ static const s_key_t s_keys [] = {
 //  Environment variables that start with AGENTHOLD_ but are not keys
 static const char *s_env_exempt [] = {
     "AGENTHOLD_URL", "AGENTHOLD_TOKEN", "AGENTHOLD_LOG", "AGENTHOLD_CONFIG", "AGENTHOLD_CA",
+    "AGENTHOLD_TENANT",
 };
 
 static char **s_str_field (ah_config_t *self, const s_key_t *key)

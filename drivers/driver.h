@@ -41,6 +41,8 @@ typedef struct {
     bool    running;
     int     exit_code;              //  when !running and it ran before; -1 unknown
     char    detail [128];           //  driver's own words ("exited (137)", "running")
+    bool    home_gone;              //  known: no container and no home either (its
+                                    //  files are gone); false when there or unknown
 } ah_sandbox_status_t;
 
 //  What image_build is asked to produce (see below).
@@ -76,7 +78,8 @@ struct ah_driver_t {
     //  existing initialisers keep compiling). Blocks in the calling worker
     //  thread following the backend's events: calls on_change (arg,
     //  agent_id, action) for each change of a sandbox (action "start",
-    //  "stop", "die", "destroy"), and once with agent_id NULL and action
+    //  "stop", "die", "destroy", or "home-destroy" when its home went),
+    //  and once with agent_id NULL and action
     //  "connected" when the stream is established (so the caller can
     //  re-inspect what it may have missed while disconnected). Polls *stop
     //  at least once a second and returns 0 once it is non-zero; returns

@@ -336,6 +336,7 @@ static int s_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_stat
     rc = 0;
     status->exists = s_exists (self, agent_id);
     if (!status->exists) {
+        status->home_gone = true;           //  the sandbox is its home directory
         snprintf (status->detail, sizeof status->detail, "absent");
         goto out;
     }

@@ -7,7 +7,8 @@
 
 #define AGENT_SELECT \
     "SELECT a.id, a.name, s.state, s.error, a.image, a.cpus, a.memory_mb, a.idle_minutes," \
-    " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why, a.tenant" \
+    " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why, a.tenant," \
+    " s.home_lost" \
     " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id" \
     " LEFT JOIN sleep_forecast f ON f.agent_id = a.id"
 
@@ -41,6 +42,7 @@ static json_t *s_row (sqlite3_stmt *stmt)
                          ? api_json_time (sqlite3_column_int64 (stmt, 11)) : json_null ());
     json_object_set_new (a, "awake_because", running ? api_json_column (stmt, 12) : json_null ());
     json_object_set_new (a, "tenant", api_json_column (stmt, 13));
+    json_object_set_new (a, "home_lost", api_json_column (stmt, 14));
     return a;
 }
 

@@ -2,12 +2,20 @@
     policies' status (docs/api.md "Operations", "Policy").              */
 #include "actors/api/api_int.h"
 
-static void s_operations_reply (req_t *r, ah_msg_t *msg)
+//  The recorder's answer; gone: the agent is not there (destroyed, or
+//  never within the caller's tenant), so a trail with nothing of the
+//  caller's is a 404, as for an agent that never was.
+static void s_answer (req_t *r, ah_msg_t *msg, bool gone)
 {
     json_t *ops = api_json_raw (msg, "operations");
     if (!json_is_array (ops)) {
         json_decref (ops);
         api_respond_error (r, 502, "the recorder answered without operations");
+        return;
+    }
+    if (gone && json_array_size (ops) == 0 && !api_query (r, "before")) {
+        json_decref (ops);
+        api_respond_error (r, 404, "no agent '%s'", r->agent_id);
         return;
     }
     size_t i;
@@ -23,8 +31,18 @@ static void s_operations_reply (req_t *r, ah_msg_t *msg)
     api_respond (r, 200, json_pack ("{s:o}", "operations", ops));
 }
 
+static void s_operations_reply (req_t *r, ah_msg_t *msg)
+{
+    s_answer (r, msg, false);
+}
+
+static void s_gone_reply (req_t *r, ah_msg_t *msg)
+{
+    s_answer (r, msg, true);
+}
+
 //  OP_LIST for one agent (agent_id) or all (NULL).
-static void s_list (req_t *r, const char *agent_id)
+static void s_list (req_t *r, const char *agent_id, reply_fn *reply)
 {
     int64_t limit = 0, before = 0;
     if (api_query_int (r, "limit", 1, 1000, &limit) || api_query_int (r, "before", 1, INT64_MAX, &before))
@@ -38,12 +56,12 @@ static void s_list (req_t *r, const char *agent_id)
         ah_msg_set_int (msg, "limit", limit);
     if (before)
         ah_msg_set_int (msg, "before", before);
-    api_ask (r, "recorder", &msg, s_operations_reply);
+    api_ask (r, "recorder", &msg, reply);
 }
 
 static void s_all (req_t *r)
 {
-    s_list (r, NULL);
+    s_list (r, NULL, s_operations_reply);
 }
 
 //  A destroyed agent's trail stays readable by its id.
@@ -56,19 +74,19 @@ static void s_agent (req_t *r)
     if (agent) {
         snprintf (r->agent_id, sizeof r->agent_id, "%s", json_string_value (json_object_get (agent, "id")));
         json_decref (agent);
-        s_list (r, r->agent_id);
+        s_list (r, r->agent_id, s_operations_reply);
     }
     else if (status == 404 && ah_ident_ok (AH_IDENT_AGENT_ID, key)) {
         //  A destroyed agent's trail, read by its id (within the scope:
         //  the recorder filters by tenant too).
         snprintf (r->agent_id, sizeof r->agent_id, "%s", key);
-        s_list (r, key);
+        s_list (r, key, s_gone_reply);
     }
     else {
         json_t *again = api_agent_resolve (r);      //  answers 400, 404 or 500
         if (again) {
             json_decref (again);
-            s_list (r, r->agent_id);
+            s_list (r, r->agent_id, s_operations_reply);
         }
     }
 }

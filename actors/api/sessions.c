@@ -439,6 +439,13 @@ static void s_reopen (req_t *r)
     session_t s;
     if (!s_resolve (r, &s))
         return;
+    //  A user session is its person's workspace: no other token opens it.
+    if (streq (s.scope, "user") && !r->who.admin && !streq (s.subject, r->who.user)) {
+        api_respond_error (r, 403, "session '%s' is the user session of '%.64s': token '%s' acts for %s%s%s",
+                           s.id, s.subject, r->who.token_name, r->who.user [0] ? "'" : "nobody",
+                           r->who.user, r->who.user [0] ? "'" : "");
+        return;
+    }
     if (!s_still_live (r->api, &s)) {
         api_respond_error (r, 410, "session '%s' is %s: %s", s.id, s.closed_at ? "closed" : "lost",
                            s.closed_at ? "it was closed" : s.lost_reason);

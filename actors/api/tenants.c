@@ -297,7 +297,8 @@ static void s_tenant_delete (req_t *r)
     }
     if (held > 0 && !force) {
         api_respond_error (r, 409, "tenant '%s' still holds %lld sandboxes: remove them first, or "
-                           "add ?force=1 to destroy them", name, (long long) held);
+                           "force the removal (?force=1, agenthold tenant rm --force), which destroys them",
+                           name, (long long) held);
         return;
     }
     if (held > 0) {

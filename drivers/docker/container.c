@@ -335,6 +335,7 @@ ah_dk_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *s
         free (path);
         path = ah_strf ("/volumes/%s", n.volume);
         long vst = ah_dk_get (self, what, path, true, NULL, NULL);
+        status->home_gone = vst == 404;
         snprintf (status->detail, sizeof status->detail, "%s",
                   vst == 200 ? "container missing; home volume present"
                              : "container missing; no home volume");

@@ -1,7 +1,11 @@
 /*  drivers/docker/events.c: watch, the engine's event stream. GET /events
-    filtered on this driver's labels and on the container actions the
-    reconciler cares about (start, stop, die, destroy); each event of one
-    of our sandboxes becomes an on_change call.
+    filtered on the container actions the reconciler cares about (start,
+    stop, die, destroy) and on volumes destroyed; each event of one of our
+    sandboxes becomes an on_change call: a container's by its labels
+    (agenthold.prefix, agenthold.agent), a home volume's by its name
+    (<prefix>-home-<id>: the engine's volume events carry no labels, so
+    the stream is not filtered on labels and foreign events are dropped
+    here). A home volume destroyed is the action "home-destroy".
 
     DESIGN. watch blocks in the reconciler's events thread for as long as
     the stream lasts; on_change runs in that thread. The stop flag is
@@ -34,6 +38,17 @@ s_watch_line (void *arg, const char *line, size_t len)
         return;
     }
     const char *action = json_string_value (json_object_get (j, "Action"));
+    const char *type = json_string_value (json_object_get (j, "Type"));
+    if (type && strcmp (type, "volume") == 0) {
+        //  <prefix>-home-<12 hex digits>, ours and destroyed.
+        const char *name = json_string_value (json_object_get (json_object_get (j, "Actor"), "ID"));
+        size_t np = strlen (w->self->prefix);
+        if (action && strcmp (action, "destroy") == 0 && name && strncmp (name, w->self->prefix, np) == 0
+        &&  strncmp (name + np, "-home-", 6) == 0 && ah_ident_ok (AH_IDENT_AGENT_ID, name + np + 6))
+            w->on_change (w->arg, name + np + 6, "home-destroy");
+        json_decref (j);
+        return;
+    }
     json_t *attrs = json_object_get (json_object_get (j, "Actor"), "Attributes");
     const char *id = json_string_value (json_object_get (attrs, "agenthold.agent"));
     const char *prefix = json_string_value (json_object_get (attrs, "agenthold.prefix"));
@@ -56,10 +71,9 @@ ah_dk_watch (ah_driver_t *driver,
              void *arg, volatile int *stop, char **err)
 {
     docker_t *self = driver->impl;
-    json_t *f = ah_dk_label_filter (self);
-    json_object_set_new (f, "type", json_pack ("[s]", "container"));
-    json_object_set_new (f, "event", json_pack ("[s s s s]", "start", "stop", "die", "destroy"));
-    char *filters = ah_dk_filters (f);
+    json_t *f = json_pack ("{s:[s s], s:[s s s s]}", "type", "container", "volume",
+                           "event", "start", "stop", "die", "destroy");
+    char *filters = f ? ah_dk_filters (f) : NULL;
     char *path = filters ? ah_strf ("/events?filters=%s", filters) : NULL;
     free (filters);
     if (!path) {

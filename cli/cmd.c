@@ -1,0 +1,253 @@
+/*  cli/cmd.c: what the agenthold commands share (see cmd.h).          */
+#include "cli/cmd.h"
+#include "cli/client.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ah_cmd_usage (const ah_cmd_t *c, FILE *out)
+{
+    fprintf (out, "usage: agenthold %s\n\n%s", c->usage, c->help);
+    if (strcmp (c->name, "help") && strcmp (c->name, "serve"))
+        fprintf (out, "\nAlso: --config FILE (where to find the server and its token), --help;\n"
+                      "--tenant T (an admin acting within tenant T).\n");
+}
+
+int ah_cmd_parse (const ah_cmd_t *c, int argc, char **argv, const ah_opt_t *opts,
+                  const char **pos, int max_pos, int *npos)
+{
+    *npos = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv [i];
+        if (!strcmp (arg, "--help") || !strcmp (arg, "-h"))
+            return 1;
+        if (arg [0] == '-' && arg [1]) {
+            const char *eq = strchr (arg, '=');
+            size_t len = eq ? (size_t) (eq - arg) : strlen (arg);
+            const ah_opt_t *o = NULL;
+            for (const ah_opt_t *p = opts; p && p->name; p++)
+                if (strlen (p->name) == len && !strncmp (p->name, arg, len))
+                    o = p;
+            if (!o) {
+                fprintf (stderr, "agenthold %s: unknown option '%.*s' (agenthold %s --help)\n",
+                         c->name, (int) len, arg, c->name);
+                return -1;
+            }
+            if (o->flag) {
+                if (eq) {
+                    fprintf (stderr, "agenthold %s: %s takes no value\n", c->name, o->name);
+                    return -1;
+                }
+                *o->flag = true;
+            }
+            else if (eq)
+                *o->value = eq + 1;
+            else if (i + 1 < argc)
+                *o->value = argv [++i];
+            else {
+                fprintf (stderr, "agenthold %s: %s needs a value\n", c->name, o->name);
+                return -1;
+            }
+            continue;
+        }
+        if (*npos >= max_pos) {
+            fprintf (stderr, "agenthold %s: unexpected argument '%s' (usage: agenthold %s)\n",
+                     c->name, arg, c->usage);
+            return -1;
+        }
+        pos [(*npos)++] = arg;
+    }
+    return 0;
+}
+
+int ah_cmd_number (const char *cmd, const char *opt, const char *text, bool integer, json_t **out)
+{
+    char *end = NULL;
+    errno = 0;
+    if (integer) {
+        long long v = strtoll (text, &end, 10);
+        if (!errno && end != text && !*end && v > 0) {
+            *out = json_integer (v);
+            return 0;
+        }
+        fprintf (stderr, "agenthold %s: %s wants a whole number greater than 0, got '%s'\n", cmd, opt, text);
+    }
+    else {
+        double v = strtod (text, &end);
+        if (!errno && end != text && !*end && isfinite (v) && v > 0) {
+            *out = json_real (v);
+            return 0;
+        }
+        fprintf (stderr, "agenthold %s: %s wants a number greater than 0, got '%s'\n", cmd, opt, text);
+    }
+    return -1;
+}
+
+json_t *ah_cmd_call (const ah_common_t *co, const char *method, const char *path, json_t *body,
+                     long timeout_s, long *status_out, int *exit_code)
+{
+    char *err = NULL;
+    *exit_code = 1;
+    ah_client_t *client = ah_client_new (co->config, true, &err);
+    if (!client) {
+        fprintf (stderr, "agenthold: %s\n", err ? err : "cannot reach the server");
+        free (err);
+        return NULL;
+    }
+    json_t *reply = NULL;
+    long status = ah_client_call (client, method, path, body, timeout_s, &reply, &err);
+    ah_client_destroy (&client);
+    if (status_out)
+        *status_out = status;
+    if (status == 0) {
+        fprintf (stderr, "agenthold: %s\n", err ? err : "request failed");
+        free (err);
+        return NULL;
+    }
+    if (status >= 400) {
+        fprintf (stderr, "agenthold: %s\n", ah_client_error (reply, status));
+        json_decref (reply);
+        return NULL;
+    }
+    if (!reply) {
+        fprintf (stderr, "agenthold: the server's answer (status %ld) is not JSON\n", status);
+        return NULL;
+    }
+    *exit_code = 0;
+    return reply;
+}
+
+char *ah_cmd_path (const char *collection, const char *name, const char *suffix)
+{
+    char *escaped = curl_easy_escape (NULL, name, 0);
+    char *path = ah_cmd_strf ("/api/v1/%s/%s%s", collection, escaped ? escaped : "", suffix);
+    curl_free (escaped);
+    return path;
+}
+
+const char *ah_cmd_jstr (json_t *obj, const char *key, const char *dflt)
+{
+    const char *s = json_string_value (json_object_get (obj, key));
+    return s && *s ? s : dflt;
+}
+
+void ah_cmd_print_json (json_t *j)
+{
+    char *text = json_dumps (j, JSON_INDENT (2) | JSON_SORT_KEYS);
+    if (text)
+        printf ("%s\n", text);
+    free (text);
+}
+
+char *ah_cmd_strf (const char *fmt, ...)
+{
+    va_list ap;
+    va_start (ap, fmt);
+    char *s = NULL;
+    if (vasprintf (&s, fmt, ap) < 0)
+        s = strdup ("?");
+    va_end (ap);
+    return s;
+}
+
+void ah_cmd_print_table (char ***rows, size_t nrows, size_t ncols)
+{
+    size_t width [16] = { 0 };
+    for (size_t r = 0; r < nrows; r++)
+        for (size_t c = 0; c < ncols && c < 16; c++) {
+            size_t n = strlen (rows [r][c]);
+            if (n > width [c])
+                width [c] = n;
+        }
+    for (size_t r = 0; r < nrows; r++) {
+        for (size_t c = 0; c < ncols; c++) {
+            if (c + 1 < ncols)
+                printf ("%-*s  ", (int) width [c < 16 ? c : 15], rows [r][c]);
+            else
+                printf ("%s", rows [r][c]);
+        }
+        printf ("\n");
+    }
+    for (size_t r = 0; r < nrows; r++) {
+        for (size_t c = 0; c < ncols; c++)
+            free (rows [r][c]);
+        free (rows [r]);
+    }
+    free (rows);
+}
+
+//  What a server, a sandbox or a person wrote, fit for a terminal: no
+//  control characters (an escape sequence would drive the terminal).
+static char *s_clean (char *s)
+{
+    for (char *p = s; p && *p; p++)
+        if ((unsigned char) *p < 0x20 || *p == 0x7f)
+            *p = '?';
+    return s;
+}
+
+//  One value for people: a string cut at 80, yes/no, a number, else "-".
+static char *s_cell (json_t *v)
+{
+    if (json_is_string (v))
+        return s_clean (ah_cmd_strf ("%.80s", json_string_value (v)));
+    if (json_is_boolean (v))
+        return strdup (json_is_true (v) ? "yes" : "no");
+    if (json_is_number (v))
+        return ah_cmd_strf ("%g", json_number_value (v));
+    return strdup ("-");
+}
+
+char ***ah_cmd_table_new (const char *const *header, size_t ncols, size_t nbody)
+{
+    char ***rows = calloc (nbody + 1, sizeof *rows);
+    for (size_t r = 0; rows && r <= nbody; r++)
+        rows [r] = calloc (ncols, sizeof (char *));
+    for (size_t c = 0; rows && c < ncols; c++)
+        rows [0][c] = strdup (header [c]);
+    return rows;
+}
+
+void ah_cmd_print_objects (json_t *list, const char *const *header, const char *const *keys, size_t ncols)
+{
+    size_t n = json_array_size (list);
+    char ***rows = ah_cmd_table_new (header, ncols, n);
+    for (size_t i = 0; i < n; i++)
+        for (size_t c = 0; c < ncols; c++)
+            rows [i + 1][c] = s_cell (json_object_get (json_array_get (list, i), keys [c]));
+    ah_cmd_print_table (rows, n + 1, ncols);
+}
+
+void ah_cmd_print_fields (json_t *obj, const char *const *keys, size_t nkeys)
+{
+    size_t width = 0;
+    for (size_t k = 0; k < nkeys; k++)
+        if (strlen (keys [k]) > width)
+            width = strlen (keys [k]);
+    for (size_t k = 0; k < nkeys; k++) {
+        json_t *v = json_object_get (obj, keys [k]);
+        char *cell = json_is_string (v) ? s_clean (strdup (json_string_value (v))) : s_cell (v);
+        printf ("%s:%*s %s\n", keys [k], (int) (width - strlen (keys [k])), "", cell ? cell : "-");
+        free (cell);
+    }
+}
+
+int ah_cmd_show_list (const ah_common_t *co, const char *path, const char *key, ah_cmd_print_fn *print)
+{
+    int exit_code;
+    json_t *reply = ah_cmd_call (co, "GET", path, NULL, 0, NULL, &exit_code);
+    if (reply) {
+        json_t *list = json_object_get (reply, key);
+        if (co->json)
+            ah_cmd_print_json (list ? list : reply);
+        else
+            print (list);
+    }
+    json_decref (reply);
+    return exit_code;
+}

@@ -1,0 +1,77 @@
+/*  cli/cmd.h: what the agenthold commands share: their table entry and
+    help, option parsing, the one REST call that says what went wrong, and
+    the printing of JSON, objects and tables (docs/cli.md).
+
+    Exit statuses: 0 success, 1 the server refused or could not be reached
+    (its message on stderr, "agenthold: ..."), 2 bad usage (AH_EXIT_USAGE). */
+#ifndef AH_CLI_CMD_H
+#define AH_CLI_CMD_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define AH_EXIT_USAGE   2
+
+typedef struct {
+    const char *name;               //  "create"
+    const char *usage;              //  "create NAME [--image IMG] ..."
+    const char *help;               //  what `agenthold help create` says
+} ah_cmd_t;
+
+typedef struct {
+    const char *name;               //  "--cpus"
+    const char **value;             //  for options with an argument
+    bool *flag;                     //  for switches
+} ah_opt_t;
+
+//  What every client command takes.
+typedef struct {
+    const char *config;             //  --config
+    bool json;                      //  --json
+} ah_common_t;
+
+//  `agenthold help NAME`.
+void ah_cmd_usage (const ah_cmd_t *c, FILE *out);
+
+//  Parse argv (after the command name) into opts (a table ending with a
+//  NULL name) and at most max_pos positionals. 0 ok, 1 --help was asked,
+//  -1 bad usage (said why on stderr).
+int ah_cmd_parse (const ah_cmd_t *c, int argc, char **argv, const ah_opt_t *opts,
+                  const char **pos, int max_pos, int *npos);
+
+//  text as a JSON number greater than 0 (a whole one when integer) into
+//  *out; -1 (said why, naming the option) when it is not.
+int ah_cmd_number (const char *cmd, const char *opt, const char *text, bool integer, json_t **out);
+
+//  One call to the API; prints the server's error and returns NULL on
+//  failure, with *exit_code 1; else *exit_code 0 and the reply (caller
+//  decrefs). body borrowed; timeout_s 0 for the default; status_out may
+//  be NULL.
+json_t *ah_cmd_call (const ah_common_t *co, const char *method, const char *path, json_t *body,
+                     long timeout_s, long *status_out, int *exit_code);
+
+//  /api/v1/<collection>/<name, percent-encoded><suffix>. Caller frees.
+char *ah_cmd_path (const char *collection, const char *name, const char *suffix);
+
+//  obj's string under key, or dflt when absent or empty.
+const char *ah_cmd_jstr (json_t *obj, const char *key, const char *dflt);
+void ah_cmd_print_json (json_t *j);
+//  An aligned table: rows of ncols strings; the header is row 0. Frees rows.
+void ah_cmd_print_table (char ***rows, size_t nrows, size_t ncols);
+//  A table for ah_cmd_print_table: the header and nbody empty rows of
+//  ncols cells each (the caller fills them with strings it allocates).
+char ***ah_cmd_table_new (const char *const *header, size_t ncols, size_t nbody);
+//  Rows from the JSON objects of list: one column per key; a boolean as
+//  yes/no, a missing value as "-".
+void ah_cmd_print_objects (json_t *list, const char *const *header, const char *const *keys, size_t ncols);
+//  key: value lines of obj for the keys given (labels padded to width).
+void ah_cmd_print_fields (json_t *obj, const char *const *keys, size_t nkeys);
+char *ah_cmd_strf (const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+//  GET path and print the array under key: JSON with --json, else
+//  print (list). Returns the exit status.
+typedef void (ah_cmd_print_fn) (json_t *list);
+int ah_cmd_show_list (const ah_common_t *co, const char *path, const char *key, ah_cmd_print_fn *print);
+
+#endif

@@ -1,0 +1,610 @@
+#!/usr/bin/python3
+"""tests/e2e/e2e_tenants.py: tenants, tokens, sessions and limits on the real
+`agenthold serve` (fake driver, the shipped configuration and lua/, ports
+from 18300-18399), driven with raw HTTP and the agenthold CLI.
+
+- matrix: two tenants and an admin, each with tokens; every operation of
+  the API (list, show, change, start, stop, rebuild, rm, terminal, files,
+  exec, events, audit, turns, sessions) and of the CLI tried by each
+  caller on each tenant's sandboxes: a cross-tenant attempt is a 404 (as
+  for an agent that does not exist) and changes nothing; the admin
+  succeeds, within every tenant or the one --tenant names.
+- limits: 10 of 10 refused with the seed's sentence; a pool of 20 shared
+  by three tenants; 50 concurrent creates at 9 of 10 admit exactly one;
+  limits.lua edited while the server runs takes effect; a broken edit
+  keeps the old rule and `agenthold policy status` says why; PUT
+  /api/v1/policy changes a cap at run time.
+- sessions: 20 concurrent opens of one key make one sandbox; each scope;
+  a user session for the token's person only; a lost session (sandbox
+  destroyed; its files removed behind the server's back) is reported as
+  lost with the reason, and opening the key again starts a fresh one.
+- tokens: shown once, only a hash in the database file (the file is
+  read), revoked and expired tokens refused at once, forged ones too.
+
+usage: e2e_tenants.py AGENTHOLD_BINARY
+Fails loudly (the server's log on stderr); always kills what it started and
+removes its temporary directory."""
+import concurrent.futures
+import hashlib
+import http.client
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ahserver  # noqa: E402
+
+BIN = os.path.abspath(sys.argv[1])
+SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+TMP = tempfile.mkdtemp(prefix="ah-e2e-tenants-")
+LOG = os.path.join(TMP, "server.log")
+procs = []
+checks = 0
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        raise Fail(what)
+
+
+class Server:
+    """One `agenthold serve` on a data directory of its own."""
+
+    def __init__(self, name, extra=None):
+        self.dir = os.path.join(TMP, name)
+        os.makedirs(self.dir)
+        self.data = os.path.join(self.dir, "data")
+        self.port = ahserver.free_port(18300, 18399, (os.getpid() % 25) * 4, fail=Fail)
+        tunnel = ahserver.free_port(18300, 18399, (os.getpid() % 25) * 4 + 1, {self.port}, fail=Fail)
+        self.env = ahserver.server_env(self.data, self.port, tunnel, extra=extra)
+        self.proc = None
+
+    def start(self):
+        log = open(LOG, "a")
+        log.write("---- server %s start ----\n" % self.dir)
+        log.flush()
+        self.proc = subprocess.Popen([BIN, "serve"], env=self.env, cwd=SRC, stdout=log, stderr=log)
+        procs.append(self.proc)
+        ahserver.wait_healthy(self.proc, self.port, fail=Fail)
+        self.admin = ahserver.read_token(self.data)
+        return self
+
+    def stop(self):
+        ahserver.stop_all([self.proc])
+
+    def call(self, method, path, tok, body=None, raw=None, headers=None):
+        """(status, JSON or None)."""
+        status, text = ahserver.request(self.port, method, path, body if raw is None else raw, tok, headers)
+        try:
+            return status, json.loads(text) if text else None
+        except ValueError:
+            return status, {"raw": text[:200]}
+
+    def ok(self, method, path, tok, body=None, want=(200, 201, 202)):
+        status, j = self.call(method, path, tok, body)
+        check(status in want, "%s %s: want %s, got %d %r" % (method, path, want, status, j))
+        return j
+
+    def cli(self, tok, *args, timeout=120):
+        env = dict(self.env)
+        env["AGENTHOLD_TOKEN"] = tok
+        p = subprocess.run([BIN] + list(args), env=env, cwd=self.dir, capture_output=True, text=True,
+                           timeout=timeout, stdin=subprocess.DEVNULL)
+        return p.returncode, p.stdout, p.stderr
+
+    def token(self, tenant=None, user=None, name=None, expires=None, admin=False):
+        """A token made with the CLI, as an admin would: printed once on stdout."""
+        args = (["--tenant", tenant] if tenant else []) + ["token", "create"]
+        args += (["--user", user] if user else []) + (["--name", name] if name else [])
+        args += (["--expires", expires] if expires else []) + (["--admin"] if admin else [])
+        rc, out, err = self.cli(self.admin, *args)
+        check(rc == 0 and len(out.strip()) == 64, "token create %s: %d %r %r" % (args, rc, out, err))
+        check("shown this once" in err, "token create says the token is shown once: %r" % err)
+        return out.strip()
+
+    def wait_state(self, agent, states, tok=None, seconds=30):
+        deadline = time.time() + seconds
+        while True:
+            status, j = self.call("GET", "/api/v1/agents/" + agent, tok or self.admin)
+            if status == 200 and j["state"] in states:
+                return j
+            if time.time() > deadline:
+                raise Fail("agent %s never reached %s: %d %r" % (agent, states, status, j))
+            time.sleep(0.1)
+
+
+def upgrade_status(srv, path, tok):
+    """The status of a WebSocket upgrade request (the terminal)."""
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    try:
+        s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                   "Authorization: Bearer %s\r\n\r\n" % (path, tok)).encode())
+        head = s.recv(4096).decode("latin-1")
+        return int(head.split(" ")[1])
+    finally:
+        s.close()
+
+
+def events(srv, tok, query=""):
+    """An open event stream: a (connection, response) pair."""
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+    c.request("GET", "/api/v1/events" + query, headers={"Authorization": "Bearer " + tok})
+    r = c.getresponse()
+    return c, r
+
+
+def read_events(r, until, seconds=10):
+    """data: objects of an event stream until one satisfies until()."""
+    got = []
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        line = r.fp.readline()
+        if line.startswith(b"data: "):
+            got.append(json.loads(line[6:]))
+            if until(got[-1]):
+                return got
+    raise Fail("the event stream never showed what was awaited; got %r" % got)
+
+
+# ---------------------------------------------------------------------------
+# The matrix
+
+def matrix():
+    srv = Server("matrix").start()
+    adm = srv.admin
+    for t in ("acme", "globex"):
+        rc, out, err = srv.cli(adm, "tenant", "create", t)
+        check(rc == 0 and "name:" in out, "tenant create %s: %d %r" % (t, rc, err))
+    rc, out, err = srv.cli(adm, "tenant", "create", "acme")
+    check(rc == 1 and "exists" in err, "a second tenant 'acme' is refused: %d %r" % (rc, err))
+    tok = {"acme": srv.token("acme", "alice"), "globex": srv.token("globex", "bob")}
+    # Each tenant's agents: the same names in both (unique within a tenant only).
+    agents = {}
+    for t in ("acme", "globex"):
+        for name in ("shared", "victim"):
+            a = srv.ok("POST", "/api/v1/agents?wait=1", tok[t], {"name": name})
+            check(a["tenant"] == t, "an agent created with %s's token is %s's: %r" % (t, t, a))
+            agents[(t, name)] = a["id"]
+    srv.ok("POST", "/api/v1/agents/shared/start?wait=1", tok["acme"])
+    srv.ok("POST", "/api/v1/agents/shared/start?wait=1", tok["globex"])
+    sess = {t: srv.ok("POST", "/api/v1/sessions?wait=1", tok[t], {"scope": "conversation", "subject": "c-1"})
+            for t in ("acme", "globex")}
+    check(sess["acme"]["id"] != sess["globex"]["id"], "one key in two tenants is two sessions")
+    turn = {t: srv.ok("POST", "/api/v1/agents/shared/turns", tok[t], {})["turn_id"] for t in ("acme", "globex")}
+
+    # Each tenant sees its own.
+    for t, other in (("acme", "globex"), ("globex", "acme")):
+        listed = srv.ok("GET", "/api/v1/agents", tok[t])["agents"]
+        check(sorted(a["id"] for a in listed)
+              == sorted([agents[(t, n)] for n in ("shared", "victim")] + [sess[t]["agent"]["id"]]),
+              "%s lists its own agents only: %r" % (t, listed))
+        ops = srv.ok("GET", "/api/v1/operations?limit=1000", tok[t])["operations"]
+        foreign = {agents[(other, n)] for n in ("shared", "victim")} | {sess[other]["agent"]["id"]}
+        check(ops and not [o for o in ops if o.get("agent_id") in foreign],
+              "%s's audit shows nothing of %s's agents" % (t, other))
+        listed = srv.ok("GET", "/api/v1/sessions", tok[t])["sessions"]
+        check([s["id"] for s in listed] == [sess[t]["id"]], "%s lists its own session only: %r" % (t, listed))
+        check(srv.ok("GET", "/api/v1/agents/shared", tok[t])["id"] == agents[(t, "shared")],
+              "the name 'shared' is %s's own agent for %s's token" % (t, t))
+
+    def snapshot(t):
+        rows = {}
+        for n in ("shared", "victim"):
+            a = srv.ok("GET", "/api/v1/agents/%s?tenant=%s" % (agents[(t, n)], t), adm)
+            ops = srv.ok("GET", "/api/v1/agents/%s/operations?limit=1000" % agents[(t, n)], adm)["operations"]
+            rows[n] = (a["state"], a["idle_minutes"], len(ops))
+        s = srv.ok("GET", "/api/v1/sessions/%s" % sess[t]["id"], adm)
+        return rows, s["state"]
+
+    # Every cross-tenant attempt, by id and by name where names differ.
+    for t, other in (("acme", "globex"), ("globex", "acme")):
+        before = snapshot(other)
+        for n in ("shared", "victim"):
+            target = agents[(other, n)]
+            a = "/api/v1/agents/" + target
+            attempts = [
+                ("GET", a, None), ("PATCH", a, {"idle_minutes": 3}),
+                ("POST", a + "/start", None), ("POST", a + "/stop", None),
+                ("POST", a + "/rebuild", None), ("DELETE", a, None),
+                ("GET", a + "/files?path=.", None), ("GET", a + "/files/x.txt", None),
+                ("POST", a + "/files/newdir?op=mkdir", None), ("DELETE", a + "/files/x.txt", None),
+                ("GET", a + "/fs/list?path=.", None), ("POST", a + "/exec", {"cmd": "true"}),
+                ("GET", a + "/operations", None), ("POST", a + "/turns", {}),
+                ("GET", "/api/v1/events?agent=" + target, None),
+                ("POST", "/api/v1/turns/%s/renew" % turn[other], {}),
+                ("DELETE", "/api/v1/turns/%s" % turn[other], None),
+                ("GET", "/api/v1/sessions/" + sess[other]["id"], None),
+                ("POST", "/api/v1/sessions/%s/open" % sess[other]["id"], None),
+                ("DELETE", "/api/v1/sessions/" + sess[other]["id"], None),
+            ]
+            for method, path, body in attempts:
+                status, j = srv.call(method, path, tok[t], body)
+                check(status == 404, "%s's token: %s %s of %s's agent: want 404, got %d %r"
+                      % (t, method, path, other, status, j))
+            status, _ = srv.call("PUT", a + "/files/planted.txt", tok[t], raw=b"hostile")
+            check(status == 404, "%s's token: PUT a file into %s's agent: %d" % (t, other, status))
+            st = upgrade_status(srv, a + "/terminal", tok[t])
+            check(st == 404, "%s's token: a terminal on %s's agent: want 404, got %d" % (t, other, st))
+        # A tenant's token may not act within another tenant by ?tenant=.
+        status, j = srv.call("GET", "/api/v1/agents?tenant=" + other, tok[t])
+        check(status == 403, "%s's token asking for ?tenant=%s: %d %r" % (t, other, status, j))
+        check(snapshot(other) == before, "%s's attempts changed nothing of %s's" % (t, other))
+
+    # The CLI says the same, for every command that names an agent.
+    for t, other in (("acme", "globex"), ("globex", "acme")):
+        target = agents[(other, "victim")]
+        for args in (["show", target], ["start", target], ["stop", target], ["rebuild", target],
+                     ["rm", target], ["log", target], ["exec", target, "--", "true"],
+                     ["fs", "ls", target, "."], ["turn", target, "--", "true"], ["term", target],
+                     ["session", "show", sess[other]["id"]], ["session", "close", sess[other]["id"]],
+                     ["session", "open", sess[other]["id"]]):
+            rc, out, err = srv.cli(tok[t], *args)
+            check(rc == 1 and ("no agent" in err or "no session" in err),
+                  "CLI %s with %s's token on %s's: %d %r %r" % (args, t, other, rc, out, err))
+        rc, out, err = srv.cli(tok[t], "ls")
+        check(rc == 0 and target not in out and agents[(t, "victim")] not in out and "victim" in out,
+              "CLI ls with %s's token: %r" % (t, out))
+
+    # An admin sees every tenant, and acts within one with --tenant.
+    rc, out, err = srv.cli(adm, "ls", "--json")
+    check(rc == 0 and len(json.loads(out)) == 6, "the admin lists every agent: %r" % out)
+    status, j = srv.call("GET", "/api/v1/agents/shared", adm)
+    check(status == 409 and "more than one tenant" in j["error"] and "?tenant=" in j["error"],
+          "an admin naming an agent two tenants hold is told how to choose: %d %r" % (status, j))
+    for t in ("acme", "globex"):
+        rc, out, err = srv.cli(adm, "--tenant", t, "show", "shared", "--json")
+        check(rc == 0 and json.loads(out)["id"] == agents[(t, "shared")], "admin --tenant %s show: %r" % (t, err))
+        rc, out, err = srv.cli(adm, "ls", "--tenant", t, "--json")
+        check(rc == 0 and len(json.loads(out)) == 3, "admin ls --tenant %s: %r" % (t, out))
+        sid = agents[(t, "shared")]
+        check(srv.ok("GET", "/api/v1/agents/%s/files?path=." % sid, adm) is not None, "admin lists files")
+        srv.ok("PUT", "/api/v1/agents/%s/files/admin.txt" % sid, adm, {"x": 1}, want=(200, 201, 204))
+        rc, out, err = srv.cli(adm, "--tenant", t, "exec", "shared", "--", "cat admin.txt")
+        check(rc == 0 and '"x"' in out, "admin --tenant %s exec: %d %r %r" % (t, rc, out, err))
+        rc, out, err = srv.cli(adm, "--tenant", t, "fs", "ls", "shared", ".")
+        check(rc == 0 and "admin.txt" in out, "admin --tenant %s fs ls: %r" % (t, out))
+        rc, out, err = srv.cli(adm, "--tenant", t, "log", "shared")
+        check(rc == 0 and "create" in out, "admin --tenant %s log: %r" % (t, out))
+        srv.ok("POST", "/api/v1/agents/%s/turns" % sid, adm, {})
+        srv.ok("POST", "/api/v1/turns/%s/renew" % turn[t], adm, {})
+        srv.ok("DELETE", "/api/v1/turns/%s" % turn[t], adm)
+        check(upgrade_status(srv, "/api/v1/agents/%s/terminal" % sid, adm) == 101, "admin opens a terminal")
+        srv.ok("GET", "/api/v1/sessions/" + sess[t]["id"], adm)
+        srv.ok("POST", "/api/v1/sessions/%s/open?wait=1" % sess[t]["id"], adm)
+        rc, out, err = srv.cli(adm, "--tenant", t, "rebuild", "victim")
+        check(rc == 0, "admin --tenant %s rebuild: %r" % (t, err))
+        rc, out, err = srv.cli(adm, "--tenant", t, "start", "victim")
+        check(rc == 0 and "running" in out, "admin --tenant %s start: %r" % (t, err))
+        rc, out, err = srv.cli(adm, "--tenant", t, "stop", "victim")
+        check(rc == 0 and "sleeping" in out, "admin --tenant %s stop: %r" % (t, err))
+        rc, out, err = srv.cli(adm, "--tenant", t, "session", "close", sess[t]["id"])
+        check(rc == 0, "admin --tenant %s session close: %r" % (t, err))
+        rc, out, err = srv.cli(adm, "--tenant", t, "rm", "victim")
+        check(rc == 0 and "destroyed" in out, "admin --tenant %s rm: %r" % (t, err))
+
+    # Events: a tenant's stream shows its own agents' changes only.
+    c, r = events(srv, tok["acme"])
+    try:
+        srv.ok("POST", "/api/v1/agents/shared/stop?wait=1", tok["globex"])
+        srv.ok("POST", "/api/v1/agents/shared/stop?wait=1", tok["acme"])
+        got = read_events(r, lambda e: e["agent_id"] == agents[("acme", "shared")] and e["state"] == "sleeping")
+        check(not [e for e in got if e["agent_id"] == agents[("globex", "shared")]],
+              "acme's event stream shows nothing of globex's: %r" % got)
+    finally:
+        c.close()
+
+    # A tenant's token is no admin's.
+    for method, path, body in (("GET", "/api/v1/tenants", None), ("POST", "/api/v1/tenants", {"name": "x"}),
+                               ("DELETE", "/api/v1/tenants/globex?force=1", None), ("GET", "/api/v1/tokens", None),
+                               ("POST", "/api/v1/tokens", {"tenant": "acme"}),
+                               ("PUT", "/api/v1/policy", {"tenant_max_sandboxes": 100}),
+                               ("POST", "/api/v1/policy/reload", None)):
+        status, j = srv.call(method, path, tok["acme"], body)
+        check(status == 403, "acme's token: %s %s wants an admin: %d %r" % (method, path, status, j))
+
+    # Removing a tenant that holds sandboxes needs --force, which destroys them.
+    rc, out, err = srv.cli(adm, "tenant", "rm", "globex")
+    check(rc == 1 and "still holds 1 sandboxes" in err and "--force" in err, "tenant rm without --force: %r" % err)
+    rc, out, err = srv.cli(adm, "tenant", "rm", "globex", "--force")
+    check(rc == 0 and "removed" in out, "tenant rm --force: %d %r" % (rc, err))
+    status, _ = srv.call("GET", "/api/v1/agents", tok["globex"])
+    check(status == 401, "a removed tenant's token is refused: %d" % status)
+    status, j = srv.call("GET", "/api/v1/agents/%s" % agents[("globex", "shared")], adm)
+    check(status == 404, "a removed tenant's sandboxes are destroyed: %d %r" % (status, j))
+    srv.stop()
+
+
+# ---------------------------------------------------------------------------
+# Limits
+
+def limits():
+    lua = os.path.join(TMP, "lua")
+    shutil.copytree(os.path.join(SRC, "lua"), lua)
+    srv = Server("limits", extra={"AGENTHOLD_POLICY_LUA_DIR": lua}).start()
+    adm = srv.admin
+    tok = {}
+    for t in ("t1", "t2", "t3"):
+        srv.ok("POST", "/api/v1/tenants", adm, {"name": t})
+        tok[t] = srv.token(t)
+
+    def create(t, name):
+        return srv.call("POST", "/api/v1/agents", tok[t], {"name": name})
+
+    for i in range(10):
+        status, j = create("t1", "a%d" % i)
+        check(status in (201, 202), "t1's sandbox %d of 10: %d %r" % (i + 1, status, j))
+    status, j = create("t1", "a10")
+    check(status == 422 and j["error"] == "tenant 't1' already holds 10 of 10 sandboxes",
+          "the 11th: the seed's sentence: %d %r" % (status, j))
+    rc, out, err = srv.cli(tok["t1"], "create", "a10", "--no-wait")
+    check(rc == 1 and "tenant 't1' already holds 10 of 10 sandboxes" in err, "CLI create: %r" % err)
+
+    # The pool of 20: t2 takes the other 10, t3 gets none.
+    for i in range(10):
+        status, j = create("t2", "b%d" % i)
+        check(status in (201, 202), "t2's sandbox %d: %d %r" % (i + 1, status, j))
+    status, j = create("t3", "c0")
+    check(status == 422 and "the pool already holds 20 of 20 sandboxes" in j["error"],
+          "t3 meets the pool's cap: %d %r" % (status, j))
+    # Freed room is there for whoever asks first.
+    srv.ok("DELETE", "/api/v1/agents/b9?wait=1", tok["t2"])
+    srv.ok("POST", "/api/v1/agents", tok["t3"], {"name": "c0"})
+
+    # 50 concurrent creates at 9 of 10 (t1): exactly one admitted.
+    srv.ok("DELETE", "/api/v1/agents/b8?wait=1", tok["t2"])      # the pool has room: 19
+    srv.ok("DELETE", "/api/v1/agents/a9?wait=1", tok["t1"])      # t1 at 9 of 10, pool 18
+    with concurrent.futures.ThreadPoolExecutor(50) as pool:
+        results = list(pool.map(lambda i: create("t1", "race%d" % i), range(50)))
+    admitted = [j for s, j in results if s in (201, 202)]
+    refused = [j for s, j in results if s == 422 and j["error"] == "tenant 't1' already holds 10 of 10 sandboxes"]
+    check(len(admitted) == 1 and len(refused) == 49,
+          "50 concurrent creates at 9 of 10: %d admitted, %d refused: %r"
+          % (len(admitted), len(refused), [r for r in results if r[0] not in (201, 202)][:3]))
+    listed = srv.ok("GET", "/api/v1/agents", tok["t1"])["agents"]
+    check(len(listed) == 10, "t1 holds 10: %d" % len(listed))
+
+    # PUT /api/v1/policy: a cap changed at run time, back to the default after.
+    rc, out, err = srv.cli(adm, "policy", "set", "tenant_max_sandboxes=11")
+    check(rc == 0 and "tenant_max_sandboxes = 11" in out, "policy set: %r %r" % (out, err))
+    srv.ok("POST", "/api/v1/agents", tok["t1"], {"name": "eleven"})
+    status, j = create("t1", "twelve")
+    check(status == 422 and j["error"] == "tenant 't1' already holds 11 of 11 sandboxes", "at 11: %r" % j)
+    rc, out, err = srv.cli(adm, "policy", "set", "tenant_max_sandboxes=default")
+    check(rc == 0 and "tenant_max_sandboxes = 10" in out, "policy set default: %r" % out)
+    status, j = srv.call("PUT", "/api/v1/policy", adm, {"runtimes": []})
+    check(status == 400 and "catalog" in j["error"], "the catalog is not changed by PUT /policy: %r" % j)
+    # A tenant's own limit beats the server's.
+    rc, out, err = srv.cli(adm, "tenant", "set", "t3", "--max-sandboxes", "1")
+    check(rc == 0 and "max_sandboxes: 1" in out.replace("  ", " ").replace("  ", " "), "tenant set: %r" % out)
+    status, j = create("t3", "c1")
+    check(status == 422 and j["error"] == "tenant 't3' already holds 1 of 1 sandboxes", "t3 at 1 of 1: %r" % j)
+
+    # limits.lua edited while the server runs: the next decision uses it.
+    path = os.path.join(lua, "limits.lua")
+    shipped = open(path).read()
+    edited = shipped.replace("function admit(tenant, request, usage, limits)\n",
+                             "function admit(tenant, request, usage, limits)\n"
+                             "  if request.name == 'forbidden' then\n"
+                             "    return { allow = false, message = 'the edited rule refuses forbidden' }\n"
+                             "  end\n", 1)
+    check(edited != shipped, "the test's edit applies to the shipped limits.lua")
+    time.sleep(1.1)                     # a new mtime, whatever the file system's resolution
+    with open(path, "w") as f:
+        f.write(edited)
+    status, j = create("t3", "forbidden")
+    check(status == 422 and j["error"] == "the edited rule refuses forbidden", "the edit took effect: %d %r" % (status, j))
+    # A broken edit: the previous rule stays, and policy status says why.
+    time.sleep(1.1)
+    with open(path, "w") as f:
+        f.write(edited + "\nthis is not lua (\n")
+    status, j = create("t3", "forbidden")
+    check(status == 422 and j["error"] == "the edited rule refuses forbidden", "a broken edit keeps the rule: %r" % j)
+    rc, out, err = srv.cli(adm, "policy", "status", "--json")
+    st = [p for p in json.loads(out)["policies"] if p["script"] == "limits.lua"]
+    check(st and st[0]["error"] and "limits.lua" in st[0]["error"], "policy status names the broken edit: %r" % st)
+    time.sleep(1.1)
+    with open(path, "w") as f:
+        f.write(shipped)
+    status, j = create("t3", "forbidden")
+    check(status == 422 and j["error"] == "tenant 't3' already holds 1 of 1 sandboxes", "the shipped rule again: %r" % j)
+    srv.stop()
+
+
+# ---------------------------------------------------------------------------
+# Sessions
+
+def sessions():
+    srv = Server("sessions").start()
+    adm = srv.admin
+    for t in ("acme", "globex"):
+        srv.ok("POST", "/api/v1/tenants", adm, {"name": t})
+    alice, carol = srv.token("acme", "alice"), srv.token("acme", "carol")
+    nobody, bob = srv.token("acme"), srv.token("globex", "bob")
+
+    # 20 concurrent opens of one key: one sandbox.
+    key = {"scope": "conversation", "subject": "thread-42", "backend": "slack", "host": "T0123"}
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        results = list(pool.map(lambda i: srv.call("POST", "/api/v1/sessions?wait=1", alice, key), range(20)))
+    ids = {j["id"] for s, j in results if s in (200, 201)}
+    agents = {j["agent"]["id"] for s, j in results if s in (200, 201) and j.get("agent")}
+    check(len(ids) == 1 and len(agents) == 1 and all(s in (200, 201) for s, _ in results),
+          "20 concurrent opens: one session, one sandbox: %r" % [(s, j) for s, j in results][:3])
+    check(sum(1 for s, j in results if j.get("created")) == 1, "exactly one open made it")
+    listed = srv.ok("GET", "/api/v1/agents", alice)["agents"]
+    check(len(listed) == 1, "one sandbox in the tenant: %r" % listed)
+    sid = ids.pop()
+    check(sid.startswith("conv-slack-thread-42-"), "a readable prefix and an unguessable part: %s" % sid)
+
+    # Each scope is a sandbox of its own; the same key in another tenant too.
+    seen = {sid}
+    for scope, subject in (("run", "r-1"), ("channel", "C042"), ("agent", "support-bot"), ("conversation", "c-9")):
+        j = srv.ok("POST", "/api/v1/sessions?wait=1", alice, {"scope": scope, "subject": subject})
+        check(j["id"] not in seen and j["agent"]["state"] == "running", "scope %s: %r" % (scope, j))
+        seen.add(j["id"])
+        again = srv.ok("POST", "/api/v1/sessions", alice, {"scope": scope, "subject": subject})
+        check(again["id"] == j["id"] and not again["created"], "scope %s again attaches" % scope)
+    other = srv.ok("POST", "/api/v1/sessions?wait=1", bob, key)
+    check(other["id"] not in seen and other["tenant"] == "globex", "the same key in globex is globex's own")
+
+    # User scope: the token's person, and nobody else's.
+    mine = srv.ok("POST", "/api/v1/sessions?wait=1", alice, {"scope": "user"})
+    check(mine["subject"] == "alice" and mine["id"].startswith("user-alice-"), "alice's user session: %r" % mine)
+    theirs = srv.ok("POST", "/api/v1/sessions?wait=1", carol, {"scope": "user"})
+    check(theirs["id"] != mine["id"], "carol gets her own, not alice's")
+    for t, body in ((carol, {"scope": "user", "subject": "alice"}), (nobody, {"scope": "user"}),
+                    (nobody, {"scope": "user", "subject": "alice"})):
+        status, j = srv.call("POST", "/api/v1/sessions", t, body)
+        check(status == 403, "a user session for another person is refused: %d %r" % (status, j))
+    status, j = srv.call("POST", "/api/v1/sessions/%s/open" % mine["id"], carol)
+    check(status == 403 and "alice" in j["error"], "carol cannot open alice's user session by reference: %r" % j)
+    rc, out, err = srv.cli(alice, "session", "open", "user", "--json")
+    check(rc == 0 and json.loads(out)["id"] == mine["id"], "CLI session open user: %r" % err)
+    rc, out, err = srv.cli(alice, "session", "ls")
+    check(rc == 0 and mine["id"] in out and theirs["id"] in out and other["id"] not in out, "CLI session ls: %r" % out)
+
+    # Lost: its sandbox destroyed.
+    j = srv.ok("POST", "/api/v1/sessions?wait=1", alice, {"scope": "conversation", "subject": "doomed"})
+    srv.ok("DELETE", "/api/v1/agents/%s?wait=1" % j["agent"]["id"], alice)
+    shown = srv.ok("GET", "/api/v1/sessions/" + j["id"], alice)
+    check(shown["state"] == "lost" and "destroyed" in shown["lost_reason"], "a destroyed sandbox: lost: %r" % shown)
+    status, e = srv.call("POST", "/api/v1/sessions/%s/open" % j["id"], alice)
+    check(status == 410 and "lost" in e["error"] and "destroyed" in e["error"], "opened by reference: 410: %r" % e)
+    rc, out, err = srv.cli(alice, "session", "open", j["id"])
+    check(rc == 1 and "lost" in err, "CLI session open ID of a lost one: %r" % err)
+    fresh = srv.ok("POST", "/api/v1/sessions?wait=1", alice, {"scope": "conversation", "subject": "doomed"})
+    check(fresh["id"] != j["id"] and fresh["created"] and fresh["agent"]["state"] == "running",
+          "the key again: a fresh session: %r" % fresh)
+
+    # Lost: its files removed behind the server's back (while it was down).
+    victim = srv.ok("POST", "/api/v1/sessions?wait=1", alice, {"scope": "channel", "subject": "gone"})
+    srv.ok("PUT", "/api/v1/agents/%s/files/work.txt" % victim["agent"]["id"], alice, {"w": 1}, want=(200, 201, 204))
+    srv.stop()
+    shutil.rmtree(os.path.join(srv.data, "fake", victim["agent"]["id"]))
+    srv.start()
+    deadline = time.time() + 20
+    while True:
+        shown = srv.ok("GET", "/api/v1/sessions/" + victim["id"], alice)
+        if shown["state"] == "lost" or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    check(shown["state"] == "lost" and "files are gone" in shown["lost_reason"],
+          "files removed outside: the session is lost with the reason: %r" % shown)
+    status, e = srv.call("POST", "/api/v1/sessions/%s/open" % victim["id"], alice)
+    check(status == 410 and "files are gone" in e["error"], "not silently replaced by an empty one: %r" % e)
+    a = srv.ok("GET", "/api/v1/agents/" + victim["agent"]["id"], alice)
+    check(a["home_lost"], "the agent says its home is lost: %r" % a)
+    fresh = srv.ok("POST", "/api/v1/sessions?wait=1", alice, {"scope": "channel", "subject": "gone"})
+    check(fresh["id"] != victim["id"] and fresh["agent"]["state"] == "running", "then a fresh one by name")
+    status, _ = srv.call("GET", "/api/v1/agents/%s/files/work.txt" % fresh["agent"]["id"], alice)
+    check(status == 404, "the fresh one starts empty: %d" % status)
+
+    # Closing: the session ends, and its sandbox with it.
+    rc, out, err = srv.cli(alice, "session", "close", mine["id"])
+    check(rc == 0, "CLI session close: %r" % err)
+    deadline = time.time() + 20
+    while srv.call("GET", "/api/v1/agents/" + mine["agent"]["id"], alice)[0] != 404:
+        check(time.time() < deadline, "a closed session's sandbox is destroyed")
+        time.sleep(0.1)
+    status, e = srv.call("POST", "/api/v1/sessions/%s/open" % mine["id"], alice)
+    check(status == 410 and "closed" in e["error"], "a closed session opened by reference: %r" % e)
+    bad = [({"scope": "planet", "subject": "x"}, 400), ({"scope": "run"}, 400),
+           ({"scope": "run", "subject": "a\x01b"}, 400), ({"scope": "run", "subject": "x" * 300}, 400),
+           ({"scope": "run", "subject": "x", "runtime": "../etc"}, 400),
+           ({"scope": "run", "subject": "x", "extra": 1}, 400), ([], 400)]
+    for body, want in bad:
+        status, j = srv.call("POST", "/api/v1/sessions", alice, body)
+        check(status == want and j and j.get("error"), "a bad open %r: %d %r" % (body, status, j))
+    status, j = srv.call("POST", "/api/v1/sessions", alice, raw=b"{not json")
+    check(status == 400 and "JSON" in j["error"], "broken JSON: %r" % j)
+    srv.stop()
+
+
+# ---------------------------------------------------------------------------
+# Tokens
+
+def tokens():
+    srv = Server("tokens").start()
+    adm = srv.admin
+    srv.ok("POST", "/api/v1/tenants", adm, {"name": "acme"})
+    tok = srv.token("acme", "alice", name="ci-token")
+    srv.ok("GET", "/api/v1/agents", tok)
+    listed = srv.ok("GET", "/api/v1/tokens", adm)["tokens"]
+    check("ci-token" in [t["name"] for t in listed], "token ls has it")
+    check(tok not in json.dumps(listed) and not [t for t in listed if "token" in t or "hash" in t],
+          "token ls never shows a token nor its hash")
+    row = [t for t in listed if t["name"] == "ci-token"][0]
+    check(row["tenant"] == "acme" and row["user"] == "alice" and row["last_used_at"], "its fields: %r" % row)
+    rc, out, err = srv.cli(adm, "token", "ls")
+    check(rc == 0 and "ci-token" in out and tok not in out, "CLI token ls: %r" % out)
+
+    # The database file holds the hash, never the token.
+    db = sqlite3.connect(os.path.join(srv.data, "agenthold.db"))
+    try:
+        h = db.execute("SELECT hash FROM api_tokens WHERE name = 'ci-token'").fetchone()[0]
+    finally:
+        db.close()
+    check(h == hashlib.sha256(tok.encode()).hexdigest(), "the row keeps the token's SHA-256")
+    for suffix in ("", "-wal", "-shm"):
+        p = os.path.join(srv.data, "agenthold.db" + suffix)
+        if os.path.exists(p):
+            raw = open(p, "rb").read()
+            check(tok.encode() not in raw and tok.upper().encode() not in raw and bytes.fromhex(tok) not in raw,
+                  "agenthold.db%s holds no token" % suffix)
+
+    # Revoked: refused at once.
+    rc, out, err = srv.cli(adm, "token", "revoke", "ci-token")
+    check(rc == 0 and "revoked" in out, "CLI token revoke: %r" % err)
+    status, j = srv.call("GET", "/api/v1/agents", tok)
+    check(status == 401 and "revoked" in j["error"], "a revoked token: 401 naming why: %d %r" % (status, j))
+    rc, out, err = srv.cli(adm, "token", "revoke", "ci-token")
+    check(rc == 1 and "no token" in err, "revoking twice: %r" % err)
+
+    # Expired: refused once its time is up.
+    short = srv.token("acme", expires="2s")
+    srv.ok("GET", "/api/v1/agents", short)
+    time.sleep(2.5)
+    status, j = srv.call("GET", "/api/v1/agents", short)
+    check(status == 401 and "expired" in j["error"], "an expired token: 401 naming why: %d %r" % (status, j))
+
+    # Forged, truncated, another encoding, empty: refused alike.
+    live = srv.token("acme")
+    for bad in ("0" * 64, live[:-1] + ("0" if live[-1] != "0" else "1"), live[:32], live.upper(),
+                live + "00", urllib.parse.quote(live + "\x00"), "", live + " x"):
+        status, _ = srv.call("GET", "/api/v1/agents", bad if bad else None)
+        check(status == 401, "a forged token %r...: 401, got %d" % (bad[:10], status))
+    status, j = srv.call("GET", "/api/v1/agents", None, headers={"Authorization": "Basic " + live})
+    check(status == 401, "another scheme: 401")
+    # Bad requests for tokens are clear.
+    for body, part in (({"tenant": "nosuch"}, "no tenant"), ({}, "tenant"), ({"tenant": "acme", "expires": "soon"}, "expires"),
+                       ({"tenant": "acme", "user": "a b"}, "user"), ({"tenant": "acme", "admin": "yes"}, "admin"),
+                       ({"tenant": "acme", "name": "../x"}, "name"), ({"tenant": "acme", "bogus": 1}, "bogus")):
+        status, j = srv.call("POST", "/api/v1/tokens", adm, body)
+        check(status in (400, 404) and part in j["error"], "token create %r: %d %r" % (body, status, j))
+    srv.stop()
+
+
+def main():
+    matrix()
+    limits()
+    sessions()
+    tokens()
+    print("ok: %d checks" % checks)
+
+
+
+if __name__ == "__main__":
+    sys.exit(ahserver.run(main, Fail, procs, TMP, LOG))
