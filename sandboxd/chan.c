@@ -167,6 +167,15 @@ void ah_sbd_reset (ah_sbd_session_t *self, chan_t *ch, const char *why)
 
 static void s_hello (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
 {
+    if (self->hello_done) {
+        ah_sbd_refuse (self, ch, "EPROTO", "a second hello on this connection (hello is said once)");
+        return;
+    }
+    if (!ah_msg_has (req, "version")) {
+        ah_sbd_refuse (self, ch, "EPROTO", "hello without a version (the tunnel protocol the server "
+                       "speaks; this sandboxd speaks %d)", AH_PROTOCOL_VERSION);
+        return;
+    }
     int64_t v = ah_msg_int (req, "version", -1);
     if (v != AH_PROTOCOL_VERSION) {
         ah_error ("sandboxd", "server speaks tunnel protocol %lld, this sandboxd speaks %d",

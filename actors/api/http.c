@@ -565,6 +565,12 @@ static bool s_body (conn_t *conn)
     }
     else if (!r->handled) {
         r->handled = true;
+        //  A JSON body is a JSON object, whether the route reads it or not
+        //  (its handler parses it again: bodies are small).
+        json_t *obj = api_body_object (r, true);
+        if (!obj)
+            return true;
+        json_decref (obj);
         r->route->fn (r);
     }
     return true;

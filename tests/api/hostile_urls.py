@@ -15,6 +15,12 @@ a JSON error; afterwards nothing changed: both agents still exist in
 the state they had, the files planted in both homes are intact, and
 bob's audit trail (the agent no URL names) has no new row.
 
+Then every route that reads a JSON body gets broken ones (unclosed,
+not an object, trailing data, two documents, nesting 5000 deep, NUL
+inside a string, a number out of range, a byte-order mark, single
+quotes, blanks): each a 400 whose message names the body, and nothing
+changed (agents, files, tenants, tokens, sessions, policy values).
+
 A few whole-request forms go too: raw CR, LF, NUL and TAB inside the
 request line, a request line over 4 KiB (414), a head over 16 KiB (431),
 bare LF line ends; each answered with its status and the connection
@@ -135,8 +141,34 @@ ROUTES = [
     ("GET", "/api/v1/runtimes/busybox/briefing", None),
     ("GET", "/api/v1/events", None),
     ("GET", "/api/v1/agents/alice/terminal", None),
+    ("PUT", "/api/v1/policy", b'{"tenant_max_sandboxes":10}'),
+    ("POST", "/api/v1/tenants", b'{"name":"initech"}'),
+    ("GET", "/api/v1/tenants", None),
+    ("GET", "/api/v1/tenants/acme", None),
+    ("PATCH", "/api/v1/tenants/acme", b'{"max_sandboxes":1}'),
+    ("DELETE", "/api/v1/tenants/acme", None),
+    ("POST", "/api/v1/tokens", b'{"tenant":"acme"}'),
+    ("GET", "/api/v1/tokens", None),
+    ("DELETE", "/api/v1/tokens/acme-token", None),
+    ("POST", "/api/v1/sessions", b'{"scope":"run","subject":"r1"}'),
+    ("GET", "/api/v1/sessions", None),
+    ("GET", "/api/v1/sessions/run-r1-0123456789", None),
+    ("POST", "/api/v1/sessions/run-r1-0123456789/open", None),
+    ("DELETE", "/api/v1/sessions/run-r1-0123456789", None),
     ("GET", "/healthz", None),
 ]
+
+# Routes whose body is JSON (every POST, PATCH and PUT but the files'),
+# and bodies no JSON reader should accept or act on: each must be a 400
+# naming the body, and change nothing.
+BROKEN_BODIES = [
+    b"{", b"}", b"{\"name\":", b"[]", b'"alice"', b"null", b"true", b"12", b"\xff\xfe{}",
+    b'{"name":"carol"} trailing', b'{"name":"carol"}{"name":"dave"}', b"[" * 5000 + b"]" * 5000,
+    b'{"a":' * 3000 + b"1" + b"}" * 3000, b'{"name":"ca\x00rol"}', b'{"name":"carol\u0000"}',
+    b"\x00", b'{"name":1e999}', b"\xef\xbb\xbf{}", b"{'name':'carol'}", b" " * 10,
+]
+JSON_ROUTES = [(m, p) for m, p, _ in ROUTES
+               if m in ("POST", "PATCH", "PUT") and "/files" not in p and "/fs/" not in p]
 
 INJECT = ["..", "%2e%2e", "%2E%2E", "..%2F", "%2F", "%00", "%0A", "%0D", "a%2Fb", "", ".",
           "%2e", "..%2f..%2fbob", "%2e%2e%2fbob", "bob%00", "bob%0D%0Astart"]
@@ -160,10 +192,15 @@ def bent(path):
 
 
 def snapshot():
-    """The agents, their files, and how many audit rows bob has (counted
-    first: the two reads here add two rows of their own)."""
+    """The agents, their files, the tenants, tokens, sessions and policy
+    values, and how many audit rows bob has (counted first: the two reads
+    here add two rows of their own)."""
     bob_ops = api("GET", "/api/v1/agents/bob/operations?limit=1000")[1]["operations"]
-    agents = {a["name"]: a["state"] for a in api("GET", "/api/v1/agents")[1]["agents"]}
+    agents = {a["name"]: (a["state"], a["idle_minutes"]) for a in api("GET", "/api/v1/agents")[1]["agents"]}
+    agents["tenants"] = api("GET", "/api/v1/tenants")[1]["tenants"]
+    agents["tokens"] = [(t["name"], t["revoked_at"]) for t in api("GET", "/api/v1/tokens")[1]["tokens"]]
+    agents["sessions"] = [s["id"] for s in api("GET", "/api/v1/sessions")[1]["sessions"]]
+    agents["policy"] = api("GET", "/api/v1/policy")[1]["values"]
     homes = {}
     for n in ("alice", "bob"):
         st, data = ahserver.request(API, "GET", "/api/v1/agents/%s/files/keep/note.txt" % n, token=TOKEN)
@@ -189,6 +226,10 @@ def main():
             st, _ = ahserver.request(API, "PUT", "/api/v1/agents/%s/files/keep/note.txt" % n,
                                      body=b"original " + n.encode(), token=TOKEN)
             check(st == 200, "plant a file in %s: %d" % (n, st))
+        st, _ = api("POST", "/api/v1/tenants", {"name": "acme"})
+        check(st == 201, "tenant acme: %d" % st)
+        st, _ = api("POST", "/api/v1/tokens", {"tenant": "acme", "name": "acme-token"})
+        check(st == 201, "token acme-token: %d" % st)
         before = snapshot()
         tried = 0
         for method, path, body in ROUTES:
@@ -213,6 +254,18 @@ def main():
                 st, data = send(method, "/api/v1/agents/alice/%s?path=%s" % (route, value),
                                 b"x" if method == "PUT" else None)
                 check(st == 400, "%s %s?path=%s: want 400, got %d %r" % (method, route, value, st, data[:200]))
+        # Broken JSON on every route that reads a JSON body.
+        for method, path in JSON_ROUTES:
+            for body in BROKEN_BODIES:
+                st, data = send(method, path, body)
+                tried += 1
+                try:
+                    err = json.loads(data).get("error", "") if data else ""
+                except ValueError:
+                    err = ""
+                check(st == 400 and ("JSON" in err or "object" in err or "body" in err),
+                      "%s %s with body %r: want 400 naming the body, got %d %r"
+                      % (method, path, body[:40], st, data[:200]))
         after = snapshot()
         check(before[:2] == after[:2], "nothing changed: %r -> %r" % (before, after))
         check(after[2] == before [2] + 2, "bob's audit trail has no row but the snapshot's own "

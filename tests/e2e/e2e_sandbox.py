@@ -508,6 +508,21 @@ def s_token(a):
         fresh = json.load(f)["token"]
     check(fresh != boot["token"], "a start did not make a fresh token")
     check(tunnel_status(a["id"], boot["token"]) == 401, "a stale token was not refused with 401")
+    # Another agent's live token, the API's token, bent copies: refused.
+    _, b = api("POST", "/api/v1/agents?wait=1", {"name": "sbx-other"}, expect=None, timeout=120)
+    with open(os.path.join(DATA, "fake", b["id"], "boot.json")) as f:
+        theirs = json.load(f)["token"]
+    check(tunnel_status(a["id"], theirs) == 401, "another agent's token was not refused")
+    check(tunnel_status(b["id"], fresh) == 401, "a token under another agent's id was not refused")
+    check(tunnel_status(a["id"], ahserver.read_token(DATA)) == 401, "the API's token opened the tunnel")
+    for bent in (fresh.upper(), fresh + "0", fresh[:-1], " " + fresh + " x", fresh + "\t"):
+        check(tunnel_status(a["id"], bent) == 401, "a bent token %r... was not refused" % bent[:8])
+    st, _ = ahserver.request(API_PORT, "GET", "/api/v1/agents", token=fresh)
+    check(st == 401, "a sandbox's boot token worked on the API: %d" % st)
+    # A destroyed agent's last token is worth nothing.
+    api("DELETE", "/api/v1/agents/sbx-other?wait=1", expect=None, timeout=120)
+    check(tunnel_status(b["id"], theirs) == 401, "a destroyed agent's token was not refused")
+    check(tunnel_status(a["id"], fresh) == 101, "the live token stopped working")
 
 
 def cli(*args, timeout=60):
@@ -544,6 +559,24 @@ def s_cli(a):
     rc, out, err = cli("fs", "get", n, "../etc/passwd", os.path.join(TMP, "evil"))
     check(rc == 1 and err.startswith(b"agenthold fs get: ") and not os.path.exists(os.path.join(TMP, "evil"))
           and not os.path.exists(os.path.join(TMP, "evil.part")), "agenthold fs get ..: %d %r" % (rc, err))
+    # Control characters in a path are refused, never cut: keep survives.
+    rc, out, err = cli("fs", "mkdir", n, "keep")
+    check(rc == 0, "agenthold fs mkdir keep: %r" % err)
+    rc, out, err = cli("fs", "put", n, "keep/file.txt", local)
+    check(rc == 0, "agenthold fs put keep/file.txt: %r" % err)
+    for bad in ("keep\n.tmp", "keep\r.old", "keep\t", "keep/\x1b[31mred", "keep\x7f", "keep/file.txt\n"):
+        for args in (["fs", "rm", n, bad, "-r"], ["fs", "ls", n, bad], ["fs", "mkdir", n, bad],
+                     ["fs", "put", n, bad, local], ["fs", "get", n, bad, os.path.join(TMP, "ctl.out")]):
+            rc, out, err = cli(*args)
+            check(rc == 1 and b"control character" in err, "agenthold %s %r: %d %r" % (args[1], bad, rc, err))
+            check(b"\x1b" not in err and b"\r" not in err.rstrip(b"\n"), "the error echoes no control character")
+    check(os.path.isfile(os.path.join(home_of(a["id"]), "keep", "file.txt")), "keep/file.txt survived")
+    check(not os.path.exists(os.path.join(TMP, "ctl.out")), "nothing was downloaded")
+    # A trailing / after a file's name is not the file.
+    rc, out, err = cli("fs", "get", n, "keep/file.txt/", os.path.join(TMP, "slash.out"))
+    check(rc == 1 and not os.path.exists(os.path.join(TMP, "slash.out")), "fs get FILE/: %d %r" % (rc, err))
+    rc, out, err = cli("fs", "rm", n, "keep/file.txt/")
+    check(rc == 1 and os.path.isfile(os.path.join(home_of(a["id"]), "keep", "file.txt")), "fs rm FILE/: %r" % err)
     rc, out, err = cli("fs", "frob", n, "x")
     check(rc == 2 and b"unknown operation" in err, "agenthold fs frob: %d %r" % (rc, err))
     rc, out, err = cli("exec", "--help")

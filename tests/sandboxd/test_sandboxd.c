@@ -252,11 +252,26 @@ static void test_hello (peer_t *p)
     CHECK_STR (reply_code (r), "EPROTO");
     ah_msg_destroy (&r);
 
+    //  A hello that names no version (or not as a number) is no hello.
+    r = simple (p, req_new ("hello"));
+    CHECK_STR (reply_code (r), "EPROTO");
+    const char *e = r ? ah_msg_str (r, "error") : NULL;
+    CHECK (e && strstr (e, "without a version") && !strstr (e, "-1"));
+    ah_msg_destroy (&r);
     ah_msg_t *req = req_new ("hello");
+    ah_msg_set_str (req, "version", "1");
+    r = simple (p, req);
+    CHECK_STR (reply_code (r), "EVERSION");
+    ah_msg_destroy (&r);
+    r = simple (p, req_new ("ping"));
+    CHECK_STR (reply_code (r), "EPROTO");       //  still before hello
+    ah_msg_destroy (&r);
+
+    req = req_new ("hello");
     ah_msg_set_int (req, "version", 99);
     r = simple (p, req);
     CHECK_STR (reply_code (r), "EVERSION");
-    const char *e = r ? ah_msg_str (r, "error") : NULL;
+    e = r ? ah_msg_str (r, "error") : NULL;
     CHECK (e && strstr (e, "99") && strstr (e, "protocol 1") && strstr (e, "deploy"));
     ah_msg_destroy (&r);
 
@@ -271,6 +286,15 @@ static void test_hello (peer_t *p)
 
     r = simple (p, req_new ("ping"));
     CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+
+    //  Once: a second hello on the connection is refused.
+    req = req_new ("hello");
+    ah_msg_set_int (req, "version", AH_PROTOCOL_VERSION);
+    r = simple (p, req);
+    CHECK_STR (reply_code (r), "EPROTO");
+    e = r ? ah_msg_str (r, "error") : NULL;
+    CHECK (e && strstr (e, "second hello"));
     ah_msg_destroy (&r);
 
     r = simple (p, req_new ("no.such"));
