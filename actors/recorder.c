@@ -53,7 +53,35 @@ typedef struct {
     int         flush_rows;
     int         flush_ms;
     int64_t     retention_ms;
+    zhashx_t   *tenants;            //  agent id -> its tenant (char *), as first seen
 } self_t;
+
+#define MAX_TENANTS_KNOWN   100000
+
+//  The tenant of an agent, looked up when its row arrives and kept: the
+//  rows that follow a destroy (its last states, the API's own record)
+//  arrive once the agent is gone, and still belong to its tenant. NULL
+//  when the agent was never seen.
+static const char *
+s_tenant_of (self_t *self, const char *agent_id)
+{
+    const char *known = zhashx_lookup (self->tenants, agent_id);
+    if (known)
+        return known;
+    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT tenant FROM agents WHERE id = :id");
+    if (!st || ah_store_bind_text (st, ":id", agent_id))
+        return NULL;
+    char *tenant = NULL;
+    if (ah_store_step (self->store, st) == SQLITE_ROW && sqlite3_column_text (st, 0))
+        tenant = strdup ((const char *) sqlite3_column_text (st, 0));
+    sqlite3_reset (st);
+    if (!tenant)
+        return NULL;
+    if (zhashx_size (self->tenants) >= MAX_TENANTS_KNOWN)
+        zhashx_purge (self->tenants);
+    zhashx_update (self->tenants, agent_id, tenant);
+    return tenant;
+}
 
 static void
 s_row_free (s_row_t *row)
@@ -244,6 +272,8 @@ s_on_record (void *self_, ah_msg_t *msg)
         s_refuse (self, msg, "\"at\" must be a positive integer (ms since the epoch)");
         return;
     }
+    if (!tenant && agent_id)
+        tenant = s_tenant_of (self, agent_id);
     s_row_t row = {
         .at = at > 0 ? at : ah_store_now_ms (),
         .agent_id = agent_id ? strdup (agent_id) : NULL,
@@ -282,9 +312,11 @@ s_on_state (void *self_, ah_msg_t *msg)
     else
         snprintf (detail, sizeof detail, "%s", state);
     const char *peer = ah_msg_peer (msg);
+    const char *tenant = s_tenant_of (self, agent_id);
     s_row_t row = {
         .at = ah_store_now_ms (),
         .agent_id = strdup (agent_id),
+        .tenant = tenant ? strdup (tenant) : NULL,
         .actor = strdup (peer && *peer ? peer : "lifecycle"),
         .kind = strdup ("state"),
         .detail = strdup (detail),
@@ -429,6 +461,7 @@ s_destroy (void *self_)
     for (size_t i = 0; i < self->pending_count; i++)
         s_row_free (&self->pending [i]);
     free (self->pending);
+    zhashx_destroy (&self->tenants);
     ah_store_close (&self->store);
     free (self);
 }
@@ -446,9 +479,12 @@ s_init (ah_actor_t *actor, void *args)
         .flush_ms = a && a->flush_ms > 0 ? a->flush_ms : 200,
         .retention_ms = (int64_t) ((a && a->retention_days > 0 ? a->retention_days : 90) * 86400000.0),
     };
+    self->tenants = zhashx_new ();
+    if (self->tenants)
+        zhashx_set_destructor (self->tenants, (zhashx_destructor_fn *) zstr_free);
     char *err = NULL;
     self->store = a && a->db_path ? ah_store_open (a->db_path, false, &err) : NULL;
-    if (!self->store) {
+    if (!self->store || !self->tenants) {
         ah_actor_fail (actor, "cannot open the database: %s", err ? err : "no path given");
         free (err);
         s_destroy (self);

@@ -306,7 +306,16 @@ int ah_cli_session (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
         return ah_cmd_show_list (co, "/api/v1/sessions", "sessions", s_print_sessions);
     if (sub == 2 || sub == 3) {
         char *path = ah_cmd_path ("sessions", pos [0], "");
-        rc = s_session_reply (co, sub == 2 ? "GET" : "DELETE", path, NULL, 0);
+        if (sub == 2)
+            rc = s_session_reply (co, "GET", path, NULL, 0);
+        else {
+            json_t *reply = ah_cmd_call (co, "DELETE", path, NULL, 0, NULL, &rc);
+            if (reply && co->json)
+                ah_cmd_print_json (reply);
+            else if (reply)
+                printf ("session '%s' closed; its sandbox is being destroyed\n", pos [0]);
+            json_decref (reply);
+        }
         free (path);
         return rc;
     }

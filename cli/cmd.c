@@ -110,7 +110,9 @@ json_t *ah_cmd_call (const ah_common_t *co, const char *method, const char *path
         return NULL;
     }
     if (status >= 400) {
-        fprintf (stderr, "agenthold: %s\n", ah_client_error (reply, status));
+        char *why = ah_cmd_clean (strdup (ah_client_error (reply, status)));
+        fprintf (stderr, "agenthold: %s\n", why ? why : "the server refused the request");
+        free (why);
         json_decref (reply);
         return NULL;
     }
@@ -183,7 +185,7 @@ void ah_cmd_print_table (char ***rows, size_t nrows, size_t ncols)
 
 //  What a server, a sandbox or a person wrote, fit for a terminal: no
 //  control characters (an escape sequence would drive the terminal).
-static char *s_clean (char *s)
+char *ah_cmd_clean (char *s)
 {
     for (char *p = s; p && *p; p++)
         if ((unsigned char) *p < 0x20 || *p == 0x7f)
@@ -195,7 +197,7 @@ static char *s_clean (char *s)
 static char *s_cell (json_t *v)
 {
     if (json_is_string (v))
-        return s_clean (ah_cmd_strf ("%.80s", json_string_value (v)));
+        return ah_cmd_clean (ah_cmd_strf ("%.80s", json_string_value (v)));
     if (json_is_boolean (v))
         return strdup (json_is_true (v) ? "yes" : "no");
     if (json_is_number (v))
@@ -231,7 +233,7 @@ void ah_cmd_print_fields (json_t *obj, const char *const *keys, size_t nkeys)
             width = strlen (keys [k]);
     for (size_t k = 0; k < nkeys; k++) {
         json_t *v = json_object_get (obj, keys [k]);
-        char *cell = json_is_string (v) ? s_clean (strdup (json_string_value (v))) : s_cell (v);
+        char *cell = json_is_string (v) ? ah_cmd_clean (strdup (json_string_value (v))) : s_cell (v);
         printf ("%s:%*s %s\n", keys [k], (int) (width - strlen (keys [k])), "", cell ? cell : "-");
         free (cell);
     }

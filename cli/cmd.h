@@ -67,6 +67,9 @@ char ***ah_cmd_table_new (const char *const *header, size_t ncols, size_t nbody)
 void ah_cmd_print_objects (json_t *list, const char *const *header, const char *const *keys, size_t ncols);
 //  key: value lines of obj for the keys given (labels padded to width).
 void ah_cmd_print_fields (json_t *obj, const char *const *keys, size_t nkeys);
+//  s (owned, may be NULL) with every control character made '?': what a
+//  server, a sandbox or a person wrote, fit for a terminal. Returns s.
+char *ah_cmd_clean (char *s);
 char *ah_cmd_strf (const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 //  GET path and print the array under key: JSON with --json, else

@@ -129,8 +129,15 @@ static void s_print_agent (json_t *a)
     printf ("name:             %s\n", ah_cmd_jstr (a, "name", "-"));
     printf ("id:               %s\n", ah_cmd_jstr (a, "id", "-"));
     printf ("state:            %s\n", ah_cmd_jstr (a, "state", "-"));
-    if (json_is_string (json_object_get (a, "error")))
-        printf ("error:            %s\n", ah_cmd_jstr (a, "error", "-"));
+    if (json_is_string (json_object_get (a, "error"))) {
+        char *error = ah_cmd_clean (strdup (ah_cmd_jstr (a, "error", "-")));
+        printf ("error:            %s\n", error ? error : "-");
+        free (error);
+    }
+    if (json_is_string (json_object_get (a, "tenant")))
+        printf ("tenant:           %s\n", ah_cmd_jstr (a, "tenant", "-"));
+    if (json_is_string (json_object_get (a, "home_lost")))
+        printf ("home_lost:        %s\n", ah_cmd_jstr (a, "home_lost", "-"));
     if (json_object_get (a, "image")) {
         printf ("image:            %s\n", ah_cmd_jstr (a, "image", "-"));
         printf ("cpus:             %g\n", json_number_value (json_object_get (a, "cpus")));
@@ -162,8 +169,13 @@ static void s_print_reply (const ah_common_t *co, json_t *reply, bool waited, in
 static void s_print_agents (json_t *agents)
 {
     static const char *const header [] = { "NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "IDLE", "LAST ACTIVITY",
-                                           "NOTE", "SLEEPS" };
-    const size_t ncols = sizeof header / sizeof header [0];
+                                           "NOTE", "SLEEPS", "TENANT" };
+    //  The tenant is shown when the list holds more than one (an admin's).
+    bool tenants = false;
+    for (size_t i = 1; i < json_array_size (agents); i++)
+        tenants = tenants || strcmp (ah_cmd_jstr (json_array_get (agents, i), "tenant", ""),
+                                     ah_cmd_jstr (json_array_get (agents, 0), "tenant", ""));
+    const size_t ncols = tenants ? 10 : 9;
     size_t nrows = json_array_size (agents) + 1;
     char ***rows = ah_cmd_table_new (header, ncols, nrows - 1);
     for (size_t i = 0; i + 1 < nrows; i++) {
@@ -178,10 +190,12 @@ static void s_print_agents (json_t *agents)
         row [6] = strdup (ah_cmd_jstr (a, "last_activity_at", "-"));
         const char *error = ah_cmd_jstr (a, "error", NULL);
         if (error && !strcmp (ah_cmd_jstr (a, "state", ""), "error"))
-            row [7] = ah_cmd_strf ("%.60s", error);
+            row [7] = ah_cmd_clean (ah_cmd_strf ("%.60s", error));
         else
             row [7] = strdup (json_is_true (json_object_get (a, "needs_rebuild")) ? "needs rebuild" : "");
         row [8] = ah_cli_sleeps_in (ah_cmd_jstr (a, "sleeps_at", NULL));
+        if (tenants)
+            row [9] = strdup (ah_cmd_jstr (a, "tenant", "-"));
     }
     ah_cmd_print_table (rows, nrows, ncols);
 }

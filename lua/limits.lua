@@ -63,7 +63,8 @@ local function places(tenant, request, usage, limits)
                   usage.pool_sandboxes, pool)
     end
   end
-  if op == "start" then
+  -- a create starts the sandbox it makes: it counts against running too
+  if op == "start" or op == "create" then
     local most = cap(tenant.max_running, limits.tenant_max_running)
     if most and usage.running >= most then
       return deny("tenant '%s' already runs %d of %d sandboxes", tenant.name, usage.running, most)

@@ -129,7 +129,7 @@ static void s_on_reply (void *arg, ah_msg_t *msg)
         if (!error || !*error)
             error = "the request was refused";
         if (r->on_refused)
-            r->on_refused (r);
+            r->on_refused (r, error);
         api_record (r, false, error);
         api_respond_error (r, status, "%s", error);
         return;
@@ -181,7 +181,7 @@ static void s_tick (void *arg, void *unused)
                 r->on_deadline (r);
             else if (asked) {
                 if (r->on_refused)
-                    r->on_refused (r);
+                    r->on_refused (r, "no answer in time");
                 api_record (r, false, "no answer in time");
                 api_respond_error (r, 504, "%s did not answer %s within %d s",
                                    asked, r->asked_type, api->reply_timeout_s);

@@ -159,7 +159,8 @@ struct req_t {
     const char *asked;
     char asked_type [32];
     void (*on_deadline) (req_t *r);
-    void (*on_refused) (req_t *r);  //  the asked actor refused, or did not answer in time
+    //  The asked actor refused (why: its message), or did not answer in time.
+    void (*on_refused) (req_t *r, const char *why);
     void (*on_state) (req_t *r);    //  a SANDBOX_STATE for r->agent_id, or the tick
     //  The response
     int status;

@@ -207,12 +207,12 @@ static json_t *s_json (api_t *api, const session_t *s, const char *scope)
 //  with ?wait=1, once it has left its transitional state).
 static void s_answer (req_t *r, const char *id, int status)
 {
+    s_exec (r->api, "UPDATE sessions SET opened_at = :at WHERE id = :id", id, NULL, ah_store_now_ms ());
     session_t s;
     if (s_by_id (r->api, id, "", &s) != 1) {
         api_respond_error (r, 500, "session '%s' vanished", id);
         return;
     }
-    s_exec (r->api, "UPDATE sessions SET opened_at = :at WHERE id = :id", id, NULL, ah_store_now_ms ());
     json_t *j = s_json (r->api, &s, "");
     json_object_set_new (j, "created", json_boolean (status == 201));
     api_respond (r, status, j);
@@ -229,7 +229,8 @@ static void s_wait_check (req_t *r)
     if (rc == 0 || s.closed_at || s.lost_at) {
         api_unpark (r);
         api_respond_error (r, 409, "session '%s' could not be opened: %s", r->name,
-                           rc == 0 ? "it was removed" : s.lost_at ? s.lost_reason : "it was closed");
+                           rc == 0 ? "it was removed" : s.lost_at || s.lost_reason [0] ? s.lost_reason
+                                                      : "it was closed");
         return;
     }
     if (!s.agent_id [0])
@@ -280,10 +281,12 @@ static void s_created (req_t *r, ah_msg_t *reply)
 
 //  A refused create (or one that was not answered): the row is closed,
 //  and the opens waiting for it say why.
-static void s_create_refused (req_t *r)
+static void s_create_refused (req_t *r, const char *why)
 {
+    char text [600];
+    snprintf (text, sizeof text, "its sandbox could not be made: %s", why ? why : "refused");
     s_exec (r->api, "UPDATE sessions SET closed_at = :at, lost_reason = :text WHERE id = :id", r->name,
-            "its sandbox could not be made", ah_store_now_ms ());
+            text, ah_store_now_ms ());
 }
 
 //  A live row without a sandbox: being made by an open of this server,
@@ -309,7 +312,7 @@ static bool s_in_the_making (req_t *r, session_t *s)
         return true;
     }
     snprintf (r->name, sizeof r->name, "%s", s->id);
-    s_create_refused (r);
+    s_create_refused (r, "the open that made it did not finish");
     return false;
 }
 
@@ -493,7 +496,9 @@ static void s_close (req_t *r)
         api_respond_error (r, 500, "cannot write the session");
         return;
     }
-    if (s.agent_id [0] && !s.lost_at) {
+    if (s.agent_id [0]) {
+        //  Lost or not, what is left of its sandbox goes with it (a lost
+        //  home's recreated sandbox included; a destroyed one is a no-op).
         ah_msg_t *m = ah_msg_new ("SANDBOX_DESTROY");
         ah_msg_set_str (m, "agent", s.agent_id);
         api_send (r->api, "lifecycle", &m);

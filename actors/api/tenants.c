@@ -206,8 +206,12 @@ static void s_tenant_update (req_t *r)
             api_respond_error (r, 400, "nothing to change: give max_sandboxes, max_running, max_cpus "
                                "or max_memory_mb");
         else if (ah_store_begin (r->api->store) == 0) {
-            if (s_limits_write (r, obj, r->params [0], false) || ah_store_commit (r->api->store))
+            if (s_limits_write (r, obj, r->params [0], false))
+                ah_store_rollback (r->api->store);      //  answered
+            else if (ah_store_commit (r->api->store)) {
                 ah_store_rollback (r->api->store);
+                api_respond_error (r, 500, "cannot write the tenant's limits");
+            }
             else {
                 int status;
                 t = s_tenant_get (r->api, r->params [0], &status);
@@ -349,7 +353,7 @@ static json_t *s_token_row (sqlite3_stmt *st)
 static int64_t s_duration_s (json_t *v)
 {
     if (json_is_integer (v))
-        return json_integer_value (v);
+        return json_integer_value (v) > 0 && json_integer_value (v) <= 3650LL * 86400 ? json_integer_value (v) : -1;
     const char *s = json_string_value (v);
     if (!s || !*s || !isdigit ((unsigned char) *s))
         return -1;
@@ -391,8 +395,8 @@ static void s_token_create (req_t *r)
         }
     bool admin = json_is_true (json_object_get (obj, "admin"));
     const char *tenant = json_string_value (json_object_get (obj, "tenant"));
-    if (!tenant && r->who.scope [0])
-        tenant = r->who.scope;
+    if (!tenant && !admin && r->who.scope [0])
+        tenant = r->who.scope;          //  ?tenant=: the tenant acted within (not for an admin's)
     const char *name = json_string_value (json_object_get (obj, "name"));
     const char *user = json_string_value (json_object_get (obj, "user"));
     json_t *expires = json_object_get (obj, "expires");

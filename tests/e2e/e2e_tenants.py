@@ -296,6 +296,16 @@ def matrix():
         rc, out, err = srv.cli(adm, "--tenant", t, "rm", "victim")
         check(rc == 0 and "destroyed" in out, "admin --tenant %s rm: %r" % (t, err))
 
+    # A destroyed agent's last rows are still its tenant's.
+    for t in ("acme", "globex"):
+        ops = srv.ok("GET", "/api/v1/agents/%s/operations?limit=1000" % agents[(t, "victim")], tok[t])["operations"]
+        kinds = [(o["kind"], o.get("detail")) for o in ops]
+        check(("state", "destroyed") in kinds or any(d and d.startswith("destroyed") for k, d in kinds),
+              "%s sees its destroyed agent's last state: %r" % (t, kinds[:5]))
+        status, j = srv.call("GET", "/api/v1/agents/%s/operations" % agents[(t, "victim")],
+                             tok["globex" if t == "acme" else "acme"])
+        check(status == 404, "and the other tenant does not: %d" % status)
+
     # Events: a tenant's stream shows its own agents' changes only.
     c, r = events(srv, tok["acme"])
     try:
@@ -392,6 +402,25 @@ def limits():
     check(rc == 0 and "max_sandboxes: 1" in out.replace("  ", " ").replace("  ", " "), "tenant set: %r" % out)
     status, j = create("t3", "c1")
     check(status == 422 and j["error"] == "tenant 't3' already holds 1 of 1 sandboxes", "t3 at 1 of 1: %r" % j)
+    # Running caps hold for a create too (a create starts what it makes).
+    for b in ("b0", "b1", "b2"):
+        srv.ok("DELETE", "/api/v1/agents/%s?wait=1" % b, tok["t2"])        # room in the pool: 17 of 20
+    srv.ok("PATCH", "/api/v1/tenants/t3", adm, {"max_sandboxes": None, "max_running": 1})
+    srv.wait_state("c0", ("running",), tok["t3"])
+    status, j = create("t3", "c1")
+    check(status == 422 and j["error"] == "tenant 't3' already runs 1 of 1 sandboxes", "a create over max_running: %r" % j)
+    srv.ok("POST", "/api/v1/agents/c0/stop?wait=1", tok["t3"])
+    srv.ok("POST", "/api/v1/agents", tok["t3"], {"name": "c1"})
+    srv.wait_state("c1", ("running",), tok["t3"])
+    status, j = srv.call("POST", "/api/v1/agents/c0/start", tok["t3"])
+    check(status == 422 and "already runs 1 of 1" in j["error"], "a start over max_running: %r" % j)
+    # Opens waiting on a refused first open are told why.
+    srv.ok("PATCH", "/api/v1/tenants/t3", adm, {"max_sandboxes": 2})
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        results = list(pool.map(lambda i: srv.call("POST", "/api/v1/sessions", tok["t3"],
+                                                    {"scope": "run", "subject": "over"}), range(5)))
+    check(all(st in (409, 422) and "already holds 2 of 2" in j["error"] for st, j in results),
+          "every open of a refused key says why: %r" % results)
 
     # limits.lua edited while the server runs: the next decision uses it.
     path = os.path.join(lua, "limits.lua")
@@ -420,7 +449,7 @@ def limits():
     with open(path, "w") as f:
         f.write(shipped)
     status, j = create("t3", "forbidden")
-    check(status == 422 and j["error"] == "tenant 't3' already holds 1 of 1 sandboxes", "the shipped rule again: %r" % j)
+    check(status == 422 and j["error"] == "tenant 't3' already holds 2 of 2 sandboxes", "the shipped rule again: %r" % j)
     srv.stop()
 
 
@@ -512,9 +541,12 @@ def sessions():
     status, _ = srv.call("GET", "/api/v1/agents/%s/files/work.txt" % fresh["agent"]["id"], alice)
     check(status == 404, "the fresh one starts empty: %d" % status)
 
+    time.sleep(0.05)
+    later = srv.ok("POST", "/api/v1/sessions/%s/open" % mine["id"], alice)
+    check(later["opened_at"] > mine["opened_at"], "opened_at is this open's: %r" % later)
     # Closing: the session ends, and its sandbox with it.
     rc, out, err = srv.cli(alice, "session", "close", mine["id"])
-    check(rc == 0, "CLI session close: %r" % err)
+    check(rc == 0 and "closed" in out, "CLI session close: %r %r" % (out, err))
     deadline = time.time() + 20
     while srv.call("GET", "/api/v1/agents/" + mine["agent"]["id"], alice)[0] != 404:
         check(time.time() < deadline, "a closed session's sandbox is destroyed")
@@ -588,8 +620,13 @@ def tokens():
         check(status == 401, "a forged token %r...: 401, got %d" % (bad[:10], status))
     status, j = srv.call("GET", "/api/v1/agents", None, headers={"Authorization": "Basic " + live})
     check(status == 401, "another scheme: 401")
+    rc, out, err = srv.cli(adm, "--tenant", "acme", "token", "create", "--admin", "--name", "ops")
+    check(rc == 0 and len(out.strip()) == 64, "an admin token made with --tenant set: %r" % err)
+    status, _ = srv.call("GET", "/api/v1/tenants", out.strip())
+    check(status == 200, "and it is an admin's: %d" % status)
     # Bad requests for tokens are clear.
     for body, part in (({"tenant": "nosuch"}, "no tenant"), ({}, "tenant"), ({"tenant": "acme", "expires": "soon"}, "expires"),
+                       ({"tenant": "acme", "expires": 2 ** 62}, "expires"), ({"tenant": "acme", "expires": -5}, "expires"),
                        ({"tenant": "acme", "user": "a b"}, "user"), ({"tenant": "acme", "admin": "yes"}, "admin"),
                        ({"tenant": "acme", "name": "../x"}, "name"), ({"tenant": "acme", "bogus": 1}, "bogus")):
         status, j = srv.call("POST", "/api/v1/tokens", adm, body)
