@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/e2e/e2e_tenants.py: tenants, tokens, sessions and limits on the real
 `agenthold serve` (fake driver, the shipped configuration and lua/, ports
-from 18300-18399), driven with raw HTTP and the agenthold CLI.
+from 19100-19199), driven with raw HTTP and the agenthold CLI.
 
 - matrix: two tenants and an admin, each with tokens; every operation of
   the API (list, show, change, start, stop, rebuild, rm, terminal, files,
@@ -67,8 +67,8 @@ class Server:
         self.dir = os.path.join(TMP, name)
         os.makedirs(self.dir)
         self.data = os.path.join(self.dir, "data")
-        self.port = ahserver.free_port(18300, 18399, (os.getpid() % 25) * 4, fail=Fail)
-        tunnel = ahserver.free_port(18300, 18399, (os.getpid() % 25) * 4 + 1, {self.port}, fail=Fail)
+        self.port = ahserver.free_port(19100, 19199, (os.getpid() % 25) * 4, fail=Fail)
+        tunnel = ahserver.free_port(19100, 19199, (os.getpid() % 25) * 4 + 1, {self.port}, fail=Fail)
         self.env = ahserver.server_env(self.data, self.port, tunnel, extra=extra)
         self.proc = None
 
