@@ -18,6 +18,7 @@
 #include "config/config.h"
 
 #define AH_API_REPLY_TIMEOUT_S  30          //  an owner must answer within this
+#define AH_API_BODY_STALL_S     60          //  seconds a request body may stop coming
 #define AH_API_MAX_BODY         (1u << 20)  //  largest JSON request body accepted
 #define AH_API_MAX_UPLOAD       ((uint64_t) 4 << 30) //  largest file upload
 #define AH_API_WAIT_DEFAULT_S   600         //  ?wait=1 bound unless ?timeout=N says otherwise
@@ -27,6 +28,7 @@ typedef struct {
     const ah_config_t *config;      //  borrowed; must outlive the actor
     const char *db_path;            //  the database file (opened, not migrated)
     int reply_timeout_s;            //  0: AH_API_REPLY_TIMEOUT_S (tests shorten it)
+    int body_stall_s;               //  0: AH_API_BODY_STALL_S, a body that stops coming (tests shorten it)
 } ah_api_args_t;
 
 extern const ah_actor_def_t ah_api_actor;

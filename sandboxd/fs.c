@@ -62,7 +62,8 @@ void ah_sbd_fs_list (ah_sbd_session_t *self, chan_t *ch, const char *path, size_
         if (names [n])
             n++;
     }
-    qsort (names, n, sizeof *names, s_name_cmp);
+    if (n > 1)
+        qsort (names, n, sizeof *names, s_name_cmp);
     msgpack_sbuffer items;
     msgpack_sbuffer_init (&items);
     msgpack_packer pk;

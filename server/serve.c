@@ -601,8 +601,8 @@ ah_server_run (const ah_config_t *config)
 
     char line [1024];
     snprintf (line, sizeof line,
-              "agenthold serving: api http://%s, tunnel %s, driver %s, data %s, admin token in %s%s%s",
-              config->listen ? config->listen : "?", config->tunnel_listen ? config->tunnel_listen : "?",
+              "agenthold serving: api %s://%s, tunnel %s, driver %s, data %s, admin token in %s%s%s",
+              config->tls_cert ? "https" : "http", config->listen ? config->listen : "?", config->tunnel_listen ? config->tunnel_listen : "?",
               config->driver ? config->driver : "?", config->data_dir, self.token_path,
               config->tap_endpoint ? ", tap " : "", config->tap_endpoint ? config->tap_endpoint : "");
     ah_info ("server", "%s", line);

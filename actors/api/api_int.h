@@ -75,6 +75,7 @@ struct api_t {
     struct api_abandoned_t *abandoned;      //  opens whose owner left (chan.c)
     int64_t next_req;
     int reply_timeout_s;
+    int body_stall_s;               //  a body that stops coming closes its connection
     ah_api_events_t *events;
     struct terminal_t *terminals;   //  open terminals (terminal.c)
 };

@@ -576,6 +576,22 @@ static bool s_body (conn_t *conn)
     return true;
 }
 
+//  A body that stops coming: body_stall_s after the last byte read or
+//  taken, the connection closes (a streamed upload is dropped, never
+//  kept half). Not while we are the ones who wait: our consumer not ready
+//  yet (an upload whose sandbox is waking) or full (reading paused).
+static void s_stall_watch (conn_t *conn)
+{
+    req_t *r = &conn->req;
+    bool reading = conn->state == CONN_BODY || (conn->state == CONN_HANDLING && r->discard);
+    bool ready = !(r->route && (r->route->flags & R_STREAM)) || r->discard
+              || (r->continue_sent && r->ext_ops && r->ext_ops->body);
+    if (reading && !r->body_done && ready && !conn->rx_paused)
+        lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, conn->api->body_stall_s);
+    else if (conn->state == CONN_BODY || conn->state == CONN_HANDLING)
+        lws_set_timeout (conn->wsi, NO_PENDING_TIMEOUT, 0);
+}
+
 //  Take what conn->in holds as far as the state allows.
 static void s_process (conn_t *conn)
 {
@@ -601,6 +617,7 @@ static void s_process (conn_t *conn)
                     snprintf (r->path, sizeof r->path, "(unreadable request)");
                     snprintf (r->head.method, sizeof r->head.method, "?");
                     r->close_after = true;
+                    r->body_done = true;        //  nothing more is read: the answer, then close
                     ah_buf_clear (&conn->in);
                     api_respond_error (r, -rc, "%s", why ? why : "malformed request");
                     break;
@@ -630,6 +647,8 @@ static void s_process (conn_t *conn)
         conn->rx_paused = false;
         lws_rx_flow_control (conn->wsi, 1);
     }
+    if (conn->state != CONN_CLOSED && !conn->closing)
+        s_stall_watch (conn);
     conn->processing = false;
 }
 
@@ -724,7 +743,8 @@ static int s_callback (struct lws *wsi, enum lws_callback_reasons reason, void *
                 return -1;
             return s_writeable (conn);
         case LWS_CALLBACK_RAW_CLOSE:
-            if (conn && conn->state != CONN_CLOSED) {
+            //  conn->api is unset when TLS failed before the adoption.
+            if (conn && conn->api && conn->state != CONN_CLOSED) {
                 conn_state_t was = conn->state;
                 conn->state = CONN_CLOSED;
                 if (was == CONN_WS)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 //  -------------------------------------------------------------------------
 //  Containers
@@ -18,9 +19,23 @@ int
 ah_dk_container_remove (docker_t *self, const char *name, char **err)
 {
     //  409 "removal already in progress": someone else is removing it.
+    //  Either way the name is only free once the container is gone, so
+    //  wait for that (a create that follows would meet a 409 otherwise).
     dk_simple_t how = { .method = "DELETE", .path_fmt = "/containers/%s?force=true&v=false",
                         .ok1 = 204, .ok2 = 409, .absent_ok = true, .timeout_s = 60 };
-    return ah_dk_simple (self, &how, "removing container", name, err);
+    if (ah_dk_simple (self, &how, "removing container", name, err))
+        return -1;
+    char *path = ah_strf ("/containers/%s/json", name);
+    long st = 200;
+    for (int i = 0; i < 300 && st == 200; i++) {
+        st = ah_dk_get (self, "waiting for a removed container to go", path, true, NULL, err);
+        if (st == 200)
+            nanosleep (&(struct timespec) { .tv_nsec = 100 * 1000 * 1000 }, NULL);
+    }
+    free (path);
+    if (st == 200)
+        ah_dk_err (err, "removing container %s: still there after 30 s", name);
+    return st == 404 ? 0 : -1;
 }
 
 int

@@ -97,6 +97,29 @@ def raw(request_bytes, timeout=10):
     return status, data.partition(b"\r\n\r\n")[2]
 
 
+def closed_after(request_bytes, timeout=5):
+    """Sends bytes as they are and reads to the end: (status, True when
+    the server closed the connection within timeout)."""
+    s = socket.create_connection(("127.0.0.1", API), timeout=timeout)
+    data = b""
+    try:
+        s.sendall(request_bytes)
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        closed = True
+    except (socket.timeout, TimeoutError):
+        closed = False
+    except ConnectionResetError:
+        closed = True
+    finally:
+        s.close()
+    parts = data.split(b"\r\n", 1)[0].split(b" ")
+    return (int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0), closed
+
+
 def send(method, target, body=None):
     body = body if body is not None else b""
     req = ("%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nConnection: close\r\n"
@@ -280,8 +303,9 @@ def main():
                 ("long target", b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\n\r\n", 414),
                 ("huge head", b"GET /healthz HTTP/1.1\r\nX: " + b"v" * 20000 + b"\r\n\r\n", 431),
                 ("HTTP/2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505)):
-            st, data = raw(req)
-            check(st == want, "%s: want %d, got %d %r" % (what, want, st, data[:120]))
+            st, closed = closed_after(req)
+            check(st == want and closed, "%s: want %d and the connection closed, got %d (closed: %s)"
+                  % (what, want, st, closed))
         st, _ = ahserver.request(API, "GET", "/healthz")
         check(st == 200, "still serving")
         print("hostile_urls: %d bent URLs, %d checks passed" % (tried, checks))

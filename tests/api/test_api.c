@@ -198,7 +198,7 @@ int main (void)
     ah_config_t *config = ah_config_new_defaults ();
     free (config->listen);
     config->listen = strdup ("127.0.0.1:0");
-    ah_api_args_t args = { .config = config, .db_path = db, .reply_timeout_s = 1 };
+    ah_api_args_t args = { .config = config, .db_path = db, .reply_timeout_s = 1, .body_stall_s = 1 };
     char *start_err = NULL;
     zactor_t *api = ah_actor_new (&ah_api_actor, &args, &start_err);
     CHECK (api != NULL && start_err == NULL);
@@ -523,6 +523,14 @@ int main (void)
         snprintf (req, sizeof req, "POST /api/v1/agents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
                   "Content-Length: 5\r\n\r\n{\"na", s_token);
         out = s_raw (req, strlen (req), true);             //  short body, then EOF
+        free (out);
+        //  A body that stops coming: the connection closes once it has
+        //  stalled body_stall_s (1 s here), well before our 3 s read limit.
+        int64_t t0 = zclock_mono ();
+        out = s_raw (req, strlen (req), false);
+        int64_t took = zclock_mono () - t0;
+        CHECK (took >= 900 && took < 2800);
+        CHECK (!strstr (out, "HTTP/1.1 2"));
         free (out);
     }
     {

@@ -449,6 +449,18 @@ def tunnel_conns():
     return [l.split()[2] for l in out.splitlines() if l.strip()]
 
 
+def wait_back(n):
+    """Waits until sandboxd of agent n has redialled and answers an exec."""
+    deadline = time.time() + 30
+    j = None
+    while time.time() < deadline:
+        st, j = api("POST", "/api/v1/agents/%s/exec" % n, {"cmd": "echo back$((40+2))"}, expect=None)
+        if st == 200:
+            break
+        time.sleep(0.5)
+    check(j and j.get("stdout") == "back42\n", "exec after the reconnect: %r" % j)
+
+
 def s_reconnect(a):
     n = a["name"]
     before = tunnel_conns()
@@ -465,14 +477,7 @@ def s_reconnect(a):
         time.sleep(0.2)
     check(after and after != before, "sandboxd did not redial: %r -> %r (ss -K needs CAP_NET_ADMIN and a "
           "kernel with CONFIG_INET_DIAG_DESTROY)" % (before, after))
-    deadline = time.time() + 30
-    j = None
-    while time.time() < deadline:
-        st, j = api("POST", "/api/v1/agents/%s/exec" % n, {"cmd": "echo back$((40+2))"}, expect=None)
-        if st == 200:
-            break
-        time.sleep(0.5)
-    check(j and j.get("stdout") == "back42\n", "exec after the reconnect: %r" % j)
+    wait_back(n)
     out, _ = terminal(n, "echo again$((6*7))\n", "again42")
     check(b"again42" in out, "terminal after the reconnect: %r" % out[-200:])
     with open(LOG) as f:
@@ -523,6 +528,8 @@ def s_token(a):
     api("DELETE", "/api/v1/agents/sbx-other?wait=1", expect=None, timeout=120)
     check(tunnel_status(b["id"], theirs) == 401, "a destroyed agent's token was not refused")
     check(tunnel_status(a["id"], fresh) == 101, "the live token stopped working")
+    #  That tunnel replaced sandboxd's own, which redials.
+    wait_back(a["name"])
 
 
 def cli(*args, timeout=60):

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import http.client
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -174,7 +175,7 @@ def test_tls():
                extra={"AGENTHOLD_SERVER_TLS_CERT": cert, "AGENTHOLD_SERVER_TLS_KEY": key})
     try:
         text = s.wait_line(r"agenthold serving")
-        check("https://127.0.0.1:%d" % api in text, "the server says it serves https: %s" % text[-600:])
+        check("agenthold serving: api https://127.0.0.1:%d" % api in text, "the server says it serves https: %s" % text[-600:])
         # HTTPS with the server's certificate: answers
         ctx = ssl.create_default_context(cafile=cert)
         c = http.client.HTTPSConnection("127.0.0.1", api, context=ctx, timeout=10)
@@ -231,8 +232,14 @@ def main():
         test_tls()
         print("e2e_tls: %d checks passed" % checks)
         return 0
-    except Fail as e:
+    except Exception as e:
         print("e2e_tls: FAILED after %d checks: %s" % (checks, e), file=sys.stderr)
+        if not isinstance(e, Fail):
+            traceback.print_exc()
+        for name in sorted(os.listdir(TMP)):
+            if name.endswith(".log"):
+                with open(os.path.join(TMP, name), errors="replace") as f:
+                    sys.stderr.write("--- %s (end)\n%s\n" % (name, f.read()[-4000:]))
         return 1
     finally:
         shutil.rmtree(TMP, ignore_errors=True)

@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import traceback
 import time
 
 
@@ -127,8 +128,11 @@ def run(main, fail, procs, tmp, log):
     try:
         main()
         rc = 0
-    except fail as e:
-        print("FAIL: %s" % e, file=sys.stderr)
+    except Exception as e:
+        if isinstance(e, fail):
+            print("FAIL: %s" % e, file=sys.stderr)
+        else:
+            traceback.print_exc()
         try:
             with open(log) as f:
                 sys.stderr.write(f.read()[-6000:])
