@@ -56,6 +56,7 @@ s_worker (void *args)
 {
     s_worker_args_t *w = args;
     zsock_t *push = zsock_new_push (w->endpoint);
+    pthread_setname_np (pthread_self (), "ah-build-work");
     if (!push) {
         ah_error (AREA, "the image worker cannot reach the builder");
         return NULL;

@@ -16,6 +16,7 @@ static void *s_worker (void *arg)
 {
     job_t *job = arg;
     char *err = NULL;
+    pthread_setname_np (pthread_self (), "ah-lc-job");
     int rc = -1;
     ah_sandbox_spec_t spec = { job->agent_id, job->image, job->cpus, job->memory_mb, job->pids_limit };
     ah_sandbox_status_t status = { .exit_code = -1 };

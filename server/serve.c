@@ -490,6 +490,7 @@ static void *
 s_watchdog (void *arg)
 {
     s_watchdog_t *w = arg;
+    pthread_setname_np (pthread_self (), "ah-watchdog");
     int64_t deadline = zclock_mono () + AH_SERVE_SHUTDOWN_LIMIT_MS;
     while (true) {
         int64_t left = deadline - zclock_mono ();
