@@ -81,6 +81,7 @@ typedef struct {
     ah_sleeper_args_t    sleeper_args;
     ah_builder_args_t    builder_args;
     ah_api_args_t        api_args;
+    char                 link [64];     //  the api-tunnel link's inproc endpoint
 } self_t;
 
 //  Who gets lifecycle's SANDBOX_STATE events: every actor that follows
@@ -386,7 +387,13 @@ s_start_actors (self_t *self)
     self->reconciler_args = (ah_reconciler_args_t) { .db_path = self->db_path, .driver = self->driver };
     if (s_start (self, &ah_reconciler_actor, &self->reconciler_args))
         return -1;
-    self->tunnel_args = (ah_tunnel_args_t) { .config = config, .db_path = self->db_path };
+    //  The api's channels go straight to the tunnel over a link of their
+    //  own, unless the tap is on: then they take the bus so the tap sees
+    //  every CHAN_* (their metadata), at the bus's pace.
+    snprintf (self->link, sizeof self->link, "inproc://agenthold-link-%p", (void *) self);
+    const char *link = config->tap_endpoint ? NULL : self->link;
+    self->tunnel_args = (ah_tunnel_args_t) { .config = config, .db_path = self->db_path,
+                                             .api_link = link };
     //  CPU samples at least as often as the sleeper judges (short check intervals).
     if (config->idle_check_interval_s * 1000 < AH_TUNNEL_STATS_INTERVAL_MS)
         self->tunnel_args.stats_interval_ms = (int) (config->idle_check_interval_s * 1000);
@@ -399,7 +406,7 @@ s_start_actors (self_t *self)
         .config = config, .db_path = self->db_path, .driver = self->driver, .prewarm = true };
     if (s_start (self, &ah_builder_actor, &self->builder_args))
         return -1;
-    self->api_args = (ah_api_args_t) { .config = config, .db_path = self->db_path };
+    self->api_args = (ah_api_args_t) { .config = config, .db_path = self->db_path, .tunnel_link = link };
     return s_start (self, &ah_api_actor, &self->api_args);
 }
 

@@ -271,6 +271,8 @@ static void *s_init (ah_actor_t *actor, void *arg)
         return NULL;
     }
     ah_actor_use_lws (actor, api->loop);
+    if (a->tunnel_link && ah_actor_link (actor, "tunnel", a->tunnel_link, false))
+        ah_warn (AREA, "channels take the bus: no direct link to the tunnel at %s", a->tunnel_link);
     api->events = ah_api_events_new (api->store, actor);
     if (!api->events || ah_actor_timer (actor, API_TICK_MS, API_TICK_MS, s_tick, NULL) < 0) {
         ah_actor_fail (actor, "out of memory");

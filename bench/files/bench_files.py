@@ -142,6 +142,15 @@ def download(srv, agent_id, dst, size):
     return dt
 
 
+#  With the fake driver sandboxd runs inside the server as threads of
+#  this name: the sandbox's side of the transfer, not the server's.
+SANDBOX_THREADS = ("ah-sandboxd",)
+
+
+def cpu_delta(before, after):
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("agenthold")
@@ -171,15 +180,20 @@ def main():
             with open(port_file) as f:
                 rx_port = int(f.read())
             t_base, t_up, t_down = [], [], []
+            cpu_up, cpu_down = [], []
             for r in range(a.rounds):
                 t_base.append(baseline(rx_port, src, size))
                 if sha256_file(base_out) != want:
                     raise BenchError("round %d: the baseline's copy differs from the source" % r)
                 os.unlink(base_out)
+                c0 = srv.thread_cpu()
                 t_up.append(upload(srv, agent_id, src, size))
+                cpu_up.append(cpu_delta(c0, srv.thread_cpu()))
                 if sha256_file(landed) != want:
                     raise BenchError("round %d: the uploaded file differs from the source" % r)
+                c0 = srv.thread_cpu()
                 t_down.append(download(srv, agent_id, dst, size))
+                cpu_down.append(cpu_delta(c0, srv.thread_cpu()))
                 if sha256_file(dst) != want:
                     raise BenchError("round %d: the downloaded file differs from the source" % r)
                 os.unlink(dst)
@@ -191,6 +205,13 @@ def main():
             print("  baseline (loopback TCP, file to file + fsync) %9.1f MiB/s" % base)
             print("  up   (PUT fs/file through the API)            %9.1f MiB/s   %.3fx baseline" % (up, up / base))
             print("  down (GET fs/file through the API)            %9.1f MiB/s   %.3fx baseline" % (down, down / base))
+            gib = a.mib / 1024.0
+            for name, cpu in (("up", cpu_up), ("down", cpu_down)):
+                per = {k: median([c.get(k, 0.0) for c in cpu]) / gib for k in set().union(*cpu)}
+                total = sum(v for k, v in per.items() if k not in SANDBOX_THREADS)
+                parts = ", ".join("%s %.2f" % (k, v) for k, v in
+                                  sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.01)
+                print("  %-4s server CPU %5.2f s/GiB (goal <= 1.5; threads: %s)" % (name, total, parts))
         except BenchError as e:
             print("bench_files: %s" % e, file=sys.stderr)
             return 1
