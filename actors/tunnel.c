@@ -261,6 +261,7 @@ static void *s_init (ah_actor_t *actor, void *args)
         info.port = CONTEXT_PORT_NO_LISTEN;
         info.user = self;
         info.timeout_secs = 10;             //  a handshake that stalls
+        info.pt_serv_buf_size = 256u << 10; //  one read per loop round takes this much
         self->loop = ah_lwsloop_new (&info);
         free (err);
         err = NULL;

@@ -5,8 +5,9 @@
     transport below the yamux session is either a WebSocket (proto/ws.c)
     or, for tests, a raw socket carrying yamux bytes directly. Output from
     yamux is queued here: yamux bytes are framed into WebSocket messages of at most
-    64 KiB when the socket can take them. The queue is bounded in practice
-    by the yamux windows (256 KiB per stream); the channel layer also
+    256 KiB when the socket can take them. The queue is bounded in practice
+    by the yamux windows (256 KiB per stream, growing to 4 MiB on a fast
+    stream); the channel layer also
     stops reading ptys, pipes and files while it holds over 1 MiB.
 
     The binary may be PID 1 (no --init): it then also reaps orphans, once a
@@ -38,7 +39,7 @@
 #define S_STABLE_MS    10000        //  a connection this old resets the backoff
 #define S_FIRST_RETRY_MS 50       //  the first retries of a fresh start
 #define S_READ_MAX     (256 * 1024) //  transport bytes read per loop turn
-#define S_SEND_MAX     (64 * 1024)  //  largest WebSocket message sent
+#define S_SEND_MAX     (256 * 1024) //  largest WebSocket message sent
 
 struct ah_sandboxd_t {
     ah_sandboxd_opts_t opts;        //  string fields point at the copies below
