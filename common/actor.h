@@ -105,6 +105,8 @@ void ah_actor_reply_error (ah_actor_t *self, const ah_msg_t *request, int status
 //  in order, without the bus thread (and without the tap), and what comes
 //  over it is dispatched through the handler table like bus traffic,
 //  ah_msg_peer naming the peer. 0 / -1 (then the bus serves as before).
+//  While the link has no peer (nobody bound, or the peer is gone) sends
+//  to it take the bus, so a link that failed on one side loses nothing.
 int  ah_actor_link (ah_actor_t *self, const char *peer, const char *endpoint, bool bind);
 
 //  More sockets to serve (worker results, a PULL). 0 / -1.

@@ -39,6 +39,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,7 +391,11 @@ s_start_actors (self_t *self)
     //  The api's channels go straight to the tunnel over a link of their
     //  own, unless the tap is on: then they take the bus so the tap sees
     //  every CHAN_* (their metadata), at the bus's pace.
-    snprintf (self->link, sizeof self->link, "inproc://agenthold-link-%p", (void *) self);
+    //  A name no earlier server of this process used (an inproc name is
+    //  freed only once ZeroMQ's reaper closed the socket).
+    static atomic_uint generation;
+    snprintf (self->link, sizeof self->link, "inproc://agenthold-link-%u",
+              atomic_fetch_add (&generation, 1));
     const char *link = config->tap_endpoint ? NULL : self->link;
     self->tunnel_args = (ah_tunnel_args_t) { .config = config, .db_path = self->db_path,
                                              .api_link = link };

@@ -140,6 +140,39 @@ class Server:
         return os.path.join(self.data, "fake", agent_id)
 
 
+#  The noise bound of bench/README.md: a figure misses its goal only when
+#  it is more than this fraction on the wrong side of it.
+NOISE = 0.10
+GOAL_MISSED = 3                     # exit status when a goal is missed
+
+
+class Goals:
+    """Goals of one benchmark run: at_least / at_most record a figure
+    against its goal and return the words to print after it; status() is
+    0, or GOAL_MISSED when one missed by more than NOISE."""
+    def __init__(self):
+        self.missed = []
+
+    def at_least(self, name, value, goal):
+        ok = value >= goal * (1 - NOISE)
+        if not ok:
+            self.missed.append(name)
+        return "goal >= %g: %s" % (goal, "met" if value >= goal else "within noise" if ok else "MISSED")
+
+    def at_most(self, name, value, goal):
+        ok = value <= goal * (1 + NOISE)
+        if not ok:
+            self.missed.append(name)
+        return "goal <= %g: %s" % (goal, "met" if value <= goal else "within noise" if ok else "MISSED")
+
+    def status(self, prog):
+        if self.missed:
+            print("%s: goal missed beyond the %d%% noise bound: %s"
+                  % (prog, NOISE * 100, ", ".join(self.missed)))
+            return GOAL_MISSED
+        return 0
+
+
 def median(v):
     s = sorted(v)
     n = len(s)

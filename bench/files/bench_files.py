@@ -31,19 +31,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahserve import BenchError, Server, median  # noqa: E402
+import ahserve  # noqa: E402
+from ahserve import BenchError, Goals, Server, median  # noqa: E402
 
 BLOCK = 1 << 20
 
 
 def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(BLOCK)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
+    return ahserve.ahserver.sha256_file(path, BLOCK)
 
 
 def make_source(path, size):
@@ -202,20 +197,24 @@ def main():
             down = a.mib / median(t_down)
             print("bench_files: %d MiB, %d round(s), medians; sha256 %s... checked "
                   "(source = sandbox's copy = download = baseline copy)" % (a.mib, a.rounds, want[:16]))
+            goals = Goals()
             print("  baseline (loopback TCP, file to file + fsync) %9.1f MiB/s" % base)
-            print("  up   (PUT fs/file through the API)            %9.1f MiB/s   %.3fx baseline" % (up, up / base))
-            print("  down (GET fs/file through the API)            %9.1f MiB/s   %.3fx baseline" % (down, down / base))
+            print("  up   (PUT fs/file through the API)            %9.1f MiB/s   %.3fx baseline   %s"
+                  % (up, up / base, goals.at_least("up/baseline", up / base, 0.6)))
+            print("  down (GET fs/file through the API)            %9.1f MiB/s   %.3fx baseline   %s"
+                  % (down, down / base, goals.at_least("down/baseline", down / base, 0.6)))
             gib = a.mib / 1024.0
             for name, cpu in (("up", cpu_up), ("down", cpu_down)):
                 per = {k: median([c.get(k, 0.0) for c in cpu]) / gib for k in set().union(*cpu)}
                 total = sum(v for k, v in per.items() if k not in SANDBOX_THREADS)
                 parts = ", ".join("%s %.2f" % (k, v) for k, v in
                                   sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.01)
-                print("  %-4s server CPU %5.2f s/GiB (goal <= 1.5; threads: %s)" % (name, total, parts))
+                print("  %-4s server CPU %5.2f s/GiB   %s   (threads: %s)"
+                      % (name, total, goals.at_most(name + " CPU s/GiB", total, 1.5), parts))
         except BenchError as e:
             print("bench_files: %s" % e, file=sys.stderr)
             return 1
-    return 0
+    return goals.status("bench_files")
 
 
 if __name__ == "__main__":

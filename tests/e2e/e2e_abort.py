@@ -18,7 +18,9 @@ process left open on a file in the home (sandboxd runs inside the server
 with the fake driver: an fs.read or fs.write channel that leaked would
 hold its file open), the server's descriptor count back where it was, and
 a full upload and download of the same name that round-trips (sha256).
-Each case runs three times in a row.
+Each case runs three times in a row. Also: `curl -T` of 3 MiB (it sends
+`Expect: 100-continue` and waits up to a second for the 100) is answered
+well within that second, and its file lands whole.
 
 usage: e2e_abort.py AGENTHOLD_BINARY
 Always kills what it started and removes its temporary directory."""
@@ -43,18 +45,13 @@ LOG = os.path.join(TMP, "server.log")
 SIZE = 64 << 20
 BLOCK = 1 << 20
 procs = []
-checks = 0
 
 
 class Fail(Exception):
     pass
 
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        raise Fail(what)
+check = ahserver.Checks(Fail)
 
 
 API_PORT = ahserver.free_port(19300, 19399, os.getpid() % 100, fail=Fail)
@@ -135,7 +132,7 @@ def wait_clean(pid, name, baseline, old=None):
         if old is None:
             dest_ok = not os.path.exists(dest)
         else:
-            dest_ok = os.path.exists(dest) and sha_file(dest) == old
+            dest_ok = os.path.exists(dest) and ahserver.sha256_file(dest) == old
         if not temps and not fds and count <= baseline and dest_ok:
             return
         if time.time() > deadline:
@@ -144,16 +141,6 @@ def wait_clean(pid, name, baseline, old=None):
             check(count <= baseline, "%s: the server holds %d descriptors, %d before" % (name, count, baseline))
             check(dest_ok, "%s: the destination holds a partial or changed file" % name)
         time.sleep(0.1)
-
-
-def sha_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(BLOCK)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
 
 
 def wait_tunnel():
@@ -275,6 +262,26 @@ def case_sandbox_down(pid, baseline, whole):
     wait_clean(pid, "whole.bin", baseline, whole)
 
 
+def case_expect():
+    src = os.path.join(TMP, "expect.bin")
+    with open(src, "wb") as f:
+        for i in range(3):
+            f.write(block(i))
+    times = []
+    for i in range(3):
+        t0 = time.monotonic()
+        r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-T", src,
+                            "-H", "Authorization: Bearer " + token(),
+                            "http://127.0.0.1:%d%s" % (API_PORT, file_path("expect.bin"))],
+                           capture_output=True, text=True, timeout=30)
+        times.append(time.monotonic() - t0)
+        check(r.stdout == "200", "curl -T: %r %r" % (r.stdout, r.stderr[-200:]))
+    check(sorted(times)[1] < 0.5, "curl -T of 3 MiB took %.2f s (an unanswered Expect stalls 1 s)"
+          % sorted(times)[1])
+    check(ahserver.sha256_file(os.path.join(HOME, "expect.bin")) == ahserver.sha256_file(src),
+          "the file curl -T sent landed different")
+
+
 def main():
     global AGENT, HOME
     log = open(LOG, "a")
@@ -285,6 +292,7 @@ def main():
     AGENT = j["id"]
     HOME = os.path.join(DATA, "fake", AGENT, "home")
     check(os.path.isdir(HOME), "no home at %s" % HOME)
+    case_expect()
     whole = round_trip("whole.bin")
     time.sleep(0.5)
     baseline = fd_count(server.pid)
@@ -294,7 +302,7 @@ def main():
         case_sandbox_up(server.pid, baseline)
         case_sandbox_down(server.pid, baseline, whole)
     check(round_trip("after.bin"), "the path works after the aborts")
-    print("e2e_abort: %d checks passed" % checks)
+    print("e2e_abort: %d checks passed" % check.count)
 
 
 if __name__ == "__main__":
