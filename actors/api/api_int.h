@@ -42,7 +42,7 @@
 #include <libwebsockets.h>
 
 #define AREA                "api"
-#define API_CHUNK           (64u << 10)     //  most bytes one lws_write takes
+#define API_CHUNK           (256u << 10)    //  most bytes one lws_write takes
 #define API_IN_HIGH         (256u << 10)    //  stop reading a connection past this
 #define API_READ_MAX        (256u << 10)    //  most bytes one read of a connection takes
 #define API_MAX_QUERY       16

@@ -114,6 +114,14 @@ class Server:
             out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
         return out
 
+    def rss_kib(self):
+        """The server's resident memory now (VmRSS, KiB)."""
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
     def token(self):
         if self._token is None:
             self._token = ahserver.read_token(self.data)

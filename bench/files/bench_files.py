@@ -28,6 +28,7 @@ import http.client
 import os
 import socket
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -142,6 +143,32 @@ def download(srv, agent_id, dst, size):
 SANDBOX_THREADS = ("ah-sandboxd",)
 
 
+class RssWatch:
+    """The server's largest VmRSS while a transfer runs (sampled every
+    20 ms), to show memory stays flat."""
+    def __init__(self, srv):
+        self.srv = srv
+        self.peak = srv.rss_kib()
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self.stop.wait(0.02):
+            try:
+                self.peak = max(self.peak, self.srv.rss_kib())
+            except OSError:
+                return
+
+    def __enter__(self):
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.t.join()
+        return False
+
+
 def cpu_delta(before, after):
     return {k: after[k] - before.get(k, 0.0) for k in after}
 
@@ -176,18 +203,24 @@ def main():
                 rx_port = int(f.read())
             t_base, t_up, t_down = [], [], []
             cpu_up, cpu_down = [], []
+            rss_before = srv.rss_kib()
+            rss_peak = rss_before
             for r in range(a.rounds):
                 t_base.append(baseline(rx_port, src, size))
                 if sha256_file(base_out) != want:
                     raise BenchError("round %d: the baseline's copy differs from the source" % r)
                 os.unlink(base_out)
                 c0 = srv.thread_cpu()
-                t_up.append(upload(srv, agent_id, src, size))
+                with RssWatch(srv) as w:
+                    t_up.append(upload(srv, agent_id, src, size))
+                rss_peak = max(rss_peak, w.peak)
                 cpu_up.append(cpu_delta(c0, srv.thread_cpu()))
                 if sha256_file(landed) != want:
                     raise BenchError("round %d: the uploaded file differs from the source" % r)
                 c0 = srv.thread_cpu()
-                t_down.append(download(srv, agent_id, dst, size))
+                with RssWatch(srv) as w:
+                    t_down.append(download(srv, agent_id, dst, size))
+                rss_peak = max(rss_peak, w.peak)
                 cpu_down.append(cpu_delta(c0, srv.thread_cpu()))
                 if sha256_file(dst) != want:
                     raise BenchError("round %d: the downloaded file differs from the source" % r)
@@ -211,6 +244,8 @@ def main():
                                   sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.01)
                 print("  %-4s server CPU %5.2f s/GiB   %s   (threads: %s)"
                       % (name, total, goals.at_most(name + " CPU s/GiB", total, 1.5), parts))
+            print("  server memory: VmRSS %.1f MiB before, at most %.1f MiB during the transfers (+%.1f MiB)"
+                  % (rss_before / 1024.0, rss_peak / 1024.0, (rss_peak - rss_before) / 1024.0))
         except BenchError as e:
             print("bench_files: %s" % e, file=sys.stderr)
             return 1
