@@ -436,6 +436,16 @@ s_on_ensure (void *self_, ah_msg_t *msg)
     if (!busy && img->queued <= 0)
         img->queued = DEMAND_ATTEMPTS;
     s_next (self);
+    //  Not there yet: the agent is preparing; say so at once.
+    const ah_runtime_t *rt = ah_catalog_at (self->catalog, (size_t) i);
+    char *text = img->progress [0] ? strdup (img->progress)
+               : ah_strf ("making the image of the %s runtime (%s)", rt->alias, rt->image);
+    ah_msg_t *progress = ah_msg_new ("RUNTIME_PROGRESS");
+    ah_msg_set_str (progress, "runtime", rt->alias);
+    ah_msg_set_str (progress, "text", text);
+    ah_actor_send (self->actor, "lifecycle", &progress);
+    img->progress_sent_ms = zclock_mono ();
+    free (text);
 }
 
 static void

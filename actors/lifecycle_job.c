@@ -280,7 +280,6 @@ static int s_prepare (self_t *self, track_t *track, const row_t *row, const ah_r
     ah_msg_set_str (msg, "runtime", rt->alias);
     ah_msg_set_str (msg, "agent_id", row->id);
     ah_actor_send (self->actor, "builder", &msg);
-    s_progress (self, row->id, "Preparing the sandbox\u2026");
     return 1;
 }
 
