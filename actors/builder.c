@@ -64,15 +64,24 @@ typedef struct {
 //  ---------------------------------------------------------------------
 //  The Dockerfile of a base_image runtime
 
-//  A JSON string (Dockerfile exec form and ENV values take JSON quoting).
+//  A JSON string (Dockerfile exec form and ENV values take JSON quoting);
+//  env: an ENV value, where the Dockerfile would also substitute $NAME, so
+//  every $ is escaped and the value stays what the catalog says.
 static void
-s_json_str (ah_buf_t *out, const char *s)
+s_quoted (ah_buf_t *out, const char *s, bool env)
 {
     json_t *v = json_string (s);
     char *q = v ? json_dumps (v, JSON_ENCODE_ANY) : NULL;
     json_decref (v);
-    ah_buf_appendf (out, "%s", q ? q : "\"\"");
+    for (const char *c = q ? q : "\"\""; *c; c++)
+        ah_buf_appendf (out, env && *c == '$' ? "\\$" : "%c", *c);
     free (q);
+}
+
+static void
+s_json_str (ah_buf_t *out, const char *s)
+{
+    s_quoted (out, s, false);
 }
 
 //  The account script: an `agent` user, uid 10001, with a real home,
@@ -97,8 +106,6 @@ ah_builder_dockerfile (const ah_runtime_t *rt)
     ah_buf_appendf (&out, "# agenthold runtime %s, recipe %s (made by the builder from catalog/runtimes.json)\n",
                     rt->alias, rt->recipe);
     ah_buf_appendf (&out, "FROM %s\n", rt->base_image);
-    ah_buf_appendf (&out, "LABEL agenthold.managed=\"true\" agenthold.runtime=\"%s\" agenthold.recipe=\"%s\"\n",
-                    rt->alias, rt->recipe);
     //  Setup commands run as root with the base's shell, before the packages.
     for (size_t i = 0; i < rt->setup_count; i++) {
         ah_buf_appendf (&out, "RUN [\"/bin/sh\", \"-c\", ");
@@ -126,10 +133,14 @@ ah_builder_dockerfile (const ah_runtime_t *rt)
     ah_buf_appendf (&out, "ENV HOME=\"/home/agent\"\n");
     for (size_t i = 0; i < rt->env_count; i++) {
         ah_buf_appendf (&out, "ENV %s=", rt->env [i].name);
-        s_json_str (&out, rt->env [i].value);
+        s_quoted (&out, rt->env [i].value, true);
         ah_buf_appendf (&out, "\n");
     }
     ah_buf_appendf (&out, "WORKDIR /home/agent\n");
+    //  The labels last: the layers before them are shared (from the build
+    //  cache) by every runtime whose first steps are the same.
+    ah_buf_appendf (&out, "LABEL agenthold.managed=\"true\" agenthold.runtime=\"%s\" agenthold.recipe=\"%s\"\n",
+                    rt->alias, rt->recipe);
     return ah_buf_cstr (&out);
 }
 
@@ -381,7 +392,10 @@ s_on_worker (void *self_, zsock_t *results)
     if (streq (kind, "PROGRESS") && state) {
         snprintf (img->progress, sizeof img->progress, "%s", state);
         int64_t now = zclock_mono ();
-        if (img->waited_for && now - img->progress_sent_ms >= PROGRESS_EVERY_MS) {
+        //  Attempts and their failures always go out; build steps at most
+        //  every PROGRESS_EVERY_MS.
+        bool always = !strncmp (state, "attempt ", 8);
+        if (img->waited_for && (always || now - img->progress_sent_ms >= PROGRESS_EVERY_MS)) {
             img->progress_sent_ms = now;
             ah_msg_t *msg = ah_msg_new ("RUNTIME_PROGRESS");
             ah_msg_set_str (msg, "runtime", alias);

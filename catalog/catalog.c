@@ -418,7 +418,7 @@ static int
 s_recipe (s_ctx_t *ctx, ah_runtime_t *rt)
 {
     uint64_t h = 0xcbf29ce484222325ULL;
-    h = s_fnv (h, "agenthold-runtime-3");   //  the builder's Dockerfile layout version
+    h = s_fnv (h, "agenthold-runtime-5");   //  the builder's Dockerfile layout version
     h = s_fnv (h, rt->base_image);
     for (size_t i = 0; i < rt->setup_count; i++)
         h = s_fnv (s_fnv (h, "setup"), rt->setup_commands [i]);

@@ -297,7 +297,7 @@ main (int argc, char **argv)
     //  Setup first, the account after it, the env vars last (PIP_USER
     //  must not send the build's pip installs into root's home).
     CHECK (setup && account && env && setup < account && account < env);
-    CHECK (strstr (df, "ENV PIP_USER=\"1\"") && strstr (df, "\nWORKDIR /home/agent\n"));
+    CHECK (strstr (df, "ENV PIP_USER=\"1\"") && strstr (df, "\nWORKDIR /home/agent\nLABEL agenthold.managed="));
     CHECK (!strstr (df, "pip install"));    //  the shipped debian names no packages
     pthread_mutex_unlock (&stub.lock);
 
@@ -310,7 +310,7 @@ main (int argc, char **argv)
     char *pdf = pc ? ah_builder_dockerfile (ah_catalog_default (pc)) : NULL;
     CHECK (pdf && strstr (pdf, "ARG PIP_INDEX_URL\nARG PIP_TRUSTED_HOST\n"));
     CHECK (pdf && strstr (pdf, "pip install --no-cache-dir --no-input \\\"$@\\\"\", \"pip\", \"six==1.16.0\", \"tiny-pkg\"]"));
-    CHECK (pdf && strstr (pdf, "ENV Q=\"a \\\"quoted\\\" $value\""));
+    CHECK (pdf && strstr (pdf, "ENV Q=\"a \\\"quoted\\\" \\$value\""));
     if (pdf && !strstr (pdf, "tiny-pkg\"]"))
         fprintf (stderr, "%s\n", pdf);
     free (pdf);
