@@ -96,6 +96,19 @@ static void s_asset (req_t *r)
     s_asset_send (r, asset);
 }
 
+//  GET /api/v1/me: who the token is, for the page's header and for what
+//  it offers (an admin sees tenants; a tenant's person does not).
+static void s_me (req_t *r)
+{
+    json_t *body = json_object ();
+    json_object_set_new (body, "token", api_json_text (r->who.token_name));
+    json_object_set_new (body, "tenant", api_json_text (r->who.tenant));
+    json_object_set_new (body, "user", r->who.user [0] ? api_json_text (r->who.user) : json_null ());
+    json_object_set_new (body, "admin", json_boolean (r->who.admin));
+    json_object_set_new (body, "scope", r->who.scope [0] ? api_json_text (r->who.scope) : json_null ());
+    api_respond (r, 200, body);
+}
+
 //  --------------------------------------------------------------------
 //  Terminal tickets
 
@@ -223,6 +236,7 @@ const route_t api_console_routes [] = {
     { M_GET | M_HEAD, "/", s_index, R_PUBLIC, "" },
     { M_GET | M_HEAD, "/console/{asset}", s_asset, R_PUBLIC, "" },
     { M_GET, "/console/terminal/{agent}", s_terminal, R_PUBLIC | R_UPGRADE, "ticket cols rows" },
+    { M_GET, "/api/v1/me", s_me, 0, "" },
     { M_POST, "/api/v1/agents/{agent}/terminal/ticket", s_ticket, 0, "" },
     { 0 }
 };
