@@ -119,6 +119,10 @@ function signOut(message) {
   closeTerminal();
   agents.clear();
   eventLog.length = 0;
+  // Nothing of the signed-in person stays on the page.
+  for (const id of ["agents-body", "files-body", "events", "audit", "crumbs", "preview"]) $(id).replaceChildren();
+  for (const id of ["agents-status", "agent-summary", "agent-error", "files-status", "term-status", "agent-title"]) say(id, "");
+  term.reset();
   $("who").textContent = "";
   $("signout").hidden = true;
   view = { name: "signin" };
