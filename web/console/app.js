@@ -227,7 +227,7 @@ function renderAgents() {
     el("td", { text: a.memory_mb ? `${a.memory_mb} MB` : "" }),
     el("td", { text: a.last_activity_at ? new Date(a.last_activity_at).toLocaleString() : "" }),
     el("td", { class: "sleeps", "data-id": a.id, text: sleepsText(a) }),
-    el("td", { class: "actions" }, ...actionButtons(a))));
+    el("td", { class: "row-actions" }, ...actionButtons(a))));
   body.replaceChildren(...rows);
   $("agents-empty").hidden = list.length > 0;
 }
@@ -506,7 +506,7 @@ async function loadFiles() {
       el("td", {}, name, uploaded ? el("span", { class: "badge", text: "uploaded by a person" }) : null),
       el("td", { text: e.type === "dir" ? "" : formatSize(e.size) }),
       el("td", { text: e.mtime ? new Date(typeof e.mtime === "number" ? e.mtime * 1000 : e.mtime).toLocaleString() : "" }),
-      el("td", { class: "actions" }, ...actions));
+      el("td", { class: "row-actions" }, ...actions));
   });
   $("files-body").replaceChildren(...rows);
   const notes = [`${entries.length} entries`];
