@@ -149,9 +149,15 @@ static const char s_migration_3 [] =
     "  updated_at INTEGER NOT NULL\n"
     ");\n";
 
+static const char s_migration_4 [] =
+    "ALTER TABLE agents ADD COLUMN runtime TEXT;        -- catalog alias; NULL: an image outside the catalog\n"
+    "ALTER TABLE sandboxes ADD COLUMN runtime TEXT;     -- the runtime it was built from\n"
+    "ALTER TABLE sandboxes ADD COLUMN progress TEXT;    -- preparing: what the image build is doing\n";
+
 const ah_migration_t ah_migrations [] = {
     { 1, "the backbone", s_migration_1 },
     { 2, "sleep and wake", s_migration_2 },
     { 3, "tenants, tokens and sessions", s_migration_3 },
+    { 4, "runtimes", s_migration_4 },
 };
 const int ah_migrations_count = (int) (sizeof ah_migrations / sizeof ah_migrations [0]);
