@@ -12,6 +12,7 @@
 #include "cli/tap.h"
 #include "cli/turn.h"
 #include "config/config.h"
+#include "server/hostd.h"
 #include "server/serve.h"
 
 #include <curl/curl.h>
@@ -29,6 +30,10 @@ static const ah_cmd_t s_commands [] = {
       "Run the server in the foreground until SIGINT or SIGTERM (SIGHUP reloads the\n"
       "policies). The configuration is FILE, else $AGENTHOLD_CONFIG, else\n"
       "etc/agenthold.yaml when it exists; AGENTHOLD_* variables override every key.\n" },
+    { "hostd", "hostd [--config FILE]",
+      "Run the host agent in the foreground until SIGINT or SIGTERM: the one process\n"
+      "that holds the Docker socket, for servers with `sandbox.driver: remote`\n"
+      "(hostd.* keys; docs/hostd.md). Same configuration sources as serve.\n" },
     { "create", "create NAME [--image IMG] [--cpus N] [--memory-mb N] [--idle-minutes N] [--no-wait] [--json]",
       "Create an agent and its sandbox (asleep until started) and wait until the\n"
       "sandbox is made. Unset resources take the server's defaults; the server's\n"
@@ -210,6 +215,7 @@ static char *s_agent_path (const char *name, const char *suffix)
 
 static int s_cmd_serve (const ah_cmd_t *c, int argc, char **argv)
 {
+    bool hostd = !strcmp (c->name, "hostd");
     const char *config_path = getenv ("AGENTHOLD_CONFIG");
     if (config_path && !*config_path)
         config_path = NULL;
@@ -221,11 +227,11 @@ static int s_cmd_serve (const ah_cmd_t *c, int argc, char **argv)
     char *err = NULL;
     ah_config_t *config = ah_config_load (config_path, &err);
     if (!config) {
-        fprintf (stderr, "agenthold serve: %s\n", err ? err : "cannot load the configuration");
+        fprintf (stderr, "agenthold %s: %s\n", c->name, err ? err : "cannot load the configuration");
         free (err);
         return 1;
     }
-    int status = ah_server_run (config);
+    int status = hostd ? ah_hostd_run (config) : ah_server_run (config);
     ah_config_destroy (&config);
     return status;
 }
@@ -534,7 +540,7 @@ int main (int argc, char **argv)
         return AH_EXIT_USAGE;
     }
     //  serve first: it must start before any thread (curl's included).
-    if (!strcmp (name, "serve"))
+    if (!strcmp (name, "serve") || !strcmp (name, "hostd"))
         return s_cmd_serve (c, argc - 2, argv + 2);
 
     ah_common_t co = { .config = getenv ("AGENTHOLD_CONFIG") };

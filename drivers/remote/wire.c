@@ -1,0 +1,46 @@
+/*  drivers/remote/wire.c: what both ends of the host agent's link share. */
+#include "drivers/remote/wire.h"
+#include "common/str.h"
+
+#include <ctype.h>
+#include <string.h>
+
+bool
+ah_hostd_name_ok (const char *name)
+{
+    if (!name || !*name || strlen (name) > 63)
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!isalnum ((unsigned char) *p) && *p != '-' && *p != '.' && *p != '_')
+            return false;
+    return true;
+}
+
+char *
+ah_hostd_mismatch (const char *host, const char *hostd_version, int64_t hostd_protocol)
+{
+    return ah_strf ("host %s runs agenthold hostd %s (protocol %lld); this server speaks "
+                    "protocol %d: install agenthold %s on %s and restart hostd",
+                    host, hostd_version && *hostd_version ? hostd_version : "of an unknown version",
+                    (long long) hostd_protocol, AH_HOSTD_PROTOCOL, AH_VERSION, host);
+}
+
+void
+ah_hostd_put_spec (ah_msg_t *msg, const ah_sandbox_spec_t *spec)
+{
+    ah_msg_set_str (msg, "agent_id", spec->agent_id);
+    ah_msg_set_str (msg, "image", spec->image);
+    ah_msg_set_double (msg, "cpus", spec->cpus);
+    ah_msg_set_int (msg, "memory_mb", spec->memory_mb);
+    ah_msg_set_int (msg, "pids_limit", spec->pids_limit);
+}
+
+void
+ah_hostd_get_spec (const ah_msg_t *msg, ah_sandbox_spec_t *spec)
+{
+    spec->agent_id = ah_msg_str (msg, "agent_id");
+    spec->image = ah_msg_str (msg, "image");
+    spec->cpus = ah_msg_double (msg, "cpus", 0);
+    spec->memory_mb = ah_msg_int (msg, "memory_mb", 0);
+    spec->pids_limit = ah_msg_int (msg, "pids_limit", 0);
+}
