@@ -58,6 +58,9 @@ static const ah_cmd_t s_commands [] = {
       "and each state it went through. --limit: at most N entries (default 50).\n" },
     { "runtimes", "runtimes [--json]",
       "The runtime catalog: each runtime's image and whether the image is there.\n" },
+    { "hosts", "hosts [--json]",
+      "The host agents (sandbox.driver: remote), for an admin: each one's state (up,\n"
+      "unreachable, refused), version and protocol, and why when it is not up.\n" },
     { "tap", "tap [--endpoint E] [--type GLOB] [--count N]",
       "Print every message on the server's bus as one JSON line, from the tap\n"
       "(tap.endpoint in the configuration, or E). --type keeps the types matching\n"
@@ -310,6 +313,38 @@ static void s_print_runtimes (json_t *list)
     static const char *const header [] = { "NAME", "IMAGE", "IMAGE STATE", "DESCRIPTION" };
     static const char *const keys [] = { "name", "image", "image_state", "description" };
     ah_cmd_print_objects (list, header, keys, 4);
+}
+
+//  Each host agent, then why for those that are not up.
+static void s_print_hosts (json_t *list)
+{
+    if (json_array_size (list) == 0) {
+        printf ("no host agents (sandbox.driver is not remote: the server runs its sandboxes itself)\n");
+        return;
+    }
+    static const char *const header [] = { "NAME", "STATE", "VERSION", "PROTOCOL", "ENDPOINT",
+                                           "UNREACHABLE SANDBOXES" };
+    static const char *const keys [] = { "name", "state", "version", "protocol", "endpoint",
+                                         "unreachable_sandboxes" };
+    ah_cmd_print_objects (list, header, keys, 6);
+    for (size_t i = 0; i < json_array_size (list); i++) {
+        json_t *h = json_array_get (list, i);
+        const char *error = ah_cmd_jstr (h, "error", NULL);
+        if (!error)
+            continue;
+        char *line = ah_cmd_clean (ah_cmd_strf ("%s: %s", ah_cmd_jstr (h, "name", "?"), error));
+        printf ("%s\n", line ? line : "");
+        free (line);
+    }
+}
+
+static int s_cmd_hosts (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+{
+    const char *pos [1];
+    int npos, rc = s_parse_simple (c, argc, argv, co, pos, 0, &npos);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    return ah_cmd_show_list (co, "/api/v1/hosts", "hosts", s_print_hosts);
 }
 
 static void s_print_agent_list (json_t *agents)
@@ -566,6 +601,8 @@ int main (int argc, char **argv)
         status = s_cmd_tap (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "log"))
         status = s_cmd_log (c, argc - 2, argv + 2, &co);
+    else if (!strcmp (name, "hosts"))
+        status = s_cmd_hosts (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "runtimes"))
         status = s_cmd_runtimes (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "exec"))

@@ -108,6 +108,7 @@ s_on_change (void *arg, const char *agent_id, const char *action)
     if (agent_id)
         ah_msg_set_str (event, "agent_id", agent_id);
     ah_msg_set_str (event, "action", action);
+    s_stamp (c->hostd, event);
     ah_msg_send (&event, c->push, c->peer);
 }
 

@@ -386,6 +386,7 @@ s_image_build (ah_driver_t *driver, const ah_image_build_t *build, volatile int 
 }
 
 typedef struct {
+    remote_t *self;
     void (*on_change) (void *arg, const char *agent_id, const char *action);
     void *arg;
     bool  connected;
@@ -400,10 +401,13 @@ s_on_event (void *arg, const ah_msg_t *event)
     if (!action)
         return;
     if (!id) {
-        if (streq (action, "connected"))
+        if (streq (action, "connected")
+        &&  ah_msg_int (event, "protocol", 0) == AH_HOSTD_PROTOCOL) {
+            //  The host answers (its stream is open): up before the caller looks.
+            s_note (w->self, "up", NULL, event);
             w->connected = true;
-        if (streq (action, "connected"))
             w->on_change (w->arg, NULL, action);
+        }
         return;
     }
     if (ah_ident_check (AH_IDENT_AGENT_ID, id) == NULL)
@@ -414,7 +418,7 @@ static int
 s_watch (ah_driver_t *driver, void (*on_change) (void *, const char *, const char *),
          void *arg, volatile int *stop, char **err)
 {
-    s_watch_t w = { .on_change = on_change, .arg = arg };
+    s_watch_t w = { .self = driver->impl, .on_change = on_change, .arg = arg };
     ah_msg_t *req = ah_msg_new ("DRIVER_WATCH");
     int rc = s_call (driver->impl, &req, NULL, s_on_event, &w, stop, err);
     if (rc == 1)
