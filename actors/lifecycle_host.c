@@ -71,10 +71,11 @@ s_host_row (self_t *self, const ah_msg_t *msg, const char *state)
     if (ah_store_step (self->store, st) != SQLITE_DONE)
         ah_warn (AREA, "cannot record host %s", ah_msg_str (msg, "host"));
     sqlite3_reset (st);
-    //  One host per server for now: a host that was named by its endpoint
-    //  before it first answered is the same host.
+    //  One host per server for now (sandbox.remote.endpoint): the rows of
+    //  another endpoint (the configuration changed) or of this one under
+    //  another name (named by its endpoint before it first answered) go.
     st = ah_store_prepare (self->store,
-        "DELETE FROM hosts WHERE endpoint = :endpoint AND name <> :name AND name = endpoint");
+        "DELETE FROM hosts WHERE endpoint <> :endpoint OR name <> :name");
     if (st && !ah_store_bind_text (st, ":endpoint", ah_msg_str (msg, "endpoint"))
     &&  !ah_store_bind_text (st, ":name", ah_msg_str (msg, "host"))) {
         ah_store_step (self->store, st);

@@ -235,7 +235,7 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
                 *err = ah_hostd_mismatch (ah_hostd_name_ok (host)
                                           ? host : fallback, ah_msg_str (m, "version"), protocol);
                 free (fallback);
-                s_note (self, "refused", *err, NULL);
+                s_note (self, "refused", *err, m);
                 ah_msg_destroy (&m);
                 break;
             }
