@@ -280,6 +280,13 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     free (url);
     if (rc == 0)
         rc = ah_dk_container_start (self, n.container, err);
+    if (rc && err && *err && strstr (*err, "is ambiguous")) {
+        //  Its network exists twice (an interrupted create): once more.
+        ah_dk_network_dedupe (self, n.network);
+        free (*err);
+        *err = NULL;
+        rc = ah_dk_container_start (self, n.container, err);
+    }
     return rc;
 }
 
