@@ -7,6 +7,7 @@
     (its message on stderr, "agenthold: ..."), 2 bad usage.             */
 #include "cli/admin.h"
 #include "cli/client.h"
+#include "cli/doctor.h"
 #include "cli/sbx.h"
 #include "cli/term.h"
 #include "cli/tap.h"
@@ -34,6 +35,12 @@ static const ah_cmd_t s_commands [] = {
       "Run the host agent in the foreground until SIGINT or SIGTERM: the one process\n"
       "that holds the Docker socket, for servers with `sandbox.driver: remote`\n"
       "(hostd.* keys; docs/hostd.md). Same configuration sources as serve.\n" },
+    { "doctor", "doctor [--config FILE] [--json]",
+      "Check the whole installation the configuration describes: the configuration,\n"
+      "the database schema, the Lua scripts, the host agent (or the Docker Engine):\n"
+      "reachable, same protocol, engine version, isolation, free disk, the catalog's\n"
+      "images; the tunnel, TLS, the admin token file's mode, destroys waiting. Each\n"
+      "problem comes with what to do. Exit status 0 only when all is well.\n" },
     { "create", "create NAME [--image IMG] [--cpus N] [--memory-mb N] [--idle-minutes N] [--no-wait] [--json]",
       "Create an agent and its sandbox (asleep until started) and wait until the\n"
       "sandbox is made. Unset resources take the server's defaults; the server's\n"
@@ -215,6 +222,21 @@ static char *s_agent_path (const char *name, const char *suffix)
 
 //  --------------------------------------------------------------------
 //  Commands
+
+static int s_cmd_doctor (const ah_cmd_t *c, int argc, char **argv)
+{
+    const char *config_path = getenv ("AGENTHOLD_CONFIG");
+    if (config_path && !*config_path)
+        config_path = NULL;
+    bool json = false;
+    ah_opt_t opts [] = { { "--config", &config_path, NULL }, { "--json", NULL, &json },
+                         { NULL, NULL, NULL } };
+    const char *pos [1];
+    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 0, &npos);
+    if (rc)
+        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
+    return ah_cli_doctor (config_path, json);
+}
 
 static int s_cmd_serve (const ah_cmd_t *c, int argc, char **argv)
 {
@@ -577,6 +599,8 @@ int main (int argc, char **argv)
     //  serve first: it must start before any thread (curl's included).
     if (!strcmp (name, "serve") || !strcmp (name, "hostd"))
         return s_cmd_serve (c, argc - 2, argv + 2);
+    if (!strcmp (name, "doctor"))
+        return s_cmd_doctor (c, argc - 2, argv + 2);
 
     ah_common_t co = { .config = getenv ("AGENTHOLD_CONFIG") };
     if (co.config && !*co.config)

@@ -12,6 +12,7 @@
 #ifndef AH_REMOTE_H
 #define AH_REMOTE_H
 
+#include "drivers/docker.h"
 #include "drivers/driver.h"
 #include "config/config.h"
 
@@ -19,6 +20,11 @@
 //  to be up. NULL with *err (caller frees) when the server's key pair
 //  cannot be made or read.
 ah_driver_t *ah_remote_driver_new (const ah_config_t *config, char **err);
+
+//  The engine facts of the host agent's Docker Engine (DRIVER_ENGINE).
+//  0 / -1 with *err (the host does not answer, is refused, or its engine
+//  cannot be asked).
+int ah_remote_engine_facts (ah_driver_t *driver, ah_engine_facts_t *facts, char **err);
 
 //  Where the server's CURVE key pair lives under data_dir. Caller frees.
 char *ah_remote_cert_path (const char *data_dir);

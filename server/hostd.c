@@ -217,6 +217,13 @@ s_worker (void *arg)
     if (streq (type, "DRIVER_IMAGE_BUILD"))
         rc = s_build (self, c, &err);
     else
+    if (streq (type, "DRIVER_ENGINE")) {
+        ah_engine_facts_t facts;
+        rc = ah_docker_engine_facts (d, &facts, &err);
+        if (rc == 0)
+            ah_hostd_put_facts (reply, &facts);
+    }
+    else
     if (streq (type, "DRIVER_WATCH")) {
         rc = d->watch (d, s_on_change, c, &c->stop, &err);
         if (rc == 0 && !err)
@@ -239,7 +246,7 @@ s_worker (void *arg)
 static const char *s_types [] = {
     "DRIVER_CREATE", "DRIVER_START", "DRIVER_STOP", "DRIVER_REBUILD", "DRIVER_DESTROY",
     "DRIVER_INSPECT", "DRIVER_LIST", "DRIVER_IMAGE_EXISTS", "DRIVER_IMAGE_BUILD",
-    "DRIVER_WATCH", NULL
+    "DRIVER_WATCH", "DRIVER_ENGINE", NULL
 };
 
 static void

@@ -435,6 +435,17 @@ s_watch (ah_driver_t *driver, void (*on_change) (void *, const char *, const cha
     return -1;
 }
 
+int
+ah_remote_engine_facts (ah_driver_t *driver, ah_engine_facts_t *facts, char **err)
+{
+    ah_msg_t *reply = NULL;
+    if (s_simple (driver, ah_msg_new ("DRIVER_ENGINE"), &reply, err))
+        return -1;
+    ah_hostd_get_facts (reply, facts);
+    ah_msg_destroy (&reply);
+    return 0;
+}
+
 static int
 s_host_info (ah_driver_t *driver, ah_host_info_t *info)
 {

@@ -3,6 +3,7 @@
 #include "common/str.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <string.h>
 
 bool
@@ -43,4 +44,43 @@ ah_hostd_get_spec (const ah_msg_t *msg, ah_sandbox_spec_t *spec)
     spec->cpus = ah_msg_double (msg, "cpus", 0);
     spec->memory_mb = ah_msg_int (msg, "memory_mb", 0);
     spec->pids_limit = ah_msg_int (msg, "pids_limit", 0);
+}
+
+void
+ah_hostd_put_facts (ah_msg_t *msg, const ah_engine_facts_t *f)
+{
+    ah_msg_set_str (msg, "api_version", f->api_version);
+    ah_msg_set_str (msg, "engine_version", f->version);
+    ah_msg_set_str (msg, "root_dir", f->root_dir);
+    ah_msg_set_int (msg, "free_bytes", f->free_bytes);
+    ah_msg_set_int (msg, "total_bytes", f->total_bytes);
+    ah_msg_set_bool (msg, "seccomp", f->seccomp);
+    ah_msg_set_bool (msg, "apparmor", f->apparmor);
+    ah_msg_set_bool (msg, "userns", f->userns);
+    ah_msg_set_bool (msg, "rootless", f->rootless);
+    ah_msg_set_str (msg, "runtime", f->runtime);
+    ah_msg_set_bool (msg, "runtime_ok", f->runtime_ok);
+}
+
+static void
+s_copy (char *to, size_t size, const char *from)
+{
+    snprintf (to, size, "%s", from ? from : "");
+}
+
+void
+ah_hostd_get_facts (const ah_msg_t *msg, ah_engine_facts_t *f)
+{
+    memset (f, 0, sizeof *f);
+    s_copy (f->api_version, sizeof f->api_version, ah_msg_str (msg, "api_version"));
+    s_copy (f->version, sizeof f->version, ah_msg_str (msg, "engine_version"));
+    s_copy (f->root_dir, sizeof f->root_dir, ah_msg_str (msg, "root_dir"));
+    f->free_bytes = ah_msg_int (msg, "free_bytes", -1);
+    f->total_bytes = ah_msg_int (msg, "total_bytes", -1);
+    f->seccomp = ah_msg_bool (msg, "seccomp", false);
+    f->apparmor = ah_msg_bool (msg, "apparmor", false);
+    f->userns = ah_msg_bool (msg, "userns", false);
+    f->rootless = ah_msg_bool (msg, "rootless", false);
+    s_copy (f->runtime, sizeof f->runtime, ah_msg_str (msg, "runtime"));
+    f->runtime_ok = ah_msg_bool (msg, "runtime_ok", false);
 }

@@ -15,6 +15,7 @@
 #define AH_REMOTE_WIRE_H
 
 #include "common/version.h"
+#include "drivers/docker.h"
 #include "drivers/driver.h"
 #include "proto/msg.h"
 
@@ -34,5 +35,9 @@ bool ah_hostd_name_ok (const char *name);
 //  absent: the docker driver refuses them with its own words).
 void ah_hostd_put_spec (ah_msg_t *msg, const ah_sandbox_spec_t *spec);
 void ah_hostd_get_spec (const ah_msg_t *msg, ah_sandbox_spec_t *spec);
+
+//  Engine facts into a REPLY and back.
+void ah_hostd_put_facts (ah_msg_t *msg, const ah_engine_facts_t *facts);
+void ah_hostd_get_facts (const ah_msg_t *msg, ah_engine_facts_t *facts);
 
 #endif

@@ -45,6 +45,13 @@ h = Harness("docker.hostd", sys.argv[1], "10.213.240.0/20", (18900, 18919))
 h.env["AGENTHOLD_SANDBOX_DRIVER"] = "remote"
 h.env["AGENTHOLD_SANDBOX_REMOTE_TIMEOUT"] = "2s"
 RUN = os.path.join(h.tmp, "run")
+# A catalog of the test image alone: nothing is pulled, doctor finds every image.
+CATALOG = os.path.join(h.tmp, "catalog.json")
+with open(CATALOG, "w") as f:
+    json.dump({"version": 1, "runtimes": [{"name": "test", "image": h.tag,
+                                           "description": "the test image", "tools": ["sh"]}]}, f)
+os.chmod(CATALOG, 0o644)
+h.env["AGENTHOLD_CATALOG_PATH"] = CATALOG
 IPC = "ipc://%s/hostd.sock" % RUN
 h.env["AGENTHOLD_SANDBOX_REMOTE_ENDPOINT"] = IPC
 HOSTD = {"proc": None, "log": os.path.join(h.tmp, "hostd.log")}
@@ -270,6 +277,9 @@ def scenario_mismatch(pw):
         remote = [l for l in log.splitlines() if "[remote]" in l and want in l]
         h.check(len(remote) == 1, "logged once: %d times" % len(remote))
         h.check(fake.calls >= 2, "the server kept asking: %d" % fake.calls)
+        rc, checks = doctor({"AGENTHOLD_SANDBOX_REMOTE_ENDPOINT": "ipc://" + path})
+        h.check(rc == 1, "doctor: a hostd of another protocol is a problem")
+        failing(checks, "host", want, "deploy the same agenthold release")
     finally:
         fake.stop = True
         fake.join()
@@ -365,6 +375,68 @@ def scenario_curve(pw):
     h.wait_state("alice", "running", 20)
 
 
+def doctor(extra=None):
+    """agenthold doctor --json with the server's configuration: (status, checks by name)."""
+    env = dict(h.env)
+    env.update(extra or {})
+    p = subprocess.run([h.bin, "doctor", "--json"], env=env, cwd=h.tmp, capture_output=True,
+                       text=True, timeout=60)
+    out = json.loads(p.stdout)
+    h.check(out["ok"] == (p.returncode == 0), "doctor's ok matches its exit status: %r" % out)
+    return p.returncode, {c["name"]: c for c in out["checks"]}
+
+
+def failing(checks, name, detail, advice):
+    c = checks[name]
+    h.check(c["status"] == "fail" and detail in c["detail"] and advice in c.get("advice", ""),
+            "doctor's %s fails with %r and advises %r: %r" % (name, detail, advice, c))
+    others = [n for n, x in checks.items() if x["status"] != "ok" and n != name]
+    return others
+
+
+def scenario_doctor():
+    """Each check passing, then failing with its advice."""
+    rc, checks = doctor()
+    h.check(rc == 0 and all(c["status"] == "ok" for c in checks.values()),
+            "doctor: all is well: %r" % [c for c in checks.values() if c["status"] != "ok"])
+    for name in ("configuration", "database", "tombstones", "lua limits.lua", "lua idle.lua",
+                 "lua briefing.lua", "host", "engine", "isolation", "disk", "images", "tunnel",
+                 "tls", "admin token"):
+        h.check(name in checks, "doctor checks %s" % name)
+    h.check("hostd 0.1.0, protocol 1" in checks["host"]["detail"], "host: %r" % checks["host"])
+    h.check("API 1." in checks["engine"]["detail"], "engine: %r" % checks["engine"])
+    h.check("seccomp on" in checks["isolation"]["detail"], "isolation: %r" % checks["isolation"])
+    h.check("GiB free" in checks["disk"]["detail"], "disk: %r" % checks["disk"])
+    token = os.path.join(h.data, "admin.token")
+    os.chmod(token, 0o644)
+    try:
+        rc, checks = doctor()
+        h.check(rc == 1, "a token readable by others is a problem")
+        h.check(failing(checks, "admin token", "mode 0644", "chmod 600") == [], "only the mode")
+    finally:
+        os.chmod(token, 0o600)
+    missing = "agenthold-test-missing:" + h.prefix
+    with open(os.path.join(h.tmp, "catalog-missing.json"), "w") as f:
+        json.dump({"version": 1, "runtimes": [
+            {"name": "test", "image": h.tag, "description": "the test image", "tools": ["sh"]},
+            {"name": "gone", "image": missing, "description": "not on the host", "tools": ["sh"]}]}, f)
+    rc, checks = doctor({"AGENTHOLD_CATALOG_PATH": os.path.join(h.tmp, "catalog-missing.json")})
+    h.check(rc == 1 and failing(checks, "images", missing, "pull") == [], "a missing image")
+    lua = os.path.join(h.tmp, "lua-broken")
+    shutil.copytree(os.path.join(os.path.dirname(h.bin), "..", "..", "lua"), lua)
+    with open(os.path.join(lua, "idle.lua"), "w") as f:
+        f.write("function idle(sandbox, facts) return {sleep = \n")
+    rc, checks = doctor({"AGENTHOLD_POLICY_LUA_DIR": lua})
+    h.check(rc == 1 and failing(checks, "lua idle.lua", "idle.lua", "fix") == [], "a broken script")
+    kill_hostd()
+    try:
+        rc, checks = doctor()
+        h.check(rc == 1, "a stopped hostd is a problem")
+        failing(checks, "host", "does not answer", "start `agenthold hostd`")
+    finally:
+        start_hostd()
+
+
 def scenario(h):
     pw = server_user()
     os.chmod(h.tmp, 0o711)              # the server's user walks to its data dir
@@ -374,6 +446,7 @@ def scenario(h):
     start_server(pw)
     scenario_no_socket(pw)
     aid = scenario_basic(pw)
+    scenario_doctor()
     scenario_unreachable(aid)
     scenario_hostd_refuses()
     scenario_mismatch(pw)
