@@ -71,9 +71,12 @@ s_database (doctor_t *self)
     char *err = NULL;
     ah_store_t *store = ah_store_open (path, false, &err);
     if (!store) {
+        bool newer = err && strstr (err, "is newer than this agenthold");
         s_add (self, "database", false, ah_strf ("%s cannot be opened: %s", path, err ? err : "?"),
-               ah_strf ("check the file's owner and mode (the server's user reads and writes it), "
-                        "or restore it from a backup"));
+               newer ? strdup ("install the agenthold release that made it; an older one must "
+                               "not run on it")
+                     : strdup ("check the file's owner and mode (the server's user reads and "
+                               "writes it), or restore it from a backup"));
         free (err);
         free (path);
         return;
@@ -82,15 +85,10 @@ s_database (doctor_t *self)
     if (have == want)
         s_add (self, "database", true, ah_strf ("%s: schema %d, as this agenthold expects", path, have),
                NULL);
-    else
-    if (have < want)
+    else                                //  a newer one does not open (above)
         s_add (self, "database", false, ah_strf ("%s: schema %d, this agenthold knows %d", path, have, want),
                strdup ("start agenthold serve: it applies the missing migrations at start (copy "
                        "the file first if you may want to go back)"));
-    else
-        s_add (self, "database", false, ah_strf ("%s: schema %d was made by a newer agenthold (this "
-                                                  "one knows %d)", path, have, want),
-               strdup ("install the agenthold release that made it; an older one must not run on it"));
     sqlite3_stmt *st = ah_store_prepare (store, "SELECT count(*) FROM tombstones");
     if (st && ah_store_step (store, st) == SQLITE_ROW) {
         int64_t n = sqlite3_column_int64 (st, 0);

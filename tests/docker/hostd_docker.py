@@ -28,6 +28,7 @@ import os
 import pwd
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -428,6 +429,46 @@ def scenario_doctor():
         f.write("function idle(sandbox, facts) return {sleep = \n")
     rc, checks = doctor({"AGENTHOLD_POLICY_LUA_DIR": lua})
     h.check(rc == 1 and failing(checks, "lua idle.lua", "idle.lua", "fix") == [], "a broken script")
+    rc, checks = doctor({"AGENTHOLD_SANDBOX_DRIVER": "podman"})
+    h.check(rc == 1 and failing(checks, "configuration", "podman", "fix the key") == [],
+            "a bad configuration stops the other checks")
+    rc, checks = doctor({"AGENTHOLD_SANDBOX_TUNNEL_LISTEN": ":%d" % free_port(
+        18900, 18919, {h.api_port, h.tunnel_port})})
+    h.check(rc == 1 and failing(checks, "tunnel", "nothing answers", "start agenthold serve") == [],
+            "nothing listening where sandboxd dials")
+    # A copy of the database with a destroy still owed, and no token file beside it.
+    other = os.path.join(h.tmp, "data-copy")
+    os.makedirs(other)
+    src = sqlite3.connect(os.path.join(h.data, "agenthold.db"))
+    dst = sqlite3.connect(os.path.join(other, "agenthold.db"))
+    src.backup(dst)
+    src.close()
+    dst.execute("INSERT INTO tombstones (agent_id, at) VALUES ('0123456789ab', 1)")
+    dst.commit()
+    rc, checks = doctor({"AGENTHOLD_SERVER_DATA_DIR": other})
+    failing(checks, "tombstones", "1 destroy(s) still owed", "start the server")
+    failing(checks, "admin token", "No such file", "start the server once")
+    dst.execute("PRAGMA user_version = 99")
+    dst.commit()
+    dst.close()
+    rc, checks = doctor({"AGENTHOLD_SERVER_DATA_DIR": other})
+    failing(checks, "database", "schema version 99 is newer", "install the agenthold release")
+    rc, checks = doctor({"AGENTHOLD_SERVER_DATA_DIR": os.path.join(h.tmp, "data-none")})
+    failing(checks, "database", "no database", "start the server once")
+    # TLS: a certificate about to expire, then one that is not.
+    for days, ok in ((1, False), (60, True)):
+        cert, key = (os.path.join(h.tmp, "tls%d.%s" % (days, x)) for x in ("crt", "key"))
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", str(days),
+                        "-subj", "/CN=localhost", "-keyout", key, "-out", cert],
+                       check=True, capture_output=True, timeout=60)
+        rc, checks = doctor({"AGENTHOLD_SERVER_TLS_CERT": cert, "AGENTHOLD_SERVER_TLS_KEY": key})
+        if ok:
+            h.check(checks["tls"]["status"] == "ok" and "expires in" in checks["tls"]["detail"],
+                    "a good certificate: %r" % checks["tls"])
+        else:
+            failing(checks, "tls", "expires in ", "renew the certificate")  # 0 or 1 day(s) left
+    rc, checks = doctor({"AGENTHOLD_SERVER_LISTEN": "0.0.0.0:%d" % h.api_port})
+    failing(checks, "tls", "plain HTTP on 0.0.0.0", "set server.tls_cert")
     kill_hostd()
     try:
         rc, checks = doctor()
