@@ -150,12 +150,17 @@ static char *
 s_silent (remote_t *self)
 {
     char *host = s_host_name (self);
-    char *why = ah_strf ("host %s (%s) does not answer (nothing for %d ms): hostd is not "
+    //  Named by its endpoint until it first answered: say that once.
+    char *who = host && strcmp (host, self->endpoint)
+              ? ah_strf ("host %s (%s)", host, self->endpoint)
+              : ah_strf ("the host agent at %s", self->endpoint);
+    char *why = ah_strf ("%s does not answer (nothing for %d ms): hostd is not "
                          "running there%s; start it with `agenthold hostd` (docs/hostd.md)",
-                         host ? host : "?", self->endpoint, self->timeout_ms,
+                         who ? who : "?", self->timeout_ms,
                          self->curve ? ", or the CURVE keys do not match (sandbox.remote."
                          "server_key must be hostd's public key, and hostd must hold this "
                          "server's public key in its curve/clients/)" : "");
+    free (who);
     free (host);
     return why;
 }
