@@ -83,6 +83,7 @@ static const s_key_t s_keys [] = {
     { "limits.pool_max_running",          T_INT64,    F (pool_max_running), NULL },
     { "policy.lua_dir",                   T_PATH,     F (lua_dir), NULL },
     { "catalog.path",                     T_PATH,     F (catalog_path), NULL },
+    { "catalog.pip_index_url",            T_OPT,      F (pip_index_url), "none" },
 };
 #undef F
 #define KEY_COUNT (sizeof s_keys / sizeof s_keys [0])

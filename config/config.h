@@ -63,6 +63,7 @@ typedef struct {
     char   *lua_dir;                //  directory of idle.lua, limits.lua, briefing.lua
     //  catalog.*
     char   *catalog_path;           //  catalog/runtimes.json
+    char   *pip_index_url;          //  the index pip installs a runtime's packages from; NULL: pip's default
 } ah_config_t;
 
 //  Defaults only.

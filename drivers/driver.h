@@ -25,6 +25,12 @@ typedef struct {
     double      cpus;
     int64_t     memory_mb;
     int64_t     pids_limit;
+    //  From the agent's runtime (catalog/runtimes.json): "NAME=value"
+    //  entries set in the container (n_env of them), and whether the
+    //  sandbox gets a way out (false: the internal network only).
+    const char *const *env;
+    size_t      n_env;
+    bool        needs_network;
 } ah_sandbox_spec_t;
 
 //  What the sandbox needs to dial home; the driver composes the tunnel URL
@@ -34,6 +40,9 @@ typedef struct {
     const char *agent_id;
     const char *token;              //  fresh per start; only its hash is stored
     int         tunnel_port;
+    //  The agent's briefing (lua/briefing.lua), written read-only next
+    //  to boot.json as /etc/agenthold/briefing.md; NULL: none.
+    const char *briefing;
 } ah_boot_t;
 
 typedef struct {
@@ -52,6 +61,19 @@ typedef struct {
     const char *const *file_names;  //  n_files names inside the context ("busybox") ...
     const char *const *file_paths;  //  ... copied from these host paths ("/bin/busybox")
     size_t      n_files;
+    //  A runtime built from a base image (catalog base_image): the
+    //  Dockerfile as text, the whole context (context_dir NULL). The
+    //  driver makes base_image present first: present, pulled, or, where
+    //  no registry serves it, made by the driver where it can (docker: a
+    //  Debian base of the host's release from the host's own mirror).
+    const char *dockerfile;
+    const char *base_image;
+    const char *const *build_args;  //  "NAME=value" (Docker build args), n_build_args
+    size_t      n_build_args;
+    //  Progress for people ("Step 3/7 : RUN apt-get update", "pulling
+    //  debian:bookworm-slim: 12 MB"), from the calling thread; may be NULL.
+    void      (*on_progress) (void *arg, const char *text);
+    void       *progress_arg;
 } ah_image_build_t;
 
 //  How the host that runs the sandboxes is doing (drivers with a host

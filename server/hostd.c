@@ -20,6 +20,7 @@
     host's own catalog, so a caller cannot make hostd read a file of its
     choosing.                                                         */
 #include "server/hostd.h"
+#include "actors/builder.h"
 #include "catalog/catalog.h"
 #include "common/log.h"
 #include "common/msg.h"
@@ -112,7 +113,19 @@ s_on_change (void *arg, const char *agent_id, const char *action)
     ah_msg_send (&event, c->push, c->peer);
 }
 
-//  The image, built from this host's catalog entry for it.
+//  Build progress, to the caller (HOSTD_PROGRESS), in the worker's thread.
+static void
+s_on_progress (void *arg, const char *text)
+{
+    call_t *c = arg;
+    ah_msg_t *m = ah_msg_new ("HOSTD_PROGRESS");
+    ah_msg_set_int (m, "req", c->req);
+    ah_msg_set_str (m, "text", text);
+    ah_msg_send (&m, c->push, c->peer);
+}
+
+//  The image, built from this host's catalog entry for it, the way the
+//  server's builder would.
 static int
 s_build (hostd_t *self, call_t *c, char **err)
 {
@@ -127,24 +140,8 @@ s_build (hostd_t *self, call_t *c, char **err)
                         self->config->catalog_path);
         return -1;
     }
-    const char **names = calloc (rt->host_file_count + 1, sizeof (char *));
-    const char **paths = calloc (rt->host_file_count + 1, sizeof (char *));
-    int rc = -1;
-    if (names && paths) {
-        for (size_t f = 0; f < rt->host_file_count; f++) {
-            names [f] = rt->host_files [f].name;
-            paths [f] = rt->host_files [f].host_path;
-        }
-        ah_image_build_t build = {
-            .image = rt->image, .context_dir = rt->context_dir,
-            .file_names = names, .file_paths = paths, .n_files = rt->host_file_count };
-        rc = self->driver->image_build (self->driver, &build, &c->stop, err);
-    }
-    else
-        *err = strdup ("out of memory");
-    free (names);
-    free (paths);
-    return rc;
+    return ah_builder_build (self->driver, rt, self->config->pip_index_url, s_on_progress, c,
+                             &c->stop, err);
 }
 
 static void *
@@ -161,13 +158,17 @@ s_worker (void *arg)
     ah_msg_t *reply = s_reply (self, c->req, true, 200, NULL);
     if (streq (type, "DRIVER_CREATE") || streq (type, "DRIVER_REBUILD")) {
         ah_sandbox_spec_t spec;
-        ah_hostd_get_spec (m, &spec);
+        char **env = ah_hostd_get_spec (m, &spec);
         rc = streq (type, "DRIVER_CREATE") ? d->create (d, &spec, &err) : d->rebuild (d, &spec, &err);
+        for (char **e = env; e && *e; e++)
+            free (*e);
+        free (env);
     }
     else
     if (streq (type, "DRIVER_START")) {
         ah_boot_t boot = { .agent_id = agent_id, .token = ah_msg_str (m, "token"),
-                           .tunnel_port = (int) ah_msg_int (m, "tunnel_port", 0) };
+                           .tunnel_port = (int) ah_msg_int (m, "tunnel_port", 0),
+                           .briefing = ah_msg_str (m, "briefing") };
         rc = d->start (d, &boot, &err);
     }
     else

@@ -386,9 +386,15 @@ s_start_actors (self_t *self)
     self->recorder_args = (ah_recorder_args_t) { .db_path = self->db_path };
     if (s_start (self, &ah_recorder_actor, &self->recorder_args))
         return -1;
+    //  The builder before lifecycle: lifecycle's first RUNTIME_ENSURE
+    //  (its start-up scan) must find it on the bus.
+    self->builder_args = (ah_builder_args_t) {
+        .config = config, .db_path = self->db_path, .driver = self->driver, .prewarm = true };
+    if (s_start (self, &ah_builder_actor, &self->builder_args))
+        return -1;
     self->lifecycle_args = (ah_lifecycle_args_t) {
         .config = config, .driver = self->driver, .db_path = self->db_path,
-        .subscribers = s_state_subscribers };
+        .subscribers = s_state_subscribers, .ensure_images = true };
     if (s_start (self, &ah_lifecycle_actor, &self->lifecycle_args))
         return -1;
     self->reconciler_args = (ah_reconciler_args_t) { .db_path = self->db_path, .driver = self->driver };
@@ -402,10 +408,6 @@ s_start_actors (self_t *self)
         return -1;
     self->sleeper_args = (ah_sleeper_args_t) { .config = config, .db_path = self->db_path };
     if (s_start (self, &ah_sleeper_actor, &self->sleeper_args))
-        return -1;
-    self->builder_args = (ah_builder_args_t) {
-        .config = config, .db_path = self->db_path, .driver = self->driver, .prewarm = true };
-    if (s_start (self, &ah_builder_actor, &self->builder_args))
         return -1;
     self->api_args = (ah_api_args_t) { .config = config, .db_path = self->db_path };
     return s_start (self, &ah_api_actor, &self->api_args);

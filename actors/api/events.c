@@ -493,8 +493,9 @@ void ah_api_events_on_state (ah_api_events_t *self, const ah_msg_t *msg)
         //  A stream of a tenant shows nothing of an agent it cannot tell
         //  is its own.
         if (a.tenant [0] || !state || !streq (state, "destroyed"))
+            //  A preparing sandbox's progress is the event's message.
             s_publish (self, agent_id, a.tenant, a.name, state, ah_msg_str (msg, "op"),
-                       ah_msg_str (msg, "error"), NULL);
+                       ah_msg_str (msg, "error"), ah_msg_str (msg, "progress"));
     }
     if (state && streq (state, "destroyed"))
         zhashx_delete (self->names, agent_id);

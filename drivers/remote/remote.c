@@ -228,7 +228,7 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
         if (ah_msg_int (m, "req", -1) != id)
             ;                                   //  not ours (cannot happen on our own socket)
         else
-        if (streq (t, "DRIVER_EVENT") && on_event)
+        if ((streq (t, "DRIVER_EVENT") || streq (t, "HOSTD_PROGRESS")) && on_event)
             on_event (arg, m);
         else
         if (streq (t, "REPLY")) {
@@ -274,7 +274,11 @@ static int
 s_create (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
 {
     ah_msg_t *req = ah_msg_new ("DRIVER_CREATE");
-    ah_hostd_put_spec (req, spec);
+    if (ah_hostd_put_spec (req, spec)) {
+        ah_msg_destroy (&req);
+        *err = strdup ("a runtime's environment entry holds a newline: refused");
+        return -1;
+    }
     return s_simple (driver, req, NULL, err);
 }
 
@@ -282,7 +286,11 @@ static int
 s_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
 {
     ah_msg_t *req = ah_msg_new ("DRIVER_REBUILD");
-    ah_hostd_put_spec (req, spec);
+    if (ah_hostd_put_spec (req, spec)) {
+        ah_msg_destroy (&req);
+        *err = strdup ("a runtime's environment entry holds a newline: refused");
+        return -1;
+    }
     return s_simple (driver, req, NULL, err);
 }
 
@@ -293,6 +301,8 @@ s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     ah_msg_set_str (req, "agent_id", boot->agent_id);
     ah_msg_set_str (req, "token", boot->token);
     ah_msg_set_int (req, "tunnel_port", boot->tunnel_port);
+    if (boot->briefing)
+        ah_msg_set_str (req, "briefing", boot->briefing);
     return s_simple (driver, req, NULL, err);
 }
 
@@ -377,6 +387,16 @@ s_image_exists (ah_driver_t *driver, const char *image, bool *exists, char **err
     return 0;
 }
 
+//  hostd's HOSTD_PROGRESS, to the builder's callback.
+static void
+s_on_progress (void *arg, const ah_msg_t *msg)
+{
+    const ah_image_build_t *build = arg;
+    const char *text = ah_msg_str (msg, "text");
+    if (build->on_progress && text)
+        build->on_progress (build->progress_arg, text);
+}
+
 //  hostd builds from its own catalog (its build contexts and host files
 //  are its machine's): only the image is named.
 static int
@@ -384,7 +404,7 @@ s_image_build (ah_driver_t *driver, const ah_image_build_t *build, volatile int 
 {
     ah_msg_t *req = ah_msg_new ("DRIVER_IMAGE_BUILD");
     ah_msg_set_str (req, "image", build->image);
-    int rc = s_call (driver->impl, &req, NULL, NULL, NULL, stop, err);
+    int rc = s_call (driver->impl, &req, NULL, s_on_progress, (void *) build, stop, err);
     if (rc == 1 && !*err)
         *err = strdup ("the image build was given up (shutting down)");
     return rc == 0 ? 0 : -1;

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool
@@ -26,7 +27,7 @@ ah_hostd_mismatch (const char *host, const char *hostd_version, int64_t hostd_pr
                     (long long) hostd_protocol, AH_HOSTD_PROTOCOL, AH_VERSION, host);
 }
 
-void
+int
 ah_hostd_put_spec (ah_msg_t *msg, const ah_sandbox_spec_t *spec)
 {
     ah_msg_set_str (msg, "agent_id", spec->agent_id);
@@ -34,16 +35,51 @@ ah_hostd_put_spec (ah_msg_t *msg, const ah_sandbox_spec_t *spec)
     ah_msg_set_double (msg, "cpus", spec->cpus);
     ah_msg_set_int (msg, "memory_mb", spec->memory_mb);
     ah_msg_set_int (msg, "pids_limit", spec->pids_limit);
+    ah_msg_set_bool (msg, "needs_network", spec->needs_network);
+    size_t size = 1;
+    for (size_t i = 0; i < spec->n_env; i++) {
+        if (!spec->env [i] || strchr (spec->env [i], '\n'))
+            return -1;
+        size += strlen (spec->env [i]) + 1;
+    }
+    char *env = calloc (1, size);
+    if (!env)
+        return -1;
+    for (size_t i = 0; i < spec->n_env; i++) {
+        strcat (env, spec->env [i]);
+        strcat (env, "\n");
+    }
+    ah_msg_set_str (msg, "env", env);
+    free (env);
+    return 0;
 }
 
-void
+char **
 ah_hostd_get_spec (const ah_msg_t *msg, ah_sandbox_spec_t *spec)
 {
+    memset (spec, 0, sizeof *spec);
     spec->agent_id = ah_msg_str (msg, "agent_id");
     spec->image = ah_msg_str (msg, "image");
     spec->cpus = ah_msg_double (msg, "cpus", 0);
     spec->memory_mb = ah_msg_int (msg, "memory_mb", 0);
     spec->pids_limit = ah_msg_int (msg, "pids_limit", 0);
+    spec->needs_network = ah_msg_bool (msg, "needs_network", false);
+    const char *text = ah_msg_str (msg, "env");
+    size_t lines = 0;
+    for (const char *p = text; p && *p; p++)
+        lines += *p == '\n';
+    char **env = calloc (lines + 1, sizeof (char *));
+    size_t n = 0;
+    for (const char *p = text; env && p && *p; ) {
+        const char *nl = strchr (p, '\n');
+        size_t len = nl ? (size_t) (nl - p) : strlen (p);
+        if (len && n < lines)
+            env [n++] = strndup (p, len);
+        p += len + (nl != NULL);
+    }
+    spec->env = (const char *const *) env;
+    spec->n_env = n;
+    return env;
 }
 
 void

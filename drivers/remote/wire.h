@@ -31,10 +31,13 @@ char *ah_hostd_mismatch (const char *host, const char *hostd_version, int64_t ho
 //  A host name as hostd.name allows it (1..63 of [A-Za-z0-9._-]).
 bool ah_hostd_name_ok (const char *name);
 
-//  A spec into a message and back (borrowed from msg; NULL fields when
-//  absent: the docker driver refuses them with its own words).
-void ah_hostd_put_spec (ah_msg_t *msg, const ah_sandbox_spec_t *spec);
-void ah_hostd_get_spec (const ah_msg_t *msg, ah_sandbox_spec_t *spec);
+//  A spec into a message and back: strings borrowed from msg (NULL when
+//  absent: the docker driver refuses them with its own words); the env
+//  entries travel as one string, one entry a line. put: -1 when an entry
+//  holds a newline. get: the NULL-terminated env array spec->env points
+//  into (the caller frees each entry and the array).
+int   ah_hostd_put_spec (ah_msg_t *msg, const ah_sandbox_spec_t *spec);
+char **ah_hostd_get_spec (const ah_msg_t *msg, ah_sandbox_spec_t *spec);
 
 //  Engine facts into a REPLY and back.
 void ah_hostd_put_facts (ah_msg_t *msg, const ah_engine_facts_t *facts);

@@ -46,13 +46,9 @@ h = Harness("docker.hostd", sys.argv[1], "10.213.240.0/20", (18900, 18919))
 h.env["AGENTHOLD_SANDBOX_DRIVER"] = "remote"
 h.env["AGENTHOLD_SANDBOX_REMOTE_TIMEOUT"] = "2s"
 RUN = os.path.join(h.tmp, "run")
-# A catalog of the test image alone: nothing is pulled, doctor finds every image.
-CATALOG = os.path.join(h.tmp, "catalog.json")
-with open(CATALOG, "w") as f:
-    json.dump({"version": 1, "runtimes": [{"name": "test", "image": h.tag,
-                                           "description": "the test image", "tools": ["sh"]}]}, f)
-os.chmod(CATALOG, 0o644)
-h.env["AGENTHOLD_CATALOG_PATH"] = CATALOG
+# The harness's catalog is the test image alone: nothing is pulled, and
+# doctor finds every image.
+os.chmod(h.env["AGENTHOLD_CATALOG_PATH"], 0o644)
 IPC = "ipc://%s/hostd.sock" % RUN
 h.env["AGENTHOLD_SANDBOX_REMOTE_ENDPOINT"] = IPC
 HOSTD = {"proc": None, "log": os.path.join(h.tmp, "hostd.log")}
@@ -418,9 +414,9 @@ def scenario_doctor():
         os.chmod(token, 0o600)
     missing = "agenthold-test-missing:" + h.prefix
     with open(os.path.join(h.tmp, "catalog-missing.json"), "w") as f:
-        json.dump({"version": 1, "runtimes": [
-            {"name": "test", "image": h.tag, "description": "the test image", "tools": ["sh"]},
-            {"name": "gone", "image": missing, "description": "not on the host", "tools": ["sh"]}]}, f)
+        json.dump({"version": 2, "runtimes": [
+            {"alias": "test", "image": h.tag, "description": "the test image"},
+            {"alias": "gone", "image": missing, "description": "not on the host"}]}, f)
     rc, checks = doctor({"AGENTHOLD_CATALOG_PATH": os.path.join(h.tmp, "catalog-missing.json")})
     h.check(rc == 1 and failing(checks, "images", missing, "pull") == [], "a missing image")
     lua = os.path.join(h.tmp, "lua-broken")
