@@ -264,7 +264,8 @@ struct route_t {
 extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes [],
                      api_audit_routes [], api_exec_routes [], api_file_routes [],
                      api_event_routes [], api_terminal_routes [], api_tenant_routes [],
-                     api_session_routes [], api_console_routes [];
+                     api_session_routes [], api_console_routes [],
+                     api_host_routes [];
 
 //  Finds r's route from its path as sent: 0, or an HTTP status (400 a
 //  malformed target or query, 404, 405 with *allowed) and why; nothing is
