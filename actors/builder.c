@@ -228,6 +228,7 @@ s_worker (void *args)
 {
     s_job_t *job = args;
     const ah_runtime_t *rt = job->rt;
+    pthread_setname_np (pthread_self (), "ah-build-work");
     job->push = zsock_new_push (job->endpoint);
     if (!job->push) {
         ah_error (AREA, "the image worker cannot reach the builder");

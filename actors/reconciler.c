@@ -189,6 +189,7 @@ s_scan_thread (void *arg)
 {
     worker_args_t *w = arg;
     zsock_t *push = s_push (w->endpoint);
+    pthread_setname_np (pthread_self (), "ah-rc-scan");
     char *err = NULL;
     ah_store_t *store = ah_store_open (w->db_path, false, &err);
     if (!push || !store) {
@@ -243,6 +244,7 @@ s_follow_thread (void *arg)
 {
     worker_args_t *w = arg;
     follow_t f = { .w = w, .backoff_ms = w->backoff_min_ms };
+    pthread_setname_np (pthread_self (), "ah-rc-follow");
     f.push = s_push (w->endpoint);
     char *err = NULL;
     f.store = ah_store_open (w->db_path, false, &err);

@@ -261,6 +261,7 @@ static void *s_init (ah_actor_t *actor, void *args)
         info.port = CONTEXT_PORT_NO_LISTEN;
         info.user = self;
         info.timeout_secs = 10;             //  a handshake that stalls
+        info.pt_serv_buf_size = 256u << 10; //  one read per loop round takes this much
         self->loop = ah_lwsloop_new (&info);
         free (err);
         err = NULL;
@@ -277,6 +278,8 @@ static void *s_init (ah_actor_t *actor, void *args)
         return NULL;
     }
     ah_actor_use_lws (actor, self->loop);
+    if (a->api_link && ah_actor_link (actor, "api", a->api_link, true))
+        ah_warn (AREA, "the api's channels take the bus: no direct link at %s", a->api_link);
     ah_info (AREA, "listening for sandboxd on %s (port %d)", listen, lws_get_vhost_listen_port (self->vhost));
     return self;
 }

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#define WRITE_CHUNK     (64u << 10)         //  largest WebSocket message we send
+#define WRITE_CHUNK     (256u << 10)        //  largest WebSocket message we send
 #define OUTQ_HIGH       (1u << 20)          //  stop reading sandboxd above this
 #define OUTQ_LOW        (256u << 10)        //  ... and read again below this
 
