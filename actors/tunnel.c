@@ -53,7 +53,10 @@ static void s_on_kick (void *self, ah_msg_t *msg)
 static void s_on_state (void *self, ah_msg_t *msg)
 {
     const char *state = ah_msg_str (msg, "state");
-    if (state && !streq (state, "starting") && !streq (state, "running"))
+    //  unreachable: the host agent is away, the sandbox may run on and
+    //  keeps its tunnel.
+    if (state && !streq (state, "starting") && !streq (state, "running")
+    &&  !streq (state, "unreachable"))
         s_close_agent (self, ah_msg_str (msg, "agent_id"), state);
 }
 

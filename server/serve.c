@@ -349,6 +349,14 @@ s_prepare_driver (self_t *self, char **err)
             ah_docker_isolation_check_start (self->driver);
         return 0;
     }
+    //  A host agent may be down or refuse us: the server runs all the
+    //  same, its sandboxes unreachable until the host answers.
+    if (self->driver && self->driver->host_info) {
+        ah_warn ("server", "driver %s: %s; going on, its sandboxes unreachable until it answers",
+                 self->driver->name, driver_err ? driver_err : "the host agent does not answer");
+        free (driver_err);
+        return 0;
+    }
     int rc;
     if (config->driver && streq (config->driver, "docker"))
         rc = asprintf (err,

@@ -17,6 +17,7 @@
       chan.c      tunnel channels: open, data both ways, credit, the end
       agents.c, runtimes.c, turns.c, audit.c, exec.c, files.c, events.c,
       terminal.c  one route family each: its routes and its handlers
+      console.c   the web console's files and its terminal tickets
       ws.c        the server side of the terminal's WebSocket
 
     A request (req_t) lives inside its connection (conn_t) from its head
@@ -263,7 +264,8 @@ struct route_t {
 extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes [],
                      api_audit_routes [], api_exec_routes [], api_file_routes [],
                      api_event_routes [], api_terminal_routes [], api_tenant_routes [],
-                     api_session_routes [];
+                     api_session_routes [], api_console_routes [],
+                     api_host_routes [];
 
 //  Finds r's route from its path as sent: 0, or an HTTP status (400 a
 //  malformed target or query, 404, 405 with *allowed) and why; nothing is

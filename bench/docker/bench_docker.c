@@ -70,30 +70,6 @@ s_verdict (double ratio, int *rc)
     return "MISSED";
 }
 
-static int
-s_cmp (const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-    return x < y ? -1 : x > y;
-}
-
-static double
-s_median (double *v, int n)
-{
-    qsort (v, n, sizeof *v, s_cmp);
-    return n % 2 ? v [n / 2] : (v [n / 2 - 1] + v [n / 2]) / 2;
-}
-
-static bool
-s_running (const char *name)
-{
-    long st;
-    json_t *j = eng_json ("GET", NULL, &st, "/containers/%s/json", name);
-    bool running = json_is_true (json_object_get (json_object_get (j, "State"), "Running"));
-    json_decref (j);
-    return running;
-}
-
 int
 main (int argc, char **argv)
 {
@@ -127,7 +103,7 @@ main (int argc, char **argv)
         double t0 = eng_now ();
         free (eng_call ("POST", body, &st, "/containers/create?name=%s", name));
         free (eng_call ("POST", NULL, &st, "/containers/%s/start", name));
-        while (!s_running (name) && eng_now () - t0 < 30)
+        while (!eng_running (name) && eng_now () - t0 < 30)
             usleep (1000);
         bare [r] = eng_now () - t0;
         free (eng_call ("DELETE", NULL, &st, "/containers/%s?force=true", name));
@@ -151,7 +127,7 @@ main (int argc, char **argv)
             rc = 1;
             break;
         }
-        while (!s_running (name) && eng_now () - t0 < 30)
+        while (!eng_running (name) && eng_now () - t0 < 30)
             usleep (1000);
         drv [r] = eng_now () - t0;
 
@@ -169,7 +145,7 @@ main (int argc, char **argv)
             rc = 1;
             break;
         }
-        while (!s_running (name) && eng_now () - t0 < 30)
+        while (!eng_running (name) && eng_now () - t0 < 30)
             usleep (1000);
         drv_wake [r] = eng_now () - t0;
         free (eng_call ("POST", NULL, &st, "/containers/%s/stop?t=5", name));
@@ -188,7 +164,7 @@ main (int argc, char **argv)
         }
         t0 = eng_now ();
         free (eng_call ("POST", NULL, &st, "/containers/%s/start", name));
-        while (!s_running (name) && eng_now () - t0 < 30)
+        while (!eng_running (name) && eng_now () - t0 < 30)
             usleep (1000);
         bare_wake [r] = eng_now () - t0;
         if (d->destroy (d, id, &err)) {
@@ -197,17 +173,17 @@ main (int argc, char **argv)
         }
     }
     if (rc == 0) {
-        double b = s_median (bare, ROUNDS), c = s_median (drv_create, ROUNDS), t = s_median (drv, ROUNDS);
+        double b = eng_median (bare, ROUNDS), c = eng_median (drv_create, ROUNDS), t = eng_median (drv, ROUNDS);
         printf ("docker create -> running, median of %d rounds\n", ROUNDS);
         printf ("  bare Engine API create+start : %7.1f ms\n", b * 1000);
         printf ("  driver create (net+vol+ctr)  : %7.1f ms\n", c * 1000);
         printf ("  driver create+start (total)  : %7.1f ms\n", t * 1000);
         printf ("  ratio driver/bare            : %7.2f\n", t / b);
-        double bw = s_median (bare_wake, ROUNDS), dw = s_median (drv_wake, ROUNDS);
+        double bw = eng_median (bare_wake, ROUNDS), dw = eng_median (drv_wake, ROUNDS);
         printf ("docker sleeping -> running (stopped container started), median of %d rounds\n", ROUNDS);
         printf ("  bare Engine API start        : %7.1f ms\n", bw * 1000);
         printf ("  driver boot.json + start     : %7.1f ms\n", dw * 1000);
-        double bp = s_median (bare_put, ROUNDS);
+        double bp = eng_median (bare_put, ROUNDS);
         printf ("    of which boot.json PUT     : %7.1f ms (%.0f%%, timed bare), start and the rest %.1f ms (%.0f%%)\n",
                 bp * 1000, 100 * bp / dw, (dw - bp) * 1000, 100 * (dw - bp) / dw);
         printf ("  ratio driver/bare            : %7.2f\n", dw / bw);
