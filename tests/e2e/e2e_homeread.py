@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/e2e/e2e_homeread.py: reading a home without waking its sandbox,
 on the real `agenthold serve` with the fake driver (its home is
-<data>/fake/<id>/home; temporary data directory; ports from 19200-19249).
+<data>/fake/<id>/home; temporary data directory; ports from 19200-19223).
 
   sleeping   a stopped agent's files listed and read while its state stays
              sleeping (no start in its audit trail); writes still 409
@@ -52,8 +52,8 @@ class Fail(Exception):
 
 
 check = ahserver.Checks(Fail)
-API_PORT = ahserver.free_port(19200, 19249, (os.getpid() % 12) * 2, fail=Fail)
-TUNNEL_PORT = ahserver.free_port(19200, 19249, (os.getpid() % 12) * 2 + 1, {API_PORT}, fail=Fail)
+API_PORT = ahserver.free_port(19200, 19223, (os.getpid() % 12) * 2, fail=Fail)
+TUNNEL_PORT = ahserver.free_port(19200, 19223, (os.getpid() % 12) * 2 + 1, {API_PORT}, fail=Fail)
 ENV = ahserver.server_env(DATA, API_PORT, TUNNEL_PORT)
 
 
