@@ -384,7 +384,7 @@ int ah_cli_exec (int argc, char **argv, const char *config)
 static void s_fs_usage (FILE *out)
 {
     fprintf (out,
-        "usage: agenthold fs ls NAME [PATH] [--json]\n"
+        "usage: agenthold fs ls NAME [PATH] [--all] [--json]\n"
         "       agenthold fs get NAME PATH [LOCAL]     (LOCAL '-' is stdout)\n"
         "       agenthold fs put NAME PATH [LOCAL]     (LOCAL '-' is stdin)\n"
         "       agenthold fs tree NAME [PATH] [--all] [--json]\n"
@@ -525,9 +525,9 @@ static int s_fs_put (ah_client_t *client, const char *name, const char *path, co
     return status;
 }
 
-static int s_fs_ls (ah_client_t *client, const char *name, const char *path, bool as_json)
+static int s_fs_ls (ah_client_t *client, const char *name, const char *path, bool all, bool as_json)
 {
-    char *url = s_files_path (name, "list", path, "");
+    char *url = s_files_path (name, "list", path, all ? "&all=true" : "");
     json_t *reply = url ? s_call ("fs ls", client, "GET", url, NULL, 0) : NULL;
     free (url);
     if (!reply)
@@ -623,9 +623,9 @@ int ah_cli_fs (int argc, char **argv, const char *config)
                     "get writes LOCAL.part and renames it once whole; LOCAL defaults to PATH's\n"
                     "last name. put lands whole or not at all. tree lists breadth first, a few\n"
                     "levels and entries at most (the server's files.* settings), toolchain\n"
-                    "folders (node_modules, .git, .venv, ...) left out unless --all. -p: mkdir\n"
-                    "makes missing parents; -r: rm removes a directory and what is in it.\n"
-                    "Also: --config FILE.\n");
+                    "folders (node_modules, .git, .venv, ...) left out of ls and tree unless\n"
+                    "--all. -p: mkdir makes missing parents; -r: rm removes a directory and\n"
+                    "what is in it. Also: --config FILE.\n");
             return 0;
         }
         if (!strcmp (a, "--json"))
@@ -668,7 +668,7 @@ int ah_cli_fs (int argc, char **argv, const char *config)
     const char *name = pos [1], *path = pos [2] ? pos [2] : ".";
     int status;
     if (!strcmp (op, "ls"))
-        status = s_fs_ls (client, name, path, as_json);
+        status = s_fs_ls (client, name, path, all, as_json);
     else if (!strcmp (op, "tree"))
         status = s_fs_tree (client, name, path, all, as_json);
     else if (!strcmp (op, "get"))

@@ -329,6 +329,10 @@ def s_cli():
                        text=True, timeout=30)
     j = json.loads(p.stdout) if p.returncode == 0 else {}
     check(".git/HEAD" in [e["path"] for e in j.get("entries", [])], "fs tree --all --json: %r" % p.stdout[:300])
+    p = subprocess.run([BIN, "fs", "ls", "clitree"], env=env, capture_output=True, text=True, timeout=30)
+    check(p.returncode == 0 and "docs/" in p.stdout and ".git" not in p.stdout, "fs ls: %r" % p.stdout)
+    p = subprocess.run([BIN, "fs", "ls", "clitree", "--all"], env=env, capture_output=True, text=True, timeout=30)
+    check(p.returncode == 0 and ".git/" in p.stdout, "fs ls --all: %r" % p.stdout)
     p = subprocess.run([BIN, "fs", "tree", "clitree", "docs"], env=env, capture_output=True, text=True, timeout=30)
     check(p.returncode == 0 and "docs/a.md" in p.stdout, "fs tree AGENT PATH: %r" % p.stdout)
     p = subprocess.run([BIN, "fs", "tree", "clitree", "../etc"], env=env, capture_output=True, text=True, timeout=30)
