@@ -114,7 +114,7 @@ static const ah_cmd_t s_commands [] = {
       "A shell in NAME's sandbox on this terminal (raw mode); exits with its status.\n" },
     { "exec", "exec NAME [--timeout S] -- CMD...",
       "Run CMD in NAME's sandbox; its output to ours, exit with its status.\n" },
-    { "fs", "fs ls|get|put|mkdir|rm NAME PATH [LOCAL]",
+    { "fs", "fs ls|get|put|tree|mkdir|rm NAME PATH [LOCAL]",
       "Files in NAME's sandbox home; get and put stream (agenthold fs --help).\n" },
     { "help", "help [COMMAND]",
       "Show this help, or one command's.\n" },

@@ -4,6 +4,7 @@
     /files/{path} routes, so a file never sits whole in memory here.   */
 #include "cli/sbx.h"
 #include "cli/client.h"
+#include "cli/cmd.h"
 #include "proto/buf.h"
 #include "proto/channel.h"
 
@@ -383,9 +384,10 @@ int ah_cli_exec (int argc, char **argv, const char *config)
 static void s_fs_usage (FILE *out)
 {
     fprintf (out,
-        "usage: agenthold fs ls NAME [PATH] [--json]\n"
+        "usage: agenthold fs ls NAME [PATH] [--all] [--json]\n"
         "       agenthold fs get NAME PATH [LOCAL]     (LOCAL '-' is stdout)\n"
         "       agenthold fs put NAME PATH [LOCAL]     (LOCAL '-' is stdin)\n"
+        "       agenthold fs tree NAME [PATH] [--all] [--json]\n"
         "       agenthold fs mkdir NAME PATH [-p]\n"
         "       agenthold fs rm NAME PATH [-r]\n");
 }
@@ -523,9 +525,9 @@ static int s_fs_put (ah_client_t *client, const char *name, const char *path, co
     return status;
 }
 
-static int s_fs_ls (ah_client_t *client, const char *name, const char *path, bool as_json)
+static int s_fs_ls (ah_client_t *client, const char *name, const char *path, bool all, bool as_json)
 {
-    char *url = s_files_path (name, "list", path, "");
+    char *url = s_files_path (name, "list", path, all ? "&all=true" : "");
     json_t *reply = url ? s_call ("fs ls", client, "GET", url, NULL, 0) : NULL;
     free (url);
     if (!reply)
@@ -558,21 +560,72 @@ static int s_fs_ls (ah_client_t *client, const char *name, const char *path, boo
     return 0;
 }
 
+//  GET /api/v1/agents/NAME/tree?path=PATH[&all=true]: one path a line
+//  (directories end in '/'), what cut it short on stderr.
+static int s_fs_tree (ah_client_t *client, const char *name, const char *path, bool all, bool as_json)
+{
+    size_t size = 64 + 3 * strlen (name) + 3 * strlen (path);
+    char *url = malloc (size);
+    if (!url)
+        return 1;
+    snprintf (url, size, "/api/v1/agents/");
+    s_encode (url, size, name, false);
+    strcat (url, "/tree?path=");
+    s_encode (url, size, path, false);
+    if (all)
+        strcat (url, "&all=true");
+    json_t *reply = s_call ("fs tree", client, "GET", url, NULL, 0);
+    free (url);
+    if (!reply)
+        return 1;
+    if (as_json)
+        ah_cmd_print_json (reply);
+    else {
+        size_t i;
+        json_t *e;
+        json_array_foreach (json_object_get (reply, "entries"), i, e) {
+            const char *type = ah_cmd_jstr (e, "type", "?");
+            char *shown = ah_cmd_clean (ah_cmd_strf ("%s", ah_cmd_jstr (e, "path", "?")));
+            printf ("%s%s%s\n", shown ? shown : "?", !strcmp (type, "dir") ? "/" : "",
+                    json_is_true (json_object_get (e, "uploaded")) ? "  (uploaded)" : "");
+            free (shown);
+        }
+        json_array_foreach (json_object_get (reply, "skipped"), i, e) {
+            char *shown = ah_cmd_clean (ah_cmd_strf ("%s: %s", ah_cmd_jstr (e, "path", "?"),
+                                                     ah_cmd_jstr (e, "error", "?")));
+            fprintf (stderr, "agenthold fs tree: skipped %s\n", shown ? shown : "?");
+            free (shown);
+        }
+        if (json_is_true (json_object_get (reply, "depth_limit_reached")))
+            fprintf (stderr, "agenthold fs tree: deeper than %lld levels: not shown\n",
+                     (long long) json_integer_value (json_object_get (reply, "max_depth")));
+        if (json_is_true (json_object_get (reply, "entries_limit_reached")))
+            fprintf (stderr, "agenthold fs tree: more than %lld entries: the rest not shown\n",
+                     (long long) json_integer_value (json_object_get (reply, "max_entries")));
+    }
+    json_decref (reply);
+    return 0;
+}
+
 int ah_cli_fs (int argc, char **argv, const char *config)
 {
     const char *pos [4] = { 0 };
     int npos = 0;
-    bool as_json = false, parents = false, recursive = false;
+    bool as_json = false, parents = false, recursive = false, all = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv [i];
         if (!strcmp (a, "--help") || !strcmp (a, "-h")) {
             s_fs_usage (stdout);
-            printf ("\nFiles in NAME's sandbox (which must be running). PATH is relative to the\n"
-                    "agent's home (/home/agent); absolute paths, '..' and symlinks that lead out\n"
-                    "are refused. get and put stream (the file never sits in memory); get writes\n"
-                    "LOCAL.part and renames it once whole; LOCAL defaults to PATH's last name.\n"
-                    "put lands whole or not at all. -p: mkdir makes missing parents; -r: rm\n"
-                    "removes a directory and what is in it. Also: --config FILE.\n");
+            printf ("\nFiles in NAME's sandbox home. ls, get and tree read a sleeping agent's\n"
+                    "home without waking it; put, mkdir and rm need it running. PATH is relative\n"
+                    "to the agent's home (/home/agent); absolute paths, '..' and symlinks that\n"
+                    "lead out are refused. get and put stream (the file never sits in memory);\n"
+                    "get writes LOCAL.part and renames it once whole; LOCAL defaults to PATH's\n"
+                    "last name. put lands whole or not at all. tree lists breadth first, a few\n"
+                    "levels and entries at most (the server's files.* settings), toolchain\n"
+                    "folders (node_modules, .git, .venv, ...) left out of ls and tree unless\n"
+                    "--all. -p: mkdir makes missing parents; -r: rm removes a directory and\n"
+                    "what is in it. Also: --config FILE.\n");
             return 0;
         }
         if (!strcmp (a, "--json"))
@@ -581,6 +634,8 @@ int ah_cli_fs (int argc, char **argv, const char *config)
             parents = true;
         else if (!strcmp (a, "-r") || !strcmp (a, "--recursive"))
             recursive = true;
+        else if (!strcmp (a, "--all"))
+            all = true;
         else if (!strcmp (a, "--config") && i + 1 < argc)
             config = argv [++i];
         else if (a [0] == '-' && a [1]) {
@@ -598,12 +653,12 @@ int ah_cli_fs (int argc, char **argv, const char *config)
     }
     const char *op = pos [0];
     bool known = op && (!strcmp (op, "ls") || !strcmp (op, "get") || !strcmp (op, "put")
-                     || !strcmp (op, "mkdir") || !strcmp (op, "rm"));
-    int need = op && !strcmp (op, "ls") ? 2 : 3;
+                     || !strcmp (op, "mkdir") || !strcmp (op, "rm") || !strcmp (op, "tree"));
+    int need = op && (!strcmp (op, "ls") || !strcmp (op, "tree")) ? 2 : 3;
     int most = op && (!strcmp (op, "get") || !strcmp (op, "put")) ? 4 : 3;
     if (!known || npos < need || npos > most) {
-        fprintf (stderr, "agenthold fs: %s\n", !op ? "no operation (ls, get, put, mkdir, rm)"
-                 : !known ? "unknown operation (ls, get, put, mkdir, rm)" : "wrong number of arguments");
+        fprintf (stderr, "agenthold fs: %s\n", !op ? "no operation (ls, get, put, tree, mkdir, rm)"
+                 : !known ? "unknown operation (ls, get, put, tree, mkdir, rm)" : "wrong number of arguments");
         s_fs_usage (stderr);
         return EXIT_USAGE;
     }
@@ -613,7 +668,9 @@ int ah_cli_fs (int argc, char **argv, const char *config)
     const char *name = pos [1], *path = pos [2] ? pos [2] : ".";
     int status;
     if (!strcmp (op, "ls"))
-        status = s_fs_ls (client, name, path, as_json);
+        status = s_fs_ls (client, name, path, all, as_json);
+    else if (!strcmp (op, "tree"))
+        status = s_fs_tree (client, name, path, all, as_json);
     else if (!strcmp (op, "get"))
         status = s_fs_get (client, name, path, pos [3]);
     else if (!strcmp (op, "put"))

@@ -81,6 +81,8 @@ static const s_key_t s_keys [] = {
     { "limits.pool_max_sandboxes",        T_INT64,    F (pool_max_sandboxes), NULL },
     { "limits.tenant_max_running",        T_INT64,    F (tenant_max_running), NULL },
     { "limits.pool_max_running",          T_INT64,    F (pool_max_running), NULL },
+    { "files.tree_max_depth",             T_INT64,    F (tree_max_depth), NULL },
+    { "files.tree_max_entries",           T_INT64,    F (tree_max_entries), NULL },
     { "policy.lua_dir",                   T_PATH,     F (lua_dir), NULL },
     { "catalog.path",                     T_PATH,     F (catalog_path), NULL },
     { "catalog.pip_index_url",            T_OPT,      F (pip_index_url), "none" },
@@ -225,6 +227,8 @@ ah_config_t *ah_config_new_defaults (void)
     self->pool_max_sandboxes = 20;
     self->tenant_max_running = 0;
     self->pool_max_running = 0;
+    self->tree_max_depth = 6;
+    self->tree_max_entries = 2000;
     self->lua_dir = s_default_data_path ("lua", true);
     self->catalog_path = s_default_data_path ("catalog/runtimes.json", false);
     //  One allocation failed: give up cleanly rather than run half-configured
@@ -852,6 +856,12 @@ static char *s_validate (const ah_config_t *self)
     if (self->pids_limit <= 0)
         return ah_strf ("sandbox.pids_limit = %lld: must be greater than 0",
                           (long long) self->pids_limit);
+    if (self->tree_max_depth < 1 || self->tree_max_depth > 64)
+        return ah_strf ("files.tree_max_depth = %lld: must be from 1 to 64",
+                          (long long) self->tree_max_depth);
+    if (self->tree_max_entries < 1 || self->tree_max_entries > 1000000)
+        return ah_strf ("files.tree_max_entries = %lld: must be from 1 to 1000000",
+                          (long long) self->tree_max_entries);
     if (!(self->idle_minutes > 0))
         return ah_strf ("sandbox.idle_minutes = %g: must be greater than 0", self->idle_minutes);
     if (!(self->idle_check_interval_s >= 0.1))

@@ -59,6 +59,9 @@ typedef struct {
     int64_t pool_max_sandboxes;     //  20
     int64_t tenant_max_running;     //  0 = no limit
     int64_t pool_max_running;       //  0 = no limit
+    //  files.* (the tree listing a person reads: GET /api/v1/agents/{agent}/tree)
+    int64_t tree_max_depth;         //  6 levels below the directory asked for
+    int64_t tree_max_entries;       //  2000
     //  policy.*
     char   *lua_dir;                //  directory of idle.lua, limits.lua, briefing.lua
     //  catalog.*

@@ -1,5 +1,6 @@
 /*  drivers/driver.c: what every backend shares: freeing id lists, and the
     factory that picks a backend by sandbox.driver.                    */
+#include "common/ident.h"
 #include "common/str.h"
 #include "drivers/driver.h"
 #include "drivers/fake.h"
@@ -20,6 +21,17 @@ void ah_driver_free_ids (char ***ids_p)
     *ids_p = NULL;
 }
 
+char *ah_driver_home_dir (const ah_config_t *config, const char *agent_id)
+{
+    if (!config || !config->driver || !config->data_dir || !agent_id
+    ||  !ah_ident_ok (AH_IDENT_AGENT_ID, agent_id))
+        return NULL;
+    if (strcmp (config->driver, "fake") == 0)
+        return ah_strf ("%s/fake/%s/home", config->data_dir, agent_id);
+    if (strcmp (config->driver, "docker") == 0)
+        return ah_strf ("%s/homes/%s", config->data_dir, agent_id);
+    return NULL;
+}
 
 ah_driver_t *ah_driver_new (const ah_config_t *config, char **err)
 {

@@ -141,6 +141,14 @@ struct ah_driver_t {
     int  (*host_info)    (ah_driver_t *self, ah_host_info_t *info);
 };
 
+//  The directory that holds agent_id's home on the server's side, for
+//  reading it without its sandbox (common/homefs.h): fake
+//  <data_dir>/fake/<id>/home; docker <data_dir>/homes/<id>, where the
+//  home volume is bound (drivers/docker/volume.c). NULL for another
+//  backend or a malformed id. Whether it exists is the caller's to ask:
+//  a home volume made before this layout has none. Caller frees.
+char *ah_driver_home_dir (const ah_config_t *config, const char *agent_id);
+
 //  Frees a NULL-terminated id list from list().
 void ah_driver_free_ids (char ***ids_p);
 

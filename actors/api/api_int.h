@@ -18,6 +18,8 @@
       agents.c, runtimes.c, turns.c, audit.c, exec.c, files.c, events.c,
       terminal.c  one route family each: its routes and its handlers
       console.c   the web console's files and its terminal tickets
+      home_read.c a home read without its sandbox (files of an agent
+                  that is not running, the tree)
       ws.c        the server side of the terminal's WebSocket
 
     A request (req_t) lives inside its connection (conn_t) from its head
@@ -265,7 +267,7 @@ extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes
                      api_audit_routes [], api_exec_routes [], api_file_routes [],
                      api_event_routes [], api_terminal_routes [], api_tenant_routes [],
                      api_session_routes [], api_console_routes [],
-                     api_host_routes [];
+                     api_host_routes [], api_tree_routes [];
 
 //  Finds r's route from its path as sent: 0, or an HTTP status (400 a
 //  malformed target or query, 404, 405 with *allowed) and why; nothing is
@@ -281,6 +283,18 @@ int  api_query_int (req_t *r, const char *key, int64_t min, int64_t max, int64_t
 //  when dot_ok), at most 4095 bytes, components at most 255. NULL when
 //  good, else the reason (static).
 const char *api_path_check (const char *path, bool dot_ok);
+
+//  --------------------------------------------------------------------
+//  A home read without its sandbox (home_read.c)
+
+//  List (list) or read path (checked) in the home of r's agent, resolved
+//  and not running, in state: 1 when answered, 0 when its home is not a
+//  directory the server reads (or state is creating or destroying): the
+//  caller answers.
+int  api_home_files (req_t *r, bool list, const char *path, const char *state);
+//  A listing's entries from sandboxd (borrowed) as a person reads them:
+//  the hidden names left out unless ?all, entries under uploads/ marked.
+json_t *api_home_entries (req_t *r, const char *dir, json_t *entries);
 
 //  --------------------------------------------------------------------
 //  Authentication (auth.c)

@@ -2,6 +2,8 @@
     list, read (streamed down), write (streamed up), mkdir, remove, each
     one channel to sandboxd. Paths are checked here first (api_path_check)
     and judged again by sandboxd, which resolves them inside the home.
+    An agent that is not running is read without waking it, when the
+    server reaches its home (home_read.c); writes need it running.
 
     Flow control: a download holds at most the tunnel's credit and ACKs
     what the connection took; an upload sends at most API_CHAN_CREDIT
@@ -66,7 +68,7 @@ static void s_meta_opened (void *owner, ah_msg_t *reply)
     if (f->op == F_LIST) {
         json_t *header = api_json_raw (reply, "reply");
         json_t *entries = json_object_get (header, "entries");
-        json_object_set (body, "entries", json_is_array (entries) ? entries : json_array ());
+        json_object_set_new (body, "entries", api_home_entries (r, f->path, entries));
         json_object_set_new (body, "truncated", json_boolean (json_is_true (json_object_get (header, "truncated"))));
         json_decref (header);
         api_respond (r, 200, body);
@@ -305,7 +307,10 @@ static void s_op (req_t *r, op_t op, const char *path)
         return;
     const char *state = json_string_value (json_object_get (agent, "state"));
     bool running = state && streq (state, "running");
-    if (!running)
+    //  Reading does not wake: a home the server reaches is read directly.
+    bool served = !running && (op == F_LIST || op == F_READ)
+               && api_home_files (r, op == F_LIST, clean, state);
+    if (!running && !served)
         api_respond_error (r, 409, "agent '%s' is %s; files needs it running (start it first)",
                            r->name, state ? state : "without a sandbox");
     json_decref (agent);
@@ -376,12 +381,12 @@ static void s_q_remove (req_t *r) { s_op (r, F_REMOVE, api_query (r, "path")); }
 static void s_q_mkdir (req_t *r)  { s_op (r, F_MKDIR, api_query (r, "path")); }
 
 const route_t api_file_routes [] = {
-    { M_GET, "/api/v1/agents/{agent}/files", s_list, 0, "path" },
+    { M_GET, "/api/v1/agents/{agent}/files", s_list, 0, "path all" },
     { M_GET, "/api/v1/agents/{agent}/files/{path*}", s_read, 0, "" },
     { M_PUT, "/api/v1/agents/{agent}/files/{path*}", s_write, R_STREAM, "mode" },
     { M_POST, "/api/v1/agents/{agent}/files/{path*}", s_mkdir, 0, "op parents mode" },
     { M_DELETE, "/api/v1/agents/{agent}/files/{path*}", s_remove, 0, "recursive" },
-    { M_GET, "/api/v1/agents/{agent}/fs/list", s_q_list, 0, "path" },
+    { M_GET, "/api/v1/agents/{agent}/fs/list", s_q_list, 0, "path all" },
     { M_GET, "/api/v1/agents/{agent}/fs/file", s_q_read, 0, "path" },
     { M_PUT, "/api/v1/agents/{agent}/fs/file", s_q_write, R_STREAM, "path mode" },
     { M_DELETE, "/api/v1/agents/{agent}/fs/file", s_q_remove, 0, "path recursive" },

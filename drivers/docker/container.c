@@ -235,6 +235,8 @@ s_make (ah_driver_t *driver, const ah_sandbox_spec_t *spec, bool rebuild, char *
         return -1;
     if (ah_dk_deploy_sandboxd (self, image, err))
         return -1;
+    if (ah_dk_home_volume_ensure (self, spec->agent_id, err))
+        return -1;
     uint32_t base = ah_dk_network_ensure (self, spec->agent_id, err);
     if (!base)
         return -1;
@@ -324,9 +326,7 @@ ah_dk_destroy (ah_driver_t *driver, const char *agent_id, char **err)
         return -1;
     if (ah_dk_network_remove (self, agent_id, err))
         return -1;
-    dk_simple_t how = { .method = "DELETE", .path_fmt = "/volumes/%s?force=true", .ok1 = 204,
-                        .ok2 = 200, .absent_ok = true };
-    if (ah_dk_simple (self, &how, "removing volume", n.volume, err))
+    if (ah_dk_home_volume_remove (self, agent_id, err))
         return -1;
     return ah_dk_subnet_free (self, agent_id, err);
 }

@@ -6,6 +6,7 @@
         mountinfo.c   the server's own container, when it runs in one
         subnet.c      subnet allocations (the networks table)
         network.c     the agent's internal bridge network
+        volume.c      the home volume, bound to a directory under data_dir
         container.c   containers and the entry points on them (create,
                       start, stop, rebuild, destroy, inspect, list), boot.json
         sandboxd.c    sandboxd copied into a volume (server in a container)
@@ -224,6 +225,15 @@ int ah_dk_destroy (ah_driver_t *driver, const char *agent_id, char **err);
 int ah_dk_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *status,
                    char **err);
 int ah_dk_list (ah_driver_t *driver, char ***ids, char **err);
+
+//  -------------------------------------------------------------------------
+//  volume.c: the home volume, bound to <data_dir>/homes/<id>
+
+//  Creates it (and its directory) unless a volume of that name exists:
+//  an earlier install's is kept as it is. 0 / -1 with *err.
+int ah_dk_home_volume_ensure (docker_t *self, const char *agent_id, char **err);
+//  Removes the volume and the files in its directory; absent is fine.
+int ah_dk_home_volume_remove (docker_t *self, const char *agent_id, char **err);
 
 //  -------------------------------------------------------------------------
 //  sandboxd.c: sandboxd in a volume

@@ -7,13 +7,16 @@ agenthold (copied in at the path ldd gives, links followed), lua/ and
 catalog/, an /etc/passwd. Runs it through the Engine API with
 /var/run/docker.sock mounted, the docker driver and
 sandbox.docker.sandboxd_volume set, its API published on 127.0.0.1 and its
-data directory bind-mounted (the CLI on the host reads admin.token there).
+data directory bind-mounted at the same path inside (the CLI on the host
+reads admin.token there; the home volumes are bound under it).
 
 Shows: the server finds its own container id and says so; an agent created
 through the CLI becomes running (sandboxd in the agent's container dialed
 the server at .2 of the agent network); the Engine API shows the server's
 container on that network at .2, the sandbox mounting the sandboxd volume
-read-only, boot.json naming ws://<.2>:<port>/tunnel; stop/start through
+read-only, boot.json naming ws://<.2>:<port>/tunnel; the home volume
+bound under the data directory and a sleeping agent listed without
+starting its container; stop/start through
 the containerised server; rm disconnects the server from the network and
 leaves nothing; `docker stop` of the server is an orderly exit (status 0).
 
@@ -94,7 +97,7 @@ def start_server_container():
     global server_id
     env = ["%s=%s" % kv for kv in h.env.items() if kv[0].startswith("AGENTHOLD_")]
     env = [e for e in env if not e.startswith(("AGENTHOLD_SERVER_DATA_DIR=", "AGENTHOLD_SERVER_LISTEN="))]
-    env += ["AGENTHOLD_SERVER_DATA_DIR=/data",
+    env += ["AGENTHOLD_SERVER_DATA_DIR=" + h.data,
             "AGENTHOLD_SERVER_LISTEN=0.0.0.0:8080",
             "AGENTHOLD_SANDBOX_TUNNEL_LISTEN=:%d" % h.tunnel_port,
             "AGENTHOLD_SANDBOX_DOCKER_SANDBOXD_VOLUME=" + SANDBOXD_VOLUME,
@@ -109,7 +112,7 @@ def start_server_container():
         "ExposedPorts": {"8080/tcp": {}},
         "HostConfig": {
             "Binds": ["%s:/var/run/docker.sock" % os.path.realpath(os.environ.get(
-                "AH_TEST_DOCKER_SOCKET", "/var/run/docker.sock")), "%s:/data" % h.data],
+                "AH_TEST_DOCKER_SOCKET", "/var/run/docker.sock")), "%s:%s" % (h.data, h.data)],
             "PortBindings": {"8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]},
             "Init": True,
         },
@@ -185,8 +188,25 @@ def scenario(h):
     h.check("host firewall: cannot check the host firewall from inside a container" in logs,
             "the firewall probe says it cannot check from a container: %s" % logs[-1500:])
 
+    # The home volume is bound under the data directory, mounted at the
+    # same path on both sides: the containerised server reads a sleeping
+    # agent's files there without starting its container.
+    st, vol = engine("GET", "/volumes/%s-home-%s" % (h.prefix, aid))
+    home_dir = os.path.join(h.data, "homes", aid)
+    h.check(st == 200 and vol["Options"] == {"type": "none", "o": "bind", "device": home_dir},
+            "the home volume is bound to %s: %r" % (home_dir, vol))
+    st, _ = h.api("POST", "/api/v1/agents/alice/exec", {"cmd": "echo from-alice > note.txt"})
+    h.check(st == 200, "exec in alice: %d" % st)
     h.check(h.cli("stop", "alice")["state"] == "sleeping", "stop -> sleeping")
     h.check(not h.container(aid)["State"]["Running"], "the sandbox is stopped")
+    st, note = engine_raw("GET", "/containers/%s/json" % sbx["Id"])
+    started = json.loads(note)["State"]["StartedAt"]
+    st, j = h.api("GET", "/api/v1/agents/alice/files?path=.")
+    h.check(st == 200 and "note.txt" in [e["name"] for e in j["entries"]],
+            "a sleeping agent listed through the containerised server: %d %r" % (st, j))
+    c = h.container(aid)
+    h.check(not c["State"]["Running"] and c["State"]["StartedAt"] == started,
+            "the listing did not start the container")
     h.check(h.cli("start", "alice")["state"] == "running", "start -> running (sandboxd back at .2)")
 
     # A second agent: its own network, the server at .2 there too.

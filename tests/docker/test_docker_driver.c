@@ -176,9 +176,12 @@ s_server_container_mode (eng_fixture_t *fx, char **err)
 {
     char srv [128], body [1024], cname [160], netname [160], buf [256];
     snprintf (srv, sizeof srv, "%s-srv", fx->prefix);
+    //  The data directory at the same path inside, as a real server's
+    //  must be (the home volumes are bound under it).
     snprintf (body, sizeof body, "{\"Image\":\"%s\",\"Entrypoint\":[\"nc\",\"-ll\",\"-p\",\"18301\","
-              "\"-e\",\"echo\",\"hello-from-server\"],\"Labels\":{\"agenthold.prefix\":\"%s\"}}",
-              fx->tag, fx->prefix);
+              "\"-e\",\"echo\",\"hello-from-server\"],\"Labels\":{\"agenthold.prefix\":\"%s\"},"
+              "\"HostConfig\":{\"Binds\":[\"%s:%s\"]}}",
+              fx->tag, fx->prefix, fx->dir, fx->dir);
     long st;
     free (eng_call ("POST", body, &st, "/containers/create?name=%s", srv));
     CHECK (st == 201);
@@ -219,6 +222,28 @@ s_server_container_mode (eng_fixture_t *fx, char **err)
     free (eng_call ("GET", NULL, &st, "/networks/%s", netname));
     CHECK (st == 404);
     d->destroy_driver (&d);
+    //  A server container without the data directory at the same path:
+    //  the home volume cannot be bound where the engine looks; refused
+    //  before anything is made.
+    char srv2 [160];
+    snprintf (srv2, sizeof srv2, "%s-srv2", fx->prefix);
+    snprintf (body, sizeof body, "{\"Image\":\"%s\",\"Entrypoint\":[\"true\"],"
+              "\"Labels\":{\"agenthold.prefix\":\"%s\"},"
+              "\"HostConfig\":{\"Binds\":[\"%s:/data\"]}}", fx->tag, fx->prefix, fx->dir);
+    free (eng_call ("POST", body, &st, "/containers/create?name=%s", srv2));
+    CHECK (st == 201);
+    config.server_container = srv2;
+    d = ah_docker_driver_new (&config, err);
+    spec.agent_id = "0000000000f7";
+    CHECK (d && d->create (d, &spec, err) == -1);
+    CHECK (*err && strstr (*err, "same path"));
+    fprintf (stderr, "data directory elsewhere says: %s\n", *err ? *err : "");
+    snprintf (netname, sizeof netname, "%s-net-0000000000f7", fx->prefix);
+    free (eng_call ("GET", NULL, &st, "/networks/%s", netname));
+    CHECK (st == 404);
+    if (d)
+        d->destroy_driver (&d);
+    free (eng_call ("DELETE", NULL, &st, "/containers/%s?force=true", srv2));
     //  A configured server container that does not exist is a clear error.
     config.server_container = "agenthold-no-such-server";
     d = ah_docker_driver_new (&config, err);

@@ -5,7 +5,8 @@ temporary data directory; ports from 18200-18299) driven through the REST
 API, the terminal WebSocket, the tunnel port and the CLI:
 
   terminal   the WebSocket types `echo` and reads the output back, exit status
-  files      the /files routes; 409 naming the state on a stopped agent
+  files      the /files routes; a stopped agent read without waking, its
+             writes 409 naming the state
   big        512 MiB from a seeded PRNG up and down, streamed on both sides,
              same sha256 through the API and in the home
   hostile    .., absolute, symlink out (made with exec `ln -s /etc out`),
@@ -189,12 +190,17 @@ def s_files(a):
     #  The old aliases still answer.
     st, raw = request("GET", "/api/v1/agents/%s/fs/list?path=fdir" % n)
     check(st == 200 and b"sub" in raw, "fs/list alias: %d %r" % (st, raw))
-    #  A stopped agent: 409 naming the state, for every file operation.
+    #  A stopped agent: read without waking it (listing, a file); every
+    #  write is 409 naming the state.
     api("POST", "/api/v1/agents/%s/stop?wait=1" % n, timeout=120)
     state = api("GET", "/api/v1/agents/%s" % n)[1]["state"]
     check(state != "running", "stop left it running")
-    for method, path in (("GET", "/api/v1/agents/%s/files?path=." % n), ("GET", files(n, "x")),
-                         ("PUT", files(n, "x")), ("DELETE", files(n, "x")),
+    st, raw = request("GET", "/api/v1/agents/%s/files?path=fdir" % n)
+    check(st == 200 and b'"sub"' in raw, "a stopped agent's directory lists: %d %r" % (st, raw))
+    st, raw = request("GET", files(n, "nope.txt"))
+    check(st == 404, "a missing file of a stopped agent: %d %r" % (st, raw))
+    check(api("GET", "/api/v1/agents/%s" % n)[1]["state"] == state, "reading did not wake it")
+    for method, path in (("PUT", files(n, "x")), ("DELETE", files(n, "x")),
                          ("POST", files(n, "x") + "?op=mkdir")):
         st, raw = request(method, path, b"data" if method == "PUT" else None)
         check(st == 409 and (" is %s;" % state).encode() in raw, "%s %s on a stopped agent: %d %r" % (method, path, st, raw))

@@ -130,6 +130,33 @@ def request(port, method, path, body=None, token=None, headers=None, timeout=60)
         c.close()
 
 
+class Checks:
+    """check(cond, what): counts, and raises fail(what) when cond is
+    false; .n is how many were made."""
+
+    def __init__(self, fail):
+        self.fail = fail
+        self.n = 0
+
+    def __call__(self, cond, what):
+        self.n += 1
+        if not cond:
+            raise self.fail(what)
+
+
+def call_json(port, token, method, path, body=None, expect=200, check=None, timeout=60):
+    """request() with the answer parsed: (status, JSON or None). With
+    expect (not None) and check, checks the status is expect."""
+    status, raw = request(port, method, path, body, token, None, timeout)
+    try:
+        j = json.loads(raw) if raw else None
+    except ValueError:
+        j = None
+    if expect is not None and check is not None:
+        check(status == expect, "%s %s: %d (wanted %d): %r" % (method, path, status, expect, raw[:300]))
+    return status, j
+
+
 def stop_all(procs, seconds=10):
     """Ends what is still running of procs: SIGTERM, then SIGKILL after
     seconds."""

@@ -297,8 +297,12 @@ def s_files():
         time.sleep(1)
     check(agent("files")["awake_because"] == "recent use", "awake_because %r" % agent("files")["awake_because"])
     sleeps_soon("files", "after the file use stopped")
+    #  Reading a sleeping agent's files does not wake it; writing needs it running.
     st, r = api("GET", "/api/v1/agents/files/fs/list")
-    check(st == 409 and "sleeping" in r["error"], "files on a sleeping agent: %s %s" % (st, r))
+    check(st == 200 and "d0" in [e["name"] for e in r["entries"]], "a sleeping agent listed: %s %s" % (st, r))
+    check(agent("files")["state"] == "sleeping", "the listing did not wake it")
+    st, r = api("POST", "/api/v1/agents/files/fs/mkdir?path=later")
+    check(st == 409 and "sleeping" in r["error"], "a mkdir on a sleeping agent: %s %s" % (st, r))
     st, r = api("POST", "/api/v1/agents/files/exec", {"cmd": "true"})
     check(st == 409 and "sleeping" in r["error"], "exec on a sleeping agent: %s %s" % (st, r))
 

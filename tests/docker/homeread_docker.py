@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""tests/docker/homeread_docker.py: a sleeping agent's files on the Docker
+driver, read without waking it.
+
+The real server on the host (docker driver, the test image, pool
+10.213.216.0/22, ports 19224-19249). An agent writes files and plants
+symlinks that point out of its home (absolute, `..` chains, a
+/proc/self/root magic link) through exec, as its own user; the test adds a
+device file and a FIFO in the home directory from the host (a sandbox
+running without CAP_MKNOD cannot). Then the agent is stopped, and while
+the Engine API shows its container stopped throughout (`docker ps` empty
+for it, StartedAt unchanged after every request):
+
+  - the home volume is a local volume bound to <data>/homes/<id>
+  - the files are listed, read (a 3 MiB file whole) and shown as a tree
+  - each planted link is refused (403) on read, list and tree, the device
+    and the FIFO are refused (400), `..` and absolute paths are 400
+  - writes are 409 naming the state
+  - a home without its directory under homes/ (an earlier install's
+    volume, simulated by moving the directory aside) answers 409 as
+    before, and reads again once it is back
+  - rm removes the home's files from <data>/homes
+
+usage: homeread_docker.py AGENTHOLD_BINARY (sandboxd next to it)
+Exits 77 without a Docker Engine."""
+import hashlib
+import json
+import os
+import stat
+import sys
+import urllib.parse
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ahdocker import Harness, engine, q  # noqa: E402
+import ahserver  # noqa: E402
+
+h = Harness("docker.homeread", sys.argv[1], "10.213.216.0/22", (19224, 19249))
+NAME = "reader"
+
+
+def raw(method, path, body=None):
+    return ahserver.request(h.port(), method, path, body, h.token(), None, 120)
+
+
+def fs(route, path, **args):
+    args["path"] = path
+    return "/api/v1/agents/%s/%s?%s" % (NAME, route, urllib.parse.urlencode(args))
+
+
+def scenario(h):
+    h.start_server()
+    a = h.cli("create", NAME)
+    h.check(a["state"] == "running", "create -> running: %r" % a)
+    aid = a["id"]
+    home = os.path.join(h.data, "homes", aid)
+    st, vol = engine("GET", "/volumes/%s-home-%s" % (h.prefix, aid))
+    h.check(st == 200 and vol["Driver"] == "local"
+            and vol["Options"] == {"type": "none", "o": "bind", "device": home},
+            "the home volume is bound to %s: %r" % (home, vol))
+
+    big = os.urandom(3 << 20)
+    st, _ = raw("PUT", fs("fs/file", "big.bin"), big)
+    h.check(st == 200, "upload 3 MiB: %d" % st)
+    st, r = h.api("POST", "/api/v1/agents/%s/exec" % NAME, {"cmd": " && ".join([
+        "mkdir -p notes deep/a/b/c node_modules/left-pad .git uploads",
+        "echo 'buy milk' > notes/todo.txt", "echo doc > uploads/brief.txt",
+        "ln -s /etc/passwd passwd", "ln -s /etc abs", "ln -s ../../../../../../.. up",
+        "ln -s notes/../../../../etc sneaky", "ln -s /proc/self/root proc",
+        "ln -s notes inner", "id -u"])})
+    h.check(st == 200 and r["status"] == 0, "the agent planted its files: %d %r" % (st, r))
+    agent_uid = int(r["stdout"].strip())
+    h.check(os.lstat(os.path.join(home, "notes", "todo.txt")).st_uid == agent_uid,
+            "the agent's files are in %s, owned by its uid %d" % (home, agent_uid))
+
+    h.check(h.cli("stop", NAME)["state"] == "sleeping", "stop -> sleeping")
+    c = h.container(aid)
+    h.check(not c["State"]["Running"], "the container is stopped")
+    started = c["State"]["StartedAt"]
+    os.mknod(os.path.join(home, "zero"), 0o666 | stat.S_IFCHR, os.makedev(1, 5))
+    os.mkfifo(os.path.join(home, "fifo"))
+
+    def still_stopped(after):
+        c = h.container(aid)
+        ps = engine("GET", "/containers/json?filters=" + q(json.dumps(
+            {"name": ["%s-%s" % (h.prefix, aid)]})))[1]
+        h.check(not c["State"]["Running"] and c["State"]["StartedAt"] == started and not ps,
+                "the container stayed stopped after %s: %s, started %s (was %s), docker ps %r"
+                % (after, c["State"]["Status"], c["State"]["StartedAt"], started, ps))
+
+    st, body = raw("GET", fs("files", "."))
+    names = [e["name"] for e in json.loads(body)["entries"]] if st == 200 else []
+    h.check(st == 200 and {"notes", "big.bin", "passwd", "zero", "fifo"} <= set(names)
+            and "node_modules" not in names and ".git" not in names,
+            "the sleeping agent's home listed: %d %r" % (st, names))
+    still_stopped("the listing")
+    st, body = raw("GET", "/api/v1/agents/%s/files/notes/todo.txt" % NAME)
+    h.check(st == 200 and body == b"buy milk\n", "a file read: %d %r" % (st, body[:80]))
+    st, body = raw("GET", fs("fs/file", "big.bin"))
+    h.check(st == 200 and hashlib.sha256(body).digest() == hashlib.sha256(big).digest(),
+            "3 MiB read whole: %d, %d bytes" % (st, len(body)))
+    st, body = raw("GET", fs("fs/file", "inner/todo.txt"))
+    h.check(st == 200 and body == b"buy milk\n", "a link inside the home is followed: %d" % st)
+    still_stopped("the reads")
+    st, body = raw("GET", "/api/v1/agents/%s/tree" % NAME)
+    t = json.loads(body) if st == 200 else {}
+    paths = {e["path"]: e for e in t.get("entries", [])}
+    h.check(st == 200 and "deep/a/b/c" in paths and "notes/todo.txt" in paths
+            and paths["uploads/brief.txt"].get("uploaded") and paths["abs"]["type"] == "link"
+            and not any(p.startswith(("node_modules", ".git", "abs/", "up/", "proc/")) for p in paths),
+            "the tree of the sleeping agent: %d %r" % (st, sorted(paths)))
+    still_stopped("the tree")
+
+    for path in ("passwd", "abs/passwd", "up/etc/passwd", "sneaky/passwd", "proc/etc/passwd"):
+        st, body = raw("GET", fs("fs/file", path))
+        h.check(st == 403 and b"escapes the home" in body and b"root:" not in body,
+                "read %s through a planted link: %d %r" % (path, st, body[:200]))
+    for path in ("abs", "up", "sneaky", "proc"):
+        for route in ("fs/list", "tree"):
+            st, body = raw("GET", fs(route, path))
+            h.check(st == 403 and b"escapes the home" in body,
+                    "%s %s: %d %r" % (route, path, st, body[:200]))
+    for path in ("zero", "fifo"):
+        st, body = raw("GET", fs("fs/file", path))
+        h.check(st == 400 and b"not a regular file" in body, "%s refused: %d %r" % (path, st, body[:200]))
+    for path in ("../etc/passwd", "notes/../../x", "/etc/passwd", "%s/../../../etc" % aid):
+        for route in ("fs/file", "fs/list", "tree"):
+            st, body = raw("GET", fs(route, path))
+            h.check(st == 400 and b"root:" not in body, "%s %s: %d %r" % (route, path, st, body[:200]))
+    still_stopped("the refusals")
+
+    for method, path in (("PUT", fs("fs/file", "new.txt")), ("DELETE", fs("fs/file", "big.bin")),
+                         ("POST", fs("fs/mkdir", "d"))):
+        st, body = raw(method, path, b"x" if method == "PUT" else None)
+        h.check(st == 409 and b"is sleeping" in body, "%s on a sleeping agent: %d %r" % (method, st, body))
+    still_stopped("the refused writes")
+
+    # An earlier install's home: no directory under homes/ for it.
+    aside = home + ".aside"
+    os.rename(home, aside)
+    try:
+        st, body = raw("GET", fs("files", "."))
+        h.check(st == 409 and b"is sleeping" in body, "a home without its directory: 409 as before: %d %r"
+                % (st, body))
+        st, body = raw("GET", fs("tree", "."))
+        h.check(st == 409 and b"not a directory the server reads" in body, "its tree: %d %r" % (st, body))
+    finally:
+        os.rename(aside, home)
+    st, _ = raw("GET", fs("files", "."))
+    h.check(st == 200, "read again once the directory is back: %d" % st)
+    still_stopped("everything")
+    h.check(h.cli("show", NAME)["state"] == "sleeping", "the agent sleeps on")
+
+    h.check(h.cli("rm", NAME)["state"] == "destroyed", "rm")
+    h.check(not os.path.lexists(home), "rm removed the home's files from %s" % home)
+    h.check(os.path.exists("/etc/passwd"), "and nothing the links pointed at")
+
+
+sys.exit(h.run(scenario))
