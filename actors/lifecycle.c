@@ -66,12 +66,27 @@ void ah_lc_publish (self_t *self, const char *agent_id, const char *state,
                     const char *op, const char *error)
 {
     ah_debug (AREA, "%s -> %s%s%s", agent_id, state, error ? ": " : "", error ? error : "");
+    //  Who caused it: the request being handled, else the one that set
+    //  the row on its way (an outcome continues its request's cause).
+    char by [sizeof self->cause] = "";
+    if (self->cause [0])
+        snprintf (by, sizeof by, "%s", self->cause);
+    else {
+        sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT cause FROM sandboxes WHERE agent_id = :id");
+        if (st && !ah_store_bind_text (st, ":id", agent_id) && ah_store_step (self->store, st) == SQLITE_ROW
+        &&  sqlite3_column_text (st, 0))
+            snprintf (by, sizeof by, "%s", (const char *) sqlite3_column_text (st, 0));
+        if (st)
+            sqlite3_reset (st);
+    }
     for (const char *to = zlist_first (self->subscribers); to; to = zlist_next (self->subscribers)) {
         ah_msg_t *event = ah_msg_new ("SANDBOX_STATE");
         ah_msg_set_str (event, "agent_id", agent_id);
         ah_msg_set_str (event, "state", state);
         ah_msg_set_str (event, "op", op && *op ? op : NULL);
         ah_msg_set_str (event, "error", error && *error ? error : NULL);
+        if (by [0])
+            ah_msg_set_str (event, "by", by);
         ah_actor_send (self->actor, to, &event);
     }
     bool kick = streq (state, "stopping") || streq (state, "rebuilding")
@@ -136,19 +151,21 @@ int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t
 int ah_lc_update (self_t *self, const char *agent_id, const char *guard,
                   const char *to, const char *op, const char *error)
 {
-    char sql [512];
+    char sql [768];
     snprintf (sql, sizeof sql,
         "UPDATE sandboxes SET state = :to, op = :op, error = :error,"
         " op_started_at = CASE WHEN :op IS NULL THEN NULL ELSE :now END,"
         " boot_token_hash = CASE WHEN :to IN ('starting','running') THEN boot_token_hash END,"
         " last_activity_at = CASE WHEN :to = 'running' THEN :now ELSE last_activity_at END,"
-        " updated_at = :now"
+        " stopped_at = CASE WHEN :to = 'sleeping' THEN :now ELSE stopped_at END,"
+        " cause = coalesce (:cause, cause), updated_at = :now"
         " WHERE agent_id = :id AND (%s)", guard);
     sqlite3_stmt *st = ah_store_prepare (self->store, sql);
     if (!st || ah_store_bind_text (st, ":to", to)
             || ah_store_bind_text (st, ":op", op && *op ? op : NULL)
             || ah_store_bind_text (st, ":error", error)
             || ah_store_bind_int64 (st, ":now", ah_store_now_ms ())
+            || ah_store_bind_text (st, ":cause", self->cause [0] ? self->cause : NULL)
             || ah_store_bind_text (st, ":id", agent_id))
         return -1;
     int rc = ah_store_step (self->store, st);
@@ -168,6 +185,15 @@ int ah_lc_move (self_t *self, const char *agent_id, const char *guard,
     if (rc == 1)
         ah_lc_publish (self, agent_id, to, op, error ? cut : NULL);
     return rc;
+}
+
+void ah_lc_caused (self_t *self, const ah_msg_t *msg, void (*fn) (void *, ah_msg_t *))
+{
+    const char *by = ah_msg_str (msg, "by");
+    const char *peer = ah_msg_peer (msg);
+    snprintf (self->cause, sizeof self->cause, "%s", by && *by ? by : peer && *peer ? peer : "");
+    fn (self, (ah_msg_t *) msg);
+    self->cause [0] = 0;
 }
 
 int ah_lc_run (self_t *self, const char *sql, const char *agent_id)
@@ -254,6 +280,11 @@ static void s_on_policy_reload (void *self_, ah_msg_t *msg)
 // --------------------------------------------------------------------------
 //  The actor
 
+static void s_on_create (void *self, ah_msg_t *msg)     { ah_lc_caused (self, msg, ah_lc_on_create); }
+static void s_on_update (void *self, ah_msg_t *msg)     { ah_lc_caused (self, msg, ah_lc_on_update); }
+static void s_on_transition (void *self, ah_msg_t *msg) { ah_lc_caused (self, msg, ah_lc_on_transition); }
+static void s_on_observed (void *self, ah_msg_t *msg)   { ah_lc_caused (self, msg, ah_lc_on_observed); }
+
 static void s_free (void **item)
 {
     free (*item);
@@ -332,15 +363,15 @@ static void *s_init (ah_actor_t *actor, void *args)
 }
 
 static const ah_actor_handler_t s_handlers [] = {
-    { "AGENT_CREATE", ah_lc_on_create },
-    { "AGENT_UPDATE", ah_lc_on_update },
-    { "SANDBOX_START", ah_lc_on_transition },
-    { "SANDBOX_STOP", ah_lc_on_transition },
-    { "SANDBOX_REBUILD", ah_lc_on_transition },
-    { "SANDBOX_DESTROY", ah_lc_on_transition },
+    { "AGENT_CREATE", s_on_create },
+    { "AGENT_UPDATE", s_on_update },
+    { "SANDBOX_START", s_on_transition },
+    { "SANDBOX_STOP", s_on_transition },
+    { "SANDBOX_REBUILD", s_on_transition },
+    { "SANDBOX_DESTROY", s_on_transition },
     { "SANDBOX_HELLO", ah_lc_on_hello },
     { "TUNNEL_LOST", ah_lc_on_tunnel_lost },
-    { "SANDBOX_OBSERVED", ah_lc_on_observed },
+    { "SANDBOX_OBSERVED", s_on_observed },
     { "AGENT_ACTIVITY", s_on_activity },
     { "POLICY_RELOAD", s_on_policy_reload },
     { NULL, NULL }

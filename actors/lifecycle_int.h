@@ -81,6 +81,12 @@ typedef struct {
     zhashx_t *activity;             //  agent id -> int64_t * (ms), waiting for a flush
     int activity_timer;             //  0 = nothing pending
     ah_policy_t *policy;
+    //  Who caused what the actor does now ("api:<token>", "sleeper",
+    //  "reconciler", "ttl", "tombstone-retry"): set while a request or a
+    //  sweep is handled, "" otherwise. Written into sandboxes.cause by
+    //  every state move, published as SANDBOX_STATE's "by".
+    char cause [129];
+    int ttl_timer;                  //  the lifetime and tombstone sweep
 } self_t;
 
 //  What a create or update asks for. Absent fields keep has_* false.
@@ -109,6 +115,9 @@ int  ah_lc_move (self_t *self, const char *agent_id, const char *guard,
 //  SANDBOX_STATE to every subscriber, TUNNEL_KICK where it applies.
 void ah_lc_publish (self_t *self, const char *agent_id, const char *state,
                     const char *op, const char *error);
+//  self->cause for the length of one call of fn (a request's "by", else
+//  its sender).
+void ah_lc_caused (self_t *self, const ah_msg_t *msg, void (*fn) (void *, ah_msg_t *));
 //  One statement with :id bound. 0 / -1.
 int  ah_lc_run (self_t *self, const char *sql, const char *agent_id);
 //  The agent's rows are gone: forget what the actor holds for it.

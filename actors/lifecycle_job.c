@@ -235,8 +235,23 @@ void ah_lc_begin_start (self_t *self, const row_t *row, const char *from)
 // --------------------------------------------------------------------------
 //  Outcomes
 
+//  The cause of the row's current step, into self->cause (for a publish
+//  that follows the row's end). Leaves a cause already set alone.
+static void s_keep_cause (self_t *self, const char *agent_id)
+{
+    if (self->cause [0])
+        return;
+    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT cause FROM sandboxes WHERE agent_id = :id");
+    if (st && !ah_store_bind_text (st, ":id", agent_id) && ah_store_step (self->store, st) == SQLITE_ROW
+    &&  sqlite3_column_text (st, 0))
+        snprintf (self->cause, sizeof self->cause, "%s", (const char *) sqlite3_column_text (st, 0));
+    if (st)
+        sqlite3_reset (st);
+}
+
 static void s_destroyed (self_t *self, const char *agent_id)
 {
+    s_keep_cause (self, agent_id);
     bool ok = ah_store_begin (self->store) == 0;
     ok = ok && ah_lc_run (self, "DELETE FROM sandboxes WHERE agent_id = :id", agent_id) == 0;
     ok = ok && ah_lc_run (self, "DELETE FROM agents WHERE id = :id", agent_id) == 0;
@@ -251,6 +266,7 @@ static void s_destroyed (self_t *self, const char *agent_id)
         ah_lc_move (self, agent_id, "state = 'destroying'", "error", "destroy",
                     "the sandbox is gone but its rows could not be removed (see the log)");
     }
+    self->cause [0] = 0;        //  outcomes run outside any request
 }
 
 //  The sandbox is now what the rebuild built; it still needs a rebuild

@@ -257,6 +257,7 @@ static void s_create (req_t *r)
     if (!obj)
         return;
     ah_msg_t *msg = ah_msg_new ("AGENT_CREATE");
+    ah_msg_set_strf (msg, "by", "api:%s", r->who.token_name);
     if (api_copy_fields (r, obj, s_create_fields, sizeof s_create_fields / sizeof s_create_fields [0], msg)
     ||  s_check_image (r, msg))
         goto out;
@@ -335,6 +336,7 @@ static void s_transition (req_t *r, const char *type, const char *kind)
     json_decref (agent);
     ah_msg_t *msg = ah_msg_new (type);
     ah_msg_set_str (msg, "agent", r->agent_id);
+    ah_msg_set_strf (msg, "by", "api:%s", r->who.token_name);
     if (streq (kind, "stop"))
         ah_msg_set_strf (msg, "reason", "api:%s", r->who.token_name);
     if (streq (kind, "start"))

@@ -89,12 +89,29 @@ void api_record (req_t *r, bool ok, const char *error)
     if (!r->agent_id [0])
         ah_msg_set_str (rec, "tenant", api_tenant (r));     //  else the agent's, found by the recorder
     ah_msg_set_str (rec, "kind", r->kind);
+    if (r->name [0])
+        ah_msg_set_str (rec, "agent_name", r->name);
+    if (r->run [0])
+        ah_msg_set_str (rec, "run", r->run);
+    if (r->has_bytes)
+        ah_msg_set_int (rec, "bytes", r->bytes);
     if (r->detail [0])
         ah_msg_set_str (rec, "detail", r->detail);
     ah_msg_set_bool (rec, "ok", ok);
     if (!ok && error)
         ah_msg_set_str (rec, "error", error);
     api_send (r->api, "recorder", &rec);
+}
+
+const char *api_run_check (const char *run)
+{
+    size_t n = strlen (run);
+    if (n == 0 || n > API_RUN_MAX)
+        return "must be 1 to 128 characters";
+    for (const char *c = run; *c; c++)
+        if ((unsigned char) *c <= 0x20 || (unsigned char) *c >= 0x7f)
+            return "may hold printable ASCII only (no spaces)";
+    return NULL;
 }
 
 void api_activity (api_t *api, const char *agent_id, const char *what)

@@ -49,6 +49,7 @@
 #define API_MAX_DISCARD     (16u << 20)     //  a refused body read and dropped up to this
 #define API_IDLE_S          30              //  keep-alive and head timeout
 #define API_TICK_MS         250
+#define API_RUN_MAX         128             //  a run or session id the caller names
 
 typedef struct api_t api_t;
 typedef struct conn_t conn_t;
@@ -94,8 +95,12 @@ int  api_send (api_t *api, const char *dest, ah_msg_t **msg_p);
 //  deadline; check_fn decides. Unparks what is parked.
 void api_park (req_t *r, int64_t deadline_ms);
 void api_unpark (req_t *r);
-//  The audit row for r (r->kind set): who, what, how it went.
+//  The audit row for r (r->kind set): who, what, how it went, with the
+//  run (r->run) and byte count (r->has_bytes) when there are.
 void api_record (req_t *r, bool ok, const char *error);
+//  A run or session id as a caller names it (1..128 printable ASCII
+//  bytes, no spaces): NULL when good, else why.
+const char *api_run_check (const char *run);
 //  AGENT_ACTIVITY to lifecycle (moves last_activity_at).
 void api_activity (api_t *api, const char *agent_id, const char *what);
 
@@ -173,6 +178,9 @@ struct req_t {
     //  The audit trail and the agent it is about
     const char *kind;               //  "create", "fs.read", ...; NULL: not recorded
     char detail [1100];
+    char run [API_RUN_MAX + 1];     //  X-Agenthold-Run (or a body's "run"); "" none
+    int64_t bytes;                  //  a read's or a write's byte count, when has_bytes
+    bool has_bytes;
     char agent_id [AH_AGENT_ID_LEN + 1];
     char name [AH_NAME_MAX + 1];
     //  The route family's own state

@@ -479,6 +479,15 @@ static void s_begin (conn_t *conn)
     }
     if (!(r->route && (r->route->flags & R_PUBLIC)) && api_auth (r))
         return;                     //  answered
+    const char *run = ah_http_header (&r->head, "x-agenthold-run");
+    if (run) {
+        const char *bad = api_run_check (run);
+        if (bad) {
+            api_respond_error (r, 400, "header X-Agenthold-Run %s", bad);
+            return;
+        }
+        snprintf (r->run, sizeof r->run, "%s", run);
+    }
     if (status == 405) {
         s_respond_allowed (r, allowed, "%s", why);
         return;

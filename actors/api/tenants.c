@@ -312,6 +312,7 @@ static void s_tenant_delete (req_t *r)
         while (rc == SQLITE_ROW && (rc = ah_store_step (r->api->store, st)) == SQLITE_ROW) {
             ah_msg_t *m = ah_msg_new ("SANDBOX_DESTROY");
             ah_msg_set_str (m, "agent", (const char *) sqlite3_column_text (st, 0));
+            ah_msg_set_strf (m, "by", "api:%s", r->who.token_name);
             api_send (r->api, "lifecycle", &m);
         }
         if (st)
