@@ -33,6 +33,8 @@ const char *ah_lc_state_for_op (const char *op)
     if (streq (op, "stop"))    return "stopping";
     if (streq (op, "rebuild")) return "rebuilding";
     if (streq (op, "destroy")) return "destroying";
+    //  A lifetime's end keeps the row asleep while the driver works.
+    if (streq (op, "expire") || streq (op, "expire-home")) return "sleeping";
     return "";
 }
 
@@ -112,7 +114,7 @@ int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t
     //  two tenants names nobody (-2).
     sqlite3_stmt *st = ah_store_prepare (self->store,
         "SELECT a.id, a.name, a.tenant, a.image, a.cpus, a.memory_mb, a.idle_minutes,"
-        " s.state, s.op, s.error, s.needs_rebuild, a.id = :key"
+        " s.state, s.op, s.error, s.needs_rebuild, a.id = :key, s.container_removed_at IS NOT NULL"
         " FROM agents a JOIN sandboxes s ON s.agent_id = a.id"
         " WHERE a.id = :key OR (a.name = :key AND (:tenant IS NULL OR a.tenant = :tenant))"
         " ORDER BY a.id = :key DESC LIMIT 2");
@@ -141,6 +143,7 @@ int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t
         s_copy (row->op, sizeof row->op, sqlite3_column_text (st, 8));
         s_copy (row->error, sizeof row->error, sqlite3_column_text (st, 9));
         row->needs_rebuild = sqlite3_column_int (st, 10) != 0;
+        row->container_removed = sqlite3_column_int (st, 12) != 0;
     }
     sqlite3_reset (st);
     return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
@@ -157,7 +160,8 @@ int ah_lc_update (self_t *self, const char *agent_id, const char *guard,
         " op_started_at = CASE WHEN :op IS NULL THEN NULL ELSE :now END,"
         " boot_token_hash = CASE WHEN :to IN ('starting','running') THEN boot_token_hash END,"
         " last_activity_at = CASE WHEN :to = 'running' THEN :now ELSE last_activity_at END,"
-        " stopped_at = CASE WHEN :to = 'sleeping' THEN :now ELSE stopped_at END,"
+        " stopped_at = CASE WHEN :to <> 'sleeping' THEN NULL WHEN state <> 'sleeping' THEN :now"
+        "              ELSE stopped_at END,"
         " cause = coalesce (:cause, cause), updated_at = :now"
         " WHERE agent_id = :id AND (%s)", guard);
     sqlite3_stmt *st = ah_store_prepare (self->store, sql);
@@ -284,6 +288,10 @@ static void s_on_create (void *self, ah_msg_t *msg)     { ah_lc_caused (self, ms
 static void s_on_update (void *self, ah_msg_t *msg)     { ah_lc_caused (self, msg, ah_lc_on_update); }
 static void s_on_transition (void *self, ah_msg_t *msg) { ah_lc_caused (self, msg, ah_lc_on_transition); }
 static void s_on_observed (void *self, ah_msg_t *msg)   { ah_lc_caused (self, msg, ah_lc_on_observed); }
+static void s_on_tombstone_forget (void *self, ah_msg_t *msg)
+{
+    ah_lc_caused (self, msg, ah_lc_on_tombstone_forget);
+}
 
 static void s_free (void **item)
 {
@@ -357,6 +365,9 @@ static void *s_init (ah_actor_t *actor, void *args)
     }
     //  Once running: finish what a previous run left half done.
     ah_actor_timer (actor, 0, 0, ah_lc_startup_scan, NULL);
+    //  Lifetimes and destroy retries: soon after start, then every interval.
+    int64_t every = (int64_t) (a->config->ttl_check_interval_s * 1000);
+    self->ttl_timer = ah_actor_timer (actor, every < 1000 ? every : 1000, every, ah_lc_ttl_sweep, NULL);
     ah_info (AREA, "ready: driver %s%s, hello timeout %d ms", self->driver->name,
              self->driver->waits_for_hello ? " (waits for sandboxd's hello)" : "", self->hello_timeout_ms);
     return self;
@@ -374,6 +385,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "SANDBOX_OBSERVED", s_on_observed },
     { "AGENT_ACTIVITY", s_on_activity },
     { "POLICY_RELOAD", s_on_policy_reload },
+    { "TOMBSTONE_FORGET", s_on_tombstone_forget },
     { NULL, NULL }
 };
 

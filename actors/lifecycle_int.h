@@ -40,6 +40,7 @@ typedef struct {
     int64_t memory_mb;
     int64_t pids_limit;
     bool cleanup;                   //  a stop that changes no state (after a hello timeout)
+    bool recreate;                  //  start: its container was expired, rebuild it first
     pthread_t thread;
 } job_t;
 
@@ -64,6 +65,7 @@ typedef struct {
     char op [16];                   //  "" for NULL
     char error [ERROR_MAX_LEN + 1];
     bool needs_rebuild;
+    bool container_removed;         //  sandbox.container_ttl removed its container
 } row_t;
 
 typedef struct {
@@ -171,6 +173,20 @@ void ah_lc_on_hello (void *self, ah_msg_t *msg);
 void ah_lc_on_tunnel_lost (void *self, ah_msg_t *msg);
 //  Timer: transitional and running rows left by a previous run.
 void ah_lc_startup_scan (void *self, void *arg);
+
+//  Lifetimes and tombstones (lifecycle_ttl.c)
+//  Timer: containers and homes whose lifetime ended, destroys due for a
+//  retry (docs/lifecycle.md "Lifetimes", "Tombstones").
+void ah_lc_ttl_sweep (void *self, void *arg);
+//  An expire or expire-home job ended (JOB_DONE {ok, error}).
+void ah_lc_expired (self_t *self, const ah_msg_t *done, const char *agent_id, const char *op);
+//  A destroy failed: its tombstone learns why and when the next try is.
+void ah_lc_tombstone_failed (self_t *self, const char *agent_id, const char *why);
+//  TOMBSTONE_FORGET {req, agent}: an admin gives up on a destroy.
+void ah_lc_on_tombstone_forget (void *self, ah_msg_t *msg);
+//  An audit row from lifecycle itself (actor: self->cause, else "lifecycle").
+void ah_lc_record (self_t *self, const char *agent_id, const char *kind, const char *detail,
+                   bool ok, const char *error);
 
 //  Requests (lifecycle_request.c)
 void ah_lc_on_create (void *self, ah_msg_t *msg);

@@ -68,7 +68,6 @@ static const s_key_t s_keys [] = {
     { "sandbox.ttl_check_interval",       T_DURATION, F (ttl_check_interval_s), NULL },
     { "sandbox.destroy_retry_min",        T_DURATION, F (destroy_retry_min_s), NULL },
     { "sandbox.destroy_retry_max",        T_DURATION, F (destroy_retry_max_s), NULL },
-    { "sandbox.fake.fault_file",          T_OPT,      F (fake_fault_file), "none" },
     { "audit.retention_days",             T_DOUBLE,   F (audit_retention_days), NULL },
     { "sandbox.docker.socket",            T_STR,      F (docker_socket), NULL },
     { "sandbox.docker.name_prefix",       T_STR,      F (name_prefix), NULL },
@@ -196,7 +195,6 @@ ah_config_t *ah_config_new_defaults (void)
     self->ttl_check_interval_s = 60;
     self->destroy_retry_min_s = 120;
     self->destroy_retry_max_s = 21600;
-    self->fake_fault_file = NULL;
     self->audit_retention_days = 30;
     char *exe_dir = s_exe_dir ();
     self->sandboxd_path = exe_dir ? ah_strf ("%s/sandboxd", exe_dir) : strdup ("sandboxd");
@@ -417,8 +415,8 @@ static char *s_unknown_key (const char *key, const char *where)
     if (close)
         return ah_strf ("unknown key '%s' (%s); did you mean '%s'?", key, where, close->key);
     //  A misspelt section ("polcy:")
-    static const char *sections [] = { "server", "tap", "sandbox", "sandbox.docker", "sandbox.fake",
-                                       "audit", "policy", "catalog" };
+    static const char *sections [] = { "server", "tap", "sandbox", "sandbox.docker", "audit", "policy",
+                                       "catalog" };
     for (size_t i = 0; i < sizeof sections / sizeof sections [0]; i++)
         if (s_distance (key, sections [i]) <= 2)
             return ah_strf ("unknown key '%s' (%s); did you mean '%s'?", key, where, sections [i]);

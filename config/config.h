@@ -39,8 +39,6 @@ typedef struct {
     double  ttl_check_interval_s;   //  60: how often lifecycle looks for expired lifetimes
     double  destroy_retry_min_s;    //  120: the first pause before a failed destroy is retried
     double  destroy_retry_max_s;    //  21600: the pause doubles up to this
-    //  sandbox.fake.*
-    char   *fake_fault_file;        //  NULL; tests: while this file exists, the fake driver's destroy fails
     //  audit.*
     double  audit_retention_days;   //  30
     //  sandbox.docker.*

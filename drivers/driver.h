@@ -100,6 +100,11 @@ struct ah_driver_t {
     //  Polls *stop (may be NULL) and gives up with -1 once it is non-zero.
     int  (*image_build)  (ah_driver_t *self, const ah_image_build_t *build,
                           volatile int *stop, char **err);
+    //  Optional (NULL: the backend cannot; added last). Remove the
+    //  sandbox's container and what was installed in it, keeping its home
+    //  (and, for docker, its network): sandbox.container_ttl. The next
+    //  start re-creates it with rebuild. Absent is success.
+    int  (*remove_container) (ah_driver_t *self, const char *agent_id, char **err);
 };
 
 //  Frees a NULL-terminated id list from list().

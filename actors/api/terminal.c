@@ -58,8 +58,10 @@ static void s_audit (terminal_t *t, const char *kind, const char *detail, bool w
     ah_msg_set_str (rec, "detail", detail);
     if (t->run [0])
         ah_msg_set_str (rec, "run", t->run);
-    if (with_bytes)
+    if (with_bytes) {
         ah_msg_set_int (rec, "bytes", t->bytes);
+        api_metrics_bytes (t->api->metrics, kind, t->bytes);
+    }
     ah_msg_set_bool (rec, "ok", true);
     api_send (t->api, "recorder", &rec);
 }
