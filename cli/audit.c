@@ -58,7 +58,8 @@ int ah_cli_log (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
         return AH_EXIT_USAGE;
     }
     char *query = ah_cmd_strf ("limit=%ld", n);
-    s_arg (&query, "agent", npos ? pos [0] : NULL);
+    //  One agent's trail (a 404 when the caller has none of it), or all.
+    char *base = npos ? ah_cmd_path ("agents", pos [0], "/operations") : strdup ("/api/v1/operations");
     s_arg (&query, "operation", operation);
     s_arg (&query, "run", run);
     s_arg (&query, "q", text);
@@ -69,8 +70,8 @@ int ah_cli_log (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
     int exit_code = 0;
     bool more = false;
     do {
-        char *path = cursor ? ah_cmd_strf ("/api/v1/operations?%s&before=%lld", query, cursor)
-                            : ah_cmd_strf ("/api/v1/operations?%s", query);
+        char *path = cursor ? ah_cmd_strf ("%s?%s&before=%lld", base, query, cursor)
+                            : ah_cmd_strf ("%s?%s", base, query);
         json_t *reply = ah_cmd_call (co, "GET", path, NULL, 0, NULL, &exit_code);
         free (path);
         if (!reply)
@@ -82,6 +83,7 @@ int ah_cli_log (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
         json_decref (reply);
     } while (all && more);
     free (query);
+    free (base);
     if (exit_code == 0) {
         if (co->json)
             ah_cmd_print_json (rows);

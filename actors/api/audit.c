@@ -111,9 +111,9 @@ static void s_agent (req_t *r)
         json_decref (agent);
         s_list (r, r->agent_id, s_operations_reply);
     }
-    else if (status == 404 && ah_ident_ok (AH_IDENT_AGENT_ID, key)) {
-        //  A destroyed agent's trail, read by its id (within the scope:
-        //  the recorder filters by tenant too).
+    else if (status == 404 && (ah_ident_ok (AH_IDENT_AGENT_ID, key) || ah_ident_ok (AH_IDENT_AGENT_NAME, key))) {
+        //  A destroyed agent's trail, read by its id or the name its rows
+        //  kept (within the scope: the recorder filters by tenant too).
         snprintf (r->agent_id, sizeof r->agent_id, "%s", key);
         s_list (r, key, s_gone_reply);
     }
