@@ -10,6 +10,7 @@
 
 #define MAX_OVERLAPS    8               //  subnets in a row the engine may refuse
 
+
 long
 ah_dk_network_post (docker_t *self, const char *what, const char *name, uint32_t base,
                     json_t *labels, char **message, char **err)
@@ -68,6 +69,8 @@ s_network_create (docker_t *self, const char *agent_id, uint32_t base, char **er
     else
     if (st == 409)
         rc = s_network_same (self, what, n.network, base, err);
+    if (rc == 0)
+        ah_dk_network_dedupe (self, n.network);
     else
     if (st > 0 && msg && strstr (msg, "overlap")) {
         char *subnet = ah_dk_subnet_string (self, base);
@@ -82,6 +85,49 @@ s_network_create (docker_t *self, const char *agent_id, uint32_t base, char **er
     free (msg);
     free (what);
     return rc;
+}
+
+//  Docker's check for a duplicate name is not atomic: the create of a
+//  server killed mid-request and ours can both succeed. Keeps the oldest
+//  network of that exact name and removes the others (by id: the name is
+//  ambiguous to the engine then). Best effort.
+void
+ah_dk_network_dedupe (docker_t *self, const char *name)
+{
+    char *filters = ah_dk_filters (json_pack ("{s:[s]}", "name", name));
+    char *path = filters ? ah_strf ("/networks?filters=%s", filters) : NULL;
+    free (filters);
+    json_t *list = NULL;
+    if (!path || ah_dk_get (self, "listing networks by name", path, false, &list, NULL) != 200) {
+        free (path);
+        json_decref (list);
+        return;
+    }
+    free (path);
+    const char *keep = NULL, *keep_created = NULL;
+    size_t i;
+    json_t *net;
+    json_array_foreach (list, i, net) {
+        const char *nm = json_string_value (json_object_get (net, "Name"));
+        const char *created = json_string_value (json_object_get (net, "Created"));
+        if (!nm || strcmp (nm, name) != 0)
+            continue;           //  the filter matches substrings
+        if (!keep || (created && keep_created && strcmp (created, keep_created) < 0)) {
+            keep = json_string_value (json_object_get (net, "Id"));
+            keep_created = created;
+        }
+    }
+    json_array_foreach (list, i, net) {
+        const char *nm = json_string_value (json_object_get (net, "Name"));
+        const char *id = json_string_value (json_object_get (net, "Id"));
+        if (!nm || !id || strcmp (nm, name) != 0 || (keep && strcmp (id, keep) == 0))
+            continue;
+        ah_warn (LOG_AREA, "network %s exists twice (an interrupted create): removing %.12s", name, id);
+        dk_simple_t how = { .method = "DELETE", .path_fmt = "/networks/%s", .ok1 = 204, .ok2 = 200,
+                            .absent_ok = true };
+        ah_dk_simple (self, &how, "removing a duplicate network", id, NULL);
+    }
+    json_decref (list);
 }
 
 //  Connects the server's own container to the network at .2.
@@ -134,6 +180,7 @@ ah_dk_network_remove (docker_t *self, const char *agent_id, char **err)
         free (path);
         free (server);
     }
+    ah_dk_network_dedupe (self, n.network);
     dk_simple_t how = { .method = "DELETE", .path_fmt = "/networks/%s", .ok1 = 204, .ok2 = 200,
                         .absent_ok = true };
     return ah_dk_simple (self, &how, "removing network", n.network, err);
