@@ -406,6 +406,14 @@ def metrics(srv):
     check(status == 403, "a tenant's token does not read /metrics: %d" % status)
     status, _ = ahserver.request(srv.port, "GET", "/metrics", None, None)
     check(status == 401, "no token, no metrics: %d" % status)
+    for body in ({"metrics": True, "admin": True}, {"metrics": True, "tenant": "default"}, {"metrics": "yes"},
+                 {"metrics": 1}):
+        status, j = srv.call("POST", "/api/v1/tokens", body=body)
+        check(status == 400, "token %r refused: %d %r" % (body, status, j))
+    status, j = srv.call("POST", "/api/v1/tokens", mtok, {"metrics": True})
+    check(status == 403, "a metrics token makes no tokens: %d %r" % (status, j))
+    toks = srv.ok("GET", "/api/v1/tokens")["tokens"]
+    check([t["metrics"] for t in toks if t["name"] == "scraper"] == [True], "token ls says which reads metrics")
     # Something to count: a create, a sleep and a wake.
     srv.ok("POST", "/api/v1/agents?wait=1", body={"name": "counted"})
     srv.wait_state("counted", ("running",))
