@@ -282,7 +282,7 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
         rc = ah_dk_container_start (self, n.container, err);
     if (rc && err && *err && strstr (*err, "is ambiguous")) {
         //  Its network exists twice (an interrupted create): once more.
-        ah_dk_network_dedupe (self, n.network);
+        ah_dk_network_dedupe (self, boot->agent_id);
         free (*err);
         *err = NULL;
         rc = ah_dk_container_start (self, n.container, err);

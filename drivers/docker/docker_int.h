@@ -200,9 +200,10 @@ int      ah_dk_network_remove (docker_t *self, const char *agent_id, char **err)
 
 //  Removes the container name (force, volumes kept); absent is fine.
 int      ah_dk_container_remove (docker_t *self, const char *name, char **err);
-//  Removes all but the oldest network named name (best effort): two can
-//  exist after an interrupted create, and the engine then refuses the name.
-void     ah_dk_network_dedupe (docker_t *self, const char *name);
+//  Removes all but one network of the agent's name, the one on its stored
+//  subnet (best effort): two can exist after an interrupted create, and
+//  the engine then refuses the name.
+void     ah_dk_network_dedupe (docker_t *self, const char *agent_id);
 //  sandboxd's read-only mount at /opt/agenthold (a bind or the volume).
 json_t  *ah_dk_sandboxd_mount (const docker_t *self);
 //  Writes /etc/agenthold/boot.json (root, 0600) into the container name:
