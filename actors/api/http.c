@@ -106,6 +106,22 @@ json_t *api_body_object (req_t *r, bool empty_ok)
         api_respond_error (r, 400, "the body must be a JSON object");
         return NULL;
     }
+    //  Any body may name the run or session it belongs to, as the header
+    //  X-Agenthold-Run does (the audit trail's run); taken out here.
+    json_t *run = json_object_get (root, "run");
+    if (run) {
+        const char *text = json_string_value (run);
+        const char *bad = text ? api_run_check (text) : "must be a string";
+        if (!bad && r->run [0] && !streq (r->run, text))
+            bad = "differs from the header X-Agenthold-Run";
+        if (bad) {
+            json_decref (root);
+            api_respond_error (r, 400, "field 'run' %s", bad);
+            return NULL;
+        }
+        snprintf (r->run, sizeof r->run, "%s", text);
+        json_object_del (root, "run");
+    }
     return root;
 }
 

@@ -161,7 +161,18 @@ def audit():
     check(r["status"] == 2, "exit 2 is the command's status: %r" % r)
     r = srv.ok("POST", "/api/v1/agents/alpha/exec", acme, {"cmd": "kill -9 $$"}, headers=run_hdr("run-2"))
     check(r["signal"] == 9, "a command killed by signal 9: %r" % r)
-    r = srv.ok("POST", "/api/v1/agents/alpha/exec", acme, {"cmd": "true"}, headers=run_hdr("run-2"))
+    r = srv.ok("POST", "/api/v1/agents/alpha/exec", acme, {"cmd": "true", "run": "run-2"})
+    for bad in ({"cmd": "true", "run": 5}, {"cmd": "true", "run": "a b"}):
+        status, j = srv.call("POST", "/api/v1/agents/alpha/exec", acme, bad)
+        check(status == 400 and "run" in j["error"], "field run %r refused: %d %r" % (bad, status, j))
+    status, j = srv.call("POST", "/api/v1/agents/alpha/exec", acme, {"cmd": "true", "run": "run-9"},
+                         headers=run_hdr("run-2"))
+    check(status == 400 and "differs" in j["error"], "a field run that differs from the header: %d %r" % (status, j))
+    turn = srv.ok("POST", "/api/v1/agents/alpha/turns", acme, {"run": "run-4"})
+    srv.ok("DELETE", "/api/v1/turns/%s" % turn["turn_id"], acme, headers=run_hdr("run-4"))
+    rows = srv.wait_ops("run=run-4", lambda rows: len(rows) == 2, what="the turn's rows")
+    check([o["kind"] for o in rows] == ["turn.end", "turn.begin"] and all(o["agent_name"] == "alpha" for o in rows)
+          and rows[1]["detail"] == "turn " + turn["turn_id"], "a turn's begin and end carry its run: %r" % rows)
     # Hostile run ids and filters.
     for bad in ("", "a b", "x" * 129, "caf\u00e9".encode().decode("latin-1"), "tab\there"):
         status, j = srv.call("GET", "/api/v1/agents/alpha", acme, headers={"X-Agenthold-Run": bad})
