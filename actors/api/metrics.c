@@ -41,12 +41,14 @@ static const char *s_cause_names [C_COUNT] = { "api", "sleeper", "reconciler", "
 typedef enum { B_TERMINAL, B_READ, B_WRITE, B_COUNT } channel_t;
 static const char *s_channel_names [B_COUNT] = { "terminal", "fs_read", "fs_write" };
 
+typedef struct {
+    const char *pattern;            //  the route table's (static)
+    int status;
+    uint64_t count;
+} requests_t;
+
 struct api_metrics_t {
-    struct {
-        const char *pattern;        //  the route table's (static)
-        int status;
-        uint64_t count;
-    } requests [MAX_ROUTES * MAX_STATUSES / 4];
+    requests_t requests [MAX_ROUTES * MAX_STATUSES / 4];
     size_t nrequests;
     uint64_t bytes [B_COUNT];
     uint64_t wakes [C_COUNT], sleeps [C_COUNT];
@@ -93,7 +95,7 @@ void api_metrics_request (api_metrics_t *m, const char *pattern, int status)
             return;
         }
     if (m->nrequests < sizeof m->requests / sizeof m->requests [0])
-        m->requests [m->nrequests++] = (typeof (m->requests [0])) { pattern, status, 1 };
+        m->requests [m->nrequests++] = (requests_t) { pattern, status, 1 };
 }
 
 void api_metrics_bytes (api_metrics_t *m, const char *kind, int64_t bytes)
