@@ -24,6 +24,11 @@ typedef struct {
     uid_t uid;
     gid_t gid;
     char  shell [256];          //  login shell (exists), else /bin/sh
+    bool  inherit_env;          //  children get sandboxd's environment (the
+                                //  container's: the image's ENV and the
+                                //  runtime's env vars) under the base
+                                //  entries; false in-process (fake driver),
+                                //  where it would be the server's
 } ah_proc_user_t;
 
 //  The `agent` account when switch_user, we are root and /etc/passwd has

@@ -102,6 +102,14 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
         "HostConfig", host,
         "NetworkingConfig", "EndpointsConfig", n.network, "IPAMConfig", "IPv4Address", addr ? addr : "");
     free (addr);
+    //  The runtime's env vars (sandboxd hands its environment on to what it runs).
+    if (spec->n_env) {
+        json_t *env = json_array ();
+        for (size_t i = 0; i < spec->n_env; i++)
+            if (spec->env [i])
+                json_array_append_new (env, json_string (spec->env [i]));
+        json_object_set_new (req, "Env", env);
+    }
 
     char *what = ah_strf ("creating container %s", n.container);
     char *path = ah_strf ("/containers/create?name=%s", n.container);
@@ -150,7 +158,7 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
 
 int
 ah_dk_boot_write (docker_t *self, const char *name, const char *agent_id, const char *token,
-                  const char *tunnel_url, char **err)
+                  const char *tunnel_url, const char *briefing, char **err)
 {
     char *what = ah_strf ("writing /etc/agenthold/boot.json into container %s", name);
     json_t *j = json_pack ("{s:s s:s s:s}", "agent_id", agent_id, "token", token,
@@ -163,6 +171,8 @@ ah_dk_boot_write (docker_t *self, const char *name, const char *agent_id, const 
     ||  ah_tar_add (&tar, "etc/", AH_TAR_DIR, 0755, NULL, 0, NULL)
     ||  ah_tar_add (&tar, "etc/agenthold/", AH_TAR_DIR, 0755, NULL, 0, NULL)
     ||  ah_tar_add (&tar, "etc/agenthold/boot.json", AH_TAR_FILE, 0600, text, strlen (text), NULL)
+    ||  (briefing && ah_tar_add (&tar, "etc/agenthold/briefing.md", AH_TAR_FILE, 0444,
+                                 briefing, strlen (briefing), NULL))
     ||  ah_tar_finish (&tar)) {
         ah_dk_err (err, "%s: out of memory composing it", what ? what : "writing boot.json");
         ah_tar_free (&tar);
@@ -274,7 +284,8 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     free (server);
     char *url = host ? ah_strf ("ws://%s:%d/tunnel", host, boot->tunnel_port) : NULL;
     free (host);
-    int rc = url ? ah_dk_boot_write (self, n.container, boot->agent_id, boot->token, url, err) : -1;
+    int rc = url ? ah_dk_boot_write (self, n.container, boot->agent_id, boot->token, url,
+                                     boot->briefing, err) : -1;
     if (!url)
         ah_dk_err (err, "starting container %s: out of memory", n.container);
     free (url);

@@ -158,7 +158,7 @@ s_probe_make (docker_t *self, const char *name, const char *image, uint32_t base
     //  The boot file: the gateway and our probe port, a token nobody holds.
     url = ah_strf ("ws://%s:%d/tunnel", gw, port);
     char *serr = NULL;
-    if (ah_dk_boot_write (self, name, "probe", "probe", url ? url : "", &serr)
+    if (ah_dk_boot_write (self, name, "probe", "probe", url ? url : "", NULL, &serr)
     ||  ah_dk_container_start (self, name, &serr)) {
         ah_dk_err (report, "cannot check the host firewall: %s", serr ? serr : "out of memory");
         free (serr);
@@ -257,6 +257,7 @@ static void *
 s_probe_thread (void *arg)
 {
     probe_args_t *a = arg;
+    pthread_setname_np (pthread_self (), "ah-fw-probe");
     char *report = NULL;
     int rc = ah_docker_check_isolation (a->driver, a->tunnel_port, &report);
     if (rc == 0)
