@@ -33,6 +33,8 @@ const char *ah_lc_state_for_op (const char *op)
     if (streq (op, "stop"))    return "stopping";
     if (streq (op, "rebuild")) return "rebuilding";
     if (streq (op, "destroy")) return "destroying";
+    //  A lifetime's end keeps the row asleep while the driver works.
+    if (streq (op, "expire") || streq (op, "expire-home")) return "sleeping";
     return "";
 }
 
@@ -66,12 +68,27 @@ void ah_lc_publish (self_t *self, const char *agent_id, const char *state,
                     const char *op, const char *error)
 {
     ah_debug (AREA, "%s -> %s%s%s", agent_id, state, error ? ": " : "", error ? error : "");
+    //  Who caused it: the request being handled, else the one that set
+    //  the row on its way (an outcome continues its request's cause).
+    char by [sizeof self->cause] = "";
+    if (self->cause [0])
+        snprintf (by, sizeof by, "%s", self->cause);
+    else {
+        sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT cause FROM sandboxes WHERE agent_id = :id");
+        if (st && !ah_store_bind_text (st, ":id", agent_id) && ah_store_step (self->store, st) == SQLITE_ROW
+        &&  sqlite3_column_text (st, 0))
+            snprintf (by, sizeof by, "%s", (const char *) sqlite3_column_text (st, 0));
+        if (st)
+            sqlite3_reset (st);
+    }
     for (const char *to = zlist_first (self->subscribers); to; to = zlist_next (self->subscribers)) {
         ah_msg_t *event = ah_msg_new ("SANDBOX_STATE");
         ah_msg_set_str (event, "agent_id", agent_id);
         ah_msg_set_str (event, "state", state);
         ah_msg_set_str (event, "op", op && *op ? op : NULL);
         ah_msg_set_str (event, "error", error && *error ? error : NULL);
+        if (by [0])
+            ah_msg_set_str (event, "by", by);
         ah_actor_send (self->actor, to, &event);
     }
     bool kick = streq (state, "stopping") || streq (state, "rebuilding")
@@ -97,7 +114,7 @@ int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t
     //  two tenants names nobody (-2).
     sqlite3_stmt *st = ah_store_prepare (self->store,
         "SELECT a.id, a.name, a.tenant, a.image, a.cpus, a.memory_mb, a.idle_minutes,"
-        " s.state, s.op, s.error, s.needs_rebuild, a.id = :key, a.runtime"
+        " s.state, s.op, s.error, s.needs_rebuild, a.id = :key, a.runtime, s.container_removed_at IS NOT NULL"
         " FROM agents a JOIN sandboxes s ON s.agent_id = a.id"
         " WHERE a.id = :key OR (a.name = :key AND (:tenant IS NULL OR a.tenant = :tenant))"
         " ORDER BY a.id = :key DESC LIMIT 2");
@@ -127,6 +144,7 @@ int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t
         s_copy (row->error, sizeof row->error, sqlite3_column_text (st, 9));
         row->needs_rebuild = sqlite3_column_int (st, 10) != 0;
         s_copy (row->runtime, sizeof row->runtime, sqlite3_column_text (st, 12));
+        row->container_removed = sqlite3_column_int (st, 13) != 0;
     }
     sqlite3_reset (st);
     return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
@@ -137,19 +155,22 @@ int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t
 int ah_lc_update (self_t *self, const char *agent_id, const char *guard,
                   const char *to, const char *op, const char *error)
 {
-    char sql [512];
+    char sql [768];
     snprintf (sql, sizeof sql,
         "UPDATE sandboxes SET state = :to, op = :op, error = :error,"
         " op_started_at = CASE WHEN :op IS NULL THEN NULL ELSE :now END,"
         " boot_token_hash = CASE WHEN :to IN ('starting','running') THEN boot_token_hash END,"
         " last_activity_at = CASE WHEN :to = 'running' THEN :now ELSE last_activity_at END,"
-        " updated_at = :now"
+        " stopped_at = CASE WHEN :to <> 'sleeping' THEN NULL WHEN state <> 'sleeping' THEN :now"
+        "              ELSE stopped_at END,"
+        " cause = coalesce (:cause, cause), updated_at = :now"
         " WHERE agent_id = :id AND (%s)", guard);
     sqlite3_stmt *st = ah_store_prepare (self->store, sql);
     if (!st || ah_store_bind_text (st, ":to", to)
             || ah_store_bind_text (st, ":op", op && *op ? op : NULL)
             || ah_store_bind_text (st, ":error", error)
             || ah_store_bind_int64 (st, ":now", ah_store_now_ms ())
+            || ah_store_bind_text (st, ":cause", self->cause [0] ? self->cause : NULL)
             || ah_store_bind_text (st, ":id", agent_id))
         return -1;
     int rc = ah_store_step (self->store, st);
@@ -169,6 +190,15 @@ int ah_lc_move (self_t *self, const char *agent_id, const char *guard,
     if (rc == 1)
         ah_lc_publish (self, agent_id, to, op, error ? cut : NULL);
     return rc;
+}
+
+void ah_lc_caused (self_t *self, const ah_msg_t *msg, void (*fn) (void *, ah_msg_t *))
+{
+    const char *by = ah_msg_str (msg, "by");
+    const char *peer = ah_msg_peer (msg);
+    snprintf (self->cause, sizeof self->cause, "%s", by && *by ? by : peer && *peer ? peer : "");
+    fn (self, (ah_msg_t *) msg);
+    self->cause [0] = 0;
 }
 
 int ah_lc_run (self_t *self, const char *sql, const char *agent_id)
@@ -255,6 +285,15 @@ static void s_on_policy_reload (void *self_, ah_msg_t *msg)
 // --------------------------------------------------------------------------
 //  The actor
 
+static void s_on_create (void *self, ah_msg_t *msg)     { ah_lc_caused (self, msg, ah_lc_on_create); }
+static void s_on_update (void *self, ah_msg_t *msg)     { ah_lc_caused (self, msg, ah_lc_on_update); }
+static void s_on_transition (void *self, ah_msg_t *msg) { ah_lc_caused (self, msg, ah_lc_on_transition); }
+static void s_on_observed (void *self, ah_msg_t *msg)   { ah_lc_caused (self, msg, ah_lc_on_observed); }
+static void s_on_tombstone_forget (void *self, ah_msg_t *msg)
+{
+    ah_lc_caused (self, msg, ah_lc_on_tombstone_forget);
+}
+
 static void s_free (void **item)
 {
     free (*item);
@@ -337,26 +376,30 @@ static void *s_init (ah_actor_t *actor, void *args)
     }
     //  Once running: finish what a previous run left half done.
     ah_actor_timer (actor, 0, 0, ah_lc_startup_scan, NULL);
+    //  Lifetimes and destroy retries: soon after start, then every interval.
+    int64_t every = (int64_t) (a->config->ttl_check_interval_s * 1000);
+    self->ttl_timer = ah_actor_timer (actor, every < 1000 ? every : 1000, every, ah_lc_ttl_sweep, NULL);
     ah_info (AREA, "ready: driver %s%s, hello timeout %d ms", self->driver->name,
              self->driver->waits_for_hello ? " (waits for sandboxd's hello)" : "", self->hello_timeout_ms);
     return self;
 }
 
 static const ah_actor_handler_t s_handlers [] = {
-    { "AGENT_CREATE", ah_lc_on_create },
-    { "AGENT_UPDATE", ah_lc_on_update },
-    { "SANDBOX_START", ah_lc_on_transition },
-    { "SANDBOX_STOP", ah_lc_on_transition },
-    { "SANDBOX_REBUILD", ah_lc_on_transition },
-    { "SANDBOX_DESTROY", ah_lc_on_transition },
+    { "AGENT_CREATE", s_on_create },
+    { "AGENT_UPDATE", s_on_update },
+    { "SANDBOX_START", s_on_transition },
+    { "SANDBOX_STOP", s_on_transition },
+    { "SANDBOX_REBUILD", s_on_transition },
+    { "SANDBOX_DESTROY", s_on_transition },
     { "SANDBOX_HELLO", ah_lc_on_hello },
     { "TUNNEL_LOST", ah_lc_on_tunnel_lost },
-    { "SANDBOX_OBSERVED", ah_lc_on_observed },
+    { "SANDBOX_OBSERVED", s_on_observed },
     { "HOST_STATE", ah_lc_on_host_state },
     { "AGENT_ACTIVITY", s_on_activity },
     { "POLICY_RELOAD", s_on_policy_reload },
     { "RUNTIME_READY", ah_lc_on_runtime_ready },
     { "RUNTIME_PROGRESS", ah_lc_on_runtime_progress },
+    { "TOMBSTONE_FORGET", s_on_tombstone_forget },
     { NULL, NULL }
 };
 

@@ -45,6 +45,7 @@ typedef struct {
     const ah_runtime_t *runtime;    //  the actor's catalog (outlives every job); NULL: none
     char *briefing;                 //  start: written into the sandbox; owned by the job
     bool cleanup;                   //  a stop that changes no state (after a hello timeout)
+    bool recreate;                  //  start: its container was expired, rebuild it first
     pthread_t thread;
 } job_t;
 
@@ -72,6 +73,7 @@ typedef struct {
     char op [16];                   //  "" for NULL
     char error [ERROR_MAX_LEN + 1];
     bool needs_rebuild;
+    bool container_removed;         //  sandbox.container_ttl removed its container
 } row_t;
 
 typedef struct {
@@ -92,6 +94,12 @@ typedef struct {
     ah_catalog_t *catalog;          //  immutable; jobs borrow its runtimes
     bool ensure_images;
     zhashx_t *briefings;            //  runtime alias -> char * (from RUNTIME_READY)
+    //  Who caused what the actor does now ("api:<token>", "sleeper",
+    //  "reconciler", "ttl", "tombstone-retry"): set while a request or a
+    //  sweep is handled, "" otherwise. Written into sandboxes.cause by
+    //  every state move, published as SANDBOX_STATE's "by".
+    char cause [129];
+    int ttl_timer;                  //  the lifetime and tombstone sweep
 } self_t;
 
 //  What a create or update asks for. Absent fields keep has_* false.
@@ -121,6 +129,9 @@ int  ah_lc_move (self_t *self, const char *agent_id, const char *guard,
 //  SANDBOX_STATE to every subscriber, TUNNEL_KICK where it applies.
 void ah_lc_publish (self_t *self, const char *agent_id, const char *state,
                     const char *op, const char *error);
+//  self->cause for the length of one call of fn (a request's "by", else
+//  its sender).
+void ah_lc_caused (self_t *self, const ah_msg_t *msg, void (*fn) (void *, ah_msg_t *));
 //  One statement with :id bound. 0 / -1.
 int  ah_lc_run (self_t *self, const char *sql, const char *agent_id);
 //  The agent's rows are gone: forget what the actor holds for it.
@@ -187,6 +198,19 @@ void ah_lc_startup_scan (void *self, void *arg);
 //  Runtimes (lifecycle_job.c): RUNTIME_READY and RUNTIME_PROGRESS from the builder.
 void ah_lc_on_runtime_ready (void *self, ah_msg_t *msg);
 void ah_lc_on_runtime_progress (void *self, ah_msg_t *msg);
+//  Lifetimes and tombstones (lifecycle_ttl.c)
+//  Timer: containers and homes whose lifetime ended, destroys due for a
+//  retry (docs/lifecycle.md "Lifetimes", "Tombstones").
+void ah_lc_ttl_sweep (void *self, void *arg);
+//  An expire or expire-home job ended (JOB_DONE {ok, error}).
+void ah_lc_expired (self_t *self, const ah_msg_t *done, const char *agent_id, const char *op);
+//  A destroy failed: its tombstone learns why and when the next try is.
+void ah_lc_tombstone_failed (self_t *self, const char *agent_id, const char *why);
+//  TOMBSTONE_FORGET {req, agent}: an admin gives up on a destroy.
+void ah_lc_on_tombstone_forget (void *self, ah_msg_t *msg);
+//  An audit row from lifecycle itself (actor: self->cause, else "lifecycle").
+void ah_lc_record (self_t *self, const char *agent_id, const char *kind, const char *detail,
+                   bool ok, const char *error);
 
 //  Requests (lifecycle_request.c)
 void ah_lc_on_create (void *self, ah_msg_t *msg);

@@ -31,9 +31,20 @@ static void *s_worker (void *arg)
     if (streq (job->op, "create"))
         rc = d->create (d, &spec, &err);
     else if (streq (job->op, "start")) {
+        //  A container expired by sandbox.container_ttl is made again
+        //  from the image first (its home is still there).
         ah_boot_t boot = { job->agent_id, job->token, job->tunnel_port, job->briefing };
-        rc = d->start (d, &boot, &err);
+        rc = job->recreate ? d->rebuild (d, &spec, &err) : 0;
+        if (rc == 0)
+            rc = d->start (d, &boot, &err);
     }
+    else if (streq (job->op, "expire")) {
+        rc = d->remove_container ? d->remove_container (d, job->agent_id, &err) : -1;
+        if (!d->remove_container)
+            err = strdup ("the driver cannot remove a container alone");
+    }
+    else if (streq (job->op, "expire-home"))
+        rc = d->destroy (d, job->agent_id, &err);
     else if (streq (job->op, "stop"))
         rc = d->stop (d, job->agent_id, &err);
     else if (streq (job->op, "rebuild")) {
@@ -319,6 +330,7 @@ int ah_lc_launch (self_t *self, const row_t *row, const char *op, bool cleanup)
     job->pids_limit = self->config->pids_limit;
     job->tunnel_port = self->tunnel_port;
     job->cleanup = cleanup;
+    job->recreate = streq (op, "start") && row->container_removed;
     const char *why = NULL;
     if (streq (op, "start")) {
         //  A fresh boot token per start; only its hash is kept.
@@ -373,8 +385,23 @@ void ah_lc_begin_start (self_t *self, const row_t *row, const char *from)
 // --------------------------------------------------------------------------
 //  Outcomes
 
+//  The cause of the row's current step, into self->cause (for a publish
+//  that follows the row's end). Leaves a cause already set alone.
+static void s_keep_cause (self_t *self, const char *agent_id)
+{
+    if (self->cause [0])
+        return;
+    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT cause FROM sandboxes WHERE agent_id = :id");
+    if (st && !ah_store_bind_text (st, ":id", agent_id) && ah_store_step (self->store, st) == SQLITE_ROW
+    &&  sqlite3_column_text (st, 0))
+        snprintf (self->cause, sizeof self->cause, "%s", (const char *) sqlite3_column_text (st, 0));
+    if (st)
+        sqlite3_reset (st);
+}
+
 static void s_destroyed (self_t *self, const char *agent_id)
 {
+    s_keep_cause (self, agent_id);
     bool ok = ah_store_begin (self->store) == 0;
     ok = ok && ah_lc_run (self, "DELETE FROM sandboxes WHERE agent_id = :id", agent_id) == 0;
     ok = ok && ah_lc_run (self, "DELETE FROM agents WHERE id = :id", agent_id) == 0;
@@ -389,6 +416,7 @@ static void s_destroyed (self_t *self, const char *agent_id)
         ah_lc_move (self, agent_id, "state = 'destroying'", "error", "destroy",
                     "the sandbox is gone but its rows could not be removed (see the log)");
     }
+    self->cause [0] = 0;        //  outcomes run outside any request
 }
 
 //  The sandbox is now what the rebuild built; it still needs a rebuild
@@ -419,6 +447,15 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
     const char *why = ah_msg_str (done, "error");
     if (!ok)
         ah_warn (AREA, "%s: %s failed: %s", id, op, why ? why : "?");
+    if (streq (op, "expire") || streq (op, "expire-home")) {
+        ah_lc_expired (self, done, id, op);
+        return;
+    }
+    if (ok && (job->recreate || streq (op, "rebuild")))
+        //  The container is there again.
+        ah_lc_run (self, "UPDATE sandboxes SET container_removed_at = NULL WHERE agent_id = :id", id);
+    if (!ok && streq (op, "destroy"))
+        ah_lc_tombstone_failed (self, id, why ? why : "the driver failed");
     if (streq (op, "inspect")) {
         //  A failed look is no evidence of anything: finish what the row
         //  was doing by running it again (the driver's own error, if it

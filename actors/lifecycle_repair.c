@@ -85,6 +85,9 @@ void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, boo
     }
     else
     if (streq (s, "starting")) {
+        if (!exists && row.container_removed)
+            ah_lc_launch (self, &row, "start", false);      //  expired: re-created, then started
+        else
         if (!exists)
             ah_lc_move (self, id, "state = 'starting'", "error", "create", removed);
         else
@@ -120,6 +123,9 @@ void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, boo
         ah_lc_launch_for_row (self, &row);
     else
     if (streq (s, "sleeping")) {
+        if (!exists && row.container_removed)
+            ;                       //  its lifetime ended (sandbox.container_ttl): as it should be
+        else
         if (!exists)
             ah_lc_move (self, id, "state = 'sleeping'", "error", "create", removed);
         else

@@ -188,12 +188,13 @@ static int s_insert (self_t *self, const char *id, const char *name, const char 
     if (st)
         sqlite3_reset (st);
     st = ok ? ah_store_prepare (self->store,
-        "INSERT INTO sandboxes (agent_id, state, op, op_started_at, image, cpus, memory_mb, updated_at, runtime)"
-        " VALUES (:id, 'creating', 'create', :now, :image, :cpus, :mem, :now, :runtime)") : NULL;
+        "INSERT INTO sandboxes (agent_id, state, op, op_started_at, image, cpus, memory_mb, updated_at, runtime,"
+        " cause) VALUES (:id, 'creating', 'create', :now, :image, :cpus, :mem, :now, :runtime, :cause)") : NULL;
     ok = st && !ah_store_bind_text (st, ":id", id) && !ah_store_bind_int64 (st, ":now", now)
         && !ah_store_bind_text (st, ":runtime", *d->runtime ? d->runtime : NULL)
         && !ah_store_bind_text (st, ":image", d->image) && !ah_store_bind_double (st, ":cpus", d->cpus)
         && !ah_store_bind_int64 (st, ":mem", d->memory_mb)
+        && !ah_store_bind_text (st, ":cause", self->cause [0] ? self->cause : NULL)
         && ah_store_step (self->store, st) == SQLITE_DONE;
     if (st)
         sqlite3_reset (st);

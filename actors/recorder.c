@@ -21,17 +21,21 @@
 
 #define AH_RECORDER_MAX_PENDING  10000
 #define AH_RECORDER_MAX_LIST     1000
-#define AH_RECORDER_SWEEP_MS     (3600 * 1000)
+#define AH_RECORDER_SWEEP_MS     (86400 * 1000)     //  daily, and at start
 #define MAX_ACTOR   128
 #define MAX_KIND    64
 #define MAX_AGENT   64
 #define MAX_DETAIL  4096
 #define MAX_ERROR   1024
+#define MAX_RUN     128
 
 typedef struct {
     int64_t at;
     char   *agent_id;               //  NULL allowed
     char   *tenant;                 //  NULL: the agent's, when there is one
+    char   *agent_name;             //  NULL: the agent's, when there is one
+    char   *run;                    //  NULL allowed
+    int64_t bytes;                  //  -1: none
     char   *actor;
     char   *kind;
     char   *detail;                 //  NULL allowed
@@ -53,34 +57,57 @@ typedef struct {
     int         flush_rows;
     int         flush_ms;
     int64_t     retention_ms;
-    zhashx_t   *tenants;            //  agent id -> its tenant (char *), as first seen
+    zhashx_t   *agents;             //  agent id -> s_agent_t, as first seen
+    int64_t     clock_offset_ms;    //  tests: what the sweep takes for now (SWEEP)
+    int64_t     swept_total;        //  rows deleted by retention since start
+    int64_t     sweeps;
 } self_t;
 
-#define MAX_TENANTS_KNOWN   100000
+#define MAX_AGENTS_KNOWN   100000
 
-//  The tenant of an agent, looked up when its row arrives and kept: the
-//  rows that follow a destroy (its last states, the API's own record)
-//  arrive once the agent is gone, and still belong to its tenant. NULL
-//  when the agent was never seen.
-static const char *
-s_tenant_of (self_t *self, const char *agent_id)
+typedef struct {
+    char *tenant;
+    char *name;
+} s_agent_t;
+
+static void
+s_agent_free (void **item)
 {
-    const char *known = zhashx_lookup (self->tenants, agent_id);
+    s_agent_t *a = *item;
+    if (a) {
+        free (a->tenant);
+        free (a->name);
+        free (a);
+        *item = NULL;
+    }
+}
+
+//  The tenant and name of an agent, looked up when its first row arrives
+//  and kept: the rows that follow a destroy (its last states, the API's
+//  own record) arrive once the agent is gone, and still belong to its
+//  tenant and carry its name. NULL when the agent was never seen.
+static const s_agent_t *
+s_agent_of (self_t *self, const char *agent_id)
+{
+    const s_agent_t *known = zhashx_lookup (self->agents, agent_id);
     if (known)
         return known;
-    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT tenant FROM agents WHERE id = :id");
+    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT tenant, name FROM agents WHERE id = :id");
     if (!st || ah_store_bind_text (st, ":id", agent_id))
         return NULL;
-    char *tenant = NULL;
-    if (ah_store_step (self->store, st) == SQLITE_ROW && sqlite3_column_text (st, 0))
-        tenant = strdup ((const char *) sqlite3_column_text (st, 0));
+    s_agent_t *a = NULL;
+    if (ah_store_step (self->store, st) == SQLITE_ROW && sqlite3_column_text (st, 0)
+    &&  (a = calloc (1, sizeof *a))) {
+        a->tenant = strdup ((const char *) sqlite3_column_text (st, 0));
+        a->name = sqlite3_column_text (st, 1) ? strdup ((const char *) sqlite3_column_text (st, 1)) : NULL;
+    }
     sqlite3_reset (st);
-    if (!tenant)
+    if (!a)
         return NULL;
-    if (zhashx_size (self->tenants) >= MAX_TENANTS_KNOWN)
-        zhashx_purge (self->tenants);
-    zhashx_update (self->tenants, agent_id, tenant);
-    return tenant;
+    if (zhashx_size (self->agents) >= MAX_AGENTS_KNOWN)
+        zhashx_purge (self->agents);
+    zhashx_update (self->agents, agent_id, a);
+    return a;
 }
 
 static void
@@ -88,6 +115,8 @@ s_row_free (s_row_t *row)
 {
     free (row->agent_id);
     free (row->tenant);
+    free (row->agent_name);
+    free (row->run);
     free (row->actor);
     free (row->kind);
     free (row->detail);
@@ -139,8 +168,9 @@ s_flush (self_t *self)
         return -1;
     }
     sqlite3_stmt *stmt = ah_store_prepare (self->store,
-        "INSERT INTO operations (at, agent_id, tenant, actor, kind, detail, ok, error)"
+        "INSERT INTO operations (at, agent_id, tenant, agent_name, run, bytes, actor, kind, detail, ok, error)"
         " VALUES (:at, :agent_id, coalesce (:tenant, (SELECT tenant FROM agents WHERE id = :agent_id)),"
+        " coalesce (:agent_name, (SELECT name FROM agents WHERE id = :agent_id)), :run, :bytes,"
         " :actor, :kind, :detail, :ok, :error)");
     bool failed = stmt == NULL;
     for (size_t i = 0; !failed && i < self->pending_count; i++) {
@@ -150,6 +180,10 @@ s_flush (self_t *self)
         if (ah_store_bind_int64 (stmt, ":at", row->at)
         ||  ah_store_bind_text (stmt, ":agent_id", row->agent_id)
         ||  ah_store_bind_text (stmt, ":tenant", row->tenant)
+        ||  ah_store_bind_text (stmt, ":agent_name", row->agent_name)
+        ||  ah_store_bind_text (stmt, ":run", row->run)
+        ||  (row->bytes >= 0 ? ah_store_bind_int64 (stmt, ":bytes", row->bytes)
+                             : ah_store_bind_null (stmt, ":bytes"))
         ||  ah_store_bind_text (stmt, ":actor", row->actor)
         ||  ah_store_bind_text (stmt, ":kind", row->kind)
         ||  ah_store_bind_text (stmt, ":detail", row->detail)
@@ -240,7 +274,7 @@ s_on_record (void *self_, ah_msg_t *msg)
     self_t *self = self_;
     const char *actor = ah_msg_str (msg, "actor");
     const char *kind = ah_msg_str (msg, "kind");
-    const char *agent_id, *detail, *error, *tenant;
+    const char *agent_id, *detail, *error, *tenant, *agent_name, *run;
     if (!actor || !*actor || strlen (actor) > MAX_ACTOR) {
         s_refuse (self, msg, "\"actor\" must be a string of 1 to 128 characters");
         return;
@@ -255,6 +289,14 @@ s_on_record (void *self_, ah_msg_t *msg)
     }
     if (!s_opt_str (msg, "tenant", &tenant) || (tenant && strlen (tenant) > MAX_AGENT)) {
         s_refuse (self, msg, "\"tenant\" must be a string of at most 64 characters");
+        return;
+    }
+    if (!s_opt_str (msg, "agent_name", &agent_name) || (agent_name && strlen (agent_name) > MAX_AGENT)) {
+        s_refuse (self, msg, "\"agent_name\" must be a string of at most 64 characters");
+        return;
+    }
+    if (!s_opt_str (msg, "run", &run) || (run && (!*run || strlen (run) > MAX_RUN))) {
+        s_refuse (self, msg, "\"run\" must be a string of 1 to 128 characters");
         return;
     }
     if (!s_opt_str (msg, "detail", &detail) || !s_opt_str (msg, "error", &error)) {
@@ -272,12 +314,23 @@ s_on_record (void *self_, ah_msg_t *msg)
         s_refuse (self, msg, "\"at\" must be a positive integer (ms since the epoch)");
         return;
     }
-    if (!tenant && agent_id)
-        tenant = s_tenant_of (self, agent_id);
+    int64_t bytes = ah_msg_int (msg, "bytes", -1);
+    if (ah_msg_has (msg, "bytes") && !ah_msg_is_nil (msg, "bytes") && bytes < 0) {
+        s_refuse (self, msg, "\"bytes\" must be an integer 0 or more");
+        return;
+    }
+    const s_agent_t *known = agent_id ? s_agent_of (self, agent_id) : NULL;
+    if (!tenant && known)
+        tenant = known->tenant;
+    if (!agent_name && known)
+        agent_name = known->name;
     s_row_t row = {
         .at = at > 0 ? at : ah_store_now_ms (),
         .agent_id = agent_id ? strdup (agent_id) : NULL,
         .tenant = tenant ? strdup (tenant) : NULL,
+        .agent_name = agent_name ? strdup (agent_name) : NULL,
+        .run = run ? strdup (run) : NULL,
+        .bytes = bytes,
         .actor = strdup (actor),
         .kind = strdup (kind),
         .detail = s_capped (detail, MAX_DETAIL),
@@ -292,16 +345,19 @@ s_on_record (void *self_, ah_msg_t *msg)
         ah_actor_reply_error (self->actor, msg, 503, "the audit queue is full (the database refuses writes)");
 }
 
-//  Lifecycle's state events become rows of kind "state".
+//  Lifecycle's state events become rows of kind "state"; the actor is
+//  who caused the step ("by": a token, the sleeper, the reconciler, a
+//  TTL), else the sender.
 static void
 s_on_state (void *self_, ah_msg_t *msg)
 {
     self_t *self = self_;
     const char *agent_id = ah_msg_str (msg, "agent_id");
     const char *state = ah_msg_str (msg, "state");
-    const char *op, *error;
+    const char *op, *error, *by;
     if (!agent_id || !*agent_id || strlen (agent_id) > MAX_AGENT || !state || !*state
-    ||  strlen (state) > 32 || !s_opt_str (msg, "op", &op) || !s_opt_str (msg, "error", &error)) {
+    ||  strlen (state) > 32 || !s_opt_str (msg, "op", &op) || !s_opt_str (msg, "error", &error)
+    ||  !s_opt_str (msg, "by", &by)) {
         ah_warn ("recorder", "SANDBOX_STATE from '%s' without a valid agent_id and state: ignored",
                  ah_msg_peer (msg));
         return;
@@ -312,12 +368,16 @@ s_on_state (void *self_, ah_msg_t *msg)
     else
         snprintf (detail, sizeof detail, "%s", state);
     const char *peer = ah_msg_peer (msg);
-    const char *tenant = s_tenant_of (self, agent_id);
+    if (!by || !*by || strlen (by) > MAX_ACTOR)
+        by = peer && *peer ? peer : "lifecycle";
+    const s_agent_t *known = s_agent_of (self, agent_id);
     s_row_t row = {
         .at = ah_store_now_ms (),
         .agent_id = strdup (agent_id),
-        .tenant = tenant ? strdup (tenant) : NULL,
-        .actor = strdup (peer && *peer ? peer : "lifecycle"),
+        .tenant = known && known->tenant ? strdup (known->tenant) : NULL,
+        .agent_name = known && known->name ? strdup (known->name) : NULL,
+        .bytes = -1,
+        .actor = strdup (by),
         .kind = strdup ("state"),
         .detail = strdup (detail),
         .ok = strcmp (state, "error") != 0,
@@ -326,29 +386,60 @@ s_on_state (void *self_, ah_msg_t *msg)
     s_queue (self, &row);
 }
 
-//  OP_LIST: newest first; pending rows are flushed first so a caller sees
-//  everything recorded before it asked.
+//  OP_LIST: newest first, by id (the order rows were committed in), so a
+//  page that starts below the last id seen stays correct however many
+//  rows arrive meanwhile (keyset paging: "before" is an id). Pending
+//  rows are flushed first so a caller sees everything recorded before
+//  it asked.
 static void
 s_on_list (void *self_, ah_msg_t *msg)
 {
     self_t *self = self_;
-    const char *agent_id, *tenant;
-    if (!s_opt_str (msg, "agent_id", &agent_id) || !s_opt_str (msg, "tenant", &tenant)) {
-        s_refuse (self, msg, "\"agent_id\" and \"tenant\" must be strings");
+    const char *agent, *tenant, *kind, *run, *text;
+    if (!s_opt_str (msg, "agent_id", &agent) || !s_opt_str (msg, "tenant", &tenant)
+    ||  !s_opt_str (msg, "kind", &kind) || !s_opt_str (msg, "run", &run) || !s_opt_str (msg, "q", &text)) {
+        s_refuse (self, msg, "\"agent_id\", \"tenant\", \"kind\", \"run\" and \"q\" must be strings");
+        return;
+    }
+    if ((text && strlen (text) > 256) || (kind && strlen (kind) > MAX_KIND) || (run && strlen (run) > MAX_RUN)
+    ||  (agent && strlen (agent) > MAX_AGENT)) {
+        s_refuse (self, msg, "a filter is too long");
         return;
     }
     int64_t limit = ah_msg_int (msg, "limit", 100);
     int64_t before = ah_msg_int (msg, "before", INT64_MAX);
+    bool failed = ah_msg_bool (msg, "failed", false);
     if (limit < 1 || limit > AH_RECORDER_MAX_LIST) {
         s_refuse (self, msg, "\"limit\" must be between 1 and 1000");
         return;
     }
+    //  The text search is a substring of the path or command, or of the
+    //  error: LIKE with its wildcards escaped.
+    char like [600] = "";
+    if (text) {
+        size_t o = 0;
+        like [o++] = '%';
+        for (const char *c = text; *c && o < sizeof like - 3; c++) {
+            if (*c == '%' || *c == '_' || *c == '\\')
+                like [o++] = '\\';
+            like [o++] = *c;
+        }
+        like [o++] = '%';
+        like [o] = 0;
+    }
     s_flush (self);
     sqlite3_stmt *stmt = ah_store_prepare (self->store,
-        "SELECT id, at, agent_id, actor, kind, detail, ok, error FROM operations"
-        " WHERE (:agent_id IS NULL OR agent_id = :agent_id) AND (:tenant IS NULL OR tenant = :tenant)"
-        " AND at < :before ORDER BY at DESC, id DESC LIMIT :limit");
-    if (!stmt || ah_store_bind_text (stmt, ":agent_id", agent_id) || ah_store_bind_text (stmt, ":tenant", tenant)
+        "SELECT id, at, agent_id, agent_name, tenant, run, actor, kind, detail, bytes, ok, error"
+        " FROM operations"
+        " WHERE (:agent IS NULL OR agent_id = :agent OR (agent_name = :agent AND agent_id IS NOT NULL))"
+        " AND (:tenant IS NULL OR tenant = :tenant) AND (:kind IS NULL OR kind = :kind)"
+        " AND (:run IS NULL OR run = :run) AND (:failed = 0 OR ok = 0)"
+        " AND (:like IS NULL OR detail LIKE :like ESCAPE '\\' OR error LIKE :like ESCAPE '\\')"
+        " AND id < :before ORDER BY id DESC LIMIT :limit");
+    if (!stmt || ah_store_bind_text (stmt, ":agent", agent) || ah_store_bind_text (stmt, ":tenant", tenant)
+    ||  ah_store_bind_text (stmt, ":kind", kind) || ah_store_bind_text (stmt, ":run", run)
+    ||  ah_store_bind_int64 (stmt, ":failed", failed ? 1 : 0)
+    ||  ah_store_bind_text (stmt, ":like", text ? like : NULL)
     ||  ah_store_bind_int64 (stmt, ":before", before) || ah_store_bind_int64 (stmt, ":limit", limit)) {
         ah_actor_reply_error (self->actor, msg, 500, "cannot read the operations table");
         return;
@@ -359,23 +450,27 @@ s_on_list (void *self_, ah_msg_t *msg)
     msgpack_packer pk;
     msgpack_packer_init (&pk, &rows, msgpack_sbuffer_write);
     uint32_t count = 0;
-    static const char *names [] = { "id", "at", "agent_id", "actor", "kind", "detail", "ok", "error" };
+    int64_t last_id = 0;
+    static const char *names [] = { "id", "at", "agent_id", "agent_name", "tenant", "run", "actor",
+                                    "kind", "detail", "bytes", "ok", "error" };
+    enum { C_OK = 10, C_COUNT = 12 };
     int rc;
     while ((rc = ah_store_step (self->store, stmt)) == SQLITE_ROW) {
-        msgpack_pack_map (&pk, 8);
-        for (int c = 0; c < 8; c++) {
+        msgpack_pack_map (&pk, C_COUNT);
+        for (int c = 0; c < C_COUNT; c++) {
             msgpack_pack_str_with_body (&pk, names [c], strlen (names [c]));
-            if (c == 6)
+            if (c == C_OK)
                 sqlite3_column_int (stmt, c) ? msgpack_pack_true (&pk) : msgpack_pack_false (&pk);
             else if (sqlite3_column_type (stmt, c) == SQLITE_NULL)
                 msgpack_pack_nil (&pk);
             else if (sqlite3_column_type (stmt, c) == SQLITE_INTEGER)
                 msgpack_pack_int64 (&pk, sqlite3_column_int64 (stmt, c));
             else {
-                const char *text = (const char *) sqlite3_column_text (stmt, c);
-                msgpack_pack_str_with_body (&pk, text, strlen (text));
+                const char *value = (const char *) sqlite3_column_text (stmt, c);
+                msgpack_pack_str_with_body (&pk, value, strlen (value));
             }
         }
+        last_id = sqlite3_column_int64 (stmt, 0);
         count++;
     }
     sqlite3_reset (stmt);
@@ -390,6 +485,11 @@ s_on_list (void *self_, ah_msg_t *msg)
         msgpack_sbuffer_write (&all, rows.data, rows.size);
         reply = ah_msg_reply_ok (msg);
         ah_msg_set_int (reply, "status", 200);
+        //  A full page may have more below it: the next page starts there.
+        if (count == (uint32_t) limit)
+            ah_msg_set_int (reply, "next", last_id);
+        else
+            ah_msg_set_nil (reply, "next");
         if (ah_msg_set_raw (reply, "operations", all.data, all.size) != 0) {
             ah_msg_destroy (&reply);
             reply = ah_msg_reply_error (msg, 500, "operations list too large");
@@ -401,29 +501,76 @@ s_on_list (void *self_, ah_msg_t *msg)
 }
 
 //  Retention: delete in batches, each its own short transaction, so the
-//  other actors' writers never wait long for the database.
-static void
-s_sweep (void *self_, void *arg)
+//  other actors' writers never wait long for the database. The sweep is
+//  recorded itself, with its count. Returns how many rows went.
+static int64_t
+s_sweep_now (self_t *self)
 {
-    self_t *self = self_;
-    int64_t cutoff = ah_store_now_ms () - self->retention_ms;
+    int64_t now = ah_store_now_ms () + self->clock_offset_ms;
+    int64_t cutoff = now - self->retention_ms;
     int64_t total = 0;
+    bool failed = false;
+    s_flush (self);
     while (true) {
         sqlite3_stmt *stmt = ah_store_prepare (self->store,
             "DELETE FROM operations WHERE id IN"
             " (SELECT id FROM operations WHERE at < :cutoff LIMIT 5000)");
-        if (!stmt || ah_store_bind_int64 (stmt, ":cutoff", cutoff))
+        if (!stmt || ah_store_bind_int64 (stmt, ":cutoff", cutoff)) {
+            failed = true;
             break;
+        }
         int rc = ah_store_step (self->store, stmt);
         int n = rc == SQLITE_DONE ? ah_store_changes (self->store) : 0;
         sqlite3_reset (stmt);
+        failed = rc != SQLITE_DONE;
         total += n;
         if (n < 5000)
             break;
     }
+    double days = self->retention_ms / 86400000.0;
     if (total > 0)
-        ah_info ("recorder", "retention: deleted %lld operations older than %.0f days",
-                 (long long) total, self->retention_ms / 86400000.0);
+        ah_info ("recorder", "retention: deleted %lld operations older than %g days", (long long) total, days);
+    self->swept_total += total;
+    self->sweeps++;
+    if (total == 0 && !failed)
+        return 0;                   //  a sweep that found nothing is not worth a row
+    char detail [128];
+    snprintf (detail, sizeof detail, "deleted %lld operations older than %g days", (long long) total, days);
+    s_row_t row = {
+        .at = now,
+        .bytes = -1,
+        .actor = strdup ("recorder"),
+        .kind = strdup ("retention.sweep"),
+        .detail = strdup (detail),
+        .ok = !failed,
+        .error = failed ? strdup ("the database refused the sweep (see the log)") : NULL,
+    };
+    s_queue (self, &row);
+    return total;
+}
+
+static void
+s_sweep (void *self_, void *arg)
+{
+    s_sweep_now (self_);
+}
+
+//  SWEEP [offset_ms]: sweep now, as if the clock said now + offset_ms
+//  (tests move the clock forward; the offset stays for later sweeps);
+//  answers the count deleted on the pipe as a string.
+static void
+s_cmd_sweep (void *self_, zmsg_t *cmd)
+{
+    self_t *self = self_;
+    zframe_t *name = zmsg_first (cmd);
+    zframe_t *offset = name ? zmsg_next (cmd) : NULL;
+    if (offset) {
+        char *text = zframe_strdup (offset);
+        self->clock_offset_ms = text ? strtoll (text, NULL, 10) : 0;
+        free (text);
+    }
+    int64_t total = s_sweep_now (self);
+    zstr_sendf (ah_actor_pipe (self->actor), "%lld", (long long) total);
 }
 
 static void
@@ -461,7 +608,7 @@ s_destroy (void *self_)
     for (size_t i = 0; i < self->pending_count; i++)
         s_row_free (&self->pending [i]);
     free (self->pending);
-    zhashx_destroy (&self->tenants);
+    zhashx_destroy (&self->agents);
     ah_store_close (&self->store);
     free (self);
 }
@@ -477,14 +624,14 @@ s_init (ah_actor_t *actor, void *args)
         .actor = actor,
         .flush_rows = a && a->flush_rows > 0 ? a->flush_rows : 256,
         .flush_ms = a && a->flush_ms > 0 ? a->flush_ms : 200,
-        .retention_ms = (int64_t) ((a && a->retention_days > 0 ? a->retention_days : 90) * 86400000.0),
+        .retention_ms = (int64_t) ((a && a->retention_days > 0 ? a->retention_days : 30) * 86400000.0),
     };
-    self->tenants = zhashx_new ();
-    if (self->tenants)
-        zhashx_set_destructor (self->tenants, (zhashx_destructor_fn *) zstr_free);
+    self->agents = zhashx_new ();
+    if (self->agents)
+        zhashx_set_destructor (self->agents, s_agent_free);
     char *err = NULL;
     self->store = a && a->db_path ? ah_store_open (a->db_path, false, &err) : NULL;
-    if (!self->store || !self->tenants) {
+    if (!self->store || !self->agents) {
         ah_actor_fail (actor, "cannot open the database: %s", err ? err : "no path given");
         free (err);
         s_destroy (self);
@@ -504,6 +651,7 @@ static const ah_actor_handler_t s_handlers [] = {
 
 static const ah_actor_command_t s_commands [] = {
     { "FLUSH", s_cmd_flush },
+    { "SWEEP", s_cmd_sweep },
     { NULL, NULL }
 };
 

@@ -5,23 +5,28 @@
     command lines, never file contents or output.
 
     Messages (docs/messages.md, section recorder):
-      OP_RECORD {req?, at?, agent_id?, actor, kind, detail?, ok, error?}
+      OP_RECORD {req?, at?, agent_id?, tenant?, agent_name?, run?, actor, kind,
+                 detail?, bytes?, ok, error?}
           appended in batched transactions; with "req" the REPLY comes once
           the row is committed (for callers that must know it is durable).
-      SANDBOX_STATE {agent_id, state, error?, op?}
-          recorded as kind "state" (actor: the sender).
-      OP_LIST {req, agent_id?, limit?, before?}
-          REPLY {operations (raw: array of maps, newest first)}.
+      SANDBOX_STATE {agent_id, state, error?, op?, by?}
+          recorded as kind "state" (actor: "by", else the sender).
+      OP_LIST {req, agent_id?, tenant?, kind?, run?, failed?, q?, limit?, before?}
+          REPLY {operations (raw: array of maps, newest id first), next}.
 
     Pipe commands: "$TERM" (flush, then exit), "FLUSH" (flush now, then
-    signal 0 on the pipe: tests and orderly shutdown use it).
+    signal 0 on the pipe: tests and orderly shutdown use it), "SWEEP"
+    [offset_ms] (tests: the retention sweep now, as if the clock said
+    now + offset_ms; answers the count deleted as a string).
 
     DESIGN. One actor thread (common/actor.h), one SQLite connection of
     its own.
     Rows wait in memory for at most flush_ms or until flush_rows are
     pending, then go in one BEGIN IMMEDIATE transaction: the audit trail
     must never slow the actors that feed it. A retention sweep deletes
-    rows older than retention_days at start and then hourly.            */
+    rows older than retention_days at start and then daily; a sweep that
+    deleted rows records itself (kind "retention.sweep", its count in
+    the detail).            */
 #ifndef AH_RECORDER_H
 #define AH_RECORDER_H
 
@@ -29,7 +34,7 @@
 
 typedef struct {
     const char *db_path;            //  borrowed until ah_actor_new returns
-    double      retention_days;     //  0: 90 days
+    double      retention_days;     //  0: 30 days
     int         flush_rows;         //  0: 256
     int         flush_ms;           //  0: 200
 } ah_recorder_args_t;

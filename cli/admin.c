@@ -185,10 +185,10 @@ int ah_cli_token (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
     if (sub < 0)
         return sub == -2 ? 0 : AH_EXIT_USAGE;
     const char *name = NULL, *user = NULL, *expires = NULL;
-    bool admin = false;
+    bool admin = false, metrics = false;
     ah_opt_t create_opts [] = {
         { "--name", &name, NULL }, { "--user", &user, NULL }, { "--expires", &expires, NULL },
-        { "--admin", NULL, &admin }, { NULL, NULL, NULL } };
+        { "--admin", NULL, &admin }, { "--metrics", NULL, &metrics }, { NULL, NULL, NULL } };
     const char *pos [1];
     int npos;
     int rc = s_parse (c, argc - 1, argv + 1, sub == 0 ? create_opts : NULL, co, pos,
@@ -210,12 +210,15 @@ int ah_cli_token (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
         return exit_code;
     }
     const char *tenant = getenv ("AGENTHOLD_TENANT");
-    if (!admin && !(tenant && *tenant)) {
-        fprintf (stderr, "agenthold token create: for which tenant? (--tenant T, or --admin for an admin's token)\n");
+    if (!admin && !metrics && !(tenant && *tenant)) {
+        fprintf (stderr, "agenthold token create: for which tenant? (--tenant T, or --admin for an admin's token,"
+                 " --metrics for one that reads /metrics only)\n");
         return AH_EXIT_USAGE;
     }
     json_t *body = json_object ();
-    if (admin)
+    if (metrics)
+        json_object_set_new (body, "metrics", json_true ());
+    else if (admin)
         json_object_set_new (body, "admin", json_true ());
     else
         json_object_set_new (body, "tenant", json_string (tenant));
@@ -233,7 +236,9 @@ int ah_cli_token (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
     else if (reply) {
         //  The token alone on stdout (for a script); the rest for people.
         printf ("%s\n", ah_cmd_jstr (reply, "token", ""));
-        if (admin)
+        if (metrics)
+            fprintf (stderr, "token '%s' reading /metrics only", ah_cmd_jstr (reply, "name", "?"));
+        else if (admin)
             fprintf (stderr, "token '%s' for an admin", ah_cmd_jstr (reply, "name", "?"));
         else
             fprintf (stderr, "token '%s' for tenant '%s'", ah_cmd_jstr (reply, "name", "?"),

@@ -6,6 +6,7 @@
     Exit status: 0 success, 1 the server refused or could not be reached
     (its message on stderr, "agenthold: ..."), 2 bad usage.             */
 #include "cli/admin.h"
+#include "cli/audit.h"
 #include "cli/client.h"
 #include "cli/doctor.h"
 #include "cli/sbx.h"
@@ -66,9 +67,18 @@ static const ah_cmd_t s_commands [] = {
       "stays) and wait until the rebuild ends. --no-wait returns at once.\n" },
     { "rm", "rm NAME [--no-wait] [--timeout S] [--json]",
       "Destroy an agent, its sandbox and its home directory, and wait until it is gone.\n" },
-    { "log", "log [NAME] [--limit N] [--json]",
-      "The audit trail, newest first: who did what to NAME (or to every agent),\n"
-      "and each state it went through. --limit: at most N entries (default 50).\n" },
+    { "log", "log [NAME] [--operation K] [--run R] [--failed] [--grep TEXT] [--limit N] [--before ID] [--all] [--json]",
+      "The audit trail, newest first: who did what to NAME (an agent's name or id,\n"
+      "deleted ones too; or to every agent), and each state it went through.\n"
+      "--operation: one kind (exec, fs.read, state, ...); --run: what one run or\n"
+      "session did (X-Agenthold-Run); --failed: failures only; --grep: a path,\n"
+      "command or error containing TEXT. --limit: a page of N (default 50);\n"
+      "--before ID: the page below operation ID; --all: every page.\n" },
+    { "tombstones", "tombstones [--json] | tombstones forget AGENT_ID",
+      "For an admin: the destroys the driver has not confirmed yet, each with its\n"
+      "attempts, next attempt and last error (they are retried, the pause doubling\n"
+      "from 2 minutes to 6 hours). forget: give up on one (its rows go; whatever\n"
+      "the driver still holds stays).\n" },
     { "runtimes", "runtimes [--json]",
       "The runtime catalog, the default first: each runtime's image, its state (present,\n"
       "building with what the build does, missing, error) and its last build error.\n" },
@@ -92,9 +102,10 @@ static const ah_cmd_t s_commands [] = {
       "the pool's rules apply); ls lists them with what they hold; show NAME; set NAME\n"
       "changes its limits ('none' removes one); rm NAME removes it, refused while it\n"
       "holds sandboxes unless --force, which destroys them first.\n" },
-    { "token", "token create [--name N] [--user U] [--expires D] [--admin] [--json] | token ls | token revoke NAME",
+    { "token", "token create [--name N] [--user U] [--expires D] [--admin|--metrics] [--json] | token ls | token revoke NAME",
       "API tokens, for an admin. create: a token for the tenant given with --tenant\n"
-      "(or an admin's with --admin), acting for person U when given (user sessions\n"
+      "(or an admin's with --admin, or one that reads GET /metrics only with\n"
+      "--metrics), acting for person U when given (user sessions\n"
       "are U's), expiring after D (30d, 12h, 90m); the token is printed once on\n"
       "stdout and only its hash is kept. ls: every token, never the token itself.\n"
       "revoke NAME: refused from then on.\n" },
@@ -388,13 +399,6 @@ usage:
     return AH_EXIT_USAGE;
 }
 
-static void s_print_operations (json_t *ops)
-{
-    static const char *const header [] = { "AT", "AGENT", "ACTOR", "KIND", "DETAIL", "OK", "ERROR" };
-    static const char *const keys [] = { "at", "agent_id", "actor", "kind", "detail", "ok", "error" };
-    ah_cmd_print_objects (ops, header, keys, 7);
-}
-
 static void s_print_runtimes (json_t *list)
 {
     static const char *const header [] = { "ALIAS", "DEFAULT", "IMAGE", "IMAGE STATE", "NETWORK", "MEMORY",
@@ -565,31 +569,6 @@ static int s_cmd_transition (const ah_cmd_t *c, int argc, char **argv, ah_common
     return exit_code;
 }
 
-static int s_cmd_log (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
-{
-    const char *limit = "50";
-    ah_opt_t opts [] = {
-        { "--limit", &limit, NULL }, { "--json", NULL, &co->json }, { "--config", &co->config, NULL },
-        { NULL, NULL, NULL }
-    };
-    const char *pos [1];
-    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 1, &npos);
-    if (rc)
-        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
-    char *end = NULL;
-    long n = strtol (limit, &end, 10);
-    if (end == limit || *end || n < 1 || n > 1000) {
-        fprintf (stderr, "agenthold log: --limit wants a number from 1 to 1000, got '%s'\n", limit);
-        return AH_EXIT_USAGE;
-    }
-    char *suffix = ah_cmd_strf ("/operations?limit=%ld", n);
-    char *path = npos ? s_agent_path (pos [0], suffix) : ah_cmd_strf ("/api/v1%s", suffix);
-    free (suffix);
-    int exit_code = ah_cmd_show_list (co, path, "operations", s_print_operations);
-    free (path);
-    return exit_code;
-}
-
 static int s_cmd_runtimes (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
     const char *pos [1];
@@ -730,7 +709,9 @@ int main (int argc, char **argv)
     else if (!strcmp (name, "tap"))
         status = s_cmd_tap (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "log"))
-        status = s_cmd_log (c, argc - 2, argv + 2, &co);
+        status = ah_cli_log (c, argc - 2, argv + 2, &co);
+    else if (!strcmp (name, "tombstones"))
+        status = ah_cli_tombstones (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "hosts"))
         status = s_cmd_hosts (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "runtimes"))

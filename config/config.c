@@ -63,6 +63,12 @@ static const s_key_t s_keys [] = {
     { "sandbox.idle_check_interval",      T_DURATION, F (idle_check_interval_s), NULL },
     { "sandbox.tunnel_listen",            T_STR,      F (tunnel_listen), NULL },
     { "sandbox.sandboxd_path",            T_PATH,     F (sandboxd_path), NULL },
+    { "sandbox.container_ttl",            T_DURATION, F (container_ttl_s), NULL },
+    { "sandbox.workspace_ttl",            T_DURATION, F (workspace_ttl_s), NULL },
+    { "sandbox.ttl_check_interval",       T_DURATION, F (ttl_check_interval_s), NULL },
+    { "sandbox.destroy_retry_min",        T_DURATION, F (destroy_retry_min_s), NULL },
+    { "sandbox.destroy_retry_max",        T_DURATION, F (destroy_retry_max_s), NULL },
+    { "audit.retention_days",             T_DOUBLE,   F (audit_retention_days), NULL },
     { "sandbox.docker.socket",            T_STR,      F (docker_socket), NULL },
     { "sandbox.docker.name_prefix",       T_STR,      F (name_prefix), NULL },
     { "sandbox.docker.network_pool",      T_STR,      F (network_pool), NULL },
@@ -206,6 +212,12 @@ ah_config_t *ah_config_new_defaults (void)
     self->idle_minutes = 15;
     self->idle_check_interval_s = 30;
     self->tunnel_listen = strdup (":8090");
+    self->container_ttl_s = 86400;
+    self->workspace_ttl_s = 0;
+    self->ttl_check_interval_s = 60;
+    self->destroy_retry_min_s = 120;
+    self->destroy_retry_max_s = 21600;
+    self->audit_retention_days = 30;
     char *exe_dir = s_exe_dir ();
     self->sandboxd_path = exe_dir ? ah_strf ("%s/sandboxd", exe_dir) : strdup ("sandboxd");
     free (exe_dir);
@@ -434,7 +446,8 @@ static char *s_unknown_key (const char *key, const char *where)
     if (close)
         return ah_strf ("unknown key '%s' (%s); did you mean '%s'?", key, where, close->key);
     //  A misspelt section ("polcy:")
-    static const char *sections [] = { "server", "tap", "sandbox", "sandbox.docker", "limits", "policy", "catalog" };
+    static const char *sections [] = { "server", "tap", "sandbox", "sandbox.docker", "limits", "audit",
+                                       "policy", "catalog" };
     for (size_t i = 0; i < sizeof sections / sizeof sections [0]; i++)
         if (s_distance (key, sections [i]) <= 2)
             return ah_strf ("unknown key '%s' (%s); did you mean '%s'?", key, where, sections [i]);
@@ -867,6 +880,16 @@ static char *s_validate (const ah_config_t *self)
     if (!(self->idle_check_interval_s >= 0.1))
         return ah_strf ("sandbox.idle_check_interval = %gs: must be at least 100ms",
                           self->idle_check_interval_s);
+    if (!(self->container_ttl_s >= 0) || !(self->workspace_ttl_s >= 0))
+        return ah_strf ("sandbox.container_ttl and sandbox.workspace_ttl must be 0 (never) or more");
+    if (!(self->ttl_check_interval_s >= 0.1))
+        return ah_strf ("sandbox.ttl_check_interval = %gs: must be at least 100ms", self->ttl_check_interval_s);
+    if (!(self->destroy_retry_min_s >= 0.1) || !(self->destroy_retry_max_s >= self->destroy_retry_min_s))
+        return ah_strf ("sandbox.destroy_retry_min = %gs, sandbox.destroy_retry_max = %gs: the first must be"
+                        " at least 100ms and the second at least the first",
+                        self->destroy_retry_min_s, self->destroy_retry_max_s);
+    if (!(self->audit_retention_days > 0))
+        return ah_strf ("audit.retention_days = %g: must be greater than 0", self->audit_retention_days);
     const char *prefix = self->name_prefix;
     bool prefix_ok = isalnum ((unsigned char) prefix [0]) && strlen (prefix) <= 32;
     for (const char *p = prefix; *p && prefix_ok; p++)

@@ -37,6 +37,13 @@ typedef struct {
     double  idle_check_interval_s;  //  30 ("30s", "1s", "2m", "500ms")
     char   *tunnel_listen;          //  ":8090"
     char   *sandboxd_path;          //  path of the static sandboxd to deploy; default: next to the agenthold binary
+    double  container_ttl_s;        //  86400: a container stopped this long is removed (home kept); 0 never
+    double  workspace_ttl_s;        //  0 (unset): a home unused this long is removed
+    double  ttl_check_interval_s;   //  60: how often lifecycle looks for expired lifetimes
+    double  destroy_retry_min_s;    //  120: the first pause before a failed destroy is retried
+    double  destroy_retry_max_s;    //  21600: the pause doubles up to this
+    //  audit.*
+    double  audit_retention_days;   //  30
     //  sandbox.docker.*
     char   *docker_socket;          //  "/var/run/docker.sock"
     char   *name_prefix;            //  "agenthold"

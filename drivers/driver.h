@@ -139,6 +139,11 @@ struct ah_driver_t {
     //  it returns -1 because the host agent stopped answering or was
     //  refused (its err says why), and "connected" once it answers again.
     int  (*host_info)    (ah_driver_t *self, ah_host_info_t *info);
+    //  Optional (NULL: the backend cannot; added last). Remove the
+    //  sandbox's container and what was installed in it, keeping its home
+    //  (and, for docker, its network): sandbox.container_ttl. The next
+    //  start re-creates it with rebuild. Absent is success.
+    int  (*remove_container) (ah_driver_t *self, const char *agent_id, char **err);
 };
 
 //  The directory that holds agent_id's home on the server's side, for

@@ -297,6 +297,25 @@ out:
     return rc;
 }
 
+//  The "container" of a fake sandbox is its image file and its state:
+//  removing it keeps the home; rebuild makes it again.
+static int s_remove_container (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    ENTER ("remove_container");
+    s_instance_stop (self, agent_id);
+    char *image = s_path (self, agent_id, "image");
+    if (image && unlink (image) && errno != ENOENT)
+        s_set_err (err, ah_strf ("fake: cannot remove %s: %s", image, strerror (errno)));
+    else if (image && s_exists (self, agent_id))
+        rc = s_set_state (self, agent_id, "removed", err);
+    else
+        rc = image ? 0 : (s_set_err (err, NULL), -1);
+    free (image);
+out:
+    pthread_mutex_unlock (&self->lock);
+    return rc;
+}
+
 static int s_rm_one (const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
     (void) st; (void) ftw;
@@ -462,6 +481,7 @@ ah_driver_t *ah_fake_driver_new (const ah_config_t *config, char **err)
     driver->inspect = s_inspect;
     driver->list = s_list;
     driver->destroy_driver = s_destroy_driver;
+    driver->remove_container = s_remove_container;
     self->root = ah_strf ("%s/fake", config->data_dir);
     if (!self->root || s_mkdir_p (self->root, 0700)) {
         s_set_err (err, ah_strf ("fake driver: cannot make %s/fake: %s", config->data_dir, strerror (errno)));

@@ -385,7 +385,8 @@ static int
 s_start_actors (self_t *self)
 {
     const ah_config_t *config = self->config;
-    self->recorder_args = (ah_recorder_args_t) { .db_path = self->db_path };
+    self->recorder_args = (ah_recorder_args_t) { .db_path = self->db_path,
+                                                 .retention_days = self->config->audit_retention_days };
     if (s_start (self, &ah_recorder_actor, &self->recorder_args))
         return -1;
     //  The builder before lifecycle: lifecycle's first RUNTIME_ENSURE

@@ -170,11 +170,33 @@ static const char s_migration_5 [] =
     "  updated_at INTEGER NOT NULL\n"
     ");\n";
 
+//  Migration 6 (lifetimes, the audit trail, tombstones): each audit row
+//  keeps the agent's name (readable after the agent is gone), the run
+//  or session that caused it and a byte count; a tombstone remembers its
+//  attempts, when the next one is due and why the last failed; a
+//  sandbox remembers when it was stopped, when its container was
+//  removed (sandbox.container_ttl) and who caused what it does now;
+//  a token may be one that reads /metrics only.
+static const char s_migration_6 [] =
+    "ALTER TABLE operations ADD COLUMN agent_name TEXT;\n"
+    "ALTER TABLE operations ADD COLUMN run TEXT;          -- run or session the caller named\n"
+    "ALTER TABLE operations ADD COLUMN bytes INTEGER;     -- a read's or a write's byte count\n"
+    "CREATE INDEX operations_run ON operations(run) WHERE run IS NOT NULL;\n"
+    "ALTER TABLE tombstones ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;\n"
+    "ALTER TABLE tombstones ADD COLUMN next_at INTEGER;   -- the next retry (NULL: none failed yet)\n"
+    "ALTER TABLE tombstones ADD COLUMN last_error TEXT;\n"
+    "ALTER TABLE sandboxes ADD COLUMN stopped_at INTEGER;            -- when it went to sleep\n"
+    "ALTER TABLE sandboxes ADD COLUMN container_removed_at INTEGER;  -- its container was expired\n"
+    "ALTER TABLE sandboxes ADD COLUMN cause TEXT;         -- who caused the state it moves to\n"
+    "UPDATE sandboxes SET stopped_at = updated_at WHERE state = 'sleeping';\n"
+    "ALTER TABLE api_tokens ADD COLUMN metrics_only INTEGER NOT NULL DEFAULT 0;\n";
+
 const ah_migration_t ah_migrations [] = {
     { 1, "the backbone", s_migration_1 },
     { 2, "sleep and wake", s_migration_2 },
     { 3, "tenants, tokens and sessions", s_migration_3 },
     { 4, "runtimes", s_migration_4 },
     { 5, "host agents", s_migration_5 },
+    { 6, "lifetimes, the audit trail and tombstones", s_migration_6 },
 };
 const int ah_migrations_count = (int) (sizeof ah_migrations / sizeof ah_migrations [0]);

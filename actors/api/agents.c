@@ -9,7 +9,7 @@
     "SELECT a.id, a.name, CASE WHEN s.unreachable IS NULL THEN s.state ELSE 'unreachable' END," \
     " coalesce (s.unreachable, s.error), a.image, a.cpus, a.memory_mb, a.idle_minutes," \
     " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why, a.tenant," \
-    " s.home_lost, a.runtime, s.progress" \
+    " s.home_lost, a.runtime, s.progress, s.stopped_at, s.container_removed_at" \
     " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id" \
     " LEFT JOIN sleep_forecast f ON f.agent_id = a.id"
 
@@ -20,7 +20,30 @@ bool api_transitional (const char *state)
                      || streq (state, "destroying"));
 }
 
-static json_t *s_row (sqlite3_stmt *stmt)
+//  When a sleeping sandbox's lifetimes end (docs/lifecycle.md
+//  "Lifetimes"): its container at stopped_at + container_ttl (until it is
+//  removed), its home at its last use + workspace_ttl (until it is gone).
+//  Null when the lifetime is off, not running out (awake), or over.
+static void s_lifetimes (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool sleeping)
+{
+    const ah_config_t *c = api->config;
+    bool stopped = sqlite3_column_type (stmt, 17) != SQLITE_NULL;
+    int64_t stopped_at = sqlite3_column_int64 (stmt, 17);
+    bool removed = sqlite3_column_type (stmt, 18) != SQLITE_NULL;
+    bool home_lost = sqlite3_column_type (stmt, 14) != SQLITE_NULL;
+    int64_t used = sqlite3_column_int64 (stmt, 10);
+    if (stopped_at > used)
+        used = stopped_at;
+    json_object_set_new (a, "container_expires_at",
+                         sleeping && stopped && !removed && c->container_ttl_s > 0
+                         ? api_json_time (stopped_at + (int64_t) (c->container_ttl_s * 1000)) : json_null ());
+    json_object_set_new (a, "workspace_expires_at",
+                         sleeping && stopped && !home_lost && c->workspace_ttl_s > 0
+                         ? api_json_time (used + (int64_t) (c->workspace_ttl_s * 1000)) : json_null ());
+    json_object_set_new (a, "container_removed", json_boolean (removed));
+}
+
+static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
 {
     json_t *a = json_object ();
     json_object_set_new (a, "id", api_json_column (stmt, 0));
@@ -49,6 +72,9 @@ static json_t *s_row (sqlite3_stmt *stmt)
     bool moving = sqlite3_column_type (stmt, 2) != SQLITE_NULL
                && api_transitional ((const char *) sqlite3_column_text (stmt, 2));
     json_object_set_new (a, "progress", moving ? api_json_column (stmt, 16) : json_null ());
+    bool sleeping = sqlite3_column_type (stmt, 2) != SQLITE_NULL
+                 && streq ((const char *) sqlite3_column_text (stmt, 2), "sleeping");
+    s_lifetimes (api, stmt, a, sleeping);
     return a;
 }
 
@@ -67,7 +93,7 @@ json_t *api_agent_get (api_t *api, const char *key, const char *scope, int *stat
     int rc = ah_store_step (api->store, stmt);
     *status = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 404 : 500;
     if (rc == SQLITE_ROW) {
-        agent = s_row (stmt);
+        agent = s_row (api, stmt);
         const char *id = json_string_value (json_object_get (agent, "id"));
         if (!(id && streq (id, key)) && ah_store_step (api->store, stmt) == SQLITE_ROW) {
             json_decref (agent);
@@ -253,7 +279,7 @@ static void s_list (req_t *r)
     json_t *list = stmt ? json_array () : NULL;
     int rc = SQLITE_ERROR;
     while (stmt && (rc = ah_store_step (r->api->store, stmt)) == SQLITE_ROW)
-        json_array_append_new (list, s_row (stmt));
+        json_array_append_new (list, s_row (r->api, stmt));
     if (stmt)
         sqlite3_reset (stmt);
     if (rc != SQLITE_DONE) {
@@ -274,6 +300,7 @@ static void s_create (req_t *r)
     if (!obj)
         return;
     ah_msg_t *msg = ah_msg_new ("AGENT_CREATE");
+    ah_msg_set_strf (msg, "by", "api:%s", r->who.token_name);
     if (api_copy_fields (r, obj, s_create_fields, sizeof s_create_fields / sizeof s_create_fields [0], msg)
     ||  s_check_image (r, msg))
         goto out;
@@ -352,6 +379,7 @@ static void s_transition (req_t *r, const char *type, const char *kind)
     json_decref (agent);
     ah_msg_t *msg = ah_msg_new (type);
     ah_msg_set_str (msg, "agent", r->agent_id);
+    ah_msg_set_strf (msg, "by", "api:%s", r->who.token_name);
     if (streq (kind, "stop"))
         ah_msg_set_strf (msg, "reason", "api:%s", r->who.token_name);
     if (streq (kind, "start"))

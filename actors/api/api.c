@@ -89,12 +89,31 @@ void api_record (req_t *r, bool ok, const char *error)
     if (!r->agent_id [0])
         ah_msg_set_str (rec, "tenant", api_tenant (r));     //  else the agent's, found by the recorder
     ah_msg_set_str (rec, "kind", r->kind);
+    if (r->name [0])
+        ah_msg_set_str (rec, "agent_name", r->name);
+    if (r->run [0])
+        ah_msg_set_str (rec, "run", r->run);
+    if (r->has_bytes) {
+        ah_msg_set_int (rec, "bytes", r->bytes);
+        api_metrics_bytes (r->api->metrics, r->kind, r->bytes);
+    }
     if (r->detail [0])
         ah_msg_set_str (rec, "detail", r->detail);
     ah_msg_set_bool (rec, "ok", ok);
     if (!ok && error)
         ah_msg_set_str (rec, "error", error);
     api_send (r->api, "recorder", &rec);
+}
+
+const char *api_run_check (const char *run)
+{
+    size_t n = strlen (run);
+    if (n == 0 || n > API_RUN_MAX)
+        return "must be 1 to 128 characters";
+    for (const char *c = run; *c; c++)
+        if ((unsigned char) *c <= 0x20 || (unsigned char) *c >= 0x7f)
+            return "may hold printable ASCII only (no spaces)";
+    return NULL;
 }
 
 void api_activity (api_t *api, const char *agent_id, const char *what)
@@ -163,6 +182,7 @@ static void s_on_state (void *arg, ah_msg_t *msg)
     const char *agent_id = ah_msg_str (msg, "agent_id");
     if (agent_id)
         s_check_states (api, agent_id);
+    api_metrics_state (api->metrics, msg);
     ah_api_events_on_state (api->events, msg);
 }
 
@@ -215,6 +235,7 @@ static void s_destroy (void *arg)
     ah_lwsloop_destroy (&api->loop);
     api_chan_shutdown (api);
     ah_api_events_destroy (&api->events);
+    api_metrics_destroy (&api->metrics);
     ah_store_close (&api->store);
     free (api);
 }
@@ -278,7 +299,8 @@ static void *s_init (ah_actor_t *actor, void *arg)
     if (a->tunnel_link && ah_actor_link (actor, "tunnel", a->tunnel_link, false))
         ah_warn (AREA, "channels take the bus: no direct link to the tunnel at %s", a->tunnel_link);
     api->events = ah_api_events_new (api->store, actor);
-    if (!api->events || ah_actor_timer (actor, API_TICK_MS, API_TICK_MS, s_tick, NULL) < 0) {
+    api->metrics = api_metrics_new ();
+    if (!api->events || !api->metrics || ah_actor_timer (actor, API_TICK_MS, API_TICK_MS, s_tick, NULL) < 0) {
         ah_actor_fail (actor, "out of memory");
         s_destroy (api);
         return NULL;

@@ -53,12 +53,14 @@
 #define API_MAX_DISCARD     (16u << 20)     //  a refused body read and dropped up to this
 #define API_IDLE_S          30              //  keep-alive and head timeout
 #define API_TICK_MS         250
+#define API_RUN_MAX         128             //  a run or session id the caller names
 
 typedef struct api_t api_t;
 typedef struct conn_t conn_t;
 typedef struct req_t req_t;
 typedef struct route_t route_t;
 typedef struct api_chan_t api_chan_t;
+typedef struct api_metrics_t api_metrics_t;
 
 typedef enum {
     M_GET = 1, M_HEAD = 2, M_POST = 4, M_PUT = 8, M_PATCH = 16, M_DELETE = 32, M_OPTIONS = 64
@@ -82,6 +84,7 @@ struct api_t {
     int body_stall_s;               //  a body that stops coming closes its connection
     ah_api_events_t *events;
     struct terminal_t *terminals;   //  open terminals (terminal.c)
+    api_metrics_t *metrics;         //  what GET /metrics counts (metrics.c)
 };
 
 //  A successful REPLY to a parked request.
@@ -98,8 +101,12 @@ int  api_send (api_t *api, const char *dest, ah_msg_t **msg_p);
 //  deadline; check_fn decides. Unparks what is parked.
 void api_park (req_t *r, int64_t deadline_ms);
 void api_unpark (req_t *r);
-//  The audit row for r (r->kind set): who, what, how it went.
+//  The audit row for r (r->kind set): who, what, how it went, with the
+//  run (r->run) and byte count (r->has_bytes) when there are.
 void api_record (req_t *r, bool ok, const char *error);
+//  A run or session id as a caller names it (1..128 printable ASCII
+//  bytes, no spaces): NULL when good, else why.
+const char *api_run_check (const char *run);
 //  AGENT_ACTIVITY to lifecycle (moves last_activity_at).
 void api_activity (api_t *api, const char *agent_id, const char *what);
 
@@ -128,6 +135,7 @@ typedef struct {
     char tenant [64];               //  the token's tenant
     char user [129];                //  the person the token acts for, "" none
     bool admin;
+    bool metrics_only;              //  reads GET /metrics only
     //  The tenant this request acts within: the token's, or for an admin
     //  the one ?tenant= names; "" (an admin naming none) is every tenant.
     char scope [64];
@@ -177,6 +185,9 @@ struct req_t {
     //  The audit trail and the agent it is about
     const char *kind;               //  "create", "fs.read", ...; NULL: not recorded
     char detail [1100];
+    char run [API_RUN_MAX + 1];     //  X-Agenthold-Run (or a body's "run"); "" none
+    int64_t bytes;                  //  a read's or a write's byte count, when has_bytes
+    bool has_bytes;
     char agent_id [AH_AGENT_ID_LEN + 1];
     char name [AH_NAME_MAX + 1];
     //  The route family's own state
@@ -205,6 +216,8 @@ struct conn_t {
 void api_respond (req_t *r, int status, json_t *json);
 void api_respond_error (req_t *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+//  A whole body of another type (text/plain for /metrics); body is borrowed.
+void api_respond_text (req_t *r, int status, const char *content_type, ah_buf_t *body);
 //  405 naming what the route takes.
 void api_respond_method (req_t *r, unsigned allowed);
 //  A streamed answer: the status line and headers now; the body from
@@ -242,6 +255,17 @@ typedef struct {
 int api_copy_fields (req_t *r, json_t *obj, const field_t *fields, size_t nfields, ah_msg_t *msg);
 
 //  --------------------------------------------------------------------
+//  Metrics (metrics.c): what this process counts for GET /metrics.
+api_metrics_t *api_metrics_new (void);
+void api_metrics_destroy (api_metrics_t **m_p);
+//  Each answer: its route's pattern (NULL: none matched) and status.
+void api_metrics_request (api_metrics_t *m, const char *pattern, int status);
+//  Bytes of a recorded operation (fs.read, fs.write, terminal.close).
+void api_metrics_bytes (api_metrics_t *m, const char *kind, int64_t bytes);
+//  Wakes, sleeps and durations from a SANDBOX_STATE.
+void api_metrics_state (api_metrics_t *m, const ah_msg_t *msg);
+
+//  --------------------------------------------------------------------
 //  Routes (route.c)
 
 typedef void (route_fn) (req_t *r);
@@ -252,6 +276,7 @@ enum {
     R_UPGRADE = 4,                  //  a WebSocket (token may come as ?token=)
     R_BODY    = 8,                  //  takes a JSON body
     R_ADMIN   = 16,                 //  admin tokens only
+    R_METRICS = 32,                 //  admin or metrics tokens only (and all a metrics token may reach)
 };
 
 struct route_t {
@@ -267,7 +292,8 @@ extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes
                      api_audit_routes [], api_exec_routes [], api_file_routes [],
                      api_event_routes [], api_terminal_routes [], api_tenant_routes [],
                      api_session_routes [], api_console_routes [],
-                     api_host_routes [], api_tree_routes [];
+                     api_host_routes [], api_tree_routes [], api_tombstone_routes [],
+                     api_metrics_routes [];
 
 //  Finds r's route from its path as sent: 0, or an HTTP status (400 a
 //  malformed target or query, 404, 405 with *allowed) and why; nothing is

@@ -28,7 +28,10 @@ static void s_answer (req_t *r, ah_msg_t *msg, bool gone)
             json_object_set_new (op, "at", api_json_time (ms));
         }
     }
-    api_respond (r, 200, json_pack ("{s:o}", "operations", ops));
+    json_t *body = json_pack ("{s:o}", "operations", ops);
+    int64_t next = ah_msg_int (msg, "next", 0);
+    json_object_set_new (body, "next", next > 0 ? json_integer (next) : json_null ());
+    api_respond (r, 200, body);
 }
 
 static void s_operations_reply (req_t *r, ah_msg_t *msg)
@@ -41,15 +44,47 @@ static void s_gone_reply (req_t *r, ah_msg_t *msg)
     s_answer (r, msg, true);
 }
 
-//  OP_LIST for one agent (agent_id) or all (NULL).
+//  OP_LIST for one agent (agent_id) or all (NULL: ?agent= may name one,
+//  by id or name, gone or not); the filters of docs/api.md "Operations".
 static void s_list (req_t *r, const char *agent_id, reply_fn *reply)
 {
     int64_t limit = 0, before = 0;
-    if (api_query_int (r, "limit", 1, 1000, &limit) || api_query_int (r, "before", 1, INT64_MAX, &before))
+    bool failed = false;
+    if (api_query_int (r, "limit", 1, 1000, &limit) || api_query_int (r, "before", 1, INT64_MAX, &before)
+    ||  api_query_bool (r, "failed", &failed))
         return;
+    const char *agent = agent_id ? agent_id : api_query (r, "agent");
+    const char *kind = api_query (r, "operation");
+    const char *run = api_query (r, "run");
+    const char *text = api_query (r, "q");
+    if (agent && !ah_ident_ok (AH_IDENT_AGENT_NAME, agent) && !ah_ident_ok (AH_IDENT_AGENT_ID, agent)) {
+        api_respond_error (r, 400, "query 'agent' must be an agent's name or id");
+        return;
+    }
+    if (kind && (!*kind || strlen (kind) > 64)) {
+        api_respond_error (r, 400, "query 'operation' must be 1 to 64 characters (e.g. exec, fs.read, state)");
+        return;
+    }
+    const char *bad = run ? api_run_check (run) : NULL;
+    if (bad) {
+        api_respond_error (r, 400, "query 'run' %s", bad);
+        return;
+    }
+    if (text && (!*text || strlen (text) > 256)) {
+        api_respond_error (r, 400, "query 'q' must be 1 to 256 characters");
+        return;
+    }
     ah_msg_t *msg = ah_msg_new ("OP_LIST");
-    if (agent_id)
-        ah_msg_set_str (msg, "agent_id", agent_id);
+    if (agent)
+        ah_msg_set_str (msg, "agent_id", agent);
+    if (kind)
+        ah_msg_set_str (msg, "kind", kind);
+    if (run)
+        ah_msg_set_str (msg, "run", run);
+    if (text)
+        ah_msg_set_str (msg, "q", text);
+    if (failed)
+        ah_msg_set_bool (msg, "failed", true);
     if (r->who.scope [0])
         ah_msg_set_str (msg, "tenant", r->who.scope);
     if (limit)
@@ -76,9 +111,9 @@ static void s_agent (req_t *r)
         json_decref (agent);
         s_list (r, r->agent_id, s_operations_reply);
     }
-    else if (status == 404 && ah_ident_ok (AH_IDENT_AGENT_ID, key)) {
-        //  A destroyed agent's trail, read by its id (within the scope:
-        //  the recorder filters by tenant too).
+    else if (status == 404 && (ah_ident_ok (AH_IDENT_AGENT_ID, key) || ah_ident_ok (AH_IDENT_AGENT_NAME, key))) {
+        //  A destroyed agent's trail, read by its id or the name its rows
+        //  kept (within the scope: the recorder filters by tenant too).
         snprintf (r->agent_id, sizeof r->agent_id, "%s", key);
         s_list (r, key, s_gone_reply);
     }
@@ -236,8 +271,8 @@ static void s_reload (req_t *r)
 }
 
 const route_t api_audit_routes [] = {
-    { M_GET, "/api/v1/operations", s_all, 0, "limit before" },
-    { M_GET, "/api/v1/agents/{agent}/operations", s_agent, 0, "limit before" },
+    { M_GET, "/api/v1/operations", s_all, 0, "limit before agent operation run failed q" },
+    { M_GET, "/api/v1/agents/{agent}/operations", s_agent, 0, "limit before operation run failed q" },
     { M_GET, "/api/v1/policy", s_policies, 0, "" },
     { M_PUT, "/api/v1/policy", s_put_values, R_BODY | R_ADMIN, "" },
     { M_POST, "/api/v1/policy/reload", s_reload, R_BODY | R_ADMIN, "" },

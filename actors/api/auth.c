@@ -27,7 +27,8 @@ static int s_token (req_t *r, const char *token, char *why, size_t why_size)
     ah_token_hash (token, hash);
     ah_store_t *store = r->api->store;
     sqlite3_stmt *st = ah_store_prepare (store,
-        "SELECT id, name, hash, tenant, admin, user, expires_at, revoked_at, last_used_at FROM api_tokens");
+        "SELECT id, name, hash, tenant, admin, user, expires_at, revoked_at, last_used_at, metrics_only"
+        " FROM api_tokens");
     if (!st)
         return 500;
     int64_t now = ah_store_now_ms (), last_used = 0;
@@ -57,6 +58,7 @@ static int s_token (req_t *r, const char *token, char *why, size_t why_size)
         snprintf (r->who.tenant, sizeof r->who.tenant, "%s", tenant ? tenant : "default");
         snprintf (r->who.user, sizeof r->who.user, "%s", user ? user : "");
         r->who.admin = sqlite3_column_int (st, 4) != 0;
+        r->who.metrics_only = sqlite3_column_int (st, 9) != 0;
         last_used = sqlite3_column_int64 (st, 8);
         r->who.ok = true;
         status = 0;
@@ -130,6 +132,13 @@ int api_auth (req_t *r)
     if (status) {
         api_respond_error (r, 500, "cannot read the token table");
         return 500;
+    }
+    bool metrics_route = r->route && (r->route->flags & R_METRICS);
+    if (r->who.metrics_only != metrics_route && !(metrics_route && r->who.admin)) {
+        api_respond_error (r, 403, r->who.metrics_only ? "token '%s' reads GET /metrics only"
+                                                       : "%s needs an admin or a metrics token",
+                           r->who.metrics_only ? r->who.token_name : r->path);
+        return 403;
     }
     if ((status = s_scope (r)))
         return status;

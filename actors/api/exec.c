@@ -29,13 +29,41 @@ typedef struct {
     bool ended;                     //  the last record is in records
     bool broken;                    //  a malformed record: close, no last chunk
     int64_t limit_s;                //  the command's timeout and a margin
+    bool opened;                    //  sandboxd took the command
+    bool recorded;                  //  its audit row is sent
 } exec_t;
+
+//  The audit row, once: how the command ended (a non-zero exit, a
+//  signal and a timeout are failures, said as "exit 2", "signal 9",
+//  "timed out").
+static void s_audit (exec_t *x, const char *error)
+{
+    if (x->recorded)
+        return;
+    x->recorded = true;
+    ah_msg_t *exit = x->exited ? ah_msg_decode ("EXIT", x->exit_rec, x->exit_len, NULL) : NULL;
+    char why [300];
+    if (!exit)
+        snprintf (why, sizeof why, "%.250s", error ? error : "the command's channel ended before it exited");
+    else if (ah_msg_bool (exit, "timed_out", false))
+        snprintf (why, sizeof why, "timed out (signal %lld)", (long long) ah_msg_int (exit, "signal", 0));
+    else if (ah_msg_int (exit, "signal", 0))
+        snprintf (why, sizeof why, "signal %lld", (long long) ah_msg_int (exit, "signal", 0));
+    else if (ah_msg_int (exit, "status", -1) != 0)
+        snprintf (why, sizeof why, "exit %lld", (long long) ah_msg_int (exit, "status", -1));
+    else
+        why [0] = 0;
+    ah_msg_destroy (&exit);
+    api_record (x->r, why [0] == 0, why [0] ? why : NULL);
+}
 
 static void s_free (req_t *r)
 {
     exec_t *x = r->ext;
     if (!x)
         return;
+    if (x->opened)
+        s_audit (x, "the client left before the command ended");
     api_chan_close (&x->chan);
     ah_buf_free (&x->stdin_bytes);
     ah_buf_free (&x->out [0]);
@@ -148,6 +176,7 @@ static void s_on_closed (void *owner, const char *error)
 {
     exec_t *x = owner;
     api_unpark (x->r);
+    s_audit (x, error);
     if (x->stream)
         s_stream_end (x, error);
     else
@@ -169,6 +198,7 @@ static void s_on_refused (void *owner, int status, const char *error, ah_msg_t *
 static void s_on_deadline (req_t *r)
 {
     exec_t *x = r->ext;
+    s_audit (x, "the command did not end in time");
     api_chan_close (&x->chan);
     api_respond_error (r, 504, "the command did not end within %lld s", (long long) x->limit_s);
 }
@@ -177,7 +207,7 @@ static void s_on_opened (void *owner, ah_msg_t *reply)
 {
     exec_t *x = owner;
     req_t *r = x->r;
-    api_record (r, true, NULL);
+    x->opened = true;
     if (x->stream)
         //  200 and the headers now; records follow as the command writes.
         api_respond_stream (r, 200, "application/vnd.agenthold.exec-records", -1);

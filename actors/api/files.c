@@ -105,16 +105,19 @@ static void s_read_opened (void *owner, ah_msg_t *reply)
 {
     files_t *f = owner;
     req_t *r = f->r;
-    api_record (r, true, NULL);
     json_t *header = api_json_raw (reply, "reply");
     json_t *size = json_object_get (header, "size");
     if (!json_is_integer (size) || json_integer_value (size) < 0) {
         json_decref (header);
         api_chan_close (&f->chan);
+        api_record (r, false, "sandboxd's fs.read reply carries no size");
         api_respond_error (r, 502, "sandboxd's fs.read reply carries no size");
         return;
     }
     f->total = (uint64_t) json_integer_value (size);
+    r->bytes = (int64_t) f->total;
+    r->has_bytes = true;
+    api_record (r, true, NULL);
     json_decref (header);
     api_chan_eof (&f->chan);        //  the opener sends nothing more
     //  Headers go once there are bytes (or none are due), so a stream
@@ -186,7 +189,6 @@ static void s_write_opened (void *owner, ah_msg_t *reply)
 {
     files_t *f = owner;
     req_t *r = f->r;
-    api_record (r, true, NULL);
     if (r->body_done)
         api_chan_eof (&f->chan);    //  an empty file
     api_continue (r);               //  now the body may come
@@ -235,10 +237,15 @@ static void s_write_closed (void *owner, const char *error)
     size_t used;
     if (ah_buf_size (&f->buf))
         ah_chan_header_decode (ah_buf_head (&f->buf), ah_buf_size (&f->buf), &trailer, &used, &why);
-    if (!trailer)
+    if (!trailer) {
+        api_record (r, false, "the upload's channel ended without sandboxd's word");
         api_respond_error (r, 502, "the upload's channel ended without sandboxd's word: %s",
                            error ? error : why ? why : "no trailer");
+    }
     else if (ah_msg_bool (trailer, "ok", false)) {
+        r->bytes = ah_msg_int (trailer, "size", 0);
+        r->has_bytes = true;
+        api_record (r, true, NULL);
         json_t *body = json_object ();
         json_object_set_new (body, "path", api_json_text (f->path));
         json_object_set_new (body, "size", json_integer (ah_msg_int (trailer, "size", 0)));
@@ -246,6 +253,7 @@ static void s_write_closed (void *owner, const char *error)
     }
     else {
         const char *text = ah_msg_str (trailer, "error");
+        api_record (r, false, text ? text : "sandboxd refused the file");
         api_respond_error (r, api_code_status (ah_msg_str (trailer, "code")), "%s",
                            text ? text : "sandboxd refused the file");
     }

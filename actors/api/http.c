@@ -106,6 +106,22 @@ json_t *api_body_object (req_t *r, bool empty_ok)
         api_respond_error (r, 400, "the body must be a JSON object");
         return NULL;
     }
+    //  Any body may name the run or session it belongs to, as the header
+    //  X-Agenthold-Run does (the audit trail's run); taken out here.
+    json_t *run = json_object_get (root, "run");
+    if (run) {
+        const char *text = json_string_value (run);
+        const char *bad = text ? api_run_check (text) : "must be a string";
+        if (!bad && r->run [0] && !streq (r->run, text))
+            bad = "differs from the header X-Agenthold-Run";
+        if (bad) {
+            json_decref (root);
+            api_respond_error (r, 400, "field 'run' %s", bad);
+            return NULL;
+        }
+        snprintf (r->run, sizeof r->run, "%s", text);
+        json_object_del (root, "run");
+    }
     return root;
 }
 
@@ -211,6 +227,7 @@ static void s_head (req_t *r, int status, const char *type, int64_t length, unsi
 {
     ah_buf_t *out = &r->conn->out;
     r->status = status;
+    api_metrics_request (r->api->metrics, r->route ? r->route->pattern : NULL, status);
     if (length == -2)
         r->close_after = true;
     ah_buf_appendf (out, "HTTP/1.1 %d %s\r\n", status, ah_http_reason (status));
@@ -249,6 +266,18 @@ static void s_refuse_body (req_t *r)
         r->close_after = r->abandon = true;
 }
 
+static void s_respond_bytes (req_t *r, int status, const char *type, const void *data, size_t n,
+                             unsigned allowed)
+{
+    s_refuse_body (r);
+    r->responded = true;
+    r->streaming = false;
+    s_head (r, status, type, (int64_t) n, allowed);
+    ah_buf_append (&r->conn->out, data, n);
+    api_want_write (r);
+    s_process (r->conn);            //  a body being dropped goes on
+}
+
 static void s_respond_body (req_t *r, int status, json_t *json, unsigned allowed)
 {
     if (r->responded || !api_req_alive (r)) {
@@ -261,15 +290,15 @@ static void s_respond_body (req_t *r, int status, json_t *json, unsigned allowed
         status = 500;
         text = strdup ("{\"error\":\"cannot encode the response\"}");
     }
-    s_refuse_body (r);
-    r->responded = true;
-    r->streaming = false;
-    size_t n = text ? strlen (text) : 0;
-    s_head (r, status, "application/json", (int64_t) n, allowed);
-    ah_buf_append (&r->conn->out, text, n);
+    s_respond_bytes (r, status, "application/json", text, text ? strlen (text) : 0, allowed);
     free (text);
-    api_want_write (r);
-    s_process (r->conn);            //  a body being dropped goes on
+}
+
+void api_respond_text (req_t *r, int status, const char *content_type, ah_buf_t *body)
+{
+    if (r->responded || !api_req_alive (r))
+        return;
+    s_respond_bytes (r, status, content_type, ah_buf_head (body), ah_buf_size (body), 0);
 }
 
 void api_respond (req_t *r, int status, json_t *json)
@@ -479,6 +508,15 @@ static void s_begin (conn_t *conn)
     }
     if (!(r->route && (r->route->flags & R_PUBLIC)) && api_auth (r))
         return;                     //  answered
+    const char *run = ah_http_header (&r->head, "x-agenthold-run");
+    if (run) {
+        const char *bad = api_run_check (run);
+        if (bad) {
+            api_respond_error (r, 400, "header X-Agenthold-Run %s", bad);
+            return;
+        }
+        snprintf (r->run, sizeof r->run, "%s", run);
+    }
     if (status == 405) {
         s_respond_allowed (r, allowed, "%s", why);
         return;

@@ -393,6 +393,7 @@ static void s_open (req_t *r)
                 api_respond_error (r, 500, "cannot write the session");
             else {
                 ah_msg_t *msg = ah_msg_new ("AGENT_CREATE");
+                ah_msg_set_strf (msg, "by", "api:%s", r->who.token_name);
                 ah_msg_set_str (msg, "name", name);
                 ah_msg_set_str (msg, "tenant", tenant);
                 if (runtime)
@@ -501,6 +502,7 @@ static void s_close (req_t *r)
         //  home's recreated sandbox included; a destroyed one is a no-op).
         ah_msg_t *m = ah_msg_new ("SANDBOX_DESTROY");
         ah_msg_set_str (m, "agent", s.agent_id);
+        ah_msg_set_strf (m, "by", "api:%s", r->who.token_name);
         api_send (r->api, "lifecycle", &m);
     }
     snprintf (r->agent_id, sizeof r->agent_id, "%s", s.agent_id);

@@ -312,6 +312,7 @@ static void s_tenant_delete (req_t *r)
         while (rc == SQLITE_ROW && (rc = ah_store_step (r->api->store, st)) == SQLITE_ROW) {
             ah_msg_t *m = ah_msg_new ("SANDBOX_DESTROY");
             ah_msg_set_str (m, "agent", (const char *) sqlite3_column_text (st, 0));
+            ah_msg_set_strf (m, "by", "api:%s", r->who.token_name);
             api_send (r->api, "lifecycle", &m);
         }
         if (st)
@@ -333,14 +334,17 @@ static void s_tenant_delete (req_t *r)
 //  Tokens
 
 #define TOKEN_SELECT \
-    "SELECT name, tenant, admin, user, created_at, last_used_at, expires_at, revoked_at FROM api_tokens"
+    "SELECT name, tenant, admin, user, created_at, last_used_at, expires_at, revoked_at, metrics_only" \
+    " FROM api_tokens"
 
 static json_t *s_token_row (sqlite3_stmt *st)
 {
     json_t *t = json_object ();
     json_object_set_new (t, "name", api_json_column (st, 0));
-    json_object_set_new (t, "tenant", sqlite3_column_int (st, 2) ? json_null () : api_json_column (st, 1));
+    bool metrics = sqlite3_column_int (st, 8) != 0;
+    json_object_set_new (t, "tenant", sqlite3_column_int (st, 2) || metrics ? json_null () : api_json_column (st, 1));
     json_object_set_new (t, "admin", json_boolean (sqlite3_column_int (st, 2)));
+    json_object_set_new (t, "metrics", json_boolean (metrics));
     json_object_set_new (t, "user", api_json_column (st, 3));
     json_object_set_new (t, "created_at", api_json_time (sqlite3_column_int64 (st, 4)));
     json_object_set_new (t, "last_used_at", api_json_time (sqlite3_column_int64 (st, 5)));
@@ -388,14 +392,17 @@ static void s_token_create (req_t *r)
     json_t *v;
     json_object_foreach (obj, key, v)
         if (!streq (key, "tenant") && !streq (key, "name") && !streq (key, "user")
-        &&  !streq (key, "expires") && !streq (key, "admin")) {
-            api_respond_error (r, 400, "unknown field '%s' (a token has tenant, name, user, expires, admin)", key);
+        &&  !streq (key, "expires") && !streq (key, "admin") && !streq (key, "metrics")) {
+            api_respond_error (r, 400, "unknown field '%s' (a token has tenant, name, user, expires, admin,"
+                               " metrics)", key);
             json_decref (obj);
             return;
         }
     bool admin = json_is_true (json_object_get (obj, "admin"));
+    //  A metrics token reads GET /metrics and nothing else.
+    bool metrics = json_is_true (json_object_get (obj, "metrics"));
     const char *tenant = json_string_value (json_object_get (obj, "tenant"));
-    if (!tenant && !admin && r->who.scope [0])
+    if (!tenant && !admin && !metrics && r->who.scope [0])
         tenant = r->who.scope;          //  ?tenant=: the tenant acted within (not for an admin's)
     const char *name = json_string_value (json_object_get (obj, "name"));
     const char *user = json_string_value (json_object_get (obj, "user"));
@@ -407,9 +414,13 @@ static void s_token_create (req_t *r)
     json_t *t = NULL;
     if (json_object_get (obj, "admin") && !json_is_boolean (json_object_get (obj, "admin")))
         why = "field 'admin' must be true or false";
+    else if (json_object_get (obj, "metrics") && !json_is_boolean (json_object_get (obj, "metrics")))
+        why = "field 'metrics' must be true or false";
+    else if (metrics && (admin || tenant))
+        why = "a metrics token reads /metrics only: give metrics alone, without tenant or admin";
     else if (admin && tenant)
         why = "an admin token belongs to no tenant: give tenant or admin, not both";
-    else if (!admin && !tenant)
+    else if (!admin && !tenant && !metrics)
         why = "field 'tenant' is required (the tenant the token acts for), or admin: true";
     else if (json_object_get (obj, "user") && !s_user_ok (user))
         why = "field 'user' must be 1 to 128 printable characters without blanks (the person it acts for)";
@@ -433,7 +444,7 @@ static void s_token_create (req_t *r)
     if (!name) {
         char id [7];
         ah_token_id (id, sizeof id, 6);
-        snprintf (made_name, sizeof made_name, "%s-%s", admin ? "admin" : tenant, id);
+        snprintf (made_name, sizeof made_name, "%s-%s", admin ? "admin" : metrics ? "metrics" : tenant, id);
         name = made_name;
     }
     if (ah_token_new (token)) {
@@ -443,10 +454,11 @@ static void s_token_create (req_t *r)
     ah_token_hash (token, hash);
     int64_t now = ah_store_now_ms ();
     sqlite3_stmt *st = ah_store_prepare (r->api->store,
-        "INSERT INTO api_tokens (name, hash, tenant, admin, user, created_at, expires_at)"
-        " VALUES (:name, :hash, :tenant, :admin, :user, :now, :expires)");
+        "INSERT INTO api_tokens (name, hash, tenant, admin, user, created_at, expires_at, metrics_only)"
+        " VALUES (:name, :hash, :tenant, :admin, :user, :now, :expires, :metrics)");
     bool ok = st && !ah_store_bind_text (st, ":name", name) && !ah_store_bind_text (st, ":hash", hash)
-           && !ah_store_bind_text (st, ":tenant", admin ? "default" : tenant)
+           && !ah_store_bind_text (st, ":tenant", admin || metrics ? "default" : tenant)
+           && !ah_store_bind_int64 (st, ":metrics", metrics)
            && !ah_store_bind_int64 (st, ":admin", admin) && !ah_store_bind_text (st, ":user", user)
            && !ah_store_bind_int64 (st, ":now", now);
     if (ok && expires_s > 0)
@@ -464,13 +476,15 @@ static void s_token_create (req_t *r)
         json_t *body = json_object ();
         json_object_set_new (body, "token", json_string (token));
         json_object_set_new (body, "name", api_json_text (name));
-        json_object_set_new (body, "tenant", admin ? json_null () : api_json_text (tenant));
+        json_object_set_new (body, "tenant", admin || metrics ? json_null () : api_json_text (tenant));
         json_object_set_new (body, "admin", json_boolean (admin));
+        json_object_set_new (body, "metrics", json_boolean (metrics));
         json_object_set_new (body, "user", user ? api_json_text (user) : json_null ());
         json_object_set_new (body, "created_at", api_json_time (now));
         json_object_set_new (body, "expires_at", api_json_time (expires_s > 0 ? now + expires_s * 1000 : 0));
         json_object_set_new (body, "note", json_string ("the token is shown this once; only its hash is kept"));
-        ah_info (AREA, "token '%s' made for %s by %s", name, admin ? "an admin" : tenant, r->who.token_name);
+        ah_info (AREA, "token '%s' made for %s by %s", name,
+                 admin ? "an admin" : metrics ? "reading /metrics" : tenant, r->who.token_name);
         api_respond (r, 201, body);
     }
     explicit_bzero (token, sizeof token);

@@ -41,7 +41,30 @@ typedef struct terminal_t {
     bool counted;                   //  counted in TERMINALS
     bool gone;                      //  the browser side is closed
     int64_t activity_ms;
+    char run [API_RUN_MAX + 1];     //  the run it was opened for, "" none
+    int64_t bytes;                  //  both ways, for the audit trail
+    bool opened;                    //  terminal.open is recorded; terminal.close is owed
 } terminal_t;
+
+//  The audit trail: a terminal's opening (at what size) and its closing
+//  (with the bytes that went through it both ways).
+static void s_audit (terminal_t *t, const char *kind, const char *detail, bool with_bytes)
+{
+    ah_msg_t *rec = ah_msg_new ("OP_RECORD");
+    ah_msg_set_str (rec, "agent_id", t->agent_id);
+    ah_msg_set_str (rec, "agent_name", t->name);
+    ah_msg_set_strf (rec, "actor", "api:%s", t->who.token_name);
+    ah_msg_set_str (rec, "kind", kind);
+    ah_msg_set_str (rec, "detail", detail);
+    if (t->run [0])
+        ah_msg_set_str (rec, "run", t->run);
+    if (with_bytes) {
+        ah_msg_set_int (rec, "bytes", t->bytes);
+        api_metrics_bytes (t->api->metrics, kind, t->bytes);
+    }
+    ah_msg_set_bool (rec, "ok", true);
+    api_send (t->api, "recorder", &rec);
+}
 
 //  --------------------------------------------------------------------
 //  What the sleeper and lifecycle hear
@@ -107,6 +130,7 @@ static void s_resize (terminal_t *t)
 static void s_input (terminal_t *t, const uint8_t *data, size_t size)
 {
     api_chan_record (&t->chan, AH_REC_STDIN, data, size);
+    t->bytes += (int64_t) size;
     //  Beyond the channel's credit: hold the browser until the tunnel ACKs.
     if (api_chan_room (&t->chan) < (64u << 10))
         api_ws_read (t->conn, false);
@@ -135,6 +159,7 @@ static int s_record (void *arg, uint8_t kind, const uint8_t *data, size_t size, 
         if (!t->gone && api_ws_send (t->conn, data, size))
             return -1;
         t->kept += size;
+        t->bytes += (int64_t) size;
     }
     else if (kind == AH_REC_EXIT) {
         size_t take = size < sizeof t->exit_rec - t->exit_len ? size : sizeof t->exit_rec - t->exit_len;
@@ -209,14 +234,10 @@ static void s_open_pty (terminal_t *t)
     ah_msg_set_int (h, "rows", t->rows);
     api_activity (t->api, t->agent_id, "terminal");
     t->activity_ms = zclock_mono ();
-    //  The audit trail: who opened a terminal, at what size.
-    ah_msg_t *rec = ah_msg_new ("OP_RECORD");
-    ah_msg_set_str (rec, "agent_id", t->agent_id);
-    ah_msg_set_strf (rec, "actor", "api:%s", t->who.token_name);
-    ah_msg_set_str (rec, "kind", "terminal");
-    ah_msg_set_strf (rec, "detail", "terminal %dx%d", t->cols, t->rows);
-    ah_msg_set_bool (rec, "ok", true);
-    api_send (t->api, "recorder", &rec);
+    char detail [64];
+    snprintf (detail, sizeof detail, "terminal %dx%d", t->cols, t->rows);
+    s_audit (t, "terminal.open", detail, false);
+    t->opened = true;
     if (api_chan_open (t->api, &t->chan, t->agent_id, &h, &s_chan_ops, t))
         s_end (t, 1011, "cannot open a channel to the sandbox");
 }
@@ -281,6 +302,8 @@ static void s_free (void *owner)
 {
     terminal_t *t = owner;
     s_on_ws_closed (t);
+    if (t->opened)
+        s_audit (t, "terminal.close", "terminal", true);
     for (terminal_t **p = &t->api->terminals; *p; p = &(*p)->next)
         if (*p == t) {
             *p = t->next;
@@ -323,6 +346,7 @@ static void s_terminal (req_t *r)
     t->who = r->who;
     snprintf (t->agent_id, sizeof t->agent_id, "%s", r->agent_id);
     snprintf (t->name, sizeof t->name, "%s", r->name);
+    snprintf (t->run, sizeof t->run, "%s", r->run);
     if (api_ws_accept (r, &s_ws_ops, t)) {          //  r is over after this either way
         free (t);
         return;

@@ -11,6 +11,10 @@ static void s_reply (req_t *r, ah_msg_t *msg)
     json_t *body = json_object ();
     const char *turn_id = ah_msg_str (msg, "turn_id");
     json_object_set_new (body, "turn_id", api_json_text (turn_id ? turn_id : r->params [0]));
+    if (turn_id && r->kind && streq (r->kind, "turn.begin"))
+        snprintf (r->detail, sizeof r->detail, "turn %.64s", turn_id);
+    if (r->kind)
+        api_record (r, true, NULL);
     if (streq (r->asked_type, "TURN_END")) {
         json_object_set_new (body, "ended", json_true ());
         api_respond (r, 200, body);
@@ -48,6 +52,7 @@ static void s_begin (req_t *r)
         return;
     ah_msg_set_str (msg, "agent", r->agent_id);
     api_activity (r->api, r->agent_id, "turn");
+    r->kind = "turn.begin";
     api_ask (r, "sleeper", &msg, s_reply);
 }
 
@@ -79,14 +84,19 @@ static void s_start (req_t *r)
 //  A turn of another tenant is no turn: 404 like one that does not exist.
 static bool s_turn_in_scope (req_t *r)
 {
-    if (!r->who.scope [0])
-        return true;                //  an admin acting within every tenant
     const char *id = r->params [0];
     sqlite3_stmt *st = ah_store_prepare (r->api->store,
-        "SELECT a.tenant FROM turns t JOIN agents a ON a.id = t.agent_id WHERE t.id = :id");
+        "SELECT a.tenant, a.id, a.name FROM turns t JOIN agents a ON a.id = t.agent_id WHERE t.id = :id");
     int rc = st && !ah_store_bind_text (st, ":id", id) ? ah_store_step (r->api->store, st) : SQLITE_ERROR;
     bool ok = rc == SQLITE_ROW && (!r->who.scope [0]
               || streq ((const char *) sqlite3_column_text (st, 0), r->who.scope));
+    if (ok) {
+        //  The agent, for the audit trail.
+        snprintf (r->agent_id, sizeof r->agent_id, "%s", (const char *) sqlite3_column_text (st, 1));
+        snprintf (r->name, sizeof r->name, "%s", (const char *) sqlite3_column_text (st, 2));
+    }
+    else if (rc == SQLITE_DONE && !r->who.scope [0])
+        ok = true;                  //  an admin: the sleeper says 404 itself
     if (st)
         sqlite3_reset (st);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
@@ -115,6 +125,8 @@ static void s_end (req_t *r)
     if (!msg)
         return;
     ah_msg_set_str (msg, "turn_id", r->params [0]);
+    r->kind = "turn.end";
+    snprintf (r->detail, sizeof r->detail, "turn %.64s", r->params [0]);
     api_ask (r, "sleeper", &msg, s_reply);
 }
 

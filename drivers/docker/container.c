@@ -331,6 +331,16 @@ ah_dk_destroy (ah_driver_t *driver, const char *agent_id, char **err)
     return ah_dk_subnet_free (self, agent_id, err);
 }
 
+int
+ah_dk_remove_container (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    dk_names_t n;
+    docker_t *self = s_enter (driver, agent_id, "removing a sandbox's container", &n, err);
+    if (!self)
+        return -1;
+    return ah_dk_container_remove (self, n.container, err);
+}
+
 //  The state of an existing container into status.
 static void
 s_status_from (const json_t *container, ah_sandbox_status_t *status)

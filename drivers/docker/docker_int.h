@@ -222,6 +222,7 @@ int ah_dk_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **er
 int ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err);
 int ah_dk_stop (ah_driver_t *driver, const char *agent_id, char **err);
 int ah_dk_destroy (ah_driver_t *driver, const char *agent_id, char **err);
+int ah_dk_remove_container (ah_driver_t *driver, const char *agent_id, char **err);
 int ah_dk_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *status,
                    char **err);
 int ah_dk_list (ah_driver_t *driver, char ***ids, char **err);

@@ -144,6 +144,7 @@ ah_docker_driver_new (const ah_config_t *config, char **err)
     driver->watch = ah_dk_watch;
     driver->image_exists = ah_dk_image_exists;
     driver->image_build = ah_dk_image_build;
+    driver->remove_container = ah_dk_remove_container;
     driver->destroy_driver = s_destroy_driver;
     driver->impl = self;
 

@@ -485,7 +485,11 @@ int main (void)
     zstr_free (&last);
     EXPECT ("GET", "/api/v1/operations?limit=0", NULL, s_token, 400, "'limit'");
     EXPECT ("GET", "/api/v1/operations?before=1764406800000", NULL, s_token, 200, NULL);
-    EXPECT ("GET", "/api/v1/agents/bob/operations", NULL, s_token, 404, "no agent named 'bob'");
+    //  A name that is no agent (now) is asked of the recorder by the name
+    //  its rows kept (a deleted agent's trail); the fake recorder answers
+    //  its canned rows. An empty trail would be a 404 (e2e.tenants).
+    EXPECT ("GET", "/api/v1/agents/bob/operations", NULL, s_token, 200, NULL);
+    EXPECT ("GET", "/api/v1/agents/..bob/operations", NULL, s_token, 400, NULL);
     j = s_http ("GET", "/api/v1/runtimes", NULL, s_token, &status);
     CHECK (status == 200);
     CHECK_STR (s_str (json_array_get (json_object_get (j, "runtimes"), 0), "name"), "debian");

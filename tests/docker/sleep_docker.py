@@ -15,38 +15,20 @@ usage: sleep_docker.py AGENTHOLD_BINARY (sandboxd next to it)
 Exits 77 without a Docker Engine. Ports 18350-18359, pool
 10.213.144.0/20, prefix dockersleep<pid>."""
 import datetime
-import io
 import json
 import os
 import sys
-import tarfile
 import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import engine, engine_raw, q, read_file_from_container, Harness  # noqa: E402
+from ahdocker import engine, put_home_file, read_file_from_container, Harness  # noqa: E402
 
 h = Harness("docker.sleep", sys.argv[1], "10.213.144.0/20", (18350, 18360))
 h.env["AGENTHOLD_SANDBOX_IDLE_MINUTES"] = "0.05"
 h.env["AGENTHOLD_SANDBOX_IDLE_CHECK_INTERVAL"] = "1s"
 CHECK_S = 1.0
 IDLE_S = 3.0
-
-
-def put_home_file(cid, name, data):
-    """Writes a file into /home/agent through the archive endpoint (it
-    writes through the container's mounts: this lands in the home volume).
-    The server does not see it, so it is no activity."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as t:
-        ti = tarfile.TarInfo(name)
-        ti.size = len(data)
-        ti.uid = ti.gid = 1000
-        ti.mode = 0o644
-        t.addfile(ti, io.BytesIO(data))
-    st, body = engine_raw("PUT", "/containers/%s/archive?path=%s" % (cid, q("/home/agent")),
-                          buf.getvalue(), content_type="application/x-tar")
-    h.check(st == 200, "writing %s into the home: %d %s" % (name, st, body[:200]))
 
 
 def wait_for(name, want, seconds):
@@ -110,7 +92,7 @@ def scenario(h):
     if st == 200:
         # Nobody asked for a stop through the API: the stop was the sleeper's.
         kinds = [(o["actor"], o["kind"], o["detail"]) for o in ops["operations"]]
-        h.check(("lifecycle", "state", "sleeping") in kinds and
+        h.check(("sleeper", "state", "sleeping") in kinds and
                 not [k for k in kinds if k[0].startswith("api:") and k[1] == "stop"],
                 "the audit trail shows a stop nobody asked for: %r" % kinds)
 

@@ -380,7 +380,9 @@ def scenario():
           "an unknown agent is refused")
 
     ops = cli_json("log", "alice")
-    check(any(o["kind"] == "terminal" and o["actor"] == "api:admin" for o in ops), "terminal in the audit trail")
+    check(any(o["kind"] == "terminal.open" and o["actor"] == "api:admin" for o in ops), "terminal in the audit trail")
+    check(any(o["kind"] == "terminal.close" and o["actor"] == "api:admin" and o["bytes"] > 0 for o in ops),
+          "the terminal's close in the audit trail, with its bytes: %r" % [o for o in ops if "terminal" in o["kind"]])
     check(any(o["kind"] == "exec" and "echo out" in (o["detail"] or "") for o in ops), "exec in the audit trail")
     check(any(o["kind"] == "fs.read" and o["detail"] == "work/note.txt" for o in ops), "fs.read in the audit trail")
     check(any(o["kind"] == "fs.write" and o["detail"] == "work/blob.bin" for o in ops), "fs.write in the audit trail")

@@ -837,7 +837,7 @@ static void test_restart_repairs (void)
     snprintf (sql, sizeof sql,
               "UPDATE sandboxes SET state = 'stopping', op = 'stop' WHERE agent_id = '%s';"
               "UPDATE sandboxes SET state = 'destroying', op = 'destroy' WHERE agent_id = '%s';"
-              "INSERT INTO tombstones VALUES ('%s', 1);"
+              "INSERT INTO tombstones (agent_id, at) VALUES ('%s', 1);"
               "UPDATE sandboxes SET state = 'creating', op = 'create' WHERE agent_id = '%s';"
               "UPDATE sandboxes SET state = 'starting', op = 'start' WHERE agent_id = '%s';",
               ids [0], ids [1], ids [1], ids [2], ids [3]);

@@ -281,6 +281,210 @@ s_test_retention (void)
     zactor_destroy (&rec);
     CHECK (s_count ("actor = 'old'") == 0);
     CHECK (s_count ("actor = 'recent'") == 1);
+    //  The sweep recorded itself, with its count.
+    CHECK (s_count ("kind = 'retention.sweep' AND actor = 'recorder' AND ok = 1"
+                    " AND detail = 'deleted 12001 operations older than 30 days'") == 1);
+
+    //  The default is 30 days; a clock the test moves: 11 days on, the
+    //  20-day-old row is past retention, the sweep's own row is not.
+    ah_recorder_args_t defaults = { .db_path = s_db };
+    rec = ah_actor_new (&ah_recorder_actor, &defaults, NULL);
+    zstr_sendx (rec, "SWEEP", "0", NULL);
+    char *count = zstr_recv (rec);
+    CHECK (count && streq (count, "0"));
+    zstr_free (&count);
+    CHECK (s_count ("actor = 'recent'") == 1);
+    zstr_sendx (rec, "SWEEP", "950400000", NULL);
+    count = zstr_recv (rec);
+    CHECK (count && streq (count, "1"));
+    zstr_free (&count);
+    zactor_destroy (&rec);
+    CHECK (s_count ("actor = 'recent'") == 0);
+    CHECK (s_count ("kind = 'retention.sweep'") == 2);
+    CHECK (s_count ("kind = 'retention.sweep' AND detail = 'deleted 1 operations older than 30 days'") == 1);
+}
+
+//  OP_LIST's answer: the ids and one string field of each row.
+static int
+s_list (zsock_t *client, ah_msg_t *m, int64_t *ids, int max, int64_t *next, const char *field, char out [][64])
+{
+    static int64_t req = 1000;
+    ah_msg_set_int (m, "req", ++req);
+    ah_msg_send (&m, client, "recorder");
+    ah_msg_t *reply = s_recv (client);
+    if (!reply || !ah_msg_bool (reply, "ok", false)) {
+        ah_msg_destroy (&reply);
+        return -1;
+    }
+    *next = ah_msg_is_nil (reply, "next") ? 0 : ah_msg_int (reply, "next", 0);
+    size_t size = 0;
+    const void *raw = ah_msg_raw (reply, "operations", &size);
+    int n = 0;
+    msgpack_unpacked up;
+    msgpack_unpacked_init (&up);
+    if (raw && msgpack_unpack_next (&up, raw, size, NULL) == MSGPACK_UNPACK_SUCCESS
+    &&  up.data.type == MSGPACK_OBJECT_ARRAY) {
+        for (uint32_t r = 0; r < up.data.via.array.size && n < max; r++, n++) {
+            msgpack_object_map *row = &up.data.via.array.ptr [r].via.map;
+            out [n][0] = 0;
+            for (uint32_t i = 0; i < row->size; i++) {
+                msgpack_object_str *key = &row->ptr [i].key.via.str;
+                msgpack_object *val = &row->ptr [i].val;
+                if (key->size == 2 && !memcmp (key->ptr, "id", 2))
+                    ids [n] = val->via.i64;
+                if (key->size == strlen (field) && !memcmp (key->ptr, field, key->size)) {
+                    if (val->type == MSGPACK_OBJECT_STR)
+                        snprintf (out [n], 64, "%.*s", (int) val->via.str.size, val->via.str.ptr);
+                    else if (val->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                        snprintf (out [n], 64, "%llu", (unsigned long long) val->via.u64);
+                    else if (val->type == MSGPACK_OBJECT_BOOLEAN)
+                        snprintf (out [n], 64, "%s", val->via.boolean ? "true" : "false");
+                    else
+                        snprintf (out [n], 64, "nil");
+                }
+            }
+        }
+    }
+    msgpack_unpacked_destroy (&up);
+    ah_msg_destroy (&reply);
+    return n;
+}
+
+//  The fields of a row (agent name kept after the agent is gone, run,
+//  bytes, the cause of a state), the filters and keyset paging while
+//  rows arrive.
+static void
+s_test_fields_and_filters (zsock_t *client)
+{
+    s_fresh_db ();
+    s_sql ("INSERT INTO agents (id, name, tenant, image, cpus, memory_mb, idle_minutes, created_at)"
+           " VALUES ('a1b2c3d4e5f6', 'alpha', 'acme', 'img', 1, 512, 15, 1)");
+    ah_recorder_args_t args = { .db_path = s_db, .flush_ms = 50 };
+    zactor_t *rec = ah_actor_new (&ah_recorder_actor, &args, NULL);
+    ah_msg_t *m = ah_msg_new ("OP_RECORD");
+    ah_msg_set_str (m, "agent_id", "a1b2c3d4e5f6");
+    ah_msg_set_str (m, "actor", "api:ci");
+    ah_msg_set_str (m, "kind", "fs.read");
+    ah_msg_set_str (m, "detail", "src/main.c");
+    ah_msg_set_str (m, "run", "run-42");
+    ah_msg_set_int (m, "bytes", 1234);
+    ah_msg_set_bool (m, "ok", true);
+    ah_msg_send (&m, client, "recorder");
+    m = ah_msg_new ("OP_RECORD");
+    ah_msg_set_str (m, "agent_id", "a1b2c3d4e5f6");
+    ah_msg_set_str (m, "actor", "api:ci");
+    ah_msg_set_str (m, "kind", "exec");
+    ah_msg_set_str (m, "detail", "make test_100%");
+    ah_msg_set_str (m, "run", "run-43");
+    ah_msg_set_bool (m, "ok", false);
+    ah_msg_set_str (m, "error", "exit 2");
+    ah_msg_send (&m, client, "recorder");
+    //  The agent is deleted: rows that follow keep its tenant and name.
+    zclock_sleep (30);
+    s_sql ("DELETE FROM agents");
+    zsock_t *lifecycle = ah_bus_connect ("lifecycle");
+    zclock_sleep (50);
+    m = ah_msg_new ("SANDBOX_STATE");
+    ah_msg_set_str (m, "agent_id", "a1b2c3d4e5f6");
+    ah_msg_set_str (m, "state", "destroyed");
+    ah_msg_set_str (m, "by", "api:ci");
+    ah_msg_send (&m, lifecycle, "recorder");
+    zclock_sleep (50);
+    zstr_send (rec, "FLUSH");
+    CHECK (zsock_wait (rec) == 0);
+    CHECK (s_count ("kind = 'fs.read' AND bytes = 1234 AND run = 'run-42' AND agent_name = 'alpha'"
+                    " AND tenant = 'acme' AND ok = 1") == 1);
+    CHECK (s_count ("kind = 'exec' AND ok = 0 AND error = 'exit 2' AND bytes IS NULL AND run = 'run-43'") == 1);
+    CHECK (s_count ("kind = 'state' AND detail = 'destroyed' AND actor = 'api:ci' AND agent_name = 'alpha'"
+                    " AND tenant = 'acme'") == 1);
+    zsock_destroy (&lifecycle);
+
+    //  Hostile values are refused with the field named.
+    m = ah_msg_new ("OP_RECORD");
+    ah_msg_set_int (m, "req", 9);
+    ah_msg_set_str (m, "actor", "x");
+    ah_msg_set_str (m, "kind", "exec");
+    ah_msg_set_bool (m, "ok", true);
+    ah_msg_set_int (m, "bytes", -3);
+    ah_msg_send (&m, client, "recorder");
+    ah_msg_t *reply = s_recv (client);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 400 && strstr (ah_msg_str (reply, "error"), "bytes"));
+    ah_msg_destroy (&reply);
+    m = ah_msg_new ("OP_RECORD");
+    ah_msg_set_int (m, "req", 10);
+    ah_msg_set_str (m, "actor", "x");
+    ah_msg_set_str (m, "kind", "exec");
+    ah_msg_set_bool (m, "ok", true);
+    ah_msg_set_str (m, "run", "");
+    ah_msg_send (&m, client, "recorder");
+    reply = s_recv (client);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 400 && strstr (ah_msg_str (reply, "error"), "run"));
+    ah_msg_destroy (&reply);
+
+    //  Filters: by name after the agent is gone, operation, run, failed,
+    //  text (LIKE wildcards are literal), tenant.
+    int64_t ids [64], next = 0;
+    char vals [64][64];
+    m = ah_msg_new ("OP_LIST");
+    ah_msg_set_str (m, "agent_id", "alpha");
+    CHECK (s_list (client, m, ids, 64, &next, "kind", vals) == 3);
+    m = ah_msg_new ("OP_LIST");
+    ah_msg_set_str (m, "kind", "fs.read");
+    CHECK (s_list (client, m, ids, 64, &next, "bytes", vals) == 1 && streq (vals [0], "1234"));
+    m = ah_msg_new ("OP_LIST");
+    ah_msg_set_str (m, "run", "run-43");
+    CHECK (s_list (client, m, ids, 64, &next, "error", vals) == 1 && streq (vals [0], "exit 2"));
+    m = ah_msg_new ("OP_LIST");
+    ah_msg_set_bool (m, "failed", true);
+    CHECK (s_list (client, m, ids, 64, &next, "kind", vals) == 1 && streq (vals [0], "exec"));
+    m = ah_msg_new ("OP_LIST");
+    ah_msg_set_str (m, "q", "test_100%");
+    CHECK (s_list (client, m, ids, 64, &next, "kind", vals) == 1);
+    m = ah_msg_new ("OP_LIST");
+    ah_msg_set_str (m, "q", "test_1000");
+    CHECK (s_list (client, m, ids, 64, &next, "kind", vals) == 0);
+    m = ah_msg_new ("OP_LIST");
+    ah_msg_set_str (m, "q", "%");
+    CHECK (s_list (client, m, ids, 64, &next, "kind", vals) == 1);
+    m = ah_msg_new ("OP_LIST");
+    ah_msg_set_str (m, "tenant", "other");
+    CHECK (s_list (client, m, ids, 64, &next, "kind", vals) == 0);
+    m = ah_msg_new ("OP_LIST");
+    ah_msg_set_str (m, "tenant", "acme");
+    ah_msg_set_str (m, "kind", "state");
+    CHECK (s_list (client, m, ids, 64, &next, "actor", vals) == 1 && streq (vals [0], "api:ci"));
+
+    //  Keyset paging: 25 rows in pages of 10 while 7 more arrive between
+    //  pages: every original row seen once, none twice, none skipped.
+    s_sql ("DELETE FROM operations");
+    for (int i = 0; i < 25; i++)
+        s_record (client, "fs.list", "page", 0);
+    zstr_send (rec, "FLUSH");
+    CHECK (zsock_wait (rec) == 0);
+    int seen = 0;
+    int64_t before = 0, last = INT64_MAX;
+    bool ordered = true;
+    for (int page = 0; page < 10; page++) {
+        m = ah_msg_new ("OP_LIST");
+        ah_msg_set_str (m, "kind", "fs.list");
+        ah_msg_set_int (m, "limit", 10);
+        if (before)
+            ah_msg_set_int (m, "before", before);
+        int n = s_list (client, m, ids, 64, &next, "kind", vals);
+        for (int i = 0; i < n; i++) {
+            ordered = ordered && ids [i] < last;
+            last = ids [i];
+        }
+        seen += n;
+        for (int i = 0; i < 3; i++)
+            s_record (client, "fs.list", "page", 0);
+        if (!next)
+            break;
+        before = next;
+    }
+    CHECK (ordered);
+    CHECK (seen == 25);
+    zactor_destroy (&rec);
 }
 
 //  A process runs the bus and the recorder, sees 20 rows flushed in two
@@ -353,6 +557,7 @@ main (void)
     s_test_batches (client);
     s_test_timer_and_replies (client);
     s_test_retention ();
+    s_test_fields_and_filters (client);
     s_test_bad_db ();
     zsock_destroy (&client);
     zactor_destroy (&bus);

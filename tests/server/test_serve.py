@@ -203,9 +203,10 @@ def test_lifecycle_of_the_process(root):
         states = []
         while time.time() < deadline and "running" not in states:
             states = [r[0] for r in db_rows(data_dir, "SELECT detail FROM operations WHERE kind = 'state'"
-                                                      " AND actor = 'lifecycle' ORDER BY id")]
+                                                      " AND actor = 'api:admin' ORDER BY id")]
             time.sleep(0.1)
-        check("running" in states, "the recorder has alice's state changes: %r" % states)
+        check("running" in states, "the recorder has alice's state changes, caused by the admin's token: %r"
+              % states)
 
         # The tap (tap.endpoint) saw the traffic: [type][sender][dest][map].
         seen = set()
