@@ -172,13 +172,13 @@ s_http_host (const char *url, char *host, size_t size)
     }
 }
 
-//  One attempt: 0 present, -1 with *err.
-static int
-s_build_once (s_job_t *job, char **err)
+int
+ah_builder_build (ah_driver_t *driver, const ah_runtime_t *rt, const char *pip_index_url,
+                  void (*on_progress) (void *arg, const char *text), void *arg,
+                  volatile int *stop, char **err)
 {
-    const ah_runtime_t *rt = job->rt;
     ah_image_build_t build = {
-        .image = rt->image, .on_progress = s_on_progress, .progress_arg = job };
+        .image = rt->image, .on_progress = on_progress, .progress_arg = arg };
     const char **names = NULL, **paths = NULL;
     char *dockerfile = NULL;
     char index [1100] = "", trusted [300] = "";
@@ -187,7 +187,7 @@ s_build_once (s_job_t *job, char **err)
         dockerfile = ah_builder_dockerfile (rt);
         build.dockerfile = dockerfile;
         build.base_image = rt->base_image;
-        const char *url = job->config ? job->config->pip_index_url : NULL;
+        const char *url = pip_index_url;
         if (url && *url) {
             char host [256];
             s_http_host (url, host, sizeof host);
@@ -216,11 +216,19 @@ s_build_once (s_job_t *job, char **err)
     if ((rt->base_image && !dockerfile) || (rt->context_dir && (!names || !paths)))
         *err = strdup ("out of memory");
     else
-        rc = job->driver->image_build (job->driver, &build, &job->stop, err);
+        rc = driver->image_build (driver, &build, stop, err);
     free (names);
     free (paths);
     free (dockerfile);
     return rc;
+}
+
+//  One attempt: 0 present, -1 with *err.
+static int
+s_build_once (s_job_t *job, char **err)
+{
+    return ah_builder_build (job->driver, job->rt, job->config ? job->config->pip_index_url : NULL,
+                             s_on_progress, job, &job->stop, err);
 }
 
 static void *
@@ -228,6 +236,7 @@ s_worker (void *args)
 {
     s_job_t *job = args;
     const ah_runtime_t *rt = job->rt;
+    pthread_setname_np (pthread_self (), "ah-build-work");
     job->push = zsock_new_push (job->endpoint);
     if (!job->push) {
         ah_error (AREA, "the image worker cannot reach the builder");

@@ -53,6 +53,15 @@ typedef struct {
 //  an image entry). Caller frees.
 char *ah_builder_dockerfile (const ah_runtime_t *rt);
 
+//  One attempt at making rt's image present through driver, the way the
+//  builder does (a base_image runtime from its Dockerfile, a context
+//  runtime from its directory and host files, else a pull); the host
+//  agent builds from its own catalog with it. Blocks; polls *stop.
+//  0 / -1 with *err.
+int ah_builder_build (ah_driver_t *driver, const ah_runtime_t *rt, const char *pip_index_url,
+                      void (*on_progress) (void *arg, const char *text), void *arg,
+                      volatile int *stop, char **err);
+
 //  ah_actor_new (&ah_builder_actor, &args, &err): running once the catalog
 //  and briefing.lua are loaded and it is on the bus; NULL with the reason
 //  (e.g. the catalog's own message) otherwise.

@@ -352,6 +352,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "SANDBOX_HELLO", ah_lc_on_hello },
     { "TUNNEL_LOST", ah_lc_on_tunnel_lost },
     { "SANDBOX_OBSERVED", ah_lc_on_observed },
+    { "HOST_STATE", ah_lc_on_host_state },
     { "AGENT_ACTIVITY", s_on_activity },
     { "POLICY_RELOAD", s_on_policy_reload },
     { "RUNTIME_READY", ah_lc_on_runtime_ready },

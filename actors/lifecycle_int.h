@@ -9,7 +9,9 @@
       lifecycle_job.c      driver calls in worker threads and their outcomes,
                            hello deadlines
       lifecycle_repair.c   observations and repairs: SANDBOX_OBSERVED,
-                           SANDBOX_HELLO, TUNNEL_LOST, the start-up scan  */
+                           SANDBOX_HELLO, TUNNEL_LOST, the start-up scan
+      lifecycle_host.c     HOST_STATE: a host agent gone (its sandboxes
+                           unreachable) or back                       */
 #ifndef AH_LIFECYCLE_INT_H
 #define AH_LIFECYCLE_INT_H
 
@@ -162,6 +164,13 @@ void ah_lc_on_job_done (void *self, zsock_t *results);
 //  Forget an idle track; wait for every driver call in flight.
 void ah_lc_forget (self_t *self, const char *agent_id);
 void ah_lc_jobs_join (self_t *self);
+
+//  Host agents (lifecycle_host.c)
+void ah_lc_on_host_state (void *self, ah_msg_t *msg);
+//  1 (with why) when the agent's host does not answer, else 0.
+int  ah_lc_unreachable (self_t *self, const char *agent_id, char *why, size_t size);
+//  Observed, so its host answers: the flag goes, its state is published.
+void ah_lc_reachable (self_t *self, const row_t *row);
 
 //  Observations and repairs (lifecycle_repair.c)
 //  What the driver says against what the row says (docs/lifecycle.md,

@@ -16,6 +16,7 @@ static void *s_worker (void *arg)
 {
     job_t *job = arg;
     char *err = NULL;
+    pthread_setname_np (pthread_self (), "ah-lc-job");
     int rc = -1;
     //  The runtime's env vars as "NAME=value" (the catalog outlives the job).
     const ah_runtime_t *rt = job->runtime;

@@ -110,6 +110,13 @@ void ah_lc_on_transition (void *self_, ah_msg_t *msg)
     row_t row;
     if (!tr || s_find (self, msg, "agent", &row) != 1)
         return;
+    char unreachable [ERROR_MAX_LEN + 1];
+    if (!streq (tr->verb, "destroy")
+    &&  ah_lc_unreachable (self, row.id, unreachable, sizeof unreachable)) {
+        ah_actor_reply_error (self->actor, msg, 409, "agent '%s' is unreachable (%s); %s waits "
+                              "until its host answers again", row.name, unreachable, tr->verb);
+        return;
+    }
     char mark [24];
     snprintf (mark, sizeof mark, "|%s|", row.state);
     if (*tr->already && strstr (tr->already, mark)) {

@@ -7,11 +7,13 @@
     (its message on stderr, "agenthold: ..."), 2 bad usage.             */
 #include "cli/admin.h"
 #include "cli/client.h"
+#include "cli/doctor.h"
 #include "cli/sbx.h"
 #include "cli/term.h"
 #include "cli/tap.h"
 #include "cli/turn.h"
 #include "config/config.h"
+#include "server/hostd.h"
 #include "server/serve.h"
 
 #include <curl/curl.h>
@@ -31,6 +33,16 @@ static const ah_cmd_t s_commands [] = {
       "Run the server in the foreground until SIGINT or SIGTERM (SIGHUP reloads the\n"
       "policies). The configuration is FILE, else $AGENTHOLD_CONFIG, else\n"
       "etc/agenthold.yaml when it exists; AGENTHOLD_* variables override every key.\n" },
+    { "hostd", "hostd [--config FILE]",
+      "Run the host agent in the foreground until SIGINT or SIGTERM: the one process\n"
+      "that holds the Docker socket, for servers with `sandbox.driver: remote`\n"
+      "(hostd.* keys; docs/hostd.md). Same configuration sources as serve.\n" },
+    { "doctor", "doctor [--config FILE] [--json]",
+      "Check the whole installation the configuration describes: the configuration,\n"
+      "the database schema, the Lua scripts, the host agent (or the Docker Engine):\n"
+      "reachable, same protocol, engine version, isolation, free disk, the catalog's\n"
+      "images; the tunnel, TLS, the admin token file's mode, destroys waiting. Each\n"
+      "problem comes with what to do. Exit status 0 only when all is well.\n" },
     { "create", "create NAME [--runtime ALIAS | --image IMG] [--cpus N] [--memory-mb N] [--idle-minutes N] [--no-wait] [--json]",
       "Create an agent and its sandbox on a runtime of the catalog (the first one\n"
       "unless --runtime names another; `agenthold runtimes` lists them; --image runs\n"
@@ -60,6 +72,9 @@ static const ah_cmd_t s_commands [] = {
     { "runtimes", "runtimes [--json]",
       "The runtime catalog, the default first: each runtime's image, its state (present,\n"
       "building with what the build does, missing, error) and its last build error.\n" },
+    { "hosts", "hosts [--json]",
+      "The host agents (sandbox.driver: remote), for an admin: each one's state (up,\n"
+      "unreachable, refused), version and protocol, and why when it is not up.\n" },
     { "tap", "tap [--endpoint E] [--type GLOB] [--count N]",
       "Print every message on the server's bus as one JSON line, from the tap\n"
       "(tap.endpoint in the configuration, or E). --type keeps the types matching\n"
@@ -218,8 +233,24 @@ static char *s_agent_path (const char *name, const char *suffix)
 //  --------------------------------------------------------------------
 //  Commands
 
+static int s_cmd_doctor (const ah_cmd_t *c, int argc, char **argv)
+{
+    const char *config_path = getenv ("AGENTHOLD_CONFIG");
+    if (config_path && !*config_path)
+        config_path = NULL;
+    bool json = false;
+    ah_opt_t opts [] = { { "--config", &config_path, NULL }, { "--json", NULL, &json },
+                         { NULL, NULL, NULL } };
+    const char *pos [1];
+    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 0, &npos);
+    if (rc)
+        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
+    return ah_cli_doctor (config_path, json);
+}
+
 static int s_cmd_serve (const ah_cmd_t *c, int argc, char **argv)
 {
+    bool hostd = !strcmp (c->name, "hostd");
     const char *config_path = getenv ("AGENTHOLD_CONFIG");
     if (config_path && !*config_path)
         config_path = NULL;
@@ -231,11 +262,11 @@ static int s_cmd_serve (const ah_cmd_t *c, int argc, char **argv)
     char *err = NULL;
     ah_config_t *config = ah_config_load (config_path, &err);
     if (!config) {
-        fprintf (stderr, "agenthold serve: %s\n", err ? err : "cannot load the configuration");
+        fprintf (stderr, "agenthold %s: %s\n", c->name, err ? err : "cannot load the configuration");
         free (err);
         return 1;
     }
-    int status = ah_server_run (config);
+    int status = hostd ? ah_hostd_run (config) : ah_server_run (config);
     ah_config_destroy (&config);
     return status;
 }
@@ -385,6 +416,38 @@ static void s_print_runtimes (json_t *list)
         row [6] = ah_cmd_clean (ah_cmd_strf ("%.100s", ah_cmd_jstr (rt, "image_error", "")));
     }
     ah_cmd_print_table (rows, json_array_size (list) + 1, 7);
+}
+
+//  Each host agent, then why for those that are not up.
+static void s_print_hosts (json_t *list)
+{
+    if (json_array_size (list) == 0) {
+        printf ("no host agents (sandbox.driver is not remote: the server runs its sandboxes itself)\n");
+        return;
+    }
+    static const char *const header [] = { "NAME", "STATE", "VERSION", "PROTOCOL", "ENDPOINT",
+                                           "UNREACHABLE SANDBOXES" };
+    static const char *const keys [] = { "name", "state", "version", "protocol", "endpoint",
+                                         "unreachable_sandboxes" };
+    ah_cmd_print_objects (list, header, keys, 6);
+    for (size_t i = 0; i < json_array_size (list); i++) {
+        json_t *h = json_array_get (list, i);
+        const char *error = ah_cmd_jstr (h, "error", NULL);
+        if (!error)
+            continue;
+        char *line = ah_cmd_clean (ah_cmd_strf ("%s: %s", ah_cmd_jstr (h, "name", "?"), error));
+        printf ("%s\n", line ? line : "");
+        free (line);
+    }
+}
+
+static int s_cmd_hosts (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+{
+    const char *pos [1];
+    int npos, rc = s_parse_simple (c, argc, argv, co, pos, 0, &npos);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    return ah_cmd_show_list (co, "/api/v1/hosts", "hosts", s_print_hosts);
 }
 
 static void s_print_agent_list (json_t *agents)
@@ -640,8 +703,10 @@ int main (int argc, char **argv)
         return AH_EXIT_USAGE;
     }
     //  serve first: it must start before any thread (curl's included).
-    if (!strcmp (name, "serve"))
+    if (!strcmp (name, "serve") || !strcmp (name, "hostd"))
         return s_cmd_serve (c, argc - 2, argv + 2);
+    if (!strcmp (name, "doctor"))
+        return s_cmd_doctor (c, argc - 2, argv + 2);
 
     ah_common_t co = { .config = getenv ("AGENTHOLD_CONFIG") };
     if (co.config && !*co.config)
@@ -666,6 +731,8 @@ int main (int argc, char **argv)
         status = s_cmd_tap (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "log"))
         status = s_cmd_log (c, argc - 2, argv + 2, &co);
+    else if (!strcmp (name, "hosts"))
+        status = s_cmd_hosts (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "runtimes"))
         status = s_cmd_runtimes (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "exec"))

@@ -14,6 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+//  Where hostd listens and the server looks for it, by default.
+#define AH_CONFIG_HOSTD_ENDPOINT "ipc:///run/agenthold-hostd/hostd.sock"
+
 typedef struct {
     //  server.*
     char   *listen;                 //  "127.0.0.1:8080"
@@ -42,6 +45,15 @@ typedef struct {
     char   *runtime;                //  NULL = engine default
     char   *server_container;       //  NULL = detect
     char   *sandboxd_volume;        //  NULL = bind-mount dirname(sandboxd_path)
+    //  sandbox.remote.* (the remote driver: a host agent, docs/hostd.md)
+    char   *remote_endpoint;        //  "ipc:///run/agenthold-hostd/hostd.sock" or tcp://host:port
+    char   *remote_server_key;      //  hostd's CURVE public key (Z85, 40 characters); NULL = none
+    double  remote_timeout_s;       //  5: silence after which the host is unreachable
+    //  hostd.* (`agenthold hostd`, the process holding the Docker socket)
+    char   *hostd_endpoint;         //  where hostd listens; same default as remote_endpoint
+    char   *hostd_name;             //  NULL = this machine's hostname
+    char   *hostd_data_dir;         //  hostd's own state (subnets, CURVE keys)
+    char   *hostd_server_user;      //  the only user that may open the ipc socket; NULL = hostd's own
     //  limits.* (what lua/limits.lua reads; PUT /api/v1/policy changes them at run time)
     int64_t tenant_max_sandboxes;   //  10
     int64_t pool_max_sandboxes;     //  20

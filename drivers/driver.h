@@ -76,6 +76,17 @@ typedef struct {
     void       *progress_arg;
 } ah_image_build_t;
 
+//  How the host that runs the sandboxes is doing (drivers with a host
+//  agent: remote). Filled by host_info below.
+typedef struct {
+    char    name [64];              //  the host's name ("b1"); the endpoint until it answered
+    char    endpoint [128];         //  where it is reached
+    char    version [32];           //  its agenthold version, "" until it answered
+    int64_t protocol;               //  its protocol, 0 until it answered
+    char    state [16];             //  "up" | "unreachable" | "refused"
+    char    error [512];            //  why, when not up ("" when up)
+} ah_host_info_t;
+
 typedef struct ah_driver_t ah_driver_t;
 
 struct ah_driver_t {
@@ -122,12 +133,18 @@ struct ah_driver_t {
     //  Polls *stop (may be NULL) and gives up with -1 once it is non-zero.
     int  (*image_build)  (ah_driver_t *self, const ah_image_build_t *build,
                           volatile int *stop, char **err);
+    //  Optional (NULL when the driver runs the sandboxes itself): the
+    //  state of the host agent as the last call found it. 0 / -1.
+    //  watch then also calls on_change (arg, NULL, "unreachable") before
+    //  it returns -1 because the host agent stopped answering or was
+    //  refused (its err says why), and "connected" once it answers again.
+    int  (*host_info)    (ah_driver_t *self, ah_host_info_t *info);
 };
 
 //  Frees a NULL-terminated id list from list().
 void ah_driver_free_ids (char ***ids_p);
 
-//  The backend named by config->driver ("docker" | "fake"); config is
+//  The backend named by config->driver ("docker" | "remote" | "fake"); config is
 //  borrowed and must outlive the driver. NULL with *err (caller frees)
 //  naming the problem. Free with self->destroy_driver (&self).
 ah_driver_t *ah_driver_new (const ah_config_t *config, char **err);

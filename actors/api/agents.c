@@ -6,7 +6,8 @@
 #include <string.h>
 
 #define AGENT_SELECT \
-    "SELECT a.id, a.name, s.state, s.error, a.image, a.cpus, a.memory_mb, a.idle_minutes," \
+    "SELECT a.id, a.name, CASE WHEN s.unreachable IS NULL THEN s.state ELSE 'unreachable' END," \
+    " coalesce (s.unreachable, s.error), a.image, a.cpus, a.memory_mb, a.idle_minutes," \
     " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why, a.tenant," \
     " s.home_lost, a.runtime, s.progress" \
     " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id" \

@@ -111,7 +111,9 @@ static int s_agent (ah_api_events_t *self, const char *key, const char *tenant, 
 {
     memset (out, 0, sizeof *out);
     sqlite3_stmt *st = ah_store_prepare (self->store,
-        "SELECT a.id, a.name, a.tenant, s.state, s.error FROM agents a"
+        "SELECT a.id, a.name, a.tenant,"
+        " CASE WHEN s.unreachable IS NULL THEN s.state ELSE 'unreachable' END,"
+        " coalesce (s.unreachable, s.error) FROM agents a"
         " LEFT JOIN sandboxes s ON s.agent_id = a.id"
         " WHERE (a.id = :key OR a.name = :key) AND (:tenant IS NULL OR :tenant = '' OR a.tenant = :tenant)"
         " ORDER BY a.id = :key DESC LIMIT 1");

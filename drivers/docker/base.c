@@ -135,6 +135,25 @@ s_say (const ah_image_build_t *build, const char *fmt, ...)
         build->on_progress (build->progress_arg, text);
 }
 
+//  mmdebstrap's path on PATH (found before the fork: the child of a
+//  threaded process calls only async-signal-safe functions). Caller frees.
+static char *
+s_which (const char *name)
+{
+    const char *path = getenv ("PATH");
+    char *copy = strdup (path && *path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    char *found = NULL, *save = NULL;
+    for (char *dir = copy ? strtok_r (copy, ":", &save) : NULL; dir && !found; dir = strtok_r (NULL, ":", &save)) {
+        char *candidate = ah_strf ("%s/%s", dir, name);
+        if (candidate && access (candidate, X_OK) == 0)
+            found = candidate;
+        else
+            free (candidate);
+    }
+    free (copy);
+    return found;
+}
+
 //  mmdebstrap SUITE into tar_path. 0 / -1 with *err.
 static int
 s_mmdebstrap (docker_t *self, const ah_image_build_t *build, const char *suite, const char *tar_path,
@@ -145,6 +164,12 @@ s_mmdebstrap (docker_t *self, const ah_image_build_t *build, const char *suite, 
         ah_dk_err (err, "the host has no apt sources (/etc/apt/sources.list.d/debian.sources) to make a Debian base from");
         return -1;
     }
+    char *program = s_which ("mmdebstrap");
+    if (!program) {
+        ah_dk_err (err, "making %s needs mmdebstrap, which is not installed here "
+                   "(apt-get install mmdebstrap; ./scripts/install-deps installs it)", build->base_image);
+        return -1;
+    }
     char *log_path = ah_strf ("%s.log", tar_path);
     int in = open (sources, O_RDONLY | O_CLOEXEC);
     int out = log_path ? open (log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
@@ -153,19 +178,25 @@ s_mmdebstrap (docker_t *self, const ah_image_build_t *build, const char *suite, 
         if (in >= 0) close (in);
         if (out >= 0) close (out);
         free (log_path);
+        free (program);
         return -1;
     }
+    char *const argv [] = { "mmdebstrap", "--variant=minbase", "--mode=auto", "--format=tar",
+                            "--aptopt=Acquire::Retries \"3\"", (char *) suite, (char *) tar_path, "-", NULL };
     pid_t pid = fork ();
     if (pid == 0) {
+        //  Async-signal-safe calls only until execv.
         dup2 (in, 0);
         dup2 (out, 1);
         dup2 (out, 2);
         setpgid (0, 0);
-        execlp ("mmdebstrap", "mmdebstrap", "--variant=minbase", "--mode=auto", "--format=tar",
-                "--aptopt=Acquire::Retries \"3\"", suite, tar_path, "-", (char *) NULL);
-        dprintf (2, "exec mmdebstrap: %s\n", strerror (errno));
+        execv (program, argv);
+        static const char msg [] = "exec mmdebstrap failed\n";
+        if (write (2, msg, sizeof msg - 1) < 0)
+            _exit (126);
         _exit (127);
     }
+    free (program);
     close (in);
     close (out);
     if (pid < 0) {
@@ -199,12 +230,7 @@ s_mmdebstrap (docker_t *self, const ah_image_build_t *build, const char *suite, 
     else
     if (!WIFEXITED (status) || WEXITSTATUS (status) != 0) {
         char *tail = s_log_tail (log_path);
-        if (WIFEXITED (status) && WEXITSTATUS (status) == 127)
-            ah_dk_err (err, "making %s needs mmdebstrap, which is not installed here "
-                       "(apt-get install mmdebstrap; ./scripts/install-deps installs it): %s",
-                       build->base_image, tail ? tail : "");
-        else
-            ah_dk_err (err, "making %s with mmdebstrap from the host's mirror failed (exit %d): %s",
+        ah_dk_err (err, "making %s with mmdebstrap from the host's mirror failed (exit %d): %s",
                        build->base_image, WIFEXITED (status) ? WEXITSTATUS (status) : -1, tail ? tail : "");
         free (tail);
         rc = -1;

@@ -257,6 +257,7 @@ static void *
 s_probe_thread (void *arg)
 {
     probe_args_t *a = arg;
+    pthread_setname_np (pthread_self (), "ah-fw-probe");
     char *report = NULL;
     int rc = ah_docker_check_isolation (a->driver, a->tunnel_port, &report);
     if (rc == 0)

@@ -17,14 +17,20 @@ build    A base_image runtime with setup commands and pip packages from a
          index holding a wheel made here): the agent imports the package,
          sees the setup's mark and the env var; `agenthold runtimes` says
          present; a second create reuses the image (no build).
+base     A base the engine does not have and no registry serves
+         (debian:12-slim, the host's release under another tag): the pull
+         fails, the driver makes it with mmdebstrap from the host's mirror
+         and imports it, the runtime is built on it; progress says so.
+         Run on every machine (the shipped scenario meets this path only
+         on a fresh one); the base and the runtime are removed after.
 failed   A base_image runtime whose setup fails: tried 3 times at start,
          then "error" with the reason in `agenthold runtimes`; a create
          asks again (2 attempts, "attempt 2 of 2" in the progress), then
          the agent is in error with the build's reason, and create exits 1
          saying it.
 
-usage: runtimes_docker.py AGENTHOLD_BINARY shipped|build|failed
-Exits 77 without a Docker Engine. Ports 18700-18729, pool
+usage: runtimes_docker.py AGENTHOLD_BINARY shipped|build|failed|base
+Exits 77 without a Docker Engine. Ports 18700-18729 and 18740-18749, pool
 10.213.192.0/20, prefix dockerruntimes<scenario><pid>. The shipped
 runtimes' images (agenthold/rt-debian:*, debian:bookworm-slim,
 agenthold/busybox:2) are kept between tests: built once per machine, as a
@@ -46,8 +52,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import engine, q, Harness  # noqa: E402
 
 SCENARIO = sys.argv[2] if len(sys.argv) > 2 else "shipped"
-PORTS = {"shipped": (18700, 18710), "build": (18710, 18720), "failed": (18720, 18730)}[SCENARIO]
-POOL = {"shipped": "10.213.192.0/22", "build": "10.213.196.0/22", "failed": "10.213.200.0/22"}[SCENARIO]
+PORTS = {"shipped": (18700, 18710), "build": (18710, 18720), "failed": (18720, 18730),
+         "base": (18740, 18750)}[SCENARIO]
+POOL = {"shipped": "10.213.192.0/22", "build": "10.213.196.0/22", "failed": "10.213.200.0/22",
+        "base": "10.213.204.0/22"}[SCENARIO]
 h = Harness("docker.runtimes" + SCENARIO, sys.argv[1], POOL, PORTS, shipped_catalog=True)
 # The shipped defaults, not the harness's test image and small memory.
 for key in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB"):
@@ -291,4 +299,35 @@ def failed(h):
     h.check(rc == 0, "rm: %s" % err)
 
 
-sys.exit(h.run({"shipped": shipped, "build": build, "failed": failed}[SCENARIO]))
+def base(h):
+    with open("/etc/os-release") as f:
+        release = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+    if release.get("ID") != "debian" or release.get("VERSION_ID", "").strip('"') != "12":
+        print("*** docker.runtimes.base: the host is not Debian 12; the base it can make is another ***",
+              file=sys.stderr)
+        return
+    tag = "debian:12-slim"
+    st, _ = engine("GET", "/images/%s/json" % q(tag))
+    h.check(st == 404, "the engine has no %s to begin with (remove it to run this test)" % tag)
+    h.cleanups.append(lambda: engine("DELETE", "/images/%s?force=true" % q(tag)))
+    alias = "base%d" % os.getpid()
+    write_catalog([{
+        "alias": alias, "description": "A runtime on a base made here.", "base_image": tag,
+        "setup_commands": ["echo made > /etc/base-marker"]}])
+    forget_image(alias)
+    h.start_server()
+    rc, out, err = run("create", "basil", timeout=600)
+    h.check(rc == 0 and "state:            running" in out, "create on a made base: %d %s %s" % (rc, out, err))
+    h.check("making debian:12-slim from the host's Debian mirror" in err, "create says the base is being made: %r" % err)
+    st, img = engine("GET", "/images/%s/json" % q(tag))
+    h.check(st == 200, "the base is in the engine now")
+    out = as_agent("basil", "cat /etc/base-marker; . /etc/os-release; echo $VERSION_ID; id -u; ls -d ~")
+    h.check(out == "made\n12\n10001\n/home/agent\n", "the runtime runs on the made base: %r" % out)
+    with open(h.log) as f:
+        log = f.read()
+    h.check("making it from the host's Debian mirror instead" in log and "made debian:12-slim" in log,
+            "the log says why and what it made")
+    run("rm", "basil", timeout=120)
+
+
+sys.exit(h.run({"shipped": shipped, "build": build, "failed": failed, "base": base}[SCENARIO]))

@@ -662,6 +662,67 @@ static void test_observed (const char *id)
     zsock_destroy (&rec);
 }
 
+//  HOST_STATE as the reconciler sends it with the remote driver.
+static void s_host_state (zsock_t *rec, const char *state, const char *error)
+{
+    ah_msg_t *m = ah_msg_new ("HOST_STATE");
+    ah_msg_set_str (m, "host", "b1");
+    ah_msg_set_str (m, "endpoint", "ipc:///run/agenthold-hostd/hostd.sock");
+    ah_msg_set_str (m, "state", state);
+    ah_msg_set_str (m, "version", "0.1.0");
+    ah_msg_set_int (m, "protocol", 1);
+    if (error)
+        ah_msg_set_str (m, "error", error);
+    ah_msg_send (&m, rec, "lifecycle");
+}
+
+//  A host agent away: the sandbox at rest shows unreachable with why, its
+//  state kept underneath; requests but destroy are refused; back, the
+//  flag goes and its state is published again. Nothing is re-created.
+static void test_unreachable (const char *id)
+{
+    //  Another name than test_observed's (a bus name is taken until its
+    //  old connection is gone).
+    zsock_t *rec = ah_bus_connect ("reconciler-host");
+    s_drain_events ();
+    int creates = atomic_load (&s_drv.creates), starts = atomic_load (&s_drv.starts);
+    const char *why = "host b1 (ipc:///x) does not answer";
+    s_host_state (rec, "unreachable", why);
+    char error [256] = "";
+    CHECK (s_saw_event (id, "unreachable", error, sizeof error) && streq (error, why));
+    CHECK (s_col_is (id, "state", "running") && s_col_is (id, "unreachable", why));
+    CHECK (s_count ("SELECT count(*) FROM hosts WHERE name = 'b1' AND state = 'unreachable'"
+                    " AND :id IS NOT NULL", id) == 1);
+    ah_msg_t *reply = s_op ("SANDBOX_START", id);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 409
+           && strstr (ah_msg_str (reply, "error"), "is unreachable")
+           && strstr (ah_msg_str (reply, "error"), why));
+    ah_msg_destroy (&reply);
+    reply = s_op ("SANDBOX_STOP", id);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 409);
+    ah_msg_destroy (&reply);
+    //  Hostile: no state, an unknown state; nothing moves.
+    s_host_state (rec, "exploded", NULL);
+    ah_msg_t *m = ah_msg_new ("HOST_STATE");
+    ah_msg_send (&m, rec, "lifecycle");
+    zclock_sleep (100);
+    CHECK (s_col_is (id, "unreachable", why));
+    //  Back: the flag goes, running is published again.
+    s_host_state (rec, "up", NULL);
+    CHECK (s_saw_event (id, "running", NULL, 0));
+    CHECK (s_count ("SELECT count(*) FROM sandboxes WHERE agent_id = :id AND unreachable IS NULL", id) == 1);
+    CHECK (s_count ("SELECT count(*) FROM hosts WHERE state = 'up' AND seen_at IS NOT NULL"
+                    " AND :id IS NOT NULL", id) == 1);
+    CHECK (atomic_load (&s_drv.creates) == creates && atomic_load (&s_drv.starts) == starts);
+    reply = s_op ("SANDBOX_STOP", id);
+    CHECK (s_status (&reply) == 202);
+    CHECK (s_wait_state (id, "sleeping", 5000));
+    reply = s_op ("SANDBOX_START", id);
+    CHECK (s_status (&reply) == 202);
+    CHECK (s_wait_state (id, "running", 5000));
+    zsock_destroy (&rec);
+}
+
 static void test_destroy (const char *id)
 {
     s_drain_events ();
@@ -950,6 +1011,7 @@ int main (void)
         test_update_and_rebuild (id);
         test_hello (id);
         test_observed (id);
+        test_unreachable (id);
         test_destroy (id);
     }
     free (id);
