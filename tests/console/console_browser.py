@@ -158,6 +158,9 @@ def run_browser(srv, tmp, shots):
         page.click("#create-form button")
         wait(lambda: page.agent_row("webby") == "running", lambda: "the new agent to show running (it shows %r)"
              % page.agent_row("webby"), 30)
+        status, created = srv.call("GET", "/api/v1/agents/webby", acme_tok)
+        check(created["runtime"] and created["runtime"] in page.text("agents-body"),
+              "created on the catalog's default runtime, shown: %s" % created["runtime"])
         check(page.agent_row("secret-plans") is None, "another tenant's agent is absent")
         check(theirs["name"] not in page.text("agents-body") and theirs["id"] not in d.page_source,
               "no trace of another tenant's agent on the page")
@@ -210,6 +213,15 @@ def run_browser(srv, tmp, shots):
         status, listing = srv.call("GET", "/api/v1/agents/webby/files?path=.", acme_tok)
         names = [e["name"] for e in listing["entries"]]
         check("every-byte.bin" in names and "notes" not in names, "the home as the API sees it: %s" % names)
+
+        # The briefing of its runtime, as the API has it.
+        page.click("#tab-briefing")
+        status, briefing = srv.call("GET", "/api/v1/agents/webby/briefing", acme_tok)
+        check(status == 200 and briefing["text"], "the API's briefing: %d %s" % (status, briefing))
+        wait(lambda: page.text("briefing") == briefing["text"], lambda: "the briefing on the page (%r)"
+             % page.text("briefing-status"))
+        check(briefing["runtime"] in page.text("briefing-status"), "the runtime named")
+        page.shot("briefing")
 
         # Stop: sleeping shows without a reload; the terminal wakes it.
         page.click("#tab-terminal")

@@ -120,8 +120,9 @@ function signOut(message) {
   agents.clear();
   eventLog.length = 0;
   // Nothing of the signed-in person stays on the page.
-  for (const id of ["agents-body", "files-body", "events", "audit", "crumbs", "preview"]) $(id).replaceChildren();
-  for (const id of ["agents-status", "agent-summary", "agent-error", "files-status", "term-status", "agent-title"]) say(id, "");
+  for (const id of ["agents-body", "files-body", "events", "audit", "crumbs", "preview", "briefing"]) $(id).replaceChildren();
+  for (const id of ["agents-status", "agent-summary", "agent-error", "files-status", "term-status", "agent-title",
+                    "briefing-status"]) say(id, "");
   term.reset();
   $("who").textContent = "";
   $("signout").hidden = true;
@@ -141,7 +142,7 @@ window.addEventListener("hashchange", route);
 
 function route() {
   if (!token) { show("signin"); return; }
-  const m = /^#\/agent\/([0-9a-f]{12})(?:\/(terminal|files|log))?$/.exec(location.hash);
+  const m = /^#\/agent\/([0-9a-f]{12})(?:\/(terminal|files|log|briefing))?$/.exec(location.hash);
   const leaving = view.name === "agent" && (!m || m[1] !== view.id);
   if (leaving) closeTerminal();
   if (m) {
@@ -194,7 +195,7 @@ function sleepsText(a) {
 function stateCell(a) {
   const cell = el("td", { class: "state-cell" },
     el("span", { class: `state state-${a.state}`, text: a.state }));
-  if (PROGRESS[a.state]) cell.append(el("span", { class: "flag", text: PROGRESS[a.state] }));
+  if (a.progress || PROGRESS[a.state]) cell.append(el("span", { class: "flag", text: a.progress || PROGRESS[a.state] }));
   if (a.state === "error" && a.error) cell.append(el("span", { class: "flag error", text: a.error }));
   if (a.needs_rebuild) cell.append(el("span", { class: "flag", text: "needs a rebuild" }));
   if (a.home_lost) cell.append(el("span", { class: "flag error", text: `home lost: ${a.home_lost}` }));
@@ -222,7 +223,7 @@ function renderAgents() {
     el("td", {}, el("a", { href: `#/agent/${a.id}`, text: a.name }),
        me && me.admin ? el("span", { class: "badge", text: a.tenant }) : null),
     stateCell(a),
-    el("td", { text: a.image || "" }),
+    el("td", { text: a.runtime || a.image || "" }),
     el("td", { text: String(a.cpus ?? "") }),
     el("td", { text: a.memory_mb ? `${a.memory_mb} MB` : "" }),
     el("td", { text: a.last_activity_at ? new Date(a.last_activity_at).toLocaleString() : "" }),
@@ -327,20 +328,23 @@ async function loadRuntimes() {
   try {
     const { runtimes } = await api("GET", "/api/v1/runtimes");
     const select = $("create-runtime");
-    select.replaceChildren(el("option", { value: "", text: "server default" }),
-      ...runtimes.map((rt) => el("option", { value: rt.name, "data-image": rt.image, text: `${rt.name} (${rt.image})` })));
-    select.addEventListener("change", () => {
-      const rt = runtimes.find((x) => x.name === select.value);
-      $("create-runtime-info").textContent = rt ? `${rt.description || ""}${rt.image_state ? ` · image ${rt.image_state}` : ""}` : "";
-    });
+    const alias = (rt) => rt.alias || rt.name;
+    select.replaceChildren(...runtimes.map((rt) => el("option", { value: alias(rt), selected: rt.default === true,
+      text: `${alias(rt)}${rt.default ? " (default)" : ""}` })));
+    const describe = () => {
+      const rt = runtimes.find((x) => alias(x) === select.value);
+      $("create-runtime-info").textContent = rt ? [rt.description, rt.image_state && `image ${rt.image_state}`,
+        rt.progress, rt.image_error].filter(Boolean).join(" · ") : "";
+    };
+    select.addEventListener("change", describe);
+    describe();
   } catch { /* no catalog: the server default image */ }
 }
 
 $("create-form").addEventListener("submit", async (e) => {
   e.preventDefault();
   const body = { name: $("create-name").value.trim() };
-  const opt = $("create-runtime").selectedOptions[0];
-  if (opt && opt.dataset.image) body.image = opt.dataset.image;
+  if ($("create-runtime").value) body.runtime = $("create-runtime").value;
   if ($("create-cpus").value) body.cpus = Number($("create-cpus").value);
   if ($("create-memory").value) body.memory_mb = Number($("create-memory").value);
   try {
@@ -364,13 +368,13 @@ function renderAgentPage(first) {
     return;
   }
   $("agent-title").textContent = a.name;
-  const parts = [a.state, a.image, `${a.cpus} CPUs`, `${a.memory_mb} MB`, sleepsText(a)].filter(Boolean);
+  const parts = [a.state, a.runtime ? `runtime ${a.runtime}` : a.image, `${a.cpus} CPUs`, `${a.memory_mb} MB`, sleepsText(a)].filter(Boolean);
   if (first || !$("agent-summary").textContent) say("agent-summary", parts.join(" · "));
   $("agent-summary").dataset.state = a.state;
   say("agent-error", a.state === "error" && a.error ? a.error : "", true);
   $("agent-actions").replaceChildren(...actionButtons(a),
     el("span", { class: "sleeps", "data-id": a.id, text: sleepsText(a) }));
-  for (const tab of ["terminal", "files", "log"]) {
+  for (const tab of ["terminal", "files", "log", "briefing"]) {
     $(`tab-${tab}`).setAttribute("aria-selected", String(view.tab === tab));
     $(`pane-${tab}`).hidden = view.tab !== tab;
   }
@@ -379,10 +383,11 @@ function renderAgentPage(first) {
     if (view.tab === "terminal" && !socket) terminalOffer(a);
     if (view.tab === "files") loadFiles();
     if (view.tab === "log") loadLog();
+    if (view.tab === "briefing") loadBriefing();
   }
 }
 
-for (const tab of ["terminal", "files", "log"])
+for (const tab of ["terminal", "files", "log", "briefing"])
   $(`tab-${tab}`).addEventListener("click", () => { location.hash = `#/agent/${view.id}/${tab}`; });
 
 // Terminal
@@ -672,6 +677,21 @@ async function loadLog() {
     })));
   } catch (err) {
     $("audit").replaceChildren(el("li", { class: "error", text: err.message }));
+  }
+}
+
+// Briefing: what the agent is told about its runtime.
+async function loadBriefing() {
+  const id = view.id;
+  say("briefing-status", "Reading…");
+  try {
+    const answer = await api("GET", `${agentPath(id)}/briefing`);
+    if (view.id !== id) return;
+    $("briefing").textContent = answer.text || "";
+    say("briefing-status", answer.runtime ? `The briefing of runtime ${answer.runtime}:` : "");
+  } catch (err) {
+    $("briefing").textContent = "";
+    say("briefing-status", err.message, err.status !== 404);
   }
 }
 
