@@ -21,6 +21,11 @@
 //  *err (caller frees) on a bad pool, prefix or database.
 ah_driver_t *ah_docker_driver_new (const ah_config_t *config, char **err);
 
+//  <data_dir>/homes/<agent_id>: the directory the home volume is bound
+//  to (drivers/docker/volume.c), whatever sandbox.driver says (agenthold
+//  hostd runs this driver under the remote one). Caller frees.
+char *ah_docker_home_dir (const ah_config_t *config, const char *agent_id);
+
 //  The container id (64 hex) a process runs in, from its mountinfo
 //  (/proc/self/mountinfo): the "containers/<id>/" part of the source of
 //  the /etc/hostname mount Docker makes. NULL on the host. Caller frees.

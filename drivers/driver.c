@@ -29,7 +29,7 @@ char *ah_driver_home_dir (const ah_config_t *config, const char *agent_id)
     if (strcmp (config->driver, "fake") == 0)
         return ah_strf ("%s/fake/%s/home", config->data_dir, agent_id);
     if (strcmp (config->driver, "docker") == 0)
-        return ah_strf ("%s/homes/%s", config->data_dir, agent_id);
+        return ah_docker_home_dir (config, agent_id);
     return NULL;
 }
 

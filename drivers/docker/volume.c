@@ -63,6 +63,12 @@ s_same_path_on_host (docker_t *self, const char *dir, char **err)
     return rc;
 }
 
+char *
+ah_docker_home_dir (const ah_config_t *config, const char *agent_id)
+{
+    return ah_strf ("%s/homes/%s", config->data_dir, agent_id);
+}
+
 int
 ah_dk_home_volume_ensure (docker_t *self, const char *agent_id, char **err)
 {
@@ -71,7 +77,7 @@ ah_dk_home_volume_ensure (docker_t *self, const char *agent_id, char **err)
     char *what = ah_strf ("creating home volume %s", n.volume);
     char *path = ah_strf ("/volumes/%s", n.volume);
     char *root = ah_strf ("%s/homes", self->config->data_dir);
-    char *dir = ah_driver_home_dir (self->config, agent_id);
+    char *dir = ah_docker_home_dir (self->config, agent_id);
     int rc = -1;
     if (!what || !path || !root || !dir) {
         ah_dk_err (err, "creating the home volume of %s: out of memory", agent_id);
@@ -119,7 +125,7 @@ ah_dk_home_volume_remove (docker_t *self, const char *agent_id, char **err)
     if (ah_dk_simple (self, &how, "removing volume", n.volume, err))
         return -1;
     //  The engine leaves a bound volume's files: they go here.
-    char *dir = ah_driver_home_dir (self->config, agent_id);
+    char *dir = ah_docker_home_dir (self->config, agent_id);
     int e = dir ? ah_homefs_remove (dir) : -ENOMEM;
     if (e)
         ah_dk_err (err, "removing the files of home volume %s in %s: %s", n.volume,

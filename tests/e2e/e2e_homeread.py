@@ -352,7 +352,7 @@ def main():
         t0 = time.time()
         fn()
         print("%-10s ok (%.1f s)" % (name, time.time() - t0))
-    print("e2e.homeread: %d checks passed" % check.n)
+    print("e2e.homeread: %d checks passed" % check.count)
 
 
 def cleanup_locked():

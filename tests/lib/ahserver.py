@@ -130,20 +130,6 @@ def request(port, method, path, body=None, token=None, headers=None, timeout=60)
         c.close()
 
 
-class Checks:
-    """check(cond, what): counts, and raises fail(what) when cond is
-    false; .n is how many were made."""
-
-    def __init__(self, fail):
-        self.fail = fail
-        self.n = 0
-
-    def __call__(self, cond, what):
-        self.n += 1
-        if not cond:
-            raise self.fail(what)
-
-
 def call_json(port, token, method, path, body=None, expect=200, check=None, timeout=60):
     """request() with the answer parsed: (status, JSON or None). With
     expect (not None) and check, checks the status is expect."""
