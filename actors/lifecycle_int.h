@@ -39,6 +39,7 @@ typedef struct {
     double  cpus;
     int64_t memory_mb;
     int64_t pids_limit;
+    bool needs_network;             //  the runtime needs a network (false: none at all)
     bool cleanup;                   //  a stop that changes no state (after a hello timeout)
     pthread_t thread;
 } job_t;

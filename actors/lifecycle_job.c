@@ -17,7 +17,8 @@ static void *s_worker (void *arg)
     job_t *job = arg;
     char *err = NULL;
     int rc = -1;
-    ah_sandbox_spec_t spec = { job->agent_id, job->image, job->cpus, job->memory_mb, job->pids_limit };
+    ah_sandbox_spec_t spec = { job->agent_id, job->image, job->cpus, job->memory_mb, job->pids_limit,
+                               job->needs_network };
     ah_sandbox_status_t status = { .exit_code = -1 };
     ah_driver_t *d = job->driver;
     if (streq (job->op, "create"))

@@ -62,6 +62,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.idle_minutes",             T_DOUBLE,   F (idle_minutes), NULL },
     { "sandbox.idle_check_interval",      T_DURATION, F (idle_check_interval_s), NULL },
     { "sandbox.tunnel_listen",            T_STR,      F (tunnel_listen), NULL },
+    { "sandbox.tunnel_socket",            T_OPT,      F (tunnel_socket), "default" },
     { "sandbox.sandboxd_path",            T_PATH,     F (sandboxd_path), NULL },
     { "sandbox.docker.socket",            T_STR,      F (docker_socket), NULL },
     { "sandbox.docker.name_prefix",       T_STR,      F (name_prefix), NULL },
@@ -70,6 +71,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.docker.runtime",           T_OPT,      F (runtime), "none" },
     { "sandbox.docker.server_container",  T_OPT,      F (server_container), "detect" },
     { "sandbox.docker.sandboxd_volume",   T_OPT,      F (sandboxd_volume), "none" },
+    { "sandbox.docker.tmp_mb",            T_INT64,    F (tmp_mb), NULL },
     { "limits.tenant_max_sandboxes",      T_INT64,    F (tenant_max_sandboxes), NULL },
     { "limits.pool_max_sandboxes",        T_INT64,    F (pool_max_sandboxes), NULL },
     { "limits.tenant_max_running",        T_INT64,    F (tenant_max_running), NULL },
@@ -194,6 +196,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->runtime = NULL;
     self->server_container = NULL;
     self->sandboxd_volume = NULL;
+    self->tmp_mb = 64;
     self->tenant_max_sandboxes = 10;
     self->pool_max_sandboxes = 20;
     self->tenant_max_running = 0;
@@ -761,6 +764,16 @@ static char *s_validate (const ah_config_t *self)
     if (self->pids_limit <= 0)
         return ah_strf ("sandbox.pids_limit = %lld: must be greater than 0",
                           (long long) self->pids_limit);
+    if (self->tmp_mb < 1 || self->tmp_mb > (INT64_C (1) << 20))
+        return ah_strf ("sandbox.docker.tmp_mb = %lld: must be between 1 and 1048576",
+                          (long long) self->tmp_mb);
+    char *sock = ah_config_tunnel_socket (self);
+    size_t sock_len = sock ? strlen (sock) : 0;
+    bool sock_abs = sock && sock [0] == '/';
+    free (sock);
+    if (!sock_abs || sock_len >= 108)
+        return ah_strf ("sandbox.tunnel_socket: must be an absolute path shorter than 108 bytes "
+                        "(a unix socket's limit; the default is <server.data_dir>/run/tunnel.sock)");
     if (!(self->idle_minutes > 0))
         return ah_strf ("sandbox.idle_minutes = %g: must be greater than 0", self->idle_minutes);
     if (!(self->idle_check_interval_s >= 0.1))
@@ -819,4 +832,11 @@ fail:
         free (why);
     ah_config_destroy (&self);
     return NULL;
+}
+
+char *ah_config_tunnel_socket (const ah_config_t *self)
+{
+    if (self->tunnel_socket)
+        return strdup (self->tunnel_socket);
+    return ah_strf ("%s/run/tunnel.sock", self->data_dir ? self->data_dir : ".");
 }

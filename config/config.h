@@ -33,6 +33,7 @@ typedef struct {
     double  idle_minutes;           //  15 (decimals allowed)
     double  idle_check_interval_s;  //  30 ("30s", "1s", "2m", "500ms")
     char   *tunnel_listen;          //  ":8090"
+    char   *tunnel_socket;          //  NULL = <data_dir>/run/tunnel.sock (ah_config_tunnel_socket)
     char   *sandboxd_path;          //  path of the static sandboxd to deploy; default: next to the agenthold binary
     //  sandbox.docker.*
     char   *docker_socket;          //  "/var/run/docker.sock"
@@ -41,7 +42,8 @@ typedef struct {
     int     subnet_bits;            //  28
     char   *runtime;                //  NULL = engine default
     char   *server_container;       //  NULL = detect
-    char   *sandboxd_volume;        //  NULL = bind-mount dirname(sandboxd_path)
+    char   *sandboxd_volume;        //  NULL = bind-mount sandboxd_path alone
+    int64_t tmp_mb;                 //  64: the size of the tmpfs at /tmp in a sandbox
     //  limits.* (what lua/limits.lua reads; PUT /api/v1/policy changes them at run time)
     int64_t tenant_max_sandboxes;   //  10
     int64_t pool_max_sandboxes;     //  20
@@ -62,5 +64,10 @@ void ah_config_destroy (ah_config_t **self_p);
 
 //  "host:port" / ":port" -> host ("" means all) and port. 0 / -1.
 int ah_config_split_listen (const char *listen, char *host, size_t host_size, int *port);
+
+//  The unix socket the tunnel also listens on (sandboxes dial it through
+//  a bind mount of its directory): sandbox.tunnel_socket, or
+//  <data_dir>/run/tunnel.sock. Caller frees.
+char *ah_config_tunnel_socket (const ah_config_t *self);
 
 #endif

@@ -25,6 +25,10 @@ typedef struct {
     double      cpus;
     int64_t     memory_mb;
     int64_t     pids_limit;
+    //  The runtime needs a network (a way out to the internet). false (the
+    //  default): the sandbox has no network at all and reaches the server
+    //  only through the tunnel's unix socket.
+    bool        needs_network;
 } ah_sandbox_spec_t;
 
 //  What the sandbox needs to dial home; the driver composes the tunnel URL

@@ -224,8 +224,8 @@ int ah_boot_load (const char *path, ah_boot_card_t *out, char *err, size_t err_s
 
 int ah_boot_tunnel_url (const char *text, ah_ws_url_t *url, const char **err)
 {
-    if (strncmp (text, "ws://", 5) != 0) {
-        *err = "must start with ws:// (wss is not supported inside the sandbox)";
+    if (strncmp (text, "ws://", 5) != 0 && strncmp (text, "ws+unix://", 10) != 0) {
+        *err = "must start with ws:// or ws+unix:// (wss is not supported inside the sandbox)";
         return -1;
     }
     if (ah_ws_url_parse (text, url, err))

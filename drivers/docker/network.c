@@ -1,7 +1,9 @@
-/*  drivers/docker/network.c: the agent's network, <prefix>-net-<id>: an
-    internal bridge on the agent's subnet (subnet.c), gateway .1, joined
-    by the server's own container at .2 when the server runs in one.
-    Kept across rebuilds; destroy removes it.                           */
+/*  drivers/docker/network.c: the network of an agent whose runtime needs
+    one, <prefix>-net-<id>: a bridge with a way out (the engine's NAT) on
+    the agent's subnet (subnet.c), gateway .1, joined by the server's own
+    container at .2 when the server runs in one. Agents whose runtime
+    needs no network have none (container.c). Kept across rebuilds;
+    destroy removes it.                                                 */
 #include "drivers/docker/docker_int.h"
 
 #include <stdio.h>
@@ -12,12 +14,12 @@
 
 long
 ah_dk_network_post (docker_t *self, const char *what, const char *name, uint32_t base,
-                    json_t *labels, char **message, char **err)
+                    bool outward, json_t *labels, char **message, char **err)
 {
     char *subnet = ah_dk_subnet_string (self, base);
     char *gw = ah_dk_ip_string (base + 1);
     json_t *req = json_pack ("{s:s s:s s:b s:b s:b s:{s:s s:[{s:s s:s}]} s:o}",
-        "Name", name, "Driver", "bridge", "Internal", 1, "CheckDuplicate", 1,
+        "Name", name, "Driver", "bridge", "Internal", !outward, "CheckDuplicate", 1,
         "Attachable", 0,
         "IPAM", "Driver", "default", "Config", "Subnet", subnet ? subnet : "", "Gateway", gw ? gw : "",
         "Labels", labels);
@@ -61,7 +63,7 @@ s_network_create (docker_t *self, const char *agent_id, uint32_t base, char **er
     char *what = ah_strf ("creating network %s", n.network);
     char *msg = NULL;
     int rc = -1;
-    long st = ah_dk_network_post (self, what ? what : "creating a network", n.network, base,
+    long st = ah_dk_network_post (self, what ? what : "creating a network", n.network, base, true,
                                   ah_dk_labels (self, agent_id), &msg, err);
     if (st == 201 || st == 200)
         rc = 0;

@@ -1,7 +1,7 @@
 /*  tests/docker/test_docker_sandboxd.c: the real static sandboxd in a
     sandbox made by the Docker driver: it starts as the entrypoint (under
-    docker-init), reads the boot.json the driver wrote, dials the tunnel
-    URL on the network's gateway with the per-boot token, and answers
+    docker-init), reads the boot.json the driver wrote, dials the tunnel's
+    unix socket (the sandbox has no network) with the per-boot token, and answers
     hello as the agent named in boot.json. The server's side is
     tests/docker/boot_peer.py (the tunnel actor is not needed).
 
@@ -12,6 +12,7 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #define PEER_PORT "18310"
@@ -47,7 +48,13 @@ main (int argc, char **argv)
         goto cleanup;
     }
 
-    char *peer_argv [] = { "/usr/bin/python3", argv [2], "--port", PEER_PORT, "--token", "tok-sb1",
+    //  The peer listens where the tunnel does for a sandbox without a
+    //  network: the unix socket the driver mounts into it.
+    char sock [256], run [200];
+    snprintf (run, sizeof run, "%s/run", fx.dir);
+    snprintf (sock, sizeof sock, "%s/tunnel.sock", run);
+    mkdir (run, 0755);
+    char *peer_argv [] = { "/usr/bin/python3", argv [2], "--unix", sock, "--token", "tok-sb1",
                            "--agent", "0000000000b1", "--out", out, NULL };
     CHECK (posix_spawn (&peer, "/usr/bin/python3", NULL, NULL, peer_argv, environ) == 0);
     usleep (700 * 1000);                    //  the peer binds

@@ -64,7 +64,7 @@ static void *s_worker (void *arg)
     worker_t *w = arg;
     char id [32];
     snprintf (id, sizeof id, "00000000%04x", w->n);
-    ah_sandbox_spec_t spec = { id, "img", 1, 64, 10 };
+    ah_sandbox_spec_t spec = { id, "img", 1, 64, 10, false };
     ah_boot_t boot = { id, "t0k3n", 18402 };
     for (int round = 0; round < 20; round++) {
         char *err = NULL;
@@ -105,13 +105,13 @@ int main (void)
     //  Ids that would leave the directory are refused.
     const char *bad [] = { "../etc", "", "UPPER", "a/b", ".", "0123456789abc", "../../../x", "abc123abc12/" };
     for (size_t i = 0; i < sizeof bad / sizeof bad [0]; i++) {
-        ah_sandbox_spec_t spec = { bad [i], "img", 1, 64, 10 };
+        ah_sandbox_spec_t spec = { bad [i], "img", 1, 64, 10, false };
         CHECK (s_fails_with (d->create (d, &spec, &err), &err, "must be 12 hexadecimal digits"));
         CHECK (s_fails_with (d->destroy (d, bad [i], &err), &err, "must be 12 hexadecimal digits"));
     }
 
     //  create -> start -> stop -> rebuild -> destroy, and what inspect says.
-    ah_sandbox_spec_t spec = { "abc123abc123", "debian:bookworm-slim", 2, 4096, 100 };
+    ah_sandbox_spec_t spec = { "abc123abc123", "debian:bookworm-slim", 2, 4096, 100, false };
     ah_sandbox_status_t st;
     CHECK (d->inspect (d, "abc123abc123", &st, &err) == 0 && !st.exists && !st.running);
     CHECK (d->start ? s_fails_with (d->start (d, &(ah_boot_t) { "abc123abc123", "t", 1 }, &err), &err,

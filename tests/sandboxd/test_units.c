@@ -112,6 +112,26 @@ static void test_passwd (void)
     CHECK (ah_passwd_find (path, "nobody", 0, &pw) == -1);
     CHECK (ah_passwd_find ("/nonexistent", "agent", 0, &pw) == -1);
     unlink (path);
+
+    //  /etc/group: the primary group first, then every group naming the
+    //  account, once each; a name that is a prefix of a member is not it.
+    char gpath [] = "/tmp/ah-group-XXXXXX";
+    fd = mkstemp (gpath);
+    const char *groups = "root:x:0:\nagent:x:1001:\nsudo:x:27:root,agentx\ndocker:x:999:bob,agent\n"
+                         "# agent:x:5:agent\nbroken:x:zz:agent\nvideo:x:44:agent,agent\n";
+    CHECK (write (fd, groups, strlen (groups)) == (ssize_t) strlen (groups));
+    close (fd);
+    gid_t gids [8];
+    int n = ah_group_list (gpath, "agent", 1001, gids, 8);
+    CHECK (n == 3 && gids [0] == 1001 && gids [1] == 999 && gids [2] == 44);
+    CHECK (ah_group_list (gpath, "agent", 1001, gids, 2) == 2);
+    CHECK (ah_group_list (gpath, NULL, 10001, gids, 8) == 1 && gids [0] == 10001);
+    CHECK (ah_group_list ("/nonexistent", "agent", 7, gids, 8) == 1 && gids [0] == 7);
+    gid_t g = 0;
+    CHECK (ah_group_find (gpath, "docker", &g) == 0 && g == 999);
+    CHECK (ah_group_find (gpath, "broken", &g) == -1);
+    CHECK (ah_group_find (gpath, "nobody", &g) == -1);
+    unlink (gpath);
 }
 
 int main (void)
