@@ -27,12 +27,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import Fail, Harness, engine, exec_in  # noqa: E402
+from ahdocker import Fail, Harness, exec_in, host_addresses, host_service  # noqa: E402
 
 h = Harness("docker.firewall", sys.argv[1], "10.213.160.0/20", (18370, 18380))
 RULES = [["INPUT", "-s", h.pool, "-j", "DROP"]]
@@ -57,31 +56,6 @@ def remove_stale_rules():
             iptables("-D", *line.split()[1:])
 
 
-def host_service():
-    """A host service on all addresses (not the tunnel): answers hello."""
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", 0))
-    s.listen(8)
-    s.settimeout(0.5)
-    stop = threading.Event()
-
-    def serve():
-        while not stop.is_set():
-            try:
-                c, _ = s.accept()
-            except OSError:
-                continue
-            try:
-                c.sendall(b"hello-from-host\n")
-            finally:
-                c.close()
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    h.cleanups.append(lambda: (stop.set(), t.join(), s.close()))
-    return s.getsockname()[1]
-
-
 def connects(cid, host, port):
     # busybox nc exits 0 once connected when stdin is empty (-z is not in every build).
     out = exec_in(cid, ["sh", "-c", "nc -w 2 %s %d </dev/null; echo rc=$?" % (host, port)])
@@ -101,26 +75,13 @@ def firewall_line(since):
     raise Fail("no 'host firewall:' line in the server log within 20 s")
 
 
-def host_addresses():
-    """Every IPv4 address of the host, and every gateway the engine's
-    networks have (each is the host's too)."""
-    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
-    addrs = {a for a in out if ":" not in a and not a.startswith("127.")}
-    _, nets = engine("GET", "/networks")
-    for n in nets or []:
-        for cfg in (n.get("IPAM") or {}).get("Config") or []:
-            if cfg.get("Gateway") and ":" not in cfg["Gateway"]:
-                addrs.add(cfg["Gateway"])
-    return sorted(addrs)
-
-
 def can_firewall():
     return os.geteuid() == 0 and shutil.which("iptables") and \
         iptables("-L", "INPUT", "-n").returncode == 0
 
 
 def scenario(h):
-    service = host_service()
+    service = host_service(h)
     # 1. No rule at all: the default runtime's sandbox has no network.
     since = 0
     h.start_server()
