@@ -406,11 +406,17 @@ static char *s_unknown_key (const char *key, const char *where)
     if (close)
         return ah_strf ("unknown key '%s' (%s); did you mean '%s'?", key, where, close->key);
     //  A misspelt section ("polcy:")
-    static const char *sections [] = { "server", "tap", "sandbox", "sandbox.docker", "policy", "catalog" };
+    static const char *sections [] = { "server", "tap", "sandbox", "sandbox.docker", "limits", "policy", "catalog" };
     for (size_t i = 0; i < sizeof sections / sizeof sections [0]; i++)
         if (s_distance (key, sections [i]) <= 2)
             return ah_strf ("unknown key '%s' (%s); did you mean '%s'?", key, where, sections [i]);
     return ah_strf ("unknown key '%s' (%s); docs/configuration.md lists the keys", key, where);
+}
+
+const char *
+ah_config_key (size_t index)
+{
+    return index < KEY_COUNT ? s_keys [index].key : NULL;
 }
 
 static const s_key_t *s_find (const char *key)

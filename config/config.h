@@ -62,6 +62,10 @@ ah_config_t *ah_config_new_defaults (void);
 ah_config_t *ah_config_load (const char *path, char **err);
 void ah_config_destroy (ah_config_t **self_p);
 
+//  The index-th configuration key ("sandbox.docker.socket"), NULL past the
+//  last: for tests and docs that must name every key.
+const char *ah_config_key (size_t index);
+
 //  "host:port" / ":port" -> host ("" means all) and port. 0 / -1.
 int ah_config_split_listen (const char *listen, char *host, size_t host_size, int *port);
 

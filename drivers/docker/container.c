@@ -194,7 +194,7 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
     char *what = ah_strf ("creating container %s", n.container);
     char *path = ah_strf ("/containers/create?name=%s", n.container);
     int rc = -1;
-    for (int attempt = 0; attempt < 2; attempt++) {
+    for (int attempt = 0; attempt < 5; attempt++) {
         char *msg = NULL;
         long st = ah_dk_call_json (self, what, path, json_incref (req), &msg, err);
         if (st == 201 || st == 200)
@@ -203,11 +203,16 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
         if (st == 404)
             ah_dk_err (err, "%s: image '%s' not found (Docker: %s)", what, image, msg ? msg : "");
         else
-        if (st == 409 && attempt == 0) {
+        if (st == 409 && attempt < 4) {
             //  A container of that name survives from an interrupted
             //  create or rebuild: the spec wins, the home is in the volume.
+            //  The create of a server killed mid-request may still be
+            //  under way in the engine and take the name again after our
+            //  removal: then once more, after a pause.
             ah_info (LOG_AREA, "%s: one exists already; replacing it", what);
             free (msg);
+            if (attempt > 0)
+                nanosleep (&(struct timespec) { .tv_nsec = 250 * 1000 * 1000 * attempt }, NULL);
             if (ah_dk_container_remove (self, n.container, err))
                 break;
             continue;
@@ -363,6 +368,13 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     free (url);
     if (rc == 0)
         rc = ah_dk_container_start (self, n.container, err);
+    if (rc && err && *err && strstr (*err, "is ambiguous")) {
+        //  Its network exists twice (an interrupted create): once more.
+        ah_dk_network_dedupe (self, boot->agent_id);
+        free (*err);
+        *err = NULL;
+        rc = ah_dk_container_start (self, n.container, err);
+    }
     return rc;
 }
 

@@ -210,6 +210,10 @@ int      ah_dk_container_remove (docker_t *self, const char *name, char **err);
 #define DK_TUNNEL_DIR       "/run/agenthold"
 //  The capabilities a sandbox keeps (docs/docker.md says why each).
 #define DK_CAPS             "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"
+//  Removes all but one network of the agent's name, the one on its stored
+//  subnet (best effort): two can exist after an interrupted create, and
+//  the engine then refuses the name.
+void     ah_dk_network_dedupe (docker_t *self, const char *agent_id);
 //  sandboxd's read-only mount at /opt/agenthold (a bind of the file alone or the volume).
 json_t  *ah_dk_sandboxd_mount (const docker_t *self);
 //  Writes /etc/agenthold/boot.json (root, 0600) into the container name:

@@ -12,6 +12,7 @@
 
 #define MAX_OVERLAPS    8               //  subnets in a row the engine may refuse
 
+
 long
 ah_dk_network_post (docker_t *self, const char *what, const char *name, uint32_t base,
                     bool outward, json_t *labels, char **message, char **err)
@@ -29,7 +30,8 @@ ah_dk_network_post (docker_t *self, const char *what, const char *name, uint32_t
 }
 
 //  It exists already (a retried create or rebuild): fine if it is on the
-//  same subnet. 0 / -1 with *err.
+//  same subnet (0); on another with nothing on it, removed (2); else -1
+//  with *err.
 static int
 s_network_same (docker_t *self, const char *what, const char *network, uint32_t base, char **err)
 {
@@ -39,9 +41,21 @@ s_network_same (docker_t *self, const char *what, const char *network, uint32_t 
     long st = path ? ah_dk_get (self, what, path, false, &j, err) : -1;
     json_t *cfg = json_array_get (json_object_get (json_object_get (j, "IPAM"), "Config"), 0);
     const char *have = json_string_value (json_object_get (cfg, "Subnet"));
+    json_t *members = json_object_get (j, "Containers");
+    const char *id = json_string_value (json_object_get (j, "Id"));
     int rc = -1;
     if (st == 200 && have && subnet && strcmp (have, subnet) == 0)
         rc = 0;
+    else
+    if (st == 200 && id && json_object_size (members) == 0) {
+        //  Nothing on it: left by a create that was interrupted before
+        //  its subnet was ours to keep. Removed, to be made again.
+        ah_warn (LOG_AREA, "%s: one exists on subnet %s, not %s, with nothing on it: replacing it",
+                 what, have ? have : "(none)", subnet ? subnet : "");
+        dk_simple_t how = { .method = "DELETE", .path_fmt = "/networks/%s", .ok1 = 204, .ok2 = 200,
+                            .absent_ok = true };
+        rc = ah_dk_simple (self, &how, "removing a stray network", id, err) ? -1 : 2;
+    }
     else
     if (st == 200)
         ah_dk_err (err, "%s: a network of that name exists on subnet %s, not %s; destroy the "
@@ -65,11 +79,23 @@ s_network_create (docker_t *self, const char *agent_id, uint32_t base, char **er
     int rc = -1;
     long st = ah_dk_network_post (self, what ? what : "creating a network", n.network, base, true,
                                   ah_dk_labels (self, agent_id), &msg, err);
+    if (st == 409 && s_network_same (self, what, n.network, base, err) == 2) {
+        free (msg);
+        msg = NULL;
+        st = ah_dk_network_post (self, what ? what : "creating a network", n.network, base, true,
+                                 ah_dk_labels (self, agent_id), &msg, err);
+    }
     if (st == 201 || st == 200)
         rc = 0;
     else
-    if (st == 409)
-        rc = s_network_same (self, what, n.network, base, err);
+    if (st == 409) {
+        int same = s_network_same (self, what, n.network, base, err);
+        rc = same == 0 ? 0 : -1;
+        if (same == 2)
+            ah_dk_err (err, "%s: another create of that name is under way; try again", what);
+    }
+    if (rc == 0)
+        ah_dk_network_dedupe (self, agent_id);
     else
     if (st > 0 && msg && strstr (msg, "overlap")) {
         char *subnet = ah_dk_subnet_string (self, base);
@@ -84,6 +110,62 @@ s_network_create (docker_t *self, const char *agent_id, uint32_t base, char **er
     free (msg);
     free (what);
     return rc;
+}
+
+//  Docker's check for a duplicate name is not atomic: the create of a
+//  server killed mid-request and ours can both succeed. Keeps the network
+//  of that exact name on the agent's own subnet (else the oldest) and
+//  removes the others by id (the name is ambiguous to the engine then).
+//  Best effort.
+void
+ah_dk_network_dedupe (docker_t *self, const char *agent_id)
+{
+    dk_names_t n;
+    ah_dk_names (self, agent_id, &n);
+    uint32_t base = ah_dk_subnet_lookup (self, agent_id);
+    char *want = base ? ah_dk_subnet_string (self, base) : NULL;
+    char *filters = ah_dk_filters (json_pack ("{s:[s]}", "name", n.network));
+    char *path = filters ? ah_strf ("/networks?filters=%s", filters) : NULL;
+    free (filters);
+    json_t *list = NULL;
+    if (!path || ah_dk_get (self, "listing networks by name", path, false, &list, NULL) != 200) {
+        free (path);
+        free (want);
+        json_decref (list);
+        return;
+    }
+    free (path);
+    const char *keep = NULL, *keep_created = NULL;
+    bool keep_ours = false;
+    size_t i;
+    json_t *net;
+    json_array_foreach (list, i, net) {
+        const char *nm = json_string_value (json_object_get (net, "Name"));
+        const char *created = json_string_value (json_object_get (net, "Created"));
+        json_t *cfg = json_array_get (json_object_get (json_object_get (net, "IPAM"), "Config"), 0);
+        const char *subnet = json_string_value (json_object_get (cfg, "Subnet"));
+        if (!nm || strcmp (nm, n.network) != 0)
+            continue;           //  the filter matches substrings
+        bool ours = want && subnet && strcmp (subnet, want) == 0;
+        if (!keep || (ours && !keep_ours)
+        ||  (ours == keep_ours && created && keep_created && strcmp (created, keep_created) < 0)) {
+            keep = json_string_value (json_object_get (net, "Id"));
+            keep_created = created;
+            keep_ours = ours;
+        }
+    }
+    json_array_foreach (list, i, net) {
+        const char *nm = json_string_value (json_object_get (net, "Name"));
+        const char *id = json_string_value (json_object_get (net, "Id"));
+        if (!nm || !id || strcmp (nm, n.network) != 0 || (keep && strcmp (id, keep) == 0))
+            continue;
+        ah_warn (LOG_AREA, "network %s exists twice (an interrupted create): removing %.12s", nm, id);
+        dk_simple_t how = { .method = "DELETE", .path_fmt = "/networks/%s", .ok1 = 204, .ok2 = 200,
+                            .absent_ok = true };
+        ah_dk_simple (self, &how, "removing a duplicate network", id, NULL);
+    }
+    free (want);
+    json_decref (list);
 }
 
 //  Connects the server's own container to the network at .2.
@@ -136,6 +218,7 @@ ah_dk_network_remove (docker_t *self, const char *agent_id, char **err)
         free (path);
         free (server);
     }
+    ah_dk_network_dedupe (self, agent_id);
     dk_simple_t how = { .method = "DELETE", .path_fmt = "/networks/%s", .ok1 = 204, .ok2 = 200,
                         .absent_ok = true };
     return ah_dk_simple (self, &how, "removing network", n.network, err);

@@ -122,7 +122,29 @@ static void s_test_shipped_file (void)
     CHECK (config->sandboxd_volume == NULL);
     CHECK_STR (config->lua_dir, defaults->lua_dir);
     CHECK_STR (config->catalog_path, defaults->catalog_path);
+    CHECK (config->tls_cert == NULL && config->tls_key == NULL);
+    CHECK (config->tenant_max_sandboxes == defaults->tenant_max_sandboxes);
+    CHECK (config->pool_max_sandboxes == defaults->pool_max_sandboxes);
+    CHECK (config->tenant_max_running == defaults->tenant_max_running);
+    CHECK (config->pool_max_running == defaults->pool_max_running);
     ah_config_destroy (&defaults);
+    //  ... and names every key, set or commented out ("  leaf:" in its section).
+    FILE *f = fopen (path, "r");
+    CHECK (f != NULL);
+    static char text [65536];
+    size_t size = f ? fread (text, 1, sizeof text - 1, f) : 0;
+    text [size] = 0;
+    if (f)
+        fclose (f);
+    for (size_t i = 0; ah_config_key (i); i++) {
+        const char *key = ah_config_key (i);
+        const char *leaf = strrchr (key, '.');
+        char want [128];
+        snprintf (want, sizeof want, " %s:", leaf ? leaf + 1 : key);
+        if (!strstr (text, want))
+            fprintf (stderr, "  etc/agenthold.yaml does not name %s\n", key);
+        CHECK (strstr (text, want) != NULL);
+    }
     ah_config_destroy (&config);
 
     //  Without a path: etc/agenthold.yaml under the working directory if there is one

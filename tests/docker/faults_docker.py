@@ -89,9 +89,11 @@ def consistent(where):
     by_agent = {c["Labels"].get("agenthold.agent"): c for c in cs}
     for aid, st in states.items():
         c = by_agent.get(aid)
+        mine = ["%s %s %s" % (x["Names"], x["State"], x["Status"]) for x in cs
+                if x["Labels"].get("agenthold.agent") == aid]
         if st == "running":
-            h.check(c and c["State"] == "running", "%s: %s stored running, container %r" %
-                    (where, aid, c and c["State"]))
+            h.check(c and c["State"] == "running", "%s: %s stored running, containers %r" %
+                    (where, aid, mine))
         elif st == "sleeping":
             h.check(c and c["State"] != "running", "%s: %s stored sleeping, container %r" %
                     (where, aid, c and c["State"]))

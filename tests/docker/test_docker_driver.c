@@ -296,6 +296,41 @@ s_sandboxd_volume_mode (eng_fixture_t *fx, char **err)
     d->destroy_driver (&d);
 }
 
+//  An interrupted create can leave two networks of one name (the engine's
+//  duplicate check is not atomic); the engine then refuses to start a
+//  container on it ("is ambiguous"). The driver keeps the oldest and starts.
+static void
+s_duplicate_network (eng_fixture_t *fx, char **err)
+{
+    char net [160], body [400];
+    snprintf (net, sizeof net, "%s-net-0000000000e8", fx->prefix);
+    ah_driver_t *d = ah_docker_driver_new (&fx->config, err);
+    CHECK (d != NULL);
+    if (!d)
+        return;
+    ah_sandbox_spec_t spec = { .agent_id = "0000000000e8", .image = fx->tag };
+    CHECK (d->create (d, &spec, err) == 0);
+    snprintf (body, sizeof body, "{\"Name\":\"%s\",\"CheckDuplicate\":false,\"Internal\":true,"
+              "\"Labels\":{\"agenthold.managed\":\"true\",\"agenthold.prefix\":\"%s\"}}", net, fx->prefix);
+    long st = 0;
+    free (eng_call ("POST", body, &st, "/networks/create"));
+    CHECK (st == 201);
+    ah_boot_t boot = { .agent_id = "0000000000e8", .token = "tok-e8", .tunnel_port = 18302 };
+    int rc = d->start (d, &boot, err);
+    CHECK (rc == 0);
+    if (rc)
+        fprintf (stderr, "start on a duplicated network: %s\n", *err);
+    json_t *list = eng_json ("GET", NULL, &st, "/networks?filters=%s", "%7B%22name%22%3A%5B%22ahtest%22%5D%7D");
+    size_t i, same = 0;
+    json_t *n;
+    json_array_foreach (list, i, n)
+        same += !strcmp (json_string_value (json_object_get (n, "Name")) ?: "", net);
+    json_decref (list);
+    CHECK (same == 1);
+    CHECK (d->destroy (d, "0000000000e8", err) == 0);
+    d->destroy_driver (&d);
+}
+
 //  err says value is not a valid kind, in common/ident.h's words.
 static bool
 s_ident_refusal (const char *err, ah_ident_t kind, const char *value)
@@ -694,6 +729,7 @@ main (void)
     //  each agent network at .2 and boot.json points there.
     s_server_container_mode (&fx, &err);
     s_sandboxd_volume_mode (&fx, &err);
+    s_duplicate_network (&fx, &err);
     s_runtime (&fx, &err);
     s_ident_table (&fx, &err);
 
