@@ -14,6 +14,7 @@
 #include "sandboxd/sandboxd.h"
 #include "sandboxd/boot.h"
 #include "sandboxd/chan.h"
+#include "sandboxd/net.h"
 #include "sandboxd/proc.h"
 #include "proto/ws.h"
 #include "common/log.h"
@@ -564,6 +565,20 @@ int ah_sandboxd_main (int argc, char **argv)
             ah_error ("sandboxd", "%s", err);
         ah_info ("sandboxd", "shells, commands and files run as %s (uid %u, gid %u, %d groups)",
                  user.name, (unsigned) user.uid, (unsigned) user.gid, user.ngroups);
+        //  A sandbox with a network: the destinations the driver names
+        //  become unreachable before anything of the agent runs. Not
+        //  able to: not run at all.
+        ah_boot_card_t card;
+        if (!opts.agent_id && ah_boot_load (self->boot_path, &card, err, sizeof err) == 0
+        &&  card.blocked [0]) {
+            int n = ah_net_block (card.blocked, err, sizeof err);
+            if (n < 0) {
+                ah_error ("sandboxd", "%s: refusing to run", err);
+                s_destroy (self);
+                return 1;
+            }
+            ah_info ("sandboxd", "%d destinations made unreachable (the host, other networks)", n);
+        }
     }
     signal (SIGPIPE, SIG_IGN);
     s_signal_stop = &self->stop;

@@ -167,6 +167,13 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
         "SecurityOpt", "no-new-privileges");
     if (c->runtime && *c->runtime)
         json_object_set_new (host, "Runtime", json_string (c->runtime));
+    if (spec->needs_network) {
+        //  sandboxd makes the host unreachable at boot (prohibit routes in
+        //  the sandbox's own namespace), and no IPv6 reaches it either.
+        json_array_append_new (json_object_get (host, "CapAdd"), json_string (DK_NET_CAP));
+        json_object_set_new (host, "Sysctls", json_pack ("{s:s s:s}",
+            "net.ipv6.conf.all.disable_ipv6", "1", "net.ipv6.conf.default.disable_ipv6", "1"));
+    }
 
     //  sandboxd starts as root (it reads the root-only boot.json, makes the
     //  home the agent's, and drops to the agent account for what it runs),
@@ -238,11 +245,13 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
 
 int
 ah_dk_boot_write (docker_t *self, const char *name, const char *agent_id, const char *token,
-                  const char *tunnel_url, char **err)
+                  const char *tunnel_url, const char *blocked, char **err)
 {
     char *what = ah_strf ("writing /etc/agenthold/boot.json into container %s", name);
     json_t *j = json_pack ("{s:s s:s s:s}", "agent_id", agent_id, "token", token,
                            "tunnel_url", tunnel_url);
+    if (j && blocked)
+        json_object_set_new (j, "blocked", json_string (blocked));
     char *text = j ? json_dumps (j, JSON_COMPACT) : NULL;
     json_decref (j);
     //  etc/, etc/agenthold/, etc/agenthold/boot.json (root, 0600).
@@ -362,7 +371,12 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     //  DK_TUNNEL_DIR, networked or not.
     const char *sock = self->tunnel_socket ? strrchr (self->tunnel_socket, '/') : NULL;
     char *url = sock ? ah_strf ("ws+unix://%s%s:/tunnel", DK_TUNNEL_DIR, sock) : NULL;
-    int rc = url ? ah_dk_boot_write (self, n.container, boot->agent_id, boot->token, url, err) : -1;
+    //  A sandbox with a network (it has a subnet): what it may not reach.
+    uint32_t base = ah_dk_subnet_lookup (self, boot->agent_id);
+    char *blocked = base ? ah_dk_blocked (self, base) : NULL;
+    int rc = url && (!base || blocked)
+           ? ah_dk_boot_write (self, n.container, boot->agent_id, boot->token, url, blocked, err) : -1;
+    free (blocked);
     if (!url)
         ah_dk_err (err, "starting container %s: out of memory", n.container);
     free (url);

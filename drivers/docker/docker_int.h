@@ -200,6 +200,11 @@ long     ah_dk_network_post (docker_t *self, const char *what, const char *name,
 //  it runs in a container. Returns the subnet base, 0 with *err.
 uint32_t ah_dk_network_ensure (docker_t *self, const char *agent_id, char **err);
 int      ah_dk_network_remove (docker_t *self, const char *agent_id, char **err);
+//  What a sandbox on the network at base may not reach, for boot.json's
+//  blocked (sandboxd makes each unreachable at boot): "CIDR CIDR ...",
+//  shorter than DK_BLOCKED_MAX. Caller frees; NULL out of memory.
+#define DK_BLOCKED_MAX      1000
+char    *ah_dk_blocked (docker_t *self, uint32_t base);
 
 //  -------------------------------------------------------------------------
 //  container.c: containers
@@ -210,6 +215,8 @@ int      ah_dk_container_remove (docker_t *self, const char *name, char **err);
 #define DK_TUNNEL_DIR       "/run/agenthold"
 //  The capabilities a sandbox keeps (docs/docker.md says why each).
 #define DK_CAPS             "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"
+//  And for a sandbox with a network: its blocked routes (sandboxd/net.h).
+#define DK_NET_CAP          "NET_ADMIN"
 //  Removes all but one network of the agent's name, the one on its stored
 //  subnet (best effort): two can exist after an interrupted create, and
 //  the engine then refuses the name.
@@ -217,9 +224,11 @@ void     ah_dk_network_dedupe (docker_t *self, const char *agent_id);
 //  sandboxd's read-only mount at /opt/agenthold (a bind of the file alone or the volume).
 json_t  *ah_dk_sandboxd_mount (const docker_t *self);
 //  Writes /etc/agenthold/boot.json (root, 0600) into the container name:
-//  {"agent_id", "token", "tunnel_url"}. 0 / -1 with *err.
+//  {"agent_id", "token", "tunnel_url", "blocked" (when not NULL)}. 0 / -1
+//  with *err.
 int      ah_dk_boot_write (docker_t *self, const char *name, const char *agent_id,
-                           const char *token, const char *tunnel_url, char **err);
+                           const char *token, const char *tunnel_url, const char *blocked,
+                           char **err);
 int      ah_dk_container_start (docker_t *self, const char *name, char **err);
 
 int ah_dk_create (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err);

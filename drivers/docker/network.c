@@ -6,6 +6,9 @@
     destroy removes it.                                                 */
 #include "drivers/docker/docker_int.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,4 +250,43 @@ ah_dk_network_ensure (docker_t *self, const char *agent_id, char **err)
         }
         skip [nskip++] = base;
     }
+}
+
+char *
+ah_dk_blocked (docker_t *self, uint32_t base)
+{
+    //  Private and special ranges (the host's addresses on its bridges and
+    //  LANs, every other container), the pool, and on the agent's own
+    //  subnet the gateway (the host) and .2 (the server's container).
+    char *pool = ah_dk_ip_string (self->pool_base);
+    char *gw = ah_dk_ip_string (base + 1);
+    char *two = ah_dk_ip_string (base + 2);
+    char *out = ah_strf ("10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 169.254.0.0/16 100.64.0.0/10 "
+                         "%s/%d %s/32 %s/32", pool ? pool : "10.213.0.0", self->pool_bits,
+                         gw ? gw : "", two ? two : "");
+    free (pool);
+    free (gw);
+    free (two);
+    //  On the host: each of its own IPv4 addresses too (a public one is
+    //  in no range above). In a container the server cannot see them.
+    char *server = ah_dk_server_container (self);
+    struct ifaddrs *ifs = NULL;
+    if (!server && out && getifaddrs (&ifs) == 0) {
+        for (struct ifaddrs *ifa = ifs; ifa; ifa = ifa->ifa_next) {
+            if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != AF_INET)
+                continue;
+            char host [INET_ADDRSTRLEN];
+            inet_ntop (AF_INET, &((struct sockaddr_in *) ifa->ifa_addr)->sin_addr, host, sizeof host);
+            if (strncmp (host, "127.", 4) == 0 || strlen (out) + strlen (host) + 4 >= DK_BLOCKED_MAX)
+                continue;
+            char *more = ah_strf ("%s %s/32", out, host);
+            free (out);
+            out = more;
+            if (!out)
+                break;
+        }
+        freeifaddrs (ifs);
+    }
+    free (server);
+    return out;
 }

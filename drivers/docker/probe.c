@@ -142,11 +142,11 @@ s_probe_make (docker_t *self, const char *name, const char *image, uint32_t base
     }
     json_t *mounts = json_array ();
     json_array_append_new (mounts, ah_dk_sandboxd_mount (self));
-    json_t *req = json_pack ("{s:s s:[s] s:[] s:s s:{s:s} s:{s:b s:o s:s s:I} s:{s:{s:{s:{s:s}}}}}",
+    json_t *req = json_pack ("{s:s s:[s] s:[] s:s s:{s:s} s:{s:b s:o s:s s:I s:[s]} s:{s:{s:{s:{s:s}}}}}",
         "Image", image, "Entrypoint", "/opt/agenthold/sandboxd", "Cmd", "User", "0:0",
         "Labels", "agenthold.probe", self->prefix,
         "HostConfig", "Init", 1, "Mounts", mounts, "NetworkMode", name, "Memory",
-        (json_int_t) 64 << 20,
+        (json_int_t) 64 << 20, "CapAdd", DK_NET_CAP,
         "NetworkingConfig", "EndpointsConfig", name, "IPAMConfig", "IPv4Address", addr ? addr : "");
     path = ah_strf ("/containers/create?name=%s", name);
     free (msg);
@@ -160,7 +160,13 @@ s_probe_make (docker_t *self, const char *name, const char *image, uint32_t base
     //  The boot file: the gateway and our probe port, a token nobody holds.
     url = ah_strf ("ws://%s:%d/tunnel", gw, port);
     char *serr = NULL;
-    if (ah_dk_boot_write (self, name, "probe", "probe", url ? url : "", &serr)
+    //  What a networked sandbox's sandboxd is told not to reach: the probe
+    //  asks whether, with those routes in place, the host still answers.
+    char *blocked = ah_dk_blocked (self, base);
+    int wrote = blocked ? ah_dk_boot_write (self, name, "probe", "probe", url ? url : "", blocked,
+                                            &serr) : -1;
+    free (blocked);
+    if (wrote
     ||  ah_dk_container_start (self, name, &serr)) {
         ah_dk_err (report, "cannot check the host firewall: %s", serr ? serr : "out of memory");
         free (serr);

@@ -11,8 +11,9 @@ With the real server and the real static sandboxd:
      the tunnel's TCP port and the API's port answer on no host address
      (nor on any gateway of the engine's networks), and the outside world
      does not answer either. The server's probe line says sandboxes
-     without a network reach only the tunnel's socket and, for networked
-     ones, warns with the rule to add.
+     without a network reach only the tunnel's socket; for networked ones
+     it says whether the host answered them (sandboxd's prohibit routes
+     keep it from answering) and, when it did, warns with the rule.
   2. with root and iptables only: the recommended rule added for the
      test's pool (as an operator would): a restarted server says a
      networked sandbox reaches no host port, and no warning; the agent is

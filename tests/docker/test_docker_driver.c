@@ -506,7 +506,9 @@ main (void)
     //  The kernel surface: every capability dropped but sandboxd's, no new
     //  privileges, a 64 MiB /tmp (the default), the engine's seccomp.
     CHECK_STR (json_string_value (json_array_get (json_object_get (hc, "CapDrop"), 0)), "ALL");
-    CHECK (json_array_size (json_object_get (hc, "CapAdd")) == 6);
+    //  (NET_ADMIN the seventh, a networked sandbox's: sandboxd blocks the host.)
+    CHECK (json_array_size (json_object_get (hc, "CapAdd")) == 7);
+    CHECK_STR (json_string_value (json_array_get (json_object_get (hc, "CapAdd"), 6)), "NET_ADMIN");
     CHECK_STR (json_string_value (json_array_get (json_object_get (hc, "SecurityOpt"), 0)),
                "no-new-privileges");
     json_int_t tmp_size = 0;
