@@ -252,23 +252,52 @@ ah_dk_network_ensure (docker_t *self, const char *agent_id, char **err)
     }
 }
 
+//  out + " a.b.c.d/32" unless it would pass DK_BLOCKED_MAX. The new string
+//  (out freed), or out when it was left as it was.
+static char *
+s_block_more (char *out, const char *host)
+{
+    if (!out || !host || !*host || strlen (out) + strlen (host) + 5 >= DK_BLOCKED_MAX)
+        return out;
+    char *more = ah_strf ("%s %s/32", out, host);
+    if (!more)
+        return out;
+    free (out);
+    return more;
+}
+
 char *
 ah_dk_blocked (docker_t *self, uint32_t base)
 {
-    //  Private and special ranges (the host's addresses on its bridges and
-    //  LANs, every other container), the pool, and on the agent's own
-    //  subnet the gateway (the host) and .2 (the server's container).
+    //  Link-local (the host's and the cloud's metadata service), the pool,
+    //  and on the agent's own subnet the gateway (the host) and .2 (the
+    //  server's container). Not every private range: the host's resolver
+    //  and the rest of the LAN may sit there, and are the way out.
     char *pool = ah_dk_ip_string (self->pool_base);
     char *gw = ah_dk_ip_string (base + 1);
     char *two = ah_dk_ip_string (base + 2);
-    char *out = ah_strf ("10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 169.254.0.0/16 100.64.0.0/10 "
-                         "%s/%d %s/32 %s/32", pool ? pool : "10.213.0.0", self->pool_bits,
-                         gw ? gw : "", two ? two : "");
+    char *out = ah_strf ("169.254.0.0/16 %s/%d %s/32 %s/32", pool ? pool : "10.213.0.0",
+                         self->pool_bits, gw ? gw : "", two ? two : "");
     free (pool);
     free (gw);
     free (two);
-    //  On the host: each of its own IPv4 addresses too (a public one is
-    //  in no range above). In a container the server cannot see them.
+    //  Every gateway of the engine's networks outside the pool: each is an
+    //  address of the host (docker0's 172.17.0.1 and the like).
+    json_t *nets = NULL;
+    ah_dk_get (self, "listing the engine's networks", "/networks", false, &nets, NULL);
+    size_t i, k;
+    json_t *n, *cfg;
+    json_array_foreach (nets, i, n)
+        json_array_foreach (json_object_get (json_object_get (n, "IPAM"), "Config"), k, cfg) {
+            const char *g = json_string_value (json_object_get (cfg, "Gateway"));
+            struct in_addr ga;
+            if (g && inet_pton (AF_INET, g, &ga) == 1
+            &&  (ntohl (ga.s_addr) & ~((1u << (32 - self->pool_bits)) - 1)) != self->pool_base)
+                out = s_block_more (out, g);
+        }
+    json_decref (nets);
+    //  On the host: each of its own IPv4 addresses too. In a container the
+    //  server cannot see them (docs/docker.md says what to do then).
     char *server = ah_dk_server_container (self);
     struct ifaddrs *ifs = NULL;
     if (!server && out && getifaddrs (&ifs) == 0) {
@@ -277,13 +306,8 @@ ah_dk_blocked (docker_t *self, uint32_t base)
                 continue;
             char host [INET_ADDRSTRLEN];
             inet_ntop (AF_INET, &((struct sockaddr_in *) ifa->ifa_addr)->sin_addr, host, sizeof host);
-            if (strncmp (host, "127.", 4) == 0 || strlen (out) + strlen (host) + 4 >= DK_BLOCKED_MAX)
-                continue;
-            char *more = ah_strf ("%s %s/32", out, host);
-            free (out);
-            out = more;
-            if (!out)
-                break;
+            if (strncmp (host, "127.", 4) != 0)
+                out = s_block_more (out, host);
         }
         freeifaddrs (ifs);
     }

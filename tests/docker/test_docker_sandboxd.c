@@ -98,8 +98,8 @@ s_networked (ah_driver_t *d, eng_fixture_t *fx, const char *script, const char *
     int prohibits = 0;
     for (const char *p = o; p && (p = strstr (p, "prohibit")); p++)
         prohibits++;
-    CHECK (prohibits >= 8);
-    if (prohibits < 8)
+    CHECK (prohibits >= 5);
+    if (prohibits < 5)
         fprintf (stderr, "routes in the networked sandbox:\n%s\n", o ? o : "");
     free (o);
     struct ifaddrs *ifs = NULL;
