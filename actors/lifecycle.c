@@ -97,7 +97,7 @@ int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t
     //  two tenants names nobody (-2).
     sqlite3_stmt *st = ah_store_prepare (self->store,
         "SELECT a.id, a.name, a.tenant, a.image, a.cpus, a.memory_mb, a.idle_minutes,"
-        " s.state, s.op, s.error, s.needs_rebuild, a.id = :key"
+        " s.state, s.op, s.error, s.needs_rebuild, a.id = :key, a.runtime"
         " FROM agents a JOIN sandboxes s ON s.agent_id = a.id"
         " WHERE a.id = :key OR (a.name = :key AND (:tenant IS NULL OR a.tenant = :tenant))"
         " ORDER BY a.id = :key DESC LIMIT 2");
@@ -126,6 +126,7 @@ int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t
         s_copy (row->op, sizeof row->op, sqlite3_column_text (st, 8));
         s_copy (row->error, sizeof row->error, sqlite3_column_text (st, 9));
         row->needs_rebuild = sqlite3_column_int (st, 10) != 0;
+        s_copy (row->runtime, sizeof row->runtime, sqlite3_column_text (st, 12));
     }
     sqlite3_reset (st);
     return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
@@ -272,6 +273,8 @@ static void s_destroy (void *self_)
         ah_lc_jobs_join (self);
     zhashx_destroy (&self->tracks);
     zhashx_destroy (&self->activity);
+    zhashx_destroy (&self->briefings);
+    ah_catalog_destroy (&self->catalog);
     zsock_destroy (&self->results);
     ah_store_close (&self->store);
     zlist_destroy (&self->subscribers);
@@ -305,10 +308,18 @@ static void *s_init (ah_actor_t *actor, void *args)
     zhashx_set_destructor (self->tracks, s_free);
     self->activity = zhashx_new ();
     zhashx_set_destructor (self->activity, s_free);
+    self->briefings = zhashx_new ();
+    zhashx_set_destructor (self->briefings, s_free);
+    self->ensure_images = a->ensure_images;
 
     char *err = NULL;
     //  Unique per live actor: its own address (no counter shared between threads).
     snprintf (self->endpoint, sizeof self->endpoint, "inproc://agenthold-lifecycle-%p", (void *) self);
+    //  Our own copy of the catalog (immutable; the builder validated the
+    //  same file): which image, env, memory and network a runtime means.
+    if (a->config->catalog_path && !(self->catalog = ah_catalog_load (a->config->catalog_path, &err)))
+        ah_actor_fail (actor, "the runtime catalog is invalid: %s", err ? err : "?");
+    else
     if (!(self->store = ah_store_open (a->db_path, false, &err)))
         ah_actor_fail (actor, "cannot open the database %s: %s", a->db_path, err ? err : "?");
     else
@@ -341,8 +352,11 @@ static const ah_actor_handler_t s_handlers [] = {
     { "SANDBOX_HELLO", ah_lc_on_hello },
     { "TUNNEL_LOST", ah_lc_on_tunnel_lost },
     { "SANDBOX_OBSERVED", ah_lc_on_observed },
+    { "HOST_STATE", ah_lc_on_host_state },
     { "AGENT_ACTIVITY", s_on_activity },
     { "POLICY_RELOAD", s_on_policy_reload },
+    { "RUNTIME_READY", ah_lc_on_runtime_ready },
+    { "RUNTIME_PROGRESS", ah_lc_on_runtime_progress },
     { NULL, NULL }
 };
 

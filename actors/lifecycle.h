@@ -30,6 +30,11 @@ typedef struct {
     //  "sleeper", "tunnel", "recorder"); NULL for none. Copied at start.
     const char **subscribers;
     int hello_timeout_ms;           //  0: AH_LIFECYCLE_HELLO_TIMEOUT_MS (tests set less)
+    //  The builder runs: before a create, rebuild or start on a runtime,
+    //  lifecycle asks it for the image (RUNTIME_ENSURE) and waits for
+    //  RUNTIME_READY; the sandbox is "preparing" meanwhile. false: the
+    //  image is taken as there (tests of lifecycle alone).
+    bool ensure_images;
 } ah_lifecycle_args_t;
 
 //  ah_actor_new (&ah_lifecycle_actor, &args, &err).

@@ -76,11 +76,42 @@ int ah_lc_desired (self_t *self, const ah_msg_t *msg, desired_t *d)
     if (!bad && (rc = s_opt_double (msg, "idle_minutes", &d->idle_minutes)) < 0)
         bad = "idle_minutes: want a number";
     d->has_idle = rc > 0;
+    const char *runtime = NULL;
+    if (!bad && (rc = ah_lc_opt_str (msg, "runtime", &runtime)) < 0)
+        bad = "runtime: want a string (a runtime's alias; agenthold runtimes lists them)";
     if (bad) {
         ah_actor_reply_error (self->actor, msg, 400, "%s", bad);
         return -1;
     }
+    if (rc > 0 && ah_lc_ident (self, msg, AH_IDENT_RUNTIME, runtime))
+        return -1;
+    if ((d->has_runtime = rc > 0)) {
+        if (d->has_image) {
+            ah_actor_reply_error (self->actor, msg, 400, "give runtime or image, not both: the runtime "
+                                  "decides the image");
+            return -1;
+        }
+        const ah_runtime_t *rt = ah_catalog_find (self->catalog, runtime);
+        if (!rt) {
+            ah_actor_reply_error (self->actor, msg, 400, "runtime: no runtime '%s' in the catalog "
+                                  "(agenthold runtimes lists them)", runtime);
+            return -1;
+        }
+        ah_lc_runtime_apply (d, rt);
+    }
     return 0;
+}
+
+void ah_lc_runtime_apply (desired_t *d, const ah_runtime_t *rt)
+{
+    d->has_runtime = true;
+    snprintf (d->runtime, sizeof d->runtime, "%s", rt->alias);
+    d->has_image = true;
+    snprintf (d->image, sizeof d->image, "%s", rt->image);
+    if (!d->has_memory && rt->mem_limit_mb > 0) {
+        d->has_memory = true;
+        d->memory_mb = rt->mem_limit_mb;
+    }
 }
 
 // --------------------------------------------------------------------------
@@ -186,6 +217,7 @@ int ah_lc_admit (self_t *self, const char *op, const char *name, const char *ten
     ah_msg_set_str (request, "op", op);
     ah_msg_set_str (request, "name", name);
     if (asked->has_image)  ah_msg_set_str (request, "image", asked->image);
+    if (asked->has_runtime) ah_msg_set_str (request, "runtime", asked->runtime);
     if (asked->has_cpus)   ah_msg_set_double (request, "cpus", asked->cpus);
     if (asked->has_memory) ah_msg_set_int (request, "memory_mb", asked->memory_mb);
     if (asked->has_idle)   ah_msg_set_double (request, "idle_minutes", asked->idle_minutes);

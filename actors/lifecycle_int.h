@@ -9,11 +9,14 @@
       lifecycle_job.c      driver calls in worker threads and their outcomes,
                            hello deadlines
       lifecycle_repair.c   observations and repairs: SANDBOX_OBSERVED,
-                           SANDBOX_HELLO, TUNNEL_LOST, the start-up scan  */
+                           SANDBOX_HELLO, TUNNEL_LOST, the start-up scan
+      lifecycle_host.c     HOST_STATE: a host agent gone (its sandboxes
+                           unreachable) or back                       */
 #ifndef AH_LIFECYCLE_INT_H
 #define AH_LIFECYCLE_INT_H
 
 #include "actors/lifecycle.h"
+#include "catalog/catalog.h"
 #include "common/ident.h"
 #include "common/msg.h"
 #include "common/token.h"
@@ -39,7 +42,8 @@ typedef struct {
     double  cpus;
     int64_t memory_mb;
     int64_t pids_limit;
-    bool needs_network;             //  the runtime needs a network (false: none at all)
+    const ah_runtime_t *runtime;    //  the actor's catalog (outlives every job); NULL: none
+    char *briefing;                 //  start: written into the sandbox; owned by the job
     bool cleanup;                   //  a stop that changes no state (after a hello timeout)
     pthread_t thread;
 } job_t;
@@ -50,6 +54,8 @@ typedef struct {
     char    agent_id [ID_SIZE];
     job_t  *job;                    //  the driver call in flight, or NULL
     int     hello_timer;            //  waiting for sandboxd's hello; 0 = not
+    char    preparing [AH_NAME_MAX + 2];    //  waiting for this runtime's image; "" = not
+    char    prepared [AH_NAME_MAX + 2];     //  RUNTIME_READY came for this runtime: launch
 } track_t;
 
 //  One agent and its sandbox, copied out of the database.
@@ -58,6 +64,7 @@ typedef struct {
     char name [AH_NAME_MAX + 2];
     char tenant [AH_NAME_MAX + 2];
     char image [AH_IMAGE_MAX + 1];
+    char runtime [AH_NAME_MAX + 2];     //  "" for none (an image outside the catalog)
     double  cpus;
     int64_t memory_mb;
     double  idle_minutes;
@@ -82,15 +89,19 @@ typedef struct {
     zhashx_t *activity;             //  agent id -> int64_t * (ms), waiting for a flush
     int activity_timer;             //  0 = nothing pending
     ah_policy_t *policy;
+    ah_catalog_t *catalog;          //  immutable; jobs borrow its runtimes
+    bool ensure_images;
+    zhashx_t *briefings;            //  runtime alias -> char * (from RUNTIME_READY)
 } self_t;
 
 //  What a create or update asks for. Absent fields keep has_* false.
 typedef struct {
     char image [AH_IMAGE_MAX + 1];
+    char runtime [AH_NAME_MAX + 2];
     double cpus;
     int64_t memory_mb;
     double idle_minutes;
-    bool has_image, has_cpus, has_memory, has_idle;
+    bool has_image, has_runtime, has_cpus, has_memory, has_idle;
 } desired_t;
 
 //  Rows and state moves (lifecycle.c)
@@ -123,6 +134,8 @@ int  ah_lc_ident (self_t *self, const ah_msg_t *msg, ah_ident_t kind, const char
 int  ah_lc_opt_str (const ah_msg_t *msg, const char *key, const char **out);
 //  The optional fields of a request, type-checked. 0, or -1 after a 400.
 int  ah_lc_desired (self_t *self, const ah_msg_t *msg, desired_t *d);
+//  The runtime decides the image and, unless asked, the memory.
+void ah_lc_runtime_apply (desired_t *d, const ah_runtime_t *rt);
 //  lua/limits.lua's admit (tenant, request, usage, limits) decides a
 //  create, a start or an update: op "create", "start" or "update".
 //  *out starts as the agent's current values and ends as what it will
@@ -152,6 +165,13 @@ void ah_lc_on_job_done (void *self, zsock_t *results);
 void ah_lc_forget (self_t *self, const char *agent_id);
 void ah_lc_jobs_join (self_t *self);
 
+//  Host agents (lifecycle_host.c)
+void ah_lc_on_host_state (void *self, ah_msg_t *msg);
+//  1 (with why) when the agent's host does not answer, else 0.
+int  ah_lc_unreachable (self_t *self, const char *agent_id, char *why, size_t size);
+//  Observed, so its host answers: the flag goes, its state is published.
+void ah_lc_reachable (self_t *self, const row_t *row);
+
 //  Observations and repairs (lifecycle_repair.c)
 //  What the driver says against what the row says (docs/lifecycle.md,
 //  "Repairs"); seen: a SANDBOX_OBSERVED or an inspect's JOB_DONE
@@ -163,6 +183,10 @@ void ah_lc_on_hello (void *self, ah_msg_t *msg);
 void ah_lc_on_tunnel_lost (void *self, ah_msg_t *msg);
 //  Timer: transitional and running rows left by a previous run.
 void ah_lc_startup_scan (void *self, void *arg);
+
+//  Runtimes (lifecycle_job.c): RUNTIME_READY and RUNTIME_PROGRESS from the builder.
+void ah_lc_on_runtime_ready (void *self, ah_msg_t *msg);
+void ah_lc_on_runtime_progress (void *self, ah_msg_t *msg);
 
 //  Requests (lifecycle_request.c)
 void ah_lc_on_create (void *self, ah_msg_t *msg);

@@ -16,15 +16,22 @@ static void *s_worker (void *arg)
 {
     job_t *job = arg;
     char *err = NULL;
+    pthread_setname_np (pthread_self (), "ah-lc-job");
     int rc = -1;
+    //  The runtime's env vars as "NAME=value" (the catalog outlives the job).
+    const ah_runtime_t *rt = job->runtime;
+    size_t n_env = rt ? rt->env_count : 0;
+    char **env = calloc (n_env + 1, sizeof (char *));
+    for (size_t i = 0; env && i < n_env; i++)
+        env [i] = zsys_sprintf ("%s=%s", rt->env [i].name, rt->env [i].value);
     ah_sandbox_spec_t spec = { job->agent_id, job->image, job->cpus, job->memory_mb, job->pids_limit,
-                               job->needs_network };
+                               (const char *const *) env, env ? n_env : 0, rt ? rt->needs_network : true };
     ah_sandbox_status_t status = { .exit_code = -1 };
     ah_driver_t *d = job->driver;
     if (streq (job->op, "create"))
         rc = d->create (d, &spec, &err);
     else if (streq (job->op, "start")) {
-        ah_boot_t boot = { job->agent_id, job->token, job->tunnel_port };
+        ah_boot_t boot = { job->agent_id, job->token, job->tunnel_port, job->briefing };
         rc = d->start (d, &boot, &err);
     }
     else if (streq (job->op, "stop"))
@@ -44,6 +51,9 @@ static void *s_worker (void *arg)
     else if (streq (job->op, "inspect"))
         rc = d->inspect (d, job->agent_id, &status, &err);
 
+    for (size_t i = 0; env && i < n_env; i++)
+        zstr_free (&env [i]);
+    free (env);
     ah_msg_t *done = ah_msg_new ("JOB_DONE");
     ah_msg_set_str (done, "agent_id", job->agent_id);
     ah_msg_set_str (done, "op", job->op);
@@ -77,6 +87,7 @@ static void s_job_free (job_t **job_p)
 {
     if (*job_p) {
         explicit_bzero ((*job_p)->token, sizeof (*job_p)->token);
+        free ((*job_p)->briefing);
         free (*job_p);
         *job_p = NULL;
     }
@@ -107,7 +118,7 @@ bool ah_lc_busy (self_t *self, const char *agent_id)
 void ah_lc_forget (self_t *self, const char *agent_id)
 {
     track_t *track = zhashx_lookup (self->tracks, agent_id);
-    if (track && !track->job) {
+    if (track && !track->job && !track->preparing [0]) {
         ah_actor_timer_end (self->actor, track->hello_timer);
         zhashx_delete (self->tracks, agent_id);        //  its destructor frees the track
     }
@@ -162,6 +173,117 @@ void ah_lc_jobs_join (self_t *self)
 // --------------------------------------------------------------------------
 //  Launching
 
+// --------------------------------------------------------------------------
+//  Runtimes: the image made present before a create, rebuild or start
+
+//  What the sandbox is waiting for, on the row and to every subscriber
+//  (the event stream shows it; GET /agents/{agent} has it as "progress").
+static void s_progress (self_t *self, const char *agent_id, const char *text)
+{
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "UPDATE sandboxes SET progress = :text WHERE agent_id = :id");
+    if (st && !ah_store_bind_text (st, ":text", text) && !ah_store_bind_text (st, ":id", agent_id))
+        ah_store_step (self->store, st);
+    if (st)
+        sqlite3_reset (st);
+    row_t row;
+    if (!text || ah_lc_lookup (self, agent_id, &row) != 1)
+        return;
+    for (const char *to = zlist_first (self->subscribers); to; to = zlist_next (self->subscribers)) {
+        ah_msg_t *event = ah_msg_new ("SANDBOX_STATE");
+        ah_msg_set_str (event, "agent_id", agent_id);
+        ah_msg_set_str (event, "state", row.state);
+        ah_msg_set_str (event, "op", *row.op ? row.op : NULL);
+        ah_msg_set_str (event, "progress", text);
+        ah_actor_send (self->actor, to, &event);
+    }
+}
+
+static bool s_preparable (const row_t *row)
+{
+    return streq (row->state, "creating") || streq (row->state, "rebuilding") || streq (row->state, "starting");
+}
+
+void ah_lc_on_runtime_ready (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    const char *alias = ah_msg_str (msg, "runtime");
+    if (!alias)
+        return;
+    bool ok = ah_msg_bool (msg, "ok", false);
+    const char *briefing = ah_msg_str (msg, "briefing");
+    if (ok && briefing)
+        zhashx_update (self->briefings, alias, strdup (briefing));
+    //  Every agent waiting for this runtime goes on (or to error).
+    zlist_t *ids = zlist_new ();
+    zlist_autofree (ids);
+    for (track_t *t = zhashx_first (self->tracks); t; t = zhashx_next (self->tracks))
+        if (streq (t->preparing, alias))
+            zlist_append (ids, t->agent_id);
+    for (char *id = zlist_first (ids); id; id = zlist_next (ids)) {
+        track_t *track = zhashx_lookup (self->tracks, id);
+        if (!track)
+            continue;
+        track->preparing [0] = 0;
+        row_t row;
+        if (ah_lc_lookup (self, id, &row) != 1 || !s_preparable (&row)) {
+            ah_lc_forget (self, id);
+            continue;
+        }
+        s_progress (self, id, NULL);
+        if (ok) {
+            snprintf (track->prepared, sizeof track->prepared, "%s", alias);
+            ah_lc_launch_for_row (self, &row);
+        }
+        else {
+            char why [ERROR_MAX_LEN];
+            snprintf (why, sizeof why, "preparing the sandbox: runtime %s: %s", alias,
+                      ah_msg_str (msg, "error") ? ah_msg_str (msg, "error") : "the image could not be made");
+            const char *op = ah_lc_op_for_state (row.state);
+            ah_lc_move (self, id, "state IN ('creating','rebuilding','starting')", "error", op, why);
+            ah_lc_forget (self, id);
+        }
+    }
+    zlist_destroy (&ids);
+}
+
+void ah_lc_on_runtime_progress (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    const char *alias = ah_msg_str (msg, "runtime");
+    const char *text = ah_msg_str (msg, "text");
+    if (!alias || !text)
+        return;
+    char line [300];
+    snprintf (line, sizeof line, "Preparing the sandbox\u2026 %s", text);
+    zlist_t *ids = zlist_new ();
+    zlist_autofree (ids);
+    for (track_t *t = zhashx_first (self->tracks); t; t = zhashx_next (self->tracks))
+        if (streq (t->preparing, alias))
+            zlist_append (ids, t->agent_id);
+    for (char *id = zlist_first (ids); id; id = zlist_next (ids))
+        s_progress (self, id, line);
+    zlist_destroy (&ids);
+}
+
+//  The image first (RUNTIME_ENSURE, answered by RUNTIME_READY), unless
+//  the builder said it is there since the last launch. 1: waiting.
+static int s_prepare (self_t *self, track_t *track, const row_t *row, const ah_runtime_t *rt)
+{
+    if (track->preparing [0])
+        return 1;
+    if (streq (track->prepared, rt->alias)) {
+        track->prepared [0] = 0;
+        return 0;
+    }
+    snprintf (track->preparing, sizeof track->preparing, "%s", rt->alias);
+    ah_msg_t *msg = ah_msg_new ("RUNTIME_ENSURE");
+    ah_msg_set_str (msg, "runtime", rt->alias);
+    ah_msg_set_str (msg, "agent_id", row->id);
+    ah_actor_send (self->actor, "builder", &msg);
+    return 1;
+}
+
 int ah_lc_launch (self_t *self, const row_t *row, const char *op, bool cleanup)
 {
     track_t *track = s_track (self, row->id);
@@ -169,9 +291,24 @@ int ah_lc_launch (self_t *self, const row_t *row, const char *op, bool cleanup)
         return -1;
     if (track->job)
         return 0;
+    const ah_runtime_t *rt = *row->runtime ? ah_catalog_find (self->catalog, row->runtime) : NULL;
+    bool makes = streq (op, "create") || streq (op, "rebuild");
+    if (*row->runtime && !rt && makes) {
+        char why [200];
+        snprintf (why, sizeof why, "the runtime '%s' is no longer in the catalog: give the agent another "
+                  "runtime or an image", row->runtime);
+        ah_lc_move (self, row->id, "1", "error", op, why);
+        return -1;
+    }
+    if (rt && self->ensure_images && !cleanup && (makes || streq (op, "start"))
+    &&  s_prepare (self, track, row, rt))
+        return 0;
     job_t *job = calloc (1, sizeof *job);
     if (!job)
         return -1;
+    job->runtime = rt;
+    if (rt && streq (op, "start") && zhashx_lookup (self->briefings, rt->alias))
+        job->briefing = strdup (zhashx_lookup (self->briefings, rt->alias));
     job->driver = self->driver;
     snprintf (job->endpoint, sizeof job->endpoint, "%s", self->endpoint);
     snprintf (job->op, sizeof job->op, "%s", op);
@@ -256,14 +393,18 @@ static void s_destroyed (self_t *self, const char *agent_id)
 
 //  The sandbox is now what the rebuild built; it still needs a rebuild
 //  only if the agent was updated while it ran.
-static void s_rebuilt (self_t *self, const char *id, const char *image, double cpus, int64_t memory_mb)
+static void s_rebuilt (self_t *self, const char *id, const job_t *job)
 {
+    const char *image = job->image;
+    double cpus = job->cpus;
+    int64_t memory_mb = job->memory_mb;
     sqlite3_stmt *st = ah_store_prepare (self->store,
-        "UPDATE sandboxes SET image = :image, cpus = :cpus, memory_mb = :mem,"
+        "UPDATE sandboxes SET image = :image, cpus = :cpus, memory_mb = :mem, runtime = :runtime,"
         " needs_rebuild = (SELECT a.image <> :image OR a.cpus <> :cpus OR a.memory_mb <> :mem"
-        "                  FROM agents a WHERE a.id = :id)"
+        "                  OR a.runtime IS NOT :runtime FROM agents a WHERE a.id = :id)"
         " WHERE agent_id = :id AND state = 'rebuilding'");
-    if (st && !ah_store_bind_text (st, ":image", image) && !ah_store_bind_double (st, ":cpus", cpus)
+    if (st && !ah_store_bind_text (st, ":runtime", job->runtime ? job->runtime->alias : NULL)
+           && !ah_store_bind_text (st, ":image", image) && !ah_store_bind_double (st, ":cpus", cpus)
            && !ah_store_bind_int64 (st, ":mem", memory_mb) && !ah_store_bind_text (st, ":id", id))
         ah_store_step (self->store, st);
     if (st)
@@ -315,7 +456,7 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
         ah_lc_move (self, id, "state = 'stopping'", "sleeping", NULL, NULL);
     else
     if (streq (op, "rebuild")) {
-        s_rebuilt (self, id, job->image, job->cpus, job->memory_mb);
+        s_rebuilt (self, id, job);
         ah_lc_begin_start (self, row, "rebuilding");
     }
     else
@@ -355,7 +496,7 @@ void ah_lc_on_job_done (void *self_, zsock_t *results)
     s_job_free (&job);
     //  Keep tracks only while they hold something.
     track = zhashx_lookup (self->tracks, agent_id);
-    if (track && !track->job && !track->hello_timer)
+    if (track && !track->job && !track->hello_timer && !track->preparing [0])
         ah_lc_forget (self, agent_id);
     ah_msg_destroy (&done);
 }

@@ -53,6 +53,7 @@ void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, boo
         ah_debug (AREA, "observed %s while %s is in flight: the operation decides", row.id, row.op);
         return;
     }
+    ah_lc_reachable (self, &row);           //  it was observed: its host answers
     bool home_gone = !exists && ah_msg_bool (seen, "home_gone", false) && s_had_home (&row);
     if (home_gone)
         s_home_lost (self, &row, detail);

@@ -110,6 +110,13 @@ void ah_lc_on_transition (void *self_, ah_msg_t *msg)
     row_t row;
     if (!tr || s_find (self, msg, "agent", &row) != 1)
         return;
+    char unreachable [ERROR_MAX_LEN + 1];
+    if (!streq (tr->verb, "destroy")
+    &&  ah_lc_unreachable (self, row.id, unreachable, sizeof unreachable)) {
+        ah_actor_reply_error (self->actor, msg, 409, "agent '%s' is unreachable (%s); %s waits "
+                              "until its host answers again", row.name, unreachable, tr->verb);
+        return;
+    }
     char mark [24];
     snprintf (mark, sizeof mark, "|%s|", row.state);
     if (*tr->already && strstr (tr->already, mark)) {
@@ -170,9 +177,10 @@ static int s_insert (self_t *self, const char *id, const char *name, const char 
     int64_t now = ah_store_now_ms ();
     bool ok = ah_store_begin (self->store) == 0;
     sqlite3_stmt *st = ok ? ah_store_prepare (self->store,
-        "INSERT INTO agents (id, name, tenant, image, cpus, memory_mb, idle_minutes, created_at)"
-        " VALUES (:id, :name, :tenant, :image, :cpus, :mem, :idle, :now)") : NULL;
+        "INSERT INTO agents (id, name, tenant, image, cpus, memory_mb, idle_minutes, created_at, runtime)"
+        " VALUES (:id, :name, :tenant, :image, :cpus, :mem, :idle, :now, :runtime)") : NULL;
     ok = st && !ah_store_bind_text (st, ":id", id) && !ah_store_bind_text (st, ":name", name)
+        && !ah_store_bind_text (st, ":runtime", *d->runtime ? d->runtime : NULL)
         && !ah_store_bind_text (st, ":tenant", tenant) && !ah_store_bind_text (st, ":image", d->image)
         && !ah_store_bind_double (st, ":cpus", d->cpus) && !ah_store_bind_int64 (st, ":mem", d->memory_mb)
         && !ah_store_bind_double (st, ":idle", d->idle_minutes) && !ah_store_bind_int64 (st, ":now", now)
@@ -180,9 +188,10 @@ static int s_insert (self_t *self, const char *id, const char *name, const char 
     if (st)
         sqlite3_reset (st);
     st = ok ? ah_store_prepare (self->store,
-        "INSERT INTO sandboxes (agent_id, state, op, op_started_at, image, cpus, memory_mb, updated_at)"
-        " VALUES (:id, 'creating', 'create', :now, :image, :cpus, :mem, :now)") : NULL;
+        "INSERT INTO sandboxes (agent_id, state, op, op_started_at, image, cpus, memory_mb, updated_at, runtime)"
+        " VALUES (:id, 'creating', 'create', :now, :image, :cpus, :mem, :now, :runtime)") : NULL;
     ok = st && !ah_store_bind_text (st, ":id", id) && !ah_store_bind_int64 (st, ":now", now)
+        && !ah_store_bind_text (st, ":runtime", *d->runtime ? d->runtime : NULL)
         && !ah_store_bind_text (st, ":image", d->image) && !ah_store_bind_double (st, ":cpus", d->cpus)
         && !ah_store_bind_int64 (st, ":mem", d->memory_mb)
         && ah_store_step (self->store, st) == SQLITE_DONE;
@@ -209,6 +218,9 @@ void ah_lc_on_create (void *self_, ah_msg_t *msg)
     desired_t asked, d;
     if (ah_lc_ident (self, msg, AH_IDENT_TENANT, tenant) || ah_lc_desired (self, msg, &asked))
         return;
+    //  No runtime and no image named: the catalog's first entry.
+    if (!asked.has_runtime && !asked.has_image && ah_catalog_default (self->catalog))
+        ah_lc_runtime_apply (&asked, ah_catalog_default (self->catalog));
     memset (&d, 0, sizeof d);
     sqlite3_stmt *st = ah_store_prepare (self->store,
         "SELECT count(*) FROM agents WHERE name = :name AND tenant = :tenant");
@@ -239,17 +251,20 @@ void ah_lc_on_create (void *self_, ah_msg_t *msg)
         ah_actor_reply_error (self->actor, msg, 500, "no entropy for an agent id");
         return;
     }
+    snprintf (d.runtime, sizeof d.runtime, "%s", asked.runtime);
     if (s_insert (self, id, name, tenant, &d)) {
         ah_actor_reply_error (self->actor, msg, 500, "cannot insert the agent (see the server log)");
         return;
     }
-    ah_info (AREA, "created agent '%s' (%s), image %s, %g cpus, %lld MB", name, id, d.image,
-             d.cpus, (long long) d.memory_mb);
+    ah_info (AREA, "created agent '%s' (%s), runtime %s, image %s, %g cpus, %lld MB", name, id,
+             *d.runtime ? d.runtime : "(none)", d.image, d.cpus, (long long) d.memory_mb);
     ah_msg_t *reply = ah_msg_reply_ok (msg);
     ah_msg_set_int (reply, "status", 201);
     ah_msg_set_str (reply, "agent_id", id);
     ah_msg_set_str (reply, "name", name);
     ah_msg_set_str (reply, "state", "creating");
+    if (*d.runtime)
+        ah_msg_set_str (reply, "runtime", d.runtime);
     ah_actor_reply (self->actor, msg, reply);
     ah_lc_publish (self, id, "creating", "create", NULL);
     row_t row;
@@ -286,16 +301,21 @@ void ah_lc_on_update (void *self_, ah_msg_t *msg)
     //  the sandbox keeps what it was built from until the next rebuild.
     bool ok = ah_store_begin (self->store) == 0;
     sqlite3_stmt *st = ok ? ah_store_prepare (self->store,
-        "UPDATE agents SET image = :image, cpus = :cpus, memory_mb = :mem, idle_minutes = :idle"
+        "UPDATE agents SET image = :image, cpus = :cpus, memory_mb = :mem, idle_minutes = :idle,"
+        " runtime = CASE WHEN :named THEN :runtime ELSE runtime END"
         " WHERE id = :id") : NULL;
-    ok = st && !ah_store_bind_text (st, ":image", d.image) && !ah_store_bind_double (st, ":cpus", d.cpus)
+    //  A runtime named sets it; an image named leaves the catalog.
+    ok = st && !ah_store_bind_int64 (st, ":named", asked.has_runtime || asked.has_image)
+        && !ah_store_bind_text (st, ":runtime", asked.has_runtime ? asked.runtime : NULL)
+        && !ah_store_bind_text (st, ":image", d.image) && !ah_store_bind_double (st, ":cpus", d.cpus)
         && !ah_store_bind_int64 (st, ":mem", d.memory_mb) && !ah_store_bind_double (st, ":idle", d.idle_minutes)
         && !ah_store_bind_text (st, ":id", row.id) && ah_store_step (self->store, st) == SQLITE_DONE;
     if (st)
         sqlite3_reset (st);
     ok = ok && ah_lc_run (self,
         "UPDATE sandboxes SET needs_rebuild = (SELECT a.image <> sandboxes.image OR a.cpus <> sandboxes.cpus"
-        "  OR a.memory_mb <> sandboxes.memory_mb FROM agents a WHERE a.id = sandboxes.agent_id)"
+        "  OR a.memory_mb <> sandboxes.memory_mb OR a.runtime IS NOT sandboxes.runtime"
+        "  FROM agents a WHERE a.id = sandboxes.agent_id)"
         " WHERE agent_id = :id", row.id) == 0;
     if (!ok || ah_store_commit (self->store)) {
         ah_store_rollback (self->store);
@@ -309,6 +329,7 @@ void ah_lc_on_update (void *self_, ah_msg_t *msg)
     ah_msg_set_str (reply, "name", row.name);
     ah_msg_set_str (reply, "state", row.state);
     ah_msg_set_str (reply, "image", row.image);
+    ah_msg_set_str (reply, "runtime", *row.runtime ? row.runtime : NULL);
     ah_msg_set_double (reply, "cpus", row.cpus);
     ah_msg_set_int (reply, "memory_mb", row.memory_mb);
     ah_msg_set_double (reply, "idle_minutes", row.idle_minutes);

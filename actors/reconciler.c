@@ -189,6 +189,7 @@ s_scan_thread (void *arg)
 {
     worker_args_t *w = arg;
     zsock_t *push = s_push (w->endpoint);
+    pthread_setname_np (pthread_self (), "ah-rc-scan");
     char *err = NULL;
     ah_store_t *store = ah_store_open (w->db_path, false, &err);
     if (!push || !store) {
@@ -214,12 +215,42 @@ typedef struct {
     int            backoff_ms;
 } follow_t;
 
+//  A host agent's state, as the driver last found it, to lifecycle
+//  (HOST_STATE: it marks the host's sandboxes unreachable, or back).
+static void
+s_host_state (follow_t *f)
+{
+    ah_host_info_t info;
+    ah_driver_t *d = f->w->driver;
+    if (!d->host_info || d->host_info (d, &info) != 0)
+        return;
+    ah_msg_t *m = ah_msg_new ("HOST_STATE");
+    ah_msg_set_str (m, "host", info.name);
+    ah_msg_set_str (m, "endpoint", info.endpoint);
+    ah_msg_set_str (m, "state", info.state);
+    if (*info.version)
+        ah_msg_set_str (m, "version", info.version);
+    if (info.protocol)
+        ah_msg_set_int (m, "protocol", info.protocol);
+    if (*info.error)
+        ah_msg_set_str (m, "error", info.error);
+    if (ah_msg_send (&m, f->push, "lifecycle"))
+        ah_warn (AREA, "could not queue HOST_STATE (shutting down?)");
+}
+
 //  Called by driver->watch in the follower thread.
 static void
 s_on_change (void *arg, const char *agent_id, const char *action)
 {
     follow_t *f = arg;
     if (!agent_id) {
+        if (action && streq (action, "unreachable")) {
+            f->lost_before = true;
+            s_host_state (f);
+            return;
+        }
+        if (action && streq (action, "connected"))
+            s_host_state (f);
         if (action && streq (action, "connected")) {
             f->backoff_ms = f->w->backoff_min_ms;
             if (f->lost_before) {
@@ -243,6 +274,7 @@ s_follow_thread (void *arg)
 {
     worker_args_t *w = arg;
     follow_t f = { .w = w, .backoff_ms = w->backoff_min_ms };
+    pthread_setname_np (pthread_self (), "ah-rc-follow");
     f.push = s_push (w->endpoint);
     char *err = NULL;
     f.store = ah_store_open (w->db_path, false, &err);
@@ -255,7 +287,13 @@ s_follow_thread (void *arg)
     while (!*w->stop) {
         if (w->driver->watch (w->driver, s_on_change, &f, w->stop, &err) == 0 || *w->stop)
             break;
-        ah_warn (AREA, "%s; reconnecting in %d ms", err ? err : "event stream lost", f.backoff_ms);
+        //  A host agent's silence was logged once by its driver.
+        ah_host_info_t info;
+        if (w->driver->host_info && w->driver->host_info (w->driver, &info) == 0
+        &&  !streq (info.state, "up"))
+            ah_debug (AREA, "%s; reconnecting in %d ms", err ? err : "event stream lost", f.backoff_ms);
+        else
+            ah_warn (AREA, "%s; reconnecting in %d ms", err ? err : "event stream lost", f.backoff_ms);
         free (err);
         err = NULL;
         f.lost_before = true;

@@ -56,7 +56,10 @@ static void s_on_kick (void *self, ah_msg_t *msg)
 static void s_on_state (void *self, ah_msg_t *msg)
 {
     const char *state = ah_msg_str (msg, "state");
-    if (state && !streq (state, "starting") && !streq (state, "running"))
+    //  unreachable: the host agent is away, the sandbox may run on and
+    //  keeps its tunnel.
+    if (state && !streq (state, "starting") && !streq (state, "running")
+    &&  !streq (state, "unreachable"))
         s_close_agent (self, ah_msg_str (msg, "agent_id"), state);
 }
 
@@ -267,6 +270,7 @@ static void *s_init (ah_actor_t *actor, void *args)
         info.port = CONTEXT_PORT_NO_LISTEN;
         info.user = self;
         info.timeout_secs = 10;             //  a handshake that stalls
+        info.pt_serv_buf_size = 256u << 10; //  one read per loop round takes this much
         self->loop = ah_lwsloop_new (&info);
         free (err);
         err = NULL;
@@ -307,6 +311,8 @@ static void *s_init (ah_actor_t *actor, void *args)
         return NULL;
     }
     ah_actor_use_lws (actor, self->loop);
+    if (a->api_link && ah_actor_link (actor, "api", a->api_link, true))
+        ah_warn (AREA, "the api's channels take the bus: no direct link at %s", a->api_link);
     ah_info (AREA, "listening for sandboxd on %s (port %d) and on %s", listen,
              lws_get_vhost_listen_port (self->vhost), self->socket_path ? self->socket_path : "no socket");
     return self;

@@ -42,8 +42,8 @@
 #define AH_TUNNEL_OPEN_TIMEOUT_MS   10000   //  sandboxd must answer a channel header within this
 #define AH_TUNNEL_STATS_INTERVAL_MS 30000   //  AGENT_STATS samples to the sleeper
 #define AH_TUNNEL_MESSAGE_MAX       (1u << 20)  //  largest WebSocket message accepted
-#define AH_TUNNEL_DATA_MAX          (64u << 10) //  largest CHAN_DATA payload
-#define AH_TUNNEL_CREDIT            (256u << 10) //  unacknowledged bytes an opener may send
+#define AH_TUNNEL_DATA_MAX          (256u << 10) //  largest CHAN_DATA payload
+#define AH_TUNNEL_CREDIT            (2u << 20)  //  unacknowledged bytes an opener may send
 
 typedef struct {
     const ah_config_t *config;      //  borrowed; must outlive the actor
@@ -52,6 +52,8 @@ typedef struct {
     int ping_timeout_ms;            //  0: AH_TUNNEL_PING_TIMEOUT_MS
     int open_timeout_ms;            //  0: AH_TUNNEL_OPEN_TIMEOUT_MS
     int stats_interval_ms;          //  0: AH_TUNNEL_STATS_INTERVAL_MS; < 0: no stats
+    const char *api_link;           //  inproc endpoint of the direct link to the api (bound
+                                    //  here, before the api starts); NULL: all on the bus
 } ah_tunnel_args_t;
 
 //  ah_actor_new (&ah_tunnel_actor, &args, &err).

@@ -4,6 +4,7 @@
     the hello that tells lifecycle sandboxd is there, and CPU samples
     for the sleeper.                                                   */
 #include "actors/tunnel_int.h"
+#include "common/version.h"
 #include "common/ident.h"
 #include "common/log.h"
 #include "common/token.h"
@@ -12,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#define WRITE_CHUNK     (64u << 10)         //  largest WebSocket message we send
+#define WRITE_CHUNK     (256u << 10)        //  largest WebSocket message we send
 #define OUTQ_HIGH       (1u << 20)          //  stop reading sandboxd above this
 #define OUTQ_LOW        (256u << 10)        //  ... and read again below this
 
@@ -184,9 +185,15 @@ void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
     }
     int64_t version = ah_msg_int (reply, "version", -1);
     if (version != AH_PROTOCOL_VERSION) {
-        snprintf (why, sizeof why, "sandboxd speaks tunnel protocol %lld, this server speaks %d: "
-                  "deploy the sandboxd that ships with this server (restart the sandbox so it "
-                  "mounts the server's sandboxd)", (long long) version, AH_PROTOCOL_VERSION);
+        //  What runs and what to deploy, as for a host agent (docs/hostd.md).
+        const char *release = ah_msg_str (reply, "release");
+        bool shown = release && *release && strlen (release) < 32
+                  && strspn (release, "0123456789abcdefghijklmnopqrstuvwxyz.-+~") == strlen (release);
+        snprintf (why, sizeof why, "agent '%s' runs agenthold sandboxd %s (tunnel protocol %lld); "
+                  "this server speaks tunnel protocol %d: deploy the sandboxd of agenthold %s (it "
+                  "ships next to agenthold on the host that runs the sandbox) and restart the agent",
+                  conn->agent_id, shown ? release : "of an unknown release", (long long) version,
+                  AH_PROTOCOL_VERSION, AH_VERSION);
         ah_error (AREA, "agent '%s': %s", conn->agent_id, why);
         ah_tun_conn_close (conn, why, true, true, true);
         return;
@@ -248,6 +255,7 @@ static void s_conn_start (self_t *self, conn_t *conn)
     ah_msg_t *h = ah_msg_new ("HEADER");
     ah_msg_set_str (h, "ch", "hello");
     ah_msg_set_int (h, "version", AH_PROTOCOL_VERSION);
+    ah_msg_set_str (h, "release", AH_VERSION);
     const char *why = NULL;
     if (!ah_tun_chan_open (conn, CH_HELLO, h, true, &why)) {
         ah_error (AREA, "agent '%s': cannot open hello: %s", conn->agent_id, why);

@@ -5,6 +5,7 @@
     and the field, so whoever edits the catalog knows what to fix.       */
 #include "catalog/catalog.h"
 #include "common/ident.h"
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <jansson.h>
@@ -39,7 +40,7 @@ s_fail (s_ctx_t *ctx, const char *fmt, ...)
 {
     if (!ctx->err || *ctx->err)
         return;
-    char what [512];
+    char what [1024];
     va_list ap;
     va_start (ap, fmt);
     vsnprintf (what, sizeof what, fmt, ap);
@@ -52,14 +53,28 @@ s_fail (s_ctx_t *ctx, const char *fmt, ...)
 }
 
 static void
+s_strings_free (char **list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free (list [i]);
+    free (list);
+}
+
+static void
 s_runtime_free (ah_runtime_t *rt)
 {
-    free (rt->name);
+    free (rt->alias);
     free (rt->image);
+    free (rt->base_image);
     free (rt->description);
-    for (size_t i = 0; i < rt->tool_count; i++)
-        free (rt->tools [i]);
-    free (rt->tools);
+    s_strings_free (rt->setup_commands, rt->setup_count);
+    s_strings_free (rt->packages, rt->package_count);
+    s_strings_free (rt->briefing, rt->briefing_count);
+    for (size_t i = 0; i < rt->env_count; i++) {
+        free (rt->env [i].name);
+        free (rt->env [i].value);
+    }
+    free (rt->env);
     free (rt->context_dir);
     for (size_t i = 0; i < rt->host_file_count; i++) {
         free (rt->host_files [i].name);
@@ -220,39 +235,202 @@ s_parse_build (s_ctx_t *ctx, json_t *build, ah_runtime_t *rt)
     return 0;
 }
 
+//  An optional array of strings (field absent: 0 and nothing). Each item
+//  is non-empty, at most max_len bytes, without NUL; check (may be NULL)
+//  says why an item is refused. one_string: a single string counts as a
+//  list of one.
 static int
-s_parse_tools (s_ctx_t *ctx, json_t *tools, ah_runtime_t *rt)
+s_string_list (s_ctx_t *ctx, json_t *obj, const char *field, size_t max_len, bool one_string,
+               const char *(*check) (const char *item), char ***out, size_t *count)
 {
-    if (!tools) {
-        s_fail (ctx, "field \"tools\" is missing");
+    json_t *v = json_object_get (obj, field);
+    if (!v)
+        return 0;
+    json_t *wrap = NULL;
+    if (one_string && json_is_string (v))
+        v = wrap = json_pack ("[O]", v);
+    if (!json_is_array (v)) {
+        s_fail (ctx, "field \"%s\" must be an array of strings%s", field,
+                one_string ? " (or one string)" : "");
         return -1;
     }
-    if (!json_is_array (tools)) {
-        s_fail (ctx, "field \"tools\" must be an array of strings");
+    size_t n = json_array_size (v);
+    int rc = -1;
+    if (n > AH_CATALOG_MAX_LIST) {
+        s_fail (ctx, "field \"%s\" has %zu entries (at most %d)", field, n, AH_CATALOG_MAX_LIST);
+        goto out;
+    }
+    if (!(*out = calloc (n + 1, sizeof (char *)))) {
+        s_fail (ctx, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get (v, i);
+        if (!json_is_string (t) || !json_string_length (t) || json_string_length (t) > max_len
+        ||  strlen (json_string_value (t)) != json_string_length (t)) {
+            s_fail (ctx, "field \"%s\": item %zu must be a non-empty string of at most %zu bytes without NUL",
+                    field, i, max_len);
+            goto out;
+        }
+        const char *why = check ? check (json_string_value (t)) : NULL;
+        if (why) {
+            s_fail (ctx, "field \"%s\": item %zu ('%.80s') %s", field, i, json_string_value (t), why);
+            goto out;
+        }
+        if (!((*out) [(*count)] = strdup (json_string_value (t)))) {
+            s_fail (ctx, "out of memory");
+            goto out;
+        }
+        (*count)++;
+    }
+    rc = 0;
+out:
+    json_decref (wrap);
+    return rc;
+}
+
+//  A pip requirement: a project name and an optional version clause, no
+//  option (a leading "-" would be read by pip as one), no URL, no space.
+static const char *
+s_check_package (const char *p)
+{
+    if (!isalnum ((unsigned char) p [0]))
+        return "must start with a letter or digit (a pip requirement such as 'requests' or 'requests==2.31.0', not an option or a URL)";
+    for (const char *c = p; *c; c++)
+        if (!isalnum ((unsigned char) *c) && !strchr ("._-[],<>=!~*+", *c))
+            return "may hold only letters, digits and . _ - [ ] , < > = ! ~ * + (a pip requirement such as 'requests==2.31.0')";
+    return NULL;
+}
+
+static const char *
+s_check_command (const char *c)
+{
+    for (; *c; c++)
+        if (*c != ' ' && *c != '\t' && *c != '\n')
+            return NULL;
+    return "is blank";
+}
+
+static bool
+s_env_name_ok (const char *s)
+{
+    if (!*s || strlen (s) > 128 || !(isalpha ((unsigned char) *s) || *s == '_'))
+        return false;
+    for (; *s; s++)
+        if (!isalnum ((unsigned char) *s) && *s != '_')
+            return false;
+    return true;
+}
+
+static int
+s_parse_env (s_ctx_t *ctx, json_t *env, ah_runtime_t *rt)
+{
+    if (!env)
+        return 0;
+    if (!json_is_object (env)) {
+        s_fail (ctx, "field \"env_vars\" must be an object {\"NAME\": \"value\"}");
         return -1;
     }
-    size_t n = json_array_size (tools);
-    if (n > AH_CATALOG_MAX_TOOLS) {
-        s_fail (ctx, "field \"tools\" has %zu entries (at most %d)", n, AH_CATALOG_MAX_TOOLS);
+    if (json_object_size (env) > AH_CATALOG_MAX_LIST) {
+        s_fail (ctx, "field \"env_vars\" has more than %d entries", AH_CATALOG_MAX_LIST);
         return -1;
     }
-    rt->tools = calloc (n + 1, sizeof (char *));
-    if (!rt->tools) {
+    if (!(rt->env = calloc (json_object_size (env) + 1, sizeof (ah_catalog_env_t)))) {
         s_fail (ctx, "out of memory");
         return -1;
     }
-    for (size_t i = 0; i < n; i++) {
-        json_t *t = json_array_get (tools, i);
-        if (!json_is_string (t) || !json_string_value (t) [0] || json_string_length (t) > 64) {
-            s_fail (ctx, "tools[%zu] must be a non-empty string of at most 64 characters", i);
+    const char *key;
+    json_t *value;
+    json_object_foreach (env, key, value) {
+        if (!s_env_name_ok (key)) {
+            s_fail (ctx, "field \"env_vars\": '%.80s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, at most 128)", key);
             return -1;
         }
-        rt->tools [rt->tool_count] = strdup (json_string_value (t));
-        if (!rt->tools [rt->tool_count]) {
+        if (!json_is_string (value) || json_string_length (value) > AH_CATALOG_MAX_STRING
+        ||  strlen (json_string_value (value)) != json_string_length (value)) {
+            s_fail (ctx, "field \"env_vars\": %s must be a string of at most %d bytes without NUL",
+                    key, AH_CATALOG_MAX_STRING);
+            return -1;
+        }
+        ah_catalog_env_t *e = &rt->env [rt->env_count++];
+        e->name = strdup (key);
+        e->value = strdup (json_string_value (value));
+        if (!e->name || !e->value) {
             s_fail (ctx, "out of memory");
             return -1;
         }
-        rt->tool_count++;
+    }
+    return 0;
+}
+
+int64_t
+ah_catalog_mem_mb (const char *text, const char **why)
+{
+    static const char *rule = "is not a memory size in Docker's syntax (a number with b, k, m or g: \"2g\", \"512m\")";
+    *why = rule;
+    if (!text || !isdigit ((unsigned char) text [0]) || strlen (text) > 32)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    double n = strtod (text, &end);
+    if (errno || end == text || !(n > 0))
+        return 0;
+    double unit = 1;
+    switch (tolower ((unsigned char) *end)) {
+        case 0:   unit = 1; break;
+        case 'b': unit = 1; end++; break;
+        case 'k': unit = 1024.0; end++; break;
+        case 'm': unit = 1024.0 * 1024; end++; break;
+        case 'g': unit = 1024.0 * 1024 * 1024; end++; break;
+        default:  return 0;
+    }
+    if (*end)
+        return 0;
+    double mb = n * unit / (1024.0 * 1024);
+    if (mb < 6) {
+        *why = "is below Docker's smallest memory limit (6m)";
+        return 0;
+    }
+    if (mb > 1024.0 * 1024 * 1024) {
+        *why = "is larger than any machine";
+        return 0;
+    }
+    *why = NULL;
+    return (int64_t) mb;
+}
+
+//  FNV-1a, 64 bits: a cache key for what goes into a built image (not a
+//  security boundary: the builder only compares its own tags).
+static uint64_t
+s_fnv (uint64_t h, const char *s)
+{
+    for (; *s; s++) {
+        h ^= (unsigned char) *s;
+        h *= 0x100000001b3ULL;
+    }
+    h ^= 0xff;                      //  a separator no string holds
+    return h * 0x100000001b3ULL;
+}
+
+//  The tag of a base_image runtime's image, from everything the
+//  builder's Dockerfile depends on.
+static int
+s_recipe (s_ctx_t *ctx, ah_runtime_t *rt)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = s_fnv (h, "agenthold-runtime-5");   //  the builder's Dockerfile layout version
+    h = s_fnv (h, rt->base_image);
+    for (size_t i = 0; i < rt->setup_count; i++)
+        h = s_fnv (s_fnv (h, "setup"), rt->setup_commands [i]);
+    for (size_t i = 0; i < rt->package_count; i++)
+        h = s_fnv (s_fnv (h, "pip"), rt->packages [i]);
+    for (size_t i = 0; i < rt->env_count; i++)
+        h = s_fnv (s_fnv (s_fnv (h, "env"), rt->env [i].name), rt->env [i].value);
+    snprintf (rt->recipe, sizeof rt->recipe, "%016llx", (unsigned long long) h);
+    if (asprintf (&rt->image, "agenthold/rt-%s:%s", rt->alias, rt->recipe) < 0) {
+        rt->image = NULL;
+        s_fail (ctx, "out of memory");
+        return -1;
     }
     return 0;
 }
@@ -264,36 +442,92 @@ s_parse_runtime (s_ctx_t *ctx, json_t *entry, ah_runtime_t *rt)
         s_fail (ctx, "must be an object");
         return -1;
     }
-    //  Name first, so every later error can say which entry it is.
-    json_t *jname = json_object_get (entry, "name");
-    if (jname && json_is_string (jname)) {
+    //  Alias first, so every later error can say which entry it is.
+    json_t *jalias = json_object_get (entry, "alias");
+    if (jalias && json_is_string (jalias)) {
         size_t len = strlen (ctx->where);
-        snprintf (ctx->where + len, sizeof ctx->where - len, " (\"%.63s\")", json_string_value (jname));
+        snprintf (ctx->where + len, sizeof ctx->where - len, " (\"%.63s\")", json_string_value (jalias));
     }
-    static const char *keys [] = { "name", "image", "description", "tools", "build", NULL };
-    if (s_known_keys (ctx, entry, "the runtime", keys))
+    static const char *keys [] = { "alias", "description", "image", "base_image", "setup_commands",
+                                   "packages", "env_vars", "briefing", "mem_limit", "needs_network",
+                                   "build", NULL };
+    if (s_known_keys (ctx, entry, "the runtime (alias, description, image, base_image, setup_commands, "
+                      "packages, env_vars, briefing, mem_limit, needs_network, build)", keys))
         return -1;
     static const ah_ident_t runtime = AH_IDENT_RUNTIME, image_ref = AH_IDENT_IMAGE;
-    const char *name = s_string_field (ctx, entry, "name", &runtime);
-    if (!name)
-        return -1;
-    const char *image = s_string_field (ctx, entry, "image", &image_ref);
-    if (!image)
+    const char *alias = s_string_field (ctx, entry, "alias", &runtime);
+    if (!alias)
         return -1;
     const char *description = s_string_field (ctx, entry, "description", NULL);
     if (!description)
         return -1;
-    rt->name = strdup (name);
-    rt->image = strdup (image);
+    bool has_image = json_object_get (entry, "image") != NULL;
+    bool has_base = json_object_get (entry, "base_image") != NULL;
+    if (has_image && has_base) {
+        s_fail (ctx, "fields \"image\" and \"base_image\" exclude each other: \"image\" is a finished image used "
+                "as it is, \"base_image\" one the builder builds on; give one");
+        return -1;
+    }
+    if (!has_image && !has_base) {
+        s_fail (ctx, "field \"image\" or \"base_image\" is missing: give one of them");
+        return -1;
+    }
+    const char *image = s_string_field (ctx, entry, has_image ? "image" : "base_image", &image_ref);
+    if (!image)
+        return -1;
+    if (has_image) {
+        const char *only [] = { "setup_commands", "packages" };
+        for (size_t i = 0; i < 2; i++)
+            if (json_object_get (entry, only [i])) {
+                s_fail (ctx, "field \"%s\" needs \"base_image\": an \"image\" entry is used as it is and "
+                        "installs nothing", only [i]);
+                return -1;
+            }
+    }
+    else
+    if (json_object_get (entry, "build")) {
+        s_fail (ctx, "field \"build\" goes with \"image\" only: a \"base_image\" entry is built by the builder");
+        return -1;
+    }
+    rt->alias = strdup (alias);
     rt->description = strdup (description);
-    if (!rt->name || !rt->image || !rt->description) {
+    if (has_image)
+        rt->image = strdup (image);
+    else
+        rt->base_image = strdup (image);
+    if (!rt->alias || !rt->description || !(rt->image || rt->base_image)) {
         s_fail (ctx, "out of memory");
         return -1;
     }
-    if (s_parse_tools (ctx, json_object_get (entry, "tools"), rt))
+    if (s_string_list (ctx, entry, "setup_commands", AH_CATALOG_MAX_COMMAND, false, s_check_command,
+                       &rt->setup_commands, &rt->setup_count)
+    ||  s_string_list (ctx, entry, "packages", 200, false, s_check_package, &rt->packages, &rt->package_count)
+    ||  s_string_list (ctx, entry, "briefing", AH_CATALOG_MAX_STRING, true, s_check_command,
+                       &rt->briefing, &rt->briefing_count)
+    ||  s_parse_env (ctx, json_object_get (entry, "env_vars"), rt))
         return -1;
+    json_t *mem = json_object_get (entry, "mem_limit");
+    if (mem) {
+        const char *why = "must be a string in Docker's syntax (\"2g\", \"512m\")";
+        if (json_is_string (mem))
+            rt->mem_limit_mb = ah_catalog_mem_mb (json_string_value (mem), &why);
+        if (!rt->mem_limit_mb) {
+            s_fail (ctx, "field \"mem_limit\": %s%s%s %s", json_is_string (mem) ? "'" : "",
+                    json_is_string (mem) ? json_string_value (mem) : "the value",
+                    json_is_string (mem) ? "'" : "", why);
+            return -1;
+        }
+    }
+    json_t *net = json_object_get (entry, "needs_network");
+    if (net && !json_is_boolean (net)) {
+        s_fail (ctx, "field \"needs_network\" must be true or false");
+        return -1;
+    }
+    rt->needs_network = json_is_true (net);
     json_t *build = json_object_get (entry, "build");
     if (build && s_parse_build (ctx, build, rt))
+        return -1;
+    if (rt->base_image && s_recipe (ctx, rt))
         return -1;
     return 0;
 }
@@ -326,15 +560,20 @@ ah_catalog_parse (const char *text, size_t size, const char *source,
         goto fail;
     }
     if (!json_is_object (root)) {
-        s_fail (&ctx, "the top level must be an object {\"version\": 1, \"runtimes\": [...]}");
+        s_fail (&ctx, "the top level must be an object {\"version\": %d, \"runtimes\": [...]}", AH_CATALOG_VERSION);
         goto fail;
     }
     static const char *keys [] = { "version", "runtimes", NULL };
     if (s_known_keys (&ctx, root, "the top level", keys))
         goto fail;
     json_t *version = json_object_get (root, "version");
-    if (!version || !json_is_integer (version) || json_integer_value (version) != 1) {
-        s_fail (&ctx, "field \"version\" must be 1");
+    if (version && json_is_integer (version) && json_integer_value (version) == 1) {
+        s_fail (&ctx, "field \"version\" is 1, a format this server no longer reads: version %d names runtimes "
+                "by \"alias\" and builds \"base_image\" entries (docs/catalog.md)", AH_CATALOG_VERSION);
+        goto fail;
+    }
+    if (!version || !json_is_integer (version) || json_integer_value (version) != AH_CATALOG_VERSION) {
+        s_fail (&ctx, "field \"version\" must be %d", AH_CATALOG_VERSION);
         goto fail;
     }
     runtimes = json_object_get (root, "runtimes");
@@ -359,8 +598,8 @@ ah_catalog_parse (const char *text, size_t size, const char *source,
         if (s_parse_runtime (&ctx, json_array_get (runtimes, i), rt))
             goto fail;
         for (size_t j = 0; j < i; j++)
-            if (strcmp (self->runtimes [j].name, rt->name) == 0) {
-                s_fail (&ctx, "field \"name\": \"%s\" is already used by runtime %zu", rt->name, j);
+            if (strcmp (self->runtimes [j].alias, rt->alias) == 0) {
+                s_fail (&ctx, "field \"alias\": \"%s\" is already used by runtime %zu", rt->alias, j);
                 goto fail;
             }
     }
@@ -427,12 +666,24 @@ ah_catalog_at (const ah_catalog_t *self, size_t index)
 }
 
 const ah_runtime_t *
-ah_catalog_find (const ah_catalog_t *self, const char *name)
+ah_catalog_find (const ah_catalog_t *self, const char *alias)
 {
-    if (!self || !name)
+    if (!self || !alias)
         return NULL;
     for (size_t i = 0; i < self->count; i++)
-        if (strcmp (self->runtimes [i].name, name) == 0)
+        if (strcmp (self->runtimes [i].alias, alias) == 0)
             return &self->runtimes [i];
     return NULL;
+}
+
+const ah_runtime_t *
+ah_catalog_default (const ah_catalog_t *self)
+{
+    return ah_catalog_at (self, 0);
+}
+
+bool
+ah_runtime_built (const ah_runtime_t *rt)
+{
+    return rt && (rt->base_image || rt->context_dir);
 }

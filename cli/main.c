@@ -7,11 +7,13 @@
     (its message on stderr, "agenthold: ..."), 2 bad usage.             */
 #include "cli/admin.h"
 #include "cli/client.h"
+#include "cli/doctor.h"
 #include "cli/sbx.h"
 #include "cli/term.h"
 #include "cli/tap.h"
 #include "cli/turn.h"
 #include "config/config.h"
+#include "server/hostd.h"
 #include "server/serve.h"
 
 #include <curl/curl.h>
@@ -20,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 //  --------------------------------------------------------------------
 //  Help
@@ -29,9 +33,23 @@ static const ah_cmd_t s_commands [] = {
       "Run the server in the foreground until SIGINT or SIGTERM (SIGHUP reloads the\n"
       "policies). The configuration is FILE, else $AGENTHOLD_CONFIG, else\n"
       "etc/agenthold.yaml when it exists; AGENTHOLD_* variables override every key.\n" },
-    { "create", "create NAME [--image IMG] [--cpus N] [--memory-mb N] [--idle-minutes N] [--no-wait] [--json]",
-      "Create an agent and its sandbox (asleep until started) and wait until the\n"
-      "sandbox is made. Unset resources take the server's defaults; the server's\n"
+    { "hostd", "hostd [--config FILE]",
+      "Run the host agent in the foreground until SIGINT or SIGTERM: the one process\n"
+      "that holds the Docker socket, for servers with `sandbox.driver: remote`\n"
+      "(hostd.* keys; docs/hostd.md). Same configuration sources as serve.\n" },
+    { "doctor", "doctor [--config FILE] [--json]",
+      "Check the whole installation the configuration describes: the configuration,\n"
+      "the database schema, the Lua scripts, the host agent (or the Docker Engine):\n"
+      "reachable, same protocol, engine version, isolation, free disk, the catalog's\n"
+      "images; the tunnel, TLS, the admin token file's mode, destroys waiting. Each\n"
+      "problem comes with what to do. Exit status 0 only when all is well.\n" },
+    { "create", "create NAME [--runtime ALIAS | --image IMG] [--cpus N] [--memory-mb N] [--idle-minutes N] [--no-wait] [--json]",
+      "Create an agent and its sandbox on a runtime of the catalog (the first one\n"
+      "unless --runtime names another; `agenthold runtimes` lists them; --image runs\n"
+      "an image outside the catalog) and wait until the sandbox runs, up to 10\n"
+      "minutes: the first sandbox of a runtime waits while its image is built, and\n"
+      "create says on stderr what the build does (\"Preparing the sandbox...\").\n"
+      "Unset resources take the runtime's or the server's defaults; the server's\n"
       "limits policy may refuse them. --no-wait returns once the agent exists.\n" },
     { "ls", "ls [--json]",
       "List every agent with its state, image and resources.\n" },
@@ -52,7 +70,11 @@ static const ah_cmd_t s_commands [] = {
       "The audit trail, newest first: who did what to NAME (or to every agent),\n"
       "and each state it went through. --limit: at most N entries (default 50).\n" },
     { "runtimes", "runtimes [--json]",
-      "The runtime catalog: each runtime's image and whether the image is there.\n" },
+      "The runtime catalog, the default first: each runtime's image, its state (present,\n"
+      "building with what the build does, missing, error) and its last build error.\n" },
+    { "hosts", "hosts [--json]",
+      "The host agents (sandbox.driver: remote), for an admin: each one's state (up,\n"
+      "unreachable, refused), version and protocol, and why when it is not up.\n" },
     { "tap", "tap [--endpoint E] [--type GLOB] [--count N]",
       "Print every message on the server's bus as one JSON line, from the tap\n"
       "(tap.endpoint in the configuration, or E). --type keeps the types matching\n"
@@ -138,7 +160,10 @@ static void s_print_agent (json_t *a)
         printf ("tenant:           %s\n", ah_cmd_jstr (a, "tenant", "-"));
     if (json_is_string (json_object_get (a, "home_lost")))
         printf ("home_lost:        %s\n", ah_cmd_jstr (a, "home_lost", "-"));
+    if (json_is_string (json_object_get (a, "progress")))
+        printf ("progress:         %s\n", ah_cmd_jstr (a, "progress", "-"));
     if (json_object_get (a, "image")) {
+        printf ("runtime:          %s\n", ah_cmd_jstr (a, "runtime", "- (an image outside the catalog)"));
         printf ("image:            %s\n", ah_cmd_jstr (a, "image", "-"));
         printf ("cpus:             %g\n", json_number_value (json_object_get (a, "cpus")));
         printf ("memory_mb:        %lld\n", (long long) json_integer_value (json_object_get (a, "memory_mb")));
@@ -208,8 +233,24 @@ static char *s_agent_path (const char *name, const char *suffix)
 //  --------------------------------------------------------------------
 //  Commands
 
+static int s_cmd_doctor (const ah_cmd_t *c, int argc, char **argv)
+{
+    const char *config_path = getenv ("AGENTHOLD_CONFIG");
+    if (config_path && !*config_path)
+        config_path = NULL;
+    bool json = false;
+    ah_opt_t opts [] = { { "--config", &config_path, NULL }, { "--json", NULL, &json },
+                         { NULL, NULL, NULL } };
+    const char *pos [1];
+    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 0, &npos);
+    if (rc)
+        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
+    return ah_cli_doctor (config_path, json);
+}
+
 static int s_cmd_serve (const ah_cmd_t *c, int argc, char **argv)
 {
+    bool hostd = !strcmp (c->name, "hostd");
     const char *config_path = getenv ("AGENTHOLD_CONFIG");
     if (config_path && !*config_path)
         config_path = NULL;
@@ -221,11 +262,11 @@ static int s_cmd_serve (const ah_cmd_t *c, int argc, char **argv)
     char *err = NULL;
     ah_config_t *config = ah_config_load (config_path, &err);
     if (!config) {
-        fprintf (stderr, "agenthold serve: %s\n", err ? err : "cannot load the configuration");
+        fprintf (stderr, "agenthold %s: %s\n", c->name, err ? err : "cannot load the configuration");
         free (err);
         return 1;
     }
-    int status = ah_server_run (config);
+    int status = hostd ? ah_hostd_run (config) : ah_server_run (config);
     ah_config_destroy (&config);
     return status;
 }
@@ -244,12 +285,55 @@ static int s_parse_simple (const ah_cmd_t *c, int argc, char **argv, ah_common_t
     return rc < 0 ? AH_EXIT_USAGE : 0;
 }
 
+static bool s_moving (const char *state)
+{
+    return !strcmp (state, "creating") || !strcmp (state, "starting") || !strcmp (state, "rebuilding")
+        || !strcmp (state, "stopping") || !strcmp (state, "destroying");
+}
+
+//  Follow an agent until its transition ends (at most wait_s), telling
+//  on stderr what preparing its sandbox does ("Preparing the sandbox…
+//  Step 3/7 : RUN apt-get update"). The agent as it ended, or NULL with
+//  *exit_code.
+static json_t *s_follow (ah_common_t *co, const char *id, long wait_s, int *exit_code)
+{
+    char *path = s_agent_path (id, "");
+    char said [512] = "";
+    time_t deadline = time (NULL) + wait_s;
+    json_t *agent = NULL;
+    for (;;) {
+        json_decref (agent);
+        agent = ah_cmd_call (co, "GET", path, NULL, 0, NULL, exit_code);
+        if (!agent)
+            break;
+        const char *progress = ah_cmd_jstr (agent, "progress", NULL);
+        if (progress && strcmp (progress, said)) {
+            snprintf (said, sizeof said, "%s", progress);
+            char *clean = ah_cmd_clean (strdup (progress));
+            fprintf (stderr, "%s\n", clean ? clean : "");
+            free (clean);
+        }
+        if (!s_moving (ah_cmd_jstr (agent, "state", "")))
+            break;
+        if (time (NULL) >= deadline) {
+            fprintf (stderr, "agenthold: %s is still %s after %ld s (agenthold show %s follows it)\n",
+                     ah_cmd_jstr (agent, "name", id), ah_cmd_jstr (agent, "state", "?"), wait_s, id);
+            *exit_code = 1;
+            break;
+        }
+        usleep (500 * 1000);
+    }
+    free (path);
+    return agent;
+}
+
 static int s_cmd_create (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
-    const char *image = NULL, *cpus = NULL, *memory = NULL, *idle = NULL;
+    const char *image = NULL, *runtime = NULL, *cpus = NULL, *memory = NULL, *idle = NULL;
     bool no_wait = false;
     ah_opt_t opts [] = {
-        { "--image", &image, NULL }, { "--cpus", &cpus, NULL }, { "--memory-mb", &memory, NULL },
+        { "--image", &image, NULL }, { "--runtime", &runtime, NULL },
+        { "--cpus", &cpus, NULL }, { "--memory-mb", &memory, NULL },
         { "--idle-minutes", &idle, NULL }, { "--no-wait", NULL, &no_wait },
         { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL }
     };
@@ -265,6 +349,8 @@ static int s_cmd_create (const ah_cmd_t *c, int argc, char **argv, ah_common_t *
     json_t *v;
     if (image)
         json_object_set_new (body, "image", json_string (image));
+    if (runtime)
+        json_object_set_new (body, "runtime", json_string (runtime));
     if (cpus) {
         if (ah_cmd_number ("create", "--cpus", cpus, false, &v))
             goto usage;
@@ -281,9 +367,19 @@ static int s_cmd_create (const ah_cmd_t *c, int argc, char **argv, ah_common_t *
         json_object_set_new (body, "idle_minutes", v);
     }
     int exit_code;
-    json_t *reply = ah_cmd_call (co, "POST", no_wait ? "/api/v1/agents" : "/api/v1/agents?wait=1&timeout=600",
-                            body, no_wait ? 0 : 630, NULL, &exit_code);
+    json_t *reply = ah_cmd_call (co, "POST", "/api/v1/agents", body, 0, NULL, &exit_code);
     json_decref (body);
+    //  Waiting: follow the agent, up to 10 minutes (the first sandbox of a
+    //  runtime may wait for its image to be built), saying what happens.
+    if (reply && !no_wait) {
+        char id [64];
+        snprintf (id, sizeof id, "%s", ah_cmd_jstr (reply, "id", ah_cmd_jstr (reply, "name", pos [0])));
+        json_t *agent = s_follow (co, id, 600, &exit_code);
+        if (agent) {
+            json_decref (reply);
+            reply = agent;
+        }
+    }
     s_print_reply (co, reply, !no_wait, &exit_code);
     json_decref (reply);
     return exit_code;
@@ -301,9 +397,57 @@ static void s_print_operations (json_t *ops)
 
 static void s_print_runtimes (json_t *list)
 {
-    static const char *const header [] = { "NAME", "IMAGE", "IMAGE STATE", "DESCRIPTION" };
-    static const char *const keys [] = { "name", "image", "image_state", "description" };
-    ah_cmd_print_objects (list, header, keys, 4);
+    static const char *const header [] = { "ALIAS", "DEFAULT", "IMAGE", "IMAGE STATE", "NETWORK", "MEMORY",
+                                           "LAST ERROR" };
+    char ***rows = ah_cmd_table_new (header, 7, json_array_size (list));
+    for (size_t i = 0; i < json_array_size (list); i++) {
+        json_t *rt = json_array_get (list, i);
+        char **row = rows [i + 1];
+        json_t *mem = json_object_get (rt, "mem_limit_mb");
+        const char *progress = ah_cmd_jstr (rt, "progress", NULL);
+        row [0] = strdup (ah_cmd_jstr (rt, "alias", "-"));
+        row [1] = strdup (json_is_true (json_object_get (rt, "default")) ? "yes" : "");
+        row [2] = strdup (ah_cmd_jstr (rt, "image", "-"));
+        row [3] = progress ? ah_cmd_clean (ah_cmd_strf ("%s: %.60s", ah_cmd_jstr (rt, "image_state", "-"), progress))
+                           : strdup (ah_cmd_jstr (rt, "image_state", "-"));
+        row [4] = strdup (json_is_true (json_object_get (rt, "needs_network")) ? "yes" : "no");
+        row [5] = json_is_integer (mem) ? ah_cmd_strf ("%lldM", (long long) json_integer_value (mem))
+                                        : strdup ("default");
+        row [6] = ah_cmd_clean (ah_cmd_strf ("%.100s", ah_cmd_jstr (rt, "image_error", "")));
+    }
+    ah_cmd_print_table (rows, json_array_size (list) + 1, 7);
+}
+
+//  Each host agent, then why for those that are not up.
+static void s_print_hosts (json_t *list)
+{
+    if (json_array_size (list) == 0) {
+        printf ("no host agents (sandbox.driver is not remote: the server runs its sandboxes itself)\n");
+        return;
+    }
+    static const char *const header [] = { "NAME", "STATE", "VERSION", "PROTOCOL", "ENDPOINT",
+                                           "UNREACHABLE SANDBOXES" };
+    static const char *const keys [] = { "name", "state", "version", "protocol", "endpoint",
+                                         "unreachable_sandboxes" };
+    ah_cmd_print_objects (list, header, keys, 6);
+    for (size_t i = 0; i < json_array_size (list); i++) {
+        json_t *h = json_array_get (list, i);
+        const char *error = ah_cmd_jstr (h, "error", NULL);
+        if (!error)
+            continue;
+        char *line = ah_cmd_clean (ah_cmd_strf ("%s: %s", ah_cmd_jstr (h, "name", "?"), error));
+        printf ("%s\n", line ? line : "");
+        free (line);
+    }
+}
+
+static int s_cmd_hosts (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+{
+    const char *pos [1];
+    int npos, rc = s_parse_simple (c, argc, argv, co, pos, 0, &npos);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    return ah_cmd_show_list (co, "/api/v1/hosts", "hosts", s_print_hosts);
 }
 
 static void s_print_agent_list (json_t *agents)
@@ -337,7 +481,32 @@ static int s_cmd_show (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co
     int exit_code;
     json_t *reply = ah_cmd_call (co, "GET", path, NULL, 0, NULL, &exit_code);
     free (path);
+    //  The briefing of its runtime, as the sandbox has it.
+    json_t *briefing = NULL;
+    if (reply && json_is_string (json_object_get (reply, "runtime"))) {
+        int ignored;
+        path = s_agent_path (ah_cmd_jstr (reply, "id", pos [0]), "/briefing");
+        briefing = ah_cmd_call (co, "GET", path, NULL, 0, NULL, &ignored);
+        free (path);
+    }
+    if (co->json && reply && briefing)
+        json_object_set (reply, "briefing", json_object_get (briefing, "text"));
     s_print_reply (co, reply, false, &exit_code);
+    if (!co->json && briefing && json_is_string (json_object_get (briefing, "text"))) {
+        //  Line by line, each with its control characters masked.
+        char *text = strdup (ah_cmd_jstr (briefing, "text", ""));
+        printf ("briefing:\n");
+        for (char *line = text, *next; line && *line; line = next) {
+            next = strchr (line, '\n');
+            if (next)
+                *next++ = 0;
+            char *clean = ah_cmd_clean (strdup (line));
+            printf ("  %s\n", clean ? clean : "");
+            free (clean);
+        }
+        free (text);
+    }
+    json_decref (briefing);
     json_decref (reply);
     return exit_code;
 }
@@ -534,8 +703,10 @@ int main (int argc, char **argv)
         return AH_EXIT_USAGE;
     }
     //  serve first: it must start before any thread (curl's included).
-    if (!strcmp (name, "serve"))
+    if (!strcmp (name, "serve") || !strcmp (name, "hostd"))
         return s_cmd_serve (c, argc - 2, argv + 2);
+    if (!strcmp (name, "doctor"))
+        return s_cmd_doctor (c, argc - 2, argv + 2);
 
     ah_common_t co = { .config = getenv ("AGENTHOLD_CONFIG") };
     if (co.config && !*co.config)
@@ -560,6 +731,8 @@ int main (int argc, char **argv)
         status = s_cmd_tap (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "log"))
         status = s_cmd_log (c, argc - 2, argv + 2, &co);
+    else if (!strcmp (name, "hosts"))
+        status = s_cmd_hosts (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "runtimes"))
         status = s_cmd_runtimes (c, argc - 2, argv + 2, &co);
     else if (!strcmp (name, "exec"))

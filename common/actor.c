@@ -43,6 +43,8 @@ struct ah_actor_t {
     void *state;
     zsock_t *pipe;
     zsock_t *bus;
+    zsock_t *link;              //  PAIR to link_peer, or NULL
+    char link_peer [AH_MSG_MAX_TYPE + 1];
     ah_lwsloop_t *lws;
     reader_t *readers [MAX_READERS];
     size_t nreaders;
@@ -84,6 +86,13 @@ void ah_actor_use_lws (ah_actor_t *self, ah_lwsloop_t *loop)
 
 int ah_actor_send (ah_actor_t *self, const char *dest, ah_msg_t **msg_p)
 {
+    if (self->link && dest && streq (dest, self->link_peer)) {
+        //  The route frame names the sender, as the bus would. A link
+        //  with no peer (it never bound, or it is gone) takes nothing
+        //  (ZMQ_SNDTIMEO 0): then the bus carries the message.
+        if (zsock_events (self->link) & ZMQ_POLLOUT)
+            return ah_msg_send (msg_p, self->link, self->def->name) == 0 ? 0 : -1;
+    }
     if (!self->bus) {
         ah_msg_destroy (msg_p);
         return -1;
@@ -145,10 +154,10 @@ static void s_refuse (ah_actor_t *self, const ah_msg_fault_t *fault)
     ah_actor_send (self, fault->route, &reply);
 }
 
-static void s_on_bus (ah_actor_t *self)
+static void s_dispatch (ah_actor_t *self, zsock_t *sock)
 {
     ah_msg_fault_t fault;
-    ah_msg_t *msg = ah_msg_recv_fault (self->bus, true, &fault);
+    ah_msg_t *msg = ah_msg_recv_fault (sock, true, &fault);
     if (!msg) {
         ah_warn (self->def->name, "malformed message from %s: %s",
                  *fault.route ? fault.route : "?", fault.error ? fault.error : "unreadable");
@@ -171,6 +180,41 @@ static void s_on_bus (ah_actor_t *self)
                               self->def->name, type);
     }
     ah_msg_destroy (&msg);
+}
+
+static void s_on_bus (ah_actor_t *self)
+{
+    s_dispatch (self, self->bus);
+}
+
+static void s_on_link (ah_actor_t *self)
+{
+    s_dispatch (self, self->link);
+}
+
+int ah_actor_link (ah_actor_t *self, const char *peer, const char *endpoint, bool bind)
+{
+    if (self->link || !peer || strlen (peer) >= sizeof self->link_peer || !endpoint)
+        return -1;
+    zsock_t *sock = zsock_new (ZMQ_PAIR);
+    if (!sock)
+        return -1;
+    //  Channels are flow-controlled by credit, so the queue stays short;
+    //  never block: a peer that is gone loses the message (it is gone).
+    zsock_set_sndhwm (sock, 100000);
+    zsock_set_rcvhwm (sock, 100000);
+    zsock_set_sndtimeo (sock, 0);
+    zsock_set_linger (sock, 0);
+    int rc = bind ? zsock_bind (sock, "%s", endpoint) : zsock_connect (sock, "%s", endpoint);
+    if (rc < 0) {
+        ah_warn (self->def->name, "cannot %s the link to %s at %s", bind ? "bind" : "connect",
+                 peer, endpoint);
+        zsock_destroy (&sock);
+        return -1;
+    }
+    self->link = sock;
+    snprintf (self->link_peer, sizeof self->link_peer, "%s", peer);
+    return 0;
 }
 
 static void s_on_pipe (ah_actor_t *self)
@@ -440,6 +484,7 @@ static void s_thread (zsock_t *pipe, void *arg)
         self.state = NULL;
     }
     if (!self.state) {
+        zsock_destroy (&self.link);
         start->status = -1;
         start->err = self.fail;
         self.fail = NULL;
@@ -459,7 +504,8 @@ static void s_thread (zsock_t *pipe, void *arg)
     memcpy (early, self.readers, nearly * sizeof early [0]);
     self.nreaders = 0;
     bool ok = s_reader_add (&self, pipe, NULL, s_on_pipe) == 0
-           && (!self.bus || s_reader_add (&self, self.bus, NULL, s_on_bus) == 0);
+           && (!self.bus || s_reader_add (&self, self.bus, NULL, s_on_bus) == 0)
+           && (!self.link || s_reader_add (&self, self.link, NULL, s_on_link) == 0);
     for (size_t i = 0; i < nearly; i++) {
         ok = ok && s_reader_add (&self, early [i]->sock, early [i]->fn, NULL) == 0;
         free (early [i]);
@@ -486,6 +532,7 @@ static void s_thread (zsock_t *pipe, void *arg)
         ah_actor_reader_end (&self, self.readers [0]->sock);
     def->destroy (self.state);
     zsock_destroy (&self.bus);
+    zsock_destroy (&self.link);
     free (self.fail);
 }
 

@@ -98,6 +98,17 @@ void ah_actor_reply_ok (ah_actor_t *self, const ah_msg_t *request, int status);
 void ah_actor_reply_error (ah_actor_t *self, const ah_msg_t *request, int status,
                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+//  A direct link to one peer actor, for a conversation too busy for the
+//  bus (the api's and the tunnel's channels): from init, one side binds
+//  endpoint (the actor started first), the other connects. Afterwards
+//  every ah_actor_send to `peer` goes over this PAIR instead of the bus,
+//  in order, without the bus thread (and without the tap), and what comes
+//  over it is dispatched through the handler table like bus traffic,
+//  ah_msg_peer naming the peer. 0 / -1 (then the bus serves as before).
+//  While the link has no peer (nobody bound, or the peer is gone) sends
+//  to it take the bus, so a link that failed on one side loses nothing.
+int  ah_actor_link (ah_actor_t *self, const char *peer, const char *endpoint, bool bind);
+
 //  More sockets to serve (worker results, a PULL). 0 / -1.
 int  ah_actor_reader (ah_actor_t *self, zsock_t *sock, ah_actor_sock_fn *fn);
 void ah_actor_reader_end (ah_actor_t *self, zsock_t *sock);

@@ -72,12 +72,20 @@ static const s_key_t s_keys [] = {
     { "sandbox.docker.server_container",  T_OPT,      F (server_container), "detect" },
     { "sandbox.docker.sandboxd_volume",   T_OPT,      F (sandboxd_volume), "none" },
     { "sandbox.docker.tmp_mb",            T_INT64,    F (tmp_mb), NULL },
+    { "sandbox.remote.endpoint",          T_STR,      F (remote_endpoint), NULL },
+    { "sandbox.remote.server_key",        T_OPT,      F (remote_server_key), "none" },
+    { "sandbox.remote.timeout",           T_DURATION, F (remote_timeout_s), NULL },
+    { "hostd.endpoint",                   T_STR,      F (hostd_endpoint), NULL },
+    { "hostd.name",                       T_OPT,      F (hostd_name), "hostname" },
+    { "hostd.data_dir",                   T_PATH,     F (hostd_data_dir), NULL },
+    { "hostd.server_user",                T_OPT,      F (hostd_server_user), "none" },
     { "limits.tenant_max_sandboxes",      T_INT64,    F (tenant_max_sandboxes), NULL },
     { "limits.pool_max_sandboxes",        T_INT64,    F (pool_max_sandboxes), NULL },
     { "limits.tenant_max_running",        T_INT64,    F (tenant_max_running), NULL },
     { "limits.pool_max_running",          T_INT64,    F (pool_max_running), NULL },
     { "policy.lua_dir",                   T_PATH,     F (lua_dir), NULL },
     { "catalog.path",                     T_PATH,     F (catalog_path), NULL },
+    { "catalog.pip_index_url",            T_OPT,      F (pip_index_url), "none" },
 };
 #undef F
 #define KEY_COUNT (sizeof s_keys / sizeof s_keys [0])
@@ -141,6 +149,18 @@ static char *s_default_data_dir (void)
     return ah_strf ("%s/.local/share/agenthold", home);
 }
 
+//  hostd's own state: never inside the server's data directory, whose
+//  owner (the unprivileged server) could swap what root reads there.
+static char *s_default_hostd_dir (void)
+{
+    if (geteuid () == 0)
+        return strdup ("/var/lib/agenthold-hostd");
+    char *server = s_default_data_dir ();
+    char *dir = server ? ah_strf ("%s-hostd", server) : NULL;
+    free (server);
+    return dir;
+}
+
 //  A shipped data file (lua/, catalog/runtimes.json): next to an installed
 //  binary (<prefix>/bin -> <prefix>/share/agenthold), then the source tree
 //  this binary was built from, then the system location.
@@ -197,6 +217,13 @@ ah_config_t *ah_config_new_defaults (void)
     self->server_container = NULL;
     self->sandboxd_volume = NULL;
     self->tmp_mb = 64;
+    self->remote_endpoint = strdup (AH_CONFIG_HOSTD_ENDPOINT);
+    self->remote_server_key = NULL;
+    self->remote_timeout_s = 5;
+    self->hostd_endpoint = strdup (AH_CONFIG_HOSTD_ENDPOINT);
+    self->hostd_name = NULL;
+    self->hostd_data_dir = s_default_hostd_dir ();
+    self->hostd_server_user = NULL;
     self->tenant_max_sandboxes = 10;
     self->pool_max_sandboxes = 20;
     self->tenant_max_running = 0;
@@ -723,6 +750,61 @@ static char *s_check_listen (const char *key, const char *value)
     return NULL;
 }
 
+//  A ZeroMQ endpoint of the host agent: ipc://PATH (absolute) or
+//  tcp://HOST:PORT.
+static char *s_check_endpoint (const char *key, const char *value)
+{
+    if (!strncmp (value, "ipc://", 6)) {
+        if (value [6] != '/' || strlen (value) > 6 + 100)
+            return ah_strf ("%s = '%s': an ipc:// endpoint names an absolute path of at most "
+                            "100 characters (ipc:///run/agenthold-hostd/hostd.sock)", key, value);
+        return NULL;
+    }
+    if (!strncmp (value, "tcp://", 6)) {
+        const char *colon = strrchr (value + 6, ':');
+        char *end = NULL;
+        long port = colon ? strtol (colon + 1, &end, 10) : 0;
+        if (!colon || colon == value + 6 || !end || *end || port <= 0 || port > 65535)
+            return ah_strf ("%s = '%s': a tcp:// endpoint is tcp://HOST:PORT "
+                            "(tcp://10.0.0.5:7070)", key, value);
+        return NULL;
+    }
+    return ah_strf ("%s = '%s': must start with ipc:// (this machine) or tcp:// "
+                    "(another machine, with CURVE keys)", key, value);
+}
+
+static char *s_check_hostd (const ah_config_t *self)
+{
+    char *why;
+    if ((why = s_check_endpoint ("sandbox.remote.endpoint", self->remote_endpoint))
+    ||  (why = s_check_endpoint ("hostd.endpoint", self->hostd_endpoint)))
+        return why;
+    if (self->remote_server_key) {
+        bool z85 = strlen (self->remote_server_key) == 40;
+        for (const char *p = self->remote_server_key; *p && z85; p++)
+            z85 = isalnum ((unsigned char) *p) || strchr (".-:+=^!/*?&<>()[]{}@%$#", *p);
+        if (!z85)
+            return ah_strf ("sandbox.remote.server_key: not a CURVE public key (40 characters "
+                            "of Z85, the public-key line of hostd's hostd.cert)");
+    }
+    if (!strcmp (self->driver, "remote") && !strncmp (self->remote_endpoint, "tcp://", 6)
+    &&  !self->remote_server_key)
+        return ah_strf ("sandbox.remote.server_key is needed with a tcp:// endpoint ('%s'): "
+                        "the host agent's public key (docs/hostd.md)", self->remote_endpoint);
+    if (!(self->remote_timeout_s >= 0.5 && self->remote_timeout_s <= 3600))
+        return ah_strf ("sandbox.remote.timeout = %gs: must be between 500ms and 1h",
+                        self->remote_timeout_s);
+    if (self->hostd_name) {
+        bool ok = *self->hostd_name && strlen (self->hostd_name) <= 63;
+        for (const char *p = self->hostd_name; *p && ok; p++)
+            ok = isalnum ((unsigned char) *p) || *p == '-' || *p == '.' || *p == '_';
+        if (!ok)
+            return ah_strf ("hostd.name = '%s': up to 63 letters, digits, '-', '.' or '_'",
+                            self->hostd_name);
+    }
+    return NULL;
+}
+
 static char *s_validate (const ah_config_t *self)
 {
     char *why;
@@ -742,8 +824,11 @@ static char *s_validate (const ah_config_t *self)
     &&  strncmp (self->tap_endpoint, "ipc://", 6) && strncmp (self->tap_endpoint, "tcp://", 6))
         return ah_strf ("tap.endpoint = '%s': must start with ipc:// or tcp:// (or be off)",
                           self->tap_endpoint);
-    if (strcmp (self->driver, "docker") && strcmp (self->driver, "fake"))
-        return ah_strf ("sandbox.driver = '%s': must be docker or fake", self->driver);
+    if (strcmp (self->driver, "docker") && strcmp (self->driver, "fake")
+    &&  strcmp (self->driver, "remote"))
+        return ah_strf ("sandbox.driver = '%s': must be docker, remote or fake", self->driver);
+    if ((why = s_check_hostd (self)))
+        return why;
     if (self->tenant_max_sandboxes < 0 || self->pool_max_sandboxes < 0
     ||  self->tenant_max_running < 0 || self->pool_max_running < 0)
         return ah_strf ("limits.*: a limit must be 0 (none) or more");

@@ -14,6 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+//  Where hostd listens and the server looks for it, by default.
+#define AH_CONFIG_HOSTD_ENDPOINT "ipc:///run/agenthold-hostd/hostd.sock"
+
 typedef struct {
     //  server.*
     char   *listen;                 //  "127.0.0.1:8080"
@@ -44,6 +47,15 @@ typedef struct {
     char   *server_container;       //  NULL = detect
     char   *sandboxd_volume;        //  NULL = bind-mount sandboxd_path alone
     int64_t tmp_mb;                 //  64: the size of the tmpfs at /tmp in a sandbox
+    //  sandbox.remote.* (the remote driver: a host agent, docs/hostd.md)
+    char   *remote_endpoint;        //  "ipc:///run/agenthold-hostd/hostd.sock" or tcp://host:port
+    char   *remote_server_key;      //  hostd's CURVE public key (Z85, 40 characters); NULL = none
+    double  remote_timeout_s;       //  5: silence after which the host is unreachable
+    //  hostd.* (`agenthold hostd`, the process holding the Docker socket)
+    char   *hostd_endpoint;         //  where hostd listens; same default as remote_endpoint
+    char   *hostd_name;             //  NULL = this machine's hostname
+    char   *hostd_data_dir;         //  hostd's own state (subnets, CURVE keys)
+    char   *hostd_server_user;      //  the only user that may open the ipc socket; NULL = hostd's own
     //  limits.* (what lua/limits.lua reads; PUT /api/v1/policy changes them at run time)
     int64_t tenant_max_sandboxes;   //  10
     int64_t pool_max_sandboxes;     //  20
@@ -53,6 +65,7 @@ typedef struct {
     char   *lua_dir;                //  directory of idle.lua, limits.lua, briefing.lua
     //  catalog.*
     char   *catalog_path;           //  catalog/runtimes.json
+    char   *pip_index_url;          //  the index pip installs a runtime's packages from; NULL: pip's default
 } ah_config_t;
 
 //  Defaults only.

@@ -44,4 +44,22 @@ int ah_docker_check_isolation (ah_driver_t *driver, int tunnel_port, char **repo
 //  start. 0, or -1 when it could not start (or already did).
 int ah_docker_isolation_check_start (ah_driver_t *driver);
 
+//  What `agenthold doctor` asks of the engine (drivers/docker/facts.c).
+typedef struct {
+    char    api_version [16];           //  "1.41"
+    char    version [32];               //  the engine's release
+    char    root_dir [256];             //  where it keeps images and volumes
+    int64_t free_bytes;                 //  free / total there; -1 when it cannot be seen
+    int64_t total_bytes;
+    bool    seccomp;                    //  the default seccomp profile is on
+    bool    apparmor;
+    bool    userns;                     //  user namespaces remap container root
+    bool    rootless;
+    char    runtime [64];               //  sandbox.docker.runtime, "" for the default
+    bool    runtime_ok;                 //  the engine has it (true for the default)
+} ah_engine_facts_t;
+
+//  The engine's facts. 0 / -1 with *err (the engine cannot be asked).
+int ah_docker_engine_facts (ah_driver_t *driver, ah_engine_facts_t *facts, char **err);
+
 #endif

@@ -4,6 +4,7 @@
 #include "drivers/driver.h"
 #include "drivers/fake.h"
 #include "drivers/docker.h"
+#include "drivers/remote.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +31,9 @@ ah_driver_t *ah_driver_new (const ah_config_t *config, char **err)
     if (strcmp (name, "docker") == 0) {
         return ah_docker_driver_new (config, err);
     }
+    if (strcmp (name, "remote") == 0)
+        return ah_remote_driver_new (config, err);
     if (err)
-        *err = ah_strf ("sandbox.driver '%s' is unknown (want docker or fake)", name);
+        *err = ah_strf ("sandbox.driver '%s' is unknown (want docker, remote or fake)", name);
     return NULL;
 }

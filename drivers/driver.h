@@ -25,9 +25,12 @@ typedef struct {
     double      cpus;
     int64_t     memory_mb;
     int64_t     pids_limit;
-    //  The runtime needs a network (a way out to the internet). false (the
-    //  default): the sandbox has no network at all and reaches the server
-    //  only through the tunnel's unix socket.
+    //  From the agent's runtime (catalog/runtimes.json): "NAME=value"
+    //  entries set in the container (n_env of them), and whether the
+    //  sandbox gets a network with a way out (false: no network at all; it
+    //  reaches the server only through the tunnel's unix socket).
+    const char *const *env;
+    size_t      n_env;
     bool        needs_network;
 } ah_sandbox_spec_t;
 
@@ -38,6 +41,9 @@ typedef struct {
     const char *agent_id;
     const char *token;              //  fresh per start; only its hash is stored
     int         tunnel_port;
+    //  The agent's briefing (lua/briefing.lua), written read-only next
+    //  to boot.json as /etc/agenthold/briefing.md; NULL: none.
+    const char *briefing;
 } ah_boot_t;
 
 typedef struct {
@@ -56,7 +62,31 @@ typedef struct {
     const char *const *file_names;  //  n_files names inside the context ("busybox") ...
     const char *const *file_paths;  //  ... copied from these host paths ("/bin/busybox")
     size_t      n_files;
+    //  A runtime built from a base image (catalog base_image): the
+    //  Dockerfile as text, the whole context (context_dir NULL). The
+    //  driver makes base_image present first: present, pulled, or, where
+    //  no registry serves it, made by the driver where it can (docker: a
+    //  Debian base of the host's release from the host's own mirror).
+    const char *dockerfile;
+    const char *base_image;
+    const char *const *build_args;  //  "NAME=value" (Docker build args), n_build_args
+    size_t      n_build_args;
+    //  Progress for people ("Step 3/7 : RUN apt-get update", "pulling
+    //  debian:bookworm-slim: 12 MB"), from the calling thread; may be NULL.
+    void      (*on_progress) (void *arg, const char *text);
+    void       *progress_arg;
 } ah_image_build_t;
+
+//  How the host that runs the sandboxes is doing (drivers with a host
+//  agent: remote). Filled by host_info below.
+typedef struct {
+    char    name [64];              //  the host's name ("b1"); the endpoint until it answered
+    char    endpoint [128];         //  where it is reached
+    char    version [32];           //  its agenthold version, "" until it answered
+    int64_t protocol;               //  its protocol, 0 until it answered
+    char    state [16];             //  "up" | "unreachable" | "refused"
+    char    error [512];            //  why, when not up ("" when up)
+} ah_host_info_t;
 
 typedef struct ah_driver_t ah_driver_t;
 
@@ -104,12 +134,18 @@ struct ah_driver_t {
     //  Polls *stop (may be NULL) and gives up with -1 once it is non-zero.
     int  (*image_build)  (ah_driver_t *self, const ah_image_build_t *build,
                           volatile int *stop, char **err);
+    //  Optional (NULL when the driver runs the sandboxes itself): the
+    //  state of the host agent as the last call found it. 0 / -1.
+    //  watch then also calls on_change (arg, NULL, "unreachable") before
+    //  it returns -1 because the host agent stopped answering or was
+    //  refused (its err says why), and "connected" once it answers again.
+    int  (*host_info)    (ah_driver_t *self, ah_host_info_t *info);
 };
 
 //  Frees a NULL-terminated id list from list().
 void ah_driver_free_ids (char ***ids_p);
 
-//  The backend named by config->driver ("docker" | "fake"); config is
+//  The backend named by config->driver ("docker" | "remote" | "fake"); config is
 //  borrowed and must outlive the driver. NULL with *err (caller frees)
 //  naming the problem. Free with self->destroy_driver (&self).
 ah_driver_t *ah_driver_new (const ah_config_t *config, char **err);

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define S_READ_CHUNK    65536
+#define S_READ_CHUNK    (256 * 1024)
 #define S_BODY_WAIT_MS  1000        //  a refusal's body that did not come with the head
 
 struct ah_ws_t {

@@ -23,10 +23,12 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define S_MAX_STREAMS   1024        //  live streams per session
 #define S_BUCKETS       256         //  stream table buckets (power of two)
-#define S_MAX_FRAME     16384       //  largest data payload we send in one frame
+#define S_MAX_FRAME     65536       //  largest data payload we send in one frame
+#define S_GROW_MS       20          //  half a window consumed this fast: the window is short
 
 typedef struct s_stream_t {
     struct s_stream_t *next;        //  bucket chain
@@ -35,6 +37,8 @@ typedef struct s_stream_t {
     uint32_t recv_window;           //  bytes the peer may still send
     uint32_t unconsumed;            //  received, not yet consumed by the app
     uint32_t pending;               //  consumed, not yet given back to the peer
+    uint32_t window;                //  our receive window's size now (grows)
+    int64_t  last_update_ms;        //  when we last gave bytes back (0: never)
     bool     local_fin;             //  we sent FIN
     bool     remote_fin;            //  the peer sent FIN
     bool     want_writable;         //  a write came back short
@@ -122,6 +126,13 @@ static s_stream_t *s_find (const ah_yamux_t *self, uint32_t id)
     return NULL;
 }
 
+static int64_t s_now_ms (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static s_stream_t *s_add (ah_yamux_t *self, uint32_t id)
 {
     s_stream_t *s = calloc (1, sizeof *s);
@@ -130,6 +141,7 @@ static s_stream_t *s_add (ah_yamux_t *self, uint32_t id)
     s->id = id;
     s->send_window = AH_YAMUX_INITIAL_WINDOW;
     s->recv_window = AH_YAMUX_INITIAL_WINDOW;
+    s->window = AH_YAMUX_INITIAL_WINDOW;
     s->next = self->buckets [s_bucket (id)];
     self->buckets [s_bucket (id)] = s;
     self->nstreams++;
@@ -507,10 +519,21 @@ void ah_yamux_consumed (ah_yamux_t *self, uint32_t id, size_t n)
     if (s->remote_fin)
         return;                     //  nothing more will come: no credit needed
     s->pending += (uint32_t) n;
-    if (s->pending < AH_YAMUX_INITIAL_WINDOW / 2)
+    if (s->pending < s->window / 2)
         return;
     uint32_t delta = s->pending;
     s->pending = 0;
+    //  Auto-tuning: when the application used half the window within
+    //  S_GROW_MS of the last update, the window, not the reader, is what
+    //  limits the stream: double it (the update carries the growth too),
+    //  up to AH_YAMUX_MAX_WINDOW. A slow reader never grows it.
+    int64_t now = s_now_ms ();
+    if (s->last_update_ms && now - s->last_update_ms < S_GROW_MS && s->window < AH_YAMUX_MAX_WINDOW) {
+        uint32_t grown = s->window * 2 > AH_YAMUX_MAX_WINDOW ? AH_YAMUX_MAX_WINDOW : s->window * 2;
+        delta += grown - s->window;
+        s->window = grown;
+    }
+    s->last_update_ms = now;
     s->recv_window += delta;
     s_enter (self);
     s_send (self, AH_YAMUX_WINDOW_UPDATE, 0, id, delta);
@@ -565,6 +588,12 @@ void ah_yamux_goaway (ah_yamux_t *self, uint32_t code)
     s_enter (self);
     s_send (self, AH_YAMUX_GO_AWAY, 0, 0, code);
     s_leave (self);
+}
+
+uint32_t ah_yamux_window (const ah_yamux_t *self, uint32_t id)
+{
+    s_stream_t *s = self ? s_find ((ah_yamux_t *) self, id) : NULL;
+    return s ? s->window : 0;
 }
 
 uint32_t ah_yamux_send_window (const ah_yamux_t *self, uint32_t id)

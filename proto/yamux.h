@@ -15,7 +15,11 @@
     window and returns how much it took (0 = blocked: wait for
     on_writable). Received data counts against our window until the
     application calls ah_yamux_consumed; the window update is sent when the
-    consumed delta reaches half the window, as the Go implementation does. */
+    consumed delta reaches half the window, as the Go implementation does.
+    A receive window grows (doubling, up to AH_YAMUX_MAX_WINDOW) when half
+    of it was consumed within 20 ms of the last update: the window, not the
+    reader, limits that stream. The spec allows a window update to carry
+    more than was consumed; a peer just adds it to its send window. */
 #ifndef AH_YAMUX_H
 #define AH_YAMUX_H
 
@@ -27,6 +31,7 @@
 #define AH_YAMUX_VERSION        0
 #define AH_YAMUX_HEADER_SIZE    12
 #define AH_YAMUX_INITIAL_WINDOW (256u * 1024u)
+#define AH_YAMUX_MAX_WINDOW     (4u * 1024u * 1024u)    //  most a receive window grows to
 
 enum { AH_YAMUX_DATA = 0, AH_YAMUX_WINDOW_UPDATE = 1, AH_YAMUX_PING = 2, AH_YAMUX_GO_AWAY = 3 };
 enum { AH_YAMUX_SYN = 1, AH_YAMUX_ACK = 2, AH_YAMUX_FIN = 4, AH_YAMUX_RST = 8 };
@@ -95,6 +100,10 @@ int ah_yamux_ping (ah_yamux_t *self, uint32_t opaque);
 void ah_yamux_goaway (ah_yamux_t *self, uint32_t code);
 //  Remaining send window of id (0 if unknown).
 uint32_t ah_yamux_send_window (const ah_yamux_t *self, uint32_t id);
+//  The size of id's receive window now: AH_YAMUX_INITIAL_WINDOW, grown up
+//  to AH_YAMUX_MAX_WINDOW (0 if unknown). The peer never has more than
+//  this in flight or unconsumed.
+uint32_t ah_yamux_window (const ah_yamux_t *self, uint32_t id);
 size_t ah_yamux_stream_count (const ah_yamux_t *self);
 
 #endif

@@ -11,6 +11,7 @@
     releases the channel's resources and marks it gone; the structs are
     freed at the end of ah_sbd_session_service, so no pointer held by a
     caller dangles.                                                    */
+#include "common/version.h"
 #include "sandboxd/chan_int.h"
 #include "common/log.h"
 
@@ -181,15 +182,16 @@ static void s_hello (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
         ah_error ("sandboxd", "server speaks tunnel protocol %lld, this sandboxd speaks %d",
                   (long long) v, AH_PROTOCOL_VERSION);
         ah_sbd_refuse (self, ch, "EVERSION",
-                  "sandboxd speaks tunnel protocol %d, the server speaks %lld: deploy the "
-                  "sandboxd that ships with this server (restart the sandbox so it mounts "
-                  "the server's sandboxd)", AH_PROTOCOL_VERSION, (long long) v);
+                  "agenthold sandboxd %s speaks tunnel protocol %d, the server speaks %lld: "
+                  "deploy the sandboxd that ships with this server (restart the sandbox so it "
+                  "mounts the server's sandboxd)", AH_VERSION, AH_PROTOCOL_VERSION, (long long) v);
         return;
     }
     self->hello_done = true;
     ah_msg_t *map = ah_msg_new ("");
     ah_msg_set_bool (map, "ok", true);
     ah_msg_set_int (map, "version", AH_PROTOCOL_VERSION);
+    ah_msg_set_str (map, "release", AH_VERSION);
     ah_msg_set_str (map, "agent_id", self->env.agent_id ? self->env.agent_id : "");
     ah_msg_set_str (map, "user", self->user.name);
     ah_sbd_finish (self, ch, &map);

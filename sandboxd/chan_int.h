@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define S_CHUNK          (64u * 1024u)      //  largest read from a file or fd at once
-#define S_IN_MAX         (AH_YAMUX_INITIAL_WINDOW + 16)
+#define S_IN_MAX         (AH_YAMUX_MAX_WINDOW + 16)
 #define S_LIST_BYTES     60000              //  fs.list entries kept under the header cap
 #define S_LIST_NAMES     200000             //  names read from one directory at most
 #define S_EXIT_GRACE_MS  1000               //  output still drained after the process exited

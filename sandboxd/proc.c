@@ -67,6 +67,7 @@ static bool s_image_user (const char *spec, ah_proc_user_t *u, ah_passwd_t *pw, 
 void ah_proc_user_resolve (ah_proc_user_t *u, bool switch_user, const char *home)
 {
     memset (u, 0, sizeof *u);
+    u->inherit_env = switch_user;
     ah_passwd_t pw;
     bool found = false;
     if (switch_user && geteuid () == 0) {
@@ -169,21 +170,36 @@ void ah_proc_init (ah_proc_t *p)
     p->pidfd = p->pty = p->in = p->out = p->err = -1;
 }
 
+extern char **environ;
+
+//  Whether env (a NULL-terminated or n-long list) names the variable of entry.
+static bool s_names (char *const *env, size_t n, const char *entry)
+{
+    size_t kl = strcspn (entry, "=") + 1;
+    for (size_t j = 0; j < n && env [j]; j++)
+        if (strncmp (env [j], entry, kl) == 0)
+            return true;
+    return false;
+}
+
 //  Build the environment: extras first (they win over the base for
 //  getenv, which takes the first match), then the base entries they do
-//  not name. Caller frees the array and each entry.
+//  not name, then (inherit_env) the container's own environment, PATH
+//  included, under both; the default PATH only when nothing named one.
+//  Caller frees the array and each entry.
 static char **s_envp (const ah_proc_user_t *u, const char *home, const char *term,
                       const char * const *extra, size_t nextra)
 {
     char *base [6];
-    size_t nb = 0;
+    size_t nb = 0, ninherit = 0;
+    for (char **e = environ; u->inherit_env && e && *e; e++)
+        ninherit++;
     if (asprintf (&base [nb], "HOME=%s", home) > 0) nb++;
     if (asprintf (&base [nb], "USER=%s", u->name) > 0) nb++;
     if (asprintf (&base [nb], "LOGNAME=%s", u->name) > 0) nb++;
     if (asprintf (&base [nb], "SHELL=%s", u->shell) > 0) nb++;
-    base [nb++] = strdup (S_PATH);
     if (term && asprintf (&base [nb], "TERM=%s", term) > 0) nb++;
-    char **env = calloc (nextra + nb + 1, sizeof *env);
+    char **env = calloc (nextra + nb + ninherit + 2, sizeof *env);
     if (!env) {
         for (size_t i = 0; i < nb; i++)
             free (base [i]);
@@ -205,6 +221,11 @@ static char **s_envp (const ah_proc_user_t *u, const char *home, const char *ter
         else
             env [n++] = base [i];
     }
+    for (size_t i = 0; i < ninherit; i++)
+        if (environ [i] && strchr (environ [i], '=') && !s_names (env, n, environ [i]))
+            env [n++] = strdup (environ [i]);
+    if (!s_names (env, n, S_PATH))
+        env [n++] = strdup (S_PATH);
     return env;
 }
 

@@ -29,6 +29,11 @@ typedef struct {
     gid_t groups [AH_PROC_MAX_GROUPS];  //  gid first, then the supplementary ones
     int   ngroups;
     char  shell [256];          //  login shell (exists), else /bin/sh
+    bool  inherit_env;          //  children get sandboxd's environment (the
+                                //  container's: the image's ENV and the
+                                //  runtime's env vars) under the base
+                                //  entries; false in-process (fake driver),
+                                //  where it would be the server's
 } ah_proc_user_t;
 
 //  The account shells run as. When switch_user and we are root: the

@@ -5,8 +5,9 @@
     transport below the yamux session is either a WebSocket (proto/ws.c)
     or, for tests, a raw socket carrying yamux bytes directly. Output from
     yamux is queued here: yamux bytes are framed into WebSocket messages of at most
-    64 KiB when the socket can take them. The queue is bounded in practice
-    by the yamux windows (256 KiB per stream); the channel layer also
+    256 KiB when the socket can take them. The queue is bounded in practice
+    by the yamux windows (256 KiB per stream, growing to 4 MiB on a fast
+    stream); the channel layer also
     stops reading ptys, pipes and files while it holds over 1 MiB.
 
     The binary may be PID 1 (no --init): it then also reaps orphans, once a
@@ -39,8 +40,9 @@
 
 #define S_CONNECT_MS   10000        //  dial + upgrade time limit
 #define S_STABLE_MS    10000        //  a connection this old resets the backoff
+#define S_FIRST_RETRY_MS 50       //  the first retries of a fresh start
 #define S_READ_MAX     (256 * 1024) //  transport bytes read per loop turn
-#define S_SEND_MAX     (64 * 1024)  //  largest WebSocket message sent
+#define S_SEND_MAX     (256 * 1024) //  largest WebSocket message sent
 
 struct ah_sandboxd_t {
     ah_sandboxd_opts_t opts;        //  string fields point at the copies below
@@ -327,7 +329,10 @@ static void s_run (ah_sandboxd_t *self)
     int max = self->opts.backoff_max_ms > 0 ? self->opts.backoff_max_ms : 30000;
     if (max < min)
         max = min;
-    int backoff = min;
+    //  Until the first connection the retries start short: a sandbox that
+    //  wakes before its network or the server's listener is there should
+    //  not wait a whole second for the next try.
+    int backoff = min > S_FIRST_RETRY_MS ? S_FIRST_RETRY_MS : min;
     while (!atomic_load (&self->stop)) {
         ah_boot_card_t card;
         char err [512];
@@ -366,7 +371,7 @@ static void s_run (ah_sandboxd_t *self)
             if (atomic_load (&self->stop))
                 break;
             ah_warn ("sandboxd", "connection lost: %s", why);
-            if (s_now () - t0 >= S_STABLE_MS)
+            if (s_now () - t0 >= S_STABLE_MS || backoff < min)
                 backoff = min;
         }
         else if (ready) {
@@ -394,6 +399,7 @@ static void *s_thread (void *arg)
     sigemptyset (&set);
     sigaddset (&set, SIGPIPE);
     pthread_sigmask (SIG_BLOCK, &set, NULL);
+    pthread_setname_np (pthread_self (), "ah-sandboxd");
     s_run (arg);
     return NULL;
 }
@@ -519,7 +525,8 @@ static void s_usage (FILE *out)
         "                     when root and /etc/passwd has an `agent` account\n"
         "  --help             this text\n"
         "\n"
-        "Reconnects with backoff (1 s doubling to 30 s, with jitter) until SIGTERM.\n"
+        "Dials at once; retries start at 50 ms until the first connection, then\n"
+        "reconnects with backoff (1 s doubling to 30 s, with jitter) until SIGTERM.\n"
         "AGENTHOLD_LOG=debug|info|warn|error sets the log level.\n");
 }
 

@@ -39,6 +39,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,7 @@ typedef struct {
     ah_sleeper_args_t    sleeper_args;
     ah_builder_args_t    builder_args;
     ah_api_args_t        api_args;
+    char                 link [64];     //  the api-tunnel link's inproc endpoint
 } self_t;
 
 //  Who gets lifecycle's SANDBOX_STATE events: every actor that follows
@@ -347,6 +349,14 @@ s_prepare_driver (self_t *self, char **err)
             ah_docker_isolation_check_start (self->driver);
         return 0;
     }
+    //  A host agent may be down or refuse us: the server runs all the
+    //  same, its sandboxes unreachable until the host answers.
+    if (self->driver && self->driver->host_info) {
+        ah_warn ("server", "driver %s: %s; going on, its sandboxes unreachable until it answers",
+                 self->driver->name, driver_err ? driver_err : "the host agent does not answer");
+        free (driver_err);
+        return 0;
+    }
     int rc;
     if (config->driver && streq (config->driver, "docker"))
         rc = asprintf (err,
@@ -378,15 +388,31 @@ s_start_actors (self_t *self)
     self->recorder_args = (ah_recorder_args_t) { .db_path = self->db_path };
     if (s_start (self, &ah_recorder_actor, &self->recorder_args))
         return -1;
+    //  The builder before lifecycle: lifecycle's first RUNTIME_ENSURE
+    //  (its start-up scan) must find it on the bus.
+    self->builder_args = (ah_builder_args_t) {
+        .config = config, .db_path = self->db_path, .driver = self->driver, .prewarm = true };
+    if (s_start (self, &ah_builder_actor, &self->builder_args))
+        return -1;
     self->lifecycle_args = (ah_lifecycle_args_t) {
         .config = config, .driver = self->driver, .db_path = self->db_path,
-        .subscribers = s_state_subscribers };
+        .subscribers = s_state_subscribers, .ensure_images = true };
     if (s_start (self, &ah_lifecycle_actor, &self->lifecycle_args))
         return -1;
     self->reconciler_args = (ah_reconciler_args_t) { .db_path = self->db_path, .driver = self->driver };
     if (s_start (self, &ah_reconciler_actor, &self->reconciler_args))
         return -1;
-    self->tunnel_args = (ah_tunnel_args_t) { .config = config, .db_path = self->db_path };
+    //  The api's channels go straight to the tunnel over a link of their
+    //  own, unless the tap is on: then they take the bus so the tap sees
+    //  every CHAN_* (their metadata), at the bus's pace.
+    //  A name no earlier server of this process used (an inproc name is
+    //  freed only once ZeroMQ's reaper closed the socket).
+    static atomic_uint generation;
+    snprintf (self->link, sizeof self->link, "inproc://agenthold-link-%u",
+              atomic_fetch_add (&generation, 1));
+    const char *link = config->tap_endpoint ? NULL : self->link;
+    self->tunnel_args = (ah_tunnel_args_t) { .config = config, .db_path = self->db_path,
+                                             .api_link = link };
     //  CPU samples at least as often as the sleeper judges (short check intervals).
     if (config->idle_check_interval_s * 1000 < AH_TUNNEL_STATS_INTERVAL_MS)
         self->tunnel_args.stats_interval_ms = (int) (config->idle_check_interval_s * 1000);
@@ -395,11 +421,7 @@ s_start_actors (self_t *self)
     self->sleeper_args = (ah_sleeper_args_t) { .config = config, .db_path = self->db_path };
     if (s_start (self, &ah_sleeper_actor, &self->sleeper_args))
         return -1;
-    self->builder_args = (ah_builder_args_t) {
-        .config = config, .db_path = self->db_path, .driver = self->driver, .prewarm = true };
-    if (s_start (self, &ah_builder_actor, &self->builder_args))
-        return -1;
-    self->api_args = (ah_api_args_t) { .config = config, .db_path = self->db_path };
+    self->api_args = (ah_api_args_t) { .config = config, .db_path = self->db_path, .tunnel_link = link };
     return s_start (self, &ah_api_actor, &self->api_args);
 }
 
@@ -490,6 +512,7 @@ static void *
 s_watchdog (void *arg)
 {
     s_watchdog_t *w = arg;
+    pthread_setname_np (pthread_self (), "ah-watchdog");
     int64_t deadline = zclock_mono () + AH_SERVE_SHUTDOWN_LIMIT_MS;
     while (true) {
         int64_t left = deadline - zclock_mono ();

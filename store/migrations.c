@@ -149,9 +149,32 @@ static const char s_migration_3 [] =
     "  updated_at INTEGER NOT NULL\n"
     ");\n";
 
+static const char s_migration_4 [] =
+    "ALTER TABLE agents ADD COLUMN runtime TEXT;        -- catalog alias; NULL: an image outside the catalog\n"
+    "ALTER TABLE sandboxes ADD COLUMN runtime TEXT;     -- the runtime it was built from\n"
+    "ALTER TABLE sandboxes ADD COLUMN progress TEXT;    -- preparing: what the image build is doing\n";
+
+//  Host agents: a sandbox whose host does not answer is shown
+//  unreachable (its state kept underneath, so it comes back as it was);
+//  each host as the server last found it, for `agenthold hosts`.
+static const char s_migration_5 [] =
+    "ALTER TABLE sandboxes ADD COLUMN unreachable TEXT;   -- why its host does not answer (NULL: it does)\n"
+    "CREATE TABLE hosts (\n"
+    "  name       TEXT PRIMARY KEY,                -- hostd.name, or the endpoint before it answered\n"
+    "  endpoint   TEXT NOT NULL,\n"
+    "  state      TEXT NOT NULL CHECK (state IN ('up','unreachable','refused')),\n"
+    "  version    TEXT,                            -- its agenthold release\n"
+    "  protocol   INTEGER,\n"
+    "  error      TEXT,                            -- why, when not up\n"
+    "  seen_at    INTEGER,                         -- it last answered\n"
+    "  updated_at INTEGER NOT NULL\n"
+    ");\n";
+
 const ah_migration_t ah_migrations [] = {
     { 1, "the backbone", s_migration_1 },
     { 2, "sleep and wake", s_migration_2 },
     { 3, "tenants, tokens and sessions", s_migration_3 },
+    { 4, "runtimes", s_migration_4 },
+    { 5, "host agents", s_migration_5 },
 };
 const int ah_migrations_count = (int) (sizeof ah_migrations / sizeof ah_migrations [0]);

@@ -6,9 +6,10 @@
 #include <string.h>
 
 #define AGENT_SELECT \
-    "SELECT a.id, a.name, s.state, s.error, a.image, a.cpus, a.memory_mb, a.idle_minutes," \
+    "SELECT a.id, a.name, CASE WHEN s.unreachable IS NULL THEN s.state ELSE 'unreachable' END," \
+    " coalesce (s.unreachable, s.error), a.image, a.cpus, a.memory_mb, a.idle_minutes," \
     " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why, a.tenant," \
-    " s.home_lost" \
+    " s.home_lost, a.runtime, s.progress" \
     " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id" \
     " LEFT JOIN sleep_forecast f ON f.agent_id = a.id"
 
@@ -43,6 +44,11 @@ static json_t *s_row (sqlite3_stmt *stmt)
     json_object_set_new (a, "awake_because", running ? api_json_column (stmt, 12) : json_null ());
     json_object_set_new (a, "tenant", api_json_column (stmt, 13));
     json_object_set_new (a, "home_lost", api_json_column (stmt, 14));
+    json_object_set_new (a, "runtime", api_json_column (stmt, 15));
+    //  While a transition waits for its runtime's image: what the build does.
+    bool moving = sqlite3_column_type (stmt, 2) != SQLITE_NULL
+               && api_transitional ((const char *) sqlite3_column_text (stmt, 2));
+    json_object_set_new (a, "progress", moving ? api_json_column (stmt, 16) : json_null ());
     return a;
 }
 
@@ -208,20 +214,31 @@ static void s_lifecycle_reply (req_t *r, ah_msg_t *msg)
 //  Routes
 
 static const field_t s_create_fields [] = {
-    { "name", F_STR }, { "image", F_STR }, { "cpus", F_NUM },
+    { "name", F_STR }, { "image", F_STR }, { "runtime", F_STR }, { "cpus", F_NUM },
     { "memory_mb", F_INT }, { "idle_minutes", F_NUM }
 };
 static const field_t s_update_fields [] = {
-    { "image", F_STR }, { "cpus", F_NUM }, { "memory_mb", F_INT }, { "idle_minutes", F_NUM }
+    { "image", F_STR }, { "runtime", F_STR }, { "cpus", F_NUM }, { "memory_mb", F_INT }, { "idle_minutes", F_NUM }
 };
 
-//  An image field must be a reference the driver will take.
+//  An image field must be a reference the driver will take, a runtime
+//  field a runtime alias; not both (the runtime decides the image).
 static int s_check_image (req_t *r, ah_msg_t *msg)
 {
     const char *image = ah_msg_str (msg, "image");
+    const char *runtime = ah_msg_str (msg, "runtime");
     const char *why = image ? ah_ident_check (AH_IDENT_IMAGE, image) : NULL;
     if (why) {
         api_respond_error (r, 400, "field 'image': image reference '%s' %s", image, why);
+        return -1;
+    }
+    why = runtime ? ah_ident_check (AH_IDENT_RUNTIME, runtime) : NULL;
+    if (why) {
+        api_respond_error (r, 400, "field 'runtime': runtime name '%.64s' %s", runtime, why);
+        return -1;
+    }
+    if (image && runtime) {
+        api_respond_error (r, 400, "give runtime or image, not both: the runtime decides the image");
         return -1;
     }
     return 0;
@@ -298,7 +315,7 @@ static void s_update (req_t *r)
          ||  s_check_image (r, msg))
         ;
     else if (json_object_size (obj) == 0)
-        api_respond_error (r, 400, "nothing to change: give image, cpus, memory_mb or idle_minutes");
+        api_respond_error (r, 400, "nothing to change: give runtime, image, cpus, memory_mb or idle_minutes");
     else if ((agent = api_agent_resolve (r))) {
         ah_msg_set_str (msg, "agent", r->agent_id);
         //  The audit detail: the fields asked for, as compact JSON.
@@ -344,6 +361,36 @@ static void s_transition (req_t *r, const char *type, const char *kind)
     api_ask (r, "lifecycle", &msg, s_lifecycle_reply);
 }
 
+//  GET /agents/{agent}/briefing: the briefing of the agent's runtime, as
+//  the sandbox has it in /etc/agenthold/briefing.md.
+static void s_briefing_reply (req_t *r, ah_msg_t *msg)
+{
+    const char *text = ah_msg_str (msg, "text");
+    json_t *body = json_object ();
+    json_object_set_new (body, "agent", api_json_text (r->name));
+    json_object_set_new (body, "runtime", api_json_text (ah_msg_str (msg, "runtime") ? ah_msg_str (msg, "runtime") : ""));
+    json_object_set_new (body, "text", text ? api_json_text (text) : json_null ());
+    api_respond (r, 200, body);
+}
+
+static void s_briefing (req_t *r)
+{
+    json_t *agent = api_agent_resolve (r);
+    if (!agent)
+        return;
+    const char *runtime = json_string_value (json_object_get (agent, "runtime"));
+    snprintf (r->name, sizeof r->name, "%s", json_string_value (json_object_get (agent, "name")));
+    if (!runtime)
+        api_respond_error (r, 404, "agent '%s' runs an image outside the catalog (%s): it has no briefing",
+                           r->name, json_string_value (json_object_get (agent, "image")));
+    else {
+        ah_msg_t *msg = ah_msg_new ("BRIEFING");
+        ah_msg_set_str (msg, "runtime", runtime);
+        api_ask (r, "builder", &msg, s_briefing_reply);
+    }
+    json_decref (agent);
+}
+
 static void s_start (req_t *r)   { s_transition (r, "SANDBOX_START", "start"); }
 static void s_stop (req_t *r)    { s_transition (r, "SANDBOX_STOP", "stop"); }
 static void s_rebuild (req_t *r) { s_transition (r, "SANDBOX_REBUILD", "rebuild"); }
@@ -353,6 +400,7 @@ const route_t api_agent_routes [] = {
     { M_GET, "/api/v1/agents", s_list, 0, "" },
     { M_POST, "/api/v1/agents", s_create, R_BODY, "wait timeout" },
     { M_GET, "/api/v1/agents/{agent}", s_show, 0, "" },
+    { M_GET, "/api/v1/agents/{agent}/briefing", s_briefing, 0, "" },
     { M_PATCH, "/api/v1/agents/{agent}", s_update, R_BODY, "" },
     { M_DELETE, "/api/v1/agents/{agent}", s_destroy, R_BODY, "wait timeout" },
     { M_POST, "/api/v1/agents/{agent}/start", s_start, R_BODY, "wait timeout" },

@@ -256,6 +256,10 @@ static void *s_init (ah_actor_t *actor, void *arg)
     memset (&info, 0, sizeof info);
     info.port = CONTEXT_PORT_NO_LISTEN;
     info.user = api;
+    //  lws reads a connection into this per-thread buffer: its 4 KiB
+    //  default costs a loop round (poll, the zsocks' events) per 4 KiB of
+    //  an upload.
+    info.pt_serv_buf_size = API_READ_MAX;
     if (a->config->tls_cert)
         info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
     api->loop = ah_lwsloop_new (&info);
@@ -271,6 +275,8 @@ static void *s_init (ah_actor_t *actor, void *arg)
         return NULL;
     }
     ah_actor_use_lws (actor, api->loop);
+    if (a->tunnel_link && ah_actor_link (actor, "tunnel", a->tunnel_link, false))
+        ah_warn (AREA, "channels take the bus: no direct link to the tunnel at %s", a->tunnel_link);
     api->events = ah_api_events_new (api->store, actor);
     if (!api->events || ah_actor_timer (actor, API_TICK_MS, API_TICK_MS, s_tick, NULL) < 0) {
         ah_actor_fail (actor, "out of memory");

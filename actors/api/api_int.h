@@ -17,6 +17,7 @@
       chan.c      tunnel channels: open, data both ways, credit, the end
       agents.c, runtimes.c, turns.c, audit.c, exec.c, files.c, events.c,
       terminal.c  one route family each: its routes and its handlers
+      console.c   the web console's files and its terminal tickets
       ws.c        the server side of the terminal's WebSocket
 
     A request (req_t) lives inside its connection (conn_t) from its head
@@ -42,8 +43,9 @@
 #include <libwebsockets.h>
 
 #define AREA                "api"
-#define API_CHUNK           (64u << 10)     //  most bytes one lws_write takes
+#define API_CHUNK           (256u << 10)    //  most bytes one lws_write takes
 #define API_IN_HIGH         (256u << 10)    //  stop reading a connection past this
+#define API_READ_MAX        (256u << 10)    //  most bytes one read of a connection takes
 #define API_MAX_QUERY       16
 #define API_MAX_PARAMS      4
 #define API_MAX_DISCARD     (16u << 20)     //  a refused body read and dropped up to this
@@ -262,7 +264,8 @@ struct route_t {
 extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes [],
                      api_audit_routes [], api_exec_routes [], api_file_routes [],
                      api_event_routes [], api_terminal_routes [], api_tenant_routes [],
-                     api_session_routes [];
+                     api_session_routes [], api_console_routes [],
+                     api_host_routes [];
 
 //  Finds r's route from its path as sent: 0, or an HTTP status (400 a
 //  malformed target or query, 404, 405 with *allowed) and why; nothing is
@@ -336,7 +339,7 @@ struct api_chan_t {
     api_chan_t *prev, *next;
 };
 
-#define API_CHAN_CREDIT     (192u << 10)    //  most bytes in flight to the tunnel
+#define API_CHAN_CREDIT     (1792u << 10)   //  most bytes in flight to the tunnel (its credit less one CHAN_DATA)
 
 //  Opens a channel on agent_id's connection with header (taken). 0, or
 //  -1 (refused is called first... not: -1 means nothing was sent).

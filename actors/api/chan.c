@@ -18,7 +18,7 @@
 
 #include <string.h>
 
-#define PIECE   (64u << 10)         //  CHAN_DATA carries at most this
+#define PIECE   (256u << 10)        //  CHAN_DATA carries at most this (AH_TUNNEL_DATA_MAX)
 
 struct api_abandoned_t {
     struct api_abandoned_t *next;

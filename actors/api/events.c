@@ -111,7 +111,9 @@ static int s_agent (ah_api_events_t *self, const char *key, const char *tenant, 
 {
     memset (out, 0, sizeof *out);
     sqlite3_stmt *st = ah_store_prepare (self->store,
-        "SELECT a.id, a.name, a.tenant, s.state, s.error FROM agents a"
+        "SELECT a.id, a.name, a.tenant,"
+        " CASE WHEN s.unreachable IS NULL THEN s.state ELSE 'unreachable' END,"
+        " coalesce (s.unreachable, s.error) FROM agents a"
         " LEFT JOIN sandboxes s ON s.agent_id = a.id"
         " WHERE (a.id = :key OR a.name = :key) AND (:tenant IS NULL OR :tenant = '' OR a.tenant = :tenant)"
         " ORDER BY a.id = :key DESC LIMIT 1");
@@ -491,8 +493,9 @@ void ah_api_events_on_state (ah_api_events_t *self, const ah_msg_t *msg)
         //  A stream of a tenant shows nothing of an agent it cannot tell
         //  is its own.
         if (a.tenant [0] || !state || !streq (state, "destroyed"))
+            //  A preparing sandbox's progress is the event's message.
             s_publish (self, agent_id, a.tenant, a.name, state, ah_msg_str (msg, "op"),
-                       ah_msg_str (msg, "error"), NULL);
+                       ah_msg_str (msg, "error"), ah_msg_str (msg, "progress"));
     }
     if (state && streq (state, "destroyed"))
         zhashx_delete (self->names, agent_id);

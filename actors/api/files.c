@@ -9,10 +9,11 @@
     until the tunnel takes more.                                        */
 #include "actors/api/api_int.h"
 #include "proto/channel.h"
+#include "proto/yamux.h"
 
 #include <string.h>
 
-#define MAX_DOWN_BUF    (512u << 10)
+#define MAX_DOWN_BUF    (AH_YAMUX_MAX_WINDOW + (512u << 10))   //  the stream's window at most
 #define TRAILER_MAX     (4 + AH_CHAN_HEADER_MAX)
 
 typedef enum { F_LIST, F_READ, F_WRITE, F_MKDIR, F_REMOVE } op_t;

@@ -760,7 +760,7 @@ static int s_callback (struct lws *wsi, enum lws_callback_reasons reason, void *
     return 0;
 }
 
-//  Reads and direct writes of up to 64 KiB (lws's default moves 4 KiB and
+//  Reads and direct writes of up to 256 KiB (lws's default moves 4 KiB and
 //  copies the rest of a write aside).
 const struct lws_protocols api_http_protocol = {
     "ah-api", s_callback, sizeof (conn_t), API_CHUNK, 0, NULL, API_CHUNK

@@ -28,22 +28,18 @@ import http.client
 import os
 import socket
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahserve import BenchError, Server, median  # noqa: E402
+import ahserve  # noqa: E402
+from ahserve import BenchError, Goals, Server, median  # noqa: E402
 
 BLOCK = 1 << 20
 
 
 def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(BLOCK)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
+    return ahserve.ahserver.sha256_file(path, BLOCK)
 
 
 def make_source(path, size):
@@ -142,6 +138,41 @@ def download(srv, agent_id, dst, size):
     return dt
 
 
+#  With the fake driver sandboxd runs inside the server as threads of
+#  this name: the sandbox's side of the transfer, not the server's.
+SANDBOX_THREADS = ("ah-sandboxd",)
+
+
+class RssWatch:
+    """The server's largest VmRSS while a transfer runs (sampled every
+    20 ms), to show memory stays flat."""
+    def __init__(self, srv):
+        self.srv = srv
+        self.peak = srv.rss_kib()
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self.stop.wait(0.02):
+            try:
+                self.peak = max(self.peak, self.srv.rss_kib())
+            except OSError:
+                return
+
+    def __enter__(self):
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.t.join()
+        return False
+
+
+def cpu_delta(before, after):
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("agenthold")
@@ -171,15 +202,26 @@ def main():
             with open(port_file) as f:
                 rx_port = int(f.read())
             t_base, t_up, t_down = [], [], []
+            cpu_up, cpu_down = [], []
+            rss_before = srv.rss_kib()
+            rss_peak = rss_before
             for r in range(a.rounds):
                 t_base.append(baseline(rx_port, src, size))
                 if sha256_file(base_out) != want:
                     raise BenchError("round %d: the baseline's copy differs from the source" % r)
                 os.unlink(base_out)
-                t_up.append(upload(srv, agent_id, src, size))
+                c0 = srv.thread_cpu()
+                with RssWatch(srv) as w:
+                    t_up.append(upload(srv, agent_id, src, size))
+                rss_peak = max(rss_peak, w.peak)
+                cpu_up.append(cpu_delta(c0, srv.thread_cpu()))
                 if sha256_file(landed) != want:
                     raise BenchError("round %d: the uploaded file differs from the source" % r)
-                t_down.append(download(srv, agent_id, dst, size))
+                c0 = srv.thread_cpu()
+                with RssWatch(srv) as w:
+                    t_down.append(download(srv, agent_id, dst, size))
+                rss_peak = max(rss_peak, w.peak)
+                cpu_down.append(cpu_delta(c0, srv.thread_cpu()))
                 if sha256_file(dst) != want:
                     raise BenchError("round %d: the downloaded file differs from the source" % r)
                 os.unlink(dst)
@@ -188,13 +230,26 @@ def main():
             down = a.mib / median(t_down)
             print("bench_files: %d MiB, %d round(s), medians; sha256 %s... checked "
                   "(source = sandbox's copy = download = baseline copy)" % (a.mib, a.rounds, want[:16]))
+            goals = Goals()
             print("  baseline (loopback TCP, file to file + fsync) %9.1f MiB/s" % base)
-            print("  up   (PUT fs/file through the API)            %9.1f MiB/s   %.3fx baseline" % (up, up / base))
-            print("  down (GET fs/file through the API)            %9.1f MiB/s   %.3fx baseline" % (down, down / base))
+            print("  up   (PUT fs/file through the API)            %9.1f MiB/s   %.3fx baseline   %s"
+                  % (up, up / base, goals.at_least("up/baseline", up / base, 0.6)))
+            print("  down (GET fs/file through the API)            %9.1f MiB/s   %.3fx baseline   %s"
+                  % (down, down / base, goals.at_least("down/baseline", down / base, 0.6)))
+            gib = a.mib / 1024.0
+            for name, cpu in (("up", cpu_up), ("down", cpu_down)):
+                per = {k: median([c.get(k, 0.0) for c in cpu]) / gib for k in set().union(*cpu)}
+                total = sum(v for k, v in per.items() if k not in SANDBOX_THREADS)
+                parts = ", ".join("%s %.2f" % (k, v) for k, v in
+                                  sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.01)
+                print("  %-4s server CPU %5.2f s/GiB   %s   (threads: %s)"
+                      % (name, total, goals.at_most(name + " CPU s/GiB", total, 1.5), parts))
+            print("  server memory: VmRSS %.1f MiB before, at most %.1f MiB during the transfers (+%.1f MiB)"
+                  % (rss_before / 1024.0, rss_peak / 1024.0, (rss_peak - rss_before) / 1024.0))
         except BenchError as e:
             print("bench_files: %s" % e, file=sys.stderr)
             return 1
-    return 0
+    return goals.status("bench_files")
 
 
 if __name__ == "__main__":

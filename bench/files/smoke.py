@@ -36,7 +36,8 @@ def main():
     sys.stdout.write(p.stdout)
     sys.stderr.write(p.stderr)
     bad = []
-    if p.returncode != 0:
+    #  3: a goal missed (tiny sizes time nothing: only the figures count)
+    if p.returncode not in (0, 3):
         bad.append("exited with status %d" % p.returncode)
     for f in FIGURES[kind]:
         if not re.search(f, p.stdout):

@@ -197,6 +197,11 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
             "EndpointsConfig", n.network, "IPAMConfig", "IPv4Address", addr ? addr : ""));
         free (addr);
     }
+    //  The runtime's env vars (sandboxd hands its environment on to what it runs).
+    json_t *envs = json_object_get (req, "Env");
+    for (size_t i = 0; i < spec->n_env; i++)
+        if (spec->env [i])
+            json_array_append_new (envs, json_string (spec->env [i]));
 
     char *what = ah_strf ("creating container %s", n.container);
     char *path = ah_strf ("/containers/create?name=%s", n.container);
@@ -245,7 +250,7 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
 
 int
 ah_dk_boot_write (docker_t *self, const char *name, const char *agent_id, const char *token,
-                  const char *tunnel_url, const char *blocked, char **err)
+                  const char *tunnel_url, const char *blocked, const char *briefing, char **err)
 {
     char *what = ah_strf ("writing /etc/agenthold/boot.json into container %s", name);
     json_t *j = json_pack ("{s:s s:s s:s}", "agent_id", agent_id, "token", token,
@@ -260,6 +265,8 @@ ah_dk_boot_write (docker_t *self, const char *name, const char *agent_id, const 
     ||  ah_tar_add (&tar, "etc/", AH_TAR_DIR, 0755, NULL, 0, NULL)
     ||  ah_tar_add (&tar, "etc/agenthold/", AH_TAR_DIR, 0755, NULL, 0, NULL)
     ||  ah_tar_add (&tar, "etc/agenthold/boot.json", AH_TAR_FILE, 0600, text, strlen (text), NULL)
+    ||  (briefing && ah_tar_add (&tar, "etc/agenthold/briefing.md", AH_TAR_FILE, 0444,
+                                 briefing, strlen (briefing), NULL))
     ||  ah_tar_finish (&tar)) {
         ah_dk_err (err, "%s: out of memory composing it", what ? what : "writing boot.json");
         ah_tar_free (&tar);
@@ -375,7 +382,8 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     uint32_t base = ah_dk_subnet_lookup (self, boot->agent_id);
     char *blocked = base ? ah_dk_blocked (self, base) : NULL;
     int rc = url && (!base || blocked)
-           ? ah_dk_boot_write (self, n.container, boot->agent_id, boot->token, url, blocked, err) : -1;
+           ? ah_dk_boot_write (self, n.container, boot->agent_id, boot->token, url, blocked,
+                               boot->briefing, err) : -1;
     free (blocked);
     if (!url)
         ah_dk_err (err, "starting container %s: out of memory", n.container);

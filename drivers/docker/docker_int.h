@@ -10,6 +10,7 @@
                       start, stop, rebuild, destroy, inspect, list), boot.json
         sandboxd.c    sandboxd copied into a volume (server in a container)
         image.c       image_exists, image_build (build context, pull)
+        base.c        Debian bases from the host's mirror (mmdebstrap, import)
         events.c      watch: the engine's event stream
         probe.c       the host firewall probe
         driver.c      the driver object: configuration checks, names, life
@@ -224,10 +225,12 @@ void     ah_dk_network_dedupe (docker_t *self, const char *agent_id);
 //  sandboxd's read-only mount at /opt/agenthold (a bind of the file alone or the volume).
 json_t  *ah_dk_sandboxd_mount (const docker_t *self);
 //  Writes /etc/agenthold/boot.json (root, 0600) into the container name:
-//  {"agent_id", "token", "tunnel_url", "blocked" (when not NULL)}. 0 / -1
-//  with *err.
+//  {"agent_id", "token", "tunnel_url", "blocked" (when not NULL)}, and the
+//  briefing (when not NULL) as /etc/agenthold/briefing.md (root, 0444:
+//  read-only for the agent). 0 / -1 with *err.
 int      ah_dk_boot_write (docker_t *self, const char *name, const char *agent_id,
                            const char *token, const char *tunnel_url, const char *blocked,
+                           const char *briefing,
                            char **err);
 int      ah_dk_container_start (docker_t *self, const char *name, char **err);
 
@@ -256,6 +259,12 @@ int ah_dk_deploy_for_start (docker_t *self, const char *name, char **err);
 int ah_dk_image_exists (ah_driver_t *driver, const char *image, bool *exists, char **err);
 int ah_dk_image_build (ah_driver_t *driver, const ah_image_build_t *build, volatile int *stop,
                        char **err);
+//  base.c: the Debian suite the driver can make image as (a Debian base of
+//  the host's own release), into suite. 0 / -1 when it cannot.
+int ah_dk_base_suite (const char *image, char *suite, size_t size);
+//  Make build->base_image as suite with mmdebstrap and import it. 0 / -1.
+int ah_dk_base_make (docker_t *self, const ah_image_build_t *build, const char *suite,
+                     volatile int *stop, char **err);
 int ah_dk_watch (ah_driver_t *driver,
                  void (*on_change) (void *arg, const char *agent_id, const char *action),
                  void *arg, volatile int *stop, char **err);

@@ -146,6 +146,7 @@ s_context_dir (context_t *cx, const char *dir, const char *rel, int depth)
 typedef struct {
     char   *error;                      //  the first error, if any
     char    last [256];                 //  the last progress line (context)
+    const ah_image_build_t *build;      //  its on_progress, if any
 } progress_t;
 
 static void
@@ -166,8 +167,21 @@ s_progress_line (void *arg, const char *line, size_t len)
     if (text) {
         size_t n = strcspn (text, "\r\n");
         if (n) {
-            snprintf (p->last, sizeof p->last, "%.*s", (int) (n < 255 ? n : 255), text);
+            //  A pull's layers say how far they are ("Downloading", 12 MB of 30).
+            json_t *detail = json_object_get (j, "progressDetail");
+            json_int_t cur = json_integer_value (json_object_get (detail, "current"));
+            json_int_t total = json_integer_value (json_object_get (detail, "total"));
+            const char *layer = json_string_value (json_object_get (j, "id"));
+            if (total > 0)
+                snprintf (p->last, sizeof p->last, "%.*s %.16s: %lld of %lld MB", (int) (n < 120 ? n : 120), text,
+                          layer ? layer : "", (long long) (cur >> 20), (long long) (total >> 20));
+            else
+                snprintf (p->last, sizeof p->last, "%.*s", (int) (n < 255 ? n : 255), text);
             ah_debug (LOG_AREA, "image: %s", p->last);
+            //  Steps and statuses, not every line a RUN prints.
+            bool step = !strncmp (text, "Step ", 5) || json_object_get (j, "status");
+            if (step && p->build && p->build->on_progress)
+                p->build->on_progress (p->build->progress_arg, p->last);
         }
     }
     json_decref (j);
@@ -176,9 +190,9 @@ s_progress_line (void *arg, const char *line, size_t len)
 //  One streaming call (POST /build or /images/create). 0 / -1 with *err.
 static int
 s_image_stream (docker_t *self, const char *what, const char *path, const ah_buf_t *body,
-                volatile int *stop, char **err)
+                const ah_image_build_t *build, volatile int *stop, char **err)
 {
-    progress_t p = { .error = NULL };
+    progress_t p = { .error = NULL, .build = build };
     dk_stream_t how = {
         .call = { .what = what, .method = "POST",
                   .body = body ? ah_buf_head (body) : NULL, .body_size = body ? ah_buf_size (body) : 0,
@@ -196,6 +210,44 @@ s_image_stream (docker_t *self, const char *what, const char *path, const ah_buf
     return rc == 0 ? 0 : -1;
 }
 
+//  build->base_image present: there, pulled, or made (base.c). 0 / -1.
+static int
+s_base_present (docker_t *self, ah_driver_t *driver, const ah_image_build_t *build,
+                volatile int *stop, char **err)
+{
+    const char *base = build->base_image;
+    bool exists = false;
+    if (ah_dk_image_exists (driver, base, &exists, err))
+        return -1;
+    if (exists)
+        return 0;
+    if (build->on_progress) {
+        char *text = ah_strf ("pulling %s", base);
+        build->on_progress (build->progress_arg, text ? text : "pulling the base image");
+        free (text);
+    }
+    char *esc = curl_easy_escape (NULL, base, 0);
+    char *what = ah_strf ("pulling base image '%s'", base);
+    char *path = ah_strf ("/images/create?fromImage=%s", esc ? esc : "");
+    char *pull_err = NULL;
+    int rc = s_image_stream (self, what, path, NULL, build, stop, &pull_err);
+    curl_free (esc);
+    free (path);
+    free (what);
+    char suite [64];
+    if (rc && !(stop && *stop) && ah_dk_base_suite (base, suite, sizeof suite) == 0) {
+        //  No registry answers (or it has no such image): make it here.
+        ah_info (LOG_AREA, "%s; making it from the host's Debian mirror instead", pull_err ? pull_err : "no pull");
+        rc = ah_dk_base_make (self, build, suite, stop, err);
+    }
+    else
+    if (rc)
+        ah_dk_err (err, "%s (this server makes only Debian bases of the host's own release without a registry)",
+                   pull_err ? pull_err : "the base image cannot be pulled");
+    free (pull_err);
+    return rc;
+}
+
 int
 ah_dk_image_build (ah_driver_t *driver, const ah_image_build_t *build, volatile int *stop, char **err)
 {
@@ -207,29 +259,52 @@ ah_dk_image_build (ah_driver_t *driver, const ah_image_build_t *build, volatile 
     if (ah_dk_check_ident (AH_IDENT_IMAGE, build->image, "building an image", err))
         return -1;
     char *esc = curl_easy_escape (NULL, build->image, 0);
-    if (!build->context_dir) {
+    if (!build->context_dir && !build->dockerfile) {
         //  A pull: fromImage takes "name:tag" (a missing tag means latest).
         char *what = ah_strf ("pulling image '%s'", build->image);
         char *path = ah_strf ("/images/create?fromImage=%s", esc ? esc : "");
-        int rc = s_image_stream (self, what, path, NULL, stop, err);
+        int rc = s_image_stream (self, what, path, NULL, build, stop, err);
         curl_free (esc);
         free (path);
         free (what);
         return rc;
     }
-    char *what = ah_strf ("building image '%s' from %s", build->image, build->context_dir);
+    if (build->base_image && s_base_present (self, driver, build, stop, err)) {
+        curl_free (esc);
+        return -1;
+    }
+    char *what = ah_strf ("building image '%s' from %s", build->image,
+                          build->context_dir ? build->context_dir : build->base_image ? build->base_image : "a Dockerfile");
     context_t cx = { .tar = { .max = MAX_CONTEXT } };
-    int rc = s_context_dir (&cx, build->context_dir, "", 0);
+    int rc = 0;
+    if (build->context_dir)
+        rc = s_context_dir (&cx, build->context_dir, "", 0);
+    if (rc == 0 && build->dockerfile
+    &&  ah_tar_add (&cx.tar, "Dockerfile", AH_TAR_FILE, 0644, build->dockerfile, strlen (build->dockerfile), NULL))
+        rc = s_add_failed (&cx, "Dockerfile", NULL);
     for (size_t i = 0; rc == 0 && i < build->n_files; i++)
         rc = s_context_file (&cx, build->file_names [i], build->file_paths [i]);
     if (rc == 0 && ah_tar_finish (&cx.tar))
         rc = s_add_failed (&cx, "", NULL);
     if (rc == 0) {
         char *labels = curl_easy_escape (NULL, "{\"agenthold.managed\":\"true\"}", 0);
-        char *path = ah_strf ("/build?t=%s&rm=1&forcerm=1&labels=%s", esc ? esc : "",
-                              labels ? labels : "");
+        json_t *args = json_object ();
+        for (size_t i = 0; i < build->n_build_args; i++) {
+            const char *eq = strchr (build->build_args [i], '=');
+            char *name = eq ? strndup (build->build_args [i], (size_t) (eq - build->build_args [i])) : NULL;
+            if (name)
+                json_object_set_new (args, name, json_string (eq + 1));
+            free (name);
+        }
+        char *args_text = json_dumps (args, JSON_COMPACT);
+        json_decref (args);
+        char *eargs = args_text ? curl_easy_escape (NULL, args_text, 0) : NULL;
+        free (args_text);
+        char *path = ah_strf ("/build?t=%s&rm=1&forcerm=1&labels=%s&buildargs=%s", esc ? esc : "",
+                              labels ? labels : "", eargs ? eargs : "");
+        curl_free (eargs);
         curl_free (labels);
-        rc = s_image_stream (self, what, path, &cx.tar.buf, stop, err);
+        rc = s_image_stream (self, what, path, &cx.tar.buf, build, stop, err);
         free (path);
     }
     else

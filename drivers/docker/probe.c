@@ -164,7 +164,7 @@ s_probe_make (docker_t *self, const char *name, const char *image, uint32_t base
     //  asks whether, with those routes in place, the host still answers.
     char *blocked = ah_dk_blocked (self, base);
     int wrote = blocked ? ah_dk_boot_write (self, name, "probe", "probe", url ? url : "", blocked,
-                                            &serr) : -1;
+                                            NULL, &serr) : -1;
     free (blocked);
     if (wrote
     ||  ah_dk_container_start (self, name, &serr)) {
@@ -267,6 +267,7 @@ static void *
 s_probe_thread (void *arg)
 {
     probe_args_t *a = arg;
+    pthread_setname_np (pthread_self (), "ah-fw-probe");
     char *report = NULL;
     int rc = ah_docker_check_isolation (a->driver, a->tunnel_port, &report);
     if (rc == 0)

@@ -179,6 +179,10 @@ ROUTES = [
     ("POST", "/api/v1/sessions/run-r1-0123456789/open", None),
     ("DELETE", "/api/v1/sessions/run-r1-0123456789", None),
     ("GET", "/healthz", None),
+    ("GET", "/api/v1/me", None),
+    ("POST", "/api/v1/agents/alice/terminal/ticket", None),
+    ("GET", "/console/app.js", None),
+    ("GET", "/console/terminal/alice?ticket=" + "0" * 64, None),
 ]
 
 # Routes whose body is JSON (every POST, PATCH and PUT but the files'),

@@ -1,11 +1,16 @@
 /*  tests/catalog/test_builder.c: the builder actor alone on a real bus,
     with the shipped catalog, the real briefing.lua and a driver that
-    implements only the image hooks (in memory): the image pass checks
-    every runtime and builds the missing locally built one with its
-    context and host files; CATALOG_LIST and BRIEFING answer; an unknown
-    runtime is 404; POLICY_RELOAD takes an edited briefing.lua and keeps
-    the previous one when the edit is broken; without image hooks the
-    images are "unknown"; a broken catalog stops the actor at start.  */
+    implements only the image hooks (in memory): the prewarm pass builds
+    the base_image runtime from its Dockerfile (FROM the base, setup
+    commands, the agent account, env vars last) and the image entry from
+    its context and host files; RUNTIME_ENSURE is answered by
+    RUNTIME_READY with the briefing; a build that keeps failing is tried
+    3 times at start and 2 on demand, then reported with its reason, in
+    CATALOG_LIST and in RUNTIME_READY; CATALOG_LIST and BRIEFING answer;
+    an unknown runtime is 404; POLICY_RELOAD takes an edited
+    briefing.lua and keeps the previous one when the edit is broken;
+    without image hooks the images are "unknown"; a broken catalog stops
+    the actor at start.                                                */
 #include "actors/builder.h"
 #include "common/bus.h"
 #include "common/msg.h"
@@ -29,10 +34,14 @@ typedef struct {
     pthread_mutex_t lock;
     int   exists_calls;
     int   build_calls;
-    char  built [128];
+    bool  fail;                     //  every build fails
+    char  built [4][128];
+    int   nbuilt;
     char  context [512];
     char  file_name [64];
     char  file_path [128];
+    char  dockerfile [8192];
+    char  base [128];
 } s_stub_t;
 
 static int
@@ -41,7 +50,9 @@ s_image_exists (ah_driver_t *self, const char *image, bool *exists, char **err)
     s_stub_t *stub = self->impl;
     pthread_mutex_lock (&stub->lock);
     stub->exists_calls++;
-    *exists = streq (image, "debian:bookworm-slim") || streq (image, stub->built);
+    *exists = streq (image, "debian:bookworm-slim");
+    for (int i = 0; i < stub->nbuilt; i++)
+        *exists = *exists || streq (image, stub->built [i]);
     pthread_mutex_unlock (&stub->lock);
     return 0;
 }
@@ -52,14 +63,45 @@ s_image_build (ah_driver_t *self, const ah_image_build_t *build, volatile int *s
     s_stub_t *stub = self->impl;
     pthread_mutex_lock (&stub->lock);
     stub->build_calls++;
-    snprintf (stub->built, sizeof stub->built, "%s", build->image);
-    snprintf (stub->context, sizeof stub->context, "%s", build->context_dir ? build->context_dir : "");
+    if (build->on_progress)
+        build->on_progress (build->progress_arg, "Step 1/7 : FROM something");
+    if (stub->fail) {
+        pthread_mutex_unlock (&stub->lock);
+        *err = strdup ("the disk is full");
+        return -1;
+    }
+    if (stub->nbuilt < 4)
+        snprintf (stub->built [stub->nbuilt++], sizeof stub->built [0], "%s", build->image);
+    if (build->dockerfile) {
+        snprintf (stub->dockerfile, sizeof stub->dockerfile, "%s", build->dockerfile);
+        snprintf (stub->base, sizeof stub->base, "%s", build->base_image ? build->base_image : "");
+    }
+    else
+        snprintf (stub->context, sizeof stub->context, "%s", build->context_dir ? build->context_dir : "");
     if (build->n_files == 1) {
         snprintf (stub->file_name, sizeof stub->file_name, "%s", build->file_names [0]);
         snprintf (stub->file_path, sizeof stub->file_path, "%s", build->file_paths [0]);
     }
     pthread_mutex_unlock (&stub->lock);
     return 0;
+}
+
+//  RUNTIME_ENSURE {runtime} from the "lifecycle" socket.
+static void
+s_ensure (zsock_t *lifecycle, const char *runtime)
+{
+    ah_msg_t *ensure = ah_msg_new ("RUNTIME_ENSURE");
+    ah_msg_set_str (ensure, "runtime", runtime);
+    ah_msg_send (&ensure, lifecycle, "builder");
+}
+
+static int
+s_build_calls (s_stub_t *stub)
+{
+    pthread_mutex_lock (&stub->lock);
+    int n = stub->build_calls;
+    pthread_mutex_unlock (&stub->lock);
+    return n;
 }
 
 static ah_msg_t *
@@ -73,11 +115,15 @@ s_ask (zsock_t *client, ah_msg_t *request)
     return reply;
 }
 
-//  CATALOG_LIST's image_state for runtime name ("" if absent).
+//  CATALOG_LIST's image_state for runtime name ("" if absent), and its
+//  image_error into s_last_error.
+static char s_last_error [512];
+
 static void
 s_image_state (zsock_t *client, const char *name, char *state, size_t size)
 {
     *state = 0;
+    s_last_error [0] = 0;
     ah_msg_t *req = ah_msg_new ("CATALOG_LIST");
     ah_msg_set_int (req, "req", 1);
     ah_msg_t *reply = s_ask (client, req);
@@ -93,18 +139,22 @@ s_image_state (zsock_t *client, const char *name, char *state, size_t size)
     &&  up.data.type == MSGPACK_OBJECT_ARRAY) {
         for (uint32_t i = 0; i < up.data.via.array.size; i++) {
             msgpack_object_map *m = &up.data.via.array.ptr [i].via.map;
-            char rt_name [64] = "", rt_state [32] = "";
+            char rt_name [64] = "", rt_state [32] = "", rt_error [512] = "";
             for (uint32_t k = 0; k < m->size; k++) {
                 msgpack_object *key = &m->ptr [k].key, *val = &m->ptr [k].val;
                 if (val->type != MSGPACK_OBJECT_STR)
                     continue;
-                if (key->via.str.size == 4 && !memcmp (key->via.str.ptr, "name", 4))
+                if (key->via.str.size == 11 && !memcmp (key->via.str.ptr, "image_error", 11))
+                    snprintf (rt_error, sizeof rt_error, "%.*s", (int) val->via.str.size, val->via.str.ptr);
+                if (key->via.str.size == 5 && !memcmp (key->via.str.ptr, "alias", 5))
                     snprintf (rt_name, sizeof rt_name, "%.*s", (int) val->via.str.size, val->via.str.ptr);
                 if (key->via.str.size == 11 && !memcmp (key->via.str.ptr, "image_state", 11))
                     snprintf (rt_state, sizeof rt_state, "%.*s", (int) val->via.str.size, val->via.str.ptr);
             }
-            if (streq (rt_name, name))
+            if (streq (rt_name, name)) {
                 snprintf (state, size, "%s", rt_state);
+                snprintf (s_last_error, sizeof s_last_error, "%s", rt_error);
+            }
         }
     }
     msgpack_unpacked_destroy (&up);
@@ -114,7 +164,7 @@ s_image_state (zsock_t *client, const char *name, char *state, size_t size)
 static void
 s_wait_state (zsock_t *client, const char *name, const char *want, char *state, size_t size)
 {
-    for (int i = 0; i < 100; i++) {
+    for (int i = 0; i < 250; i++) {
         s_image_state (client, name, state, size);
         if (streq (state, want))
             return;
@@ -222,7 +272,9 @@ main (int argc, char **argv)
     zactor_t *builder = ah_actor_new (&ah_builder_actor, &args, NULL);
     CHECK (builder != NULL);
 
-    //  The image pass: debian is there, busybox gets built from its recipe.
+    //  The prewarm pass: debian is built from its Dockerfile on its base,
+    //  busybox from its context.
+    zsock_t *lifecycle = ah_bus_connect ("lifecycle");
     char state [32];
     s_wait_state (client, "busybox", "present", state, sizeof state);
     CHECK_STR (state, "present");
@@ -230,20 +282,67 @@ main (int argc, char **argv)
     CHECK_STR (state, "present");
     pthread_mutex_lock (&stub.lock);
     CHECK (stub.exists_calls == 2);
-    CHECK (stub.build_calls == 1);
-    CHECK_STR (stub.built, "agenthold/busybox:1");
+    CHECK (stub.build_calls == 2);
+    CHECK (stub.nbuilt == 2 && !strncmp (stub.built [0], "agenthold/rt-debian:", 20));
+    CHECK (stub.nbuilt == 2 && streq (stub.built [1], "agenthold/busybox:2"));
     CHECK (strstr (stub.context, "/catalog/images/busybox") != NULL);
     CHECK_STR (stub.file_name, "busybox");
     CHECK_STR (stub.file_path, "/bin/busybox");
+    CHECK_STR (stub.base, "debian:bookworm-slim");
+    const char *df = stub.dockerfile;
+    CHECK (!strncmp (df, "# agenthold runtime debian", 26) && strstr (df, "\nFROM debian:bookworm-slim\n"));
+    const char *setup = strstr (df, "RUN [\"/bin/sh\", \"-c\", \"apt-get update\"]");
+    const char *account = strstr (df, "useradd -u 10001 -U -m -d /home/agent");
+    const char *env = strstr (df, "ENV LANG=\"C.UTF-8\"");
+    //  Setup first, the account after it, the env vars last (PIP_USER
+    //  must not send the build's pip installs into root's home).
+    CHECK (setup && account && env && setup < account && account < env);
+    CHECK (strstr (df, "ENV PIP_USER=\"1\"") && strstr (df, "\nWORKDIR /home/agent\nLABEL agenthold.managed="));
+    CHECK (!strstr (df, "pip install"));    //  the shipped debian names no packages
     pthread_mutex_unlock (&stub.lock);
 
-    //  Briefings through briefing.lua.
+    //  The Dockerfile of packages: exec form, each package an argument.
+    const char *pip_catalog = "{\"version\":2,\"runtimes\":[{\"alias\":\"py\",\"description\":\"d\","
+        "\"base_image\":\"debian:bookworm-slim\",\"packages\":[\"six==1.16.0\",\"tiny-pkg\"],"
+        "\"env_vars\":{\"Q\":\"a \\\"quoted\\\" $value\"}}]}";
+    ah_catalog_t *pc = ah_catalog_parse (pip_catalog, strlen (pip_catalog), "t", "/", &err);
+    CHECK (pc != NULL);
+    char *pdf = pc ? ah_builder_dockerfile (ah_catalog_default (pc)) : NULL;
+    CHECK (pdf && strstr (pdf, "ARG PIP_INDEX_URL\nARG PIP_TRUSTED_HOST\n"));
+    CHECK (pdf && strstr (pdf, "pip install --no-cache-dir --no-input \\\"$@\\\"\", \"pip\", \"six==1.16.0\", \"tiny-pkg\"]"));
+    CHECK (pdf && strstr (pdf, "ENV Q=\"a \\\"quoted\\\" \\$value\""));
+    if (pdf && !strstr (pdf, "tiny-pkg\"]"))
+        fprintf (stderr, "%s\n", pdf);
+    free (pdf);
+    ah_catalog_destroy (&pc);
+    CHECK (ah_builder_dockerfile (NULL) == NULL);
+
+    //  RUNTIME_ENSURE of a present image: RUNTIME_READY at once, with the briefing.
+    s_ensure (lifecycle, "debian");
+    zsock_set_rcvtimeo (lifecycle, 5000);
+    ah_msg_t *ready = ah_msg_recv (lifecycle, true, &err);
+    CHECK (ready && streq (ah_msg_type (ready), "RUNTIME_READY") && ah_msg_bool (ready, "ok", false));
+    CHECK (ready && ah_msg_str (ready, "briefing") && strstr (ah_msg_str (ready, "briefing"), "the debian runtime"));
+    ah_msg_destroy (&ready);
+
+    //  Briefings through briefing.lua: the runtime, what setup installed,
+    //  the network, the home rule and the entry's own sentences.
     int status = 0;
     char *text = s_briefing (client, "debian", &status);
     CHECK (status == 200);
-    CHECK (text && strstr (text, "debian runtime (image debian:bookworm-slim)"));
-    CHECK (text && strstr (text, "apt-get"));
-    CHECK (text && strstr (text, "/home/agent"));
+    CHECK (text && strstr (text, "# Your sandbox: the debian runtime"));
+    CHECK (text && strstr (text, "Installed: bash, coreutils, git, curl, python3, pip, venv, ripgrep (rg)"));
+    CHECK (text && !strstr (text, "ca-certificates") && !strstr (text, "--no-install"));
+    CHECK (text && strstr (text, "Set in your environment: LANG, PIP_BREAK_SYSTEM_PACKAGES, PIP_USER."));
+    CHECK (text && strstr (text, "Network: you can reach the outside world"));
+    CHECK (text && strstr (text, "Memory: 2048 MB."));
+    CHECK (text && strstr (text, "/home/agent") && strstr (text, "uid 10001"));
+    if (text && !strstr (text, "Installed: bash"))
+        fprintf (stderr, "%s\n", text);
+    free (text);
+    text = s_briefing (client, "busybox", &status);
+    CHECK (status == 200 && text && strstr (text, "Network: none beyond the agenthold server"));
+    CHECK (text && !strstr (text, "Installed:"));
     free (text);
     text = s_briefing (client, "nope", &status);
     CHECK (status == 404);
@@ -252,8 +351,8 @@ main (int argc, char **argv)
 
     //  An edited briefing.lua is taken on POLICY_RELOAD ...
     s_reload_expect (client, briefing_path,
-                     "function briefing(rt) return { text = 'edited: ' .. rt.name .. ' ' .. #rt.tools } end\n",
-                     "busybox", 200, "edited: busybox 15");
+                     "function briefing(rt) return { text = 'edited: ' .. rt.alias .. ' ' .. #rt.setup_commands } end\n",
+                     "debian", 200, "edited: debian 3");
     //  ... a broken one leaves the previous version in force, and says why in policy_status.
     s_reload_expect (client, briefing_path, "function briefing(rt) return { text = \n",
                      "debian", 200, "edited: debian");
@@ -286,6 +385,43 @@ main (int argc, char **argv)
     free (text);
     zactor_destroy (&builder);
 
+    //  A build that keeps failing: 3 attempts at start, then "error" with
+    //  the reason; a RUNTIME_ENSURE tries twice more and reports it.
+    s_stub_t failing = { .lock = PTHREAD_MUTEX_INITIALIZER, .fail = true };
+    ah_driver_t failing_driver = { .name = "stub", .impl = &failing,
+                                   .image_exists = s_image_exists, .image_build = s_image_build };
+    args.driver = &failing_driver;
+    args.backoff_ms = 20;
+    builder = ah_actor_new (&ah_builder_actor, &args, NULL);
+    CHECK (builder != NULL);
+    s_wait_state (client, "busybox", "error", state, sizeof state);
+    CHECK_STR (state, "error");
+    CHECK (strstr (s_last_error, "the disk is full") != NULL);
+    s_image_state (client, "debian", state, sizeof state);
+    CHECK_STR (state, "error");
+    CHECK (s_build_calls (&failing) == 6);
+    s_ensure (lifecycle, "debian");
+    zsock_set_rcvtimeo (lifecycle, 10000);
+    ah_msg_t *progress = NULL;
+    ready = NULL;
+    while ((ready = ah_msg_recv (lifecycle, true, &err)) && streq (ah_msg_type (ready), "RUNTIME_PROGRESS")) {
+        ah_msg_destroy (&progress);
+        progress = ready;
+    }
+    CHECK (progress && streq (ah_msg_str (progress, "runtime"), "debian") && ah_msg_str (progress, "text"));
+    ah_msg_destroy (&progress);
+    CHECK (ready && streq (ah_msg_type (ready), "RUNTIME_READY") && !ah_msg_bool (ready, "ok", true));
+    CHECK (ready && ah_msg_str (ready, "error") && strstr (ah_msg_str (ready, "error"), "the disk is full"));
+    ah_msg_destroy (&ready);
+    CHECK (s_build_calls (&failing) == 8);
+    //  An unknown runtime is answered too.
+    s_ensure (lifecycle, "nope");
+    ready = ah_msg_recv (lifecycle, true, &err);
+    CHECK (ready && !ah_msg_bool (ready, "ok", true) && strstr (ah_msg_str (ready, "error"), "no such runtime"));
+    ah_msg_destroy (&ready);
+    zactor_destroy (&builder);
+    args.backoff_ms = 0;
+
     //  No image hooks (the fake driver): images are "unknown", briefings work.
     s_write (briefing_path, original);
     ah_driver_t bare = { .name = "bare" };
@@ -294,14 +430,14 @@ main (int argc, char **argv)
     s_image_state (client, "busybox", state, sizeof state);
     CHECK_STR (state, "unknown");
     text = s_briefing (client, "busybox", &status);
-    CHECK (status == 200 && text && strstr (text, "busybox runtime"));
+    CHECK (status == 200 && text && strstr (text, "the busybox runtime"));
     free (text);
     zactor_destroy (&builder);
 
     //  A broken catalog: the start fails with the catalog's message.
     char bad_catalog [200];
     snprintf (bad_catalog, sizeof bad_catalog, "%s/bad.json", s_dir);
-    s_write (bad_catalog, "{\"version\": 1, \"runtimes\": [{\"name\": \"x\"}]}");
+    s_write (bad_catalog, "{\"version\": 2, \"runtimes\": [{\"alias\": \"x\"}]}");
     free (config->catalog_path);
     config->catalog_path = strdup (bad_catalog);
     err = NULL;
@@ -313,6 +449,7 @@ main (int argc, char **argv)
     free (err);
 
     free (original);
+    zsock_destroy (&lifecycle);
     zsock_destroy (&client);
     zactor_destroy (&bus);
     ah_config_destroy (&config);

@@ -3,6 +3,7 @@
 #include "catalog/catalog.h"
 #include "tests/common/ident_cases.h"
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,9 +19,9 @@ static char *
 s_with_entry (const char *entry)
 {
     char *text = NULL;
-    if (asprintf (&text, "{\"version\": 1, \"runtimes\": ["
-                  "{\"name\": \"debian\", \"image\": \"debian:bookworm-slim\","
-                  " \"description\": \"Debian.\", \"tools\": [\"bash\"]}, %s]}", entry) < 0)
+    if (asprintf (&text, "{\"version\": 2, \"runtimes\": ["
+                  "{\"alias\": \"debian\", \"image\": \"debian:bookworm-slim\","
+                  " \"description\": \"Debian.\"}, %s]}", entry) < 0)
         abort ();
     return text;
 }
@@ -66,12 +67,24 @@ s_test_shipped (const char *path)
     if (!cat)
         return;
     CHECK (ah_catalog_size (cat) >= 2);
-    const ah_runtime_t *debian = ah_catalog_find (cat, "debian");
-    CHECK (debian && strcmp (debian->image, "debian:bookworm-slim") == 0);
-    CHECK (debian && debian->context_dir == NULL);
-    CHECK (debian && debian->tool_count > 0);
+    //  The default is the first entry: a Debian runtime the builder makes
+    //  with no registry, with git, python3 and an agent account.
+    const ah_runtime_t *debian = ah_catalog_default (cat);
+    CHECK (debian && strcmp (debian->alias, "debian") == 0);
+    CHECK (debian && debian->base_image && strcmp (debian->base_image, "debian:bookworm-slim") == 0);
+    CHECK (debian && strncmp (debian->image, "agenthold/rt-debian:", 20) == 0 && strlen (debian->image) == 36);
+    CHECK (debian && ah_runtime_built (debian));
+    CHECK (debian && debian->setup_count > 0);
+    bool git = false, python = false;
+    for (size_t i = 0; debian && i < debian->setup_count; i++) {
+        git = git || strstr (debian->setup_commands [i], " git ");
+        python = python || strstr (debian->setup_commands [i], " python3 ");
+    }
+    CHECK (git && python);
+    CHECK (debian && debian->briefing_count > 0 && debian->mem_limit_mb == 2048);
     const ah_runtime_t *busybox = ah_catalog_find (cat, "busybox");
-    CHECK (busybox && busybox->context_dir != NULL);
+    CHECK (busybox && busybox->context_dir != NULL && !busybox->base_image);
+    CHECK (busybox && !busybox->needs_network && busybox->mem_limit_mb == 256);
     if (busybox && busybox->context_dir) {
         //  The build context resolves next to the catalog and holds a Dockerfile.
         char dockerfile [4096];
@@ -90,75 +103,160 @@ s_test_shipped (const char *path)
 static void
 s_test_good_parse (void)
 {
-    const char *text = "{\"version\":1,\"runtimes\":[{\"name\":\"bb\",\"image\":\"local/bb:1\","
-        "\"description\":\"d\",\"tools\":[],\"build\":{\"context\":\"images/bb\","
+    const char *text = "{\"version\":2,\"runtimes\":["
+        "{\"alias\":\"py\",\"description\":\"d\",\"base_image\":\"debian:bookworm-slim\","
+        "\"setup_commands\":[\"apt-get update\",\"echo 'a\\nb' > /x\"],\"packages\":[\"requests==2.31.0\",\"six\"],"
+        "\"env_vars\":{\"A\":\"1\",\"B_2\":\"x y\"},\"briefing\":\"One sentence\",\"mem_limit\":\"512m\","
+        "\"needs_network\":true},"
+        "{\"alias\":\"bb\",\"image\":\"local/bb:1\",\"description\":\"d\",\"build\":{\"context\":\"images/bb\","
         "\"host_files\":{\"busybox\":\"/bin/busybox\"}}}]}";
     char *err = NULL;
     ah_catalog_t *cat = ah_catalog_parse (text, strlen (text), "t", "/base", &err);
+    if (!cat)
+        fprintf (stderr, "refused: %s\n", err);
     CHECK (cat != NULL);
+    const ah_runtime_t *py = ah_catalog_default (cat);
+    CHECK (py && !strcmp (py->alias, "py") && !strcmp (py->base_image, "debian:bookworm-slim"));
+    CHECK (py && py->setup_count == 2 && py->package_count == 2 && py->env_count == 2);
+    CHECK (py && py->briefing_count == 1 && !strcmp (py->briefing [0], "One sentence"));
+    CHECK (py && py->mem_limit_mb == 512 && py->needs_network);
+    CHECK (py && !strncmp (py->image, "agenthold/rt-py:", 16));
     const ah_runtime_t *bb = ah_catalog_find (cat, "bb");
     CHECK (bb && strcmp (bb->context_dir, "/base/images/bb") == 0);
-    CHECK (bb && bb->tool_count == 0);
+    CHECK (bb && !bb->needs_network && bb->mem_limit_mb == 0 && !strcmp (bb->image, "local/bb:1"));
+    //  The image tag follows the recipe: the same recipe, the same tag;
+    //  any change to what goes into the image, another.
+    char *again = strdup (text);
+    ah_catalog_t *same = ah_catalog_parse (again, strlen (again), "t", "/base", &err);
+    CHECK (same && py && !strcmp (ah_catalog_default (same)->image, py->image));
+    ah_catalog_destroy (&same);
+    char *pos = strstr (again, "six");
+    pos [0] = 'f';                  //  "fix": another package
+    same = ah_catalog_parse (again, strlen (again), "t", "/base", &err);
+    CHECK (same && py && strcmp (ah_catalog_default (same)->image, py->image));
+    ah_catalog_destroy (&same);
+    free (again);
     ah_catalog_destroy (&cat);
     free (err);
+
+    const char *why = NULL;
+    CHECK (ah_catalog_mem_mb ("2g", &why) == 2048 && !why);
+    CHECK (ah_catalog_mem_mb ("1.5G", &why) == 1536);
+    CHECK (ah_catalog_mem_mb ("6m", &why) == 6);
+    CHECK (ah_catalog_mem_mb ("1073741824", &why) == 1024);
+    CHECK (ah_catalog_mem_mb ("1048576k", &why) == 1024);
+    CHECK (ah_catalog_mem_mb ("5m", &why) == 0 && why && strstr (why, "smallest"));
+    const char *bad [] = { "", "g", "2x", "2gb", "-1g", "0", " 2g", "2 g", "nan", "inf", "1e3g", NULL };
+    for (const char **b = bad; *b; b++)
+        if (ah_catalog_mem_mb (*b, &why) != 0 && strcmp (*b, "1e3g")) {
+            fprintf (stderr, "FAIL: mem_limit '%s' accepted\n", *b);
+            failures++;
+        }
 }
 
 static void
 s_test_bad (void)
 {
     //  The file as a whole.
-    s_expect_error ("{\"version\": 1, \"runtimes\": [", "not valid JSON", "line 1");
+    s_expect_error ("{\"version\": 2, \"runtimes\": [", "not valid JSON", "line 1");
     s_expect_error ("[]", "top level must be an object", NULL);
     s_expect_error ("{\"runtimes\": []}", "\"version\"", NULL);
-    s_expect_error ("{\"version\": 2, \"runtimes\": []}", "\"version\" must be 1", NULL);
-    s_expect_error ("{\"version\": 1, \"runtimes\": []}", "\"runtimes\" must be a non-empty array", NULL);
-    s_expect_error ("{\"version\": 1, \"runtimes\": {}}", "\"runtimes\" must be a non-empty array", NULL);
-    s_expect_error ("{\"version\": 1, \"runtime\": [], \"runtimes\": []}", "unknown field \"runtime\"", NULL);
-    s_expect_error ("{\"version\": 1, \"version\": 1}", "not valid JSON", "duplicate");
+    s_expect_error ("{\"version\": 3, \"runtimes\": []}", "\"version\" must be 2", NULL);
+    s_expect_error ("{\"version\": 1, \"runtimes\": []}", "\"version\" is 1", "docs/catalog.md");
+    s_expect_error ("{\"version\": 2, \"runtimes\": []}", "\"runtimes\" must be a non-empty array", NULL);
+    s_expect_error ("{\"version\": 2, \"runtimes\": {}}", "\"runtimes\" must be a non-empty array", NULL);
+    s_expect_error ("{\"version\": 2, \"runtime\": [], \"runtimes\": []}", "unknown field \"runtime\"", NULL);
+    s_expect_error ("{\"version\": 2, \"version\": 2}", "not valid JSON", "duplicate");
 
-    //  Entries: each names "runtime 1" (and its name when it has one) and the field.
+    //  Entries: each names "runtime 1" (and its alias when it has one) and the field.
     s_expect_entry_error ("42", "runtime 1", "must be an object");
-    s_expect_entry_error ("{\"image\": \"x\", \"description\": \"d\", \"tools\": []}",
-                          "runtime 1", "\"name\" is missing");
-    s_expect_entry_error ("{\"name\": 7, \"image\": \"x\", \"description\": \"d\", \"tools\": []}",
-                          "runtime 1", "\"name\" must be a string");
-    s_expect_entry_error ("{\"name\": \"Big Name\", \"image\": \"x\", \"description\": \"d\", \"tools\": []}",
+    s_expect_entry_error ("{\"image\": \"x\", \"description\": \"d\"}",
+                          "runtime 1", "\"alias\" is missing");
+    s_expect_entry_error ("{\"alias\": 7, \"image\": \"x\", \"description\": \"d\"}",
+                          "runtime 1", "\"alias\" must be a string");
+    s_expect_entry_error ("{\"alias\": \"Big Name\", \"image\": \"x\", \"description\": \"d\"}",
                           "runtime 1 (\"Big Name\")", "runtime name 'Big Name' must be");
-    s_expect_entry_error ("{\"name\": \"debian\", \"image\": \"x\", \"description\": \"d\", \"tools\": []}",
-                          "runtime 1 (\"debian\")", "already used by runtime 0");
-    s_expect_entry_error ("{\"name\": \"a\", \"description\": \"d\", \"tools\": []}",
-                          "runtime 1 (\"a\")", "\"image\" is missing");
-    s_expect_entry_error ("{\"name\": \"a\", \"image\": \"\", \"description\": \"d\", \"tools\": []}",
-                          "runtime 1 (\"a\")", "image reference '' must be");
-    s_expect_entry_error ("{\"name\": \"a\", \"image\": \"deb ian\", \"description\": \"d\", \"tools\": []}",
-                          "runtime 1 (\"a\")", "image reference 'deb ian' must be a Docker image reference");
-    s_expect_entry_error ("{\"name\": \"a\", \"image\": \"x\", \"tools\": []}",
+    s_expect_entry_error ("{\"alias\": \"9a\", \"image\": \"x\", \"description\": \"d\"}",
+                          "runtime 1 (\"9a\")", "field \"alias\"");
+    s_expect_entry_error ("{\"alias\": \"debian\", \"image\": \"x\", \"description\": \"d\"}",
+                          "runtime 1 (\"debian\")", "\"alias\": \"debian\" is already used by runtime 0");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\"}",
                           "runtime 1 (\"a\")", "\"description\" is missing");
-    s_expect_entry_error ("{\"name\": \"a\", \"image\": \"x\", \"description\": \"d\"}",
-                          "runtime 1 (\"a\")", "\"tools\" is missing");
-    s_expect_entry_error ("{\"name\": \"a\", \"image\": \"x\", \"description\": \"d\", \"tools\": \"bash\"}",
-                          "runtime 1 (\"a\")", "\"tools\" must be an array");
-    s_expect_entry_error ("{\"name\": \"a\", \"image\": \"x\", \"description\": \"d\", \"tools\": [\"\"]}",
-                          "runtime 1 (\"a\")", "tools[0]");
-    s_expect_entry_error ("{\"name\": \"a\", \"image\": \"x\", \"description\": \"d\", \"tools\": [], \"imag\": 1}",
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"\"}",
+                          "runtime 1 (\"a\")", "\"description\" must not be empty");
+    //  image | base_image: exactly one.
+    s_expect_entry_error ("{\"alias\": \"a\", \"description\": \"d\"}",
+                          "runtime 1 (\"a\")", "\"image\" or \"base_image\" is missing");
+    s_expect_entry_error ("{\"alias\": \"a\", \"description\": \"d\", \"image\": \"x\", \"base_image\": \"y\"}",
+                          "runtime 1 (\"a\")", "\"image\" and \"base_image\" exclude each other");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"\", \"description\": \"d\"}",
+                          "runtime 1 (\"a\")", "field \"image\": image reference '' must be");
+    s_expect_entry_error ("{\"alias\": \"a\", \"base_image\": \"deb ian\", \"description\": \"d\"}",
+                          "runtime 1 (\"a\")", "field \"base_image\": image reference 'deb ian' must be a Docker image reference");
+    //  What only a build can do is refused on an image entry.
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"setup_commands\": [\"true\"]}",
+                          "runtime 1 (\"a\")", "field \"setup_commands\" needs \"base_image\"");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"packages\": [\"six\"]}",
+                          "runtime 1 (\"a\")", "field \"packages\" needs \"base_image\"");
+    s_expect_entry_error ("{\"alias\": \"a\", \"base_image\": \"x\", \"description\": \"d\", \"build\": {\"context\": \"c\"}}",
+                          "runtime 1 (\"a\")", "field \"build\" goes with \"image\" only");
+    //  Unknown fields, the old format's among them.
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"imag\": 1}",
                           "runtime 1 (\"a\")", "unknown field \"imag\"");
-    s_expect_entry_error ("{\"name\": \"a\", \"image\": \"x\", \"description\": \"d\", \"tools\": [], \"build\": 1}",
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"tools\": []}",
+                          "runtime 1 (\"a\")", "unknown field \"tools\"");
+    s_expect_entry_error ("{\"name\": \"a\", \"image\": \"x\", \"description\": \"d\"}",
+                          "runtime 1", "unknown field \"name\"");
+    //  Lists.
+    s_expect_entry_error ("{\"alias\": \"a\", \"base_image\": \"x\", \"description\": \"d\", \"setup_commands\": \"true\"}",
+                          "runtime 1 (\"a\")", "field \"setup_commands\" must be an array of strings");
+    s_expect_entry_error ("{\"alias\": \"a\", \"base_image\": \"x\", \"description\": \"d\", \"setup_commands\": [\" \"]}",
+                          "runtime 1 (\"a\")", "field \"setup_commands\": item 0 (' ') is blank");
+    s_expect_entry_error ("{\"alias\": \"a\", \"base_image\": \"x\", \"description\": \"d\", \"setup_commands\": [\"a\\u0000b\"]}",
+                          "not valid JSON", "\\u0000 is not allowed");
+    s_expect_entry_error ("{\"alias\": \"a\", \"base_image\": \"x\", \"description\": \"d\", \"packages\": [\"--index-url=http://evil\"]}",
+                          "runtime 1 (\"a\")", "field \"packages\": item 0 ('--index-url=http://evil') must start with a letter");
+    s_expect_entry_error ("{\"alias\": \"a\", \"base_image\": \"x\", \"description\": \"d\", \"packages\": [\"six; rm -rf /\"]}",
+                          "runtime 1 (\"a\")", "field \"packages\": item 0");
+    s_expect_entry_error ("{\"alias\": \"a\", \"base_image\": \"x\", \"description\": \"d\", \"packages\": [3]}",
+                          "runtime 1 (\"a\")", "field \"packages\": item 0 must be a non-empty string");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"briefing\": 3}",
+                          "runtime 1 (\"a\")", "field \"briefing\" must be an array of strings (or one string)");
+    //  env_vars, mem_limit, needs_network.
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"env_vars\": [\"A=1\"]}",
+                          "runtime 1 (\"a\")", "field \"env_vars\" must be an object");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"env_vars\": {\"1A\": \"x\"}}",
+                          "runtime 1 (\"a\")", "field \"env_vars\": '1A' is not a variable name");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"env_vars\": {\"A=B\": \"x\"}}",
+                          "runtime 1 (\"a\")", "'A=B' is not a variable name");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"env_vars\": {\"A\": 1}}",
+                          "runtime 1 (\"a\")", "field \"env_vars\": A must be a string");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"mem_limit\": \"2x\"}",
+                          "runtime 1 (\"a\")", "field \"mem_limit\": '2x' is not a memory size in Docker's syntax");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"mem_limit\": 2048}",
+                          "runtime 1 (\"a\")", "field \"mem_limit\": the value must be a string");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"mem_limit\": \"1m\"}",
+                          "runtime 1 (\"a\")", "smallest memory limit");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"needs_network\": \"yes\"}",
+                          "runtime 1 (\"a\")", "field \"needs_network\" must be true or false");
+    //  The build recipe of an image entry.
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"build\": 1}",
                           "runtime 1 (\"a\")", "\"build\" must be an object");
-    s_expect_entry_error ("{\"name\": \"a\", \"image\": \"x\", \"description\": \"d\", \"tools\": [], \"build\": {}}",
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"build\": {}}",
                           "runtime 1 (\"a\")", "\"build.context\"");
-    s_expect_entry_error ("{\"name\": \"a\", \"image\": \"x\", \"description\": \"d\", \"tools\": [],"
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\","
                           " \"build\": {\"context\": \"../etc\"}}",
                           "runtime 1 (\"a\")", "without \"..\"");
-    s_expect_entry_error ("{\"name\": \"a\", \"image\": \"x\", \"description\": \"d\", \"tools\": [],"
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\","
                           " \"build\": {\"context\": \"c\", \"host_files\": {\"bb\": \"relative\"}}}",
                           "runtime 1 (\"a\")", "absolute host path");
-    s_expect_entry_error ("{\"name\": \"a\", \"image\": \"x\", \"description\": \"d\", \"tools\": [],"
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\","
                           " \"build\": {\"context\": \"c\", \"dockerfile\": \"x\"}}",
                           "runtime 1 (\"a\")", "unknown field \"dockerfile\"");
 
-    //  Too many tools: the cap is checked before anything is allocated for them.
-    char entry [8192] = "{\"name\": \"a\", \"image\": \"x\", \"description\": \"d\", \"tools\": [";
-    for (int i = 0; i <= AH_CATALOG_MAX_TOOLS; i++)
+    //  Too many setup commands: the cap is checked before anything is allocated for them.
+    char entry [8192] = "{\"alias\": \"a\", \"base_image\": \"x\", \"description\": \"d\", \"setup_commands\": [";
+    for (int i = 0; i <= AH_CATALOG_MAX_LIST; i++)
         strcat (entry, i ? ",\"t\"" : "\"t\"");
     strcat (entry, "]}");
     s_expect_entry_error (entry, "runtime 1 (\"a\")", "at most 64");
@@ -174,10 +272,10 @@ s_test_ident_cases (void)
         const ident_case_t *c = &ident_cases [i];
         if (c->kind != AH_IDENT_RUNTIME && c->kind != AH_IDENT_IMAGE)
             continue;
-        json_t *rt = json_pack ("{s:s, s:s, s:s, s:[]}", "name", c->kind == AH_IDENT_RUNTIME ? c->value : "rt",
+        json_t *rt = json_pack ("{s:s, s:s, s:s}", "alias", c->kind == AH_IDENT_RUNTIME ? c->value : "rt",
                                 "image", c->kind == AH_IDENT_IMAGE ? c->value : "debian:bookworm-slim",
-                                "description", "d", "tools");
-        json_t *doc = json_pack ("{s:i, s:[o]}", "version", 1, "runtimes", rt);
+                                "description", "d");
+        json_t *doc = json_pack ("{s:i, s:[o]}", "version", 2, "runtimes", rt);
         char *text = json_dumps (doc, 0);
         json_decref (doc);
         char *err = NULL;

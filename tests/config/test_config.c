@@ -329,7 +329,21 @@ static void s_test_errors (void)
     EXPECT_ERROR ("sandbox:\n  pids_limit: 0\n", "sandbox.pids_limit = 0", NULL);
     EXPECT_ERROR ("sandbox:\n  idle_minutes: 0\n", "sandbox.idle_minutes = 0", "greater than 0");
     EXPECT_ERROR ("sandbox:\n  idle_check_interval: 50ms\n", "sandbox.idle_check_interval", "at least 100ms");
-    EXPECT_ERROR ("sandbox:\n  driver: podman\n", "sandbox.driver = 'podman'", "docker or fake");
+    EXPECT_ERROR ("sandbox:\n  driver: podman\n", "sandbox.driver = 'podman'", "docker, remote or fake");
+    //  The host agent's keys
+    EXPECT_ERROR ("sandbox:\n  remote: {endpoint: 'http://x:1'}\n", "sandbox.remote.endpoint = 'http://x:1'", "ipc://");
+    EXPECT_ERROR ("sandbox:\n  remote: {endpoint: 'ipc://relative'}\n", "sandbox.remote.endpoint", "absolute path");
+    EXPECT_ERROR ("sandbox:\n  remote: {endpoint: 'tcp://host'}\n", "sandbox.remote.endpoint", "tcp://HOST:PORT");
+    EXPECT_ERROR ("sandbox:\n  remote: {endpoint: 'tcp://h:0'}\n", "sandbox.remote.endpoint", "tcp://HOST:PORT");
+    EXPECT_ERROR ("sandbox:\n  driver: remote\n  remote: {endpoint: 'tcp://10.0.0.5:7070'}\n",
+                  "sandbox.remote.server_key is needed", "tcp://10.0.0.5:7070");
+    EXPECT_ERROR ("sandbox:\n  remote: {server_key: 'short'}\n", "sandbox.remote.server_key", "40 characters");
+    EXPECT_ERROR ("sandbox:\n  remote: {server_key: '0123456789012345678901234567890123456 \"x'}\n",
+                  "sandbox.remote.server_key", "Z85");
+    EXPECT_ERROR ("sandbox:\n  remote: {timeout: 100ms}\n", "sandbox.remote.timeout = 0.1s", "500ms");
+    EXPECT_ERROR ("hostd:\n  endpoint: 'udp://x:1'\n", "hostd.endpoint = 'udp://x:1'", NULL);
+    EXPECT_ERROR ("hostd:\n  name: 'b 1'\n", "hostd.name = 'b 1'", "63 letters");
+    EXPECT_ERROR ("hostd:\n  nmae: b1\n", "hostd.nmae", NULL);
     EXPECT_ERROR ("server:\n  listen: localhost\n", "server.listen = 'localhost'", "host:port");
     EXPECT_ERROR ("server:\n  listen: 127.0.0.1:99999\n", "server.listen = '127.0.0.1:99999'", NULL);
     EXPECT_ERROR ("sandbox:\n  tunnel_listen: ':80x'\n", "sandbox.tunnel_listen = ':80x'", NULL);

@@ -283,6 +283,32 @@ eng_fixture_cleanup (eng_fixture_t *f)
     return left;
 }
 
+ENG_FN int
+eng_cmp_double (const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return x < y ? -1 : x > y;
+}
+
+//  The median of n values (sorts v).
+ENG_FN double
+eng_median (double *v, int n)
+{
+    qsort (v, n, sizeof *v, eng_cmp_double);
+    return n % 2 ? v [n / 2] : (v [n / 2 - 1] + v [n / 2]) / 2;
+}
+
+//  Does the engine say the container name runs?
+ENG_FN bool
+eng_running (const char *name)
+{
+    long st;
+    json_t *j = eng_json ("GET", NULL, &st, "/containers/%s/json", name);
+    bool running = json_is_true (json_object_get (json_object_get (j, "State"), "Running"));
+    json_decref (j);
+    return running;
+}
+
 ENG_FN double
 eng_now (void)
 {

@@ -15,22 +15,22 @@ and `agenthold fs put`, i.e. as the agent): the account is the image's
 groups, no capability in effect, NoNewPrivs and seccomp on; the home
 belongs to it; `touch /home/agent/x` and `fs put` succeed and make files of
 its own; writing outside the home (/, /etc, /opt/agenthold, /run/agenthold)
-fails; no network interface but lo; a listener the test opens on 0.0.0.0 of
+fails; no network interface but lo (and eth0 for a runtime that needs a
+network); a listener the test opens on 0.0.0.0 of
 the host, the tunnel's TCP port and the API's port answer on no host
 address. sandboxd dials back (the agent runs, and runs again after a stop
 and a start, the home still the agent's).
 
-A runtime whose image cannot be had here is made when that is possible
-without a registry (a Debian image with mmdebstrap from the host's own
-mirror, removed at the end), else skipped loudly; at least one runtime must
-be tested.
+A runtime of a network (needs_network) is checked the same way but for
+its own network, eth0 and NET_ADMIN: sandboxd's prohibit routes keep the
+host from answering it. A runtime whose image the server cannot build here
+is skipped loudly; at least one runtime must be tested.
 
 usage: isolation_docker.py AGENTHOLD_BINARY SOURCE_DIR (sandboxd next to it)
 Exits 77 without a Docker Engine. Ports 18600-18619, pool 10.213.192.0/20,
 prefix dockerisolation<pid>."""
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -38,7 +38,7 @@ import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import Harness, build_image, engine, engine_raw, host_addresses, host_service, q  # noqa: E402
+from ahdocker import Harness, build_image, host_addresses, host_service  # noqa: E402
 
 h = Harness("docker.isolation", sys.argv[1], "10.213.192.0/20", (18600, 18620))
 SOURCE = os.path.abspath(sys.argv[2])
@@ -46,37 +46,11 @@ SOURCE = os.path.abspath(sys.argv[2])
 for k in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_CPUS",
           "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB"):
     h.env.pop(k, None)
+h.env["AGENTHOLD_CATALOG_PATH"] = os.path.join(SOURCE, "catalog", "runtimes.json")
 CAPS = {"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"}
 CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "KILL": 5, "SETGID": 6, "SETUID": 7}
 USER_TAG = "agenthold-test-user:" + h.prefix
 BUSYBOX = "/bin/busybox"
-
-
-def image_present(ref):
-    st, _ = engine("GET", "/images/%s/json" % q(ref))
-    return st == 200
-
-
-def make_debian(ref):
-    """A Debian image without a registry: mmdebstrap from the host's mirror,
-    imported under ref. True when made (and to be removed at the end)."""
-    if not shutil.which("mmdebstrap") or os.geteuid() != 0:
-        return False
-    suite = ref.split(":", 1)[1].split("-")[0] if ":" in ref else "bookworm"
-    out = os.path.join(h.tmp, "debian.tar")
-    with open("/etc/apt/sources.list.d/debian.sources") as src:
-        p = subprocess.run(["mmdebstrap", "--variant=minbase", suite, out, "-"], stdin=src,
-                           capture_output=True, text=True, timeout=600)
-    if p.returncode != 0:
-        print("mmdebstrap failed: %s" % p.stderr[-1500:], file=sys.stderr)
-        return False
-    repo, tag = ref.rsplit(":", 1)
-    with open(out, "rb") as f:
-        st, body = engine_raw("POST", "/images/create?fromSrc=-&repo=%s&tag=%s" % (q(repo), q(tag)),
-                              f.read(), content_type="application/x-tar", timeout=300)
-    os.unlink(out)
-    h.extra_images.append(ref)
-    return st == 200 and image_present(ref)
 
 
 def user_image():
@@ -123,20 +97,25 @@ def connect_cmd(host, port):
             % {"h": host, "p": port})
 
 
-def inspect_container(name, aid):
+def inspect_container(name, aid, networked, memory):
     c = h.container(aid)
     hc = c["HostConfig"]
     h.check(c["State"]["Running"], "%s: the container runs" % name)
     h.check(hc["CapDrop"] == ["ALL"] or [x.upper() for x in hc["CapDrop"]] in (["ALL"], ["CAP_ALL"]),
             "%s: every capability dropped: %r" % (name, hc["CapDrop"]))
     added = {x.upper().replace("CAP_", "") for x in hc["CapAdd"] or []}
-    h.check(added == CAPS, "%s: only sandboxd's capabilities added: %r" % (name, sorted(added)))
+    is_net = hc["NetworkMode"] != "none"
+    h.check(networked is None or networked == is_net,
+            "%s: a network exactly when the runtime needs one (%r): %r" % (name, networked, hc["NetworkMode"]))
+    want_caps = CAPS | ({"NET_ADMIN"} if is_net else set())
+    h.check(added == want_caps, "%s: only sandboxd's capabilities added: %r" % (name, sorted(added)))
     sec = hc.get("SecurityOpt") or []
     h.check(any(x.startswith("no-new-privileges") for x in sec), "%s: no-new-privileges: %r" % (name, sec))
     h.check(not any("seccomp" in x for x in sec) and not hc["Privileged"],
             "%s: the engine's seccomp profile, not privileged: %r" % (name, sec))
-    h.check(hc["NetworkMode"] == "none", "%s: network mode none: %r" % (name, hc["NetworkMode"]))
-    h.check(hc["NanoCpus"] == 2 * 10**9 and hc["Memory"] == 4096 << 20 and hc["PidsLimit"] == 4096,
+    h.check(hc["NetworkMode"] in ("none", "%s-net-%s" % (h.prefix, aid)),
+            "%s: network mode none or its own network: %r" % (name, hc["NetworkMode"]))
+    h.check(hc["NanoCpus"] == 2 * 10**9 and hc["Memory"] == memory << 20 and hc["PidsLimit"] == 4096,
             "%s: the default limits: %r" % (name, {k: hc[k] for k in ("NanoCpus", "Memory", "PidsLimit")}))
     h.check(c["Config"]["User"] == "0:0" and c["Config"]["Entrypoint"] == ["/opt/agenthold/sandboxd"],
             "%s: sandboxd starts as root: %r %r" % (name, c["Config"]["User"], c["Config"]["Entrypoint"]))
@@ -160,7 +139,7 @@ def inspect_container(name, aid):
     return c
 
 
-def inside(name, aid, want_uid, want_gid, want_groups, service, addrs):
+def inside(name, aid, want_uid, want_gid, want_groups, service, addrs, networked):
     """Checks through the product, as the agent."""
     ids = sh(name, "id -u; id -g; id -G").split()
     h.check(int(ids[0]) == want_uid and int(ids[1]) == want_gid,
@@ -171,7 +150,7 @@ def inside(name, aid, want_uid, want_gid, want_groups, service, addrs):
     h.check(status_field(st, "CapEff") == "0" * 16 and status_field(st, "CapPrm") == "0" * 16,
             "%s: no capability in effect: %r" % (name, status_field(st, "CapEff")))
     bnd = int(status_field(st, "CapBnd"), 16)
-    h.check(bnd == sum(1 << b for b in CAP_BITS.values()),
+    h.check(bnd == sum(1 << b for b in CAP_BITS.values()) | ((1 << 12) if networked else 0),
             "%s: the bounding set is sandboxd's six: %x" % (name, bnd))
     h.check(status_field(st, "NoNewPrivs") == "1" and status_field(st, "Seccomp") == "2",
             "%s: NoNewPrivs 1, Seccomp 2 (filter): %r %r" % (name, status_field(st, "NoNewPrivs"),
@@ -199,7 +178,8 @@ def inside(name, aid, want_uid, want_gid, want_groups, service, addrs):
     h.check(r["status"] == 0 and r["stdout"] == "t\n", "%s: /tmp is writable: %r" % (name, r))
     # The network: nothing but lo, and nothing of the host answers.
     ifs = sh(name, "ls /sys/class/net").split()
-    h.check(ifs == ["lo"], "%s: no network interface but lo: %r" % (name, ifs))
+    h.check(ifs == ["lo"] or (networked and sorted(ifs) == ["eth0", "lo"]),
+            "%s: no network interface but lo (and eth0 with a network): %r" % (name, ifs))
     for addr in addrs:
         for port, what in ((service, "a host service on 0.0.0.0"), (h.tunnel_port, "the tunnel's TCP port"),
                            (h.api_port, "the API's port")):
@@ -210,12 +190,8 @@ def inside(name, aid, want_uid, want_gid, want_groups, service, addrs):
 
 def scenario(h):
     with open(os.path.join(SOURCE, "catalog", "runtimes.json")) as f:
-        catalog = json.load(f)["runtimes"]
-    h.check(catalog, "the shipped catalog has runtimes")
-    for rt in catalog:
-        if not rt.get("build") and not image_present(rt["image"]):
-            if rt["image"].startswith("debian:") and make_debian(rt["image"]):
-                print("runtime %s: made %s with mmdebstrap (no registry here)" % (rt["name"], rt["image"]))
+        shipped = {r.get("alias") or r.get("name") for r in json.load(f)["runtimes"]}
+    h.check(shipped, "the shipped catalog has runtimes")
     user_image()
     service = host_service(h)
     addrs = host_addresses()
@@ -226,35 +202,38 @@ def scenario(h):
 
     h.start_server()
     # The builder settles every runtime (present, built, or an error).
-    deadline = time.time() + 240
+    deadline = time.time() + 540
     while True:
         st, j = h.api("GET", "/api/v1/runtimes")
         h.check(st == 200, "GET /api/v1/runtimes: %d" % st)
-        states = {r["name"]: r.get("image_state") for r in j["runtimes"]}
+        rts = {(r.get("alias") or r.get("name")): r for r in j["runtimes"]}
+        states = {k: r.get("image_state") for k, r in rts.items()}
         if all(s in ("present", "error", "missing") for s in states.values()) or time.time() > deadline:
             break
         time.sleep(1)
-    h.check(set(states) == {rt["name"] for rt in catalog}, "the server serves the shipped catalog: %r"
-            % states)
-
+    h.check(set(states) == shipped, "the server serves the shipped catalog: %r" % states)
     cases = []
-    for rt in catalog:
-        if states[rt["name"]] != "present":
+    for alias, rt in sorted(rts.items()):
+        if states[alias] != "present":
             print("\n*** docker.isolation: runtime %s SKIPPED: its image %s cannot be had here (%s) ***\n"
-                  % (rt["name"], rt["image"], states[rt["name"]]), file=sys.stderr)
+                  % (alias, rt.get("image"), states[alias]), file=sys.stderr)
             continue
-        cases.append(("rt-" + rt["name"], rt["image"]))
+        cases.append(("rt-" + alias, {"runtime": alias}, rt.get("image"), bool(rt.get("needs_network")),
+                      rt.get("mem_limit_mb") or 4096))
     h.check(cases, "at least one runtime of the shipped catalog can be tested here")
-    cases.append(("user-image", USER_TAG))
+    # An image outside the catalog: whether it gets a network is lifecycle's default.
+    cases.append(("user-image", {"image": USER_TAG}, USER_TAG, None, 4096))
 
-    for name, image in cases:
+    for name, body, image, networked, memory in cases:
         t0 = time.time()
-        st, a = h.api("POST", "/api/v1/agents?wait=1", {"name": name, "image": image}, timeout=180)
+        body = dict(body, name=name)
+        st, a = h.api("POST", "/api/v1/agents?wait=1", body, timeout=180)
         h.check(st in (200, 201) and a["state"] == "running",
                 "%s (%s): create -> running (sandboxd dialed back): %d %r" % (name, image, st, a))
         print("%s (%s): running in %.2f s" % (name, image, time.time() - t0))
         aid = a["id"]
-        inspect_container(name, aid)
+        c = inspect_container(name, aid, networked, memory)
+        networked = c["HostConfig"]["NetworkMode"] != "none"
         # The account: `agent` when the image has one, else its USER, else 10001.
         passwd = sh(name, "cat /etc/passwd 2>/dev/null; true")
         accounts = {l.split(":")[0]: l.split(":") for l in passwd.splitlines() if l.count(":") == 6}
@@ -266,7 +245,7 @@ def scenario(h):
         else:
             uid = gid = 10001
             groups = {10001}
-        inside(name, aid, uid, gid, groups, service, addrs)
+        inside(name, aid, uid, gid, groups, service, addrs, networked)
         # Stop and start: sandboxd dials back, the home stays the agent's.
         st, a = h.api("POST", "/api/v1/agents/%s/stop?wait=1" % name)
         h.check(st == 200 and a["state"] == "sleeping", "%s: stop: %d %r" % (name, st, a))

@@ -63,6 +63,10 @@ def build_server_image():
         "root/usr/bin/sandboxd": os.path.join(bindir, "sandboxd"),
         "root/usr/share/agenthold/lua": os.path.join(SRC, "lua"),
         "root/usr/share/agenthold/catalog": os.path.join(SRC, "catalog"),
+        # The harness's catalog (its test image as the one runtime), as the
+        # host-side tests have it: this test is about the server in a
+        # container, not about building the shipped runtimes in there.
+        "root/usr/share/agenthold/test-runtimes.json": open(h.env["AGENTHOLD_CATALOG_PATH"], "rb").read(),
         "root/etc/passwd": b"root:x:0:0:root:/root:/bin/false\n",
         "root/etc/group": b"root:x:0:\n",
     }
@@ -95,7 +99,7 @@ def start_server_container():
             "AGENTHOLD_SANDBOX_DOCKER_SANDBOXD_VOLUME=" + SANDBOXD_VOLUME,
             "AGENTHOLD_SANDBOX_DOCKER_SOCKET=/var/run/docker.sock",
             "AGENTHOLD_POLICY_LUA_DIR=/usr/share/agenthold/lua",
-            "AGENTHOLD_CATALOG_PATH=/usr/share/agenthold/catalog/runtimes.json"]
+            "AGENTHOLD_CATALOG_PATH=/usr/share/agenthold/test-runtimes.json"]
     os.makedirs(h.data, mode=0o700)
     body = {
         "Image": SERVER_TAG,

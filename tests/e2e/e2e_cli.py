@@ -213,6 +213,38 @@ def scenario():
     check(table.splitlines()[0].split()[:3] == ["NAME", "STATE", "IMAGE"], "ls table header: %r" % table)
     check("alice" in table.splitlines()[1], "ls table row")
     check(cli_json("show", a["id"])["name"] == "alice", "show by id")
+    # Runtimes: no runtime named is the catalog's first; --runtime picks
+    # another, whose memory limit is the default; the briefing comes with
+    # the agent; a runtime change marks needs_rebuild.
+    check(a["runtime"] == "debian" and a["image"].startswith("agenthold/rt-debian:"),
+          "no runtime named: the first of the catalog: %r" % a)
+    shown = cli_json("show", "alice")
+    check("# Your sandbox: the debian runtime" in shown["briefing"], "show --json has the briefing")
+    human = cli_ok("show", "alice")
+    check("runtime:          debian" in human and "briefing:" in human and "  - Network:" in human,
+          "show prints the runtime and the briefing: %r" % human)
+    status, j = http("GET", "/api/v1/agents/alice/briefing")
+    check(status == 200 and j["runtime"] == "debian" and j["agent"] == "alice" and
+          j["text"] == shown["briefing"], "GET /agents/alice/briefing: %d %r" % (status, j))
+    b = cli_json("create", "bobby", "--runtime", "busybox")
+    check(b["runtime"] == "busybox" and b["image"] == "agenthold/busybox:2" and b["memory_mb"] == 256,
+          "--runtime busybox: %r" % b)
+    cli_fails("no runtime 'plan9' in the catalog", "create", "carol", "--runtime", "plan9")
+    cli_fails("give runtime or image, not both", "create", "carol", "--runtime", "busybox", "--image", "x:1")
+    cli_fails("runtime name 'Bad_Name'", "create", "carol", "--runtime", "Bad_Name")
+    expect_error(400, "field 'runtime'", "POST", "/api/v1/agents", body={"name": "carol", "runtime": 7})
+    status, j = http("PATCH", "/api/v1/agents/bobby", body={"runtime": "debian"})
+    check(status == 200 and j["needs_rebuild"] and j["runtime"] == "debian",
+          "a runtime change marks needs_rebuild: %d %r" % (status, j))
+    rebuilt = cli_json("rebuild", "bobby")
+    shown = cli_json("show", "bobby")
+    check(shown["runtime"] == "debian" and not shown["needs_rebuild"] and shown["image"].startswith("agenthold/rt-debian:"),
+          "after the rebuild: %r %r" % (rebuilt, shown))
+    status, j = http("PATCH", "/api/v1/agents/bobby", body={"image": "example/other:1"})
+    check(status == 200 and j["needs_rebuild"] and j.get("runtime") is None,
+          "an image leaves the catalog: %d %r" % (status, j))
+    expect_error(404, "outside the catalog", "GET", "/api/v1/agents/bobby/briefing")
+    cli_ok("rm", "bobby")
     check("memory_mb:" in cli_ok("show", "alice"), "show, human")
 
     # Transitions, waiting (the default) and not
@@ -275,8 +307,10 @@ def scenario():
     check(any(o["kind"] == "state" for o in ops), "log alice shows its states")
     check("ACTOR" in cli_ok("log").splitlines()[0], "log table header")
     runtimes = cli_json("runtimes")
-    check(runtimes and all("name" in r and "image" in r for r in runtimes), "runtimes: %r" % runtimes)
-    status, j = http("GET", "/api/v1/runtimes/%s/briefing" % runtimes[0]["name"])
+    check(runtimes and all("alias" in r and "image" in r for r in runtimes), "runtimes: %r" % runtimes)
+    check(runtimes[0]["default"] and runtimes[0]["alias"] == "debian" and
+          runtimes[0]["base_image"] == "debian:bookworm-slim", "the shipped default: %r" % runtimes[0])
+    status, j = http("GET", "/api/v1/runtimes/%s/briefing" % runtimes[0]["alias"])
     check(status == 200 and j["text"], "briefing: %d %r" % (status, j))
     expect_error(404, "plan9", "GET", "/api/v1/runtimes/plan9/briefing")
     status, turn = http("POST", "/api/v1/agents/alice/turns", body={"lease_ms": 60000})

@@ -72,7 +72,6 @@ def free_port(avoid=()):
 API_PORT = free_port()
 TUNNEL_PORT = free_port({API_PORT})
 ENV = ahserver.server_env(DATA, API_PORT, TUNNEL_PORT, extra={
-    "AGENTHOLD_TAP_ENDPOINT": "ipc://%s/tap" % TMP,
 })
 LOG = os.path.join(TMP, "server.log")
 

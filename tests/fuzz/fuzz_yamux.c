@@ -326,8 +326,10 @@ static void s_write (side_t *s, uint32_t id, size_t n)
         if (w <= 0)
             return;
         s->sent [id] += (uint64_t) w;
-        //  Flow control: never more in flight or unconsumed than the window
-        if (s->sent [id] - s->other->consumed [id] > AH_YAMUX_INITIAL_WINDOW)
+        //  Flow control: never more in flight or unconsumed than the
+        //  receiver's window (it only grows; gone: at most the largest)
+        uint32_t window = ah_yamux_window (s->other->y, id);
+        if (s->sent [id] - s->other->consumed [id] > (window ? window : AH_YAMUX_MAX_WINDOW))
             FAIL ("stream %u: %llu bytes sent beyond what the peer consumed", id,
                   (unsigned long long) (s->sent [id] - s->other->consumed [id]));
         n -= (size_t) w;

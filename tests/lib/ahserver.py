@@ -11,6 +11,7 @@ What differs per caller stays a parameter: the port range and where the
 walk through it starts (tests running at the same time use different
 ranges and offsets), the exception class raised (each driver has its own
 Fail), the driver and the other settings."""
+import hashlib
 import http.client
 import json
 import os
@@ -80,6 +81,28 @@ def wait_healthy(proc, port, seconds=20, fail=RuntimeError, tail=None):
             pass
         time.sleep(0.1)
     raise fail("the server did not answer /healthz within %d s" % seconds)
+
+
+class Checks:
+    """check(cond, what): counts, and raises fail(what) when cond is false."""
+    def __init__(self, fail):
+        self.fail = fail
+        self.count = 0
+
+    def __call__(self, cond, what):
+        self.count += 1
+        if not cond:
+            raise self.fail(what)
+
+
+def sha256_file(path, block=1 << 20):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(block)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
 
 
 def read_token(data):

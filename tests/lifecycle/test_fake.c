@@ -64,8 +64,8 @@ static void *s_worker (void *arg)
     worker_t *w = arg;
     char id [32];
     snprintf (id, sizeof id, "00000000%04x", w->n);
-    ah_sandbox_spec_t spec = { id, "img", 1, 64, 10, false };
-    ah_boot_t boot = { id, "t0k3n", 18402 };
+    ah_sandbox_spec_t spec = { .agent_id = id, .image = "img", .cpus = 1, .memory_mb = 64, .pids_limit = 10 };
+    ah_boot_t boot = { .agent_id = id, .token = "t0k3n", .tunnel_port = 18402 };
     for (int round = 0; round < 20; round++) {
         char *err = NULL;
         ah_sandbox_status_t st;
@@ -105,16 +105,16 @@ int main (void)
     //  Ids that would leave the directory are refused.
     const char *bad [] = { "../etc", "", "UPPER", "a/b", ".", "0123456789abc", "../../../x", "abc123abc12/" };
     for (size_t i = 0; i < sizeof bad / sizeof bad [0]; i++) {
-        ah_sandbox_spec_t spec = { bad [i], "img", 1, 64, 10, false };
+        ah_sandbox_spec_t spec = { .agent_id = bad [i], .image = "img", .cpus = 1, .memory_mb = 64, .pids_limit = 10 };
         CHECK (s_fails_with (d->create (d, &spec, &err), &err, "must be 12 hexadecimal digits"));
         CHECK (s_fails_with (d->destroy (d, bad [i], &err), &err, "must be 12 hexadecimal digits"));
     }
 
     //  create -> start -> stop -> rebuild -> destroy, and what inspect says.
-    ah_sandbox_spec_t spec = { "abc123abc123", "debian:bookworm-slim", 2, 4096, 100, false };
+    ah_sandbox_spec_t spec = { .agent_id = "abc123abc123", .image = "debian:bookworm-slim", .cpus = 2, .memory_mb = 4096, .pids_limit = 100 };
     ah_sandbox_status_t st;
     CHECK (d->inspect (d, "abc123abc123", &st, &err) == 0 && !st.exists && !st.running);
-    CHECK (d->start ? s_fails_with (d->start (d, &(ah_boot_t) { "abc123abc123", "t", 1 }, &err), &err,
+    CHECK (d->start ? s_fails_with (d->start (d, &(ah_boot_t) { .agent_id = "abc123abc123", .token = "t", .tunnel_port = 1 }, &err), &err,
                                     "create it first") : false);
     CHECK (d->create (d, &spec, &err) == 0);
     CHECK (s_exists ("abc123abc123", "home"));
@@ -123,7 +123,7 @@ int main (void)
     CHECK (streq (st.detail, "created"));
     char token [AH_TOKEN_HEX];
     CHECK (ah_token_new (token) == 0);
-    ah_boot_t boot = { "abc123abc123", token, 18402 };
+    ah_boot_t boot = { .agent_id = "abc123abc123", .token = token, .tunnel_port = 18402 };
     CHECK (d->start (d, &boot, &err) == 0);
     CHECK (d->inspect (d, "abc123abc123", &st, &err) == 0 && st.running);
     char *boot_path = s_path ("abc123abc123", "boot.json");

@@ -94,12 +94,18 @@ static ah_store_t *s_store;
 static int64_t s_req = 1;
 static const char *s_subscribers [] = { "watch", "sleeper", NULL };
 
-static void s_start_lifecycle (int hello_timeout_ms)
+static void s_start_lifecycle_with (int hello_timeout_ms, bool ensure_images)
 {
     ah_lifecycle_args_t args = { .config = s_config, .driver = &s_drv.base, .db_path = s_db_path,
-                                 .subscribers = s_subscribers, .hello_timeout_ms = hello_timeout_ms };
+                                 .subscribers = s_subscribers, .hello_timeout_ms = hello_timeout_ms,
+                                 .ensure_images = ensure_images };
     s_lifecycle = ah_actor_new (&ah_lifecycle_actor, &args, NULL);
     CHECK (s_lifecycle != NULL);
+}
+
+static void s_start_lifecycle (int hello_timeout_ms)
+{
+    s_start_lifecycle_with (hello_timeout_ms, false);
 }
 
 //  Send to lifecycle and wait for the REPLY with our req (others dropped).
@@ -371,7 +377,9 @@ static char *test_create (void)
     CHECK (s_wait_state (id, "running", 5000));
     CHECK (s_saw_event (id, "running", NULL, 0));
     CHECK (atomic_load (&s_drv.creates) == creates + 1 && atomic_load (&s_drv.starts) == starts + 1);
-    CHECK (s_col_is (id, "image", s_config->default_image));
+    //  No runtime named: the catalog's first entry decides the image.
+    CHECK (s_count ("SELECT a.runtime = 'debian' AND a.image LIKE 'agenthold/rt-debian:%' AND s.runtime = 'debian'"
+                    " AND a.memory_mb = 2048 FROM agents a JOIN sandboxes s ON s.agent_id = a.id WHERE a.id = :id", id) == 1);
     CHECK (s_col_is (id, "needs_rebuild", "0"));
     CHECK (s_col_is (id, "op", ""));
     char *home = s_fake_path (id, "home");
@@ -497,7 +505,7 @@ static void test_update_and_rebuild (const char *id)
     CHECK (reply && ah_msg_bool (reply, "needs_rebuild", false));
     ah_msg_destroy (&reply);
     CHECK (s_col_is (id, "needs_rebuild", "1"));
-    CHECK (s_col_is (id, "image", s_config->default_image));      //  not yet
+    CHECK (s_count ("SELECT image LIKE 'agenthold/rt-debian:%' FROM sandboxes WHERE agent_id = :id", id) == 1);  //  not yet
     CHECK (s_count ("SELECT idle_minutes = 3 FROM agents WHERE id = :id", id) == 1);
     //  Refused update: nothing changes.
     m = ah_msg_new ("AGENT_UPDATE");
@@ -654,6 +662,67 @@ static void test_observed (const char *id)
     zsock_destroy (&rec);
 }
 
+//  HOST_STATE as the reconciler sends it with the remote driver.
+static void s_host_state (zsock_t *rec, const char *state, const char *error)
+{
+    ah_msg_t *m = ah_msg_new ("HOST_STATE");
+    ah_msg_set_str (m, "host", "b1");
+    ah_msg_set_str (m, "endpoint", "ipc:///run/agenthold-hostd/hostd.sock");
+    ah_msg_set_str (m, "state", state);
+    ah_msg_set_str (m, "version", "0.1.0");
+    ah_msg_set_int (m, "protocol", 1);
+    if (error)
+        ah_msg_set_str (m, "error", error);
+    ah_msg_send (&m, rec, "lifecycle");
+}
+
+//  A host agent away: the sandbox at rest shows unreachable with why, its
+//  state kept underneath; requests but destroy are refused; back, the
+//  flag goes and its state is published again. Nothing is re-created.
+static void test_unreachable (const char *id)
+{
+    //  Another name than test_observed's (a bus name is taken until its
+    //  old connection is gone).
+    zsock_t *rec = ah_bus_connect ("reconciler-host");
+    s_drain_events ();
+    int creates = atomic_load (&s_drv.creates), starts = atomic_load (&s_drv.starts);
+    const char *why = "host b1 (ipc:///x) does not answer";
+    s_host_state (rec, "unreachable", why);
+    char error [256] = "";
+    CHECK (s_saw_event (id, "unreachable", error, sizeof error) && streq (error, why));
+    CHECK (s_col_is (id, "state", "running") && s_col_is (id, "unreachable", why));
+    CHECK (s_count ("SELECT count(*) FROM hosts WHERE name = 'b1' AND state = 'unreachable'"
+                    " AND :id IS NOT NULL", id) == 1);
+    ah_msg_t *reply = s_op ("SANDBOX_START", id);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 409
+           && strstr (ah_msg_str (reply, "error"), "is unreachable")
+           && strstr (ah_msg_str (reply, "error"), why));
+    ah_msg_destroy (&reply);
+    reply = s_op ("SANDBOX_STOP", id);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 409);
+    ah_msg_destroy (&reply);
+    //  Hostile: no state, an unknown state; nothing moves.
+    s_host_state (rec, "exploded", NULL);
+    ah_msg_t *m = ah_msg_new ("HOST_STATE");
+    ah_msg_send (&m, rec, "lifecycle");
+    zclock_sleep (100);
+    CHECK (s_col_is (id, "unreachable", why));
+    //  Back: the flag goes, running is published again.
+    s_host_state (rec, "up", NULL);
+    CHECK (s_saw_event (id, "running", NULL, 0));
+    CHECK (s_count ("SELECT count(*) FROM sandboxes WHERE agent_id = :id AND unreachable IS NULL", id) == 1);
+    CHECK (s_count ("SELECT count(*) FROM hosts WHERE state = 'up' AND seen_at IS NOT NULL"
+                    " AND :id IS NOT NULL", id) == 1);
+    CHECK (atomic_load (&s_drv.creates) == creates && atomic_load (&s_drv.starts) == starts);
+    reply = s_op ("SANDBOX_STOP", id);
+    CHECK (s_status (&reply) == 202);
+    CHECK (s_wait_state (id, "sleeping", 5000));
+    reply = s_op ("SANDBOX_START", id);
+    CHECK (s_status (&reply) == 202);
+    CHECK (s_wait_state (id, "running", 5000));
+    zsock_destroy (&rec);
+}
+
 static void test_destroy (const char *id)
 {
     s_drain_events ();
@@ -798,6 +867,99 @@ static int s_rm (const char *path, const struct stat *st, int type, struct FTW *
     return remove (path);
 }
 
+//  The next message the "builder" socket gets: RUNTIME_ENSURE's runtime ("" none).
+static void s_builder_expect (zsock_t *builder, const char *runtime)
+{
+    zsock_set_rcvtimeo (builder, 5000);
+    ah_msg_t *m = ah_msg_recv (builder, true, NULL);
+    CHECK (m && streq (ah_msg_type (m), "RUNTIME_ENSURE") && streq (ah_msg_str (m, "runtime"), runtime));
+    ah_msg_destroy (&m);
+}
+
+static void s_builder_ready (zsock_t *builder, const char *runtime, const char *error)
+{
+    ah_msg_t *m = ah_msg_new ("RUNTIME_READY");
+    ah_msg_set_str (m, "runtime", runtime);
+    ah_msg_set_bool (m, "ok", error == NULL);
+    ah_msg_set_str (m, error ? "error" : "briefing", error ? error : "# the briefing");
+    ah_msg_send (&m, builder, "lifecycle");
+}
+
+//  With the builder (a socket of the test's standing in for it): a create
+//  on a runtime waits for its image (RUNTIME_ENSURE, no driver call), shows
+//  the builder's progress on the row and in SANDBOX_STATE, goes on once
+//  RUNTIME_READY says ok (and the start asks again), and ends in error
+//  with the build's reason when it says not ok.
+static void test_preparing (void)
+{
+    zactor_destroy (&s_lifecycle);
+    zsock_t *builder = ah_bus_connect ("builder");
+    zclock_sleep (50);
+    s_start_lifecycle_with (1000, true);
+    s_drain_events ();
+    int creates = atomic_load (&s_drv.creates);
+    ah_msg_t *m = ah_msg_new ("AGENT_CREATE");
+    ah_msg_set_str (m, "name", "prep");
+    ah_msg_set_str (m, "runtime", "busybox");
+    ah_msg_t *reply = s_call (m);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 201 && streq (ah_msg_str (reply, "runtime"), "busybox"));
+    char *id = reply && ah_msg_str (reply, "agent_id") ? strdup (ah_msg_str (reply, "agent_id")) : NULL;
+    ah_msg_destroy (&reply);
+    if (!id) {
+        zsock_destroy (&builder);
+        return;
+    }
+    s_builder_expect (builder, "busybox");
+    zclock_sleep (100);
+    CHECK (atomic_load (&s_drv.creates) == creates);        //  no driver call while preparing
+    CHECK (s_col_is (id, "state", "creating"));
+    CHECK (s_count ("SELECT runtime = 'busybox' AND memory_mb = 256 FROM agents WHERE id = :id", id) == 1);
+    //  The builder's progress: on the row, and as SANDBOX_STATE {progress}.
+    s_drain_events ();
+    m = ah_msg_new ("RUNTIME_PROGRESS");
+    ah_msg_set_str (m, "runtime", "busybox");
+    ah_msg_set_str (m, "text", "Step 2/5 : RUN true");
+    ah_msg_send (&m, builder, "lifecycle");
+    bool seen = false;
+    for (int i = 0; i < 50 && !seen; i++) {
+        ah_msg_t *e = ah_msg_recv (s_watch, true, NULL);
+        seen = e && streq (ah_msg_str (e, "agent_id"), id) && streq (ah_msg_str (e, "state"), "creating")
+            && ah_msg_str (e, "progress") && strstr (ah_msg_str (e, "progress"), "Preparing the sandbox")
+            && strstr (ah_msg_str (e, "progress"), "Step 2/5");
+        ah_msg_destroy (&e);
+    }
+    CHECK (seen);
+    CHECK (s_count ("SELECT progress LIKE 'Preparing the sandbox% Step 2/5 : RUN true' FROM sandboxes"
+                    " WHERE agent_id = :id", id) == 1);
+    //  Progress of another runtime is not this agent's.
+    s_builder_ready (builder, "debian", NULL);
+    zclock_sleep (100);
+    CHECK (s_col_is (id, "state", "creating"));
+    //  Ready: create, then the start asks again (answered at once), then running.
+    s_builder_ready (builder, "busybox", NULL);
+    s_builder_expect (builder, "busybox");
+    s_builder_ready (builder, "busybox", NULL);
+    CHECK (s_wait_state (id, "running", 5000));
+    CHECK (atomic_load (&s_drv.creates) == creates + 1);
+    CHECK (s_count ("SELECT progress IS NULL FROM sandboxes WHERE agent_id = :id", id) == 1);
+    free (id);
+
+    //  A build that failed: the agent's error says why; nothing was created.
+    id = s_create ("doomed");
+    if (id) {
+        s_builder_expect (builder, "debian");
+        s_builder_ready (builder, "debian", "the disk is full");
+        CHECK (s_wait_state (id, "error", 5000));
+        char *error = s_col (id, "error");
+        CHECK (error && streq (error, "preparing the sandbox: runtime debian: the disk is full"));
+        free (error);
+        CHECK (s_col_is (id, "op", "create"));
+        CHECK (atomic_load (&s_drv.creates) == creates + 1);
+    }
+    free (id);
+    zsock_destroy (&builder);
+}
+
 int main (void)
 {
     zsys_init ();
@@ -849,12 +1011,14 @@ int main (void)
         test_update_and_rebuild (id);
         test_hello (id);
         test_observed (id);
+        test_unreachable (id);
         test_destroy (id);
     }
     free (id);
     test_destroy_during_start ();
     test_tenant_limits ();
     test_restart_repairs ();
+    test_preparing ();
 
     zactor_destroy (&s_lifecycle);
     zsock_destroy (&s_client);

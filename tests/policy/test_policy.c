@@ -286,26 +286,38 @@ static void s_test_idle_and_briefing (void)
         return;
     }
     ah_msg_t *runtime = ah_msg_new ("RUNTIME");
-    ah_msg_set_str (runtime, "name", "debian");
-    ah_msg_set_str (runtime, "image", "debian:bookworm-slim");
+    ah_msg_set_str (runtime, "alias", "debian");
+    ah_msg_set_str (runtime, "image", "agenthold/rt-debian:0123456789abcdef");
+    ah_msg_set_str (runtime, "base_image", "debian:bookworm-slim");
     ah_msg_set_str (runtime, "description", "Debian 12, slim");
-    //  tools: a msgpack list, as the builder passes it
+    ah_msg_set_bool (runtime, "needs_network", false);
+    //  setup_commands: a msgpack list, as the builder passes it; the tools
+    //  are what they install (options, shell syntax and certificates left out)
     msgpack_sbuffer buffer;
     msgpack_sbuffer_init (&buffer);
     msgpack_packer packer;
     msgpack_packer_init (&packer, &buffer, msgpack_sbuffer_write);
     msgpack_pack_array (&packer, 2);
-    msgpack_pack_str_with_body (&packer, "bash", 4);
-    msgpack_pack_str_with_body (&packer, "apt-get", 7);
-    CHECK (ah_msg_set_raw (runtime, "tools", buffer.data, buffer.size) == 0);
+    const char *c1 = "apt-get update && apt-get install -y --no-install-recommends git ca-certificates ripgrep";
+    const char *c2 = "apk add jq; echo done | tee /x";
+    msgpack_pack_str_with_body (&packer, c1, strlen (c1));
+    msgpack_pack_str_with_body (&packer, c2, strlen (c2));
+    CHECK (ah_msg_set_raw (runtime, "setup_commands", buffer.data, buffer.size) == 0);
+    msgpack_sbuffer_clear (&buffer);
+    msgpack_pack_array (&packer, 1);
+    msgpack_pack_str_with_body (&packer, "Ask before you delete", 21);
+    CHECK (ah_msg_set_raw (runtime, "briefing", buffer.data, buffer.size) == 0);
     msgpack_sbuffer_destroy (&buffer);
     ah_msg_t *result = NULL;
     CHECK (ah_policy_call (policy, "briefing", runtime, NULL, &result, &err) == 0);
     const char *text = result ? ah_msg_str (result, "text") : NULL;
-    CHECK (s_has (text, "debian runtime (image debian:bookworm-slim)"));
+    CHECK (s_has (text, "# Your sandbox: the debian runtime"));
     CHECK (s_has (text, "Debian 12, slim."));
-    CHECK (s_has (text, "Tools at hand: bash, apt-get."));
+    CHECK (s_has (text, "- Installed: git, ripgrep (rg), jq."));
+    CHECK (s_has (text, "- Network: none beyond the agenthold server"));
     CHECK (s_has (text, "/home/agent"));
+    CHECK (s_has (text, "Ask before you delete."));
+    CHECK (!s_has (text, "Memory:") && !s_has (text, "Python packages"));
     ah_msg_destroy (&result);
     ah_msg_destroy (&runtime);
     free (err);

@@ -3,6 +3,8 @@
 #include "tests/common/check.h"
 #include "tests/proto/peer.h"
 
+#include <unistd.h>
+
 //  Does the byte stream hold a frame with this header (any payload after)?
 static bool s_has_frame (const bytes_t *b, uint8_t type, uint16_t flags, uint32_t id, uint32_t length)
 {
@@ -217,11 +219,76 @@ static void test_flow_control (void)
     CHECK (s->rx [id].len == big);
     CHECK (s->rx [id].len == big && memcmp (s->rx [id].data, payload, big) == 0);
 
-    //  Consuming more than arrived is capped, never a bigger window
+    //  Consuming more than arrived is capped, never a bigger window than
+    //  the receiver's (which may have grown: this test consumes fast)
     ah_yamux_consumed (s->y, id, 10u << 20);
     CHECK (peer_pump (c, s) == 0);
-    CHECK (ah_yamux_send_window (c->y, id) <= AH_YAMUX_INITIAL_WINDOW);
+    CHECK (ah_yamux_window (s->y, id) >= AH_YAMUX_INITIAL_WINDOW);
+    CHECK (ah_yamux_window (s->y, id) <= AH_YAMUX_MAX_WINDOW);
+    CHECK (ah_yamux_send_window (c->y, id) <= ah_yamux_window (s->y, id));
     free (payload);
+    peer_destroy (&c);
+    peer_destroy (&s);
+}
+
+//  Move `total` bytes from c to s on stream id, s consuming each piece as
+//  it arrives after `pause_us`; returns the window s ends with.
+static uint32_t s_stream_through (peer_t *c, peer_t *s, uint32_t id, size_t total, int pause_us)
+{
+    static uint8_t block [64u << 10];
+    size_t sent = 0, consumed = 0;
+    for (int rounds = 0; consumed < total && rounds < 100000; rounds++) {
+        while (sent < total) {
+            size_t k = total - sent < sizeof block ? total - sent : sizeof block;
+            ssize_t n = ah_yamux_write (c->y, id, block, k);
+            if (n <= 0)
+                break;
+            sent += (size_t) n;
+        }
+        CHECK (peer_pump (c, s) == 0);
+        size_t ready = s->rx [id].len;
+        if (ready) {
+            if (pause_us)
+                usleep ((useconds_t) pause_us);
+            ah_yamux_consumed (s->y, id, ready);
+            consumed += ready;
+            s->rx [id].len = 0;     //  used: keep the buffer small
+        }
+        CHECK (peer_pump (c, s) == 0);
+        //  Never more in flight or unconsumed than the receiver's window
+        CHECK (sent - consumed <= ah_yamux_window (s->y, id));
+    }
+    CHECK (consumed == total);
+    return ah_yamux_window (s->y, id);
+}
+
+static void test_window_growth (void)
+{
+    //  A reader that keeps up: the window, not the reader, limits the
+    //  stream, so the window doubles up to the most it may be
+    peer_t *c = peer_new (true), *s = peer_new (false);
+    s->consume = false;
+    s->quiet = true;
+    uint32_t id;
+    CHECK (ah_yamux_open (c->y, &id) == 0);
+    CHECK (ah_yamux_window (s->y, id) == 0);        //  not seen yet
+    CHECK (peer_pump (c, s) == 0);
+    CHECK (ah_yamux_window (s->y, id) == AH_YAMUX_INITIAL_WINDOW);
+    uint32_t w = s_stream_through (c, s, id, 64u << 20, 0);
+    CHECK (w == AH_YAMUX_MAX_WINDOW);
+    CHECK (ah_yamux_send_window (c->y, id) <= AH_YAMUX_MAX_WINDOW);
+    peer_destroy (&c);
+    peer_destroy (&s);
+
+    //  A slow reader (30 ms per piece, over the 20 ms mark): it stays
+    c = peer_new (true);
+    s = peer_new (false);
+    s->consume = false;
+    s->quiet = true;
+    CHECK (ah_yamux_open (c->y, &id) == 0);
+    CHECK (peer_pump (c, s) == 0);
+    w = s_stream_through (c, s, id, 4 * AH_YAMUX_INITIAL_WINDOW, 30000);
+    CHECK (w == AH_YAMUX_INITIAL_WINDOW);
     peer_destroy (&c);
     peer_destroy (&s);
 }
@@ -544,6 +611,7 @@ int main (void)
     test_half_close ();
     test_reset ();
     test_flow_control ();
+    test_window_growth ();
     test_window_exceeded ();
     test_ping ();
     test_goaway ();

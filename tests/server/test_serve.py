@@ -339,7 +339,7 @@ def test_docker_builder(root, source_dir):
     shutil.copytree(os.path.join(source_dir, "catalog", "images"), os.path.join(catalog_dir, "images"))
     with open(os.path.join(source_dir, "catalog", "runtimes.json")) as f:
         catalog = json.load(f)
-    catalog["runtimes"] = [r for r in catalog["runtimes"] if r["name"] == "busybox"]
+    catalog["runtimes"] = [r for r in catalog["runtimes"] if r["alias"] == "busybox"]
     catalog["runtimes"][0]["image"] = tag
     with open(os.path.join(catalog_dir, "runtimes.json"), "w") as f:
         json.dump(catalog, f)

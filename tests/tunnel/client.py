@@ -9,7 +9,7 @@ usage: client.py URL AGENT TOKEN MODE [ARG]
   MODE auth            connect, print "OK" or "STATUS <http code>", leave
   MODE noagent         like auth without the X-Agenthold-Agent header
   MODE noauth          like auth without the Authorization header
-  MODE version N       answer hello with version N, print how it ended
+  MODE version N       answer hello with version N (release 0.0.9), print how it ended
   MODE eversion        answer hello with ok=false code EVERSION
   MODE silent          answer hello and every channel with ok, never answer a
                        ping: print "CLOSED" when the server gives up on us
@@ -105,7 +105,8 @@ async def run(url, agent, token, mode, arg):
                 answered.add(sid)
                 if req.get("ch") == "hello":
                     if mode == "version":
-                        rep = {"ok": True, "version": int(arg), "agent_id": agent}
+                        rep = {"ok": True, "version": int(arg), "agent_id": agent,
+                               "release": "0.0.9"}
                     elif mode == "eversion":
                         rep = {"ok": False, "code": "EVERSION",
                                "error": "sandboxd speaks tunnel protocol 99, the server speaks %d"

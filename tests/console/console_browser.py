@@ -1,0 +1,302 @@
+#!/usr/bin/python3
+"""tests/console/console_browser.py: the web console in a real browser
+(headless Chromium driven by Selenium, Debian's chromium, chromium-driver
+and python3-selenium) against the real `agenthold serve` (fake driver,
+ports 18800-18899).
+
+- a wrong token is refused with a visible message;
+- a tenant's person signs in and sees their tenant's agents only (another
+  tenant's agent is absent), creates an agent with the form and sees it
+  reach running without a reload (the event stream);
+- the terminal: `echo hello-$((6*7))` typed, hello-42 read from the screen;
+  the window made narrower and the shell told the new width (stty size);
+- files: a file of every byte value uploaded with the picker and listed,
+  downloaded by the page and compared byte for byte; a folder made and
+  deleted (with its confirmation);
+- stop from the agent's page: sleeping shows without a reload; opening the
+  terminal wakes it and the page says so; the echo works again;
+- sign-out: the page forgets the token (no cookie, no storage, no URL ever
+  held it) and shows the sign-in again; the second tenant's person sees
+  only their own agent;
+- the page at 400 px wide; a screenshot of each page is saved (the second
+  argument, a folder); the browser's log holds no error from the console
+  (the one expected 401 of the wrong token aside).
+
+usage: console_browser.py AGENTHOLD_BINARY SCREENSHOT_DIR
+Exits 77 (ctest: skipped) with a loud line when the browser is missing."""
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from consolelib import Fail, Server, check, checks, wait  # noqa: E402
+
+CHROMIUM = shutil.which("chromium")
+DRIVER = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None)
+try:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+except ImportError:
+    webdriver = None
+
+class Page:
+    """One browser with its own profile and download folder."""
+
+    def __init__(self, srv, tmp, shots, name):
+        self.srv = srv
+        self.shots = shots
+        self.name = name
+        self.downloads = os.path.join(tmp, "downloads-" + name)
+        os.makedirs(self.downloads)
+        opts = webdriver.ChromeOptions()
+        for arg in ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--no-first-run", "--disable-dev-shm-usage", "--window-size=1280,800",
+                    "--user-data-dir=" + os.path.join(tmp, "profile-" + name)]:
+            opts.add_argument(arg)
+        opts.binary_location = CHROMIUM
+        opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        self.d = webdriver.Chrome(service=Service(DRIVER), options=opts)
+        self.d.set_script_timeout(30)
+        self.d.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": self.downloads})
+        self.log = []
+
+    def quit(self):
+        try:
+            self.d.quit()
+        except Exception:
+            pass
+
+    def js(self, script, *args):
+        return self.d.execute_script(script, *args)
+
+    def text(self, element_id):
+        return self.js("const e = document.getElementById(arguments[0]); return e ? e.textContent : null;", element_id)
+
+    def wait_text(self, element_id, needle, what, seconds=20):
+        return wait(lambda: needle in (self.text(element_id) or ""), lambda: "%s (#%s to show %r, it shows %r)"
+                    % (what, element_id, needle, (self.text(element_id) or "")[-300:]), seconds)
+
+    def record(self, *ids):
+        """From now on, every text the elements show is kept (seen())."""
+        self.js("""window.__seen = window.__seen || [];
+                   for (const id of arguments[0]) {
+                     const e = document.getElementById(id);
+                     new MutationObserver(() => window.__seen.push(id + ': ' + e.textContent))
+                       .observe(e, { childList: true, characterData: true, subtree: true });
+                   }""", list(ids))
+
+    def seen(self):
+        return self.js("return window.__seen || []")
+
+    def wait_seen(self, needle, what, seconds=20):
+        return wait(lambda: any(needle in t for t in self.seen()),
+                    lambda: "%s (%r among %r)" % (what, needle, self.seen()[-8:]), seconds)
+
+    def shot(self, label):
+        os.makedirs(self.shots, exist_ok=True)
+        self.d.save_screenshot(os.path.join(self.shots, "%s-%s.png" % (self.name, label)))
+
+    def click(self, css):
+        self.d.find_element(By.CSS_SELECTOR, css).click()
+
+    def collect_log(self):
+        self.log += self.d.get_log("browser")
+
+    def sign_in(self, tok):
+        field = self.d.find_element(By.ID, "token")
+        field.clear()
+        field.send_keys(tok)
+        self.click("#signin-form button")
+
+    def agent_row(self, name):
+        return self.js("const r = document.querySelector(`#agents-body tr[data-agent='${arguments[0]}']`);"
+                       "return r ? r.querySelector('.state').textContent : null;", name)
+
+    def confirm(self):
+        wait(lambda: self.js("return document.getElementById('confirm').open"), "the confirmation dialog")
+        self.click("#confirm-yes")
+
+    def terminal_text(self):
+        return self.text("term") or ""
+
+    def type_terminal(self, keys):
+        term = self.d.find_element(By.ID, "term")
+        term.click()
+        term.send_keys(keys)
+
+
+def run_browser(srv, tmp, shots):
+    acme_tok = srv.tenant_token("acme")
+    other_tok = srv.tenant_token("other")
+    theirs = srv.agent("secret-plans", other_tok)
+
+    page = Page(srv, tmp, shots, "acme")
+    pages = [page]
+    try:
+        d = page.d
+        d.get(srv.url("/"))
+        page.shot("signin")
+
+        # A wrong token: refused, and the page says so.
+        page.sign_in("0" * 64)
+        page.wait_text("signin-error", "Sign-in refused", "the wrong token's refusal")
+        check("wrong bearer token" in page.text("signin-error"), "the refusal says why: %r" % page.text("signin-error"))
+        check(d.find_element(By.ID, "signin-error").is_displayed(), "the refusal is visible")
+        check(not d.find_element(By.ID, "agents").is_displayed(), "no agents shown to a wrong token")
+        page.shot("signin-refused")
+        page.collect_log()
+        expected_401 = len(page.log)
+
+        # The tenant's person: their agents only.
+        page.sign_in(acme_tok)
+        wait(lambda: d.find_element(By.ID, "agents").is_displayed(), "the agents after signing in")
+        page.wait_text("who", "tenant acme", "the header naming the tenant")
+        d.find_element(By.ID, "create-name").send_keys("webby")
+        page.click("#create-form button")
+        wait(lambda: page.agent_row("webby") == "running", lambda: "the new agent to show running (it shows %r)"
+             % page.agent_row("webby"), 30)
+        check(page.agent_row("secret-plans") is None, "another tenant's agent is absent")
+        check(theirs["name"] not in page.text("agents-body") and theirs["id"] not in d.page_source,
+              "no trace of another tenant's agent on the page")
+        page.shot("agents")
+
+        # The terminal.
+        d.find_element(By.LINK_TEXT, "webby").click()
+        page.wait_text("term-status", "Connected", "the terminal to connect")
+        page.type_terminal("echo hello-$((6*7))\n")
+        wait(lambda: "hello-42" in page.terminal_text(), lambda: "hello-42 on the terminal's screen (it shows %r)"
+             % page.terminal_text()[-400:])
+        page.shot("terminal")
+        cols_before = page.js("return document.getElementById('term').textContent.length")
+        d.set_window_size(700, 800)
+        time.sleep(0.6)
+        page.type_terminal("echo size-$(stty size | tr ' ' x)\n")
+        size = wait(lambda: [w for w in page.terminal_text().split() if w.startswith("size-") and "x" in w
+                             and "$" not in w], "stty size after the resize")
+        cols = int(size[-1].split("x")[1])
+        check(20 <= cols < 80, "the shell learned the narrower width: %s" % size[-1])
+        check(cols_before > 0, "the terminal drew")
+        d.set_window_size(1280, 800)
+
+        # Files: upload by the picker, listed, downloaded byte for byte.
+        page.click("#tab-files")
+        page.wait_text("files-status", "entries", "the listing")
+        payload = bytes(range(256)) * 1200 + b"the end\n"
+        src = os.path.join(tmp, "every-byte.bin")
+        with open(src, "wb") as f:
+            f.write(payload)
+        d.find_element(By.ID, "upload").send_keys(src)
+        wait(lambda: page.js("return !!document.querySelector(\"#files-body tr[data-name='every-byte.bin']\")"),
+             lambda: "the uploaded file in the listing (status %r)" % page.text("files-status"), 30)
+        page.shot("files")
+        page.click("#files-body tr[data-name='every-byte.bin'] button[aria-label='Download every-byte.bin']")
+        got = os.path.join(page.downloads, "every-byte.bin")
+        wait(lambda: os.path.exists(got) and os.path.getsize(got) == len(payload), "the download on disk", 30)
+        with open(got, "rb") as f:
+            check(f.read() == payload, "the downloaded bytes are the uploaded ones")
+
+        # A folder made, then deleted with its confirmation.
+        d.find_element(By.ID, "mkdir-name").send_keys("notes")
+        page.click("#mkdir")
+        wait(lambda: page.js("return !!document.querySelector(\"#files-body tr[data-name='notes'][data-type='dir']\")"),
+             "the new folder listed")
+        page.click("#files-body tr[data-name='notes'] button[aria-label='Delete notes']")
+        page.confirm()
+        wait(lambda: page.js("return !document.querySelector(\"#files-body tr[data-name='notes']\")"),
+             "the folder gone from the listing")
+        status, listing = srv.call("GET", "/api/v1/agents/webby/files?path=.", acme_tok)
+        names = [e["name"] for e in listing["entries"]]
+        check("every-byte.bin" in names and "notes" not in names, "the home as the API sees it: %s" % names)
+
+        # Stop: sleeping shows without a reload; the terminal wakes it.
+        page.click("#tab-terminal")
+        page.record("agent-summary", "term-status")
+        page.click("#agent-actions button[aria-label='Stop webby']")
+        page.wait_seen("agent-summary: webby: sleeping", "sleeping on the agent's page", 30)
+        check(page.js("return performance.getEntriesByType('navigation').length") == 1, "no reload happened")
+        wait(lambda: d.find_element(By.ID, "term-reconnect").is_displayed(), "the reconnect button")
+        page.shot("sleeping")
+        page.click("#term-reconnect")
+        page.wait_seen("waking it", "the page saying the agent is being woken", 10)
+        page.wait_text("term-status", "Connected", "the terminal after the wake", 60)
+        page.type_terminal("echo again-$((6*7))\n")
+        wait(lambda: "again-42" in page.terminal_text(), "again-42 after the wake", 30)
+        status, a = srv.call("GET", "/api/v1/agents/webby", acme_tok)
+        check(a["state"] == "running", "the agent runs again: %s" % a["state"])
+
+        # A reload forgets the token (it was in the page's memory only).
+        page.collect_log()
+        d.refresh()
+        wait(lambda: d.find_element(By.ID, "signin").is_displayed(), "the sign-in after a reload")
+        check(not d.find_element(By.ID, "agents").is_displayed(), "a reload shows no agents")
+
+        # The page at 400 px wide.
+        page.sign_in(acme_tok)
+        wait(lambda: d.find_element(By.ID, "agent").is_displayed(), "the agent's page the URL names, signed in again")
+        page.js("location.hash = '#/'")
+        wait(lambda: page.agent_row("webby") == "running", "the agents again")
+        d.set_window_size(400, 800)
+        time.sleep(0.3)
+        overflow = page.js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        check(overflow <= 0, "nothing wider than 400 px (overflow %d px)" % overflow)
+        page.shot("agents-400px")
+        d.set_window_size(1280, 800)
+
+        # The token was never in a URL, a cookie or the browser's storage.
+        urls = page.js("return performance.getEntriesByType('resource').map(e => e.name)"
+                       ".concat([location.href])")
+        check(all(acme_tok not in u for u in urls), "the token in no URL the page used")
+        check(page.js("return document.cookie") == "", "no cookie")
+        check(page.js("return localStorage.length + sessionStorage.length") == 0, "nothing in storage")
+
+        # Sign-out: the page forgets it.
+        page.click("#signout")
+        wait(lambda: d.find_element(By.ID, "signin").is_displayed(), "the sign-in after signing out")
+        check(not d.find_element(By.ID, "agents").is_displayed() and page.text("agents-body") == "",
+              "the agents are gone from the page")
+        page.collect_log()
+
+        # The other tenant's person: their agent only.
+        other = Page(srv, tmp, shots, "other")
+        pages.append(other)
+        other.d.get(srv.url("/"))
+        other.sign_in(other_tok)
+        wait(lambda: other.agent_row("secret-plans") == "running", "the other tenant's own agent")
+        check(other.agent_row("webby") is None, "the first tenant's agent is absent for the other")
+        other.shot("agents")
+        other.collect_log()
+
+        # No error from the console in either browser's log.
+        bad = [e for i, e in enumerate(page.log) if e["level"] == "SEVERE"
+               and not (i < expected_401 and "/api/v1/me" in e["message"] and "401" in e["message"])]
+        bad += [e for e in other.log if e["level"] == "SEVERE"]
+        check(not bad, "errors in the browser's log: %s" % bad)
+    finally:
+        for p in pages:
+            p.quit()
+
+
+def main():
+    if webdriver is None or not CHROMIUM or not DRIVER:
+        print("SKIPPED: console.browser needs chromium, chromium-driver and python3-selenium "
+              "(scripts/install-deps installs them); missing: %s" % ", ".join(
+                  n for n, ok in (("python3-selenium", webdriver), ("chromium", CHROMIUM),
+                                  ("chromium-driver", DRIVER)) if not ok), file=sys.stderr)
+        print("SKIPPED: console.browser")
+        return 77
+    srv = Server(os.path.abspath(sys.argv[1]), "ah-console-browser-")
+    shots = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else os.path.join(tempfile.gettempdir(), "ah-console-shots")
+    shutil.rmtree(shots, ignore_errors=True)
+
+    def body():
+        srv.start()
+        run_browser(srv, srv.tmp, shots)
+        print("console.browser: %d checks passed; screenshots in %s" % (checks(), shots))
+    return srv.run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

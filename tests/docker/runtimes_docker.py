@@ -1,0 +1,333 @@
+#!/usr/bin/python3
+"""tests/docker/runtimes_docker.py: runtimes as a user gets them, with the
+Docker driver, the real `agenthold serve`, the real static sandboxd and
+no registry. Three scenarios, one per ctest test:
+
+shipped  The SHIPPED catalog and configuration (no test image, no runtime
+         named): `agenthold create alice` waits until the default runtime
+         (debian, built here from the host's Debian mirror the first time,
+         then cached) runs; as the agent (uid 10001): write and read in
+         /home/agent, use /tmp, run python3 and git, see the runtime's env
+         vars, read the briefing (/etc/agenthold/briefing.md, read-only,
+         the same text as GET /agents/alice/briefing and `show`); `fs put`
+         / `fs get` round trip; the same after stop/start and after a
+         rebuild; the small busybox runtime on --runtime.
+build    A base_image runtime with setup commands and pip packages from a
+         local index the test serves (python3 -m http.server over a simple
+         index holding a wheel made here): the agent imports the package,
+         sees the setup's mark and the env var; `agenthold runtimes` says
+         present; a second create reuses the image (no build).
+base     A base the engine does not have and no registry serves
+         (debian:12-slim, the host's release under another tag): the pull
+         fails, the driver makes it with mmdebstrap from the host's mirror
+         and imports it, the runtime is built on it; progress says so.
+         Run on every machine (the shipped scenario meets this path only
+         on a fresh one); the base and the runtime are removed after.
+failed   A base_image runtime whose setup fails: tried 3 times at start,
+         then "error" with the reason in `agenthold runtimes`; a create
+         asks again (2 attempts, "attempt 2 of 2" in the progress), then
+         the agent is in error with the build's reason, and create exits 1
+         saying it.
+
+usage: runtimes_docker.py AGENTHOLD_BINARY shipped|build|failed|base
+Exits 77 without a Docker Engine. Ports 18700-18729 and 18740-18749, pool
+10.213.192.0/20, prefix dockerruntimes<scenario><pid>. The shipped
+runtimes' images (agenthold/rt-debian:*, debian:bookworm-slim,
+agenthold/busybox:2) are kept between tests: built once per machine, as a
+user's server keeps them; a scenario's own runtime images are removed."""
+import http.server
+import io
+import json
+import os
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+
+sys.dont_write_bytecode = True          # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ahdocker import engine, q, Harness  # noqa: E402
+
+SCENARIO = sys.argv[2] if len(sys.argv) > 2 else "shipped"
+PORTS = {"shipped": (18700, 18710), "build": (18710, 18720), "failed": (18720, 18730),
+         "base": (18740, 18750)}[SCENARIO]
+POOL = {"shipped": "10.213.192.0/22", "build": "10.213.196.0/22", "failed": "10.213.200.0/22",
+        "base": "10.213.204.0/22"}[SCENARIO]
+h = Harness("docker.runtimes" + SCENARIO, sys.argv[1], POOL, PORTS, shipped_catalog=True)
+# The shipped defaults, not the harness's test image and small memory.
+for key in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB"):
+    h.env.pop(key, None)
+BUILD_WAIT = 600                        # the first build of the debian runtime on a fresh machine
+
+
+def run(*args, timeout=BUILD_WAIT + 60, stdin=None):
+    """The CLI as a user types it (no --json added): (status, stdout, stderr)."""
+    p = subprocess.run([h.bin] + list(args), env=h.cli_env(), cwd=h.tmp, capture_output=True,
+                       text=True, timeout=timeout, input=stdin)
+    return p.returncode, p.stdout, p.stderr
+
+
+def as_agent(name, script):
+    rc, out, err = run("exec", name, "--", "sh", "-c", script, timeout=60)
+    h.check(rc == 0, "exec %r in %s: %d %s %s" % (script, name, rc, out, err))
+    return out
+
+
+def create(name, *extra):
+    rc, out, err = run("create", name, "--json", *extra)
+    h.check(rc == 0, "agenthold create %s: %d: %s" % (name, rc, err))
+    return json.loads(out), err
+
+
+def the_sandbox_works(name, briefing, marker):
+    """Everything an agent does first, as the agent; marker: what an
+    earlier pass left in the home ("" on the first pass)."""
+    out = as_agent(name, "id -u; id -un; echo $HOME; pwd")
+    h.check(out.split() == ["10001", "agent", "/home/agent", "/home/agent"],
+            "the agent is uid 10001 in its home: %r" % out)
+    out = as_agent(name, "echo hi > ~/x && cat ~/x && ls -ld /home/agent")
+    h.check(out.startswith("hi\n") and " agent agent " in out, "writes and reads its home: %r" % out)
+    if marker:
+        h.check(as_agent(name, "cat ~/kept") == marker, "the home kept what the last pass wrote")
+    out = as_agent(name, "echo t > /tmp/t.$$ && cat /tmp/t.$$ && rm /tmp/t.$$ && stat -c %a /tmp")
+    h.check(out == "t\n1777\n", "/tmp is there and usable: %r" % out)
+    out = as_agent(name, "python3 -c 'import sys; print(sys.version_info[0])'")
+    h.check(out == "3\n", "python3 runs: %r" % out)
+    out = as_agent(name, "cd ~ && rm -rf repo && git init -q repo && cd repo && git config user.email a@b && "
+                         "git config user.name a && echo x > f && git add f && git commit -qm one && git log --oneline | wc -l")
+    h.check(out.strip() == "1", "git works in the home: %r" % out)
+    out = as_agent(name, "echo $LANG $PIP_USER $PIP_BREAK_SYSTEM_PACKAGES")
+    h.check(out == "C.UTF-8 1 1\n", "the runtime's env vars: %r" % out)
+    out = as_agent(name, "cat /etc/agenthold/briefing.md")
+    h.check(out == briefing, "the sandbox holds the briefing: %r" % out[:200])
+    out = as_agent(name, "stat -c '%U %a' /etc/agenthold/briefing.md; echo x 2>&1 > /etc/agenthold/briefing.md"
+                         " || echo refused")
+    h.check(out.startswith("root 444\n") and out.rstrip().endswith("refused"),
+            "the briefing is read-only for the agent: %r" % out)
+    # fs put / get round trip, through the tunnel.
+    data = os.urandom(70000)
+    local = os.path.join(h.tmp, "put.bin")
+    with open(local, "wb") as f:
+        f.write(data)
+    rc, out, err = run("fs", "put", name, "put.bin", local, timeout=60)
+    h.check(rc == 0, "fs put: %s %s" % (out, err))
+    back = os.path.join(h.tmp, "got.bin")
+    rc, out, err = run("fs", "get", name, "put.bin", back, timeout=60)
+    h.check(rc == 0, "fs get: %s %s" % (out, err))
+    with open(back, "rb") as f:
+        h.check(f.read() == data, "fs get returns what fs put wrote")
+    out = as_agent(name, "stat -c '%U %s' ~/put.bin")
+    h.check(out == "agent 70000\n", "the put file is the agent's: %r" % out)
+
+
+def shipped(h):
+    h.start_server()
+    t0 = time.time()
+    a, err = create("alice")
+    print("create alice took %.1f s; it said: %s" % (time.time() - t0, err.strip()[:600]))
+    h.check(a["state"] == "running" and a["runtime"] == "debian" and
+            a["image"].startswith("agenthold/rt-debian:") and a["memory_mb"] == 2048,
+            "no runtime named: the shipped default runs: %r" % a)
+    c = h.container(a["id"])
+    h.check(c["Config"]["Image"] == a["image"] and "LANG=C.UTF-8" in c["Config"]["Env"],
+            "the container runs the runtime's image with its env vars")
+    st, b = h.api("GET", "/api/v1/agents/alice/briefing")
+    h.check(st == 200 and b["runtime"] == "debian" and "the debian runtime" in b["text"],
+            "GET /agents/alice/briefing: %d %r" % (st, b))
+    briefing = b["text"]
+    rc, out, _ = run("show", "alice", timeout=30)
+    h.check(rc == 0 and "runtime:          debian" in out and "  # Your sandbox: the debian runtime" in out,
+            "show prints the runtime and the briefing")
+    the_sandbox_works("alice", briefing, "")
+    as_agent("alice", "printf one > ~/kept")
+    rc, out, err = run("stop", "alice", timeout=120)
+    h.check(rc == 0 and "sleeping" in out, "stop: %s %s" % (out, err))
+    rc, out, err = run("start", "alice", timeout=120)
+    h.check(rc == 0 and "running" in out, "start: %s %s" % (out, err))
+    the_sandbox_works("alice", briefing, "one")
+    rc, out, err = run("rebuild", "alice", timeout=180)
+    h.check(rc == 0 and "running" in out, "rebuild: %s %s" % (out, err))
+    h.check(h.container(a["id"])["Id"] != c["Id"], "the rebuild made a new container")
+    the_sandbox_works("alice", briefing, "one")
+    # The small runtime, by name.
+    s, _ = create("sam", "--runtime", "busybox")
+    h.check(s["runtime"] == "busybox" and s["memory_mb"] == 256, "--runtime busybox: %r" % s)
+    out = as_agent("sam", "id -u; echo hi > ~/x && cat ~/x; touch /tmp/y && echo tmp-ok; "
+                          "grep -c 'the busybox runtime' /etc/agenthold/briefing.md")
+    h.check(out == "10001\nhi\ntmp-ok\n1\n", "the busybox runtime works: %r" % out)
+    rt = {r["alias"]: r for r in h.cli("runtimes")}
+    h.check(rt["debian"]["image_state"] == "present" and rt["debian"]["default"] and
+            rt["busybox"]["image_state"] == "present", "runtimes: %r" % rt)
+    for name in ("alice", "sam"):
+        rc, out, err = run("rm", name, timeout=120)
+        h.check(rc == 0, "rm %s: %s" % (name, err))
+
+
+def wheel(path):
+    """A pure-Python wheel, made by hand (no build tools): agenthold_probe 1.0."""
+    files = {
+        "agenthold_probe/__init__.py": b"VALUE = 'probe-ok'\n",
+        "agenthold_probe-1.0.dist-info/METADATA":
+            b"Metadata-Version: 2.1\nName: agenthold-probe\nVersion: 1.0\n",
+        "agenthold_probe-1.0.dist-info/WHEEL":
+            b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+        z.writestr("agenthold_probe-1.0.dist-info/RECORD",
+                   "".join("%s,,\n" % n for n in files) + "agenthold_probe-1.0.dist-info/RECORD,,\n")
+
+
+def serve_index(root):
+    """python3 -m http.server's handler over root, on the host, for the
+    build container (it reaches the host at the default bridge's gateway)."""
+    handler = lambda *a, **kw: http.server.SimpleHTTPRequestHandler(*a, directory=root, **kw)  # noqa: E731
+    server = socketserver.ThreadingTCPServer(("0.0.0.0", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    h.cleanups.append(server.shutdown)
+    _, net = engine("GET", "/networks/bridge")
+    cfg = net["IPAM"]["Config"][0]
+    # The engine names no gateway when it picked the default: the subnet's first host.
+    gateway = cfg.get("Gateway") or cfg["Subnet"].split("/")[0].rsplit(".", 1)[0] + ".1"
+    return "http://%s:%d/simple/" % (gateway, server.server_address[1]), server
+
+
+def write_catalog(entries):
+    path = os.path.join(h.tmp, "catalog.json")
+    with open(path, "w") as f:
+        json.dump({"version": 2, "runtimes": entries}, f)
+    h.env["AGENTHOLD_CATALOG_PATH"] = path
+
+
+def shipped_setup():
+    """The shipped debian runtime's setup commands: the same first layers,
+    so the classic builder's cache serves them (built once per machine)."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "catalog", "runtimes.json")) as f:
+        return json.load(f)["runtimes"][0]["setup_commands"]
+
+
+def forget_image(alias):
+    """The scenario's own runtime image is removed at the end."""
+    def remove():
+        _, imgs = engine("GET", "/images/json?filters=" + q(json.dumps({"reference": ["agenthold/rt-%s" % alias]})))
+        for img in imgs or []:
+            for tag in img.get("RepoTags") or []:
+                engine("DELETE", "/images/%s?force=true" % q(tag))
+    h.cleanups.append(remove)
+
+
+def build(h):
+    root = tempfile.mkdtemp(dir=h.tmp)
+    os.makedirs(os.path.join(root, "simple", "agenthold-probe"))
+    wheel(os.path.join(root, "simple", "agenthold-probe", "agenthold_probe-1.0-py3-none-any.whl"))
+    with open(os.path.join(root, "simple", "agenthold-probe", "index.html"), "w") as f:
+        f.write('<html><body><a href="agenthold_probe-1.0-py3-none-any.whl">'
+                'agenthold_probe-1.0-py3-none-any.whl</a></body></html>\n')
+    url, index = serve_index(root)
+    alias = "probe%d" % os.getpid()
+    write_catalog([{
+        "alias": alias, "description": "Debian with a probe package from a local index.",
+        "base_image": "debian:bookworm-slim",
+        "setup_commands": shipped_setup() + ["echo setup-ran > /etc/probe-setup"],
+        "packages": ["agenthold-probe==1.0"],
+        "env_vars": {"PROBE_MODE": "on \"quoted\" $notexpanded"},
+        "briefing": "The probe runtime of the build test.",
+        "mem_limit": "512m", "needs_network": True}])
+    forget_image(alias)
+    h.env["AGENTHOLD_CATALOG_PIP_INDEX_URL"] = url
+    h.start_server()
+    a, err = create("pia")
+    h.check(a["state"] == "running" and a["runtime"] == alias and a["memory_mb"] == 512, "create: %r" % a)
+    out = as_agent("pia", "python3 -c 'import agenthold_probe; print(agenthold_probe.VALUE)'; "
+                          "cat /etc/probe-setup; echo \"$PROBE_MODE\"; id -u")
+    h.check(out == 'probe-ok\nsetup-ran\non "quoted" $notexpanded\n10001\n',
+            "the pip package imports as the agent, the setup ran, the env var is there: %r" % out)
+    rt = h.cli("runtimes")[0]
+    h.check(rt["image_state"] == "present" and rt["image_error"] is None and rt["packages"] == ["agenthold-probe==1.0"],
+            "runtimes: %r" % rt)
+    # The index served the wheel to the build; a second create needs no build.
+    b, err = create("pib")
+    h.check(b["image"] == a["image"] and "Preparing" not in err, "the image is reused: %r %r" % (b, err))
+    with open(h.log) as f:
+        log = f.read()
+    h.check(log.count("built image agenthold/rt-%s:" % alias) == 1, "one build for two agents")
+    for name in ("pia", "pib"):
+        run("rm", name, timeout=120)
+
+
+def failed(h):
+    alias = "broken%d" % os.getpid()
+    write_catalog([{
+        "alias": alias, "description": "A runtime whose setup fails.",
+        "base_image": "debian:bookworm-slim",
+        "setup_commands": ["echo about to fail; exit 3"]}])
+    forget_image(alias)
+    h.start_server()
+    # Prewarm: 3 attempts (5 s and 10 s apart), then the error and its reason.
+    deadline = time.time() + 120
+    while True:
+        rt = h.cli("runtimes")[0]
+        if rt["image_state"] == "error" or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    h.check(rt["image_state"] == "error" and "non-zero code: 3" in (rt["image_error"] or ""),
+            "prewarm ends in error with the reason: %r" % rt)
+    with open(h.log) as f:
+        log = f.read()
+    h.check("attempt 3 of 3" in log and "attempt 4" not in log, "three attempts at start")
+    rc, out, err = run("runtimes")
+    h.check(rc == 0 and " error " in out and "building image 'agenthold/rt-%s:" % alias in out,
+            "agenthold runtimes shows the state and the last error: %r" % out)
+    # On demand: two more attempts, progress on the way, then the agent's error.
+    rc, out, err = run("create", "doomed", timeout=300)
+    h.check(rc == 1 and "Preparing the sandbox" in err and "attempt 1 of 2 failed" in err,
+            "create says it is preparing and retrying: %r" % err)
+    h.check("agenthold: doomed: preparing the sandbox: runtime %s:" % alias in err and "non-zero code: 3" in err,
+            "create fails with the build's reason: %r" % err)
+    a = h.cli("show", "doomed")
+    h.check(a["state"] == "error" and "non-zero code: 3" in a["error"] and a["progress"] is None,
+            "the agent is in error with the reason: %r" % a)
+    with open(h.log) as f:
+        log = f.read()
+    h.check(log.count("attempt 2 of 2") >= 1, "two attempts on demand")
+    rc, out, err = run("rm", "doomed", timeout=120)
+    h.check(rc == 0, "rm: %s" % err)
+
+
+def base(h):
+    with open("/etc/os-release") as f:
+        release = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+    if release.get("ID") != "debian" or release.get("VERSION_ID", "").strip('"') != "12":
+        print("*** docker.runtimes.base: the host is not Debian 12; the base it can make is another ***",
+              file=sys.stderr)
+        return
+    tag = "debian:12-slim"
+    st, _ = engine("GET", "/images/%s/json" % q(tag))
+    h.check(st == 404, "the engine has no %s to begin with (remove it to run this test)" % tag)
+    h.cleanups.append(lambda: engine("DELETE", "/images/%s?force=true" % q(tag)))
+    alias = "base%d" % os.getpid()
+    write_catalog([{
+        "alias": alias, "description": "A runtime on a base made here.", "base_image": tag,
+        "setup_commands": ["echo made > /etc/base-marker"]}])
+    forget_image(alias)
+    h.start_server()
+    rc, out, err = run("create", "basil", timeout=600)
+    h.check(rc == 0 and "state:            running" in out, "create on a made base: %d %s %s" % (rc, out, err))
+    h.check("making debian:12-slim from the host's Debian mirror" in err, "create says the base is being made: %r" % err)
+    st, img = engine("GET", "/images/%s/json" % q(tag))
+    h.check(st == 200, "the base is in the engine now")
+    out = as_agent("basil", "cat /etc/base-marker; . /etc/os-release; echo $VERSION_ID; id -u; ls -d ~")
+    h.check(out == "made\n12\n10001\n/home/agent\n", "the runtime runs on the made base: %r" % out)
+    with open(h.log) as f:
+        log = f.read()
+    h.check("making it from the host's Debian mirror instead" in log and "made debian:12-slim" in log,
+            "the log says why and what it made")
+    run("rm", "basil", timeout=120)
+
+
+sys.exit(h.run({"shipped": shipped, "build": build, "failed": failed, "base": base}[SCENARIO]))

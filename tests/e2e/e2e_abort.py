@@ -1,0 +1,309 @@
+#!/usr/bin/python3
+"""tests/e2e/e2e_abort.py: a file transfer killed half way, from either
+side, leaves nothing behind. The real `agenthold serve` (fake driver:
+sandboxd in-process, its home under <data>/fake/<id>/home; temporary data
+directory; ports from 19300-19399), 64 MiB files:
+
+  client-up     a PUT whose client resets its connection after 8 MiB
+  client-down   a GET whose client resets its connection after 4 MiB
+  sandbox-up    a PUT whose tunnel connection is reset (`ss -K`: a real RST
+                on both ends) after 8 MiB: the client is told (an error
+                status or a closed connection, never 200)
+  sandbox-down  a GET whose tunnel connection is reset after 4 MiB: the
+                client gets fewer bytes than announced, never a whole file
+
+After each: no file at the destination name (or the old one, whole), no
+temporary file of the write in the home, no descriptor of the server
+process left open on a file in the home (sandboxd runs inside the server
+with the fake driver: an fs.read or fs.write channel that leaked would
+hold its file open), the server's descriptor count back where it was, and
+a full upload and download of the same name that round-trips (sha256).
+Each case runs three times in a row. Also: `curl -T` of 3 MiB (it sends
+`Expect: 100-continue` and waits up to a second for the 100) is answered
+well within that second, and its file lands whole.
+
+usage: e2e_abort.py AGENTHOLD_BINARY
+Always kills what it started and removes its temporary directory."""
+import hashlib
+import http.client
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ahserver  # noqa: E402
+
+BIN = os.path.abspath(sys.argv[1])
+TMP = tempfile.mkdtemp(prefix="ah-e2e-abort-")
+DATA = os.path.join(TMP, "data")
+LOG = os.path.join(TMP, "server.log")
+SIZE = 64 << 20
+BLOCK = 1 << 20
+procs = []
+
+
+class Fail(Exception):
+    pass
+
+
+check = ahserver.Checks(Fail)
+
+
+API_PORT = ahserver.free_port(19300, 19399, os.getpid() % 100, fail=Fail)
+TUNNEL_PORT = ahserver.free_port(19300, 19399, os.getpid() % 100, {API_PORT}, fail=Fail)
+ENV = ahserver.server_env(DATA, API_PORT, TUNNEL_PORT, extra={"AGENTHOLD_LOG": "info"})
+
+
+def token():
+    return ahserver.read_token(DATA)
+
+
+def api(method, path, body=None, expect=200, timeout=60):
+    st, raw = ahserver.request(API_PORT, method, path, body, token(), timeout=timeout)
+    if expect is not None:
+        check(st == expect, "%s %s: %d %s" % (method, path, st, raw[:300]))
+    try:
+        return st, json.loads(raw) if raw else None
+    except ValueError:
+        return st, raw
+
+
+def block(i):
+    """The i-th MiB of the test data (deterministic, incompressible enough)."""
+    return hashlib.sha256(b"abort-%d" % i).digest() * (BLOCK // 32)
+
+
+def file_path(name):
+    return "/api/v1/agents/%s/fs/file?path=%s" % (AGENT, name)
+
+
+def raw_request(method, path, length=None):
+    """A socket with the request head sent (body to follow)."""
+    s = socket.create_connection(("127.0.0.1", API_PORT), timeout=30)
+    head = "%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n" % (method, path, token())
+    if length is not None:
+        head += "Content-Length: %d\r\nContent-Type: application/octet-stream\r\n" % length
+    s.sendall((head + "\r\n").encode())
+    return s
+
+
+def reset(s):
+    """Close with an RST, as a killed client does."""
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+
+
+def kill_tunnel():
+    r = subprocess.run(["ss", "-K", "-tn", "dport", "= :%d" % TUNNEL_PORT], capture_output=True, text=True)
+    check(r.returncode == 0, "ss -K failed: %s" % r.stderr)
+
+
+def home_fds(pid):
+    """The server's descriptors open on files in the agent's home."""
+    out = []
+    base = "/proc/%d/fd" % pid
+    for fd in os.listdir(base):
+        try:
+            target = os.readlink(os.path.join(base, fd))
+        except OSError:
+            continue
+        if target.startswith(HOME + "/"):     #  the home itself sandboxd keeps open
+            out.append(target)
+    return out
+
+
+def fd_count(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def wait_clean(pid, name, baseline, old=None):
+    """Until nothing of the killed transfer is left (10 s at most)."""
+    deadline = time.time() + 10
+    while True:
+        temps = [f for f in os.listdir(HOME) if f.startswith(".%s.ah-" % name)]
+        fds = home_fds(pid)
+        count = fd_count(pid)
+        dest = os.path.join(HOME, name)
+        if old is None:
+            dest_ok = not os.path.exists(dest)
+        else:
+            dest_ok = os.path.exists(dest) and ahserver.sha256_file(dest) == old
+        if not temps and not fds and count <= baseline and dest_ok:
+            return
+        if time.time() > deadline:
+            check(not temps, "%s: the write's temporary file is still there: %r" % (name, temps))
+            check(not fds, "%s: the server still holds files of the home open: %r" % (name, fds))
+            check(count <= baseline, "%s: the server holds %d descriptors, %d before" % (name, count, baseline))
+            check(dest_ok, "%s: the destination holds a partial or changed file" % name)
+        time.sleep(0.1)
+
+
+def wait_tunnel():
+    """Until sandboxd has redialled and answers an exec."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        st, j = api("POST", "/api/v1/agents/%s/exec" % AGENT, {"cmd": "echo up"}, expect=None)
+        if st == 200 and isinstance(j, dict) and j.get("stdout") == "up\n":
+            return
+        time.sleep(0.2)
+    raise Fail("sandboxd did not come back after the tunnel reset")
+
+
+def round_trip(name):
+    """A whole upload and download of name: the path still works."""
+    want = hashlib.sha256()
+    c = http.client.HTTPConnection("127.0.0.1", API_PORT, timeout=120)
+    c.putrequest("PUT", file_path(name))
+    c.putheader("Authorization", "Bearer " + token())
+    c.putheader("Content-Length", str(SIZE))
+    c.endheaders()
+    for i in range(SIZE // BLOCK):
+        b = block(i)
+        want.update(b)
+        c.send(b)
+    r = c.getresponse()
+    body = r.read()
+    check(r.status == 200, "round trip PUT %s: %d %s" % (name, r.status, body[:200]))
+    c.request("GET", file_path(name), headers={"Authorization": "Bearer " + token()})
+    r = c.getresponse()
+    got = hashlib.sha256()
+    n = 0
+    while True:
+        b = r.read(BLOCK)
+        if not b:
+            break
+        got.update(b)
+        n += len(b)
+    c.close()
+    check(r.status == 200 and n == SIZE and got.hexdigest() == want.hexdigest(),
+          "round trip GET %s: %d, %d bytes, sha %s" % (name, r.status, n, got.hexdigest()[:16]))
+    return want.hexdigest()
+
+
+def send_some(s, mib):
+    for i in range(mib):
+        s.sendall(block(i))
+
+
+def case_client_up(pid, baseline):
+    s = raw_request("PUT", file_path("cu.bin"), SIZE)
+    send_some(s, 8)
+    reset(s)
+    wait_clean(pid, "cu.bin", baseline)
+
+
+def case_client_down(pid, baseline, whole):
+    s = raw_request("GET", file_path("whole.bin"))
+    got = 0
+    while got < (4 << 20):
+        b = s.recv(BLOCK)
+        check(b, "the download ended after %d bytes" % got)
+        got += len(b)
+    reset(s)
+    wait_clean(pid, "whole.bin", baseline, whole)
+
+
+def case_sandbox_up(pid, baseline):
+    s = raw_request("PUT", file_path("su.bin"), SIZE)
+    send_some(s, 8)
+    kill_tunnel()
+    #  The client keeps sending until the server answers or closes.
+    status = None
+    try:
+        for i in range(8, SIZE // BLOCK):
+            s.sendall(block(i))
+    except OSError:
+        pass
+    try:
+        s.settimeout(20)
+        head = s.recv(4096)
+        if head.startswith(b"HTTP/1.1 "):
+            status = int(head[9:12])
+    except OSError:
+        pass
+    reset(s)
+    check(status != 200, "an upload whose tunnel broke was answered 200")
+    wait_tunnel()
+    wait_clean(pid, "su.bin", baseline)
+
+
+def case_sandbox_down(pid, baseline, whole):
+    s = raw_request("GET", file_path("whole.bin"))
+    s.settimeout(20)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        b = s.recv(BLOCK)
+        check(b, "no answer head to the download")
+        buf += b
+    head, body = buf.split(b"\r\n\r\n", 1)
+    check(head.startswith(b"HTTP/1.1 200"), "download head: %r" % head[:100])
+    got = len(body)
+    while got < (4 << 20):
+        b = s.recv(BLOCK)
+        check(b, "the download ended after %d bytes" % got)
+        got += len(b)
+    kill_tunnel()
+    try:
+        while True:
+            b = s.recv(BLOCK)
+            if not b:
+                break
+            got += len(b)
+    except OSError:
+        pass
+    s.close()
+    check(got < SIZE, "a download whose tunnel broke delivered all %d bytes" % got)
+    wait_tunnel()
+    wait_clean(pid, "whole.bin", baseline, whole)
+
+
+def case_expect():
+    src = os.path.join(TMP, "expect.bin")
+    with open(src, "wb") as f:
+        for i in range(3):
+            f.write(block(i))
+    times = []
+    for i in range(3):
+        t0 = time.monotonic()
+        r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-T", src,
+                            "-H", "Authorization: Bearer " + token(),
+                            "http://127.0.0.1:%d%s" % (API_PORT, file_path("expect.bin"))],
+                           capture_output=True, text=True, timeout=30)
+        times.append(time.monotonic() - t0)
+        check(r.stdout == "200", "curl -T: %r %r" % (r.stdout, r.stderr[-200:]))
+    check(sorted(times)[1] < 0.5, "curl -T of 3 MiB took %.2f s (an unanswered Expect stalls 1 s)"
+          % sorted(times)[1])
+    check(ahserver.sha256_file(os.path.join(HOME, "expect.bin")) == ahserver.sha256_file(src),
+          "the file curl -T sent landed different")
+
+
+def main():
+    global AGENT, HOME
+    log = open(LOG, "a")
+    server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
+    procs.append(server)
+    ahserver.wait_healthy(server, API_PORT, fail=Fail)
+    _, j = api("POST", "/api/v1/agents?wait=1", {"name": "aborted"}, expect=201, timeout=120)
+    AGENT = j["id"]
+    HOME = os.path.join(DATA, "fake", AGENT, "home")
+    check(os.path.isdir(HOME), "no home at %s" % HOME)
+    case_expect()
+    whole = round_trip("whole.bin")
+    time.sleep(0.5)
+    baseline = fd_count(server.pid)
+    for rnd in range(3):
+        case_client_up(server.pid, baseline)
+        case_client_down(server.pid, baseline, whole)
+        case_sandbox_up(server.pid, baseline)
+        case_sandbox_down(server.pid, baseline, whole)
+    check(round_trip("after.bin"), "the path works after the aborts")
+    print("e2e_abort: %d checks passed" % check.count)
+
+
+if __name__ == "__main__":
+    sys.exit(ahserver.run(main, Fail, procs, TMP, LOG))

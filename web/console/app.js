@@ -1,0 +1,679 @@
+// app.js: the agenthold console (docs/console.md).
+//
+// One page, routed by the URL's fragment: #/ the agents, #/agent/ID one
+// agent (terminal, files, activity). The API token lives in this module's
+// memory only: never in a URL, a cookie or the browser's storage. Every
+// request carries it as `Authorization: Bearer`; the terminal's WebSocket,
+// which cannot carry that header, opens with a one-time ticket the API
+// hands out for it. Everything the server or a sandbox sends is put on the
+// page as text (textContent), never parsed as HTML.
+
+import { Terminal } from "/console/term.js";
+
+const $ = (id) => document.getElementById(id);
+const TOOLCHAIN = new Set([".venv", "venv", "node_modules", "__pycache__", ".pytest_cache", ".mypy_cache",
+                           ".ruff_cache", ".tox", ".git", ".next", ".cache"]);
+const PROGRESS = {
+  creating: "Preparing the sandbox…", starting: "Starting the sandbox…", stopping: "Putting the sandbox to sleep…",
+  rebuilding: "Rebuilding the sandbox…", destroying: "Removing the sandbox…",
+};
+const PREVIEW_MAX = 256 * 1024;
+const PREVIEW_LINES = 40;
+const LIST_MAX = 500;
+
+let token = null;               // the API token: this variable only
+let me = null;                  // GET /api/v1/me
+const agents = new Map();       // id -> agent object
+let eventsCtl = null;           // the event stream's AbortController
+let pollTimer = null;
+let view = { name: "signin" };  // { name: "agents" } | { name: "agent", id, tab }
+let dir = ".";                  // the file browser's folder
+let socket = null;              // the terminal's WebSocket
+let sendKeys = null;
+const term = new Terminal($("term"));
+const encoder = new TextEncoder();
+const eventLog = [];            // recent events, newest first
+
+class ApiError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+function el(tag, props = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null && v !== false) e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children) if (c !== null && c !== undefined) e.append(c);
+  return e;
+}
+
+function agentPath(id) { return `/api/v1/agents/${encodeURIComponent(id)}`; }
+function homePath(path) { return path.split("/").map(encodeURIComponent).join("/"); }
+function joinPath(base, name) { return base === "." ? name : `${base}/${name}`; }
+
+async function api(method, path, body, opts = {}) {
+  const headers = { Authorization: `Bearer ${token}` };
+  let payload;
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    payload = JSON.stringify(body);
+  }
+  const res = await fetch(path, { method, headers, body: payload, cache: "no-store", credentials: "omit",
+                                  signal: opts.signal });
+  if (res.ok && opts.raw) return res;
+  const text = await res.text();
+  let json = null;
+  try { json = text ? JSON.parse(text) : null; } catch { json = null; }
+  if (!res.ok) {
+    const message = (json && json.error) || `HTTP ${res.status}`;
+    if (res.status === 401 && token && !opts.signingIn) signOut(`Signed out: the server refused the token (${message}).`);
+    throw new ApiError(res.status, message);
+  }
+  return json;
+}
+
+function say(id, text, bad = false) {
+  const e = $(id);
+  e.textContent = text;
+  e.classList.toggle("error", bad);
+}
+
+// ------------------------------------------------------------------ sign-in
+
+$("signin-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const input = $("token");
+  const given = input.value.trim();
+  input.value = "";
+  say("signin-error", "");
+  if (!given) return;
+  token = given;
+  try {
+    me = await api("GET", "/api/v1/me", undefined, { signingIn: true });
+  } catch (err) {
+    token = null;
+    say("signin-error", `Sign-in refused: ${err.message}`, true);
+    input.focus();
+    return;
+  }
+  $("who").textContent = `${me.token}${me.user ? ` (${me.user})` : ""} · ${me.admin ? "admin, every tenant" : `tenant ${me.tenant}`}`;
+  $("signout").hidden = false;
+  startEvents();
+  pollTimer = setInterval(() => { if (token) refreshAgents().catch(() => {}); }, 5000);
+  loadRuntimes();
+  if (!location.hash || location.hash === "#") location.hash = "#/";
+  route();
+});
+
+$("signout").addEventListener("click", () => signOut(""));
+
+function signOut(message) {
+  token = null;
+  me = null;
+  if (eventsCtl) eventsCtl.abort();
+  eventsCtl = null;
+  clearInterval(pollTimer);
+  closeTerminal();
+  agents.clear();
+  eventLog.length = 0;
+  // Nothing of the signed-in person stays on the page.
+  for (const id of ["agents-body", "files-body", "events", "audit", "crumbs", "preview"]) $(id).replaceChildren();
+  for (const id of ["agents-status", "agent-summary", "agent-error", "files-status", "term-status", "agent-title"]) say(id, "");
+  term.reset();
+  $("who").textContent = "";
+  $("signout").hidden = true;
+  view = { name: "signin" };
+  show("signin");
+  say("signin-error", message, Boolean(message));
+  $("token").focus();
+}
+
+function show(section) {
+  for (const id of ["signin", "agents", "agent"]) $(id).hidden = id !== section;
+}
+
+// ------------------------------------------------------------------ routing
+
+window.addEventListener("hashchange", route);
+
+function route() {
+  if (!token) { show("signin"); return; }
+  const m = /^#\/agent\/([0-9a-f]{12})(?:\/(terminal|files|log))?$/.exec(location.hash);
+  const leaving = view.name === "agent" && (!m || m[1] !== view.id);
+  if (leaving) closeTerminal();
+  if (m) {
+    const first = view.name !== "agent" || view.id !== m[1];
+    view = { name: "agent", id: m[1], tab: m[2] || (view.id === m[1] ? view.tab : "terminal") };
+    if (first) dir = ".";
+    show("agent");
+    renderAgentPage(first);
+  } else {
+    view = { name: "agents" };
+    show("agents");
+    refreshAgents().catch((err) => say("agents-status", err.message, true));
+  }
+}
+
+// ------------------------------------------------------------------ agents
+
+async function refreshAgents() {
+  const { agents: list } = await api("GET", "/api/v1/agents");
+  const seen = new Set();
+  for (const a of list) { agents.set(a.id, a); seen.add(a.id); }
+  for (const id of [...agents.keys()]) if (!seen.has(id)) agents.delete(id);
+  render();
+}
+
+async function refreshAgent(id) {
+  try {
+    agents.set(id, await api("GET", agentPath(id)));
+  } catch (err) {
+    if (err.status === 404) agents.delete(id);
+  }
+  render();
+}
+
+function render() {
+  if (view.name === "agents") renderAgents();
+  else if (view.name === "agent") renderAgentPage(false);
+}
+
+function sleepsText(a) {
+  if (a.state !== "running") return a.state === "sleeping" ? "asleep" : "";
+  if (!a.sleeps_at) return "awake";
+  const left = Date.parse(a.sleeps_at) - Date.now();
+  const why = a.awake_because ? ` (${a.awake_because})` : "";
+  if (left <= 0) return `sleeps any moment${why}`;
+  const s = Math.ceil(left / 1000);
+  return (s >= 60 ? `sleeps in ${Math.round(s / 60)} min` : `sleeps in ${s} s`) + why;
+}
+
+function stateCell(a) {
+  const cell = el("td", { class: "state-cell" },
+    el("span", { class: `state state-${a.state}`, text: a.state }));
+  if (PROGRESS[a.state]) cell.append(el("span", { class: "flag", text: PROGRESS[a.state] }));
+  if (a.state === "error" && a.error) cell.append(el("span", { class: "flag error", text: a.error }));
+  if (a.needs_rebuild) cell.append(el("span", { class: "flag", text: "needs a rebuild" }));
+  if (a.home_lost) cell.append(el("span", { class: "flag error", text: `home lost: ${a.home_lost}` }));
+  return cell;
+}
+
+function actionButtons(a) {
+  const b = [];
+  const busy = Boolean(PROGRESS[a.state]);
+  if (a.state === "sleeping" || a.state === "error")
+    b.push(el("button", { type: "button", text: "Start", "aria-label": `Start ${a.name}`, onclick: () => act(a, "start") }));
+  if (a.state === "running")
+    b.push(el("button", { type: "button", text: "Stop", "aria-label": `Stop ${a.name}`, onclick: () => act(a, "stop") }));
+  if (!busy)
+    b.push(el("button", { type: "button", text: "Rebuild", "aria-label": `Rebuild ${a.name}`, onclick: () => act(a, "rebuild") }));
+  if (a.state !== "destroying")
+    b.push(el("button", { type: "button", class: "danger", text: "Delete", "aria-label": `Delete ${a.name}`, onclick: () => act(a, "delete") }));
+  return b;
+}
+
+function renderAgents() {
+  const body = $("agents-body");
+  const list = [...agents.values()].sort((x, y) => (x.tenant + x.name).localeCompare(y.tenant + y.name));
+  const rows = list.map((a) => el("tr", { "data-agent": a.name, "data-id": a.id },
+    el("td", {}, el("a", { href: `#/agent/${a.id}`, text: a.name }),
+       me && me.admin ? el("span", { class: "badge", text: a.tenant }) : null),
+    stateCell(a),
+    el("td", { text: a.image || "" }),
+    el("td", { text: String(a.cpus ?? "") }),
+    el("td", { text: a.memory_mb ? `${a.memory_mb} MB` : "" }),
+    el("td", { text: a.last_activity_at ? new Date(a.last_activity_at).toLocaleString() : "" }),
+    el("td", { class: "sleeps", "data-id": a.id, text: sleepsText(a) }),
+    el("td", { class: "row-actions" }, ...actionButtons(a))));
+  body.replaceChildren(...rows);
+  $("agents-empty").hidden = list.length > 0;
+}
+
+function confirmDialog(text) {
+  const d = $("confirm");
+  $("confirm-text").textContent = text;
+  d.returnValue = "";
+  d.showModal();
+  $("confirm-yes").focus();
+  return new Promise((resolve) => d.addEventListener("close", () => resolve(d.returnValue === "yes"), { once: true }));
+}
+
+async function act(a, what) {
+  const status = view.name === "agent" ? "agent-summary" : "agents-status";
+  if ((what === "delete" || what === "rebuild") &&
+      !(await confirmDialog(what === "delete"
+        ? `Delete ${a.name}? Its sandbox and its home directory are removed for good.`
+        : `Rebuild ${a.name}? Its container is made again from the image; its home stays.`))) return;
+  try {
+    say(status, `${a.name}: ${what} asked…`);
+    const answer = what === "delete" ? await api("DELETE", agentPath(a.id))
+                                     : await api("POST", `${agentPath(a.id)}/${what}`);
+    if (answer && answer.id) agents.set(answer.id, answer);
+    say(status, `${a.name}: ${PROGRESS[answer && answer.state] || (answer ? answer.state : "done")}`);
+    render();
+  } catch (err) {
+    say(status, `${a.name}: ${what} refused: ${err.message}`, true);
+  }
+}
+
+// Live updates: ticks, and the event stream.
+setInterval(() => {
+  for (const cell of document.querySelectorAll(".sleeps[data-id]")) {
+    const a = agents.get(cell.dataset.id);
+    if (a) cell.textContent = sleepsText(a);
+  }
+}, 1000);
+
+function startEvents() {
+  const ctl = new AbortController();
+  eventsCtl = ctl;
+  (async () => {
+    while (token && eventsCtl === ctl) {
+      try {
+        const res = await api("GET", "/api/v1/events", undefined, { raw: true, signal: ctl.signal });
+        const reader = res.body.getReader();
+        const decoder = new TextDecoder();
+        let buf = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += decoder.decode(value, { stream: true });
+          let i;
+          while ((i = buf.indexOf("\n")) >= 0) {
+            const line = buf.slice(0, i);
+            buf = buf.slice(i + 1);
+            if (line.startsWith("data:")) {
+              try { onEvent(JSON.parse(line.slice(5))); } catch { /* a line that is not JSON: skipped */ }
+            }
+          }
+        }
+      } catch (err) {
+        if (ctl.signal.aborted || (err instanceof ApiError && err.status === 401)) return;
+      }
+      await new Promise((r) => setTimeout(r, 2000));
+    }
+  })();
+}
+
+const refreshSoon = new Map();
+function onEvent(ev) {
+  eventLog.unshift(ev);
+  eventLog.length = Math.min(eventLog.length, 200);
+  const a = agents.get(ev.agent_id);
+  if (ev.state === "destroyed") agents.delete(ev.agent_id);
+  else if (a && !ev.message) {
+    a.state = ev.state;
+    a.error = ev.error;
+  }
+  const text = `${ev.name}: ${ev.message || PROGRESS[ev.state] || ev.state}`;
+  if (view.name === "agents") say("agents-status", text);
+  else if (view.name === "agent" && view.id === ev.agent_id) {
+    say("agent-summary", text);
+    if (ev.message && socket) say("term-status", `${ev.name} is asleep: waking it. ${ev.message}`);
+  }
+  render();
+  // The full object (sleeps_at, last activity) once the change settles.
+  clearTimeout(refreshSoon.get(ev.agent_id));
+  if (ev.state !== "destroyed")
+    refreshSoon.set(ev.agent_id, setTimeout(() => refreshAgent(ev.agent_id), 300));
+  else if (view.name === "agent" && view.id === ev.agent_id) location.hash = "#/";
+}
+
+// Creating.
+async function loadRuntimes() {
+  try {
+    const { runtimes } = await api("GET", "/api/v1/runtimes");
+    const select = $("create-runtime");
+    select.replaceChildren(el("option", { value: "", text: "server default" }),
+      ...runtimes.map((rt) => el("option", { value: rt.name, "data-image": rt.image, text: `${rt.name} (${rt.image})` })));
+    select.addEventListener("change", () => {
+      const rt = runtimes.find((x) => x.name === select.value);
+      $("create-runtime-info").textContent = rt ? `${rt.description || ""}${rt.image_state ? ` · image ${rt.image_state}` : ""}` : "";
+    });
+  } catch { /* no catalog: the server default image */ }
+}
+
+$("create-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const body = { name: $("create-name").value.trim() };
+  const opt = $("create-runtime").selectedOptions[0];
+  if (opt && opt.dataset.image) body.image = opt.dataset.image;
+  if ($("create-cpus").value) body.cpus = Number($("create-cpus").value);
+  if ($("create-memory").value) body.memory_mb = Number($("create-memory").value);
+  try {
+    say("agents-status", `${body.name}: ${PROGRESS.creating}`);
+    const a = await api("POST", "/api/v1/agents", body);
+    agents.set(a.id, a);
+    $("create-name").value = "";
+    render();
+  } catch (err) {
+    say("agents-status", `Create refused: ${err.message}`, true);
+  }
+});
+
+// ------------------------------------------------------------------ one agent
+
+function renderAgentPage(first) {
+  const a = agents.get(view.id);
+  if (!a) {
+    if (first) refreshAgent(view.id);
+    $("agent-title").textContent = view.id;
+    return;
+  }
+  $("agent-title").textContent = a.name;
+  const parts = [a.state, a.image, `${a.cpus} CPUs`, `${a.memory_mb} MB`, sleepsText(a)].filter(Boolean);
+  if (first || !$("agent-summary").textContent) say("agent-summary", parts.join(" · "));
+  $("agent-summary").dataset.state = a.state;
+  say("agent-error", a.state === "error" && a.error ? a.error : "", true);
+  $("agent-actions").replaceChildren(...actionButtons(a),
+    el("span", { class: "sleeps", "data-id": a.id, text: sleepsText(a) }));
+  for (const tab of ["terminal", "files", "log"]) {
+    $(`tab-${tab}`).setAttribute("aria-selected", String(view.tab === tab));
+    $(`pane-${tab}`).hidden = view.tab !== tab;
+  }
+  if (first || view.shown !== view.tab) {
+    view.shown = view.tab;
+    if (view.tab === "terminal" && !socket) terminalOffer(a);
+    if (view.tab === "files") loadFiles();
+    if (view.tab === "log") loadLog();
+  }
+}
+
+for (const tab of ["terminal", "files", "log"])
+  $(`tab-${tab}`).addEventListener("click", () => { location.hash = `#/agent/${view.id}/${tab}`; });
+
+// Terminal
+
+function terminalOffer(a) {
+  $("term-reconnect").hidden = false;
+  if (a.state === "running") openTerminal();
+  else {
+    $("term-reconnect").textContent = "Open the terminal";
+    say("term-status", `${a.name} is ${a.state}: opening the terminal wakes it.`);
+  }
+}
+
+$("term-reconnect").addEventListener("click", () => openTerminal());
+
+function closeTerminal() {
+  if (socket) {
+    const s = socket;
+    socket = null;
+    s.close(1000, "closed by the page");
+  }
+  sendKeys = null;
+}
+
+term.onData((s) => { if (sendKeys) sendKeys(s); });
+
+let opening = 0;                // the latest openTerminal call
+async function openTerminal() {
+  closeTerminal();
+  const mine = ++opening;
+  const id = view.id;
+  const a = agents.get(id);
+  $("term-reconnect").hidden = true;
+  term.reset();
+  const { cols, rows } = term.fit();
+  term.resize(cols, rows);
+  let ticket;
+  try {
+    ({ ticket } = await api("POST", `${agentPath(id)}/terminal/ticket`));
+    if (mine !== opening || view.id !== id) return;
+  } catch (err) {
+    say("term-status", `The terminal could not open: ${err.message}`, true);
+    $("term-reconnect").hidden = false;
+    return;
+  }
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const ws = new WebSocket(`${scheme}//${location.host}/console/terminal/${id}?ticket=${encodeURIComponent(ticket)}&cols=${cols}&rows=${rows}`);
+  ws.binaryType = "arraybuffer";
+  socket = ws;
+  say("term-status", a && a.state !== "running" ? `${a.name} is ${a.state}: waking it…` : "Connecting…");
+  ws.addEventListener("open", () => {
+    if (socket !== ws) return;
+    if (!(a && a.state !== "running")) say("term-status", "Connected.");
+    sendKeys = (s) => { if (ws.readyState === WebSocket.OPEN) ws.send(encoder.encode(s)); };
+    term.focus();
+  });
+  let first = true;
+  ws.addEventListener("message", (e) => {
+    if (first) { first = false; say("term-status", "Connected."); }
+    term.write(typeof e.data === "string" ? e.data : new Uint8Array(e.data));
+  });
+  ws.addEventListener("close", (e) => {
+    if (socket !== ws) return;
+    socket = null;
+    sendKeys = null;
+    say("term-status", e.code === 1000 ? `The terminal closed: ${e.reason || "the shell ended"}.`
+                                       : `The connection dropped (${e.code}${e.reason ? `: ${e.reason}` : ""}).`, e.code !== 1000);
+    $("term-reconnect").textContent = "Reconnect";
+    $("term-reconnect").hidden = false;
+  });
+}
+
+let resizeTimer = null;
+window.addEventListener("resize", () => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(() => {
+    if (!socket) return;
+    const { cols, rows } = term.fit();
+    if (cols === term.cols && rows === term.rows) return;
+    term.resize(cols, rows);
+    if (socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ cols, rows }));
+  }, 150);
+});
+
+// Files
+
+function fileUrl(path) { return `${agentPath(view.id)}/files/${homePath(path)}`; }
+
+async function loadFiles() {
+  const id = view.id;
+  renderCrumbs();
+  $("preview").hidden = true;
+  say("files-status", "Reading…");
+  let answer;
+  try {
+    answer = await api("GET", `${agentPath(id)}/files?path=${encodeURIComponent(dir)}`);
+  } catch (err) {
+    $("files-body").replaceChildren();
+    say("files-status", err.message, true);
+    return;
+  }
+  if (view.id !== id) return;
+  const showAll = $("show-toolchain").checked;
+  let entries = answer.entries.filter((e) => showAll || !TOOLCHAIN.has(e.name));
+  const hidden = answer.entries.length - entries.length;
+  entries.sort((x, y) => (x.type === "dir") === (y.type === "dir") ? x.name.localeCompare(y.name) : x.type === "dir" ? -1 : 1);
+  const over = entries.length > LIST_MAX;
+  entries = entries.slice(0, LIST_MAX);
+  const rows = entries.map((e) => {
+    const path = joinPath(dir, e.name);
+    const uploaded = path === "uploads" || path.startsWith("uploads/");
+    const name = e.type === "dir"
+      ? el("button", { type: "button", class: "link", text: `${e.name}/`, onclick: () => { dir = path; loadFiles(); } })
+      : el("button", { type: "button", class: "link", text: e.name, onclick: () => preview(path, e) });
+    const actions = [];
+    if (e.type === "file")
+      actions.push(el("button", { type: "button", text: "Download", "aria-label": `Download ${e.name}`, onclick: () => download(path, e.name) }));
+    actions.push(el("button", { type: "button", class: "danger", text: "Delete", "aria-label": `Delete ${e.name}`,
+                               onclick: () => removeFile(path, e) }));
+    return el("tr", { "data-name": e.name, "data-type": e.type },
+      el("td", {}, name, uploaded ? el("span", { class: "badge", text: "uploaded by a person" }) : null),
+      el("td", { text: e.type === "dir" ? "" : formatSize(e.size) }),
+      el("td", { text: e.mtime ? new Date(typeof e.mtime === "number" ? e.mtime * 1000 : e.mtime).toLocaleString() : "" }),
+      el("td", { class: "row-actions" }, ...actions));
+  });
+  $("files-body").replaceChildren(...rows);
+  const notes = [`${entries.length} entries`];
+  if (hidden) notes.push(`${hidden} toolchain folders hidden`);
+  if (over) notes.push(`only the first ${LIST_MAX} shown`);
+  if (answer.truncated) notes.push("the sandbox cut the listing short");
+  say("files-status", notes.join(" · "));
+}
+
+$("show-toolchain").addEventListener("change", () => loadFiles());
+
+function renderCrumbs() {
+  const parts = dir === "." ? [] : dir.split("/");
+  const crumbs = [el("button", { type: "button", text: "home", onclick: () => { dir = "."; loadFiles(); } })];
+  parts.forEach((p, i) => {
+    crumbs.push(" / ", el("button", { type: "button", text: p, onclick: () => { dir = parts.slice(0, i + 1).join("/"); loadFiles(); } }));
+  });
+  $("crumbs").replaceChildren(...crumbs);
+}
+
+function formatSize(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1 << 20) return `${(n / 1024).toFixed(1)} KiB`;
+  if (n < 1 << 30) return `${(n / (1 << 20)).toFixed(1)} MiB`;
+  return `${(n / (1 << 30)).toFixed(2)} GiB`;
+}
+
+async function fetchFile(path) {
+  const res = await api("GET", fileUrl(path), undefined, { raw: true });
+  return res.blob();
+}
+
+async function download(path, name) {
+  try {
+    say("files-status", `Downloading ${name}…`);
+    const blob = await fetchFile(path);
+    const url = URL.createObjectURL(blob);
+    const a = el("a", { href: url, download: name });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+    say("files-status", `Downloaded ${name} (${formatSize(blob.size)}).`);
+  } catch (err) {
+    say("files-status", `Download refused: ${err.message}`, true);
+  }
+}
+
+async function preview(path, e) {
+  const box = $("preview");
+  box.hidden = false;
+  box.replaceChildren(el("p", { text: `${path}: ${formatSize(e.size)}` }));
+  if (e.size > PREVIEW_MAX) {
+    box.append(el("p", { text: "Too large to preview here: download it." }));
+    return;
+  }
+  try {
+    const blob = await fetchFile(path);
+    if (/\.(png|jpe?g|gif|webp)$/i.test(path)) {
+      const url = URL.createObjectURL(blob);
+      const img = el("img", { alt: `preview of ${path}`, src: url });
+      img.addEventListener("load", () => URL.revokeObjectURL(url), { once: true });
+      box.append(img);
+    } else {
+      const text = new TextDecoder("utf-8").decode(await blob.arrayBuffer());
+      const lines = text.split("\n");
+      box.append(el("pre", { text: lines.slice(0, PREVIEW_LINES).join("\n") }));
+      if (lines.length > PREVIEW_LINES) box.append(el("p", { text: `… ${lines.length - PREVIEW_LINES} more lines` }));
+    }
+  } catch (err) {
+    box.append(el("p", { class: "error", text: err.message }));
+  }
+}
+
+async function removeFile(path, e) {
+  if (!(await confirmDialog(`Delete ${path}${e.type === "dir" ? " and everything in it" : ""}?`))) return;
+  try {
+    await api("DELETE", `${fileUrl(path)}${e.type === "dir" ? "?recursive=1" : ""}`);
+    say("files-status", `Deleted ${path}.`);
+    loadFiles();
+  } catch (err) {
+    say("files-status", `Delete refused: ${err.message}`, true);
+  }
+}
+
+$("mkdir-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const name = $("mkdir-name").value.trim();
+  if (!name || name.includes("/") || name === "." || name === "..") {
+    say("files-status", "A folder name is one path component (no '/', '.' or '..').", true);
+    return;
+  }
+  try {
+    await api("POST", `${fileUrl(joinPath(dir, name))}?op=mkdir`);
+    $("mkdir-name").value = "";
+    loadFiles();
+  } catch (err) {
+    say("files-status", `New folder refused: ${err.message}`, true);
+  }
+});
+
+function uploadOne(file) {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("PUT", fileUrl(joinPath(dir, file.name)));
+    xhr.setRequestHeader("Authorization", `Bearer ${token}`);
+    xhr.upload.addEventListener("progress", (e) => {
+      if (e.lengthComputable) say("files-status", `Uploading ${file.name}: ${Math.floor((100 * e.loaded) / e.total)}%`);
+    });
+    xhr.addEventListener("load", () => {
+      if (xhr.status >= 200 && xhr.status < 300) resolve();
+      else {
+        let message = `HTTP ${xhr.status}`;
+        try { message = JSON.parse(xhr.responseText).error || message; } catch { /* not JSON */ }
+        reject(new Error(message));
+      }
+    });
+    xhr.addEventListener("error", () => reject(new Error("the connection failed")));
+    xhr.send(file);
+  });
+}
+
+async function upload(files) {
+  for (const file of files) {
+    if (file.name.includes("/") || file.name === "." || file.name === "..") continue;
+    try {
+      await uploadOne(file);
+      say("files-status", `Uploaded ${file.name} (${formatSize(file.size)}).`);
+    } catch (err) {
+      say("files-status", `Upload of ${file.name} refused: ${err.message}`, true);
+      return;
+    }
+  }
+  await loadFiles();
+  say("files-status", `Uploaded ${[...files].map((f) => f.name).join(", ")}.`);
+}
+
+$("upload").addEventListener("change", (e) => {
+  const files = [...e.target.files];
+  e.target.value = "";
+  if (files.length) upload(files);
+});
+const drop = $("drop");
+drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
+drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+drop.addEventListener("drop", (e) => {
+  e.preventDefault();
+  drop.classList.remove("over");
+  if (e.dataTransfer && e.dataTransfer.files.length) upload([...e.dataTransfer.files]);
+});
+
+// Activity
+
+async function loadLog() {
+  const id = view.id;
+  $("events").replaceChildren(...eventLog.filter((e) => e.agent_id === id).slice(0, 50)
+    .map((e) => el("li", { text: `${e.at} ${e.message || e.state}${e.error ? `: ${e.error}` : ""}` })));
+  try {
+    const { operations } = await api("GET", `${agentPath(id)}/operations?limit=100`);
+    $("audit").replaceChildren(...operations.map((op) => el("li", {
+      class: op.ok ? "" : "error",
+      text: `${op.at} ${op.actor} ${op.kind}${op.detail ? ` ${op.detail}` : ""}${op.ok ? "" : ` failed: ${op.error || ""}`}`,
+    })));
+  } catch (err) {
+    $("audit").replaceChildren(el("li", { class: "error", text: err.message }));
+  }
+}
+
+show("signin");
+$("token").focus();
