@@ -11,7 +11,10 @@
 #include "actors/tunnel_int.h"
 #include "common/log.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 char *ah_tun_sandbox_state (self_t *self, const char *agent_id, char **hash)
 {
@@ -227,6 +230,9 @@ static void s_destroy (void *self_)
     zhashx_destroy (&self->chans);
     zhashx_destroy (&self->agents);
     ah_store_close (&self->store);
+    if (self->socket_path && self->unix_vhost)
+        unlink (self->socket_path);
+    free (self->socket_path);
     free (self);
 }
 
@@ -274,6 +280,30 @@ static void *s_init (ah_actor_t *actor, void *args)
         if (!self->vhost)
             ah_actor_fail (actor, "sandbox.tunnel_listen = '%s': %s", listen,
                            err ? err : "cannot start the loop");
+        //  The same protocol on a unix socket: a sandbox without a
+        //  network dials it through a bind mount of its directory.
+        if (self->vhost && a->config) {
+            self->socket_path = ah_config_tunnel_socket (a->config);
+            char *dir = self->socket_path ? strdup (self->socket_path) : NULL;
+            char *slash = dir ? strrchr (dir, '/') : NULL;
+            if (slash && slash != dir) {
+                *slash = 0;
+                if (mkdir (dir, 0755) != 0 && errno != EEXIST)
+                    ah_warn (AREA, "making %s: %s", dir, strerror (errno));
+            }
+            free (dir);
+            free (err);
+            err = NULL;
+            self->unix_vhost = self->socket_path
+                ? ah_lwsloop_listen_unix (self->loop, "tunnel-unix", self->socket_path, ah_tun_protocols,
+                                          LWS_SERVER_OPTION_VALIDATE_UTF8, &err)
+                : NULL;
+            if (!self->unix_vhost) {
+                ah_actor_fail (actor, "sandbox.tunnel_socket = '%s': %s",
+                               self->socket_path ? self->socket_path : "?", err ? err : "out of memory");
+                self->vhost = NULL;
+            }
+        }
     }
     free (err);
     if (!self->vhost) {
@@ -283,7 +313,8 @@ static void *s_init (ah_actor_t *actor, void *args)
     ah_actor_use_lws (actor, self->loop);
     if (a->api_link && ah_actor_link (actor, "api", a->api_link, true))
         ah_warn (AREA, "the api's channels take the bus: no direct link at %s", a->api_link);
-    ah_info (AREA, "listening for sandboxd on %s (port %d)", listen, lws_get_vhost_listen_port (self->vhost));
+    ah_info (AREA, "listening for sandboxd on %s (port %d) and on %s", listen,
+             lws_get_vhost_listen_port (self->vhost), self->socket_path ? self->socket_path : "no socket");
     return self;
 }
 

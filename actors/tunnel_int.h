@@ -85,6 +85,8 @@ struct self_t {
     ah_store_t *store;
     ah_lwsloop_t *loop;
     struct lws_vhost *vhost;               //  the listener (sandbox.tunnel_listen)
+    struct lws_vhost *unix_vhost;          //  the listener on the unix socket (sandbox.tunnel_socket)
+    char *socket_path;                     //  its path, removed at the end
     int ping_interval_ms, ping_timeout_ms, open_timeout_ms, stats_interval_ms;
     zhashx_t *agents;               //  agent id -> conn_t (not owned)
     zhashx_t *chans;                //  "chan id" -> chan_t (owned, freed by ah_tun_chan_free)

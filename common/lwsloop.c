@@ -9,6 +9,8 @@
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define S_PROTOCOL_NAME "ah-lwsloop-zmq"
@@ -239,6 +241,42 @@ struct lws_vhost *ah_lwsloop_listen (ah_lwsloop_t *self, const char *name, const
                             ipv6 ? "[" : "", host && *host ? host : "", ipv6 ? "]" : "", port);
         return NULL;
     }
+    return vhost;
+}
+
+struct lws_vhost *ah_lwsloop_listen_unix (ah_lwsloop_t *self, const char *name, const char *path,
+                                          const struct lws_protocols *protocols, uint64_t options,
+                                          char **err)
+{
+    struct sockaddr_un su;
+    if (!path || path [0] != '/' || strlen (path) >= sizeof su.sun_path) {
+        if (err)
+            *err = ah_strf ("'%s' is not an absolute path shorter than %zu bytes", path ? path : "",
+                            sizeof su.sun_path);
+        return NULL;
+    }
+    struct stat st;
+    if (lstat (path, &st) == 0 && !S_ISSOCK (st.st_mode)) {
+        if (err)
+            *err = ah_strf ("%s exists and is not a socket", path);
+        return NULL;
+    }
+    unlink (path);
+    struct lws_context_creation_info info;
+    memset (&info, 0, sizeof info);
+    info.vhost_name = name;
+    info.port = 0;
+    info.iface = path;
+    info.protocols = protocols;
+    info.options = options | LWS_SERVER_OPTION_UNIX_SOCK;
+    struct lws_vhost *vhost = lws_create_vhost (self->context, &info);
+    if (!vhost || lstat (path, &st) != 0 || !S_ISSOCK (st.st_mode)) {
+        if (err)
+            *err = ah_strf ("cannot listen on the unix socket %s: %s", path,
+                            vhost ? "no socket appeared" : "lws refused the vhost");
+        return NULL;
+    }
+    chmod (path, 0666);
     return vhost;
 }
 

@@ -66,6 +66,14 @@ ah_lwsloop_t *ah_lwsloop_from_wsi (struct lws *wsi);
 //  the OS picks). -1 if none.
 int ah_lwsloop_port (ah_lwsloop_t *self);
 
+//  A listening vhost on the unix socket path (a stale socket there is
+//  replaced; the socket is made mode 0666: what guards it is the
+//  directory it sits in and the protocol's own authentication). lws
+//  serves HTTP and WebSocket on protocols. NULL with *err on failure.
+struct lws_vhost *ah_lwsloop_listen_unix (ah_lwsloop_t *self, const char *name, const char *path,
+                                          const struct lws_protocols *protocols, uint64_t options,
+                                          char **err);
+
 //  A listening vhost of its own: host exactly as given ("" = every
 //  address, IPv4 and IPv6; an IPv4 literal binds IPv4 only, an IPv6
 //  literal IPv6 only), port (0: the OS picks; lws_get_vhost_listen_port

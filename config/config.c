@@ -62,6 +62,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.idle_minutes",             T_DOUBLE,   F (idle_minutes), NULL },
     { "sandbox.idle_check_interval",      T_DURATION, F (idle_check_interval_s), NULL },
     { "sandbox.tunnel_listen",            T_STR,      F (tunnel_listen), NULL },
+    { "sandbox.tunnel_socket",            T_OPT,      F (tunnel_socket), "default" },
     { "sandbox.sandboxd_path",            T_PATH,     F (sandboxd_path), NULL },
     { "sandbox.container_ttl",            T_DURATION, F (container_ttl_s), NULL },
     { "sandbox.workspace_ttl",            T_DURATION, F (workspace_ttl_s), NULL },
@@ -76,6 +77,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.docker.runtime",           T_OPT,      F (runtime), "none" },
     { "sandbox.docker.server_container",  T_OPT,      F (server_container), "detect" },
     { "sandbox.docker.sandboxd_volume",   T_OPT,      F (sandboxd_volume), "none" },
+    { "sandbox.docker.tmp_mb",            T_INT64,    F (tmp_mb), NULL },
     { "sandbox.remote.endpoint",          T_STR,      F (remote_endpoint), NULL },
     { "sandbox.remote.server_key",        T_OPT,      F (remote_server_key), "none" },
     { "sandbox.remote.timeout",           T_DURATION, F (remote_timeout_s), NULL },
@@ -228,6 +230,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->runtime = NULL;
     self->server_container = NULL;
     self->sandboxd_volume = NULL;
+    self->tmp_mb = 64;
     self->remote_endpoint = strdup (AH_CONFIG_HOSTD_ENDPOINT);
     self->remote_server_key = NULL;
     self->remote_timeout_s = 5;
@@ -875,6 +878,16 @@ static char *s_validate (const ah_config_t *self)
     if (self->tree_max_entries < 1 || self->tree_max_entries > 1000000)
         return ah_strf ("files.tree_max_entries = %lld: must be from 1 to 1000000",
                           (long long) self->tree_max_entries);
+    if (self->tmp_mb < 1 || self->tmp_mb > (INT64_C (1) << 20))
+        return ah_strf ("sandbox.docker.tmp_mb = %lld: must be between 1 and 1048576",
+                          (long long) self->tmp_mb);
+    char *sock = ah_config_tunnel_socket (self);
+    size_t sock_len = sock ? strlen (sock) : 0;
+    bool sock_abs = sock && sock [0] == '/';
+    free (sock);
+    if (!sock_abs || sock_len >= 108)
+        return ah_strf ("sandbox.tunnel_socket: must be an absolute path shorter than 108 bytes "
+                        "(a unix socket's limit; the default is <server.data_dir>/run/tunnel.sock)");
     if (!(self->idle_minutes > 0))
         return ah_strf ("sandbox.idle_minutes = %g: must be greater than 0", self->idle_minutes);
     if (!(self->idle_check_interval_s >= 0.1))
@@ -943,4 +956,11 @@ fail:
         free (why);
     ah_config_destroy (&self);
     return NULL;
+}
+
+char *ah_config_tunnel_socket (const ah_config_t *self)
+{
+    if (self->tunnel_socket)
+        return strdup (self->tunnel_socket);
+    return ah_strf ("%s/run/tunnel.sock", self->data_dir ? self->data_dir : ".");
 }

@@ -36,6 +36,7 @@ typedef struct {
     double  idle_minutes;           //  15 (decimals allowed)
     double  idle_check_interval_s;  //  30 ("30s", "1s", "2m", "500ms")
     char   *tunnel_listen;          //  ":8090"
+    char   *tunnel_socket;          //  NULL = <data_dir>/run/tunnel.sock (ah_config_tunnel_socket)
     char   *sandboxd_path;          //  path of the static sandboxd to deploy; default: next to the agenthold binary
     double  container_ttl_s;        //  86400: a container stopped this long is removed (home kept); 0 never
     double  workspace_ttl_s;        //  0 (unset): a home unused this long is removed
@@ -51,7 +52,8 @@ typedef struct {
     int     subnet_bits;            //  28
     char   *runtime;                //  NULL = engine default
     char   *server_container;       //  NULL = detect
-    char   *sandboxd_volume;        //  NULL = bind-mount dirname(sandboxd_path)
+    char   *sandboxd_volume;        //  NULL = bind-mount sandboxd_path alone
+    int64_t tmp_mb;                 //  64: the size of the tmpfs at /tmp in a sandbox
     //  sandbox.remote.* (the remote driver: a host agent, docs/hostd.md)
     char   *remote_endpoint;        //  "ipc:///run/agenthold-hostd/hostd.sock" or tcp://host:port
     char   *remote_server_key;      //  hostd's CURVE public key (Z85, 40 characters); NULL = none
@@ -89,5 +91,10 @@ const char *ah_config_key (size_t index);
 
 //  "host:port" / ":port" -> host ("" means all) and port. 0 / -1.
 int ah_config_split_listen (const char *listen, char *host, size_t host_size, int *port);
+
+//  The unix socket the tunnel also listens on (sandboxes dial it through
+//  a bind mount of its directory): sandbox.tunnel_socket, or
+//  <data_dir>/run/tunnel.sock. Caller frees.
+char *ah_config_tunnel_socket (const ah_config_t *self);
 
 #endif

@@ -27,7 +27,8 @@ typedef struct {
     int64_t     pids_limit;
     //  From the agent's runtime (catalog/runtimes.json): "NAME=value"
     //  entries set in the container (n_env of them), and whether the
-    //  sandbox gets a way out (false: the internal network only).
+    //  sandbox gets a network with a way out (false: no network at all; it
+    //  reaches the server only through the tunnel's unix socket).
     const char *const *env;
     size_t      n_env;
     bool        needs_network;

@@ -12,9 +12,11 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -141,6 +143,23 @@ static void s_random (uint8_t *out, size_t n)
 
 //  ---------------------------------------------------------------- URL, dial
 
+//  The request path rest (from '/') into out->path, when it and all of
+//  text (which holds it) are printable without spaces. 0, or -1 with *err.
+static int s_request_path (const char *text, const char *rest, ah_ws_url_t *out, const char **err)
+{
+    for (const char *c = text; *c; c++)
+        if ((unsigned char) *c <= 0x20 || *c == 0x7f) {
+            *err = "bad path";
+            return -1;
+        }
+    if (*rest != '/' || strlen (rest) >= sizeof out->path) {
+        *err = "bad path";
+        return -1;
+    }
+    strcpy (out->path, rest);
+    return 0;
+}
+
 int ah_ws_url_parse (const char *url, ah_ws_url_t *out, const char **err)
 {
     static const struct { const char *scheme; bool secure; const char *port; } schemes [] = {
@@ -148,6 +167,26 @@ int ah_ws_url_parse (const char *url, ah_ws_url_t *out, const char **err)
         { "wss://", true, "443" }, { "https://", true, "443" },
     };
     memset (out, 0, sizeof *out);
+    //  ws+unix://<socket path>:<request path>: a WebSocket over a unix
+    //  socket (host "localhost" in the request).
+    if (url && strncmp (url, "ws+unix://", 10) == 0) {
+        const char *sock = url + 10;
+        const char *colon = strchr (sock, ':');
+        struct sockaddr_un *su = (struct sockaddr_un *) &out->addr;
+        size_t sl = colon ? (size_t) (colon - sock) : 0;
+        if (!colon || sl == 0 || sock [0] != '/' || sl >= sizeof su->sun_path) {
+            *err = "ws+unix:// needs an absolute socket path (shorter than 108 bytes), ':' and the request path";
+            return -1;
+        }
+        if (s_request_path (sock, colon + 1, out, err))
+            return -1;
+        strcpy (out->host, "localhost");
+        strcpy (out->port, "80");
+        su->sun_family = AF_UNIX;
+        memcpy (su->sun_path, sock, sl);
+        out->addr_len = (socklen_t) (offsetof (struct sockaddr_un, sun_path) + sl + 1);
+        return 0;
+    }
     const char *p = NULL;
     for (size_t i = 0; url && !p && i < sizeof schemes / sizeof *schemes; i++)
         if (strncmp (url, schemes [i].scheme, strlen (schemes [i].scheme)) == 0) {
@@ -191,15 +230,8 @@ int ah_ws_url_parse (const char *url, ah_ws_url_t *out, const char **err)
     }
     if (*rest == 0)
         rest = "/";
-    bool printable = true;
-    for (const char *c = rest; *c; c++)
-        if ((unsigned char) *c <= 0x20 || *c == 0x7f)
-            printable = false;
-    if (*rest != '/' || strlen (rest) >= sizeof out->path || !printable) {
-        *err = "bad path";
+    if (s_request_path (rest, rest, out, err))
         return -1;
-    }
-    strcpy (out->path, rest);
     struct sockaddr_in *s4 = (struct sockaddr_in *) &out->addr;
     struct sockaddr_in6 *s6 = (struct sockaddr_in6 *) &out->addr;
     uint16_t port = htons ((uint16_t) atoi (out->port));
@@ -256,6 +288,9 @@ int ah_ws_dial (const struct sockaddr *addr, socklen_t addr_len, int timeout_ms,
                                                  : (const void *) &((const struct sockaddr_in *) addr)->sin_addr;
     uint16_t port = addr->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *) addr)->sin6_port
                                                 : ((const struct sockaddr_in *) addr)->sin_port;
+    if (addr->sa_family == AF_UNIX)
+        snprintf (name, sizeof name, "the unix socket");
+    else
     if (inet_ntop (addr->sa_family, ip, name, INET6_ADDRSTRLEN))
         snprintf (name + strlen (name), 8, ":%u", ntohs (port));
     int fd = socket (addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -264,7 +299,8 @@ int ah_ws_dial (const struct sockaddr *addr, socklen_t addr_len, int timeout_ms,
         return -1;
     }
     int one = 1;
-    setsockopt (fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (addr->sa_family != AF_UNIX)
+        setsockopt (fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     setsockopt (fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
     int e = 0;
     if (connect (fd, addr, addr_len) < 0) {

@@ -38,7 +38,8 @@
 
 
 //  A parsed ws:// (or http://) URL; wss:// and https:// parse with secure
-//  set, for a transport that can do TLS.
+//  set, for a transport that can do TLS. ws+unix://SOCKET:PATH names a
+//  unix socket (addr holds its sockaddr_un, host is "localhost").
 typedef struct {
     char host [256];                //  name or IP literal, no brackets
     char port [8];
@@ -51,6 +52,7 @@ typedef struct {
 
 //  0, or -1 with *err (static).
 int ah_ws_url_parse (const char *url, ah_ws_url_t *out, const char **err);
+//  ah_ws_dial connects to addr whatever its family (AF_INET, AF_INET6, AF_UNIX).
 
 //  A non-blocking TCP connection to addr, waiting at most timeout_ms
 //  (-1: no limit) and only while abort_fd (or -1) is not readable. The

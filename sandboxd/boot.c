@@ -132,9 +132,10 @@ int ah_boot_parse (const char *text, size_t size, ah_boot_card_t *out,
     if (in.p >= in.end || *in.p != '{')
         return s_fail (&in, "boot file is not a JSON object");
     in.p++;
-    bool seen [3] = { false, false, false };
-    static const char *names [3] = { "agent_id", "token", "tunnel_url" };
-    char *slots [3] = { out->agent_id, out->token, out->tunnel_url };
+    //  The first three are required; "blocked" is optional.
+    bool seen [4] = { false, false, false, false };
+    static const char *names [4] = { "agent_id", "token", "tunnel_url", "blocked" };
+    char *slots [4] = { out->agent_id, out->token, out->tunnel_url, out->blocked };
     s_ws (&in);
     if (in.p < in.end && *in.p == '}')
         in.p++;
@@ -149,7 +150,7 @@ int ah_boot_parse (const char *text, size_t size, ah_boot_card_t *out,
         in.p++;
         s_ws (&in);
         int slot = -1;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             if (strcmp (key, names [i]) == 0)
                 slot = i;
         char ignored [AH_BOOT_VALUE];
@@ -224,8 +225,8 @@ int ah_boot_load (const char *path, ah_boot_card_t *out, char *err, size_t err_s
 
 int ah_boot_tunnel_url (const char *text, ah_ws_url_t *url, const char **err)
 {
-    if (strncmp (text, "ws://", 5) != 0) {
-        *err = "must start with ws:// (wss is not supported inside the sandbox)";
+    if (strncmp (text, "ws://", 5) != 0 && strncmp (text, "ws+unix://", 10) != 0) {
+        *err = "must start with ws:// or ws+unix:// (wss is not supported inside the sandbox)";
         return -1;
     }
     if (ah_ws_url_parse (text, url, err))

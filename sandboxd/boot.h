@@ -1,6 +1,10 @@
 /*  sandboxd/boot.h: /etc/agenthold/boot.json, the sandbox's boot card.
 
-    {"agent_id": "...", "token": "...", "tunnel_url": "ws://IP:PORT/tunnel"}
+    {"agent_id": "...", "token": "...", "tunnel_url": "ws://IP:PORT/tunnel",
+     "blocked"?: "CIDR CIDR ..."}
+
+    blocked (a sandbox with a network only): IPv4 destinations sandboxd
+    makes unreachable at boot (sandboxd/net.h), space-separated.
 
     Parsed by a small strict JSON reader of our own (jansson does not link
     into the static binary and a flat object of strings needs no more):
@@ -20,6 +24,7 @@ typedef struct {
     char agent_id [AH_BOOT_VALUE];
     char token [AH_BOOT_VALUE];
     char tunnel_url [AH_BOOT_VALUE];
+    char blocked [AH_BOOT_VALUE];   //  "" when absent
 } ah_boot_card_t;
 
 //  Parse text (size bytes). 0, or -1 with a message in err.

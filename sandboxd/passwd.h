@@ -23,4 +23,11 @@ typedef struct {
 //  file: NULL for /etc/passwd.
 int ah_passwd_find (const char *file, const char *name, uid_t uid, ah_passwd_t *out);
 
+//  The groups of /etc/group (file NULL) that list name as a member, after
+//  gid (always first), without repeats: at most max, the count returned.
+int ah_group_list (const char *file, const char *name, gid_t gid, gid_t *gids, int max);
+
+//  Find a group by name. 0 found (*gid), -1 not.
+int ah_group_find (const char *file, const char *name, gid_t *gid);
+
 #endif

@@ -3,7 +3,10 @@
 #include "sandboxd/chan.h"
 #include "sandboxd/passwd.h"
 
+#include "common/log.h"
+
 #include <dirent.h>
+#include <ftw.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -21,17 +24,66 @@
 
 #define S_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+//  The image's USER ("name", "uid", "name:group", "uid:gid") into u; false
+//  when it names root or nothing this image knows.
+static bool s_image_user (const char *spec, ah_proc_user_t *u, ah_passwd_t *pw, bool *found)
+{
+    if (!spec || !*spec || strlen (spec) >= 128)
+        return false;
+    char buf [128];
+    snprintf (buf, sizeof buf, "%s", spec);
+    char *group = strchr (buf, ':');
+    if (group)
+        *group++ = 0;
+    char *end = NULL;
+    unsigned long n = strtoul (buf, &end, 10);
+    bool numeric = *buf && end && *end == 0;
+    if (numeric) {
+        u->uid = (uid_t) n;
+        *found = ah_passwd_find (NULL, NULL, u->uid, pw) == 0;
+        u->gid = *found ? pw->gid : (gid_t) n;
+    }
+    else {
+        if (ah_passwd_find (NULL, buf, 0, pw) != 0)
+            return false;
+        *found = true;
+        u->uid = pw->uid;
+        u->gid = pw->gid;
+    }
+    if (group && *group) {
+        unsigned long g = strtoul (group, &end, 10);
+        gid_t named;
+        if (end && *end == 0)
+            u->gid = (gid_t) g;
+        else
+        if (ah_group_find (NULL, group, &named) == 0)
+            u->gid = named;
+        else
+            return false;
+    }
+    return u->uid != 0;
+}
+
 void ah_proc_user_resolve (ah_proc_user_t *u, bool switch_user, const char *home)
 {
     memset (u, 0, sizeof *u);
     u->inherit_env = switch_user;
     ah_passwd_t pw;
     bool found = false;
-    if (switch_user && geteuid () == 0 && ah_passwd_find (NULL, "agent", 0, &pw) == 0) {
-        found = true;
+    if (switch_user && geteuid () == 0) {
         u->switch_to = true;
-        u->uid = pw.uid;
-        u->gid = pw.gid;
+        if (ah_passwd_find (NULL, "agent", 0, &pw) == 0 && pw.uid != 0) {
+            found = true;
+            u->uid = pw.uid;
+            u->gid = pw.gid;
+        }
+        else
+        if (!s_image_user (getenv ("AGENTHOLD_USER"), u, &pw, &found)) {
+            u->uid = u->gid = AH_PROC_DEFAULT_UID;
+            found = ah_passwd_find (NULL, NULL, u->uid, &pw) == 0;
+            if (found)
+                u->gid = pw.gid;
+        }
     }
     else {
         u->uid = getuid ();
@@ -42,6 +94,7 @@ void ah_proc_user_resolve (ah_proc_user_t *u, bool switch_user, const char *home
         snprintf (u->name, sizeof u->name, "%s", pw.name);
     else
         snprintf (u->name, sizeof u->name, "uid %u", (unsigned) u->uid);
+    u->ngroups = ah_group_list (NULL, found ? pw.name : NULL, u->gid, u->groups, AH_PROC_MAX_GROUPS);
     struct stat st;
     if (found && pw.shell [0] == '/' && stat (pw.shell, &st) == 0 && S_ISREG (st.st_mode)
     &&  (st.st_mode & 0111))
@@ -51,11 +104,52 @@ void ah_proc_user_resolve (ah_proc_user_t *u, bool switch_user, const char *home
     (void) home;
 }
 
+static uid_t s_own_uid;
+static gid_t s_own_gid;
+
+static int s_own_one (const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void) flag;
+    (void) ftw;
+    if ((st->st_uid != s_own_uid || st->st_gid != s_own_gid)
+    &&  lchown (path, s_own_uid, s_own_gid) != 0)
+        ah_warn ("sandboxd", "home: chown %s: %s", path, strerror (errno));
+    return 0;
+}
+
+int ah_proc_home_own (const ah_proc_user_t *u, const char *home, char *err, size_t err_size)
+{
+    struct stat st;
+    if (lstat (home, &st) != 0 || !S_ISDIR (st.st_mode)) {
+        snprintf (err, err_size, "home %s: %s", home, errno ? strerror (errno) : "not a directory");
+        return -1;
+    }
+    bool fresh = st.st_uid != u->uid;
+    if (lchown (home, u->uid, u->gid) != 0 || chmod (home, (st.st_mode & 07777) | 0700) != 0) {
+        snprintf (err, err_size, "home %s: making it uid %u's: %s", home, (unsigned) u->uid,
+                  strerror (errno));
+        return -1;
+    }
+    if (fresh) {
+        //  Boot runs before any shell or command: nothing else walks the
+        //  tree meanwhile, so nftw's own bookkeeping is enough.
+        s_own_uid = u->uid;
+        s_own_gid = u->gid;
+        if (nftw (home, s_own_one, 32, FTW_PHYS | FTW_MOUNT) != 0)
+            ah_warn ("sandboxd", "home: walking %s: %s", home, strerror (errno));
+        ah_info ("sandboxd", "home %s was not %s's: the whole tree is now", home, u->name);
+    }
+    return 0;
+}
+
 bool ah_proc_fs_as_user (const ah_proc_user_t *u, bool on)
 {
     if (!u->switch_to)
         return false;
     if (on) {
+        //  The raw setgroups changes this thread only (glibc's would
+        //  broadcast to every thread).
+        syscall (SYS_setgroups, (size_t) u->ngroups, u->groups);
         syscall (SYS_setfsgid, u->gid);
         syscall (SYS_setfsuid, u->uid);
         //  setfsuid reports the previous value, never an error: ask again.
@@ -65,6 +159,7 @@ bool ah_proc_fs_as_user (const ah_proc_user_t *u, bool on)
     else {
         syscall (SYS_setfsuid, geteuid ());
         syscall (SYS_setfsgid, getegid ());
+        syscall (SYS_setgroups, (size_t) 0, NULL);
     }
     return true;
 }
@@ -160,8 +255,8 @@ static void s_child_setup (const ah_proc_user_t *u, int cwd_fd, const char *home
         for (int fd = 3; fd < 4096; fd++)
             close (fd);
     if (u->switch_to) {
-        gid_t g = u->gid;
-        if (setgroups (1, &g) != 0 || setgid (u->gid) != 0 || setuid (u->uid) != 0)
+        if (setgroups ((size_t) u->ngroups, u->groups) != 0 || setgid (u->gid) != 0
+        ||  setuid (u->uid) != 0)
             _exit (126);
     }
 }

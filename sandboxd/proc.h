@@ -18,11 +18,16 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#define AH_PROC_MAX_GROUPS  32
+#define AH_PROC_DEFAULT_UID 10001   //  the agent's uid and gid when the image names none
+
 typedef struct {
     char  name [64];            //  reported by hello
     bool  switch_to;            //  setuid/setgid to uid/gid in children
     uid_t uid;
     gid_t gid;
+    gid_t groups [AH_PROC_MAX_GROUPS];  //  gid first, then the supplementary ones
+    int   ngroups;
     char  shell [256];          //  login shell (exists), else /bin/sh
     bool  inherit_env;          //  children get sandboxd's environment (the
                                 //  container's: the image's ENV and the
@@ -31,9 +36,20 @@ typedef struct {
                                 //  where it would be the server's
 } ah_proc_user_t;
 
-//  The `agent` account when switch_user, we are root and /etc/passwd has
-//  it; else the current user (name from /etc/passwd, or "uid N").
+//  The account shells run as. When switch_user and we are root: the
+//  `agent` account of /etc/passwd; else the user the image names
+//  (AGENTHOLD_USER, "name", "uid", "name:group" or "uid:gid", written by
+//  the driver from the image's USER) unless that is root; else uid and gid
+//  AH_PROC_DEFAULT_UID. Otherwise the current user. The name comes from
+//  /etc/passwd ("uid N" without an entry), the supplementary groups from
+//  /etc/group.
 void ah_proc_user_resolve (ah_proc_user_t *u, bool switch_user, const char *home);
+
+//  At boot, as root: the home's top directory becomes u's (and gets
+//  u+rwx); when it was not u's before (a new volume copies the image's
+//  root-owned mount point), so does everything under it (symlinks not
+//  followed, other file systems not entered). 0, or -1 with err.
+int ah_proc_home_own (const ah_proc_user_t *u, const char *home, char *err, size_t err_size);
 
 //  Switch this thread's file-system uid/gid to u's (on) or back to ours
 //  (off), when u->switch_to. Returns whether it switched (call off only

@@ -15,12 +15,15 @@
 #include "sandboxd/sandboxd.h"
 #include "sandboxd/boot.h"
 #include "sandboxd/chan.h"
+#include "sandboxd/net.h"
+#include "sandboxd/proc.h"
 #include "proto/ws.h"
 #include "common/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -556,6 +559,34 @@ int ah_sandboxd_main (int argc, char **argv)
     ah_sandboxd_t *self = s_new (&opts, true);
     if (!self)
         return 1;
+    if (opts.switch_user && geteuid () == 0) {
+        //  Root's supplementary groups (the engine gives it a dozen) are
+        //  no business of ours: file operations take the agent's per
+        //  thread. Then the home becomes the agent's.
+        if (setgroups (0, NULL) != 0)
+            ah_warn ("sandboxd", "dropping root's supplementary groups: %s", strerror (errno));
+        ah_proc_user_t user;
+        ah_proc_user_resolve (&user, true, self->home);
+        char err [512];
+        if (ah_proc_home_own (&user, self->home, err, sizeof err))
+            ah_error ("sandboxd", "%s", err);
+        ah_info ("sandboxd", "shells, commands and files run as %s (uid %u, gid %u, %d groups)",
+                 user.name, (unsigned) user.uid, (unsigned) user.gid, user.ngroups);
+        //  A sandbox with a network: the destinations the driver names
+        //  become unreachable before anything of the agent runs. Not
+        //  able to: not run at all.
+        ah_boot_card_t card;
+        if (!opts.agent_id && ah_boot_load (self->boot_path, &card, err, sizeof err) == 0
+        &&  card.blocked [0]) {
+            int n = ah_net_block (card.blocked, err, sizeof err);
+            if (n < 0) {
+                ah_error ("sandboxd", "%s: refusing to run", err);
+                s_destroy (self);
+                return 1;
+            }
+            ah_info ("sandboxd", "%d destinations made unreachable (the host, other networks)", n);
+        }
+    }
     signal (SIGPIPE, SIG_IGN);
     s_signal_stop = &self->stop;
     s_signal_fd = self->wake [1];

@@ -7,6 +7,9 @@
 #include "drivers/docker/docker_int.h"
 #include "proto/tar.h"
 
+#include <curl/curl.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,12 +51,69 @@ ah_dk_container_start (docker_t *self, const char *name, char **err)
 json_t *
 ah_dk_sandboxd_mount (const docker_t *self)
 {
-    if (self->sandboxd_dir)
+    if (self->sandboxd_file)
         return json_pack ("{s:s s:s s:s s:b}",
-            "Type", "bind", "Source", self->sandboxd_dir, "Target", "/opt/agenthold", "ReadOnly", 1);
+            "Type", "bind", "Source", self->sandboxd_file, "Target", "/opt/agenthold/sandboxd",
+            "ReadOnly", 1);
     return json_pack ("{s:s s:s s:s s:b s:{s:b}}",
         "Type", "volume", "Source", self->config->sandboxd_volume, "Target", "/opt/agenthold",
         "ReadOnly", 1, "VolumeOptions", "NoCopy", 1);
+}
+
+//  The image's USER (Config.User), "" when it names none. Caller frees;
+//  NULL with *err when the engine cannot say (404: no such image).
+static char *
+s_image_user (docker_t *self, const char *image, const char *container, char **err)
+{
+    char *esc = curl_easy_escape (NULL, image, 0);
+    char *path = esc ? ah_strf ("/images/%s/json", esc) : NULL;
+    curl_free (esc);
+    char *what = ah_strf ("reading the user of image '%s'", image);
+    json_t *j = NULL;
+    long st = path ? ah_dk_get (self, what, path, true, &j, err) : -1;
+    const char *user = json_string_value (json_object_get (json_object_get (j, "Config"), "User"));
+    char *out = NULL;
+    if (st == 200)
+        out = strdup (user ? user : "");
+    else
+    if (st == 404)
+        ah_dk_err (err, "creating container %s: image '%s' not found (Docker: No such image: %s)",
+                   container, image, image);
+    json_decref (j);
+    free (what);
+    free (path);
+    return out;
+}
+
+//  The directory of the tunnel's socket, read-only at DK_TUNNEL_DIR: the
+//  only way a sandbox without a network reaches the server. NULL with
+//  *err.
+static json_t *
+s_tunnel_mount (docker_t *self, char **err)
+{
+    char *dir = self->tunnel_socket ? strdup (self->tunnel_socket) : NULL;
+    char *slash = dir ? strrchr (dir, '/') : NULL;
+    if (!slash || slash == dir) {
+        ah_dk_err (err, "creating a sandbox: the tunnel's socket '%s' must sit in a directory of "
+                   "its own (sandbox.tunnel_socket)", self->tunnel_socket ? self->tunnel_socket : "");
+        free (dir);
+        return NULL;
+    }
+    *slash = 0;
+    //  On the host the directory may not be there yet (the tunnel makes it
+    //  when it starts listening); in a container it is the mount's.
+    char *server = ah_dk_server_container (self);
+    if (!server && mkdir (dir, 0755) != 0 && errno != EEXIST)
+        ah_warn (LOG_AREA, "making %s for the tunnel's socket: %s", dir, strerror (errno));
+    free (server);
+    char *host = ah_dk_host_path (self, dir, err);
+    free (dir);
+    if (!host)
+        return NULL;
+    json_t *m = json_pack ("{s:s s:s s:s s:b}", "Type", "bind", "Source", host,
+                           "Target", DK_TUNNEL_DIR, "ReadOnly", 1);
+    free (host);
+    return m;
 }
 
 static int
@@ -71,45 +131,77 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
         memory_mb = c->max_memory_mb;
     int64_t pids = spec->pids_limit > 0 ? spec->pids_limit : c->pids_limit;
 
+    char *user = s_image_user (self, image, n.container, err);
+    json_t *tunnel = user ? s_tunnel_mount (self, err) : NULL;
+    if (!tunnel) {
+        free (user);
+        return -1;
+    }
     json_t *mounts = json_array ();
     json_array_append_new (mounts, json_pack ("{s:s s:s s:s s:{s:o}}",
         "Type", "volume", "Source", n.volume, "Target", "/home/agent",
         "VolumeOptions", "Labels", ah_dk_labels (self, spec->agent_id)));
     json_array_append_new (mounts, ah_dk_sandboxd_mount (self));
+    json_array_append_new (mounts, tunnel);
+    //  /tmp: a tmpfs of its own (the engine mounts it nosuid, nodev).
+    json_array_append_new (mounts, json_pack ("{s:s s:s s:{s:I s:i}}",
+        "Type", "tmpfs", "Target", "/tmp",
+        "TmpfsOptions", "SizeBytes", (json_int_t) (c->tmp_mb > 0 ? c->tmp_mb : 64) * 1024 * 1024,
+        "Mode", 01777));
 
-    json_t *host = json_pack ("{s:b s:I s:I s:I s:o s:s s:{s:s}}",
+    //  No network unless the runtime needs one: the tunnel's socket is the
+    //  only way out. All capabilities dropped but what sandboxd needs to
+    //  make the home the agent's and to become the agent; no new
+    //  privileges (setuid programs in the image stay what they are); the
+    //  engine's default seccomp profile (nothing here unsets it).
+    json_t *host = json_pack ("{s:b s:I s:I s:I s:o s:s s:{s:s} s:[s] s:[" "s s s s s s" "] s:[s]}",
         "Init", 1,
         "NanoCpus", (json_int_t) (cpus * 1e9),
         "Memory", (json_int_t) memory_mb * 1024 * 1024,
         "PidsLimit", (json_int_t) pids,
         "Mounts", mounts,
-        "NetworkMode", n.network,
-        "RestartPolicy", "Name", "no");
+        "NetworkMode", spec->needs_network ? n.network : "none",
+        "RestartPolicy", "Name", "no",
+        "CapDrop", "ALL",
+        "CapAdd", DK_CAPS,
+        "SecurityOpt", "no-new-privileges");
     if (c->runtime && *c->runtime)
         json_object_set_new (host, "Runtime", json_string (c->runtime));
+    if (spec->needs_network) {
+        //  sandboxd makes the host unreachable at boot (prohibit routes in
+        //  the sandbox's own namespace), and no IPv6 reaches it either.
+        json_array_append_new (json_object_get (host, "CapAdd"), json_string (DK_NET_CAP));
+        json_object_set_new (host, "Sysctls", json_pack ("{s:s s:s}",
+            "net.ipv6.conf.all.disable_ipv6", "1", "net.ipv6.conf.default.disable_ipv6", "1"));
+    }
 
-    char *addr = ah_dk_ip_string (base + (1u << (32 - self->subnet_bits)) / 2);
-    json_t *req = json_pack ("{s:s s:s s:[s] s:[] s:s s:o s:o s:{s:{s:{s:{s:s}}}}}",
+    //  sandboxd starts as root (it reads the root-only boot.json, makes the
+    //  home the agent's, and drops to the agent account for what it runs),
+    //  whatever USER the image names; that USER is handed to it, for
+    //  images without an `agent` account.
+    char *env = ah_strf ("AGENTHOLD_USER=%s", user);
+    free (user);
+    json_t *req = json_pack ("{s:s s:s s:[s] s:[] s:s s:[s] s:o s:o}",
         "Image", image,
         "Hostname", spec->agent_id,
         "Entrypoint", "/opt/agenthold/sandboxd",
         "Cmd",
-        //  sandboxd starts as root (it reads the root-only boot.json and
-        //  drops to the agent account for what it runs), whatever USER
-        //  the image names.
         "User", "0:0",
+        "Env", env ? env : "AGENTHOLD_USER=",
         "Labels", ah_dk_labels (self, spec->agent_id),
-        "HostConfig", host,
-        "NetworkingConfig", "EndpointsConfig", n.network, "IPAMConfig", "IPv4Address", addr ? addr : "");
-    free (addr);
-    //  The runtime's env vars (sandboxd hands its environment on to what it runs).
-    if (spec->n_env) {
-        json_t *env = json_array ();
-        for (size_t i = 0; i < spec->n_env; i++)
-            if (spec->env [i])
-                json_array_append_new (env, json_string (spec->env [i]));
-        json_object_set_new (req, "Env", env);
+        "HostConfig", host);
+    free (env);
+    if (spec->needs_network) {
+        char *addr = ah_dk_ip_string (base + (1u << (32 - self->subnet_bits)) / 2);
+        json_object_set_new (req, "NetworkingConfig", json_pack ("{s:{s:{s:{s:s}}}}",
+            "EndpointsConfig", n.network, "IPAMConfig", "IPv4Address", addr ? addr : ""));
+        free (addr);
     }
+    //  The runtime's env vars (sandboxd hands its environment on to what it runs).
+    json_t *envs = json_object_get (req, "Env");
+    for (size_t i = 0; i < spec->n_env; i++)
+        if (spec->env [i])
+            json_array_append_new (envs, json_string (spec->env [i]));
 
     char *what = ah_strf ("creating container %s", n.container);
     char *path = ah_strf ("/containers/create?name=%s", n.container);
@@ -158,11 +250,13 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
 
 int
 ah_dk_boot_write (docker_t *self, const char *name, const char *agent_id, const char *token,
-                  const char *tunnel_url, const char *briefing, char **err)
+                  const char *tunnel_url, const char *blocked, const char *briefing, char **err)
 {
     char *what = ah_strf ("writing /etc/agenthold/boot.json into container %s", name);
     json_t *j = json_pack ("{s:s s:s s:s}", "agent_id", agent_id, "token", token,
                            "tunnel_url", tunnel_url);
+    if (j && blocked)
+        json_object_set_new (j, "blocked", json_string (blocked));
     char *text = j ? json_dumps (j, JSON_COMPACT) : NULL;
     json_decref (j);
     //  etc/, etc/agenthold/, etc/agenthold/boot.json (root, 0600).
@@ -237,8 +331,16 @@ s_make (ah_driver_t *driver, const ah_sandbox_spec_t *spec, bool rebuild, char *
         return -1;
     if (ah_dk_home_volume_ensure (self, spec->agent_id, err))
         return -1;
-    uint32_t base = ah_dk_network_ensure (self, spec->agent_id, err);
-    if (!base)
+    //  A network only for a runtime that needs one (a rebuild to a runtime
+    //  that does not drops it).
+    uint32_t base = 0;
+    if (spec->needs_network) {
+        base = ah_dk_network_ensure (self, spec->agent_id, err);
+        if (!base)
+            return -1;
+    }
+    else
+    if (ah_dk_network_remove (self, spec->agent_id, err) || ah_dk_subnet_free (self, spec->agent_id, err))
         return -1;
     return s_container_create (self, spec, image, base, err);
 }
@@ -266,12 +368,6 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
         ah_dk_err (err, "starting container %s: no boot token or no valid tunnel port", n.container);
         return -1;
     }
-    uint32_t base = ah_dk_subnet_lookup (self, boot->agent_id);
-    if (!base) {
-        ah_dk_err (err, "starting container %s: no network was allocated for agent %s; "
-                   "rebuild the sandbox", n.container, boot->agent_id);
-        return -1;
-    }
     char *eerr = NULL;
     if (ah_dk_ensure_engine (self, &eerr)) {
         ah_dk_err (err, "starting container %s: %s", n.container, eerr);
@@ -280,14 +376,17 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     }
     if (ah_dk_deploy_for_start (self, n.container, err))
         return -1;
-    //  The server is at .1 on the host (the gateway) or .2 in its container.
-    char *server = ah_dk_server_container (self);
-    char *host = ah_dk_ip_string (base + (server ? 2 : 1));
-    free (server);
-    char *url = host ? ah_strf ("ws://%s:%d/tunnel", host, boot->tunnel_port) : NULL;
-    free (host);
-    int rc = url ? ah_dk_boot_write (self, n.container, boot->agent_id, boot->token, url,
-                                     boot->briefing, err) : -1;
+    //  Every sandbox dials the tunnel's unix socket, mounted at
+    //  DK_TUNNEL_DIR, networked or not.
+    const char *sock = self->tunnel_socket ? strrchr (self->tunnel_socket, '/') : NULL;
+    char *url = sock ? ah_strf ("ws+unix://%s%s:/tunnel", DK_TUNNEL_DIR, sock) : NULL;
+    //  A sandbox with a network (it has a subnet): what it may not reach.
+    uint32_t base = ah_dk_subnet_lookup (self, boot->agent_id);
+    char *blocked = base ? ah_dk_blocked (self, base) : NULL;
+    int rc = url && (!base || blocked)
+           ? ah_dk_boot_write (self, n.container, boot->agent_id, boot->token, url, blocked,
+                               boot->briefing, err) : -1;
+    free (blocked);
     if (!url)
         ah_dk_err (err, "starting container %s: out of memory", n.container);
     free (url);

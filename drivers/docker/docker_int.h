@@ -54,7 +54,8 @@ typedef struct {
     int      pool_bits;
     int      subnet_bits;
     uint32_t subnet_count;
-    char    *sandboxd_dir;              //  bind-mounted at /opt/agenthold (NULL: volume)
+    char    *sandboxd_file;             //  bind-mounted alone at /opt/agenthold/sandboxd (NULL: volume)
+    char    *tunnel_socket;             //  the tunnel's unix socket (server's path)
 
     pthread_mutex_t lock;               //  guards everything below
     char    api_version [16];           //  "1.41"; "" until negotiated
@@ -165,6 +166,10 @@ int  ah_dk_stream (docker_t *self, const dk_stream_t *how, const char *path, cha
 int   ah_dk_detect_server_container (docker_t *self, char **err);
 //  Its full id, NULL on the host. Caller frees.
 char *ah_dk_server_container (docker_t *self);
+//  Where path (a path of the server's file system) is on the engine's
+//  host: path itself on the host; in a container, the source of the
+//  deepest mount holding it plus the rest. Caller frees; NULL with *err.
+char *ah_dk_host_path (docker_t *self, const char *path, char **err);
 
 //  -------------------------------------------------------------------------
 //  subnet.c: the networks table
@@ -188,32 +193,45 @@ bool     ah_dk_subnet_taken (docker_t *self, uint32_t base);
 //  -------------------------------------------------------------------------
 //  network.c: the agent's network
 
-//  POST /networks/create: an internal bridge named name on the subnet at
-//  base, gateway .1, with labels (taken over). The status, or -1 with *err.
+//  POST /networks/create: a bridge named name on the subnet at base,
+//  gateway .1, internal unless outward, with labels (taken over). The
+//  status, or -1 with *err.
 long     ah_dk_network_post (docker_t *self, const char *what, const char *name, uint32_t base,
-                             json_t *labels, char **message, char **err);
+                             bool outward, json_t *labels, char **message, char **err);
 //  The agent's network, on a subnet that works, joined by the server when
 //  it runs in a container. Returns the subnet base, 0 with *err.
 uint32_t ah_dk_network_ensure (docker_t *self, const char *agent_id, char **err);
 int      ah_dk_network_remove (docker_t *self, const char *agent_id, char **err);
+//  What a sandbox on the network at base may not reach, for boot.json's
+//  blocked (sandboxd makes each unreachable at boot): "CIDR CIDR ...",
+//  shorter than DK_BLOCKED_MAX. Caller frees; NULL out of memory.
+#define DK_BLOCKED_MAX      1000
+char    *ah_dk_blocked (docker_t *self, uint32_t base);
 
 //  -------------------------------------------------------------------------
 //  container.c: containers
 
 //  Removes the container name (force, volumes kept); absent is fine.
 int      ah_dk_container_remove (docker_t *self, const char *name, char **err);
+//  Where a sandbox finds the tunnel's socket (its directory is mounted there).
+#define DK_TUNNEL_DIR       "/run/agenthold"
+//  The capabilities a sandbox keeps (docs/docker.md says why each).
+#define DK_CAPS             "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"
+//  And for a sandbox with a network: its blocked routes (sandboxd/net.h).
+#define DK_NET_CAP          "NET_ADMIN"
 //  Removes all but one network of the agent's name, the one on its stored
 //  subnet (best effort): two can exist after an interrupted create, and
 //  the engine then refuses the name.
 void     ah_dk_network_dedupe (docker_t *self, const char *agent_id);
-//  sandboxd's read-only mount at /opt/agenthold (a bind or the volume).
+//  sandboxd's read-only mount at /opt/agenthold (a bind of the file alone or the volume).
 json_t  *ah_dk_sandboxd_mount (const docker_t *self);
 //  Writes /etc/agenthold/boot.json (root, 0600) into the container name:
-//  {"agent_id", "token", "tunnel_url"}, and the briefing (when not NULL)
-//  as /etc/agenthold/briefing.md (root, 0444: read-only for the agent).
-//  0 / -1 with *err.
+//  {"agent_id", "token", "tunnel_url", "blocked" (when not NULL)}, and the
+//  briefing (when not NULL) as /etc/agenthold/briefing.md (root, 0444:
+//  read-only for the agent). 0 / -1 with *err.
 int      ah_dk_boot_write (docker_t *self, const char *name, const char *agent_id,
-                           const char *token, const char *tunnel_url, const char *briefing,
+                           const char *token, const char *tunnel_url, const char *blocked,
+                           const char *briefing,
                            char **err);
 int      ah_dk_container_start (docker_t *self, const char *name, char **err);
 

@@ -103,7 +103,8 @@ s_destroy_driver (ah_driver_t **self_p)
         pthread_mutex_destroy (&self->lock);
         free (self->socket_path);
         free (self->prefix);
-        free (self->sandboxd_dir);
+        free (self->sandboxd_file);
+        free (self->tunnel_socket);
         free (self->server_container);
         free (self);
     }
@@ -157,11 +158,11 @@ ah_docker_driver_new (const ah_config_t *config, char **err)
     self->pool_bits = bits;
     self->subnet_bits = config->subnet_bits;
     self->subnet_count = 1u << (config->subnet_bits - bits);
-    if (!(config->sandboxd_volume && *config->sandboxd_volume)) {
-        char *copy = strdup (config->sandboxd_path);
-        self->sandboxd_dir = copy ? strdup (dirname (copy)) : NULL;
-        free (copy);
-    }
+    //  sandboxd alone goes in: the file (never its directory, which may
+    //  hold the server and anything else of the build or the system).
+    if (!(config->sandboxd_volume && *config->sandboxd_volume))
+        self->sandboxd_file = strdup (config->sandboxd_path);
+    self->tunnel_socket = ah_config_tunnel_socket (config);
     char *db = ah_strf ("%s/agenthold.db", config->data_dir);
     char *serr = NULL;
     self->store = db ? ah_store_open (db, true, &serr) : NULL;

@@ -112,3 +112,39 @@ ah_dk_server_container (docker_t *self)
     pthread_mutex_unlock (&self->lock);
     return id;
 }
+
+char *
+ah_dk_host_path (docker_t *self, const char *path, char **err)
+{
+    char *server = ah_dk_server_container (self);
+    if (!server)
+        return strdup (path);
+    char *what = ah_strf ("finding where %s of the server's container is on the host", path);
+    char *ipath = ah_strf ("/containers/%s/json", server);
+    json_t *j = NULL;
+    long st = ipath ? ah_dk_get (self, what, ipath, false, &j, err) : -1;
+    char *out = NULL;
+    size_t best = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach (st == 200 ? json_object_get (j, "Mounts") : NULL, i, m) {
+        const char *dst = json_string_value (json_object_get (m, "Destination"));
+        const char *src = json_string_value (json_object_get (m, "Source"));
+        size_t dl = dst ? strlen (dst) : 0;
+        if (!src || !*src || dl == 0 || dl <= best || strncmp (path, dst, dl) != 0
+        ||  (path [dl] != 0 && path [dl] != '/'))
+            continue;
+        best = dl;
+        free (out);
+        out = ah_strf ("%s%s", src, path + dl);
+    }
+    if (!out && st == 200)
+        ah_dk_err (err, "%s: no volume or bind mount of the server's container holds it; mount one "
+                   "there (e.g. the data directory) so sandboxes can be given the tunnel's socket",
+                   what ? what : path);
+    json_decref (j);
+    free (ipath);
+    free (what);
+    free (server);
+    return out;
+}

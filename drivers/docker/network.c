@@ -1,9 +1,14 @@
-/*  drivers/docker/network.c: the agent's network, <prefix>-net-<id>: an
-    internal bridge on the agent's subnet (subnet.c), gateway .1, joined
-    by the server's own container at .2 when the server runs in one.
-    Kept across rebuilds; destroy removes it.                           */
+/*  drivers/docker/network.c: the network of an agent whose runtime needs
+    one, <prefix>-net-<id>: a bridge with a way out (the engine's NAT) on
+    the agent's subnet (subnet.c), gateway .1, joined by the server's own
+    container at .2 when the server runs in one. Agents whose runtime
+    needs no network have none (container.c). Kept across rebuilds;
+    destroy removes it.                                                 */
 #include "drivers/docker/docker_int.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,12 +18,12 @@
 
 long
 ah_dk_network_post (docker_t *self, const char *what, const char *name, uint32_t base,
-                    json_t *labels, char **message, char **err)
+                    bool outward, json_t *labels, char **message, char **err)
 {
     char *subnet = ah_dk_subnet_string (self, base);
     char *gw = ah_dk_ip_string (base + 1);
     json_t *req = json_pack ("{s:s s:s s:b s:b s:b s:{s:s s:[{s:s s:s}]} s:o}",
-        "Name", name, "Driver", "bridge", "Internal", 1, "CheckDuplicate", 1,
+        "Name", name, "Driver", "bridge", "Internal", !outward, "CheckDuplicate", 1,
         "Attachable", 0,
         "IPAM", "Driver", "default", "Config", "Subnet", subnet ? subnet : "", "Gateway", gw ? gw : "",
         "Labels", labels);
@@ -75,12 +80,12 @@ s_network_create (docker_t *self, const char *agent_id, uint32_t base, char **er
     char *what = ah_strf ("creating network %s", n.network);
     char *msg = NULL;
     int rc = -1;
-    long st = ah_dk_network_post (self, what ? what : "creating a network", n.network, base,
+    long st = ah_dk_network_post (self, what ? what : "creating a network", n.network, base, true,
                                   ah_dk_labels (self, agent_id), &msg, err);
     if (st == 409 && s_network_same (self, what, n.network, base, err) == 2) {
         free (msg);
         msg = NULL;
-        st = ah_dk_network_post (self, what ? what : "creating a network", n.network, base,
+        st = ah_dk_network_post (self, what ? what : "creating a network", n.network, base, true,
                                  ah_dk_labels (self, agent_id), &msg, err);
     }
     if (st == 201 || st == 200)
@@ -245,4 +250,67 @@ ah_dk_network_ensure (docker_t *self, const char *agent_id, char **err)
         }
         skip [nskip++] = base;
     }
+}
+
+//  out + " a.b.c.d/32" unless it would pass DK_BLOCKED_MAX. The new string
+//  (out freed), or out when it was left as it was.
+static char *
+s_block_more (char *out, const char *host)
+{
+    if (!out || !host || !*host || strlen (out) + strlen (host) + 5 >= DK_BLOCKED_MAX)
+        return out;
+    char *more = ah_strf ("%s %s/32", out, host);
+    if (!more)
+        return out;
+    free (out);
+    return more;
+}
+
+char *
+ah_dk_blocked (docker_t *self, uint32_t base)
+{
+    //  Link-local (the host's and the cloud's metadata service), the pool,
+    //  and on the agent's own subnet the gateway (the host) and .2 (the
+    //  server's container). Not every private range: the host's resolver
+    //  and the rest of the LAN may sit there, and are the way out.
+    char *pool = ah_dk_ip_string (self->pool_base);
+    char *gw = ah_dk_ip_string (base + 1);
+    char *two = ah_dk_ip_string (base + 2);
+    char *out = ah_strf ("169.254.0.0/16 %s/%d %s/32 %s/32", pool ? pool : "10.213.0.0",
+                         self->pool_bits, gw ? gw : "", two ? two : "");
+    free (pool);
+    free (gw);
+    free (two);
+    //  Every gateway of the engine's networks outside the pool: each is an
+    //  address of the host (docker0's 172.17.0.1 and the like).
+    json_t *nets = NULL;
+    ah_dk_get (self, "listing the engine's networks", "/networks", false, &nets, NULL);
+    size_t i, k;
+    json_t *n, *cfg;
+    json_array_foreach (nets, i, n)
+        json_array_foreach (json_object_get (json_object_get (n, "IPAM"), "Config"), k, cfg) {
+            const char *g = json_string_value (json_object_get (cfg, "Gateway"));
+            struct in_addr ga;
+            if (g && inet_pton (AF_INET, g, &ga) == 1
+            &&  (ntohl (ga.s_addr) & ~((1u << (32 - self->pool_bits)) - 1)) != self->pool_base)
+                out = s_block_more (out, g);
+        }
+    json_decref (nets);
+    //  On the host: each of its own IPv4 addresses too. In a container the
+    //  server cannot see them (docs/docker.md says what to do then).
+    char *server = ah_dk_server_container (self);
+    struct ifaddrs *ifs = NULL;
+    if (!server && out && getifaddrs (&ifs) == 0) {
+        for (struct ifaddrs *ifa = ifs; ifa; ifa = ifa->ifa_next) {
+            if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != AF_INET)
+                continue;
+            char host [INET_ADDRSTRLEN];
+            inet_ntop (AF_INET, &((struct sockaddr_in *) ifa->ifa_addr)->sin_addr, host, sizeof host);
+            if (strncmp (host, "127.", 4) != 0)
+                out = s_block_more (out, host);
+        }
+        freeifaddrs (ifs);
+    }
+    free (server);
+    return out;
 }

@@ -1,14 +1,16 @@
 /*  drivers/docker/probe.c: the host firewall probe (docs/docker.md,
-    "Isolation").
+    "What a sandbox can reach").
 
-    A container on an internal network still reaches the host's own
-    addresses through the host's INPUT chain, which Docker leaves open; only
-    a host rule closes it, and the product does not install one (why: see
-    docs/docker.md). This probe tells the operator at start whether the rule
-    is there: a throw-away sandbox on the pool's last block runs the
-    server's sandboxd with a boot.json whose tunnel URL names the gateway
-    and a port the server just bound on all addresses, not the tunnel's. If
-    the dial arrives, host services are open to sandboxes. Its objects carry
+    A sandbox whose runtime needs no network has none: it reaches nothing
+    but the tunnel's unix socket. A sandbox with a network (a runtime with
+    needs_network) still reaches the host's own addresses through the
+    host's INPUT chain, which Docker leaves open; only a host rule closes
+    it, and the product does not install one (why: see docs/docker.md).
+    This probe tells the operator at start whether the rule is there: a
+    throw-away sandbox on a network like theirs, on the pool's last block,
+    runs the server's sandboxd with a boot.json whose tunnel URL names the
+    gateway and a port the server just bound on all addresses. If the dial
+    arrives, host services are open to networked sandboxes. Its objects carry
     only the label agenthold.probe=<prefix> (never agenthold.managed), so
     list(), events and the reconciler do not see them; leftovers of a probe
     cut short by a kill are removed by the next one.
@@ -129,7 +131,7 @@ s_probe_make (docker_t *self, const char *name, const char *image, uint32_t base
     char *msg = NULL, *cerr = NULL, *path = NULL, *url = NULL;
     char *addr = ah_dk_ip_string (base + size / 2);
     int rc = -1;
-    long st = ah_dk_network_post (self, "creating the firewall probe's network", name, base,
+    long st = ah_dk_network_post (self, "creating the firewall probe's network", name, base, true,
                                   json_pack ("{s:s}", "agenthold.probe", self->prefix), &msg, &cerr);
     if (st != 201 && st != 200) {
         char *subnet = ah_dk_subnet_string (self, base);
@@ -140,11 +142,11 @@ s_probe_make (docker_t *self, const char *name, const char *image, uint32_t base
     }
     json_t *mounts = json_array ();
     json_array_append_new (mounts, ah_dk_sandboxd_mount (self));
-    json_t *req = json_pack ("{s:s s:[s] s:[] s:s s:{s:s} s:{s:b s:o s:s s:I} s:{s:{s:{s:{s:s}}}}}",
+    json_t *req = json_pack ("{s:s s:[s] s:[] s:s s:{s:s} s:{s:b s:o s:s s:I s:[s]} s:{s:{s:{s:{s:s}}}}}",
         "Image", image, "Entrypoint", "/opt/agenthold/sandboxd", "Cmd", "User", "0:0",
         "Labels", "agenthold.probe", self->prefix,
         "HostConfig", "Init", 1, "Mounts", mounts, "NetworkMode", name, "Memory",
-        (json_int_t) 64 << 20,
+        (json_int_t) 64 << 20, "CapAdd", DK_NET_CAP,
         "NetworkingConfig", "EndpointsConfig", name, "IPAMConfig", "IPv4Address", addr ? addr : "");
     path = ah_strf ("/containers/create?name=%s", name);
     free (msg);
@@ -158,7 +160,13 @@ s_probe_make (docker_t *self, const char *name, const char *image, uint32_t base
     //  The boot file: the gateway and our probe port, a token nobody holds.
     url = ah_strf ("ws://%s:%d/tunnel", gw, port);
     char *serr = NULL;
-    if (ah_dk_boot_write (self, name, "probe", "probe", url ? url : "", NULL, &serr)
+    //  What a networked sandbox's sandboxd is told not to reach: the probe
+    //  asks whether, with those routes in place, the host still answers.
+    char *blocked = ah_dk_blocked (self, base);
+    int wrote = blocked ? ah_dk_boot_write (self, name, "probe", "probe", url ? url : "", blocked,
+                                            NULL, &serr) : -1;
+    free (blocked);
+    if (wrote
     ||  ah_dk_container_start (self, name, &serr)) {
         ah_dk_err (report, "cannot check the host firewall: %s", serr ? serr : "out of memory");
         free (serr);
@@ -207,19 +215,19 @@ ah_docker_check_isolation (ah_driver_t *driver, int tunnel_port, char **report)
         ah_dk_err (report, "cannot check the host firewall: cannot listen on a port: %s", strerror (errno));
         goto out;
     }
-    if (port == tunnel_port) {
-        ah_dk_err (report, "cannot check the host firewall: the probe got the tunnel port");
-        goto out;
-    }
+    //  Not the tunnel's TCP port either: nothing of the host is for a
+    //  sandbox's network (the tunnel is reached through its socket).
+    (void) tunnel_port;
     if (!gw || s_probe_make (self, name, image, base, gw, port, report))
         goto out;
     struct pollfd pfd = { .fd = fd, .events = POLLIN };
     if (poll (&pfd, 1, PROBE_WAIT_MS) > 0) {
-        ah_dk_err (report, "a sandbox on %s reached this host at %s:%d, a port that is not the "
-                   "tunnel's: every service listening on this host's addresses is open to "
-                   "sandboxes. Filter the pool on the host (docs/docker.md), e.g. `iptables -I "
-                   "INPUT -s %s -j DROP` then `iptables -I INPUT -s %s -p tcp --dport %d -j ACCEPT`",
-                   c->network_pool, gw, port, c->network_pool, c->network_pool, tunnel_port);
+        ah_dk_err (report, "sandboxes of runtimes that need no network have none and reach only "
+                   "the tunnel's socket; but a sandbox with a network (a runtime with "
+                   "needs_network) on %s reached this host at %s:%d: every service listening on "
+                   "this host's addresses is open to those. Filter the pool on the host "
+                   "(docs/docker.md), e.g. `iptables -I INPUT -s %s -j DROP`",
+                   c->network_pool, gw, port, c->network_pool);
         rc = 1;
         goto out;
     }
@@ -233,8 +241,10 @@ ah_docker_check_isolation (ah_driver_t *driver, int tunnel_port, char **report)
     json_decref (j);
     free (path);
     if (st == 200 && running) {
-        ah_dk_err (report, "a sandbox on %s reaches no host port but the tunnel's (a probe on "
-                   "port %d went unanswered for %d ms)", c->network_pool, port, PROBE_WAIT_MS);
+        ah_dk_err (report, "sandboxes of runtimes that need no network have none and reach only "
+                   "the tunnel's socket; a sandbox with a network on %s reaches no host port (a "
+                   "probe on port %d went unanswered for %d ms)", c->network_pool, port,
+                   PROBE_WAIT_MS);
         rc = 0;
     }
     else

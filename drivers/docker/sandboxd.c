@@ -20,7 +20,7 @@ static bool
 s_needed (docker_t *self)
 {
     pthread_mutex_lock (&self->lock);
-    bool needed = !self->sandboxd_dir && !self->sandboxd_deployed;
+    bool needed = !self->sandboxd_file && !self->sandboxd_deployed;
     pthread_mutex_unlock (&self->lock);
     return needed;
 }

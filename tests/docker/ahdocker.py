@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import threading
 import tempfile
 import time
 import urllib.parse
@@ -175,6 +176,44 @@ def free_port(lo, hi, avoid=()):
     raise Fail("no free port in %d-%d" % (lo, hi))
 
 
+def host_service(h):
+    """A host service on all addresses (stopped by h's clean-up): answers
+    hello-from-host to whoever connects. Its port."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 0))
+    s.listen(8)
+    s.settimeout(0.5)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = s.accept()
+            except OSError:
+                continue
+            try:
+                c.sendall(b"hello-from-host\n")
+            finally:
+                c.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    h.cleanups.append(lambda: (stop.set(), t.join(), s.close()))
+    return s.getsockname()[1]
+
+
+def host_addresses():
+    """The host's IPv4 addresses and every gateway of the engine's networks."""
+    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    addrs = {a for a in out if ":" not in a and not a.startswith("127.")}
+    _, nets = engine("GET", "/networks")
+    for n in nets or []:
+        for cfg in (n.get("IPAM") or {}).get("Config") or []:
+            if cfg.get("Gateway") and ":" not in cfg["Gateway"]:
+                addrs.add(cfg["Gateway"])
+    return sorted(addrs)
+
+
 class Harness:
     """One test run: a prefix, a pool, a temp dir, the test image, the
     server (a process on the host, or nothing when the test runs it in a
@@ -321,6 +360,15 @@ class Harness:
             return status, json.loads(text) if text else None
         except ValueError:
             return status, None
+
+    def finish(self):
+        """The end of a scenario: nothing of the prefix is left, and the
+        server exits 0 on SIGTERM."""
+        c, n, v = self.leftovers()
+        self.check(not c and not n and not v, "nothing of the agents is left: %d containers, "
+                   "%d networks, %d volumes" % (len(c), len(n), len(v)))
+        self.server.terminate()
+        self.check(self.server.wait(timeout=30) == 0, "the server exits 0 on SIGTERM")
 
     def wait_state(self, name, want, seconds=20):
         deadline = time.time() + seconds

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/docker/boot_peer.py: the server's side of the tunnel, just far
 enough to prove a sandbox made by the Docker driver boots: it listens on
-all addresses, accepts sandboxd's WebSocket upgrade on /tunnel (subprotocol
+the tunnel's unix socket (--unix) or all addresses (--port), accepts sandboxd's WebSocket upgrade on /tunnel (subprotocol
 agenthold-tunnel, Authorization: Bearer <token>, X-Agenthold-Agent: <id>),
 then opens hello and ping over yamux (docs/tunnel.md) with the Yamux client
 of tests/sandboxd/tunnel_peer.py.
@@ -21,7 +21,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tunnel_peer import Yamux  # noqa: E402
 
 p = argparse.ArgumentParser()
-p.add_argument("--port", type=int, required=True)
+p.add_argument("--port", type=int, help="listen on all addresses at this TCP port")
+p.add_argument("--unix", help="listen on this unix socket (what a sandbox without a network dials)")
 p.add_argument("--token", required=True)
 p.add_argument("--agent", required=True)
 p.add_argument("--out", required=True)
@@ -74,8 +75,17 @@ async def handler(ws, path=None):
 
 
 async def main():
-    async with websockets.serve(handler, "0.0.0.0", args.port, subprotocols=["agenthold-tunnel"],
-                                process_request=process_request):
+    if args.unix:
+        if os.path.exists(args.unix):
+            os.unlink(args.unix)
+        server = websockets.unix_serve(handler, args.unix, subprotocols=["agenthold-tunnel"],
+                                       process_request=process_request)
+    else:
+        server = websockets.serve(handler, "0.0.0.0", args.port, subprotocols=["agenthold-tunnel"],
+                                  process_request=process_request)
+    async with server:
+        if args.unix:
+            os.chmod(args.unix, 0o666)
         try:
             await asyncio.wait_for(done.wait(), args.timeout)
         except asyncio.TimeoutError:

@@ -162,11 +162,12 @@ eng_count_prefix (const char *prefix)
 //  Runs argv (a JSON array text) in the container with a tty (raw output);
 //  returns the output (caller frees) and *exit_code.
 ENG_FN char *
-eng_exec (const char *container, const char *argv_json, int *exit_code)
+eng_exec_as (const char *container, const char *user, const char *argv_json, int *exit_code)
 {
     char body [4096];
     snprintf (body, sizeof body,
-              "{\"AttachStdout\":true,\"AttachStderr\":true,\"Tty\":true,\"Cmd\":%s}", argv_json);
+              "{\"AttachStdout\":true,\"AttachStderr\":true,\"Tty\":true,\"User\":\"%s\",\"Cmd\":%s}",
+              user ? user : "", argv_json);
     long st;
     json_t *j = eng_json ("POST", body, &st, "/containers/%s/exec", container);
     *exit_code = -1;
@@ -184,6 +185,13 @@ eng_exec (const char *container, const char *argv_json, int *exit_code)
     json_decref (j);
     free (eid);
     return out;
+}
+
+//  The same as the container's own user.
+ENG_FN char *
+eng_exec (const char *container, const char *argv_json, int *exit_code)
+{
+    return eng_exec_as (container, NULL, argv_json, exit_code);
 }
 
 //  Builds the busybox test image with tests/images/build-test-image.sh.

@@ -1,42 +1,41 @@
 #!/usr/bin/python3
-"""tests/docker/firewall_docker.py: from inside a sandbox nothing outside its
-network answers but the server's tunnel, and `agenthold serve` tells the
-operator at start whether the host firewall makes it so.
+"""tests/docker/firewall_docker.py: a sandbox of a runtime that needs no
+network reaches nothing on the host but the tunnel's socket, with no host
+firewall rule at all; and `agenthold serve` tells the operator at start
+what a sandbox *with* a network (a runtime with needs_network) reaches.
 
-Docker leaves the host's INPUT chain open to containers on internal
-networks; agenthold does not install host firewall rules (docs/docker.md
-says why) but probes at start and warns. This test, with the real server
-and the real static sandboxd:
-  1. no rule for the test's pool: the server logs a warning naming the
-     rule to add; from inside a running sandbox a host service on the
-     gateway (a listener on all addresses, not the tunnel port) answers;
-  2. the recommended rule added for the test's pool only (iptables, as an
-     operator would): a restarted server logs that sandboxes reach no host
-     port but the tunnel's, and no warning; the agent is running again (its
-     sandboxd dialed the tunnel port through the rule); from inside, the
-     host service answers on no host address while the tunnel port does;
-     the outside world does not answer either.
-The rules are removed at the end, also on failure.
+With the real server and the real static sandboxd:
+  1. no rule: an agent of the default runtime becomes running (its
+     sandboxd dialed the tunnel's unix socket); its container has network
+     mode none; from inside, a host service listening on all addresses,
+     the tunnel's TCP port and the API's port answer on no host address
+     (nor on any gateway of the engine's networks), and the outside world
+     does not answer either. The server's probe line says sandboxes
+     without a network reach only the tunnel's socket; for networked ones
+     it says whether the host answered them (sandboxd's prohibit routes
+     keep it from answering) and, when it did, warns with the rule.
+  2. with root and iptables only: the recommended rule added for the
+     test's pool (as an operator would): a restarted server says a
+     networked sandbox reaches no host port, and no warning; the agent is
+     running again. The rule is removed at the end, also on failure.
 
 usage: firewall_docker.py AGENTHOLD_BINARY (sandboxd next to it)
-Exits 77 without a Docker Engine, or without root and iptables (said).
-Ports 18370-18379 (+ one the OS picks), pool 10.213.160.0/20, prefix
-dockerfirewall<pid>."""
+Exits 77 without a Docker Engine; skips part 2 (said) without root and
+iptables. Ports 18370-18379 (+ one the OS picks), pool 10.213.160.0/20,
+prefix dockerfirewall<pid>."""
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import Fail, Harness, engine, exec_in  # noqa: E402
+from ahdocker import Fail, Harness, exec_in, host_addresses, host_service  # noqa: E402
 
 h = Harness("docker.firewall", sys.argv[1], "10.213.160.0/20", (18370, 18380))
-RULES = [["INPUT", "-s", h.pool, "-j", "DROP"],
-         ["INPUT", "-s", h.pool, "-p", "tcp", "--dport", str(h.tunnel_port), "-j", "ACCEPT"]]
+RULES = [["INPUT", "-s", h.pool, "-j", "DROP"]]
 inserted = []
 
 
@@ -58,36 +57,6 @@ def remove_stale_rules():
             iptables("-D", *line.split()[1:])
 
 
-def host_service():
-    """A host service on all addresses (not the tunnel): answers hello."""
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", 0))
-    s.listen(8)
-    s.settimeout(0.5)
-    stop = threading.Event()
-
-    def serve():
-        while not stop.is_set():
-            try:
-                c, _ = s.accept()
-            except OSError:
-                continue
-            try:
-                c.sendall(b"hello-from-host\n")
-            finally:
-                c.close()
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    h.cleanups.append(lambda: (stop.set(), t.join(), s.close()))
-    return s.getsockname()[1]
-
-
-def answers(cid, host, port):
-    out = exec_in(cid, ["nc", "-w", "2", host, str(port)])
-    return "hello-from-host" in out
-
-
 def connects(cid, host, port):
     # busybox nc exits 0 once connected when stdin is empty (-z is not in every build).
     out = exec_in(cid, ["sh", "-c", "nc -w 2 %s %d </dev/null; echo rc=$?" % (host, port)])
@@ -107,56 +76,66 @@ def firewall_line(since):
     raise Fail("no 'host firewall:' line in the server log within 20 s")
 
 
-def host_addresses():
-    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
-    return [a for a in out if ":" not in a and not a.startswith("127.")]
+def can_firewall():
+    return os.geteuid() == 0 and shutil.which("iptables") and \
+        iptables("-L", "INPUT", "-n").returncode == 0
 
 
 def scenario(h):
-    service = host_service()
-    # 1. No rule: a warning naming the rule; the gap is real.
+    service = host_service(h)
+    # 1. No rule at all: the default runtime's sandbox has no network.
     since = 0
     h.start_server()
+    a = h.cli("create", "walled")
+    h.check(a["state"] == "running", "create -> running (sandboxd dialed the tunnel's socket): %r"
+            % a["state"])
+    c = h.container(a["id"])
+    h.check(c["HostConfig"]["NetworkMode"] == "none" and
+            set(c["NetworkSettings"]["Networks"]) <= {"none"},
+            "the sandbox has no network: %r %r" % (c["HostConfig"]["NetworkMode"],
+                                                   list(c["NetworkSettings"]["Networks"])))
+    addrs = host_addresses()
+    h.check(len(addrs) >= 2, "host addresses to try: %r" % addrs)
+    for addr in addrs:
+        for port, what in ((service, "a host service on 0.0.0.0"), (h.tunnel_port, "the tunnel's TCP port"),
+                           (h.api_port, "the API's port")):
+            h.check(not connects(c["Id"], addr, port),
+                    "%s does not answer the sandbox on %s:%d" % (what, addr, port))
+    # The service is really there: the host itself reaches it.
+    with socket.create_connection(("127.0.0.1", service), timeout=2) as s:
+        h.check(s.recv(64).startswith(b"hello-from-host"), "the host service answers the host")
+    h.check(not connects(c["Id"], "1.1.1.1", 80), "the outside world does not answer")
+    print("%d host addresses x 3 ports: nothing answers the sandbox" % len(addrs))
     line = firewall_line(since)
     print(line)
-    h.check(" WARN " in line and ("iptables -I INPUT -s %s -j DROP" % h.pool) in line and
-            ("--dport %d -j ACCEPT" % h.tunnel_port) in line,
-            "without a rule the server warns and names the rule: %s" % line)
-    a = h.cli("create", "walled")
-    h.check(a["state"] == "running", "create -> running: %r" % a["state"])
-    c = h.container(a["id"])
-    net = c["NetworkSettings"]["Networks"]["%s-net-%s" % (h.prefix, a["id"])]
-    gateway = net["Gateway"] or net["IPAddress"].rsplit(".", 1)[0] + ".1"
-    _, n = engine("GET", "/networks/%s-net-%s" % (h.prefix, a["id"]))
-    gateway = n["IPAM"]["Config"][0]["Gateway"]
-    h.check(answers(c["Id"], gateway, service),
-            "without the rule a host service answers the sandbox on %s:%d" % (gateway, service))
+    h.check("have none and reach only the tunnel's socket" in line,
+            "the server says sandboxes without a network reach only the tunnel's socket: %s" % line)
+    if " WARN " in line:
+        h.check(("iptables -I INPUT -s %s -j DROP" % h.pool) in line and "needs_network" in line,
+                "the warning is about networked sandboxes and names the rule: %s" % line)
 
     # 2. The rule, as docs/docker.md recommends, for this pool only.
-    h.server.terminate()
-    h.check(h.server.wait(timeout=30) == 0, "the server exits 0 on SIGTERM")
-    for rule in RULES:
-        p = iptables("-I", *rule)
-        h.check(p.returncode == 0, "iptables -I %s: %s" % (" ".join(rule), p.stderr))
-        inserted.append(rule)
-    since = os.path.getsize(h.log)
-    h.start_server()
-    line = firewall_line(since)
-    print(line)
-    h.check(" INFO " in line and "reaches no host port but the tunnel's" in line,
-            "with the rule the server says sandboxes reach only the tunnel: %s" % line)
-    h.wait_state("walled", "running", 30)
-    h.check(connects(c["Id"], gateway, h.tunnel_port),
-            "the tunnel port on the gateway is reachable through the rule")
-    h.check(not answers(c["Id"], gateway, service),
-            "with the rule the host service does not answer on the gateway")
-    for addr in host_addresses():
-        h.check(not answers(c["Id"], addr, service),
-                "with the rule the host service does not answer on %s" % addr)
-    h.check(not connects(c["Id"], "1.1.1.1", 80), "the outside world does not answer")
-    with open(h.log) as f:
-        text = f.read()[since:]
-    h.check("WARN [docker] host firewall" not in text, "no firewall warning with the rule")
+    if not can_firewall():
+        print("\n*** docker.firewall: part 2 SKIPPED: needs root and iptables (it adds and removes "
+              "a host rule for its own pool) ***\n", file=sys.stderr)
+    else:
+        h.server.terminate()
+        h.check(h.server.wait(timeout=30) == 0, "the server exits 0 on SIGTERM")
+        for rule in RULES:
+            p = iptables("-I", *rule)
+            h.check(p.returncode == 0, "iptables -I %s: %s" % (" ".join(rule), p.stderr))
+            inserted.append(rule)
+        since = os.path.getsize(h.log)
+        h.start_server()
+        line = firewall_line(since)
+        print(line)
+        h.check(" INFO " in line and "a sandbox with a network on %s reaches no host port" % h.pool
+                in line, "with the rule the server says networked sandboxes reach no host port: %s"
+                % line)
+        h.wait_state("walled", "running", 30)
+        with open(h.log) as f:
+            text = f.read()[since:]
+        h.check("WARN [docker] host firewall" not in text, "no firewall warning with the rule")
 
     h.check(h.cli("rm", "walled")["state"] == "destroyed", "rm")
     h.server.terminate()
@@ -164,10 +143,7 @@ def scenario(h):
 
 
 if __name__ == "__main__":
-    if os.geteuid() != 0 or not shutil.which("iptables") or iptables("-L", "INPUT", "-n").returncode:
-        print("\n*** docker.firewall SKIPPED: needs root and iptables (it adds and removes a host "
-              "rule for its own pool) ***\n", file=sys.stderr)
-        sys.exit(77)
-    remove_stale_rules()
+    if can_firewall():
+        remove_stale_rules()
     h.cleanups.append(remove_rules)
     sys.exit(h.run(scenario))

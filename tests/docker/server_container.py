@@ -11,19 +11,18 @@ data directory bind-mounted at the same path inside (the CLI on the host
 reads admin.token there; the home volumes are bound under it).
 
 Shows: the server finds its own container id and says so; an agent created
-through the CLI becomes running (sandboxd in the agent's container dialed
-the server at .2 of the agent network); the Engine API shows the server's
-container on that network at .2, the sandbox mounting the sandboxd volume
-read-only, boot.json naming ws://<.2>:<port>/tunnel; the home volume
+through the CLI becomes running (sandboxd in the agent's container, which
+has no network, dialed the tunnel's unix socket); the Engine API shows the
+sandbox mounting the sandboxd volume read-only and the host's side of the
+server's data directory mount (its run/) at /run/agenthold, boot.json
+naming ws+unix:///run/agenthold/tunnel.sock:/tunnel; the home volume
 bound under the data directory and a sleeping agent listed without
-starting its container; stop/start through
-the containerised server; rm disconnects the server from the network and
+starting its container; stop/start through the containerised server; rm
 leaves nothing; `docker stop` of the server is an orderly exit (status 0).
 
 usage: server_container.py AGENTHOLD_BINARY SOURCE_DIR (sandboxd next to the binary)
 Exits 77 without a Docker Engine. Pool 10.213.112.0/20, prefix
 dockerservercontainer<pid>, host port picked by the engine on 127.0.0.1."""
-import ipaddress
 import json
 import os
 import re
@@ -150,29 +149,26 @@ def scenario(h):
     h.check(("runs in container %s" % server_id[:12]) in logs,
             "the server found its own container id %s: %s" % (server_id[:12], logs[-2000:]))
 
+    # The agent's runtime needs no network: the sandbox has none, and dials
+    # the server through the tunnel's unix socket, whose directory is the
+    # host's side of the server's data directory mount.
     net_name = "%s-net-%s" % (h.prefix, aid)
-    st, net = engine("GET", "/networks/%s" % net_name)
-    h.check(st == 200 and net["Internal"], "the agent network exists and is internal")
-    subnet = ipaddress.ip_network(net["IPAM"]["Config"][0]["Subnet"])
-    hosts = list(subnet.hosts())
-    dot2 = str(hosts[1])
-    members = net.get("Containers") or {}
-    h.check(server_id in members, "the server's container is on %s: %r" % (net_name, list(members)))
-    h.check(members[server_id]["IPv4Address"].split("/")[0] == dot2,
-            "the server is at .2 (%s): %r" % (dot2, members[server_id]["IPv4Address"]))
+    st, _ = engine("GET", "/networks/%s" % net_name)
+    h.check(st == 404, "the agent has no network: %d" % st)
     sbx = h.container(aid)
     h.check(sbx and sbx["State"]["Running"], "the sandbox runs")
-    sbx_ip = ipaddress.ip_address(
-        sbx["NetworkSettings"]["Networks"][net_name]["IPAddress"])
-    h.check(int(sbx_ip) - int(subnet.network_address) >= subnet.num_addresses // 2,
-            "the sandbox's address %s is in the upper half of %s" % (sbx_ip, subnet))
+    h.check(sbx["HostConfig"]["NetworkMode"] == "none", "the sandbox's network mode is none: %r" %
+            sbx["HostConfig"]["NetworkMode"])
     mounts = {m["Destination"]: m for m in sbx["Mounts"]}
     m = mounts.get("/opt/agenthold")
     h.check(m and m["Type"] == "volume" and m["Name"] == SANDBOXD_VOLUME and not m["RW"],
             "sandboxd comes read-only from volume %s: %r" % (SANDBOXD_VOLUME, m))
+    m = mounts.get("/run/agenthold")
+    h.check(m and m["Type"] == "bind" and m["Source"] == os.path.join(h.data, "run") and not m["RW"],
+            "the tunnel's socket directory is the host's %s/run, read-only: %r" % (h.data, m))
     boot = json.loads(read_file_from_container(sbx["Id"], "/etc/agenthold/boot.json"))
-    want_url = "ws://%s:%d/tunnel" % (dot2, h.tunnel_port)
-    h.check(boot["tunnel_url"] == want_url, "boot.json dials the server at .2: %r" % boot)
+    want_url = "ws+unix:///run/agenthold/tunnel.sock:/tunnel"
+    h.check(boot["tunnel_url"] == want_url, "boot.json dials the tunnel's socket: %r" % boot)
     # The sandboxd in the volume is the server's own.
     with open(os.path.join(os.path.dirname(h.bin), "sandboxd"), "rb") as f:
         ours = f.read()
@@ -207,17 +203,14 @@ def scenario(h):
     c = h.container(aid)
     h.check(not c["State"]["Running"] and c["State"]["StartedAt"] == started,
             "the listing did not start the container")
-    h.check(h.cli("start", "alice")["state"] == "running", "start -> running (sandboxd back at .2)")
+    h.check(h.cli("start", "alice")["state"] == "running", "start -> running (sandboxd back)")
 
-    # A second agent: its own network, the server at .2 there too.
+    # A second agent: no network either; the server joins none.
     b = h.cli("create", "bob")
     h.check(b["state"] == "running", "a second agent runs too")
-    st, net_b = engine("GET", "/networks/%s-net-%s" % (h.prefix, b["id"]))
-    h.check(server_id in (net_b.get("Containers") or {}), "the server joined bob's network too")
     st, srv = engine("GET", "/containers/%s/json" % server_id)
-    joined = set(srv["NetworkSettings"]["Networks"])
-    h.check({net_name, "%s-net-%s" % (h.prefix, b["id"])} <= joined,
-            "the server's container lists both agent networks: %r" % sorted(joined))
+    h.check(set(srv["NetworkSettings"]["Networks"]) == {"bridge"},
+            "the server's container is on no agent network: %r" % sorted(srv["NetworkSettings"]["Networks"]))
 
     for name in ("alice", "bob"):
         h.check(h.cli("rm", name)["state"] == "destroyed", "rm %s" % name)

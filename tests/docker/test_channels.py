@@ -338,11 +338,7 @@ def scenario(h):
     cli_exec_pass()
 
     h.check(h.cli("rm", NAME)["state"] == "destroyed", "rm -> destroyed")
-    c, n, v = h.leftovers()
-    h.check(not c and not n and not v, "nothing of the agent is left: %d containers, %d networks, "
-            "%d volumes" % (len(c), len(n), len(v)))
-    h.server.terminate()
-    h.check(h.server.wait(timeout=30) == 0, "the server exits 0 on SIGTERM")
+    h.finish()
 
 
 sys.exit(h.run(scenario))

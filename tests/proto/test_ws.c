@@ -17,7 +17,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
+#include <sys/un.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -171,6 +173,24 @@ static void test_accept_and_url (void)
     CHECK (ah_ws_url_parse ("ws://10.0.0.1:80/a b", &u, &err) == -1 && strstr (err, "path"));
     CHECK (ah_ws_url_parse ("ws://[::1/x", &u, &err) == -1);
     CHECK (ah_ws_url_parse ("ws:///x", &u, &err) == -1 && strstr (err, "host"));
+    //  A unix socket: the socket's path, then ':' and the request path.
+    CHECK (ah_ws_url_parse ("ws+unix:///run/agenthold/tunnel.sock:/tunnel", &u, &err) == 0);
+    CHECK (u.addr.ss_family == AF_UNIX && !strcmp (u.path, "/tunnel") && !strcmp (u.host, "localhost"));
+    CHECK_STR (((struct sockaddr_un *) &u.addr)->sun_path, "/run/agenthold/tunnel.sock");
+    CHECK (u.addr_len == offsetof (struct sockaddr_un, sun_path) + strlen ("/run/agenthold/tunnel.sock") + 1);
+    const char *bad_unix [] = {
+        "ws+unix://run/t.sock:/tunnel",             //  relative
+        "ws+unix:///run/t.sock",                    //  no request path
+        "ws+unix:///run/t.sock:tunnel",             //  request path without '/'
+        "ws+unix://:/tunnel",                       //  no socket
+        "ws+unix:///run/t\n.sock:/tunnel",          //  a control character
+        "ws+unix:///run/t .sock:/tunnel",           //  a space
+    };
+    for (size_t i = 0; i < sizeof bad_unix / sizeof *bad_unix; i++)
+        CHECK (ah_ws_url_parse (bad_unix [i], &u, &err) == -1);
+    char long_url [300];
+    snprintf (long_url, sizeof long_url, "ws+unix:///%0120d:/tunnel", 0);
+    CHECK (ah_ws_url_parse (long_url, &u, &err) == -1 && strstr (err, "108"));
 }
 
 //  Fragments across frames, a ping between them, frames that came with

@@ -3,6 +3,7 @@
     /etc/passwd lookups.                                               */
 #include "sandboxd/boot.h"
 #include "sandboxd/passwd.h"
+#include "sandboxd/net.h"
 #include "sandboxd/path.h"
 #include "tests/common/check.h"
 
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static void test_boot (void)
@@ -25,6 +27,24 @@ static void test_boot (void)
     const char *emoji = "{\"agent_id\":\"\\ud83d\\ude00\",\"token\":\"t\",\"tunnel_url\":\"u\"}";
     CHECK (ah_boot_parse (emoji, strlen (emoji), &c, err, sizeof err) == 0);
     CHECK_STR (c.agent_id, "\xf0\x9f\x98\x80");
+    CHECK_STR (c.blocked, "");
+    //  blocked: optional, a string of destinations; a unix socket URL.
+    const char *net = "{\"agent_id\":\"a\",\"token\":\"t\",\"tunnel_url\":"
+                      "\"ws+unix:///run/agenthold/tunnel.sock:/tunnel\",\"blocked\":\"10.0.0.0/8 1.2.3.4/32\"}";
+    CHECK (ah_boot_parse (net, strlen (net), &c, err, sizeof err) == 0);
+    CHECK_STR (c.blocked, "10.0.0.0/8 1.2.3.4/32");
+    ah_ws_url_t u;
+    const char *uerr = NULL;
+    CHECK (ah_boot_tunnel_url (c.tunnel_url, &u, &uerr) == 0 && u.addr.ss_family == AF_UNIX);
+    const char *dup = "{\"agent_id\":\"a\",\"token\":\"t\",\"tunnel_url\":\"u\",\"blocked\":\"\",\"blocked\":\"x\"}";
+    CHECK (ah_boot_parse (dup, strlen (dup), &c, err, sizeof err) == -1 && strstr (err, "duplicate"));
+    //  Malformed destinations are refused before any route is touched.
+    const char *bad_nets [] = { "10.0.0.0/33", "10.0.0/8", "example.org", "1.2.3.4/", "::1/128",
+                                "10.0.0.0/8 nope" };
+    for (size_t i = 0; i < sizeof bad_nets / sizeof *bad_nets; i++)
+        CHECK (ah_net_block (bad_nets [i], err, sizeof err) == -1 && strstr (err, "not an IPv4"));
+    CHECK (ah_net_block ("", err, sizeof err) == 0);
+    CHECK (ah_net_block ("   ", err, sizeof err) == 0);
 
     struct { const char *text; const char *why; } bad [] = {
         { "", "not a JSON object" },
@@ -112,6 +132,26 @@ static void test_passwd (void)
     CHECK (ah_passwd_find (path, "nobody", 0, &pw) == -1);
     CHECK (ah_passwd_find ("/nonexistent", "agent", 0, &pw) == -1);
     unlink (path);
+
+    //  /etc/group: the primary group first, then every group naming the
+    //  account, once each; a name that is a prefix of a member is not it.
+    char gpath [] = "/tmp/ah-group-XXXXXX";
+    fd = mkstemp (gpath);
+    const char *groups = "root:x:0:\nagent:x:1001:\nsudo:x:27:root,agentx\ndocker:x:999:bob,agent\n"
+                         "# agent:x:5:agent\nbroken:x:zz:agent\nvideo:x:44:agent,agent\n";
+    CHECK (write (fd, groups, strlen (groups)) == (ssize_t) strlen (groups));
+    close (fd);
+    gid_t gids [8];
+    int n = ah_group_list (gpath, "agent", 1001, gids, 8);
+    CHECK (n == 3 && gids [0] == 1001 && gids [1] == 999 && gids [2] == 44);
+    CHECK (ah_group_list (gpath, "agent", 1001, gids, 2) == 2);
+    CHECK (ah_group_list (gpath, NULL, 10001, gids, 8) == 1 && gids [0] == 10001);
+    CHECK (ah_group_list ("/nonexistent", "agent", 7, gids, 8) == 1 && gids [0] == 7);
+    gid_t g = 0;
+    CHECK (ah_group_find (gpath, "docker", &g) == 0 && g == 999);
+    CHECK (ah_group_find (gpath, "broken", &g) == -1);
+    CHECK (ah_group_find (gpath, "nobody", &g) == -1);
+    unlink (gpath);
 }
 
 int main (void)

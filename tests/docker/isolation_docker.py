@@ -1,0 +1,262 @@
+#!/usr/bin/python3
+"""tests/docker/isolation_docker.py: what a sandbox is and what it can reach,
+for a fresh agent of every runtime in the shipped catalog
+(catalog/runtimes.json), with the default configuration (no limits, image
+or isolation setting given), plus an image whose account is only its USER.
+
+For each agent, the container as the Engine API shows it: every
+capability dropped but CHOWN, DAC_OVERRIDE, FOWNER, KILL, SETGID, SETUID;
+no-new-privileges; not privileged, no seccomp override; a 64 MiB tmpfs at
+/tmp; network mode none; the default limits (2 CPUs, 4096 MiB, 4096 pids);
+exactly four mounts (the home volume, sandboxd alone read-only, the tunnel's
+socket directory read-only, /tmp). Then inside it, through the product (exec
+and `agenthold fs put`, i.e. as the agent): the account is the image's
+(`agent`, else the image's USER, else uid 10001) with its supplementary
+groups, no capability in effect, NoNewPrivs and seccomp on; the home
+belongs to it; `touch /home/agent/x` and `fs put` succeed and make files of
+its own; writing outside the home (/, /etc, /opt/agenthold, /run/agenthold)
+fails; no network interface but lo (and eth0 for a runtime that needs a
+network); a listener the test opens on 0.0.0.0 of
+the host, the tunnel's TCP port and the API's port answer on no host
+address. sandboxd dials back (the agent runs, and runs again after a stop
+and a start, the home still the agent's).
+
+A runtime of a network (needs_network) is checked the same way but for
+its own network, eth0 and NET_ADMIN: sandboxd's prohibit routes keep the
+host from answering it. A runtime whose image the server cannot build here
+is skipped loudly; at least one runtime must be tested.
+
+usage: isolation_docker.py AGENTHOLD_BINARY SOURCE_DIR (sandboxd next to it)
+Exits 77 without a Docker Engine. Ports 18600-18619, pool 10.213.192.0/20,
+prefix dockerisolation<pid>."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True          # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ahdocker import Harness, build_image, host_addresses, host_service  # noqa: E402
+
+h = Harness("docker.isolation", sys.argv[1], "10.213.192.0/20", (18600, 18620))
+SOURCE = os.path.abspath(sys.argv[2])
+# The default configuration: the harness's own image and limits go.
+for k in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_CPUS",
+          "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB"):
+    h.env.pop(k, None)
+h.env["AGENTHOLD_CATALOG_PATH"] = os.path.join(SOURCE, "catalog", "runtimes.json")
+CAPS = {"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"}
+CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "KILL": 5, "SETGID": 6, "SETUID": 7}
+USER_TAG = "agenthold-test-user:" + h.prefix
+BUSYBOX = "/bin/busybox"
+
+
+def user_image():
+    """No `agent` account; the image's USER is `worker` (uid 4242, group
+    4343, also in group 5555); WORKDIR made the mount point root's."""
+    build_image(USER_TAG, {
+        "busybox": BUSYBOX,
+        "passwd": b"root:x:0:0:root:/root:/bin/sh\nworker:x:4242:4343:w:/home/agent:/bin/sh\n",
+        "group": b"root:x:0:\nworker:x:4343:\nextra:x:5555:root,worker\n",
+    }, "FROM scratch\nCOPY busybox /bin/busybox\n"
+       "RUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n"
+       "COPY passwd /etc/passwd\nCOPY group /etc/group\n"
+       "WORKDIR /home/agent\nUSER worker\n")
+    h.extra_images.append(USER_TAG)
+
+
+def exec_(name, cmd):
+    st, r = h.api("POST", "/api/v1/agents/%s/exec" % name, {"cmd": cmd}, timeout=120)
+    h.check(st == 200 and isinstance(r, dict), "%s: exec %r: HTTP %d %r" % (name, cmd, st, r))
+    return r
+
+
+def sh(name, cmd):
+    r = exec_(name, cmd)
+    h.check(r["status"] == 0, "%s: %r: status %r, stderr %r" % (name, cmd, r["status"], r["stderr"]))
+    return r["stdout"]
+
+
+def status_field(text, key):
+    for line in text.splitlines():
+        if line.startswith(key + ":"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def connect_cmd(host, port):
+    """A shell line that prints OPEN when host:port accepts a connection,
+    with whatever the image has (busybox nc, bash's /dev/tcp, python3)."""
+    return ("if command -v nc >/dev/null; then nc -w 2 %(h)s %(p)d </dev/null >/dev/null 2>&1 && echo OPEN; "
+            "elif [ -x /bin/bash ]; then timeout 3 /bin/bash -c 'echo > /dev/tcp/%(h)s/%(p)d' "
+            ">/dev/null 2>&1 && echo OPEN; "
+            "elif command -v python3 >/dev/null; then python3 -c 'import socket; "
+            "socket.create_connection((\"%(h)s\", %(p)d), 2)' 2>/dev/null && echo OPEN; fi; echo tried"
+            % {"h": host, "p": port})
+
+
+def inspect_container(name, aid, networked, memory):
+    c = h.container(aid)
+    hc = c["HostConfig"]
+    h.check(c["State"]["Running"], "%s: the container runs" % name)
+    h.check(hc["CapDrop"] == ["ALL"] or [x.upper() for x in hc["CapDrop"]] in (["ALL"], ["CAP_ALL"]),
+            "%s: every capability dropped: %r" % (name, hc["CapDrop"]))
+    added = {x.upper().replace("CAP_", "") for x in hc["CapAdd"] or []}
+    is_net = hc["NetworkMode"] != "none"
+    h.check(networked is None or networked == is_net,
+            "%s: a network exactly when the runtime needs one (%r): %r" % (name, networked, hc["NetworkMode"]))
+    want_caps = CAPS | ({"NET_ADMIN"} if is_net else set())
+    h.check(added == want_caps, "%s: only sandboxd's capabilities added: %r" % (name, sorted(added)))
+    sec = hc.get("SecurityOpt") or []
+    h.check(any(x.startswith("no-new-privileges") for x in sec), "%s: no-new-privileges: %r" % (name, sec))
+    h.check(not any("seccomp" in x for x in sec) and not hc["Privileged"],
+            "%s: the engine's seccomp profile, not privileged: %r" % (name, sec))
+    h.check(hc["NetworkMode"] in ("none", "%s-net-%s" % (h.prefix, aid)),
+            "%s: network mode none or its own network: %r" % (name, hc["NetworkMode"]))
+    h.check(hc["NanoCpus"] == 2 * 10**9 and hc["Memory"] == memory << 20 and hc["PidsLimit"] == 4096,
+            "%s: the default limits: %r" % (name, {k: hc[k] for k in ("NanoCpus", "Memory", "PidsLimit")}))
+    h.check(c["Config"]["User"] == "0:0" and c["Config"]["Entrypoint"] == ["/opt/agenthold/sandboxd"],
+            "%s: sandboxd starts as root: %r %r" % (name, c["Config"]["User"], c["Config"]["Entrypoint"]))
+    mounts = {m["Destination"]: m for m in c["Mounts"]}
+    h.check(set(mounts) == {"/home/agent", "/opt/agenthold/sandboxd", "/run/agenthold", "/tmp"}
+            or set(mounts) == {"/home/agent", "/opt/agenthold/sandboxd", "/run/agenthold"},
+            "%s: nothing mounted but the home, sandboxd, the tunnel's socket and /tmp: %r"
+            % (name, sorted(mounts)))
+    home = mounts["/home/agent"]
+    h.check(home["Type"] == "volume" and home["RW"], "%s: the home is a volume: %r" % (name, home))
+    sbd = mounts["/opt/agenthold/sandboxd"]
+    want = os.path.join(os.path.dirname(h.bin), "sandboxd")
+    h.check(sbd["Type"] == "bind" and sbd["Source"] == want and not sbd["RW"],
+            "%s: sandboxd alone, read-only (never its directory): %r" % (name, sbd))
+    tun = mounts["/run/agenthold"]
+    h.check(tun["Type"] == "bind" and tun["Source"] == os.path.join(h.data, "run") and not tun["RW"],
+            "%s: the tunnel's socket directory, read-only: %r" % (name, tun))
+    tmp = [m for m in hc.get("Mounts") or [] if m.get("Target") == "/tmp"]
+    h.check(tmp and tmp[0]["Type"] == "tmpfs" and tmp[0]["TmpfsOptions"]["SizeBytes"] == 64 << 20,
+            "%s: a 64 MiB tmpfs at /tmp: %r" % (name, tmp))
+    return c
+
+
+def inside(name, aid, want_uid, want_gid, want_groups, service, addrs, networked):
+    """Checks through the product, as the agent."""
+    ids = sh(name, "id -u; id -g; id -G").split()
+    h.check(int(ids[0]) == want_uid and int(ids[1]) == want_gid,
+            "%s: commands run as uid %d gid %d: %r" % (name, want_uid, want_gid, ids))
+    h.check(set(int(x) for x in ids[2:]) == set(want_groups),
+            "%s: with the supplementary groups %r: %r" % (name, want_groups, ids[2:]))
+    st = sh(name, "cat /proc/self/status")
+    h.check(status_field(st, "CapEff") == "0" * 16 and status_field(st, "CapPrm") == "0" * 16,
+            "%s: no capability in effect: %r" % (name, status_field(st, "CapEff")))
+    bnd = int(status_field(st, "CapBnd"), 16)
+    h.check(bnd == sum(1 << b for b in CAP_BITS.values()) | ((1 << 12) if networked else 0),
+            "%s: the bounding set is sandboxd's six: %x" % (name, bnd))
+    h.check(status_field(st, "NoNewPrivs") == "1" and status_field(st, "Seccomp") == "2",
+            "%s: NoNewPrivs 1, Seccomp 2 (filter): %r %r" % (name, status_field(st, "NoNewPrivs"),
+                                                           status_field(st, "Seccomp")))
+    owner = sh(name, "stat -c '%u %g' /home/agent").split()
+    h.check([int(x) for x in owner] == [want_uid, want_gid],
+            "%s: the home is the agent's: %r" % (name, owner))
+    sh(name, "touch /home/agent/x")
+    h.check(sh(name, "stat -c %u /home/agent/x").strip() == str(want_uid), "%s: x is the agent's" % name)
+    local = os.path.join(h.tmp, "put-%s.txt" % name)
+    with open(local, "w") as f:
+        f.write("put by %s\n" % name)
+    p = h.cli_raw("fs", "put", name, "sub/put.txt", local)
+    if p.returncode != 0:            # a PATH one level down needs its directory
+        sh(name, "mkdir -p /home/agent/sub")
+        p = h.cli_raw("fs", "put", name, "sub/put.txt", local)
+    h.check(p.returncode == 0, "%s: agenthold fs put: %d %s" % (name, p.returncode, p.stderr))
+    got = sh(name, "cat /home/agent/sub/put.txt; stat -c %u /home/agent/sub/put.txt").split("\n")
+    h.check(got[0] == "put by %s" % name and got[1] == str(want_uid),
+            "%s: the file put is there and the agent's: %r" % (name, got))
+    for path in ("/x", "/etc/x", "/opt/agenthold/x", "/run/agenthold/x", "/usr/x"):
+        r = exec_(name, "touch %s" % path)
+        h.check(r["status"] != 0, "%s: writing %s fails: %r" % (name, path, r))
+    r = exec_(name, "echo t > /tmp/t && cat /tmp/t")
+    h.check(r["status"] == 0 and r["stdout"] == "t\n", "%s: /tmp is writable: %r" % (name, r))
+    # The network: nothing but lo, and nothing of the host answers.
+    ifs = sh(name, "ls /sys/class/net").split()
+    h.check(ifs == ["lo"] or (networked and sorted(ifs) == ["eth0", "lo"]),
+            "%s: no network interface but lo (and eth0 with a network): %r" % (name, ifs))
+    for addr in addrs:
+        for port, what in ((service, "a host service on 0.0.0.0"), (h.tunnel_port, "the tunnel's TCP port"),
+                           (h.api_port, "the API's port")):
+            out = sh(name, connect_cmd(addr, port))
+            h.check("tried" in out and "OPEN" not in out,
+                    "%s: %s does not answer on %s:%d: %r" % (name, what, addr, port, out))
+
+
+def scenario(h):
+    with open(os.path.join(SOURCE, "catalog", "runtimes.json")) as f:
+        shipped = {r.get("alias") or r.get("name") for r in json.load(f)["runtimes"]}
+    h.check(shipped, "the shipped catalog has runtimes")
+    user_image()
+    service = host_service(h)
+    addrs = host_addresses()
+    h.check(len(addrs) >= 2, "host addresses to try: %r" % addrs)
+    # The service is there: the host reaches it.
+    with socket.create_connection(("127.0.0.1", service), timeout=2) as s:
+        h.check(s.recv(64).startswith(b"hello-from-host"), "the host service answers the host")
+
+    h.start_server()
+    # The builder settles every runtime (present, built, or an error).
+    deadline = time.time() + 540
+    while True:
+        st, j = h.api("GET", "/api/v1/runtimes")
+        h.check(st == 200, "GET /api/v1/runtimes: %d" % st)
+        rts = {(r.get("alias") or r.get("name")): r for r in j["runtimes"]}
+        states = {k: r.get("image_state") for k, r in rts.items()}
+        if all(s in ("present", "error", "missing") for s in states.values()) or time.time() > deadline:
+            break
+        time.sleep(1)
+    h.check(set(states) == shipped, "the server serves the shipped catalog: %r" % states)
+    cases = []
+    for alias, rt in sorted(rts.items()):
+        if states[alias] != "present":
+            print("\n*** docker.isolation: runtime %s SKIPPED: its image %s cannot be had here (%s) ***\n"
+                  % (alias, rt.get("image"), states[alias]), file=sys.stderr)
+            continue
+        cases.append(("rt-" + alias, {"runtime": alias}, rt.get("image"), bool(rt.get("needs_network")),
+                      rt.get("mem_limit_mb") or 4096))
+    h.check(cases, "at least one runtime of the shipped catalog can be tested here")
+    # An image outside the catalog: whether it gets a network is lifecycle's default.
+    cases.append(("user-image", {"image": USER_TAG}, USER_TAG, None, 4096))
+
+    for name, body, image, networked, memory in cases:
+        t0 = time.time()
+        body = dict(body, name=name)
+        st, a = h.api("POST", "/api/v1/agents?wait=1", body, timeout=180)
+        h.check(st in (200, 201) and a["state"] == "running",
+                "%s (%s): create -> running (sandboxd dialed back): %d %r" % (name, image, st, a))
+        print("%s (%s): running in %.2f s" % (name, image, time.time() - t0))
+        aid = a["id"]
+        c = inspect_container(name, aid, networked, memory)
+        networked = c["HostConfig"]["NetworkMode"] != "none"
+        # The account: `agent` when the image has one, else its USER, else 10001.
+        passwd = sh(name, "cat /etc/passwd 2>/dev/null; true")
+        accounts = {l.split(":")[0]: l.split(":") for l in passwd.splitlines() if l.count(":") == 6}
+        if "agent" in accounts:
+            uid, gid = int(accounts["agent"][2]), int(accounts["agent"][3])
+            groups = {gid}
+        elif image == USER_TAG:
+            uid, gid, groups = 4242, 4343, {4343, 5555}
+        else:
+            uid = gid = 10001
+            groups = {10001}
+        inside(name, aid, uid, gid, groups, service, addrs, networked)
+        # Stop and start: sandboxd dials back, the home stays the agent's.
+        st, a = h.api("POST", "/api/v1/agents/%s/stop?wait=1" % name)
+        h.check(st == 200 and a["state"] == "sleeping", "%s: stop: %d %r" % (name, st, a))
+        st, a = h.api("POST", "/api/v1/agents/%s/start?wait=1" % name, timeout=120)
+        h.check(st == 200 and a["state"] == "running", "%s: start -> running again: %d %r" % (name, st, a))
+        owner = sh(name, "stat -c %u /home/agent /home/agent/x").split()
+        h.check(owner == [str(uid)] * 2, "%s: after a restart the home is still the agent's: %r"
+                % (name, owner))
+        st, a = h.api("DELETE", "/api/v1/agents/%s?wait=1" % name, timeout=120)
+        h.check(st == 200, "%s: rm: %d %r" % (name, st, a))
+    h.finish()
+
+
+sys.exit(h.run(scenario))
