@@ -542,7 +542,13 @@ static int
 s_prepare (hostd_t *self, char **err)
 {
     ah_config_t *config = self->config;
-    //  The driver's database and the keys are hostd's own.
+    //  The tunnel's socket is the server's (its default is under the
+    //  server's data directory, which the same configuration names);
+    //  the driver's database and the keys are hostd's own.
+    if (!config->tunnel_socket && !(config->tunnel_socket = ah_config_tunnel_socket (config))) {
+        *err = strdup ("out of memory");
+        return -1;
+    }
     free (config->data_dir);
     config->data_dir = strdup (config->hostd_data_dir);
     if (!config->data_dir || s_mkdir_private (config->data_dir, err) || s_lock (self, err))
