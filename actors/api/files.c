@@ -339,7 +339,8 @@ static void s_op (req_t *r, op_t op, const char *path)
     r->ext = f;
     r->ext_ops = &s_ext_ops;
     r->kind = s_channel [op];
-    snprintf (r->detail, sizeof r->detail, "%s", clean);
+    //  The audit's detail keeps what fits of a long path.
+    snprintf (r->detail, sizeof r->detail, "%.*s", (int) sizeof r->detail - 1, clean);
     ah_msg_set_str (h, "ch", s_channel [op]);
     ah_msg_set_str (h, "path", clean);
     if (op == F_REMOVE)
