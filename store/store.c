@@ -198,8 +198,19 @@ ah_store_t *ah_store_open (const char *path, bool migrate, char **err)
     }
     sqlite3_extended_result_codes (self->db, 1);
     sqlite3_busy_timeout (self->db, BUSY_TIMEOUT_MS);
-    //  journal_mode=WAL needs a write lock the first time: busy_timeout covers it
-    if (s_exec (self, "PRAGMA journal_mode = WAL")
+    //  journal_mode=WAL needs a write lock the first time, and SQLite may
+    //  answer SQLITE_BUSY at once (no busy handler) while another opener
+    //  switches the mode: tried again for as long as busy_timeout.
+    int wal_rc = SQLITE_BUSY;
+    for (int waited = 0; waited <= BUSY_TIMEOUT_MS; waited += 10) {
+        wal_rc = sqlite3_exec (self->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL);
+        if ((wal_rc & 0xff) != SQLITE_BUSY && (wal_rc & 0xff) != SQLITE_LOCKED)
+            break;
+        sqlite3_sleep (10);
+    }
+    if (wal_rc != SQLITE_OK)
+        s_fail (self, "%s (SQL: PRAGMA journal_mode = WAL)", sqlite3_errmsg (self->db));
+    if (wal_rc != SQLITE_OK
     ||  s_exec (self, "PRAGMA synchronous = NORMAL")
     ||  s_exec (self, "PRAGMA foreign_keys = ON"))
         goto fail;

@@ -86,6 +86,8 @@ main (int argc, char **argv)
     if (hostd == 0) {
         setenv ("AGENTHOLD_HOSTD_ENDPOINT", endpoint, 1);
         setenv ("AGENTHOLD_HOSTD_DATA_DIR", hostd_dir, 1);
+        //  The server's data directory: the tunnel's socket is under it.
+        setenv ("AGENTHOLD_SERVER_DATA_DIR", fx.dir, 1);
         setenv ("AGENTHOLD_HOSTD_NAME", "bench", 1);
         setenv ("AGENTHOLD_SANDBOX_DOCKER_SOCKET", ENG_SOCKET, 1);
         setenv ("AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX", fx.prefix, 1);

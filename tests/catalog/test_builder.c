@@ -164,7 +164,7 @@ s_image_state (zsock_t *client, const char *name, char *state, size_t size)
 static void
 s_wait_state (zsock_t *client, const char *name, const char *want, char *state, size_t size)
 {
-    for (int i = 0; i < 250; i++) {
+    for (int i = 0; i < 1500; i++) {        //  30 s: a loaded CI machine
         s_image_state (client, name, state, size);
         if (streq (state, want))
             return;
