@@ -160,6 +160,9 @@ void ah_lc_on_hello (void *self, ah_msg_t *msg)
     }
     if (ah_lc_move (self, id, "state = 'starting'", "running", NULL, NULL) == 1) {
         ah_lc_hello_cancel (self, id);
+        //  Its container is there again (a hello can come before the
+        //  start job's own end is handled, which says the same).
+        ah_lc_run (self, "UPDATE sandboxes SET container_removed_at = NULL WHERE agent_id = :id", id);
         ah_info (AREA, "%s: sandboxd said hello; running", id);
     }
     else
