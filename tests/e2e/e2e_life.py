@@ -133,6 +133,80 @@ def run_hdr(run):
     return {"X-Agenthold-Run": run}
 
 
+def metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise Fail("no %s in /metrics:\n%s" % (name, text))
+
+
+def terminal_live(srv, agent, tok):
+    """Types into a terminal and, while it is still open, reads /metrics:
+    (output, the exposition then)."""
+    import asyncio
+    import websockets
+
+    async def go():
+        uri = "ws://127.0.0.1:%d/api/v1/agents/%s/terminal?token=%s" % (srv.port, agent, tok)
+        out, sent = b"", False
+        async with websockets.connect(uri, open_timeout=30, close_timeout=5) as ws:
+            end = time.time() + 20
+            while time.time() < end and b"term42" not in out:
+                try:
+                    m = await asyncio.wait_for(ws.recv(), timeout=0.3)
+                    if isinstance(m, bytes):
+                        out += m
+                except asyncio.TimeoutError:
+                    pass
+                if not sent and out:
+                    await ws.send(b"echo term$((6*7))\n")
+                    sent = True
+            status, text = ahserver.request(srv.port, "GET", "/metrics", None, srv.admin)
+            check(status == 200, "/metrics while a terminal is open: %d" % status)
+            return out, text.decode()
+    return asyncio.run(go())
+
+
+def turn_runs(srv, acme):
+    """A turn's run stamps what its token does on the agent while the turn
+    is open, without a header: files, exec, terminal. Another token's
+    requests meanwhile, and the token's after the turn, carry none. A
+    turn that names no run is its own run (its id)."""
+    turn = srv.ok("POST", "/api/v1/agents/alpha/turns", acme, {"run": "run-5"})
+    srv.ok("POST", "/api/v1/agents/alpha/exec", acme, {"cmd": "echo in-turn"})
+    status, _ = ahserver.request(srv.port, "PUT", "/api/v1/agents/alpha/files/turn.txt", b"abc", acme)
+    check(status == 200, "PUT during a turn: %d" % status)
+    srv.ok("POST", "/api/v1/agents/alpha/exec", body={"cmd": "echo by-admin"})
+    out, text = terminal_live(srv, "alpha", acme)
+    check(b"term42" in out, "the terminal answered: %r" % out[-200:])
+    check(metric(text, 'agenthold_bytes_total{channel="terminal"}') > 0,
+          "terminal bytes are counted while the terminal is open:\n%s" % text)
+    srv.ok("DELETE", "/api/v1/turns/%s" % turn["turn_id"], acme)
+    srv.ok("POST", "/api/v1/agents/alpha/exec", acme, {"cmd": "echo after-turn"})
+    rows = srv.wait_ops("run=run-5", lambda rows: len(rows) >= 6 and rows[0]["kind"] == "turn.end",
+                        what="the turn's rows")
+    check([o["kind"] for o in rows] == ["turn.end", "terminal.close", "terminal.open", "fs.write", "exec",
+                                        "turn.begin"]
+          and all(o["actor"] == "api:acme-ci" for o in rows),
+          "what the turn's token did while it was open carries its run: %r" % rows)
+    check(rows[1]["bytes"] > 0, "terminal.close has its bytes: %r" % rows[1])
+    for cmd in ("echo by-admin", "echo after-turn"):
+        row = srv.wait_ops("agent=alpha&operation=exec&q=" + urllib.parse.quote(cmd), lambda rows: len(rows) == 1,
+                           what=cmd)[0]
+        check(row["run"] is None, "%r carries no run: %r" % (cmd, row))
+    turn = srv.ok("POST", "/api/v1/agents/alpha/turns", acme)
+    srv.ok("POST", "/api/v1/agents/alpha/exec", acme, {"cmd": "echo own-run"})
+    srv.ok("POST", "/api/v1/agents/alpha/exec", acme, {"cmd": "echo named"}, headers=run_hdr("run-6"))
+    srv.ok("DELETE", "/api/v1/turns/%s" % turn["turn_id"], acme)
+    rows = srv.wait_ops("run=" + turn["turn_id"], lambda rows: len(rows) == 3, what="the unnamed turn's rows")
+    check([(o["kind"], o["detail"]) for o in rows]
+          == [("turn.end", "turn " + turn["turn_id"]), ("exec", "echo own-run"),
+              ("turn.begin", "turn " + turn["turn_id"])],
+          "a turn that names no run is its own run: %r" % rows)
+    rows = srv.wait_ops("run=run-6", lambda rows: len(rows) == 1, what="run-6")
+    check(rows[0]["detail"] == "echo named", "a run named in the request wins over the turn's: %r" % rows)
+
+
 # ---------------------------------------------------------------------------
 # The audit trail
 
@@ -173,6 +247,7 @@ def audit():
     rows = srv.wait_ops("run=run-4", lambda rows: len(rows) == 2, what="the turn's rows")
     check([o["kind"] for o in rows] == ["turn.end", "turn.begin"] and all(o["agent_name"] == "alpha" for o in rows)
           and rows[1]["detail"] == "turn " + turn["turn_id"], "a turn's begin and end carry its run: %r" % rows)
+    turn_runs(srv, acme)
     # Hostile run ids and filters.
     for bad in ("", "a b", "x" * 129, "caf\u00e9".encode().decode("latin-1"), "tab\there"):
         status, j = srv.call("GET", "/api/v1/agents/alpha", acme, headers={"X-Agenthold-Run": bad})
