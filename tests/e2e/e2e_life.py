@@ -406,6 +406,37 @@ def lifetimes():
     st, got = srv.call("GET", "/api/v1/sessions/%s" % urllib.parse.quote(s["id"]))
     check(st == 200 and got["state"] == "lost" and "workspace_ttl" in (got["lost_reason"] or ""),
           "the session opened by its reference is reported lost: %d %r (open: %d %r)" % (st, got, status, j))
+
+    # A sandbox in error ends its lifetimes too (its container stopped):
+    # the row stays in error with its error, and a start makes it again.
+    b = srv.ok("POST", "/api/v1/agents?wait=1", body={"name": "broken"})
+    srv.wait_state("broken", ("running",))
+    srv.ok("POST", "/api/v1/agents/broken/stop?wait=1")
+    with open(os.path.join(srv.data, "fake", b["id"], "fail-start"), "w") as f:
+        f.write("injected: the sandbox will not start\n")
+    srv.call("POST", "/api/v1/agents/broken/start?wait=1")
+    j = srv.wait_state("broken", ("error",))
+    check(j["container_expires_at"] and j["workspace_expires_at"] and "will not start" in j["error"],
+          "an agent in error shows when its container and home expire: %r" % j)
+    rows = srv.wait_ops("agent=broken&operation=container.expire", lambda rows: len(rows) == 1, seconds=15,
+                        what="container.expire of the agent in error")
+    check(rows[0]["actor"] == "ttl" and rows[0]["ok"], "recorded by ttl: %r" % rows[0])
+    j = srv.wait_state("broken", ("error",))
+    check(j["container_removed"] and "will not start" in j["error"] and j["container_expires_at"] is None,
+          "still in error with its error, its container removed: %r" % j)
+    check(not os.path.exists(os.path.join(srv.data, "fake", b["id"], "image")), "its container is gone")
+    rows = srv.wait_ops("agent=broken&operation=workspace.expire", lambda rows: len(rows) == 1, seconds=20,
+                        what="workspace.expire of the agent in error")
+    check(rows[0]["actor"] == "ttl" and rows[0]["ok"], "recorded by ttl: %r" % rows[0])
+    j = srv.wait_state("broken", ("error",))
+    check(j["home_lost"] and "workspace_ttl" in j["home_lost"] and "will not start" in j["error"]
+          and j["workspace_expires_at"] is None, "its home is gone, the row in error still: %r" % j)
+    states = srv.ops("agent=broken&operation=state&limit=20")["operations"]
+    check(any(o["actor"] == "ttl" and o["detail"].startswith("error (op expire") for o in states),
+          "the guarded steps are recorded by ttl: %r" % states)
+    srv.ok("POST", "/api/v1/agents/broken/start?wait=1")
+    j = srv.wait_state("broken", ("running",))
+    check(not j["container_removed"], "a start makes it again: %r" % j)
     srv.stop()
 
 
