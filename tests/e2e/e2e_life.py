@@ -5,7 +5,9 @@ ports from 19250-19299), driven with raw HTTP and the agenthold CLI.
 
 - audit: each operation's row with its fields (who, the agent's id, name
   and tenant, the run from X-Agenthold-Run, byte counts of a read and a
-  write, `exit 2` for a failing command, a signal), the filters (agent,
+  write, `exit 2` for a failing command, a signal, a timeout), the run a
+  turn carries (what its token does on the agent while it is open), the
+  filters (agent,
   operation, run, failed, text, tenant), keyset paging that stays correct
   while rows arrive, rows kept (with the name) after the agent is deleted,
   `agenthold log`; hostile filters and run ids refused.
@@ -16,14 +18,16 @@ ports from 19250-19299), driven with raw HTTP and the agenthold CLI.
   removed at its TTL (container_expires_at shown before), its home intact,
   and the next start re-creates it with the files there; with a
   workspace TTL, the home is removed and the session opened on it is
-  reported lost. Each decision is in the audit trail as actor "ttl".
+  reported lost; a sandbox in error ends both lifetimes too, staying in
+  error with its error. Each decision is in the audit trail as actor "ttl".
 - tombstones: a destroy failed by an injected driver fault
   (<data>/fake/fail-destroy) keeps its tombstone (`agenthold tombstones`
   shows attempts, next attempt, last error), is retried after the backoff,
   across a server restart, and the tombstone is gone once the driver
   confirms; an admin forgets another one, recorded with its count.
-- metrics: GET /metrics for the admin and a metrics token only, and
-  `promtool check metrics` passes on it.
+- metrics: GET /metrics for the admin and a metrics token only, terminal
+  bytes counted while the terminal is open, the tunnel's sessions as the
+  tunnel counts them, and `promtool check metrics` passes on it.
 
 usage: e2e_life.py AGENTHOLD_BINARY
 Fails loudly (the server's log on stderr); always kills what it started and
@@ -537,9 +541,16 @@ def metrics(srv):
     srv.ok("POST", "/api/v1/agents/counted/stop?wait=1")
     srv.ok("POST", "/api/v1/agents/counted/start?wait=1")
     srv.wait_state("counted", ("running",))
+    # A command that outlives its timeout: its row says so.
+    r = srv.ok("POST", "/api/v1/agents/counted/exec", body={"cmd": "sleep 30", "timeout": 1})
+    rows = srv.wait_ops("agent=counted&operation=exec", lambda rows: len(rows) == 1, what="the timed-out exec")
+    check(not rows[0]["ok"] and rows[0]["error"].startswith("timed out (signal"),
+          "a timeout is a failure that says so: %r (answer %r)" % (rows[0], r))
     status, text = ahserver.request(srv.port, "GET", "/metrics", None, srv.admin)
     text = text.decode()
     check(status == 200, "the admin reads /metrics: %d" % status)
+    check(metric(text, "agenthold_tunnel_sessions") == 1 and metric(text, "agenthold_tunnel_connections") == 1,
+          "the tunnel holds the running sandbox's session:\n%s" % text)
     for want in ('agenthold_sandboxes{state="running",tenant="default"} 1',
                  'agenthold_wakes_total{cause="api"} 1', 'agenthold_sleeps_total{cause="api"} 1',
                  'agenthold_transition_duration_seconds_count{transition="create"} 1',
