@@ -147,28 +147,13 @@ def metric(text, name):
 def terminal_live(srv, agent, tok):
     """Types into a terminal and, while it is still open, reads /metrics:
     (output, the exposition then)."""
-    import asyncio
-    import websockets
-
-    async def go():
-        uri = "ws://127.0.0.1:%d/api/v1/agents/%s/terminal?token=%s" % (srv.port, agent, tok)
-        out, sent = b"", False
-        async with websockets.connect(uri, open_timeout=30, close_timeout=5) as ws:
-            end = time.time() + 20
-            while time.time() < end and b"term42" not in out:
-                try:
-                    m = await asyncio.wait_for(ws.recv(), timeout=0.3)
-                    if isinstance(m, bytes):
-                        out += m
-                except asyncio.TimeoutError:
-                    pass
-                if not sent and out:
-                    await ws.send(b"echo term$((6*7))\n")
-                    sent = True
-            status, text = ahserver.request(srv.port, "GET", "/metrics", None, srv.admin)
-            check(status == 200, "/metrics while a terminal is open: %d" % status)
-            return out, text.decode()
-    return asyncio.run(go())
+    def metrics_now(out):
+        status, text = ahserver.request(srv.port, "GET", "/metrics", None, srv.admin)
+        check(status == 200, "/metrics while a terminal is open: %d" % status)
+        return text.decode()
+    out, text, _ = ahserver.terminal(srv.port, agent, tok, "echo term$((6*7))\n", lambda out: b"term42" in out,
+                                     seconds=20, while_open=metrics_now)
+    return out, text
 
 
 def turn_runs(srv, acme):
