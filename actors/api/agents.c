@@ -9,7 +9,7 @@
     "SELECT a.id, a.name, CASE WHEN s.unreachable IS NULL THEN s.state ELSE 'unreachable' END," \
     " coalesce (s.unreachable, s.error), a.image, a.cpus, a.memory_mb, a.idle_minutes," \
     " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why, a.tenant," \
-    " s.home_lost, a.runtime, s.progress, s.stopped_at, s.container_removed_at" \
+    " s.home_lost, a.runtime, s.progress, s.stopped_at, s.container_removed_at, s.op" \
     " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id" \
     " LEFT JOIN sleep_forecast f ON f.agent_id = a.id"
 
@@ -20,10 +20,11 @@ bool api_transitional (const char *state)
                      || streq (state, "destroying"));
 }
 
-//  When a sleeping sandbox's lifetimes end (docs/lifecycle.md
-//  "Lifetimes"): its container at stopped_at + container_ttl (until it is
-//  removed), its home at its last use + workspace_ttl (until it is gone).
-//  Null when the lifetime is off, not running out (awake), or over.
+//  When a stopped sandbox's lifetimes end (docs/lifecycle.md "Lifetimes";
+//  sleeping, or in error but for a failed destroy): its container at
+//  stopped_at + container_ttl (until it is removed), its home at its last
+//  use + workspace_ttl (until it is gone). Null when the lifetime is off,
+//  not running out (awake), or over.
 static void s_lifetimes (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool sleeping)
 {
     const ah_config_t *c = api->config;
@@ -72,9 +73,11 @@ static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
     bool moving = sqlite3_column_type (stmt, 2) != SQLITE_NULL
                && api_transitional ((const char *) sqlite3_column_text (stmt, 2));
     json_object_set_new (a, "progress", moving ? api_json_column (stmt, 16) : json_null ());
-    bool sleeping = sqlite3_column_type (stmt, 2) != SQLITE_NULL
-                 && streq ((const char *) sqlite3_column_text (stmt, 2), "sleeping");
-    s_lifetimes (api, stmt, a, sleeping);
+    const char *state = (const char *) sqlite3_column_text (stmt, 2);
+    const char *op = (const char *) sqlite3_column_text (stmt, 19);
+    bool stopped = state && (streq (state, "sleeping")
+                             || (streq (state, "error") && !(op && streq (op, "destroy"))));
+    s_lifetimes (api, stmt, a, stopped);
     return a;
 }
 
@@ -128,6 +131,7 @@ json_t *api_agent_resolve (req_t *r)
     snprintf (r->agent_id, sizeof r->agent_id, "%s", json_string_value (json_object_get (agent, "id")));
     const char *name = json_string_value (json_object_get (agent, "name"));
     snprintf (r->name, sizeof r->name, "%s", name ? name : key);
+    api_turn_run (r);               //  what it does is its open turn's, if any
     return agent;
 }
 

@@ -104,6 +104,12 @@ void api_unpark (req_t *r);
 //  The audit row for r (r->kind set): who, what, how it went, with the
 //  run (r->run) and byte count (r->has_bytes) when there are.
 void api_record (req_t *r, bool ok, const char *error);
+//  The run r's operation is recorded with: the one it names, else the
+//  run of the turn its token holds open on the agent, else "".
+const char *api_run_of (const req_t *r);
+//  Looks up the turn the token of r holds open on r->agent_id (the
+//  latest begun) and keeps its run in r->turn_run.
+void api_turn_run (req_t *r);
 //  A run or session id as a caller names it (1..128 printable ASCII
 //  bytes, no spaces): NULL when good, else why.
 const char *api_run_check (const char *run);
@@ -186,6 +192,9 @@ struct req_t {
     const char *kind;               //  "create", "fs.read", ...; NULL: not recorded
     char detail [1100];
     char run [API_RUN_MAX + 1];     //  X-Agenthold-Run (or a body's "run"); "" none
+    //  The run of a turn the same token holds open on the agent, found
+    //  when the agent is resolved (api_turn_run); recorded when r->run is "".
+    char turn_run [API_RUN_MAX + 1];
     int64_t bytes;                  //  a read's or a write's byte count, when has_bytes
     bool has_bytes;
     char agent_id [AH_AGENT_ID_LEN + 1];
