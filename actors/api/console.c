@@ -100,13 +100,7 @@ static void s_asset (req_t *r)
 //  it offers (an admin sees tenants; a tenant's person does not).
 static void s_me (req_t *r)
 {
-    json_t *body = json_object ();
-    json_object_set_new (body, "token", api_json_text (r->who.token_name));
-    json_object_set_new (body, "tenant", api_json_text (r->who.tenant));
-    json_object_set_new (body, "user", r->who.user [0] ? api_json_text (r->who.user) : json_null ());
-    json_object_set_new (body, "admin", json_boolean (r->who.admin));
-    json_object_set_new (body, "scope", r->who.scope [0] ? api_json_text (r->who.scope) : json_null ());
-    api_respond (r, 200, body);
+    api_respond (r, 200, api_me_json (r));
 }
 
 //  --------------------------------------------------------------------
@@ -191,24 +185,10 @@ static bool s_token_stands (req_t *r, int64_t token_id)
     return ok;
 }
 
-//  A browser names the page's origin; it must be this server's.
-static bool s_same_origin (req_t *r)
-{
-    const char *origin = ah_http_header (&r->head, "origin");
-    const char *host = ah_http_header (&r->head, "host");
-    if (!origin)
-        return true;                //  not a browser: the ticket is the credential
-    if (!host || ah_http_header_count (&r->head, "origin") != 1)
-        return false;
-    const char *rest = !strncasecmp (origin, "http://", 7) ? origin + 7
-                     : !strncasecmp (origin, "https://", 8) ? origin + 8 : NULL;
-    return rest && strcasecmp (rest, host) == 0;
-}
-
 //  GET /console/terminal/{agent}?ticket=T (Upgrade: websocket)
 static void s_terminal (req_t *r)
 {
-    if (!s_same_origin (r)) {
+    if (!api_same_origin (r)) {
         api_respond_error (r, 403, "a terminal opens from this server's own console only (Origin)");
         return;
     }

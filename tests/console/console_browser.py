@@ -15,8 +15,10 @@ ports 18800-18899).
   deleted (with its confirmation);
 - stop from the agent's page: sleeping shows without a reload; opening the
   terminal wakes it and the page says so; the echo works again;
-- sign-out: the page forgets the token (no cookie, no storage, no URL ever
-  held it) and shows the sign-in again; the second tenant's person sees
+- the session: an HttpOnly, SameSite=Strict cookie no script reads; a
+  reload stays signed in; the token was in no URL or storage;
+- sign-out: the page is cleared and shows the sign-in again, and the old
+  cookie replayed to the API is refused; the second tenant's person sees
   only their own agent;
 - the page at 400 px wide; a screenshot of each page is saved (the second
   argument, a folder); the browser's log holds no error from the console
@@ -143,7 +145,7 @@ def run_browser(srv, tmp, shots):
         # A wrong token: refused, and the page says so.
         page.sign_in("0" * 64)
         page.wait_text("signin-error", "Sign-in refused", "the wrong token's refusal")
-        check("wrong bearer token" in page.text("signin-error"), "the refusal says why: %r" % page.text("signin-error"))
+        check("wrong token" in page.text("signin-error"), "the refusal says why: %r" % page.text("signin-error"))
         check(d.find_element(By.ID, "signin-error").is_displayed(), "the refusal is visible")
         check(not d.find_element(By.ID, "agents").is_displayed(), "no agents shown to a wrong token")
         page.shot("signin-refused")
@@ -239,15 +241,20 @@ def run_browser(srv, tmp, shots):
         status, a = srv.call("GET", "/api/v1/agents/webby", acme_tok)
         check(a["state"] == "running", "the agent runs again: %s" % a["state"])
 
-        # A reload forgets the token (it was in the page's memory only).
+        # The session is a cookie the page's scripts cannot read: a reload
+        # stays signed in, with no token asked for.
+        cookies = d.get_cookies()
+        session = [c for c in cookies if c["name"] == "agenthold_session"]
+        check(len(session) == 1 and session[0]["httpOnly"] and session[0].get("sameSite") == "Strict"
+              and session[0]["value"] != acme_tok, "one HttpOnly, SameSite=Strict session cookie: %s"
+              % [{k: v for k, v in c.items() if k != "value"} for c in cookies])
+        check(page.js("return document.cookie") == "", "the page's scripts see no cookie")
         page.collect_log()
         d.refresh()
-        wait(lambda: d.find_element(By.ID, "signin").is_displayed(), "the sign-in after a reload")
-        check(not d.find_element(By.ID, "agents").is_displayed(), "a reload shows no agents")
+        wait(lambda: d.find_element(By.ID, "agent").is_displayed(), "the agent's page the URL names after a reload")
+        check(not d.find_element(By.ID, "signin").is_displayed(), "a reload keeps the session")
 
         # The page at 400 px wide.
-        page.sign_in(acme_tok)
-        wait(lambda: d.find_element(By.ID, "agent").is_displayed(), "the agent's page the URL names, signed in again")
         page.js("location.hash = '#/'")
         wait(lambda: page.agent_row("webby") == "running", "the agents again")
         d.set_window_size(400, 800)
@@ -261,7 +268,7 @@ def run_browser(srv, tmp, shots):
         urls = page.js("return performance.getEntriesByType('resource').map(e => e.name)"
                        ".concat([location.href])")
         check(all(acme_tok not in u for u in urls), "the token in no URL the page used")
-        check(page.js("return document.cookie") == "", "no cookie")
+        check(page.js("return document.cookie") == "", "no cookie a script can read")
         check(page.js("return localStorage.length + sessionStorage.length") == 0, "nothing in storage")
 
         # Sign-out: the page forgets it.
@@ -269,6 +276,12 @@ def run_browser(srv, tmp, shots):
         wait(lambda: d.find_element(By.ID, "signin").is_displayed(), "the sign-in after signing out")
         check(not d.find_element(By.ID, "agents").is_displayed() and page.text("agents-body") == "",
               "the agents are gone from the page")
+        # The server ended the session: the old cookie, replayed, is refused.
+        status, answer = srv.call("GET", "/api/v1/agents", None, None,
+                                  {"Cookie": "agenthold_session=" + session[0]["value"]})
+        check(status == 401, "the signed-out cookie replayed: 401, got %d %s" % (status, answer))
+        d.refresh()
+        wait(lambda: d.find_element(By.ID, "signin").is_displayed(), "the sign-in after a reload, signed out")
         page.collect_log()
 
         # The other tenant's person: their agent only.
@@ -283,7 +296,7 @@ def run_browser(srv, tmp, shots):
 
         # No error from the console in either browser's log.
         bad = [e for i, e in enumerate(page.log) if e["level"] == "SEVERE"
-               and not (i < expected_401 and "/api/v1/me" in e["message"] and "401" in e["message"])]
+               and not (i < expected_401 and "/api/v1/login" in e["message"] and "401" in e["message"])]
         bad += [e for e in other.log if e["level"] == "SEVERE"]
         check(not bad, "errors in the browser's log: %s" % bad)
     finally:

@@ -1,12 +1,15 @@
 // app.js: the agenthold console (docs/console.md).
 //
 // One page, routed by the URL's fragment: #/ the agents, #/agent/ID one
-// agent (terminal, files, activity). The API token lives in this module's
-// memory only: never in a URL, a cookie or the browser's storage. Every
-// request carries it as `Authorization: Bearer`; the terminal's WebSocket,
-// which cannot carry that header, opens with a one-time ticket the API
-// hands out for it. Everything the server or a sandbox sends is put on the
-// page as text (textContent), never parsed as HTML.
+// agent (terminal, files, activity). Signing in trades the API token for a
+// session cookie (POST /api/v1/login): the token is dropped at once, and
+// the cookie is HttpOnly, so no script of the page can read it. The page
+// keeps only the session's CSRF value, in this module's memory, and sends
+// it as X-Agenthold-CSRF on every state-changing request; never in a URL,
+// a cookie or the browser's storage. The terminal's WebSocket opens with a
+// one-time ticket the API hands out for it. Everything the server or a
+// sandbox sends is put on the page as text (textContent), never parsed as
+// HTML.
 
 import { Terminal } from "/console/term.js";
 
@@ -21,7 +24,7 @@ const PREVIEW_MAX = 256 * 1024;
 const PREVIEW_LINES = 40;
 const LIST_MAX = 500;
 
-let token = null;               // the API token: this variable only
+let csrf = null;                // the session's CSRF value (null: signed out)
 let me = null;                  // GET /api/v1/me
 const agents = new Map();       // id -> agent object
 let eventsCtl = null;           // the event stream's AbortController
@@ -55,13 +58,14 @@ function homePath(path) { return path.split("/").map(encodeURIComponent).join("/
 function joinPath(base, name) { return base === "." ? name : `${base}/${name}`; }
 
 async function api(method, path, body, opts = {}) {
-  const headers = { Authorization: `Bearer ${token}` };
+  const headers = {};
+  if (csrf && method !== "GET" && method !== "HEAD") headers["X-Agenthold-CSRF"] = csrf;
   let payload;
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
     payload = JSON.stringify(body);
   }
-  const res = await fetch(path, { method, headers, body: payload, cache: "no-store", credentials: "omit",
+  const res = await fetch(path, { method, headers, body: payload, cache: "no-store", credentials: "same-origin",
                                   signal: opts.signal });
   if (res.ok && opts.raw) return res;
   const text = await res.text();
@@ -69,7 +73,7 @@ async function api(method, path, body, opts = {}) {
   try { json = text ? JSON.parse(text) : null; } catch { json = null; }
   if (!res.ok) {
     const message = (json && json.error) || `HTTP ${res.status}`;
-    if (res.status === 401 && token && !opts.signingIn) signOut(`Signed out: the server refused the token (${message}).`);
+    if (res.status === 401 && csrf && !opts.signingIn) signOut(`Signed out: the server refused the session (${message}).`);
     throw new ApiError(res.status, message);
   }
   return json;
@@ -90,28 +94,46 @@ $("signin-form").addEventListener("submit", async (e) => {
   input.value = "";
   say("signin-error", "");
   if (!given) return;
-  token = given;
   try {
-    me = await api("GET", "/api/v1/me", undefined, { signingIn: true });
+    me = await api("POST", "/api/v1/login", { token: given }, { signingIn: true });
   } catch (err) {
-    token = null;
     say("signin-error", `Sign-in refused: ${err.message}`, true);
     input.focus();
     return;
   }
+  signedIn();
+});
+
+// A page reloaded within its session: the cookie still stands.
+async function resume() {
+  try {
+    const answer = await api("GET", "/api/v1/login", undefined, { signingIn: true });
+    if (!answer.signed_in || csrf) return;
+    me = answer;
+    signedIn();
+  } catch { /* no session: the sign-in form */ }
+}
+
+function signedIn() {
+  csrf = me.csrf;
+  delete me.csrf;
   $("who").textContent = `${me.token}${me.user ? ` (${me.user})` : ""} · ${me.admin ? "admin, every tenant" : `tenant ${me.tenant}`}`;
   $("signout").hidden = false;
   startEvents();
-  pollTimer = setInterval(() => { if (token) refreshAgents().catch(() => {}); }, 5000);
+  pollTimer = setInterval(() => { if (csrf) refreshAgents().catch(() => {}); }, 5000);
   loadRuntimes();
   if (!location.hash || location.hash === "#") location.hash = "#/";
   route();
+}
+
+$("signout").addEventListener("click", async () => {
+  // The server ends the session: the cookie is refused from now on.
+  try { await api("POST", "/api/v1/logout", undefined, { signingIn: true }); } catch { /* signed out already */ }
+  signOut("");
 });
 
-$("signout").addEventListener("click", () => signOut(""));
-
 function signOut(message) {
-  token = null;
+  csrf = null;
   me = null;
   if (eventsCtl) eventsCtl.abort();
   eventsCtl = null;
@@ -141,7 +163,7 @@ function show(section) {
 window.addEventListener("hashchange", route);
 
 function route() {
-  if (!token) { show("signin"); return; }
+  if (!csrf) { show("signin"); return; }
   const m = /^#\/agent\/([0-9a-f]{12})(?:\/(terminal|files|log|briefing))?$/.exec(location.hash);
   const leaving = view.name === "agent" && (!m || m[1] !== view.id);
   if (leaving) closeTerminal();
@@ -272,7 +294,7 @@ function startEvents() {
   const ctl = new AbortController();
   eventsCtl = ctl;
   (async () => {
-    while (token && eventsCtl === ctl) {
+    while (csrf && eventsCtl === ctl) {
       try {
         const res = await api("GET", "/api/v1/events", undefined, { raw: true, signal: ctl.signal });
         const reader = res.body.getReader();
@@ -617,7 +639,7 @@ function uploadOne(file) {
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
     xhr.open("PUT", fileUrl(joinPath(dir, file.name)));
-    xhr.setRequestHeader("Authorization", `Bearer ${token}`);
+    xhr.setRequestHeader("X-Agenthold-CSRF", csrf);
     xhr.upload.addEventListener("progress", (e) => {
       if (e.lengthComputable) say("files-status", `Uploading ${file.name}: ${Math.floor((100 * e.loaded) / e.total)}%`);
     });
@@ -697,3 +719,4 @@ async function loadBriefing() {
 
 show("signin");
 $("token").focus();
+resume();
