@@ -85,6 +85,7 @@ struct api_t {
     ah_api_events_t *events;
     struct terminal_t *terminals;   //  open terminals (terminal.c)
     api_metrics_t *metrics;         //  what GET /metrics counts (metrics.c)
+    int64_t started_ms;             //  when this actor started (the sleeper counts idleness from then too)
 };
 
 //  A successful REPLY to a parked request.

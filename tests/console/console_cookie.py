@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """tests/console/console_cookie.py: the console's sign-in by cookie
-(docs/api.md "Signing in with a cookie"), on the real `agenthold serve` (fake driver,
+(docs/api.md "Signing in with a cookie"), sleeps_at from the moment an
+agent runs, on the real `agenthold serve` (fake driver,
 ports 18800-18899).
 
 - login: POST /api/v1/login trades a token for an HttpOnly,
@@ -19,12 +20,16 @@ ports 18800-18899).
   cookie sees none of this tenant's agents.
 - logout: the session ends on the server; the same cookie replayed is a
   401 on every route; revoking a token ends its sessions.
+- sleeps_at: set from the moment an agent runs (idle_minutes after its
+  start), before the sleeper's first pass, and moved on by a use.
 
 usage: console_cookie.py AGENTHOLD_BINARY"""
+import datetime
 import http.client
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from consolelib import Fail, Server, check, checks  # noqa: E402
@@ -261,6 +266,47 @@ def logouts(srv, acme_tok):
     check(status == 201, "an admin's cookie makes a tenant: %d %s" % (status, made))
 
 
+def iso_ms(text):
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp() * 1000
+
+
+def sleeps_at(srv, acme_tok):
+    a = srv.ok("POST", "/api/v1/agents?wait=1", acme_tok, {"name": "sleepy", "idle_minutes": 10})
+    check(a["state"] == "running", "sleepy runs")
+    a = srv.ok("GET", "/api/v1/agents/sleepy", acme_tok)
+    check(a["sleeps_at"] is not None and a["awake_because"] == "recent use",
+          "sleeps_at is there from the start (before the sleeper's first pass): %s / %s"
+          % (a["sleeps_at"], a["awake_because"]))
+    start = iso_ms(a["last_activity_at"])
+    first = iso_ms(a["sleeps_at"])
+    check(abs(first - (start + 10 * 60000)) < 1000,
+          "sleeps_at is idle_minutes after the start: %s vs %s" % (a["sleeps_at"], a["last_activity_at"]))
+    listed = [x for x in srv.ok("GET", "/api/v1/agents", acme_tok)["agents"] if x["name"] == "sleepy"][0]
+    check(listed["sleeps_at"] == a["sleeps_at"], "the list carries it too")
+    time.sleep(1.2)
+    status, _ = srv.call("PUT", "/api/v1/agents/sleepy/files/touch.txt", acme_tok, b"x")
+    check(status in (200, 201), "a use of sleepy: %d" % status)
+
+    def moved():
+        b = srv.ok("GET", "/api/v1/agents/sleepy", acme_tok)
+        return b if b["sleeps_at"] and iso_ms(b["sleeps_at"]) >= first + 1000 else None
+    deadline = time.time() + 10
+    b = None
+    while time.time() < deadline and not b:
+        b = moved()
+        time.sleep(0.2)
+    check(b is not None, "a use moves sleeps_at on at once (not at the sleeper's next pass)")
+    srv.ok("POST", "/api/v1/agents/sleepy/stop?wait=1", acme_tok)
+    c = srv.ok("GET", "/api/v1/agents/sleepy", acme_tok)
+    check(c["state"] == "sleeping" and c["sleeps_at"] is None and c["awake_because"] is None,
+          "a sleeping agent has no sleeps_at: %s" % c["sleeps_at"])
+    srv.ok("POST", "/api/v1/agents/sleepy/start?wait=1", acme_tok)
+    d = srv.ok("GET", "/api/v1/agents/sleepy", acme_tok)
+    check(d["sleeps_at"] is not None and iso_ms(d["sleeps_at"]) > iso_ms(b["sleeps_at"]),
+          "woken, sleeps_at is there again at once, counted from the wake")
+
+
 def main_for(srv):
     def main():
         srv.start()
@@ -275,6 +321,7 @@ def main_for(srv):
         hostile_cookies(srv, cookie, me["csrf"], other_cookie)
         session_probe(srv, cookie, me["csrf"])
         logouts(srv, acme_tok)
+        sleeps_at(srv, acme_tok)
         print("console.cookie: %d checks passed" % checks())
     return main
 
