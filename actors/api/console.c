@@ -74,15 +74,28 @@ static void s_asset_send (req_t *r, const ah_web_asset_t *asset)
     api_want_write (r);
 }
 
-//  GET /
-static void s_index (req_t *r)
+//  A file of the console by name, or 404 (a server built without it).
+static void s_named (req_t *r, const char *name)
 {
-    const ah_web_asset_t *asset = ah_web_asset ("index.html");
+    const ah_web_asset_t *asset = ah_web_asset (name);
     if (!asset) {
         api_respond_error (r, 404, "this server was built without its console");
         return;
     }
     s_asset_send (r, asset);
+}
+
+//  GET /
+static void s_index (req_t *r)
+{
+    s_named (r, "index.html");
+}
+
+//  GET /favicon.ico: browsers ask for it whatever the page says; the
+//  console's icon (SVG, which they take from there too) instead of a 401.
+static void s_favicon (req_t *r)
+{
+    s_named (r, "favicon.svg");
 }
 
 //  GET /console/{asset}
@@ -215,6 +228,7 @@ static void s_terminal (req_t *r)
 const route_t api_console_routes [] = {
     { M_GET | M_HEAD, "/", s_index, R_PUBLIC, "" },
     { M_GET | M_HEAD, "/console/{asset}", s_asset, R_PUBLIC, "" },
+    { M_GET | M_HEAD, "/favicon.ico", s_favicon, R_PUBLIC, "" },
     { M_GET, "/console/terminal/{agent}", s_terminal, R_PUBLIC | R_UPGRADE, "ticket cols rows" },
     { M_GET, "/api/v1/me", s_me, 0, "" },
     { M_POST, "/api/v1/agents/{agent}/terminal/ticket", s_ticket, 0, "" },

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/console/console_cookie.py: the console's sign-in by cookie
 (docs/api.md "Signing in with a cookie"), sleeps_at from the moment an
-agent runs, on the real `agenthold serve` (fake driver,
+agent runs, and /favicon.ico, on the real `agenthold serve` (fake driver,
 ports 18800-18899).
 
 - login: POST /api/v1/login trades a token for an HttpOnly,
@@ -22,6 +22,7 @@ ports 18800-18899).
   401 on every route; revoking a token ends its sessions.
 - sleeps_at: set from the moment an agent runs (idle_minutes after its
   start), before the sleeper's first pass, and moved on by a use.
+- /favicon.ico: the icon, no token needed.
 
 usage: console_cookie.py AGENTHOLD_BINARY"""
 import datetime
@@ -307,6 +308,15 @@ def sleeps_at(srv, acme_tok):
           "woken, sleeps_at is there again at once, counted from the wake")
 
 
+def favicon(srv):
+    status, raw, h = call(srv, "GET", "/favicon.ico")
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "web", "console",
+                           "favicon.svg"), "rb") as f:
+        want = f.read()
+    check(status == 200 and raw == want and h.get("content-type") == ["image/svg+xml"],
+          "/favicon.ico answers the icon without a token: %d %s" % (status, h.get("content-type")))
+
+
 def main_for(srv):
     def main():
         srv.start()
@@ -314,6 +324,7 @@ def main_for(srv):
         other_tok = srv.tenant_token("other")
         acme = srv.agent("web", acme_tok)
         theirs = srv.agent("secret", other_tok)
+        favicon(srv)
         logins(srv, acme_tok)
         cookie, me = login(srv, acme_tok)
         other_cookie, _ = login(srv, other_tok, origin=False)
