@@ -41,6 +41,7 @@ try:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
 except ImportError:
     webdriver = None
 
@@ -121,6 +122,26 @@ class Page:
         wait(lambda: self.js("return document.getElementById('confirm').open"), "the confirmation dialog")
         self.click("#confirm-yes")
 
+    def fits(self, width, what):
+        """At width px wide, nothing sticks out sideways."""
+        self.d.set_window_size(width, 800)
+        time.sleep(0.3)
+        overflow = self.js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        check(overflow <= 0, "%s: nothing wider than %d px (overflow %d px)" % (what, width, overflow))
+
+    def tab_to(self, element_id, most=60):
+        """Tab from the top of the page until element_id has the focus
+        (keyboard only); then Enter on it."""
+        self.js("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0);")
+        body = self.d.find_element(By.TAG_NAME, "body")
+        for _ in range(most):
+            body = self.d.switch_to.active_element
+            body.send_keys(Keys.TAB)
+            if self.js("return document.activeElement && document.activeElement.id") == element_id:
+                self.d.switch_to.active_element.send_keys(Keys.ENTER)
+                return
+        raise Fail("#%s is not reachable with the Tab key" % element_id)
+
     def terminal_text(self):
         return self.text("term") or ""
 
@@ -167,6 +188,27 @@ def run_browser(srv, tmp, shots):
         check(theirs["name"] not in page.text("agents-body") and theirs["id"] not in d.page_source,
               "no trace of another tenant's agent on the page")
         page.shot("agents")
+
+        # The runtimes page, reached with the keyboard: the catalog as the
+        # API has it, each image's state (unknown on the fake driver).
+        page.tab_to("nav-runtimes")
+        wait(lambda: d.find_element(By.ID, "runtimes").is_displayed(), "the runtimes page")
+        status, catalog = srv.call("GET", "/api/v1/runtimes", acme_tok)
+        check(status == 200 and catalog["runtimes"], "the API's catalog")
+        for rt in catalog["runtimes"]:
+            name = rt.get("alias") or rt.get("name")
+            shown = wait(lambda: page.js("const r = document.querySelector(`#runtimes-body tr[data-runtime='${arguments[0]}']`);"
+                                         "return r ? r.textContent : null;", name), "runtime %s listed" % name)
+            check((rt["image_state"] or "unknown") in shown and (rt.get("description") or "")[:30] in shown,
+                  "runtime %s with its state and description: %r" % (name, shown))
+        check(page.js("return document.getElementById('nav-runtimes').getAttribute('aria-current')") == "page",
+              "the nav says which page is shown")
+        page.shot("runtimes")
+        page.fits(400, "the runtimes page")
+        page.shot("runtimes-400px")
+        page.fits(1280, "the runtimes page")
+        page.tab_to("nav-agents")
+        wait(lambda: page.agent_row("webby") == "running", "back to the agents with the keyboard")
 
         # The terminal.
         d.find_element(By.LINK_TEXT, "webby").click()

@@ -29,7 +29,9 @@ let me = null;                  // GET /api/v1/me
 const agents = new Map();       // id -> agent object
 let eventsCtl = null;           // the event stream's AbortController
 let pollTimer = null;
-let view = { name: "signin" };  // { name: "agents" } | { name: "agent", id, tab }
+let view = { name: "signin" };  // { name: "agents" } | { name: "runtimes" } | { name: "agent", id, tab }
+let runtimes = [];              // the catalog (GET /api/v1/runtimes)
+let runtimesTimer = null;
 let dir = ".";                  // the file browser's folder
 let socket = null;              // the terminal's WebSocket
 let sendKeys = null;
@@ -119,6 +121,7 @@ function signedIn() {
   delete me.csrf;
   $("who").textContent = `${me.token}${me.user ? ` (${me.user})` : ""} · ${me.admin ? "admin, every tenant" : `tenant ${me.tenant}`}`;
   $("signout").hidden = false;
+  $("nav").hidden = false;
   startEvents();
   pollTimer = setInterval(() => { if (csrf) refreshAgents().catch(() => {}); }, 5000);
   loadRuntimes();
@@ -138,16 +141,19 @@ function signOut(message) {
   if (eventsCtl) eventsCtl.abort();
   eventsCtl = null;
   clearInterval(pollTimer);
+  clearTimeout(runtimesTimer);
+  runtimes = [];
   closeTerminal();
   agents.clear();
   eventLog.length = 0;
   // Nothing of the signed-in person stays on the page.
-  for (const id of ["agents-body", "files-body", "events", "audit", "crumbs", "preview", "briefing"]) $(id).replaceChildren();
+  for (const id of ["agents-body", "files-body", "events", "audit", "crumbs", "preview", "briefing", "runtimes-body"]) $(id).replaceChildren();
   for (const id of ["agents-status", "agent-summary", "agent-error", "files-status", "term-status", "agent-title",
                     "briefing-status"]) say(id, "");
   term.reset();
   $("who").textContent = "";
   $("signout").hidden = true;
+  $("nav").hidden = true;
   view = { name: "signin" };
   show("signin");
   say("signin-error", message, Boolean(message));
@@ -155,7 +161,11 @@ function signOut(message) {
 }
 
 function show(section) {
-  for (const id of ["signin", "agents", "agent"]) $(id).hidden = id !== section;
+  for (const id of ["signin", "agents", "runtimes", "agent"]) $(id).hidden = id !== section;
+  for (const [link, page] of [["nav-agents", "agents"], ["nav-runtimes", "runtimes"]]) {
+    if (page === section) $(link).setAttribute("aria-current", "page");
+    else $(link).removeAttribute("aria-current");
+  }
 }
 
 // ------------------------------------------------------------------ routing
@@ -167,6 +177,12 @@ function route() {
   const m = /^#\/agent\/([0-9a-f]{12})(?:\/(terminal|files|log|briefing))?$/.exec(location.hash);
   const leaving = view.name === "agent" && (!m || m[1] !== view.id);
   if (leaving) closeTerminal();
+  if (location.hash === "#/runtimes") {
+    view = { name: "runtimes" };
+    show("runtimes");
+    loadRuntimes();
+    return;
+  }
   if (m) {
     const first = view.name !== "agent" || view.id !== m[1];
     view = { name: "agent", id: m[1], tab: m[2] || (view.id === m[1] ? view.tab : "terminal") };
@@ -200,6 +216,7 @@ async function refreshAgent(id) {
 }
 
 function render() {
+  if (view.name === "runtimes") renderRuntimes();
   if (view.name === "agents") renderAgents();
   else if (view.name === "agent") renderAgentPage(false);
 }
@@ -332,6 +349,7 @@ function onEvent(ev) {
     a.error = ev.error;
   }
   const text = `${ev.name}: ${ev.message || PROGRESS[ev.state] || ev.state}`;
+  if (ev.message && ev.message.startsWith("Preparing") && !runtimesTimer) runtimesTimer = setTimeout(loadRuntimes, 1000);
   if (view.name === "agents") say("agents-status", text);
   else if (view.name === "agent" && view.id === ev.agent_id) {
     say("agent-summary", text);
@@ -345,22 +363,53 @@ function onEvent(ev) {
   else if (view.name === "agent" && view.id === ev.agent_id) location.hash = "#/";
 }
 
-// Creating.
+// The catalog: the create form's choices, and the runtimes page.
+const alias = (rt) => rt.alias || rt.name;
+const BUSY_IMAGE = new Set(["checking", "building"]);
+
 async function loadRuntimes() {
+  clearTimeout(runtimesTimer);
+  runtimesTimer = null;
   try {
-    const { runtimes } = await api("GET", "/api/v1/runtimes");
-    const select = $("create-runtime");
-    const alias = (rt) => rt.alias || rt.name;
-    select.replaceChildren(...runtimes.map((rt) => el("option", { value: alias(rt), selected: rt.default === true,
-      text: `${alias(rt)}${rt.default ? " (default)" : ""}` })));
-    const describe = () => {
-      const rt = runtimes.find((x) => alias(x) === select.value);
-      $("create-runtime-info").textContent = rt ? [rt.description, rt.image_state && `image ${rt.image_state}`,
-        rt.progress, rt.image_error].filter(Boolean).join(" · ") : "";
-    };
-    select.addEventListener("change", describe);
-    describe();
-  } catch { /* no catalog: the server default image */ }
+    ({ runtimes } = await api("GET", "/api/v1/runtimes"));
+  } catch (err) {
+    say("runtimes-status", `The catalog could not be read: ${err.message}`, true);
+    return;             // no catalog: the server default image
+  }
+  const select = $("create-runtime");
+  const chosen = select.value;
+  select.replaceChildren(...runtimes.map((rt) => el("option", { value: alias(rt),
+    selected: chosen ? alias(rt) === chosen : rt.default === true,
+    text: `${alias(rt)}${rt.default ? " (default)" : ""}` })));
+  describeRuntime();
+  renderRuntimes();
+  // While an image is being checked or built, its progress is followed.
+  if (csrf && runtimes.some((rt) => BUSY_IMAGE.has(rt.image_state)))
+    runtimesTimer = setTimeout(loadRuntimes, view.name === "runtimes" ? 2000 : 10000);
+}
+
+function describeRuntime() {
+  const rt = runtimes.find((x) => alias(x) === $("create-runtime").value);
+  $("create-runtime-info").textContent = rt ? [rt.description, rt.image_state && `image ${rt.image_state}`,
+    rt.progress, rt.image_error].filter(Boolean).join(" · ") : "";
+}
+$("create-runtime").addEventListener("change", describeRuntime);
+
+function renderRuntimes() {
+  if (view.name !== "runtimes") return;
+  $("runtimes-body").replaceChildren(...runtimes.map((rt) => {
+    const state = el("td", { class: "state-cell" },
+      el("span", { class: `state image-${rt.image_state || "unknown"}`, text: rt.image_state || "unknown" }));
+    if (rt.progress) state.append(el("span", { class: "flag", text: rt.progress }));
+    if (rt.image_error) state.append(el("span", { class: "flag error", text: rt.image_error }));
+    return el("tr", { "data-runtime": alias(rt) },
+      el("th", { scope: "row" }, alias(rt), rt.default ? el("span", { class: "badge", text: "default" }) : null),
+      el("td", { class: "mono", text: rt.image || "" }),
+      state,
+      el("td", { text: rt.description || "" }));
+  }));
+  const busy = runtimes.filter((rt) => BUSY_IMAGE.has(rt.image_state)).length;
+  say("runtimes-status", `${runtimes.length} runtimes${busy ? ` · ${busy} being prepared` : ""}`);
 }
 
 $("create-form").addEventListener("submit", async (e) => {
