@@ -129,6 +129,14 @@ class Page:
         overflow = self.js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
         check(overflow <= 0, "%s: nothing wider than %d px (overflow %d px)" % (what, width, overflow))
 
+    def both_sizes(self, label, what):
+        """A screenshot at 1280x800, then the page at 400 px wide (checked
+        and shot), then back."""
+        self.shot(label)
+        self.fits(400, what)
+        self.shot(label + "-400px")
+        self.fits(1280, what)
+
     def tab_to(self, element_id, most=60):
         """Tab from the top of the page until element_id has the focus
         (keyboard only); then Enter on it."""
@@ -149,6 +157,65 @@ class Page:
         term = self.d.find_element(By.ID, "term")
         term.click()
         term.send_keys(keys)
+
+
+def admin_pages(srv, admin):
+    d = admin.d
+    d.get(srv.url("/"))
+    admin.sign_in(srv.admin)
+    wait(lambda: d.find_element(By.ID, "agents").is_displayed(), "the admin's agents")
+    admin.tab_to("nav-admin")
+    wait(lambda: admin.js("return !!document.querySelector(\"#tenants-body tr[data-tenant='acme']\")"),
+         "the tenants on the admin page")
+    # A tenant made with the form.
+    d.find_element(By.ID, "tenant-name").send_keys("globex")
+    d.find_element(By.ID, "tenant-max-running").send_keys("2")
+    admin.click("#tenant-form button")
+    wait(lambda: admin.js("return !!document.querySelector(\"#tenants-body tr[data-tenant='globex']\")"),
+         "the new tenant listed")
+    status, t = srv.call("GET", "/api/v1/tenants/globex", srv.admin)
+    check(status == 200 and t["max_running"] == 2, "the tenant as the API has it: %s" % t)
+    # A token for it, shown once.
+    wait(lambda: admin.js("return [...document.getElementById('token-tenant').options].some(o => o.value === 'globex')"),
+         "globex among the token form's tenants")
+    from selenium.webdriver.support.ui import Select
+    Select(d.find_element(By.ID, "token-tenant")).select_by_value("globex")
+    d.find_element(By.ID, "token-name").send_keys("globex-ci")
+    d.find_element(By.ID, "token-user").send_keys("ci@globex.example")
+    admin.click("#token-form button")
+    wait(lambda: d.find_element(By.ID, "new-token").is_displayed(), "the new token shown")
+    made = admin.js("return document.getElementById('new-token-value').value")
+    check(len(made) == 64 and admin.js("return document.activeElement.id") == "new-token-value",
+          "the new token shown once, focused to copy")
+    status, me = srv.call("GET", "/api/v1/me", made)
+    check(status == 200 and me["tenant"] == "globex" and me["user"] == "ci@globex.example",
+          "the shown token acts for globex: %s" % me)
+    wait(lambda: admin.js("return !!document.querySelector(\"#tokens-body tr[data-token='globex-ci'][data-state='active']\")"),
+         "the new token listed as active")
+    check(made not in admin.text("tokens-body"), "the token's value is not in the list")
+    admin.shot("admin-new-token")
+    admin.click("#new-token-done")
+    check(not d.find_element(By.ID, "new-token").is_displayed()
+          and admin.js("return document.getElementById('new-token-value').value") == "" and made not in d.page_source,
+          "Done hides the token and the page holds it no more")
+    # Revoked with its confirmation: the API refuses it from then on.
+    admin.click("#tokens-body tr[data-token='globex-ci'] button[aria-label='Revoke token globex-ci']")
+    admin.confirm()
+    wait(lambda: admin.js("return !!document.querySelector(\"#tokens-body tr[data-token='globex-ci'][data-state='revoked']\")"),
+         "the token shown revoked")
+    status, _ = srv.call("GET", "/api/v1/me", made)
+    check(status == 401, "the revoked token is refused: %d" % status)
+    check(admin.js("return !document.querySelector(\"#tokens-body tr[data-token='admin'] button\")"),
+          "the session's own token offers no revoke")
+    admin.both_sizes("admin", "the admin page")
+    # The tenant deleted with its confirmation.
+    admin.click("#tenants-body tr[data-tenant='globex'] button[aria-label='Delete tenant globex']")
+    admin.confirm()
+    wait(lambda: admin.js("return !document.querySelector(\"#tenants-body tr[data-tenant='globex']\")"),
+         "the tenant gone from the page")
+    status, _ = srv.call("GET", "/api/v1/tenants/globex", srv.admin)
+    check(status == 404, "the tenant gone from the API: %d" % status)
+    admin.collect_log()
 
 
 def run_browser(srv, tmp, shots):
@@ -203,10 +270,7 @@ def run_browser(srv, tmp, shots):
                   "runtime %s with its state and description: %r" % (name, shown))
         check(page.js("return document.getElementById('nav-runtimes').getAttribute('aria-current')") == "page",
               "the nav says which page is shown")
-        page.shot("runtimes")
-        page.fits(400, "the runtimes page")
-        page.shot("runtimes-400px")
-        page.fits(1280, "the runtimes page")
+        page.both_sizes("runtimes", "the runtimes page")
         page.tab_to("nav-agents")
         wait(lambda: page.agent_row("webby") == "running", "back to the agents with the keyboard")
 
@@ -336,10 +400,22 @@ def run_browser(srv, tmp, shots):
         other.shot("agents")
         other.collect_log()
 
-        # No error from the console in either browser's log.
+        # A tenant's person has no admin page.
+        check(not other.d.find_element(By.ID, "nav-admin").is_displayed(), "no admin link for a tenant's person")
+        other.js("location.hash = '#/admin'")
+        other.wait_text("admin-status", "for an admin token", "the admin page refused to a tenant's person")
+        check(other.text("tokens-body") == "" and other.text("tenants-body") == "", "nothing of the admin's shown")
+        other.collect_log()
+
+        # The admin: tenants and tokens.
+        admin = Page(srv, tmp, shots, "admin")
+        pages.append(admin)
+        admin_pages(srv, admin)
+
+        # No error from the console in any browser's log.
         bad = [e for i, e in enumerate(page.log) if e["level"] == "SEVERE"
                and not (i < expected_401 and "/api/v1/login" in e["message"] and "401" in e["message"])]
-        bad += [e for e in other.log if e["level"] == "SEVERE"]
+        bad += [e for e in other.log + admin.log if e["level"] == "SEVERE"]
         check(not bad, "errors in the browser's log: %s" % bad)
     finally:
         for p in pages:

@@ -29,7 +29,7 @@ let me = null;                  // GET /api/v1/me
 const agents = new Map();       // id -> agent object
 let eventsCtl = null;           // the event stream's AbortController
 let pollTimer = null;
-let view = { name: "signin" };  // { name: "agents" } | { name: "runtimes" } | { name: "agent", id, tab }
+let view = { name: "signin" };  // { name: "agents" } | { name: "runtimes" } | { name: "admin" } | { name: "agent", id, tab }
 let runtimes = [];              // the catalog (GET /api/v1/runtimes)
 let runtimesTimer = null;
 let dir = ".";                  // the file browser's folder
@@ -122,6 +122,7 @@ function signedIn() {
   $("who").textContent = `${me.token}${me.user ? ` (${me.user})` : ""} · ${me.admin ? "admin, every tenant" : `tenant ${me.tenant}`}`;
   $("signout").hidden = false;
   $("nav").hidden = false;
+  $("nav-admin").hidden = !me.admin;
   startEvents();
   pollTimer = setInterval(() => { if (csrf) refreshAgents().catch(() => {}); }, 5000);
   loadRuntimes();
@@ -147,9 +148,11 @@ function signOut(message) {
   agents.clear();
   eventLog.length = 0;
   // Nothing of the signed-in person stays on the page.
-  for (const id of ["agents-body", "files-body", "events", "audit", "crumbs", "preview", "briefing", "runtimes-body"]) $(id).replaceChildren();
+  for (const id of ["agents-body", "files-body", "events", "audit", "crumbs", "preview", "briefing", "runtimes-body",
+                    "tenants-body", "tokens-body", "token-tenant"]) $(id).replaceChildren();
+  hideNewToken();
   for (const id of ["agents-status", "agent-summary", "agent-error", "files-status", "term-status", "agent-title",
-                    "briefing-status"]) say(id, "");
+                    "briefing-status", "admin-status", "runtimes-status"]) say(id, "");
   term.reset();
   $("who").textContent = "";
   $("signout").hidden = true;
@@ -161,8 +164,9 @@ function signOut(message) {
 }
 
 function show(section) {
-  for (const id of ["signin", "agents", "runtimes", "agent"]) $(id).hidden = id !== section;
-  for (const [link, page] of [["nav-agents", "agents"], ["nav-runtimes", "runtimes"]]) {
+  for (const id of ["signin", "agents", "runtimes", "admin", "agent"]) $(id).hidden = id !== section;
+  if (section !== "admin") hideNewToken();
+  for (const [link, page] of [["nav-agents", "agents"], ["nav-runtimes", "runtimes"], ["nav-admin", "admin"]]) {
     if (page === section) $(link).setAttribute("aria-current", "page");
     else $(link).removeAttribute("aria-current");
   }
@@ -181,6 +185,12 @@ function route() {
     view = { name: "runtimes" };
     show("runtimes");
     loadRuntimes();
+    return;
+  }
+  if (location.hash === "#/admin") {
+    view = { name: "admin" };
+    show("admin");
+    loadAdmin();
     return;
   }
   if (m) {
@@ -427,6 +437,142 @@ $("create-form").addEventListener("submit", async (e) => {
   } catch (err) {
     say("agents-status", `Create refused: ${err.message}`, true);
   }
+});
+
+// ------------------------------------------------------------------ admin
+
+function hideNewToken() {
+  $("new-token-value").value = "";
+  $("new-token-name").textContent = "";
+  $("new-token").hidden = true;
+}
+$("new-token-done").addEventListener("click", () => { hideNewToken(); $("token-tenant").focus(); });
+
+function limitsText(t) {
+  const parts = [];
+  if (t.max_sandboxes !== null && t.max_sandboxes !== undefined) parts.push(`${t.max_sandboxes} agents`);
+  if (t.max_running !== null && t.max_running !== undefined) parts.push(`${t.max_running} running`);
+  if (t.max_cpus !== null && t.max_cpus !== undefined) parts.push(`${t.max_cpus} CPUs`);
+  if (t.max_memory_mb !== null && t.max_memory_mb !== undefined) parts.push(`${t.max_memory_mb} MB`);
+  return parts.length ? parts.join(", ") : "server defaults";
+}
+
+function tokenState(t) {
+  if (t.revoked_at) return "revoked";
+  if (t.expires_at && Date.parse(t.expires_at) <= Date.now()) return "expired";
+  return t.expires_at ? `active, expires ${new Date(t.expires_at).toLocaleString()}` : "active";
+}
+
+async function loadAdmin() {
+  if (!me || !me.admin) {
+    say("admin-status", "This page is for an admin token.", true);
+    $("tenants-body").replaceChildren();
+    $("tokens-body").replaceChildren();
+    return;
+  }
+  let tenants, tokens;
+  try {
+    [{ tenants }, { tokens }] = await Promise.all([api("GET", "/api/v1/tenants"), api("GET", "/api/v1/tokens")]);
+  } catch (err) {
+    say("admin-status", err.message, true);
+    return;
+  }
+  if (view.name !== "admin") return;
+  $("tenants-body").replaceChildren(...tenants.map((t) => el("tr", { "data-tenant": t.name },
+    el("th", { scope: "row", text: t.name }),
+    el("td", { text: String(t.sandboxes) }),
+    el("td", { text: String(t.running) }),
+    el("td", { text: String(t.tokens) }),
+    el("td", { text: limitsText(t) }),
+    el("td", { class: "row-actions" }, t.name === "default" ? null
+      : el("button", { type: "button", class: "danger", text: "Delete", "aria-label": `Delete tenant ${t.name}`,
+                       onclick: () => deleteTenant(t) })))));
+  const select = $("token-tenant");
+  const chosen = select.value;
+  select.replaceChildren(...tenants.map((t) => el("option", { value: t.name, text: `tenant ${t.name}`,
+                                                              selected: t.name === chosen })),
+                         el("option", { value: "*admin", text: "an admin (every tenant)", selected: chosen === "*admin" }));
+  $("tokens-body").replaceChildren(...tokens.map((t) => {
+    const state = tokenState(t);
+    return el("tr", { "data-token": t.name, "data-state": state.split(",")[0] },
+      el("th", { scope: "row" }, t.name, t.admin ? el("span", { class: "badge", text: "admin" }) : null,
+         me.token === t.name ? el("span", { class: "badge", text: "this session's" }) : null),
+      el("td", { text: t.tenant || "every tenant" }),
+      el("td", { text: t.user || "" }),
+      el("td", { text: t.last_used_at ? new Date(t.last_used_at).toLocaleString() : "never" }),
+      el("td", { text: state }),
+      el("td", { class: "row-actions" }, state.startsWith("active") && me.token !== t.name
+        ? el("button", { type: "button", class: "danger", text: "Revoke", "aria-label": `Revoke token ${t.name}`,
+                         onclick: () => revokeToken(t) }) : null));
+  }));
+  say("admin-status", `${tenants.length} tenants · ${tokens.filter((t) => tokenState(t).startsWith("active")).length} active tokens`);
+}
+
+// Asked first, then done: the outcome said on the admin page.
+async function adminAct(question, method, path, done) {
+  if (!(await confirmDialog(question))) return;
+  try {
+    await api(method, path);
+    say("admin-status", done);
+  } catch (err) {
+    say("admin-status", `Refused: ${err.message}`, true);
+    return;
+  }
+  loadAdmin();
+}
+
+function deleteTenant(t) {
+  return adminAct(`Delete tenant ${t.name}? Its tokens are revoked and its sessions removed.`
+                  + (t.sandboxes ? ` It still holds ${t.sandboxes} agents: the server refuses until they are gone.` : ""),
+                  "DELETE", `/api/v1/tenants/${encodeURIComponent(t.name)}`, `Tenant ${t.name} deleted.`);
+}
+
+function revokeToken(t) {
+  return adminAct(`Revoke token ${t.name}? Whoever uses it is refused from now on, and its console sessions end.`,
+                  "DELETE", `/api/v1/tokens/${encodeURIComponent(t.name)}`, `Token ${t.name} revoked.`);
+}
+
+$("tenant-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const body = { name: $("tenant-name").value.trim() };
+  if ($("tenant-max-sandboxes").value) body.max_sandboxes = Number($("tenant-max-sandboxes").value);
+  if ($("tenant-max-running").value) body.max_running = Number($("tenant-max-running").value);
+  try {
+    await api("POST", "/api/v1/tenants", body);
+    for (const id of ["tenant-name", "tenant-max-sandboxes", "tenant-max-running"]) $(id).value = "";
+    say("admin-status", `Tenant ${body.name} created.`);
+  } catch (err) {
+    say("admin-status", `Create refused: ${err.message}`, true);
+    return;
+  }
+  loadAdmin();
+});
+
+$("token-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const target = $("token-tenant").value;
+  const body = target === "*admin" ? { admin: true } : { tenant: target };
+  for (const [field, id] of [["name", "token-name"], ["user", "token-user"], ["expires", "token-expires"]]) {
+    const v = $(id).value.trim();
+    if (v) body[field] = v;
+  }
+  let made;
+  try {
+    made = await api("POST", "/api/v1/tokens", body);
+  } catch (err) {
+    say("admin-status", `Create refused: ${err.message}`, true);
+    return;
+  }
+  for (const id of ["token-name", "token-user", "token-expires"]) $(id).value = "";
+  // Shown this once: the page keeps it nowhere else, and hides it on Done
+  // or on leaving the page.
+  $("new-token-name").textContent = made.name;
+  $("new-token-value").value = made.token;
+  $("new-token").hidden = false;
+  $("new-token-value").focus();
+  $("new-token-value").select();
+  say("admin-status", `Token ${made.name} created.`);
+  loadAdmin();
 });
 
 // ------------------------------------------------------------------ one agent
