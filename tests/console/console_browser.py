@@ -42,6 +42,7 @@ try:
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
+    from selenium.common.exceptions import StaleElementReferenceException
 except ImportError:
     webdriver = None
 
@@ -102,8 +103,18 @@ class Page:
         os.makedirs(self.shots, exist_ok=True)
         self.d.save_screenshot(os.path.join(self.shots, "%s-%s.png" % (self.name, label)))
 
-    def click(self, css):
-        self.d.find_element(By.CSS_SELECTOR, css).click()
+    def click(self, css, by=None):
+        """Click what css names; the page redraws tables live (the event
+        stream), so an element gone stale between finding and clicking is
+        found again."""
+        for attempt in range(5):
+            try:
+                self.d.find_element(by or By.CSS_SELECTOR, css).click()
+                return
+            except StaleElementReferenceException:
+                if attempt == 4:
+                    raise
+                time.sleep(0.2)
 
     def collect_log(self):
         self.log += self.d.get_log("browser")
@@ -157,6 +168,121 @@ class Page:
         term = self.d.find_element(By.ID, "term")
         term.click()
         term.send_keys(keys)
+
+
+def tiny_png():
+    """A valid 2x2 PNG, made here."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff)
+    raw = b"".join(b"\x00" + b"\xff\x00\x00" * 2 for _ in range(2))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def row_exists(page, table, name):
+    return page.js("return !!document.querySelector(`#${arguments[0]} tr[data-name='${arguments[1]}']`)", table, name)
+
+
+def files_tree(srv, page, tok):
+    """The file browser on the tree: toolchain folders behind a switch,
+    uploads marked, the tree's limits said, at most 24 previews."""
+    d = page.d
+    fixture = ("mkdir -p .venv/lib uploads deep/1/2/3/4/5/6/7 deep/1/2/3/4/5/many pics && echo x > .venv/lib/x.py"
+               " && echo hi > uploads/from-person.txt && echo deep > deep/1/2/3/4/5/6/7/bottom.txt"
+               " && for i in $(seq -w 1 30); do printf 'note %s\\nline two\\n' $i > note-$i.txt; done"
+               " && cd deep/1/2/3/4/5/many && seq 1 2100 | xargs touch")
+    status, out = srv.call("POST", "/api/v1/agents/webby/exec", tok, {"cmd": fixture})
+    check(status == 200 and out["status"] == 0, "the fixture: %s" % out)
+    status, _ = srv.call("PUT", "/api/v1/agents/webby/files/pics/pic.png", tok, tiny_png())
+    check(status in (200, 201), "pics/pic.png uploaded: %d" % status)
+    page.click("#tab-files")
+    page.wait_text("files-status", "entries", "the listing from the tree")
+    wait(lambda: row_exists(page, "files-body", "note-01.txt"), "note-01.txt listed")
+    status_text = page.text("files-status")
+    check(not row_exists(page, "files-body", ".venv") and "toolchain folders" in status_text,
+          "the toolchain folder hidden, and the page says so: %r" % status_text)
+    check("levels down were not opened" in status_text, "the tree's depth limit said: %r" % status_text)
+    deep = page.js("return document.querySelector(\"#files-body tr[data-name='deep']\").children[1].textContent")
+    check("inside" in deep, "a folder says what it holds: %r" % deep)
+    check("uploaded by a person" in page.js("return document.querySelector(\"#files-body tr[data-name='uploads']\").textContent"),
+          "uploads/ marked")
+    # At most 24 previews, text files' first lines.
+    wait(lambda: page.js("return document.querySelectorAll('#previews figure').length") == 24,
+         lambda: "24 previews (there are %s)" % page.js("return document.querySelectorAll('#previews figure').length"), 30)
+    first = page.js("return document.querySelector(\"#previews figure[data-name='note-01.txt'] pre\").textContent")
+    check(first == "note 01\nline two\n" or first.startswith("note 01\nline two"), "a text preview's first lines: %r" % first)
+    page.wait_text("previews", "first 24 files", "the page saying previews stop at 24")
+    page.shot("files-tree")
+    # The switch shows the toolchain folders.
+    page.click("#show-toolchain")
+    wait(lambda: row_exists(page, "files-body", ".venv"), "the toolchain folder with the switch on")
+    page.click("#show-toolchain")
+    wait(lambda: not row_exists(page, "files-body", ".venv"), "hidden again with the switch off")
+    # An image's preview, inside a folder.
+    page.click("#files-body tr[data-name='pics'] button")
+    wait(lambda: page.js("const i = document.querySelector(\"#previews figure[data-name='pic.png'] img\");"
+                         "return i && i.complete && i.naturalWidth === 2"), "the image previewed")
+    check(page.js("return document.querySelector('#previews img').alt") == "preview of pic.png", "the image has its alt text")
+    page.click("#crumbs button")
+    wait(lambda: row_exists(page, "files-body", "uploads"), "back home by the breadcrumb")
+    page.click("#files-body tr[data-name='uploads'] button")
+    wait(lambda: row_exists(page, "files-body", "from-person.txt"), "inside uploads/")
+    check("uploaded by a person" in page.text("files-body"), "a file under uploads/ marked")
+    page.click("#crumbs button")
+    wait(lambda: row_exists(page, "files-body", "note-01.txt"), "home again")
+    # A folder of 2,100 files, seven levels down: the tree's entries limit
+    # and the page's own 500 rows, both said.
+    for name in ("deep", "1", "2", "3", "4", "5", "many"):
+        wait(lambda: row_exists(page, "files-body", name), "folder %s listed" % name)
+        page.click("#files-body tr[data-name='%s'] button" % name)
+    page.wait_text("files-status", "stopped at 2000 entries", "the tree's entries limit said")
+    check("only the first 500 shown" in page.text("files-status"), "the page's row limit said: %r" % page.text("files-status"))
+    check(page.js("return document.querySelectorAll('#files-body tr').length") == 500, "500 rows")
+    check(page.text("crumbs").replace(" ", "") == "home/deep/1/2/3/4/5/many", "the breadcrumbs: %r" % page.text("crumbs"))
+    page.click("#crumbs button")
+    wait(lambda: row_exists(page, "files-body", "note-01.txt"), "home again")
+    page.both_sizes("files-tree", "the files with previews")
+
+
+def audit_filters(srv, page, tok):
+    """The agent's audit trail through the operations API's filters."""
+    status, out = srv.call("POST", "/api/v1/agents/webby/exec", tok, {"cmd": "echo failing; exit 3"})
+    check(status == 200 and out["status"] == 3, "a failing exec: %s" % out)
+    status, out = srv.call("POST", "/api/v1/agents/webby/exec", tok, {"cmd": "true"},
+                           {"X-Agenthold-Run": "console-run-7"})
+    check(status == 200, "an exec within a run: %d" % status)
+    page.click("#tab-log")
+    page.wait_text("audit-status", "operations", "the audit trail")
+
+    def kinds():
+        return page.js("return [...document.querySelectorAll('#audit li')].map(l => l.dataset.kind)")
+
+    from selenium.webdriver.support.ui import Select
+    Select(page.d.find_element(By.ID, "audit-kind")).select_by_value("fs.write")
+    page.click("#audit-form button[type=submit]")
+    wait(lambda: kinds() and set(kinds()) == {"fs.write"}, lambda: "only fs.write rows (%s)" % kinds())
+    Select(page.d.find_element(By.ID, "audit-kind")).select_by_value("")
+    page.click("#audit-failed")
+    page.click("#audit-form button[type=submit]")
+    wait(lambda: kinds() and page.js("return [...document.querySelectorAll('#audit li')].every(l => l.className === 'error')"),
+         "only failures")
+    check("exit 3" in page.text("audit"), "the failing exec among the failures: %r" % page.text("audit")[:300])
+    page.click("#audit-failed")
+    page.d.find_element(By.ID, "audit-run").send_keys("console-run-7")
+    page.click("#audit-form button[type=submit]")
+    wait(lambda: page.js("return document.querySelectorAll('#audit li').length") == 1
+         and "console-run-7" in page.text("audit"), lambda: "the run's one operation (%r)" % page.text("audit")[:300])
+    page.d.find_element(By.ID, "audit-run").clear()
+    page.d.find_element(By.ID, "audit-q").send_keys("xargs touch")
+    page.click("#audit-form button[type=submit]")
+    wait(lambda: kinds() == ["exec"] and "xargs touch" in page.text("audit"), "the text filter finds the fixture's exec")
+    page.d.find_element(By.ID, "audit-q").clear()
+    page.click("#audit-form button[type=submit]")
+    page.wait_text("audit-status", "operations", "the whole trail again")
+    page.shot("activity")
 
 
 def admin_pages(srv, admin):
@@ -275,7 +401,7 @@ def run_browser(srv, tmp, shots):
         wait(lambda: page.agent_row("webby") == "running", "back to the agents with the keyboard")
 
         # The terminal.
-        d.find_element(By.LINK_TEXT, "webby").click()
+        page.click("webby", By.LINK_TEXT)
         page.wait_text("term-status", "Connected", "the terminal to connect")
         page.type_terminal("echo hello-$((6*7))\n")
         wait(lambda: "hello-42" in page.terminal_text(), lambda: "hello-42 on the terminal's screen (it shows %r)"
@@ -330,6 +456,9 @@ def run_browser(srv, tmp, shots):
              % page.text("briefing-status"))
         check(briefing["runtime"] in page.text("briefing-status"), "the runtime named")
         page.shot("briefing")
+
+        files_tree(srv, page, acme_tok)
+        audit_filters(srv, page, acme_tok)
 
         # Stop: sleeping shows without a reload; the terminal wakes it.
         page.click("#tab-terminal")

@@ -14,14 +14,16 @@
 import { Terminal } from "/console/term.js";
 
 const $ = (id) => document.getElementById(id);
-const TOOLCHAIN = new Set([".venv", "venv", "node_modules", "__pycache__", ".pytest_cache", ".mypy_cache",
-                           ".ruff_cache", ".tox", ".git", ".next", ".cache"]);
 const PROGRESS = {
   creating: "Preparing the sandbox…", starting: "Starting the sandbox…", stopping: "Putting the sandbox to sleep…",
   rebuilding: "Rebuilding the sandbox…", destroying: "Removing the sandbox…",
 };
 const PREVIEW_MAX = 256 * 1024;
 const PREVIEW_LINES = 40;
+const PREVIEWS_MAX = 24;        // previews in one folder's view
+const THUMB_LINES = 8;
+const IMAGE = /\.(png|jpe?g|gif|webp)$/i;
+let previewsRun = 0;
 const LIST_MAX = 500;
 
 let csrf = null;                // the session's CSRF value (null: signed out)
@@ -148,11 +150,11 @@ function signOut(message) {
   agents.clear();
   eventLog.length = 0;
   // Nothing of the signed-in person stays on the page.
-  for (const id of ["agents-body", "files-body", "events", "audit", "crumbs", "preview", "briefing", "runtimes-body",
+  for (const id of ["agents-body", "files-body", "events", "audit", "crumbs", "preview", "briefing", "runtimes-body", "previews",
                     "tenants-body", "tokens-body", "token-tenant"]) $(id).replaceChildren();
   hideNewToken();
   for (const id of ["agents-status", "agent-summary", "agent-error", "files-status", "term-status", "agent-title",
-                    "briefing-status", "admin-status", "runtimes-status"]) say(id, "");
+                    "briefing-status", "admin-status", "runtimes-status", "audit-status"]) say(id, "");
   term.reset();
   $("who").textContent = "";
   $("signout").hidden = true;
@@ -693,52 +695,104 @@ window.addEventListener("resize", () => {
 
 function fileUrl(path) { return `${agentPath(view.id)}/files/${homePath(path)}`; }
 
+// The folder comes from the tree (GET .../tree?path=DIR): its own entries
+// (depth 1) are the rows, the levels below count what each folder holds.
+// The tree reads the home directly, so a sleeping agent is not woken.
 async function loadFiles() {
   const id = view.id;
   renderCrumbs();
   $("preview").hidden = true;
   say("files-status", "Reading…");
-  let answer;
+  const showAll = $("show-toolchain").checked;
+  const query = [dir !== "." ? `path=${encodeURIComponent(dir)}` : null, showAll ? "all=true" : null].filter(Boolean);
+  let tree;
   try {
-    answer = await api("GET", `${agentPath(id)}/files?path=${encodeURIComponent(dir)}`);
+    tree = await api("GET", `${agentPath(id)}/tree${query.length ? `?${query.join("&")}` : ""}`);
   } catch (err) {
     $("files-body").replaceChildren();
+    $("previews").replaceChildren();
     say("files-status", err.message, true);
     return;
   }
   if (view.id !== id) return;
-  const showAll = $("show-toolchain").checked;
-  let entries = answer.entries.filter((e) => showAll || !TOOLCHAIN.has(e.name));
-  const hidden = answer.entries.length - entries.length;
+  const below = new Map();       // a folder's path -> entries found under it
+  for (const e of tree.entries) {
+    if (e.depth < 2) continue;
+    const top = e.path.split("/").slice(0, dir === "." ? 1 : dir.split("/").length + 1).join("/");
+    below.set(top, (below.get(top) || 0) + 1);
+  }
+  let entries = tree.entries.filter((e) => e.depth === 1);
   entries.sort((x, y) => (x.type === "dir") === (y.type === "dir") ? x.name.localeCompare(y.name) : x.type === "dir" ? -1 : 1);
   const over = entries.length > LIST_MAX;
   entries = entries.slice(0, LIST_MAX);
   const rows = entries.map((e) => {
-    const path = joinPath(dir, e.name);
-    const uploaded = path === "uploads" || path.startsWith("uploads/");
+    const path = e.path || joinPath(dir, e.name);
+    const uploaded = e.uploaded || path === "uploads" || path.startsWith("uploads/");
     const name = e.type === "dir"
-      ? el("button", { type: "button", class: "link", text: `${e.name}/`, onclick: () => { dir = path; loadFiles(); } })
-      : el("button", { type: "button", class: "link", text: e.name, onclick: () => preview(path, e) });
+      ? el("button", { type: "button", class: "link", text: `${e.name}/`, "aria-label": `Open folder ${e.name}`,
+                       onclick: () => { dir = path; loadFiles(); } })
+      : el("button", { type: "button", class: "link", text: e.name, "aria-label": `Preview ${e.name}`,
+                       onclick: () => preview(path, e) });
     const actions = [];
     if (e.type === "file")
       actions.push(el("button", { type: "button", text: "Download", "aria-label": `Download ${e.name}`, onclick: () => download(path, e.name) }));
     actions.push(el("button", { type: "button", class: "danger", text: "Delete", "aria-label": `Delete ${e.name}`,
                                onclick: () => removeFile(path, e) }));
+    const size = e.type === "dir" ? (below.has(path) ? `${below.get(path)} inside` : "") : e.type === "link" ? "link" : formatSize(e.size);
     return el("tr", { "data-name": e.name, "data-type": e.type },
       el("td", {}, name, uploaded ? el("span", { class: "badge", text: "uploaded by a person" }) : null),
-      el("td", { text: e.type === "dir" ? "" : formatSize(e.size) }),
+      el("td", { text: size }),
       el("td", { text: e.mtime ? new Date(typeof e.mtime === "number" ? e.mtime * 1000 : e.mtime).toLocaleString() : "" }),
       el("td", { class: "row-actions" }, ...actions));
   });
   $("files-body").replaceChildren(...rows);
+  // What was left out, and the tree's limits when it hit them.
   const notes = [`${entries.length} entries`];
-  if (hidden) notes.push(`${hidden} toolchain folders hidden`);
+  if (!showAll) notes.push("toolchain folders (.venv, node_modules, .git…) hidden");
   if (over) notes.push(`only the first ${LIST_MAX} shown`);
-  if (answer.truncated) notes.push("the sandbox cut the listing short");
-  say("files-status", notes.join(" · "));
+  if (tree.depth_limit_reached) notes.push(`folders more than ${tree.max_depth} levels down were not opened (their counts are short)`);
+  if (tree.entries_limit_reached) notes.push(`the listing stopped at ${tree.max_entries} entries: some are not shown or counted`);
+  if (tree.skipped && tree.skipped.length)
+    notes.push(`${tree.skipped.length} folders could not be read (${tree.skipped.slice(0, 3).map((k) => `${k.path}: ${k.error}`).join("; ")})`);
+  say("files-status", notes.join(" · "), Boolean(tree.incomplete));
+  loadPreviews(id, entries);
+}
+
+// Previews of the folder's files: images and the first lines of text
+// files, at most PREVIEWS_MAX of them, each at most PREVIEW_MAX bytes.
+async function loadPreviews(id, entries) {
+  const box = $("previews");
+  box.replaceChildren();
+  if (!$("show-previews").checked) return;
+  const files = entries.filter((e) => e.type === "file" && e.size > 0 && e.size <= PREVIEW_MAX);
+  const shown = files.slice(0, PREVIEWS_MAX);
+  const mine = ++previewsRun;
+  for (const e of shown) {
+    const path = e.path || joinPath(dir, e.name);
+    let blob;
+    try { blob = await fetchFile(path); } catch { continue; }
+    if (mine !== previewsRun || view.id !== id) return;
+    const figure = el("figure", { class: "thumb", "data-name": e.name });
+    if (IMAGE.test(e.name)) {
+      const url = URL.createObjectURL(blob);
+      const img = el("img", { alt: `preview of ${e.name}`, src: url });
+      img.addEventListener("load", () => URL.revokeObjectURL(url), { once: true });
+      figure.append(img);
+    } else {
+      const bytes = new Uint8Array(await blob.slice(0, 4096).arrayBuffer());
+      if (bytes.includes(0)) continue;                 // not text
+      const text = new TextDecoder("utf-8").decode(await blob.arrayBuffer());
+      figure.append(el("pre", { text: text.split("\n").slice(0, THUMB_LINES).join("\n") }));
+    }
+    figure.append(el("figcaption", { text: e.name }));
+    box.append(figure);
+  }
+  if (files.length > PREVIEWS_MAX && mine === previewsRun)
+    box.append(el("p", { class: "hint", text: `Previews of the first ${PREVIEWS_MAX} files of ${files.length} that could have one.` }));
 }
 
 $("show-toolchain").addEventListener("change", () => loadFiles());
+$("show-previews").addEventListener("change", () => loadFiles());
 
 function renderCrumbs() {
   const parts = dir === "." ? [] : dir.split("/");
@@ -787,7 +841,7 @@ async function preview(path, e) {
   }
   try {
     const blob = await fetchFile(path);
-    if (/\.(png|jpe?g|gif|webp)$/i.test(path)) {
+    if (IMAGE.test(path)) {
       const url = URL.createObjectURL(blob);
       const img = el("img", { alt: `preview of ${path}`, src: url });
       img.addEventListener("load", () => URL.revokeObjectURL(url), { once: true });
@@ -882,20 +936,52 @@ drop.addEventListener("drop", (e) => {
 
 // Activity
 
+const AUDIT_PAGE = 50;
+let auditNext = null;           // the next page's "before", or null
+
 async function loadLog() {
   const id = view.id;
   $("events").replaceChildren(...eventLog.filter((e) => e.agent_id === id).slice(0, 50)
     .map((e) => el("li", { text: `${e.at} ${e.message || e.state}${e.error ? `: ${e.error}` : ""}` })));
-  try {
-    const { operations } = await api("GET", `${agentPath(id)}/operations?limit=100`);
-    $("audit").replaceChildren(...operations.map((op) => el("li", {
-      class: op.ok ? "" : "error",
-      text: `${op.at} ${op.actor} ${op.kind}${op.detail ? ` ${op.detail}` : ""}${op.ok ? "" : ` failed: ${op.error || ""}`}`,
-    })));
-  } catch (err) {
-    $("audit").replaceChildren(el("li", { class: "error", text: err.message }));
-  }
+  await loadAudit(false);
 }
+
+// The audit trail through the operations API's own filters; "Older" pages on.
+async function loadAudit(more) {
+  const id = view.id;
+  const q = [`limit=${AUDIT_PAGE}`];
+  const kind = $("audit-kind").value, text = $("audit-q").value.trim(), run = $("audit-run").value.trim();
+  if (kind) q.push(`operation=${encodeURIComponent(kind)}`);
+  if ($("audit-failed").checked) q.push("failed=1");
+  if (text) q.push(`q=${encodeURIComponent(text)}`);
+  if (run) q.push(`run=${encodeURIComponent(run)}`);
+  if (more && auditNext) q.push(`before=${encodeURIComponent(auditNext)}`);
+  say("audit-status", "Reading…");
+  let answer;
+  try {
+    answer = await api("GET", `${agentPath(id)}/operations?${q.join("&")}`);
+  } catch (err) {
+    if (!more) $("audit").replaceChildren();
+    $("audit-older").hidden = true;
+    say("audit-status", err.message, true);
+    return;
+  }
+  if (view.id !== id) return;
+  const items = answer.operations.map((op) => el("li", {
+    class: op.ok ? "" : "error", "data-kind": op.kind,
+    text: `${op.at} ${op.actor} ${op.kind}${op.detail ? ` ${op.detail}` : ""}${op.run ? ` [run ${op.run}]` : ""}`
+      + `${op.ok ? "" : ` failed: ${op.error || ""}`}`,
+  }));
+  if (more) $("audit").append(...items);
+  else $("audit").replaceChildren(...items);
+  auditNext = answer.next;
+  $("audit-older").hidden = !auditNext;
+  const count = $("audit").children.length;
+  say("audit-status", count ? `${count} operations${auditNext ? " (older ones: Older)" : ""}` : "No operation matches.");
+}
+
+$("audit-form").addEventListener("submit", (e) => { e.preventDefault(); loadAudit(false); });
+$("audit-older").addEventListener("click", () => loadAudit(true));
 
 // Briefing: what the agent is told about its runtime.
 async function loadBriefing() {
