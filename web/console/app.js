@@ -240,7 +240,10 @@ function sleepsText(a) {
   const why = a.awake_because ? ` (${a.awake_because})` : "";
   if (left <= 0) return `sleeps any moment${why}`;
   const s = Math.ceil(left / 1000);
-  return (s >= 60 ? `sleeps in ${Math.round(s / 60)} min` : `sleeps in ${s} s`) + why;
+  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
+  // Ticks every second: "sleeps in 14 min 52 s".
+  const text = h ? `${h} h ${m} min` : m ? `${m} min ${sec} s` : `${sec} s`;
+  return `sleeps in ${text}${why}`;
 }
 
 function stateCell(a) {
@@ -315,7 +318,9 @@ async function act(a, what) {
 setInterval(() => {
   for (const cell of document.querySelectorAll(".sleeps[data-id]")) {
     const a = agents.get(cell.dataset.id);
-    if (a) cell.textContent = sleepsText(a);
+    if (!a) continue;
+    cell.textContent = sleepsText(a);
+    cell.dataset.sleepsAt = a.state === "running" && a.sleeps_at ? a.sleeps_at : "";
   }
 }, 1000);
 
