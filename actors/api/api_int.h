@@ -13,11 +13,12 @@
                   body, 100-continue, respond, write, keep-alive, upgrade
       route.c     the route table and the request target: segments decoded
                   once, queries, paths inside the home
-      auth.c      bearer tokens
+      auth.c      bearer tokens (and the session cookie, through login.c)
       chan.c      tunnel channels: open, data both ways, credit, the end
       agents.c, runtimes.c, turns.c, audit.c, exec.c, files.c, events.c,
       terminal.c  one route family each: its routes and its handlers
       console.c   the web console's files and its terminal tickets
+      login.c     the console's sign-in: session cookies, CSRF, logout
       home_read.c a home read without its sandbox (files of an agent
                   that is not running, the tree)
       ws.c        the server side of the terminal's WebSocket
@@ -332,7 +333,8 @@ json_t *api_home_entries (req_t *r, const char *dir, json_t *entries);
 //  --------------------------------------------------------------------
 //  Authentication (auth.c)
 
-//  The bearer token (or ?token= on R_UPGRADE routes), then ?tenant=: 0
+//  The bearer token (else the session cookie and its CSRF rules, else
+//  ?token= on R_UPGRADE routes), then ?tenant=: 0
 //  with r->who set, or an HTTP status with the answer already given (401
 //  a missing, wrong, revoked or expired token; 403 a tenant token naming
 //  another tenant; 404 no such tenant; 500).

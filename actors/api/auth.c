@@ -1,8 +1,10 @@
 /*  actors/api/auth.c: who is asking, and within which tenant (see
     api_int.h and docs/api.md "Tenants and tokens").
 
-    A bearer token in the Authorization header, or, on a WebSocket route
-    (browsers cannot set headers there), a token= query argument. Only
+    A bearer token in the Authorization header; without that header, the
+    console's session cookie (login.c: its session names a token, read
+    here by id, then the CSRF rules); or, on a WebSocket route (browsers
+    cannot set headers there), a token= query argument. Only
     token hashes are stored (api_tokens.hash); every stored hash is
     compared in constant time and the token itself is wiped once hashed.
     A revoked or expired token is refused at once. The tenant is the

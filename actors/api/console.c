@@ -10,17 +10,16 @@
     styles and connections of this origin only, no inline script, no
     framing), X-Frame-Options DENY and no-referrer.
 
-    Sign-in: the page holds the API token in its own memory and sends it
-    as `Authorization: Bearer` with fetch; no cookie is ever set, so a
-    request another site makes carries no credential (CSRF has nothing
-    to ride on). A browser cannot set that header on a WebSocket, and the
-    token must not go into a URL, so the terminal takes a ticket instead:
-    POST /api/v1/agents/{agent}/terminal/ticket (bearer token, like any
-    route) answers a fresh random ticket bound to that token, its scope
-    and that agent, good once and for 30 s; GET /console/terminal/{agent}
-    ?ticket=T (a WebSocket) redeems it, checks that the token was neither
-    revoked nor expired meanwhile and that the Origin, when sent, is this
-    server, then serves the terminal route exactly as the token would.
+    Sign-in is login.c's (a session cookie the page cannot read). A
+    browser cannot set headers on a WebSocket, and no credential should go
+    into a URL, so the terminal takes a ticket instead:
+    POST /api/v1/agents/{agent}/terminal/ticket (cookie or bearer token,
+    like any route) answers a fresh random ticket bound to that token, its
+    scope and that agent, good once and for 30 s; GET /console/terminal/
+    {agent}?ticket=T (a WebSocket) redeems it, checks that the token was
+    neither revoked nor expired meanwhile and that the Origin, when sent,
+    is this server, then serves the terminal route exactly as the token
+    would.
 
     DESIGN. The tickets live in a small table of this file, locked
     because a process could run more than one API actor (tests do); each
