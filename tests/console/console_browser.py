@@ -140,9 +140,24 @@ class Page:
         overflow = self.js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
         check(overflow <= 0, "%s: nothing wider than %d px (overflow %d px)" % (what, width, overflow))
 
+    def labelled(self, what):
+        """Every control shown has a name a screen reader reads (its text,
+        a label, aria-label or aria-labelledby) and can take the focus."""
+        missing = self.js("""
+            const named = (e) => (e.getAttribute('aria-label') || '').trim() || (e.labels && e.labels.length)
+              || (e.getAttribute('aria-labelledby') && document.getElementById(e.getAttribute('aria-labelledby')))
+              || (e.textContent || '').trim() || (e.getAttribute('title') || '').trim();
+            return [...document.querySelectorAll('button, input, select, a[href], [role=tab], textarea')]
+              .filter((e) => e.offsetParent !== null || e.classList.contains('visually-hidden'))
+              .filter((e) => !named(e) || e.tabIndex < 0)
+              .map((e) => e.outerHTML.slice(0, 120));""")
+        check(not missing, "%s: controls without a name a screen reader reads, or out of the Tab order: %s"
+              % (what, missing))
+
     def both_sizes(self, label, what):
         """A screenshot at 1280x800, then the page at 400 px wide (checked
-        and shot), then back."""
+        and shot), then back; its controls labelled."""
+        self.labelled(what)
         self.shot(label)
         self.fits(400, what)
         self.shot(label + "-400px")
@@ -282,6 +297,7 @@ def audit_filters(srv, page, tok):
     page.d.find_element(By.ID, "audit-q").clear()
     page.click("#audit-form button[type=submit]")
     page.wait_text("audit-status", "operations", "the whole trail again")
+    page.labelled("the activity tab")
     page.shot("activity")
 
 
@@ -378,6 +394,7 @@ def run_browser(srv, tmp, shots):
         check(created["runtime"] and created["runtime"] in page.text("agents-body"),
               "created on the catalog's default runtime, shown: %s" % created["runtime"])
         check(page.agent_row("secret-plans") is None, "another tenant's agent is absent")
+        page.labelled("the agents page")
         check(theirs["name"] not in page.text("agents-body") and theirs["id"] not in d.page_source,
               "no trace of another tenant's agent on the page")
         page.shot("agents")
