@@ -213,8 +213,8 @@ static void s_login (req_t *r)
     json_t *value;
     json_object_foreach (body, key, value)
         if (!streq (key, "token")) {
-            json_decref (body);
             api_respond_error (r, 400, "unknown field '%.64s' (login takes 'token')", key);
+            json_decref (body);
             return;
         }
     const char *token = json_string_value (json_object_get (body, "token"));
