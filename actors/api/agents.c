@@ -44,6 +44,36 @@ static void s_lifetimes (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool s
     json_object_set_new (a, "container_removed", json_boolean (removed));
 }
 
+//  When a running agent falls asleep if nothing more happens, and what
+//  keeps it awake. The sleeper's forecast (sleep_forecast) is written on
+//  its passes, every idle_check_interval: before its first pass on this
+//  agent (just started or woken) there is none, and a use since its last
+//  pass moved the time on. So the forecast is taken with the rule every
+//  idle.lua starts from: idle_minutes after the last use (or after the
+//  start of this server, as the sleeper counts it), whichever is later.
+static void s_sleeps_at (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool running)
+{
+    if (!running) {
+        json_object_set_new (a, "sleeps_at", json_null ());
+        json_object_set_new (a, "awake_because", json_null ());
+        return;
+    }
+    int64_t used = sqlite3_column_int64 (stmt, 10);
+    if (used < api->started_ms)
+        used = api->started_ms;
+    double minutes = sqlite3_column_double (stmt, 7);
+    int64_t since_use = used + (int64_t) (minutes * 60000 + 0.5);
+    bool forecast = sqlite3_column_type (stmt, 11) != SQLITE_NULL;
+    int64_t at = sqlite3_column_int64 (stmt, 11);
+    if (!forecast || since_use > at) {
+        json_object_set_new (a, "sleeps_at", api_json_time (since_use));
+        json_object_set_new (a, "awake_because", json_string ("recent use"));
+        return;
+    }
+    json_object_set_new (a, "sleeps_at", api_json_time (at));
+    json_object_set_new (a, "awake_because", api_json_column (stmt, 12));
+}
+
 static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
 {
     json_t *a = json_object ();
@@ -63,9 +93,7 @@ static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
     //  The sleeper's forecast means something only while it runs.
     bool running = sqlite3_column_type (stmt, 2) != SQLITE_NULL
                 && streq ((const char *) sqlite3_column_text (stmt, 2), "running");
-    json_object_set_new (a, "sleeps_at", running && sqlite3_column_type (stmt, 11) != SQLITE_NULL
-                         ? api_json_time (sqlite3_column_int64 (stmt, 11)) : json_null ());
-    json_object_set_new (a, "awake_because", running ? api_json_column (stmt, 12) : json_null ());
+    s_sleeps_at (api, stmt, a, running);
     json_object_set_new (a, "tenant", api_json_column (stmt, 13));
     json_object_set_new (a, "home_lost", api_json_column (stmt, 14));
     json_object_set_new (a, "runtime", api_json_column (stmt, 15));
