@@ -70,6 +70,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.destroy_retry_min",        T_DURATION, F (destroy_retry_min_s), NULL },
     { "sandbox.destroy_retry_max",        T_DURATION, F (destroy_retry_max_s), NULL },
     { "audit.retention_days",             T_DOUBLE,   F (audit_retention_days), NULL },
+    { "audit.terminal_bytes_interval",    T_DURATION, F (audit_terminal_bytes_s), NULL },
     { "sandbox.docker.socket",            T_STR,      F (docker_socket), NULL },
     { "sandbox.docker.name_prefix",       T_STR,      F (name_prefix), NULL },
     { "sandbox.docker.network_pool",      T_STR,      F (network_pool), NULL },
@@ -220,6 +221,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->destroy_retry_min_s = 120;
     self->destroy_retry_max_s = 21600;
     self->audit_retention_days = 30;
+    self->audit_terminal_bytes_s = 60;
     char *exe_dir = s_exe_dir ();
     self->sandboxd_path = exe_dir ? ah_strf ("%s/sandboxd", exe_dir) : strdup ("sandboxd");
     free (exe_dir);
@@ -903,6 +905,9 @@ static char *s_validate (const ah_config_t *self)
                         self->destroy_retry_min_s, self->destroy_retry_max_s);
     if (!(self->audit_retention_days > 0))
         return ah_strf ("audit.retention_days = %g: must be greater than 0", self->audit_retention_days);
+    if (!(self->audit_terminal_bytes_s == 0 || self->audit_terminal_bytes_s >= 0.1))
+        return ah_strf ("audit.terminal_bytes_interval = %gs: must be 0 (at close only) or at least 100ms",
+                        self->audit_terminal_bytes_s);
     const char *prefix = self->name_prefix;
     bool prefix_ok = isalnum ((unsigned char) prefix [0]) && strlen (prefix) <= 32;
     for (const char *p = prefix; *p && prefix_ok; p++)

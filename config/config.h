@@ -45,6 +45,7 @@ typedef struct {
     double  destroy_retry_max_s;    //  21600: the pause doubles up to this
     //  audit.*
     double  audit_retention_days;   //  30
+    double  audit_terminal_bytes_s; //  60: an open terminal's bytes recorded this often (0: at close only)
     //  sandbox.docker.*
     char   *docker_socket;          //  "/var/run/docker.sock"
     char   *name_prefix;            //  "agenthold"

@@ -236,6 +236,7 @@ static void s_tick (void *arg, void *unused)
     }
     api_chan_tick (api);
     ah_api_events_tick (api->events);
+    api_terminals_tick (api);
 }
 
 //  PORT answers the port we listen on (server.listen "127.0.0.1:0").

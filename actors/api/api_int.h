@@ -115,6 +115,9 @@ void api_turn_run (req_t *r);
 //  A run or session id as a caller names it (1..128 printable ASCII
 //  bytes, no spaces): NULL when good, else why.
 const char *api_run_check (const char *run);
+//  Open terminals' bytes into the audit trail, each
+//  audit.terminal_bytes_interval (terminal.c); from the tick.
+void api_terminals_tick (api_t *api);
 //  AGENT_ACTIVITY to lifecycle (moves last_activity_at).
 void api_activity (api_t *api, const char *agent_id, const char *what);
 

@@ -43,12 +43,16 @@ typedef struct terminal_t {
     int64_t activity_ms;
     char run [API_RUN_MAX + 1];     //  the run it was opened for, "" none
     int64_t bytes;                  //  both ways, for the audit trail
+    int64_t bytes_recorded;         //  of which terminal.bytes rows hold
+    int64_t recorded_ms;            //  the last terminal.bytes row (mono)
     bool opened;                    //  terminal.open is recorded; terminal.close is owed
 } terminal_t;
 
-//  The audit trail: a terminal's opening (at what size) and its closing
-//  (with the bytes that went through it both ways).
-static void s_audit (terminal_t *t, const char *kind, const char *detail, bool with_bytes)
+//  The audit trail: a terminal's opening (at what size), the bytes it
+//  moves while open (terminal.bytes, each audit.terminal_bytes_interval:
+//  since the last such row) and its closing (with the bytes that went
+//  through it both ways, in all).
+static void s_audit (terminal_t *t, const char *kind, const char *detail, int64_t bytes)
 {
     ah_msg_t *rec = ah_msg_new ("OP_RECORD");
     ah_msg_set_str (rec, "agent_id", t->agent_id);
@@ -58,8 +62,8 @@ static void s_audit (terminal_t *t, const char *kind, const char *detail, bool w
     ah_msg_set_str (rec, "detail", detail);
     if (t->run [0])
         ah_msg_set_str (rec, "run", t->run);
-    if (with_bytes)
-        ah_msg_set_int (rec, "bytes", t->bytes);
+    if (bytes >= 0)
+        ah_msg_set_int (rec, "bytes", bytes);
     ah_msg_set_bool (rec, "ok", true);
     api_send (t->api, "recorder", &rec);
 }
@@ -236,7 +240,8 @@ static void s_open_pty (terminal_t *t)
     t->activity_ms = zclock_mono ();
     char detail [64];
     snprintf (detail, sizeof detail, "terminal %dx%d", t->cols, t->rows);
-    s_audit (t, "terminal.open", detail, false);
+    s_audit (t, "terminal.open", detail, -1);
+    t->recorded_ms = zclock_mono ();
     t->opened = true;
     if (api_chan_open (t->api, &t->chan, t->agent_id, &h, &s_chan_ops, t))
         s_end (t, 1011, "cannot open a channel to the sandbox");
@@ -303,7 +308,7 @@ static void s_free (void *owner)
     terminal_t *t = owner;
     s_on_ws_closed (t);
     if (t->opened)
-        s_audit (t, "terminal.close", "terminal", true);
+        s_audit (t, "terminal.close", "terminal", t->bytes);
     for (terminal_t **p = &t->api->terminals; *p; p = &(*p)->next)
         if (*p == t) {
             *p = t->next;
@@ -316,6 +321,19 @@ static void s_free (void *owner)
 static const ws_ops_t s_ws_ops = {
     .message = s_on_message, .closed = s_on_ws_closed, .free = s_free, .written = s_on_written
 };
+
+void api_terminals_tick (api_t *api)
+{
+    int64_t every = (int64_t) (api->config->audit_terminal_bytes_s * 1000), now = zclock_mono ();
+    for (terminal_t *t = api->terminals; t && every > 0; t = t->next)
+        if (t->opened && !t->gone && now - t->recorded_ms >= every) {
+            t->recorded_ms = now;
+            if (t->bytes > t->bytes_recorded) {
+                s_audit (t, "terminal.bytes", "terminal", t->bytes - t->bytes_recorded);
+                t->bytes_recorded = t->bytes;
+            }
+        }
+}
 
 //  GET /api/v1/agents/{agent}/terminal (Upgrade: websocket)
 static void s_terminal (req_t *r)

@@ -150,6 +150,9 @@ def terminal_live(srv, agent, tok):
     def metrics_now(out):
         status, text = ahserver.request(srv.port, "GET", "/metrics", None, srv.admin)
         check(status == 200, "/metrics while a terminal is open: %d" % status)
+        # And the audit trail has its bytes before it closes.
+        srv.wait_ops("operation=terminal.bytes&agent=" + agent, lambda rows: len(rows) >= 1 and rows[0]["bytes"] > 0,
+                     seconds=10, what="terminal.bytes while the terminal is open")
         return text.decode()
     out, text, _ = ahserver.terminal(srv.port, agent, tok, "echo term$((6*7))\n", lambda out: b"term42" in out,
                                      seconds=20, while_open=metrics_now)
@@ -174,11 +177,14 @@ def turn_runs(srv, acme):
     srv.ok("POST", "/api/v1/agents/alpha/exec", acme, {"cmd": "echo after-turn"})
     rows = srv.wait_ops("run=run-5", lambda rows: len(rows) >= 6 and rows[0]["kind"] == "turn.end",
                         what="the turn's rows")
+    periodic = [o for o in rows if o["kind"] == "terminal.bytes"]
+    rows = [o for o in rows if o["kind"] != "terminal.bytes"]
     check([o["kind"] for o in rows] == ["turn.end", "terminal.close", "terminal.open", "fs.write", "exec",
                                         "turn.begin"]
-          and all(o["actor"] == "api:acme-ci" for o in rows),
+          and all(o["actor"] == "api:acme-ci" for o in rows + periodic),
           "what the turn's token did while it was open carries its run: %r" % rows)
-    check(rows[1]["bytes"] > 0, "terminal.close has its bytes: %r" % rows[1])
+    check(rows[1]["bytes"] > 0 and periodic and 0 < sum(o["bytes"] for o in periodic) <= rows[1]["bytes"],
+          "terminal.bytes rows while it was open, terminal.close with the total: %r %r" % (periodic, rows[1]))
     for cmd in ("echo by-admin", "echo after-turn"):
         row = srv.wait_ops("agent=alpha&operation=exec&q=" + urllib.parse.quote(cmd), lambda rows: len(rows) == 1,
                            what=cmd)[0]
@@ -200,7 +206,7 @@ def turn_runs(srv, acme):
 # The audit trail
 
 def audit():
-    srv = Server("audit").start()
+    srv = Server("audit", {"AGENTHOLD_AUDIT_TERMINAL_BYTES_INTERVAL": "300ms"}).start()
     rc, out, err = srv.cli("tenant", "create", "acme")
     check(rc == 0, "tenant create acme: %r" % err)
     rc, acme, err = srv.cli("--tenant", "acme", "token", "create", "--name", "acme-ci")
