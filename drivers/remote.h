@@ -2,7 +2,8 @@
     agent (`agenthold hostd`, server/hostd.h) that holds the Docker socket
     and runs the Docker driver; this process holds none (docs/hostd.md).
 
-    Each call opens its own DEALER to sandbox.remote.endpoint (ipc://, or
+    Each call takes a DEALER to sandbox.remote.endpoint (one call at a
+    time on a socket; kept connected for the next call after a REPLY) (ipc://, or
     tcp:// with CURVE: the server's own key pair is made at first start in
     <server.data_dir>/curve/server.cert), sends the call as an actor
     message and waits for hostd's REPLY; hostd's heartbeats tell a long
