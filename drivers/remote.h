@@ -27,6 +27,12 @@ ah_driver_t *ah_remote_driver_new (const ah_config_t *config, char **err);
 //  cannot be asked).
 int ah_remote_engine_facts (ah_driver_t *driver, ah_engine_facts_t *facts, char **err);
 
+//  Whether the server's tunnel answers behind the unix socket the host's
+//  sandboxes mount (HOSTD_TUNNEL: hostd connects to it as a sandbox
+//  would). 0 with *reachable and *detail (caller frees), -1 with *err when
+//  the host does not answer.
+int ah_remote_tunnel_check (ah_driver_t *driver, bool *reachable, char **detail, char **err);
+
 //  Where the server's CURVE key pair lives under data_dir. Caller frees.
 char *ah_remote_cert_path (const char *data_dir);
 

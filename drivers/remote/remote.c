@@ -509,6 +509,21 @@ ah_remote_engine_facts (ah_driver_t *driver, ah_engine_facts_t *facts, char **er
     return 0;
 }
 
+int
+ah_remote_tunnel_check (ah_driver_t *driver, bool *reachable, char **detail, char **err)
+{
+    ah_msg_t *reply = NULL;
+    if (s_simple (driver, ah_msg_new ("HOSTD_TUNNEL"), &reply, err))
+        return -1;
+    *reachable = ah_msg_bool (reply, "reachable", false);
+    const char *d = ah_msg_str (reply, "detail");
+    const char *relay = ah_msg_str (reply, "relay");
+    *detail = relay && *relay ? ah_strf ("%s (hostd relays it to %s)", d ? d : "", relay)
+                              : strdup (d ? d : "");
+    ah_msg_destroy (&reply);
+    return 0;
+}
+
 static int
 s_host_info (ah_driver_t *driver, ah_host_info_t *info)
 {
