@@ -45,7 +45,7 @@
 
 #define LOG_AREA            "docker"
 #define DK_MAX_NAME         128             //  a Docker object name we make
-#define DK_HELPER_IMAGE     "agenthold-helper:1"    //  helper.c
+#define DK_HELPER_IMAGE     "agenthold-helper:2"    //  helper.c
 
 typedef struct {
     const ah_config_t *config;          //  borrowed, immutable

@@ -5,7 +5,8 @@
     container, the host's own addresses. Both run the server's static
     sandboxd, mounted as in every sandbox, so the image only has to exist:
     DK_HELPER_IMAGE, imported once from a tar made here (an /etc/passwd
-    and /etc/group with root and nobody, an empty /tmp). It needs no
+    and /etc/group with root and nobody, an empty /tmp, and /home/agent,
+    which the probe's sandboxd needs as a home). It needs no
     registry and no build, so it is there on a fresh machine before the
     builder has made any runtime.
 
@@ -45,6 +46,8 @@ ah_dk_helper_image (docker_t *self, char **err)
               || ah_tar_add (&tar, "etc/passwd", AH_TAR_FILE, 0644, passwd, sizeof passwd - 1, NULL)
               || ah_tar_add (&tar, "etc/group", AH_TAR_FILE, 0644, group, sizeof group - 1, NULL)
               || ah_tar_add (&tar, "tmp/", AH_TAR_DIR, 01777, NULL, 0, NULL)
+              || ah_tar_add (&tar, "home/", AH_TAR_DIR, 0755, NULL, 0, NULL)
+              || ah_tar_add (&tar, "home/agent/", AH_TAR_DIR, 0755, NULL, 0, NULL)
               || ah_tar_finish (&tar);
         if (rc)
             ah_dk_err (err, "making the helper image %s: out of memory", DK_HELPER_IMAGE);
