@@ -161,7 +161,7 @@ int ah_lc_update (self_t *self, const char *agent_id, const char *guard,
         " op_started_at = CASE WHEN :op IS NULL THEN NULL ELSE :now END,"
         " boot_token_hash = CASE WHEN :to IN ('starting','running') THEN boot_token_hash END,"
         " last_activity_at = CASE WHEN :to = 'running' THEN :now ELSE last_activity_at END,"
-        " stopped_at = CASE WHEN :to <> 'sleeping' THEN NULL WHEN state <> 'sleeping' THEN :now"
+        " stopped_at = CASE WHEN :to NOT IN ('sleeping','error') THEN NULL WHEN state <> :to THEN :now"
         "              ELSE stopped_at END,"
         " cause = coalesce (:cause, cause), updated_at = :now"
         " WHERE agent_id = :id AND (%s)", guard);

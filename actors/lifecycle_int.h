@@ -202,6 +202,9 @@ void ah_lc_on_runtime_progress (void *self, ah_msg_t *msg);
 //  Timer: containers and homes whose lifetime ended, destroys due for a
 //  retry (docs/lifecycle.md "Lifetimes", "Tombstones").
 void ah_lc_ttl_sweep (void *self, void *arg);
+//  Its home's files are gone (detail: the driver's words): home_lost is
+//  set once, so a session on it is reported lost (docs/sessions.md).
+void ah_lc_home_lost (self_t *self, const row_t *row, const char *detail);
 //  An expire or expire-home job ended (JOB_DONE {ok, error}).
 void ah_lc_expired (self_t *self, const ah_msg_t *done, const char *agent_id, const char *op);
 //  A destroy failed: its tombstone learns why and when the next try is.

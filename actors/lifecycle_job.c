@@ -61,6 +61,14 @@ static void *s_worker (void *arg)
         rc = d->destroy (d, job->agent_id, &err);
     else if (streq (job->op, "inspect"))
         rc = d->inspect (d, job->agent_id, &status, &err);
+    //  A start that failed: is it because the home's files are gone? (A
+    //  directory removed behind the driver's back makes no event.)
+    if (rc && streq (job->op, "start")) {
+        char *why = NULL;
+        if (d->inspect (d, job->agent_id, &status, &why) || !status.home_gone)
+            memset (&status, 0, sizeof status);
+        free (why);
+    }
 
     for (size_t i = 0; env && i < n_env; i++)
         zstr_free (&env [i]);
@@ -456,6 +464,8 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
         ah_lc_run (self, "UPDATE sandboxes SET container_removed_at = NULL WHERE agent_id = :id", id);
     if (!ok && streq (op, "destroy"))
         ah_lc_tombstone_failed (self, id, why ? why : "the driver failed");
+    if (!ok && streq (op, "start") && ah_msg_bool (done, "home_gone", false))
+        ah_lc_home_lost (self, row, ah_msg_str (done, "detail"));
     if (streq (op, "inspect")) {
         //  A failed look is no evidence of anything: finish what the row
         //  was doing by running it again (the driver's own error, if it

@@ -23,7 +23,7 @@ static bool s_had_home (const row_t *row)
 
 //  Its home is gone: its files with it. Kept on the row (a session on it
 //  is lost, docs/sessions.md); the sandbox itself is repaired as usual.
-static void s_home_lost (self_t *self, const row_t *row, const char *detail)
+void ah_lc_home_lost (self_t *self, const row_t *row, const char *detail)
 {
     sqlite3_stmt *st = ah_store_prepare (self->store,
         "UPDATE sandboxes SET home_lost = :why WHERE agent_id = :id AND home_lost IS NULL");
@@ -54,9 +54,13 @@ void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, boo
         return;
     }
     ah_lc_reachable (self, &row);           //  it was observed: its host answers
-    bool home_gone = !exists && ah_msg_bool (seen, "home_gone", false) && s_had_home (&row);
+    //  Its home's files are gone: with the sandbox (no container, no
+    //  home), or under a sandbox still standing (a directory removed
+    //  behind the engine's back, its volume still there).
+    bool home_gone = ah_msg_bool (seen, "home_gone", false) && s_had_home (&row);
     if (home_gone)
-        s_home_lost (self, &row, detail);
+        ah_lc_home_lost (self, &row, detail);
+    home_gone = home_gone && !exists;
     //  Driver events follow our own operations too (a rebuild removes the
     //  container), and may arrive late: a transitional row is left to its
     //  operation (a sandbox that dies while starting meets the hello

@@ -5,12 +5,15 @@
     each decision is a guarded UPDATE like any request's, so a lifetime
     never races a start:
 
-      - a sandbox asleep longer than sandbox.container_ttl: op 'expire'
-        (the row stays sleeping), then driver remove_container; its home
-        stays and the next start re-creates the container (job recreate);
-      - a sandbox asleep and unused longer than sandbox.workspace_ttl:
-        op 'expire-home', then driver destroy; the row stays, marked
-        home_lost, so a session opened on it is reported lost;
+      - a sandbox asleep (or in error, not after a failed destroy) longer
+        than sandbox.container_ttl: op 'expire' (the row stays sleeping,
+        or in error with its error), then driver remove_container; its
+        home stays and the next start re-creates the container (job
+        recreate);
+      - a sandbox asleep (or in error) and unused longer than
+        sandbox.workspace_ttl: op 'expire-home', then driver destroy; the
+        row stays, marked home_lost, so a session opened on it is
+        reported lost;
       - a destroy that failed (error, op destroy) whose tombstone's next
         attempt is due: destroying again. Each failure doubles the pause
         (sandbox.destroy_retry_min up to destroy_retry_max), stored in the
@@ -57,17 +60,28 @@ static zlist_t *s_ids (self_t *self, const char *sql, int64_t now, double second
     return ids;
 }
 
-//  The guarded decision, then the driver call. guard: constant SQL.
+//  The guarded decision, then the driver call. guard: constant SQL. A
+//  sleeping row stays sleeping; an error row stays in error with its
+//  error, and the operation that failed waits in failed_op.
 static void s_decide (self_t *self, const char *id, const char *guard, const char *to, const char *op)
 {
-    if (ah_lc_busy (self, id))
-        return;
-    if (ah_lc_move (self, id, guard, to, op, NULL) != 1)
-        return;                     //  a request came first
     row_t row;
+    if (ah_lc_busy (self, id) || ah_lc_lookup (self, id, &row) != 1)
+        return;
+    bool error = streq (row.state, "error") && streq (to, "error");
+    if (error && ah_lc_run (self, "UPDATE sandboxes SET failed_op = op WHERE agent_id = :id AND state = 'error'"
+                                  " AND coalesce (op, '') NOT IN ('expire','expire-home')", id))
+        return;
+    if (ah_lc_move (self, id, guard, to, op, error ? row.error : NULL) != 1)
+        return;                     //  a request came first
     if (ah_lc_lookup (self, id, &row) == 1)
         ah_lc_launch (self, &row, op, false);
 }
+
+//  Sleeping, or in error for any reason but a failed destroy (the
+//  tombstone's), and not expiring already: a lifetime may end.
+#define STOPPED(s) "((" s "state = 'sleeping' AND " s "op IS NULL) OR (" s "state = 'error'" \
+                   " AND coalesce (" s "op, '') NOT IN ('destroy','expire','expire-home')))"
 
 void ah_lc_ttl_sweep (void *self_, void *arg)
 {
@@ -76,7 +90,7 @@ void ah_lc_ttl_sweep (void *self_, void *arg)
     int64_t now = ah_store_now_ms ();
     zlist_t *ids;
     //  Expiries a previous run left in flight: run them again.
-    ids = s_ids (self, "SELECT agent_id FROM sandboxes WHERE state = 'sleeping'"
+    ids = s_ids (self, "SELECT agent_id FROM sandboxes WHERE state IN ('sleeping','error')"
                        " AND op IN ('expire','expire-home') AND :now > 0", now, 0);
     for (const char *id = zlist_first (ids); id; id = zlist_next (ids)) {
         row_t row;
@@ -87,22 +101,28 @@ void ah_lc_ttl_sweep (void *self_, void *arg)
 
     snprintf (self->cause, sizeof self->cause, "ttl");
     if (c->workspace_ttl_s > 0) {
-        ids = s_ids (self, "SELECT s.agent_id FROM sandboxes s WHERE s.state = 'sleeping' AND s.op IS NULL"
+        ids = s_ids (self, "SELECT s.agent_id FROM sandboxes s WHERE " STOPPED ("s.")
                            " AND s.home_lost IS NULL"
                            " AND max (coalesce (s.last_activity_at, 0), coalesce (s.stopped_at, 0))"
                            "     <= :now - :ttl", now, c->workspace_ttl_s);
-        for (const char *id = zlist_first (ids); id; id = zlist_next (ids))
-            s_decide (self, id, "state = 'sleeping' AND op IS NULL AND home_lost IS NULL",
+        for (const char *id = zlist_first (ids); id; id = zlist_next (ids)) {
+            s_decide (self, id, STOPPED ("") " AND state = 'sleeping' AND home_lost IS NULL",
                       "sleeping", "expire-home");
+            s_decide (self, id, STOPPED ("") " AND state = 'error' AND home_lost IS NULL",
+                      "error", "expire-home");
+        }
         zlist_destroy (&ids);
     }
     if (c->container_ttl_s > 0 && self->driver->remove_container) {
-        ids = s_ids (self, "SELECT agent_id FROM sandboxes WHERE state = 'sleeping' AND op IS NULL"
+        ids = s_ids (self, "SELECT agent_id FROM sandboxes WHERE " STOPPED ("")
                            " AND container_removed_at IS NULL AND stopped_at <= :now - :ttl",
                      now, c->container_ttl_s);
-        for (const char *id = zlist_first (ids); id; id = zlist_next (ids))
-            s_decide (self, id, "state = 'sleeping' AND op IS NULL AND container_removed_at IS NULL",
+        for (const char *id = zlist_first (ids); id; id = zlist_next (ids)) {
+            s_decide (self, id, STOPPED ("") " AND state = 'sleeping' AND container_removed_at IS NULL",
                       "sleeping", "expire");
+            s_decide (self, id, STOPPED ("") " AND state = 'error' AND container_removed_at IS NULL",
+                      "error", "expire");
+        }
         zlist_destroy (&ids);
     }
     snprintf (self->cause, sizeof self->cause, "tombstone-retry");
@@ -147,10 +167,25 @@ void ah_lc_expired (self_t *self, const ah_msg_t *done, const char *agent_id, co
     row_t row;
     if (ah_lc_lookup (self, agent_id, &row) == 1) {
         char guard [96];
-        snprintf (guard, sizeof guard, "state = 'sleeping' AND op = '%s'", home ? "expire-home" : "expire");
+        snprintf (guard, sizeof guard, "state = '%s' AND op = '%s'",
+                  streq (row.state, "error") ? "error" : "sleeping", home ? "expire-home" : "expire");
         if (streq (row.state, "sleeping") && streq (row.op, op))
             //  Done (or failed: the next sweep tries again; it stays asleep).
             ah_lc_move (self, agent_id, guard, "sleeping", NULL, NULL);
+        else
+        if (streq (row.state, "error") && streq (row.op, op)) {
+            //  Back to the error it was in, with the operation that failed
+            //  (a start re-creates what the lifetime removed).
+            char failed [16] = "start";
+            sqlite3_stmt *st = ah_store_prepare (self->store,
+                "SELECT failed_op FROM sandboxes WHERE agent_id = :id AND failed_op IS NOT NULL");
+            if (st && !ah_store_bind_text (st, ":id", agent_id) && ah_store_step (self->store, st) == SQLITE_ROW)
+                snprintf (failed, sizeof failed, "%s", (const char *) sqlite3_column_text (st, 0));
+            if (st)
+                sqlite3_reset (st);
+            if (ah_lc_move (self, agent_id, guard, "error", failed, row.error) == 1)
+                ah_lc_run (self, "UPDATE sandboxes SET failed_op = NULL WHERE agent_id = :id", agent_id);
+        }
         else
             //  A request came while the driver worked (a start): now it runs,
             //  re-creating the container when it is gone.

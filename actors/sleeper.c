@@ -233,9 +233,12 @@ static void s_turn_start (void *self_, ah_msg_t *msg)
         return;
     }
     sqlite3_stmt *st = ah_store_prepare (self->store,
-        "INSERT INTO turns (id, agent_id, started_at, expires_at) VALUES (:id, :agent, :now, :exp)");
+        "INSERT INTO turns (id, agent_id, started_at, expires_at, run, actor)"
+        " VALUES (:id, :agent, :now, :exp, :run, :actor)");
     if (!st || ah_store_bind_text (st, ":id", turn) || ah_store_bind_text (st, ":agent", id)
     ||  ah_store_bind_int64 (st, ":now", now) || ah_store_bind_int64 (st, ":exp", expires)
+    ||  ah_store_bind_text (st, ":run", ah_msg_str (msg, "run"))
+    ||  ah_store_bind_text (st, ":actor", ah_msg_str (msg, "actor"))
     ||  ah_store_step (self->store, st) != SQLITE_DONE) {
         if (st) sqlite3_reset (st);
         ah_actor_reply_error (self->actor, msg, 500, "could not record the turn (see the server log)");

@@ -71,6 +71,23 @@ static void s_on_reply (void *self, ah_msg_t *msg)
                   ah_msg_str (msg, "error") ? ah_msg_str (msg, "error") : "?");
 }
 
+//  TUNNEL_SESSIONS: the sandboxd connections held now, those whose hello
+//  succeeded (sessions) and all (connections), for GET /metrics.
+static void s_on_sessions (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    int64_t ready = 0, all = 0;
+    for (conn_t *c = (conn_t *) zhashx_first (self->agents); c; c = (conn_t *) zhashx_next (self->agents)) {
+        all++;
+        ready += c->ready;
+    }
+    ah_msg_t *reply = ah_msg_reply_ok (msg);
+    ah_msg_set_int (reply, "status", 200);
+    ah_msg_set_int (reply, "sessions", ready);
+    ah_msg_set_int (reply, "connections", all);
+    ah_actor_reply (self->actor, msg, reply);
+}
+
 static void s_on_open (void *self_, ah_msg_t *msg)
 {
     self_t *self = self_;
@@ -333,6 +350,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "CHAN_EOF", s_on_eof },
     { "CHAN_CLOSE", s_on_close },
     { "TUNNEL_KICK", s_on_kick },
+    { "TUNNEL_SESSIONS", s_on_sessions },
     { "SANDBOX_STATE", s_on_state },
     { "REPLY", s_on_reply },
     { NULL, NULL }

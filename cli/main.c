@@ -543,15 +543,28 @@ static int s_cmd_transition (const ah_cmd_t *c, int argc, char **argv, ah_common
             return AH_EXIT_USAGE;
         }
     }
+    //  rm waits in the server (the agent is gone at the end); start, stop
+    //  and rebuild are followed from here, so that what preparing the
+    //  sandbox does is said as it happens, as create does.
     bool rm = !strcmp (c->name, "rm");
-    char *suffix = no_wait ? ah_cmd_strf ("%s%s", rm ? "" : "/", rm ? "" : c->name)
-                           : ah_cmd_strf ("%s%s?wait=1&timeout=%ld", rm ? "" : "/", rm ? "" : c->name, wait_s);
+    bool server_waits = rm && !no_wait;
+    char *suffix = server_waits ? ah_cmd_strf ("?wait=1&timeout=%ld", wait_s)
+                                : ah_cmd_strf ("%s%s", rm ? "" : "/", rm ? "" : c->name);
     char *path = s_agent_path (pos [0], suffix);
     free (suffix);
     int exit_code;
-    json_t *reply = ah_cmd_call (co, rm ? "DELETE" : "POST", path, NULL, no_wait ? 0 : wait_s + 30,
+    json_t *reply = ah_cmd_call (co, rm ? "DELETE" : "POST", path, NULL, server_waits ? wait_s + 30 : 0,
                             NULL, &exit_code);
     free (path);
+    if (reply && !rm && !no_wait) {
+        char id [64];
+        snprintf (id, sizeof id, "%s", ah_cmd_jstr (reply, "id", pos [0]));
+        json_t *agent = s_follow (co, id, wait_s, &exit_code);
+        if (agent) {
+            json_decref (reply);
+            reply = agent;
+        }
+    }
     if (reply) {
         const char *state = ah_cmd_jstr (reply, "state", "?");
         if (co->json)

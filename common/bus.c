@@ -2,7 +2,10 @@
 
     DESIGN. One actor thread owns a ROUTER bound at AH_BUS_ENDPOINT, with
     ROUTER_MANDATORY set so that a message for an actor that is not
-    connected fails at once instead of vanishing, and an optional PUB
+    connected fails at once instead of vanishing, and ROUTER_HANDOVER so
+    that an actor reconnecting under its name (a restart, a test that
+    runs an actor twice) takes the name over at once instead of being
+    ignored until its old connection is gone; and an optional PUB
     tap. The bus decodes a map only to learn "req" when it must answer
     for an absent destination, and to put a CHAN_DATA's metadata on the
     tap in place of its data.                                          */
@@ -151,6 +154,7 @@ static void *s_init (ah_actor_t *actor, void *args)
         return NULL;
     }
     zsock_set_router_mandatory (self->router, 1);
+    zsock_set_router_handover (self->router, 1);
     zsock_set_sndhwm (self->router, 100000);
     zsock_set_rcvhwm (self->router, 100000);
     if (a && a->tap_endpoint && *a->tap_endpoint) {

@@ -5,6 +5,12 @@
     (different agents, or the reconciler's inspect). One mutex guards the
     whole driver: every call is a few file operations, so holding it for
     the duration costs nothing and keeps the record files consistent.
+    The one thing that can take long, ending an in-process sandboxd
+    (joining its thread, which ends its terminals and execs first), is
+    done after the lock is let go: the instance is taken out of the table
+    under the lock, then stopped. Holding the lock through that join made
+    every other agent's calls wait on one slow sandbox (a stop with an open
+    terminal under load sat in `stopping` for more than 30 s).
     The truth lives in files, not in memory, so a restarted server (and a
     test) sees what the previous one left.
 
@@ -159,28 +165,55 @@ static int s_set_state (fake_t *self, const char *id, const char *state, char **
     } \
     pthread_mutex_lock (&self->lock); \
     int rc = -1; \
+    s_instance_t *gone = NULL;      /*  ended after the lock is let go  */ \
+    (void) gone; \
     if (s_injected (self, agent_id, op, err)) \
         goto out;
 
-//  Stop the agent's in-process sandboxd, if one runs (lock held).
-static void s_instance_stop (fake_t *self, const char *id)
+//  Take the agent's in-process sandboxd out of the table (lock held):
+//  the caller ends it with s_instance_end once the lock is let go.
+static s_instance_t *s_instance_take (fake_t *self, const char *id)
 {
     for (s_instance_t **p = &self->instances; *p; p = &(*p)->next)
         if (strcmp ((*p)->id, id) == 0) {
             s_instance_t *gone = *p;
             *p = gone->next;
-            ah_sandboxd_t *sd = gone->sandboxd;
-            ah_sandboxd_stop (&sd);
-            free (gone);
-            return;
+            gone->next = NULL;
+            return gone;
         }
+    return NULL;
 }
 
-//  Run sandboxd in-process on the sandbox's boot.json and home (lock held).
-//  Without the sandboxd library a start only records "running".
+//  Test hook: slow-stop in the sandbox's directory holds the milliseconds
+//  its sandboxd takes to end (a thread slow to join).
+static int s_slow_stop_ms (fake_t *self, const char *id)
+{
+    char *path = s_path (self, id, "slow-stop");
+    char line [32] = "";
+    int ms = path && s_read_line (path, line, sizeof line) == 0 ? atoi (line) : 0;
+    free (path);
+    return ms > 0 && ms <= 60000 ? ms : 0;
+}
+
+//  End a taken sandboxd (lock NOT held: joining its thread may take long).
+static void s_instance_end (fake_t *self, s_instance_t **gone_p)
+{
+    s_instance_t *gone = *gone_p;
+    if (!gone)
+        return;
+    *gone_p = NULL;
+    int slow = s_slow_stop_ms (self, gone->id);
+    if (slow)
+        usleep ((useconds_t) slow * 1000);
+    ah_sandboxd_t *sd = gone->sandboxd;
+    ah_sandboxd_stop (&sd);
+    free (gone);
+}
+
+//  Run sandboxd in-process on the sandbox's boot.json and home (lock
+//  held, and no instance of id in the table).
 static int s_instance_start (fake_t *self, const char *id, char **err)
 {
-    s_instance_stop (self, id);
     char *boot = s_path (self, id, "boot.json"), *home = s_path (self, id, "home");
     s_instance_t *inst = calloc (1, sizeof *inst);
     ah_sandboxd_opts_t opts = { .boot_path = boot, .home = home, .switch_user = false,
@@ -241,6 +274,13 @@ static int s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
 {
     const char *agent_id = boot ? boot->agent_id : NULL;
     ENTER ("start");
+    //  A start of a running sandbox: its old sandboxd ends first, with
+    //  the lock let go meanwhile (see DESIGN).
+    while ((gone = s_instance_take (self, agent_id))) {
+        pthread_mutex_unlock (&self->lock);
+        s_instance_end (self, &gone);
+        pthread_mutex_lock (&self->lock);
+    }
     if (!s_exists (self, agent_id)) {
         s_set_err (err, ah_strf ("fake: no sandbox %s (create it first)", agent_id));
         goto out;
@@ -277,11 +317,12 @@ static int s_stop (ah_driver_t *driver, const char *agent_id, char **err)
     if (path)
         s_read_line (path, line, sizeof line);
     free (path);
-    s_instance_stop (self, agent_id);
+    gone = s_instance_take (self, agent_id);
     //  Like `docker stop`: the init process ends on SIGTERM, exit 143.
     rc = strcmp (line, "running") == 0 ? s_set_state (self, agent_id, "exited 143", err) : 0;
 out:
     pthread_mutex_unlock (&self->lock);
+    s_instance_end (self, &gone);
     return rc;
 }
 
@@ -290,10 +331,11 @@ static int s_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char *
     const char *agent_id = spec ? spec->agent_id : NULL;
     ENTER ("rebuild");
     //  Recreated from the spec (stopped); the home (if any) stays.
-    s_instance_stop (self, agent_id);
+    gone = s_instance_take (self, agent_id);
     rc = s_make (self, spec, err);
 out:
     pthread_mutex_unlock (&self->lock);
+    s_instance_end (self, &gone);
     return rc;
 }
 
@@ -302,7 +344,7 @@ out:
 static int s_remove_container (ah_driver_t *driver, const char *agent_id, char **err)
 {
     ENTER ("remove_container");
-    s_instance_stop (self, agent_id);
+    gone = s_instance_take (self, agent_id);
     char *image = s_path (self, agent_id, "image");
     if (image && unlink (image) && errno != ENOENT)
         s_set_err (err, ah_strf ("fake: cannot remove %s: %s", image, strerror (errno)));
@@ -313,6 +355,7 @@ static int s_remove_container (ah_driver_t *driver, const char *agent_id, char *
     free (image);
 out:
     pthread_mutex_unlock (&self->lock);
+    s_instance_end (self, &gone);
     return rc;
 }
 
@@ -326,7 +369,12 @@ static int s_rm_one (const char *path, const struct stat *st, int type, struct F
 static int s_destroy (ah_driver_t *driver, const char *agent_id, char **err)
 {
     ENTER ("destroy");
-    s_instance_stop (self, agent_id);
+    //  Its sandboxd ends before its home goes, with the lock let go.
+    while ((gone = s_instance_take (self, agent_id))) {
+        pthread_mutex_unlock (&self->lock);
+        s_instance_end (self, &gone);
+        pthread_mutex_lock (&self->lock);
+    }
     char *dir = s_path (self, agent_id, NULL);
     struct stat st;
     if (!dir)
@@ -443,8 +491,9 @@ static void s_destroy_driver (ah_driver_t **self_p)
     ah_driver_t *driver = *self_p;
     fake_t *self = driver->impl;
     if (self) {
-        while (self->instances)
-            s_instance_stop (self, self->instances->id);
+        s_instance_t *gone;
+        while (self->instances && (gone = s_instance_take (self, self->instances->id)))
+            s_instance_end (self, &gone);
         pthread_mutex_destroy (&self->lock);
         free (self->root);
         free (self);

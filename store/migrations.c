@@ -191,6 +191,17 @@ static const char s_migration_6 [] =
     "UPDATE sandboxes SET stopped_at = updated_at WHERE state = 'sleeping';\n"
     "ALTER TABLE api_tokens ADD COLUMN metrics_only INTEGER NOT NULL DEFAULT 0;\n";
 
+//  Migration 7 (a turn's run, an error's lifetimes): a turn keeps the run
+//  it works for and the token that began it, so what that token does on
+//  the agent while the turn is open is stamped with the run; an error
+//  row whose lifetime ends keeps the operation that failed.
+static const char s_migration_7 [] =
+    "ALTER TABLE turns ADD COLUMN run TEXT;               -- the run it works for (NULL: its own id)\n"
+    "ALTER TABLE turns ADD COLUMN actor TEXT;             -- who began it: \"api:<token name>\"\n"
+    "CREATE INDEX turns_open ON turns(agent_id, actor, expires_at) WHERE ended_at IS NULL;\n"
+    "ALTER TABLE sandboxes ADD COLUMN failed_op TEXT;     -- an error row's op while it expires\n"
+    "UPDATE sandboxes SET stopped_at = updated_at WHERE state = 'error' AND stopped_at IS NULL;\n";
+
 const ah_migration_t ah_migrations [] = {
     { 1, "the backbone", s_migration_1 },
     { 2, "sleep and wake", s_migration_2 },
@@ -198,5 +209,6 @@ const ah_migration_t ah_migrations [] = {
     { 4, "runtimes", s_migration_4 },
     { 5, "host agents", s_migration_5 },
     { 6, "lifetimes, the audit trail and tombstones", s_migration_6 },
+    { 7, "a turn's run, an error's lifetimes", s_migration_7 },
 };
 const int ah_migrations_count = (int) (sizeof ah_migrations / sizeof ah_migrations [0]);

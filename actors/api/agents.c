@@ -9,7 +9,7 @@
     "SELECT a.id, a.name, CASE WHEN s.unreachable IS NULL THEN s.state ELSE 'unreachable' END," \
     " coalesce (s.unreachable, s.error), a.image, a.cpus, a.memory_mb, a.idle_minutes," \
     " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why, a.tenant," \
-    " s.home_lost, a.runtime, s.progress, s.stopped_at, s.container_removed_at" \
+    " s.home_lost, a.runtime, s.progress, s.stopped_at, s.container_removed_at, s.op" \
     " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id" \
     " LEFT JOIN sleep_forecast f ON f.agent_id = a.id"
 
@@ -20,10 +20,11 @@ bool api_transitional (const char *state)
                      || streq (state, "destroying"));
 }
 
-//  When a sleeping sandbox's lifetimes end (docs/lifecycle.md
-//  "Lifetimes"): its container at stopped_at + container_ttl (until it is
-//  removed), its home at its last use + workspace_ttl (until it is gone).
-//  Null when the lifetime is off, not running out (awake), or over.
+//  When a stopped sandbox's lifetimes end (docs/lifecycle.md "Lifetimes";
+//  sleeping, or in error but for a failed destroy): its container at
+//  stopped_at + container_ttl (until it is removed), its home at its last
+//  use + workspace_ttl (until it is gone). Null when the lifetime is off,
+//  not running out (awake), or over.
 static void s_lifetimes (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool sleeping)
 {
     const ah_config_t *c = api->config;
@@ -41,6 +42,36 @@ static void s_lifetimes (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool s
                          sleeping && stopped && !home_lost && c->workspace_ttl_s > 0
                          ? api_json_time (used + (int64_t) (c->workspace_ttl_s * 1000)) : json_null ());
     json_object_set_new (a, "container_removed", json_boolean (removed));
+}
+
+//  When a running agent falls asleep if nothing more happens, and what
+//  keeps it awake. The sleeper's forecast (sleep_forecast) is written on
+//  its passes, every idle_check_interval: before its first pass on this
+//  agent (just started or woken) there is none, and a use since its last
+//  pass moved the time on. So the forecast is taken with the rule every
+//  idle.lua starts from: idle_minutes after the last use (or after the
+//  start of this server, as the sleeper counts it), whichever is later.
+static void s_sleeps_at (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool running)
+{
+    if (!running) {
+        json_object_set_new (a, "sleeps_at", json_null ());
+        json_object_set_new (a, "awake_because", json_null ());
+        return;
+    }
+    int64_t used = sqlite3_column_int64 (stmt, 10);
+    if (used < api->started_ms)
+        used = api->started_ms;
+    double minutes = sqlite3_column_double (stmt, 7);
+    int64_t since_use = used + (int64_t) (minutes * 60000 + 0.5);
+    bool forecast = sqlite3_column_type (stmt, 11) != SQLITE_NULL;
+    int64_t at = sqlite3_column_int64 (stmt, 11);
+    if (!forecast || since_use > at) {
+        json_object_set_new (a, "sleeps_at", api_json_time (since_use));
+        json_object_set_new (a, "awake_because", json_string ("recent use"));
+        return;
+    }
+    json_object_set_new (a, "sleeps_at", api_json_time (at));
+    json_object_set_new (a, "awake_because", api_json_column (stmt, 12));
 }
 
 static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
@@ -62,9 +93,7 @@ static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
     //  The sleeper's forecast means something only while it runs.
     bool running = sqlite3_column_type (stmt, 2) != SQLITE_NULL
                 && streq ((const char *) sqlite3_column_text (stmt, 2), "running");
-    json_object_set_new (a, "sleeps_at", running && sqlite3_column_type (stmt, 11) != SQLITE_NULL
-                         ? api_json_time (sqlite3_column_int64 (stmt, 11)) : json_null ());
-    json_object_set_new (a, "awake_because", running ? api_json_column (stmt, 12) : json_null ());
+    s_sleeps_at (api, stmt, a, running);
     json_object_set_new (a, "tenant", api_json_column (stmt, 13));
     json_object_set_new (a, "home_lost", api_json_column (stmt, 14));
     json_object_set_new (a, "runtime", api_json_column (stmt, 15));
@@ -72,9 +101,11 @@ static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
     bool moving = sqlite3_column_type (stmt, 2) != SQLITE_NULL
                && api_transitional ((const char *) sqlite3_column_text (stmt, 2));
     json_object_set_new (a, "progress", moving ? api_json_column (stmt, 16) : json_null ());
-    bool sleeping = sqlite3_column_type (stmt, 2) != SQLITE_NULL
-                 && streq ((const char *) sqlite3_column_text (stmt, 2), "sleeping");
-    s_lifetimes (api, stmt, a, sleeping);
+    const char *state = (const char *) sqlite3_column_text (stmt, 2);
+    const char *op = (const char *) sqlite3_column_text (stmt, 19);
+    bool stopped = state && (streq (state, "sleeping")
+                             || (streq (state, "error") && !(op && streq (op, "destroy"))));
+    s_lifetimes (api, stmt, a, stopped);
     return a;
 }
 
@@ -128,6 +159,7 @@ json_t *api_agent_resolve (req_t *r)
     snprintf (r->agent_id, sizeof r->agent_id, "%s", json_string_value (json_object_get (agent, "id")));
     const char *name = json_string_value (json_object_get (agent, "name"));
     snprintf (r->name, sizeof r->name, "%s", name ? name : key);
+    api_turn_run (r);               //  what it does is its open turn's, if any
     return agent;
 }
 

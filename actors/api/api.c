@@ -91,8 +91,8 @@ void api_record (req_t *r, bool ok, const char *error)
     ah_msg_set_str (rec, "kind", r->kind);
     if (r->name [0])
         ah_msg_set_str (rec, "agent_name", r->name);
-    if (r->run [0])
-        ah_msg_set_str (rec, "run", r->run);
+    if (*api_run_of (r))
+        ah_msg_set_str (rec, "run", api_run_of (r));
     if (r->has_bytes) {
         ah_msg_set_int (rec, "bytes", r->bytes);
         api_metrics_bytes (r->api->metrics, r->kind, r->bytes);
@@ -103,6 +103,29 @@ void api_record (req_t *r, bool ok, const char *error)
     if (!ok && error)
         ah_msg_set_str (rec, "error", error);
     api_send (r->api, "recorder", &rec);
+}
+
+const char *api_run_of (const req_t *r)
+{
+    return r->run [0] ? r->run : r->turn_run;
+}
+
+void api_turn_run (req_t *r)
+{
+    r->turn_run [0] = 0;
+    if (!r->agent_id [0] || !r->who.token_name [0])
+        return;
+    char actor [80];
+    snprintf (actor, sizeof actor, "api:%s", r->who.token_name);
+    sqlite3_stmt *st = ah_store_prepare (r->api->store,
+        "SELECT coalesce (run, id) FROM turns WHERE agent_id = :agent AND actor = :actor"
+        " AND ended_at IS NULL AND expires_at > :now ORDER BY started_at DESC LIMIT 1");
+    if (st && !ah_store_bind_text (st, ":agent", r->agent_id) && !ah_store_bind_text (st, ":actor", actor)
+    &&  !ah_store_bind_int64 (st, ":now", ah_store_now_ms ())
+    &&  ah_store_step (r->api->store, st) == SQLITE_ROW && sqlite3_column_text (st, 0))
+        snprintf (r->turn_run, sizeof r->turn_run, "%s", (const char *) sqlite3_column_text (st, 0));
+    if (st)
+        sqlite3_reset (st);
 }
 
 const char *api_run_check (const char *run)
@@ -252,6 +275,7 @@ static void *s_init (ah_actor_t *actor, void *arg)
         return NULL;
     api->actor = actor;
     api->config = a->config;
+    api->started_ms = ah_store_now_ms ();
     api->reply_timeout_s = a->reply_timeout_s > 0 ? a->reply_timeout_s : AH_API_REPLY_TIMEOUT_S;
     api->body_stall_s = a->body_stall_s > 0 ? a->body_stall_s : AH_API_BODY_STALL_S;
     char *err = NULL;

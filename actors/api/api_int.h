@@ -13,11 +13,12 @@
                   body, 100-continue, respond, write, keep-alive, upgrade
       route.c     the route table and the request target: segments decoded
                   once, queries, paths inside the home
-      auth.c      bearer tokens
+      auth.c      bearer tokens (and the session cookie, through login.c)
       chan.c      tunnel channels: open, data both ways, credit, the end
       agents.c, runtimes.c, turns.c, audit.c, exec.c, files.c, events.c,
       terminal.c  one route family each: its routes and its handlers
       console.c   the web console's files and its terminal tickets
+      login.c     the console's sign-in: session cookies, CSRF, logout
       home_read.c a home read without its sandbox (files of an agent
                   that is not running, the tree)
       ws.c        the server side of the terminal's WebSocket
@@ -85,6 +86,7 @@ struct api_t {
     ah_api_events_t *events;
     struct terminal_t *terminals;   //  open terminals (terminal.c)
     api_metrics_t *metrics;         //  what GET /metrics counts (metrics.c)
+    int64_t started_ms;             //  when this actor started (the sleeper counts idleness from then too)
 };
 
 //  A successful REPLY to a parked request.
@@ -104,6 +106,12 @@ void api_unpark (req_t *r);
 //  The audit row for r (r->kind set): who, what, how it went, with the
 //  run (r->run) and byte count (r->has_bytes) when there are.
 void api_record (req_t *r, bool ok, const char *error);
+//  The run r's operation is recorded with: the one it names, else the
+//  run of the turn its token holds open on the agent, else "".
+const char *api_run_of (const req_t *r);
+//  Looks up the turn the token of r holds open on r->agent_id (the
+//  latest begun) and keeps its run in r->turn_run.
+void api_turn_run (req_t *r);
 //  A run or session id as a caller names it (1..128 printable ASCII
 //  bytes, no spaces): NULL when good, else why.
 const char *api_run_check (const char *run);
@@ -139,6 +147,11 @@ typedef struct {
     //  The tenant this request acts within: the token's, or for an admin
     //  the one ?tenant= names; "" (an admin naming none) is every tenant.
     char scope [64];
+    //  Signed in by the console's session cookie (login.c): the hash of
+    //  its session and the CSRF value its state-changing requests carry.
+    bool cookie;
+    char session [65];
+    char csrf [65];
 } who_t;
 
 struct req_t {
@@ -186,10 +199,14 @@ struct req_t {
     const char *kind;               //  "create", "fs.read", ...; NULL: not recorded
     char detail [1100];
     char run [API_RUN_MAX + 1];     //  X-Agenthold-Run (or a body's "run"); "" none
+    //  The run of a turn the same token holds open on the agent, found
+    //  when the agent is resolved (api_turn_run); recorded when r->run is "".
+    char turn_run [API_RUN_MAX + 1];
     int64_t bytes;                  //  a read's or a write's byte count, when has_bytes
     bool has_bytes;
     char agent_id [AH_AGENT_ID_LEN + 1];
     char name [AH_NAME_MAX + 1];
+    char set_cookie [256];          //  a Set-Cookie header's value for the answer; "" none
     //  The route family's own state
     void *ext;
     const ext_ops_t *ext_ops;
@@ -291,7 +308,7 @@ struct route_t {
 extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes [],
                      api_audit_routes [], api_exec_routes [], api_file_routes [],
                      api_event_routes [], api_terminal_routes [], api_tenant_routes [],
-                     api_session_routes [], api_console_routes [],
+                     api_session_routes [], api_console_routes [], api_login_routes [],
                      api_host_routes [], api_tree_routes [], api_tombstone_routes [],
                      api_metrics_routes [];
 
@@ -325,11 +342,35 @@ json_t *api_home_entries (req_t *r, const char *dir, json_t *entries);
 //  --------------------------------------------------------------------
 //  Authentication (auth.c)
 
-//  The bearer token (or ?token= on R_UPGRADE routes), then ?tenant=: 0
+//  The bearer token (else the session cookie and its CSRF rules, else
+//  ?token= on R_UPGRADE routes), then ?tenant=: 0
 //  with r->who set, or an HTTP status with the answer already given (401
 //  a missing, wrong, revoked or expired token; 403 a tenant token naming
 //  another tenant; 404 no such tenant; 500).
 int  api_auth (req_t *r);
+//  A token (or a token's id, for a session) into r->who: 0, 401 with
+//  why (wrong, revoked, expired), or 500.
+int  api_token_who (req_t *r, const char *token, char *why, size_t why_size);
+int  api_token_who_by_id (req_t *r, int64_t token_id, char *why, size_t why_size);
+
+//  --------------------------------------------------------------------
+//  The console's sign-in by cookie (login.c)
+
+//  The session cookie of r's Cookie header into value: 1, 0 when none
+//  is sent, -1 a malformed or doubled one (why set).
+int  api_session_cookie (req_t *r, char value [65], char *why, size_t why_size);
+//  The session named by that cookie into r->who (its token read afresh):
+//  0, 401 with why (unknown, ended, expired, its token revoked), 500.
+int  api_session_who (req_t *r, const char *value, char *why, size_t why_size);
+//  A request signed in by cookie: its Origin, when sent, is this server,
+//  and a state-changing one carries X-Agenthold-CSRF. 0, or 403 answered.
+int  api_session_csrf (req_t *r);
+//  The Origin header, when a browser sends one, names this server.
+bool api_same_origin (req_t *r);
+//  Who r is (GET /api/v1/me, the login's answer); with the CSRF value
+//  when signed in by cookie.
+json_t *api_me_json (req_t *r);
+
 //  The tenant a new thing of this request belongs to: the scope, or the
 //  token's own tenant for an admin acting within none.
 const char *api_tenant (const req_t *r);

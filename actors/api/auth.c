@@ -1,8 +1,10 @@
 /*  actors/api/auth.c: who is asking, and within which tenant (see
     api_int.h and docs/api.md "Tenants and tokens").
 
-    A bearer token in the Authorization header, or, on a WebSocket route
-    (browsers cannot set headers there), a token= query argument. Only
+    A bearer token in the Authorization header; without that header, the
+    console's session cookie (login.c: its session names a token, read
+    here by id, then the CSRF rules); or, on a WebSocket route (browsers
+    cannot set headers there), a token= query argument. Only
     token hashes are stored (api_tokens.hash); every stored hash is
     compared in constant time and the token itself is wiped once hashed.
     A revoked or expired token is refused at once. The tenant is the
@@ -20,15 +22,55 @@ const char *api_tenant (const req_t *r)
     return r->who.scope [0] ? r->who.scope : r->who.tenant;
 }
 
-//  Which token: 0 with r->who filled, 401 with why, 500.
-static int s_token (req_t *r, const char *token, char *why, size_t why_size)
+//  One row of api_tokens (id, name, hash, tenant, admin, user,
+//  expires_at, revoked_at, last_used_at, metrics_only) into r->who: 0,
+//  or 401 with why (revoked, expired).
+static int s_fill (req_t *r, sqlite3_stmt *st, int64_t now, int64_t *last_used, char *why, size_t why_size)
+{
+    const char *name = (const char *) sqlite3_column_text (st, 1);
+    if (sqlite3_column_type (st, 7) != SQLITE_NULL) {
+        snprintf (why, why_size, "the token '%s' was revoked", name ? name : "?");
+        return 401;
+    }
+    if (sqlite3_column_type (st, 6) != SQLITE_NULL && sqlite3_column_int64 (st, 6) <= now) {
+        char at [40];
+        ah_store_format_time (sqlite3_column_int64 (st, 6), at, sizeof at);
+        snprintf (why, why_size, "the token '%s' expired at %s", name ? name : "?", at);
+        return 401;
+    }
+    const char *tenant = (const char *) sqlite3_column_text (st, 3);
+    const char *user = (const char *) sqlite3_column_text (st, 5);
+    r->who.token_id = sqlite3_column_int64 (st, 0);
+    snprintf (r->who.token_name, sizeof r->who.token_name, "%s", name ? name : "?");
+    snprintf (r->who.tenant, sizeof r->who.tenant, "%s", tenant ? tenant : "default");
+    snprintf (r->who.user, sizeof r->who.user, "%s", user ? user : "");
+    r->who.admin = sqlite3_column_int (st, 4) != 0;
+    r->who.metrics_only = sqlite3_column_int (st, 9) != 0;
+    *last_used = sqlite3_column_int64 (st, 8);
+    r->who.ok = true;
+    return 0;
+}
+
+static void s_touch (req_t *r, int64_t now, int64_t last_used)
+{
+    if (now - last_used < LAST_USED_EVERY_MS)
+        return;
+    sqlite3_stmt *st = ah_store_prepare (r->api->store, "UPDATE api_tokens SET last_used_at = :now WHERE id = :id");
+    if (st && !ah_store_bind_int64 (st, ":now", now) && !ah_store_bind_int64 (st, ":id", r->who.token_id))
+        ah_store_step (r->api->store, st);
+    if (st)
+        sqlite3_reset (st);
+}
+
+#define TOKEN_COLUMNS "SELECT id, name, hash, tenant, admin, user, expires_at, revoked_at, last_used_at, metrics_only" \
+                      " FROM api_tokens"
+
+int api_token_who (req_t *r, const char *token, char *why, size_t why_size)
 {
     char hash [AH_TOKEN_HEX];
     ah_token_hash (token, hash);
     ah_store_t *store = r->api->store;
-    sqlite3_stmt *st = ah_store_prepare (store,
-        "SELECT id, name, hash, tenant, admin, user, expires_at, revoked_at, last_used_at, metrics_only"
-        " FROM api_tokens");
+    sqlite3_stmt *st = ah_store_prepare (store, TOKEN_COLUMNS);
     if (!st)
         return 500;
     int64_t now = ah_store_now_ms (), last_used = 0;
@@ -40,40 +82,36 @@ static int s_token (req_t *r, const char *token, char *why, size_t why_size)
         if (!stored || !ah_token_equal (hash, stored) || found)
             continue;
         found = true;
-        const char *name = (const char *) sqlite3_column_text (st, 1);
-        if (sqlite3_column_type (st, 7) != SQLITE_NULL) {
-            snprintf (why, why_size, "the token '%s' was revoked", name ? name : "?");
-            continue;
-        }
-        if (sqlite3_column_type (st, 6) != SQLITE_NULL && sqlite3_column_int64 (st, 6) <= now) {
-            char at [40];
-            ah_store_format_time (sqlite3_column_int64 (st, 6), at, sizeof at);
-            snprintf (why, why_size, "the token '%s' expired at %s", name ? name : "?", at);
-            continue;
-        }
-        const char *tenant = (const char *) sqlite3_column_text (st, 3);
-        const char *user = (const char *) sqlite3_column_text (st, 5);
-        r->who.token_id = sqlite3_column_int64 (st, 0);
-        snprintf (r->who.token_name, sizeof r->who.token_name, "%s", name ? name : "?");
-        snprintf (r->who.tenant, sizeof r->who.tenant, "%s", tenant ? tenant : "default");
-        snprintf (r->who.user, sizeof r->who.user, "%s", user ? user : "");
-        r->who.admin = sqlite3_column_int (st, 4) != 0;
-        r->who.metrics_only = sqlite3_column_int (st, 9) != 0;
-        last_used = sqlite3_column_int64 (st, 8);
-        r->who.ok = true;
-        status = 0;
+        status = s_fill (r, st, now, &last_used, why, why_size);
     }
     sqlite3_reset (st);
     explicit_bzero (hash, sizeof hash);
     if (rc != SQLITE_DONE)
         return 500;
-    if (status == 0 && now - last_used >= LAST_USED_EVERY_MS) {
-        st = ah_store_prepare (store, "UPDATE api_tokens SET last_used_at = :now WHERE id = :id");
-        if (st && !ah_store_bind_int64 (st, ":now", now) && !ah_store_bind_int64 (st, ":id", r->who.token_id))
-            ah_store_step (store, st);
+    if (status == 0)
+        s_touch (r, now, last_used);
+    return status;
+}
+
+int api_token_who_by_id (req_t *r, int64_t token_id, char *why, size_t why_size)
+{
+    ah_store_t *store = r->api->store;
+    sqlite3_stmt *st = ah_store_prepare (store, TOKEN_COLUMNS " WHERE id = :id");
+    if (!st || ah_store_bind_int64 (st, ":id", token_id)) {
         if (st)
             sqlite3_reset (st);
+        return 500;
     }
+    int64_t now = ah_store_now_ms (), last_used = 0;
+    int rc = ah_store_step (store, st), status = 401;
+    snprintf (why, why_size, "the token of this session is gone");
+    if (rc == SQLITE_ROW)
+        status = s_fill (r, st, now, &last_used, why, why_size);
+    sqlite3_reset (st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return 500;
+    if (status == 0)
+        s_touch (r, now, last_used);
     return status;
 }
 
@@ -120,11 +158,20 @@ int api_auth (req_t *r)
         if (ah_http_header_count (&r->head, "authorization") == 1 && !strncasecmp (header, "Bearer ", 7))
             token = header + 7;
     }
-    else if (r->route && (r->route->flags & R_UPGRADE))
-        token = api_query (r, "token");
-    while (token && *token == ' ')
-        token++;
-    int status = token && *token && strlen (token) <= 256 ? s_token (r, token, why, sizeof why) : 401;
+    //  No Authorization header: the console's session cookie, if sent.
+    char cookie [AH_TOKEN_HEX];
+    int found = header ? 0 : api_session_cookie (r, cookie, why, sizeof why);
+    int status = 401;
+    if (found > 0)
+        status = api_session_who (r, cookie, why, sizeof why);
+    else if (found == 0) {
+        if (!header && r->route && (r->route->flags & R_UPGRADE))
+            token = api_query (r, "token");
+        while (token && *token == ' ')
+            token++;
+        status = token && *token && strlen (token) <= 256 ? api_token_who (r, token, why, sizeof why) : 401;
+    }
+    explicit_bzero (cookie, sizeof cookie);
     if (status == 401) {
         api_respond_error (r, 401, "%s", why);
         return 401;
@@ -140,6 +187,8 @@ int api_auth (req_t *r)
                            r->who.metrics_only ? r->who.token_name : r->path);
         return 403;
     }
+    if (r->who.cookie && (status = api_session_csrf (r)))
+        return status;
     if ((status = s_scope (r)))
         return status;
     if (r->route && (r->route->flags & R_ADMIN) && !r->who.admin) {

@@ -10,17 +10,16 @@
     styles and connections of this origin only, no inline script, no
     framing), X-Frame-Options DENY and no-referrer.
 
-    Sign-in: the page holds the API token in its own memory and sends it
-    as `Authorization: Bearer` with fetch; no cookie is ever set, so a
-    request another site makes carries no credential (CSRF has nothing
-    to ride on). A browser cannot set that header on a WebSocket, and the
-    token must not go into a URL, so the terminal takes a ticket instead:
-    POST /api/v1/agents/{agent}/terminal/ticket (bearer token, like any
-    route) answers a fresh random ticket bound to that token, its scope
-    and that agent, good once and for 30 s; GET /console/terminal/{agent}
-    ?ticket=T (a WebSocket) redeems it, checks that the token was neither
-    revoked nor expired meanwhile and that the Origin, when sent, is this
-    server, then serves the terminal route exactly as the token would.
+    Sign-in is login.c's (a session cookie the page cannot read). A
+    browser cannot set headers on a WebSocket, and no credential should go
+    into a URL, so the terminal takes a ticket instead:
+    POST /api/v1/agents/{agent}/terminal/ticket (cookie or bearer token,
+    like any route) answers a fresh random ticket bound to that token, its
+    scope and that agent, good once and for 30 s; GET /console/terminal/
+    {agent}?ticket=T (a WebSocket) redeems it, checks that the token was
+    neither revoked nor expired meanwhile and that the Origin, when sent,
+    is this server, then serves the terminal route exactly as the token
+    would.
 
     DESIGN. The tickets live in a small table of this file, locked
     because a process could run more than one API actor (tests do); each
@@ -74,15 +73,28 @@ static void s_asset_send (req_t *r, const ah_web_asset_t *asset)
     api_want_write (r);
 }
 
-//  GET /
-static void s_index (req_t *r)
+//  A file of the console by name, or 404 (a server built without it).
+static void s_named (req_t *r, const char *name)
 {
-    const ah_web_asset_t *asset = ah_web_asset ("index.html");
+    const ah_web_asset_t *asset = ah_web_asset (name);
     if (!asset) {
         api_respond_error (r, 404, "this server was built without its console");
         return;
     }
     s_asset_send (r, asset);
+}
+
+//  GET /
+static void s_index (req_t *r)
+{
+    s_named (r, "index.html");
+}
+
+//  GET /favicon.ico: browsers ask for it whatever the page says; the
+//  console's icon (SVG, which they take from there too) instead of a 401.
+static void s_favicon (req_t *r)
+{
+    s_named (r, "favicon.svg");
 }
 
 //  GET /console/{asset}
@@ -100,13 +112,7 @@ static void s_asset (req_t *r)
 //  it offers (an admin sees tenants; a tenant's person does not).
 static void s_me (req_t *r)
 {
-    json_t *body = json_object ();
-    json_object_set_new (body, "token", api_json_text (r->who.token_name));
-    json_object_set_new (body, "tenant", api_json_text (r->who.tenant));
-    json_object_set_new (body, "user", r->who.user [0] ? api_json_text (r->who.user) : json_null ());
-    json_object_set_new (body, "admin", json_boolean (r->who.admin));
-    json_object_set_new (body, "scope", r->who.scope [0] ? api_json_text (r->who.scope) : json_null ());
-    api_respond (r, 200, body);
+    api_respond (r, 200, api_me_json (r));
 }
 
 //  --------------------------------------------------------------------
@@ -191,24 +197,10 @@ static bool s_token_stands (req_t *r, int64_t token_id)
     return ok;
 }
 
-//  A browser names the page's origin; it must be this server's.
-static bool s_same_origin (req_t *r)
-{
-    const char *origin = ah_http_header (&r->head, "origin");
-    const char *host = ah_http_header (&r->head, "host");
-    if (!origin)
-        return true;                //  not a browser: the ticket is the credential
-    if (!host || ah_http_header_count (&r->head, "origin") != 1)
-        return false;
-    const char *rest = !strncasecmp (origin, "http://", 7) ? origin + 7
-                     : !strncasecmp (origin, "https://", 8) ? origin + 8 : NULL;
-    return rest && strcasecmp (rest, host) == 0;
-}
-
 //  GET /console/terminal/{agent}?ticket=T (Upgrade: websocket)
 static void s_terminal (req_t *r)
 {
-    if (!s_same_origin (r)) {
+    if (!api_same_origin (r)) {
         api_respond_error (r, 403, "a terminal opens from this server's own console only (Origin)");
         return;
     }
@@ -235,6 +227,7 @@ static void s_terminal (req_t *r)
 const route_t api_console_routes [] = {
     { M_GET | M_HEAD, "/", s_index, R_PUBLIC, "" },
     { M_GET | M_HEAD, "/console/{asset}", s_asset, R_PUBLIC, "" },
+    { M_GET | M_HEAD, "/favicon.ico", s_favicon, R_PUBLIC, "" },
     { M_GET, "/console/terminal/{agent}", s_terminal, R_PUBLIC | R_UPGRADE, "ticket cols rows" },
     { M_GET, "/api/v1/me", s_me, 0, "" },
     { M_POST, "/api/v1/agents/{agent}/terminal/ticket", s_ticket, 0, "" },

@@ -4,7 +4,8 @@
     reads (GET /api/v1/agents/{agent}/tree), in every state.
 
     The home is the directory ah_driver_home_dir names (the fake driver's,
-    or the Docker driver's bind-backed home volume), read by common/homefs
+    the Docker driver's bind-backed home volume, or the one hostd's docker
+    driver binds on this machine), read by common/homefs
     with the kernel confining every path beneath it. A home without such
     a directory (a volume made by an earlier install) is read through the
     running sandbox only: these routes then answer as before (409).
@@ -32,8 +33,24 @@ typedef struct {
 //  one that cannot be opened.
 static int s_home (req_t *r)
 {
-    char *dir = ah_driver_home_dir (r->api->config, r->agent_id);
+    const ah_config_t *c = r->api->config;
+    char *dir = ah_driver_home_dir (c, r->agent_id);
     int fd = dir ? ah_homefs_open_home (dir) : -ENOENT;
+    if (fd < 0 && c->driver && streq (c->driver, "remote")) {
+        //  The host agent's homes: say why they are out of reach.
+        if (!dir)
+            api_respond_error (r, 409, "the home of agent '%s' is on its host (%s), not on this machine: "
+                               "it is read through its running sandbox only (start it first)", r->name,
+                               c->remote_endpoint ? c->remote_endpoint : "sandbox.remote.endpoint");
+        else
+            api_respond_error (r, 409, "the home of agent '%s' is kept by the host agent in %s, which this "
+                               "server cannot open (%s): hostd.data_dir must name hostd's data directory "
+                               "in the server's configuration too, and hostd.server_user the user the "
+                               "server runs as (docs/hostd.md); or start it to read its files through its "
+                               "sandbox", r->name, dir, strerror (-fd));
+        free (dir);
+        return -2;
+    }
     if (fd == -ENOENT) {
         free (dir);
         return -1;

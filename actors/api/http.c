@@ -249,6 +249,8 @@ static void s_head (req_t *r, int status, const char *type, int64_t length, unsi
     }
     if (status == 401)
         ah_buf_appendf (out, "WWW-Authenticate: Bearer\r\n");
+    if (r->set_cookie [0])
+        ah_buf_appendf (out, "Set-Cookie: %s\r\n", r->set_cookie);
     ah_buf_appendf (out, "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n");
     if (r->close_after)
         ah_buf_appendf (out, "Connection: close\r\n");

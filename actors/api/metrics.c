@@ -54,6 +54,8 @@ struct api_metrics_t {
     uint64_t wakes [C_COUNT], sleeps [C_COUNT];
     histogram_t durations [H_COUNT];
     zhashx_t *seen;                 //  agent id -> seen_t
+    //  The tunnel's answer to the request being served (TUNNEL_SESSIONS).
+    int64_t tunnel_sessions, tunnel_connections;
 };
 
 static void s_free_seen (void **item)
@@ -246,9 +248,11 @@ static void s_exposition (req_t *r, const json_t *runtimes)
             " GROUP BY s.state, a.tenant ORDER BY s.state, a.tenant", "state", "tenant");
 
     s_family (&out, "agenthold_tunnel_sessions", "gauge",
-              "Sandboxes whose sandboxd holds a tunnel session (running).");
-    ah_buf_appendf (&out, "agenthold_tunnel_sessions %lld\n",
-                    (long long) s_scalar (api, "SELECT count(*) FROM sandboxes WHERE state = 'running'"));
+              "Sandboxd connections the tunnel holds whose hello succeeded.");
+    ah_buf_appendf (&out, "agenthold_tunnel_sessions %lld\n", (long long) m->tunnel_sessions);
+    s_family (&out, "agenthold_tunnel_connections", "gauge",
+              "Sandboxd connections the tunnel holds, hello done or not.");
+    ah_buf_appendf (&out, "agenthold_tunnel_connections %lld\n", (long long) m->tunnel_connections);
 
     s_family (&out, "agenthold_wakes_total", "counter", "Sandboxes woken (sleeping to starting), by cause.");
     for (int c = 0; c < C_COUNT; c++)
@@ -285,7 +289,7 @@ static void s_exposition (req_t *r, const json_t *runtimes)
     }
 
     s_family (&out, "agenthold_bytes_total", "counter",
-              "Bytes through terminals (both ways, counted when a terminal closes) and files.");
+              "Bytes through terminals (both ways, counted as they pass) and files.");
     for (int c = 0; c < B_COUNT; c++)
         ah_buf_appendf (&out, "agenthold_bytes_total{channel=\"%s\"} %llu\n", s_channel_names [c],
                         (unsigned long long) m->bytes [c]);
@@ -337,10 +341,20 @@ static void s_catalog (req_t *r, ah_msg_t *msg)
     json_decref (runtimes);
 }
 
-static void s_metrics (req_t *r)
+//  The tunnel's sessions first, then the builder's catalog.
+static void s_sessions (req_t *r, ah_msg_t *reply)
 {
+    api_metrics_t *m = r->api->metrics;
+    m->tunnel_sessions = ah_msg_int (reply, "sessions", 0);
+    m->tunnel_connections = ah_msg_int (reply, "connections", 0);
     ah_msg_t *msg = ah_msg_new ("CATALOG_LIST");
     api_ask (r, "builder", &msg, s_catalog);
+}
+
+static void s_metrics (req_t *r)
+{
+    ah_msg_t *msg = ah_msg_new ("TUNNEL_SESSIONS");
+    api_ask (r, "tunnel", &msg, s_sessions);
 }
 
 const route_t api_metrics_routes [] = {

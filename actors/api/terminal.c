@@ -58,10 +58,8 @@ static void s_audit (terminal_t *t, const char *kind, const char *detail, bool w
     ah_msg_set_str (rec, "detail", detail);
     if (t->run [0])
         ah_msg_set_str (rec, "run", t->run);
-    if (with_bytes) {
+    if (with_bytes)
         ah_msg_set_int (rec, "bytes", t->bytes);
-        api_metrics_bytes (t->api->metrics, kind, t->bytes);
-    }
     ah_msg_set_bool (rec, "ok", true);
     api_send (t->api, "recorder", &rec);
 }
@@ -131,6 +129,7 @@ static void s_input (terminal_t *t, const uint8_t *data, size_t size)
 {
     api_chan_record (&t->chan, AH_REC_STDIN, data, size);
     t->bytes += (int64_t) size;
+    api_metrics_bytes (t->api->metrics, "terminal", (int64_t) size);
     //  Beyond the channel's credit: hold the browser until the tunnel ACKs.
     if (api_chan_room (&t->chan) < (64u << 10))
         api_ws_read (t->conn, false);
@@ -160,6 +159,7 @@ static int s_record (void *arg, uint8_t kind, const uint8_t *data, size_t size, 
             return -1;
         t->kept += size;
         t->bytes += (int64_t) size;
+        api_metrics_bytes (t->api->metrics, "terminal", (int64_t) size);
     }
     else if (kind == AH_REC_EXIT) {
         size_t take = size < sizeof t->exit_rec - t->exit_len ? size : sizeof t->exit_rec - t->exit_len;
@@ -346,7 +346,7 @@ static void s_terminal (req_t *r)
     t->who = r->who;
     snprintf (t->agent_id, sizeof t->agent_id, "%s", r->agent_id);
     snprintf (t->name, sizeof t->name, "%s", r->name);
-    snprintf (t->run, sizeof t->run, "%s", r->run);
+    snprintf (t->run, sizeof t->run, "%s", api_run_of (r));
     if (api_ws_accept (r, &s_ws_ops, t)) {          //  r is over after this either way
         free (t);
         return;

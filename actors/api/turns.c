@@ -11,8 +11,11 @@ static void s_reply (req_t *r, ah_msg_t *msg)
     json_t *body = json_object ();
     const char *turn_id = ah_msg_str (msg, "turn_id");
     json_object_set_new (body, "turn_id", api_json_text (turn_id ? turn_id : r->params [0]));
-    if (turn_id && r->kind && streq (r->kind, "turn.begin"))
+    if (turn_id && r->kind && streq (r->kind, "turn.begin")) {
         snprintf (r->detail, sizeof r->detail, "turn %.64s", turn_id);
+        //  A turn that names no run is its own: its id is the run.
+        snprintf (r->turn_run, sizeof r->turn_run, "%s", turn_id);
+    }
     if (r->kind)
         api_record (r, true, NULL);
     if (streq (r->asked_type, "TURN_END")) {
@@ -51,6 +54,11 @@ static void s_begin (req_t *r)
     if (!msg)
         return;
     ah_msg_set_str (msg, "agent", r->agent_id);
+    //  The run the turn works for, and whose turn it is: what this token
+    //  does on the agent while the turn is open is recorded with the run.
+    if (r->run [0])
+        ah_msg_set_str (msg, "run", r->run);
+    ah_msg_set_strf (msg, "actor", "api:%s", r->who.token_name);
     api_activity (r->api, r->agent_id, "turn");
     r->kind = "turn.begin";
     api_ask (r, "sleeper", &msg, s_reply);
@@ -86,7 +94,8 @@ static bool s_turn_in_scope (req_t *r)
 {
     const char *id = r->params [0];
     sqlite3_stmt *st = ah_store_prepare (r->api->store,
-        "SELECT a.tenant, a.id, a.name FROM turns t JOIN agents a ON a.id = t.agent_id WHERE t.id = :id");
+        "SELECT a.tenant, a.id, a.name, coalesce (t.run, t.id) FROM turns t JOIN agents a ON a.id = t.agent_id"
+        " WHERE t.id = :id");
     int rc = st && !ah_store_bind_text (st, ":id", id) ? ah_store_step (r->api->store, st) : SQLITE_ERROR;
     bool ok = rc == SQLITE_ROW && (!r->who.scope [0]
               || streq ((const char *) sqlite3_column_text (st, 0), r->who.scope));
@@ -94,6 +103,7 @@ static bool s_turn_in_scope (req_t *r)
         //  The agent, for the audit trail.
         snprintf (r->agent_id, sizeof r->agent_id, "%s", (const char *) sqlite3_column_text (st, 1));
         snprintf (r->name, sizeof r->name, "%s", (const char *) sqlite3_column_text (st, 2));
+        snprintf (r->turn_run, sizeof r->turn_run, "%s", (const char *) sqlite3_column_text (st, 3));
     }
     else if (rc == SQLITE_DONE && !r->who.scope [0])
         ok = true;                  //  an admin: the sleeper says 404 itself

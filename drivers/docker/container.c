@@ -351,6 +351,8 @@ ah_dk_create (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
     return s_make (driver, spec, false, err);
 }
 
+static long s_home_volume (docker_t *self, const char *what, const char *volume, bool *dir_gone);
+
 int
 ah_dk_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
 {
@@ -372,6 +374,17 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     if (ah_dk_ensure_engine (self, &eerr)) {
         ah_dk_err (err, "starting container %s: %s", n.container, eerr);
         free (eerr);
+        return -1;
+    }
+    //  A home whose directory was removed behind the engine's back: the
+    //  engine would fail the bind mount with its own words; ours say what
+    //  happened and what makes the sandbox again.
+    bool dir_gone = false;
+    s_home_volume (self, "starting a sandbox", n.volume, &dir_gone);
+    if (dir_gone) {
+        ah_dk_err (err, "starting container %s: its home directory is gone (removed outside agenthold; "
+                   "home volume %s present): its files are lost; a rebuild makes it again, empty",
+                   n.container, n.volume);
         return -1;
     }
     if (ah_dk_deploy_for_start (self, n.container, err))
@@ -463,6 +476,25 @@ s_status_from (const json_t *container, ah_sandbox_status_t *status)
         snprintf (status->detail, sizeof status->detail, "%s", s ? s : "unknown");
 }
 
+//  The home volume's status (GET /volumes/NAME: 200, 404, or < 0 when the
+//  engine did not say), and whether the directory a bind-backed volume is
+//  bound to is gone (the volume still there: someone removed its files).
+static long
+s_home_volume (docker_t *self, const char *what, const char *volume, bool *dir_gone)
+{
+    *dir_gone = false;
+    char *path = ah_strf ("/volumes/%s", volume);
+    json_t *v = NULL;
+    long st = path ? ah_dk_get (self, what, path, true, &v, NULL) : -1;
+    const char *device = json_string_value (json_object_get (json_object_get (v, "Options"), "device"));
+    struct stat sb;
+    if (st == 200 && device && *device == '/' && lstat (device, &sb) != 0 && errno == ENOENT)
+        *dir_gone = true;
+    json_decref (v);
+    free (path);
+    return st;
+}
+
 int
 ah_dk_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *status, char **err)
 {
@@ -479,17 +511,28 @@ ah_dk_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *s
     if (st == 404) {
         //  No container. Say whether the home survives: lifecycle repairs
         //  that with a rebuild, where nothing at all means recreate.
-        free (path);
-        path = ah_strf ("/volumes/%s", n.volume);
-        long vst = ah_dk_get (self, what, path, true, NULL, NULL);
-        status->home_gone = vst == 404;
+        bool dir_gone = false;
+        long vst = s_home_volume (self, what, n.volume, &dir_gone);
+        status->home_gone = vst == 404 || dir_gone;
         snprintf (status->detail, sizeof status->detail, "%s",
-                  vst == 200 ? "container missing; home volume present"
-                             : "container missing; no home volume");
+                  dir_gone ? "container missing; home volume present, its directory gone"
+                  : vst == 200 ? "container missing; home volume present"
+                  : "container missing; no home volume");
     }
     else
-    if (st == 200)
+    if (st == 200) {
         s_status_from (j, status);
+        //  The container may outlive its home's files: a directory removed
+        //  behind the engine's back leaves the volume (and the container)
+        //  standing over nothing.
+        bool dir_gone = false;
+        s_home_volume (self, what, n.volume, &dir_gone);
+        if (dir_gone) {
+            status->home_gone = true;
+            size_t len = strlen (status->detail);
+            snprintf (status->detail + len, sizeof status->detail - len, "; its home directory is gone");
+        }
+    }
     json_decref (j);
     free (path);
     free (what);

@@ -83,7 +83,22 @@ ah_dk_home_volume_ensure (docker_t *self, const char *agent_id, char **err)
         ah_dk_err (err, "creating the home volume of %s: out of memory", agent_id);
         goto out;
     }
-    long st = ah_dk_get (self, what, path, true, NULL, err);
+    json_t *v = NULL;
+    long st = ah_dk_get (self, what, path, true, &v, err);
+    const char *device = json_string_value (json_object_get (json_object_get (v, "Options"), "device"));
+    struct stat sb;
+    if (st == 200 && device && strcmp (device, dir) == 0 && lstat (dir, &sb) != 0 && errno == ENOENT) {
+        //  Its directory was removed behind the engine's back (the files
+        //  are lost, lifecycle says so): a rebuild makes the home again,
+        //  empty, where the volume is bound.
+        ah_warn ("docker", "%s: the directory of home volume %s was gone: made again, empty", agent_id, n.volume);
+        if ((mkdir (root, 0700) && errno != EEXIST) || (mkdir (dir, 0755) && errno != EEXIST)) {
+            ah_dk_err (err, "%s: cannot make %s again: %s", what, dir, strerror (errno));
+            json_decref (v);
+            goto out;
+        }
+    }
+    json_decref (v);
     if (st == 200) {
         rc = 0;                     //  there already (ours, or an earlier install's)
         goto out;

@@ -364,6 +364,13 @@ s_destroy (ah_driver_t *driver, const char *agent_id, char **err)
     return s_by_id (driver, "DRIVER_DESTROY", agent_id, err);
 }
 
+//  sandbox.container_ttl: the container only, its home kept.
+static int
+s_remove_container (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    return s_by_id (driver, "DRIVER_REMOVE_CONTAINER", agent_id, err);
+}
+
 static int
 s_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *status, char **err)
 {
@@ -576,6 +583,7 @@ ah_remote_driver_new (const ah_config_t *config, char **err)
     driver->stop = s_stop;
     driver->rebuild = s_rebuild;
     driver->destroy = s_destroy;
+    driver->remove_container = s_remove_container;
     driver->inspect = s_inspect;
     driver->list = s_list;
     driver->watch = s_watch;

@@ -1,7 +1,8 @@
 /*  tests/common/actor_probe.h: what every actor must do with what it
     cannot serve (common/actor.h): a malformed message and an unknown
     type that carry a req are answered with REPLY 400 and a reason
-    within 100 ms, and the actor goes on serving. Each actor's unit test
+    (waited for up to 2 s: a loaded machine is slow, not wrong), and the
+    actor goes on serving. Each actor's unit test
     calls actor_probe_refusals (bus name) with the actor running on a bus. */
 #ifndef AH_TEST_ACTOR_PROBE_H
 #define AH_TEST_ACTOR_PROBE_H
@@ -10,11 +11,11 @@
 #include "common/msg.h"
 #include "tests/common/check.h"
 
-//  One REPLY for req within 100 ms: its status, or 0 when none came.
+//  One REPLY for req within 2 s: its status, or 0 when none came.
 static int actor_probe_reply (zsock_t *probe, int64_t req, char *why, size_t why_size)
 {
-    zsock_set_rcvtimeo (probe, 100);
-    int64_t until = zclock_mono () + 100;
+    zsock_set_rcvtimeo (probe, 2000);
+    int64_t until = zclock_mono () + 2000;
     while (zclock_mono () <= until) {
         char *err = NULL;
         ah_msg_t *m = ah_msg_recv (probe, true, &err);
@@ -35,7 +36,7 @@ static int actor_probe_reply (zsock_t *probe, int64_t req, char *why, size_t why
 }
 
 //  Malformed (a map that breaks after its req), bad frames, an unknown
-//  type: each answered 400 within 100 ms, twice over (the actor lives).
+//  type: each answered 400, twice over (the actor lives).
 static void actor_probe_refusals (const char *actor)
 {
     zsock_t *probe = ah_bus_connect ("probe");

@@ -23,6 +23,9 @@ typedef struct {
     bool fail;
     bool lws;
     const char *link;               //  bind a link to "peer" here
+    const char *pull;               //  bind a PULL here (one per run: a
+                                    //  closed socket's inproc name is
+                                    //  freed asynchronously)
 } args_t;
 
 static void s_on_tick (void *arg, void *timer_arg)
@@ -87,7 +90,8 @@ static void *s_init (ah_actor_t *actor, void *arg)
         free (self);
         return NULL;
     }
-    self->pull = zsock_new_pull ("inproc://test-actor-pull");
+    self->pull = zsock_new_pull (args->pull ? args->pull : "inproc://test-actor-pull");
+    CHECK (self->pull != NULL);
     ah_actor_reader (actor, self->pull, s_on_pull);
     self->tick_id = ah_actor_timer (actor, 10, 10, s_on_tick, NULL);
     ah_actor_timer (actor, 30, 0, s_on_once, (void *) (intptr_t) 1);
@@ -136,24 +140,32 @@ static void s_run (bool lws)
     free (err);
     err = NULL;
 
-    args_t good = { .lws = lws };
+    const char *pull = lws ? "inproc://test-actor-pull-lws" : "inproc://test-actor-pull-own";
+    args_t good = { .lws = lws, .pull = pull };
     actor = ah_actor_new (&s_def, &good, &err);
     CHECK (actor != NULL && err == NULL);
     if (!actor)
         return;
-    zsock_t *push = zsock_new_push (">inproc://test-actor-pull");
+    zsock_t *push = zsock_new_push (pull);      //  a PUSH connects by default
     zstr_send (push, "one");
     zstr_send (push, "two");
-    zclock_sleep (150);
-
     zsock_t *client = ah_bus_connect ("client");
-    zclock_sleep (20);
-    ah_msg_t *m = ah_msg_new ("ECHO");
-    ah_msg_set_int (m, "req", 7);
-    ah_msg_set_str (m, "text", "hi");
-    ah_msg_send (&m, client, "tester");
     zsock_set_rcvtimeo (client, 1000);
-    ah_msg_t *reply = ah_msg_recv (client, true, NULL);
+    //  Ask until the timers and the reader have done their part (a
+    //  loaded machine is slow, not wrong): up to 5 s.
+    ah_msg_t *reply = NULL;
+    for (int64_t until = zclock_mono () + 5000; zclock_mono () < until; ) {
+        ah_msg_destroy (&reply);
+        ah_msg_t *m = ah_msg_new ("ECHO");
+        ah_msg_set_int (m, "req", 7);
+        ah_msg_set_str (m, "text", "hi");
+        ah_msg_send (&m, client, "tester");
+        reply = ah_msg_recv (client, true, NULL);
+        if (reply && ah_msg_int (reply, "ticks", 0) >= 3 && ah_msg_int (reply, "pulled", 0) >= 2
+        &&  ah_msg_int (reply, "once", 0) >= 1)
+            break;
+        zclock_sleep (20);
+    }
     CHECK (reply && ah_msg_bool (reply, "ok", false) && ah_msg_int (reply, "req", 0) == 7);
     CHECK (reply && ah_msg_int (reply, "ticks", 0) == 3);       //  ended itself after 3
     CHECK (reply && ah_msg_int (reply, "once", 0) == 1);        //  the ended one never fired

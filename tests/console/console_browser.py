@@ -15,8 +15,10 @@ ports 18800-18899).
   deleted (with its confirmation);
 - stop from the agent's page: sleeping shows without a reload; opening the
   terminal wakes it and the page says so; the echo works again;
-- sign-out: the page forgets the token (no cookie, no storage, no URL ever
-  held it) and shows the sign-in again; the second tenant's person sees
+- the session: an HttpOnly, SameSite=Strict cookie no script reads; a
+  reload stays signed in; the token was in no URL or storage;
+- sign-out: the page is cleared and shows the sign-in again, and the old
+  cookie replayed to the API is refused; the second tenant's person sees
   only their own agent;
 - the page at 400 px wide; a screenshot of each page is saved (the second
   argument, a folder); the browser's log holds no error from the console
@@ -39,6 +41,8 @@ try:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.common.exceptions import StaleElementReferenceException
 except ImportError:
     webdriver = None
 
@@ -99,8 +103,18 @@ class Page:
         os.makedirs(self.shots, exist_ok=True)
         self.d.save_screenshot(os.path.join(self.shots, "%s-%s.png" % (self.name, label)))
 
-    def click(self, css):
-        self.d.find_element(By.CSS_SELECTOR, css).click()
+    def click(self, css, by=None):
+        """Click what css names; the page redraws tables live (the event
+        stream), so an element gone stale between finding and clicking is
+        found again."""
+        for attempt in range(5):
+            try:
+                self.d.find_element(by or By.CSS_SELECTOR, css).click()
+                return
+            except StaleElementReferenceException:
+                if attempt == 4:
+                    raise
+                time.sleep(0.2)
 
     def collect_log(self):
         self.log += self.d.get_log("browser")
@@ -119,6 +133,49 @@ class Page:
         wait(lambda: self.js("return document.getElementById('confirm').open"), "the confirmation dialog")
         self.click("#confirm-yes")
 
+    def fits(self, width, what):
+        """At width px wide, nothing sticks out sideways."""
+        self.d.set_window_size(width, 800)
+        time.sleep(0.3)
+        overflow = self.js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        check(overflow <= 0, "%s: nothing wider than %d px (overflow %d px)" % (what, width, overflow))
+
+    def labelled(self, what):
+        """Every control shown has a name a screen reader reads (its text,
+        a label, aria-label or aria-labelledby) and can take the focus."""
+        missing = self.js("""
+            const named = (e) => (e.getAttribute('aria-label') || '').trim() || (e.labels && e.labels.length)
+              || (e.getAttribute('aria-labelledby') && document.getElementById(e.getAttribute('aria-labelledby')))
+              || (e.textContent || '').trim() || (e.getAttribute('title') || '').trim();
+            return [...document.querySelectorAll('button, input, select, a[href], [role=tab], textarea')]
+              .filter((e) => e.offsetParent !== null || e.classList.contains('visually-hidden'))
+              .filter((e) => !named(e) || e.tabIndex < 0)
+              .map((e) => e.outerHTML.slice(0, 120));""")
+        check(not missing, "%s: controls without a name a screen reader reads, or out of the Tab order: %s"
+              % (what, missing))
+
+    def both_sizes(self, label, what):
+        """A screenshot at 1280x800, then the page at 400 px wide (checked
+        and shot), then back; its controls labelled."""
+        self.labelled(what)
+        self.shot(label)
+        self.fits(400, what)
+        self.shot(label + "-400px")
+        self.fits(1280, what)
+
+    def tab_to(self, element_id, most=60):
+        """Tab from the top of the page until element_id has the focus
+        (keyboard only); then Enter on it."""
+        self.js("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0);")
+        body = self.d.find_element(By.TAG_NAME, "body")
+        for _ in range(most):
+            body = self.d.switch_to.active_element
+            body.send_keys(Keys.TAB)
+            if self.js("return document.activeElement && document.activeElement.id") == element_id:
+                self.d.switch_to.active_element.send_keys(Keys.ENTER)
+                return
+        raise Fail("#%s is not reachable with the Tab key" % element_id)
+
     def terminal_text(self):
         return self.text("term") or ""
 
@@ -126,6 +183,181 @@ class Page:
         term = self.d.find_element(By.ID, "term")
         term.click()
         term.send_keys(keys)
+
+
+def tiny_png():
+    """A valid 2x2 PNG, made here."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff)
+    raw = b"".join(b"\x00" + b"\xff\x00\x00" * 2 for _ in range(2))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def row_exists(page, table, name):
+    return page.js("return !!document.querySelector(`#${arguments[0]} tr[data-name='${arguments[1]}']`)", table, name)
+
+
+def files_tree(srv, page, tok):
+    """The file browser on the tree: toolchain folders behind a switch,
+    uploads marked, the tree's limits said, at most 24 previews."""
+    d = page.d
+    fixture = ("mkdir -p .venv/lib uploads deep/1/2/3/4/5/6/7 deep/1/2/3/4/5/many pics && echo x > .venv/lib/x.py"
+               " && echo hi > uploads/from-person.txt && echo deep > deep/1/2/3/4/5/6/7/bottom.txt"
+               " && for i in $(seq -w 1 30); do printf 'note %s\\nline two\\n' $i > note-$i.txt; done"
+               " && cd deep/1/2/3/4/5/many && seq 1 2100 | xargs touch")
+    status, out = srv.call("POST", "/api/v1/agents/webby/exec", tok, {"cmd": fixture})
+    check(status == 200 and out["status"] == 0, "the fixture: %s" % out)
+    status, _ = srv.call("PUT", "/api/v1/agents/webby/files/pics/pic.png", tok, tiny_png())
+    check(status in (200, 201), "pics/pic.png uploaded: %d" % status)
+    page.click("#tab-files")
+    page.wait_text("files-status", "entries", "the listing from the tree")
+    wait(lambda: row_exists(page, "files-body", "note-01.txt"), "note-01.txt listed")
+    status_text = page.text("files-status")
+    check(not row_exists(page, "files-body", ".venv") and "toolchain folders" in status_text,
+          "the toolchain folder hidden, and the page says so: %r" % status_text)
+    check("levels down were not opened" in status_text, "the tree's depth limit said: %r" % status_text)
+    deep = page.js("return document.querySelector(\"#files-body tr[data-name='deep']\").children[1].textContent")
+    check("inside" in deep, "a folder says what it holds: %r" % deep)
+    check("uploaded by a person" in page.js("return document.querySelector(\"#files-body tr[data-name='uploads']\").textContent"),
+          "uploads/ marked")
+    # At most 24 previews, text files' first lines.
+    wait(lambda: page.js("return document.querySelectorAll('#previews figure').length") == 24,
+         lambda: "24 previews (there are %s)" % page.js("return document.querySelectorAll('#previews figure').length"), 30)
+    first = page.js("return document.querySelector(\"#previews figure[data-name='note-01.txt'] pre\").textContent")
+    check(first == "note 01\nline two\n" or first.startswith("note 01\nline two"), "a text preview's first lines: %r" % first)
+    page.wait_text("previews", "first 24 files", "the page saying previews stop at 24")
+    page.shot("files-tree")
+    # The switch shows the toolchain folders.
+    page.click("#show-toolchain")
+    wait(lambda: row_exists(page, "files-body", ".venv"), "the toolchain folder with the switch on")
+    page.click("#show-toolchain")
+    wait(lambda: not row_exists(page, "files-body", ".venv"), "hidden again with the switch off")
+    # An image's preview, inside a folder.
+    page.click("#files-body tr[data-name='pics'] button")
+    wait(lambda: page.js("const i = document.querySelector(\"#previews figure[data-name='pic.png'] img\");"
+                         "return i && i.complete && i.naturalWidth === 2"), "the image previewed")
+    check(page.js("return document.querySelector('#previews img').alt") == "preview of pic.png", "the image has its alt text")
+    page.click("#crumbs button")
+    wait(lambda: row_exists(page, "files-body", "uploads"), "back home by the breadcrumb")
+    page.click("#files-body tr[data-name='uploads'] button")
+    wait(lambda: row_exists(page, "files-body", "from-person.txt"), "inside uploads/")
+    check("uploaded by a person" in page.text("files-body"), "a file under uploads/ marked")
+    page.click("#crumbs button")
+    wait(lambda: row_exists(page, "files-body", "note-01.txt"), "home again")
+    # A folder of 2,100 files, seven levels down: the tree's entries limit
+    # and the page's own 500 rows, both said.
+    for name in ("deep", "1", "2", "3", "4", "5", "many"):
+        wait(lambda: row_exists(page, "files-body", name), "folder %s listed" % name)
+        page.click("#files-body tr[data-name='%s'] button" % name)
+    page.wait_text("files-status", "stopped at 2000 entries", "the tree's entries limit said")
+    check("only the first 500 shown" in page.text("files-status"), "the page's row limit said: %r" % page.text("files-status"))
+    check(page.js("return document.querySelectorAll('#files-body tr').length") == 500, "500 rows")
+    check(page.text("crumbs").replace(" ", "") == "home/deep/1/2/3/4/5/many", "the breadcrumbs: %r" % page.text("crumbs"))
+    page.click("#crumbs button")
+    wait(lambda: row_exists(page, "files-body", "note-01.txt"), "home again")
+    page.both_sizes("files-tree", "the files with previews")
+
+
+def audit_filters(srv, page, tok):
+    """The agent's audit trail through the operations API's filters."""
+    status, out = srv.call("POST", "/api/v1/agents/webby/exec", tok, {"cmd": "echo failing; exit 3"})
+    check(status == 200 and out["status"] == 3, "a failing exec: %s" % out)
+    status, out = srv.call("POST", "/api/v1/agents/webby/exec", tok, {"cmd": "true"},
+                           {"X-Agenthold-Run": "console-run-7"})
+    check(status == 200, "an exec within a run: %d" % status)
+    page.click("#tab-log")
+    page.wait_text("audit-status", "operations", "the audit trail")
+
+    def kinds():
+        return page.js("return [...document.querySelectorAll('#audit li')].map(l => l.dataset.kind)")
+
+    from selenium.webdriver.support.ui import Select
+    Select(page.d.find_element(By.ID, "audit-kind")).select_by_value("fs.write")
+    page.click("#audit-form button[type=submit]")
+    wait(lambda: kinds() and set(kinds()) == {"fs.write"}, lambda: "only fs.write rows (%s)" % kinds())
+    Select(page.d.find_element(By.ID, "audit-kind")).select_by_value("")
+    page.click("#audit-failed")
+    page.click("#audit-form button[type=submit]")
+    wait(lambda: kinds() and page.js("return [...document.querySelectorAll('#audit li')].every(l => l.className === 'error')"),
+         "only failures")
+    check("exit 3" in page.text("audit"), "the failing exec among the failures: %r" % page.text("audit")[:300])
+    page.click("#audit-failed")
+    page.d.find_element(By.ID, "audit-run").send_keys("console-run-7")
+    page.click("#audit-form button[type=submit]")
+    wait(lambda: page.js("return document.querySelectorAll('#audit li').length") == 1
+         and "console-run-7" in page.text("audit"), lambda: "the run's one operation (%r)" % page.text("audit")[:300])
+    page.d.find_element(By.ID, "audit-run").clear()
+    page.d.find_element(By.ID, "audit-q").send_keys("xargs touch")
+    page.click("#audit-form button[type=submit]")
+    wait(lambda: kinds() == ["exec"] and "xargs touch" in page.text("audit"), "the text filter finds the fixture's exec")
+    page.d.find_element(By.ID, "audit-q").clear()
+    page.click("#audit-form button[type=submit]")
+    page.wait_text("audit-status", "operations", "the whole trail again")
+    page.labelled("the activity tab")
+    page.shot("activity")
+
+
+def admin_pages(srv, admin):
+    d = admin.d
+    d.get(srv.url("/"))
+    admin.sign_in(srv.admin)
+    wait(lambda: d.find_element(By.ID, "agents").is_displayed(), "the admin's agents")
+    admin.tab_to("nav-admin")
+    wait(lambda: admin.js("return !!document.querySelector(\"#tenants-body tr[data-tenant='acme']\")"),
+         "the tenants on the admin page")
+    # A tenant made with the form.
+    d.find_element(By.ID, "tenant-name").send_keys("globex")
+    d.find_element(By.ID, "tenant-max-running").send_keys("2")
+    admin.click("#tenant-form button")
+    wait(lambda: admin.js("return !!document.querySelector(\"#tenants-body tr[data-tenant='globex']\")"),
+         "the new tenant listed")
+    status, t = srv.call("GET", "/api/v1/tenants/globex", srv.admin)
+    check(status == 200 and t["max_running"] == 2, "the tenant as the API has it: %s" % t)
+    # A token for it, shown once.
+    wait(lambda: admin.js("return [...document.getElementById('token-tenant').options].some(o => o.value === 'globex')"),
+         "globex among the token form's tenants")
+    from selenium.webdriver.support.ui import Select
+    Select(d.find_element(By.ID, "token-tenant")).select_by_value("globex")
+    d.find_element(By.ID, "token-name").send_keys("globex-ci")
+    d.find_element(By.ID, "token-user").send_keys("ci@globex.example")
+    admin.click("#token-form button")
+    wait(lambda: d.find_element(By.ID, "new-token").is_displayed(), "the new token shown")
+    made = admin.js("return document.getElementById('new-token-value').value")
+    check(len(made) == 64 and admin.js("return document.activeElement.id") == "new-token-value",
+          "the new token shown once, focused to copy")
+    status, me = srv.call("GET", "/api/v1/me", made)
+    check(status == 200 and me["tenant"] == "globex" and me["user"] == "ci@globex.example",
+          "the shown token acts for globex: %s" % me)
+    wait(lambda: admin.js("return !!document.querySelector(\"#tokens-body tr[data-token='globex-ci'][data-state='active']\")"),
+         "the new token listed as active")
+    check(made not in admin.text("tokens-body"), "the token's value is not in the list")
+    admin.shot("admin-new-token")
+    admin.click("#new-token-done")
+    check(not d.find_element(By.ID, "new-token").is_displayed()
+          and admin.js("return document.getElementById('new-token-value').value") == "" and made not in d.page_source,
+          "Done hides the token and the page holds it no more")
+    # Revoked with its confirmation: the API refuses it from then on.
+    admin.click("#tokens-body tr[data-token='globex-ci'] button[aria-label='Revoke token globex-ci']")
+    admin.confirm()
+    wait(lambda: admin.js("return !!document.querySelector(\"#tokens-body tr[data-token='globex-ci'][data-state='revoked']\")"),
+         "the token shown revoked")
+    status, _ = srv.call("GET", "/api/v1/me", made)
+    check(status == 401, "the revoked token is refused: %d" % status)
+    check(admin.js("return !document.querySelector(\"#tokens-body tr[data-token='admin'] button\")"),
+          "the session's own token offers no revoke")
+    admin.both_sizes("admin", "the admin page")
+    # The tenant deleted with its confirmation.
+    admin.click("#tenants-body tr[data-tenant='globex'] button[aria-label='Delete tenant globex']")
+    admin.confirm()
+    wait(lambda: admin.js("return !document.querySelector(\"#tenants-body tr[data-tenant='globex']\")"),
+         "the tenant gone from the page")
+    status, _ = srv.call("GET", "/api/v1/tenants/globex", srv.admin)
+    check(status == 404, "the tenant gone from the API: %d" % status)
+    admin.collect_log()
 
 
 def run_browser(srv, tmp, shots):
@@ -143,7 +375,7 @@ def run_browser(srv, tmp, shots):
         # A wrong token: refused, and the page says so.
         page.sign_in("0" * 64)
         page.wait_text("signin-error", "Sign-in refused", "the wrong token's refusal")
-        check("wrong bearer token" in page.text("signin-error"), "the refusal says why: %r" % page.text("signin-error"))
+        check("wrong token" in page.text("signin-error"), "the refusal says why: %r" % page.text("signin-error"))
         check(d.find_element(By.ID, "signin-error").is_displayed(), "the refusal is visible")
         check(not d.find_element(By.ID, "agents").is_displayed(), "no agents shown to a wrong token")
         page.shot("signin-refused")
@@ -162,12 +394,31 @@ def run_browser(srv, tmp, shots):
         check(created["runtime"] and created["runtime"] in page.text("agents-body"),
               "created on the catalog's default runtime, shown: %s" % created["runtime"])
         check(page.agent_row("secret-plans") is None, "another tenant's agent is absent")
+        page.labelled("the agents page")
         check(theirs["name"] not in page.text("agents-body") and theirs["id"] not in d.page_source,
               "no trace of another tenant's agent on the page")
         page.shot("agents")
 
+        # The runtimes page, reached with the keyboard: the catalog as the
+        # API has it, each image's state (unknown on the fake driver).
+        page.tab_to("nav-runtimes")
+        wait(lambda: d.find_element(By.ID, "runtimes").is_displayed(), "the runtimes page")
+        status, catalog = srv.call("GET", "/api/v1/runtimes", acme_tok)
+        check(status == 200 and catalog["runtimes"], "the API's catalog")
+        for rt in catalog["runtimes"]:
+            name = rt.get("alias") or rt.get("name")
+            shown = wait(lambda: page.js("const r = document.querySelector(`#runtimes-body tr[data-runtime='${arguments[0]}']`);"
+                                         "return r ? r.textContent : null;", name), "runtime %s listed" % name)
+            check((rt["image_state"] or "unknown") in shown and (rt.get("description") or "")[:30] in shown,
+                  "runtime %s with its state and description: %r" % (name, shown))
+        check(page.js("return document.getElementById('nav-runtimes').getAttribute('aria-current')") == "page",
+              "the nav says which page is shown")
+        page.both_sizes("runtimes", "the runtimes page")
+        page.tab_to("nav-agents")
+        wait(lambda: page.agent_row("webby") == "running", "back to the agents with the keyboard")
+
         # The terminal.
-        d.find_element(By.LINK_TEXT, "webby").click()
+        page.click("webby", By.LINK_TEXT)
         page.wait_text("term-status", "Connected", "the terminal to connect")
         page.type_terminal("echo hello-$((6*7))\n")
         wait(lambda: "hello-42" in page.terminal_text(), lambda: "hello-42 on the terminal's screen (it shows %r)"
@@ -223,6 +474,9 @@ def run_browser(srv, tmp, shots):
         check(briefing["runtime"] in page.text("briefing-status"), "the runtime named")
         page.shot("briefing")
 
+        files_tree(srv, page, acme_tok)
+        audit_filters(srv, page, acme_tok)
+
         # Stop: sleeping shows without a reload; the terminal wakes it.
         page.click("#tab-terminal")
         page.record("agent-summary", "term-status")
@@ -239,15 +493,20 @@ def run_browser(srv, tmp, shots):
         status, a = srv.call("GET", "/api/v1/agents/webby", acme_tok)
         check(a["state"] == "running", "the agent runs again: %s" % a["state"])
 
-        # A reload forgets the token (it was in the page's memory only).
+        # The session is a cookie the page's scripts cannot read: a reload
+        # stays signed in, with no token asked for.
+        cookies = d.get_cookies()
+        session = [c for c in cookies if c["name"] == "agenthold_session"]
+        check(len(session) == 1 and session[0]["httpOnly"] and session[0].get("sameSite") == "Strict"
+              and session[0]["value"] != acme_tok, "one HttpOnly, SameSite=Strict session cookie: %s"
+              % [{k: v for k, v in c.items() if k != "value"} for c in cookies])
+        check(page.js("return document.cookie") == "", "the page's scripts see no cookie")
         page.collect_log()
         d.refresh()
-        wait(lambda: d.find_element(By.ID, "signin").is_displayed(), "the sign-in after a reload")
-        check(not d.find_element(By.ID, "agents").is_displayed(), "a reload shows no agents")
+        wait(lambda: d.find_element(By.ID, "agent").is_displayed(), "the agent's page the URL names after a reload")
+        check(not d.find_element(By.ID, "signin").is_displayed(), "a reload keeps the session")
 
         # The page at 400 px wide.
-        page.sign_in(acme_tok)
-        wait(lambda: d.find_element(By.ID, "agent").is_displayed(), "the agent's page the URL names, signed in again")
         page.js("location.hash = '#/'")
         wait(lambda: page.agent_row("webby") == "running", "the agents again")
         d.set_window_size(400, 800)
@@ -261,7 +520,7 @@ def run_browser(srv, tmp, shots):
         urls = page.js("return performance.getEntriesByType('resource').map(e => e.name)"
                        ".concat([location.href])")
         check(all(acme_tok not in u for u in urls), "the token in no URL the page used")
-        check(page.js("return document.cookie") == "", "no cookie")
+        check(page.js("return document.cookie") == "", "no cookie a script can read")
         check(page.js("return localStorage.length + sessionStorage.length") == 0, "nothing in storage")
 
         # Sign-out: the page forgets it.
@@ -269,6 +528,12 @@ def run_browser(srv, tmp, shots):
         wait(lambda: d.find_element(By.ID, "signin").is_displayed(), "the sign-in after signing out")
         check(not d.find_element(By.ID, "agents").is_displayed() and page.text("agents-body") == "",
               "the agents are gone from the page")
+        # The server ended the session: the old cookie, replayed, is refused.
+        status, answer = srv.call("GET", "/api/v1/agents", None, None,
+                                  {"Cookie": "agenthold_session=" + session[0]["value"]})
+        check(status == 401, "the signed-out cookie replayed: 401, got %d %s" % (status, answer))
+        d.refresh()
+        wait(lambda: d.find_element(By.ID, "signin").is_displayed(), "the sign-in after a reload, signed out")
         page.collect_log()
 
         # The other tenant's person: their agent only.
@@ -281,10 +546,22 @@ def run_browser(srv, tmp, shots):
         other.shot("agents")
         other.collect_log()
 
-        # No error from the console in either browser's log.
+        # A tenant's person has no admin page.
+        check(not other.d.find_element(By.ID, "nav-admin").is_displayed(), "no admin link for a tenant's person")
+        other.js("location.hash = '#/admin'")
+        other.wait_text("admin-status", "for an admin token", "the admin page refused to a tenant's person")
+        check(other.text("tokens-body") == "" and other.text("tenants-body") == "", "nothing of the admin's shown")
+        other.collect_log()
+
+        # The admin: tenants and tokens.
+        admin = Page(srv, tmp, shots, "admin")
+        pages.append(admin)
+        admin_pages(srv, admin)
+
+        # No error from the console in any browser's log.
         bad = [e for i, e in enumerate(page.log) if e["level"] == "SEVERE"
-               and not (i < expected_401 and "/api/v1/me" in e["message"] and "401" in e["message"])]
-        bad += [e for e in other.log if e["level"] == "SEVERE"]
+               and not (i < expected_401 and "/api/v1/login" in e["message"] and "401" in e["message"])]
+        bad += [e for e in other.log + admin.log if e["level"] == "SEVERE"]
         check(not bad, "errors in the browser's log: %s" % bad)
     finally:
         for p in pages:

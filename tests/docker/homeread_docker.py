@@ -19,6 +19,9 @@ for it, StartedAt unchanged after every request):
   - a home without its directory under homes/ (an earlier install's
     volume, simulated by moving the directory aside) answers 409 as
     before, and reads again once it is back
+  - the home's directory removed behind the server's back (its volume
+    still there): the start fails saying so, the agent's home is reported
+    lost (home_lost), and a rebuild makes it again, empty
   - rm removes the home's files from <data>/homes
 
 usage: homeread_docker.py AGENTHOLD_BINARY (sandboxd next to it)
@@ -26,6 +29,7 @@ Exits 77 without a Docker Engine."""
 import hashlib
 import json
 import os
+import shutil
 import stat
 import sys
 import urllib.parse
@@ -150,6 +154,21 @@ def scenario(h):
     h.check(st == 200, "read again once the directory is back: %d" % st)
     still_stopped("everything")
     h.check(h.cli("show", NAME)["state"] == "sleeping", "the agent sleeps on")
+
+    # The home's directory removed behind the server's back, its volume
+    # still there: the start says so, and the agent's home is reported lost.
+    shutil.rmtree(home)
+    _, vol = engine("GET", "/volumes/%s-home-%s" % (h.prefix, aid))
+    h.check(vol and vol.get("Name"), "the volume is still there: %r" % vol)
+    p = h.cli_raw("start", NAME)
+    a = h.cli("show", NAME)
+    h.check(a["state"] == "error" and "home directory is gone" in (a["error"] or ""),
+            "the start says the home's directory is gone: %r (start: %s)" % (a, p.stderr))
+    h.check(a["home_lost"] and "gone" in a["home_lost"], "its home is reported lost: %r" % a)
+    h.check(h.cli("rebuild", NAME)["state"] in ("running", "starting"), "a rebuild makes it again")
+    h.wait_state(NAME, "running", 60)
+    h.check(os.path.isdir(home), "its home directory is there again")
+    h.check(h.cli("show", NAME)["home_lost"], "the loss stays on the record")
 
     h.check(h.cli("rm", NAME)["state"] == "destroyed", "rm")
     h.check(not os.path.lexists(home), "rm removed the home's files from %s" % home)

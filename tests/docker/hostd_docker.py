@@ -6,6 +6,9 @@ processes (docs/hostd.md), on the real Docker Engine.
   serve` runs as a system user made here (useradd) with sandbox.driver
   remote, and cannot open the Docker socket (the test tries, as that user).
 - create, exec, files, sleep and wake go through hostd.
+- a sleeping agent's files are read without waking it (the server reads
+  the home hostd keeps); a stopped container is removed at its TTL through
+  hostd, the home kept, and the next start re-creates it.
 - hostd killed: the sandbox shows unreachable (with why) while the API
   answers, a start is refused with the reason, `agenthold hosts` says so;
   hostd restarted: the sandbox is running again, the same container, its
@@ -51,6 +54,8 @@ RUN = os.path.join(h.tmp, "run")
 os.chmod(h.env["AGENTHOLD_CATALOG_PATH"], 0o644)
 IPC = "ipc://%s/hostd.sock" % RUN
 h.env["AGENTHOLD_SANDBOX_REMOTE_ENDPOINT"] = IPC
+# One configuration for both: the server reads sleeping homes from hostd's.
+h.env["AGENTHOLD_HOSTD_DATA_DIR"] = os.path.join(h.tmp, "hostd")
 HOSTD = {"proc": None, "log": os.path.join(h.tmp, "hostd.log")}
 EXTRA = []                              # other processes of ours (tcp hostd)
 
@@ -171,8 +176,43 @@ def scenario_basic(pw):
     h.check(h.cli("start", "alice")["state"] == "running", "wake through hostd")
     h.check(exec_out("alice", "cat kept.txt") == "kept by the home\n", "the file survived the sleep")
     hs = wait_host("up")
-    h.check(hs["name"] == "b1" and hs["protocol"] == 2 and hs["version"], "hosts: %r" % hs)
+    h.check(hs["name"] == "b1" and hs["protocol"] == 3 and hs["version"], "hosts: %r" % hs)
     return a["id"]
+
+
+def scenario_home_and_ttl(pw, aid):
+    """Under hostd, a sleeping agent's files are read without waking it (the
+    server reads the home hostd keeps), and a stopped container's lifetime
+    ends through hostd (DRIVER_REMOVE_CONTAINER): the home stays, the next
+    start re-creates the container."""
+    stop_server()
+    start_server(pw, {"AGENTHOLD_SANDBOX_CONTAINER_TTL": "3s",
+                      "AGENTHOLD_SANDBOX_TTL_CHECK_INTERVAL": "250ms"})
+    h.wait_state("alice", "running", 30)
+    cid = h.container(aid)["Id"]
+    h.check(h.cli("stop", "alice")["state"] == "sleeping", "sleep through hostd")
+    h.check(fs_cli("get", "alice", "kept.txt", "-") == b"kept by the home\n",
+            "a sleeping agent's file read under hostd")
+    st, ls = h.api("GET", "/api/v1/agents/alice/files?path=.")
+    h.check(st == 200 and "kept.txt" in [e["name"] for e in ls["entries"]], "listed asleep: %d %r" % (st, ls))
+    h.check(not h.container(aid)["State"]["Running"], "the reads woke nothing")
+    h.check(h.cli("show", "alice")["state"] == "sleeping", "still sleeping")
+    deadline = time.time() + 30
+    while h.container(aid) is not None:
+        h.check(time.time() < deadline, "hostd removed the container at its TTL: %s" % h.server_log_tail(3000))
+        time.sleep(0.25)
+    a = h.wait_state("alice", "sleeping", 10)
+    h.check(a["container_removed"], "the agent says its container was removed: %r" % a)
+    _, vols = engine("GET", "/volumes?filters=" + h.label_filter())
+    h.check(len((vols or {}).get("Volumes") or []) == 1, "the home volume stays: %r" % vols)
+    h.check(fs_cli("get", "alice", "kept.txt", "-") == b"kept by the home\n",
+            "the home read with no container at all")
+    h.check(h.cli("start", "alice")["state"] == "running", "the next start re-creates it")
+    h.check(h.container(aid)["Id"] != cid, "a new container")
+    h.check(exec_out("alice", "cat kept.txt") == "kept by the home\n", "the home survived its container")
+    stop_server()
+    start_server(pw)
+    h.wait_state("alice", "running", 30)
 
 
 def scenario_no_socket(pw):
@@ -261,7 +301,7 @@ def scenario_mismatch(pw):
         stop_server()
         mark = len(h.server_log_tail(10 ** 7))
         start_server(pw, {"AGENTHOLD_SANDBOX_REMOTE_ENDPOINT": "ipc://" + path})
-        want = ("host b9 runs agenthold hostd 0.0.9 (protocol 99); this server speaks protocol 2: "
+        want = ("host b9 runs agenthold hostd 0.0.9 (protocol 99); this server speaks protocol 3: "
                 "install agenthold 0.1.0 on b9 and restart hostd")
         hs = wait_host("refused", contains="protocol 99")
         h.check(hs["error"] == want, "the sentence: %r" % hs["error"])
@@ -308,19 +348,19 @@ def scenario_hostd_refuses():
     typ, r = hostd_call("DRIVER_LIST", {"req": 7, "protocol": 99, "version": "9.9.9"})
     h.check(typ == "REPLY" and not r["ok"] and r["status"] == 426 and r["req"] == 7,
             "another protocol is refused: %r" % r)
-    h.check("protocol 99" in r["error"] and "9.9.9" in r["error"] and r["protocol"] == 2,
+    h.check("protocol 99" in r["error"] and "9.9.9" in r["error"] and r["protocol"] == 3,
             "the refusal names both sides: %r" % r["error"])
-    typ, r = hostd_call("DRIVER_FORMAT_DISK", {"req": 8, "protocol": 2})
+    typ, r = hostd_call("DRIVER_FORMAT_DISK", {"req": 8, "protocol": 3})
     h.check(not r["ok"] and r["status"] == 400 and "unknown" in r["error"], "unknown type: %r" % r)
     typ, r = hostd_call(None, None, [b"DRIVER_LIST", b"\xc1\xc1not msgpack"])
     h.check(not r["ok"] and r["status"] == 400, "a malformed map: %r" % r)
     typ, r = hostd_call(None, None, [b"DRIVER_LIST"])
     h.check(not r["ok"] and r["status"] == 400, "one frame: %r" % r)
-    typ, r = hostd_call("DRIVER_INSPECT", {"req": 9, "protocol": 2, "agent_id": "../../etc"})
+    typ, r = hostd_call("DRIVER_INSPECT", {"req": 9, "protocol": 3, "agent_id": "../../etc"})
     h.check(not r["ok"] and r["status"] == 500 and "agent" in r["error"], "a bad id: %r" % r)
-    typ, r = hostd_call("DRIVER_IMAGE_BUILD", {"req": 10, "protocol": 2, "image": "evil:1"})
+    typ, r = hostd_call("DRIVER_IMAGE_BUILD", {"req": 10, "protocol": 3, "image": "evil:1"})
     h.check(not r["ok"] and "not in the catalog" in r["error"], "builds only its catalog: %r" % r)
-    typ, r = hostd_call("HOSTD_HELLO", {"req": 11, "protocol": 2})
+    typ, r = hostd_call("HOSTD_HELLO", {"req": 11, "protocol": 3})
     h.check(r["ok"] and r["host"] == "b1" and r["driver"] == "docker", "still serving: %r" % r)
 
 
@@ -464,7 +504,7 @@ def scenario_doctor(pw):
                  "lua briefing.lua", "host", "engine", "isolation", "disk", "images", "tunnel",
                  "tls", "admin token"):
         h.check(name in checks, "doctor checks %s" % name)
-    h.check("hostd 0.1.0, protocol 2" in checks["host"]["detail"], "host: %r" % checks["host"])
+    h.check("hostd 0.1.0, protocol 3" in checks["host"]["detail"], "host: %r" % checks["host"])
     h.check("API 1." in checks["engine"]["detail"], "engine: %r" % checks["engine"])
     h.check("seccomp on" in checks["isolation"]["detail"], "isolation: %r" % checks["isolation"])
     h.check("GiB free" in checks["disk"]["detail"], "disk: %r" % checks["disk"])
@@ -565,6 +605,7 @@ def scenario(h):
     start_server(pw)
     scenario_no_socket(pw)
     aid = scenario_basic(pw)
+    scenario_home_and_ttl(pw, aid)
     scenario_doctor(pw)
     scenario_unreachable(aid)
     scenario_hostd_refuses()

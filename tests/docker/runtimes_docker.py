@@ -295,6 +295,10 @@ def failed(h):
     with open(h.log) as f:
         log = f.read()
     h.check(log.count("attempt 2 of 2") >= 1, "two attempts on demand")
+    # start (and rebuild) say what preparing does as create does.
+    rc, out, err = run("start", "doomed", timeout=300)
+    h.check(rc == 1 and "Preparing the sandbox" in err and "non-zero code: 3" in err,
+            "start says it is preparing, then the build's reason: %r %r" % (out, err))
     rc, out, err = run("rm", "doomed", timeout=120)
     h.check(rc == 0, "rm: %s" % err)
 

@@ -5,7 +5,9 @@ ports from 19250-19299), driven with raw HTTP and the agenthold CLI.
 
 - audit: each operation's row with its fields (who, the agent's id, name
   and tenant, the run from X-Agenthold-Run, byte counts of a read and a
-  write, `exit 2` for a failing command, a signal), the filters (agent,
+  write, `exit 2` for a failing command, a signal, a timeout), the run a
+  turn carries (what its token does on the agent while it is open), the
+  filters (agent,
   operation, run, failed, text, tenant), keyset paging that stays correct
   while rows arrive, rows kept (with the name) after the agent is deleted,
   `agenthold log`; hostile filters and run ids refused.
@@ -16,14 +18,16 @@ ports from 19250-19299), driven with raw HTTP and the agenthold CLI.
   removed at its TTL (container_expires_at shown before), its home intact,
   and the next start re-creates it with the files there; with a
   workspace TTL, the home is removed and the session opened on it is
-  reported lost. Each decision is in the audit trail as actor "ttl".
+  reported lost; a sandbox in error ends both lifetimes too, staying in
+  error with its error. Each decision is in the audit trail as actor "ttl".
 - tombstones: a destroy failed by an injected driver fault
   (<data>/fake/fail-destroy) keeps its tombstone (`agenthold tombstones`
   shows attempts, next attempt, last error), is retried after the backoff,
   across a server restart, and the tombstone is gone once the driver
   confirms; an admin forgets another one, recorded with its count.
-- metrics: GET /metrics for the admin and a metrics token only, and
-  `promtool check metrics` passes on it.
+- metrics: GET /metrics for the admin and a metrics token only, terminal
+  bytes counted while the terminal is open, the tunnel's sessions as the
+  tunnel counts them, and `promtool check metrics` passes on it.
 
 usage: e2e_life.py AGENTHOLD_BINARY
 Fails loudly (the server's log on stderr); always kills what it started and
@@ -133,6 +137,65 @@ def run_hdr(run):
     return {"X-Agenthold-Run": run}
 
 
+def metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise Fail("no %s in /metrics:\n%s" % (name, text))
+
+
+def terminal_live(srv, agent, tok):
+    """Types into a terminal and, while it is still open, reads /metrics:
+    (output, the exposition then)."""
+    def metrics_now(out):
+        status, text = ahserver.request(srv.port, "GET", "/metrics", None, srv.admin)
+        check(status == 200, "/metrics while a terminal is open: %d" % status)
+        return text.decode()
+    out, text, _ = ahserver.terminal(srv.port, agent, tok, "echo term$((6*7))\n", lambda out: b"term42" in out,
+                                     seconds=20, while_open=metrics_now)
+    return out, text
+
+
+def turn_runs(srv, acme):
+    """A turn's run stamps what its token does on the agent while the turn
+    is open, without a header: files, exec, terminal. Another token's
+    requests meanwhile, and the token's after the turn, carry none. A
+    turn that names no run is its own run (its id)."""
+    turn = srv.ok("POST", "/api/v1/agents/alpha/turns", acme, {"run": "run-5"})
+    srv.ok("POST", "/api/v1/agents/alpha/exec", acme, {"cmd": "echo in-turn"})
+    status, _ = ahserver.request(srv.port, "PUT", "/api/v1/agents/alpha/files/turn.txt", b"abc", acme)
+    check(status == 200, "PUT during a turn: %d" % status)
+    srv.ok("POST", "/api/v1/agents/alpha/exec", body={"cmd": "echo by-admin"})
+    out, text = terminal_live(srv, "alpha", acme)
+    check(b"term42" in out, "the terminal answered: %r" % out[-200:])
+    check(metric(text, 'agenthold_bytes_total{channel="terminal"}') > 0,
+          "terminal bytes are counted while the terminal is open:\n%s" % text)
+    srv.ok("DELETE", "/api/v1/turns/%s" % turn["turn_id"], acme)
+    srv.ok("POST", "/api/v1/agents/alpha/exec", acme, {"cmd": "echo after-turn"})
+    rows = srv.wait_ops("run=run-5", lambda rows: len(rows) >= 6 and rows[0]["kind"] == "turn.end",
+                        what="the turn's rows")
+    check([o["kind"] for o in rows] == ["turn.end", "terminal.close", "terminal.open", "fs.write", "exec",
+                                        "turn.begin"]
+          and all(o["actor"] == "api:acme-ci" for o in rows),
+          "what the turn's token did while it was open carries its run: %r" % rows)
+    check(rows[1]["bytes"] > 0, "terminal.close has its bytes: %r" % rows[1])
+    for cmd in ("echo by-admin", "echo after-turn"):
+        row = srv.wait_ops("agent=alpha&operation=exec&q=" + urllib.parse.quote(cmd), lambda rows: len(rows) == 1,
+                           what=cmd)[0]
+        check(row["run"] is None, "%r carries no run: %r" % (cmd, row))
+    turn = srv.ok("POST", "/api/v1/agents/alpha/turns", acme)
+    srv.ok("POST", "/api/v1/agents/alpha/exec", acme, {"cmd": "echo own-run"})
+    srv.ok("POST", "/api/v1/agents/alpha/exec", acme, {"cmd": "echo named"}, headers=run_hdr("run-6"))
+    srv.ok("DELETE", "/api/v1/turns/%s" % turn["turn_id"], acme)
+    rows = srv.wait_ops("run=" + turn["turn_id"], lambda rows: len(rows) == 3, what="the unnamed turn's rows")
+    check([(o["kind"], o["detail"]) for o in rows]
+          == [("turn.end", "turn " + turn["turn_id"]), ("exec", "echo own-run"),
+              ("turn.begin", "turn " + turn["turn_id"])],
+          "a turn that names no run is its own run: %r" % rows)
+    rows = srv.wait_ops("run=run-6", lambda rows: len(rows) == 1, what="run-6")
+    check(rows[0]["detail"] == "echo named", "a run named in the request wins over the turn's: %r" % rows)
+
+
 # ---------------------------------------------------------------------------
 # The audit trail
 
@@ -173,6 +236,7 @@ def audit():
     rows = srv.wait_ops("run=run-4", lambda rows: len(rows) == 2, what="the turn's rows")
     check([o["kind"] for o in rows] == ["turn.end", "turn.begin"] and all(o["agent_name"] == "alpha" for o in rows)
           and rows[1]["detail"] == "turn " + turn["turn_id"], "a turn's begin and end carry its run: %r" % rows)
+    turn_runs(srv, acme)
     # Hostile run ids and filters.
     for bad in ("", "a b", "x" * 129, "caf\u00e9".encode().decode("latin-1"), "tab\there"):
         status, j = srv.call("GET", "/api/v1/agents/alpha", acme, headers={"X-Agenthold-Run": bad})
@@ -331,6 +395,37 @@ def lifetimes():
     st, got = srv.call("GET", "/api/v1/sessions/%s" % urllib.parse.quote(s["id"]))
     check(st == 200 and got["state"] == "lost" and "workspace_ttl" in (got["lost_reason"] or ""),
           "the session opened by its reference is reported lost: %d %r (open: %d %r)" % (st, got, status, j))
+
+    # A sandbox in error ends its lifetimes too (its container stopped):
+    # the row stays in error with its error, and a start makes it again.
+    b = srv.ok("POST", "/api/v1/agents?wait=1", body={"name": "broken"})
+    srv.wait_state("broken", ("running",))
+    srv.ok("POST", "/api/v1/agents/broken/stop?wait=1")
+    with open(os.path.join(srv.data, "fake", b["id"], "fail-start"), "w") as f:
+        f.write("injected: the sandbox will not start\n")
+    srv.call("POST", "/api/v1/agents/broken/start?wait=1")
+    j = srv.wait_state("broken", ("error",))
+    check(j["container_expires_at"] and j["workspace_expires_at"] and "will not start" in j["error"],
+          "an agent in error shows when its container and home expire: %r" % j)
+    rows = srv.wait_ops("agent=broken&operation=container.expire", lambda rows: len(rows) == 1, seconds=15,
+                        what="container.expire of the agent in error")
+    check(rows[0]["actor"] == "ttl" and rows[0]["ok"], "recorded by ttl: %r" % rows[0])
+    j = srv.wait_state("broken", ("error",))
+    check(j["container_removed"] and "will not start" in j["error"] and j["container_expires_at"] is None,
+          "still in error with its error, its container removed: %r" % j)
+    check(not os.path.exists(os.path.join(srv.data, "fake", b["id"], "image")), "its container is gone")
+    rows = srv.wait_ops("agent=broken&operation=workspace.expire", lambda rows: len(rows) == 1, seconds=20,
+                        what="workspace.expire of the agent in error")
+    check(rows[0]["actor"] == "ttl" and rows[0]["ok"], "recorded by ttl: %r" % rows[0])
+    j = srv.wait_state("broken", ("error",))
+    check(j["home_lost"] and "workspace_ttl" in j["home_lost"] and "will not start" in j["error"]
+          and j["workspace_expires_at"] is None, "its home is gone, the row in error still: %r" % j)
+    states = srv.ops("agent=broken&operation=state&limit=20")["operations"]
+    check(any(o["actor"] == "ttl" and o["detail"].startswith("error (op expire") for o in states),
+          "the guarded steps are recorded by ttl: %r" % states)
+    srv.ok("POST", "/api/v1/agents/broken/start?wait=1")
+    j = srv.wait_state("broken", ("running",))
+    check(not j["container_removed"], "a start makes it again: %r" % j)
     srv.stop()
 
 
@@ -431,9 +526,16 @@ def metrics(srv):
     srv.ok("POST", "/api/v1/agents/counted/stop?wait=1")
     srv.ok("POST", "/api/v1/agents/counted/start?wait=1")
     srv.wait_state("counted", ("running",))
+    # A command that outlives its timeout: its row says so.
+    r = srv.ok("POST", "/api/v1/agents/counted/exec", body={"cmd": "sleep 30", "timeout": 1})
+    rows = srv.wait_ops("agent=counted&operation=exec", lambda rows: len(rows) == 1, what="the timed-out exec")
+    check(not rows[0]["ok"] and rows[0]["error"].startswith("timed out (signal"),
+          "a timeout is a failure that says so: %r (answer %r)" % (rows[0], r))
     status, text = ahserver.request(srv.port, "GET", "/metrics", None, srv.admin)
     text = text.decode()
     check(status == 200, "the admin reads /metrics: %d" % status)
+    check(metric(text, "agenthold_tunnel_sessions") == 1 and metric(text, "agenthold_tunnel_connections") == 1,
+          "the tunnel holds the running sandbox's session:\n%s" % text)
     for want in ('agenthold_sandboxes{state="running",tenant="default"} 1',
                  'agenthold_wakes_total{cause="api"} 1', 'agenthold_sleeps_total{cause="api"} 1',
                  'agenthold_transition_duration_seconds_count{transition="create"} 1',

@@ -124,33 +124,10 @@ def exec_(agent, cmd, timeout=30, expect=200):
 def terminal(agent, send, expect, tok=None, wait=20, early=False):
     """Types send once the prompt is there (early: at once, before any
     output); returns (output, close reason)."""
-    async def go():
-        uri = "ws://127.0.0.1:%d/api/v1/agents/%s/terminal?token=%s" % (API_PORT, agent, tok or token())
-        out = b""
-        async with websockets.connect(uri, open_timeout=60, close_timeout=5) as ws:
-            end = time.time() + wait
-            sent = False
-            reason = None
-            if early:
-                await ws.send(send.encode())
-                sent = True
-            while time.time() < end:
-                try:
-                    m = await asyncio.wait_for(ws.recv(), timeout=0.3)
-                    if isinstance(m, bytes):
-                        out += m
-                except asyncio.TimeoutError:
-                    pass
-                except websockets.exceptions.ConnectionClosed as e:
-                    reason = e.reason if hasattr(e, "reason") else str(e)
-                    break
-                if not sent and out:
-                    await ws.send(send.encode())
-                    sent = True
-                if expect and expect.encode() in out:
-                    break
-            return out, reason
-    return asyncio.run(go())
+    out, _, reason = ahserver.terminal(API_PORT, agent, tok or token(), send,
+                                       lambda out: bool(expect) and expect.encode() in out,
+                                       seconds=wait, early=early)
+    return out, reason
 
 
 #  --------------------------------------------------------------------

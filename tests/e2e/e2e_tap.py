@@ -12,7 +12,6 @@ messages that carried them must be there, with their metadata only
 
 usage: e2e_tap.py AGENTHOLD_BINARY
 Always kills what it started and removes its temporary directory."""
-import asyncio
 import os
 import subprocess
 import sys
@@ -23,7 +22,6 @@ import urllib.parse
 import uuid
 
 import msgpack
-import websockets
 import zmq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -86,24 +84,8 @@ class Subscriber(threading.Thread):
 def terminal(agent, line, want):
     """Types line once the shell speaks; the output until want shows twice
     (the line echoed as typed, then the command's output)."""
-    async def go():
-        uri = "ws://127.0.0.1:%d/api/v1/agents/%s/terminal?token=%s" % (
-            API_PORT, agent, ahserver.read_token(DATA))
-        out, sent = b"", False
-        async with websockets.connect(uri, open_timeout=60, close_timeout=5) as ws:
-            end = time.time() + 30
-            while time.time() < end and out.count(want) < 2:
-                try:
-                    m = await asyncio.wait_for(ws.recv(), timeout=0.3)
-                    if isinstance(m, bytes):
-                        out += m
-                except asyncio.TimeoutError:
-                    pass
-                if not sent and out:
-                    await ws.send(line.encode())
-                    sent = True
-        return out
-    return asyncio.run(go())
+    return ahserver.terminal(API_PORT, agent, ahserver.read_token(DATA), line,
+                             lambda out: out.count(want) >= 2)[0]
 
 
 def main():

@@ -1,7 +1,8 @@
 """tests/lib/ahserver.py: what the Python drivers that start a real
 `agenthold serve` share: a free port of the caller's range, the server's
 AGENTHOLD_* environment, the wait for /healthz, the admin token, a call
-with the bearer token, and a driver's main with its clean-up.
+with the bearer token, a terminal session, and a driver's main with its
+clean-up.
 
 Import it by path from the script's own location, e.g. from tests/X/:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -178,3 +179,39 @@ def run(main, fail, procs, tmp, log):
         stop_all(procs)
         shutil.rmtree(tmp, ignore_errors=True)
     return rc
+
+
+def terminal(port, agent, token, line, done, seconds=30, while_open=None, early=False):
+    """Opens the agent's terminal WebSocket, types line once the shell
+    speaks (early: at once, before any output), reads until done(output),
+    the server closes it, or seconds pass. while_open(output), when given,
+    runs before the terminal closes. Returns (output, what while_open
+    returned, the server's close reason or None)."""
+    import asyncio
+    import websockets
+
+    async def go():
+        uri = "ws://127.0.0.1:%d/api/v1/agents/%s/terminal?token=%s" % (port, agent, token)
+        out, sent, seen, reason = b"", False, None, None
+        async with websockets.connect(uri, open_timeout=60, close_timeout=5) as ws:
+            if early:
+                await ws.send(line.encode())
+                sent = True
+            end = time.time() + seconds
+            while time.time() < end and not done(out):
+                try:
+                    m = await asyncio.wait_for(ws.recv(), timeout=0.3)
+                    if isinstance(m, bytes):
+                        out += m
+                except asyncio.TimeoutError:
+                    pass
+                except websockets.exceptions.ConnectionClosed as e:
+                    reason = e.reason if hasattr(e, "reason") else str(e)
+                    break
+                if not sent and out:
+                    await ws.send(line.encode())
+                    sent = True
+            if while_open and reason is None:
+                seen = while_open(out)
+        return out, seen, reason
+    return asyncio.run(go())

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char s_dir [64];
@@ -76,6 +77,67 @@ static void *s_worker (void *arg)
         free (err);
     }
     return NULL;
+}
+
+typedef struct {
+    ah_driver_t *d;
+    const char *id;
+    int rc;
+} stopper_t;
+
+static void *s_stopper (void *arg)
+{
+    stopper_t *s = arg;
+    char *err = NULL;
+    s->rc = s->d->stop (s->d, s->id, &err);
+    free (err);
+    return NULL;
+}
+
+static int64_t s_ms (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+//  A sandboxd slow to end (its terminals, under load) holds up its own
+//  stop only: the other agents' calls go on meanwhile (the driver's lock
+//  is not held while the thread is joined).
+static void s_slow_stop (ah_driver_t *d)
+{
+    char token [AH_TOKEN_HEX];
+    CHECK (ah_token_new (token) == 0);
+    const char *slow = "5105105105aa", *other = "5105105105bb";
+    char *err = NULL;
+    for (int i = 0; i < 2; i++) {
+        const char *id = i ? other : slow;
+        ah_sandbox_spec_t spec = { .agent_id = id, .image = "img", .cpus = 1, .memory_mb = 64, .pids_limit = 10 };
+        ah_boot_t boot = { .agent_id = id, .token = token, .tunnel_port = 18402 };
+        CHECK (d->create (d, &spec, &err) == 0 && d->start (d, &boot, &err) == 0);
+    }
+    char *hook = s_path (slow, "slow-stop");
+    s_put (hook, "3000\n");
+    free (hook);
+    stopper_t stopper = { d, slow, -1 };
+    pthread_t thread;
+    int64_t t0 = s_ms ();
+    CHECK (pthread_create (&thread, NULL, s_stopper, &stopper) == 0);
+    usleep (300 * 1000);                //  the slow stop is joining its sandboxd now
+    ah_sandbox_status_t st;
+    int64_t t1 = s_ms ();
+    CHECK (d->inspect (d, other, &st, &err) == 0 && st.running);
+    CHECK (d->stop (d, other, &err) == 0);
+    CHECK (d->inspect (d, other, &st, &err) == 0 && !st.running);
+    int64_t took = s_ms () - t1;
+    if (took >= 1500)
+        fprintf (stderr, "  another agent's calls waited %lld ms for a slow stop\n", (long long) took);
+    CHECK (took < 1500);
+    pthread_join (thread, NULL);
+    CHECK (stopper.rc == 0 && s_ms () - t0 >= 3000);
+    CHECK (d->inspect (d, slow, &st, &err) == 0 && !st.running && st.exit_code == 143);
+    CHECK (d->destroy (d, slow, &err) == 0 && d->destroy (d, other, &err) == 0);
+    free (err);
 }
 
 static int s_rm (const char *path, const struct stat *st, int type, struct FTW *ftw)
@@ -183,6 +245,8 @@ int main (void)
     CHECK (d->destroy (d, "abc123abc123", &err) == 0);
     CHECK (!s_exists ("abc123abc123", NULL));
     CHECK (d->destroy (d, "abc123abc123", &err) == 0);       //  absent is success
+
+    s_slow_stop (d);
 
     //  Many threads at once, each on its own sandboxes.
     pthread_t threads [8];

@@ -84,7 +84,7 @@ s_stub (void *arg)
                 ah_msg_destroy (&extra);
                 break;
             case M_OLD:
-                s_send_reply (router, peer, req, 99, extra);
+                s_send_reply (router, peer, req, AH_HOSTD_PROTOCOL + 1, extra);
                 break;
             case M_HOSTILE: {
                 //  Garbage, a reply to another req, an event for a bad id,
@@ -210,13 +210,14 @@ int main (void)
     s_mode = M_OLD;
     CHECK (d->start (d, &(ah_boot_t) { .agent_id = "0000000000a1", .token = "t", .tunnel_port = 1 }, &err) == -1);
     char want [300];
-    snprintf (want, sizeof want, "host b7 runs agenthold hostd 0.0.9 (protocol 99); this server speaks "
-              "protocol %d: install agenthold %s on b7 and restart hostd", AH_HOSTD_PROTOCOL, AH_VERSION);
+    snprintf (want, sizeof want, "host b7 runs agenthold hostd 0.0.9 (protocol %d); this server speaks "
+              "protocol %d: install agenthold %s on b7 and restart hostd", AH_HOSTD_PROTOCOL + 1,
+              AH_HOSTD_PROTOCOL, AH_VERSION);
     CHECK (err && streq (err, want));
     if (err && !streq (err, want))
         fprintf (stderr, "  got: %s\n", err);
     CHECK (d->host_info (d, &info) == 0 && streq (info.state, "refused") && streq (info.error, want)
-           && streq (info.version, "0.0.9") && info.protocol == 99);
+           && streq (info.version, "0.0.9") && info.protocol == AH_HOSTD_PROTOCOL + 1);
     free (err);
     err = NULL;
 

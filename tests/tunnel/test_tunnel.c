@@ -146,6 +146,22 @@ static bool s_hello (zsock_t *lifecycle)
     return ok;
 }
 
+//  TUNNEL_SESSIONS: the connections whose hello succeeded, and all of
+//  them, as "sessions/connections" ("" when there is no answer).
+static void s_sessions (zsock_t *api, char *out, size_t size)
+{
+    ah_msg_t *m = ah_msg_new ("TUNNEL_SESSIONS");
+    int req = s_req++;
+    ah_msg_set_int (m, "req", req);
+    ah_msg_send (&m, api, "tunnel");
+    ah_msg_t *r = s_expect (api, "REPLY", 5000);
+    out [0] = 0;
+    if (r && ah_msg_int (r, "req", 0) == req && ah_msg_bool (r, "ok", false))
+        snprintf (out, size, "%lld/%lld", (long long) ah_msg_int (r, "sessions", -1),
+                  (long long) ah_msg_int (r, "connections", -1));
+    ah_msg_destroy (&r);
+}
+
 //  A ping channel that must open: its chan (0 if not).
 static int64_t s_open_ping (zsock_t *api)
 {
@@ -461,6 +477,11 @@ int main (void)
     res = s_client_end (first);
     CHECK (res && strstr (res, "CLOSED goaway=0"));
     free (res);
+    //  The tunnel counts what it holds (the row says starting, not running):
+    //  one session, the replaced connection gone.
+    char count [64];
+    s_sessions (api, count, sizeof count);
+    CHECK (streq (count, "1/1"));
     //  The newer one never answers a channel header: 504 after the timeout.
     h = s_header ("ping", NULL);
     int64_t t0 = zclock_mono ();
@@ -477,6 +498,8 @@ int main (void)
     CHECK (res && strstr (res, "CLOSED goaway=0"));
     free (res);
     CHECK (s_quiet (lifecycle, 200));           //  replaced and kicked: no TUNNEL_LOST
+    s_sessions (api, count, sizeof count);
+    CHECK (streq (count, "0/0"));
 
     //  3b'. lifecycle says the sandbox is going to sleep: the tunnel closes.
     first = s_client_start ("ok", NULL);

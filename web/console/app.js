@@ -1,32 +1,39 @@
 // app.js: the agenthold console (docs/console.md).
 //
 // One page, routed by the URL's fragment: #/ the agents, #/agent/ID one
-// agent (terminal, files, activity). The API token lives in this module's
-// memory only: never in a URL, a cookie or the browser's storage. Every
-// request carries it as `Authorization: Bearer`; the terminal's WebSocket,
-// which cannot carry that header, opens with a one-time ticket the API
-// hands out for it. Everything the server or a sandbox sends is put on the
-// page as text (textContent), never parsed as HTML.
+// agent (terminal, files, activity). Signing in trades the API token for a
+// session cookie (POST /api/v1/login): the token is dropped at once, and
+// the cookie is HttpOnly, so no script of the page can read it. The page
+// keeps only the session's CSRF value, in this module's memory, and sends
+// it as X-Agenthold-CSRF on every state-changing request; never in a URL,
+// a cookie or the browser's storage. The terminal's WebSocket opens with a
+// one-time ticket the API hands out for it. Everything the server or a
+// sandbox sends is put on the page as text (textContent), never parsed as
+// HTML.
 
 import { Terminal } from "/console/term.js";
 
 const $ = (id) => document.getElementById(id);
-const TOOLCHAIN = new Set([".venv", "venv", "node_modules", "__pycache__", ".pytest_cache", ".mypy_cache",
-                           ".ruff_cache", ".tox", ".git", ".next", ".cache"]);
 const PROGRESS = {
   creating: "Preparing the sandbox…", starting: "Starting the sandbox…", stopping: "Putting the sandbox to sleep…",
   rebuilding: "Rebuilding the sandbox…", destroying: "Removing the sandbox…",
 };
 const PREVIEW_MAX = 256 * 1024;
 const PREVIEW_LINES = 40;
+const PREVIEWS_MAX = 24;        // previews in one folder's view
+const THUMB_LINES = 8;
+const IMAGE = /\.(png|jpe?g|gif|webp)$/i;
+let previewsRun = 0;
 const LIST_MAX = 500;
 
-let token = null;               // the API token: this variable only
+let csrf = null;                // the session's CSRF value (null: signed out)
 let me = null;                  // GET /api/v1/me
 const agents = new Map();       // id -> agent object
 let eventsCtl = null;           // the event stream's AbortController
 let pollTimer = null;
-let view = { name: "signin" };  // { name: "agents" } | { name: "agent", id, tab }
+let view = { name: "signin" };  // { name: "agents" } | { name: "runtimes" } | { name: "admin" } | { name: "agent", id, tab }
+let runtimes = [];              // the catalog (GET /api/v1/runtimes)
+let runtimesTimer = null;
 let dir = ".";                  // the file browser's folder
 let socket = null;              // the terminal's WebSocket
 let sendKeys = null;
@@ -55,13 +62,14 @@ function homePath(path) { return path.split("/").map(encodeURIComponent).join("/
 function joinPath(base, name) { return base === "." ? name : `${base}/${name}`; }
 
 async function api(method, path, body, opts = {}) {
-  const headers = { Authorization: `Bearer ${token}` };
+  const headers = {};
+  if (csrf && method !== "GET" && method !== "HEAD") headers["X-Agenthold-CSRF"] = csrf;
   let payload;
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
     payload = JSON.stringify(body);
   }
-  const res = await fetch(path, { method, headers, body: payload, cache: "no-store", credentials: "omit",
+  const res = await fetch(path, { method, headers, body: payload, cache: "no-store", credentials: "same-origin",
                                   signal: opts.signal });
   if (res.ok && opts.raw) return res;
   const text = await res.text();
@@ -69,7 +77,7 @@ async function api(method, path, body, opts = {}) {
   try { json = text ? JSON.parse(text) : null; } catch { json = null; }
   if (!res.ok) {
     const message = (json && json.error) || `HTTP ${res.status}`;
-    if (res.status === 401 && token && !opts.signingIn) signOut(`Signed out: the server refused the token (${message}).`);
+    if (res.status === 401 && csrf && !opts.signingIn) signOut(`Signed out: the server refused the session (${message}).`);
     throw new ApiError(res.status, message);
   }
   return json;
@@ -90,42 +98,67 @@ $("signin-form").addEventListener("submit", async (e) => {
   input.value = "";
   say("signin-error", "");
   if (!given) return;
-  token = given;
   try {
-    me = await api("GET", "/api/v1/me", undefined, { signingIn: true });
+    me = await api("POST", "/api/v1/login", { token: given }, { signingIn: true });
   } catch (err) {
-    token = null;
     say("signin-error", `Sign-in refused: ${err.message}`, true);
     input.focus();
     return;
   }
+  signedIn();
+});
+
+// A page reloaded within its session: the cookie still stands.
+async function resume() {
+  try {
+    const answer = await api("GET", "/api/v1/login", undefined, { signingIn: true });
+    if (!answer.signed_in || csrf) return;
+    me = answer;
+    signedIn();
+  } catch { /* no session: the sign-in form */ }
+}
+
+function signedIn() {
+  csrf = me.csrf;
+  delete me.csrf;
   $("who").textContent = `${me.token}${me.user ? ` (${me.user})` : ""} · ${me.admin ? "admin, every tenant" : `tenant ${me.tenant}`}`;
   $("signout").hidden = false;
+  $("nav").hidden = false;
+  $("nav-admin").hidden = !me.admin;
   startEvents();
-  pollTimer = setInterval(() => { if (token) refreshAgents().catch(() => {}); }, 5000);
+  pollTimer = setInterval(() => { if (csrf) refreshAgents().catch(() => {}); }, 5000);
   loadRuntimes();
   if (!location.hash || location.hash === "#") location.hash = "#/";
   route();
+}
+
+$("signout").addEventListener("click", async () => {
+  // The server ends the session: the cookie is refused from now on.
+  try { await api("POST", "/api/v1/logout", undefined, { signingIn: true }); } catch { /* signed out already */ }
+  signOut("");
 });
 
-$("signout").addEventListener("click", () => signOut(""));
-
 function signOut(message) {
-  token = null;
+  csrf = null;
   me = null;
   if (eventsCtl) eventsCtl.abort();
   eventsCtl = null;
   clearInterval(pollTimer);
+  clearTimeout(runtimesTimer);
+  runtimes = [];
   closeTerminal();
   agents.clear();
   eventLog.length = 0;
   // Nothing of the signed-in person stays on the page.
-  for (const id of ["agents-body", "files-body", "events", "audit", "crumbs", "preview", "briefing"]) $(id).replaceChildren();
+  for (const id of ["agents-body", "files-body", "events", "audit", "crumbs", "preview", "briefing", "runtimes-body", "previews",
+                    "tenants-body", "tokens-body", "token-tenant"]) $(id).replaceChildren();
+  hideNewToken();
   for (const id of ["agents-status", "agent-summary", "agent-error", "files-status", "term-status", "agent-title",
-                    "briefing-status"]) say(id, "");
+                    "briefing-status", "admin-status", "runtimes-status", "audit-status"]) say(id, "");
   term.reset();
   $("who").textContent = "";
   $("signout").hidden = true;
+  $("nav").hidden = true;
   view = { name: "signin" };
   show("signin");
   say("signin-error", message, Boolean(message));
@@ -133,7 +166,12 @@ function signOut(message) {
 }
 
 function show(section) {
-  for (const id of ["signin", "agents", "agent"]) $(id).hidden = id !== section;
+  for (const id of ["signin", "agents", "runtimes", "admin", "agent"]) $(id).hidden = id !== section;
+  if (section !== "admin") hideNewToken();
+  for (const [link, page] of [["nav-agents", "agents"], ["nav-runtimes", "runtimes"], ["nav-admin", "admin"]]) {
+    if (page === section) $(link).setAttribute("aria-current", "page");
+    else $(link).removeAttribute("aria-current");
+  }
 }
 
 // ------------------------------------------------------------------ routing
@@ -141,10 +179,22 @@ function show(section) {
 window.addEventListener("hashchange", route);
 
 function route() {
-  if (!token) { show("signin"); return; }
+  if (!csrf) { show("signin"); return; }
   const m = /^#\/agent\/([0-9a-f]{12})(?:\/(terminal|files|log|briefing))?$/.exec(location.hash);
   const leaving = view.name === "agent" && (!m || m[1] !== view.id);
   if (leaving) closeTerminal();
+  if (location.hash === "#/runtimes") {
+    view = { name: "runtimes" };
+    show("runtimes");
+    loadRuntimes();
+    return;
+  }
+  if (location.hash === "#/admin") {
+    view = { name: "admin" };
+    show("admin");
+    loadAdmin();
+    return;
+  }
   if (m) {
     const first = view.name !== "agent" || view.id !== m[1];
     view = { name: "agent", id: m[1], tab: m[2] || (view.id === m[1] ? view.tab : "terminal") };
@@ -178,6 +228,7 @@ async function refreshAgent(id) {
 }
 
 function render() {
+  if (view.name === "runtimes") renderRuntimes();
   if (view.name === "agents") renderAgents();
   else if (view.name === "agent") renderAgentPage(false);
 }
@@ -189,7 +240,10 @@ function sleepsText(a) {
   const why = a.awake_because ? ` (${a.awake_because})` : "";
   if (left <= 0) return `sleeps any moment${why}`;
   const s = Math.ceil(left / 1000);
-  return (s >= 60 ? `sleeps in ${Math.round(s / 60)} min` : `sleeps in ${s} s`) + why;
+  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
+  // Ticks every second: "sleeps in 14 min 52 s".
+  const text = h ? `${h} h ${m} min` : m ? `${m} min ${sec} s` : `${sec} s`;
+  return `sleeps in ${text}${why}`;
 }
 
 function stateCell(a) {
@@ -264,7 +318,9 @@ async function act(a, what) {
 setInterval(() => {
   for (const cell of document.querySelectorAll(".sleeps[data-id]")) {
     const a = agents.get(cell.dataset.id);
-    if (a) cell.textContent = sleepsText(a);
+    if (!a) continue;
+    cell.textContent = sleepsText(a);
+    cell.dataset.sleepsAt = a.state === "running" && a.sleeps_at ? a.sleeps_at : "";
   }
 }, 1000);
 
@@ -272,7 +328,7 @@ function startEvents() {
   const ctl = new AbortController();
   eventsCtl = ctl;
   (async () => {
-    while (token && eventsCtl === ctl) {
+    while (csrf && eventsCtl === ctl) {
       try {
         const res = await api("GET", "/api/v1/events", undefined, { raw: true, signal: ctl.signal });
         const reader = res.body.getReader();
@@ -310,6 +366,7 @@ function onEvent(ev) {
     a.error = ev.error;
   }
   const text = `${ev.name}: ${ev.message || PROGRESS[ev.state] || ev.state}`;
+  if (ev.message && ev.message.startsWith("Preparing") && !runtimesTimer) runtimesTimer = setTimeout(loadRuntimes, 1000);
   if (view.name === "agents") say("agents-status", text);
   else if (view.name === "agent" && view.id === ev.agent_id) {
     say("agent-summary", text);
@@ -323,22 +380,53 @@ function onEvent(ev) {
   else if (view.name === "agent" && view.id === ev.agent_id) location.hash = "#/";
 }
 
-// Creating.
+// The catalog: the create form's choices, and the runtimes page.
+const alias = (rt) => rt.alias || rt.name;
+const BUSY_IMAGE = new Set(["checking", "building"]);
+
 async function loadRuntimes() {
+  clearTimeout(runtimesTimer);
+  runtimesTimer = null;
   try {
-    const { runtimes } = await api("GET", "/api/v1/runtimes");
-    const select = $("create-runtime");
-    const alias = (rt) => rt.alias || rt.name;
-    select.replaceChildren(...runtimes.map((rt) => el("option", { value: alias(rt), selected: rt.default === true,
-      text: `${alias(rt)}${rt.default ? " (default)" : ""}` })));
-    const describe = () => {
-      const rt = runtimes.find((x) => alias(x) === select.value);
-      $("create-runtime-info").textContent = rt ? [rt.description, rt.image_state && `image ${rt.image_state}`,
-        rt.progress, rt.image_error].filter(Boolean).join(" · ") : "";
-    };
-    select.addEventListener("change", describe);
-    describe();
-  } catch { /* no catalog: the server default image */ }
+    ({ runtimes } = await api("GET", "/api/v1/runtimes"));
+  } catch (err) {
+    say("runtimes-status", `The catalog could not be read: ${err.message}`, true);
+    return;             // no catalog: the server default image
+  }
+  const select = $("create-runtime");
+  const chosen = select.value;
+  select.replaceChildren(...runtimes.map((rt) => el("option", { value: alias(rt),
+    selected: chosen ? alias(rt) === chosen : rt.default === true,
+    text: `${alias(rt)}${rt.default ? " (default)" : ""}` })));
+  describeRuntime();
+  renderRuntimes();
+  // While an image is being checked or built, its progress is followed.
+  if (csrf && runtimes.some((rt) => BUSY_IMAGE.has(rt.image_state)))
+    runtimesTimer = setTimeout(loadRuntimes, view.name === "runtimes" ? 2000 : 10000);
+}
+
+function describeRuntime() {
+  const rt = runtimes.find((x) => alias(x) === $("create-runtime").value);
+  $("create-runtime-info").textContent = rt ? [rt.description, rt.image_state && `image ${rt.image_state}`,
+    rt.progress, rt.image_error].filter(Boolean).join(" · ") : "";
+}
+$("create-runtime").addEventListener("change", describeRuntime);
+
+function renderRuntimes() {
+  if (view.name !== "runtimes") return;
+  $("runtimes-body").replaceChildren(...runtimes.map((rt) => {
+    const state = el("td", { class: "state-cell" },
+      el("span", { class: `state image-${rt.image_state || "unknown"}`, text: rt.image_state || "unknown" }));
+    if (rt.progress) state.append(el("span", { class: "flag", text: rt.progress }));
+    if (rt.image_error) state.append(el("span", { class: "flag error", text: rt.image_error }));
+    return el("tr", { "data-runtime": alias(rt) },
+      el("th", { scope: "row" }, alias(rt), rt.default ? el("span", { class: "badge", text: "default" }) : null),
+      el("td", { class: "mono", text: rt.image || "" }),
+      state,
+      el("td", { text: rt.description || "" }));
+  }));
+  const busy = runtimes.filter((rt) => BUSY_IMAGE.has(rt.image_state)).length;
+  say("runtimes-status", `${runtimes.length} runtimes${busy ? ` · ${busy} being prepared` : ""}`);
 }
 
 $("create-form").addEventListener("submit", async (e) => {
@@ -356,6 +444,142 @@ $("create-form").addEventListener("submit", async (e) => {
   } catch (err) {
     say("agents-status", `Create refused: ${err.message}`, true);
   }
+});
+
+// ------------------------------------------------------------------ admin
+
+function hideNewToken() {
+  $("new-token-value").value = "";
+  $("new-token-name").textContent = "";
+  $("new-token").hidden = true;
+}
+$("new-token-done").addEventListener("click", () => { hideNewToken(); $("token-tenant").focus(); });
+
+function limitsText(t) {
+  const parts = [];
+  if (t.max_sandboxes !== null && t.max_sandboxes !== undefined) parts.push(`${t.max_sandboxes} agents`);
+  if (t.max_running !== null && t.max_running !== undefined) parts.push(`${t.max_running} running`);
+  if (t.max_cpus !== null && t.max_cpus !== undefined) parts.push(`${t.max_cpus} CPUs`);
+  if (t.max_memory_mb !== null && t.max_memory_mb !== undefined) parts.push(`${t.max_memory_mb} MB`);
+  return parts.length ? parts.join(", ") : "server defaults";
+}
+
+function tokenState(t) {
+  if (t.revoked_at) return "revoked";
+  if (t.expires_at && Date.parse(t.expires_at) <= Date.now()) return "expired";
+  return t.expires_at ? `active, expires ${new Date(t.expires_at).toLocaleString()}` : "active";
+}
+
+async function loadAdmin() {
+  if (!me || !me.admin) {
+    say("admin-status", "This page is for an admin token.", true);
+    $("tenants-body").replaceChildren();
+    $("tokens-body").replaceChildren();
+    return;
+  }
+  let tenants, tokens;
+  try {
+    [{ tenants }, { tokens }] = await Promise.all([api("GET", "/api/v1/tenants"), api("GET", "/api/v1/tokens")]);
+  } catch (err) {
+    say("admin-status", err.message, true);
+    return;
+  }
+  if (view.name !== "admin") return;
+  $("tenants-body").replaceChildren(...tenants.map((t) => el("tr", { "data-tenant": t.name },
+    el("th", { scope: "row", text: t.name }),
+    el("td", { text: String(t.sandboxes) }),
+    el("td", { text: String(t.running) }),
+    el("td", { text: String(t.tokens) }),
+    el("td", { text: limitsText(t) }),
+    el("td", { class: "row-actions" }, t.name === "default" ? null
+      : el("button", { type: "button", class: "danger", text: "Delete", "aria-label": `Delete tenant ${t.name}`,
+                       onclick: () => deleteTenant(t) })))));
+  const select = $("token-tenant");
+  const chosen = select.value;
+  select.replaceChildren(...tenants.map((t) => el("option", { value: t.name, text: `tenant ${t.name}`,
+                                                              selected: t.name === chosen })),
+                         el("option", { value: "*admin", text: "an admin (every tenant)", selected: chosen === "*admin" }));
+  $("tokens-body").replaceChildren(...tokens.map((t) => {
+    const state = tokenState(t);
+    return el("tr", { "data-token": t.name, "data-state": state.split(",")[0] },
+      el("th", { scope: "row" }, t.name, t.admin ? el("span", { class: "badge", text: "admin" }) : null,
+         me.token === t.name ? el("span", { class: "badge", text: "this session's" }) : null),
+      el("td", { text: t.tenant || "every tenant" }),
+      el("td", { text: t.user || "" }),
+      el("td", { text: t.last_used_at ? new Date(t.last_used_at).toLocaleString() : "never" }),
+      el("td", { text: state }),
+      el("td", { class: "row-actions" }, state.startsWith("active") && me.token !== t.name
+        ? el("button", { type: "button", class: "danger", text: "Revoke", "aria-label": `Revoke token ${t.name}`,
+                         onclick: () => revokeToken(t) }) : null));
+  }));
+  say("admin-status", `${tenants.length} tenants · ${tokens.filter((t) => tokenState(t).startsWith("active")).length} active tokens`);
+}
+
+// Asked first, then done: the outcome said on the admin page.
+async function adminAct(question, method, path, done) {
+  if (!(await confirmDialog(question))) return;
+  try {
+    await api(method, path);
+    say("admin-status", done);
+  } catch (err) {
+    say("admin-status", `Refused: ${err.message}`, true);
+    return;
+  }
+  loadAdmin();
+}
+
+function deleteTenant(t) {
+  return adminAct(`Delete tenant ${t.name}? Its tokens are revoked and its sessions removed.`
+                  + (t.sandboxes ? ` It still holds ${t.sandboxes} agents: the server refuses until they are gone.` : ""),
+                  "DELETE", `/api/v1/tenants/${encodeURIComponent(t.name)}`, `Tenant ${t.name} deleted.`);
+}
+
+function revokeToken(t) {
+  return adminAct(`Revoke token ${t.name}? Whoever uses it is refused from now on, and its console sessions end.`,
+                  "DELETE", `/api/v1/tokens/${encodeURIComponent(t.name)}`, `Token ${t.name} revoked.`);
+}
+
+$("tenant-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const body = { name: $("tenant-name").value.trim() };
+  if ($("tenant-max-sandboxes").value) body.max_sandboxes = Number($("tenant-max-sandboxes").value);
+  if ($("tenant-max-running").value) body.max_running = Number($("tenant-max-running").value);
+  try {
+    await api("POST", "/api/v1/tenants", body);
+    for (const id of ["tenant-name", "tenant-max-sandboxes", "tenant-max-running"]) $(id).value = "";
+    say("admin-status", `Tenant ${body.name} created.`);
+  } catch (err) {
+    say("admin-status", `Create refused: ${err.message}`, true);
+    return;
+  }
+  loadAdmin();
+});
+
+$("token-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const target = $("token-tenant").value;
+  const body = target === "*admin" ? { admin: true } : { tenant: target };
+  for (const [field, id] of [["name", "token-name"], ["user", "token-user"], ["expires", "token-expires"]]) {
+    const v = $(id).value.trim();
+    if (v) body[field] = v;
+  }
+  let made;
+  try {
+    made = await api("POST", "/api/v1/tokens", body);
+  } catch (err) {
+    say("admin-status", `Create refused: ${err.message}`, true);
+    return;
+  }
+  for (const id of ["token-name", "token-user", "token-expires"]) $(id).value = "";
+  // Shown this once: the page keeps it nowhere else, and hides it on Done
+  // or on leaving the page.
+  $("new-token-name").textContent = made.name;
+  $("new-token-value").value = made.token;
+  $("new-token").hidden = false;
+  $("new-token-value").focus();
+  $("new-token-value").select();
+  say("admin-status", `Token ${made.name} created.`);
+  loadAdmin();
 });
 
 // ------------------------------------------------------------------ one agent
@@ -476,52 +700,104 @@ window.addEventListener("resize", () => {
 
 function fileUrl(path) { return `${agentPath(view.id)}/files/${homePath(path)}`; }
 
+// The folder comes from the tree (GET .../tree?path=DIR): its own entries
+// (depth 1) are the rows, the levels below count what each folder holds.
+// The tree reads the home directly, so a sleeping agent is not woken.
 async function loadFiles() {
   const id = view.id;
   renderCrumbs();
   $("preview").hidden = true;
   say("files-status", "Reading…");
-  let answer;
+  const showAll = $("show-toolchain").checked;
+  const query = [dir !== "." ? `path=${encodeURIComponent(dir)}` : null, showAll ? "all=true" : null].filter(Boolean);
+  let tree;
   try {
-    answer = await api("GET", `${agentPath(id)}/files?path=${encodeURIComponent(dir)}`);
+    tree = await api("GET", `${agentPath(id)}/tree${query.length ? `?${query.join("&")}` : ""}`);
   } catch (err) {
     $("files-body").replaceChildren();
+    $("previews").replaceChildren();
     say("files-status", err.message, true);
     return;
   }
   if (view.id !== id) return;
-  const showAll = $("show-toolchain").checked;
-  let entries = answer.entries.filter((e) => showAll || !TOOLCHAIN.has(e.name));
-  const hidden = answer.entries.length - entries.length;
+  const below = new Map();       // a folder's path -> entries found under it
+  for (const e of tree.entries) {
+    if (e.depth < 2) continue;
+    const top = e.path.split("/").slice(0, dir === "." ? 1 : dir.split("/").length + 1).join("/");
+    below.set(top, (below.get(top) || 0) + 1);
+  }
+  let entries = tree.entries.filter((e) => e.depth === 1);
   entries.sort((x, y) => (x.type === "dir") === (y.type === "dir") ? x.name.localeCompare(y.name) : x.type === "dir" ? -1 : 1);
   const over = entries.length > LIST_MAX;
   entries = entries.slice(0, LIST_MAX);
   const rows = entries.map((e) => {
-    const path = joinPath(dir, e.name);
-    const uploaded = path === "uploads" || path.startsWith("uploads/");
+    const path = e.path || joinPath(dir, e.name);
+    const uploaded = e.uploaded || path === "uploads" || path.startsWith("uploads/");
     const name = e.type === "dir"
-      ? el("button", { type: "button", class: "link", text: `${e.name}/`, onclick: () => { dir = path; loadFiles(); } })
-      : el("button", { type: "button", class: "link", text: e.name, onclick: () => preview(path, e) });
+      ? el("button", { type: "button", class: "link", text: `${e.name}/`, "aria-label": `Open folder ${e.name}`,
+                       onclick: () => { dir = path; loadFiles(); } })
+      : el("button", { type: "button", class: "link", text: e.name, "aria-label": `Preview ${e.name}`,
+                       onclick: () => preview(path, e) });
     const actions = [];
     if (e.type === "file")
       actions.push(el("button", { type: "button", text: "Download", "aria-label": `Download ${e.name}`, onclick: () => download(path, e.name) }));
     actions.push(el("button", { type: "button", class: "danger", text: "Delete", "aria-label": `Delete ${e.name}`,
                                onclick: () => removeFile(path, e) }));
+    const size = e.type === "dir" ? (below.has(path) ? `${below.get(path)} inside` : "") : e.type === "link" ? "link" : formatSize(e.size);
     return el("tr", { "data-name": e.name, "data-type": e.type },
       el("td", {}, name, uploaded ? el("span", { class: "badge", text: "uploaded by a person" }) : null),
-      el("td", { text: e.type === "dir" ? "" : formatSize(e.size) }),
+      el("td", { text: size }),
       el("td", { text: e.mtime ? new Date(typeof e.mtime === "number" ? e.mtime * 1000 : e.mtime).toLocaleString() : "" }),
       el("td", { class: "row-actions" }, ...actions));
   });
   $("files-body").replaceChildren(...rows);
+  // What was left out, and the tree's limits when it hit them.
   const notes = [`${entries.length} entries`];
-  if (hidden) notes.push(`${hidden} toolchain folders hidden`);
+  if (!showAll) notes.push("toolchain folders (.venv, node_modules, .git…) hidden");
   if (over) notes.push(`only the first ${LIST_MAX} shown`);
-  if (answer.truncated) notes.push("the sandbox cut the listing short");
-  say("files-status", notes.join(" · "));
+  if (tree.depth_limit_reached) notes.push(`folders more than ${tree.max_depth} levels down were not opened (their counts are short)`);
+  if (tree.entries_limit_reached) notes.push(`the listing stopped at ${tree.max_entries} entries: some are not shown or counted`);
+  if (tree.skipped && tree.skipped.length)
+    notes.push(`${tree.skipped.length} folders could not be read (${tree.skipped.slice(0, 3).map((k) => `${k.path}: ${k.error}`).join("; ")})`);
+  say("files-status", notes.join(" · "), Boolean(tree.incomplete));
+  loadPreviews(id, entries);
+}
+
+// Previews of the folder's files: images and the first lines of text
+// files, at most PREVIEWS_MAX of them, each at most PREVIEW_MAX bytes.
+async function loadPreviews(id, entries) {
+  const box = $("previews");
+  box.replaceChildren();
+  if (!$("show-previews").checked) return;
+  const files = entries.filter((e) => e.type === "file" && e.size > 0 && e.size <= PREVIEW_MAX);
+  const shown = files.slice(0, PREVIEWS_MAX);
+  const mine = ++previewsRun;
+  for (const e of shown) {
+    const path = e.path || joinPath(dir, e.name);
+    let blob;
+    try { blob = await fetchFile(path); } catch { continue; }
+    if (mine !== previewsRun || view.id !== id) return;
+    const figure = el("figure", { class: "thumb", "data-name": e.name });
+    if (IMAGE.test(e.name)) {
+      const url = URL.createObjectURL(blob);
+      const img = el("img", { alt: `preview of ${e.name}`, src: url });
+      img.addEventListener("load", () => URL.revokeObjectURL(url), { once: true });
+      figure.append(img);
+    } else {
+      const bytes = new Uint8Array(await blob.slice(0, 4096).arrayBuffer());
+      if (bytes.includes(0)) continue;                 // not text
+      const text = new TextDecoder("utf-8").decode(await blob.arrayBuffer());
+      figure.append(el("pre", { text: text.split("\n").slice(0, THUMB_LINES).join("\n") }));
+    }
+    figure.append(el("figcaption", { text: e.name }));
+    box.append(figure);
+  }
+  if (files.length > PREVIEWS_MAX && mine === previewsRun)
+    box.append(el("p", { class: "hint", text: `Previews of the first ${PREVIEWS_MAX} files of ${files.length} that could have one.` }));
 }
 
 $("show-toolchain").addEventListener("change", () => loadFiles());
+$("show-previews").addEventListener("change", () => loadFiles());
 
 function renderCrumbs() {
   const parts = dir === "." ? [] : dir.split("/");
@@ -570,7 +846,7 @@ async function preview(path, e) {
   }
   try {
     const blob = await fetchFile(path);
-    if (/\.(png|jpe?g|gif|webp)$/i.test(path)) {
+    if (IMAGE.test(path)) {
       const url = URL.createObjectURL(blob);
       const img = el("img", { alt: `preview of ${path}`, src: url });
       img.addEventListener("load", () => URL.revokeObjectURL(url), { once: true });
@@ -617,7 +893,7 @@ function uploadOne(file) {
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
     xhr.open("PUT", fileUrl(joinPath(dir, file.name)));
-    xhr.setRequestHeader("Authorization", `Bearer ${token}`);
+    xhr.setRequestHeader("X-Agenthold-CSRF", csrf);
     xhr.upload.addEventListener("progress", (e) => {
       if (e.lengthComputable) say("files-status", `Uploading ${file.name}: ${Math.floor((100 * e.loaded) / e.total)}%`);
     });
@@ -665,20 +941,52 @@ drop.addEventListener("drop", (e) => {
 
 // Activity
 
+const AUDIT_PAGE = 50;
+let auditNext = null;           // the next page's "before", or null
+
 async function loadLog() {
   const id = view.id;
   $("events").replaceChildren(...eventLog.filter((e) => e.agent_id === id).slice(0, 50)
     .map((e) => el("li", { text: `${e.at} ${e.message || e.state}${e.error ? `: ${e.error}` : ""}` })));
-  try {
-    const { operations } = await api("GET", `${agentPath(id)}/operations?limit=100`);
-    $("audit").replaceChildren(...operations.map((op) => el("li", {
-      class: op.ok ? "" : "error",
-      text: `${op.at} ${op.actor} ${op.kind}${op.detail ? ` ${op.detail}` : ""}${op.ok ? "" : ` failed: ${op.error || ""}`}`,
-    })));
-  } catch (err) {
-    $("audit").replaceChildren(el("li", { class: "error", text: err.message }));
-  }
+  await loadAudit(false);
 }
+
+// The audit trail through the operations API's own filters; "Older" pages on.
+async function loadAudit(more) {
+  const id = view.id;
+  const q = [`limit=${AUDIT_PAGE}`];
+  const kind = $("audit-kind").value, text = $("audit-q").value.trim(), run = $("audit-run").value.trim();
+  if (kind) q.push(`operation=${encodeURIComponent(kind)}`);
+  if ($("audit-failed").checked) q.push("failed=1");
+  if (text) q.push(`q=${encodeURIComponent(text)}`);
+  if (run) q.push(`run=${encodeURIComponent(run)}`);
+  if (more && auditNext) q.push(`before=${encodeURIComponent(auditNext)}`);
+  say("audit-status", "Reading…");
+  let answer;
+  try {
+    answer = await api("GET", `${agentPath(id)}/operations?${q.join("&")}`);
+  } catch (err) {
+    if (!more) $("audit").replaceChildren();
+    $("audit-older").hidden = true;
+    say("audit-status", err.message, true);
+    return;
+  }
+  if (view.id !== id) return;
+  const items = answer.operations.map((op) => el("li", {
+    class: op.ok ? "" : "error", "data-kind": op.kind,
+    text: `${op.at} ${op.actor} ${op.kind}${op.detail ? ` ${op.detail}` : ""}${op.run ? ` [run ${op.run}]` : ""}`
+      + `${op.ok ? "" : ` failed: ${op.error || ""}`}`,
+  }));
+  if (more) $("audit").append(...items);
+  else $("audit").replaceChildren(...items);
+  auditNext = answer.next;
+  $("audit-older").hidden = !auditNext;
+  const count = $("audit").children.length;
+  say("audit-status", count ? `${count} operations${auditNext ? " (older ones: Older)" : ""}` : "No operation matches.");
+}
+
+$("audit-form").addEventListener("submit", (e) => { e.preventDefault(); loadAudit(false); });
+$("audit-older").addEventListener("click", () => loadAudit(true));
 
 // Briefing: what the agent is told about its runtime.
 async function loadBriefing() {
@@ -697,3 +1005,4 @@ async function loadBriefing() {
 
 show("signin");
 $("token").focus();
+resume();
