@@ -418,20 +418,45 @@ def scenario_curve(pw):
     h.wait_state("alice", "running", 20)
 
 
+def netns():
+    """A network namespace of this test's own, joined to this one by a veth
+    pair on 10.214.239.0/30 (.1 here, .2 there): hostd runs in it as on
+    another machine. (ns, address here, address there); removed at the end."""
+    ns = "ahhd%d" % os.getpid()
+    here, there = "vh%d" % os.getpid(), "vn%d" % os.getpid()
+
+    def ip(*args, check=True):
+        return subprocess.run(["ip"] + list(args), capture_output=True, text=True, timeout=30,
+                              check=check)
+    h.cleanups.append(lambda: (ip("link", "del", here, check=False),
+                               ip("netns", "del", ns, check=False)))
+    ip("netns", "add", ns)
+    ip("link", "add", here, "type", "veth", "peer", "name", there)
+    ip("link", "set", there, "netns", ns)
+    ip("addr", "add", "10.214.239.1/30", "dev", here)
+    ip("link", "set", here, "up")
+    ip("netns", "exec", ns, "ip", "addr", "add", "10.214.239.2/30", "dev", there)
+    ip("netns", "exec", ns, "ip", "link", "set", there, "up")
+    ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
+    return ns, "10.214.239.1", "10.214.239.2"
+
+
 def scenario_relay(pw):
-    """hostd as on another machine: tcp:// with CURVE, its own tunnel socket
-    relayed to the server's tunnel_listen; the server's own socket is not
+    """hostd as on another machine: in a network namespace of its own, on
+    tcp:// with CURVE, its own tunnel socket relayed to the server's
+    tunnel_listen across the veth pair; the server's own socket is not
     where hostd looks (another server.data_dir in hostd's configuration)."""
+    ns, server_addr, hostd_addr = netns()
     port = free_port(18900, 18919, {h.api_port, h.tunnel_port})
-    tcp = "tcp://127.0.0.1:%d" % port
+    tcp = "tcp://%s:%d" % (hostd_addr, port)
     data = os.path.join(h.tmp, "hostd-relay")
     clients = os.path.join(data, "curve", "clients")
     os.makedirs(clients, mode=0o700)
     shutil.copy(os.path.join(h.data, "curve", "server.cert"), os.path.join(clients, "server.cert"))
     elsewhere = os.path.join(h.tmp, "not-the-server")
-    relay = "tcp://127.0.0.1:%d" % h.tunnel_port
+    relay = "tcp://%s:%d" % (server_addr, h.tunnel_port)
     log = open(os.path.join(h.tmp, "hostd-relay.log"), "a")
-    p = subprocess.Popen([h.bin, "hostd"], env=hostd_env(tcp, data, "b3", {
+    p = subprocess.Popen(["ip", "netns", "exec", ns, h.bin, "hostd"], env=hostd_env(tcp, data, "b3", {
         "AGENTHOLD_SERVER_DATA_DIR": elsewhere, "AGENTHOLD_HOSTD_TUNNEL_RELAY": relay}),
         cwd=h.tmp, stdout=log, stderr=log)
     log.close()
@@ -441,14 +466,21 @@ def scenario_relay(pw):
     h.check(os.path.exists(sock) and os.stat(sock).st_mode & 0o777 == 0o666,
             "hostd listens on a tunnel socket of its own: %s" % sock)
     stop_server()
-    env = {"AGENTHOLD_SANDBOX_REMOTE_ENDPOINT": tcp, "AGENTHOLD_SANDBOX_REMOTE_SERVER_KEY": key}
+    # The server's tunnel listens where the other "machine" reaches it.
+    env = {"AGENTHOLD_SANDBOX_REMOTE_ENDPOINT": tcp, "AGENTHOLD_SANDBOX_REMOTE_SERVER_KEY": key,
+           "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "%s:%d" % (server_addr, h.tunnel_port)}
     start_server(pw, env)
     hs = wait_host("up", 20)
-    h.check(hs["name"] == "b3", "the relaying hostd answers: %r" % hs)
+    h.check(hs["name"] == "b3", "the relaying hostd in another network namespace answers: %r" % hs)
+    # hostd there cannot reach the server's loopback: only the veth pair.
+    probe = subprocess.run(["ip", "netns", "exec", ns, "/usr/bin/python3", "-c",
+                            "import socket; socket.create_connection(('127.0.0.1', %d), 2)"
+                            % h.api_port], capture_output=True, timeout=30)
+    h.check(probe.returncode != 0, "hostd's namespace does not reach the server's 127.0.0.1")
     t0 = time.time()
     a = h.cli("create", "relayed")
     h.check(a["state"] == "running", "a sandbox of the relaying hostd dials back: %r" % a)
-    print("create through a relaying hostd -> running in %.2f s" % (time.time() - t0))
+    print("create through a relaying hostd in another network namespace -> running in %.2f s" % (time.time() - t0))
     sbx = h.container(a["id"])
     mounts = {m["Destination"]: m for m in sbx["Mounts"]}
     m = mounts.get("/run/agenthold")
@@ -468,7 +500,7 @@ def scenario_relay(pw):
     h.wait_state("relayed", "running", 30)
     h.check(h.cli("rm", "relayed")["state"] == "destroyed", "rm through the relaying hostd")
     stop_server()
-    p.send_signal(signal.SIGTERM)
+    p.send_signal(signal.SIGTERM)       # ip netns exec execs hostd: the signal is hostd's
     p.wait(timeout=30)
     h.check(not os.path.exists(sock), "hostd removed its tunnel socket at exit")
     start_server(pw)
