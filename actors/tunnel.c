@@ -288,12 +288,20 @@ static void *s_init (ah_actor_t *actor, void *args)
         info.user = self;
         info.timeout_secs = 10;             //  a handshake that stalls
         info.pt_serv_buf_size = 256u << 10; //  one read per loop round takes this much
+        //  sandbox.tunnel_tls: the TCP listener serves the API's certificate
+        //  (a host agent's relay dials it across machines); the unix socket
+        //  stays plain (it never leaves this machine).
+        bool tls = a->config && a->config->tunnel_tls && a->config->tls_cert && a->config->tls_key;
+        if (tls)
+            info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
         self->loop = ah_lwsloop_new (&info);
         free (err);
         err = NULL;
         if (self->loop)
             self->vhost = ah_lwsloop_listen (self->loop, "tunnel", host, port, ah_tun_protocols, NULL,
-                                             NULL, NULL, LWS_SERVER_OPTION_VALIDATE_UTF8, &err);
+                                             tls ? a->config->tls_cert : NULL,
+                                             tls ? a->config->tls_key : NULL,
+                                             LWS_SERVER_OPTION_VALIDATE_UTF8, &err);
         if (!self->vhost)
             ah_actor_fail (actor, "sandbox.tunnel_listen = '%s': %s", listen,
                            err ? err : "cannot start the loop");

@@ -14,6 +14,7 @@
 #include "drivers/driver.h"
 #include "drivers/remote.h"
 #include "policy/policy.h"
+#include "server/relay.h"
 #include "store/store.h"
 
 #include <arpa/inet.h>
@@ -128,6 +129,30 @@ s_lua (doctor_t *self)
     }
 }
 
+//  Whether a sandbox with a network reaches the host's own services: the
+//  probe hostd ran at its start (remote), or one run now (docker).
+static void
+s_firewall (doctor_t *self, bool remote, const ah_engine_facts_t *f)
+{
+    int rc = f->firewall;
+    char *report = strdup (f->firewall_report);
+    if (!remote) {
+        free (report);
+        report = NULL;
+        rc = ah_docker_check_isolation (self->driver, 0, &report);
+    }
+    const char *pool = self->config->network_pool;
+    if (rc == AH_FIREWALL_PENDING)
+        s_add (self, "firewall", true, strdup ("the host agent's firewall probe has not ended yet "
+                                               "(it runs once at hostd's start)"), NULL);
+    else
+        s_add (self, "firewall", rc != 1, ah_strf ("%s%s", rc < 0 ? "cannot tell: " : "",
+                                                  report ? report : ""),
+               ah_strf ("filter what the pool %s sends to the host's own addresses, e.g. "
+                        "`iptables -I INPUT -s %s -j DROP` (docs/docker.md)", pool, pool));
+    free (report);
+}
+
 //  The host agent (remote) or the engine (docker): reachable, same
 //  protocol; then the engine's facts and the catalog's images.
 static void
@@ -200,6 +225,7 @@ s_host (doctor_t *self)
                                     "sandbox.docker.runtime to none", f.runtime)
                          : strdup ("run the engine with its default seccomp profile (no "
                                    "--seccomp-profile=unconfined): sandboxes rely on it"));
+    s_firewall (self, remote, &f);
     if (f.free_bytes < 0)
         s_add (self, "disk", false, ah_strf ("the free space under %s cannot be seen from here",
                                              *f.root_dir ? f.root_dir : "the engine's root"),
@@ -245,30 +271,59 @@ s_host (doctor_t *self)
     ah_catalog_destroy (&catalog);
 }
 
-//  Something listens where sandboxd dials (sandbox.tunnel_listen).
+//  The tunnel as a sandbox reaches it. Docker sandboxes dial the unix
+//  socket they mount: hostd connects to the one it mounts (the server's,
+//  or its relay's, which goes on to the server) and says whether the
+//  tunnel answers behind it (remote); the server's own socket is tried
+//  here (docker). The fake driver's sandboxes dial sandbox.tunnel_listen.
 static void
 s_tunnel (doctor_t *self)
 {
+    const ah_config_t *c = self->config;
+    char *detail = NULL, *err = NULL;
+    bool ok = false;
+    if (self->driver && self->driver->host_info) {
+        if (ah_remote_tunnel_check (self->driver, &ok, &detail, &err) != 0) {
+            s_add (self, "tunnel", false, ah_strf ("cannot ask the host agent: %s", err ? err : "?"),
+                   ah_strf ("start `agenthold hostd` where %s points (docs/hostd.md)",
+                            c->remote_endpoint));
+            free (err);
+            return;
+        }
+        s_add (self, "tunnel", ok, ah_strf ("as the host agent's sandboxes see it: %s", detail),
+               strdup ("start agenthold serve; hostd must mount the server's sandbox.tunnel_socket "
+                       "(the same server.data_dir, or the same key, in its configuration), or relay "
+                       "to the server's tunnel_listen with hostd.tunnel_relay (docs/hostd.md)"));
+        free (detail);
+        return;
+    }
+    if (self->driver) {
+        char *sock = ah_config_tunnel_socket (c);
+        ok = ah_relay_probe_socket (sock, &detail) == 0;
+        s_add (self, "tunnel", ok, ah_strf ("as sandboxes see it: %s", detail ? detail : "?"),
+               ah_strf ("start agenthold serve: its tunnel listens on %s, which every sandbox "
+                        "mounts (sandbox.tunnel_socket)", sock ? sock : "?"));
+        free (detail);
+        free (sock);
+        return;
+    }
     char host [256];
     int port;
-    if (ah_config_split_listen (self->config->tunnel_listen, host, sizeof host, &port))
+    if (ah_config_split_listen (c->tunnel_listen, host, sizeof host, &port))
         return;
     const char *addr = *host && strcmp (host, "0.0.0.0") && strcmp (host, "::") ? host : "127.0.0.1";
     struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) port) };
     int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    bool ok = fd >= 0 && inet_pton (AF_INET, addr, &sin.sin_addr) == 1
-           && connect (fd, (struct sockaddr *) &sin, sizeof sin) == 0;
+    ok = fd >= 0 && inet_pton (AF_INET, addr, &sin.sin_addr) == 1
+      && connect (fd, (struct sockaddr *) &sin, sizeof sin) == 0;
     int saved = errno;
     if (fd >= 0)
         close (fd);
     s_add (self, "tunnel", ok,
-           ok ? ah_strf ("the tunnel listens on %s (sandbox.tunnel_listen %s)", addr,
-                         self->config->tunnel_listen)
+           ok ? ah_strf ("the tunnel listens on %s (sandbox.tunnel_listen %s)", addr, c->tunnel_listen)
               : ah_strf ("nothing answers on %s:%d (sandbox.tunnel_listen %s): %s", addr, port,
-                         self->config->tunnel_listen, strerror (saved)),
-           ah_strf ("start agenthold serve; sandboxd in every sandbox dials this port, so a host "
-                    "firewall must let the agent networks (%s) reach it",
-                    self->config->network_pool));
+                         c->tunnel_listen, strerror (saved)),
+           strdup ("start agenthold serve; the fake driver's sandboxes dial this port"));
 }
 
 static void

@@ -63,6 +63,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.idle_check_interval",      T_DURATION, F (idle_check_interval_s), NULL },
     { "sandbox.tunnel_listen",            T_STR,      F (tunnel_listen), NULL },
     { "sandbox.tunnel_socket",            T_OPT,      F (tunnel_socket), "default" },
+    { "sandbox.tunnel_tls",               T_OPT,      F (tunnel_tls), "off" },
     { "sandbox.sandboxd_path",            T_PATH,     F (sandboxd_path), NULL },
     { "sandbox.container_ttl",            T_DURATION, F (container_ttl_s), NULL },
     { "sandbox.workspace_ttl",            T_DURATION, F (workspace_ttl_s), NULL },
@@ -86,6 +87,8 @@ static const s_key_t s_keys [] = {
     { "hostd.name",                       T_OPT,      F (hostd_name), "hostname" },
     { "hostd.data_dir",                   T_PATH,     F (hostd_data_dir), NULL },
     { "hostd.server_user",                T_OPT,      F (hostd_server_user), "none" },
+    { "hostd.tunnel_relay",               T_OPT,      F (hostd_tunnel_relay), "none" },
+    { "hostd.tunnel_ca",                  T_OPT,      F (hostd_tunnel_ca), "system" },
     { "limits.tenant_max_sandboxes",      T_INT64,    F (tenant_max_sandboxes), NULL },
     { "limits.pool_max_sandboxes",        T_INT64,    F (pool_max_sandboxes), NULL },
     { "limits.tenant_max_running",        T_INT64,    F (tenant_max_running), NULL },
@@ -792,6 +795,48 @@ static char *s_check_endpoint (const char *key, const char *value)
                     "(another machine, with CURVE keys)", key, value);
 }
 
+//  "tcp://HOST:PORT" or "tls://HOST:PORT" (HOST may be [v6]) into parts.
+int ah_config_relay_target (const char *target, bool *tls, char **host, char **port)
+{
+    if (!target)
+        return -1;
+    if (!strncmp (target, "tcp://", 6))
+        *tls = false;
+    else
+    if (!strncmp (target, "tls://", 6))
+        *tls = true;
+    else
+        return -1;
+    const char *h = target + 6;
+    const char *colon = strrchr (h, ':');
+    if (!colon || colon == h || !colon [1] || strlen (h) > 255)
+        return -1;
+    for (const char *p = colon + 1; *p; p++)
+        if (*p < '0' || *p > '9')
+            return -1;
+    long n = atol (colon + 1);
+    if (n < 1 || n > 65535)
+        return -1;
+    size_t hl = (size_t) (colon - h);
+    if (*h == '[') {
+        if (hl < 3 || h [hl - 1] != ']')
+            return -1;
+        h++;
+        hl -= 2;
+    }
+    for (size_t i = 0; i < hl; i++)
+        if (h [i] <= ' ' || h [i] > '~' || h [i] == '/' || h [i] == '@')
+            return -1;
+    *host = strndup (h, hl);
+    *port = strdup (colon + 1);
+    if (*host && *port)
+        return 0;
+    free (*host);
+    free (*port);
+    *host = *port = NULL;
+    return -1;
+}
+
 static char *s_check_hostd (const ah_config_t *self)
 {
     char *why;
@@ -813,6 +858,25 @@ static char *s_check_hostd (const ah_config_t *self)
     if (!(self->remote_timeout_s >= 0.5 && self->remote_timeout_s <= 3600))
         return ah_strf ("sandbox.remote.timeout = %gs: must be between 500ms and 1h",
                         self->remote_timeout_s);
+    if (self->hostd_tunnel_relay) {
+        bool tls;
+        char *host = NULL, *port = NULL;
+        int bad = ah_config_relay_target (self->hostd_tunnel_relay, &tls, &host, &port);
+        free (host);
+        free (port);
+        if (bad)
+            return ah_strf ("hostd.tunnel_relay = '%s': tcp://HOST:PORT or tls://HOST:PORT (the "
+                            "server's sandbox.tunnel_listen as this host reaches it)",
+                            self->hostd_tunnel_relay);
+    }
+    if (self->hostd_tunnel_ca && access (self->hostd_tunnel_ca, R_OK) != 0)
+        return ah_strf ("hostd.tunnel_ca = '%s': cannot be read: %s", self->hostd_tunnel_ca,
+                        strerror (errno));
+    if (self->tunnel_tls && strcmp (self->tunnel_tls, "on"))
+        return ah_strf ("sandbox.tunnel_tls = '%s': on or off", self->tunnel_tls);
+    if (self->tunnel_tls && !self->tls_cert)
+        return strdup ("sandbox.tunnel_tls: on needs server.tls_cert and server.tls_key (the "
+                       "tunnel's TCP listener serves that certificate)");
     if (self->hostd_name) {
         bool ok = *self->hostd_name && strlen (self->hostd_name) <= 63;
         for (const char *p = self->hostd_name; *p && ok; p++)

@@ -37,6 +37,7 @@ typedef struct {
     double  idle_check_interval_s;  //  30 ("30s", "1s", "2m", "500ms")
     char   *tunnel_listen;          //  ":8090"
     char   *tunnel_socket;          //  NULL = <data_dir>/run/tunnel.sock (ah_config_tunnel_socket)
+    char   *tunnel_tls;             //  "on": tunnel_listen serves TLS with server.tls_cert/tls_key; NULL = off
     char   *sandboxd_path;          //  path of the static sandboxd to deploy; default: next to the agenthold binary
     double  container_ttl_s;        //  86400: a container stopped this long is removed (home kept); 0 never
     double  workspace_ttl_s;        //  0 (unset): a home unused this long is removed
@@ -64,6 +65,8 @@ typedef struct {
     char   *hostd_name;             //  NULL = this machine's hostname
     char   *hostd_data_dir;         //  hostd's own state (subnets, CURVE keys)
     char   *hostd_server_user;      //  the only user that may open the ipc socket; NULL = hostd's own
+    char   *hostd_tunnel_relay;     //  tcp:// or tls:// of the server's tunnel; NULL = sandboxes mount the server's socket
+    char   *hostd_tunnel_ca;        //  the CA of the server's tunnel certificate (tls://); NULL = the system's
     //  limits.* (what lua/limits.lua reads; PUT /api/v1/policy changes them at run time)
     int64_t tenant_max_sandboxes;   //  10
     int64_t pool_max_sandboxes;     //  20
@@ -97,5 +100,9 @@ int ah_config_split_listen (const char *listen, char *host, size_t host_size, in
 //  a bind mount of its directory): sandbox.tunnel_socket, or
 //  <data_dir>/run/tunnel.sock. Caller frees.
 char *ah_config_tunnel_socket (const ah_config_t *self);
+
+//  hostd.tunnel_relay's form, "tcp://HOST:PORT" or "tls://HOST:PORT" (HOST
+//  may be [v6]), into its parts (the caller's). 0 / -1 when it is not so.
+int ah_config_relay_target (const char *target, bool *tls, char **host, char **port);
 
 #endif

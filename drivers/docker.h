@@ -34,7 +34,7 @@ char *ah_docker_home_dir (const ah_config_t *config, const char *agent_id);
 char *ah_docker_container_id_from_mountinfo (const char *path);
 
 //  The host firewall probe (docs/docker.md, "Isolation"): a throw-away
-//  sandbox on the pool's last block (sandbox.default_image, the server's
+//  sandbox on the pool's last block (the helper image, the server's
 //  sandboxd) dials the gateway on a port the server bound that is not the
 //  tunnel's. 1 when the dial arrived (host services are open to sandboxes;
 //  *report says how to filter them), 0 when it went unanswered while the
@@ -49,6 +49,12 @@ int ah_docker_check_isolation (ah_driver_t *driver, int tunnel_port, char **repo
 //  start. 0, or -1 when it could not start (or already did).
 int ah_docker_isolation_check_start (ah_driver_t *driver);
 
+//  The probe's outcome as ah_docker_check_isolation returned it (1, 0,
+//  -1), or AH_FIREWALL_PENDING while it has not ended (or never started);
+//  its sentence into report.
+#define AH_FIREWALL_PENDING     (-2)
+int ah_docker_isolation_report (ah_driver_t *driver, char *report, size_t size);
+
 //  What `agenthold doctor` asks of the engine (drivers/docker/facts.c).
 typedef struct {
     char    api_version [16];           //  "1.41"
@@ -62,6 +68,8 @@ typedef struct {
     bool    rootless;
     char    runtime [64];               //  sandbox.docker.runtime, "" for the default
     bool    runtime_ok;                 //  the engine has it (true for the default)
+    int     firewall;                   //  the firewall probe's outcome (ah_docker_isolation_report)
+    char    firewall_report [1024];     //  and its sentence
 } ah_engine_facts_t;
 
 //  The engine's facts. 0 / -1 with *err (the engine cannot be asked).

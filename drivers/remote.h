@@ -2,7 +2,8 @@
     agent (`agenthold hostd`, server/hostd.h) that holds the Docker socket
     and runs the Docker driver; this process holds none (docs/hostd.md).
 
-    Each call opens its own DEALER to sandbox.remote.endpoint (ipc://, or
+    Each call takes a DEALER to sandbox.remote.endpoint (one call at a
+    time on a socket; kept connected for the next call after a REPLY) (ipc://, or
     tcp:// with CURVE: the server's own key pair is made at first start in
     <server.data_dir>/curve/server.cert), sends the call as an actor
     message and waits for hostd's REPLY; hostd's heartbeats tell a long
@@ -25,6 +26,12 @@ ah_driver_t *ah_remote_driver_new (const ah_config_t *config, char **err);
 //  0 / -1 with *err (the host does not answer, is refused, or its engine
 //  cannot be asked).
 int ah_remote_engine_facts (ah_driver_t *driver, ah_engine_facts_t *facts, char **err);
+
+//  Whether the server's tunnel answers behind the unix socket the host's
+//  sandboxes mount (HOSTD_TUNNEL: hostd connects to it as a sandbox
+//  would). 0 with *reachable and *detail (caller frees), -1 with *err when
+//  the host does not answer.
+int ah_remote_tunnel_check (ah_driver_t *driver, bool *reachable, char **detail, char **err);
 
 //  Where the server's CURVE key pair lives under data_dir. Caller frees.
 char *ah_remote_cert_path (const char *data_dir);

@@ -3,6 +3,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <stdbool.h>
@@ -131,4 +133,23 @@ int ah_net_block (const char *cidrs, char *err, size_t err_size)
     if (a.fd >= 0)
         close (a.fd);
     return rc ? -1 : a.count;
+}
+
+int ah_net_print_addresses (FILE *out)
+{
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs (&ifs) != 0) {
+        fprintf (stderr, "sandboxd: reading the interfaces' addresses: %s\n", strerror (errno));
+        return -1;
+    }
+    for (struct ifaddrs *ifa = ifs; ifa; ifa = ifa->ifa_next) {
+        if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != AF_INET)
+            continue;
+        char host [INET_ADDRSTRLEN];
+        inet_ntop (AF_INET, &((struct sockaddr_in *) ifa->ifa_addr)->sin_addr, host, sizeof host);
+        if (strncmp (host, "127.", 4) != 0)
+            fprintf (out, "%s\n", host);
+    }
+    freeifaddrs (ifs);
+    return fflush (out) == 0 ? 0 : -1;
 }

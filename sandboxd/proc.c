@@ -64,6 +64,21 @@ static bool s_image_user (const char *spec, ah_proc_user_t *u, ah_passwd_t *pw, 
     return u->uid != 0;
 }
 
+//  The image's USER as the driver handed it (AGENTHOLD_USER), taken out
+//  of the environment before anything runs: it is the server's business,
+//  not the agent's. NULL until taken (then getenv, for the unit tests).
+static char s_image_user_spec [128];
+static bool s_image_user_taken;
+
+void ah_proc_take_image_user (void)
+{
+    const char *spec = getenv ("AGENTHOLD_USER");
+    snprintf (s_image_user_spec, sizeof s_image_user_spec, "%s",
+              spec && strlen (spec) < sizeof s_image_user_spec ? spec : "");
+    s_image_user_taken = true;
+    unsetenv ("AGENTHOLD_USER");
+}
+
 void ah_proc_user_resolve (ah_proc_user_t *u, bool switch_user, const char *home)
 {
     memset (u, 0, sizeof *u);
@@ -78,7 +93,8 @@ void ah_proc_user_resolve (ah_proc_user_t *u, bool switch_user, const char *home
             u->gid = pw.gid;
         }
         else
-        if (!s_image_user (getenv ("AGENTHOLD_USER"), u, &pw, &found)) {
+        if (!s_image_user (s_image_user_taken ? s_image_user_spec : getenv ("AGENTHOLD_USER"),
+                           u, &pw, &found)) {
             u->uid = u->gid = AH_PROC_DEFAULT_UID;
             found = ah_passwd_find (NULL, NULL, u->uid, &pw) == 0;
             if (found)

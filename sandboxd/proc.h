@@ -45,6 +45,11 @@ typedef struct {
 //  /etc/group.
 void ah_proc_user_resolve (ah_proc_user_t *u, bool switch_user, const char *home);
 
+//  Reads AGENTHOLD_USER for ah_proc_user_resolve and removes it from the
+//  environment, so no shell or command of the agent inherits it. Called
+//  once at start, before any thread.
+void ah_proc_take_image_user (void);
+
 //  At boot, as root: the home's top directory becomes u's (and gets
 //  u+rwx); when it was not u's before (a new volume copies the image's
 //  root-owned mount point), so does everything under it (symlinks not

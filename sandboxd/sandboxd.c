@@ -523,6 +523,8 @@ static void s_usage (FILE *out)
         "  --home DIR         the agent's home (default /home/agent)\n"
         "  --no-switch-user   run terminals and commands as the current user even\n"
         "                     when root and /etc/passwd has an `agent` account\n"
+        "  --host-addresses   print this network namespace's IPv4 addresses (not\n"
+        "                     loopback's), one a line, and exit\n"
         "  --help             this text\n"
         "\n"
         "Dials at once; retries start at 50 ms until the first connection, then\n"
@@ -537,6 +539,7 @@ int ah_sandboxd_main (int argc, char **argv)
         { "boot", required_argument, NULL, 'b' },
         { "home", required_argument, NULL, 'H' },
         { "no-switch-user", no_argument, NULL, 'n' },
+        { "host-addresses", no_argument, NULL, 'A' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -547,6 +550,7 @@ int ah_sandboxd_main (int argc, char **argv)
             case 'b': opts.boot_path = optarg; break;
             case 'H': opts.home = optarg; break;
             case 'n': opts.switch_user = false; break;
+            case 'A': return ah_net_print_addresses (stdout) == 0 ? 0 : 1;
             case 'h': s_usage (stdout); return 0;
             default:  s_usage (stderr); return 2;
         }
@@ -556,6 +560,7 @@ int ah_sandboxd_main (int argc, char **argv)
         s_usage (stderr);
         return 2;
     }
+    ah_proc_take_image_user ();
     ah_sandboxd_t *self = s_new (&opts, true);
     if (!self)
         return 1;

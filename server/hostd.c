@@ -27,6 +27,7 @@
 #include "common/str.h"
 #include "drivers/docker.h"
 #include "drivers/remote/wire.h"
+#include "server/relay.h"
 
 #include <czmq.h>
 #include <errno.h>
@@ -73,6 +74,7 @@ struct hostd_s {
     zlistx_t     *calls;                //  call_t *, main thread only
     char         *logged;               //  last refusal logged (logged once)
     int           lock_fd;
+    ah_relay_t   *relay;                //  hostd.tunnel_relay: the tunnel's socket is ours
 };
 
 //  -------------------------------------------------------------------------
@@ -231,6 +233,19 @@ s_worker (void *arg)
             ah_hostd_put_facts (reply, &facts);
     }
     else
+    if (streq (type, "HOSTD_TUNNEL")) {
+        //  The socket every sandbox of this host mounts: does the server's
+        //  tunnel answer behind it (directly, or through our relay)?
+        char *detail = NULL;
+        bool reachable = ah_relay_probe_socket (self->config->tunnel_socket, &detail) == 0;
+        ah_msg_set_bool (reply, "reachable", reachable);
+        ah_msg_set_str (reply, "detail", detail ? detail : "");
+        ah_msg_set_str (reply, "relay", self->config->hostd_tunnel_relay
+                                        ? self->config->hostd_tunnel_relay : "");
+        free (detail);
+        rc = 0;
+    }
+    else
     if (streq (type, "DRIVER_WATCH")) {
         rc = d->watch (d, s_on_change, c, &c->stop, &err);
         if (rc == 0 && !err)
@@ -253,7 +268,7 @@ s_worker (void *arg)
 static const char *s_types [] = {
     "DRIVER_CREATE", "DRIVER_START", "DRIVER_STOP", "DRIVER_REBUILD", "DRIVER_DESTROY",
     "DRIVER_REMOVE_CONTAINER", "DRIVER_INSPECT", "DRIVER_LIST", "DRIVER_IMAGE_EXISTS", "DRIVER_IMAGE_BUILD",
-    "DRIVER_WATCH", "DRIVER_ENGINE", NULL
+    "DRIVER_WATCH", "DRIVER_ENGINE", "HOSTD_TUNNEL", NULL
 };
 
 static void
@@ -590,6 +605,16 @@ s_prepare (hostd_t *self, char **err)
     if (!config->data_dir || s_mkdir_private (config->data_dir, err) || s_lock (self, err))
         return -1;
     s_share_homes (self);
+    //  The server is elsewhere: sandboxes mount our socket, and we carry
+    //  each of their connections to the server's tunnel.
+    if (config->hostd_tunnel_relay) {
+        free (config->tunnel_socket);
+        config->tunnel_socket = ah_strf ("%s/run/tunnel.sock", config->data_dir);
+        if (!config->tunnel_socket
+        ||  !(self->relay = ah_relay_start (config->tunnel_socket, config->hostd_tunnel_relay,
+                                            config->hostd_tunnel_ca, err)))
+            return -1;
+    }
     if (config->hostd_name)
         snprintf (self->name, sizeof self->name, "%s", config->hostd_name);
     else {
@@ -613,6 +638,10 @@ s_prepare (hostd_t *self, char **err)
     ah_driver_free_ids (&ids);
     free (why);
     why = NULL;
+    //  Whether sandboxes with a network reach this host's own services:
+    //  the probe runs here, on the Docker host, in the background; its
+    //  outcome is logged and travels with DRIVER_ENGINE (doctor).
+    ah_docker_isolation_check_start (self->driver);
     self->catalog = ah_catalog_load (config->catalog_path, &why);
     if (!self->catalog)
         ah_warn (AREA, "no catalog (%s): image builds are refused", why ? why : "?");
@@ -653,6 +682,7 @@ s_destroy (hostd_t *self)
     if (self->driver)
         self->driver->destroy_driver (&self->driver);
     ah_catalog_destroy (&self->catalog);
+    ah_relay_stop (&self->relay);
     free (self->logged);
     if (self->lock_fd >= 0)
         close (self->lock_fd);

@@ -59,16 +59,6 @@ s_put_boot (const char *name)
     return st == 200 ? dt : -1;
 }
 
-static const char *
-s_verdict (double ratio, int *rc)
-{
-    if (ratio <= GOAL)
-        return "met";
-    if (ratio <= GOAL * (1 + NOISE))
-        return "within noise";
-    *rc = 3;
-    return "MISSED";
-}
 
 int
 main (int argc, char **argv)
@@ -188,8 +178,8 @@ main (int argc, char **argv)
                 bp * 1000, 100 * bp / dw, (dw - bp) * 1000, 100 * (dw - bp) / dw);
         printf ("  ratio driver/bare            : %7.2f\n", dw / bw);
         int goals = 0;
-        printf ("goal: create -> running <= %.2fx bare: %s (%.2f)\n", GOAL, s_verdict (t / b, &goals), t / b);
-        printf ("goal: sleeping -> running <= %.2fx bare: %s (%.2f)\n", GOAL, s_verdict (dw / bw, &goals), dw / bw);
+        printf ("goal: create -> running <= %.2fx bare: %s (%.2f)\n", GOAL, eng_verdict (t / b, GOAL, NOISE, &goals), t / b);
+        printf ("goal: sleeping -> running <= %.2fx bare: %s (%.2f)\n", GOAL, eng_verdict (dw / bw, GOAL, NOISE, &goals), dw / bw);
         if (goals && !report_only)
             rc = goals;
     }

@@ -4,10 +4,12 @@
     on ipc://, running the same Docker driver), interleaved round by round
     in one run: create -> running (create, start, until the engine says
     the container runs) and sleeping -> running (start of the stopped
-    container). Prints medians and the ratio remote / in-process; the
+    container). Prints medians, their ratio and the median of each
+    round's own ratio remote / in-process (the goal's figure: a round's
+    two runs are back to back, so the machine's load hits both); the
     target is at most 1.05. Exits 77 without a Docker Engine.
 
-    usage: bench_hostd AGENTHOLD_BINARY                               */
+    usage: bench_hostd [--report] AGENTHOLD_BINARY                               */
 #include "drivers/docker.h"
 #include "drivers/remote.h"
 #include "../../tests/docker/engine.h"
@@ -15,7 +17,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#define ROUNDS 7
+#define ROUNDS 11
 
 static void
 s_wait_running (const char *name, double t0)
@@ -64,8 +66,12 @@ fail:
 int
 main (int argc, char **argv)
 {
+    //  --report: print the goals' verdicts but exit 0 on a miss (ctest)
+    bool report_only = argc > 2 && !strcmp (argv [1], "--report");
+    if (report_only)
+        argv++, argc--;
     if (argc < 2) {
-        fprintf (stderr, "usage: bench_hostd AGENTHOLD_BINARY\n");
+        fprintf (stderr, "usage: bench_hostd [--report] AGENTHOLD_BINARY\n");
         return 2;
     }
     if (!eng_available ())
@@ -122,17 +128,38 @@ main (int argc, char **argv)
         ||  s_round (second, fx.prefix, 0xb1 + 2 * r, &sc [r], &sw [r]))
             goto out;
     }
+    //  Each round's own ratios first: eng_median sorts what it is given.
+    double pc [ROUNDS], pw [ROUNDS];
+    for (int r = 0; r < ROUNDS; r++) {
+        pc [r] = rc_ [r] / lc [r];
+        pw [r] = rw [r] / lw [r];
+    }
     double l1 = eng_median (lc, ROUNDS), r1 = eng_median (rc_, ROUNDS);
     double l2 = eng_median (lw, ROUNDS), r2 = eng_median (rw, ROUNDS);
-    printf ("create -> running, median of %d interleaved rounds\n", ROUNDS);
-    printf ("  in-process docker driver     : %7.1f ms\n", l1 * 1000);
-    printf ("  through hostd (remote, ipc)  : %7.1f ms\n", r1 * 1000);
-    printf ("  ratio hostd/in-process       : %7.3f (target <= 1.05)\n", r1 / l1);
-    printf ("sleeping -> running, median of %d interleaved rounds\n", ROUNDS);
-    printf ("  in-process docker driver     : %7.1f ms\n", l2 * 1000);
-    printf ("  through hostd (remote, ipc)  : %7.1f ms\n", r2 * 1000);
-    printf ("  ratio hostd/in-process       : %7.3f (target <= 1.05)\n", r2 / l2);
-    rc = 0;
+    //  Each round runs both drivers back to back, so a change of load on
+    //  the (shared) machine hits both sides of a pair: the median of the
+    //  rounds' own ratios is the goal's figure; the ratio of the medians
+    //  is printed too.
+    double c = eng_median (pc, ROUNDS), w = eng_median (pw, ROUNDS);
+    printf ("create -> running, %d interleaved rounds\n", ROUNDS);
+    printf ("  in-process docker driver     : %7.1f ms (median)\n", l1 * 1000);
+    printf ("  through hostd (remote, ipc)  : %7.1f ms (median)\n", r1 * 1000);
+    printf ("  ratio of the medians         : %7.3f\n", r1 / l1);
+    printf ("  median of the rounds' ratios : %7.3f (target <= 1.05)\n", c);
+    printf ("sleeping -> running, %d interleaved rounds\n", ROUNDS);
+    printf ("  in-process docker driver     : %7.1f ms (median)\n", l2 * 1000);
+    printf ("  through hostd (remote, ipc)  : %7.1f ms (median)\n", r2 * 1000);
+    printf ("  ratio of the medians         : %7.3f\n", r2 / l2);
+    printf ("  median of the rounds' ratios : %7.3f (target <= 1.05)\n", w);
+    int goals = 0;
+    printf ("goal: create -> running through hostd <= 1.05x in-process: %s (%.3f)\n",
+            eng_verdict (c, 1.05, 0.10, &goals), c);
+    printf ("goal: sleeping -> running through hostd <= 1.05x in-process: %s (%.3f)\n",
+            eng_verdict (w, 1.05, 0.10, &goals), w);
+    if (goals && !report_only)
+        rc = goals;
+    else
+        rc = 0;
 out:
     free (err);
     if (remote)

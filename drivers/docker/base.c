@@ -277,6 +277,36 @@ s_import_line (void *arg, const char *line, size_t len)
 }
 
 int
+ah_dk_import (docker_t *self, const char *image, const void *tar, size_t size,
+              volatile int *stop, char **err)
+{
+    const char *colon = strrchr (image, ':');
+    char *repo = colon ? strndup (image, (size_t) (colon - image)) : NULL;
+    char *erepo = repo ? curl_easy_escape (NULL, repo, 0) : NULL;
+    char *etag = colon ? curl_easy_escape (NULL, colon + 1, 0) : NULL;
+    char *path = ah_strf ("/images/create?fromSrc=-&repo=%s&tag=%s", erepo ? erepo : "", etag ? etag : "");
+    char *what = ah_strf ("importing %s", image);
+    char *error = NULL;
+    dk_stream_t how = {
+        .call = { .what = what, .method = "POST", .body = tar, .body_size = size,
+                  .content_type = "application/x-tar" },
+        .on_line = s_import_line, .arg = &error, .stop = stop };
+    int st = ah_dk_stream (self, &how, path, err);
+    if (st == 1)
+        ah_dk_err (err, "%s: stopped (the server is shutting down)", what);
+    else if (st == 0 && error)
+        ah_dk_err (err, "%s: %s", what, error);
+    int rc = st == 0 && !error ? 0 : -1;
+    free (error);
+    free (what);
+    free (path);
+    curl_free (erepo);
+    curl_free (etag);
+    free (repo);
+    return rc;
+}
+
+int
 ah_dk_base_make (docker_t *self, const ah_image_build_t *build, const char *suite,
                  volatile int *stop, char **err)
 {
@@ -300,29 +330,7 @@ ah_dk_base_make (docker_t *self, const ah_image_build_t *build, const char *suit
     free (tar_path);
     if (rc == 0) {
         s_say (build, "importing %s (%zu MB)", image, ah_buf_size (&body) >> 20);
-        const char *colon = strrchr (image, ':');
-        char *repo = strndup (image, (size_t) (colon - image));
-        char *erepo = repo ? curl_easy_escape (NULL, repo, 0) : NULL;
-        char *etag = curl_easy_escape (NULL, colon + 1, 0);
-        char *path = ah_strf ("/images/create?fromSrc=-&repo=%s&tag=%s", erepo ? erepo : "", etag ? etag : "");
-        char *what = ah_strf ("importing %s", image);
-        char *error = NULL;
-        dk_stream_t how = {
-            .call = { .what = what, .method = "POST", .body = ah_buf_head (&body),
-                      .body_size = ah_buf_size (&body), .content_type = "application/x-tar" },
-            .on_line = s_import_line, .arg = &error, .stop = stop };
-        int st = ah_dk_stream (self, &how, path, err);
-        if (st == 1)
-            ah_dk_err (err, "%s: stopped (the server is shutting down)", what);
-        else if (st == 0 && error)
-            ah_dk_err (err, "%s: %s", what, error);
-        rc = st == 0 && !error ? 0 : -1;
-        free (error);
-        free (what);
-        free (path);
-        curl_free (erepo);
-        curl_free (etag);
-        free (repo);
+        rc = ah_dk_import (self, image, ah_buf_head (&body), ah_buf_size (&body), stop, err);
     }
     ah_buf_free (&body);
     if (rc == 0)

@@ -45,6 +45,7 @@
 
 #define LOG_AREA            "docker"
 #define DK_MAX_NAME         128             //  a Docker object name we make
+#define DK_HELPER_IMAGE     "agenthold-helper:2"    //  helper.c
 
 typedef struct {
     const ah_config_t *config;          //  borrowed, immutable
@@ -67,6 +68,15 @@ typedef struct {
     //  joined by destroy_driver; only the thread that started it touches these.
     pthread_t probe_thread;
     bool    probe_started;
+    //  Guarded by lock too: the helper image is there; the host's own
+    //  addresses as a helper container saw them (server in a container),
+    //  and when they were read (monotonic ms; 0: never).
+    bool    helper_ready;
+    char   *host_addresses;
+    int64_t host_addresses_at;
+    //  The probe's last outcome (AH_FIREWALL_*) and its sentence.
+    int     probe_rc;
+    char   *probe_report;
 } docker_t;
 
 //  -------------------------------------------------------------------------
@@ -274,6 +284,16 @@ int ah_dk_image_build (ah_driver_t *driver, const ah_image_build_t *build, volat
 //  the host's own release), into suite. 0 / -1 when it cannot.
 int ah_dk_base_suite (const char *image, char *suite, size_t size);
 //  Make build->base_image as suite with mmdebstrap and import it. 0 / -1.
+//  helper.c: the helper image (made once, no registry), its name or NULL
+//  with *err; the host's IPv4 addresses read from a container in the
+//  host's network namespace, space-separated (caller frees), or NULL with
+//  *err.
+const char *ah_dk_helper_image (docker_t *self, char **err);
+char       *ah_dk_host_addresses (docker_t *self, char **err);
+
+//  tar (a root file system) imported as image ("repo:tag"). 0 / -1 with *err.
+int ah_dk_import (docker_t *self, const char *image, const void *tar, size_t size,
+                  volatile int *stop, char **err);
 int ah_dk_base_make (docker_t *self, const ah_image_build_t *build, const char *suite,
                      volatile int *stop, char **err);
 int ah_dk_watch (ah_driver_t *driver,

@@ -105,6 +105,8 @@ s_destroy_driver (ah_driver_t **self_p)
         free (self->prefix);
         free (self->sandboxd_file);
         free (self->tunnel_socket);
+        free (self->host_addresses);
+        free (self->probe_report);
         free (self->server_container);
         free (self);
     }

@@ -50,6 +50,8 @@ ah_docker_engine_facts (ah_driver_t *driver, ah_engine_facts_t *facts, char **er
         facts->free_bytes = (int64_t) vfs.f_bavail * (int64_t) vfs.f_frsize;
         facts->total_bytes = (int64_t) vfs.f_blocks * (int64_t) vfs.f_frsize;
     }
+    facts->firewall = ah_docker_isolation_report (driver, facts->firewall_report,
+                                                  sizeof facts->firewall_report);
     json_decref (version);
     json_decref (info);
     return 0;

@@ -5,15 +5,25 @@
     needs no network have none (container.c). Kept across rebuilds;
     destroy removes it.                                                 */
 #include "drivers/docker/docker_int.h"
+#include "sandboxd/net.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_OVERLAPS    8               //  subnets in a row the engine may refuse
+#define HOST_ADDRESSES_MS   (10 * 60 * 1000)    //  the host's addresses are read again after
+
+static int64_t
+s_mono_ms (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 
 long
@@ -266,6 +276,43 @@ s_block_more (char *out, const char *host)
     return more;
 }
 
+//  The host's addresses as a helper container last saw them (read again
+//  once they are older than HOST_ADDRESSES_MS). A copy, or NULL (said in
+//  the log: sandboxes with a network may then reach the host's own
+//  addresses; the gateways are still blocked).
+static char *
+s_host_addresses (docker_t *self)
+{
+    pthread_mutex_lock (&self->lock);
+    bool fresh = self->host_addresses
+              && s_mono_ms () - self->host_addresses_at < HOST_ADDRESSES_MS;
+    char *copy = fresh ? strdup (self->host_addresses) : NULL;
+    pthread_mutex_unlock (&self->lock);
+    if (fresh)
+        return copy;
+    char *err = NULL;
+    char *addrs = ah_dk_host_addresses (self, &err);
+    if (!addrs) {
+        ah_warn (LOG_AREA, "cannot learn the host's own addresses from a helper container (%s): "
+                 "a sandbox with a network may reach services on them", err ? err : "?");
+        free (err);
+        pthread_mutex_lock (&self->lock);
+        copy = self->host_addresses ? strdup (self->host_addresses) : NULL;
+        pthread_mutex_unlock (&self->lock);
+        return copy;
+    }
+    pthread_mutex_lock (&self->lock);
+    bool changed = !self->host_addresses || strcmp (self->host_addresses, addrs);
+    free (self->host_addresses);
+    self->host_addresses = strdup (addrs);
+    self->host_addresses_at = s_mono_ms ();
+    pthread_mutex_unlock (&self->lock);
+    if (changed)
+        ah_info (LOG_AREA, "the host's own addresses (read by a helper container in its network "
+                 "namespace), blocked for sandboxes with a network: %s", addrs);
+    return addrs;
+}
+
 char *
 ah_dk_blocked (docker_t *self, uint32_t base)
 {
@@ -296,20 +343,30 @@ ah_dk_blocked (docker_t *self, uint32_t base)
                 out = s_block_more (out, g);
         }
     json_decref (nets);
-    //  On the host: each of its own IPv4 addresses too. In a container the
-    //  server cannot see them (docs/docker.md says what to do then).
+    //  Each of the host's own IPv4 addresses too: read here on the host;
+    //  in a container, by a helper container in the host's network
+    //  namespace (helper.c), kept for HOST_ADDRESSES_MS.
     char *server = ah_dk_server_container (self);
-    struct ifaddrs *ifs = NULL;
-    if (!server && out && getifaddrs (&ifs) == 0) {
-        for (struct ifaddrs *ifa = ifs; ifa; ifa = ifa->ifa_next) {
-            if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != AF_INET)
-                continue;
-            char host [INET_ADDRSTRLEN];
-            inet_ntop (AF_INET, &((struct sockaddr_in *) ifa->ifa_addr)->sin_addr, host, sizeof host);
-            if (strncmp (host, "127.", 4) != 0)
-                out = s_block_more (out, host);
+    if (server && out) {
+        char *addrs = s_host_addresses (self);
+        char *save = NULL;
+        for (char *a = addrs ? strtok_r (addrs, " ", &save) : NULL; a; a = strtok_r (NULL, " ", &save))
+            if (strncmp (a, "127.", 4) != 0)
+                out = s_block_more (out, a);
+        free (addrs);
+    }
+    if (!server && out) {
+        char *mine = NULL;
+        size_t size = 0;
+        FILE *f = open_memstream (&mine, &size);
+        if (f) {
+            ah_net_print_addresses (f);
+            fclose (f);
         }
-        freeifaddrs (ifs);
+        char *save = NULL;
+        for (char *a = mine ? strtok_r (mine, "\n", &save) : NULL; a; a = strtok_r (NULL, "\n", &save))
+            out = s_block_more (out, a);
+        free (mine);
     }
     free (server);
     return out;

@@ -8,7 +8,8 @@
     it, and the product does not install one (why: see docs/docker.md).
     This probe tells the operator at start whether the rule is there: a
     throw-away sandbox on a network like theirs, on the pool's last block,
-    runs the server's sandboxd with a boot.json whose tunnel URL names the
+    runs the server's sandboxd (in the helper image, helper.c: no runtime
+    need be built) with a boot.json whose tunnel URL names the
     gateway and a port the server just bound on all addresses. If the dial
     arrives, host services are open to networked sandboxes. Its objects carry
     only the label agenthold.probe=<prefix> (never agenthold.managed), so
@@ -84,7 +85,7 @@ s_probe_listen (int *port)
 }
 
 //  What the probe needs before it makes anything: the engine, the server
-//  on the host, the default image, sandboxd. The image, or NULL with *report.
+//  on the host, the helper image, sandboxd. The image, or NULL with *report.
 static const char *
 s_probe_ready (ah_driver_t *driver, char **report)
 {
@@ -104,12 +105,12 @@ s_probe_ready (ah_driver_t *driver, char **report)
                    c->network_pool);
         return NULL;
     }
-    const char *image = c->default_image;
-    bool exists = false;
+    //  Nothing of the image runs (sandboxd is mounted): the helper image,
+    //  made here with no registry, so the probe needs no runtime built.
     char *ierr = NULL;
-    if (!image || ah_dk_image_exists (driver, image, &exists, &ierr) || !exists) {
-        ah_dk_err (report, "cannot check the host firewall: sandbox.default_image '%s' is not "
-                   "here to run the probe%s%s", image ? image : "", ierr ? ": " : "", ierr ? ierr : "");
+    const char *image = ah_dk_helper_image (self, &ierr);
+    if (!image) {
+        ah_dk_err (report, "cannot check the host firewall: %s", ierr ? ierr : "no helper image");
         free (ierr);
         return NULL;
     }
@@ -142,11 +143,18 @@ s_probe_make (docker_t *self, const char *name, const char *image, uint32_t base
     }
     json_t *mounts = json_array ();
     json_array_append_new (mounts, ah_dk_sandboxd_mount (self));
-    json_t *req = json_pack ("{s:s s:[s] s:[] s:s s:{s:s} s:{s:b s:o s:s s:I s:[s]} s:{s:{s:{s:{s:s}}}}}",
+    //  Only what the probe's sandboxd uses: NET_ADMIN for its prohibit
+    //  routes (it reads its root-owned boot.json as root without any other
+    //  capability; making a home the agent's fails and is only logged),
+    //  no new privileges, IPv6 off as in a networked sandbox.
+    json_t *req = json_pack ("{s:s s:[s] s:[] s:s s:{s:s} s:{s:b s:o s:s s:I s:[s] s:[s] s:[s] "
+                             "s:{s:s s:s}} s:{s:{s:{s:{s:s}}}}}",
         "Image", image, "Entrypoint", "/opt/agenthold/sandboxd", "Cmd", "User", "0:0",
         "Labels", "agenthold.probe", self->prefix,
         "HostConfig", "Init", 1, "Mounts", mounts, "NetworkMode", name, "Memory",
-        (json_int_t) 64 << 20, "CapAdd", DK_NET_CAP,
+        (json_int_t) 64 << 20, "CapDrop", "ALL", "CapAdd", DK_NET_CAP,
+        "SecurityOpt", "no-new-privileges",
+        "Sysctls", "net.ipv6.conf.all.disable_ipv6", "1", "net.ipv6.conf.default.disable_ipv6", "1",
         "NetworkingConfig", "EndpointsConfig", name, "IPAMConfig", "IPv4Address", addr ? addr : "");
     path = ah_strf ("/containers/create?name=%s", name);
     free (msg);
@@ -270,6 +278,12 @@ s_probe_thread (void *arg)
     pthread_setname_np (pthread_self (), "ah-fw-probe");
     char *report = NULL;
     int rc = ah_docker_check_isolation (a->driver, a->tunnel_port, &report);
+    docker_t *self = a->driver->impl;
+    pthread_mutex_lock (&self->lock);
+    self->probe_rc = rc;
+    free (self->probe_report);
+    self->probe_report = report ? strdup (report) : NULL;
+    pthread_mutex_unlock (&self->lock);
     if (rc == 0)
         ah_info (LOG_AREA, "host firewall: %s", report ? report : "");
     else
@@ -300,4 +314,15 @@ ah_docker_isolation_check_start (ah_driver_t *driver)
     }
     self->probe_started = true;
     return 0;
+}
+
+int
+ah_docker_isolation_report (ah_driver_t *driver, char *report, size_t size)
+{
+    docker_t *self = driver->impl;
+    pthread_mutex_lock (&self->lock);
+    int rc = self->probe_started && self->probe_report ? self->probe_rc : AH_FIREWALL_PENDING;
+    snprintf (report, size, "%s", rc == AH_FIREWALL_PENDING ? "" : self->probe_report);
+    pthread_mutex_unlock (&self->lock);
+    return rc;
 }

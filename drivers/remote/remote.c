@@ -2,11 +2,18 @@
     entry point of drivers/driver.h as one call to the host agent.
 
     DESIGN. Called from lifecycle's, the builder's and the reconciler's
-    worker threads, several at once. A call owns its DEALER socket from
-    connect to close, so no socket is shared; the shared state (the host's
-    name, version, protocol and state as the last answer or silence left
-    them, and the sentence last logged) lives in remote_t behind one
-    mutex. The configuration and the key pair are set once by
+    worker threads, several at once. A call owns its DEALER socket for
+    its whole length, so no socket is used by two threads at once; a call
+    that ends with its REPLY puts its socket back in a small idle pool for
+    the next call (of any thread: the mutex hand-over is the memory
+    barrier ZeroMQ asks for when a socket changes threads), so the link
+    to hostd is connected once, not once per call. A call that ends any
+    other way (silence, a stop, an error of the socket) closes its
+    socket: hostd then sees its caller gone and stops the work. A watch
+    always has a socket of its own (it ends by a stop). The shared state
+    (the host's name, version, protocol and state as the last answer or
+    silence left them, the sentence last logged, the idle sockets) lives
+    in remote_t behind one mutex. The configuration and the key pair are set once by
     ah_remote_driver_new and never written again.                     */
 #include "drivers/remote.h"
 #include "drivers/remote/wire.h"
@@ -24,6 +31,7 @@
 #include <sys/stat.h>
 
 #define AREA        "remote"
+#define IDLE_MAX    8                   //  idle sockets kept for the next calls
 
 typedef struct {
     const ah_config_t *config;          //  borrowed, immutable
@@ -36,6 +44,8 @@ typedef struct {
     int64_t  next_req;
     ah_host_info_t info;
     char    *logged;                    //  the last trouble logged (logged once)
+    zsock_t *idle [IDLE_MAX];           //  connected DEALERs no call owns
+    size_t   n_idle;
 } remote_t;
 
 char *
@@ -123,9 +133,19 @@ s_host_name (remote_t *self)
     return name;
 }
 
+//  A connected DEALER for one call: an idle one, or a new one.
 static zsock_t *
-s_connect (remote_t *self)
+s_connect (remote_t *self, bool fresh)
 {
+    if (!fresh) {
+        zsock_t *idle = NULL;
+        pthread_mutex_lock (&self->lock);
+        if (self->n_idle > 0)
+            idle = self->idle [--self->n_idle];
+        pthread_mutex_unlock (&self->lock);
+        if (idle)
+            return idle;
+    }
     zsock_t *sock = zsock_new (ZMQ_DEALER);
     if (!sock)
         return NULL;
@@ -165,6 +185,19 @@ s_silent (remote_t *self)
     return why;
 }
 
+//  The call ended with its REPLY: the socket serves the next one.
+static void
+s_release (remote_t *self, zsock_t **sock_p)
+{
+    pthread_mutex_lock (&self->lock);
+    if (*sock_p && self->n_idle < IDLE_MAX) {
+        self->idle [self->n_idle++] = *sock_p;
+        *sock_p = NULL;
+    }
+    pthread_mutex_unlock (&self->lock);
+    zsock_destroy (sock_p);
+}
+
 typedef void (s_on_event_fn) (void *arg, const ah_msg_t *event);
 
 //  One call: send req (taken over), wait for its REPLY. DRIVER_EVENTs go
@@ -187,7 +220,8 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
     char type [AH_MSG_MAX_TYPE + 1];
     snprintf (type, sizeof type, "%s", ah_msg_type (req));
 
-    zsock_t *sock = s_connect (self);
+    //  A watch ends by a stop: its own socket, closed at the end.
+    zsock_t *sock = s_connect (self, streq (type, "DRIVER_WATCH"));
     if (!sock || ah_msg_send (&req, sock, NULL) != 0) {
         ah_msg_destroy (&req);
         zsock_destroy (&sock);
@@ -196,6 +230,7 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
         return -1;
     }
     int rc = -1;
+    bool answered = false;              //  the REPLY came: the socket is clean
     int64_t heard = zclock_mono ();
     while (true) {
         if (stop && *stop) {
@@ -232,6 +267,7 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
             on_event (arg, m);
         else
         if (streq (t, "REPLY")) {
+            answered = true;
             int64_t protocol = ah_msg_int (m, "protocol", 0);
             if (protocol != AH_HOSTD_PROTOCOL
             ||  ah_msg_int (m, "status", 0) == AH_HOSTD_STATUS_VERSION) {
@@ -260,6 +296,8 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
         }
         ah_msg_destroy (&m);
     }
+    if (answered && !streq (type, "DRIVER_WATCH"))
+        s_release (self, &sock);
     zsock_destroy (&sock);
     return rc;
 }
@@ -478,6 +516,21 @@ ah_remote_engine_facts (ah_driver_t *driver, ah_engine_facts_t *facts, char **er
     return 0;
 }
 
+int
+ah_remote_tunnel_check (ah_driver_t *driver, bool *reachable, char **detail, char **err)
+{
+    ah_msg_t *reply = NULL;
+    if (s_simple (driver, ah_msg_new ("HOSTD_TUNNEL"), &reply, err))
+        return -1;
+    *reachable = ah_msg_bool (reply, "reachable", false);
+    const char *d = ah_msg_str (reply, "detail");
+    const char *relay = ah_msg_str (reply, "relay");
+    *detail = relay && *relay ? ah_strf ("%s (hostd relays it to %s)", d ? d : "", relay)
+                              : strdup (d ? d : "");
+    ah_msg_destroy (&reply);
+    return 0;
+}
+
 static int
 s_host_info (ah_driver_t *driver, ah_host_info_t *info)
 {
@@ -496,6 +549,8 @@ s_destroy_driver (ah_driver_t **self_p)
     ah_driver_t *driver = *self_p;
     remote_t *self = driver->impl;
     if (self) {
+        while (self->n_idle > 0)
+            zsock_destroy (&self->idle [--self->n_idle]);
         zcert_destroy (&self->cert);
         pthread_mutex_destroy (&self->lock);
         free (self->endpoint);

@@ -96,6 +96,8 @@ ah_hostd_put_facts (ah_msg_t *msg, const ah_engine_facts_t *f)
     ah_msg_set_bool (msg, "rootless", f->rootless);
     ah_msg_set_str (msg, "runtime", f->runtime);
     ah_msg_set_bool (msg, "runtime_ok", f->runtime_ok);
+    ah_msg_set_int (msg, "firewall", f->firewall);
+    ah_msg_set_str (msg, "firewall_report", f->firewall_report);
 }
 
 static void
@@ -119,4 +121,8 @@ ah_hostd_get_facts (const ah_msg_t *msg, ah_engine_facts_t *f)
     f->rootless = ah_msg_bool (msg, "rootless", false);
     s_copy (f->runtime, sizeof f->runtime, ah_msg_str (msg, "runtime"));
     f->runtime_ok = ah_msg_bool (msg, "runtime_ok", false);
+    f->firewall = (int) ah_msg_int (msg, "firewall", AH_FIREWALL_PENDING);
+    if (f->firewall < AH_FIREWALL_PENDING || f->firewall > 1)
+        f->firewall = AH_FIREWALL_PENDING;
+    s_copy (f->firewall_report, sizeof f->firewall_report, ah_msg_str (msg, "firewall_report"));
 }

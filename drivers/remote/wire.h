@@ -1,7 +1,7 @@
 /*  drivers/remote/wire.h: what the remote driver (remote.c) and the host
     agent (server/hostd.c) both know of their link (docs/hostd.md).
 
-    The link is a ZeroMQ DEALER (the server, one socket per call) to a
+    The link is a ZeroMQ DEALER (the server, one call at a time per socket) to a
     ROUTER (hostd), ipc:// on one machine or tcp:// with CURVE. Messages
     are the actors' own (proto/msg.h): [type][msgpack map]. Every request
     carries "req", "protocol" and "version"; every REPLY carries hostd's
@@ -19,7 +19,7 @@
 #include "drivers/driver.h"
 #include "proto/msg.h"
 
-#define AH_HOSTD_PROTOCOL       2       //  2: DRIVER_REMOVE_CONTAINER
+#define AH_HOSTD_PROTOCOL       3       //  2: DRIVER_REMOVE_CONTAINER; 3: HOSTD_TUNNEL, DRIVER_ENGINE's firewall
 #define AH_HOSTD_HEARTBEAT_MS   1000
 //  HOSTD_REFUSED status: the two sides speak different protocols.
 #define AH_HOSTD_STATUS_VERSION 426

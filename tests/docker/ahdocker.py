@@ -202,6 +202,17 @@ def host_service(h):
     return s.getsockname()[1]
 
 
+def connect_cmd(host, port):
+    """A shell line that prints OPEN when host:port accepts a connection,
+    with whatever the image has (busybox nc, bash's /dev/tcp, python3)."""
+    return ("if command -v nc >/dev/null; then nc -w 2 %(h)s %(p)d </dev/null >/dev/null 2>&1 && echo OPEN; "
+            "elif [ -x /bin/bash ]; then timeout 3 /bin/bash -c 'echo > /dev/tcp/%(h)s/%(p)d' "
+            ">/dev/null 2>&1 && echo OPEN; "
+            "elif command -v python3 >/dev/null; then python3 -c 'import socket; "
+            "socket.create_connection((\"%(h)s\", %(p)d), 2)' 2>/dev/null && echo OPEN; fi; echo tried"
+            % {"h": host, "p": port})
+
+
 def host_addresses():
     """The host's IPv4 addresses and every gateway of the engine's networks."""
     out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()

@@ -298,6 +298,20 @@ eng_median (double *v, int n)
     return n % 2 ? v [n / 2] : (v [n / 2 - 1] + v [n / 2]) / 2;
 }
 
+//  A bench goal's verdict (bench/README.md): "met" when ratio <= goal,
+//  "within noise" up to noise (a fraction) above it, else "MISSED" and
+//  *rc = 3.
+ENG_FN const char *
+eng_verdict (double ratio, double goal, double noise, int *rc)
+{
+    if (ratio <= goal)
+        return "met";
+    if (ratio <= goal * (1 + noise))
+        return "within noise";
+    *rc = 3;
+    return "MISSED";
+}
+
 //  Does the engine say the container name runs?
 ENG_FN bool
 eng_running (const char *name)

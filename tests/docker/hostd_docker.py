@@ -176,7 +176,7 @@ def scenario_basic(pw):
     h.check(h.cli("start", "alice")["state"] == "running", "wake through hostd")
     h.check(exec_out("alice", "cat kept.txt") == "kept by the home\n", "the file survived the sleep")
     hs = wait_host("up")
-    h.check(hs["name"] == "b1" and hs["protocol"] == 2 and hs["version"], "hosts: %r" % hs)
+    h.check(hs["name"] == "b1" and hs["protocol"] == 3 and hs["version"], "hosts: %r" % hs)
     return a["id"]
 
 
@@ -266,7 +266,7 @@ def scenario_unreachable(aid):
 
 
 class FakeHostd(threading.Thread):
-    """A host agent of another release: answers every call with protocol 3."""
+    """A host agent of another release: answers every call with protocol 99."""
 
     def __init__(self, path):
         super().__init__(daemon=True)
@@ -286,7 +286,7 @@ class FakeHostd(threading.Thread):
             peer, typ, body = self.sock.recv_multipart()
             req = msgpack.unpackb(body).get("req", 0)
             self.calls += 1
-            reply = {"req": req, "ok": True, "status": 200, "protocol": 3, "version": "0.0.9",
+            reply = {"req": req, "ok": True, "status": 200, "protocol": 99, "version": "0.0.9",
                      "host": "b9", "ids": ""}
             self.sock.send_multipart([peer, b"REPLY", msgpack.packb(reply)])
         self.sock.close(0)
@@ -301,11 +301,11 @@ def scenario_mismatch(pw):
         stop_server()
         mark = len(h.server_log_tail(10 ** 7))
         start_server(pw, {"AGENTHOLD_SANDBOX_REMOTE_ENDPOINT": "ipc://" + path})
-        want = ("host b9 runs agenthold hostd 0.0.9 (protocol 3); this server speaks protocol 2: "
+        want = ("host b9 runs agenthold hostd 0.0.9 (protocol 99); this server speaks protocol 3: "
                 "install agenthold 0.1.0 on b9 and restart hostd")
-        hs = wait_host("refused", contains="protocol 3")
+        hs = wait_host("refused", contains="protocol 99")
         h.check(hs["error"] == want, "the sentence: %r" % hs["error"])
-        h.check(hs["name"] == "b9" and hs["version"] == "0.0.9" and hs["protocol"] == 3
+        h.check(hs["name"] == "b9" and hs["version"] == "0.0.9" and hs["protocol"] == 99
                 and len(hosts()) == 1, "hosts shows what runs there: %r" % hosts())
         a = h.wait_state("alice", "unreachable", 15)
         h.check(a["error"] == want, "the agent shows the sentence: %r" % a["error"])
@@ -348,20 +348,32 @@ def scenario_hostd_refuses():
     typ, r = hostd_call("DRIVER_LIST", {"req": 7, "protocol": 99, "version": "9.9.9"})
     h.check(typ == "REPLY" and not r["ok"] and r["status"] == 426 and r["req"] == 7,
             "another protocol is refused: %r" % r)
-    h.check("protocol 99" in r["error"] and "9.9.9" in r["error"] and r["protocol"] == 2,
+    h.check("protocol 99" in r["error"] and "9.9.9" in r["error"] and r["protocol"] == 3,
             "the refusal names both sides: %r" % r["error"])
-    typ, r = hostd_call("DRIVER_FORMAT_DISK", {"req": 8, "protocol": 2})
+    typ, r = hostd_call("DRIVER_FORMAT_DISK", {"req": 8, "protocol": 3})
     h.check(not r["ok"] and r["status"] == 400 and "unknown" in r["error"], "unknown type: %r" % r)
     typ, r = hostd_call(None, None, [b"DRIVER_LIST", b"\xc1\xc1not msgpack"])
     h.check(not r["ok"] and r["status"] == 400, "a malformed map: %r" % r)
     typ, r = hostd_call(None, None, [b"DRIVER_LIST"])
     h.check(not r["ok"] and r["status"] == 400, "one frame: %r" % r)
-    typ, r = hostd_call("DRIVER_INSPECT", {"req": 9, "protocol": 2, "agent_id": "../../etc"})
+    typ, r = hostd_call("DRIVER_INSPECT", {"req": 9, "protocol": 3, "agent_id": "../../etc"})
     h.check(not r["ok"] and r["status"] == 500 and "agent" in r["error"], "a bad id: %r" % r)
-    typ, r = hostd_call("DRIVER_IMAGE_BUILD", {"req": 10, "protocol": 2, "image": "evil:1"})
+    typ, r = hostd_call("DRIVER_IMAGE_BUILD", {"req": 10, "protocol": 3, "image": "evil:1"})
     h.check(not r["ok"] and "not in the catalog" in r["error"], "builds only its catalog: %r" % r)
-    typ, r = hostd_call("HOSTD_HELLO", {"req": 11, "protocol": 2})
+    typ, r = hostd_call("HOSTD_HELLO", {"req": 11, "protocol": 3})
     h.check(r["ok"] and r["host"] == "b1" and r["driver"] == "docker", "still serving: %r" % r)
+
+
+def hostd_key(p, data):
+    """The public key a tcp:// hostd made at its first start."""
+    cert = os.path.join(data, "curve", "hostd.cert")
+    deadline = time.time() + 10
+    while not os.path.exists(cert):
+        h.check(time.time() < deadline and p.poll() is None, "the tcp hostd made its key pair")
+        time.sleep(0.05)
+    time.sleep(0.3)
+    return [l.split("=", 1)[1].strip().strip('"') for l in open(cert)
+            if l.strip().startswith("public-key")][0]
 
 
 def scenario_curve(pw):
@@ -373,14 +385,8 @@ def scenario_curve(pw):
     p = subprocess.Popen([h.bin, "hostd"], env=hostd_env(tcp, data, "b2"), cwd=h.tmp,
                          stdout=log, stderr=log)
     EXTRA.append(p)
+    key = hostd_key(p, data)
     cert = os.path.join(data, "curve", "hostd.cert")
-    deadline = time.time() + 10
-    while not os.path.exists(cert):
-        h.check(time.time() < deadline and p.poll() is None, "the tcp hostd made its key pair")
-        time.sleep(0.05)
-    time.sleep(0.3)
-    key = [l.split("=", 1)[1].strip().strip('"') for l in open(cert)
-           if l.strip().startswith("public-key")][0]
     h.check(len(key) == 40, "hostd's public key: %r" % key)
     h.check(os.stat(cert + "_secret").st_mode & 0o077 == 0, "hostd's secret key is private")
     wrong, _ = zmq.curve_keypair()
@@ -412,6 +418,96 @@ def scenario_curve(pw):
     h.wait_state("alice", "running", 20)
 
 
+def netns():
+    """A network namespace of this test's own, joined to this one by a veth
+    pair on 10.214.239.0/30 (.1 here, .2 there): hostd runs in it as on
+    another machine. (ns, address here, address there); removed at the end."""
+    ns = "ahhd%d" % os.getpid()
+    here, there = "vh%d" % os.getpid(), "vn%d" % os.getpid()
+
+    def ip(*args, check=True):
+        return subprocess.run(["ip"] + list(args), capture_output=True, text=True, timeout=30,
+                              check=check)
+    h.cleanups.append(lambda: (ip("link", "del", here, check=False),
+                               ip("netns", "del", ns, check=False)))
+    ip("netns", "add", ns)
+    ip("link", "add", here, "type", "veth", "peer", "name", there)
+    ip("link", "set", there, "netns", ns)
+    ip("addr", "add", "10.214.239.1/30", "dev", here)
+    ip("link", "set", here, "up")
+    ip("netns", "exec", ns, "ip", "addr", "add", "10.214.239.2/30", "dev", there)
+    ip("netns", "exec", ns, "ip", "link", "set", there, "up")
+    ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
+    return ns, "10.214.239.1", "10.214.239.2"
+
+
+def scenario_relay(pw):
+    """hostd as on another machine: in a network namespace of its own, on
+    tcp:// with CURVE, its own tunnel socket relayed to the server's
+    tunnel_listen across the veth pair; the server's own socket is not
+    where hostd looks (another server.data_dir in hostd's configuration)."""
+    ns, server_addr, hostd_addr = netns()
+    port = free_port(18900, 18919, {h.api_port, h.tunnel_port})
+    tcp = "tcp://%s:%d" % (hostd_addr, port)
+    data = os.path.join(h.tmp, "hostd-relay")
+    clients = os.path.join(data, "curve", "clients")
+    os.makedirs(clients, mode=0o700)
+    shutil.copy(os.path.join(h.data, "curve", "server.cert"), os.path.join(clients, "server.cert"))
+    elsewhere = os.path.join(h.tmp, "not-the-server")
+    relay = "tcp://%s:%d" % (server_addr, h.tunnel_port)
+    log = open(os.path.join(h.tmp, "hostd-relay.log"), "a")
+    p = subprocess.Popen(["ip", "netns", "exec", ns, h.bin, "hostd"], env=hostd_env(tcp, data, "b3", {
+        "AGENTHOLD_SERVER_DATA_DIR": elsewhere, "AGENTHOLD_HOSTD_TUNNEL_RELAY": relay}),
+        cwd=h.tmp, stdout=log, stderr=log)
+    log.close()
+    EXTRA.append(p)
+    key = hostd_key(p, data)
+    sock = os.path.join(data, "run", "tunnel.sock")
+    h.check(os.path.exists(sock) and os.stat(sock).st_mode & 0o777 == 0o666,
+            "hostd listens on a tunnel socket of its own: %s" % sock)
+    stop_server()
+    # The server's tunnel listens where the other "machine" reaches it.
+    env = {"AGENTHOLD_SANDBOX_REMOTE_ENDPOINT": tcp, "AGENTHOLD_SANDBOX_REMOTE_SERVER_KEY": key,
+           "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "%s:%d" % (server_addr, h.tunnel_port)}
+    start_server(pw, env)
+    hs = wait_host("up", 20)
+    h.check(hs["name"] == "b3", "the relaying hostd in another network namespace answers: %r" % hs)
+    # hostd there cannot reach the server's loopback: only the veth pair.
+    probe = subprocess.run(["ip", "netns", "exec", ns, "/usr/bin/python3", "-c",
+                            "import socket; socket.create_connection(('127.0.0.1', %d), 2)"
+                            % h.api_port], capture_output=True, timeout=30)
+    h.check(probe.returncode != 0, "hostd's namespace does not reach the server's 127.0.0.1")
+    t0 = time.time()
+    a = h.cli("create", "relayed")
+    h.check(a["state"] == "running", "a sandbox of the relaying hostd dials back: %r" % a)
+    print("create through a relaying hostd in another network namespace -> running in %.2f s" % (time.time() - t0))
+    sbx = h.container(a["id"])
+    mounts = {m["Destination"]: m for m in sbx["Mounts"]}
+    m = mounts.get("/run/agenthold")
+    h.check(m and m["Source"] == os.path.join(data, "run") and not m["RW"],
+            "the sandbox mounts hostd's socket directory, not the server's: %r" % m)
+    h.check(exec_out("relayed", "echo through-the-relay").strip() == "through-the-relay",
+            "exec through the relay")
+    rc, checks = doctor(env)
+    t = checks["tunnel"]
+    h.check(t["status"] == "ok" and "relays it to " + relay in t["detail"] and sock in t["detail"],
+            "doctor asks hostd, which tries the socket its sandboxes mount: %r" % t)
+    # The server's tunnel gone: the relay's socket answers nothing, doctor says so.
+    stop_server()
+    rc, checks = doctor(env)
+    failing(checks, "tunnel", "nothing answers", "start agenthold serve")
+    start_server(pw, env)
+    h.wait_state("relayed", "running", 30)
+    h.check(h.cli("rm", "relayed")["state"] == "destroyed", "rm through the relaying hostd")
+    stop_server()
+    p.send_signal(signal.SIGTERM)       # ip netns exec execs hostd: the signal is hostd's
+    p.wait(timeout=30)
+    h.check(not os.path.exists(sock), "hostd removed its tunnel socket at exit")
+    start_server(pw)
+    h.wait_state("alice", "running", 20)
+    wait_host("up")
+
+
 def doctor(extra=None):
     """agenthold doctor --json with the server's configuration: (status, checks by name)."""
     env = dict(h.env)
@@ -431,7 +527,7 @@ def failing(checks, name, detail, advice):
     return others
 
 
-def scenario_doctor():
+def scenario_doctor(pw):
     """Each check passing, then failing with its advice."""
     rc, checks = doctor()
     h.check(rc == 0 and all(c["status"] == "ok" for c in checks.values()),
@@ -440,7 +536,7 @@ def scenario_doctor():
                  "lua briefing.lua", "host", "engine", "isolation", "disk", "images", "tunnel",
                  "tls", "admin token"):
         h.check(name in checks, "doctor checks %s" % name)
-    h.check("hostd 0.1.0, protocol 2" in checks["host"]["detail"], "host: %r" % checks["host"])
+    h.check("hostd 0.1.0, protocol 3" in checks["host"]["detail"], "host: %r" % checks["host"])
     h.check("API 1." in checks["engine"]["detail"], "engine: %r" % checks["engine"])
     h.check("seccomp on" in checks["isolation"]["detail"], "isolation: %r" % checks["isolation"])
     h.check("GiB free" in checks["disk"]["detail"], "disk: %r" % checks["disk"])
@@ -468,10 +564,28 @@ def scenario_doctor():
     rc, checks = doctor({"AGENTHOLD_SANDBOX_DRIVER": "podman"})
     h.check(rc == 1 and failing(checks, "configuration", "podman", "fix the key") == [],
             "a bad configuration stops the other checks")
-    rc, checks = doctor({"AGENTHOLD_SANDBOX_TUNNEL_LISTEN": ":%d" % free_port(
-        18900, 18919, {h.api_port, h.tunnel_port})})
-    h.check(rc == 1 and failing(checks, "tunnel", "nothing answers", "start agenthold serve") == [],
-            "nothing listening where sandboxd dials")
+    deadline = time.time() + 30
+    while True:
+        rc, checks = doctor()
+        if "not ended yet" not in checks["firewall"]["detail"] or time.time() > deadline:
+            break
+        time.sleep(1)
+    h.check("as the host agent's sandboxes see it" in checks["tunnel"]["detail"]
+            and "HTTP " in checks["tunnel"]["detail"], "tunnel, asked of hostd: %r" % checks["tunnel"])
+    # The probe ran in hostd, on the Docker host, from the helper image
+    # (the harness's catalog has no default runtime image to lean on).
+    h.check(checks["firewall"]["status"] == "ok"
+            and "reaches no host port" in checks["firewall"]["detail"],
+            "the firewall probe ran in hostd: %r" % checks["firewall"])
+    h.check("host firewall: " in open(HOSTD["log"]).read(), "hostd logged the probe's outcome")
+    # The server stopped: hostd finds nothing behind the socket its sandboxes mount.
+    stop_server()
+    try:
+        rc, checks = doctor()
+        h.check(rc == 1 and failing(checks, "tunnel", "tunnel.sock", "start agenthold serve") == [],
+                "nothing answers where sandboxes dial")
+    finally:
+        start_server(pw)
     # A copy of the database with a destroy still owed, and no token file beside it.
     other = os.path.join(h.tmp, "data-copy")
     os.makedirs(other)
@@ -524,11 +638,12 @@ def scenario(h):
     scenario_no_socket(pw)
     aid = scenario_basic(pw)
     scenario_home_and_ttl(pw, aid)
-    scenario_doctor()
+    scenario_doctor(pw)
     scenario_unreachable(aid)
     scenario_hostd_refuses()
     scenario_mismatch(pw)
     scenario_curve(pw)
+    scenario_relay(pw)
     h.check(h.cli("rm", "alice")["state"] == "destroyed", "rm through hostd")
     h.check(h.container(aid) is None, "the container is gone")
 

@@ -38,7 +38,7 @@ import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import Harness, build_image, host_addresses, host_service  # noqa: E402
+from ahdocker import Harness, build_image, connect_cmd, host_addresses, host_service  # noqa: E402
 
 h = Harness("docker.isolation", sys.argv[1], "10.213.192.0/20", (18600, 18620))
 SOURCE = os.path.abspath(sys.argv[2])
@@ -84,17 +84,6 @@ def status_field(text, key):
         if line.startswith(key + ":"):
             return line.split(":", 1)[1].strip()
     return None
-
-
-def connect_cmd(host, port):
-    """A shell line that prints OPEN when host:port accepts a connection,
-    with whatever the image has (busybox nc, bash's /dev/tcp, python3)."""
-    return ("if command -v nc >/dev/null; then nc -w 2 %(h)s %(p)d </dev/null >/dev/null 2>&1 && echo OPEN; "
-            "elif [ -x /bin/bash ]; then timeout 3 /bin/bash -c 'echo > /dev/tcp/%(h)s/%(p)d' "
-            ">/dev/null 2>&1 && echo OPEN; "
-            "elif command -v python3 >/dev/null; then python3 -c 'import socket; "
-            "socket.create_connection((\"%(h)s\", %(p)d), 2)' 2>/dev/null && echo OPEN; fi; echo tried"
-            % {"h": host, "p": port})
 
 
 def inspect_container(name, aid, networked, memory):
@@ -155,6 +144,11 @@ def inside(name, aid, want_uid, want_gid, want_groups, service, addrs, networked
     h.check(status_field(st, "NoNewPrivs") == "1" and status_field(st, "Seccomp") == "2",
             "%s: NoNewPrivs 1, Seccomp 2 (filter): %r %r" % (name, status_field(st, "NoNewPrivs"),
                                                            status_field(st, "Seccomp")))
+    # Nothing of the server's side in the agent's environment (the driver
+    # hands sandboxd the image's USER as AGENTHOLD_USER; sandboxd takes it out).
+    env = sh(name, "env")
+    h.check("AGENTHOLD_" not in env, "%s: no AGENTHOLD_ variable in the agent's environment: %r"
+            % (name, [l for l in env.splitlines() if "AGENTHOLD_" in l]))
     owner = sh(name, "stat -c '%u %g' /home/agent").split()
     h.check([int(x) for x in owner] == [want_uid, want_gid],
             "%s: the home is the agent's: %r" % (name, owner))

@@ -26,14 +26,15 @@ dockerservercontainer<pid>, host port picked by the engine on 127.0.0.1."""
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import (Fail, Harness, build_image, demux, engine, engine_raw,  # noqa: E402
-                      read_file_from_container)
+from ahdocker import (Fail, Harness, build_image, connect_cmd, demux, engine,  # noqa: E402
+                      engine_raw, host_addresses, host_service, read_file_from_container)
 
 SRC = os.path.abspath(sys.argv[2])
 h = Harness("docker.server_container", sys.argv[1], "10.213.112.0/20", (18340, 18350))
@@ -57,6 +58,15 @@ def libraries(binary):
     return paths
 
 
+def catalog_with_net():
+    with open(h.env["AGENTHOLD_CATALOG_PATH"]) as f:
+        cat = json.load(f)
+    net = dict(cat["runtimes"][0], alias="net", needs_network=True,
+               description="The test image, with a network.")
+    cat["runtimes"].append(net)
+    return json.dumps(cat).encode()
+
+
 def build_server_image():
     bindir = os.path.dirname(h.bin)
     # Everything under root/ at its final path: one COPY, one layer (a COPY
@@ -69,7 +79,8 @@ def build_server_image():
         # The harness's catalog (its test image as the one runtime), as the
         # host-side tests have it: this test is about the server in a
         # container, not about building the shipped runtimes in there.
-        "root/usr/share/agenthold/test-runtimes.json": open(h.env["AGENTHOLD_CATALOG_PATH"], "rb").read(),
+        # Plus the same image as a runtime that needs a network.
+        "root/usr/share/agenthold/test-runtimes.json": catalog_with_net(),
         "root/etc/passwd": b"root:x:0:0:root:/root:/bin/false\n",
         "root/etc/group": b"root:x:0:\n",
     }
@@ -212,7 +223,41 @@ def scenario(h):
     h.check(set(srv["NetworkSettings"]["Networks"]) == {"bridge"},
             "the server's container is on no agent network: %r" % sorted(srv["NetworkSettings"]["Networks"]))
 
-    for name in ("alice", "bob"):
+    # A runtime that needs a network, with the server in a container: the
+    # driver cannot see the host's own addresses from in here, so a helper
+    # container in the host's network namespace reads them; sandboxd blocks
+    # them with the gateways. A host service on 0.0.0.0 answers the host
+    # but the sandbox on none of the host's addresses, while sandboxd still
+    # dials back (through the socket).
+    service = host_service(h)
+    addrs = host_addresses()
+    mine = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    mine = [a for a in mine if ":" not in a and not a.startswith("127.")]
+    h.check(mine, "the host has addresses of its own to try: %r" % mine)
+    c = h.cli("create", "carol", "--runtime", "net")
+    h.check(c["state"] == "running", "a networked sandbox of the containerised server dials back: %r" % c)
+    logs = engine_raw_logs()[1]
+    h.check("the host's own addresses (read by a helper container" in logs,
+            "the driver read the host's addresses through a helper container: %s" % logs[-2000:])
+    csbx = h.container(c["id"])
+    h.check(csbx["HostConfig"]["NetworkMode"] == "%s-net-%s" % (h.prefix, c["id"]),
+            "carol has a network of her own: %r" % csbx["HostConfig"]["NetworkMode"])
+    blocked = json.loads(read_file_from_container(csbx["Id"], "/etc/agenthold/boot.json"))["blocked"]
+    for a in mine:
+        h.check(a + "/32" in blocked.split(), "boot.json blocks the host's own %s: %r" % (a, blocked))
+    for a in addrs:
+        st, r = h.api("POST", "/api/v1/agents/carol/exec", {"cmd": connect_cmd(a, service)})
+        h.check(st == 200 and "tried" in r["stdout"] and "OPEN" not in r["stdout"],
+                "the host service on 0.0.0.0 does not answer carol on %s:%d: %d %r" % (a, service, st, r))
+    with socket.create_connection(("127.0.0.1", service), timeout=2) as sk:
+        h.check(sk.recv(64).startswith(b"hello-from-host"), "the host service answers the host")
+    h.check(not [x for x in engine("GET", "/containers/json?all=1")[1]
+                 if "%s-hostaddr-" % h.prefix in " ".join(x["Names"])],
+            "the helper container is gone")
+    print("networked sandbox of a containerised server: %d host addresses blocked, %d tried" %
+          (len(mine), len(addrs)))
+
+    for name in ("alice", "bob", "carol"):
         h.check(h.cli("rm", name)["state"] == "destroyed", "rm %s" % name)
     c, n, v = h.leftovers()
     # The sandboxd volume is the server's, not an agent's: it stays.
