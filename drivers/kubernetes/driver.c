@@ -275,9 +275,11 @@ static int s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     k8s_site_t site;
     ah_k8s_site (self, &site);
     int rc = -1;
-    //  A Pod of an earlier boot goes first; the Secret is made afresh.
+    //  A Pod of an earlier boot goes first; the Secret is made afresh (a
+    //  Secret has no finalizers: the delete is done when it answers, and
+    //  the server never reads one back: RBAC gives it create and delete).
     if (s_delete_wait (self, K_POD, n.pod, 0, 90, err)
-    ||  s_delete_wait (self, K_SECRET, n.secret, -1, 30, err))
+    ||  s_delete (self, K_SECRET, n.secret, -1, err))
         goto out;
     char *boot_json = ah_k8s_boot_json (boot->agent_id, boot->token, self->config->k8s_tunnel_url);
     json_t *secret = boot_json ? ah_k8s_secret_manifest (&site, boot->agent_id, boot_json,
@@ -434,7 +436,11 @@ static int s_list (ah_driver_t *driver, char ***ids_p, char **err)
     int rc = ids && sel ? 0 : -1;
     if (rc)
         ah_k8s_err (err, "listing sandboxes: out of memory");
+    //  Not Secrets: the server may not read them (docs/kubernetes.md, RBAC),
+    //  and one never outlives its claim but by a destroy that is retried.
     for (s_kind_t k = K_POD; k <= K_POLICY && rc == 0; k++) {
+        if (k == K_SECRET)
+            continue;
         char *base = s_path (self, k, NULL);
         char *path = base ? ah_strf ("%s?%s", base, sel) : NULL;
         free (base);

@@ -219,8 +219,13 @@ json_t *ah_k8s_pod_manifest (const k8s_site_t *site, const char *agent_id, const
 {
     k8s_names_t n;
     ah_k8s_names (site->prefix, agent_id, &n);
-    char cpu [32], mem [32], tmp [32];
-    snprintf (cpu, sizeof cpu, "%lldm", (long long) llround (spec->cpus * 1000) ?: 1);
+    //  CPU: the limit is the spec's, the request a tenth of it (a sandbox
+    //  idles most of the time; the scheduler packs by requests). Memory:
+    //  request = limit (memory is not given back under pressure).
+    char cpu [32], cpu_req [32], mem [32], tmp [32];
+    long long milli = llround (spec->cpus * 1000);
+    snprintf (cpu, sizeof cpu, "%lldm", milli > 0 ? milli : 1);
+    snprintf (cpu_req, sizeof cpu_req, "%lldm", milli / 10 > 0 ? milli / 10 : 1);
     snprintf (mem, sizeof mem, "%lldMi", (long long) spec->memory_mb);
     snprintf (tmp, sizeof tmp, "%lldMi", (long long) (site->tmp_mb > 0 ? site->tmp_mb : 64));
 
@@ -253,7 +258,7 @@ json_t *ah_k8s_pod_manifest (const k8s_site_t *site, const char *agent_id, const
     json_t *sandbox = json_pack ("{s:s s:s s:s s:[s] s:[] s:o s:{s:{s:s s:s} s:{s:s s:s}} s:o s:o}",
         "name", "sandbox", "image", spec->image, "imagePullPolicy", site->pull_policy,
         "command", "/opt/agenthold/sandboxd", "args", "env", env,
-        "resources", "requests", "cpu", cpu, "memory", mem, "limits", "cpu", cpu, "memory", mem,
+        "resources", "requests", "cpu", cpu_req, "memory", mem, "limits", "cpu", cpu, "memory", mem,
         "securityContext", sandbox_sc, "volumeMounts", mounts);
     //  The init container only copies sandboxd out of its image, as nobody.
     json_t *init = json_pack ("{s:s s:s s:s s:[s s s] s:[{s:s s:s}] s:{s:{s:s s:s} s:{s:s s:s}}"

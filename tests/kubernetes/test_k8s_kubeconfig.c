@@ -150,6 +150,9 @@ static void s_expect_bad (int line, const char *text, const char *want)
 #define CL  "clusters:\n- name: k\n  cluster:\n    server: https://k:6443\n"
 #define US  "users:\n- name: u\n  user:\n    token: t\n"
 
+//  What random kubeconfigs are made of: YAML's punctuation and a few letters.
+static const char s_junk [] = "ab:- \n\t[]{}\"'&*!|>%@`#,?";
+
 static void s_test_hostile (void)
 {
     char buf [4096];
@@ -214,7 +217,7 @@ static void s_test_hostile (void)
         char junk [200];
         size_t len = (size_t) (rand_r (&seed) % (int) sizeof junk);
         for (size_t k = 0; k < len; k++)
-            junk [k] = "ab:- \n\t[]{}\"'&*!|>%@`#,?"[rand_r (&seed) % 26];
+            junk [k] = s_junk [rand_r (&seed) % (int) (sizeof s_junk - 1)];
         k8s_creds_t c;
         char *err = NULL;
         if (ah_k8s_kubeconfig_parse (junk, len, NULL, &c, &err) == 0)

@@ -81,6 +81,7 @@ static void s_test_pod (void)
     CHECK_STR (AT_STR (c, "resources.limits.cpu"), "1500m");
     CHECK_STR (AT_STR (c, "resources.limits.memory"), "256Mi");
     CHECK_STR (AT_STR (c, "resources.requests.memory"), "256Mi");
+    CHECK_STR (AT_STR (c, "resources.requests.cpu"), "150m");
     CHECK (AT_INT (c, "securityContext.runAsUser") == 0);
     CHECK (json_is_false (s_at (c, "securityContext.allowPrivilegeEscalation")));
     CHECK_STR (AT_STR (c, "securityContext.seccompProfile.type"), "RuntimeDefault");
