@@ -360,12 +360,12 @@ static void s_pod_status (const json_t *pod, ah_sandbox_status_t *s)
         return;
     }
     s->running = false;
-    //  Failed without an exit of its own (Evicted, a node lost): an error
-    //  with its reason, never taken for a stop by hand.
-    if (phase && strcmp (phase, "Failed") == 0 && (code == -1 || code == 0 || code == 137 || code == 143)
-    &&  reason)
-        code = 1;
-    s->exit_code = code >= 0 ? code : (phase && strcmp (phase, "Succeeded") == 0 ? 0 : 1);
+    s->exit_code = code >= 0 ? code : (phase && strcmp (phase, "Succeeded") == 0 ? 0 : -1);
+    //  Failed for a reason of the cluster's (Evicted, a node lost): the
+    //  agent's error says it, whatever the exit code.
+    const char *msg = json_string_value (json_object_get (status, "message"));
+    if (phase && strcmp (phase, "Failed") == 0 && reason)
+        snprintf (s->reason, sizeof s->reason, "%.40s%s%.110s", reason, msg ? ": " : "", msg ? msg : "");
     snprintf (s->detail, sizeof s->detail, "%.20s (%d)%s%.60s%s%.40s", phase ? phase : "unknown",
               s->exit_code, reason || why ? ": " : "", reason ? reason : why ? why : "",
               node ? " on " : "", node ? node : "");
