@@ -15,7 +15,8 @@ life    create -> running (sandboxd's hello through the tunnel over TCP):
         Pod) keeping the home; rm -> nothing left in the namespace.
 faults  a Pod deleted with kubectl behind the server's back -> sleeping,
         and it starts again with its home; a claim deleted behind its back
-        -> error with the home lost, never recreated empty; the server
+        -> error with the home lost, never recreated empty; a Pod Failed
+        as Evicted -> error with the cluster's reason; the server
         killed (-9) in the middle of a create and of a stop, restarted:
         it reconciles from a relist (running, sleeping); rm -> nothing left.
 
@@ -210,6 +211,16 @@ def faults():
     h.start_server()
     h.wait_state("carol", "sleeping", 60)
 
+    # A Pod the cluster failed for it (Evicted; set on its status as the
+    # kubelet would): the agent is in error with the cluster's reason.
+    d = create("dave")
+    h.kubectl("patch", "pod", "%s-%s" % (h.prefix, d["id"]), "--subresource=status", "--type=merge",
+              "-p", json.dumps({"status": {"phase": "Failed", "reason": "Evicted",
+                                           "message": "The node was low on resource: memory."}}))
+    a = h.wait_state("dave", "error", 60)
+    h.check("Evicted" in (a.get("error") or "") and "low on resource" in a["error"],
+            "the agent's error says why: %r" % a.get("error"))
+
     # A claim deleted behind its back: the home is lost, reported; the
     # claim is never silently made again empty.
     h.kubectl("delete", "pvc", "%s-home-%s" % (h.prefix, bid), "--wait=false")
@@ -220,7 +231,7 @@ def faults():
     h.check(claim is None or claim["metadata"].get("deletionTimestamp"),
             "no new claim was made for bob: %r" % (claim and claim["metadata"]))
 
-    for name in ("bob", "carol"):
+    for name in ("bob", "carol", "dave"):
         h.check(h.cli("rm", name)["state"] == "destroyed", "rm %s -> destroyed" % name)
     nothing_left()
     h.server.terminate()
