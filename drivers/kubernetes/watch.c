@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define WATCH_TIMEOUT_S 240
 #define RV_MAX          64
@@ -143,8 +144,12 @@ int ah_k8s_watch (ah_driver_t *driver,
         for (size_t i = 0; i < 2; i++)
             paths [i] = ah_strf ("%s?%s&watch=1&allowWatchBookmarks=true&timeoutSeconds=%d"
                                  "&resourceVersion=%s", bases [i], sel, WATCH_TIMEOUT_S, w.rv [i]);
+        time_t began = time (NULL);
         int src = paths [0] && paths [1]
                 ? ah_k8s_streams (self, (const char *const *) paths, 2, s_on_line, &w, stop, err) : -1;
+        //  A watch the server ends at once, again and again, is not spun on.
+        if (src == 0 && time (NULL) - began < 1)
+            nanosleep (&(struct timespec) { .tv_sec = 1 }, NULL);
         free (paths [0]);
         free (paths [1]);
         if (src < 0)
