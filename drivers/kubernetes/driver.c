@@ -153,7 +153,7 @@ static long s_post (k8s_t *self, s_kind_t kind, const char *name, json_t *obj, b
 
 static bool s_deleting (const json_t *obj)
 {
-    return json_object_get (json_object_get (obj, "metadata"), "deletionTimestamp") != NULL;
+    return ah_k8s_deleting (obj);
 }
 
 //  -------------------------------------------------------------------------
@@ -327,50 +327,6 @@ static int s_destroy (ah_driver_t *driver, const char *agent_id, char **err)
     return s_delete_wait (self, K_CLAIM, n.claim, -1, 90, err);
 }
 
-//  The Pod's state into status (exists: the claim is there).
-static void s_pod_status (const json_t *pod, ah_sandbox_status_t *s)
-{
-    json_t *status = json_object_get (pod, "status");
-    const char *phase = json_string_value (json_object_get (status, "phase"));
-    const char *reason = json_string_value (json_object_get (status, "reason"));
-    const char *node = json_string_value (json_object_get (json_object_get (pod, "spec"), "nodeName"));
-    //  The sandbox container's exit, when it ended.
-    int code = -1;
-    const char *why = NULL;
-    size_t i;
-    json_t *cs;
-    json_array_foreach (json_object_get (status, "containerStatuses"), i, cs) {
-        json_t *term = json_object_get (json_object_get (cs, "state"), "terminated");
-        if (term && json_is_integer (json_object_get (term, "exitCode"))) {
-            code = (int) json_integer_value (json_object_get (term, "exitCode"));
-            why = json_string_value (json_object_get (term, "reason"));
-        }
-    }
-    if (s_deleting (pod)) {
-        s->running = false;
-        s->exit_code = 0;               //  deleted: stopped by hand
-        snprintf (s->detail, sizeof s->detail, "Pod terminating%s%.60s", node ? " on " : "",
-                  node ? node : "");
-        return;
-    }
-    if (phase && (strcmp (phase, "Running") == 0 || strcmp (phase, "Pending") == 0)) {
-        s->running = true;
-        snprintf (s->detail, sizeof s->detail, "%s%s%.80s", strcmp (phase, "Running") == 0
-                  ? "running" : "pending", node ? " on " : "", node ? node : "");
-        return;
-    }
-    s->running = false;
-    s->exit_code = code >= 0 ? code : (phase && strcmp (phase, "Succeeded") == 0 ? 0 : -1);
-    //  Failed for a reason of the cluster's (Evicted, a node lost): the
-    //  agent's error says it, whatever the exit code.
-    const char *msg = json_string_value (json_object_get (status, "message"));
-    if (phase && strcmp (phase, "Failed") == 0 && reason)
-        snprintf (s->reason, sizeof s->reason, "%.40s%s%.110s", reason, msg ? ": " : "", msg ? msg : "");
-    snprintf (s->detail, sizeof s->detail, "%.20s (%d)%s%.60s%s%.40s", phase ? phase : "unknown",
-              s->exit_code, reason || why ? ": " : "", reason ? reason : why ? why : "",
-              node ? " on " : "", node ? node : "");
-}
-
 static int s_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *status, char **err)
 {
     k8s_names_t n;
@@ -400,7 +356,7 @@ static int s_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_stat
         }
         else {
             status->exists = true;
-            s_pod_status (pod, status);
+            ah_k8s_pod_status (pod, status);
         }
     }
     json_decref (claim);

@@ -164,6 +164,12 @@ json_t *ah_k8s_pod_manifest (const k8s_site_t *site, const char *agent_id, const
 json_t *ah_k8s_policy_manifest (const k8s_site_t *site, const char *agent_id, const k8s_spec_t *spec);
 json_t *ah_k8s_secret_manifest (const k8s_site_t *site, const char *agent_id, const char *boot_json,
                                 const char *briefing);
+//  An object being deleted (metadata.deletionTimestamp).
+bool    ah_k8s_deleting (const json_t *obj);
+//  A Pod (as the API server returns it: hostile) into status->running,
+//  exit_code, detail (phase, reason, node) and reason (a Pod Failed for a
+//  reason of the cluster's). exists is the caller's (the claim).
+void    ah_k8s_pod_status (const json_t *pod, ah_sandbox_status_t *status);
 //  boot.json's text: {"agent_id", "token", "tunnel_url"}. Caller frees.
 char   *ah_k8s_boot_json (const char *agent_id, const char *token, const char *tunnel_url);
 

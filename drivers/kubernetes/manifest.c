@@ -341,3 +341,55 @@ json_t *ah_k8s_secret_manifest (const k8s_site_t *site, const char *agent_id, co
                       "metadata", s_meta (site, n.secret, agent_id), "type", "Opaque",
                       "immutable", 1, "stringData", data);
 }
+
+//  -------------------------------------------------------------------------
+//  What the cluster says back
+
+bool ah_k8s_deleting (const json_t *obj)
+{
+    return json_object_get (json_object_get (obj, "metadata"), "deletionTimestamp") != NULL;
+}
+
+void ah_k8s_pod_status (const json_t *pod, ah_sandbox_status_t *s)
+{
+    json_t *status = json_object_get (pod, "status");
+    const char *phase = json_string_value (json_object_get (status, "phase"));
+    const char *reason = json_string_value (json_object_get (status, "reason"));
+    const char *node = json_string_value (json_object_get (json_object_get (pod, "spec"), "nodeName"));
+    //  The sandbox container's exit, when it ended.
+    int code = -1;
+    const char *why = NULL;
+    size_t i;
+    json_t *cs;
+    json_array_foreach (json_object_get (status, "containerStatuses"), i, cs) {
+        json_t *term = json_object_get (json_object_get (cs, "state"), "terminated");
+        if (term && json_is_integer (json_object_get (term, "exitCode"))) {
+            code = (int) json_integer_value (json_object_get (term, "exitCode"));
+            why = json_string_value (json_object_get (term, "reason"));
+        }
+    }
+    if (ah_k8s_deleting (pod)) {
+        s->running = false;
+        s->exit_code = 0;               //  deleted: stopped by hand
+        snprintf (s->detail, sizeof s->detail, "Pod terminating%s%.60s", node ? " on " : "",
+                  node ? node : "");
+        return;
+    }
+    if (phase && (strcmp (phase, "Running") == 0 || strcmp (phase, "Pending") == 0)) {
+        s->running = true;
+        snprintf (s->detail, sizeof s->detail, "%s%s%.80s", strcmp (phase, "Running") == 0
+                  ? "running" : "pending", node ? " on " : "", node ? node : "");
+        return;
+    }
+    s->running = false;
+    s->exit_code = code >= 0 ? code : (phase && strcmp (phase, "Succeeded") == 0 ? 0 : -1);
+    //  Failed for a reason of the cluster's (Evicted, a node lost): the
+    //  agent's error says it, whatever the exit code.
+    const char *msg = json_string_value (json_object_get (status, "message"));
+    if (phase && strcmp (phase, "Failed") == 0 && reason)
+        snprintf (s->reason, sizeof s->reason, "%.40s%s%.110s", reason, msg ? ": " : "", msg ? msg : "");
+    snprintf (s->detail, sizeof s->detail, "%.20s (%d)%s%.60s%s%.40s", phase ? phase : "unknown",
+              s->exit_code, reason || why ? ": " : "", reason ? reason : why ? why : "",
+              node ? " on " : "", node ? node : "");
+}
+

@@ -266,8 +266,64 @@ static void s_test_hostile_spec (void)
     ah_config_destroy (&c);
 }
 
+//  What inspect makes of a Pod the API server returns (hostile JSON).
+static void s_status (const char *pod_json, ah_sandbox_status_t *st)
+{
+    memset (st, 0, sizeof *st);
+    st->exit_code = -1;
+    json_t *pod = json_loads (pod_json, 0, NULL);
+    ah_k8s_pod_status (pod, st);
+    json_decref (pod);
+}
+
+static void s_test_pod_status (void)
+{
+    ah_sandbox_status_t st;
+    s_status ("{\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"phase\":\"Running\"}}", &st);
+    CHECK (st.running && !st.reason [0]);
+    CHECK_STR (st.detail, "running on n1");
+    s_status ("{\"status\":{\"phase\":\"Pending\"}}", &st);
+    CHECK (st.running);
+    //  Being deleted (kubectl delete): a stop by hand.
+    s_status ("{\"metadata\":{\"deletionTimestamp\":\"x\"},\"status\":{\"phase\":\"Running\"}}", &st);
+    CHECK (!st.running && st.exit_code == 0 && !st.reason [0]);
+    //  Ended by itself: its exit code, no reason.
+    s_status ("{\"status\":{\"phase\":\"Failed\",\"containerStatuses\":[{\"state\":{\"terminated\":"
+              "{\"exitCode\":3,\"reason\":\"Error\"}}}]}}", &st);
+    CHECK (!st.running && st.exit_code == 3 && !st.reason [0]);
+    s_status ("{\"status\":{\"phase\":\"Succeeded\"}}", &st);
+    CHECK (!st.running && st.exit_code == 0);
+    //  Evicted: the cluster's reason, whatever the exit code.
+    s_status ("{\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"phase\":\"Failed\",\"reason\":\"Evicted\","
+              "\"message\":\"The node was low on resource: memory.\",\"containerStatuses\":[{\"state\":"
+              "{\"terminated\":{\"exitCode\":137}}}]}}", &st);
+    CHECK (!st.running && st.exit_code == 137);
+    CHECK_STR (st.reason, "Evicted: The node was low on resource: memory.");
+    CHECK (strstr (st.detail, "Evicted") && strstr (st.detail, "n1"));
+    //  Hostile: wrong types, huge strings, nothing at all.
+    const char *bad [] = { "null", "[]", "{}", "{\"status\":5}", "{\"status\":{\"phase\":7}}",
+                           "{\"status\":{\"containerStatuses\":{\"a\":1}}}",
+                           "{\"status\":{\"containerStatuses\":[5,{\"state\":[]}]}}" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad [0]; i++) {
+        s_status (bad [i], &st);
+        CHECK (!st.running && !st.reason [0]);
+    }
+    char *big = malloc (20000);
+    if (big) {
+        memset (big, 'x', 19999);
+        big [19999] = 0;
+        char *j = ah_strf ("{\"spec\":{\"nodeName\":\"%s\"},\"status\":{\"phase\":\"Failed\","
+                           "\"reason\":\"%s\",\"message\":\"%s\"}}", big, big, big);
+        s_status (j, &st);
+        CHECK (strlen (st.reason) < sizeof st.reason && strlen (st.detail) < sizeof st.detail);
+        free (j);
+        free (big);
+    }
+}
+
 int main (void)
 {
+    s_test_pod_status ();
     s_test_pod ();
     s_test_claim_policy_secret ();
     s_test_hostile_spec ();
