@@ -142,8 +142,9 @@ class Harness:
             ahserver.stop_all([p])
 
     def import_images(self):
-        subprocess.run([os.path.join(SRC, "scripts", "sandboxd-image"), self.sandboxd, SANDBOXD_IMAGE],
-                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+        p = subprocess.run([os.path.join(SRC, "scripts", "sandboxd-image"), self.sandboxd, SANDBOXD_IMAGE],
+                           capture_output=True, text=True, timeout=120)
+        self.check(p.returncode == 0, "scripts/sandboxd-image: %s" % p.stderr.strip())
         self.build_runtime_in_docker()
         imp = os.path.join(TOOLS, "import-image")
         self.check(os.access(imp, os.X_OK), "the cluster's import-image script at %s" % imp)
@@ -252,7 +253,7 @@ class Harness:
             self.import_images()
             kubectl("create", "namespace", self.ns)
             self.ns_made = True
-            scenario(self)
+            scenario()
             print("%s: %d checks passed" % (self.name, self.checks))
             rc = 0
         except (Fail, subprocess.SubprocessError, OSError, ValueError, KeyError, TypeError,
