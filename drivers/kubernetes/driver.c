@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #define PREFIX_MAX      30              //  names stay under 63 with "-home-" and an id
@@ -91,6 +92,32 @@ static int s_delete (k8s_t *self, s_kind_t kind, const char *name, int grace, ch
     free (msg);
     free (path);
     return rc;
+}
+
+//  Every boot Secret of the agent (deletecollection by its labels: the
+//  server never lists or reads a Secret). 0 / -1 with *err.
+static int s_delete_secrets (k8s_t *self, const char *agent_id, char **err)
+{
+    char *sel = ah_strf ("%s=%s,%s=%s", K8S_LABEL_AGENT, agent_id, K8S_LABEL_INSTALL, self->prefix);
+    char *esc = sel ? curl_easy_escape (NULL, sel, 0) : NULL;
+    char *base = s_path (self, K_SECRET, NULL);
+    char *path = esc && base ? ah_strf ("%s?labelSelector=%s", base, esc) : NULL;
+    curl_free (esc);
+    free (sel);
+    free (base);
+    k8s_call_t call = { .method = "DELETE" };
+    char *msg = NULL;
+    long st = path ? ah_k8s_call (self, &call, path, NULL, NULL, &msg, err) : -1;
+    if (!path)
+        ah_k8s_err (err, "deleting the boot Secrets: out of memory");
+    else
+    if (st > 0 && st != 200) {
+        ah_k8s_status_err (err, "deleting the boot Secrets", st, msg);
+        st = -1;
+    }
+    free (msg);
+    free (path);
+    return st == 200 ? 0 : -1;
 }
 
 //  Until the object is gone (a Pod terminates, a claim waits for its
@@ -187,7 +214,7 @@ static int s_make (ah_driver_t *driver, const ah_sandbox_spec_t *in, bool rebuil
     ah_k8s_site (self, &site);
     int rc = -1;
     if (rebuild && (s_delete_wait (self, K_POD, n.pod, 5, 90, err)
-                ||  s_delete (self, K_SECRET, n.secret, -1, err)))
+                ||  s_delete_secrets (self, in->agent_id, err)))
         goto out;
     long st = s_post (self, K_CLAIM, n.claim, ah_k8s_claim_manifest (&site, in->agent_id, &spec),
                       false, err);
@@ -275,24 +302,30 @@ static int s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     k8s_site_t site;
     ah_k8s_site (self, &site);
     int rc = -1;
-    //  A Pod of an earlier boot goes first; the Secret is made afresh (a
-    //  Secret has no finalizers: the delete is done when it answers, and
-    //  the server never reads one back: RBAC gives it create and delete).
-    if (s_delete_wait (self, K_POD, n.pod, 0, 90, err)
-    ||  s_delete (self, K_SECRET, n.secret, -1, err))
+    //  A Pod of an earlier boot goes first (never forced: its container is
+    //  gone when its object is); the boot's Secret has a name of its own
+    //  (the kubelet caches Secrets by name: one of an earlier boot under
+    //  the same name could be mounted again).
+    uint32_t nonce = 0;
+    if (getrandom (&nonce, sizeof nonce, 0) != (ssize_t) sizeof nonce)
+        nonce = (uint32_t) time (NULL) ^ (uint32_t) clock ();
+    char secret_name [K8S_MAX_NAME + 16];
+    snprintf (secret_name, sizeof secret_name, "%s-%08x", n.secret, nonce);
+    if (s_delete_wait (self, K_POD, n.pod, 1, 90, err)
+    ||  s_delete_secrets (self, boot->agent_id, err))
         goto out;
     char *boot_json = ah_k8s_boot_json (boot->agent_id, boot->token, self->config->k8s_tunnel_url);
-    json_t *secret = boot_json ? ah_k8s_secret_manifest (&site, boot->agent_id, boot_json,
+    json_t *secret = boot_json ? ah_k8s_secret_manifest (&site, boot->agent_id, secret_name, boot_json,
                                                          boot->briefing) : NULL;
     if (boot_json)
         memset (boot_json, 0, strlen (boot_json));
     free (boot_json);
-    st = s_post (self, K_SECRET, n.secret, secret, false, err);
+    st = s_post (self, K_SECRET, secret_name, secret, false, err);
     if (st == 409)
-        ah_k8s_err (err, "making Secret %s: one was made meanwhile", n.secret);
+        ah_k8s_err (err, "making Secret %s: one was made meanwhile", secret_name);
     if (st != 201 && st != 200)
         goto out;
-    st = s_post (self, K_POD, n.pod, ah_k8s_pod_manifest (&site, boot->agent_id, &spec,
+    st = s_post (self, K_POD, n.pod, ah_k8s_pod_manifest (&site, boot->agent_id, &spec, secret_name,
                                                          boot->briefing != NULL), false, err);
     if (st == 409)
         ah_k8s_err (err, "making Pod %s: one was made meanwhile", n.pod);
@@ -310,7 +343,7 @@ static int s_stop (ah_driver_t *driver, const char *agent_id, char **err)
         return -1;
     if (s_delete_wait (self, K_POD, n.pod, 5, 90, err))
         return -1;
-    return s_delete (self, K_SECRET, n.secret, -1, err);
+    return s_delete_secrets (self, agent_id, err);
 }
 
 static int s_destroy (ah_driver_t *driver, const char *agent_id, char **err)
@@ -319,8 +352,8 @@ static int s_destroy (ah_driver_t *driver, const char *agent_id, char **err)
     k8s_t *self = s_enter (driver, agent_id, "destroying a sandbox", &n, err);
     if (!self)
         return -1;
-    if (s_delete_wait (self, K_POD, n.pod, 0, 90, err)
-    ||  s_delete (self, K_SECRET, n.secret, -1, err)
+    if (s_delete_wait (self, K_POD, n.pod, 1, 90, err)
+    ||  s_delete_secrets (self, agent_id, err)
     ||  s_delete (self, K_POLICY, n.policy, -1, err))
         return -1;
     //  The claim goes once no Pod uses it (its protection finalizer).

@@ -18,8 +18,9 @@
     Per agent (names from sandbox.docker.name_prefix, "agenthold"):
     PersistentVolumeClaim <prefix>-home-<id> (the home; its annotation
     agenthold.io/spec keeps the sandbox's spec while no Pod exists),
-    Pod <prefix>-<id>, Secret <prefix>-boot-<id> (boot.json, fresh per
-    boot), NetworkPolicy <prefix>-<id>.                                 */
+    Pod <prefix>-<id>, Secret <prefix>-boot-<id>-<8 hex> (boot.json, a new
+    name each boot: the kubelet caches a Secret by name), NetworkPolicy
+    <prefix>-<id>.                                 */
 #ifndef AH_K8S_INT_H
 #define AH_K8S_INT_H
 
@@ -85,7 +86,7 @@ typedef struct {
 typedef struct {
     char pod [K8S_MAX_NAME];            //  <prefix>-<id>
     char claim [K8S_MAX_NAME];          //  <prefix>-home-<id>
-    char secret [K8S_MAX_NAME];         //  <prefix>-boot-<id>
+    char secret [K8S_MAX_NAME];         //  <prefix>-boot-<id>: each boot's is <this>-<8 hex>
     char policy [K8S_MAX_NAME];         //  <prefix>-<id>
 } k8s_names_t;
 
@@ -159,11 +160,12 @@ typedef struct {
 json_t *ah_k8s_labels (const k8s_site_t *site, const char *agent_id);
 json_t *ah_k8s_claim_manifest (const k8s_site_t *site, const char *agent_id, const k8s_spec_t *spec);
 //  briefing: the Secret holds briefing.md too.
+//  secret: the name of this boot's Secret.
 json_t *ah_k8s_pod_manifest (const k8s_site_t *site, const char *agent_id, const k8s_spec_t *spec,
-                             bool briefing);
+                             const char *secret, bool briefing);
 json_t *ah_k8s_policy_manifest (const k8s_site_t *site, const char *agent_id, const k8s_spec_t *spec);
-json_t *ah_k8s_secret_manifest (const k8s_site_t *site, const char *agent_id, const char *boot_json,
-                                const char *briefing);
+json_t *ah_k8s_secret_manifest (const k8s_site_t *site, const char *agent_id, const char *secret,
+                                const char *boot_json, const char *briefing);
 //  An object being deleted (metadata.deletionTimestamp).
 bool    ah_k8s_deleting (const json_t *obj);
 //  A Pod (as the API server returns it: hostile) into status->running,

@@ -215,7 +215,7 @@ static json_t *s_node_selector (const char *text)
 }
 
 json_t *ah_k8s_pod_manifest (const k8s_site_t *site, const char *agent_id, const k8s_spec_t *spec,
-                             bool briefing)
+                             const char *secret, bool briefing)
 {
     k8s_names_t n;
     ah_k8s_names (site->prefix, agent_id, &n);
@@ -280,7 +280,7 @@ json_t *ah_k8s_pod_manifest (const k8s_site_t *site, const char *agent_id, const
     json_t *volumes = json_pack ("[{s:s s:{s:s}} {s:s s:{s:s}} {s:s s:{s:s s:i s:o}} {s:s s:{s:s s:s}}]",
         "name", "home", "persistentVolumeClaim", "claimName", n.claim,
         "name", "sandboxd", "emptyDir", "sizeLimit", "64Mi",
-        "name", "boot", "secret", "secretName", n.secret, "defaultMode", 0400, "items", items,
+        "name", "boot", "secret", "secretName", secret, "defaultMode", 0400, "items", items,
         "name", "tmp", "emptyDir", "medium", "Memory", "sizeLimit", tmp);
     json_t *pod_spec = json_pack ("{s:s s:s s:b s:b s:i s:{s:{s:s}} s:[o] s:[o] s:o}",
         "hostname", agent_id, "restartPolicy", "Never",
@@ -329,16 +329,14 @@ char *ah_k8s_boot_json (const char *agent_id, const char *token, const char *tun
     return text;
 }
 
-json_t *ah_k8s_secret_manifest (const k8s_site_t *site, const char *agent_id, const char *boot_json,
-                                const char *briefing)
+json_t *ah_k8s_secret_manifest (const k8s_site_t *site, const char *agent_id, const char *secret,
+                                const char *boot_json, const char *briefing)
 {
-    k8s_names_t n;
-    ah_k8s_names (site->prefix, agent_id, &n);
     json_t *data = json_pack ("{s:s}", "boot.json", boot_json);
     if (data && briefing)
         json_object_set_new (data, "briefing.md", json_string (briefing));
     return json_pack ("{s:s s:s s:o s:s s:b s:o}", "apiVersion", "v1", "kind", "Secret",
-                      "metadata", s_meta (site, n.secret, agent_id), "type", "Opaque",
+                      "metadata", s_meta (site, secret, agent_id), "type", "Opaque",
                       "immutable", 1, "stringData", data);
 }
 

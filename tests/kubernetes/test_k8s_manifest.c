@@ -57,7 +57,7 @@ static void s_test_pod (void)
 {
     k8s_spec_t spec;
     s_spec (&spec, false);
-    json_t *pod = ah_k8s_pod_manifest (&s_site, ID, &spec, true);
+    json_t *pod = ah_k8s_pod_manifest (&s_site, ID, &spec, "agenthold-boot-" ID "-0badcafe", true);
     CHECK (pod != NULL);
     CHECK_STR (AT_STR (pod, "kind"), "Pod");
     CHECK_STR (AT_STR (pod, "metadata.name"), "agenthold-" ID);
@@ -109,7 +109,7 @@ static void s_test_pod (void)
     json_t *v = s_at (pod, "spec.volumes");
     CHECK_STR (AT_STR (v, "0.persistentVolumeClaim.claimName"), "agenthold-home-" ID);
     CHECK (s_at (v, "1.emptyDir") != NULL);
-    CHECK_STR (AT_STR (v, "2.secret.secretName"), "agenthold-boot-" ID);
+    CHECK_STR (AT_STR (v, "2.secret.secretName"), "agenthold-boot-" ID "-0badcafe");
     CHECK (AT_INT (v, "2.secret.defaultMode") == 0400);
     CHECK_STR (AT_STR (v, "2.secret.items.0.key"), "boot.json");
     CHECK (AT_INT (v, "2.secret.items.0.mode") == 0400);
@@ -129,13 +129,13 @@ static void s_test_pod (void)
     CHECK (s_at (init, "securityContext.capabilities.add") == NULL);
     json_decref (pod);
     //  Without a briefing the Secret's item list has boot.json alone.
-    pod = ah_k8s_pod_manifest (&s_site, ID, &spec, false);
+    pod = ah_k8s_pod_manifest (&s_site, ID, &spec, "s", false);
     CHECK (json_array_size (s_at (pod, "spec.volumes.2.secret.items")) == 1);
     json_decref (pod);
     //  No node selector configured: none in the Pod.
     k8s_site_t bare = s_site;
     bare.node_selector = NULL;
-    pod = ah_k8s_pod_manifest (&bare, ID, &spec, false);
+    pod = ah_k8s_pod_manifest (&bare, ID, &spec, "s", false);
     CHECK (s_at (pod, "spec.nodeSelector") == NULL);
     json_decref (pod);
     ah_k8s_spec_free (&spec);
@@ -197,14 +197,15 @@ static void s_test_claim_policy_secret (void)
     json_t *b = boot ? json_loads (boot, 0, NULL) : NULL;
     CHECK_STR (AT_STR (b, "token"), "tok\"en");
     CHECK_STR (AT_STR (b, "tunnel_url"), "ws://10.0.0.5:8090/tunnel");
-    json_t *sec = ah_k8s_secret_manifest (&s_site, ID, boot, "# brief");
-    CHECK_STR (AT_STR (sec, "metadata.name"), "agenthold-boot-" ID);
+    json_t *sec = ah_k8s_secret_manifest (&s_site, ID, "agenthold-boot-" ID "-0badcafe", boot, "# brief");
+    CHECK_STR (AT_STR (sec, "metadata.name"), "agenthold-boot-" ID "-0badcafe");
+    CHECK_STR (json_string_value (json_object_get (s_at (sec, "metadata.labels"), "agenthold.io/agent")), ID);
     CHECK (json_is_true (s_at (sec, "immutable")));
     CHECK_STR (json_string_value (json_object_get (s_at (sec, "stringData"), "boot.json")), boot);
     CHECK_STR (json_string_value (json_object_get (s_at (sec, "stringData"), "briefing.md")), "# brief");
     json_decref (sec);
     //  A briefing that is not UTF-8 makes no Secret (the caller says so).
-    sec = ah_k8s_secret_manifest (&s_site, ID, boot, "\xff\xfe");
+    sec = ah_k8s_secret_manifest (&s_site, ID, "x", boot, "\xff\xfe");
     CHECK (sec == NULL || json_object_get (s_at (sec, "stringData"), "briefing.md") == NULL);
     json_decref (sec);
     json_decref (b);
