@@ -66,7 +66,9 @@ def bare_round(i, with_claim):
     h.wait_for("bare pod %s running" % name,
                lambda: (h.get("pod", name) or {}).get("status", {}).get("phase") == "Running", 120)
     took = time.time() - t0
-    kubectl("delete", "pod,secret", name, name + "-boot", "--wait=true", "--grace-period=0", ns=h.ns, check=False)
+    kubectl("delete", "pod/" + name, "secret/" + name + "-boot", "--wait=true", "--grace-period=1",
+            ns=h.ns, check=False, timeout=120)
+    h.wait_for("bare pod %s gone" % name, lambda: h.get("pod", name) is None, 60)
     return took
 
 

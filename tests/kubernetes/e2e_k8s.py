@@ -33,7 +33,7 @@ import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahk8s import Harness, RUNTIME, RUNTIME_IMAGE, SANDBOXD_IMAGE  # noqa: E402
+from ahk8s import Harness, kjson, RUNTIME, RUNTIME_IMAGE, SANDBOXD_IMAGE  # noqa: E402
 
 SCENARIO = sys.argv[2] if len(sys.argv) > 2 else "life"
 PORTS = {"life": (19450, 19460), "faults": (19460, 19470)}[SCENARIO]
@@ -104,7 +104,12 @@ def life():
     h.check(init["image"] == SANDBOXD_IMAGE, "sandboxd comes from %s" % SANDBOXD_IMAGE)
     claim = h.claim(aid)
     h.check(claim and claim["status"]["phase"] == "Bound", "its home claim is bound")
-    h.check(h.get("secret", "%s-boot-%s" % (h.prefix, aid)), "its boot Secret exists")
+    secrets = kjson("get", "secrets", "-l", "agenthold.io/agent=" + aid, ns=h.ns)["items"]
+    h.check(len(secrets) == 1 and secrets[0]["metadata"]["name"].startswith("%s-boot-%s-" % (h.prefix, aid))
+            and secrets[0].get("immutable") is True
+            and pod["spec"]["volumes"][2]["secret"]["secretName"] == secrets[0]["metadata"]["name"],
+            "one boot Secret of its own name, mounted: %r" % [x["metadata"]["name"] for x in secrets])
+    boot1 = secrets[0]["metadata"]["name"]
     pol = h.get("networkpolicy", "%s-%s" % (h.prefix, aid))
     h.check(pol and pol["spec"]["egress"][0]["to"][0]["ipBlock"]["cidr"] == h.node_ip + "/32"
             and pol["spec"]["egress"][0]["ports"][0]["port"] == h.tunnel_port and len(pol["spec"]["egress"]) == 1,
@@ -159,6 +164,9 @@ def life():
     h.check(h.cli("start", "alice")["state"] == "running", "start -> running")
     print("sleeping -> running in %.2f s" % (time.time() - t0))
     h.check(home_sha("alice") == want, "the home is intact after sleep and wake")
+    secrets = kjson("get", "secrets", "-l", "agenthold.io/agent=" + aid, ns=h.ns)["items"]
+    h.check([x["metadata"]["name"] for x in secrets] != [boot1] and len(secrets) == 1,
+            "a new boot Secret for the new boot, the old one gone: %r" % [x["metadata"]["name"] for x in secrets])
 
     # Rebuild: a new Pod on the same claim.
     h.check(h.cli("rebuild", "alice")["state"] == "running", "rebuild -> running")
