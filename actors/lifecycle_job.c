@@ -85,6 +85,9 @@ static void *s_worker (void *arg)
     status.detail [sizeof status.detail - 1] = 0;
     ah_msg_set_str (done, "detail", status.detail);
     ah_msg_set_bool (done, "home_gone", status.home_gone);
+    status.reason [sizeof status.reason - 1] = 0;
+    if (status.reason [0])
+        ah_msg_set_str (done, "reason", status.reason);
     free (err);
     //  A PUSH of our own: linger so the message is delivered even though
     //  we close at once (the actor binds before any worker starts).

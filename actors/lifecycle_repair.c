@@ -78,7 +78,15 @@ void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, boo
             ah_lc_move (self, id, "state = 'running'", "error", "create", removed);
         else
         if (!running) {
-            //  0, SIGKILL, SIGTERM: stopped by hand (docker stop); else it died.
+            //  Ended for it (evicted, its node lost): an error with the
+            //  backend's reason. 0, SIGKILL, SIGTERM: stopped by hand
+            //  (docker stop); else it died.
+            const char *reason = ah_msg_str (seen, "reason");
+            if (reason && *reason) {
+                snprintf (why, sizeof why, "sandbox ended: %s", reason);
+                ah_lc_move (self, id, "state = 'running'", "error", "start", why);
+            }
+            else
             if (exit_code == 0 || exit_code == 137 || exit_code == 143)
                 ah_lc_move (self, id, "state = 'running'", "sleeping", NULL, NULL);
             else {

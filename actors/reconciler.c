@@ -99,6 +99,8 @@ s_observe (ah_driver_t *driver, zsock_t *push, const char *agent_id,
     ah_msg_set_str (m, "detail", status.detail);
     if (status.home_gone)
         ah_msg_set_bool (m, "home_gone", true);
+    if (status.reason [0])
+        ah_msg_set_str (m, "reason", status.reason);
     ah_msg_set_str (m, "source", source);
     if (action)
         ah_msg_set_str (m, "action", action);

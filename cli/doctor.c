@@ -179,6 +179,19 @@ s_host (doctor_t *self)
         n++;
     ah_driver_free_ids (&ids);
     bool remote = self->driver->host_info != NULL;
+    if (!strcmp (self->driver->name, "kubernetes")) {
+        //  A cluster: its API server answers (with the Role's list), or
+        //  not; no engine of ours to ask facts of (docs/kubernetes.md).
+        if (rc != 0)
+            s_add (self, "host", false, strdup (err ? err : "the API server does not answer"),
+                   strdup ("check sandbox.kubernetes.kubeconfig (or the Pod's service account), the "
+                           "namespace and the Role of docs/kubernetes.md"));
+        else
+            s_add (self, "host", true, ah_strf ("the Kubernetes API server answers (namespace %s); "
+                                                "%zu sandbox(es)", c->k8s_namespace, n), NULL);
+        free (err);
+        return;
+    }
     if (rc != 0) {
         ah_host_info_t info = { 0 };
         if (remote)

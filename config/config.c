@@ -80,6 +80,14 @@ static const s_key_t s_keys [] = {
     { "sandbox.docker.server_container",  T_OPT,      F (server_container), "detect" },
     { "sandbox.docker.sandboxd_volume",   T_OPT,      F (sandboxd_volume), "none" },
     { "sandbox.docker.tmp_mb",            T_INT64,    F (tmp_mb), NULL },
+    { "sandbox.kubernetes.kubeconfig",    T_OPT,      F (k8s_kubeconfig), "in-cluster" },
+    { "sandbox.kubernetes.namespace",     T_STR,      F (k8s_namespace), NULL },
+    { "sandbox.kubernetes.storage_class", T_OPT,      F (k8s_storage_class), "default" },
+    { "sandbox.kubernetes.home_size",     T_STR,      F (k8s_home_size), NULL },
+    { "sandbox.kubernetes.sandboxd_image", T_STR,     F (k8s_sandboxd_image), NULL },
+    { "sandbox.kubernetes.tunnel_url",    T_OPT,      F (k8s_tunnel_url), "none" },
+    { "sandbox.kubernetes.node_selector", T_OPT,      F (k8s_node_selector), "none" },
+    { "sandbox.kubernetes.image_pull_policy", T_STR,  F (k8s_image_pull_policy), NULL },
     { "sandbox.remote.endpoint",          T_STR,      F (remote_endpoint), NULL },
     { "sandbox.remote.server_key",        T_OPT,      F (remote_server_key), "none" },
     { "sandbox.remote.timeout",           T_DURATION, F (remote_timeout_s), NULL },
@@ -236,6 +244,10 @@ ah_config_t *ah_config_new_defaults (void)
     self->server_container = NULL;
     self->sandboxd_volume = NULL;
     self->tmp_mb = 64;
+    self->k8s_namespace = strdup ("agenthold");
+    self->k8s_home_size = strdup ("10Gi");
+    self->k8s_sandboxd_image = strdup ("agenthold/sandboxd:latest");
+    self->k8s_image_pull_policy = strdup ("IfNotPresent");
     self->remote_endpoint = strdup (AH_CONFIG_HOSTD_ENDPOINT);
     self->remote_server_key = NULL;
     self->remote_timeout_s = 5;
@@ -454,7 +466,8 @@ static char *s_unknown_key (const char *key, const char *where)
     if (close)
         return ah_strf ("unknown key '%s' (%s); did you mean '%s'?", key, where, close->key);
     //  A misspelt section ("polcy:")
-    static const char *sections [] = { "server", "tap", "sandbox", "sandbox.docker", "limits", "audit",
+    static const char *sections [] = { "server", "tap", "sandbox", "sandbox.docker",
+                                       "sandbox.kubernetes", "limits", "audit",
                                        "policy", "catalog" };
     for (size_t i = 0; i < sizeof sections / sizeof sections [0]; i++)
         if (s_distance (key, sections [i]) <= 2)
@@ -888,6 +901,96 @@ static char *s_check_hostd (const ah_config_t *self)
     return NULL;
 }
 
+//  A Kubernetes name (RFC 1123 label): [a-z0-9-], 1..max, alphanumeric at both ends.
+static bool s_k8s_label (const char *text, size_t max)
+{
+    size_t n = text ? strlen (text) : 0;
+    if (n == 0 || n > max || text [0] == '-' || text [n - 1] == '-')
+        return false;
+    for (const char *p = text; *p; p++)
+        if (!(islower ((unsigned char) *p) || isdigit ((unsigned char) *p) || *p == '-'))
+            return false;
+    return true;
+}
+
+//  A label key or value of node_selector: [A-Za-z0-9._/-], 1..253.
+static bool s_k8s_word (const char *text, size_t n)
+{
+    if (n == 0 || n > 253)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(isalnum ((unsigned char) text [i]) || strchr ("._/-", text [i])))
+            return false;
+    return true;
+}
+
+static char *s_check_kubernetes (const ah_config_t *self)
+{
+    if (!s_k8s_label (self->k8s_namespace, 63))
+        return ah_strf ("sandbox.kubernetes.namespace = '%s': a Kubernetes namespace name "
+                        "(lower-case letters, digits, '-', at most 63)", self->k8s_namespace);
+    if (self->k8s_storage_class && !s_k8s_word (self->k8s_storage_class, strlen (self->k8s_storage_class)))
+        return ah_strf ("sandbox.kubernetes.storage_class = '%s': not a storage class name",
+                        self->k8s_storage_class);
+    //  A quantity: digits, then an optional binary or decimal suffix.
+    const char *q = self->k8s_home_size;
+    size_t digits = strspn (q, "0123456789");
+    static const char *suffixes [] = { "", "Ki", "Mi", "Gi", "Ti", "Pi", "k", "M", "G", "T", "P" };
+    bool size_ok = digits > 0 && digits <= 12;
+    bool suffix_ok = false;
+    for (size_t i = 0; size_ok && i < sizeof suffixes / sizeof suffixes [0]; i++)
+        suffix_ok = suffix_ok || strcmp (q + digits, suffixes [i]) == 0;
+    if (!size_ok || !suffix_ok)
+        return ah_strf ("sandbox.kubernetes.home_size = '%s': a size like 10Gi or 500Mi", q);
+    const char *img = self->k8s_sandboxd_image;
+    bool img_ok = *img && strlen (img) <= 255;
+    for (const char *p = img; *p && img_ok; p++)
+        img_ok = isalnum ((unsigned char) *p) || strchr ("._/:@-", *p);
+    if (!img_ok)
+        return ah_strf ("sandbox.kubernetes.sandboxd_image = '%s': not an image reference", img);
+    const char *pol = self->k8s_image_pull_policy;
+    if (strcmp (pol, "IfNotPresent") && strcmp (pol, "Always") && strcmp (pol, "Never"))
+        return ah_strf ("sandbox.kubernetes.image_pull_policy = '%s': must be IfNotPresent, "
+                        "Always or Never", pol);
+    if (self->k8s_node_selector) {
+        const char *p = self->k8s_node_selector;
+        while (true) {
+            size_t len = strcspn (p, ",");
+            const char *eq = memchr (p, '=', len);
+            if (!eq || !s_k8s_word (p, (size_t) (eq - p))
+            ||  (eq + 1 < p + len && !s_k8s_word (eq + 1, (size_t) (p + len - eq - 1))))
+                return ah_strf ("sandbox.kubernetes.node_selector = '%s': want key=value[,key=value]"
+                                " of label keys and values", self->k8s_node_selector);
+            if (!p [len])
+                break;
+            p += len + 1;
+        }
+    }
+    if (self->k8s_tunnel_url) {
+        //  ws://IPv4:PORT/PATH: an IP literal (a scratch image has no
+        //  resolver, and the NetworkPolicy names it as an ipBlock).
+        const char *u = self->k8s_tunnel_url;
+        char host [64] = "";
+        unsigned port = 0;
+        int used = 0;
+        struct in_addr v4;
+        if (strncmp (u, "ws://", 5) || sscanf (u + 5, "%63[0-9.]:%5u%n", host, &port, &used) != 2
+        ||  inet_pton (AF_INET, host, &v4) != 1 || port == 0 || port > 65535
+        ||  u [5 + used] != '/' || strlen (u) > 200 || strpbrk (u, " \"\\"))
+            return ah_strf ("sandbox.kubernetes.tunnel_url = '%s': want ws://IPv4:PORT/tunnel, "
+                            "the tunnel as the pods reach it (e.g. ws://10.0.0.5:8090/tunnel)", u);
+    }
+    else
+    if (!strcmp (self->driver, "kubernetes"))
+        return ah_strf ("sandbox.kubernetes.tunnel_url is needed with sandbox.driver: kubernetes: "
+                        "where the pods reach the server's tunnel (sandbox.tunnel_listen), "
+                        "e.g. ws://10.0.0.5:8090/tunnel");
+    if (self->k8s_kubeconfig && access (self->k8s_kubeconfig, R_OK) != 0)
+        return ah_strf ("sandbox.kubernetes.kubeconfig = '%s': cannot be read: %s",
+                        self->k8s_kubeconfig, strerror (errno));
+    return NULL;
+}
+
 static char *s_validate (const ah_config_t *self)
 {
     char *why;
@@ -908,9 +1011,10 @@ static char *s_validate (const ah_config_t *self)
         return ah_strf ("tap.endpoint = '%s': must start with ipc:// or tcp:// (or be off)",
                           self->tap_endpoint);
     if (strcmp (self->driver, "docker") && strcmp (self->driver, "fake")
-    &&  strcmp (self->driver, "remote"))
-        return ah_strf ("sandbox.driver = '%s': must be docker, remote or fake", self->driver);
-    if ((why = s_check_hostd (self)))
+    &&  strcmp (self->driver, "remote") && strcmp (self->driver, "kubernetes"))
+        return ah_strf ("sandbox.driver = '%s': must be docker, kubernetes, remote or fake",
+                        self->driver);
+    if ((why = s_check_hostd (self)) || (why = s_check_kubernetes (self)))
         return why;
     if (self->tenant_max_sandboxes < 0 || self->pool_max_sandboxes < 0
     ||  self->tenant_max_running < 0 || self->pool_max_running < 0)

@@ -26,7 +26,7 @@ typedef struct {
     //  tap.*
     char   *tap_endpoint;           //  NULL = off
     //  sandbox.*
-    char   *driver;                 //  "docker" | "fake"
+    char   *driver;                 //  "docker" | "kubernetes" | "remote" | "fake"
     char   *default_image;          //  "debian:bookworm-slim"
     double  default_cpus;           //  2
     int64_t default_memory_mb;      //  4096
@@ -56,6 +56,15 @@ typedef struct {
     char   *server_container;       //  NULL = detect
     char   *sandboxd_volume;        //  NULL = bind-mount sandboxd_path alone
     int64_t tmp_mb;                 //  64: the size of the tmpfs at /tmp in a sandbox
+    //  sandbox.kubernetes.* (the kubernetes driver, docs/kubernetes.md)
+    char   *k8s_kubeconfig;         //  NULL = in-cluster service-account credentials
+    char   *k8s_namespace;          //  "agenthold"
+    char   *k8s_storage_class;      //  NULL = the cluster's default class
+    char   *k8s_home_size;          //  "10Gi": each home claim's request
+    char   *k8s_sandboxd_image;     //  "agenthold/sandboxd:latest": delivers sandboxd
+    char   *k8s_tunnel_url;         //  ws://IP:PORT/tunnel as pods reach the tunnel; NULL unset
+    char   *k8s_node_selector;      //  NULL = none; "key=value,key=value"
+    char   *k8s_image_pull_policy;  //  "IfNotPresent" | "Always" | "Never"
     //  sandbox.remote.* (the remote driver: a host agent, docs/hostd.md)
     char   *remote_endpoint;        //  "ipc:///run/agenthold-hostd/hostd.sock" or tcp://host:port
     char   *remote_server_key;      //  hostd's CURVE public key (Z85, 40 characters); NULL = none

@@ -6,6 +6,7 @@
 #include "drivers/fake.h"
 #include "drivers/docker.h"
 #include "drivers/remote.h"
+#include "drivers/kubernetes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +51,9 @@ ah_driver_t *ah_driver_new (const ah_config_t *config, char **err)
     }
     if (strcmp (name, "remote") == 0)
         return ah_remote_driver_new (config, err);
+    if (strcmp (name, "kubernetes") == 0)
+        return ah_kubernetes_driver_new (config, err);
     if (err)
-        *err = ah_strf ("sandbox.driver '%s' is unknown (want docker, remote or fake)", name);
+        *err = ah_strf ("sandbox.driver '%s' is unknown (want docker, kubernetes, remote or fake)", name);
     return NULL;
 }

@@ -53,6 +53,11 @@ typedef struct {
     char    detail [128];           //  driver's own words ("exited (137)", "running")
     bool    home_gone;              //  known: no container and no home either (its
                                     //  files are gone); false when there or unknown
+    //  When !running: why it ended, when the backend says it was ended
+    //  for it rather than by it ("Evicted: the node was low on memory"):
+    //  lifecycle then puts the agent in error with this, whatever the exit
+    //  code. "" otherwise (an exit of its own, a stop by hand).
+    char    reason [160];
 } ah_sandbox_status_t;
 
 //  What image_build is asked to produce (see below).

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -510,6 +511,48 @@ static void s_on_signal (int sig)
     errno = saved;
 }
 
+//  --install DIR: this very binary into DIR/sandboxd (a temporary name,
+//  then a rename), for the kubernetes driver's init container: its image
+//  is FROM scratch and holds nothing else that could copy a file.
+static int s_install (const char *dir)
+{
+    char path [4096], tmp [4096];
+    if (snprintf (path, sizeof path, "%s/sandboxd", dir) >= (int) sizeof path
+    ||  snprintf (tmp, sizeof tmp, "%s/.sandboxd.tmp", dir) >= (int) sizeof tmp) {
+        fprintf (stderr, "sandboxd: --install %s: path too long\n", dir);
+        return 1;
+    }
+    int in = open ("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    int out = in >= 0 ? open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0755) : -1;
+    bool ok = out >= 0;
+    char buf [65536];
+    ssize_t n;
+    while (ok && (n = read (in, buf, sizeof buf)) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        for (ssize_t done = 0; ok && n > 0 && done < n; ) {
+            ssize_t w = write (out, buf + done, (size_t) (n - done));
+            if (w < 0 && errno == EINTR)
+                continue;
+            ok = w > 0;
+            done += w > 0 ? w : 0;
+        }
+        ok = ok && n > 0;
+    }
+    ok = ok && fchmod (out, 0755) == 0;
+    if (out >= 0 && close (out) != 0)
+        ok = false;
+    if (in >= 0)
+        close (in);
+    if (!ok || rename (tmp, path) != 0) {
+        fprintf (stderr, "sandboxd: --install %s: %s\n", dir, strerror (errno));
+        unlink (tmp);
+        return 1;
+    }
+    printf ("sandboxd: installed %s\n", path);
+    return 0;
+}
+
 static void s_usage (FILE *out)
 {
     fprintf (out,
@@ -525,6 +568,8 @@ static void s_usage (FILE *out)
         "                     when root and /etc/passwd has an `agent` account\n"
         "  --host-addresses   print this network namespace's IPv4 addresses (not\n"
         "                     loopback's), one a line, and exit\n"
+        "  --install DIR      copy this binary to DIR/sandboxd (mode 0755) and exit:\n"
+        "                     how an init container delivers it (Kubernetes)\n"
         "  --help             this text\n"
         "\n"
         "Dials at once; retries start at 50 ms until the first connection, then\n"
@@ -540,6 +585,7 @@ int ah_sandboxd_main (int argc, char **argv)
         { "home", required_argument, NULL, 'H' },
         { "no-switch-user", no_argument, NULL, 'n' },
         { "host-addresses", no_argument, NULL, 'A' },
+        { "install", required_argument, NULL, 'i' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -551,6 +597,7 @@ int ah_sandboxd_main (int argc, char **argv)
             case 'H': opts.home = optarg; break;
             case 'n': opts.switch_user = false; break;
             case 'A': return ah_net_print_addresses (stdout) == 0 ? 0 : 1;
+            case 'i': return s_install (optarg);
             case 'h': s_usage (stdout); return 0;
             default:  s_usage (stderr); return 2;
         }

@@ -329,7 +329,7 @@ static void s_test_errors (void)
     EXPECT_ERROR ("sandbox:\n  pids_limit: 0\n", "sandbox.pids_limit = 0", NULL);
     EXPECT_ERROR ("sandbox:\n  idle_minutes: 0\n", "sandbox.idle_minutes = 0", "greater than 0");
     EXPECT_ERROR ("sandbox:\n  idle_check_interval: 50ms\n", "sandbox.idle_check_interval", "at least 100ms");
-    EXPECT_ERROR ("sandbox:\n  driver: podman\n", "sandbox.driver = 'podman'", "docker, remote or fake");
+    EXPECT_ERROR ("sandbox:\n  driver: podman\n", "sandbox.driver = 'podman'", "docker, kubernetes, remote or fake");
     //  The host agent's keys
     EXPECT_ERROR ("sandbox:\n  remote: {endpoint: 'http://x:1'}\n", "sandbox.remote.endpoint = 'http://x:1'", "ipc://");
     EXPECT_ERROR ("sandbox:\n  remote: {endpoint: 'ipc://relative'}\n", "sandbox.remote.endpoint", "absolute path");
@@ -363,6 +363,28 @@ static void s_test_errors (void)
     EXPECT_ERROR ("sandbox:\n  tunnel_listen: example.org:8090\n", "sandbox.tunnel_listen", "must be an IP address");
     EXPECT_ERROR ("server:\n  listen: 127.0.0.1.5:8080\n", "server.listen", "must be an IP address");
     //  YAML syntax errors say where
+    //  sandbox.kubernetes.*
+    EXPECT_ERROR ("sandbox:\n  driver: kubernetes\n", "sandbox.kubernetes.tunnel_url is needed", NULL);
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    tunnel_url: ws://server.example:8090/tunnel\n",
+                  "sandbox.kubernetes.tunnel_url = 'ws://server.example:8090/tunnel'", "IPv4");
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    tunnel_url: wss://10.0.0.5:8090/tunnel\n",
+                  "sandbox.kubernetes.tunnel_url", "ws://IPv4:PORT");
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    tunnel_url: ws://10.0.0.5:99999/tunnel\n",
+                  "sandbox.kubernetes.tunnel_url", NULL);
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    tunnel_url: \"ws://10.0.0.5:8090/t\\\"x\"\n",
+                  "sandbox.kubernetes.tunnel_url", NULL);
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    namespace: Agent_Hold\n",
+                  "sandbox.kubernetes.namespace = 'Agent_Hold'", NULL);
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    home_size: lots\n", "sandbox.kubernetes.home_size = 'lots'", NULL);
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    home_size: 10Gb\n", "sandbox.kubernetes.home_size", NULL);
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    image_pull_policy: Sometimes\n",
+                  "sandbox.kubernetes.image_pull_policy = 'Sometimes'", NULL);
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    node_selector: disk\n", "sandbox.kubernetes.node_selector", NULL);
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    node_selector: \"a=b,c d=e\"\n", "sandbox.kubernetes.node_selector", NULL);
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    sandboxd_image: \"x y\"\n", "sandbox.kubernetes.sandboxd_image", NULL);
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    kubeconfig: /nonexistent/kubeconfig\n",
+                  "sandbox.kubernetes.kubeconfig = '/nonexistent/kubeconfig'", "cannot be read");
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    namespce: x\n", "unknown key", "sandbox.kubernetes.namespace");
     EXPECT_ERROR ("server:\n  listen: [1, 2\n", "line 3 column", "YAML syntax error");
     EXPECT_ERROR ("server:\n  listen: x\n bad: indent\n", "line 3 column", "YAML syntax error");
     //  A file that cannot be read

@@ -1,0 +1,274 @@
+"""tests/kubernetes/ahk8s.py: what the tests and the benchmark of the
+kubernetes driver share: the test cluster (tests/k8s/up: its kubeconfig,
+kubectl, the node's address), the images it needs (the sandboxd image made
+by scripts/sandboxd-image, the shipped busybox runtime built by the product
+in Docker, both imported with tests/k8s/import-image), a namespace of the
+run's own, and `agenthold serve` with `sandbox.driver: kubernetes`.
+
+No cluster answering: a loud SKIPPED line and exit 77 (reported skipped,
+never passed). Everything the run made (namespace, server, temp dir) is
+removed even on failure; the images are kept (as a user's nodes keep them)."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "tests", "lib"))
+import ahserver  # noqa: E402
+
+SKIP = 77
+K8S_DIR = os.environ.get("AGENTHOLD_K8S_DIR", "/tmp/agenthold-k8s")
+KUBECONFIG = os.path.join(K8S_DIR, "admin.kubeconfig")
+KUBECTL = os.path.join(K8S_DIR, "bin", "kubectl")
+# The cluster's scripts (tests/k8s/); another checkout's with AGENTHOLD_K8S_TOOLS.
+TOOLS = os.environ.get("AGENTHOLD_K8S_TOOLS", os.path.join(SRC, "tests", "k8s"))
+SANDBOXD_IMAGE = "agenthold/sandboxd:k8stest"
+RUNTIME = "busybox"                     # the shipped runtime the tests create agents with
+RUNTIME_IMAGE = "agenthold/busybox:2"
+
+
+class Fail(Exception):
+    pass
+
+
+def node_ip():
+    out = subprocess.run(["ip", "-4", "route", "get", "1.1.1.1"], capture_output=True, text=True).stdout
+    parts = out.split()
+    return parts[parts.index("src") + 1] if "src" in parts else None
+
+
+def kubectl(*args, ns=None, check=True, timeout=60, stdin=None):
+    cmd = [KUBECTL, "--kubeconfig", KUBECONFIG] + (["-n", ns] if ns else []) + list(args)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=stdin)
+    if check and p.returncode != 0:
+        raise Fail("kubectl %s: %s" % (" ".join(args), p.stderr.strip()))
+    return p
+
+
+def kjson(*args, ns=None):
+    p = kubectl(*(list(args) + ["-o", "json"]), ns=ns, check=False)
+    return json.loads(p.stdout) if p.returncode == 0 else None
+
+
+def cluster_up():
+    if not (os.path.exists(KUBECONFIG) and os.access(KUBECTL, os.X_OK)):
+        return False
+    try:
+        return kubectl("get", "--raw", "/readyz", check=False, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def docker_image_present(image):
+    return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+
+
+class Harness:
+    """One run: a namespace and prefix of its own, the server, checks counted."""
+
+    def __init__(self, name, binary, ports):
+        self.name = name
+        self.bin = os.path.abspath(binary)
+        self.sandboxd = os.path.join(os.path.dirname(self.bin), "sandboxd")
+        self.prefix = "%s%d" % (name.replace(".", "").replace("_", ""), os.getpid())
+        self.ns = "ah-" + self.prefix
+        self.ports = ports
+        self.tmp = tempfile.mkdtemp(prefix="ah-%s-" % name)
+        self.data = os.path.join(self.tmp, "data")
+        self.log = os.path.join(self.tmp, "server.log")
+        self.checks = 0
+        self.server = None
+        self.ns_made = False
+        self.node_ip = node_ip()
+        self.api_port = ahserver.free_port(ports[0], ports[1] - 1, 0, fail=Fail)
+        self.tunnel_port = ahserver.free_port(ports[0], ports[1] - 1, 1, {self.api_port}, fail=Fail)
+        self.env = ahserver.server_env(self.data, self.api_port, self.tunnel_port,
+                                       driver="kubernetes", tunnel_host="", extra={
+            "AGENTHOLD_SANDBOX_DEFAULT_CPUS": "0.5",
+            "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB": "128",
+            "AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": self.prefix,
+            "AGENTHOLD_SANDBOX_KUBERNETES_KUBECONFIG": KUBECONFIG,
+            "AGENTHOLD_SANDBOX_KUBERNETES_NAMESPACE": self.ns,
+            "AGENTHOLD_SANDBOX_KUBERNETES_HOME_SIZE": "1Gi",
+            "AGENTHOLD_SANDBOX_KUBERNETES_SANDBOXD_IMAGE": SANDBOXD_IMAGE,
+            "AGENTHOLD_SANDBOX_KUBERNETES_TUNNEL_URL": "ws://%s:%d/tunnel" % (self.node_ip, self.tunnel_port),
+            "AGENTHOLD_SANDBOX_KUBERNETES_IMAGE_PULL_POLICY": "IfNotPresent",
+        })
+        self.url = "http://127.0.0.1:%d" % self.api_port
+
+    def check(self, cond, what):
+        self.checks += 1
+        if not cond:
+            raise Fail(what)
+
+    # -- images ---------------------------------------------------------------
+    def build_runtime_in_docker(self):
+        """The shipped busybox runtime, built by the product: a short
+        `agenthold serve` with the docker driver and a catalog of that
+        runtime alone prewarms it."""
+        if docker_image_present(RUNTIME_IMAGE):
+            return
+        with open(os.path.join(SRC, "catalog", "runtimes.json")) as f:
+            shipped = json.load(f)
+        rt = [r for r in shipped["runtimes"] if r["alias"] == RUNTIME]
+        self.check(rt and rt[0]["image"] == RUNTIME_IMAGE, "the shipped catalog has %s as %s"
+                   % (RUNTIME, RUNTIME_IMAGE))
+        bdir = os.path.join(self.tmp, "build")
+        os.makedirs(bdir)
+        os.symlink(os.path.join(SRC, "catalog", "images"), os.path.join(bdir, "images"))
+        with open(os.path.join(bdir, "runtimes.json"), "w") as f:
+            json.dump({"version": shipped["version"], "runtimes": rt}, f)
+        port = ahserver.free_port(19480, 19489, 0, fail=Fail)
+        tport = ahserver.free_port(19480, 19489, 1, {port}, fail=Fail)
+        env = ahserver.server_env(os.path.join(bdir, "data"), port, tport, driver="docker", extra={
+            "AGENTHOLD_CATALOG_PATH": os.path.join(bdir, "runtimes.json"),
+            "AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": self.prefix + "build"})
+        with open(os.path.join(bdir, "server.log"), "w") as log:
+            p = subprocess.Popen([self.bin, "serve"], env=env, cwd=bdir, stdout=log, stderr=log)
+        try:
+            deadline = time.time() + 240
+            while not docker_image_present(RUNTIME_IMAGE):
+                if p.poll() is not None or time.time() > deadline:
+                    with open(os.path.join(bdir, "server.log")) as f:
+                        raise Fail("building %s in Docker failed:\n%s" % (RUNTIME_IMAGE, f.read()[-3000:]))
+                time.sleep(0.5)
+        finally:
+            ahserver.stop_all([p])
+
+    def import_images(self):
+        p = subprocess.run([os.path.join(SRC, "scripts", "sandboxd-image"), self.sandboxd, SANDBOXD_IMAGE],
+                           capture_output=True, text=True, timeout=120)
+        self.check(p.returncode == 0, "scripts/sandboxd-image: %s" % p.stderr.strip())
+        self.build_runtime_in_docker()
+        imp = os.path.join(TOOLS, "import-image")
+        self.check(os.access(imp, os.X_OK), "the cluster's import-image script at %s" % imp)
+        p = subprocess.run([imp, SANDBOXD_IMAGE, RUNTIME_IMAGE], capture_output=True, text=True, timeout=300)
+        self.check(p.returncode == 0, "import-image: %s" % p.stderr.strip())
+
+    # -- the cluster's view --------------------------------------------------------
+    def kubectl(self, *args, check=True, timeout=60):
+        return kubectl(*args, ns=self.ns, check=check, timeout=timeout)
+
+    def get(self, kind, name):
+        return kjson("get", kind, name, ns=self.ns)
+
+    def pod(self, aid):
+        return self.get("pod", "%s-%s" % (self.prefix, aid))
+
+    def claim(self, aid):
+        return self.get("pvc", "%s-home-%s" % (self.prefix, aid))
+
+    def leftovers(self):
+        """Everything in the namespace (not only what carries our labels)."""
+        j = kjson("get", "pods,pvc,secrets,networkpolicies,configmaps", ns=self.ns) or {"items": []}
+        # The namespace's own (kube-root-ca.crt) is the cluster's, not ours.
+        return [i["kind"] + "/" + i["metadata"]["name"] for i in j["items"]
+                if i["metadata"]["name"] != "kube-root-ca.crt"]
+
+    def wait_for(self, what, fn, seconds=60):
+        deadline = time.time() + seconds
+        while True:
+            v = fn()
+            if v:
+                return v
+            if time.time() > deadline:
+                raise Fail("%s: not within %d s" % (what, seconds))
+            time.sleep(0.3)
+
+    # -- the server ------------------------------------------------------------
+    def token(self):
+        return ahserver.read_token(self.data)
+
+    def start_server(self, wait=True):
+        with open(self.log, "a") as log:
+            log.write("---- server start ----\n")
+            log.flush()
+            self.server = subprocess.Popen([self.bin, "serve"], env=self.env, cwd=self.tmp,
+                                           stdout=log, stderr=log)
+        if wait:
+            ahserver.wait_healthy(self.server, self.api_port, 30, fail=Fail, tail=self.server_log_tail)
+
+    def kill_server(self):
+        if self.server and self.server.poll() is None:
+            self.server.send_signal(signal.SIGKILL)
+            self.server.wait()
+
+    def cli_env(self):
+        env = dict(self.env)
+        env["AGENTHOLD_URL"] = self.url
+        env["AGENTHOLD_TOKEN"] = self.token()
+        return env
+
+    def run_cli(self, *args, timeout=180, stdin=None):
+        p = subprocess.run([self.bin] + list(args), env=self.cli_env(), cwd=self.tmp,
+                           capture_output=True, text=True, timeout=timeout, input=stdin)
+        return p.returncode, p.stdout, p.stderr
+
+    def cli(self, *args, timeout=180):
+        rc, out, err = self.run_cli(*(list(args) + ["--json"]), timeout=timeout)
+        self.check(rc == 0, "agenthold %s: status %d: %s" % (" ".join(args), rc, err.strip()))
+        return json.loads(out)
+
+    def sh(self, name, script, timeout=60):
+        """exec as the agent: (status, stdout)."""
+        rc, out, err = self.run_cli("exec", name, "--", "sh", "-c", script, timeout=timeout)
+        return rc, out
+
+    def wait_state(self, name, want, seconds=60):
+        deadline = time.time() + seconds
+        while True:
+            a = self.cli("show", name)
+            if a["state"] == want:
+                return a
+            if time.time() > deadline:
+                raise Fail("%s: state %s, not %s, after %d s (error: %s)" %
+                           (name, a["state"], want, seconds, a.get("error")))
+            time.sleep(0.3)
+
+    def server_log_tail(self, n=6000):
+        try:
+            with open(self.log) as f:
+                return f.read()[-n:]
+        except OSError:
+            return ""
+
+    # -- the run -----------------------------------------------------------------
+    def run(self, scenario):
+        if not cluster_up():
+            print("\n*** %s SKIPPED: no Kubernetes test cluster answers (%s; bring it up with "
+                  "tests/k8s/up) ***\n" % (self.name, KUBECONFIG), file=sys.stderr)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return SKIP
+        if not os.path.exists(self.sandboxd) or not self.node_ip:
+            print("%s: no sandboxd next to %s, or no node address" % (self.name, self.bin), file=sys.stderr)
+            return 1
+        rc = 1
+        try:
+            self.import_images()
+            kubectl("create", "namespace", self.ns)
+            self.ns_made = True
+            scenario()
+            print("%s: %d checks passed" % (self.name, self.checks))
+            rc = 0
+        except (Fail, subprocess.SubprocessError, OSError, ValueError, KeyError, TypeError,
+                AttributeError) as e:
+            print("FAILED: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+            sys.stderr.write("---- server log ----\n" + self.server_log_tail())
+            if self.ns_made:
+                sys.stderr.write("---- namespace ----\n" + kubectl(
+                    "get", "all,pvc,secrets,networkpolicies", "-o", "wide", ns=self.ns, check=False).stdout)
+        finally:
+            if self.server and self.server.poll() is None:
+                self.server.kill()
+                self.server.wait()
+            if self.ns_made:
+                kubectl("delete", "namespace", self.ns, "--wait=true", "--timeout=120s", check=False,
+                        timeout=150)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        return rc
