@@ -239,10 +239,34 @@ class Harness:
             return ""
 
     # -- the run -----------------------------------------------------------------
+    def bring_up(self):
+        """The cluster answering, brought up with tests/k8s/up when it is not
+        and we are root (as k8s.cluster does; taken down again at the end
+        unless AGENTHOLD_K8S_KEEP=1, which scripts/test sets). None when it
+        answers; else the reason it cannot here (a skip) or raises Fail."""
+        if cluster_up():
+            return None
+        up = os.path.join(TOOLS, "up")
+        if os.geteuid() != 0 or not os.access(up, os.X_OK):
+            return "no Kubernetes test cluster answers (%s; bring it up with tests/k8s/up as root)" % KUBECONFIG
+        rc = subprocess.run([up], stdin=subprocess.DEVNULL, timeout=3000).returncode
+        if rc == 2:
+            return "the test cluster cannot come up on this machine (see the tests/k8s/up message above)"
+        if rc != 0 or not cluster_up():
+            raise Fail("tests/k8s/up failed (exit %d)" % rc)
+        self.brought_up = os.environ.get("AGENTHOLD_K8S_KEEP") != "1"
+        return None
+
     def run(self, scenario):
-        if not cluster_up():
-            print("\n*** %s SKIPPED: no Kubernetes test cluster answers (%s; bring it up with "
-                  "tests/k8s/up) ***\n" % (self.name, KUBECONFIG), file=sys.stderr)
+        self.brought_up = False
+        try:
+            why = self.bring_up()
+        except (Fail, subprocess.SubprocessError, OSError) as e:
+            print("%s: FAILED: %s" % (self.name, e), file=sys.stderr)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return 1
+        if why:
+            print("\n*** %s SKIPPED: %s ***\n" % (self.name, why), file=sys.stderr)
             shutil.rmtree(self.tmp, ignore_errors=True)
             return SKIP
         if not os.path.exists(self.sandboxd) or not self.node_ip:
@@ -271,4 +295,6 @@ class Harness:
                 kubectl("delete", "namespace", self.ns, "--wait=true", "--timeout=120s", check=False,
                         timeout=150)
             shutil.rmtree(self.tmp, ignore_errors=True)
+            if self.brought_up:
+                subprocess.run([os.path.join(TOOLS, "down")], stdin=subprocess.DEVNULL, timeout=600)
         return rc
