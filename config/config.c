@@ -64,6 +64,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.tunnel_listen",            T_STR,      F (tunnel_listen), NULL },
     { "sandbox.tunnel_socket",            T_OPT,      F (tunnel_socket), "default" },
     { "sandbox.sandboxd_path",            T_PATH,     F (sandboxd_path), NULL },
+    { "sandbox.fake_sandboxd",            T_STR,      F (fake_sandboxd), NULL },
     { "sandbox.container_ttl",            T_DURATION, F (container_ttl_s), NULL },
     { "sandbox.workspace_ttl",            T_DURATION, F (workspace_ttl_s), NULL },
     { "sandbox.ttl_check_interval",       T_DURATION, F (ttl_check_interval_s), NULL },
@@ -205,6 +206,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->data_dir = s_default_data_dir ();
     self->tap_endpoint = NULL;
     self->driver = strdup ("docker");
+    self->fake_sandboxd = strdup ("in-process");
     self->default_image = strdup ("debian:bookworm-slim");
     self->default_cpus = 2;
     self->default_memory_mb = 4096;
@@ -844,6 +846,8 @@ static char *s_validate (const ah_config_t *self)
     if (strcmp (self->driver, "docker") && strcmp (self->driver, "fake")
     &&  strcmp (self->driver, "remote"))
         return ah_strf ("sandbox.driver = '%s': must be docker, remote or fake", self->driver);
+    if (strcmp (self->fake_sandboxd, "in-process") && strcmp (self->fake_sandboxd, "external"))
+        return ah_strf ("sandbox.fake_sandboxd = '%s': must be in-process or external", self->fake_sandboxd);
     if ((why = s_check_hostd (self)))
         return why;
     if (self->tenant_max_sandboxes < 0 || self->pool_max_sandboxes < 0
