@@ -74,8 +74,6 @@ static void s_conn_destroy (conn_t **conn_p)
     conn_t *conn = *conn_p;
     if (!conn)
         return;
-    ah_actor_timer_end (conn->self->actor, conn->ping_timer);
-    ah_actor_timer_end (conn->self->actor, conn->stats_timer);
     ah_yamux_destroy (&conn->yamux);
     zhashx_destroy (&conn->streams);
     ah_buf_free (&conn->outq);
@@ -89,9 +87,6 @@ void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bo
     if (conn->dead)
         return;
     conn->dead = true;
-    ah_actor_timer_end (self->actor, conn->ping_timer);
-    ah_actor_timer_end (self->actor, conn->stats_timer);
-    conn->ping_timer = conn->stats_timer = 0;
     if (zhashx_lookup (self->agents, conn->agent_id) == conn)
         zhashx_delete (self->agents, conn->agent_id);
     //  Fail every channel; collect first (failing edits the map).
@@ -126,28 +121,43 @@ void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bo
     }
 }
 
-static void s_on_ping_timer (void *self_, void *arg)
+//  Pings and stats go to every connection on one tunnel-wide timer each,
+//  not one timer per connection: with a thousand connections the loop
+//  wakes twice per interval instead of thousands of times, and each
+//  wakeup polls every socket (bench/scale, idle CPU).
+static void s_on_ping_tick (void *self_, void *arg)
 {
     self_t *self = self_;
-    conn_t *conn = (conn_t *) arg;
     int64_t now = zclock_mono ();
-    if (now - conn->last_pong_ms > self->ping_timeout_ms) {
+    zlistx_t *lost = zlistx_new ();         //  closing edits self->agents
+    for (conn_t *conn = (conn_t *) zhashx_first (self->agents); conn;
+         conn = (conn_t *) zhashx_next (self->agents)) {
+        if (conn->dead)
+            continue;
+        if (now - conn->last_pong_ms > self->ping_timeout_ms)
+            zlistx_add_end (lost, conn);
+        else
+            ah_yamux_ping (conn->yamux, ++conn->ping_seq);
+    }
+    for (conn_t *conn = (conn_t *) zlistx_first (lost); conn; conn = (conn_t *) zlistx_next (lost)) {
         ah_warn (AREA, "agent '%s': no ping answer for %lld ms; closing the connection",
                  conn->agent_id, (long long) (now - conn->last_pong_ms));
         ah_tun_conn_close (conn, "sandbox connection lost", true, false, false);
-        return;
     }
-    ah_yamux_ping (conn->yamux, ++conn->ping_seq);
+    zlistx_destroy (&lost);
 }
 
-static void s_on_stats_timer (void *self_, void *arg)
+static void s_on_stats_tick (void *self_, void *arg)
 {
-    conn_t *conn = (conn_t *) arg;
+    self_t *self = self_;
     ah_msg_t *h = ah_msg_new ("HEADER");
     ah_msg_set_str (h, "ch", "stats");
-    const char *why = NULL;
-    if (!ah_tun_chan_open (conn, CH_STATS, h, true, &why))
-        ah_debug (AREA, "agent '%s': stats: %s", conn->agent_id, why);
+    for (conn_t *conn = (conn_t *) zhashx_first (self->agents); conn;
+         conn = (conn_t *) zhashx_next (self->agents)) {
+        const char *why = NULL;
+        if (conn->ready && !conn->dead && !ah_tun_chan_open (conn, CH_STATS, h, true, &why))
+            ah_debug (AREA, "agent '%s': stats: %s", conn->agent_id, why);
+    }
     ah_msg_destroy (&h);
 }
 
@@ -211,9 +221,9 @@ void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
     ah_msg_t *m = ah_msg_new ("SANDBOX_HELLO");
     ah_msg_set_str (m, "agent_id", conn->agent_id);
     ah_actor_send (self->actor, "lifecycle", &m);
-    if (self->stats_interval_ms > 0)
-        conn->stats_timer = ah_actor_timer (self->actor, self->stats_interval_ms, self->stats_interval_ms,
-                                            s_on_stats_timer, conn);
+    if (self->stats_interval_ms > 0 && !self->stats_tick)
+        self->stats_tick = ah_actor_timer (self->actor, self->stats_interval_ms, self->stats_interval_ms,
+                                           s_on_stats_tick, NULL);
 }
 
 static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id)
@@ -262,9 +272,9 @@ static void s_conn_start (self_t *self, conn_t *conn)
         ah_tun_conn_close (conn, why, true, false, false);
     }
     ah_msg_destroy (&h);
-    if (!conn->dead)
-        conn->ping_timer = ah_actor_timer (self->actor, self->ping_interval_ms, self->ping_interval_ms,
-                                           s_on_ping_timer, conn);
+    if (!conn->dead && !self->ping_tick)
+        self->ping_tick = ah_actor_timer (self->actor, self->ping_interval_ms, self->ping_interval_ms,
+                                          s_on_ping_tick, NULL);
 }
 
 //  ---------------------------------------------------------------------
