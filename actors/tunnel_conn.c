@@ -51,7 +51,15 @@ static void s_ymx_on_open (void *ud, uint32_t id)
 static void s_ymx_on_pong (void *ud, uint32_t opaque)
 {
     conn_t *conn = (conn_t *) ud;
-    conn->last_pong_ms = zclock_mono ();
+    conn->last_heard_ms = zclock_mono ();
+}
+
+//  sandboxd's own ping (every 15 s): its session is alive as surely as
+//  when it answers ours.
+static void s_ymx_on_ping (void *ud, uint32_t opaque)
+{
+    conn_t *conn = (conn_t *) ud;
+    conn->last_heard_ms = zclock_mono ();
 }
 
 static void s_ymx_on_goaway (void *ud, uint32_t code)
@@ -134,14 +142,19 @@ static void s_on_ping_tick (void *self_, void *arg)
          conn = (conn_t *) zhashx_next (self->agents)) {
         if (conn->dead)
             continue;
-        if (now - conn->last_pong_ms > self->ping_timeout_ms)
+        if (now - conn->last_heard_ms > self->ping_timeout_ms)
             zlistx_add_end (lost, conn);
         else
+        if (now - conn->last_heard_ms >= self->ping_interval_ms)
             ah_yamux_ping (conn->yamux, ++conn->ping_seq);
+        //  else it pinged us or answered within the interval (sandboxd
+        //  pings every 15 s itself): alive, and a ping of ours would only
+        //  wake both loops again
+
     }
     for (conn_t *conn = (conn_t *) zlistx_first (lost); conn; conn = (conn_t *) zlistx_next (lost)) {
         ah_warn (AREA, "agent '%s': no ping answer for %lld ms; closing the connection",
-                 conn->agent_id, (long long) (now - conn->last_pong_ms));
+                 conn->agent_id, (long long) (now - conn->last_heard_ms));
         ah_tun_conn_close (conn, "sandbox connection lost", true, false, false);
     }
     zlistx_destroy (&lost);
@@ -241,7 +254,7 @@ static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id)
     ah_yamux_callbacks_t cb = {
         .output = s_ymx_output, .on_open = s_ymx_on_open, .on_data = ah_tun_ymx_on_data,
         .on_eof = ah_tun_ymx_on_eof, .on_closed = ah_tun_ymx_on_closed,
-        .on_writable = ah_tun_ymx_on_writable, .on_pong = s_ymx_on_pong, .on_goaway = s_ymx_on_goaway,
+        .on_writable = ah_tun_ymx_on_writable, .on_pong = s_ymx_on_pong, .on_ping = s_ymx_on_ping, .on_goaway = s_ymx_on_goaway,
     };
     //  The server opens every stream: the yamux client role (odd ids).
     conn->yamux = ah_yamux_new (true, &cb, conn);
@@ -249,7 +262,7 @@ static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id)
         s_conn_destroy (&conn);
         return NULL;
     }
-    conn->last_pong_ms = zclock_mono ();
+    conn->last_heard_ms = zclock_mono ();
     return conn;
 }
 

@@ -74,7 +74,7 @@ struct conn_t {
     bool dead;                      //  being closed; ignore everything
     bool rx_paused;
     size_t msg_bytes;               //  of the WebSocket message being received
-    int64_t last_pong_ms;
+    int64_t last_heard_ms;          //  sandboxd's last pong or ping (liveness)
     uint32_t ping_seq;
 };
 
