@@ -3,7 +3,7 @@
 processes: its memory and idle CPU, and many terminals streaming at once.
 
 usage: bench_scale.py AGENTHOLD_BINARY SANDBOXD_BINARY [--agents 1000]
-                      [--terminals 100] [--lines 20000] [--seconds 30]
+                      [--terminals 100] [--lines 50000] [--seconds 30]
 
 Starts the real `agenthold serve` with the fake driver told to run no
 sandboxd itself (sandbox.fake_sandboxd: external): every start writes the
@@ -20,8 +20,8 @@ of the same length (RSS and CPU), printed beside and as a ratio.
              (goal <= 64 MiB); the peak (VmHWM) is printed too;
   idle CPU   the server's CPU (all its threads, /proc/PID/task/*/stat)
              over --seconds while every sandboxd is connected and nothing
-             is asked (the server's own pings every 15 s, stats every 30 s
-             and sleeper passes are its idle work), as % of one core
+             is asked (sandboxd's pings every 15 s and their answers, stats
+             every 30 s, sleeper passes: its idle work), as % of one core
              (goal <= 1 %);
   terminals  --terminals WebSocket terminals on as many agents, opened
              first, then each runs `seq` of --lines numbers at once; every
@@ -228,7 +228,7 @@ def main():
     ap.add_argument("sandboxd")
     ap.add_argument("--agents", type=int, default=1000)
     ap.add_argument("--terminals", type=int, default=100)
-    ap.add_argument("--lines", type=int, default=20000, help="each terminal's seq length (default 20000)")
+    ap.add_argument("--lines", type=int, default=50000, help="each terminal's seq length (default 50000)")
     ap.add_argument("--seconds", type=float, default=30, help="idle windows (default 30)")
     a = ap.parse_args()
     if not 1 <= a.agents <= 5000 or not 1 <= a.terminals <= a.agents or not 10 <= a.lines <= 10**6 \
