@@ -100,6 +100,15 @@ void ah_lc_publish (self_t *self, const char *agent_id, const char *state,
     }
 }
 
+void ah_lc_changed (self_t *self, const char *agent_id)
+{
+    if (!self->sleeper_subscribed)
+        return;
+    ah_msg_t *msg = ah_msg_new ("AGENT_CHANGED");
+    ah_msg_set_str (msg, "agent_id", agent_id);
+    ah_actor_send (self->actor, "sleeper", &msg);
+}
+
 int ah_lc_lookup (self_t *self, const char *key, row_t *row)
 {
     return ah_lc_lookup_in (self, key, NULL, row);
@@ -240,6 +249,9 @@ static void s_flush_activity (self_t *self)
         }
         if (ah_store_commit (self->store))
             ah_store_rollback (self->store);
+        else
+            for (int64_t *at = zhashx_first (self->activity); at; at = zhashx_next (self->activity))
+                ah_lc_changed (self, zhashx_cursor (self->activity));
     }
     zhashx_purge (self->activity);
 }
@@ -342,6 +354,8 @@ static void *s_init (ah_actor_t *actor, void *args)
         zlist_append (self->subscribers, (void *) *s);
         if (streq (*s, "tunnel"))
             self->tunnel_subscribed = true;
+        if (streq (*s, "sleeper"))
+            self->sleeper_subscribed = true;
     }
     self->tracks = zhashx_new ();
     zhashx_set_destructor (self->tracks, s_free);

@@ -85,6 +85,7 @@ typedef struct {
     ah_driver_t *driver;
     zlist_t *subscribers;           //  of char *, copied
     bool tunnel_subscribed;
+    bool sleeper_subscribed;        //  gets AGENT_CHANGED (sleeper.c, the due index)
     int hello_timeout_ms;
     int tunnel_port;
     zhashx_t *tracks;               //  agent id -> track_t *
@@ -129,6 +130,9 @@ int  ah_lc_move (self_t *self, const char *agent_id, const char *guard,
 //  SANDBOX_STATE to every subscriber, TUNNEL_KICK where it applies.
 void ah_lc_publish (self_t *self, const char *agent_id, const char *state,
                     const char *op, const char *error);
+//  AGENT_CHANGED to the sleeper (when it subscribes): what the database
+//  knows of the agent's use moved (last_activity_at, idle_minutes).
+void ah_lc_changed (self_t *self, const char *agent_id);
 //  self->cause for the length of one call of fn (a request's "by", else
 //  its sender).
 void ah_lc_caused (self_t *self, const ah_msg_t *msg, void (*fn) (void *, ah_msg_t *));

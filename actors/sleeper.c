@@ -4,10 +4,27 @@
     its own store connection (turns and sleep_forecast are
     its tables; sandboxes and agents it only reads), one Lua state for
     idle.lua, and a hash of per-agent live facts (terminals, CPU samples,
-    when it was last seen busy). Nothing here blocks: a pass is one
-    SELECT, one policy call per running sandbox and one transaction of
-    forecast rows; stopping is lifecycle's job, asked by message. A
-    repeating timer runs the pass every idle_check_interval.          */
+    when it was last seen busy). Nothing here blocks; stopping is
+    lifecycle's job, asked by message. A repeating timer runs the pass
+    every idle_check_interval.
+
+    The due index. Each running agent's facts keep its last verdict
+    (sleeps_at, idle) and a dirty flag. A verdict holds until sleeps_at
+    unless a fact changes, so a pass asks idle.lua only about the agents
+    that are due (sleeps_at <= now) or dirty, reading their rows one by
+    one; the others cost one look at their entry. Dirty means: a turn
+    started, renewed or ended (this actor's own table), a terminal opened
+    or closed, a CPU share at or above the verdict's recheck_cpu_share (any
+    new share when the policy names none), lifecycle's AGENT_CHANGED (its
+    activity flush moved last_activity_at, or an update changed
+    idle_minutes), or entering running. A verdict that is already idle
+    and whose stop was asked stays idle without asking again (time only
+    makes an idle sandbox idler). A full pass (one SELECT of every running
+    sandbox, idle.lua for each) runs first, and again whenever idle.lua
+    is reloaded. Everything the database knows that can move without
+    telling us (last_activity_at, a turn's lease running out) only moves
+    the real sleep time later, so a verdict is never late, at worst early
+    and asked again.                                                   */
 #include "actors/sleeper.h"
 #include "common/log.h"
 #include "common/msg.h"
@@ -30,6 +47,12 @@ typedef struct {
     bool    has_share;
     int64_t busy_at;                //  ms: last time it was found busy or began running
     bool    stop_sent;              //  asked lifecycle to stop it; cleared on a state change
+    //  the due index
+    bool    running;                //  in the running set (full pass, SANDBOX_STATE)
+    bool    dirty;                  //  a fact changed since the verdict
+    bool    idle;                   //  the verdict
+    int64_t sleeps_at;              //  ms: the verdict holds until then
+    double  recheck_cpu;            //  a share at or above this makes it dirty (0: any share)
 } facts_t;
 
 typedef struct {
@@ -41,14 +64,18 @@ typedef struct {
     int64_t turn_end;
 } row_t;
 
-typedef struct {
-    ah_actor_t  *actor;             //  NULL in ah_sleeper_pass_once
+struct ah_sleeper_index_s {
+    ah_actor_t  *actor;             //  NULL in an ah_sleeper_index_t
     ah_store_t  *store;
     ah_policy_t *policy;
     zhashx_t    *facts;             //  agent id -> facts_t (owned)
     int64_t      started_ms;
     int64_t      req_seq;
-} self_t;
+    bool         full;              //  the next pass reads every running sandbox
+    int64_t      policy_at;         //  ah_policy_loaded_at of the verdicts held
+    int          evaluated;         //  idle.lua calls in the last pass
+};
+typedef struct ah_sleeper_index_s self_t;
 
 static facts_t *s_facts (self_t *self, const char *agent_id)
 {
@@ -71,125 +98,223 @@ static void s_touch (facts_t *f, int64_t ms)
 
 static int64_t s_max (int64_t a, int64_t b) { return a > b ? a : b; }
 
-//  Reads the running sandboxes and what the database knows of their use.
-static int s_rows (self_t *self, int64_t now, row_t **rows_p, size_t *count)
+#define ROW_COLUMNS \
+    "SELECT s.agent_id, a.name, a.idle_minutes, coalesce(s.last_activity_at, 0)," \
+    " (SELECT count(*) FROM turns t WHERE t.agent_id = s.agent_id" \
+    "   AND t.ended_at IS NULL AND t.expires_at > :now)," \
+    " (SELECT coalesce(max(min(coalesce(t.ended_at, t.expires_at), :now)), 0)" \
+    "   FROM turns t WHERE t.agent_id = s.agent_id)" \
+    " FROM sandboxes s JOIN agents a ON a.id = s.agent_id WHERE s.state = 'running'"
+
+static void s_row_read (sqlite3_stmt *st, row_t *r)
 {
-    sqlite3_stmt *st = ah_store_prepare (self->store,
-        "SELECT s.agent_id, a.name, a.idle_minutes, coalesce(s.last_activity_at, 0),"
-        " (SELECT count(*) FROM turns t WHERE t.agent_id = s.agent_id"
-        "   AND t.ended_at IS NULL AND t.expires_at > :now),"
-        " (SELECT coalesce(max(min(coalesce(t.ended_at, t.expires_at), :now)), 0)"
-        "   FROM turns t WHERE t.agent_id = s.agent_id)"
-        " FROM sandboxes s JOIN agents a ON a.id = s.agent_id WHERE s.state = 'running'");
+    snprintf (r->id, sizeof r->id, "%s", (const char *) sqlite3_column_text (st, 0));
+    snprintf (r->name, sizeof r->name, "%s", (const char *) sqlite3_column_text (st, 1));
+    r->idle_minutes = sqlite3_column_double (st, 2);
+    r->last_activity = sqlite3_column_int64 (st, 3);
+    r->turns = sqlite3_column_int64 (st, 4);
+    r->turn_end = sqlite3_column_int64 (st, 5);
+}
+
+//  Reads the running sandboxes and what the database knows of their use:
+//  every one (ids NULL), or those of ids (n_ids of them) that still run.
+static int s_rows (self_t *self, int64_t now, char **ids, size_t n_ids, row_t **rows_p, size_t *count)
+{
+    sqlite3_stmt *st = ah_store_prepare (self->store, ids ? ROW_COLUMNS " AND s.agent_id = :id" : ROW_COLUMNS);
     if (!st || ah_store_bind_int64 (st, ":now", now))
         return -1;
-    size_t n = 0, cap = 64;
+    size_t n = 0, cap = ids ? n_ids + 1 : 64;
     row_t *rows = malloc (cap * sizeof *rows);
-    int rc;
-    while (rows && (rc = ah_store_step (self->store, st)) == SQLITE_ROW) {
-        if (n == cap) {
-            row_t *more = realloc (rows, 2 * cap * sizeof *rows);
-            if (!more)
-                break;
-            rows = more;
-            cap *= 2;
+    for (size_t k = 0; rows && (!ids || k < n_ids); k++) {
+        if (ids && ah_store_bind_text (st, ":id", ids [k]))
+            break;
+        int rc;
+        while ((rc = ah_store_step (self->store, st)) == SQLITE_ROW) {
+            if (n == cap) {
+                row_t *more = realloc (rows, 2 * cap * sizeof *rows);
+                if (!more)
+                    break;
+                rows = more;
+                cap *= 2;
+            }
+            s_row_read (st, &rows [n++]);
         }
-        row_t *r = &rows [n++];
-        snprintf (r->id, sizeof r->id, "%s", (const char *) sqlite3_column_text (st, 0));
-        snprintf (r->name, sizeof r->name, "%s", (const char *) sqlite3_column_text (st, 1));
-        r->idle_minutes = sqlite3_column_double (st, 2);
-        r->last_activity = sqlite3_column_int64 (st, 3);
-        r->turns = sqlite3_column_int64 (st, 4);
-        r->turn_end = sqlite3_column_int64 (st, 5);
+        sqlite3_reset (st);
+        if (!ids)
+            break;
     }
-    sqlite3_reset (st);
     *rows_p = rows;
     *count = n;
     return rows ? 0 : -1;
 }
 
-//  One pass: asks idle.lua about every running sandbox, records the
-//  forecasts, asks lifecycle to stop the idle ones. Returns the idle count.
+//  Asks idle.lua about one running sandbox, records the forecast, asks
+//  lifecycle to stop it when idle. Returns 1 when idle, 0 when not, -1
+//  when the policy failed (it stays awake and is asked again next pass).
+static int s_judge (self_t *self, const row_t *r, facts_t *f, int64_t now, sqlite3_stmt *up,
+                    ah_msg_t *sandbox, ah_msg_t *facts)
+{
+    int64_t last = s_max (s_max (r->last_activity, r->turn_end),
+                          s_max (f->busy_at, self->started_ms));
+    ah_msg_set_str (sandbox, "id", r->id);
+    ah_msg_set_str (sandbox, "name", r->name);
+    ah_msg_set_double (sandbox, "idle_minutes", r->idle_minutes);
+    ah_msg_set_int (facts, "now_ms", now);
+    ah_msg_set_int (facts, "last_activity_ms", last);
+    ah_msg_set_double (facts, "idle_minutes", r->idle_minutes);
+    ah_msg_set_int (facts, "turns", r->turns);
+    ah_msg_set_int (facts, "terminals", f->terminals);
+    if (f->has_share)
+        ah_msg_set_double (facts, "cpu_share", f->cpu_share);
+    else
+        ah_msg_set_nil (facts, "cpu_share");
+    ah_msg_t *verdict = NULL;
+    char *err = NULL;
+    self->evaluated++;
+    if (ah_policy_call (self->policy, "idle", sandbox, facts, &verdict, &err)) {
+        ah_warn (AREA, "idle.lua failed for agent '%s': %s (it stays awake)", r->name, err);
+        free (err);
+        f->dirty = true;
+        return -1;
+    }
+    bool is_idle = ah_msg_bool (verdict, "idle", false);
+    const char *why = ah_msg_str (verdict, "why");
+    int64_t sleeps_at = (int64_t) ah_msg_double (verdict, "sleeps_at_ms", (double) now);
+    double recheck = ah_msg_double (verdict, "recheck_cpu_share", 0);
+    if (why && (streq (why, "turn") || streq (why, "terminal") || streq (why, "cpu")))
+        s_touch (f, now);
+    f->dirty = false;
+    f->idle = is_idle;
+    f->sleeps_at = is_idle ? now : sleeps_at;
+    f->recheck_cpu = isfinite (recheck) && recheck > 0 ? recheck : 0;
+    ah_store_bind_text (up, ":id", r->id);
+    ah_store_bind_int64 (up, ":sleeps_at", sleeps_at);
+    ah_store_bind_text (up, ":why", why);
+    ah_store_bind_int64 (up, ":now", now);
+    ah_store_step (self->store, up);
+    sqlite3_reset (up);
+    if (is_idle) {
+        if (!f->stop_sent && self->actor) {
+            ah_msg_t *stop = ah_msg_new ("SANDBOX_STOP");
+            ah_msg_set_int (stop, "req", ++self->req_seq);
+            ah_msg_set_str (stop, "agent", r->id);
+            ah_msg_set_str (stop, "reason", "idle");
+            ah_actor_send (self->actor, "lifecycle", &stop);
+            ah_info (AREA, "agent '%s' is idle: asked lifecycle to put it to sleep", r->name);
+        }
+        f->stop_sent = true;
+    }
+    ah_msg_destroy (&verdict);
+    return is_idle ? 1 : 0;
+}
+
+static int s_strcmp (const void *a, const void *b)
+{
+    return strcmp (*(char *const *) a, *(char *const *) b);
+}
+
+//  The ids to ask about in an indexed pass (see DESIGN); counts the
+//  running ones and those still idle with their stop asked.
+static char **s_due (self_t *self, int64_t now, size_t *n_due, int *running, int *idle)
+{
+    size_t n = 0, cap = 64;
+    char **ids = malloc (cap * sizeof *ids);
+    for (facts_t *f = zhashx_first (self->facts); f && ids; f = zhashx_next (self->facts)) {
+        if (!f->running)
+            continue;
+        (*running)++;
+        if (!f->dirty && (f->sleeps_at > now || (f->idle && f->stop_sent))) {
+            *idle += f->idle;
+            continue;
+        }
+        if (n == cap) {
+            char **more = realloc (ids, 2 * cap * sizeof *ids);
+            if (!more)
+                break;
+            ids = more;
+            cap *= 2;
+        }
+        ids [n++] = (char *) zhashx_cursor (self->facts);
+    }
+    //  In key order: the rows are read with the B-tree pages in order.
+    if (ids)
+        qsort (ids, n, sizeof *ids, s_strcmp);
+    *n_due = n;
+    return ids;
+}
+
+//  One pass (see DESIGN): a full one, or the due and dirty agents only.
+//  Returns the idle count; *checked is how many sandboxes are running.
 static int s_pass (self_t *self, int64_t now, int *checked)
 {
     ah_policy_reload (self->policy, false);
-    row_t *rows = NULL;
-    size_t n = 0;
-    if (s_rows (self, now, &rows, &n)) {
-        free (rows);
+    if (ah_policy_loaded_at (self->policy) != self->policy_at) {
+        self->policy_at = ah_policy_loaded_at (self->policy);
+        self->full = true;                  //  a new rule: every verdict is asked again
+    }
+    self->evaluated = 0;
+    bool full = self->full;
+    int running = 0, idle = 0;
+    size_t n_ids = 0, n = 0;
+    char **ids = NULL;
+    if (!full && !(ids = s_due (self, now, &n_ids, &running, &idle)))
         return -1;
+    row_t *rows = NULL;
+    if ((n_ids || full) && s_rows (self, now, full ? NULL : ids, n_ids, &rows, &n)) {
+        free (rows);
+        free (ids);
+        return -1;
+    }
+    //  The running set is what the database says now: all of it after a
+    //  full pass; a due agent that no longer runs leaves it (its state
+    //  event is on its way, and its forecast row goes then).
+    if (full)
+        for (facts_t *f = zhashx_first (self->facts); f; f = zhashx_next (self->facts))
+            f->running = false;
+    for (size_t k = 0; k < n_ids; k++) {
+        facts_t *f = zhashx_lookup (self->facts, ids [k]);
+        if (f)
+            f->running = false;
+    }
+    running += (int) n - (int) n_ids;
+    free (ids);
+    if (n == 0 && !full) {
+        free (rows);
+        if (checked)
+            *checked = running;
+        return idle;
     }
     if (ah_store_begin (self->store)) {
         free (rows);
         return -1;
     }
-    ah_store_exec (self->store, "DELETE FROM sleep_forecast WHERE agent_id NOT IN"
-                   " (SELECT agent_id FROM sandboxes WHERE state = 'running')", NULL);
+    if (full)
+        ah_store_exec (self->store, "DELETE FROM sleep_forecast WHERE agent_id NOT IN"
+                       " (SELECT agent_id FROM sandboxes WHERE state = 'running')", NULL);
     sqlite3_stmt *up = ah_store_prepare (self->store,
         "INSERT INTO sleep_forecast (agent_id, sleeps_at, why, checked_at)"
         " VALUES (:id, :sleeps_at, :why, :now) ON CONFLICT (agent_id) DO UPDATE SET"
         " sleeps_at = excluded.sleeps_at, why = excluded.why, checked_at = excluded.checked_at");
-    int idle = 0;
     ah_msg_t *sandbox = ah_msg_new ("SANDBOX");
     ah_msg_t *facts = ah_msg_new ("FACTS");
     for (size_t i = 0; i < n && up; i++) {
-        row_t *r = &rows [i];
-        facts_t *f = s_facts (self, r->id);
+        facts_t *f = s_facts (self, rows [i].id);
         if (!f)
             continue;
-        int64_t last = s_max (s_max (r->last_activity, r->turn_end),
-                              s_max (f->busy_at, self->started_ms));
-        ah_msg_set_str (sandbox, "id", r->id);
-        ah_msg_set_str (sandbox, "name", r->name);
-        ah_msg_set_double (sandbox, "idle_minutes", r->idle_minutes);
-        ah_msg_set_int (facts, "now_ms", now);
-        ah_msg_set_int (facts, "last_activity_ms", last);
-        ah_msg_set_double (facts, "idle_minutes", r->idle_minutes);
-        ah_msg_set_int (facts, "turns", r->turns);
-        ah_msg_set_int (facts, "terminals", f->terminals);
-        if (f->has_share)
-            ah_msg_set_double (facts, "cpu_share", f->cpu_share);
-        else
-            ah_msg_set_nil (facts, "cpu_share");
-        ah_msg_t *verdict = NULL;
-        char *err = NULL;
-        if (ah_policy_call (self->policy, "idle", sandbox, facts, &verdict, &err)) {
-            ah_warn (AREA, "idle.lua failed for agent '%s': %s (it stays awake)", r->name, err);
-            free (err);
-            continue;
-        }
-        bool is_idle = ah_msg_bool (verdict, "idle", false);
-        const char *why = ah_msg_str (verdict, "why");
-        int64_t sleeps_at = (int64_t) ah_msg_double (verdict, "sleeps_at_ms", (double) now);
-        if (why && (streq (why, "turn") || streq (why, "terminal") || streq (why, "cpu")))
-            s_touch (f, now);
-        ah_store_bind_text (up, ":id", r->id);
-        ah_store_bind_int64 (up, ":sleeps_at", sleeps_at);
-        ah_store_bind_text (up, ":why", why);
-        ah_store_bind_int64 (up, ":now", now);
-        ah_store_step (self->store, up);
-        sqlite3_reset (up);
-        if (is_idle) {
+        f->running = true;
+        if (s_judge (self, &rows [i], f, now, up, sandbox, facts) == 1)
             idle++;
-            if (!f->stop_sent && self->actor) {
-                ah_msg_t *stop = ah_msg_new ("SANDBOX_STOP");
-                ah_msg_set_int (stop, "req", ++self->req_seq);
-                ah_msg_set_str (stop, "agent", r->id);
-                ah_msg_set_str (stop, "reason", "idle");
-                ah_actor_send (self->actor, "lifecycle", &stop);
-                ah_info (AREA, "agent '%s' is idle: asked lifecycle to put it to sleep", r->name);
-            }
-            f->stop_sent = true;
-        }
-        ah_msg_destroy (&verdict);
     }
     ah_msg_destroy (&sandbox);
     ah_msg_destroy (&facts);
     if (ah_store_commit (self->store))
         ah_store_rollback (self->store);
+    else
+    if (up)
+        self->full = false;
     free (rows);
     if (checked)
-        *checked = (int) n;
+        *checked = running;
     return idle;
 }
 
@@ -249,6 +374,7 @@ static void s_turn_start (void *self_, ah_msg_t *msg)
     if (f) {
         s_touch (f, now);
         f->stop_sent = false;
+        f->dirty = true;
     }
     ah_msg_t *r = ah_msg_reply_ok (msg);
     ah_msg_set_int (r, "status", 201);
@@ -291,8 +417,10 @@ static void s_turn_change (self_t *self, const ah_msg_t *msg, bool end)
         return;
     }
     facts_t *f = s_facts (self, agent);
-    if (f)
+    if (f) {
         s_touch (f, now);
+        f->dirty = true;
+    }
     ah_msg_t *r = ah_msg_reply_ok (msg);
     ah_msg_set_str (r, "turn_id", turn);
     ah_msg_set_str (r, "agent_id", agent);
@@ -319,8 +447,29 @@ static void s_state (void *self_, ah_msg_t *msg)
     f->stop_sent = false;
     f->has_sample = false;
     f->has_share = false;
-    if (streq (state, "running"))
+    f->running = streq (state, "running");
+    f->dirty = f->running;
+    if (f->running)
         s_touch (f, ah_store_now_ms ());    //  the idle clock starts when it runs
+    else {
+        //  Only running sandboxes have a forecast.
+        sqlite3_stmt *st = ah_store_prepare (self->store, "DELETE FROM sleep_forecast WHERE agent_id = :id");
+        if (st && !ah_store_bind_text (st, ":id", agent))
+            ah_store_step (self->store, st);
+        if (st)
+            sqlite3_reset (st);
+    }
+}
+
+//  Lifecycle moved what the database knows of its use (last_activity_at,
+//  idle_minutes): its verdict is asked again at the next pass.
+static void s_changed (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    const char *agent = ah_msg_str (msg, "agent_id");
+    facts_t *f = agent ? zhashx_lookup (self->facts, agent) : NULL;
+    if (f)
+        f->dirty = true;
 }
 
 static void s_stats (void *self_, ah_msg_t *msg)
@@ -338,6 +487,8 @@ static void s_stats (void *self_, ah_msg_t *msg)
     if (f->has_sample && at > f->cpu_at_ns && cpu >= f->cpu_ns) {
         f->cpu_share = (double) (cpu - f->cpu_ns) / (double) (at - f->cpu_at_ns);
         f->has_share = true;
+        if (f->cpu_share >= f->recheck_cpu)
+            f->dirty = true;                //  may keep it awake: ask again
     }
     f->has_sample = true;
     f->cpu_ns = cpu;
@@ -351,6 +502,7 @@ static void s_terminals (void *self_, ah_msg_t *msg)
     facts_t *f = agent ? s_facts (self, agent) : NULL;
     if (f) {
         f->terminals = (int) ah_msg_int (msg, "open", 0);
+        f->dirty = true;
         s_touch (f, ah_store_now_ms ());
         f->stop_sent = f->stop_sent && f->terminals == 0;
     }
@@ -411,8 +563,15 @@ static int s_self_init (self_t *self, const char *db_path, const char *lua_dir, 
     self->facts = zhashx_new ();
     zhashx_set_destructor (self->facts, s_facts_free);
     self->started_ms = ah_store_now_ms ();
+    self->full = true;
     if (!(self->store = ah_store_open (db_path, false, &err)))
         *why = ah_strf ("cannot open %s: %s", db_path, err);
+    else
+    //  Mapped: the due rows read one by one cost no system call each
+    //  (bench/sleeper: a third less CPU per pass at 100,000 agents; at
+    //  most 256 MiB of the file).
+    if (ah_store_exec (self->store, "PRAGMA mmap_size = 268435456", &err))
+        *why = ah_strf ("cannot map %s: %s", db_path, err);
     else
     if (!(self->policy = ah_policy_new (lua_dir, "idle.lua", AREA, self->store, &err)))
         *why = ah_strf ("cannot load idle.lua from %s: %s", lua_dir, err);
@@ -420,20 +579,46 @@ static int s_self_init (self_t *self, const char *db_path, const char *lua_dir, 
     return self->policy ? 0 : -1;
 }
 
-int ah_sleeper_pass_once (const char *db_path, const char *lua_dir, int64_t now_ms, int *checked)
+ah_sleeper_index_t *ah_sleeper_index_new (const char *db_path, const char *lua_dir, char **err)
 {
-    self_t self = { 0 };
+    self_t *self = calloc (1, sizeof *self);
     char *why = NULL;
-    int rc = -1;
-    if (s_self_init (&self, db_path, lua_dir, &why) == 0) {
-        self.started_ms = 0;
-        rc = s_pass (&self, now_ms, checked);
+    if (self && s_self_init (self, db_path, lua_dir, &why) == 0) {
+        self->started_ms = 0;
+        return self;
     }
+    if (err)
+        *err = why ? why : strdup ("out of memory");
     else
-        ah_error (AREA, "%s", why);
-    free (why);
-    s_self_destroy (&self);
+        free (why);
+    if (self)
+        s_self_destroy (self);
+    free (self);
+    return NULL;
+}
+
+int ah_sleeper_index_pass (ah_sleeper_index_t *self, int64_t now_ms, int *checked, int *asked)
+{
+    int rc = s_pass (self, now_ms, checked);
+    if (asked)
+        *asked = self->evaluated;
     return rc;
+}
+
+void ah_sleeper_index_changed (ah_sleeper_index_t *self, const char *agent_id)
+{
+    facts_t *f = zhashx_lookup (self->facts, agent_id);
+    if (f)
+        f->dirty = true;
+}
+
+void ah_sleeper_index_destroy (ah_sleeper_index_t **self_p)
+{
+    if (self_p && *self_p) {
+        s_self_destroy (*self_p);
+        free (*self_p);
+        *self_p = NULL;
+    }
 }
 
 static void s_destroy (void *self_)
@@ -472,6 +657,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "TERMINALS", s_terminals },
     { "AGENT_STATS", s_stats },
     { "SANDBOX_STATE", s_state },
+    { "AGENT_CHANGED", s_changed },
     { "SLEEPER_CHECK", s_check },
     { "POLICY_RELOAD", s_policy_reload },
     { "REPLY", s_reply },

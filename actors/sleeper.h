@@ -2,7 +2,8 @@
 
     Puts idle sandboxes to sleep. Every idle_check_interval it asks the
     Lua idle policy (lua/idle.lua, idle(sandbox, facts)) about each
-    running sandbox and sends SANDBOX_STOP {reason: "idle"} to lifecycle
+    running sandbox that is due (its last forecast has come) or whose
+    facts changed, and sends SANDBOX_STOP {reason: "idle"} to lifecycle
     for the idle ones. It owns the turns table (leases an agent harness
     holds while it works) and sleep_forecast (when each running sandbox
     falls asleep and why it is awake), and keeps in memory what only the
@@ -35,9 +36,16 @@ typedef struct {
 //  with its database and idle.lua loaded; NULL with the reason otherwise.
 extern const ah_actor_def_t ah_sleeper_actor;
 
-//  One pass without the actor, for the benchmark: evaluates every running
-//  sandbox in db_path with the idle policy in lua_dir; returns how many
-//  were found idle, or -1. (Uses its own connection and policy state.)
-int ah_sleeper_pass_once (const char *db_path, const char *lua_dir, int64_t now_ms, int *checked);
+//  The sleeper's passes without the actor, for the benchmark: its own
+//  connection to db_path and its own idle.lua state from lua_dir. The
+//  first pass reads every running sandbox; later ones only the due and
+//  changed (sleeper.c, DESIGN). A pass returns how many were found idle,
+//  or -1; *checked is how many are running, *asked how many idle.lua was
+//  asked about. _changed marks an agent as lifecycle's AGENT_CHANGED does.
+typedef struct ah_sleeper_index_s ah_sleeper_index_t;
+ah_sleeper_index_t *ah_sleeper_index_new (const char *db_path, const char *lua_dir, char **err);
+int  ah_sleeper_index_pass (ah_sleeper_index_t *self, int64_t now_ms, int *checked, int *asked);
+void ah_sleeper_index_changed (ah_sleeper_index_t *self, const char *agent_id);
+void ah_sleeper_index_destroy (ah_sleeper_index_t **self_p);
 
 #endif

@@ -51,7 +51,15 @@ static void s_ymx_on_open (void *ud, uint32_t id)
 static void s_ymx_on_pong (void *ud, uint32_t opaque)
 {
     conn_t *conn = (conn_t *) ud;
-    conn->last_pong_ms = zclock_mono ();
+    conn->last_heard_ms = zclock_mono ();
+}
+
+//  sandboxd's own ping (every 15 s): its session is alive as surely as
+//  when it answers ours.
+static void s_ymx_on_ping (void *ud, uint32_t opaque)
+{
+    conn_t *conn = (conn_t *) ud;
+    conn->last_heard_ms = zclock_mono ();
 }
 
 static void s_ymx_on_goaway (void *ud, uint32_t code)
@@ -74,8 +82,6 @@ static void s_conn_destroy (conn_t **conn_p)
     conn_t *conn = *conn_p;
     if (!conn)
         return;
-    ah_actor_timer_end (conn->self->actor, conn->ping_timer);
-    ah_actor_timer_end (conn->self->actor, conn->stats_timer);
     ah_yamux_destroy (&conn->yamux);
     zhashx_destroy (&conn->streams);
     ah_buf_free (&conn->outq);
@@ -89,9 +95,6 @@ void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bo
     if (conn->dead)
         return;
     conn->dead = true;
-    ah_actor_timer_end (self->actor, conn->ping_timer);
-    ah_actor_timer_end (self->actor, conn->stats_timer);
-    conn->ping_timer = conn->stats_timer = 0;
     if (zhashx_lookup (self->agents, conn->agent_id) == conn)
         zhashx_delete (self->agents, conn->agent_id);
     //  Fail every channel; collect first (failing edits the map).
@@ -126,28 +129,48 @@ void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bo
     }
 }
 
-static void s_on_ping_timer (void *self_, void *arg)
+//  Pings and stats go to every connection on one tunnel-wide timer each,
+//  not one timer per connection: with a thousand connections the loop
+//  wakes twice per interval instead of thousands of times, and each
+//  wakeup polls every socket (bench/scale, idle CPU).
+static void s_on_ping_tick (void *self_, void *arg)
 {
     self_t *self = self_;
-    conn_t *conn = (conn_t *) arg;
     int64_t now = zclock_mono ();
-    if (now - conn->last_pong_ms > self->ping_timeout_ms) {
-        ah_warn (AREA, "agent '%s': no ping answer for %lld ms; closing the connection",
-                 conn->agent_id, (long long) (now - conn->last_pong_ms));
-        ah_tun_conn_close (conn, "sandbox connection lost", true, false, false);
-        return;
+    zlistx_t *lost = zlistx_new ();         //  closing edits self->agents
+    for (conn_t *conn = (conn_t *) zhashx_first (self->agents); conn;
+         conn = (conn_t *) zhashx_next (self->agents)) {
+        if (conn->dead)
+            continue;
+        if (now - conn->last_heard_ms > self->ping_timeout_ms)
+            zlistx_add_end (lost, conn);
+        else
+        if (now - conn->last_heard_ms >= self->ping_interval_ms)
+            ah_yamux_ping (conn->yamux, ++conn->ping_seq);
+        //  else it pinged us or answered within the interval (sandboxd
+        //  pings every 15 s itself): alive, and a ping of ours would only
+        //  wake both loops again
+
     }
-    ah_yamux_ping (conn->yamux, ++conn->ping_seq);
+    for (conn_t *conn = (conn_t *) zlistx_first (lost); conn; conn = (conn_t *) zlistx_next (lost)) {
+        ah_warn (AREA, "agent '%s': no ping answer for %lld ms; closing the connection",
+                 conn->agent_id, (long long) (now - conn->last_heard_ms));
+        ah_tun_conn_close (conn, "sandbox connection lost", true, false, false);
+    }
+    zlistx_destroy (&lost);
 }
 
-static void s_on_stats_timer (void *self_, void *arg)
+static void s_on_stats_tick (void *self_, void *arg)
 {
-    conn_t *conn = (conn_t *) arg;
+    self_t *self = self_;
     ah_msg_t *h = ah_msg_new ("HEADER");
     ah_msg_set_str (h, "ch", "stats");
-    const char *why = NULL;
-    if (!ah_tun_chan_open (conn, CH_STATS, h, true, &why))
-        ah_debug (AREA, "agent '%s': stats: %s", conn->agent_id, why);
+    for (conn_t *conn = (conn_t *) zhashx_first (self->agents); conn;
+         conn = (conn_t *) zhashx_next (self->agents)) {
+        const char *why = NULL;
+        if (conn->ready && !conn->dead && !ah_tun_chan_open (conn, CH_STATS, h, true, &why))
+            ah_debug (AREA, "agent '%s': stats: %s", conn->agent_id, why);
+    }
     ah_msg_destroy (&h);
 }
 
@@ -211,9 +234,9 @@ void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
     ah_msg_t *m = ah_msg_new ("SANDBOX_HELLO");
     ah_msg_set_str (m, "agent_id", conn->agent_id);
     ah_actor_send (self->actor, "lifecycle", &m);
-    if (self->stats_interval_ms > 0)
-        conn->stats_timer = ah_actor_timer (self->actor, self->stats_interval_ms, self->stats_interval_ms,
-                                            s_on_stats_timer, conn);
+    if (self->stats_interval_ms > 0 && !self->stats_tick)
+        self->stats_tick = ah_actor_timer (self->actor, self->stats_interval_ms, self->stats_interval_ms,
+                                           s_on_stats_tick, NULL);
 }
 
 static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id)
@@ -231,7 +254,7 @@ static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id)
     ah_yamux_callbacks_t cb = {
         .output = s_ymx_output, .on_open = s_ymx_on_open, .on_data = ah_tun_ymx_on_data,
         .on_eof = ah_tun_ymx_on_eof, .on_closed = ah_tun_ymx_on_closed,
-        .on_writable = ah_tun_ymx_on_writable, .on_pong = s_ymx_on_pong, .on_goaway = s_ymx_on_goaway,
+        .on_writable = ah_tun_ymx_on_writable, .on_pong = s_ymx_on_pong, .on_ping = s_ymx_on_ping, .on_goaway = s_ymx_on_goaway,
     };
     //  The server opens every stream: the yamux client role (odd ids).
     conn->yamux = ah_yamux_new (true, &cb, conn);
@@ -239,7 +262,7 @@ static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id)
         s_conn_destroy (&conn);
         return NULL;
     }
-    conn->last_pong_ms = zclock_mono ();
+    conn->last_heard_ms = zclock_mono ();
     return conn;
 }
 
@@ -262,9 +285,9 @@ static void s_conn_start (self_t *self, conn_t *conn)
         ah_tun_conn_close (conn, why, true, false, false);
     }
     ah_msg_destroy (&h);
-    if (!conn->dead)
-        conn->ping_timer = ah_actor_timer (self->actor, self->ping_interval_ms, self->ping_interval_ms,
-                                           s_on_ping_timer, conn);
+    if (!conn->dead && !self->ping_tick)
+        self->ping_tick = ah_actor_timer (self->actor, self->ping_interval_ms, self->ping_interval_ms,
+                                          s_on_ping_tick, NULL);
 }
 
 //  ---------------------------------------------------------------------

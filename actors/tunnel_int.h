@@ -74,10 +74,8 @@ struct conn_t {
     bool dead;                      //  being closed; ignore everything
     bool rx_paused;
     size_t msg_bytes;               //  of the WebSocket message being received
-    int64_t last_pong_ms;
+    int64_t last_heard_ms;          //  sandboxd's last pong or ping (liveness)
     uint32_t ping_seq;
-    int ping_timer;
-    int stats_timer;
 };
 
 struct self_t {
@@ -88,6 +86,7 @@ struct self_t {
     struct lws_vhost *unix_vhost;          //  the listener on the unix socket (sandbox.tunnel_socket)
     char *socket_path;                     //  its path, removed at the end
     int ping_interval_ms, ping_timeout_ms, open_timeout_ms, stats_interval_ms;
+    int ping_tick, stats_tick;             //  one timer each for every connection (0: not yet)
     zhashx_t *agents;               //  agent id -> conn_t (not owned)
     zhashx_t *chans;                //  "chan id" -> chan_t (owned, freed by ah_tun_chan_free)
     int64_t next_chan;

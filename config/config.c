@@ -65,6 +65,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.tunnel_socket",            T_OPT,      F (tunnel_socket), "default" },
     { "sandbox.tunnel_tls",               T_OPT,      F (tunnel_tls), "off" },
     { "sandbox.sandboxd_path",            T_PATH,     F (sandboxd_path), NULL },
+    { "sandbox.fake_sandboxd",            T_STR,      F (fake_sandboxd), NULL },
     { "sandbox.container_ttl",            T_DURATION, F (container_ttl_s), NULL },
     { "sandbox.workspace_ttl",            T_DURATION, F (workspace_ttl_s), NULL },
     { "sandbox.ttl_check_interval",       T_DURATION, F (ttl_check_interval_s), NULL },
@@ -217,6 +218,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->data_dir = s_default_data_dir ();
     self->tap_endpoint = NULL;
     self->driver = strdup ("docker");
+    self->fake_sandboxd = strdup ("in-process");
     self->default_image = strdup ("debian:bookworm-slim");
     self->default_cpus = 2;
     self->default_memory_mb = 4096;
@@ -1014,6 +1016,8 @@ static char *s_validate (const ah_config_t *self)
     &&  strcmp (self->driver, "remote") && strcmp (self->driver, "kubernetes"))
         return ah_strf ("sandbox.driver = '%s': must be docker, kubernetes, remote or fake",
                         self->driver);
+    if (strcmp (self->fake_sandboxd, "in-process") && strcmp (self->fake_sandboxd, "external"))
+        return ah_strf ("sandbox.fake_sandboxd = '%s': must be in-process or external", self->fake_sandboxd);
     if ((why = s_check_hostd (self)) || (why = s_check_kubernetes (self)))
         return why;
     if (self->tenant_max_sandboxes < 0 || self->pool_max_sandboxes < 0

@@ -27,6 +27,7 @@ typedef struct {
     char   *tap_endpoint;           //  NULL = off
     //  sandbox.*
     char   *driver;                 //  "docker" | "kubernetes" | "remote" | "fake"
+    char   *fake_sandboxd;          //  "in-process" | "external" (the fake driver's sandboxd)
     char   *default_image;          //  "debian:bookworm-slim"
     double  default_cpus;           //  2
     int64_t default_memory_mb;      //  4096

@@ -17,7 +17,11 @@
     Start also
     runs sandboxd in-process on the sandbox's boot.json, one thread per
     sandbox, and the driver waits for its hello over the tunnel; the
-    thread handles live in a small table guarded by the same mutex.  */
+    thread handles live in a small table guarded by the same mutex.
+    With sandbox.fake_sandboxd = external it runs
+    none: a start writes boot.json and the hello must come from a
+    sandboxd process someone else started on it (bench/scale runs a
+    thousand static ones, so the server's figures are the server's). */
 #include "common/ident.h"
 #include "common/str.h"
 #include "drivers/fake.h"
@@ -50,6 +54,7 @@ typedef struct {
     char *root;                         //  <data_dir>/fake
     pthread_mutex_t lock;               //  guards every call (any worker thread)
     s_instance_t *instances;            //  under lock
+    bool external;                      //  sandbox.fake_sandboxd = external: no in-process sandboxd
 } fake_t;
 
 static void s_set_err (char **err, char *text)
@@ -214,6 +219,8 @@ static void s_instance_end (fake_t *self, s_instance_t **gone_p)
 //  held, and no instance of id in the table).
 static int s_instance_start (fake_t *self, const char *id, char **err)
 {
+    if (self->external)
+        return 0;                       //  whoever runs sandboxd reads boot.json (bench/scale)
     char *boot = s_path (self, id, "boot.json"), *home = s_path (self, id, "home");
     s_instance_t *inst = calloc (1, sizeof *inst);
     ah_sandboxd_opts_t opts = { .boot_path = boot, .home = home, .switch_user = false,
@@ -537,6 +544,10 @@ ah_driver_t *ah_fake_driver_new (const ah_config_t *config, char **err)
         s_destroy_driver (&driver);
         return NULL;
     }
+    self->external = config->fake_sandboxd && strcmp (config->fake_sandboxd, "external") == 0;
+    if (self->external)
+        ah_warn ("fake", "sandbox.fake_sandboxd = external: no sandboxd runs in this process; a start "
+                 "writes boot.json and waits for a sandboxd started by someone else to say hello");
     s_settle (self);
     ah_warn ("fake", "the fake driver is for development and tests only: sandboxes are "
              "directories under %s and nothing in them is isolated", self->root);

@@ -12,8 +12,12 @@
 --                          (nil when unknown)
 --
 -- Returns { idle = bool, sleeps_at_ms = int, why = "turn" | "terminal" |
--- "cpu" | "recent use" | "idle" }. sleeps_at_ms is when it would sleep if
--- nothing more happened (now, when idle).
+-- "cpu" | "recent use" | "idle", recheck_cpu_share = number? }.
+-- sleeps_at_ms is when it would sleep if nothing more happened (now, when
+-- idle): the sleeper does not ask again before then unless a fact changes
+-- (a turn, a terminal, activity, entering running). recheck_cpu_share says
+-- which new CPU shares count as a change: those at or above it. Without
+-- it, every new CPU sample (every 30 s) has the sandbox asked about again.
 
 local CPU_THRESHOLD = 0.05
 
@@ -23,18 +27,19 @@ function idle(sandbox, facts)
   local window = math.floor(minutes * 60000 + 0.5)
   local busy_until = now + window
 
+  local recheck = CPU_THRESHOLD
   if (facts.turns or 0) > 0 then
-    return { idle = false, sleeps_at_ms = busy_until, why = "turn" }
+    return { idle = false, sleeps_at_ms = busy_until, why = "turn", recheck_cpu_share = recheck }
   end
   if (facts.terminals or 0) > 0 then
-    return { idle = false, sleeps_at_ms = busy_until, why = "terminal" }
+    return { idle = false, sleeps_at_ms = busy_until, why = "terminal", recheck_cpu_share = recheck }
   end
   if (facts.cpu_share or 0) >= CPU_THRESHOLD then
-    return { idle = false, sleeps_at_ms = busy_until, why = "cpu" }
+    return { idle = false, sleeps_at_ms = busy_until, why = "cpu", recheck_cpu_share = recheck }
   end
   local last = math.tointeger(facts.last_activity_ms) or 0
   if now - last < window then
-    return { idle = false, sleeps_at_ms = last + window, why = "recent use" }
+    return { idle = false, sleeps_at_ms = last + window, why = "recent use", recheck_cpu_share = recheck }
   end
-  return { idle = true, sleeps_at_ms = now, why = "idle" }
+  return { idle = true, sleeps_at_ms = now, why = "idle", recheck_cpu_share = recheck }
 end

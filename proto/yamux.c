@@ -372,8 +372,11 @@ static int s_frame (ah_yamux_t *self)
         case AH_YAMUX_PING:
             if (h.stream_id != 0)
                 return s_fail (self, "yamux: ping on a stream");
-            if (h.flags & AH_YAMUX_SYN)
+            if (h.flags & AH_YAMUX_SYN) {
                 s_send (self, AH_YAMUX_PING, AH_YAMUX_ACK, 0, h.length);
+                if (self->cb.on_ping)
+                    self->cb.on_ping (self->ud, h.length);
+            }
             else
             if ((h.flags & AH_YAMUX_ACK) && self->cb.on_pong)
                 self->cb.on_pong (self->ud, h.length);

@@ -68,6 +68,8 @@ typedef struct {
     void (*on_pong) (void *ud, uint32_t opaque);
     //  The peer sent go away (code as above).
     void (*on_goaway) (void *ud, uint32_t code);
+    //  The peer pinged us (already answered); may be NULL.
+    void (*on_ping) (void *ud, uint32_t opaque);
 } ah_yamux_callbacks_t;
 
 typedef struct ah_yamux_t ah_yamux_t;

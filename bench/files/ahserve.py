@@ -22,25 +22,26 @@ class BenchError(Exception):
     pass
 
 
-def free_port(avoid=()):
-    """A port of 18900-18999 that nobody listens on now."""
-    return ahserver.free_port(18900, 18999, (os.getpid() * 7) % 100, avoid, fail=BenchError)
+def free_port(avoid=(), ports=(18900, 18999)):
+    """A port of the range (default 18900-18999) that nobody listens on now."""
+    lo, hi = ports
+    return ahserver.free_port(lo, hi, (os.getpid() * 7) % (hi - lo + 1), avoid, fail=BenchError)
 
 
 class Server:
-    def __init__(self, binary, prefix="ah-bench-"):
+    def __init__(self, binary, prefix="ah-bench-", ports=(18900, 18999), env=None):
         self.binary = os.path.abspath(binary)
         self.tmp = tempfile.mkdtemp(prefix=prefix)
         self.data = os.path.join(self.tmp, "data")
-        self.api_port = free_port()
-        self.tunnel_port = free_port({self.api_port})
+        self.api_port = free_port(ports=ports)
+        self.tunnel_port = free_port({self.api_port}, ports=ports)
         self.url = "http://127.0.0.1:%d" % self.api_port
         #  No tap: with one, the api's channels take the bus so the tap
         #  sees them (docs/architecture.md); the benchmarks measure the
         #  default path.
-        self.env = ahserver.server_env(self.data, self.api_port, self.tunnel_port, extra={
+        self.env = ahserver.server_env(self.data, self.api_port, self.tunnel_port, extra=dict({
             "AGENTHOLD_LOG": "warn",
-        })
+        }, **(env or {})))
         self.log_path = os.path.join(self.tmp, "server.log")
         self.proc = None
         self.extra = []             # other processes to end with the server

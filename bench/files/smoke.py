@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """bench/files/smoke.py: a quick check that a benchmark of bench/files,
-bench/term or bench/sandboxd runs with tiny sizes, prints its figures and
+bench/term, bench/sandboxd or bench/scale runs with tiny sizes, prints its figures and
 leaves no temporary directory behind. It times nothing itself.
 
-usage: smoke.py files|term|sandboxd COMMAND..."""
+usage: smoke.py files|term|sandboxd|scale COMMAND..."""
 import glob
 import re
 import subprocess
@@ -22,12 +22,16 @@ FIGURES = {
                  r"baseline busybox sh\s.*\s%s KiB\s.*\s%s CPU ms/min" % (NUM, NUM),
                  r"sandboxd\s.*\s%s KiB\s.*\s%s CPU ms/min" % (NUM, NUM),
                  r"ratios: RSS %sx sleep, %sx busybox sh" % (NUM, NUM)],
+    "scale": [r"server RSS, %s connected idle: %s MiB .*baseline, no agent: %s MiB" % (NUM, NUM, NUM),
+              r"server idle CPU over .*: %s %% of a core .*baseline, no agent: %s %%" % (NUM, NUM),
+              r"terminals streaming at once .*every byte checked" ,
+              r"fairness, slowest / fastest terminal: %s" % NUM],
 }
 
 
 def main():
     if len(sys.argv) < 3 or sys.argv[1] not in FIGURES:
-        print("usage: smoke.py files|term|sandboxd COMMAND...", file=sys.stderr)
+        print("usage: smoke.py files|term|sandboxd|scale COMMAND...", file=sys.stderr)
         return 2
     kind = sys.argv[1]
     pattern = "%s/ah-bench-%s-*" % (tempfile.gettempdir(), kind)

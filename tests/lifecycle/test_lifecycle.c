@@ -651,6 +651,8 @@ static void test_observed (const char *id)
     CHECK (s_status (&reply) == 202);
     CHECK (s_wait_state (id, "running", 5000));
     //  Activity moves last_activity_at (in a batch, within a second).
+    //  The sleeper (a subscriber) is told, so its due index asks again.
+    zsock_t *sleeper = ah_bus_connect ("sleeper");
     int64_t before = s_count ("SELECT last_activity_at FROM sandboxes WHERE agent_id = :id", id);
     zclock_sleep (20);
     ah_msg_t *m = ah_msg_new ("AGENT_ACTIVITY");
@@ -659,6 +661,15 @@ static void test_observed (const char *id)
     ah_msg_send (&m, rec, "lifecycle");
     zclock_sleep (1500);
     CHECK (s_count ("SELECT last_activity_at FROM sandboxes WHERE agent_id = :id", id) > before);
+    bool changed = false;
+    zsock_set_rcvtimeo (sleeper, 500);
+    while (!changed && (m = ah_msg_recv (sleeper, true, NULL))) {
+        changed = streq (ah_msg_type (m), "AGENT_CHANGED") && ah_msg_str (m, "agent_id")
+               && streq (ah_msg_str (m, "agent_id"), id);
+        ah_msg_destroy (&m);
+    }
+    CHECK (changed);
+    zsock_destroy (&sleeper);
     zsock_destroy (&rec);
 }
 

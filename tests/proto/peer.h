@@ -53,6 +53,7 @@ typedef struct peer_t {
     int      writable [PEER_MAX_ID];
     uint32_t pongs [16];
     int      npongs;
+    int      pings;             //  pings the other side sent us (on_ping)
     int      goaways;
     uint32_t goaway_code;
     const char *err;                //  last input error
@@ -158,6 +159,11 @@ static inline void p_pong (void *ud, uint32_t opaque)
     peer_logf (p, "\npong %lu%lu\n", opaque, 0);
 }
 
+static inline void p_ping (void *ud, uint32_t opaque)
+{
+    ((peer_t *) ud)->pings++;
+}
+
 static inline void p_goaway (void *ud, uint32_t code)
 {
     peer_t *p = ud;
@@ -169,7 +175,7 @@ static inline void p_goaway (void *ud, uint32_t code)
 }
 
 static const ah_yamux_callbacks_t peer_callbacks = {
-    p_output, p_open, p_data, p_eof, p_closed, p_writable, p_pong, p_goaway
+    p_output, p_open, p_data, p_eof, p_closed, p_writable, p_pong, p_goaway, p_ping
 };
 
 static inline peer_t *peer_new (bool is_client)

@@ -337,9 +337,11 @@ static void test_ping (void)
     CHECK (peer_pump (c, s) == 0);
     CHECK (c->npongs == 1 && c->pongs [0] == 0xdeadbeef);
     CHECK (s->npongs == 0);
+    CHECK (s->pings == 1 && c->pings == 0);     //  on_ping: the peer pinged (the tunnel's liveness)
     CHECK (ah_yamux_ping (s->y, 7) == 0);
     CHECK (peer_pump (c, s) == 0);
     CHECK (s->npongs == 1 && s->pongs [0] == 7);
+    CHECK (c->pings == 1 && s->pings == 1);
     //  The answer carries ACK and the same value
     peer_t *t = peer_new (false);
     bytes_t in = { 0 };

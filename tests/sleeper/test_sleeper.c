@@ -118,6 +118,7 @@ int main (void)
     s_agent (store, "d", 1, T);
     s_agent (store, "e", 1, T);
     s_agent (store, "f", 1, T);
+    s_agent (store, "g", 1, T);             //  activity lifecycle reports (the due index)
     s_sql (store, "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, created_at)"
            " VALUES ('z', 'n-z', 'img', 1, 512, 1, 0)");
     s_sql (store, "INSERT INTO sandboxes (agent_id, state, image, cpus, memory_mb, updated_at)"
@@ -190,6 +191,28 @@ int main (void)
     s_stops (stops, sizeof stops);
     CHECK_STR (stops, "");
 
+    //  The due index: g's use moves in the database (lifecycle's activity
+    //  flush); until lifecycle says so its verdict is not asked again,
+    //  and a CPU share under idle.lua's recheck_cpu_share changes nothing.
+    s_sql (store, "UPDATE sandboxes SET last_activity_at = %lld WHERE agent_id = 'g'", (long long) (T + 40000));
+    for (int k = 0; k < 2; k++) {
+        m = ah_msg_new ("AGENT_STATS");
+        ah_msg_set_str (m, "agent_id", "g");
+        ah_msg_set_int (m, "cpu_ns", 1000000000LL + k * 50000000LL);       //  0.5% of a core
+        ah_msg_set_int (m, "at_ns", 1000000000LL + k * 10000000000LL);
+        s_send (m);
+    }
+    CHECK (s_check (45) == 0);
+    s_forecast (store, "g", why, sizeof why, &at);
+    CHECK (at == T + 60000);
+    m = ah_msg_new ("AGENT_CHANGED");
+    ah_msg_set_str (m, "agent_id", "g");
+    s_send (m);
+    CHECK (s_check (46) == 0);
+    s_forecast (store, "g", why, sizeof why, &at);
+    CHECK_STR (why, "recent use");
+    CHECK (at == T + 100000);
+
     //  Past the timeout: a (untouched), e (lease expired), f (3% < 5%) sleep.
     CHECK (s_check (62) == 3);
     s_stops (stops, sizeof stops);
@@ -231,9 +254,9 @@ int main (void)
     CHECK (s_check (66) == 2);              //  b: last busy at 65 s -> recent use
     s_forecast (store, "b", why, sizeof why, &at);
     CHECK_STR (why, "recent use");
-    CHECK (s_check (126) == 3);             //  b: 60 s after its last busy check
+    CHECK (s_check (126) == 4);             //  b: 60 s after its last busy check; g
     s_stops (stops, sizeof stops);
-    CHECK_STR (stops, "b,");
+    CHECK (strstr (stops, "b,") && strstr (stops, "g,") && strlen (stops) == 4);
 
     //  Unknown and malformed messages are answered, not asserted on.
     m = ah_msg_new ("BOGUS");
@@ -245,7 +268,7 @@ int main (void)
     CHECK (r && ah_msg_int (r, "status", 0) == 400);
     ah_msg_destroy (&r);
     actor_probe_refusals ("sleeper");
-    CHECK (s_check (127) == 3);             //  and it goes on serving
+    CHECK (s_check (127) == 4);             //  and it goes on serving
 
     zactor_destroy (&sleeper);
     zsock_destroy (&s_api);
