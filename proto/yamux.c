@@ -530,7 +530,7 @@ void ah_yamux_consumed (ah_yamux_t *self, uint32_t id, size_t n)
     //  S_GROW_MS of the last update, the window, not the reader, is what
     //  limits the stream: double it (the update carries the growth too),
     //  up to AH_YAMUX_MAX_WINDOW. A slow reader never grows it.
-    int64_t now = s_now_ms ();
+    int64_t now = self->cb.now_ms ? self->cb.now_ms (self->ud) : s_now_ms ();
     if (s->last_update_ms && now - s->last_update_ms < S_GROW_MS && s->window < AH_YAMUX_MAX_WINDOW) {
         uint32_t grown = s->window * 2 > AH_YAMUX_MAX_WINDOW ? AH_YAMUX_MAX_WINDOW : s->window * 2;
         delta += grown - s->window;

@@ -70,6 +70,10 @@ typedef struct {
     void (*on_goaway) (void *ud, uint32_t code);
     //  The peer pinged us (already answered); may be NULL.
     void (*on_ping) (void *ud, uint32_t opaque);
+    //  The clock the receive window's auto-tuning reads (milliseconds,
+    //  monotonic); NULL: CLOCK_MONOTONIC. Tests drive it, so that what
+    //  they check does not depend on how fast the machine is.
+    int64_t (*now_ms) (void *ud);
 } ah_yamux_callbacks_t;
 
 typedef struct ah_yamux_t ah_yamux_t;

@@ -70,6 +70,7 @@ typedef struct peer_t {
     const uint8_t *pending;
     size_t   pending_len;
     uint32_t pending_id;
+    int64_t  clock_ms;              //  the yamux's clock (p_now_ms); moved by tests
 } peer_t;
 
 static inline void peer_logf (peer_t *p, const char *fmt, unsigned long a, unsigned long b)
@@ -174,14 +175,22 @@ static inline void p_goaway (void *ud, uint32_t code)
         ah_yamux_destroy (&p->y);
 }
 
+//  The peer's clock for the window's auto-tuning: the test moves it
+//  (peer_t.clock_ms); 0 until a test sets it, and it never moves alone.
+static inline int64_t p_now_ms (void *ud)
+{
+    return ((peer_t *) ud)->clock_ms;
+}
+
 static const ah_yamux_callbacks_t peer_callbacks = {
-    p_output, p_open, p_data, p_eof, p_closed, p_writable, p_pong, p_goaway, p_ping
+    p_output, p_open, p_data, p_eof, p_closed, p_writable, p_pong, p_goaway, p_ping, p_now_ms
 };
 
 static inline peer_t *peer_new (bool is_client)
 {
     peer_t *p = calloc (1, sizeof *p);
     p->rx = calloc (PEER_MAX_ID, sizeof (bytes_t));
+    p->clock_ms = 1000;             //  not 0: yamux reads 0 as "never"
     p->y = ah_yamux_new (is_client, &peer_callbacks, p);
     p->consume = true;
     return p;
