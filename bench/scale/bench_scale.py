@@ -34,6 +34,7 @@ Exits 1 on an error (a sandboxd that never connects, a terminal that loses
 or garbles a byte), 3 when a goal misses beyond the noise bound."""
 import argparse
 import asyncio
+import ctypes
 import glob
 import os
 import signal
@@ -76,6 +77,19 @@ def idle_window(srv, seconds):
     return rss, hwm, 100.0 * (c1 - c0) / (time.monotonic() - t0)
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent():
+    """In each sandboxd child: killed when the bench dies, even by SIGKILL
+    (a ctest timeout), so no sandboxd outlives it dialing a dead server."""
+    _libc.prctl(1, signal.SIGKILL)          # PR_SET_PDEATHSIG
+
+
+def _exit_on_signal(signum, frame):
+    raise SystemExit(128 + signum)          # SIGTERM/SIGINT: the finally blocks clean up
+
+
 class Fleet:
     """The static sandboxd processes, one per agent; all ended by stop()."""
     def __init__(self, srv, sandboxd):
@@ -94,7 +108,7 @@ class Fleet:
             self.procs[agent] = subprocess.Popen(
                 [self.sandboxd, "--boot", boot, "--home", os.path.join(os.path.dirname(boot), "home"),
                  "--no-switch-user"], stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL,
-                env=self.env, start_new_session=True)
+                env=self.env, start_new_session=True, preexec_fn=_die_with_parent)
 
     def dead(self):
         return [a for a, p in self.procs.items() if p.poll() is not None]
@@ -231,6 +245,7 @@ def main():
     ap.add_argument("--lines", type=int, default=50000, help="each terminal's seq length (default 50000)")
     ap.add_argument("--seconds", type=float, default=30, help="idle windows (default 30)")
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     if not 1 <= a.agents <= 5000 or not 1 <= a.terminals <= a.agents or not 10 <= a.lines <= 10**6 \
        or not 1 <= a.seconds <= 3600:
         ap.error("--agents 1..5000, --terminals 1..agents, --lines 10..1e6, --seconds 1..3600")

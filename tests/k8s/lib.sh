@@ -8,15 +8,15 @@ KUBE_ROUTER_VERSION=v2.1.0     # NetworkPolicy enforcement (test-only)
 K8S_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # Build cache: binaries, Go module and build caches. Survives between runs.
-if [ -n "${AGENTHOLD_K8S_CACHE:-}" ]; then
-    K8S_CACHE=$AGENTHOLD_K8S_CACHE
+if [ -n "${AH_TEST_K8S_CACHE:-}" ]; then
+    K8S_CACHE=$AH_TEST_K8S_CACHE
 elif [ "$(id -u)" = 0 ] || [ -w /var/cache ]; then
     K8S_CACHE=/var/cache/agenthold-k8s
 else
     K8S_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/agenthold-k8s
 fi
 # Cluster state: certificates, etcd data, containerd root, kubelet root, logs.
-K8S_DIR=${AGENTHOLD_K8S_DIR:-/tmp/agenthold-k8s}
+K8S_DIR=${AH_TEST_K8S_DIR:-/tmp/agenthold-k8s}
 # Runtime sockets and pid files (short paths: unix socket names are limited).
 K8S_RUN=/run/agenthold-k8s
 K8S_CTRD_SOCK=$K8S_RUN/containerd.sock

@@ -23,11 +23,11 @@ sys.path.insert(0, os.path.join(SRC, "tests", "lib"))
 import ahserver  # noqa: E402
 
 SKIP = 77
-K8S_DIR = os.environ.get("AGENTHOLD_K8S_DIR", "/tmp/agenthold-k8s")
+K8S_DIR = os.environ.get("AH_TEST_K8S_DIR", "/tmp/agenthold-k8s")
 KUBECONFIG = os.path.join(K8S_DIR, "admin.kubeconfig")
 KUBECTL = os.path.join(K8S_DIR, "bin", "kubectl")
-# The cluster's scripts (tests/k8s/); another checkout's with AGENTHOLD_K8S_TOOLS.
-TOOLS = os.environ.get("AGENTHOLD_K8S_TOOLS", os.path.join(SRC, "tests", "k8s"))
+# The cluster's scripts (tests/k8s/); another checkout's with AH_TEST_K8S_TOOLS.
+TOOLS = os.environ.get("AH_TEST_K8S_TOOLS", os.path.join(SRC, "tests", "k8s"))
 SANDBOXD_IMAGE = "agenthold/sandboxd:k8stest"
 RUNTIME = "busybox"                     # the shipped runtime the tests create agents with
 RUNTIME_IMAGE = "agenthold/busybox:2"
@@ -242,7 +242,7 @@ class Harness:
     def bring_up(self):
         """The cluster answering, brought up with tests/k8s/up when it is not
         and we are root (as k8s.cluster does; taken down again at the end
-        unless AGENTHOLD_K8S_KEEP=1, which scripts/test sets). None when it
+        unless AH_TEST_K8S_KEEP=1, which scripts/test sets). None when it
         answers; else the reason it cannot here (a skip) or raises Fail."""
         if cluster_up():
             return None
@@ -254,7 +254,7 @@ class Harness:
             return "the test cluster cannot come up on this machine (see the tests/k8s/up message above)"
         if rc != 0 or not cluster_up():
             raise Fail("tests/k8s/up failed (exit %d)" % rc)
-        self.brought_up = os.environ.get("AGENTHOLD_K8S_KEEP") != "1"
+        self.brought_up = os.environ.get("AH_TEST_K8S_KEEP") != "1"
         return None
 
     def run(self, scenario):
