@@ -52,18 +52,13 @@ SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "
 TMP = tempfile.mkdtemp(prefix="ah-e2e-life-")
 LOG = os.path.join(TMP, "server.log")
 procs = []
-checks = 0
 
 
 class Fail(Exception):
     pass
 
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        raise Fail(what)
+check = ahserver.Checks(Fail)
 
 
 CTX = types.SimpleNamespace(bin=BIN, src=SRC, tmp=TMP, log=LOG, procs=procs, fail=Fail,
@@ -521,7 +516,7 @@ def main():
     retention(audit())
     lifetimes()
     metrics(tombstones())
-    print("e2e.life: %d checks passed" % checks)
+    print("e2e.life: %d checks passed" % check.count)
 
 
 if __name__ == "__main__":

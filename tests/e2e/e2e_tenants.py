@@ -48,18 +48,13 @@ SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "
 TMP = tempfile.mkdtemp(prefix="ah-e2e-tenants-")
 LOG = os.path.join(TMP, "server.log")
 procs = []
-checks = 0
 
 
 class Fail(Exception):
     pass
 
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        raise Fail(what)
+check = ahserver.Checks(Fail)
 
 
 CTX = types.SimpleNamespace(bin=BIN, src=SRC, tmp=TMP, log=LOG, procs=procs, fail=Fail,
@@ -596,7 +591,7 @@ def main():
     limits()
     sessions()
     tokens()
-    print("ok: %d checks" % checks)
+    print("ok: %d checks" % check.count)
 
 
 
