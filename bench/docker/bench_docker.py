@@ -12,10 +12,12 @@ tunnel with the boot's token (GET /api/v1/events, opened before).
 
 Bare: the same image, the same static sandboxd as its entry point, the
 same HostConfig (init, limits, capabilities, tmpfs, a home volume made by
-the create), an internal network, a boot.json in a bind-mounted directory
+the create), a bridge network with a way out (what
+the runtime's needs_network makes ours), a boot.json in a bind-mounted directory
 whose tunnel_url is a unix socket of the bench's; timed from the first
 engine call (POST /networks/create for a create, POST /containers/{id}/start
-for a wake) to the bench's accept() of sandboxd's connection: the
+for a wake) to the bench's accept() of sandboxd's connection (a thread
+blocked in accept() from before the first call): the
 container's process is up and has made its connection, the point that
 matches our hello (which comes after that connection, a WebSocket upgrade
 and one yamux round).
@@ -45,7 +47,7 @@ import time
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "docker"))
-from ahdocker import engine, Harness, Fail  # noqa: E402
+from ahdocker import engine, read_file_from_container, Harness, Fail  # noqa: E402
 
 GOAL = 1.05
 NOISE = 0.10
@@ -210,8 +212,11 @@ class Bare:
         subnet = BARE_SUBNET % (16 * (r % 16))
         gateway = BARE_SUBNET.split("/")[0] % (16 * (r % 16) + 1)
         t0 = time.monotonic()
+        # The kind of network the runtime asks for (needs_network: a bridge
+        # with a way out, as the driver makes it).
         st, _ = engine("POST", "/networks/create", {
-            "Name": net, "Driver": "bridge", "Internal": True, "Labels": labels,
+            "Name": net, "Driver": "bridge", "Internal": False, "Attachable": False,
+            "CheckDuplicate": True, "Labels": labels,
             "IPAM": {"Config": [{"Subnet": subnet, "Gateway": gateway}]}})
         t1 = time.monotonic()
         if st != 201:
@@ -356,7 +361,7 @@ def shares(title, total, steps):
 def main():
     args = sys.argv[1:]
     report = "--report" in args
-    rounds = 5
+    rounds = 7
     if "--rounds" in args:
         rounds = int(args[args.index("--rounds") + 1])
     pos = [a for i, a in enumerate(args) if not a.startswith("--")
@@ -381,8 +386,13 @@ def main():
             # A warm-up of each side, untimed: the first create pays for
             # the engine's caches (the image's layers, the sandboxd file).
             _, _, aid = ours.create(99)
-            with open(os.path.join(h.data, "boot", aid, "boot.json")) as f:
-                blocked = json.load(f).get("blocked")
+            # The same blocked routes for the bare sandboxd as ours got
+            # (the card inside the container: a server before the boot
+            # directory wrote it there).
+            card = read_file_from_container("%s-%s" % (h.prefix, aid), "/etc/agenthold/boot.json")
+            if card is None:
+                raise Fail("no boot card in our sandbox")
+            blocked = json.loads(card).get("blocked")
             bare = Bare(h, sandboxd, blocked)
             bare.create(99)
             ours.remove(99)
@@ -418,9 +428,14 @@ def main():
                 "; the network's calls overlap the others'" if name.startswith("create") else ""))
             lines, _ = shares("bare, first engine call -> sandboxd's connection accepted", mb, bs)
             print("\n".join(lines))
-            print("  ratio ours/bare: %.3f (rounds: %s)" % (mo / mb, " ".join(
-                "%.2f" % (x / y) for x, y in zip(o, b))))
-            result[name] = mo / mb
+            # A round's two runs are back to back, so the machine's load
+            # hits both: the median of the rounds' own ratios is the goal's
+            # figure (as in bench/hostd); the ratio of the medians is shown.
+            per = [x / y for x, y in zip(o, b)]
+            print("  ratio of the medians ours/bare: %.3f" % (mo / mb))
+            print("  median of the rounds' ratios  : %.3f (rounds: %s)" % (
+                statistics.median(per), " ".join("%.2f" % x for x in per)))
+            result[name] = statistics.median(per)
         h.finish()
 
     rc = h.run(scenario)
