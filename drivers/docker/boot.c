@@ -8,10 +8,11 @@
     there (root 0600: sandboxd reads it as root, the agent's user cannot;
     a temporary name, then a rename, so sandboxd never reads half a card)
     and then starts the container: no engine call for the card, so a wake
-    is one POST /start. The stop removes boot.json, so a container started
-    behind the server's back finds no card (and its token, the last boot's,
-    is replaced by the next start's anyway: only the newest one's hash is
-    kept, see docs/tunnel.md).
+    is one POST /start. The card stays when the sandbox stops, as it did
+    inside the container: sandboxd reads its blocked routes at boot, so a
+    container started behind the server's back still closes them; its
+    token opens nothing by then (lifecycle keeps the hash of the current
+    boot's token only while the sandbox is starting or running).
 
     A container made before that directory existed (an earlier install),
     and the host firewall probe's container, get their card the old way:
@@ -182,17 +183,6 @@ ah_dk_boot_put (docker_t *self, const char *agent_id, const char *token, const c
     free (text);
     free (dir);
     return rc;
-}
-
-void
-ah_dk_boot_revoke (docker_t *self, const char *agent_id)
-{
-    char *dir = ah_dk_boot_dir (self, agent_id);
-    char *path = dir ? ah_strf ("%s/boot.json", dir) : NULL;
-    if (path && unlink (path) != 0 && errno != ENOENT)
-        ah_warn (LOG_AREA, "%s: removing %s: %s", agent_id, path, strerror (errno));
-    free (path);
-    free (dir);
 }
 
 int

@@ -435,11 +435,7 @@ ah_dk_stop (ah_driver_t *driver, const char *agent_id, char **err)
         return -1;
     dk_simple_t how = { .method = "POST", .path_fmt = "/containers/%s/stop?t=5", .ok1 = 204,
                         .ok2 = 304, .timeout_s = 60 };
-    int rc = ah_dk_simple (self, &how, "stopping container", n.container, err);
-    //  Stopped: its card goes (the next start writes a new one).
-    if (rc == 0)
-        ah_dk_boot_revoke (self, agent_id);
-    return rc;
+    return ah_dk_simple (self, &how, "stopping container", n.container, err);
 }
 
 int

@@ -262,8 +262,6 @@ json_t  *ah_dk_boot_mount (docker_t *self, const char *agent_id, char **err);
 int      ah_dk_boot_put (docker_t *self, const char *agent_id, const char *token,
                          const char *tunnel_url, const char *blocked, const char *briefing,
                          char **err);
-//  Removes boot.json (a stopped sandbox keeps no card); best effort.
-void     ah_dk_boot_revoke (docker_t *self, const char *agent_id);
 //  Removes the directory and what it holds; absent is fine. 0 / -1 with *err.
 int      ah_dk_boot_dir_remove (docker_t *self, const char *agent_id, char **err);
 
