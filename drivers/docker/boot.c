@@ -18,7 +18,10 @@
     and the host firewall probe's container, get their card the old way:
     an archive PUT into the stopped container. The directory's presence is
     the mark: it is made before the container that mounts it and removed
-    with the sandbox.                                                    */
+    with the sandbox. So does every container of a server that does not
+    run as root: the files it wrote would be its user's, and an agent
+    whose uid is the same inside could read the token; the engine writes
+    root's.                                                              */
 #include "drivers/docker/docker_int.h"
 #include "common/homefs.h"
 #include "proto/tar.h"
@@ -103,9 +106,15 @@ ah_dk_boot_dir_present (const docker_t *self, const char *agent_id)
     return there;
 }
 
-json_t *
-ah_dk_boot_mount (docker_t *self, const char *agent_id, char **err)
+int
+ah_dk_boot_mount (docker_t *self, const char *agent_id, json_t **mount, char **err)
 {
+    *mount = NULL;
+    //  Only a server running as root writes root's files: one running as
+    //  another user would write cards that user owns, which an agent of
+    //  the same uid inside could read. It gives the card the old way.
+    if (geteuid () != 0)
+        return 0;
     char *root = ah_strf ("%s/boot", self->config->data_dir);
     char *dir = ah_dk_boot_dir (self, agent_id);
     json_t *m = NULL;
@@ -126,7 +135,8 @@ ah_dk_boot_mount (docker_t *self, const char *agent_id, char **err)
     }
     free (root);
     free (dir);
-    return m;
+    *mount = m;
+    return m ? 0 : -1;
 }
 
 //  dir/name holding text, mode mode, root's: written under a temporary

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 //  -------------------------------------------------------------------------
 //  Containers
@@ -145,13 +146,14 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
     json_array_append_new (mounts, tunnel);
     //  /etc/agenthold: the boot card, written by the start without an
     //  engine call (boot.c).
-    json_t *card = ah_dk_boot_mount (self, spec->agent_id, err);
-    if (!card) {
+    json_t *card = NULL;
+    if (ah_dk_boot_mount (self, spec->agent_id, &card, err)) {
         json_decref (mounts);
         free (user);
         return -1;
     }
-    json_array_append_new (mounts, card);
+    if (card)
+        json_array_append_new (mounts, card);
     //  /tmp: a tmpfs of its own (the engine mounts it nosuid, nodev).
     json_array_append_new (mounts, json_pack ("{s:s s:s s:{s:I s:i}}",
         "Type", "tmpfs", "Target", "/tmp",
@@ -390,12 +392,15 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     uint32_t base = ah_dk_subnet_lookup (self, boot->agent_id);
     char *blocked = base ? ah_dk_blocked (self, base) : NULL;
     int rc = -1;
+    //  The card in the directory the container mounts (no engine call),
+    //  or into the container itself when it was made without one. (A
+    //  server that runs as another user now writes through the engine,
+    //  which writes root's files into the mount as well.)
+    bool direct = ah_dk_boot_dir_present (self, boot->agent_id) && geteuid () == 0;
     if (!url || (base && !blocked))
         ah_dk_err (err, "starting container %s: out of memory", n.container);
     else
-    //  The card in the directory the container mounts (no engine call),
-    //  or into the container itself when it was made without one.
-    if (ah_dk_boot_dir_present (self, boot->agent_id))
+    if (direct)
         rc = ah_dk_boot_put (self, boot->agent_id, boot->token, url, blocked, boot->briefing, err);
     else
         rc = ah_dk_boot_write (self, n.container, boot->agent_id, boot->token, url, blocked,

@@ -254,9 +254,10 @@ int      ah_dk_container_start (docker_t *self, const char *name, char **err);
 char    *ah_dk_boot_dir (const docker_t *self, const char *agent_id);
 //  Whether the directory is there (the container was made mounting it).
 bool     ah_dk_boot_dir_present (const docker_t *self, const char *agent_id);
-//  Makes the directory; its read-only bind mount at /etc/agenthold for a
-//  container's Mounts. NULL with *err.
-json_t  *ah_dk_boot_mount (docker_t *self, const char *agent_id, char **err);
+//  Makes the directory; *mount = its read-only bind mount at
+//  /etc/agenthold for a container's Mounts, or NULL when the server does
+//  not run as root (the card then goes by archive PUT). 0 / -1 with *err.
+int      ah_dk_boot_mount (docker_t *self, const char *agent_id, json_t **mount, char **err);
 //  boot.json (0600) and the briefing (0444, when not NULL) into the
 //  directory, each renamed into place. 0 / -1 with *err.
 int      ah_dk_boot_put (docker_t *self, const char *agent_id, const char *token,
