@@ -11,8 +11,8 @@ for the agent, which lifecycle publishes once sandboxd said hello on the
 tunnel with the boot's token (GET /api/v1/events, opened before).
 
 Bare: the same image, the same static sandboxd as its entry point, the
-same HostConfig (init, limits, capabilities, tmpfs, a home volume made by
-the create), a bridge network with a way out (what
+same HostConfig (init, limits, capabilities, tmpfs, the home bound to a
+directory of the host as ours is), a bridge network with a way out (what
 the runtime's needs_network makes ours), a boot.json in a bind-mounted directory
 whose tunnel_url is a unix socket of the bench's; timed from the first
 engine call (POST /networks/create for a create, POST /containers/{id}/start
@@ -38,6 +38,7 @@ import json
 import os
 import re
 import select
+import shutil
 import socket
 import statistics
 import sys
@@ -185,6 +186,8 @@ class Bare:
         name = "%s-bare%d" % (h.prefix, r)
         labels = {"agenthold.prefix": h.prefix}
         self.card_for(r, 0)
+        home = os.path.join(h.tmp, "barehome%d" % r)
+        os.makedirs(home, exist_ok=True)
         self.drain()
         self.arm()
         body = {
@@ -193,8 +196,10 @@ class Bare:
             "HostConfig": {
                 "Init": True, "NanoCpus": 1000000000, "Memory": 128 << 20, "PidsLimit": 100,
                 "Mounts": [
-                    {"Type": "volume", "Source": "%s-barehome%d" % (h.prefix, r), "Target": "/home/agent",
-                     "VolumeOptions": {"Labels": labels}},
+                    # The home bound to a directory of the host, as ours is
+                    # (a volume bound to <data_dir>/homes/<id>): the same
+                    # mounts at each start.
+                    {"Type": "bind", "Source": home, "Target": "/home/agent"},
                     {"Type": "bind", "Source": self.sandboxd, "Target": "/opt/agenthold/sandboxd",
                      "ReadOnly": True},
                     {"Type": "bind", "Source": self.run, "Target": "/run/agenthold", "ReadOnly": True},
@@ -254,7 +259,7 @@ class Bare:
     def remove(self, r):
         engine("DELETE", "/containers/%s-bare%d?force=true&v=true" % (self.h.prefix, r))
         engine("DELETE", "/networks/%s-barenet%d" % (self.h.prefix, r))
-        engine("DELETE", "/volumes/%s-barehome%d?force=true" % (self.h.prefix, r))
+        shutil.rmtree(os.path.join(self.h.tmp, "barehome%d" % r), ignore_errors=True)
 
 
 CALL = re.compile(r"\[docker\] engine (\w+) (\S+): (-?\d+) in ([0-9.]+) ms")
