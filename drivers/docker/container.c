@@ -1,6 +1,6 @@
 /*  drivers/docker/container.c: the agent's container, <prefix>-<id>, and
     the driver's entry points on it: create, rebuild, start (boot.json,
-    then start), stop, destroy (with the network, the home volume and the
+    boot.c, then start), stop, destroy (with the network, the home volume and the
     subnet), inspect and list. Every entry point checks the agent id and
     the image reference (common/ident.h) before anything reaches the
     engine.                                                             */
@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 //  -------------------------------------------------------------------------
 //  Containers
@@ -116,9 +117,10 @@ s_tunnel_mount (docker_t *self, char **err)
     return m;
 }
 
+//  user: the image's USER (taken over).
 static int
 s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *image, uint32_t base,
-                    char **err)
+                    char *user, char **err)
 {
     const ah_config_t *c = self->config;
     dk_names_t n;
@@ -131,7 +133,6 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
         memory_mb = c->max_memory_mb;
     int64_t pids = spec->pids_limit > 0 ? spec->pids_limit : c->pids_limit;
 
-    char *user = s_image_user (self, image, n.container, err);
     json_t *tunnel = user ? s_tunnel_mount (self, err) : NULL;
     if (!tunnel) {
         free (user);
@@ -143,6 +144,16 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
         "VolumeOptions", "Labels", ah_dk_labels (self, spec->agent_id)));
     json_array_append_new (mounts, ah_dk_sandboxd_mount (self));
     json_array_append_new (mounts, tunnel);
+    //  /etc/agenthold: the boot card, written by the start without an
+    //  engine call (boot.c).
+    json_t *card = NULL;
+    if (ah_dk_boot_mount (self, spec->agent_id, &card, err)) {
+        json_decref (mounts);
+        free (user);
+        return -1;
+    }
+    if (card)
+        json_array_append_new (mounts, card);
     //  /tmp: a tmpfs of its own (the engine mounts it nosuid, nodev).
     json_array_append_new (mounts, json_pack ("{s:s s:s s:{s:I s:i}}",
         "Type", "tmpfs", "Target", "/tmp",
@@ -246,54 +257,6 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
 }
 
 //  -------------------------------------------------------------------------
-//  boot.json
-
-int
-ah_dk_boot_write (docker_t *self, const char *name, const char *agent_id, const char *token,
-                  const char *tunnel_url, const char *blocked, const char *briefing, char **err)
-{
-    char *what = ah_strf ("writing /etc/agenthold/boot.json into container %s", name);
-    json_t *j = json_pack ("{s:s s:s s:s}", "agent_id", agent_id, "token", token,
-                           "tunnel_url", tunnel_url);
-    if (j && blocked)
-        json_object_set_new (j, "blocked", json_string (blocked));
-    char *text = j ? json_dumps (j, JSON_COMPACT) : NULL;
-    json_decref (j);
-    //  etc/, etc/agenthold/, etc/agenthold/boot.json (root, 0600).
-    ah_tar_t tar = { .max = 0 };
-    if (!what || !text
-    ||  ah_tar_add (&tar, "etc/", AH_TAR_DIR, 0755, NULL, 0, NULL)
-    ||  ah_tar_add (&tar, "etc/agenthold/", AH_TAR_DIR, 0755, NULL, 0, NULL)
-    ||  ah_tar_add (&tar, "etc/agenthold/boot.json", AH_TAR_FILE, 0600, text, strlen (text), NULL)
-    ||  (briefing && ah_tar_add (&tar, "etc/agenthold/briefing.md", AH_TAR_FILE, 0444,
-                                 briefing, strlen (briefing), NULL))
-    ||  ah_tar_finish (&tar)) {
-        ah_dk_err (err, "%s: out of memory composing it", what ? what : "writing boot.json");
-        ah_tar_free (&tar);
-        free (text);
-        free (what);
-        return -1;
-    }
-    free (text);
-    char *path = ah_strf ("/containers/%s/archive?path=%%2F", name);
-    dk_call_t put = { .what = what, .method = "PUT", .body = ah_buf_head (&tar.buf),
-                      .body_size = ah_buf_size (&tar.buf), .content_type = "application/x-tar" };
-    char *msg = NULL;
-    long st = path ? ah_dk_call (self, &put, path, NULL, &msg, err) : -1;
-    if (st == 404)
-        ah_dk_err (err, "%s: the container does not exist (Docker: %s); rebuild the sandbox",
-                   what, msg ? msg : "");
-    else
-    if (st > 0 && st != 200)
-        ah_dk_status_err (err, what, st, msg);
-    ah_tar_free (&tar);
-    free (msg);
-    free (path);
-    free (what);
-    return st == 200 ? 0 : -1;
-}
-
-//  -------------------------------------------------------------------------
 //  The entry points
 
 //  What every entry point on one agent starts with: its id checked, the
@@ -305,6 +268,32 @@ s_enter (ah_driver_t *driver, const char *agent_id, const char *doing, dk_names_
         return NULL;
     ah_dk_names (driver->impl, agent_id, names);
     return driver->impl;
+}
+
+//  The agent's network made (or, for a runtime without one, removed) on
+//  a thread of its own.
+typedef struct {
+    docker_t   *self;
+    const char *agent_id;               //  borrowed from the spec
+    bool        needs;
+    pthread_t   thread;
+    uint32_t    base;                   //  out: the subnet (0: none)
+    int         rc;                     //  out: 0 / -1 with err
+    char       *err;
+} dk_net_job_t;
+
+static void *
+s_net_job (void *arg)
+{
+    dk_net_job_t *job = arg;
+    if (job->needs) {
+        job->base = ah_dk_network_ensure (job->self, job->agent_id, &job->err);
+        job->rc = job->base ? 0 : -1;
+    }
+    else
+        job->rc = ah_dk_network_remove (job->self, job->agent_id, &job->err)
+               || ah_dk_subnet_free (job->self, job->agent_id, &job->err) ? -1 : 0;
+    return NULL;
 }
 
 //  create and rebuild: the network (kept across rebuilds) and a container
@@ -327,22 +316,39 @@ s_make (ah_driver_t *driver, const ah_sandbox_spec_t *spec, bool rebuild, char *
         return -1;
     if (rebuild && ah_dk_container_remove (self, n.container, err))
         return -1;
-    if (ah_dk_deploy_sandboxd (self, image, err))
+    //  The network (the slowest part) in a thread of its own while this
+    //  one sees to sandboxd, the home volume and the image's user: the
+    //  container needs all of them. A server in a container makes them
+    //  one after the other: the home volume's check that the data
+    //  directory is where the engine looks refuses before anything is made.
+    if (ah_dk_ensure_engine (self, err))
         return -1;
-    if (ah_dk_home_volume_ensure (self, spec->agent_id, err))
-        return -1;
-    //  A network only for a runtime that needs one (a rebuild to a runtime
-    //  that does not drops it).
-    uint32_t base = 0;
-    if (spec->needs_network) {
-        base = ah_dk_network_ensure (self, spec->agent_id, err);
-        if (!base)
-            return -1;
+    char *server = ah_dk_server_container (self);
+    dk_net_job_t net = { .self = self, .agent_id = spec->agent_id, .needs = spec->needs_network };
+    bool threaded = !server && pthread_create (&net.thread, NULL, s_net_job, &net) == 0;
+    free (server);
+    char *user = NULL;
+    int rc = ah_dk_deploy_sandboxd (self, image, err) || ah_dk_home_volume_ensure (self, spec->agent_id, err)
+           ? -1 : 0;
+    if (rc == 0) {
+        user = s_image_user (self, image, n.container, err);
+        rc = user ? 0 : -1;
     }
+    if (threaded)
+        pthread_join (net.thread, NULL);
     else
-    if (ah_dk_network_remove (self, spec->agent_id, err) || ah_dk_subnet_free (self, spec->agent_id, err))
+    if (rc == 0)
+        s_net_job (&net);
+    if (rc == 0 && net.rc) {
+        ah_dk_err (err, "%s", net.err ? net.err : "making the sandbox's network failed");
+        rc = -1;
+    }
+    free (net.err);
+    if (rc) {
+        free (user);
         return -1;
-    return s_container_create (self, spec, image, base, err);
+    }
+    return s_container_create (self, spec, image, net.base, user, err);
 }
 
 int
@@ -376,17 +382,6 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
         free (eerr);
         return -1;
     }
-    //  A home whose directory was removed behind the engine's back: the
-    //  engine would fail the bind mount with its own words; ours say what
-    //  happened and what makes the sandbox again.
-    bool dir_gone = false;
-    s_home_volume (self, "starting a sandbox", n.volume, &dir_gone);
-    if (dir_gone) {
-        ah_dk_err (err, "starting container %s: its home directory is gone (removed outside agenthold; "
-                   "home volume %s present): its files are lost; a rebuild makes it again, empty",
-                   n.container, n.volume);
-        return -1;
-    }
     if (ah_dk_deploy_for_start (self, n.container, err))
         return -1;
     //  Every sandbox dials the tunnel's unix socket, mounted at
@@ -396,12 +391,21 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     //  A sandbox with a network (it has a subnet): what it may not reach.
     uint32_t base = ah_dk_subnet_lookup (self, boot->agent_id);
     char *blocked = base ? ah_dk_blocked (self, base) : NULL;
-    int rc = url && (!base || blocked)
-           ? ah_dk_boot_write (self, n.container, boot->agent_id, boot->token, url, blocked,
-                               boot->briefing, err) : -1;
-    free (blocked);
-    if (!url)
+    int rc = -1;
+    //  The card in the directory the container mounts (no engine call),
+    //  or into the container itself when it was made without one. (A
+    //  server that runs as another user now writes through the engine,
+    //  which writes root's files into the mount as well.)
+    bool direct = ah_dk_boot_dir_present (self, boot->agent_id) && geteuid () == 0;
+    if (!url || (base && !blocked))
         ah_dk_err (err, "starting container %s: out of memory", n.container);
+    else
+    if (direct)
+        rc = ah_dk_boot_put (self, boot->agent_id, boot->token, url, blocked, boot->briefing, err);
+    else
+        rc = ah_dk_boot_write (self, n.container, boot->agent_id, boot->token, url, blocked,
+                               boot->briefing, err);
+    free (blocked);
     free (url);
     if (rc == 0)
         rc = ah_dk_container_start (self, n.container, err);
@@ -411,6 +415,18 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
         free (*err);
         *err = NULL;
         rc = ah_dk_container_start (self, n.container, err);
+    }
+    if (rc) {
+        //  A home whose directory was removed behind the engine's back
+        //  fails the start with the engine's words; ours say what
+        //  happened and what makes the sandbox again. (Looked at only
+        //  when the start failed: a wake asks the engine nothing else.)
+        bool dir_gone = false;
+        s_home_volume (self, "starting a sandbox", n.volume, &dir_gone);
+        if (dir_gone)
+            ah_dk_err (err, "starting container %s: its home directory is gone (removed outside agenthold; "
+                       "home volume %s present): its files are lost; a rebuild makes it again, empty",
+                       n.container, n.volume);
     }
     return rc;
 }
@@ -439,6 +455,8 @@ ah_dk_destroy (ah_driver_t *driver, const char *agent_id, char **err)
     if (ah_dk_network_remove (self, agent_id, err))
         return -1;
     if (ah_dk_home_volume_remove (self, agent_id, err))
+        return -1;
+    if (ah_dk_boot_dir_remove (self, agent_id, err))
         return -1;
     return ah_dk_subnet_free (self, agent_id, err);
 }

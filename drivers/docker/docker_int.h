@@ -8,7 +8,9 @@
         network.c     the agent's internal bridge network
         volume.c      the home volume, bound to a directory under data_dir
         container.c   containers and the entry points on them (create,
-                      start, stop, rebuild, destroy, inspect, list), boot.json
+                      start, stop, rebuild, destroy, inspect, list)
+        boot.c        the boot card: a file in the directory the sandbox
+                      mounts at /etc/agenthold, or an archive PUT
         sandboxd.c    sandboxd copied into a volume (server in a container)
         image.c       image_exists, image_build (build context, pull)
         base.c        Debian bases from the host's mirror (mmdebstrap, import)
@@ -244,6 +246,25 @@ int      ah_dk_boot_write (docker_t *self, const char *name, const char *agent_i
                            const char *briefing,
                            char **err);
 int      ah_dk_container_start (docker_t *self, const char *name, char **err);
+
+//  -------------------------------------------------------------------------
+//  boot.c: the boot card through <data_dir>/boot/<id>, mounted at /etc/agenthold
+
+//  <data_dir>/boot/<id>. Caller frees.
+char    *ah_dk_boot_dir (const docker_t *self, const char *agent_id);
+//  Whether the directory is there (the container was made mounting it).
+bool     ah_dk_boot_dir_present (const docker_t *self, const char *agent_id);
+//  Makes the directory; *mount = its read-only bind mount at
+//  /etc/agenthold for a container's Mounts, or NULL when the server does
+//  not run as root (the card then goes by archive PUT). 0 / -1 with *err.
+int      ah_dk_boot_mount (docker_t *self, const char *agent_id, json_t **mount, char **err);
+//  boot.json (0600) and the briefing (0444, when not NULL) into the
+//  directory, each renamed into place. 0 / -1 with *err.
+int      ah_dk_boot_put (docker_t *self, const char *agent_id, const char *token,
+                         const char *tunnel_url, const char *blocked, const char *briefing,
+                         char **err);
+//  Removes the directory and what it holds; absent is fine. 0 / -1 with *err.
+int      ah_dk_boot_dir_remove (docker_t *self, const char *agent_id, char **err);
 
 int ah_dk_create (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err);
 int ah_dk_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_BODY            (32u << 20)     //  largest answer we accept from the engine
 #define MAX_REFUSAL         4096            //  what we keep of a refused stream's body
@@ -272,7 +273,13 @@ ah_dk_call (docker_t *self, const dk_call_t *call, const char *path, json_t **an
     curl_easy_setopt (curl, CURLOPT_WRITEFUNCTION, s_body_write);
     curl_easy_setopt (curl, CURLOPT_WRITEDATA, &body);
     long status;
+    struct timespec t0, t1;
+    clock_gettime (CLOCK_MONOTONIC, &t0);
     CURLcode rc = s_perform (curl, headers, &status);
+    clock_gettime (CLOCK_MONOTONIC, &t1);
+    //  Each call's time, for bench/docker's shares of a create or a wake.
+    ah_debug (LOG_AREA, "engine %s %s: %ld in %.1f ms", call->method, path, rc == CURLE_OK ? status : -1L,
+              (double) (t1.tv_sec - t0.tv_sec) * 1e3 + (double) (t1.tv_nsec - t0.tv_nsec) / 1e6);
 
     if (rc != CURLE_OK) {
         if (body.too_big)

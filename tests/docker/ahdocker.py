@@ -230,7 +230,7 @@ class Harness:
     server (a process on the host, or nothing when the test runs it in a
     container), checks counted."""
 
-    def __init__(self, name, binary, pool, ports, shipped_catalog=False):
+    def __init__(self, name, binary, pool, ports, shipped_catalog=False, needs_network=False):
         self.name = name
         self.bin = os.path.abspath(binary) if binary else None
         self.prefix = "%s%d" % (name.replace(".", "").replace("_", ""), os.getpid())
@@ -259,13 +259,13 @@ class Harness:
         })
         # These tests are about the driver, not the shipped runtimes: a
         # catalog of their own whose one (default) runtime is the test
-        # image, present already, on the internal network only
+        # image, present already, with no network unless needs_network
         # (tests/docker/runtimes_docker.py runs the shipped catalog).
         if not shipped_catalog:
             catalog = os.path.join(self.tmp, "runtimes.json")
             with open(catalog, "w") as f:
                 json.dump({"version": 2, "runtimes": [{
-                    "alias": "testimage", "image": self.tag, "needs_network": False,
+                    "alias": "testimage", "image": self.tag, "needs_network": needs_network,
                     "description": "The Docker tests' own busybox image."}]}, f)
             self.env["AGENTHOLD_CATALOG_PATH"] = catalog
         self.url = "http://127.0.0.1:%d" % self.api_port

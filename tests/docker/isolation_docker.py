@@ -109,10 +109,10 @@ def inspect_container(name, aid, networked, memory):
     h.check(c["Config"]["User"] == "0:0" and c["Config"]["Entrypoint"] == ["/opt/agenthold/sandboxd"],
             "%s: sandboxd starts as root: %r %r" % (name, c["Config"]["User"], c["Config"]["Entrypoint"]))
     mounts = {m["Destination"]: m for m in c["Mounts"]}
-    h.check(set(mounts) == {"/home/agent", "/opt/agenthold/sandboxd", "/run/agenthold", "/tmp"}
-            or set(mounts) == {"/home/agent", "/opt/agenthold/sandboxd", "/run/agenthold"},
-            "%s: nothing mounted but the home, sandboxd, the tunnel's socket and /tmp: %r"
-            % (name, sorted(mounts)))
+    base = {"/home/agent", "/opt/agenthold/sandboxd", "/run/agenthold", "/etc/agenthold"}
+    h.check(set(mounts) in (base | {"/tmp"}, base),
+            "%s: nothing mounted but the home, sandboxd, the tunnel's socket, the boot card's "
+            "directory and /tmp: %r" % (name, sorted(mounts)))
     home = mounts["/home/agent"]
     h.check(home["Type"] == "volume" and home["RW"], "%s: the home is a volume: %r" % (name, home))
     sbd = mounts["/opt/agenthold/sandboxd"]
@@ -122,6 +122,9 @@ def inspect_container(name, aid, networked, memory):
     tun = mounts["/run/agenthold"]
     h.check(tun["Type"] == "bind" and tun["Source"] == os.path.join(h.data, "run") and not tun["RW"],
             "%s: the tunnel's socket directory, read-only: %r" % (name, tun))
+    card = mounts["/etc/agenthold"]
+    h.check(card["Type"] == "bind" and card["Source"] == os.path.join(h.data, "boot", aid)
+            and not card["RW"], "%s: the boot card's directory, read-only: %r" % (name, card))
     tmp = [m for m in hc.get("Mounts") or [] if m.get("Target") == "/tmp"]
     h.check(tmp and tmp[0]["Type"] == "tmpfs" and tmp[0]["TmpfsOptions"]["SizeBytes"] == 64 << 20,
             "%s: a 64 MiB tmpfs at /tmp: %r" % (name, tmp))
@@ -135,6 +138,11 @@ def inside(name, aid, want_uid, want_gid, want_groups, service, addrs, networked
             "%s: commands run as uid %d gid %d: %r" % (name, want_uid, want_gid, ids))
     h.check(set(int(x) for x in ids[2:]) == set(want_groups),
             "%s: with the supplementary groups %r: %r" % (name, want_groups, ids[2:]))
+    # The boot card (its token) is root's: the agent can neither read it
+    # nor write where it lies.
+    card = sh(name, "cat /etc/agenthold/boot.json 2>&1; echo rc=$?; touch /etc/agenthold/x 2>&1; echo rc=$?")
+    h.check(card.count("rc=0") == 0 and "token" not in card,
+            "%s: the agent cannot read the boot card or write beside it: %r" % (name, card))
     st = sh(name, "cat /proc/self/status")
     h.check(status_field(st, "CapEff") == "0" * 16 and status_field(st, "CapPrm") == "0" * 16,
             "%s: no capability in effect: %r" % (name, status_field(st, "CapEff")))

@@ -13,6 +13,7 @@
 #include "engine.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -617,6 +618,19 @@ main (void)
     out = eng_exec (cname, "[\"stat\",\"-c\",\"%a %u\",\"/etc/agenthold/boot.json\"]", &code);
     CHECK (out && !strncmp (out, "600 0", 5));
     free (out);
+    //  The card comes through <data_dir>/boot/<id>, mounted read-only at
+    //  /etc/agenthold (no engine call at start): root-only on the host
+    //  too, unreadable and unwritable for the agent's user inside.
+    char card [512];
+    snprintf (card, sizeof card, "%s/boot/0000000000a1/boot.json", dir);
+    struct stat cst;
+    CHECK (stat (card, &cst) == 0 && (cst.st_mode & 0777) == 0600 && cst.st_uid == 0);
+    out = eng_exec_as (cname, "agent", "[\"cat\",\"/etc/agenthold/boot.json\"]", &code);
+    CHECK (code != 0 && out && !strstr (out, "tok-first"));
+    free (out);
+    out = eng_exec (cname, "[\"sh\",\"-c\",\"echo x > /etc/agenthold/boot.json\"]", &code);
+    CHECK (code != 0);
+    free (out);
 
     ah_sandbox_status_t status;
     CHECK (d->inspect (d, "0000000000a1", &status, &err) == 0);
@@ -716,6 +730,8 @@ main (void)
 
     //  Destroy leaves nothing (and twice is fine).
     CHECK (d->destroy (d, "0000000000a1", &err) == 0);
+    snprintf (card, sizeof card, "%s/boot/0000000000a1", dir);
+    CHECK (stat (card, &cst) != 0 && errno == ENOENT);
     free (eng_call ("GET", NULL, &st, "/containers/%s/json", cname));
     CHECK (st == 404);
     free (eng_call ("GET", NULL, &st, "/volumes/%s", volname));
