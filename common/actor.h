@@ -19,8 +19,8 @@
     The loop is the skeleton's own (zmq_poll over the registered readers,
     with the next timer's deadline as the timeout), or, for an actor that
     speaks WebSocket, a common/lwsloop the actor creates in init and hands
-    over with ah_actor_use_lws: the readers and timers then ride in the
-    lws service loop. The actor's code is the same either way.
+    over with ah_actor_use_lws: the readers and timers then ride in its
+    libev loop, beside lws. The actor's code is the same either way.
 
     Start-up: ah_actor_new runs init in the new thread and returns only
     once it finished, NULL with the reason when it failed; there is no

@@ -1,6 +1,6 @@
 /*  common/lwsloop.c: an lws context and zsocks served by one thread.
-    See lwsloop.h for the design (ZMQ_FD adopted as a raw descriptor,
-    readiness decided by ZMQ_EVENTS before every sleep).               */
+    See lwsloop.h for the design (a libev loop under lws, ZMQ_FDs as
+    ev_io, readiness decided by ZMQ_EVENTS before every sleep).         */
 #include "common/lwsloop.h"
 #include "common/log.h"
 
@@ -13,24 +13,24 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define S_PROTOCOL_NAME "ah-lwsloop-zmq"
-
 typedef struct {
+    ev_io io;                   //  on zmq's own ZMQ_FD (never closed here)
     zsock_t *sock;
     ah_lwsloop_fn *fn;
     void *arg;
-    struct lws *wsi;            //  the adopted dup of ZMQ_FD; NULL once closed
-    bool dead;                  //  unwatched: no more calls; freed once wsi is gone
+    bool dead;                  //  unwatched: no more calls; freed by the next sweep
 } s_watch_t;
 
 struct ah_lwsloop_t {
+    struct ev_loop *ev;
+    ev_prepare prepare;                 //  drain before every sleep
+    ev_idle idle;                       //  active: messages wait, do not sleep
     struct lws_context *context;
     struct lws_vhost *vhost;
-    struct lws_protocols *protocols;    //  caller's protocols + ours + terminator
     void *user;                         //  caller's info->user
     s_watch_t **watches;
     size_t nwatches, cap;
-    struct lws *in_wsi;                 //  the adopted wsi whose callback is running
+    bool ours_ran;                      //  a zsock or timer callback ran this round
     bool stopped;
     bool destroying;
     uint64_t rounds;
@@ -51,15 +51,17 @@ static void s_lws_log_init (void)
     lws_set_log_level (LLL_ERR | LLL_WARN, s_lws_log);
 }
 
-//  Free the watches that are dead and whose wsi lws has closed. Only at
-//  a safe point (no drain running): callbacks may hold a watch pointer.
+//  Free the watches that are dead. Only at a safe point (no drain
+//  running): callbacks may hold a watch pointer.
 static void s_sweep (ah_lwsloop_t *self, bool all)
 {
     size_t kept = 0;
     for (size_t i = 0; i < self->nwatches; i++) {
         s_watch_t *w = self->watches [i];
-        if (all || (w->dead && !w->wsi))
+        if (all || w->dead) {
+            ev_io_stop (self->ev, &w->io);
             free (w);
+        }
         else
             self->watches [kept++] = w;
     }
@@ -74,14 +76,15 @@ static bool s_drain (ah_lwsloop_t *self, s_watch_t *w)
             return false;
         if (!(zsock_events (w->sock) & ZMQ_POLLIN))
             return false;
+        self->ours_ran = true;
         w->fn (self, w->sock, w->arg);
     }
     return !w->dead && !self->stopped && (zsock_events (w->sock) & ZMQ_POLLIN);
 }
 
 //  Drain every live watch; true if any has more. The array may change
-//  under us (a callback may watch or unwatch), so iterate by index over
-//  a snapshot of the count and re-check bounds.
+//  under us (a callback may watch or unwatch), so iterate by index and
+//  re-check bounds.
 static bool s_drain_all (ah_lwsloop_t *self)
 {
     bool more = false;
@@ -93,31 +96,41 @@ static bool s_drain_all (ah_lwsloop_t *self)
     return more;
 }
 
-static int s_callback (struct lws *wsi, enum lws_callback_reasons reason,
-                       void *user, void *in, size_t len)
+//  ZMQ_FD fired: zmq has news (or only commands: the drain asks).
+//  Leftovers beyond a batch are picked up by the prepare watcher.
+static void s_on_zmq_fd (struct ev_loop *ev, ev_io *io, int revents)
 {
-    ah_lwsloop_t *self = ah_lwsloop_from_wsi (wsi);
-    s_watch_t *w = (s_watch_t *) lws_get_opaque_user_data (wsi);
-    switch (reason) {
-        case LWS_CALLBACK_RAW_RX_FILE:
-            if (self && w && !w->dead && !self->destroying) {
-                self->in_wsi = wsi;
-                s_drain (self, w);
-                self->in_wsi = NULL;
-            }
-            //  Leftovers are picked up by the drain before the next sleep.
-            return 0;
-        case LWS_CALLBACK_RAW_CLOSE_FILE:
-            if (self && w) {
-                w->wsi = NULL;
-                if (!w->dead && !self->destroying)
-                    ah_warn ("lwsloop", "a watched socket's descriptor was closed by lws");
-                w->dead = true;                 //  freed by the next sweep
-            }
-            return 0;
-        default:
-            return 0;
+    s_watch_t *w = (s_watch_t *) io->data;
+    ah_lwsloop_t *self = (ah_lwsloop_t *) ev_userdata (ev);
+    if (!w->dead && !self->destroying)
+        s_drain (self, w);
+}
+
+//  Right before libev would sleep: the point the old poll() loop drained at.
+static void s_on_prepare (struct ev_loop *ev, ev_prepare *prepare, int revents)
+{
+    ah_lwsloop_t *self = (ah_lwsloop_t *) ev_userdata (ev);
+    self->rounds++;
+    s_sweep (self, false);
+    bool more = !self->stopped && s_drain_all (self);
+    if (self->stopped) {
+        ev_break (ev, EVBREAK_ALL);
+        return;
     }
+    if (more)
+        ev_idle_start (ev, &self->idle);
+    else
+        ev_idle_stop (ev, &self->idle);
+    if (self->ours_ran) {
+        self->ours_ran = false;
+        lws_cancel_service (self->context);
+    }
+}
+
+//  Active only while messages wait: its being active keeps libev from
+//  sleeping; the prepare watcher does the work.
+static void s_on_idle (struct ev_loop *ev, ev_idle *idle, int revents)
+{
 }
 
 ah_lwsloop_t *ah_lwsloop_new (const struct lws_context_creation_info *info)
@@ -128,24 +141,30 @@ ah_lwsloop_t *ah_lwsloop_new (const struct lws_context_creation_info *info)
     ah_lwsloop_t *self = (ah_lwsloop_t *) calloc (1, sizeof *self);
     if (!self)
         return NULL;
-    struct lws_context_creation_info copy = *info;
-    size_t n = 0;
-    if (info->protocols)
-        while (info->protocols [n].name || info->protocols [n].callback)
-            n++;
-    self->protocols = (struct lws_protocols *) calloc (n + 2, sizeof (struct lws_protocols));
-    if (!self->protocols)
+    //  epoll explicitly: libev's automatic choice could be poll or
+    //  select on some kernels, which is what this loop exists to avoid.
+    self->ev = ev_loop_new (EVBACKEND_EPOLL | EVFLAG_NOENV);
+    if (!self->ev) {
+        ah_error ("lwsloop", "cannot create the libev loop (epoll): %s", strerror (errno));
         goto fail;
-    if (n)
-        memcpy (self->protocols, info->protocols, n * sizeof (struct lws_protocols));
-    self->protocols [n].name = S_PROTOCOL_NAME;
-    self->protocols [n].callback = s_callback;
+    }
+    ev_set_userdata (self->ev, self);
+    ev_prepare_init (&self->prepare, s_on_prepare);
+    ev_prepare_start (self->ev, &self->prepare);
+    ev_idle_init (&self->idle, s_on_idle);
+
+    struct lws_context_creation_info copy = *info;
+    void *foreign_loops [1] = { self->ev };
     self->user = info->user;
-    copy.protocols = self->protocols;
     copy.user = self;
+    copy.options |= LWS_SERVER_OPTION_LIBEV;
+    copy.foreign_loops = foreign_loops;     //  lws copies the pointer out at creation
     self->context = lws_create_context (&copy);
     if (!self->context) {
-        ah_error ("lwsloop", "cannot create the libwebsockets context (port %d)", info->port);
+        ah_error ("lwsloop", "cannot create the libwebsockets context (port %d; lws on libev needs "
+                  "the libwebsockets-evlib-ev package: %s)", info->port,
+                  access (LWS_INSTALL_LIBDIR "/libwebsockets-evlib_ev.so", R_OK) == 0
+                  ? "installed" : "missing");
         goto fail;
     }
     self->vhost = lws_get_vhost_by_name (self->context,
@@ -166,12 +185,18 @@ void ah_lwsloop_destroy (ah_lwsloop_t **self_p)
         return;
     ah_lwsloop_t *self = *self_p;
     self->destroying = true;
+    //  lws stops its watchers on our loop (a foreign libev loop needs no
+    //  more rounds to finish: the plugin has no asynchronous close).
     if (self->context)
-        lws_context_destroy (self->context);     //  closes the adopted dups (CLOSE_FILE frees)
+        lws_context_destroy (self->context);
     self->context = NULL;
-    s_sweep (self, true);
+    if (self->ev) {
+        s_sweep (self, true);
+        ev_prepare_stop (self->ev, &self->prepare);
+        ev_idle_stop (self->ev, &self->idle);
+        ev_loop_destroy (self->ev);
+    }
     free (self->watches);
-    free (self->protocols);
     free (self);
     *self_p = NULL;
 }
@@ -299,27 +324,10 @@ int ah_lwsloop_watch (ah_lwsloop_t *self, zsock_t *sock, ah_lwsloop_fn *fn, void
     w->sock = sock;
     w->fn = fn;
     w->arg = arg;
-    int fd = dup (zsock_fd (sock));
-    if (fd < 0) {
-        ah_error ("lwsloop", "dup of ZMQ_FD failed: %s", strerror (errno));
-        free (w);
-        return -1;
-    }
-    lws_sock_file_fd_type u;
-    memset (&u, 0, sizeof u);
-    u.filefd = (lws_filefd_type) fd;
+    ev_io_init (&w->io, s_on_zmq_fd, zsock_fd (sock), EV_READ);
+    w->io.data = w;
+    ev_io_start (self->ev, &w->io);
     self->watches [self->nwatches++] = w;
-    w->wsi = lws_adopt_descriptor_vhost (self->vhost, LWS_ADOPT_RAW_FILE_DESC, u,
-                                         S_PROTOCOL_NAME, NULL);
-    if (!w->wsi) {
-        ah_error ("lwsloop", "libwebsockets refused to adopt a ZMQ_FD descriptor");
-        //  lws closes the descriptor on a failed adoption only sometimes;
-        //  a leaked dup of an eventfd is harmless, a double close is not.
-        self->nwatches--;
-        free (w);
-        return -1;
-    }
-    lws_set_opaque_user_data (w->wsi, w);
     return 0;
 }
 
@@ -331,18 +339,9 @@ void ah_lwsloop_unwatch (ah_lwsloop_t *self, zsock_t *sock)
         s_watch_t *w = self->watches [i];
         if (w->sock == sock && !w->dead) {
             w->dead = true;
-            if (!w->wsi || self->destroying)
-                continue;
-            //  Close the dup now: nobody asks ZMQ_EVENTS for a dead watch,
-            //  so its eventfd could stay readable and make poll() spin.
-            //  Inside that wsi's own callback lws forbids a synchronous
-            //  close: stop polling it and let lws close it afterwards.
-            if (w->wsi == self->in_wsi) {
-                lws_rx_flow_control (w->wsi, 0);
-                lws_set_timeout (w->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
-            }
-            else
-                lws_set_timeout (w->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_SYNC);
+            //  Stop now (the caller may destroy the socket, and its
+            //  descriptor with it, before the sweep frees the watch).
+            ev_io_stop (self->ev, &w->io);
         }
     }
 }
@@ -350,19 +349,9 @@ void ah_lwsloop_unwatch (ah_lwsloop_t *self, zsock_t *sock)
 int ah_lwsloop_run (ah_lwsloop_t *self)
 {
     self->stopped = false;
-    while (!self->stopped) {
-        self->rounds++;
-        s_sweep (self, false);
-        bool more = s_drain_all (self);
-        if (self->stopped)
-            break;
-        //  -1: do not sleep in poll (messages are waiting); 0: sleep until
-        //  an fd (ours included) or an lws timer wakes us.
-        if (lws_service (self->context, more ? -1 : 0) < 0) {
-            ah_error ("lwsloop", "lws_service failed");
-            return -1;
-        }
-    }
+    //  The prepare watcher drains first, then libev sleeps in epoll
+    //  until a descriptor (lws's or a ZMQ_FD) or a timer is due.
+    ev_run (self->ev, 0);
     return 0;
 }
 
@@ -371,36 +360,37 @@ void ah_lwsloop_stop (ah_lwsloop_t *self)
     if (!self)
         return;
     self->stopped = true;
-    //  If we are in an lws timer, poll() comes next: make it return.
-    if (self->context && !self->destroying)
-        lws_cancel_service (self->context);
+    if (self->ev)
+        ev_break (self->ev, EVBREAK_ALL);
 }
 
-static void s_timer_fired (lws_sorted_usec_list_t *sul)
+static void s_timer_fired (struct ev_loop *ev, ev_timer *w, int revents)
 {
-    ah_lwsloop_timer_t *timer = lws_container_of (sul, ah_lwsloop_timer_t, sul);
-    ah_lwsloop_t *loop = timer->loop;       //  fn may free the timer
-    timer->fn (timer, timer->arg);
-    //  lws sleeps in poll() right after its timers: wake it so the drain
-    //  runs (the callback may have sent on a zsock).
-    if (loop->context && !loop->destroying)
-        lws_cancel_service (loop->context);
+    ah_lwsloop_timer_t *timer = lws_container_of (w, ah_lwsloop_timer_t, ev);
+    ah_lwsloop_t *self = timer->loop;
+    self->ours_ran = true;
+    timer->fn (timer, timer->arg);          //  may free the timer or set it again
 }
 
 void ah_lwsloop_timer_set (ah_lwsloop_t *self, ah_lwsloop_timer_t *timer, int64_t delay_ms,
                            ah_lwsloop_timer_fn *fn, void *arg)
 {
+    if (timer->loop)
+        ev_timer_stop (timer->loop->ev, &timer->ev);
     timer->loop = self;
     timer->fn = fn;
     timer->arg = arg;
     if (delay_ms < 0)
         delay_ms = 0;
-    lws_sul_schedule (self->context, 0, &timer->sul, s_timer_fired,
-                      (lws_usec_t) delay_ms * LWS_US_PER_MS);
+    //  ev_now is the time the round began: a timer set late in a long
+    //  round would fire early by that much. Measure from now.
+    ev_now_update (self->ev);
+    ev_timer_init (&timer->ev, s_timer_fired, (ev_tstamp) delay_ms / 1000.0, 0.);
+    ev_timer_start (self->ev, &timer->ev);
 }
 
 void ah_lwsloop_timer_cancel (ah_lwsloop_timer_t *timer)
 {
     if (timer && timer->loop)
-        lws_sul_cancel (&timer->sul);
+        ev_timer_stop (timer->loop->ev, &timer->ev);
 }

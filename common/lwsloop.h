@@ -3,35 +3,37 @@
     owns its zsocks (bus DEALER, actor pipe) and its lws objects in the
     same thread and nothing crosses threads.
 
-    DESIGN. Debian's lws 4.1.6 is built without LWS_WITH_EXTERNAL_POLL,
-    so lws does not tell us its file descriptors (no ADD_POLL_FD
-    callbacks) and we cannot put them into zmq_poll. We go the other way:
-    each watched zsock's ZMQ_FD (an eventfd owned by zmq) is dup()ed and
-    adopted into lws as a raw file descriptor (LWS_ADOPT_RAW_FILE_DESC),
-    so lws's own poll() wakes when zmq has news. Lws owns and closes the
-    dup; zmq's descriptor is never touched.
+    DESIGN. The thread runs a libev loop (epoll) and lws sits on it as a
+    foreign loop (LWS_SERVER_OPTION_LIBEV: Debian's lws 4.1.6 loads its
+    libev support from the libwebsockets-evlib_ev.so plugin). lws's own
+    poll() loop scanned every socket on every wakeup, which at a thousand
+    idle sandboxd connections cost more than the idle work itself; epoll
+    costs only what is ready.
+    Each watched zsock's ZMQ_FD (an eventfd owned by zmq) gets an ev_io.
     ZMQ_FD is edge-like: it only says "zmq has commands to process", and
     any zmq call on the socket (a send from a callback included) may
     consume that signal while messages wait. So readiness is always
-    decided by ZMQ_EVENTS, never by the descriptor: when the raw fd fires,
-    and again before every lws_service() (the point where the thread
-    would sleep), each watched socket is drained while ZMQ_EVENTS says
-    POLLIN, at most AH_LWSLOOP_BATCH messages per socket per round; if one
-    still has messages, lws_service runs without waiting (timeout -1) so
-    lws connections are not starved and the drain goes on next round.
-    Timers: lws runs its scheduled callbacks (lws_sul) at the start of
-    lws_service, right before it sleeps in poll(), with no drain in
-    between: a raw lws_sul callback that sends on a zsock (possibly eating
-    the ZMQ_FD signal) or stops the loop would then sleep on stale state.
-    Use ah_lwsloop_timer_*: it calls lws_cancel_service after your
-    callback so that poll() returns at once and the drain runs.
+    decided by ZMQ_EVENTS, never by the descriptor: when the descriptor
+    fires, and again in an ev_prepare watcher (libev runs it right before
+    it would sleep, after every round of callbacks: lws's, timers', ours),
+    each watched socket is drained while ZMQ_EVENTS says POLLIN, at most
+    AH_LWSLOOP_BATCH messages per socket per round; if one still has
+    messages an ev_idle watcher keeps libev from sleeping, so lws
+    connections are served between batches and the drain goes on next
+    round.
+    Timers are ev_timers: they fire in libev's round and the prepare
+    watcher drains after them, so a timer may send on a zsock or stop
+    the loop freely.
+    lws re-arms its own timers (lws_sul: timeouts, rx flow) only after
+    one of its own callbacks; when ours ran (a zsock message or a timer,
+    which may have called lws_set_timeout or lws_rx_flow_control), the
+    prepare watcher calls lws_cancel_service once so that lws takes a
+    turn and looks.
 
     Only the thread that calls ah_lwsloop_run may call anything here
     (including ah_lwsloop_new/destroy: create the loop in that thread).
 
-    Protocols: lwsloop copies info->protocols and appends its own
-    ("ah-lwsloop-zmq") for the adopted descriptors; protocols[0] stays
-    yours. info->user is kept for you (ah_lwsloop_user): the context's
+    info->user is kept for you (ah_lwsloop_user): the context's
     own user pointer is the loop (ah_lwsloop_from_wsi). The default vhost
     (info->vhost_name, or "default") must exist: do not set
     LWS_SERVER_OPTION_EXPLICIT_VHOSTS.                                  */
@@ -40,6 +42,7 @@
 
 #include <czmq.h>
 #include <libwebsockets.h>
+#include <ev.h>
 
 #define AH_LWSLOOP_BATCH 64
 
@@ -101,8 +104,8 @@ typedef struct ah_lwsloop_timer_t ah_lwsloop_timer_t;
 //  fn may free the memory holding the timer, or set it again.
 typedef void (ah_lwsloop_timer_fn) (ah_lwsloop_timer_t *timer, void *arg);
 struct ah_lwsloop_timer_t {
-    lws_sorted_usec_list_t sul;     //  first: lws's list links here
-    ah_lwsloop_t *loop;
+    ev_timer ev;
+    ah_lwsloop_t *loop;             //  NULL: never set
     ah_lwsloop_timer_fn *fn;
     void *arg;
 };
@@ -113,7 +116,8 @@ void ah_lwsloop_timer_cancel (ah_lwsloop_timer_t *timer);
 
 //  Serve until ah_lwsloop_stop. 0, or -1 if lws_service failed.
 int  ah_lwsloop_run (ah_lwsloop_t *self);
-//  Make ah_lwsloop_run return after the current callback (from inside the loop).
+//  Make ah_lwsloop_run return after the current round of callbacks
+//  (from inside the loop); no zsock callback runs after this one.
 void ah_lwsloop_stop (ah_lwsloop_t *self);
 //  How many times the loop went round (tests: an idle loop must sleep).
 uint64_t ah_lwsloop_rounds (ah_lwsloop_t *self);

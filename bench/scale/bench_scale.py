@@ -27,8 +27,12 @@ of the same length (RSS and CPU), printed beside and as a ratio.
              first, then each runs `seq` of --lines numbers at once; every
              byte of every stream is checked (the numbers in order, none
              missing), and each terminal's rate is its bytes over its own
-             time from the command to its end marker. Fairness = slowest /
-             fastest (goal >= 0.5).
+             time from the command to its end marker (echo is turned off
+             before the clock starts). Fairness = slowest / fastest (goal
+             >= 0.5). Printed beside: how far apart the first bytes came
+             (the shells start 100 seq at once) and this client's CPU
+             share (one asyncio loop: near 100 % it would be what limits
+             and orders the streams).
 
 Exits 1 on an error (a sandboxd that never connects, a terminal that loses
 or garbles a byte), 3 when a goal misses beyond the noise bound."""
@@ -175,33 +179,43 @@ def connected(srv, ids):
     return sum(1 for a in j["agents"] if a["id"] in want and a["state"] == "running")
 
 
+async def settle(ws):
+    """Reads until the terminal has been quiet for a second."""
+    while True:
+        try:
+            await asyncio.wait_for(ws.recv(), 1.0)
+        except asyncio.TimeoutError:
+            return
+
+
 async def stream_one(srv, agent_id, lines, start, results, idx):
     url = "ws://127.0.0.1:%d/api/v1/agents/%s/terminal?cols=200&rows=50&token=%s" % (
         srv.api_port, agent_id, srv.token())
-    #  The end marker is computed by the shell, so the echoed command line
-    #  does not contain it.
-    cmd = b"stty -echo; seq 1 %d; echo XE$((6*7))ND\n" % lines
+    #  Echo goes off before the clock starts (stty is a process of its own
+    #  to start: 100 of them at once would be timed too). The end marker is
+    #  computed by the shell, so the command line never contains it.
+    cmd = b"seq 1 %d; echo XE$((6*7))ND\n" % lines
     marker = b"XE42ND"
     expect = b"\r\n".join(b"%d" % i for i in range(1, lines + 1)) + b"\r\n"
     async with websockets.connect(url, ping_interval=None, max_size=None, open_timeout=TIMEOUT) as ws:
-        #  Settle: the prompt (and anything the login prints) read first.
-        while True:
-            try:
-                await asyncio.wait_for(ws.recv(), 1.0)
-            except asyncio.TimeoutError:
-                break
+        await settle(ws)                # the prompt and anything the login prints
+        await ws.send(b"stty -echo\n")
+        await settle(ws)
         await start.wait()
-        t0 = time.perf_counter()
+        t0 = time.monotonic()
         await ws.send(cmd)
         buf = bytearray()
+        first = None
         deadline = t0 + TIMEOUT
         while marker not in buf[-4096:]:
-            left = deadline - time.perf_counter()
+            left = deadline - time.monotonic()
             if left <= 0:
                 raise BenchError("terminal %d: no end marker within %d s (%d bytes)" % (idx, TIMEOUT, len(buf)))
             m = await asyncio.wait_for(ws.recv(), left)
+            if first is None:
+                first = time.monotonic()
             buf += m if isinstance(m, bytes) else m.encode()
-        dt = time.perf_counter() - t0
+        end = time.monotonic()
         await ws.send(b"exit\n")
     at = buf.find(b"1\r\n2\r\n")
     if at < 0 or buf[at:at + len(expect)] != bytes(expect):
@@ -209,23 +223,27 @@ async def stream_one(srv, agent_id, lines, start, results, idx):
         bad = next((k for k in range(min(len(got), len(expect))) if got[k] != expect[k]), min(len(got), len(expect)))
         raise BenchError("terminal %d (agent %s): the stream differs from seq 1 %d at byte %d of %d: %r"
                          % (idx, agent_id, lines, bad, len(expect), bytes(got[bad:bad + 40])))
-    results[idx] = (len(expect), dt)
+    results[idx] = (len(expect), t0, first, end)
 
 
 async def terminals(srv, ids, lines):
+    """Streams on every terminal at once: ([(bytes, t0, first, end)] per
+    terminal on the monotonic clock, wall seconds, this client's CPU
+    seconds over the streaming)."""
     start = asyncio.Event()
     results = [None] * len(ids)
     tasks = [asyncio.ensure_future(stream_one(srv, a, lines, start, results, i)) for i, a in enumerate(ids)]
     await asyncio.sleep(0)
-    #  Every terminal opened and settled before any command goes.
+    #  Every terminal opened and settled (echo off) before any command goes.
     deadline = time.time() + TIMEOUT
     while time.time() < deadline and not all(t.done() for t in tasks):
         await asyncio.sleep(0.5)
         opened = sum(1 for t in tasks if not t.done())
         if opened == len(tasks):
-            await asyncio.sleep(2.5)          # past each one's 1 s settle
+            await asyncio.sleep(4.5)          # past each one's two 1 s settles
             break
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
+    c0 = time.process_time()
     start.set()
     try:
         await asyncio.gather(*tasks)
@@ -233,7 +251,7 @@ async def terminals(srv, ids, lines):
         for t in tasks:
             t.cancel()
         raise BenchError("terminal: %r\n%s" % (e, srv.log_tail()))
-    return results, time.perf_counter() - t0
+    return results, time.monotonic() - t0, time.process_time() - c0
 
 
 def main():
@@ -272,7 +290,7 @@ def main():
             if n != a.agents or dead:
                 raise BenchError("after the idle window %d of %d run, %d sandboxd exited\n%s"
                                  % (n, a.agents, len(dead), srv.log_tail()))
-            results, wall = asyncio.run(terminals(srv, ids[:a.terminals], a.lines))
+            results, wall, client_cpu = asyncio.run(terminals(srv, ids[:a.terminals], a.lines))
             rss_after, hwm_after, _ = server_sample(srv)
         except BenchError as e:
             print("bench_scale: %s" % e, file=sys.stderr)
@@ -280,9 +298,17 @@ def main():
         finally:
             fleet.stop()
     mib = 1024.0
-    rates = [b / dt / 2**20 for b, dt in results]
-    total = sum(b for b, _ in results)
+    #  A terminal's rate: its bytes over its own time, from its command to
+    #  its end marker (every command goes at once; echo was turned off
+    #  before, so no stty is timed). When each seq's first line came out
+    #  (100 processes started at once on a shared machine: the kernel's
+    #  doing) and this client's CPU share (one asyncio loop: a loop near
+    #  100 % would be what limits and orders the streams) are printed apart.
+    rates = [b / (end - t0) / 2**20 for b, t0, _, end in results]
+    total = sum(r[0] for r in results)
     fair = min(rates) / max(rates)
+    spread = max(r[2] for r in results) - min(r[2] for r in results)
+    went = min(r[1] for r in results)
     print("bench_scale: %d static sandboxd processes connected to one server (fake driver, no"
           " in-process sandboxd); %d created and connected in %.1f s" % (a.agents, a.agents, made))
     print("  server RSS, %d connected idle: %.1f MiB (peak %.1f)   baseline, no agent: %.1f MiB"
@@ -291,10 +317,13 @@ def main():
     print("  server idle CPU over %.0f s, %d connected: %.2f %% of a core   baseline, no agent: %.2f %%"
           "   %s" % (a.seconds, a.agents, cpu, b_cpu, goals.at_most("idle cpu", cpu, CPU_GOAL_PCT)))
     print("  %d terminals streaming at once (seq 1 %d each, %d bytes, every byte checked): %.1f MiB in %.2f s;"
-          " per terminal MiB/s min %.2f median %.2f max %.2f" % (len(results), a.lines, results[0][0],
-                                                                 total / 2**20, wall, min(rates),
-                                                                 median(rates), max(rates)))
+          " per terminal MiB/s min %.2f median %.2f max %.2f; first bytes within %.2f s of each other;"
+          " this client (one asyncio loop) used %.0f %% of a core" % (
+              len(results), a.lines, results[0][0], total / 2**20, wall, min(rates), median(rates),
+              max(rates), spread, 100.0 * client_cpu / wall))
     print("  fairness, slowest / fastest terminal: %.2f   %s" % (fair, goals.at_least("fairness", fair, FAIR_GOAL)))
+    print("  terminals ended %.2f to %.2f s after the first command went" % (
+        min(r[3] for r in results) - went, max(r[3] for r in results) - went))
     print("  server RSS after the terminals: %.1f MiB (peak %.1f)" % (rss_after / mib, hwm_after / mib))
     return goals.status("bench_scale")
 

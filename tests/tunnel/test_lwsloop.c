@@ -200,10 +200,8 @@ int main (void)
     ah_lwsloop_unwatch (loop, pull);
     zactor_destroy (&pusher);
 
-    //  2. Idle: an lws timer ends the run; the loop must have slept.
-    //  lws truncates its poll timeout to whole ms and then polls with 0
-    //  until the timer is ripe (under 1 ms of spinning, lws's own habit),
-    //  so count CPU time, not rounds.
+    //  2. Idle: a loop timer ends the run; the loop must have slept
+    //  (count CPU time: lws's own idle watcher may add a round or two).
     struct rusage ru0, ru1;
     getrusage (RUSAGE_THREAD, &ru0);
     ah_lwsloop_timer_set (loop, &st.timer, 300, s_timer, &st);
