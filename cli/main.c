@@ -15,6 +15,7 @@
 #include "cli/turn.h"
 #include "config/config.h"
 #include "server/hostd.h"
+#include "server/privsep.h"
 #include "server/serve.h"
 
 #include <curl/curl.h>
@@ -277,7 +278,7 @@ static int s_cmd_serve (const ah_cmd_t *c, int argc, char **argv)
         free (err);
         return 1;
     }
-    int status = hostd ? ah_hostd_run (config) : ah_server_run (config);
+    int status = hostd ? ah_hostd_run (config) : ah_serve_main (config);
     ah_config_destroy (&config);
     return status;
 }
