@@ -382,7 +382,7 @@ static char *
 s_how (int status)
 {
     if (WIFSIGNALED (status))
-        return ah_strf ("was killed by %s", strsignal (WTERMSIG (status)));
+        return ah_strf ("was ended by signal %d (%s)", WTERMSIG (status), strsignal (WTERMSIG (status)));
     return ah_strf ("exited with status %d", WEXITSTATUS (status));
 }
 
