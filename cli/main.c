@@ -34,7 +34,11 @@ static const ah_cmd_t s_commands [] = {
     { "serve", "serve [--config FILE]",
       "Run the server in the foreground until SIGINT or SIGTERM (SIGHUP reloads the\n"
       "policies). The configuration is FILE, else $AGENTHOLD_CONFIG, else\n"
-      "etc/agenthold.yaml when it exists; AGENTHOLD_* variables override every key.\n" },
+      "etc/agenthold.yaml when it exists; AGENTHOLD_* variables override every key.\n"
+      "Started as root with the docker driver, the server runs as server.user\n"
+      "(default agenthold) without the Docker socket, and serve starts a local\n"
+      "`agenthold hostd` (root) that holds it; server.user none: one root process\n"
+      "(docs/hostd.md).\n" },
     { "hostd", "hostd [--config FILE]",
       "Run the host agent in the foreground until SIGINT or SIGTERM: the one process\n"
       "that holds the Docker socket, for servers with `sandbox.driver: remote`\n"

@@ -249,9 +249,9 @@ s_prepare_data_dir (monitor_t *m, char **err)
                         strerror (s_walk.error ? s_walk.error : errno));
         return -1;
     }
-    if (s_walk.count > 1)
+    if (s_walk.count > 0)
         ah_info (AREA, "gave %zu file(s) an earlier run as root left in %s to %s",
-                 s_walk.count - 1, c->data_dir, c->user);
+                 s_walk.count, c->data_dir, c->user);
     //  The tunnel's socket elsewhere: its directory, when we make it.
     char *sock = ah_config_tunnel_socket (c);
     char *dir = sock ? dirname (sock) : NULL;

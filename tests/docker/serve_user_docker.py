@@ -152,6 +152,8 @@ def scenario_earlier_root_run():
         h.check(st.st_uid == PW.pw_uid and st.st_gid == PW.pw_gid,
                 "%s is the server user's now: %d:%d" % (name or "the data directory", st.st_uid, st.st_gid))
     h.check(h.token() == token, "the same admin token")
+    h.check("an earlier run as root left in %s to %s" % (h.data, USER) in h.server_log_tail(200000),
+            "serve's log says it gave the files over")
 
 
 def scenario_processes():
