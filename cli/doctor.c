@@ -14,6 +14,7 @@
 #include "drivers/driver.h"
 #include "drivers/remote.h"
 #include "policy/policy.h"
+#include "server/privsep.h"
 #include "server/relay.h"
 #include "store/store.h"
 
@@ -27,6 +28,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define GIB             (INT64_C (1) << 30)
@@ -382,6 +384,110 @@ s_tls (doctor_t *self)
     EVP_PKEY_free (key);
 }
 
+//  The uid of the running server (the pid in its lock file), or -1.
+static long
+s_running_server_uid (const ah_config_t *c, long *pid)
+{
+    char *path = ah_strf ("%s/agenthold.lock", c->data_dir);
+    FILE *f = path ? fopen (path, "r") : NULL;
+    free (path);
+    *pid = 0;
+    if (!f || fscanf (f, "%ld", pid) != 1 || *pid <= 0) {
+        if (f)
+            fclose (f);
+        return -1;
+    }
+    fclose (f);
+    char *status = ah_strf ("/proc/%ld/status", *pid);
+    f = status ? fopen (status, "r") : NULL;
+    free (status);
+    long uid = -1;
+    char line [256];
+    while (f && fgets (line, sizeof line, f))
+        if (sscanf (line, "Uid: %*d %ld", &uid) == 1)
+            break;
+    if (f)
+        fclose (f);
+    return uid;
+}
+
+//  Who the server runs as, and that it cannot open the Docker socket when
+//  a local hostd holds it: a child becomes the server's user as serve
+//  does (ah_privsep_drop) and tries to connect.
+static void
+s_server_user (doctor_t *self)
+{
+    const ah_config_t *c = self->config;
+    if (!ah_privsep_applies (c)) {
+        char *detail;
+        if (geteuid () != 0)
+            detail = ah_strf ("the server runs as whoever starts it (uid %u here)%s; server.user "
+                              "applies when serve starts as root", (unsigned) geteuid (),
+                              strcmp (c->driver, "docker") ? "" : ", holding the Docker socket itself");
+        else
+        if (!c->user)
+            detail = ah_strf ("server.user none: %s", strcmp (c->driver, "docker")
+                              ? "the server runs as root"
+                              : "the server runs as root and holds the Docker socket itself "
+                                "(one process; docs/hostd.md)");
+        else
+            detail = ah_strf ("sandbox.driver %s: the server runs as whoever starts it (root here); "
+                              "server.user applies with the docker driver", c->driver);
+        s_add (self, "server user", true, detail, NULL);
+        return;
+    }
+    uid_t uid;
+    gid_t gid;
+    char *err = NULL;
+    if (ah_privsep_user (c, &uid, &gid, &err)) {
+        s_add (self, "server user", false, err,
+               strdup ("make the user, or set server.user: none (docs/hostd.md)"));
+        return;
+    }
+    pid_t pid = fork ();
+    if (pid == 0) {
+        char *why = NULL;
+        if (ah_privsep_drop (uid, gid, &why))
+            _exit (2);
+        _exit (ah_privsep_socket_answers (c->docker_socket) ? 1 : 0);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid (pid, &status, 0) != pid || !WIFEXITED (status))
+        status = 2 << 8;
+    int outcome = WEXITSTATUS (status);
+    long server_pid;
+    long running = s_running_server_uid (c, &server_pid);
+    char *also = running < 0 ? strdup ("")
+               : ah_strf ("; the running server (pid %ld) runs as uid %ld", server_pid, running);
+    if (outcome == 0 && running != 0)
+        s_add (self, "server user", true,
+               ah_strf ("the server runs as %s (uid %u, gid %u), which cannot open %s; agenthold "
+                        "hostd (root) holds it, on %s%s", c->user, (unsigned) uid, (unsigned) gid,
+                        c->docker_socket, c->hostd_endpoint, also), NULL);
+    else
+    if (outcome == 0)
+        s_add (self, "server user", false,
+               ah_strf ("the server should run as %s, but the running one (pid %ld) runs as root",
+                        c->user, server_pid),
+               strdup ("restart it with this configuration: agenthold serve started as root runs "
+                       "the server as server.user"));
+    else
+    if (outcome == 1)
+        s_add (self, "server user", false,
+               ah_strf ("%s (uid %u, gid %u), the server's user, can open %s%s", c->user,
+                        (unsigned) uid, (unsigned) gid, c->docker_socket, also),
+               ah_strf ("the server must hold no way to the Docker Engine: take %s out of the "
+                        "socket's group (docker) and keep the socket mode 0660 root:docker",
+                        c->user));
+    else
+        s_add (self, "server user", false,
+               ah_strf ("cannot become %s (uid %u, gid %u) to try the Docker socket", c->user,
+                        (unsigned) uid, (unsigned) gid),
+               strdup ("run agenthold doctor as root"));
+    free (also);
+    free (err);
+}
+
 static void
 s_admin_token (doctor_t *self)
 {
@@ -415,7 +521,12 @@ ah_cli_doctor (const char *config_path, bool json)
         self.config = config;
         s_database (&self);
         s_lua (&self);
-        s_host (&self);
+        s_server_user (&self);
+        //  Where serve would run a local hostd, the checks ask that hostd.
+        if (ah_privsep_applies (config) && ah_privsep_server_config (config, &err) != 0)
+            s_add (&self, "host", false, strdup (err ? err : "?"), strdup ("set hostd.endpoint to an ipc:// path"));
+        else
+            s_host (&self);
         s_tunnel (&self);
         s_tls (&self);
         s_admin_token (&self);

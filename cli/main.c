@@ -15,6 +15,7 @@
 #include "cli/turn.h"
 #include "config/config.h"
 #include "server/hostd.h"
+#include "server/privsep.h"
 #include "server/serve.h"
 
 #include <curl/curl.h>
@@ -36,7 +37,11 @@ static const ah_cmd_t s_commands [] = {
     { "serve", "serve [--config FILE]",
       "Run the server in the foreground until SIGINT or SIGTERM (SIGHUP reloads the\n"
       "policies). The configuration is FILE, else $AGENTHOLD_CONFIG, else\n"
-      "etc/agenthold.yaml when it exists; AGENTHOLD_* variables override every key.\n",
+      "etc/agenthold.yaml when it exists; AGENTHOLD_* variables override every key.\n"
+      "Started as root with the docker driver, the server runs as server.user\n"
+      "(default agenthold) without the Docker socket, and serve starts a local\n"
+      "`agenthold hostd` (root) that holds it; server.user none: one root process\n"
+      "(docs/hostd.md).\n",
       s_cmd_serve, NULL, true },
     { "hostd", "hostd [--config FILE]",
       "Run the host agent in the foreground until SIGINT or SIGTERM: the one process\n"
@@ -306,7 +311,7 @@ static int s_cmd_serve (const ah_cmd_t *c, int argc, char **argv, ah_common_t *c
         free (err);
         return 1;
     }
-    int status = hostd ? ah_hostd_run (config) : ah_server_run (config);
+    int status = hostd ? ah_hostd_run (config) : ah_serve_main (config);
     ah_config_destroy (&config);
     return status;
 }

@@ -23,6 +23,14 @@ static int s_threshold (void)
     return threshold;
 }
 
+//  Written once before any thread starts (ah_log_set_process), then read only.
+static char s_process [16];
+
+void ah_log_set_process (const char *name)
+{
+    snprintf (s_process, sizeof s_process, "%s", name ? name : "");
+}
+
 void ah_log (ah_log_level_t level, const char *area, const char *fmt, ...)
 {
     if ((int) level < s_threshold ())
@@ -33,7 +41,8 @@ void ah_log (ah_log_level_t level, const char *area, const char *fmt, ...)
     struct tm tm;
     gmtime_r (&now, &tm);
     int n = (int) strftime (line, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    n += snprintf (line + n, sizeof line - n, " %s [%s] ", names [level], area);
+    n += snprintf (line + n, sizeof line - n, " %s %s%s[%s] ", names [level], s_process,
+                   *s_process ? ": " : "", area);
     va_list ap;
     va_start (ap, fmt);
     int m = vsnprintf (line + n, sizeof line - n - 1, fmt, ap);

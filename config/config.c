@@ -49,6 +49,7 @@ typedef struct {
 static const s_key_t s_keys [] = {
     { "server.listen",                    T_STR,      F (listen), NULL },
     { "server.data_dir",                  T_PATH,     F (data_dir), NULL },
+    { "server.user",                      T_OPT,      F (user), "none" },
     { "server.tls_cert",                  T_OPT,      F (tls_cert), "none" },
     { "server.tls_key",                   T_OPT,      F (tls_key), "none" },
     { "tap.endpoint",                     T_OPT,      F (tap_endpoint), "off" },
@@ -170,16 +171,15 @@ static char *s_default_data_dir (void)
     return ah_strf ("%s/.local/share/agenthold", home);
 }
 
-//  hostd's own state: never inside the server's data directory, whose
-//  owner (the unprivileged server) could swap what root reads there.
-static char *s_default_hostd_dir (void)
+//  hostd's own state, next to the server's data directory and never
+//  inside it, whose owner (the unprivileged server) could swap what root
+//  reads there: <data_dir>-hostd (/var/lib/agenthold-hostd as root).
+static char *s_default_hostd_dir (const char *data_dir)
 {
-    if (geteuid () == 0)
-        return strdup ("/var/lib/agenthold-hostd");
-    char *server = s_default_data_dir ();
-    char *dir = server ? ah_strf ("%s-hostd", server) : NULL;
-    free (server);
-    return dir;
+    size_t len = strlen (data_dir);
+    while (len > 1 && data_dir [len - 1] == '/')
+        len--;
+    return ah_strf ("%.*s-hostd", (int) len, data_dir);
 }
 
 //  A shipped data file (lua/, catalog/runtimes.json): next to an installed
@@ -216,6 +216,7 @@ ah_config_t *ah_config_new_defaults (void)
         return NULL;
     self->listen = strdup ("127.0.0.1:8080");
     self->data_dir = s_default_data_dir ();
+    self->user = strdup ("agenthold");
     self->tap_endpoint = NULL;
     self->driver = strdup ("docker");
     self->fake_sandboxd = strdup ("in-process");
@@ -255,7 +256,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->remote_timeout_s = 5;
     self->hostd_endpoint = strdup (AH_CONFIG_HOSTD_ENDPOINT);
     self->hostd_name = NULL;
-    self->hostd_data_dir = s_default_hostd_dir ();
+    self->hostd_data_dir = self->data_dir ? s_default_hostd_dir (self->data_dir) : NULL;
     self->hostd_server_user = NULL;
     self->tenant_max_sandboxes = 10;
     self->pool_max_sandboxes = 20;
@@ -286,6 +287,7 @@ void ah_config_destroy (ah_config_t **self_p)
         if (key->type == T_STR || key->type == T_OPT || key->type == T_PATH)
             free (*s_str_field (self, key));
     }
+    free (self->file);
     free (self);
     *self_p = NULL;
 }
@@ -363,6 +365,8 @@ static int s_set (ah_config_t *self, const s_key_t *key, const char *value,
                 return -1;
             }
             s_replace (s_str_field (self, key), value);
+            if (s_str_field (self, key) == &self->hostd_data_dir)
+                self->hostd_data_dir_set = true;
             return 0;
         case T_OPT:
             if (!value || !*value || strcmp (value, key->none_word) == 0)
@@ -1122,6 +1126,14 @@ ah_config_t *ah_config_load (const char *path, char **err)
     if ((file && s_load_file (self, file, &why))
     ||  s_load_env (self, &why))
         goto fail;
+    if (file && !(self->file = strdup (file)))
+        goto fail;
+    //  Computed from the data directory as loaded, not the default one.
+    if (!self->hostd_data_dir_set) {
+        free (self->hostd_data_dir);
+        if (!(self->hostd_data_dir = s_default_hostd_dir (self->data_dir)))
+            goto fail;
+    }
     if ((why = s_validate (self)))
         goto fail;
     return self;

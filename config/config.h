@@ -23,6 +23,7 @@ typedef struct {
     char   *tls_cert;               //  PEM certificate (chain) for the API; NULL = plain HTTP
     char   *tls_key;                //  its private key
     char   *data_dir;               //  "/var/lib/agenthold" as root, else ~/.local/share/agenthold
+    char   *user;                   //  "agenthold": who `serve` started as root runs as; NULL = none (docs/hostd.md)
     //  tap.*
     char   *tap_endpoint;           //  NULL = off
     //  sandbox.*
@@ -73,7 +74,8 @@ typedef struct {
     //  hostd.* (`agenthold hostd`, the process holding the Docker socket)
     char   *hostd_endpoint;         //  where hostd listens; same default as remote_endpoint
     char   *hostd_name;             //  NULL = this machine's hostname
-    char   *hostd_data_dir;         //  hostd's own state (subnets, CURVE keys)
+    char   *hostd_data_dir;         //  hostd's own state (subnets, CURVE keys); default <data_dir>-hostd
+    bool    hostd_data_dir_set;     //  named by the file or the environment (else computed after loading)
     char   *hostd_server_user;      //  the only user that may open the ipc socket; NULL = hostd's own
     char   *hostd_tunnel_relay;     //  tcp:// or tls:// of the server's tunnel; NULL = sandboxes mount the server's socket
     char   *hostd_tunnel_ca;        //  the CA of the server's tunnel certificate (tls://); NULL = the system's
@@ -90,6 +92,9 @@ typedef struct {
     //  catalog.*
     char   *catalog_path;           //  catalog/runtimes.json
     char   *pip_index_url;          //  the index pip installs a runtime's packages from; NULL: pip's default
+    //  Not a key: the file that was read (NULL: none), for a process
+    //  started with the same configuration (serve's local hostd).
+    char   *file;
 } ah_config_t;
 
 //  Defaults only.

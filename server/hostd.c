@@ -27,6 +27,7 @@
 #include "common/str.h"
 #include "drivers/docker.h"
 #include "drivers/remote/wire.h"
+#include "server/privsep.h"
 #include "server/relay.h"
 
 #include <czmq.h>
@@ -477,8 +478,15 @@ s_bind_ipc (hostd_t *self, const char *path, char **err)
         goto out;
     }
     struct stat st;
-    if (lstat (path, &st) == 0 && S_ISSOCK (st.st_mode))
-        unlink (path);                  //  a previous hostd's (we hold the lock)
+    if (lstat (path, &st) == 0 && S_ISSOCK (st.st_mode)) {
+        //  A hostd of another data directory may listen there.
+        if (ah_privsep_socket_answers (path)) {
+            *err = ah_strf ("another agenthold hostd listens on ipc://%s: stop it, or set another "
+                            "hostd.endpoint", path);
+            goto out;
+        }
+        unlink (path);                  //  a previous hostd's, gone
+    }
     if (zsock_bind (self->router, "ipc://%s", path) != 0) {
         *err = ah_strf ("cannot listen on ipc://%s: %s", path, zmq_strerror (errno));
         goto out;
@@ -691,6 +699,7 @@ s_destroy (hostd_t *self)
 int
 ah_hostd_run (ah_config_t *config)
 {
+    ah_log_set_process ("hostd");
     sigset_t mask;
     sigemptyset (&mask);
     sigaddset (&mask, SIGINT);

@@ -89,10 +89,10 @@ typedef struct {
 //  sandbox states and is started by this server.
 static const char *s_state_subscribers [] = { "api", "sleeper", "tunnel", "recorder", NULL };
 
-//  mkdir -p, each missing level with mode; an existing directory is fine.
-static int
-s_mkdir_p (const char *path, mode_t mode, char **err)
+int
+ah_server_make_data_dir (const char *path, char **err)
 {
+    const mode_t mode = 0700;
     char *copy = strdup (path);
     if (!copy)
         return -1;
@@ -324,6 +324,22 @@ s_policy_reload (self_t *self)
     }
 }
 
+char *
+ah_server_docker_advice (const ah_config_t *config, const char *why)
+{
+    char *text = NULL;
+    if (asprintf (&text,
+            "the docker driver cannot work: %s. To fix it: start the Docker Engine, or set "
+            "sandbox.docker.socket (AGENTHOLD_SANDBOX_DOCKER_SOCKET) to its socket (now %s), "
+            "and make sure this user may use it (e.g. the docker group). To try agenthold "
+            "without Docker, set `sandbox.driver: fake` in the config file or run with "
+            "AGENTHOLD_SANDBOX_DRIVER=fake.",
+            why ? why : "unknown error",
+            config->docker_socket ? config->docker_socket : "unset") < 0)
+        text = NULL;
+    return text;
+}
+
 //  The backend, and one call that needs it to work (list), so a server
 //  whose driver cannot work stops at start instead of failing every
 //  request later. Docker's message says how to fix it, and how to try
@@ -357,20 +373,11 @@ s_prepare_driver (self_t *self, char **err)
         free (driver_err);
         return 0;
     }
-    int rc;
     if (config->driver && streq (config->driver, "docker"))
-        rc = asprintf (err,
-            "the docker driver cannot work: %s. To fix it: start the Docker Engine, or set "
-            "sandbox.docker.socket (AGENTHOLD_SANDBOX_DOCKER_SOCKET) to its socket (now %s), "
-            "and make sure this user may use it (e.g. the docker group). To try agenthold "
-            "without Docker, set `sandbox.driver: fake` in the config file or run with "
-            "AGENTHOLD_SANDBOX_DRIVER=fake.",
-            driver_err ? driver_err : "unknown error",
-            config->docker_socket ? config->docker_socket : "unset");
+        *err = ah_server_docker_advice (config, driver_err);
     else
-        rc = asprintf (err, "the %s driver cannot work: %s", config->driver ? config->driver : "(none)",
-                       driver_err ? driver_err : "unknown error");
-    if (rc < 0)
+    if (asprintf (err, "the %s driver cannot work: %s", config->driver ? config->driver : "(none)",
+                  driver_err ? driver_err : "unknown error") < 0)
         *err = NULL;
     free (driver_err);
     if (self->driver)
@@ -600,7 +607,7 @@ ah_server_run (const ah_config_t *config)
         ah_error ("server", "signalfd: %s", strerror (errno));
         goto out;
     }
-    if (s_mkdir_p (config->data_dir, 0700, &err)
+    if (ah_server_make_data_dir (config->data_dir, &err)
     ||  s_lock (&self, &err)
     ||  s_prepare_store (&self, &err)
     ||  s_prepare_driver (&self, &err)) {

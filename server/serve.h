@@ -16,6 +16,15 @@
 #define AH_SERVE_LOCK_FILE   "agenthold.lock"
 #define AH_SERVE_TOKEN_FILE  "admin.token"
 
+//  mkdir -p server.data_dir (each missing level 0700); an existing
+//  directory is fine (a warning when others may read it). 0 / -1 with *err.
+int ah_server_make_data_dir (const char *path, char **err);
+
+//  The sentence a server says when the Docker Engine cannot be used:
+//  why, and what to do (start it, the socket key, the fake driver).
+//  Caller frees.
+char *ah_server_docker_advice (const ah_config_t *config, const char *why);
+
 //  Run the server until SIGINT/SIGTERM. Blocks SIGINT, SIGTERM and SIGHUP
 //  in every thread it creates (they are read with signalfd), so call it
 //  before creating any thread of your own. Returns the process exit

@@ -415,6 +415,43 @@ static void s_test_split_listen (void)
     CHECK (ah_config_split_listen ("host:-1", host, sizeof host, &port) == -1);
 }
 
+//  server.user: agenthold by default, none turns it off; hostd.data_dir
+//  follows server.data_dir unless named.
+static void s_test_server_user (void)
+{
+    char *err = NULL;
+    s_write ("server:\n  data_dir: /srv/ah/data//\n");
+    ah_config_t *config = ah_config_load (s_file, &err);
+    CHECK (config != NULL);
+    if (config) {
+        CHECK_STR (config->user, "agenthold");
+        CHECK_STR (config->hostd_data_dir, "/srv/ah/data-hostd");
+        CHECK_STR (config->file, s_file);
+    }
+    ah_config_destroy (&config);
+    s_write ("server:\n  data_dir: /srv/ah/data\n  user: none\nhostd:\n  data_dir: /srv/hostd\n");
+    setenv ("AGENTHOLD_SERVER_DATA_DIR", "/srv/other", 1);
+    config = ah_config_load (s_file, &err);
+    CHECK (config != NULL);
+    if (config) {
+        CHECK (config->user == NULL);
+        CHECK_STR (config->hostd_data_dir, "/srv/hostd");   //  named: kept
+    }
+    ah_config_destroy (&config);
+    s_write ("");
+    setenv ("AGENTHOLD_SERVER_USER", "svc", 1);
+    config = ah_config_load (s_file, &err);
+    CHECK (config != NULL);
+    if (config) {
+        CHECK_STR (config->user, "svc");
+        CHECK_STR (config->hostd_data_dir, "/srv/other-hostd");
+    }
+    ah_config_destroy (&config);
+    unsetenv ("AGENTHOLD_SERVER_USER");
+    unsetenv ("AGENTHOLD_SERVER_DATA_DIR");
+    free (err);
+}
+
 int main (void)
 {
     //  A stray AGENTHOLD_* in the caller's environment would fail every load
@@ -441,6 +478,7 @@ int main (void)
     s_test_env ();
     s_test_errors ();
     s_test_split_listen ();
+    s_test_server_user ();
     unlink (s_file);
     rmdir (s_dir);
     return CHECK_DONE ();

@@ -256,6 +256,12 @@ class Harness:
             "AGENTHOLD_SANDBOX_DOCKER_SOCKET": SOCK,
             "AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": self.prefix,
             "AGENTHOLD_SANDBOX_DOCKER_NETWORK_POOL": pool,
+            # These tests are about the in-process Docker driver (homes
+            # under the data dir, the engine behind a proxy, SIGKILL of
+            # the process holding the socket): one root process.
+            # docker.serve_user runs the default (the server as the
+            # agenthold user, a local hostd).
+            "AGENTHOLD_SERVER_USER": "none",
         })
         # These tests are about the driver, not the shipped runtimes: a
         # catalog of their own whose one (default) runtime is the test

@@ -128,7 +128,9 @@ class Harness:
         tport = ahserver.free_port(19480, 19489, 1, {port}, fail=Fail)
         env = ahserver.server_env(os.path.join(bdir, "data"), port, tport, driver="docker", extra={
             "AGENTHOLD_CATALOG_PATH": os.path.join(bdir, "runtimes.json"),
-            "AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": self.prefix + "build"})
+            "AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": self.prefix + "build",
+            # Only its builder is wanted: one process, no local hostd.
+            "AGENTHOLD_SERVER_USER": "none"})
         with open(os.path.join(bdir, "server.log"), "w") as log:
             p = subprocess.Popen([self.bin, "serve"], env=env, cwd=bdir, stdout=log, stderr=log)
         try:

@@ -348,7 +348,9 @@ def test_docker_builder(root, source_dir):
     server = Server(data_dir, name="docker-builder", env_extra={
         "AGENTHOLD_SANDBOX_DRIVER": "docker",
         "AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": "ahtestserve%d" % os.getpid(),
-        "AGENTHOLD_CATALOG_PATH": os.path.join(catalog_dir, "runtimes.json")})
+        "AGENTHOLD_CATALOG_PATH": os.path.join(catalog_dir, "runtimes.json"),
+        # The in-process builder (its log line names driver docker).
+        "AGENTHOLD_SERVER_USER": "none"})
     try:
         check(server.wait_for(r"agenthold serving: .*driver docker", 30), "docker: the server starts")
         built = server.wait_for(r"runtime busybox: image %s present" % re.escape(tag), 120)

@@ -1,0 +1,255 @@
+#!/usr/bin/python3
+"""tests/docker/serve_user_docker.py: the README's first command as root,
+on the real Docker Engine, with the shipped catalog and the default
+configuration but for the ports, the data directory and the name prefix
+(so clean-up takes only what this test made): `agenthold serve` runs the
+server as the `agenthold` user, without the Docker socket, and a local
+`agenthold hostd` (root) holds it (docs/hostd.md, "One command, two
+processes").
+
+- server.user names no user: serve refuses to start and says how to fix it.
+- A data directory an earlier root run left (server.user none) is given to
+  the user at the next start; the admin token is the same.
+- The process serving the API (the pid in the lock file) runs as the
+  agenthold user: uid, gid, groups (no supplementary group), no_new_privs;
+  as those credentials it cannot open /var/run/docker.sock (the test
+  tries), it holds no Docker socket, and `agenthold doctor` says so; hostd
+  is another process, root.
+- An agent of the default runtime works end to end through hostd: `id`,
+  a file written in /home/agent and read back.
+- hostd killed (SIGKILL): the agent turns unreachable while the API
+  answers; serve restarts hostd and the agent is running again, the same
+  container, its file there.
+- SIGTERM to serve: exit 0, and neither the server nor hostd is left.
+
+usage: serve_user_docker.py AGENTHOLD_BINARY (sandboxd next to it)
+Exits 77 without a Docker Engine. Ports 19500-19519, prefix
+dockerserveuser<pid>, the default network pool."""
+import json
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True          # no __pycache__ in the source tree
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+from ahdocker import SOCK, Fail, Harness  # noqa: E402
+import ahserver  # noqa: E402
+
+USER = "agenthold"
+IPC_SOCK = "/run/agenthold-hostd/hostd.sock"    # hostd.endpoint's default
+
+h = Harness("docker.serve_user", sys.argv[1], "10.213.0.0/16", (19500, 19519), shipped_catalog=True)
+# Defaults but for where it listens, where it keeps its state, and the
+# prefix of what it makes in the engine.
+h.env = ahserver.server_env(h.data, h.api_port, h.tunnel_port, driver="docker", tunnel_host="",
+                            extra={"AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": h.prefix})
+# The server's user must reach its data directory under the test's.
+os.chmod(h.tmp, 0o711)
+PIDS = []                               # every server and hostd pid seen, for the clean-up
+
+
+def proc_status(pid):
+    out = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            out[k] = v.split()
+    return out
+
+
+def children(pid):
+    kids = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % p) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            kids.append(int(p))
+    return kids
+
+
+def cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+        return stat[stat.rindex(")") + 2] != "Z"
+    except OSError:
+        return False
+
+
+def hostd_pid(seconds=15, not_pid=None):
+    """The hostd serve started (a child whose command is `agenthold hostd`)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        for k in children(h.server.pid):
+            if cmdline(k)[:2] == [b"agenthold", b"hostd"] and k != not_pid:
+                PIDS.append(k)
+                return k
+        time.sleep(0.1)
+    raise Fail("no agenthold hostd under serve (pid %d) within %d s" % (h.server.pid, seconds))
+
+
+def server_pid():
+    with open(os.path.join(h.data, "agenthold.lock")) as f:
+        pid = int(f.read().strip())
+    PIDS.append(pid)
+    return pid
+
+
+def exec_out(name, cmd):
+    st, r = h.api("POST", "/api/v1/agents/%s/exec" % name, {"cmd": cmd}, timeout=120)
+    h.check(st == 200 and r["status"] == 0, "exec %r: %d %r" % (cmd, st, r))
+    return r["stdout"]
+
+
+def kill_leftovers():
+    for pid in PIDS:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def scenario_no_user():
+    env = dict(h.env)
+    env["AGENTHOLD_SERVER_USER"] = "ah-no-such-user"
+    p = subprocess.run([h.bin, "serve"], env=env, cwd=h.tmp, capture_output=True, text=True,
+                       timeout=60)
+    h.check(p.returncode == 1, "a missing server.user stops serve (status 1): %d" % p.returncode)
+    h.check("server.user 'ah-no-such-user': no such user" in p.stderr and "useradd" in p.stderr
+            and "server.user: none" in p.stderr, "the error says how to fix it: %s" % p.stderr[-600:])
+    h.check("agenthold serving" not in p.stdout, "nothing served")
+
+
+def scenario_earlier_root_run():
+    """A first start as one root process leaves root's files; the next
+    start (the default) gives them to the server's user."""
+    h.start_server({"AGENTHOLD_SERVER_USER": "none"})
+    token = h.token()
+    h.server.terminate()
+    h.check(h.server.wait(timeout=60) == 0, "the root run stops with status 0")
+    st = os.stat(os.path.join(h.data, "agenthold.db"))
+    h.check(st.st_uid == 0, "the root run's database is root's")
+    h.start_server()
+    for name in ("", "agenthold.db", "admin.token", "agenthold.lock", "run"):
+        st = os.stat(os.path.join(h.data, name))
+        h.check(st.st_uid == PW.pw_uid and st.st_gid == PW.pw_gid,
+                "%s is the server user's now: %d:%d" % (name or "the data directory", st.st_uid, st.st_gid))
+    h.check(h.token() == token, "the same admin token")
+    h.check("an earlier run as root left in %s to %s" % (h.data, USER) in h.server_log_tail(200000),
+            "serve's log says it gave the files over")
+
+
+def scenario_processes():
+    spid = server_pid()
+    kids = children(h.server.pid)
+    hpid = hostd_pid()
+    h.check(spid in kids and hpid in kids and spid != hpid,
+            "serve (pid %d) runs the server (%d) and hostd (%d): %r" % (h.server.pid, spid, hpid, kids))
+    s = proc_status(spid)
+    h.check(s["Uid"] == [str(PW.pw_uid)] * 4, "the API process's uids are %s's: %r" % (USER, s["Uid"]))
+    h.check(s["Gid"] == [str(PW.pw_gid)] * 4, "its gids are %s's: %r" % (USER, s["Gid"]))
+    h.check(s.get("Groups") == [str(PW.pw_gid)], "no supplementary group but its own: %r" % s.get("Groups"))
+    h.check(s["NoNewPrivs"] == ["1"], "no new privileges")
+    hs = proc_status(hpid)
+    h.check(hs["Uid"] == ["0"] * 4, "hostd runs as root: %r" % hs["Uid"])
+    # As the API process's very credentials: the Docker socket refuses.
+    groups = [int(g) for g in s.get("Groups", [])]
+    p = subprocess.run(["/usr/bin/python3", "-c",
+                        "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])",
+                        SOCK], user=int(s["Uid"][0]), group=int(s["Gid"][0]), extra_groups=groups,
+                       capture_output=True, text=True, timeout=30)
+    h.check(p.returncode != 0 and "Permission denied" in p.stderr,
+            "the API process's credentials cannot open %s: %d %s" % (SOCK, p.returncode, p.stderr[-300:]))
+    links = []
+    for fd in os.listdir("/proc/%d/fd" % spid):
+        try:
+            links.append(os.readlink("/proc/%d/fd/%s" % (spid, fd)))
+        except OSError:
+            pass
+    h.check(not any("docker.sock" in x for x in links), "the server holds no Docker socket")
+    st = os.stat(os.path.dirname(IPC_SOCK))
+    h.check(st.st_uid == PW.pw_uid and (st.st_mode & 0o777) == 0o700,
+            "hostd's socket directory is 0700 and %s's" % USER)
+    p = subprocess.run([h.bin, "doctor", "--json"], env=h.cli_env(), cwd=h.tmp, capture_output=True,
+                       text=True, timeout=120)
+    checks = {c["name"]: c for c in json.loads(p.stdout)["checks"]}
+    u = checks.get("server user") or {}
+    h.check(u.get("status") == "ok" and ("runs as %s" % USER) in u.get("detail", "")
+            and "cannot open" in u.get("detail", "") and ("pid %d" % spid) in u.get("detail", ""),
+            "doctor: the server runs as %s and cannot open the socket: %r" % (USER, u))
+    h.check(checks.get("host", {}).get("status") == "ok", "doctor: the local hostd answers: %r"
+            % checks.get("host"))
+    return spid, hpid
+
+
+def scenario_agent():
+    a = h.cli("create", "alice", timeout=900)
+    h.check(a["state"] == "running", "created on the default runtime: %r" % a.get("state"))
+    ident = exec_out("alice", "id")
+    h.check(ident.startswith("uid=") and "uid=0(" not in ident, "id in the sandbox: %r" % ident)
+    exec_out("alice", "echo kept by the home > /home/agent/kept.txt")
+    h.check(exec_out("alice", "cat /home/agent/kept.txt") == "kept by the home\n", "a file read back")
+    return a["id"]
+
+
+def scenario_hostd_dies(aid, hpid):
+    cid = h.container(aid)["Id"]
+    os.kill(hpid, signal.SIGKILL)
+    t0 = time.time()
+    a = h.wait_state("alice", "unreachable", 30)
+    print("hostd killed -> unreachable in %.2f s" % (time.time() - t0))
+    st, _ = h.api("GET", "/healthz")
+    h.check(st == 200, "the API answers while hostd is away")
+    h.check(h.cli("show", "alice")["state"] == "unreachable", "the API answers about the agent")
+    new = hostd_pid(30, not_pid=hpid)
+    h.check(proc_status(new)["Uid"] == ["0"] * 4, "serve restarted hostd (pid %d), root" % new)
+    h.wait_state("alice", "running", 40)
+    print("hostd back -> running in %.2f s" % (time.time() - t0))
+    h.check(h.container(aid)["Id"] == cid, "the same container: nothing was re-created")
+    h.check(exec_out("alice", "cat /home/agent/kept.txt") == "kept by the home\n", "nothing lost")
+    h.check("restarting it in" in h.server_log_tail(200000), "serve's log says it restarts hostd")
+    return new
+
+
+def scenario(_):
+    global PW
+    try:
+        PW = pwd.getpwnam(USER)
+    except KeyError:
+        raise Fail("no user %s: scripts/install-deps makes it" % USER)
+    h.cleanups.append(kill_leftovers)
+    scenario_no_user()
+    scenario_earlier_root_run()
+    spid, hpid = scenario_processes()
+    aid = scenario_agent()
+    hpid = scenario_hostd_dies(aid, hpid)
+    h.cli("rm", "alice", timeout=180)
+    h.server.terminate()
+    h.check(h.server.wait(timeout=60) == 0, "serve exits 0 on SIGTERM")
+    time.sleep(0.2)
+    h.check(not alive(spid) and not alive(hpid), "neither the server nor hostd is left")
+    h.check(not os.path.exists(IPC_SOCK) or
+            subprocess.run(["/usr/bin/python3", "-c", "import socket,sys; s=socket.socket(socket.AF_UNIX); "
+                            "s.connect(sys.argv[1])", IPC_SOCK], capture_output=True).returncode != 0,
+            "nothing answers on hostd's socket")
+
+
+PW = None
+sys.exit(h.run(scenario))
