@@ -241,7 +241,7 @@ def deploy(objs):
 
 
 def drive():
-    agents = h.cli("list")
+    agents = h.cli("ls")
     h.check(isinstance(agents, (list, dict)), "the API answers through the Service: %r" % agents)
     t0 = time.time()
     a = h.cli("create", "alice", "--runtime", RUNTIME)
