@@ -48,7 +48,7 @@ from ahk8s import Harness, kjson, kubectl, RUNTIME, SANDBOXD_IMAGE, SRC  # noqa:
 SERVER_IMAGE = "agenthold/server:k8stest"
 SERVER_UID = 10000                      # server.yaml's runAsUser, scripts/server-image's user
 SERVER_LABELS = "app.kubernetes.io/name=agenthold,app.kubernetes.io/component=server"
-h = Harness("k8sinCluster", sys.argv[1], (19550, 19560))
+h = Harness("k8sincluster", sys.argv[1], (19550, 19560))
 h.server_image = SERVER_IMAGE
 CHAIN = "AGENTHOLD-K8S-SVC%d" % (os.getpid() % 100000)
 
@@ -100,9 +100,10 @@ def localize(objs):
             "the server's Pod asks for no host port or network (Pod Security baseline refuses them)")
     h.check(pod["securityContext"]["runAsUser"] == SERVER_UID and c["securityContext"]["capabilities"]["drop"]
             == ["ALL"], "the server runs as %d with every capability dropped" % SERVER_UID)
+    h.check(pod.get("enableServiceLinks") is False, "no service links (AGENTHOLD_SERVICE_HOST would stop the server)")
     c["image"] = SERVER_IMAGE
     labels = dep["spec"]["template"]["metadata"]["labels"]
-    h.check(",".join("%s=%s" % kv for kv in sorted(labels.items())) == SERVER_LABELS,
+    h.check(labels == dict(kv.split("=") for kv in SERVER_LABELS.split(",")),
             "the server Pod's labels: %r" % labels)
 
 
@@ -224,6 +225,7 @@ def deploy(objs):
     pv = kjson("get", "pv", pvc["spec"]["volumeName"])
     data = pv["spec"]["hostPath"]["path"]
     # What fsGroup would do on a volume plugin that applies it.
+    os.makedirs(data, exist_ok=True)
     os.chown(data, SERVER_UID, SERVER_UID)
     os.chmod(data, 0o700)
     t0 = time.time()
@@ -250,7 +252,7 @@ def drive():
     print("create -> running in %.1f s" % (time.time() - t0))
     aid = a["id"]
     pol = h.get("networkpolicy", "%s-%s" % (h.prefix, aid))
-    peers = [r for r in pol["spec"]["egress"] if r["to"][0].get("podSelector")]
+    peers = [r for r in pol["spec"]["egress"] if r.get("to", [{}])[0].get("podSelector")]
     h.check(len(peers) == 1 and peers[0]["to"][0]["podSelector"]["matchLabels"] == dict(
         kv.split("=") for kv in SERVER_LABELS.split(",")) and peers[0]["ports"][0]["port"] == 8090,
         "the sandbox's policy lets it reach the server's Pods on the tunnel's port: %r" % pol["spec"]["egress"])
