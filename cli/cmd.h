@@ -13,11 +13,7 @@
 
 #define AH_EXIT_USAGE   2
 
-typedef struct {
-    const char *name;               //  "create"
-    const char *usage;              //  "create NAME [--image IMG] ..."
-    const char *help;               //  what `agenthold help create` says
-} ah_cmd_t;
+typedef struct ah_cmd_s ah_cmd_t;
 
 typedef struct {
     const char *name;               //  "--cpus"
@@ -30,6 +26,22 @@ typedef struct {
     const char *config;             //  --config
     bool json;                      //  --json
 } ah_common_t;
+
+//  A command: argv is what follows its name; returns the exit status.
+typedef int (ah_cmd_fn) (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co);
+//  The same for the commands that parse their own options (exec, fs, term,
+//  turn): config is --config's file or NULL.
+typedef int (ah_cmd_raw_fn) (int argc, char **argv, const char *config);
+
+struct ah_cmd_s {
+    const char *name;               //  "create"
+    const char *usage;              //  "create NAME [--image IMG] ..."
+    const char *help;               //  what `agenthold help create` says
+    ah_cmd_fn *run;                 //  one of run and raw
+    ah_cmd_raw_fn *raw;
+    bool early;                     //  runs before anything else starts (no
+                                    //  curl; serve must start before any thread)
+};
 
 //  `agenthold help NAME`.
 void ah_cmd_usage (const ah_cmd_t *c, FILE *out);

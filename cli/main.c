@@ -29,21 +29,27 @@
 //  --------------------------------------------------------------------
 //  Help
 
+static ah_cmd_fn s_cmd_serve, s_cmd_doctor, s_cmd_create, s_cmd_ls, s_cmd_show,
+    s_cmd_transition, s_cmd_runtimes, s_cmd_hosts, s_cmd_tap;
+
 static const ah_cmd_t s_commands [] = {
     { "serve", "serve [--config FILE]",
       "Run the server in the foreground until SIGINT or SIGTERM (SIGHUP reloads the\n"
       "policies). The configuration is FILE, else $AGENTHOLD_CONFIG, else\n"
-      "etc/agenthold.yaml when it exists; AGENTHOLD_* variables override every key.\n" },
+      "etc/agenthold.yaml when it exists; AGENTHOLD_* variables override every key.\n",
+      s_cmd_serve, NULL, true },
     { "hostd", "hostd [--config FILE]",
       "Run the host agent in the foreground until SIGINT or SIGTERM: the one process\n"
       "that holds the Docker socket, for servers with `sandbox.driver: remote`\n"
-      "(hostd.* keys; docs/hostd.md). Same configuration sources as serve.\n" },
+      "(hostd.* keys; docs/hostd.md). Same configuration sources as serve.\n",
+      s_cmd_serve, NULL, true },
     { "doctor", "doctor [--config FILE] [--json]",
       "Check the whole installation the configuration describes: the configuration,\n"
       "the database schema, the Lua scripts, the host agent (or the Docker Engine):\n"
       "reachable, same protocol, engine version, isolation, free disk, the catalog's\n"
       "images; the tunnel, TLS, the admin token file's mode, destroys waiting. Each\n"
-      "problem comes with what to do. Exit status 0 only when all is well.\n" },
+      "problem comes with what to do. Exit status 0 only when all is well.\n",
+      s_cmd_doctor, NULL, true },
     { "create", "create NAME [--runtime ALIAS | --image IMG] [--cpus N] [--memory-mb N] [--idle-minutes N] [--no-wait] [--json]",
       "Create an agent and its sandbox on a runtime of the catalog (the first one\n"
       "unless --runtime names another; `agenthold runtimes` lists them; --image runs\n"
@@ -51,84 +57,105 @@ static const ah_cmd_t s_commands [] = {
       "minutes: the first sandbox of a runtime waits while its image is built, and\n"
       "create says on stderr what the build does (\"Preparing the sandbox...\").\n"
       "Unset resources take the runtime's or the server's defaults; the server's\n"
-      "limits policy may refuse them. --no-wait returns once the agent exists.\n" },
+      "limits policy may refuse them. --no-wait returns once the agent exists.\n",
+      s_cmd_create, NULL, false },
     { "ls", "ls [--json]",
-      "List every agent with its state, image and resources.\n" },
+      "List every agent with its state, image and resources.\n",
+      s_cmd_ls, NULL, false },
     { "show", "show NAME [--json]",
-      "Show one agent (NAME or id).\n" },
+      "Show one agent (NAME or id).\n",
+      s_cmd_show, NULL, false },
     { "start", "start NAME [--no-wait] [--timeout S] [--json]",
       "Start (wake) an agent's sandbox and wait until it runs (or fails), at most\n"
-      "S seconds (default 600). --no-wait returns as soon as the server accepted.\n" },
+      "S seconds (default 600). --no-wait returns as soon as the server accepted.\n",
+      s_cmd_transition, NULL, false },
     { "stop", "stop NAME [--no-wait] [--timeout S] [--json]",
       "Stop an agent's sandbox (it sleeps; its home directory stays) and wait until\n"
-      "it is asleep. --no-wait returns at once.\n" },
+      "it is asleep. --no-wait returns at once.\n",
+      s_cmd_transition, NULL, false },
     { "rebuild", "rebuild NAME [--no-wait] [--timeout S] [--json]",
       "Rebuild an agent's sandbox from its image and resources (the home directory\n"
-      "stays) and wait until the rebuild ends. --no-wait returns at once.\n" },
+      "stays) and wait until the rebuild ends. --no-wait returns at once.\n",
+      s_cmd_transition, NULL, false },
     { "rm", "rm NAME [--no-wait] [--timeout S] [--json]",
-      "Destroy an agent, its sandbox and its home directory, and wait until it is gone.\n" },
+      "Destroy an agent, its sandbox and its home directory, and wait until it is gone.\n",
+      s_cmd_transition, NULL, false },
     { "log", "log [NAME] [--operation K] [--run R] [--failed] [--grep TEXT] [--limit N] [--before ID] [--all] [--json]",
       "The audit trail, newest first: who did what to NAME (an agent's name or id,\n"
       "deleted ones too; or to every agent), and each state it went through.\n"
       "--operation: one kind (exec, fs.read, state, ...); --run: what one run or\n"
       "session did (X-Agenthold-Run); --failed: failures only; --grep: a path,\n"
       "command or error containing TEXT. --limit: a page of N (default 50);\n"
-      "--before ID: the page below operation ID; --all: every page.\n" },
+      "--before ID: the page below operation ID; --all: every page.\n",
+      ah_cli_log, NULL, false },
     { "tombstones", "tombstones [--json] | tombstones forget AGENT_ID",
       "For an admin: the destroys the driver has not confirmed yet, each with its\n"
       "attempts, next attempt and last error (they are retried, the pause doubling\n"
       "from 2 minutes to 6 hours). forget: give up on one (its rows go; whatever\n"
-      "the driver still holds stays).\n" },
+      "the driver still holds stays).\n",
+      ah_cli_tombstones, NULL, false },
     { "runtimes", "runtimes [--json]",
       "The runtime catalog, the default first: each runtime's image, its state (present,\n"
-      "building with what the build does, missing, error) and its last build error.\n" },
+      "building with what the build does, missing, error) and its last build error.\n",
+      s_cmd_runtimes, NULL, false },
     { "hosts", "hosts [--json]",
       "The host agents (sandbox.driver: remote), for an admin: each one's state (up,\n"
-      "unreachable, refused), version and protocol, and why when it is not up.\n" },
+      "unreachable, refused), version and protocol, and why when it is not up.\n",
+      s_cmd_hosts, NULL, false },
     { "tap", "tap [--endpoint E] [--type GLOB] [--count N]",
       "Print every message on the server's bus as one JSON line, from the tap\n"
       "(tap.endpoint in the configuration, or E). --type keeps the types matching\n"
-      "GLOB (e.g. 'SANDBOX_*'); --count stops after N messages. Ctrl-C stops.\n" },
+      "GLOB (e.g. 'SANDBOX_*'); --count stops after N messages. Ctrl-C stops.\n",
+      s_cmd_tap, NULL, false },
     { "policy", "policy status [--json] | policy reload | policy set KEY=N|KEY=default...",
       "status: each policy script, when it was loaded and why its last load failed,\n"
       "and the values the limits read.\n"
       "reload: ask the lifecycle, sleeper and builder to reload their scripts.\n"
       "set (an admin): change values the limits read, at once and without a restart:\n"
       "tenant_max_sandboxes, pool_max_sandboxes, tenant_max_running, pool_max_running\n"
-      "(0: no limit; default: back to the configuration's).\n" },
+      "(0: no limit; default: back to the configuration's).\n",
+      ah_cli_policy, NULL, false },
     { "tenant", "tenant create|ls|show|set|rm [NAME] [--max-sandboxes N] [--max-running N]\n"
       "                   [--max-cpus N] [--max-memory-mb N] [--force] [--json]",
       "Tenants, for an admin. create NAME makes one (with limits of its own, else\n"
       "the pool's rules apply); ls lists them with what they hold; show NAME; set NAME\n"
       "changes its limits ('none' removes one); rm NAME removes it, refused while it\n"
-      "holds sandboxes unless --force, which destroys them first.\n" },
+      "holds sandboxes unless --force, which destroys them first.\n",
+      ah_cli_tenant, NULL, false },
     { "token", "token create [--name N] [--user U] [--expires D] [--admin|--metrics] [--json] | token ls | token revoke NAME",
       "API tokens, for an admin. create: a token for the tenant given with --tenant\n"
       "(or an admin's with --admin, or one that reads GET /metrics only with\n"
       "--metrics), acting for person U when given (user sessions\n"
       "are U's), expiring after D (30d, 12h, 90m); the token is printed once on\n"
       "stdout and only its hash is kept. ls: every token, never the token itself.\n"
-      "revoke NAME: refused from then on.\n" },
+      "revoke NAME: refused from then on.\n",
+      ah_cli_token, NULL, false },
     { "session", "session open SCOPE [SUBJECT] [--backend B] [--host H] [--runtime R] [--no-wait]\n"
       "                   | session open ID | session ls | session show ID | session close ID",
       "The sandbox of a conversation by name (docs/sessions.md). open SCOPE SUBJECT:\n"
       "SCOPE is run, conversation, channel, user (the token's person; no subject)\n"
       "or agent; the first open makes the sandbox, later ones attach to it. open ID:\n"
       "again by its reference (refused when its files are gone). close ID: end the\n"
-      "session and destroy its sandbox.\n" },
+      "session and destroy its sandbox.\n",
+      ah_cli_session, NULL, false },
     { "turn", "turn NAME [--lease S] -- CMD...",
       "Hold a turn on NAME while CMD runs here (stdin, stdout, stderr inherited), so\n"
       "the agent does not fall asleep: wakes it first if it sleeps, renews the lease\n"
       "(default 60 s) every third of it, ends the turn when CMD exits or on\n"
-      "SIGINT/SIGTERM, and exits with CMD's status.\n" },
+      "SIGINT/SIGTERM, and exits with CMD's status.\n",
+      NULL, ah_cli_turn, false },
     { "term", "term NAME",
-      "A shell in NAME's sandbox on this terminal (raw mode); exits with its status.\n" },
+      "A shell in NAME's sandbox on this terminal (raw mode); exits with its status.\n",
+      NULL, ah_cli_term, false },
     { "exec", "exec NAME [--timeout S] -- CMD...",
-      "Run CMD in NAME's sandbox; its output to ours, exit with its status.\n" },
+      "Run CMD in NAME's sandbox; its output to ours, exit with its status.\n",
+      NULL, ah_cli_exec, false },
     { "fs", "fs ls|get|put|tree|mkdir|rm NAME PATH [LOCAL]",
-      "Files in NAME's sandbox home; get and put stream (agenthold fs --help).\n" },
+      "Files in NAME's sandbox home; get and put stream (agenthold fs --help).\n",
+      NULL, ah_cli_fs, false },
     { "help", "help [COMMAND]",
-      "Show this help, or one command's.\n" },
+      "Show this help, or one command's.\n",
+      NULL, NULL, false },
 };
 #define COMMAND_COUNT (sizeof s_commands / sizeof s_commands [0])
 
@@ -244,8 +271,9 @@ static char *s_agent_path (const char *name, const char *suffix)
 //  --------------------------------------------------------------------
 //  Commands
 
-static int s_cmd_doctor (const ah_cmd_t *c, int argc, char **argv)
+static int s_cmd_doctor (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
+    (void) co;
     const char *config_path = getenv ("AGENTHOLD_CONFIG");
     if (config_path && !*config_path)
         config_path = NULL;
@@ -259,8 +287,9 @@ static int s_cmd_doctor (const ah_cmd_t *c, int argc, char **argv)
     return ah_cli_doctor (config_path, json);
 }
 
-static int s_cmd_serve (const ah_cmd_t *c, int argc, char **argv)
+static int s_cmd_serve (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
+    (void) co;
     bool hostd = !strcmp (c->name, "hostd");
     const char *config_path = getenv ("AGENTHOLD_CONFIG");
     if (config_path && !*config_path)
@@ -694,51 +723,18 @@ int main (int argc, char **argv)
         fprintf (stderr, "agenthold: no command '%s' (agenthold --help lists them)\n", name);
         return AH_EXIT_USAGE;
     }
-    //  serve first: it must start before any thread (curl's included).
-    if (!strcmp (name, "serve") || !strcmp (name, "hostd"))
-        return s_cmd_serve (c, argc - 2, argv + 2);
-    if (!strcmp (name, "doctor"))
-        return s_cmd_doctor (c, argc - 2, argv + 2);
-
+    if (!c->run && !c->raw) {               //  help, handled above
+        s_usage_all (stdout);
+        return 0;
+    }
     ah_common_t co = { .config = getenv ("AGENTHOLD_CONFIG") };
     if (co.config && !*co.config)
         co.config = NULL;
+    //  serve first: it must start before any thread (curl's included).
+    if (c->early)
+        return c->run (c, argc - 2, argv + 2, &co);
     curl_global_init (CURL_GLOBAL_DEFAULT);
-    int status;
-    if (!strcmp (name, "create"))
-        status = s_cmd_create (c, argc - 2, argv + 2, &co);
-    else if (!strcmp (name, "ls"))
-        status = s_cmd_ls (c, argc - 2, argv + 2, &co);
-    else if (!strcmp (name, "show"))
-        status = s_cmd_show (c, argc - 2, argv + 2, &co);
-    else if (!strcmp (name, "policy"))
-        status = ah_cli_policy (c, argc - 2, argv + 2, &co);
-    else if (!strcmp (name, "tenant"))
-        status = ah_cli_tenant (c, argc - 2, argv + 2, &co);
-    else if (!strcmp (name, "token"))
-        status = ah_cli_token (c, argc - 2, argv + 2, &co);
-    else if (!strcmp (name, "session"))
-        status = ah_cli_session (c, argc - 2, argv + 2, &co);
-    else if (!strcmp (name, "tap"))
-        status = s_cmd_tap (c, argc - 2, argv + 2, &co);
-    else if (!strcmp (name, "log"))
-        status = ah_cli_log (c, argc - 2, argv + 2, &co);
-    else if (!strcmp (name, "tombstones"))
-        status = ah_cli_tombstones (c, argc - 2, argv + 2, &co);
-    else if (!strcmp (name, "hosts"))
-        status = s_cmd_hosts (c, argc - 2, argv + 2, &co);
-    else if (!strcmp (name, "runtimes"))
-        status = s_cmd_runtimes (c, argc - 2, argv + 2, &co);
-    else if (!strcmp (name, "exec"))
-        status = ah_cli_exec (argc - 2, argv + 2, co.config);
-    else if (!strcmp (name, "term"))
-        status = ah_cli_term (argc - 2, argv + 2, co.config);
-    else if (!strcmp (name, "fs"))
-        status = ah_cli_fs (argc - 2, argv + 2, co.config);
-    else if (!strcmp (name, "turn"))
-        status = ah_cli_turn (argc - 2, argv + 2, co.config);
-    else
-        status = s_cmd_transition (c, argc - 2, argv + 2, &co);
+    int status = c->run ? c->run (c, argc - 2, argv + 2, &co) : c->raw (argc - 2, argv + 2, co.config);
     curl_global_cleanup ();
     return status;
 }

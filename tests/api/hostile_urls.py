@@ -47,14 +47,9 @@ class Fail(Exception):
     pass
 
 
-checks = 0
 
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        raise Fail(what)
+check = ahserver.Checks(Fail)
 
 
 def free_port(avoid=()):
@@ -313,10 +308,10 @@ def main():
                   % (what, want, st, closed))
         st, _ = ahserver.request(API, "GET", "/healthz")
         check(st == 200, "still serving")
-        print("hostile_urls: %d bent URLs, %d checks passed" % (tried, checks))
+        print("hostile_urls: %d bent URLs, %d checks passed" % (tried, check.count))
         return 0
     except Fail as e:
-        print("hostile_urls: FAILED after %d checks: %s" % (checks, e), file=sys.stderr)
+        print("hostile_urls: FAILED after %d checks: %s" % (check.count, e), file=sys.stderr)
         log.flush()
         with open(os.path.join(TMP, "server.log")) as f:
             print(f.read()[-4000:], file=sys.stderr)

@@ -40,9 +40,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ahlocal  # noqa: E402
 import ahserver  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
@@ -50,77 +52,28 @@ SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "
 TMP = tempfile.mkdtemp(prefix="ah-e2e-life-")
 LOG = os.path.join(TMP, "server.log")
 procs = []
-checks = 0
 
 
 class Fail(Exception):
     pass
 
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        raise Fail(what)
+check = ahserver.Checks(Fail)
 
 
-class Server:
+CTX = types.SimpleNamespace(bin=BIN, src=SRC, tmp=TMP, log=LOG, procs=procs, fail=Fail,
+                            check=check, ports=(19250, 19299, 12))
+
+
+class Server(ahlocal.Local):
     """One `agenthold serve` on a data directory of its own (kept across
     restarts of the same object)."""
 
     def __init__(self, name, extra=None):
-        self.dir = os.path.join(TMP, name)
-        os.makedirs(self.dir)
-        self.data = os.path.join(self.dir, "data")
-        self.port = ahserver.free_port(19250, 19299, (os.getpid() % 12) * 4, fail=Fail)
-        tunnel = ahserver.free_port(19250, 19299, (os.getpid() % 12) * 4 + 1, {self.port}, fail=Fail)
-        self.env = ahserver.server_env(self.data, self.port, tunnel, extra=extra)
-        self.proc = None
+        super().__init__(CTX, name, extra)
 
-    def start(self):
-        log = open(LOG, "a")
-        log.write("---- server %s start ----\n" % self.dir)
-        log.flush()
-        self.proc = subprocess.Popen([BIN, "serve"], env=self.env, cwd=SRC, stdout=log, stderr=log)
-        procs.append(self.proc)
-        ahserver.wait_healthy(self.proc, self.port, fail=Fail)
-        self.admin = ahserver.read_token(self.data)
-        return self
-
-    def stop(self):
-        ahserver.stop_all([self.proc])
-
-    def call(self, method, path, tok=None, body=None, headers=None):
-        status, text = ahserver.request(self.port, method, path, body, tok or self.admin, headers)
-        try:
-            return status, json.loads(text) if text else None
-        except ValueError:
-            return status, {"raw": text}
-
-    def ok(self, method, path, tok=None, body=None, want=(200, 201, 202), headers=None):
-        status, j = self.call(method, path, tok, body, headers)
-        check(status in want, "%s %s: want %s, got %d %r" % (method, path, want, status, j))
-        return j
-
-    def cli(self, *args, tok=None):
-        env = dict(self.env)
-        env["AGENTHOLD_TOKEN"] = tok or self.admin
-        p = subprocess.run([BIN] + list(args), env=env, cwd=self.dir, capture_output=True, text=True,
-                           timeout=60, stdin=subprocess.DEVNULL)
-        return p.returncode, p.stdout, p.stderr
-
-    def ops(self, query, tok=None):
+    def ops(self, query, tok=ahlocal.ADMIN):
         return self.ok("GET", "/api/v1/operations?" + query, tok)
-
-    def wait_state(self, agent, states, seconds=30):
-        deadline = time.time() + seconds
-        while True:
-            status, j = self.call("GET", "/api/v1/agents/" + agent)
-            if status == 200 and j["state"] in states:
-                return j
-            if time.time() > deadline:
-                raise Fail("agent %s never reached %s: %d %r" % (agent, states, status, j))
-            time.sleep(0.1)
 
     def wait_ops(self, query, cond, seconds=30, what="rows"):
         deadline = time.time() + seconds
@@ -563,7 +516,7 @@ def main():
     retention(audit())
     lifetimes()
     metrics(tombstones())
-    print("e2e.life: %d checks passed" % checks)
+    print("e2e.life: %d checks passed" % check.count)
 
 
 if __name__ == "__main__":

@@ -52,18 +52,13 @@ TMP = tempfile.mkdtemp(prefix="ah-e2e-sbx-")
 DATA = os.path.join(TMP, "data")
 BIG = 512 << 20
 procs = []
-checks = 0
 
 
 class Fail(Exception):
     pass
 
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        raise Fail(what)
+check = ahserver.Checks(Fail)
 
 
 def free_port(avoid=()):
@@ -666,7 +661,7 @@ def main():
         t0 = time.time()
         fn(a)
         print("ok %s (%.1f s)" % (name, time.time() - t0), flush=True)
-    print("e2e_sandbox: %d checks passed" % checks)
+    print("e2e_sandbox: %d checks passed" % check.count)
 
 
 if __name__ == "__main__":

@@ -33,18 +33,13 @@ DATA = os.path.join(TMP, "data")
 TAP = "ipc://%s/tap" % TMP
 LOG = os.path.join(TMP, "server.log")
 procs = []
-checks = 0
 
 
 class Fail(Exception):
     pass
 
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        raise Fail(what)
+check = ahserver.Checks(Fail)
 
 
 API_PORT = ahserver.free_port(18700, 18799, (os.getpid() % 50) * 2, fail=Fail)
@@ -141,7 +136,7 @@ def main():
     check(b'"type":"CHAN_DATA"' in lines and b'"bytes":' in lines,
           "agenthold tap printed no CHAN_DATA metadata: %r" % lines[:300])
     print("e2e_tap: %d checks passed (%d tap messages, %d CHAN_DATA bytes counted)"
-          % (checks, len(sub.frames), sum(sent.values())))
+          % (check.count, len(sub.frames), sum(sent.values())))
 
 
 if __name__ == "__main__":

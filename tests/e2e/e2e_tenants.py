@@ -36,9 +36,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ahlocal  # noqa: E402
 import ahserver  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
@@ -46,84 +48,34 @@ SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "
 TMP = tempfile.mkdtemp(prefix="ah-e2e-tenants-")
 LOG = os.path.join(TMP, "server.log")
 procs = []
-checks = 0
 
 
 class Fail(Exception):
     pass
 
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        raise Fail(what)
+check = ahserver.Checks(Fail)
 
 
-class Server:
+CTX = types.SimpleNamespace(bin=BIN, src=SRC, tmp=TMP, log=LOG, procs=procs, fail=Fail,
+                            check=check, ports=(19100, 19199, 25))
+
+
+class Server(ahlocal.Local):
     """One `agenthold serve` on a data directory of its own."""
 
     def __init__(self, name, extra=None):
-        self.dir = os.path.join(TMP, name)
-        os.makedirs(self.dir)
-        self.data = os.path.join(self.dir, "data")
-        self.port = ahserver.free_port(19100, 19199, (os.getpid() % 25) * 4, fail=Fail)
-        tunnel = ahserver.free_port(19100, 19199, (os.getpid() % 25) * 4 + 1, {self.port}, fail=Fail)
-        self.env = ahserver.server_env(self.data, self.port, tunnel, extra=extra)
-        self.proc = None
-
-    def start(self):
-        log = open(LOG, "a")
-        log.write("---- server %s start ----\n" % self.dir)
-        log.flush()
-        self.proc = subprocess.Popen([BIN, "serve"], env=self.env, cwd=SRC, stdout=log, stderr=log)
-        procs.append(self.proc)
-        ahserver.wait_healthy(self.proc, self.port, fail=Fail)
-        self.admin = ahserver.read_token(self.data)
-        return self
-
-    def stop(self):
-        ahserver.stop_all([self.proc])
-
-    def call(self, method, path, tok, body=None, raw=None, headers=None):
-        """(status, JSON or None)."""
-        status, text = ahserver.request(self.port, method, path, body if raw is None else raw, tok, headers)
-        try:
-            return status, json.loads(text) if text else None
-        except ValueError:
-            return status, {"raw": text[:200]}
-
-    def ok(self, method, path, tok, body=None, want=(200, 201, 202)):
-        status, j = self.call(method, path, tok, body)
-        check(status in want, "%s %s: want %s, got %d %r" % (method, path, want, status, j))
-        return j
-
-    def cli(self, tok, *args, timeout=120):
-        env = dict(self.env)
-        env["AGENTHOLD_TOKEN"] = tok
-        p = subprocess.run([BIN] + list(args), env=env, cwd=self.dir, capture_output=True, text=True,
-                           timeout=timeout, stdin=subprocess.DEVNULL)
-        return p.returncode, p.stdout, p.stderr
+        super().__init__(CTX, name, extra)
 
     def token(self, tenant=None, user=None, name=None, expires=None, admin=False):
         """A token made with the CLI, as an admin would: printed once on stdout."""
         args = (["--tenant", tenant] if tenant else []) + ["token", "create"]
         args += (["--user", user] if user else []) + (["--name", name] if name else [])
         args += (["--expires", expires] if expires else []) + (["--admin"] if admin else [])
-        rc, out, err = self.cli(self.admin, *args)
+        rc, out, err = self.cli(*args)
         check(rc == 0 and len(out.strip()) == 64, "token create %s: %d %r %r" % (args, rc, out, err))
         check("shown this once" in err, "token create says the token is shown once: %r" % err)
         return out.strip()
-
-    def wait_state(self, agent, states, tok=None, seconds=30):
-        deadline = time.time() + seconds
-        while True:
-            status, j = self.call("GET", "/api/v1/agents/" + agent, tok or self.admin)
-            if status == 200 and j["state"] in states:
-                return j
-            if time.time() > deadline:
-                raise Fail("agent %s never reached %s: %d %r" % (agent, states, status, j))
-            time.sleep(0.1)
 
 
 def upgrade_status(srv, path, tok):
@@ -167,9 +119,9 @@ def matrix():
     srv = Server("matrix").start()
     adm = srv.admin
     for t in ("acme", "globex"):
-        rc, out, err = srv.cli(adm, "tenant", "create", t)
+        rc, out, err = srv.cli("tenant", "create", t, tok=adm)
         check(rc == 0 and "name:" in out, "tenant create %s: %d %r" % (t, rc, err))
-    rc, out, err = srv.cli(adm, "tenant", "create", "acme")
+    rc, out, err = srv.cli("tenant", "create", "acme", tok=adm)
     check(rc == 1 and "exists" in err, "a second tenant 'acme' is refused: %d %r" % (rc, err))
     tok = {"acme": srv.token("acme", "alice"), "globex": srv.token("globex", "bob")}
     # Each tenant's agents: the same names in both (unique within a tenant only).
@@ -252,32 +204,32 @@ def matrix():
                      ["fs", "ls", target, "."], ["turn", target, "--", "true"], ["term", target],
                      ["session", "show", sess[other]["id"]], ["session", "close", sess[other]["id"]],
                      ["session", "open", sess[other]["id"]]):
-            rc, out, err = srv.cli(tok[t], *args)
+            rc, out, err = srv.cli(*args, tok=tok[t])
             check(rc == 1 and ("no agent" in err or "no session" in err),
                   "CLI %s with %s's token on %s's: %d %r %r" % (args, t, other, rc, out, err))
-        rc, out, err = srv.cli(tok[t], "ls")
+        rc, out, err = srv.cli("ls", tok=tok[t])
         check(rc == 0 and target not in out and agents[(t, "victim")] not in out and "victim" in out,
               "CLI ls with %s's token: %r" % (t, out))
 
     # An admin sees every tenant, and acts within one with --tenant.
-    rc, out, err = srv.cli(adm, "ls", "--json")
+    rc, out, err = srv.cli("ls", "--json", tok=adm)
     check(rc == 0 and len(json.loads(out)) == 6, "the admin lists every agent: %r" % out)
     status, j = srv.call("GET", "/api/v1/agents/shared", adm)
     check(status == 409 and "more than one tenant" in j["error"] and "?tenant=" in j["error"],
           "an admin naming an agent two tenants hold is told how to choose: %d %r" % (status, j))
     for t in ("acme", "globex"):
-        rc, out, err = srv.cli(adm, "--tenant", t, "show", "shared", "--json")
+        rc, out, err = srv.cli("--tenant", t, "show", "shared", "--json", tok=adm)
         check(rc == 0 and json.loads(out)["id"] == agents[(t, "shared")], "admin --tenant %s show: %r" % (t, err))
-        rc, out, err = srv.cli(adm, "ls", "--tenant", t, "--json")
+        rc, out, err = srv.cli("ls", "--tenant", t, "--json", tok=adm)
         check(rc == 0 and len(json.loads(out)) == 3, "admin ls --tenant %s: %r" % (t, out))
         sid = agents[(t, "shared")]
         check(srv.ok("GET", "/api/v1/agents/%s/files?path=." % sid, adm) is not None, "admin lists files")
         srv.ok("PUT", "/api/v1/agents/%s/files/admin.txt" % sid, adm, {"x": 1}, want=(200, 201, 204))
-        rc, out, err = srv.cli(adm, "--tenant", t, "exec", "shared", "--", "cat admin.txt")
+        rc, out, err = srv.cli("--tenant", t, "exec", "shared", "--", "cat admin.txt", tok=adm)
         check(rc == 0 and '"x"' in out, "admin --tenant %s exec: %d %r %r" % (t, rc, out, err))
-        rc, out, err = srv.cli(adm, "--tenant", t, "fs", "ls", "shared", ".")
+        rc, out, err = srv.cli("--tenant", t, "fs", "ls", "shared", ".", tok=adm)
         check(rc == 0 and "admin.txt" in out, "admin --tenant %s fs ls: %r" % (t, out))
-        rc, out, err = srv.cli(adm, "--tenant", t, "log", "shared")
+        rc, out, err = srv.cli("--tenant", t, "log", "shared", tok=adm)
         check(rc == 0 and "create" in out, "admin --tenant %s log: %r" % (t, out))
         srv.ok("POST", "/api/v1/agents/%s/turns" % sid, adm, {})
         srv.ok("POST", "/api/v1/turns/%s/renew" % turn[t], adm, {})
@@ -285,15 +237,15 @@ def matrix():
         check(upgrade_status(srv, "/api/v1/agents/%s/terminal" % sid, adm) == 101, "admin opens a terminal")
         srv.ok("GET", "/api/v1/sessions/" + sess[t]["id"], adm)
         srv.ok("POST", "/api/v1/sessions/%s/open?wait=1" % sess[t]["id"], adm)
-        rc, out, err = srv.cli(adm, "--tenant", t, "rebuild", "victim")
+        rc, out, err = srv.cli("--tenant", t, "rebuild", "victim", tok=adm)
         check(rc == 0, "admin --tenant %s rebuild: %r" % (t, err))
-        rc, out, err = srv.cli(adm, "--tenant", t, "start", "victim")
+        rc, out, err = srv.cli("--tenant", t, "start", "victim", tok=adm)
         check(rc == 0 and "running" in out, "admin --tenant %s start: %r" % (t, err))
-        rc, out, err = srv.cli(adm, "--tenant", t, "stop", "victim")
+        rc, out, err = srv.cli("--tenant", t, "stop", "victim", tok=adm)
         check(rc == 0 and "sleeping" in out, "admin --tenant %s stop: %r" % (t, err))
-        rc, out, err = srv.cli(adm, "--tenant", t, "session", "close", sess[t]["id"])
+        rc, out, err = srv.cli("--tenant", t, "session", "close", sess[t]["id"], tok=adm)
         check(rc == 0, "admin --tenant %s session close: %r" % (t, err))
-        rc, out, err = srv.cli(adm, "--tenant", t, "rm", "victim")
+        rc, out, err = srv.cli("--tenant", t, "rm", "victim", tok=adm)
         check(rc == 0 and "destroyed" in out, "admin --tenant %s rm: %r" % (t, err))
 
     # A destroyed agent's last rows are still its tenant's.
@@ -327,9 +279,9 @@ def matrix():
         check(status == 403, "acme's token: %s %s wants an admin: %d %r" % (method, path, status, j))
 
     # Removing a tenant that holds sandboxes needs --force, which destroys them.
-    rc, out, err = srv.cli(adm, "tenant", "rm", "globex")
+    rc, out, err = srv.cli("tenant", "rm", "globex", tok=adm)
     check(rc == 1 and "still holds 1 sandboxes" in err and "--force" in err, "tenant rm without --force: %r" % err)
-    rc, out, err = srv.cli(adm, "tenant", "rm", "globex", "--force")
+    rc, out, err = srv.cli("tenant", "rm", "globex", "--force", tok=adm)
     check(rc == 0 and "removed" in out, "tenant rm --force: %d %r" % (rc, err))
     status, _ = srv.call("GET", "/api/v1/agents", tok["globex"])
     check(status == 401, "a removed tenant's token is refused: %d" % status)
@@ -360,7 +312,7 @@ def limits():
     status, j = create("t1", "a10")
     check(status == 422 and j["error"] == "tenant 't1' already holds 10 of 10 sandboxes",
           "the 11th: the seed's sentence: %d %r" % (status, j))
-    rc, out, err = srv.cli(tok["t1"], "create", "a10", "--no-wait")
+    rc, out, err = srv.cli("create", "a10", "--no-wait", tok=tok["t1"])
     check(rc == 1 and "tenant 't1' already holds 10 of 10 sandboxes" in err, "CLI create: %r" % err)
 
     # The pool of 20: t2 takes the other 10, t3 gets none.
@@ -388,17 +340,17 @@ def limits():
     check(len(listed) == 10, "t1 holds 10: %d" % len(listed))
 
     # PUT /api/v1/policy: a cap changed at run time, back to the default after.
-    rc, out, err = srv.cli(adm, "policy", "set", "tenant_max_sandboxes=11")
+    rc, out, err = srv.cli("policy", "set", "tenant_max_sandboxes=11", tok=adm)
     check(rc == 0 and "tenant_max_sandboxes = 11" in out, "policy set: %r %r" % (out, err))
     srv.ok("POST", "/api/v1/agents", tok["t1"], {"name": "eleven"})
     status, j = create("t1", "twelve")
     check(status == 422 and j["error"] == "tenant 't1' already holds 11 of 11 sandboxes", "at 11: %r" % j)
-    rc, out, err = srv.cli(adm, "policy", "set", "tenant_max_sandboxes=default")
+    rc, out, err = srv.cli("policy", "set", "tenant_max_sandboxes=default", tok=adm)
     check(rc == 0 and "tenant_max_sandboxes = 10" in out, "policy set default: %r" % out)
     status, j = srv.call("PUT", "/api/v1/policy", adm, {"runtimes": []})
     check(status == 400 and "catalog" in j["error"], "the catalog is not changed by PUT /policy: %r" % j)
     # A tenant's own limit beats the server's.
-    rc, out, err = srv.cli(adm, "tenant", "set", "t3", "--max-sandboxes", "1")
+    rc, out, err = srv.cli("tenant", "set", "t3", "--max-sandboxes", "1", tok=adm)
     check(rc == 0 and "max_sandboxes: 1" in out.replace("  ", " ").replace("  ", " "), "tenant set: %r" % out)
     status, j = create("t3", "c1")
     check(status == 422 and j["error"] == "tenant 't3' already holds 1 of 1 sandboxes", "t3 at 1 of 1: %r" % j)
@@ -442,7 +394,7 @@ def limits():
         f.write(edited + "\nthis is not lua (\n")
     status, j = create("t3", "forbidden")
     check(status == 422 and j["error"] == "the edited rule refuses forbidden", "a broken edit keeps the rule: %r" % j)
-    rc, out, err = srv.cli(adm, "policy", "status", "--json")
+    rc, out, err = srv.cli("policy", "status", "--json", tok=adm)
     st = [p for p in json.loads(out)["policies"] if p["script"] == "limits.lua"]
     check(st and st[0]["error"] and "limits.lua" in st[0]["error"], "policy status names the broken edit: %r" % st)
     time.sleep(1.1)
@@ -500,9 +452,9 @@ def sessions():
         check(status == 403, "a user session for another person is refused: %d %r" % (status, j))
     status, j = srv.call("POST", "/api/v1/sessions/%s/open" % mine["id"], carol)
     check(status == 403 and "alice" in j["error"], "carol cannot open alice's user session by reference: %r" % j)
-    rc, out, err = srv.cli(alice, "session", "open", "user", "--json")
+    rc, out, err = srv.cli("session", "open", "user", "--json", tok=alice)
     check(rc == 0 and json.loads(out)["id"] == mine["id"], "CLI session open user: %r" % err)
-    rc, out, err = srv.cli(alice, "session", "ls")
+    rc, out, err = srv.cli("session", "ls", tok=alice)
     check(rc == 0 and mine["id"] in out and theirs["id"] in out and other["id"] not in out, "CLI session ls: %r" % out)
 
     # Lost: its sandbox destroyed.
@@ -512,7 +464,7 @@ def sessions():
     check(shown["state"] == "lost" and "destroyed" in shown["lost_reason"], "a destroyed sandbox: lost: %r" % shown)
     status, e = srv.call("POST", "/api/v1/sessions/%s/open" % j["id"], alice)
     check(status == 410 and "lost" in e["error"] and "destroyed" in e["error"], "opened by reference: 410: %r" % e)
-    rc, out, err = srv.cli(alice, "session", "open", j["id"])
+    rc, out, err = srv.cli("session", "open", j["id"], tok=alice)
     check(rc == 1 and "lost" in err, "CLI session open ID of a lost one: %r" % err)
     fresh = srv.ok("POST", "/api/v1/sessions?wait=1", alice, {"scope": "conversation", "subject": "doomed"})
     check(fresh["id"] != j["id"] and fresh["created"] and fresh["agent"]["state"] == "running",
@@ -545,7 +497,7 @@ def sessions():
     later = srv.ok("POST", "/api/v1/sessions/%s/open" % mine["id"], alice)
     check(later["opened_at"] > mine["opened_at"], "opened_at is this open's: %r" % later)
     # Closing: the session ends, and its sandbox with it.
-    rc, out, err = srv.cli(alice, "session", "close", mine["id"])
+    rc, out, err = srv.cli("session", "close", mine["id"], tok=alice)
     check(rc == 0 and "closed" in out, "CLI session close: %r %r" % (out, err))
     deadline = time.time() + 20
     while srv.call("GET", "/api/v1/agents/" + mine["agent"]["id"], alice)[0] != 404:
@@ -580,7 +532,7 @@ def tokens():
           "token ls never shows a token nor its hash")
     row = [t for t in listed if t["name"] == "ci-token"][0]
     check(row["tenant"] == "acme" and row["user"] == "alice" and row["last_used_at"], "its fields: %r" % row)
-    rc, out, err = srv.cli(adm, "token", "ls")
+    rc, out, err = srv.cli("token", "ls", tok=adm)
     check(rc == 0 and "ci-token" in out and tok not in out, "CLI token ls: %r" % out)
 
     # The database file holds the hash, never the token.
@@ -598,11 +550,11 @@ def tokens():
                   "agenthold.db%s holds no token" % suffix)
 
     # Revoked: refused at once.
-    rc, out, err = srv.cli(adm, "token", "revoke", "ci-token")
+    rc, out, err = srv.cli("token", "revoke", "ci-token", tok=adm)
     check(rc == 0 and "revoked" in out, "CLI token revoke: %r" % err)
     status, j = srv.call("GET", "/api/v1/agents", tok)
     check(status == 401 and "revoked" in j["error"], "a revoked token: 401 naming why: %d %r" % (status, j))
-    rc, out, err = srv.cli(adm, "token", "revoke", "ci-token")
+    rc, out, err = srv.cli("token", "revoke", "ci-token", tok=adm)
     check(rc == 1 and "no token" in err, "revoking twice: %r" % err)
 
     # Expired: refused once its time is up.
@@ -620,7 +572,7 @@ def tokens():
         check(status == 401, "a forged token %r...: 401, got %d" % (bad[:10], status))
     status, j = srv.call("GET", "/api/v1/agents", None, headers={"Authorization": "Basic " + live})
     check(status == 401, "another scheme: 401")
-    rc, out, err = srv.cli(adm, "--tenant", "acme", "token", "create", "--admin", "--name", "ops")
+    rc, out, err = srv.cli("--tenant", "acme", "token", "create", "--admin", "--name", "ops", tok=adm)
     check(rc == 0 and len(out.strip()) == 64, "an admin token made with --tenant set: %r" % err)
     status, _ = srv.call("GET", "/api/v1/tenants", out.strip())
     check(status == 200, "and it is an admin's: %d" % status)
@@ -639,7 +591,7 @@ def main():
     limits()
     sessions()
     tokens()
-    print("ok: %d checks" % checks)
+    print("ok: %d checks" % check.count)
 
 
 

@@ -38,14 +38,9 @@ class Fail(Exception):
     pass
 
 
-checks = 0
 
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        raise Fail(what)
+check = ahserver.Checks(Fail)
 
 
 def free_port(avoid=()):
@@ -230,10 +225,10 @@ def main():
     try:
         test_listen_forms()
         test_tls()
-        print("e2e_tls: %d checks passed" % checks)
+        print("e2e_tls: %d checks passed" % check.count)
         return 0
     except Exception as e:
-        print("e2e_tls: FAILED after %d checks: %s" % (checks, e), file=sys.stderr)
+        print("e2e_tls: FAILED after %d checks: %s" % (check.count, e), file=sys.stderr)
         if not isinstance(e, Fail):
             traceback.print_exc()
         for name in sorted(os.listdir(TMP)):

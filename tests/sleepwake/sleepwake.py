@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """tests/sleepwake/sleepwake.py: sleep and wake end to end. The real `agenthold
-serve` with the fake driver, short times (idle_minutes 0.05 = 3 s, checks
+serve` with the fake driver, short times (idle_minutes 0.05 = 3 s, check.count
 every 1 s, CPU sampled every 1 s), a temporary data directory and a copy
 of lua/ as policy.lua_dir; ports picked free from 18800-18899.
 
@@ -38,7 +38,6 @@ AH_KEEPALIVE_S = 15
 CHECK_S = 1.0
 LOG = os.path.join(TMP, "server.log")
 server = None
-checks = 0
 TOKEN = None
 
 
@@ -46,11 +45,7 @@ class Fail(Exception):
     pass
 
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        raise Fail(what)
+check = ahserver.Checks(Fail)
 
 
 def free_port(avoid=()):
@@ -488,7 +483,7 @@ def main():
         SCENARIOS[SCENARIO]()
         check(server.poll() is None, "the server exited during the scenario")
         ok = True
-        print("sleepwake %s: %d checks passed" % (SCENARIO, checks))
+        print("sleepwake %s: %d checks passed" % (SCENARIO, check.count))
     except Exception as e:
         print("FAIL sleepwake %s: %s: %s" % (SCENARIO, type(e).__name__, e), file=sys.stderr)
     finally:
