@@ -89,6 +89,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.kubernetes.sandboxd_image", T_STR,     F (k8s_sandboxd_image), NULL },
     { "sandbox.kubernetes.tunnel_url",    T_OPT,      F (k8s_tunnel_url), "none" },
     { "sandbox.kubernetes.node_selector", T_OPT,      F (k8s_node_selector), "none" },
+    { "sandbox.kubernetes.tunnel_pods",   T_OPT,      F (k8s_tunnel_pods), "none" },
     { "sandbox.kubernetes.image_pull_policy", T_STR,  F (k8s_image_pull_policy), NULL },
     { "sandbox.remote.endpoint",          T_STR,      F (remote_endpoint), NULL },
     { "sandbox.remote.server_key",        T_OPT,      F (remote_server_key), "none" },
@@ -930,8 +931,23 @@ static bool s_k8s_word (const char *text, size_t n)
     return true;
 }
 
+//  "key=value[,key=value]" of label keys and values (NULL: none).
+static char *s_check_selector (const char *key, const char *text)
+{
+    for (const char *p = text; p; ) {
+        size_t len = strcspn (p, ",");
+        const char *eq = memchr (p, '=', len);
+        if (!eq || !s_k8s_word (p, (size_t) (eq - p))
+        ||  (eq + 1 < p + len && !s_k8s_word (eq + 1, (size_t) (p + len - eq - 1))))
+            return ah_strf ("%s = '%s': want key=value[,key=value] of label keys and values", key, text);
+        p = p [len] ? p + len + 1 : NULL;
+    }
+    return NULL;
+}
+
 static char *s_check_kubernetes (const ah_config_t *self)
 {
+    char *why;
     if (!s_k8s_label (self->k8s_namespace, 63))
         return ah_strf ("sandbox.kubernetes.namespace = '%s': a Kubernetes namespace name "
                         "(lower-case letters, digits, '-', at most 63)", self->k8s_namespace);
@@ -958,20 +974,9 @@ static char *s_check_kubernetes (const ah_config_t *self)
     if (strcmp (pol, "IfNotPresent") && strcmp (pol, "Always") && strcmp (pol, "Never"))
         return ah_strf ("sandbox.kubernetes.image_pull_policy = '%s': must be IfNotPresent, "
                         "Always or Never", pol);
-    if (self->k8s_node_selector) {
-        const char *p = self->k8s_node_selector;
-        while (true) {
-            size_t len = strcspn (p, ",");
-            const char *eq = memchr (p, '=', len);
-            if (!eq || !s_k8s_word (p, (size_t) (eq - p))
-            ||  (eq + 1 < p + len && !s_k8s_word (eq + 1, (size_t) (p + len - eq - 1))))
-                return ah_strf ("sandbox.kubernetes.node_selector = '%s': want key=value[,key=value]"
-                                " of label keys and values", self->k8s_node_selector);
-            if (!p [len])
-                break;
-            p += len + 1;
-        }
-    }
+    if ((why = s_check_selector ("sandbox.kubernetes.node_selector", self->k8s_node_selector))
+    ||  (why = s_check_selector ("sandbox.kubernetes.tunnel_pods", self->k8s_tunnel_pods)))
+        return why;
     if (self->k8s_tunnel_url) {
         //  ws://IPv4:PORT/PATH: an IP literal (a scratch image has no
         //  resolver, and the NetworkPolicy names it as an ipBlock).

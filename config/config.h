@@ -66,6 +66,7 @@ typedef struct {
     char   *k8s_sandboxd_image;     //  "agenthold/sandboxd:latest": delivers sandboxd
     char   *k8s_tunnel_url;         //  ws://IP:PORT/tunnel as pods reach the tunnel; NULL unset
     char   *k8s_node_selector;      //  NULL = none; "key=value,key=value"
+    char   *k8s_tunnel_pods;        //  NULL = none; "key=value,...": the server's Pods (egress allowed)
     char   *k8s_image_pull_policy;  //  "IfNotPresent" | "Always" | "Never"
     //  sandbox.remote.* (the remote driver: a host agent, docs/hostd.md)
     char   *remote_endpoint;        //  "ipc:///run/agenthold-hostd/hostd.sock" or tcp://host:port

@@ -7,8 +7,9 @@
     the Docker driver's bind-backed home volume, or the one hostd's docker
     driver binds on this machine), read by common/homefs
     with the kernel confining every path beneath it. A home without such
-    a directory (a volume made by an earlier install) is read through the
-    running sandbox only: these routes then answer as before (409).
+    a directory (a volume made by an earlier install, a claim on a
+    Kubernetes cluster) is read through the running sandbox only: these
+    routes then answer 409 and say why.
 
     Runs on the API's thread, like the rest of the API: a listing is a few
     thousand stat calls, a file streams in API_CHUNK reads as the
@@ -49,6 +50,16 @@ static int s_home (req_t *r)
                                "server runs as (docs/hostd.md); or start it to read its files through its "
                                "sandbox", r->name, dir, strerror (-fd));
         free (dir);
+        return -2;
+    }
+    if (!dir && c->driver && streq (c->driver, "kubernetes")) {
+        //  A claim on the cluster: no directory here (docs/kubernetes.md,
+        //  "Reading a sleeping agent's files", says why and what would).
+        api_respond_error (r, 409, "the home of agent '%s' is the PersistentVolumeClaim %s-home-%s on the "
+                           "cluster, which this server does not mount (sandbox.driver: kubernetes): its files "
+                           "are read through its running sandbox only, with the files routes (no tree on this "
+                           "driver). Start it first (agenthold start %s)", r->name,
+                           c->name_prefix ? c->name_prefix : "agenthold", r->agent_id, r->name);
         return -2;
     }
     if (fd == -ENOENT) {

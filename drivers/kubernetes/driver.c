@@ -36,7 +36,8 @@ void ah_k8s_site (const k8s_t *self, k8s_site_t *site)
         .prefix = self->prefix, .ns = self->ns, .sandboxd_image = c->k8s_sandboxd_image,
         .pull_policy = c->k8s_image_pull_policy, .node_selector = c->k8s_node_selector,
         .storage_class = c->k8s_storage_class, .home_size = c->k8s_home_size, .tmp_mb = c->tmp_mb,
-        .tunnel_host = self->tunnel_host, .tunnel_port = self->tunnel_port };
+        .tunnel_host = self->tunnel_host, .tunnel_port = self->tunnel_port,
+        .tunnel_pods = c->k8s_tunnel_pods, .tunnel_pod_port = self->tunnel_pod_port };
 }
 
 char *ah_k8s_selector (const k8s_t *self)
@@ -535,6 +536,10 @@ ah_driver_t *ah_kubernetes_driver_new (const ah_config_t *config, char **err)
     self->prefix = strdup (prefix);
     snprintf (self->tunnel_host, sizeof self->tunnel_host, "%s", host);
     self->tunnel_port = (int) port;
+    //  The port the server's own Pods listen on: tunnel_listen's, after
+    //  its last ':' (validated as host:port at start).
+    const char *colon = strrchr (config->tunnel_listen, ':');
+    self->tunnel_pod_port = colon ? atoi (colon + 1) : 0;
     char *cerr = NULL;
     int crc = config->k8s_kubeconfig ? ah_k8s_kubeconfig_load (config->k8s_kubeconfig, &self->creds, &cerr)
                                      : ah_k8s_incluster_load (K8S_INCLUSTER_DIR, &self->creds, &cerr);

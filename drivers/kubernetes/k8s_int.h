@@ -81,6 +81,7 @@ typedef struct {
     char   *prefix;                     //  names and the installation label
     char    tunnel_host [64];           //  from sandbox.kubernetes.tunnel_url
     int     tunnel_port;
+    int     tunnel_pod_port;            //  sandbox.tunnel_listen's port
 } k8s_t;
 
 typedef struct {
@@ -155,6 +156,8 @@ typedef struct {
     int64_t     tmp_mb;
     const char *tunnel_host;            //  IPv4 literal
     int         tunnel_port;
+    const char *tunnel_pods;            //  "k=v,k=v": the server's own Pods, or NULL
+    int         tunnel_pod_port;        //  the port they listen on (sandbox.tunnel_listen's)
 } k8s_site_t;
 
 json_t *ah_k8s_labels (const k8s_site_t *site, const char *agent_id);

@@ -168,7 +168,7 @@ int ah_k8s_spec_from_json (const char *text, k8s_spec_t *spec, char **err)
 //  -------------------------------------------------------------------------
 //  The objects
 
-json_t *ah_k8s_labels (const k8s_site_t *site, const char *agent_id)
+json_t *ah_k8s_label_map (const k8s_site_t *site, const char *agent_id)
 {
     return json_pack ("{s:s s:s s:s}", "app.kubernetes.io/managed-by", "agenthold",
                       K8S_LABEL_AGENT, agent_id, K8S_LABEL_INSTALL, site->prefix);
@@ -177,7 +177,7 @@ json_t *ah_k8s_labels (const k8s_site_t *site, const char *agent_id)
 static json_t *s_meta (const k8s_site_t *site, const char *name, const char *agent_id)
 {
     return json_pack ("{s:s s:s s:o}", "name", name, "namespace", site->ns,
-                      "labels", ah_k8s_labels (site, agent_id));
+                      "labels", ah_k8s_label_map (site, agent_id));
 }
 
 json_t *ah_k8s_claim_manifest (const k8s_site_t *site, const char *agent_id, const k8s_spec_t *spec)
@@ -198,7 +198,7 @@ json_t *ah_k8s_claim_manifest (const k8s_site_t *site, const char *agent_id, con
 }
 
 //  "k=v,k=v" into a JSON object (validated by the configuration).
-static json_t *s_node_selector (const char *text)
+static json_t *s_label_map (const char *text)
 {
     json_t *sel = json_object ();
     char *copy = text ? strdup (text) : NULL;
@@ -289,7 +289,7 @@ json_t *ah_k8s_pod_manifest (const k8s_site_t *site, const char *agent_id, const
         "securityContext", "seccompProfile", "type", "RuntimeDefault",
         "initContainers", init, "containers", sandbox, "volumes", volumes);
     if (pod_spec && site->node_selector)
-        json_object_set_new (pod_spec, "nodeSelector", s_node_selector (site->node_selector));
+        json_object_set_new (pod_spec, "nodeSelector", s_label_map (site->node_selector));
     return json_pack ("{s:s s:s s:o s:o}", "apiVersion", "v1", "kind", "Pod",
                       "metadata", s_meta (site, n.pod, agent_id), "spec", pod_spec);
 }
@@ -303,6 +303,13 @@ json_t *ah_k8s_policy_manifest (const k8s_site_t *site, const char *agent_id, co
     //  The tunnel, always; no ingress at all.
     json_t *egress = json_pack ("[{s:[{s:{s:s}}] s:[{s:s s:i}]}]",
         "to", "ipBlock", "cidr", tunnel, "ports", "protocol", "TCP", "port", site->tunnel_port);
+    //  The server in the cluster: the tunnel_url is its Service's address,
+    //  which the plugin translates to the server Pod's before the policy
+    //  is matched; so its Pods, by label, on the port they listen on.
+    if (site->tunnel_pods && site->tunnel_pod_port > 0)
+        json_array_append_new (egress, json_pack ("{s:[{s:{s:o}}] s:[{s:s s:i}]}",
+            "to", "podSelector", "matchLabels", s_label_map (site->tunnel_pods),
+            "ports", "protocol", "TCP", "port", site->tunnel_pod_port));
     if (spec->needs_network) {
         //  A runtime with a network: the internet and name service, not
         //  the private ranges (the cluster, its nodes, the host's LAN).

@@ -381,6 +381,7 @@ static void s_test_errors (void)
                   "sandbox.kubernetes.image_pull_policy = 'Sometimes'", NULL);
     EXPECT_ERROR ("sandbox:\n  kubernetes:\n    node_selector: disk\n", "sandbox.kubernetes.node_selector", NULL);
     EXPECT_ERROR ("sandbox:\n  kubernetes:\n    node_selector: \"a=b,c d=e\"\n", "sandbox.kubernetes.node_selector", NULL);
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    tunnel_pods: \"app=agenthold,\"\n", "sandbox.kubernetes.tunnel_pods", NULL);
     EXPECT_ERROR ("sandbox:\n  kubernetes:\n    sandboxd_image: \"x y\"\n", "sandbox.kubernetes.sandboxd_image", NULL);
     EXPECT_ERROR ("sandbox:\n  kubernetes:\n    kubeconfig: /nonexistent/kubeconfig\n",
                   "sandbox.kubernetes.kubeconfig = '/nonexistent/kubeconfig'", "cannot be read");

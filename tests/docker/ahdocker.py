@@ -10,14 +10,11 @@ import io
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tarfile
 import threading
-import tempfile
-import time
 import urllib.parse
 
 SOCK = os.environ.get("AH_TEST_DOCKER_SOCKET", "/var/run/docker.sock")
@@ -225,22 +222,15 @@ def host_addresses():
     return sorted(addrs)
 
 
-class Harness:
+class Harness(ahserver.ServerHarness):
     """One test run: a prefix, a pool, a temp dir, the test image, the
     server (a process on the host, or nothing when the test runs it in a
     container), checks counted."""
 
     def __init__(self, name, binary, pool, ports, shipped_catalog=False, needs_network=False):
-        self.name = name
-        self.bin = os.path.abspath(binary) if binary else None
-        self.prefix = "%s%d" % (name.replace(".", "").replace("_", ""), os.getpid())
+        super().__init__(name, binary, Fail)
         self.tag = "agenthold-test:" + self.prefix
         self.pool = pool
-        self.tmp = tempfile.mkdtemp(prefix="ah-%s-" % name)
-        self.data = os.path.join(self.tmp, "data")
-        self.log = os.path.join(self.tmp, "server.log")
-        self.checks = 0
-        self.server = None
         self.api_port = free_port(*ports)
         self.tunnel_port = free_port(ports[0], ports[1], {self.api_port})
         self.extra_images = []
@@ -275,11 +265,6 @@ class Harness:
                     "description": "The Docker tests' own busybox image."}]}, f)
             self.env["AGENTHOLD_CATALOG_PATH"] = catalog
         self.url = "http://127.0.0.1:%d" % self.api_port
-
-    def check(self, cond, what):
-        self.checks += 1
-        if not cond:
-            raise Fail(what)
 
     # -- the engine's view -------------------------------------------------
     def label_filter(self):
@@ -324,50 +309,7 @@ class Harness:
         for tag in [self.tag] + self.extra_images:
             engine("DELETE", "/images/%s?force=true" % q(tag))
 
-    # -- the server on the host --------------------------------------------
-    def token(self):
-        return ahserver.read_token(self.data)
-
-    def start_server(self, extra_env=None, wait=True):
-        log = open(self.log, "a")
-        log.write("---- server start ----\n")
-        log.flush()
-        env = dict(self.env)
-        env.update(extra_env or {})
-        self.server = subprocess.Popen([self.bin, "serve"], env=env, cwd=self.tmp, stdout=log,
-                                       stderr=log)
-        log.close()
-        if wait:
-            self.wait_healthy()
-
-    def port(self):
-        """The API's port, from self.url (a test may point it elsewhere)."""
-        return int(self.url.rsplit(":", 1)[1])
-
-    def wait_healthy(self, seconds=20):
-        ahserver.wait_healthy(self.server, self.port(), seconds, fail=Fail)
-
-    def kill_server(self):
-        if self.server and self.server.poll() is None:
-            self.server.send_signal(signal.SIGKILL)
-            self.server.wait()
-
-    def cli_env(self):
-        env = dict(self.env)
-        env["AGENTHOLD_URL"] = self.url
-        env["AGENTHOLD_TOKEN"] = self.token()
-        return env
-
-    def cli_raw(self, *args, timeout=120):
-        return subprocess.run([self.bin] + list(args) + ["--json"], env=self.cli_env(), cwd=self.tmp,
-                              capture_output=True, text=True, timeout=timeout)
-
-    def cli(self, *args, timeout=120):
-        p = self.cli_raw(*args, timeout=timeout)
-        self.check(p.returncode == 0, "agenthold %s: status %d: %s" %
-                   (" ".join(args), p.returncode, p.stderr.strip()))
-        return json.loads(p.stdout)
-
+    # -- the server on the host (ahserver.ServerHarness: start_server, cli, ...)
     def api(self, method, path, body=None, timeout=60):
         status, text = ahserver.request(self.port(), method, path,
                                         json.dumps(body) if body is not None else None,
@@ -386,24 +328,6 @@ class Harness:
                    "%d networks, %d volumes" % (len(c), len(n), len(v)))
         self.server.terminate()
         self.check(self.server.wait(timeout=30) == 0, "the server exits 0 on SIGTERM")
-
-    def wait_state(self, name, want, seconds=20):
-        deadline = time.time() + seconds
-        while True:
-            a = self.cli("show", name)
-            if a["state"] == want:
-                return a
-            if time.time() > deadline:
-                raise Fail("%s: state %s, not %s, after %d s (error: %s)" %
-                           (name, a["state"], want, seconds, a.get("error")))
-            time.sleep(0.2)
-
-    def server_log_tail(self, n=6000):
-        try:
-            with open(self.log) as f:
-                return f.read()[-n:]
-        except OSError:
-            return ""
 
     # -- the run -------------------------------------------------------------
     def run(self, scenario, needs_sandboxd=True):
@@ -426,9 +350,7 @@ class Harness:
             print("FAILED: %s: %s" % (type(e).__name__, e), file=sys.stderr)
             sys.stderr.write("---- server log ----\n" + self.server_log_tail())
         finally:
-            if self.server and self.server.poll() is None:
-                self.server.kill()
-                self.server.wait()
+            self.stop_server()
             for f in self.cleanups:
                 try:
                     f()

@@ -8,13 +8,12 @@ run's own, and `agenthold serve` with `sandbox.driver: kubernetes`.
 No cluster answering: a loud SKIPPED line and exit 77 (reported skipped,
 never passed). Everything the run made (namespace, server, temp dir) is
 removed even on failure; the images are kept (as a user's nodes keep them)."""
+import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -69,22 +68,16 @@ def docker_image_present(image):
     return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
 
 
-class Harness:
+class Harness(ahserver.ServerHarness):
     """One run: a namespace and prefix of its own, the server, checks counted."""
 
     def __init__(self, name, binary, ports):
-        self.name = name
-        self.bin = os.path.abspath(binary)
+        super().__init__(name, binary, Fail)
         self.sandboxd = os.path.join(os.path.dirname(self.bin), "sandboxd")
-        self.prefix = "%s%d" % (name.replace(".", "").replace("_", ""), os.getpid())
         self.ns = "ah-" + self.prefix
         self.ports = ports
-        self.tmp = tempfile.mkdtemp(prefix="ah-%s-" % name)
-        self.data = os.path.join(self.tmp, "data")
-        self.log = os.path.join(self.tmp, "server.log")
-        self.checks = 0
-        self.server = None
         self.ns_made = False
+        self.server_image = None        # a tag: import_images makes it with scripts/server-image too
         self.node_ip = node_ip()
         self.api_port = ahserver.free_port(ports[0], ports[1] - 1, 0, fail=Fail)
         self.tunnel_port = ahserver.free_port(ports[0], ports[1] - 1, 1, {self.api_port}, fail=Fail)
@@ -101,11 +94,6 @@ class Harness:
             "AGENTHOLD_SANDBOX_KUBERNETES_IMAGE_PULL_POLICY": "IfNotPresent",
         })
         self.url = "http://127.0.0.1:%d" % self.api_port
-
-    def check(self, cond, what):
-        self.checks += 1
-        if not cond:
-            raise Fail(what)
 
     # -- images ---------------------------------------------------------------
     def build_runtime_in_docker(self):
@@ -147,10 +135,17 @@ class Harness:
         p = subprocess.run([os.path.join(SRC, "scripts", "sandboxd-image"), self.sandboxd, SANDBOXD_IMAGE],
                            capture_output=True, text=True, timeout=120)
         self.check(p.returncode == 0, "scripts/sandboxd-image: %s" % p.stderr.strip())
+        images = [SANDBOXD_IMAGE, RUNTIME_IMAGE]
+        if self.server_image:
+            p = subprocess.run([os.path.join(SRC, "scripts", "server-image"), self.bin, self.server_image],
+                               capture_output=True, text=True, timeout=300)
+            self.check(p.returncode == 0, "scripts/server-image: %s" % p.stderr.strip())
+            print(p.stdout.strip())
+            images.append(self.server_image)
         self.build_runtime_in_docker()
         imp = os.path.join(TOOLS, "import-image")
         self.check(os.access(imp, os.X_OK), "the cluster's import-image script at %s" % imp)
-        p = subprocess.run([imp, SANDBOXD_IMAGE, RUNTIME_IMAGE], capture_output=True, text=True, timeout=300)
+        p = subprocess.run([imp] + images, capture_output=True, text=True, timeout=300)
         self.check(p.returncode == 0, "import-image: %s" % p.stderr.strip())
 
     # -- the cluster's view --------------------------------------------------------
@@ -183,62 +178,35 @@ class Harness:
                 raise Fail("%s: not within %d s" % (what, seconds))
             time.sleep(0.3)
 
-    # -- the server ------------------------------------------------------------
-    def token(self):
-        return ahserver.read_token(self.data)
+    # -- the server (ahserver.ServerHarness: start_server, cli, wait_state, ...)
+    def file_round_trip(self, name, size, path="f.bin"):
+        """size random bytes written into name's home with `fs put`, read
+        back with `fs get` and with sha256sum in the sandbox, both checked:
+        their sha256."""
+        data = os.urandom(size)
+        want = hashlib.sha256(data).hexdigest()
+        local = os.path.join(self.tmp, "put.bin")
+        with open(local, "wb") as f:
+            f.write(data)
+        rc, _, err = self.run_cli("fs", "put", name, path, local)
+        self.check(rc == 0, "fs put: %s" % err)
+        back = os.path.join(self.tmp, "back.bin")
+        rc, _, err = self.run_cli("fs", "get", name, path, back)
+        self.check(rc == 0, "fs get: %s" % err)
+        with open(back, "rb") as f:
+            self.check(hashlib.sha256(f.read()).hexdigest() == want, "fs get returns what fs put wrote (sha256)")
+        self.check(self.home_sha(name, path) == want, "sha256sum in the sandbox matches")
+        return want
 
-    def start_server(self, wait=True):
-        with open(self.log, "a") as log:
-            log.write("---- server start ----\n")
-            log.flush()
-            self.server = subprocess.Popen([self.bin, "serve"], env=self.env, cwd=self.tmp,
-                                           stdout=log, stderr=log)
-        if wait:
-            ahserver.wait_healthy(self.server, self.api_port, 30, fail=Fail, tail=self.server_log_tail)
-
-    def kill_server(self):
-        if self.server and self.server.poll() is None:
-            self.server.send_signal(signal.SIGKILL)
-            self.server.wait()
-
-    def cli_env(self):
-        env = dict(self.env)
-        env["AGENTHOLD_URL"] = self.url
-        env["AGENTHOLD_TOKEN"] = self.token()
-        return env
-
-    def run_cli(self, *args, timeout=180, stdin=None):
-        p = subprocess.run([self.bin] + list(args), env=self.cli_env(), cwd=self.tmp,
-                           capture_output=True, text=True, timeout=timeout, input=stdin)
-        return p.returncode, p.stdout, p.stderr
-
-    def cli(self, *args, timeout=180):
-        rc, out, err = self.run_cli(*(list(args) + ["--json"]), timeout=timeout)
-        self.check(rc == 0, "agenthold %s: status %d: %s" % (" ".join(args), rc, err.strip()))
-        return json.loads(out)
+    def home_sha(self, name, path="f.bin"):
+        rc, out = self.sh(name, "sha256sum /home/agent/%s" % path, timeout=120)
+        self.check(rc == 0 and out.split(), "sha256sum in the sandbox: %d %r" % (rc, out))
+        return out.split()[0]
 
     def sh(self, name, script, timeout=60):
         """exec as the agent: (status, stdout)."""
         rc, out, err = self.run_cli("exec", name, "--", "sh", "-c", script, timeout=timeout)
         return rc, out
-
-    def wait_state(self, name, want, seconds=60):
-        deadline = time.time() + seconds
-        while True:
-            a = self.cli("show", name)
-            if a["state"] == want:
-                return a
-            if time.time() > deadline:
-                raise Fail("%s: state %s, not %s, after %d s (error: %s)" %
-                           (name, a["state"], want, seconds, a.get("error")))
-            time.sleep(0.3)
-
-    def server_log_tail(self, n=6000):
-        try:
-            with open(self.log) as f:
-                return f.read()[-n:]
-        except OSError:
-            return ""
 
     # -- the run -----------------------------------------------------------------
     def bring_up(self):
@@ -290,9 +258,7 @@ class Harness:
                 sys.stderr.write("---- namespace ----\n" + kubectl(
                     "get", "all,pvc,secrets,networkpolicies", "-o", "wide", ns=self.ns, check=False).stdout)
         finally:
-            if self.server and self.server.poll() is None:
-                self.server.kill()
-                self.server.wait()
+            self.stop_server()
             if self.ns_made:
                 kubectl("delete", "namespace", self.ns, "--wait=true", "--timeout=120s", check=False,
                         timeout=150)

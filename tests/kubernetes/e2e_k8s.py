@@ -25,7 +25,6 @@ Exits 77 (SKIPPED, loudly) when no test cluster answers. Ports
 19450-19469, a namespace ah-k8s<scenario><pid> of its own, deleted at
 the end."""
 import asyncio
-import hashlib
 import json
 import os
 import sys
@@ -47,12 +46,6 @@ def create(name, *extra):
             % (name, a["state"], a.get("error")))
     print("create %s -> running in %.2f s" % (name, time.time() - t0))
     return a
-
-
-def home_sha(name, path="f.bin"):
-    rc, out = h.sh(name, "sha256sum /home/agent/%s" % path)
-    h.check(rc == 0, "sha256sum in the sandbox: %d %r" % (rc, out))
-    return out.split()[0]
 
 
 def nothing_left():
@@ -133,19 +126,7 @@ def life():
     h.check(rc == 7 and "out" in out, "exec output and status: %d %r" % (rc, out))
 
     # A file round trip with sha256.
-    data = os.urandom(1 << 20)
-    want = hashlib.sha256(data).hexdigest()
-    local = os.path.join(h.tmp, "f.bin")
-    with open(local, "wb") as f:
-        f.write(data)
-    rc, out, err = h.run_cli("fs", "put", "alice", "f.bin", local)
-    h.check(rc == 0, "fs put: %s" % err)
-    back = os.path.join(h.tmp, "back.bin")
-    rc, out, err = h.run_cli("fs", "get", "alice", "f.bin", back)
-    h.check(rc == 0, "fs get: %s" % err)
-    with open(back, "rb") as f:
-        h.check(hashlib.sha256(f.read()).hexdigest() == want, "fs get returns what fs put wrote (sha256)")
-    h.check(home_sha("alice") == want, "sha256sum in the sandbox matches")
+    want = h.file_round_trip("alice", 1 << 20)
 
     # The policy holds: the server's API port on the node is not reachable
     # from the sandbox (the tunnel is: it is connected).
@@ -163,7 +144,7 @@ def life():
     t0 = time.time()
     h.check(h.cli("start", "alice")["state"] == "running", "start -> running")
     print("sleeping -> running in %.2f s" % (time.time() - t0))
-    h.check(home_sha("alice") == want, "the home is intact after sleep and wake")
+    h.check(h.home_sha("alice") == want, "the home is intact after sleep and wake")
     secrets = kjson("get", "secrets", "-l", "agenthold.io/agent=" + aid, ns=h.ns)["items"]
     h.check([x["metadata"]["name"] for x in secrets] != [boot1] and len(secrets) == 1,
             "a new boot Secret for the new boot, the old one gone: %r" % [x["metadata"]["name"] for x in secrets])
@@ -172,7 +153,7 @@ def life():
     h.check(h.cli("rebuild", "alice")["state"] == "running", "rebuild -> running")
     pod = h.pod(aid)
     h.check(pod and pod["metadata"]["uid"] != uid1, "the rebuild made a new Pod")
-    h.check(home_sha("alice") == want, "the home is kept across the rebuild")
+    h.check(h.home_sha("alice") == want, "the home is kept across the rebuild")
     h.check(h.claim(aid)["metadata"]["uid"] == claim["metadata"]["uid"], "the same claim")
 
     h.check(h.cli("rm", "alice")["state"] == "destroyed", "rm -> destroyed")

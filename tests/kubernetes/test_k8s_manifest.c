@@ -191,6 +191,22 @@ static void s_test_claim_policy_secret (void)
     CHECK (AT_INT (pol, "spec.egress.2.ports.0.port") == 53);
     json_decref (pol);
     ah_k8s_spec_free (&spec);
+    //  The server in the cluster (tunnel_pods): its Pods by label, on the
+    //  port they listen on, besides the tunnel's address.
+    s_spec (&spec, false);
+    k8s_site_t inside = s_site;
+    inside.tunnel_pods = "app.kubernetes.io/name=agenthold,app.kubernetes.io/component=server";
+    inside.tunnel_pod_port = 8091;
+    pol = ah_k8s_policy_manifest (&inside, ID, &spec);
+    CHECK (json_array_size (s_at (pol, "spec.egress")) == 2);
+    CHECK_STR (AT_STR (pol, "spec.egress.0.to.0.ipBlock.cidr"), "10.0.0.5/32");
+    CHECK_STR (json_string_value (json_object_get (s_at (pol, "spec.egress.1.to.0.podSelector.matchLabels"),
+                                                   "app.kubernetes.io/component")), "server");
+    CHECK (json_object_size (s_at (pol, "spec.egress.1.to.0.podSelector.matchLabels")) == 2);
+    CHECK (s_at (pol, "spec.egress.1.to.0.namespaceSelector") == NULL);
+    CHECK (AT_INT (pol, "spec.egress.1.ports.0.port") == 8091);
+    json_decref (pol);
+    ah_k8s_spec_free (&spec);
 
     //  The boot Secret: immutable, boot.json as the sandbox reads it.
     char *boot = ah_k8s_boot_json (ID, "tok\"en", "ws://10.0.0.5:8090/tunnel");

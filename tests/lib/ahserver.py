@@ -1,8 +1,10 @@
 """tests/lib/ahserver.py: what the Python drivers that start a real
 `agenthold serve` share: a free port of the caller's range, the server's
 AGENTHOLD_* environment, the wait for /healthz, the admin token, a call
-with the bearer token, a terminal session, and a driver's main with its
-clean-up.
+with the bearer token, a terminal session, a driver's main with its
+clean-up, and ServerHarness: the server as a process with its log and
+its CLI, which the Docker and Kubernetes tests' harnesses build on
+(tests/docker/ahdocker.py, tests/kubernetes/ahk8s.py).
 
 Import it by path from the script's own location, e.g. from tests/X/:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -17,9 +19,11 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import traceback
 import time
 
@@ -215,3 +219,113 @@ def terminal(port, agent, token, line, done, seconds=30, while_open=None, early=
                 seen = while_open(out)
         return out, seen, reason
     return asyncio.run(go())
+
+
+class ServerHarness:
+    """One test run of `agenthold serve` as a process: a prefix unique to
+    the run (the test's tag and its pid), a temp dir with the data dir and
+    the server's log, checks counted, the CLI against the server.
+
+    The subclass sets self.env (the server's environment, server_env()),
+    self.url (http://127.0.0.1:PORT, the API as the CLI reaches it) and
+    anything of its own; fail is the exception class its checks raise."""
+
+    def __init__(self, name, binary, fail):
+        self.name = name
+        self.bin = os.path.abspath(binary) if binary else None
+        self.fail = fail
+        self.prefix = "%s%d" % (name.replace(".", "").replace("_", ""), os.getpid())
+        self.tmp = tempfile.mkdtemp(prefix="ah-%s-" % name)
+        self.data = os.path.join(self.tmp, "data")
+        self.log = os.path.join(self.tmp, "server.log")
+        self.checks = 0
+        self.server = None
+        self.env = {}
+        self.url = None
+
+    def check(self, cond, what):
+        self.checks += 1
+        if not cond:
+            raise self.fail(what)
+
+    def port(self):
+        """The API's port, from self.url (a test may point it elsewhere)."""
+        return int(self.url.rsplit(":", 1)[1])
+
+    def token(self):
+        return read_token(self.data)
+
+    def server_log_tail(self, n=6000):
+        try:
+            with open(self.log) as f:
+                return f.read()[-n:]
+        except OSError:
+            return ""
+
+    def start_server(self, extra_env=None, wait=True, seconds=30):
+        """`agenthold serve` with self.env (and extra_env), its output
+        appended to self.log; wait: until /healthz answers."""
+        env = dict(self.env)
+        env.update(extra_env or {})
+        with open(self.log, "a") as log:
+            log.write("---- server start ----\n")
+            log.flush()
+            self.server = subprocess.Popen([self.bin, "serve"], env=env, cwd=self.tmp,
+                                           stdout=log, stderr=log)
+        if wait:
+            self.wait_healthy(seconds)
+
+    def wait_healthy(self, seconds=30):
+        wait_healthy(self.server, self.port(), seconds, fail=self.fail, tail=self.server_log_tail)
+
+    def kill_server(self):
+        """SIGKILL, as a crash would (the caller's test of recovery)."""
+        if self.server and self.server.poll() is None:
+            self.server.send_signal(signal.SIGKILL)
+            self.server.wait()
+
+    def cli_env(self):
+        env = dict(self.env)
+        env["AGENTHOLD_URL"] = self.url
+        env["AGENTHOLD_TOKEN"] = self.token()
+        return env
+
+    def cli_run(self, args, timeout=180, stdin=None):
+        """The CLI with args as they are: the finished process."""
+        return subprocess.run([self.bin] + list(args), env=self.cli_env(), cwd=self.tmp,
+                              capture_output=True, text=True, timeout=timeout, input=stdin)
+
+    def run_cli(self, *args, timeout=180, stdin=None):
+        """(status, stdout, stderr) of the CLI."""
+        p = self.cli_run(args, timeout, stdin)
+        return p.returncode, p.stdout, p.stderr
+
+    def cli_raw(self, *args, timeout=180):
+        """The CLI with --json: the finished process."""
+        return self.cli_run(list(args) + ["--json"], timeout)
+
+    def cli(self, *args, timeout=180):
+        """The CLI with --json, which must succeed: its answer parsed."""
+        p = self.cli_raw(*args, timeout=timeout)
+        self.check(p.returncode == 0, "agenthold %s: status %d: %s" %
+                   (" ".join(args), p.returncode, p.stderr.strip()))
+        return json.loads(p.stdout)
+
+    def wait_state(self, name, want, seconds=20, interval=0.2):
+        """`agenthold show` until the agent is in state want (its answer),
+        or fail after seconds."""
+        deadline = time.time() + seconds
+        while True:
+            a = self.cli("show", name)
+            if a["state"] == want:
+                return a
+            if time.time() > deadline:
+                raise self.fail("%s: state %s, not %s, after %d s (error: %s)" %
+                                (name, a["state"], want, seconds, a.get("error")))
+            time.sleep(interval)
+
+    def stop_server(self):
+        """Kills the server if it still runs (the end of a run)."""
+        if self.server and self.server.poll() is None:
+            self.server.kill()
+            self.server.wait()
