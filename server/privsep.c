@@ -30,12 +30,14 @@
 #include "server/serve.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <grp.h>
 #include <libgen.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +276,16 @@ s_check_reach (const ah_config_t *c, char **err)
                         "server.data_dir elsewhere", c->user, c->data_dir, strerror (errno));
         return -1;
     }
+    if (c->lua_dir && access (c->lua_dir, R_OK | X_OK) != 0) {
+        *err = ah_strf ("the server's user %s cannot read policy.lua_dir %s (%s): chmod it (and "
+                        "its scripts) readable by that user", c->user, c->lua_dir, strerror (errno));
+        return -1;
+    }
+    if (c->catalog_path && access (c->catalog_path, R_OK) != 0) {
+        *err = ah_strf ("the server's user %s cannot read the catalog %s (%s): chmod it readable "
+                        "by that user", c->user, c->catalog_path, strerror (errno));
+        return -1;
+    }
     const char *keys [] = { "server.tls_cert", "server.tls_key" };
     const char *paths [] = { c->tls_cert, c->tls_key };
     for (int i = 0; i < 2; i++)
@@ -354,6 +366,52 @@ s_wait_hostd (monitor_t *m, char **err)
     return -1;
 }
 
+//  The shipped files the server reads while it runs (lua/ for policy
+//  reloads, the catalog's runtimes.json) sit in the tree the binary was
+//  built from, which may be below a directory the server's user cannot
+//  pass (a clone in /root, mode 0700). Opened as root before the drop and
+//  reached afterwards through /proc/self/fd/N, the files are still the
+//  same ones (an edited idle.lua is what a reload reads), and nothing
+//  above them has to change mode. -1 when path is NULL or cannot be opened.
+static int
+s_keep_dir (const char *path, bool parent)
+{
+    if (!path)
+        return -1;
+    char *copy = strdup (path);
+    int fd = copy ? open (parent ? dirname (copy) : copy, O_PATH | O_DIRECTORY) : -1;
+    free (copy);
+    return fd;
+}
+
+//  After the drop: *path through fd when the user cannot reach it by its
+//  name (mode is what it needs: R_OK | X_OK for a directory, R_OK for a
+//  file), said once in the log. fd is closed when it is not needed.
+static void
+s_reach_through (char **path, int fd, bool parent, int mode)
+{
+    if (fd < 0 || !*path)
+        return;
+    if (access (*path, mode) == 0 || errno != EACCES) {
+        close (fd);
+        return;
+    }
+    char *copy = strdup (*path);
+    char *via = copy ? (parent ? ah_strf ("/proc/self/fd/%d/%s", fd, basename (copy))
+                               : ah_strf ("/proc/self/fd/%d", fd)) : NULL;
+    free (copy);
+    if (via && access (via, mode) == 0) {
+        ah_info (AREA, "the server's user cannot pass a directory above %s: it reads it through "
+                 "a descriptor opened before the drop (%s)", *path, via);
+        free (*path);
+        *path = via;
+    }
+    else {
+        free (via);
+        close (fd);
+    }
+}
+
 static int
 s_start_server (monitor_t *m)
 {
@@ -365,7 +423,15 @@ s_start_server (monitor_t *m)
     if (pid == 0) {
         s_child_begin (m);
         char *err = NULL;
-        if (ah_privsep_drop (m->uid, m->gid, &err) || s_check_reach (m->config, &err)) {
+        int lua_fd = s_keep_dir (m->config->lua_dir, false);
+        int catalog_fd = s_keep_dir (m->config->catalog_path, true);
+        if (ah_privsep_drop (m->uid, m->gid, &err)) {
+            ah_error (AREA, "%s", err ? err : "cannot drop privileges");
+            _exit (1);
+        }
+        s_reach_through (&m->config->lua_dir, lua_fd, false, R_OK | X_OK);
+        s_reach_through (&m->config->catalog_path, catalog_fd, true, R_OK);
+        if (s_check_reach (m->config, &err)) {
             ah_error (AREA, "%s", err ? err : "cannot drop privileges");
             _exit (1);
         }

@@ -28,6 +28,7 @@ dockerserveuser<pid>, the default network pool."""
 import json
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +41,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 from ahdocker import SOCK, Fail, Harness  # noqa: E402
 import ahserver  # noqa: E402
 
+SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
 USER = "agenthold"
 IPC_SOCK = "/run/agenthold-hostd/hostd.sock"    # hostd.endpoint's default
 
@@ -146,7 +148,24 @@ def scenario_earlier_root_run():
     h.check(h.server.wait(timeout=60) == 0, "the root run stops with status 0")
     st = os.stat(os.path.join(h.data, "agenthold.db"))
     h.check(st.st_uid == 0, "the root run's database is root's")
-    h.start_server()
+    # The shipped lua/ and catalog below a directory the server's user
+    # cannot pass (as a clone in /root is): it reads them all the same.
+    private = os.path.join(h.tmp, "private")
+    os.mkdir(private, 0o700)
+    shutil.copytree(os.path.join(SRC, "lua"), os.path.join(private, "lua"))
+    shutil.copytree(os.path.join(SRC, "catalog"), os.path.join(private, "catalog"))
+    h.start_server({"AGENTHOLD_POLICY_LUA_DIR": os.path.join(private, "lua"),
+                    "AGENTHOLD_CATALOG_PATH": os.path.join(private, "catalog", "runtimes.json")})
+    log = h.server_log_tail(200000)
+    h.check("cannot pass a directory above %s/lua" % private in log
+            and "idle.lua loaded from /proc/self/fd/" in log,
+            "policies below a directory the server's user cannot pass are read through a descriptor")
+    with open(os.path.join(private, "lua", "idle.lua"), "a") as f:
+        f.write("\n-- edited after the start\n")
+    p = h.cli_run(["policy", "reload"], 60)
+    h.check(p.returncode == 0, "policy reload: %d %s" % (p.returncode, p.stderr[-300:]))
+    h.check(h.server_log_tail(200000).count("idle.lua loaded from /proc/self/fd/") == 2,
+            "a reload reads the edited script through the same descriptor")
     for name in ("", "agenthold.db", "admin.token", "agenthold.lock", "run"):
         st = os.stat(os.path.join(h.data, name))
         h.check(st.st_uid == PW.pw_uid and st.st_gid == PW.pw_gid,
