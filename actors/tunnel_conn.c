@@ -380,6 +380,7 @@ static int s_on_receive (struct lws *wsi, conn_t *conn, const void *in, size_t l
     if (lws_is_final_fragment (wsi))
         conn->msg_bytes = 0;
     const char *err = NULL;
+    conn->last_heard_ms = zclock_mono ();   //  whatever it sends shows it alive
     if (ah_yamux_input (conn->yamux, (const uint8_t *) in, len, &err)) {
         char why [200];
         snprintf (why, sizeof why, "sandbox connection lost (yamux protocol error: %s)", err ? err : "?");

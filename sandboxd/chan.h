@@ -23,8 +23,8 @@
 #include "sandboxd/sandboxd.h"
 
 #define AH_SBD_BACKLOG_MAX   (1u << 20)     //  transport bytes queued before producers pause
-#define AH_SBD_PING_MS       15000          //  yamux ping interval (docs/tunnel.md)
-#define AH_SBD_DEAD_MS       45000          //  no pong for this long: the connection is dead
+#define AH_SBD_PING_MS       15000          //  yamux ping after this much silence (docs/tunnel.md)
+#define AH_SBD_DEAD_MS       45000          //  nothing heard for this long: the connection is dead
 
 typedef struct {
     int  home_fd;                   //  borrowed, open on the home directory

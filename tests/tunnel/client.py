@@ -11,8 +11,10 @@ usage: client.py URL AGENT TOKEN MODE [ARG]
   MODE noauth          like auth without the Authorization header
   MODE version N       answer hello with version N (release 0.0.9), print how it ended
   MODE eversion        answer hello with ok=false code EVERSION
-  MODE silent          answer hello and every channel with ok, never answer a
-                       ping: print "CLOSED" when the server gives up on us
+  MODE silent          answer hello and every channel but the server's stats
+                       with ok, never a ping or a stats request (any frame
+                       would show it alive): print "CLOSED" when the server
+                       gives up on us
   MODE ok [SECONDS]    answer hello (in 5-byte messages: frames straddle
                        messages), pings and every channel with ok; print
                        "CLOSED ..." when the server closes, "TIMEOUT" after
@@ -92,7 +94,8 @@ async def run(url, agent, token, mode, arg):
                     continue
                 if flags & SYN:
                     streams[sid] = b""
-                    await ws.send(frame(1, ACK, sid, 0))
+                    if mode != "silent":    # silent: ACKs with its answer
+                        await ws.send(frame(1, ACK, sid, 0))
                 if typ == 0 and sid in streams:
                     streams[sid] += payload
                 data = streams.get(sid, b"")
@@ -103,6 +106,10 @@ async def run(url, agent, token, mode, arg):
                     continue
                 req = msgpack.unpackb(data[4:4 + n], raw=False)
                 answered.add(sid)
+                if mode == "silent":
+                    if req.get("ch") == "stats":
+                        continue
+                    await ws.send(frame(1, ACK, sid, 0))
                 if req.get("ch") == "hello":
                     if mode == "version":
                         rep = {"ok": True, "version": int(arg), "agent_id": agent,
