@@ -227,6 +227,17 @@ static void s_replied (self_t *self, chan_t *chan, ah_msg_t *reply, size_t used)
     ah_buf_free (&chan->rbuf);
 }
 
+//  Tell the opener yamux took bytes of its credit.
+void ah_tun_chan_ack (self_t *self, chan_t *chan, size_t bytes)
+{
+    if (chan->kind != CH_EXTERNAL)
+        return;
+    ah_msg_t *m = ah_msg_new ("CHAN_ACK");
+    ah_msg_set_int (m, "chan", chan->id);
+    ah_msg_set_int (m, "bytes", (int64_t) bytes);
+    ah_actor_send (self->actor, chan->opener, &m);
+}
+
 void ah_tun_chan_flush (self_t *self, chan_t *chan)
 {
     conn_t *conn = chan->conn;
@@ -239,12 +250,8 @@ void ah_tun_chan_flush (self_t *self, chan_t *chan)
         ah_buf_consume (&chan->pending, (size_t) n);
         taken += (size_t) n;
     }
-    if (taken && chan->kind == CH_EXTERNAL) {
-        ah_msg_t *m = ah_msg_new ("CHAN_ACK");
-        ah_msg_set_int (m, "chan", chan->id);
-        ah_msg_set_int (m, "bytes", (int64_t) taken);
-        ah_actor_send (self->actor, chan->opener, &m);
-    }
+    if (taken)
+        ah_tun_chan_ack (self, chan, taken);
     if (chan->eof_pending && !ah_buf_size (&chan->pending)) {
         chan->eof_pending = false;
         ah_yamux_close (conn->yamux, chan->stream);

@@ -413,6 +413,13 @@ static void s_y_output (void *ud, const uint8_t *data, size_t size)
     self->env.output (self->env.ud, data, size);
 }
 
+static void s_y_output_data (void *ud, const uint8_t *head, size_t head_size,
+                             const uint8_t *data, size_t size)
+{
+    ah_sbd_session_t *self = ud;
+    self->env.output_data (self->env.ud, head, head_size, data, size);
+}
+
 static void s_y_open (void *ud, uint32_t id)
 {
     ah_sbd_session_t *self = ud;
@@ -525,6 +532,7 @@ ah_sbd_session_t *ah_sbd_session_new (const ah_sbd_env_t *env)
         .output = s_y_output, .on_open = s_y_open, .on_data = s_y_data,
         .on_eof = s_y_eof, .on_closed = s_y_closed, .on_writable = s_y_writable,
         .on_pong = s_y_pong, .on_goaway = s_y_goaway,
+        .output_data = env->output_data ? s_y_output_data : NULL,
     };
     //  The server opens every stream: it is the yamux client (odd ids).
     self->yamux = ah_yamux_new (false, &cb, self);
