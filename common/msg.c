@@ -6,6 +6,12 @@
 #include <msgpack.h>
 #include <string.h>
 
+static void s_free_body (void *data, void *hint)
+{
+    (void) hint;
+    free (data);
+}
+
 int ah_msg_send (ah_msg_t **self_p, zsock_t *sock, const char *route)
 {
     if (!self_p || !*self_p)
@@ -23,8 +29,16 @@ int ah_msg_send (ah_msg_t **self_p, zsock_t *sock, const char *route)
         goto out;
     if (zmq_send (handle, type, strlen (type), ZMQ_SNDMORE) < 0)
         goto out;
-    if (zmq_send (handle, data, size, 0) < 0)
+    //  The body is handed to ZeroMQ, not copied (inproc passes it on as
+    //  it is): a channel's bytes cross to the other thread in this buffer.
+    zmq_msg_t body;
+    if (zmq_msg_init_data (&body, data, size, s_free_body, NULL))
         goto out;
+    data = NULL;
+    if (zmq_msg_send (&body, handle, 0) < 0) {
+        zmq_msg_close (&body);
+        goto out;
+    }
     rc = 0;
 out:
     free (data);

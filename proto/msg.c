@@ -492,8 +492,15 @@ ah_msg_t *ah_msg_dup (const ah_msg_t *self)
 
 int ah_msg_encode (const ah_msg_t *self, uint8_t **data, size_t *size)
 {
+    //  Sized once up front: a message carrying channel bytes would
+    //  otherwise be copied again at each doubling of the buffer.
+    size_t need = 5;
+    for (size_t i = 0; i < self->count; i++)
+        need += strlen (self->fields [i].key) + 5 + 9 + self->fields [i].size;
     msgpack_sbuffer sbuf;
     msgpack_sbuffer_init (&sbuf);
+    sbuf.data = malloc (need);
+    sbuf.alloc = sbuf.data ? need : 0;
     msgpack_packer pk;
     msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
     msgpack_pack_map (&pk, self->count);
