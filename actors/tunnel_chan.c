@@ -145,7 +145,7 @@ static void s_forward (self_t *self, chan_t *chan, const uint8_t *data, size_t s
         size_t n = size > AH_TUNNEL_DATA_MAX ? AH_TUNNEL_DATA_MAX : size;
         ah_msg_t *m = ah_msg_new ("CHAN_DATA");
         ah_msg_set_int (m, "chan", chan->id);
-        ah_msg_set_bin (m, "data", data, n);
+        ah_msg_set_bin_borrowed (m, "data", data, n);
         ah_actor_send (self->actor, chan->opener, &m);
         chan->unacked += n;
         data += n;

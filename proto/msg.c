@@ -9,6 +9,7 @@
 #include "proto/msg.h"
 
 #include <msgpack.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@ typedef struct {
     double  d;
     char   *data;           //  str (NUL-terminated), bin, raw
     size_t  size;
+    bool    borrowed;       //  data is the caller's (ah_msg_set_bin_borrowed): not freed
 } field_t;
 
 struct ah_msg_t {
@@ -51,7 +53,9 @@ ah_msg_t *ah_msg_new (const char *type)
 
 static void s_field_clear (field_t *f)
 {
-    free (f->data);
+    if (!f->borrowed)
+        free (f->data);
+    f->borrowed = false;
     f->data = NULL;
     f->size = 0;
 }
@@ -173,6 +177,17 @@ void ah_msg_set_nil (ah_msg_t *self, const char *key)
 void ah_msg_set_bin (ah_msg_t *self, const char *key, const void *data, size_t size)
 {
     s_set_bytes (self, key, F_BIN, data, size);
+}
+
+void ah_msg_set_bin_borrowed (ah_msg_t *self, const char *key, const void *data, size_t size)
+{
+    field_t *f = s_slot (self, key);
+    if (!f)
+        return;
+    f->data = (char *) (uintptr_t) data;
+    f->size = size;
+    f->type = F_BIN;
+    f->borrowed = true;
 }
 
 //  --------------------------------------------------------------------

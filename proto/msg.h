@@ -54,6 +54,10 @@ void ah_msg_set_double (ah_msg_t *self, const char *key, double value);
 void ah_msg_set_bool (ah_msg_t *self, const char *key, bool value);
 void ah_msg_set_nil (ah_msg_t *self, const char *key);
 void ah_msg_set_bin (ah_msg_t *self, const char *key, const void *data, size_t size);
+//  As ah_msg_set_bin without the copy: data (not NULL) stays the caller's and must
+//  outlive the message, which is meant to be sent at once (a channel's bytes on
+//  their way out; ah_msg_send encodes it before it returns).
+void ah_msg_set_bin_borrowed (ah_msg_t *self, const char *key, const void *data, size_t size);
 //  data must be one complete msgpack object (checked; returns -1 if not).
 int  ah_msg_set_raw (ah_msg_t *self, const char *key, const void *data, size_t size);
 
