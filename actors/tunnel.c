@@ -72,7 +72,8 @@ static void s_on_reply (void *self, ah_msg_t *msg)
 }
 
 //  TUNNEL_SESSIONS: the sandboxd connections held now, those whose hello
-//  succeeded (sessions) and all (connections), for GET /metrics.
+//  succeeded (sessions) and all (connections), and the channels open on
+//  them (every kind, the tunnel's own too), for GET /metrics.
 static void s_on_sessions (void *self_, ah_msg_t *msg)
 {
     self_t *self = self_;
@@ -85,6 +86,7 @@ static void s_on_sessions (void *self_, ah_msg_t *msg)
     ah_msg_set_int (reply, "status", 200);
     ah_msg_set_int (reply, "sessions", ready);
     ah_msg_set_int (reply, "connections", all);
+    ah_msg_set_int (reply, "channels", (int64_t) zhashx_size (self->chans));
     ah_actor_reply (self->actor, msg, reply);
 }
 
