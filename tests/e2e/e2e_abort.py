@@ -126,8 +126,8 @@ def tunnel_channels():
     """agenthold_tunnel_channels of GET /metrics: the channels the tunnel
     holds open (a leaked file channel stays in its table)."""
     st, raw = ahserver.request(API_PORT, "GET", "/metrics", None, token(), timeout=30)
-    check(st == 200, "GET /metrics: %d %s" % (st, raw[:200]))
-    for line in raw.splitlines():
+    check(st == 200, "GET /metrics: %d %r" % (st, raw[:200]))
+    for line in raw.decode(errors="replace").splitlines():
         if line.startswith("agenthold_tunnel_channels "):
             return int(float(line.split()[1]))
     raise Fail("GET /metrics has no agenthold_tunnel_channels")
