@@ -62,6 +62,12 @@ static char *s_frame_name (zframe_t *frame, const char *what, char **err)
     return zframe_strdup (frame);
 }
 
+static void s_release_zmsg (void *held)
+{
+    zmsg_t *zmsg = held;
+    zmsg_destroy (&zmsg);
+}
+
 ah_msg_t *ah_msg_recv_fault (zsock_t *sock, bool with_route, ah_msg_fault_t *fault)
 {
     memset (fault, 0, sizeof *fault);
@@ -91,12 +97,16 @@ ah_msg_t *ah_msg_recv_fault (zsock_t *sock, bool with_route, ah_msg_fault_t *fau
         goto out;
     snprintf (fault->type, sizeof fault->type, "%s", type);
     char *why = NULL;
-    self = ah_msg_decode (type, zframe_data (body), zframe_size (body), &why);
+    //  A channel's bytes stay in the frame they came in: the message
+    //  holds the ZeroMQ message and its bins point into it.
+    self = ah_msg_decode_borrowing (type, zframe_data (body), zframe_size (body), &why);
     if (!self) {
         fault->error = zsys_sprintf ("%s: %s", type, why ? why : "malformed");
         free (why);
         goto out;
     }
+    ah_msg_hold (self, zmsg, s_release_zmsg);
+    zmsg = NULL;
     if (route)
         ah_msg_set_peer (self, route);
 out:

@@ -34,6 +34,8 @@ struct ah_msg_t {
     field_t *fields;
     size_t   count;
     size_t   cap;
+    void    *held;          //  ah_msg_hold: what borrowed bins point into
+    void   (*release) (void *held);
 };
 
 static void s_copy_name (char *dst, const char *src)
@@ -70,6 +72,8 @@ void ah_msg_destroy (ah_msg_t **self_p)
         free (self->fields [i].key);
     }
     free (self->fields);
+    if (self->release)
+        self->release (self->held);
     free (self);
     *self_p = NULL;
 }
@@ -344,7 +348,25 @@ int ah_msg_set_raw (ah_msg_t *self, const char *key, const void *data, size_t si
     return 0;
 }
 
+void ah_msg_hold (ah_msg_t *self, void *held, void (*release) (void *held))
+{
+    self->held = held;
+    self->release = release;
+}
+
+static ah_msg_t *s_decode (const char *type, const void *data, size_t size, char **err, bool borrow);
+
 ah_msg_t *ah_msg_decode (const char *type, const void *data, size_t size, char **err)
+{
+    return s_decode (type, data, size, err, false);
+}
+
+ah_msg_t *ah_msg_decode_borrowing (const char *type, const void *data, size_t size, char **err)
+{
+    return s_decode (type, data, size, err, true);
+}
+
+static ah_msg_t *s_decode (const char *type, const void *data, size_t size, char **err, bool borrow)
 {
     const char *why = NULL;
     ah_msg_t *self = NULL;
@@ -387,7 +409,12 @@ ah_msg_t *ah_msg_decode (const char *type, const void *data, size_t size, char *
                 if (memchr (v.data, 0, v.size)) { why = "string field holds a NUL byte"; goto fail; }
                 s_set_bytes (self, key, F_STR, v.data, v.size);
                 break;
-            case F_BIN: s_set_bytes (self, key, F_BIN, v.data, v.size); break;
+            case F_BIN:
+                if (borrow && v.size)
+                    ah_msg_set_bin_borrowed (self, key, v.data, v.size);
+                else
+                    s_set_bytes (self, key, F_BIN, v.data, v.size);
+                break;
             case F_RAW: {
                 //  Rewind and skip the whole nested object to find its span.
                 cursor_t sub = { start, (size_t) (c.p - start) + c.left };
