@@ -72,7 +72,8 @@ static void s_on_reply (void *self, ah_msg_t *msg)
 }
 
 //  TUNNEL_SESSIONS: the sandboxd connections held now, those whose hello
-//  succeeded (sessions) and all (connections), for GET /metrics.
+//  succeeded (sessions) and all (connections), and the channels open on
+//  them (every kind, the tunnel's own too), for GET /metrics.
 static void s_on_sessions (void *self_, ah_msg_t *msg)
 {
     self_t *self = self_;
@@ -85,6 +86,7 @@ static void s_on_sessions (void *self_, ah_msg_t *msg)
     ah_msg_set_int (reply, "status", 200);
     ah_msg_set_int (reply, "sessions", ready);
     ah_msg_set_int (reply, "connections", all);
+    ah_msg_set_int (reply, "channels", (int64_t) zhashx_size (self->chans));
     ah_actor_reply (self->actor, msg, reply);
 }
 
@@ -167,7 +169,21 @@ static void s_on_data (void *self_, ah_msg_t *msg)
         ah_tun_chan_abort (self, chan, 0, "channel reset: the opener sent beyond its credit");
         return;
     }
-    if (size && ah_buf_append (&chan->pending, data, size) == 0)
+    if (!size)
+        return;
+    //  Nothing waits: yamux takes what its window allows straight from
+    //  the message, and only the rest is kept (one copy fewer).
+    size_t taken = 0;
+    if (ah_buf_size (&chan->pending) == 0) {
+        ssize_t n = ah_yamux_write (chan->conn->yamux, chan->stream, data, size);
+        if (n > 0)
+            taken = (size_t) n;
+        if (!ah_tun_chan_find (self, ah_msg_int (msg, "chan", 0)))
+            return;                 //  the write's callbacks ended the channel
+        if (taken)
+            ah_tun_chan_ack (self, chan, taken);
+    }
+    if (taken < size && ah_buf_append (&chan->pending, (const uint8_t *) data + taken, size - taken) == 0)
         ah_tun_chan_flush (self, chan);
 }
 

@@ -145,7 +145,7 @@ static void s_forward (self_t *self, chan_t *chan, const uint8_t *data, size_t s
         size_t n = size > AH_TUNNEL_DATA_MAX ? AH_TUNNEL_DATA_MAX : size;
         ah_msg_t *m = ah_msg_new ("CHAN_DATA");
         ah_msg_set_int (m, "chan", chan->id);
-        ah_msg_set_bin (m, "data", data, n);
+        ah_msg_set_bin_borrowed (m, "data", data, n);
         ah_actor_send (self->actor, chan->opener, &m);
         chan->unacked += n;
         data += n;
@@ -227,6 +227,17 @@ static void s_replied (self_t *self, chan_t *chan, ah_msg_t *reply, size_t used)
     ah_buf_free (&chan->rbuf);
 }
 
+//  Tell the opener yamux took bytes of its credit.
+void ah_tun_chan_ack (self_t *self, chan_t *chan, size_t bytes)
+{
+    if (chan->kind != CH_EXTERNAL)
+        return;
+    ah_msg_t *m = ah_msg_new ("CHAN_ACK");
+    ah_msg_set_int (m, "chan", chan->id);
+    ah_msg_set_int (m, "bytes", (int64_t) bytes);
+    ah_actor_send (self->actor, chan->opener, &m);
+}
+
 void ah_tun_chan_flush (self_t *self, chan_t *chan)
 {
     conn_t *conn = chan->conn;
@@ -239,12 +250,8 @@ void ah_tun_chan_flush (self_t *self, chan_t *chan)
         ah_buf_consume (&chan->pending, (size_t) n);
         taken += (size_t) n;
     }
-    if (taken && chan->kind == CH_EXTERNAL) {
-        ah_msg_t *m = ah_msg_new ("CHAN_ACK");
-        ah_msg_set_int (m, "chan", chan->id);
-        ah_msg_set_int (m, "bytes", (int64_t) taken);
-        ah_actor_send (self->actor, chan->opener, &m);
-    }
+    if (taken)
+        ah_tun_chan_ack (self, chan, taken);
     if (chan->eof_pending && !ah_buf_size (&chan->pending)) {
         chan->eof_pending = false;
         ah_yamux_close (conn->yamux, chan->stream);

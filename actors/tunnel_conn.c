@@ -27,17 +27,25 @@ typedef struct {
 //  yamux callbacks of the session (ud = conn); the streams' are in
 //  tunnel_chan.c
 
-static void s_ymx_output (void *ud, const uint8_t *data, size_t size)
+//  yamux's bytes (a frame: head and payload, either may be empty) queued
+//  for the WebSocket in one copy.
+static void s_ymx_output_data (void *ud, const uint8_t *head, size_t head_size,
+                               const uint8_t *data, size_t size)
 {
     conn_t *conn = (conn_t *) ud;
     if (!conn->wsi)
         return;
-    if (ah_buf_append (&conn->outq, data, size)) {
+    if (ah_buf_append (&conn->outq, head, head_size) || ah_buf_append (&conn->outq, data, size)) {
         ah_error (AREA, "agent '%s': out of memory queueing tunnel output", conn->agent_id);
         ah_tun_conn_close (conn, "out of memory", true, false, false);
         return;
     }
     lws_callback_on_writable (conn->wsi);
+}
+
+static void s_ymx_output (void *ud, const uint8_t *data, size_t size)
+{
+    s_ymx_output_data (ud, data, size, NULL, 0);
 }
 
 static void s_ymx_on_open (void *ud, uint32_t id)
@@ -252,7 +260,7 @@ static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id)
     //  front of it: the queue keeps that room.
     ah_buf_init (&conn->outq, LWS_PRE);
     ah_yamux_callbacks_t cb = {
-        .output = s_ymx_output, .on_open = s_ymx_on_open, .on_data = ah_tun_ymx_on_data,
+        .output = s_ymx_output, .output_data = s_ymx_output_data, .on_open = s_ymx_on_open, .on_data = ah_tun_ymx_on_data,
         .on_eof = ah_tun_ymx_on_eof, .on_closed = ah_tun_ymx_on_closed,
         .on_writable = ah_tun_ymx_on_writable, .on_pong = s_ymx_on_pong, .on_ping = s_ymx_on_ping, .on_goaway = s_ymx_on_goaway,
     };

@@ -118,6 +118,8 @@ void ah_tun_chan_fail (self_t *self, chan_t *chan, int status, const char *error
 //  ah_tun_chan_fail, then reset its stream.
 void ah_tun_chan_abort (self_t *self, chan_t *chan, int status, const char *error);
 //  Push the opener's pending bytes into yamux; ACK what it took.
+//  CHAN_ACK of bytes yamux took from the opener (external channels).
+void ah_tun_chan_ack (self_t *self, chan_t *chan, size_t bytes);
 void ah_tun_chan_flush (self_t *self, chan_t *chan);
 //  sandboxd's reply header on an internal channel (tunnel_conn.c).
 void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply);

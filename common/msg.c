@@ -6,6 +6,12 @@
 #include <msgpack.h>
 #include <string.h>
 
+static void s_free_body (void *data, void *hint)
+{
+    (void) hint;
+    free (data);
+}
+
 int ah_msg_send (ah_msg_t **self_p, zsock_t *sock, const char *route)
 {
     if (!self_p || !*self_p)
@@ -23,8 +29,16 @@ int ah_msg_send (ah_msg_t **self_p, zsock_t *sock, const char *route)
         goto out;
     if (zmq_send (handle, type, strlen (type), ZMQ_SNDMORE) < 0)
         goto out;
-    if (zmq_send (handle, data, size, 0) < 0)
+    //  The body is handed to ZeroMQ, not copied (inproc passes it on as
+    //  it is): a channel's bytes cross to the other thread in this buffer.
+    zmq_msg_t body;
+    if (zmq_msg_init_data (&body, data, size, s_free_body, NULL))
         goto out;
+    data = NULL;
+    if (zmq_msg_send (&body, handle, 0) < 0) {
+        zmq_msg_close (&body);
+        goto out;
+    }
     rc = 0;
 out:
     free (data);
@@ -46,6 +60,12 @@ static char *s_frame_name (zframe_t *frame, const char *what, char **err)
             return NULL;
         }
     return zframe_strdup (frame);
+}
+
+static void s_release_zmsg (void *held)
+{
+    zmsg_t *zmsg = held;
+    zmsg_destroy (&zmsg);
 }
 
 ah_msg_t *ah_msg_recv_fault (zsock_t *sock, bool with_route, ah_msg_fault_t *fault)
@@ -77,12 +97,16 @@ ah_msg_t *ah_msg_recv_fault (zsock_t *sock, bool with_route, ah_msg_fault_t *fau
         goto out;
     snprintf (fault->type, sizeof fault->type, "%s", type);
     char *why = NULL;
-    self = ah_msg_decode (type, zframe_data (body), zframe_size (body), &why);
+    //  A channel's bytes stay in the frame they came in: the message
+    //  holds the ZeroMQ message and its bins point into it.
+    self = ah_msg_decode_borrowing (type, zframe_data (body), zframe_size (body), &why);
     if (!self) {
         fault->error = zsys_sprintf ("%s: %s", type, why ? why : "malformed");
         free (why);
         goto out;
     }
+    ah_msg_hold (self, zmsg, s_release_zmsg);
+    zmsg = NULL;
     if (route)
         ah_msg_set_peer (self, route);
 out:

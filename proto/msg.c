@@ -9,6 +9,7 @@
 #include "proto/msg.h"
 
 #include <msgpack.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@ typedef struct {
     double  d;
     char   *data;           //  str (NUL-terminated), bin, raw
     size_t  size;
+    bool    borrowed;       //  data is the caller's (ah_msg_set_bin_borrowed): not freed
 } field_t;
 
 struct ah_msg_t {
@@ -32,6 +34,8 @@ struct ah_msg_t {
     field_t *fields;
     size_t   count;
     size_t   cap;
+    void    *held;          //  ah_msg_hold: what borrowed bins point into
+    void   (*release) (void *held);
 };
 
 static void s_copy_name (char *dst, const char *src)
@@ -51,7 +55,9 @@ ah_msg_t *ah_msg_new (const char *type)
 
 static void s_field_clear (field_t *f)
 {
-    free (f->data);
+    if (!f->borrowed)
+        free (f->data);
+    f->borrowed = false;
     f->data = NULL;
     f->size = 0;
 }
@@ -66,6 +72,8 @@ void ah_msg_destroy (ah_msg_t **self_p)
         free (self->fields [i].key);
     }
     free (self->fields);
+    if (self->release)
+        self->release (self->held);
     free (self);
     *self_p = NULL;
 }
@@ -173,6 +181,17 @@ void ah_msg_set_nil (ah_msg_t *self, const char *key)
 void ah_msg_set_bin (ah_msg_t *self, const char *key, const void *data, size_t size)
 {
     s_set_bytes (self, key, F_BIN, data, size);
+}
+
+void ah_msg_set_bin_borrowed (ah_msg_t *self, const char *key, const void *data, size_t size)
+{
+    field_t *f = s_slot (self, key);
+    if (!f)
+        return;
+    f->data = (char *) (uintptr_t) data;
+    f->size = size;
+    f->type = F_BIN;
+    f->borrowed = true;
 }
 
 //  --------------------------------------------------------------------
@@ -329,7 +348,25 @@ int ah_msg_set_raw (ah_msg_t *self, const char *key, const void *data, size_t si
     return 0;
 }
 
+void ah_msg_hold (ah_msg_t *self, void *held, void (*release) (void *held))
+{
+    self->held = held;
+    self->release = release;
+}
+
+static ah_msg_t *s_decode (const char *type, const void *data, size_t size, char **err, bool borrow);
+
 ah_msg_t *ah_msg_decode (const char *type, const void *data, size_t size, char **err)
+{
+    return s_decode (type, data, size, err, false);
+}
+
+ah_msg_t *ah_msg_decode_borrowing (const char *type, const void *data, size_t size, char **err)
+{
+    return s_decode (type, data, size, err, true);
+}
+
+static ah_msg_t *s_decode (const char *type, const void *data, size_t size, char **err, bool borrow)
 {
     const char *why = NULL;
     ah_msg_t *self = NULL;
@@ -372,7 +409,12 @@ ah_msg_t *ah_msg_decode (const char *type, const void *data, size_t size, char *
                 if (memchr (v.data, 0, v.size)) { why = "string field holds a NUL byte"; goto fail; }
                 s_set_bytes (self, key, F_STR, v.data, v.size);
                 break;
-            case F_BIN: s_set_bytes (self, key, F_BIN, v.data, v.size); break;
+            case F_BIN:
+                if (borrow && v.size)
+                    ah_msg_set_bin_borrowed (self, key, v.data, v.size);
+                else
+                    s_set_bytes (self, key, F_BIN, v.data, v.size);
+                break;
             case F_RAW: {
                 //  Rewind and skip the whole nested object to find its span.
                 cursor_t sub = { start, (size_t) (c.p - start) + c.left };
@@ -492,8 +534,15 @@ ah_msg_t *ah_msg_dup (const ah_msg_t *self)
 
 int ah_msg_encode (const ah_msg_t *self, uint8_t **data, size_t *size)
 {
+    //  Sized once up front: a message carrying channel bytes would
+    //  otherwise be copied again at each doubling of the buffer.
+    size_t need = 5;
+    for (size_t i = 0; i < self->count; i++)
+        need += strlen (self->fields [i].key) + 5 + 9 + self->fields [i].size;
     msgpack_sbuffer sbuf;
     msgpack_sbuffer_init (&sbuf);
+    sbuf.data = malloc (need);
+    sbuf.alloc = sbuf.data ? need : 0;
     msgpack_packer pk;
     msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
     msgpack_pack_map (&pk, self->count);

@@ -54,6 +54,10 @@ void ah_msg_set_double (ah_msg_t *self, const char *key, double value);
 void ah_msg_set_bool (ah_msg_t *self, const char *key, bool value);
 void ah_msg_set_nil (ah_msg_t *self, const char *key);
 void ah_msg_set_bin (ah_msg_t *self, const char *key, const void *data, size_t size);
+//  As ah_msg_set_bin without the copy: data (not NULL) stays the caller's and must
+//  outlive the message, which is meant to be sent at once (a channel's bytes on
+//  their way out; ah_msg_send encodes it before it returns).
+void ah_msg_set_bin_borrowed (ah_msg_t *self, const char *key, const void *data, size_t size);
 //  data must be one complete msgpack object (checked; returns -1 if not).
 int  ah_msg_set_raw (ah_msg_t *self, const char *key, const void *data, size_t size);
 
@@ -76,6 +80,12 @@ const char *ah_msg_key (const ah_msg_t *self, size_t i);
 int ah_msg_encode (const ah_msg_t *self, uint8_t **data, size_t *size);
 //  Decode a map; NULL with *err (caller frees) on malformed input.
 ah_msg_t *ah_msg_decode (const char *type, const void *data, size_t size, char **err);
+//  The same, but bin fields point into data (not copied): data must live
+//  as long as the message, which ah_msg_hold arranges.
+ah_msg_t *ah_msg_decode_borrowing (const char *type, const void *data, size_t size, char **err);
+//  The message owns held from now on: release (held) runs when it is
+//  destroyed (the ZeroMQ message its borrowed bins point into).
+void ah_msg_hold (ah_msg_t *self, void *held, void (*release) (void *held));
 
 //  The "req" of a map that may be malformed elsewhere (so a bad request
 //  can still be answered): true with *req when the top-level map holds

@@ -60,10 +60,31 @@ int ah_wsframe_parse (const uint8_t *buf, size_t size, bool want_mask, ah_wsfram
     return 1;
 }
 
+//  dst = src XOR the mask (dst may be src). Eight bytes a step: the
+//  mask repeats every four, so one 64-bit word of it serves any offset;
+//  a byte at a time cost sandboxd a fifth of a download's CPU.
+static void s_mask_copy (uint8_t *dst, const uint8_t *src, size_t size, const uint8_t mask [4],
+                         uint64_t offset)
+{
+    uint8_t m [8];
+    for (int i = 0; i < 8; i++)
+        m [i] = mask [(offset + (uint64_t) i) & 3];
+    uint64_t word;
+    memcpy (&word, m, 8);
+    size_t i = 0;
+    for (; i + 8 <= size; i += 8) {
+        uint64_t v;
+        memcpy (&v, src + i, 8);
+        v ^= word;
+        memcpy (dst + i, &v, 8);
+    }
+    for (; i < size; i++)
+        dst [i] = src [i] ^ m [i & 7];
+}
+
 void ah_wsframe_unmask (uint8_t *data, size_t size, const uint8_t mask [4], uint64_t offset)
 {
-    for (size_t i = 0; i < size; i++)
-        data [i] ^= mask [(offset + i) & 3];
+    s_mask_copy (data, data, size, mask, offset);
 }
 
 int ah_wsframe_append (ah_buf_t *out, int opcode, bool fin, const void *data, size_t size,
@@ -93,10 +114,10 @@ int ah_wsframe_append (ah_buf_t *out, int opcode, bool fin, const void *data, si
     if (!p)
         return -1;
     memcpy (p, head, h);
-    if (size)
-        memcpy (p + h, data, size);
     if (mask)
-        ah_wsframe_unmask (p + h, size, mask, 0);
+        s_mask_copy (p + h, data, size, mask, 0);
+    else if (size)
+        memcpy (p + h, data, size);
     ah_buf_commit (out, h + size);
     return 0;
 }

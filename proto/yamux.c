@@ -27,7 +27,8 @@
 
 #define S_MAX_STREAMS   1024        //  live streams per session
 #define S_BUCKETS       256         //  stream table buckets (power of two)
-#define S_MAX_FRAME     65536       //  largest data payload we send in one frame
+#define S_MAX_FRAME     (256u << 10) //  largest data payload we send in one frame (output_data)
+#define S_COPY_FRAME    65536       //  ... when yamux copies it into a frame of its own
 #define S_GROW_MS       20          //  half a window consumed this fast: the window is short
 
 typedef struct s_stream_t {
@@ -490,18 +491,28 @@ ssize_t ah_yamux_write (ah_yamux_t *self, uint32_t id, const uint8_t *data, size
         size_t n = size - total;
         if (n > s->send_window)
             n = s->send_window;
-        if (n > S_MAX_FRAME)
-            n = S_MAX_FRAME;
+        size_t most = self->cb.output_data ? S_MAX_FRAME : S_COPY_FRAME;
+        if (n > most)
+            n = most;
         if (n == 0) {
             s->want_writable = true;
             break;
         }
         s->send_window -= (uint32_t) n;
-        uint8_t frame [AH_YAMUX_HEADER_SIZE + S_MAX_FRAME];
         ah_yamux_header_t h = { AH_YAMUX_VERSION, AH_YAMUX_DATA, 0, id, (uint32_t) n };
-        ah_yamux_header_encode (&h, frame);
-        memcpy (frame + AH_YAMUX_HEADER_SIZE, data + total, n);
+        const uint8_t *payload = data + total;
         total += n;
+        if (self->cb.output_data) {
+            uint8_t head [AH_YAMUX_HEADER_SIZE];
+            ah_yamux_header_encode (&h, head);
+            self->cb.output_data (self->ud, head, sizeof head, payload, n);
+            if (self->doomed)
+                break;
+            continue;
+        }
+        uint8_t frame [AH_YAMUX_HEADER_SIZE + S_COPY_FRAME];
+        ah_yamux_header_encode (&h, frame);
+        memcpy (frame + AH_YAMUX_HEADER_SIZE, payload, n);
         if (!s_output (self, frame, AH_YAMUX_HEADER_SIZE + n))
             break;
     }

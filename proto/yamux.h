@@ -74,6 +74,11 @@ typedef struct {
     //  monotonic); NULL: CLOCK_MONOTONIC. Tests drive it, so that what
     //  they check does not depend on how fast the machine is.
     int64_t (*now_ms) (void *ud);
+    //  Optional: a data frame as its header and its payload (borrowed),
+    //  to be queued as one piece as output would; saves yamux copying the
+    //  payload into a frame of its own. NULL: data frames go to output.
+    void (*output_data) (void *ud, const uint8_t *head, size_t head_size,
+                         const uint8_t *data, size_t size);
 } ah_yamux_callbacks_t;
 
 typedef struct ah_yamux_t ah_yamux_t;

@@ -236,6 +236,24 @@ static void s_consume (ah_sbd_session_t *self, chan_t *ch, size_t n)
     }
 }
 
+//  An upload's bytes into its temporary file, all of them; after an error
+//  the rest is dropped (the trailer reports the error).
+static void s_write_file (chan_t *ch, const uint8_t *data, size_t size)
+{
+    size_t used = 0;
+    while (used < size && !ch->write_errno) {
+        ssize_t w = write (ch->file, data + used, size - used);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            ch->write_errno = errno;
+            break;
+        }
+        used += (size_t) w;
+        ch->done += (uint64_t) w;
+    }
+}
+
 //  Use what sits in ch->in; give yamux back the bytes used.
 static void s_process_in (ah_sbd_session_t *self, chan_t *ch)
 {
@@ -243,21 +261,8 @@ static void s_process_in (ah_sbd_session_t *self, chan_t *ch)
     if (ch->kind == K_NEW)
         return;                             //  s_header_in's
     if (ch->kind == K_FS_WRITE) {
-        while (used < have) {
-            if (ch->write_errno) {
-                used = have;                //  drain; the trailer reports it
-                break;
-            }
-            ssize_t w = write (ch->file, ah_buf_head (&ch->in) + used, have - used);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w < 0) {
-                ch->write_errno = errno;
-                continue;
-            }
-            used += (size_t) w;
-            ch->done += (uint64_t) w;
-        }
+        s_write_file (ch, ah_buf_head (&ch->in), have);
+        used = have;
     }
     else if (ch->kind == K_PTY || ch->kind == K_EXEC)
         used = ah_sbd_records_in (self, ch);
@@ -413,6 +418,13 @@ static void s_y_output (void *ud, const uint8_t *data, size_t size)
     self->env.output (self->env.ud, data, size);
 }
 
+static void s_y_output_data (void *ud, const uint8_t *head, size_t head_size,
+                             const uint8_t *data, size_t size)
+{
+    ah_sbd_session_t *self = ud;
+    self->env.output_data (self->env.ud, head, head_size, data, size);
+}
+
 static void s_y_open (void *ud, uint32_t id)
 {
     ah_sbd_session_t *self = ud;
@@ -439,6 +451,13 @@ static void s_y_data (void *ud, uint32_t id, const uint8_t *data, size_t size)
     }
     if (ah_buf_size (&ch->in) + size > S_IN_MAX) {
         ah_sbd_reset (self, ch, "more unconsumed data than the window allows");
+        return;
+    }
+    //  An upload with nothing queued: straight from the frame to the file,
+    //  not copied through ch->in first.
+    if (ch->kind == K_FS_WRITE && !ah_buf_size (&ch->in)) {
+        s_write_file (ch, data, size);
+        ah_yamux_consumed (self->yamux, ch->id, size);
         return;
     }
     if (ah_buf_append (&ch->in, data, size)) {
@@ -525,6 +544,7 @@ ah_sbd_session_t *ah_sbd_session_new (const ah_sbd_env_t *env)
         .output = s_y_output, .on_open = s_y_open, .on_data = s_y_data,
         .on_eof = s_y_eof, .on_closed = s_y_closed, .on_writable = s_y_writable,
         .on_pong = s_y_pong, .on_goaway = s_y_goaway,
+        .output_data = env->output_data ? s_y_output_data : NULL,
     };
     //  The server opens every stream: it is the yamux client (odd ids).
     self->yamux = ah_yamux_new (false, &cb, self);

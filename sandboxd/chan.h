@@ -35,6 +35,9 @@ typedef struct {
     int64_t *reaped_ns;             //  CPU of reaped children (TREE stats), owned by the instance
     //  Transport: bytes to send (must take them all), bytes still queued.
     void   (*output) (void *ud, const uint8_t *data, size_t size);
+    //  Optional: a yamux data frame as header + payload (ah_yamux_callbacks_t)
+    void   (*output_data) (void *ud, const uint8_t *head, size_t head_size,
+                           const uint8_t *data, size_t size);
     size_t (*backlog) (void *ud);
     void *ud;
 } ah_sbd_env_t;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #define S_CHUNK          (64u * 1024u)      //  largest read from a file or fd at once
+#define S_FILE_CHUNK     (256u * 1024u)     //  largest read of fs.read at once (fewer, bigger frames)
 #define S_IN_MAX         (AH_YAMUX_MAX_WINDOW + 16)
 #define S_LIST_BYTES     60000              //  fs.list entries kept under the header cap
 #define S_LIST_NAMES     200000             //  names read from one directory at most

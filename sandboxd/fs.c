@@ -164,23 +164,26 @@ void ah_sbd_fs_read_pump (ah_sbd_session_t *self, chan_t *ch)
         uint32_t win = ah_yamux_send_window (self->yamux, ch->id);
         if (win == 0)
             return;
-        size_t want = S_CHUNK;
+        size_t want = S_FILE_CHUNK;
         if (want > win)
             want = win;
         if (want > ch->size - ch->done)
             want = (size_t) (ch->size - ch->done);
-        ssize_t r = read (ch->file, self->buf, want);
+        //  Read straight into the channel's output (no bounce buffer).
+        uint8_t *p = ah_buf_reserve (&ch->out, want);
+        if (!p) {
+            ah_sbd_reset (self, ch, "out of memory");
+            return;
+        }
+        ssize_t r = read (ch->file, p, want);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) {
             ah_sbd_reset (self, ch, r == 0 ? "file shrank while being read" : strerror (errno));
             return;
         }
+        ah_buf_commit (&ch->out, (size_t) r);
         ch->done += (uint64_t) r;
-        if (ah_buf_append (&ch->out, self->buf, (size_t) r)) {
-            ah_sbd_reset (self, ch, "out of memory");
-            return;
-        }
         ah_sbd_flush (self, ch);
     }
 }

@@ -93,6 +93,14 @@ static void s_t_output (void *ud, const uint8_t *data, size_t size)
         s_t_fail (t, "%s", "out of memory queueing output");
 }
 
+static void s_t_output_data (void *ud, const uint8_t *head, size_t head_size,
+                             const uint8_t *data, size_t size)
+{
+    s_transport_t *t = ud;
+    if (ah_buf_append (&t->q, head, head_size) || ah_buf_append (&t->q, data, size))
+        s_t_fail (t, "%s", "out of memory queueing output");
+}
+
 static size_t s_t_backlog (void *ud)
 {
     s_transport_t *t = ud;
@@ -190,7 +198,7 @@ static void s_serve (ah_sandboxd_t *self, s_transport_t *t, char *why, size_t wh
         .agent_id = self->dialled_id,
         .switch_user = self->opts.switch_user, .stats = self->opts.stats,
         .reaped_ns = &self->reaped_ns,
-        .output = s_t_output, .backlog = s_t_backlog, .ud = t,
+        .output = s_t_output, .output_data = s_t_output_data, .backlog = s_t_backlog, .ud = t,
     };
     t->session = ah_sbd_session_new (&env);
     uint8_t *rbuf = t->ws ? NULL : malloc (65536);

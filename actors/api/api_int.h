@@ -137,6 +137,9 @@ typedef struct {
     //  1: more will come (call api_want_write when it has), 0: the body
     //  is complete, -1: close the connection now (a broken stream).
     int (*produce) (req_t *r);
+    //  Optional: n bytes of conn->out went to the socket (a streamed
+    //  response that queues its bytes as they come acknowledges them here).
+    void (*written) (req_t *r, size_t n);
 } ext_ops_t;
 
 typedef struct {

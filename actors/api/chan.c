@@ -117,7 +117,7 @@ int api_chan_send (api_chan_t *chan, const void *data, size_t size)
         size_t n = size - off > PIECE ? PIECE : size - off;
         ah_msg_t *m = ah_msg_new ("CHAN_DATA");
         ah_msg_set_int (m, "chan", chan->id);
-        ah_msg_set_bin (m, "data", (const uint8_t *) data + off, n);
+        ah_msg_set_bin_borrowed (m, "data", (const uint8_t *) data + off, n);
         if (api_send (chan->api, "tunnel", &m))
             return -1;
         chan->unacked += (int64_t) n;

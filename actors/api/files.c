@@ -5,8 +5,9 @@
     An agent that is not running is read without waking it, when the
     server reaches its home (home_read.c); writes need it running.
 
-    Flow control: a download holds at most the tunnel's credit and ACKs
-    what the connection took; an upload sends at most API_CHAN_CREDIT
+    Flow control: a download's bytes are queued in the connection's
+    output as they come (at most the stream's window) and ACKed as lws
+    writes them to the client's socket; an upload sends at most API_CHAN_CREDIT
     unacknowledged and lets the client's bytes wait (reading pauses)
     until the tunnel takes more.                                        */
 #include "actors/api/api_int.h"
@@ -30,8 +31,9 @@ typedef struct {
     op_t op;
     api_chan_t chan;
     char path [4096];
-    ah_buf_t buf;                   //  a download's bytes, or the upload's trailer
-    uint64_t total, sent;           //  a download
+    ah_buf_t buf;                   //  the upload's trailer
+    uint64_t total, received;       //  a download: announced, queued in conn->out so far
+    size_t queued;                  //  ... of which not yet written (nor acknowledged)
     bool closed;                    //  the channel ended
     bool broken;
 } files_t;
@@ -126,19 +128,32 @@ static void s_read_opened (void *owner, ah_msg_t *reply)
         api_respond_stream (r, 200, "application/octet-stream", 0);
 }
 
+//  A download's bytes go straight into the connection's output (one
+//  copy); they are acknowledged to the tunnel as lws writes them, so at
+//  most the stream's window waits here.
 static void s_read_data (void *owner, const uint8_t *data, size_t size)
 {
     files_t *f = owner;
     req_t *r = f->r;
-    if (ah_buf_size (&f->buf) + size > MAX_DOWN_BUF || f->sent + ah_buf_size (&f->buf) + size > f->total
-    ||  ah_buf_append (&f->buf, data, size)) {
+    if (f->broken)
+        return;
+    if (f->queued + size > MAX_DOWN_BUF || f->received + size > f->total) {
         ah_warn (AREA, "%s: the tunnel sent more than announced or acknowledged; closing", r->path);
         api_chan_close (&f->chan);
         f->broken = true;
+        api_want_write (r);
+        return;
     }
     if (!r->responded)
         api_respond_stream (r, 200, "application/octet-stream", (int64_t) f->total);
-    api_want_write (r);
+    if (api_out (r, data, size)) {
+        ah_warn (AREA, "%s: out of memory queueing the download; closing", r->path);
+        api_chan_close (&f->chan);
+        f->broken = true;
+        return;
+    }
+    f->received += size;
+    f->queued += size;
 }
 
 static void s_read_closed (void *owner, const char *error)
@@ -146,8 +161,8 @@ static void s_read_closed (void *owner, const char *error)
     files_t *f = owner;
     req_t *r = f->r;
     f->closed = true;
-    if (f->sent + ah_buf_size (&f->buf) >= f->total)
-        return;                     //  all here: written by produce
+    if (f->received >= f->total)
+        return;                     //  all here: written as lws takes it
     ah_warn (AREA, "%s: the file stream ended early: %s", r->path, error ? error : "closed");
     if (!r->responded)
         api_respond_error (r, 502, "the file's stream from the sandbox ended early: %s",
@@ -158,24 +173,27 @@ static void s_read_closed (void *owner, const char *error)
     }
 }
 
+//  Called once conn->out is empty: every byte received was written.
 static int s_read_produce (req_t *r)
 {
     files_t *f = r->ext;
-    size_t n = ah_buf_size (&f->buf);
-    if (n > API_CHUNK)
-        n = API_CHUNK;
-    if (n) {
-        if (api_out (r, ah_buf_head (&f->buf), n))
-            return -1;
-        ah_buf_consume (&f->buf, n);
-        f->sent += n;
-        api_chan_ack (&f->chan, n);
-    }
-    if (f->sent == f->total)
+    if (f->received == f->total)
         return 0;
-    if (f->broken && ah_buf_size (&f->buf) == 0)
+    if (f->broken)
         return -1;                  //  the length cannot match: close
     return 1;
+}
+
+static void s_read_written (req_t *r, size_t n)
+{
+    files_t *f = r->ext;
+    if (!f || f->op != F_READ)
+        return;
+    //  The first write also carried the response's head: never more
+    //  than was queued.
+    size_t acked = n < f->queued ? n : f->queued;
+    f->queued -= acked;
+    api_chan_ack (&f->chan, acked);
 }
 
 static const chan_ops_t s_read_ops = {
@@ -266,7 +284,8 @@ static const chan_ops_t s_write_ops = {
 };
 
 static const ext_ops_t s_ext_ops = {
-    .free = s_free, .body = s_write_body, .body_end = s_write_body_end, .produce = s_read_produce
+    .free = s_free, .body = s_write_body, .body_end = s_write_body_end, .produce = s_read_produce,
+    .written = s_read_written,
 };
 
 //  --------------------------------------------------------------------

@@ -730,6 +730,8 @@ static int s_writeable (conn_t *conn)
         if (lws_write (conn->wsi, ah_buf_head (&conn->out), n, LWS_WRITE_RAW) < (int) n)
             return -1;
         ah_buf_consume (&conn->out, n);
+        if (r->ext_ops && r->ext_ops->written)
+            r->ext_ops->written (r, n);
         if (ah_buf_size (&conn->out) > 0 || r->streaming)
             api_conn_want_write (conn);
     }

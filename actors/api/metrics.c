@@ -55,7 +55,7 @@ struct api_metrics_t {
     histogram_t durations [H_COUNT];
     zhashx_t *seen;                 //  agent id -> seen_t
     //  The tunnel's answer to the request being served (TUNNEL_SESSIONS).
-    int64_t tunnel_sessions, tunnel_connections;
+    int64_t tunnel_sessions, tunnel_connections, tunnel_channels;
 };
 
 static void s_free_seen (void **item)
@@ -253,6 +253,9 @@ static void s_exposition (req_t *r, const json_t *runtimes)
     s_family (&out, "agenthold_tunnel_connections", "gauge",
               "Sandboxd connections the tunnel holds, hello done or not.");
     ah_buf_appendf (&out, "agenthold_tunnel_connections %lld\n", (long long) m->tunnel_connections);
+    s_family (&out, "agenthold_tunnel_channels", "gauge",
+              "Channels (yamux streams) open on the tunnel's connections.");
+    ah_buf_appendf (&out, "agenthold_tunnel_channels %lld\n", (long long) m->tunnel_channels);
 
     s_family (&out, "agenthold_wakes_total", "counter", "Sandboxes woken (sleeping to starting), by cause.");
     for (int c = 0; c < C_COUNT; c++)
@@ -347,6 +350,7 @@ static void s_sessions (req_t *r, ah_msg_t *reply)
     api_metrics_t *m = r->api->metrics;
     m->tunnel_sessions = ah_msg_int (reply, "sessions", 0);
     m->tunnel_connections = ah_msg_int (reply, "connections", 0);
+    m->tunnel_channels = ah_msg_int (reply, "channels", 0);
     ah_msg_t *msg = ah_msg_new ("CATALOG_LIST");
     api_ask (r, "builder", &msg, s_catalog);
 }

@@ -15,7 +15,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "docker"))
 import ahserver  # noqa: E402
+import ahdocker  # noqa: E402
 
 
 class BenchError(Exception):
@@ -28,8 +30,14 @@ def free_port(avoid=(), ports=(18900, 18999)):
     return ahserver.free_port(lo, hi, (os.getpid() * 7) % (hi - lo + 1), avoid, fail=BenchError)
 
 
+#  With docker_image: the Docker driver's network pool (one /22 of the
+#  test pools' 10.213.0.0/16 that no test uses).
+DOCKER_POOL = "10.213.216.0/22"
+
+
 class Server:
-    def __init__(self, binary, prefix="ah-bench-", ports=(18900, 18999), env=None):
+    def __init__(self, binary, prefix="ah-bench-", ports=(18900, 18999), env=None,
+                 docker_image=None):
         self.binary = os.path.abspath(binary)
         self.tmp = tempfile.mkdtemp(prefix=prefix)
         self.data = os.path.join(self.tmp, "data")
@@ -39,9 +47,29 @@ class Server:
         #  No tap: with one, the api's channels take the bus so the tap
         #  sees them (docs/architecture.md); the benchmarks measure the
         #  default path.
-        self.env = ahserver.server_env(self.data, self.api_port, self.tunnel_port, extra=dict({
-            "AGENTHOLD_LOG": "warn",
-        }, **(env or {})))
+        extra = {"AGENTHOLD_LOG": "warn"}
+        self.docker_prefix = None
+        if docker_image:
+            #  The Docker driver, the real static sandboxd in a container
+            #  of docker_image (the one runtime of a catalog of its own);
+            #  everything it makes carries docker_prefix, removed in close().
+            self.docker_prefix = "benchfiles%d" % os.getpid()
+            catalog = os.path.join(self.tmp, "runtimes.json")
+            with open(catalog, "w") as f:
+                json.dump({"version": 2, "runtimes": [{
+                    "alias": "bench", "image": docker_image, "needs_network": False,
+                    "description": "the benchmark's image"}]}, f)
+            extra.update({
+                "AGENTHOLD_SANDBOX_DEFAULT_IMAGE": docker_image,
+                "AGENTHOLD_SANDBOX_DOCKER_SOCKET": ahdocker.SOCK,
+                "AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": self.docker_prefix,
+                "AGENTHOLD_SANDBOX_DOCKER_NETWORK_POOL": DOCKER_POOL,
+                "AGENTHOLD_CATALOG_PATH": catalog,
+            })
+        extra.update(env or {})
+        self.env = ahserver.server_env(self.data, self.api_port, self.tunnel_port,
+                                       driver="docker" if docker_image else "fake",
+                                       tunnel_host="" if docker_image else "127.0.0.1", extra=extra)
         self.log_path = os.path.join(self.tmp, "server.log")
         self.proc = None
         self.extra = []             # other processes to end with the server
@@ -96,7 +124,26 @@ class Server:
                     pass
         self.extra = []
         self.proc = None
+        if self.docker_prefix:
+            self._docker_cleanup()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _docker_cleanup(self):
+        """Every container, network and volume of docker_prefix (the
+        agents' and the firewall probe's), by label."""
+        for label in ("agenthold.prefix", "agenthold.probe"):
+            f = ahdocker.q(json.dumps({"label": ["%s=%s" % (label, self.docker_prefix)]}))
+            for x in ahdocker.engine("GET", "/containers/json?all=1&filters=" + f)[1] or []:
+                ahdocker.engine("DELETE", "/containers/%s?force=true&v=true" % x["Id"])
+            for x in ahdocker.engine("GET", "/networks?filters=" + f)[1] or []:
+                ahdocker.engine("DELETE", "/networks/%s" % x["Id"])
+            vols = (ahdocker.engine("GET", "/volumes?filters=" + f)[1] or {}).get("Volumes") or []
+            for x in vols:
+                ahdocker.engine("DELETE", "/volumes/%s?force=true" % x["Name"])
+
+    def container(self, agent_id):
+        """The Docker driver's container of the agent (its name)."""
+        return "%s-%s" % (self.docker_prefix, agent_id)
 
     def thread_cpu(self):
         """{thread name: CPU seconds (user + system)} of the server's own

@@ -2,7 +2,7 @@
 """bench/files/bench_files.py: file throughput up and down through the API
 against a raw loopback TCP copy of the same bytes, in the same run.
 
-usage: bench_files.py AGENTHOLD_BINARY [--mib N] [--rounds R]
+usage: bench_files.py AGENTHOLD_BINARY [--mib N] [--rounds R] [--docker IMAGE]
 
 Starts the real `agenthold serve` (fake driver: sandboxd in-process, its
 home under the data directory), creates an agent, and per round:
@@ -14,6 +14,14 @@ home under the data directory), creates an agent, and per round:
   baseline: the same local file read in 1 MiB blocks and sent over a plain
             loopback TCP connection to another process, which writes it to
             a file and fsyncs it (as sandboxd does) before answering one byte.
+With --docker IMAGE our side runs on the Docker driver instead: the real
+static sandboxd in a container of IMAGE (a local image; the driver mounts
+sandboxd), and a fourth and fifth figure are the goal's peer:
+  docker cp in:  `docker cp SRC CONTAINER:/home/agent/cp.bin` into the
+            same container (the CLI tars the file, the engine unpacks it
+            into the container's home volume; no fsync);
+  docker cp out: `docker cp CONTAINER:/home/agent/bench.bin DST`, the file
+            our upload left there (the engine tars it, the CLI unpacks it).
 The rounds are interleaved (baseline, up, down) so the machine's noise
 falls on all three; each figure is the median over the rounds, with its
 ratio to the baseline of the same run. The same client code (Python,
@@ -27,12 +35,14 @@ import hashlib
 import http.client
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ahserve  # noqa: E402
+from ahserve import ahdocker  # noqa: E402
 from ahserve import BenchError, Goals, Server, median  # noqa: E402
 
 BLOCK = 1 << 20
@@ -138,6 +148,25 @@ def download(srv, agent_id, dst, size):
     return dt
 
 
+def docker_cp(src, dst):
+    """One `docker cp` (the CLI, as a user runs it), timed."""
+    t0 = time.perf_counter()
+    p = subprocess.run(["docker", "cp", src, dst], capture_output=True, text=True, timeout=600)
+    dt = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise BenchError("docker cp %s %s: status %d: %s" % (src, dst, p.returncode, p.stderr.strip()))
+    return dt
+
+
+def sha256_in(cid, path):
+    """sha256 of a file inside the container (its own sha256sum)."""
+    out = ahdocker.exec_in(cid, ["sha256sum", path], timeout=120)
+    h = out.split()[0] if out.split() else ""
+    if len(h) != 64:
+        raise BenchError("sha256sum %s in the container: %r" % (path, out[:200]))
+    return h
+
+
 #  With the fake driver sandboxd runs inside the server as threads of
 #  this name: the sandbox's side of the transfer, not the server's.
 SANDBOX_THREADS = ("ah-sandboxd",)
@@ -178,12 +207,19 @@ def main():
     ap.add_argument("agenthold")
     ap.add_argument("--mib", type=int, default=256, help="file size in MiB (default 256)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds, medians printed (default 3)")
+    ap.add_argument("--docker", metavar="IMAGE",
+                    help="our side on the Docker driver in a container of IMAGE, against docker cp "
+                         "into and out of the same container")
     a = ap.parse_args()
+    if a.docker and not ahdocker.engine_up():
+        print("bench_files: no Docker Engine at %s" % ahdocker.SOCK, file=sys.stderr)
+        return 77
     if a.mib < 1 or a.mib > 4096 or a.rounds < 1 or a.rounds > 50:
         ap.error("--mib 1..4096 (the API takes uploads up to 4 GiB), --rounds 1..50")
     size = a.mib << 20
     rx = None
-    with Server(a.agenthold, "ah-bench-files-") as srv:
+    goals = Goals()
+    with Server(a.agenthold, "ah-bench-files-", docker_image=a.docker) as srv:
         try:
             src = os.path.join(srv.tmp, "src.bin")
             dst = os.path.join(srv.tmp, "down.bin")
@@ -191,7 +227,15 @@ def main():
             port_file = os.path.join(srv.tmp, "rx.port")
             want = make_source(src, size)
             agent_id = srv.create_agent("bench-files")
-            landed = os.path.join(srv.agent_dir(agent_id), "home", "bench.bin")
+            cid = srv.container(agent_id) if a.docker else None
+            if a.docker:
+                def landed_sha():
+                    return sha256_in(cid, "/home/agent/bench.bin")
+            else:
+                def landed_sha():
+                    return sha256_file(os.path.join(srv.agent_dir(agent_id), "home", "bench.bin"))
+            cp_out = os.path.join(srv.tmp, "cp-out.bin")
+            t_cp_in, t_cp_out = [], []
             rx = srv.spawn([sys.executable, os.path.abspath(__file__), "--receiver",
                             port_file, base_out])
             deadline = time.time() + 10
@@ -215,8 +259,16 @@ def main():
                     t_up.append(upload(srv, agent_id, src, size))
                 rss_peak = max(rss_peak, w.peak)
                 cpu_up.append(cpu_delta(c0, srv.thread_cpu()))
-                if sha256_file(landed) != want:
+                if landed_sha() != want:
                     raise BenchError("round %d: the uploaded file differs from the source" % r)
+                if a.docker:
+                    t_cp_in.append(docker_cp(src, "%s:/home/agent/cp.bin" % cid))
+                    if sha256_in(cid, "/home/agent/cp.bin") != want:
+                        raise BenchError("round %d: docker cp's copy in differs from the source" % r)
+                    t_cp_out.append(docker_cp("%s:/home/agent/bench.bin" % cid, cp_out))
+                    if sha256_file(cp_out) != want:
+                        raise BenchError("round %d: docker cp's copy out differs from the source" % r)
+                    os.unlink(cp_out)
                 c0 = srv.thread_cpu()
                 with RssWatch(srv) as w:
                     t_down.append(download(srv, agent_id, dst, size))
@@ -229,13 +281,24 @@ def main():
             up = a.mib / median(t_up)
             down = a.mib / median(t_down)
             print("bench_files: %d MiB, %d round(s), medians; sha256 %s... checked "
-                  "(source = sandbox's copy = download = baseline copy)" % (a.mib, a.rounds, want[:16]))
-            goals = Goals()
+                  "(source = sandbox's copy = download = baseline copy%s); our side: %s"
+                  % (a.mib, a.rounds, want[:16], " = docker cp's copies" if a.docker else "",
+                     "Docker driver, sandboxd in a container of " + a.docker if a.docker
+                     else "fake driver, sandboxd in the server process"))
             print("  baseline (loopback TCP, file to file + fsync) %9.1f MiB/s" % base)
             print("  up   (PUT fs/file through the API)            %9.1f MiB/s   %.3fx baseline   %s"
                   % (up, up / base, goals.at_least("up/baseline", up / base, 0.6)))
             print("  down (GET fs/file through the API)            %9.1f MiB/s   %.3fx baseline   %s"
                   % (down, down / base, goals.at_least("down/baseline", down / base, 0.6)))
+            if a.docker:
+                cp_in = a.mib / median(t_cp_in)
+                cp_o = a.mib / median(t_cp_out)
+                print("  docker cp in  (same container)               %9.1f MiB/s" % cp_in)
+                print("  docker cp out (same container)               %9.1f MiB/s" % cp_o)
+                print("  up   / docker cp in                           %9.3fx            %s"
+                      % (up / cp_in, goals.at_least("up/docker cp in", up / cp_in, 1.0)))
+                print("  down / docker cp out                          %9.3fx            %s"
+                      % (down / cp_o, goals.at_least("down/docker cp out", down / cp_o, 1.0)))
             gib = a.mib / 1024.0
             for name, cpu in (("up", cpu_up), ("down", cpu_down)):
                 per = {k: median([c.get(k, 0.0) for c in cpu]) / gib for k in set().union(*cpu)}

@@ -2,7 +2,7 @@
 """bench/term/bench_term.py: terminal echo round trip through the API's
 terminal WebSocket against the same shell on a local pty, in the same run.
 
-usage: bench_term.py AGENTHOLD_BINARY [--samples N]
+usage: bench_term.py AGENTHOLD_BINARY [--samples N] [--docker IMAGE [--docker-driver]]
 
 Starts the real `agenthold serve` (fake driver: sandboxd in-process runs
 the terminal's shell as this user), creates an agent, and opens
@@ -19,6 +19,10 @@ the terminal's shell as this user), creates an agent, and opens
         label agenthold.bench) is removed whatever happens. Our side still
         runs on the fake driver (sandboxd in-process, not in that
         container): the ratio is the path's, not the container's.
+        With --docker-driver our side runs on the Docker driver (the real
+        static sandboxd in a container of IMAGE, its shell as the agent)
+        and the exec attach goes into that same container: both cross the
+        same namespaces and cgroup.
 One sample: send "x", time until an "x" comes back. Then a DEL (untimed)
 to keep the line short, waiting for its backspace so nothing of it is
 left for the next sample. Samples are taken in interleaved blocks of 100
@@ -97,17 +101,14 @@ def docker_call(method, path, body=None, upgrade=False):
 class DockerAttach:
     """The peer: bash -l in a container, through a raw exec attach."""
 
-    def __init__(self, image):
-        self.name = "ah-bench-term-%d" % os.getpid()
+    def __init__(self, image, container=None):
+        #  container: exec into that one (our agent's, --docker-driver),
+        #  which is not ours to remove.
+        self.own = container is None
+        self.name = container or "ah-bench-term-%d" % os.getpid()
         self.sock = None
-        st, j = docker_call("POST", "/containers/create?name=%s" % self.name, {
-            "Image": image, "Entrypoint": ["sleep", "100000"], "Cmd": [],
-            "Labels": {"agenthold.bench": "term"}})
-        if st != 201:
-            raise BenchError("docker create: HTTP %d %r" % (st, j))
-        st, j = docker_call("POST", "/containers/%s/start" % self.name)
-        if st not in (204, 304):
-            raise BenchError("docker start: HTTP %d %r" % (st, j))
+        if self.own:
+            self._create(image)
         st, j = docker_call("POST", "/containers/%s/exec" % self.name, {
             "AttachStdin": True, "AttachStdout": True, "AttachStderr": True, "Tty": True,
             "Env": ["TERM=xterm-256color"], "Cmd": ["/bin/bash", "-l"]})
@@ -116,6 +117,16 @@ class DockerAttach:
         self.sock, self.pending = docker_call("POST", "/exec/%s/start" % j["Id"],
                                               {"Detach": False, "Tty": True}, upgrade=True)
         self.sock.setblocking(True)
+
+    def _create(self, image):
+        st, j = docker_call("POST", "/containers/create?name=%s" % self.name, {
+            "Image": image, "Entrypoint": ["sleep", "100000"], "Cmd": [],
+            "Labels": {"agenthold.bench": "term"}})
+        if st != 201:
+            raise BenchError("docker create: HTTP %d %r" % (st, j))
+        st, j = docker_call("POST", "/containers/%s/start" % self.name)
+        if st not in (204, 304):
+            raise BenchError("docker start: HTTP %d %r" % (st, j))
 
     def read_until(self, want):
         buf, self.pending = self.pending, b""
@@ -149,7 +160,8 @@ class DockerAttach:
     def close(self):
         if self.sock:
             self.sock.close()
-        docker_call("DELETE", "/containers/%s?force=true" % self.name)
+        if self.own:
+            docker_call("DELETE", "/containers/%s?force=true" % self.name)
 WARMUP = 20
 TIMEOUT = 10.0
 KEY, DEL = b"x", b"\x7f"
@@ -250,16 +262,18 @@ async def ws_sample(ws):
     return dt
 
 
-async def run(srv, agent_id, samples, image=None):
+async def run(srv, agent_id, samples, image=None, same_container=False):
     url = "ws://127.0.0.1:%d/api/v1/agents/%s/terminal?cols=80&rows=24&token=%s" % (
         srv.api_port, agent_id, srv.token())
-    home = os.path.join(srv.agent_dir(agent_id), "home")
+    #  The local shell's home: the fake driver's home of the agent, or (on
+    #  the Docker driver, whose home is in a volume) a directory of ours.
+    home = srv.tmp if same_container else os.path.join(srv.agent_dir(agent_id), "home")
     local = Local(home)
     t_ws, t_pty, t_dk = [], [], []
     dk = None
     try:
         if image:
-            dk = DockerAttach(image)
+            dk = DockerAttach(image, srv.container(agent_id) if same_container else None)
             dk.settle()
         async with websockets.connect(url, ping_interval=None, max_size=None) as ws:
             await ws_settle(ws)
@@ -300,21 +314,27 @@ def main():
     ap.add_argument("agenthold")
     ap.add_argument("--samples", type=int, default=1000, help="samples of each (default 1000)")
     ap.add_argument("--docker", metavar="IMAGE", help="also a raw Docker exec attach in a container of IMAGE")
+    ap.add_argument("--docker-driver", action="store_true",
+                    help="with --docker: our side on the Docker driver in a container of IMAGE, and the "
+                         "exec attach into that same container (both cross the same namespaces)")
     a = ap.parse_args()
     if a.samples < 1 or a.samples > 100000:
         ap.error("--samples 1..100000")
-    with Server(a.agenthold, "ah-bench-term-") as srv:
+    if a.docker_driver and not a.docker:
+        ap.error("--docker-driver needs --docker IMAGE")
+    with Server(a.agenthold, "ah-bench-term-", docker_image=a.docker if a.docker_driver else None) as srv:
         try:
             agent_id = srv.create_agent("bench-term")
-            t_ws, t_pty, t_dk = asyncio.run(run(srv, agent_id, a.samples, a.docker))
+            t_ws, t_pty, t_dk = asyncio.run(run(srv, agent_id, a.samples, a.docker, a.docker_driver))
         except BenchError as e:
             print("bench_term: %s" % e, file=sys.stderr)
             return 1
     shell = pwd.getpwuid(os.getuid()).pw_shell or "/bin/sh"
     ws_med, ws_p99 = median(t_ws) * 1e3, percentile(t_ws, 99) * 1e3
     pty_med, pty_p99 = median(t_pty) * 1e3, percentile(t_pty, 99) * 1e3
-    print("bench_term: %d echo round trips of each, %s login shell, interleaved blocks of %d"
-          % (a.samples, shell, BLOCK))
+    print("bench_term: %d echo round trips of each, %s login shell, interleaved blocks of %d; our side: %s"
+          % (a.samples, shell, BLOCK, "Docker driver, the same container as the exec attach"
+             if a.docker_driver else "fake driver (sandboxd in the server process)"))
     print("  baseline (local pty, forkpty)      median %7.3f ms   p99 %7.3f ms" % (pty_med, pty_p99))
     print("  terminal WebSocket through the API median %7.3f ms   p99 %7.3f ms   "
           "%.2fx / %.2fx baseline" % (ws_med, ws_p99, ws_med / pty_med, ws_p99 / pty_p99))

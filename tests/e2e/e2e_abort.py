@@ -13,7 +13,8 @@ directory; ports from 19300-19399), 64 MiB files:
                 client gets fewer bytes than announced, never a whole file
 
 After each: no file at the destination name (or the old one, whole), no
-temporary file of the write in the home, no descriptor of the server
+temporary file of the write in the home, no channel left open in the
+tunnel (agenthold_tunnel_channels of GET /metrics is 0), no descriptor of the server
 process left open on a file in the home (sandboxd runs inside the server
 with the fake driver: an fs.read or fs.write channel that leaked would
 hold its file open), the server's descriptor count back where it was, and
@@ -121,10 +122,23 @@ def fd_count(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
+def tunnel_channels():
+    """agenthold_tunnel_channels of GET /metrics: the channels the tunnel
+    holds open (a leaked file channel stays in its table)."""
+    st, raw = ahserver.request(API_PORT, "GET", "/metrics", None, token(), timeout=30)
+    check(st == 200, "GET /metrics: %d %r" % (st, raw[:200]))
+    for line in raw.decode(errors="replace").splitlines():
+        if line.startswith("agenthold_tunnel_channels "):
+            return int(float(line.split()[1]))
+    raise Fail("GET /metrics has no agenthold_tunnel_channels")
+
+
 def wait_clean(pid, name, baseline, old=None):
-    """Until nothing of the killed transfer is left (10 s at most)."""
+    """Until nothing of the killed transfer is left (10 s at most): no
+    channel open in the tunnel either."""
     deadline = time.time() + 10
     while True:
+        chans = tunnel_channels()
         temps = [f for f in os.listdir(HOME) if f.startswith(".%s.ah-" % name)]
         fds = home_fds(pid)
         count = fd_count(pid)
@@ -133,9 +147,10 @@ def wait_clean(pid, name, baseline, old=None):
             dest_ok = not os.path.exists(dest)
         else:
             dest_ok = os.path.exists(dest) and ahserver.sha256_file(dest) == old
-        if not temps and not fds and count <= baseline and dest_ok:
+        if not temps and not fds and count <= baseline and dest_ok and chans == 0:
             return
         if time.time() > deadline:
+            check(chans == 0, "%s: the tunnel still holds %d channel(s) open" % (name, chans))
             check(not temps, "%s: the write's temporary file is still there: %r" % (name, temps))
             check(not fds, "%s: the server still holds files of the home open: %r" % (name, fds))
             check(count <= baseline, "%s: the server holds %d descriptors, %d before" % (name, count, baseline))

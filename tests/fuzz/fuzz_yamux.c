@@ -163,7 +163,7 @@ static void s_mode_single (const uint8_t *data, size_t size, bool is_client)
 {
     single_t s = { 0 };
     ah_yamux_callbacks_t cb = { m1_output, m1_open, m1_data, m1_eof, m1_closed,
-                                m1_writable, m1_pong, m1_goaway, NULL, NULL };
+                                m1_writable, m1_pong, m1_goaway, NULL, NULL, NULL };
     s.y = ah_yamux_new (is_client, &cb, &s);
     if (!s.y)
         return;
@@ -372,7 +372,7 @@ static void s_mode_pair (const uint8_t *data, size_t size)
     a.other = &b;
     b.other = &a;
     a.consume = b.consume = true;
-    ah_yamux_callbacks_t cb = { m2_output, NULL, m2_data, NULL, NULL, m2_writable, NULL, NULL, NULL, NULL };
+    ah_yamux_callbacks_t cb = { m2_output, NULL, m2_data, NULL, NULL, m2_writable, NULL, NULL, NULL, NULL, NULL };
     a.y = ah_yamux_new (true, &cb, &a);
     b.y = ah_yamux_new (false, &cb, &b);
     if (!a.y || !b.y)

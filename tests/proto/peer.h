@@ -183,7 +183,7 @@ static inline int64_t p_now_ms (void *ud)
 }
 
 static const ah_yamux_callbacks_t peer_callbacks = {
-    p_output, p_open, p_data, p_eof, p_closed, p_writable, p_pong, p_goaway, p_ping, p_now_ms
+    p_output, p_open, p_data, p_eof, p_closed, p_writable, p_pong, p_goaway, p_ping, p_now_ms, NULL
 };
 
 static inline peer_t *peer_new (bool is_client)

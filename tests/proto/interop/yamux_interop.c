@@ -248,7 +248,7 @@ int main (int argc, char **argv)
 
     ctx_t *c = calloc (1, sizeof *c);
     ah_yamux_callbacks_t cb = { c_output, c_open, c_data, c_eof, c_closed,
-                                c_writable, c_pong, c_goaway, NULL, NULL };
+                                c_writable, c_pong, c_goaway, NULL, NULL, NULL };
     c->y = ah_yamux_new (is_client, &cb, c);
 
     uint32_t ids [8];
