@@ -23,6 +23,7 @@ leaves nothing; `docker stop` of the server is an orderly exit (status 0).
 usage: server_container.py AGENTHOLD_BINARY SOURCE_DIR (sandboxd next to the binary)
 Exits 77 without a Docker Engine. Pool 10.213.112.0/20, prefix
 dockerservercontainer<pid>, host port picked by the engine on 127.0.0.1."""
+import glob
 import json
 import os
 import re
@@ -48,13 +49,19 @@ server_id = None
 
 
 def libraries(binary):
-    """Every file ldd names for the binary (the loader too), as host paths."""
-    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
-    paths = []
-    for line in out.splitlines():
-        m = re.search(r"=>\s+(/\S+)", line) or re.match(r"\s*(/\S+)", line)
-        if m:
-            paths.append(m.group(1))
+    """Every file ldd names for the binary (the loader too), and the
+    libwebsockets event-library plugin it loads at run time (lwsloop runs
+    lws on libev: lws dlopens libwebsockets-evlib_ev.so from its own
+    directory) with what that needs, as host paths."""
+    plugins = glob.glob("/usr/lib/*/libwebsockets-evlib_ev.so*")
+    h.check(plugins, "the lws libev plugin is installed (libwebsockets-evlib-ev)")
+    paths = list(plugins)
+    for obj in [binary] + plugins:
+        out = subprocess.run(["ldd", obj], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            m = re.search(r"=>\s+(/\S+)", line) or re.match(r"\s*(/\S+)", line)
+            if m and m.group(1) not in paths:
+                paths.append(m.group(1))
     return paths
 
 
