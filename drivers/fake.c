@@ -22,6 +22,7 @@
     none: a start writes boot.json and the hello must come from a
     sandboxd process someone else started on it (bench/scale runs a
     thousand static ones, so the server's figures are the server's). */
+#include "common/file.h"
 #include "common/ident.h"
 #include "common/str.h"
 #include "drivers/fake.h"
@@ -86,24 +87,6 @@ static int s_mkdir_p (const char *path, mode_t mode)
     return 0;
 }
 
-//  Write a small file whole (temp + rename, so a crash never leaves half a record).
-static int s_write_file (const char *path, const char *text, mode_t mode)
-{
-    char tmp [4200];
-    snprintf (tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-    if (fd < 0)
-        return -1;
-    size_t n = strlen (text);
-    bool ok = write (fd, text, n) == (ssize_t) n;
-    ok = close (fd) == 0 && ok;
-    if (!ok || rename (tmp, path)) {
-        unlink (tmp);
-        return -1;
-    }
-    return 0;
-}
-
 //  First line of a small file into buf; -1 if it cannot be read.
 static int s_read_line (const char *path, char *buf, size_t size)
 {
@@ -153,7 +136,7 @@ static int s_set_state (fake_t *self, const char *id, const char *state, char **
     char *path = s_path (self, id, "state");
     char line [STATE_MAX];
     snprintf (line, sizeof line, "%s\n", state);
-    int rc = path ? s_write_file (path, line, 0644) : -1;
+    int rc = path ? ah_file_put (path, line, strlen (line), 0644, false) : -1;
     if (rc)
         s_set_err (err, ah_strf ("fake: cannot write %s: %s", path ? path : id, strerror (errno)));
     free (path);
@@ -252,7 +235,7 @@ static int s_make (fake_t *self, const ah_sandbox_spec_t *spec, char **err)
     }
     char line [512];
     snprintf (line, sizeof line, "%s\n", spec->image ? spec->image : "");
-    if (s_write_file (image, line, 0644)) {
+    if (ah_file_put (image, line, strlen (line), 0644, false)) {
         s_set_err (err, ah_strf ("fake: cannot write %s: %s", image, strerror (errno)));
         goto out;
     }
@@ -297,7 +280,7 @@ static int s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     char *json = ah_strf ("{\"agent_id\": \"%s\", \"token\": \"%s\", "
                            "\"tunnel_url\": \"ws://127.0.0.1:%d/tunnel\"}\n",
                            agent_id, boot->token ? boot->token : "", boot->tunnel_port);
-    if (!path || !json || s_write_file (path, json, 0600)) {
+    if (!path || !json || ah_file_put (path, json, strlen (json), 0600, false)) {
         s_set_err (err, ah_strf ("fake: cannot write %s: %s", path ? path : "boot.json", strerror (errno)));
         free (path);
         free (json);

@@ -27,8 +27,10 @@
 #include "actors/sleeper.h"
 #include "actors/tunnel.h"
 #include "common/bus.h"
+#include "common/file.h"
 #include "common/log.h"
 #include "common/msg.h"
+#include "common/str.h"
 #include "common/token.h"
 #include "drivers/driver.h"
 #include "drivers/docker.h"
@@ -162,39 +164,20 @@ s_lock (self_t *self, char **err)
     return 0;
 }
 
-//  token + "\n" into path, mode 0600, atomically: a temp file in the same
-//  directory, fsync, rename. Nobody ever sees a partial or looser file.
+//  token + "\n" into path, mode 0600, atomically and fsync'd: nobody
+//  ever sees a partial or looser file.
 static int
 s_write_secret (const char *path, const char *token, char **err)
 {
-    char *tmp = NULL;
-    if (asprintf (&tmp, "%s.XXXXXX", path) < 0)
-        return -1;
-    int fd = mkstemp (tmp);             //  created 0600
-    if (fd < 0) {
-        if (asprintf (err, "cannot create %s: %s", tmp, strerror (errno)) < 0)
-            *err = NULL;
-        free (tmp);
-        return -1;
-    }
-    size_t len = strlen (token);
-    bool ok = fchmod (fd, 0600) == 0
-           && write (fd, token, len) == (ssize_t) len
-           && write (fd, "\n", 1) == 1
-           && fsync (fd) == 0;
-    int saved = errno;
-    ok = close (fd) == 0 && ok;
-    if (ok && rename (tmp, path) != 0) {
-        saved = errno;
-        ok = false;
-    }
-    if (!ok) {
-        if (asprintf (err, "cannot write the admin token to %s: %s", path, strerror (saved)) < 0)
-            *err = NULL;
-        unlink (tmp);
-    }
-    free (tmp);
-    return ok ? 0 : -1;
+    char *line = ah_strf ("%s\n", token);
+    int rc = line ? ah_file_put (path, line, strlen (line), 0600, true) : -1;
+    if (rc && asprintf (err, "cannot write the admin token to %s: %s", path,
+                        line ? strerror (errno) : "out of memory") < 0)
+        *err = NULL;
+    if (line)
+        explicit_bzero (line, strlen (line));
+    free (line);
+    return rc;
 }
 
 //  On first start (no token named "admin"): a fresh token, its hash in

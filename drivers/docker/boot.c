@@ -23,6 +23,7 @@
     whose uid is the same inside could read the token; the engine writes
     root's.                                                              */
 #include "drivers/docker/docker_int.h"
+#include "common/file.h"
 #include "common/homefs.h"
 #include "proto/tar.h"
 
@@ -139,40 +140,16 @@ ah_dk_boot_mount (docker_t *self, const char *agent_id, json_t **mount, char **e
     return m ? 0 : -1;
 }
 
-//  dir/name holding text, mode mode, root's: written under a temporary
-//  name and renamed over the old one. 0 / -1 with *err.
+//  dir/name holding text, mode mode, root's, whole or not at all (so
+//  sandboxd never reads half a card). 0 / -1 with *err.
 static int
 s_file_put (const char *dir, const char *name, const char *text, mode_t mode, char **err)
 {
     char *path = ah_strf ("%s/%s", dir, name);
-    char *tmp = ah_strf ("%s/.%s.tmp", dir, name);
-    int rc = -1;
-    if (!path || !tmp) {
-        ah_dk_err (err, "writing %s/%s: out of memory", dir, name);
-        goto out;
-    }
-    unlink (tmp);
-    int fd = open (tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-    bool ok = fd >= 0 && fchmod (fd, mode) == 0;
-    size_t len = strlen (text);
-    for (size_t done = 0; ok && done < len; ) {
-        ssize_t n = write (fd, text + done, len - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        ok = n > 0;
-        done += n > 0 ? (size_t) n : 0;
-    }
-    if (fd >= 0 && close (fd) != 0)
-        ok = false;
-    if (ok && rename (tmp, path) == 0)
-        rc = 0;
-    else {
-        ah_dk_err (err, "writing %s: %s", path, strerror (errno ? errno : EIO));
-        unlink (tmp);
-    }
-out:
+    int rc = path ? ah_file_put (path, text, strlen (text), mode, false) : -1;
+    if (rc)
+        ah_dk_err (err, "writing %s/%s: %s", dir, name, path ? strerror (errno) : "out of memory");
     free (path);
-    free (tmp);
     return rc;
 }
 
