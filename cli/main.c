@@ -30,7 +30,7 @@
 //  --------------------------------------------------------------------
 //  Help
 
-static ah_cmd_fn s_cmd_serve, s_cmd_doctor, s_cmd_create, s_cmd_ls, s_cmd_show,
+static ah_cmd_fn s_cmd_help, s_cmd_serve, s_cmd_doctor, s_cmd_create, s_cmd_ls, s_cmd_show,
     s_cmd_transition, s_cmd_runtimes, s_cmd_hosts, s_cmd_tap;
 
 static const ah_cmd_t s_commands [] = {
@@ -160,7 +160,7 @@ static const ah_cmd_t s_commands [] = {
       NULL, ah_cli_fs, false },
     { "help", "help [COMMAND]",
       "Show this help, or one command's.\n",
-      NULL, NULL, false },
+      s_cmd_help, NULL, true },
 };
 #define COMMAND_COUNT (sizeof s_commands / sizeof s_commands [0])
 
@@ -275,6 +275,22 @@ static char *s_agent_path (const char *name, const char *suffix)
 
 //  --------------------------------------------------------------------
 //  Commands
+
+static int s_cmd_help (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+{
+    (void) c, (void) co;
+    if (argc > 0) {
+        const ah_cmd_t *about = s_command (argv [0]);
+        if (!about) {
+            fprintf (stderr, "agenthold: no command '%s'\n", argv [0]);
+            return AH_EXIT_USAGE;
+        }
+        ah_cmd_usage (about, stdout);
+    }
+    else
+        s_usage_all (stdout);
+    return 0;
+}
 
 static int s_cmd_doctor (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
@@ -710,27 +726,10 @@ int main (int argc, char **argv)
         s_usage_all (stdout);
         return 0;
     }
-    if (!strcmp (name, "help")) {
-        if (argc > 2) {
-            const ah_cmd_t *c = s_command (argv [2]);
-            if (!c) {
-                fprintf (stderr, "agenthold: no command '%s'\n", argv [2]);
-                return AH_EXIT_USAGE;
-            }
-            ah_cmd_usage (c, stdout);
-        }
-        else
-            s_usage_all (stdout);
-        return 0;
-    }
     const ah_cmd_t *c = s_command (name);
     if (!c) {
         fprintf (stderr, "agenthold: no command '%s' (agenthold --help lists them)\n", name);
         return AH_EXIT_USAGE;
-    }
-    if (!c->run && !c->raw) {               //  help, handled above
-        s_usage_all (stdout);
-        return 0;
     }
     ah_common_t co = { .config = getenv ("AGENTHOLD_CONFIG") };
     if (co.config && !*co.config)
