@@ -164,6 +164,11 @@ def scenario_earlier_root_run():
         f.write("\n-- edited after the start\n")
     p = h.cli_run(["policy", "reload"], 60)
     h.check(p.returncode == 0, "policy reload: %d %s" % (p.returncode, p.stderr[-300:]))
+    # The reload is fire and forget (202): wait for the sleeper to do it.
+    deadline = time.time() + 20
+    while (h.server_log_tail(200000).count("idle.lua loaded from /proc/self/fd/") < 2
+           and time.time() < deadline):
+        time.sleep(0.1)
     h.check(h.server_log_tail(200000).count("idle.lua loaded from /proc/self/fd/") == 2,
             "a reload reads the edited script through the same descriptor")
     for name in ("", "agenthold.db", "admin.token", "agenthold.lock", "run"):
