@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """tests/docker/server_container.py: the server itself run as a container.
 
-Builds an image here with no registry: FROM scratch holding the build's
-`agenthold` and static `sandboxd`, every shared library `ldd` names for
-agenthold (copied in at the path ldd gives, links followed), lua/ and
-catalog/, an /etc/passwd. Runs it through the Engine API with
+Makes the shipped server image with scripts/server-image (FROM scratch,
+no registry: the build's `agenthold` and static `sandboxd`, the shared
+libraries, lua/ and catalog/), and on top of it root as the user (the
+Engine's socket is root's) and the harness's catalog. Runs it through the Engine API with
 /var/run/docker.sock mounted, the docker driver and
 sandbox.docker.sandboxd_volume set, its API published on 127.0.0.1 and its
 data directory bind-mounted at the same path inside (the CLI on the host
@@ -23,10 +23,8 @@ leaves nothing; `docker stop` of the server is an orderly exit (status 0).
 usage: server_container.py AGENTHOLD_BINARY SOURCE_DIR (sandboxd next to the binary)
 Exits 77 without a Docker Engine. Pool 10.213.112.0/20, prefix
 dockerservercontainer<pid>, host port picked by the engine on 127.0.0.1."""
-import glob
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -48,23 +46,6 @@ h.extra_containers.append(SERVER_NAME)
 server_id = None
 
 
-def libraries(binary):
-    """Every file ldd names for the binary (the loader too), and the
-    libwebsockets event-library plugin it loads at run time (lwsloop runs
-    lws on libev: lws dlopens libwebsockets-evlib_ev.so from its own
-    directory) with what that needs, as host paths."""
-    plugins = glob.glob("/usr/lib/*/libwebsockets-evlib_ev.so*")
-    h.check(plugins, "the lws libev plugin is installed (libwebsockets-evlib-ev)")
-    paths = list(plugins)
-    for obj in [binary] + plugins:
-        out = subprocess.run(["ldd", obj], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            m = re.search(r"=>\s+(/\S+)", line) or re.match(r"\s*(/\S+)", line)
-            if m and m.group(1) not in paths:
-                paths.append(m.group(1))
-    return paths
-
-
 def catalog_with_net():
     with open(h.env["AGENTHOLD_CATALOG_PATH"]) as f:
         cat = json.load(f)
@@ -75,34 +56,24 @@ def catalog_with_net():
 
 
 def build_server_image():
-    bindir = os.path.dirname(h.bin)
-    # Everything under root/ at its final path: one COPY, one layer (a COPY
-    # per library costs a layer each: a minute instead of seconds).
-    files = {
-        "root/usr/bin/agenthold": h.bin,
-        "root/usr/bin/sandboxd": os.path.join(bindir, "sandboxd"),
-        "root/usr/share/agenthold/lua": os.path.join(SRC, "lua"),
-        "root/usr/share/agenthold/catalog": os.path.join(SRC, "catalog"),
-        # The harness's catalog (its test image as the one runtime), as the
-        # host-side tests have it: this test is about the server in a
-        # container, not about building the shipped runtimes in there.
-        # Plus the same image as a runtime that needs a network.
-        "root/usr/share/agenthold/test-runtimes.json": catalog_with_net(),
-        "root/etc/passwd": b"root:x:0:0:root:/root:/bin/false\n",
-        "root/etc/group": b"root:x:0:\n",
-    }
-    libs = libraries(h.bin)
-    h.check(len(libs) > 5, "ldd names the libraries of agenthold: %r" % libs)
-    for lib in libs:
-        files["root" + lib] = lib
-    dockerfile = """FROM scratch
-COPY root/ /
-LABEL agenthold.test=true
-ENTRYPOINT ["/usr/bin/agenthold", "serve"]
-"""
+    """The shipped image (scripts/server-image, as a user makes it), and
+    on top of it what this test needs: root (to use the Engine's socket
+    it mounts) and the harness's catalog (its test image as the one
+    runtime, as the host-side tests have it: this test is about the
+    server in a container, not about building the shipped runtimes in
+    there), plus the same image as a runtime that needs a network."""
     t0 = time.time()
-    build_image(SERVER_TAG, files, dockerfile)
-    print("server image (%d libraries) built in %.1f s" % (len(libs), time.time() - t0))
+    base = SERVER_TAG + "-base"
+    h.extra_images.append(base)
+    p = subprocess.run([os.path.join(SRC, "scripts", "server-image"), h.bin, base],
+                       capture_output=True, text=True, timeout=300)
+    h.check(p.returncode == 0, "scripts/server-image: %s" % (p.stderr.strip() or p.stdout.strip()))
+    build_image(SERVER_TAG, {"test-runtimes.json": catalog_with_net()}, """FROM %s
+COPY test-runtimes.json /usr/share/agenthold/test-runtimes.json
+USER 0:0
+LABEL agenthold.test=true
+""" % base)
+    print("server image built in %.1f s (%s)" % (time.time() - t0, p.stdout.strip()))
 
 
 def engine_raw_logs():
