@@ -25,16 +25,25 @@ ah_dk_container_remove (docker_t *self, const char *name, char **err)
     //  409 "removal already in progress": someone else is removing it.
     //  Either way the name is only free once the container is gone, so
     //  wait for that (a create that follows would meet a 409 otherwise).
+    //  A create still under way in the engine (sent by a server killed
+    //  mid-request) holds the name while the container is not there yet:
+    //  the DELETE answers 404 and the container appears after it. So
+    //  while it is still there, the DELETE is sent again, once a second.
     dk_simple_t how = { .method = "DELETE", .path_fmt = "/containers/%s?force=true&v=false",
                         .ok1 = 204, .ok2 = 409, .absent_ok = true, .timeout_s = 60 };
     if (ah_dk_simple (self, &how, "removing container", name, err))
         return -1;
     char *path = ah_strf ("/containers/%s/json", name);
     long st = 200;
-    for (int i = 0; i < 300 && st == 200; i++) {
+    for (int i = 1; i <= 300 && st == 200; i++) {
         st = ah_dk_get (self, "waiting for a removed container to go", path, true, NULL, err);
-        if (st == 200)
-            nanosleep (&(struct timespec) { .tv_nsec = 100 * 1000 * 1000 }, NULL);
+        if (st != 200)
+            break;
+        nanosleep (&(struct timespec) { .tv_nsec = 100 * 1000 * 1000 }, NULL);
+        if (i % 10 == 0 && ah_dk_simple (self, &how, "removing container", name, err)) {
+            free (path);
+            return -1;
+        }
     }
     free (path);
     if (st == 200)
