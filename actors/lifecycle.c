@@ -123,7 +123,8 @@ int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t
     //  two tenants names nobody (-2).
     sqlite3_stmt *st = ah_store_prepare (self->store,
         "SELECT a.id, a.name, a.tenant, a.image, a.cpus, a.memory_mb, a.idle_minutes,"
-        " s.state, s.op, s.error, s.needs_rebuild, a.id = :key, a.runtime, s.container_removed_at IS NOT NULL"
+        " s.state, s.op, s.error, s.needs_rebuild, a.id = :key, a.runtime, s.container_removed_at IS NOT NULL,"
+        " s.updated_at"
         " FROM agents a JOIN sandboxes s ON s.agent_id = a.id"
         " WHERE a.id = :key OR (a.name = :key AND (:tenant IS NULL OR a.tenant = :tenant))"
         " ORDER BY a.id = :key DESC LIMIT 2");
@@ -154,6 +155,7 @@ int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t
         row->needs_rebuild = sqlite3_column_int (st, 10) != 0;
         s_copy (row->runtime, sizeof row->runtime, sqlite3_column_text (st, 12));
         row->container_removed = sqlite3_column_int (st, 13) != 0;
+        row->updated_at = sqlite3_column_int64 (st, 14);
     }
     sqlite3_reset (st);
     return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;

@@ -74,6 +74,7 @@ typedef struct {
     char error [ERROR_MAX_LEN + 1];
     bool needs_rebuild;
     bool container_removed;         //  sandbox.container_ttl removed its container
+    int64_t updated_at;             //  ms: the row's last change
 } row_t;
 
 typedef struct {

@@ -59,7 +59,8 @@ static void *s_worker (void *arg)
     }
     else if (streq (job->op, "destroy"))
         rc = d->destroy (d, job->agent_id, &err);
-    else if (streq (job->op, "inspect"))
+    int64_t looked_at = ah_store_now_ms ();     //  an inspect says how things were then
+    if (streq (job->op, "inspect"))
         rc = d->inspect (d, job->agent_id, &status, &err);
     //  A start that failed: is it because the home's files are gone? (A
     //  directory removed behind the driver's back makes no event.)
@@ -85,6 +86,7 @@ static void *s_worker (void *arg)
     status.detail [sizeof status.detail - 1] = 0;
     ah_msg_set_str (done, "detail", status.detail);
     ah_msg_set_bool (done, "home_gone", status.home_gone);
+    ah_msg_set_int (done, "at_ms", looked_at);
     status.reason [sizeof status.reason - 1] = 0;
     if (status.reason [0])
         ah_msg_set_str (done, "reason", status.reason);

@@ -53,6 +53,13 @@ void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, boo
         ah_debug (AREA, "observed %s while %s is in flight: the operation decides", row.id, row.op);
         return;
     }
+    //  Looked at before the row last changed (a hello came while the
+    //  driver was asked; the engine may even say so late): it describes
+    //  what was, and a newer look (an event) will follow if it matters.
+    if (ah_msg_has (seen, "at_ms") && row.updated_at > ah_msg_int (seen, "at_ms", 0)) {
+        ah_debug (AREA, "observed %s before its last change (%s): ignored", row.id, row.state);
+        return;
+    }
     ah_lc_reachable (self, &row);           //  it was observed: its host answers
     //  Its home's files are gone: with the sandbox (no container, no
     //  home), or under a sandbox still standing (a directory removed

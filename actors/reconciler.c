@@ -86,6 +86,7 @@ s_observe (ah_driver_t *driver, zsock_t *push, const char *agent_id,
 {
     ah_sandbox_status_t status;
     char *err = NULL;
+    int64_t looked_at = ah_store_now_ms ();
     if (driver->inspect (driver, agent_id, &status, &err)) {
         ah_warn (AREA, "%s: cannot inspect (%s): %s", agent_id, source, err ? err : "?");
         free (err);
@@ -102,6 +103,7 @@ s_observe (ah_driver_t *driver, zsock_t *push, const char *agent_id,
     if (status.reason [0])
         ah_msg_set_str (m, "reason", status.reason);
     ah_msg_set_str (m, "source", source);
+    ah_msg_set_int (m, "at_ms", looked_at);
     if (action)
         ah_msg_set_str (m, "action", action);
     ah_debug (AREA, "%s: observed %s (%s%s%s)", agent_id, status.detail, source,

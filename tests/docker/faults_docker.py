@@ -63,8 +63,23 @@ def agent_labels(objs, key="Labels"):
     return {(o.get(key) or {}).get("agenthold.agent") for o in objs} - {None}
 
 
-def consistent(where):
-    """The database and the engine agree; raises Fail naming what does not."""
+def consistent(where, seconds=10):
+    """The database and the engine agree; raises Fail naming what does not.
+    The engine may lag behind sandboxd: a start's process runs, and says
+    hello, before the engine's own state says running (on a loaded
+    machine, for a second or more). So a disagreement is looked at again
+    until seconds have passed."""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            return s_consistent(where)
+        except Fail:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+def s_consistent(where):
     with db() as c:
         agents = {r["id"] for r in c.execute("SELECT id FROM agents")}
         states = {r["agent_id"]: r["state"] for r in c.execute("SELECT agent_id, state FROM sandboxes")}
