@@ -359,6 +359,8 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
             ah_sbd_fs_list (self, ch, path, plen);
         else if (strcmp (name, "fs.read") == 0)
             ah_sbd_fs_read (self, ch, path, plen);
+        else if (strcmp (name, "fs.tree") == 0)
+            ah_sbd_fs_tree (self, ch, req, path, plen);
         else if (strcmp (name, "fs.write") == 0)
             ah_sbd_fs_write (self, ch, req, path, plen);
         else if (strcmp (name, "fs.mkdir") == 0)
