@@ -194,6 +194,7 @@ static void s_hello (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
     ah_msg_set_str (map, "release", AH_VERSION);
     ah_msg_set_str (map, "agent_id", self->env.agent_id ? self->env.agent_id : "");
     ah_msg_set_str (map, "user", self->user.name);
+    ah_msg_set_str (map, "mode", self->env.read_only ? "read" : "sandbox");
     ah_sbd_finish (self, ch, &map);
 }
 
@@ -329,6 +330,12 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
     }
     if (!self->hello_done) {
         ah_sbd_refuse (self, ch, "EPROTO", "channel \"%.64s\" before hello", name);
+        return;
+    }
+    if (self->env.read_only && strcmp (name, "ping") && strcmp (name, "stats")
+    &&  strcmp (name, "fs.list") && strcmp (name, "fs.read") && strcmp (name, "fs.tree")) {
+        ah_sbd_refuse (self, ch, "EACCES", "%.64s refused: this sandboxd only reads (a reader of a "
+                       "sleeping agent's home)", name);
         return;
     }
     if (strcmp (name, "ping") == 0)

@@ -282,6 +282,7 @@ static void test_hello (peer_t *p)
     CHECK (r && ah_msg_int (r, "version", 0) == AH_PROTOCOL_VERSION);
     CHECK_STR (r ? ah_msg_str (r, "agent_id") : NULL, "agent-test");
     CHECK (r && ah_msg_str (r, "user") && *ah_msg_str (r, "user"));
+    CHECK_STR (r ? ah_msg_str (r, "mode") : NULL, "sandbox");
     ah_msg_destroy (&r);
 
     r = simple (p, req_new ("ping"));
@@ -1264,6 +1265,70 @@ static void test_malformed (peer_t *p)
 
 //  Several instances in one process, each with its own home and thread:
 //  no state is shared between them.
+//  A reader (read_only) on a home another instance serves: reads as the
+//  sandbox does, refuses pty, exec and every write, says so in its hello.
+static void test_reader (void)
+{
+    int fds [2];
+    CHECK (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+    fcntl (fds [1], F_SETFL, O_NONBLOCK);
+    ah_sandboxd_opts_t opts = { .agent_id = "agent-test", .home = home, .raw_transport = true,
+                                .raw_fd = fds [1], .read_only = true };
+    ah_sandboxd_t *sbd = ah_sandboxd_start (&opts);
+    CHECK (sbd != NULL);
+    peer_t p = { .fd = fds [0] };
+    ah_yamux_callbacks_t cb = { .output = cb_output, .on_data = cb_data, .on_eof = cb_eof,
+                                .on_closed = cb_closed };
+    p.y = ah_yamux_new (true, &cb, &p);
+    ah_msg_t *req = req_new ("hello");
+    ah_msg_set_int (req, "version", AH_PROTOCOL_VERSION);
+    ah_msg_t *r = simple (&p, req);
+    CHECK (reply_ok (r));
+    CHECK_STR (r ? ah_msg_str (r, "mode") : NULL, "read");
+    ah_msg_destroy (&r);
+    mkfile ("reader.txt", "read me\n");
+    uint8_t *data = NULL;
+    size_t size = 0;
+    r = read_file (&p, "reader.txt", &data, &size);
+    CHECK (reply_ok (r) && size == 8 && data && memcmp (data, "read me\n", 8) == 0);
+    ah_msg_destroy (&r);
+    free (data);
+    msgpack_unpacked u;
+    char code [16];
+    const msgpack_object *t = tree (&p, "t", 6, 100, false, &u, code);
+    CHECK_STR (tree_type (t, "t/a/b/c/deep.txt", NULL), "file");
+    msgpack_unpacked_destroy (&u);
+    req = req_new ("fs.list");
+    ah_msg_set_str (req, "path", "t");
+    r = simple (&p, req);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    //  Refused, and nothing changed on disk.
+    const char *refused [] = { "fs.write", "fs.mkdir", "fs.remove", "exec", "pty" };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        req = req_new (refused [i]);
+        ah_msg_set_str (req, "path", "reader.txt");
+        ah_msg_set_str (req, "cmd", "touch /tmp/pwned");
+        uint32_t id = open_chan (&p, &req);
+        ah_yamux_close (p.y, id);
+        r = wait_header (&p, id, 5000);
+        CHECK_STR (reply_code (r), "EACCES");
+        CHECK (r && ah_msg_str (r, "error") && strstr (ah_msg_str (r, "error"), "only reads"));
+        ah_msg_destroy (&r);
+    }
+    CHECK (file_exists (home, "reader.txt"));
+    r = read_file (&p, "reader.txt", &data, &size);
+    CHECK (reply_ok (r) && size == 8);
+    ah_msg_destroy (&r);
+    free (data);
+    CHECK (!p.failed);
+    ah_sandboxd_stop (&sbd);
+    ah_yamux_destroy (&p.y);
+    for (int i = 0; i < p.n; i++)
+        free (p.s [i].buf);
+    close (fds [0]);
+}
+
 static void test_instances (void)
 {
     enum { N = 3 };
@@ -1385,6 +1450,7 @@ int main (void)
     test_fs (&p);
     test_hostile (&p);
     test_tree (&p);
+    test_reader ();
     test_exec (&p);
     test_flow (&p);
     test_flow_read (&p);
