@@ -55,13 +55,13 @@ static void s_refused (void *owner, int status, const char *error, ah_msg_t *rep
 {
     tree_t *t = owner;
     t->failed = true;
+    api_record (t->r, false, error);
     if (error && strstr (error, "unknown channel"))
         //  A sandboxd from before fs.tree: it answers the files routes only.
         api_respond_error (t->r, 502, "agent '%s' runs a sandboxd without the fs.tree channel "
                            "(%s): restart it so it mounts this server's sandboxd", t->r->name, error);
     else
         api_respond_error (t->r, status, "%s", error ? error : "sandboxd refused the tree");
-    api_record (t->r, false, error);
 }
 
 static void s_opened (void *owner, ah_msg_t *reply)

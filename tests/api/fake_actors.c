@@ -94,7 +94,8 @@ static void s_chan_msg (zsock_t *sock, const char *type, int64_t chan, const voi
 //  fs.tree's body as a hostile or an honest sandboxd might send it: by
 //  the request's path, "t-ok" (two entries, one name not UTF-8),
 //  "t-bad" (an entry at depth 0), "t-more" (more bytes than announced),
-//  "t-short" (the stream ends early), "t-big" (a size over the cap).
+//  "t-short" (the stream ends early), "t-big" (a size over the cap);
+//  "t-old" is refused as a sandboxd without the channel refuses it.
 static void s_tree_body (const char *path, msgpack_sbuffer *b)
 {
     msgpack_packer pk;
@@ -166,6 +167,13 @@ static void s_fake_tunnel (fake_t *f, zsock_t *sock, ah_msg_t *m)
     const char *ch = h ? ah_msg_str (h, "ch") : "";
     const char *path = h && ah_msg_str (h, "path") ? ah_msg_str (h, "path") : "";
     ah_msg_t *reply;
+    if (streq (path, "t-old")) {
+        //  A sandboxd from before fs.tree.
+        reply = ah_msg_reply_error (m, 502, "unknown channel \"%s\"", ch);
+        ah_msg_send (&reply, sock, "api");
+        ah_msg_destroy (&h);
+        return;
+    }
     if (streq (path, "nope")) {
         reply = ah_msg_reply_error (m, 404, "%s \"nope\": No such file or directory", ch);
         ah_msg_send (&reply, sock, "api");

@@ -423,6 +423,7 @@ int main (void)
     EXPECT ("GET", "/api/v1/agents/alice/tree?path=t-short", NULL, s_token, 502, "ended early");
     EXPECT ("GET", "/api/v1/agents/alice/tree?path=t-big", NULL, s_token, 502, "over 16 MiB");
     EXPECT ("GET", "/api/v1/agents/alice/tree?path=nope", NULL, s_token, 404, "No such file");
+    EXPECT ("GET", "/api/v1/agents/alice/tree?path=t-old", NULL, s_token, 502, "restart it");
     EXPECT ("GET", "/api/v1/agents/alice/tree?path=..", NULL, s_token, 400, NULL);
     EXPECT ("GET", "/api/v1/agents/alice/fs/file", NULL, s_token, 400, "'path' is required");
     EXPECT ("PUT", "/api/v1/agents/alice/fs/mkdir?path=x", "{}", s_token, 405, NULL);
