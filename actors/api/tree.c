@@ -262,7 +262,8 @@ void api_tree_sandbox (req_t *r, const char *path, bool all)
         api_respond_error (r, 503, "out of memory");
         return;
     }
-    api_activity (r->api, r->agent_id, "files");
+    //  No api_activity: a tree read keeps no agent awake (docs/api.md),
+    //  whichever side walks it.
     t->r = r;
     snprintf (t->path, sizeof t->path, "%s", path);
     t->max_depth = (int) c->tree_max_depth;
