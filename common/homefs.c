@@ -1,7 +1,11 @@
-/*  common/homefs.c: see homefs.h. Every open below the home goes through
-    s_beneath (openat2, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS); glibc
-    2.36 has no wrapper, so it is the raw system call.                  */
+/*  common/homefs.c: see homefs.h. Every path resolved from the home goes
+    through s_beneath (openat2, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    glibc 2.36 has no wrapper, so it is the raw system call); the tree
+    below its root is proto/hometree.c's walk, which follows nothing
+    (sandboxd's fs.tree runs the same walk).                            */
 #include "common/homefs.h"
+#include "proto/homename.h"
+#include "proto/hometree.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -14,7 +18,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define S_DIR_NAMES     200000      //  names read from one directory at most (as sandboxd)
 #define S_LIST_ENTRIES  10000       //  entries one listing answers at most
 
 static int s_beneath (int dir, const char *path, int flags, uint64_t extra)
@@ -98,27 +101,9 @@ int ah_homefs_open_file (int home, const char *path, struct stat *st, const char
     return rc;
 }
 
-static const char *s_toolchain [] = {
-    ".venv", "venv", "node_modules", "__pycache__", ".pytest_cache", ".mypy_cache",
-    ".ruff_cache", ".tox", ".git", ".next", ".cache"
-};
-
 bool ah_homefs_hidden (const char *name)
 {
-    for (size_t i = 0; i < sizeof s_toolchain / sizeof s_toolchain [0]; i++)
-        if (strcmp (name, s_toolchain [i]) == 0)
-            return true;
-    if (strncmp (name, ".agenthold", 10) == 0)
-        return true;
-    //  ".<name>.ah-XXXXXXXX": sandboxd's upload in progress (sandboxd/fs.c)
-    size_t n = strlen (name);
-    if (n >= 14 && name [0] == '.' && strncmp (name + n - 12, ".ah-", 4) == 0) {
-        for (size_t i = n - 8; i < n; i++)
-            if (!strchr ("0123456789abcdef", name [i]))
-                return false;
-        return true;
-    }
-    return false;
+    return ah_homename_hidden (name);
 }
 
 bool ah_homefs_uploaded (const char *path)
@@ -128,67 +113,6 @@ bool ah_homefs_uploaded (const char *path)
 
 //  --------------------------------------------------------------------
 //  Reading a directory
-
-typedef struct {
-    char **names;
-    size_t n, cap;
-    bool over;                      //  more names than S_DIR_NAMES
-} s_names_t;
-
-static void s_names_free (s_names_t *ns)
-{
-    for (size_t i = 0; i < ns->n; i++)
-        free (ns->names [i]);
-    free (ns->names);
-    memset (ns, 0, sizeof *ns);
-}
-
-static int s_name_cmp (const void *a, const void *b)
-{
-    return strcmp (*(char * const *) a, *(char * const *) b);
-}
-
-//  The names in the directory fd (taken: closed), sorted. 0 / -errno.
-static int s_read_names (int fd, s_names_t *ns)
-{
-    DIR *d = fdopendir (fd);
-    if (!d) {
-        int e = errno;
-        close (fd);
-        return -e;
-    }
-    memset (ns, 0, sizeof *ns);
-    struct dirent *de;
-    errno = 0;
-    while ((de = readdir (d))) {
-        if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
-            continue;
-        if (ns->n == S_DIR_NAMES) {
-            ns->over = true;
-            break;
-        }
-        if (ns->n == ns->cap) {
-            size_t cap = ns->cap ? ns->cap * 2 : 64;
-            char **p = realloc (ns->names, cap * sizeof *p);
-            if (!p)
-                break;
-            ns->names = p;
-            ns->cap = cap;
-        }
-        if ((ns->names [ns->n] = strdup (de->d_name)))
-            ns->n++;
-        errno = 0;
-    }
-    int e = errno;
-    closedir (d);
-    if (e && !ns->over) {
-        s_names_free (ns);
-        return -e;
-    }
-    if (ns->n > 1)
-        qsort (ns->names, ns->n, sizeof *ns->names, s_name_cmp);
-    return 0;
-}
 
 static const char *s_type (mode_t mode)
 {
@@ -224,29 +148,11 @@ static json_t *s_entry (const char *name, const char *path, const struct stat *s
     return e;
 }
 
-//  "dir/name", or name when dir is the home ("."). Caller frees.
-static char *s_join (const char *dir, const char *name)
-{
-    size_t a = strlen (dir), b = strlen (name);
-    bool top = strcmp (dir, ".") == 0;
-    char *p = malloc ((top ? 0 : a + 1) + b + 1);
-    if (!p)
-        return NULL;
-    if (top)
-        memcpy (p, name, b + 1);
-    else {
-        memcpy (p, dir, a);
-        p [a] = '/';
-        memcpy (p + a + 1, name, b + 1);
-    }
-    return p;
-}
-
 json_t *ah_homefs_list (int home, const char *path, bool all, int *error, const char **why)
 {
     int fd = s_beneath (home, path, O_RDONLY | O_DIRECTORY, 0);
-    s_names_t ns;
-    int rc = fd < 0 ? fd : s_read_names (dup (fd), &ns);
+    ah_hometree_names_t ns;
+    int rc = fd < 0 ? fd : ah_hometree_names (fd, &ns);
     if (rc < 0) {
         if (fd >= 0)
             close (fd);
@@ -266,14 +172,14 @@ json_t *ah_homefs_list (int home, const char *path, bool all, int *error, const 
             truncated = true;
             break;
         }
-        char *full = s_join (path, ns.names [i]);
+        char *full = ah_hometree_join (path, ns.names [i]);
         json_t *e = full ? s_entry (ns.names [i], full, &st) : NULL;
         free (full);
         if (e)
             json_array_append_new (entries, e);
     }
     close (fd);
-    s_names_free (&ns);
+    ah_hometree_names_free (&ns);
     return json_pack ("{s:o s:b}", "entries", entries, "truncated", truncated);
 }
 
@@ -281,35 +187,28 @@ json_t *ah_homefs_list (int home, const char *path, bool all, int *error, const 
 //  The tree, breadth first
 
 typedef struct {
-    char **paths;                   //  directories still to read, relative to the root
-    int *depths;
-    size_t head, n, cap;
-} s_queue_t;
+    json_t *entries, *skipped;
+} s_tree_t;
 
-static int s_push (s_queue_t *q, const char *path, int depth)
+static int s_tree_entry (void *arg, const char *name, const char *path, const struct stat *st, int depth)
 {
-    if (q->n == q->cap) {
-        size_t cap = q->cap ? q->cap * 2 : 64;
-        char **p = realloc (q->paths, cap * sizeof *p);
-        if (!p)
-            return -1;
-        q->paths = p;
-        int *d = realloc (q->depths, cap * sizeof *d);
-        if (!d)
-            return -1;
-        q->depths = d;
-        q->cap = cap;
-    }
-    if (!(q->paths [q->n] = strdup (path)))
+    s_tree_t *t = arg;
+    json_t *e = s_entry (name, path, st);
+    if (!e)
         return -1;
-    q->depths [q->n++] = depth;
-    return 0;
+    json_object_set_new (e, "path", s_text (path));
+    json_object_set_new (e, "depth", json_integer (depth));
+    return json_array_append_new (t->entries, e) == 0 ? 0 : -1;
 }
 
-static void s_skip (json_t *skipped, const char *path, const char *error)
+static void s_tree_skip (void *arg, const char *path, int error)
 {
-    json_array_append_new (skipped, json_pack ("{s:o s:s}", "path", s_text (path), "error", error));
+    s_tree_t *t = arg;
+    json_array_append_new (t->skipped, json_pack ("{s:o s:s}", "path", s_text (path), "error",
+                           error ? s_why (error) : "more entries than one listing reads"));
 }
+
+static const ah_hometree_ops_t s_tree_ops = { .entry = s_tree_entry, .skip = s_tree_skip };
 
 json_t *ah_homefs_tree (int home, const char *path, const ah_homefs_tree_opts_t *opts,
                         int *error, const char **why)
@@ -322,88 +221,30 @@ json_t *ah_homefs_tree (int home, const char *path, const ah_homefs_tree_opts_t 
     }
     //  The root must be readable itself: only its refusal is an error.
     int probe = s_beneath (root, ".", O_RDONLY | O_DIRECTORY, 0);
+    close (root);
     if (probe < 0) {
-        close (root);
         *error = probe;
         *why = s_why (-probe);
         return NULL;
     }
+    s_tree_t t = { json_array (), json_array () };
+    ah_hometree_opts_t wopts = { .max_depth = opts->max_depth, .max_entries = opts->max_entries,
+                                 .all = opts->all };
+    ah_hometree_result_t res;
+    int rc = ah_hometree_walk (probe, path, &wopts, &s_tree_ops, &t, &res);
     close (probe);
-    json_t *entries = json_array (), *skipped = json_array ();
-    bool depth_hit = false, entries_hit = false;
-    s_queue_t q = { 0 };
-    bool oom = s_push (&q, ".", 0) != 0;
-    while (!oom && !entries_hit && q.head < q.n) {
-        const char *dir = q.paths [q.head];
-        int depth = q.depths [q.head];
-        q.head++;
-        //  Below the root nothing is followed: a directory swapped for a
-        //  symlink after it was listed is refused, not walked.
-        int fd = s_beneath (root, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, RESOLVE_NO_SYMLINKS);
-        s_names_t ns;
-        int rc = fd < 0 ? fd : s_read_names (dup (fd), &ns);
-        char *shown = s_join (path, dir);
-        if (rc < 0) {
-            if (fd >= 0)
-                close (fd);
-            s_skip (skipped, shown ? shown : dir, s_why (-rc));
-            free (shown);
-            continue;
-        }
-        if (ns.over)
-            s_skip (skipped, shown ? shown : dir, "more entries than one listing reads");
-        for (size_t i = 0; i < ns.n && !oom; i++) {
-            if (!opts->all && ah_homefs_hidden (ns.names [i]))
-                continue;
-            struct stat st;
-            if (fstatat (fd, ns.names [i], &st, AT_SYMLINK_NOFOLLOW) != 0)
-                continue;           //  vanished meanwhile
-            if ((int) json_array_size (entries) >= opts->max_entries) {
-                entries_hit = true;
-                break;
-            }
-            char *rel = s_join (dir, ns.names [i]);
-            char *full = rel ? s_join (path, rel) : NULL;
-            json_t *e = full ? s_entry (ns.names [i], full, &st) : NULL;
-            if (e) {
-                json_object_set_new (e, "path", s_text (full));
-                json_object_set_new (e, "depth", json_integer (depth + 1));
-                json_array_append_new (entries, e);
-            }
-            else
-                oom = true;
-            if (e && S_ISDIR (st.st_mode)) {
-                if (depth + 1 < opts->max_depth)
-                    oom = s_push (&q, rel, depth + 1) != 0;
-                else
-                    depth_hit = true;
-            }
-            free (rel);
-            free (full);
-        }
-        close (fd);
-        s_names_free (&ns);
-        free (shown);
-    }
-    for (size_t i = 0; i < q.n; i++)
-        free (q.paths [i]);
-    free (q.paths);
-    free (q.depths);
-    close (root);
-    if (oom) {
-        json_decref (entries);
-        json_decref (skipped);
+    if (rc != 0) {
+        json_decref (t.entries);
+        json_decref (t.skipped);
         *error = -ENOMEM;
         *why = "out of memory";
         return NULL;
     }
-    size_t count = json_array_size (entries);
-    bool incomplete = json_array_size (skipped) > 0;
-    return json_pack ("{s:o s:o s:I s:i s:i s:b s:b s:b s:o}", "path", s_text (path), "entries", entries,
-                      "count", (json_int_t) count, "max_depth", opts->max_depth,
-                      "max_entries", opts->max_entries, "depth_limit_reached", depth_hit,
-                      "entries_limit_reached", entries_hit, "incomplete", incomplete,
-                      "skipped", skipped);
+    return json_pack ("{s:o s:o s:I s:i s:i s:b s:b s:b s:o}", "path", s_text (path), "entries", t.entries,
+                      "count", (json_int_t) res.count, "max_depth", opts->max_depth,
+                      "max_entries", opts->max_entries, "depth_limit_reached", res.depth_limit_reached,
+                      "entries_limit_reached", res.entries_limit_reached, "incomplete", res.incomplete,
+                      "skipped", t.skipped);
 }
 
 //  --------------------------------------------------------------------

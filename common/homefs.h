@@ -31,11 +31,8 @@ int  ah_homefs_open_home (const char *dir);
 //  regular file" (devices, FIFOs, sockets), ENOENT, EACCES.
 int  ah_homefs_open_file (int home, const char *path, struct stat *st, const char **why);
 
-//  The names that a listing a person reads leaves out unless asked: the
-//  toolchain folders (.venv, venv, node_modules, __pycache__,
-//  .pytest_cache, .mypy_cache, .ruff_cache, .tox, .git, .next, .cache)
-//  and the product's own names (.agenthold*, and the temporary file of
-//  an upload in progress, ".<name>.ah-<8 hex digits>").
+//  The names that a listing a person reads leaves out unless asked
+//  (proto/homename.h: the rule sandboxd's fs.tree applies too).
 bool ah_homefs_hidden (const char *name);
 //  true when path (relative to the home) is under uploads/: put there by
 //  a person.

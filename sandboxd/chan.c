@@ -194,6 +194,7 @@ static void s_hello (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
     ah_msg_set_str (map, "release", AH_VERSION);
     ah_msg_set_str (map, "agent_id", self->env.agent_id ? self->env.agent_id : "");
     ah_msg_set_str (map, "user", self->user.name);
+    ah_msg_set_str (map, "mode", self->env.read_only ? "read" : "sandbox");
     ah_sbd_finish (self, ch, &map);
 }
 
@@ -331,6 +332,12 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
         ah_sbd_refuse (self, ch, "EPROTO", "channel \"%.64s\" before hello", name);
         return;
     }
+    if (self->env.read_only && strcmp (name, "ping") && strcmp (name, "stats")
+    &&  strcmp (name, "fs.list") && strcmp (name, "fs.read") && strcmp (name, "fs.tree")) {
+        ah_sbd_refuse (self, ch, "EACCES", "%.64s refused: this sandboxd only reads (a reader of a "
+                       "sleeping agent's home)", name);
+        return;
+    }
     if (strcmp (name, "ping") == 0)
         ah_sbd_ok (self, ch);
     else if (strcmp (name, "stats") == 0)
@@ -359,6 +366,8 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
             ah_sbd_fs_list (self, ch, path, plen);
         else if (strcmp (name, "fs.read") == 0)
             ah_sbd_fs_read (self, ch, path, plen);
+        else if (strcmp (name, "fs.tree") == 0)
+            ah_sbd_fs_tree (self, ch, req, path, plen);
         else if (strcmp (name, "fs.write") == 0)
             ah_sbd_fs_write (self, ch, req, path, plen);
         else if (strcmp (name, "fs.mkdir") == 0)

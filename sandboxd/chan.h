@@ -31,6 +31,7 @@ typedef struct {
     const char *home;               //  borrowed: HOME for children
     const char *agent_id;           //  borrowed: hello reply
     bool switch_user;
+    bool read_only;                 //  a reader: pty, exec and writes refused
     ah_sandboxd_stats_t stats;      //  resolved: ALL or TREE
     int64_t *reaped_ns;             //  CPU of reaped children (TREE stats), owned by the instance
     //  Transport: bytes to send (must take them all), bytes still queued.

@@ -133,6 +133,9 @@ void   ah_sbd_signal (chan_t *ch, int sig);
 //  The fs channels (fs.c). path is plen bytes, checked for NUL already.
 void ah_sbd_fs_list (ah_sbd_session_t *self, chan_t *ch, const char *path, size_t plen);
 void ah_sbd_fs_read (ah_sbd_session_t *self, chan_t *ch, const char *path, size_t plen);
+//  fs.tree (fs_tree.c): the whole reply queued, FIN once sent.
+void ah_sbd_fs_tree (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
+                     const char *path, size_t plen);
 //  Send file bytes while the window and the transport allow.
 void ah_sbd_fs_read_pump (ah_sbd_session_t *self, chan_t *ch);
 void ah_sbd_fs_write (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,

@@ -196,7 +196,8 @@ static void s_serve (ah_sandboxd_t *self, s_transport_t *t, char *why, size_t wh
     ah_sbd_env_t env = {
         .home_fd = self->home_fd, .home = self->home,
         .agent_id = self->dialled_id,
-        .switch_user = self->opts.switch_user, .stats = self->opts.stats,
+        .switch_user = self->opts.switch_user, .read_only = self->opts.read_only,
+        .stats = self->opts.stats,
         .reaped_ns = &self->reaped_ns,
         .output = s_t_output, .output_data = s_t_output_data, .backlog = s_t_backlog, .ud = t,
     };
@@ -564,7 +565,7 @@ static int s_install (const char *dir)
 static void s_usage (FILE *out)
 {
     fprintf (out,
-        "usage: sandboxd [--boot FILE] [--home DIR] [--no-switch-user]\n"
+        "usage: sandboxd [--boot FILE] [--home DIR] [--no-switch-user] [--read-only]\n"
         "\n"
         "The agenthold daemon inside a sandbox: reads the boot card, dials the\n"
         "server's tunnel over WebSocket and serves terminals, files and commands.\n"
@@ -574,6 +575,9 @@ static void s_usage (FILE *out)
         "  --home DIR         the agent's home (default /home/agent)\n"
         "  --no-switch-user   run terminals and commands as the current user even\n"
         "                     when root and /etc/passwd has an `agent` account\n"
+        "  --read-only        a reader of a sleeping agent's home: fs.list, fs.tree,\n"
+        "                     fs.read, ping and stats only (pty, exec, writes refused),\n"
+        "                     the home never chowned; the hello says \"mode\": \"read\"\n"
         "  --host-addresses   print this network namespace's IPv4 addresses (not\n"
         "                     loopback's), one a line, and exit\n"
         "  --install DIR      copy this binary to DIR/sandboxd (mode 0755) and exit:\n"
@@ -592,6 +596,7 @@ int ah_sandboxd_main (int argc, char **argv)
         { "boot", required_argument, NULL, 'b' },
         { "home", required_argument, NULL, 'H' },
         { "no-switch-user", no_argument, NULL, 'n' },
+        { "read-only", no_argument, NULL, 'r' },
         { "host-addresses", no_argument, NULL, 'A' },
         { "install", required_argument, NULL, 'i' },
         { "help", no_argument, NULL, 'h' },
@@ -604,6 +609,7 @@ int ah_sandboxd_main (int argc, char **argv)
             case 'b': opts.boot_path = optarg; break;
             case 'H': opts.home = optarg; break;
             case 'n': opts.switch_user = false; break;
+            case 'r': opts.read_only = true; break;
             case 'A': return ah_net_print_addresses (stdout) == 0 ? 0 : 1;
             case 'i': return s_install (optarg);
             case 'h': s_usage (stdout); return 0;
@@ -619,7 +625,8 @@ int ah_sandboxd_main (int argc, char **argv)
     ah_sandboxd_t *self = s_new (&opts, true);
     if (!self)
         return 1;
-    if (opts.switch_user && geteuid () == 0) {
+    //  A reader takes nothing over: the home is read as it is.
+    if (opts.switch_user && geteuid () == 0 && !opts.read_only) {
         //  Root's supplementary groups (the engine gives it a dozen) are
         //  no business of ours: file operations take the agent's per
         //  thread. Then the home becomes the agent's.

@@ -43,6 +43,12 @@ typedef struct {
     //  when we are root and it exists. In-process: false (terminals run
     //  as the server's user).
     bool switch_user;
+    //  A reader of a sleeping agent's home (docs/kubernetes.md, "Reading
+    //  a sleeping agent's files"): list, tree and read only; pty, exec
+    //  and every write refused (EACCES), the home never chowned, and the
+    //  hello says "mode": "read" so the server never takes it for the
+    //  agent's sandbox.
+    bool read_only;
     ah_sandboxd_stats_t stats;
     //  Tests: serve one yamux session directly over this connected
     //  socket (no WebSocket, no reconnect) when raw_transport is true.

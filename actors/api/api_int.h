@@ -344,6 +344,9 @@ int  api_home_files (req_t *r, bool list, const char *path, const char *state);
 //  A listing's entries from sandboxd (borrowed) as a person reads them:
 //  the hidden names left out unless ?all, entries under uploads/ marked.
 json_t *api_home_entries (req_t *r, const char *dir, json_t *entries);
+//  The tree of r's running agent walked by its sandboxd (tree.c): path
+//  checked, ?all given. Answers itself.
+void api_tree_sandbox (req_t *r, const char *path, bool all);
 
 //  --------------------------------------------------------------------
 //  Authentication (auth.c)

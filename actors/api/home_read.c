@@ -8,8 +8,9 @@
     driver binds on this machine), read by common/homefs
     with the kernel confining every path beneath it. A home without such
     a directory (a volume made by an earlier install, a claim on a
-    Kubernetes cluster) is read through the running sandbox only: these
-    routes then answer 409 and say why.
+    Kubernetes cluster) is read through the running sandbox only: the
+    files routes then answer 409 and say why, and the tree of a running
+    agent is walked by its sandboxd (tree.c, the fs.tree channel).
 
     Runs on the API's thread, like the rest of the API: a listing is a few
     thousand stat calls, a file streams in API_CHUNK reads as the
@@ -57,8 +58,8 @@ static int s_home (req_t *r)
         //  "Reading a sleeping agent's files", says why and what would).
         api_respond_error (r, 409, "the home of agent '%s' is the PersistentVolumeClaim %s-home-%s on the "
                            "cluster, which this server does not mount (sandbox.driver: kubernetes): its files "
-                           "are read through its running sandbox only, with the files routes (no tree on this "
-                           "driver). Start it first (agenthold start %s)", r->name,
+                           "and tree are read through its running sandbox only. Start it first "
+                           "(agenthold start %s)", r->name,
                            c->name_prefix ? c->name_prefix : "agenthold", r->agent_id, r->name);
         return -2;
     }
@@ -74,6 +75,17 @@ static int s_home (req_t *r)
     }
     free (dir);
     return fd;
+}
+
+//  true when the server opens r's agent's home itself.
+static bool s_home_here (req_t *r)
+{
+    char *dir = ah_driver_home_dir (r->api->config, r->agent_id);
+    int fd = dir ? ah_homefs_open_home (dir) : -ENOENT;
+    free (dir);
+    if (fd >= 0)
+        close (fd);
+    return fd >= 0;
 }
 
 static int s_status (int error)
@@ -252,6 +264,12 @@ static void s_tree (req_t *r)
     if (!agent)
         return;
     const char *state = json_string_value (json_object_get (agent, "state"));
+    if (state && streq (state, "running") && !s_home_here (r)) {
+        //  A home only its sandbox reaches: sandboxd walks it (tree.c).
+        json_decref (agent);
+        api_tree_sandbox (r, clean, all);
+        return;
+    }
     bool readable = state && !streq (state, "creating") && !streq (state, "destroying");
     int home = readable ? s_home (r) : -1;
     if (home == -1)

@@ -91,6 +91,49 @@ static void s_chan_msg (zsock_t *sock, const char *type, int64_t chan, const voi
     ah_msg_send (&m, sock, "api");
 }
 
+//  fs.tree's body as a hostile or an honest sandboxd might send it: by
+//  the request's path, "t-ok" (two entries, one name not UTF-8),
+//  "t-bad" (an entry at depth 0), "t-more" (more bytes than announced),
+//  "t-short" (the stream ends early), "t-big" (a size over the cap);
+//  "t-old" is refused as a sandboxd without the channel refuses it.
+static void s_tree_body (const char *path, msgpack_sbuffer *b)
+{
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, b, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 6);
+    msgpack_pack_str_with_body (&pk, "entries", 7);
+    msgpack_pack_array (&pk, 2);
+    const char *names [] = { "uploads", "n\xff" };
+    const char *paths [] = { "uploads", "uploads/n\xff" };
+    for (int i = 0; i < 2; i++) {
+        msgpack_pack_map (&pk, 7);
+        msgpack_pack_str_with_body (&pk, "path", 4);
+        msgpack_pack_str_with_body (&pk, paths [i], strlen (paths [i]));
+        msgpack_pack_str_with_body (&pk, "name", 4);
+        msgpack_pack_str_with_body (&pk, names [i], strlen (names [i]));
+        msgpack_pack_str_with_body (&pk, "type", 4);
+        msgpack_pack_str_with_body (&pk, i ? "file" : "dir", i ? 4 : 3);
+        msgpack_pack_str_with_body (&pk, "size", 4);
+        msgpack_pack_int64 (&pk, 5);
+        msgpack_pack_str_with_body (&pk, "mode", 4);
+        msgpack_pack_int64 (&pk, 0644);
+        msgpack_pack_str_with_body (&pk, "mtime", 5);
+        msgpack_pack_int64 (&pk, 1764406800);
+        msgpack_pack_str_with_body (&pk, "depth", 5);
+        msgpack_pack_int64 (&pk, streq (path, "t-bad") ? 0 : i + 1);
+    }
+    msgpack_pack_str_with_body (&pk, "count", 5);
+    msgpack_pack_int64 (&pk, 2);
+    msgpack_pack_str_with_body (&pk, "depth_limit_reached", 19);
+    msgpack_pack_true (&pk);
+    msgpack_pack_str_with_body (&pk, "entries_limit_reached", 21);
+    msgpack_pack_false (&pk);
+    msgpack_pack_str_with_body (&pk, "incomplete", 10);
+    msgpack_pack_false (&pk);
+    msgpack_pack_str_with_body (&pk, "skipped", 7);
+    msgpack_pack_array (&pk, 0);
+}
+
 //  The tunnel as the API sees it: CHAN_OPEN for exec and fs.*, then the
 //  stream, in awkward pieces.
 static void s_fake_tunnel (fake_t *f, zsock_t *sock, ah_msg_t *m)
@@ -124,6 +167,13 @@ static void s_fake_tunnel (fake_t *f, zsock_t *sock, ah_msg_t *m)
     const char *ch = h ? ah_msg_str (h, "ch") : "";
     const char *path = h && ah_msg_str (h, "path") ? ah_msg_str (h, "path") : "";
     ah_msg_t *reply;
+    if (streq (path, "t-old")) {
+        //  A sandboxd from before fs.tree.
+        reply = ah_msg_reply_error (m, 502, "unknown channel \"%s\"", ch);
+        ah_msg_send (&reply, sock, "api");
+        ah_msg_destroy (&h);
+        return;
+    }
     if (streq (path, "nope")) {
         reply = ah_msg_reply_error (m, 404, "%s \"nope\": No such file or directory", ch);
         ah_msg_send (&reply, sock, "api");
@@ -138,6 +188,13 @@ static void s_fake_tunnel (fake_t *f, zsock_t *sock, ah_msg_t *m)
     int64_t size = streq (path, "short") ? 1000 : 100000;
     if (streq (ch, "fs.read"))
         ah_msg_set_int (rh, "size", size);
+    msgpack_sbuffer tree;
+    msgpack_sbuffer_init (&tree);
+    if (streq (ch, "fs.tree")) {
+        s_tree_body (path, &tree);
+        ah_msg_set_int (rh, "size", streq (path, "t-big") ? (int64_t) 17 << 20
+                                  : streq (path, "t-more") ? (int64_t) tree.size - 5 : (int64_t) tree.size);
+    }
     uint8_t *enc;
     size_t enc_size;
     ah_msg_encode (rh, &enc, &enc_size);
@@ -184,6 +241,14 @@ static void s_fake_tunnel (fake_t *f, zsock_t *sock, ah_msg_t *m)
         }
         free (data);
     }
+    else if (streq (ch, "fs.tree")) {
+        size_t n = streq (path, "t-short") ? tree.size / 2 : tree.size;
+        for (size_t off = 0; off < n; off += 7)      //  in awkward pieces
+            s_chan_msg (sock, "CHAN_DATA", chan, tree.data + off, n - off < 7 ? n - off : 7);
+        s_chan_msg (sock, "CHAN_EOF", chan, NULL, 0);
+        s_chan_msg (sock, "CHAN_CLOSE", chan, NULL, 0);
+    }
+    msgpack_sbuffer_destroy (&tree);
     ah_msg_destroy (&h);
 }
 

@@ -395,6 +395,36 @@ int main (void)
         CHECK (closes >= 1);                        //  the bad record's channel was reset
     }
     EXPECT ("GET", "/api/v1/agents/alice/fs/list?path=nope", NULL, s_token, 404, "No such file");
+    //  The tree of a running agent whose home the server does not open:
+    //  sandboxd's fs.tree, decoded into the server's own tree's shape;
+    //  whatever a sandbox sends that is not well formed is a 502.
+    j = s_http ("GET", "/api/v1/agents/alice/tree?path=t-ok", NULL, s_token, &status);
+    CHECK (status == 200);
+    CHECK_STR (s_str (j, "path"), "t-ok");
+    json_t *es = json_object_get (j, "entries");
+    CHECK (json_array_size (es) == 2);
+    CHECK_STR (json_string_value (json_object_get (json_array_get (es, 1), "path")), "uploads/n?");
+    CHECK_STR (json_string_value (json_object_get (json_array_get (es, 1), "name")), "n?");
+    CHECK (json_is_true (json_object_get (json_array_get (es, 1), "uploaded")));
+    CHECK (json_integer_value (json_object_get (json_array_get (es, 1), "depth")) == 2);
+    CHECK (json_integer_value (json_object_get (j, "count")) == 2);
+    CHECK (json_integer_value (json_object_get (j, "max_depth")) == 6);
+    CHECK (json_integer_value (json_object_get (j, "max_entries")) == 2000);
+    CHECK (json_is_true (json_object_get (j, "depth_limit_reached")));
+    CHECK (json_is_false (json_object_get (j, "incomplete")));
+    json_decref (j);
+    zstr_send (lifecycle, "OTHER");
+    last = zstr_recv (lifecycle);
+    CHECK (last && strstr (last, "\"ch\":\"fs.tree\"") && strstr (last, "\"max_depth\":6")
+           && strstr (last, "\"max_entries\":2000") && strstr (last, "\"all\":false"));
+    zstr_free (&last);
+    EXPECT ("GET", "/api/v1/agents/alice/tree?path=t-bad", NULL, s_token, 502, "malformed entry");
+    EXPECT ("GET", "/api/v1/agents/alice/tree?path=t-more", NULL, s_token, 502, "more of the tree");
+    EXPECT ("GET", "/api/v1/agents/alice/tree?path=t-short", NULL, s_token, 502, "ended early");
+    EXPECT ("GET", "/api/v1/agents/alice/tree?path=t-big", NULL, s_token, 502, "over 16 MiB");
+    EXPECT ("GET", "/api/v1/agents/alice/tree?path=nope", NULL, s_token, 404, "No such file");
+    EXPECT ("GET", "/api/v1/agents/alice/tree?path=t-old", NULL, s_token, 502, "restart it");
+    EXPECT ("GET", "/api/v1/agents/alice/tree?path=..", NULL, s_token, 400, NULL);
     EXPECT ("GET", "/api/v1/agents/alice/fs/file", NULL, s_token, 400, "'path' is required");
     EXPECT ("PUT", "/api/v1/agents/alice/fs/mkdir?path=x", "{}", s_token, 405, NULL);
     EXPECT ("GET", "/api/v1/agents/alice/fs/other", NULL, s_token, 404, "no route");

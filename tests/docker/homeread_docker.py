@@ -19,6 +19,9 @@ for it, StartedAt unchanged after every request):
   - a home without its directory under homes/ (an earlier install's
     volume, simulated by moving the directory aside) answers 409 as
     before, and reads again once it is back
+  - running, with that directory moved aside, the tree is sandboxd's
+    (fs.tree) and equals the server's own tree of the same home, with
+    all, a subdirectory, and the planted links refused
   - the home's directory removed behind the server's back (its volume
     still there): the start fails saying so, the agent's home is reported
     lost (home_lost), and a rebuild makes it again, empty
@@ -154,6 +157,36 @@ def scenario(h):
     h.check(st == 200, "read again once the directory is back: %d" % st)
     still_stopped("everything")
     h.check(h.cli("show", NAME)["state"] == "sleeping", "the agent sleeps on")
+
+    # Running, with a home the server does not reach (its directory moved
+    # aside; the container still holds its bind): the tree is sandboxd's
+    # (fs.tree), and it is the server's own tree, field for field.
+    h.check(h.cli("start", NAME)["state"] == "running", "start")
+    mine = {}
+    for query in ("", "?all=true", "?path=deep", "?path=notes/"):
+        st, body = raw("GET", "/api/v1/agents/%s/tree%s" % (NAME, query))
+        h.check(st == 200, "the server's tree%s of the running agent: %d %r" % (query, st, body[:200]))
+        mine[query] = json.loads(body)
+    os.rename(home, aside)
+    try:
+        for query, want in mine.items():
+            st, body = raw("GET", "/api/v1/agents/%s/tree%s" % (NAME, query))
+            got = json.loads(body) if st == 200 else body
+            h.check(st == 200 and got == want,
+                    "sandboxd's tree%s is the server's: %d\n%r\n%r" % (query, st, got, want))
+        h.check(len(mine[""]["entries"]) > 10 and len(mine["?all=true"]["entries"]) > len(mine[""]["entries"]),
+                "trees of some size: %d, all %d" % (len(mine[""]["entries"]), len(mine["?all=true"]["entries"])))
+        for path in ("abs", "up", "sneaky", "proc"):
+            st, body = raw("GET", fs("tree", path))
+            h.check(st == 403, "sandboxd's tree of %s refused: %d %r" % (path, st, body[:200]))
+        for path in ("../etc", "/etc", "notes/../../x"):
+            st, body = raw("GET", fs("tree", path))
+            h.check(st == 400, "tree %s: %d %r" % (path, st, body[:200]))
+        st, body = raw("GET", fs("tree", "big.bin"))
+        h.check(st == 409, "the tree of a file: %d %r" % (st, body[:200]))
+    finally:
+        os.rename(aside, home)
+    h.check(h.cli("stop", NAME)["state"] == "sleeping", "stop")
 
     # The home's directory removed behind the server's back, its volume
     # still there: the start says so, and the agent's home is reported lost.

@@ -198,6 +198,76 @@ class Harness(ahserver.ServerHarness):
         self.check(self.home_sha(name, path) == want, "sha256sum in the sandbox matches")
         return want
 
+    def api(self, method, path, expect=None):
+        """(status, JSON or None) from the server's API."""
+        return ahserver.call_json(self.port(), self.token(), method, path, expect=expect,
+                                  check=self.check if expect is not None else None)
+
+    def tree_and_hostile(self, name):
+        """The tree of a running agent (sandboxd's fs.tree on this driver)
+        against the files written in it and what find sees there; hostile
+        paths refused on the tree and the files routes alike."""
+        rc, out = self.sh(name, "cd /home/agent && mkdir -p t/a/b/c t/node_modules t/e"
+                          " && echo deep > t/a/b/c/deep.txt && echo x > t/x.txt"
+                          " && echo m > t/node_modules/m.js && echo s > t/.agenthold-s"
+                          " && ln -s /etc t/out && ln -s a t/in && ln -s ../../f.bin t/up"
+                          " && printf v > \"t/$(printf 'n\\377')\""
+                          " && find t -mindepth 1 ! -name 'n?' | sort")
+        self.check(rc == 0, "files written for the tree: %d %r" % (rc, out))
+        found = {p for p in out.split("\n") if p and "node_modules" not in p and ".agenthold" not in p}
+        base = "/api/v1/agents/%s" % name
+        status, t = self.api("GET", base + "/tree?path=t", expect=200)
+        paths = {e["path"] for e in t["entries"]}
+        self.check(paths == found | {"t/n?"},
+                   "the tree lists what find sees (a name not UTF-8 as '?'): %r vs %r"
+                   % (sorted(paths), sorted(found)))
+        kinds = {e["path"]: (e["type"], e["depth"]) for e in t["entries"]}
+        self.check(kinds.get("t/a/b/c/deep.txt") == ("file", 4) and kinds.get("t/a") == ("dir", 1)
+                   and kinds.get("t/out") == ("link", 1) and kinds.get("t/in") == ("link", 1),
+                   "types and depths: %r" % kinds)
+        self.check(not any(p.startswith(("t/out/", "t/in/", "t/up/")) for p in paths),
+                   "links listed, never walked (/etc is not in the tree)")
+        self.check(t["path"] == "t" and t["count"] == len(t["entries"]) and t["max_depth"] == 6
+                   and t["max_entries"] == 2000 and t["incomplete"] is False
+                   and t["depth_limit_reached"] is False and t["entries_limit_reached"] is False
+                   and t["skipped"] == [],
+                   "the Docker tree's shape and limits: %r" % {k: v for k, v in t.items() if k != "entries"})
+        e = t["entries"][0]
+        self.check(set(e) >= {"path", "name", "type", "size", "mode", "mtime", "depth"},
+                   "an entry's fields: %r" % e)
+        status, t = self.api("GET", base + "/tree?path=t&all=true", expect=200)
+        paths = {e["path"] for e in t["entries"]}
+        self.check({"t/node_modules/m.js", "t/.agenthold-s"} <= paths, "all=true shows the hidden names")
+        status, t = self.api("GET", base + "/tree", expect=200)
+        self.check(t["path"] == "." and any(e["path"] == "t/a/b/c/deep.txt" for e in t["entries"]),
+                   "the tree of the home")
+        # Hostile paths: refused on the tree and on the files routes.
+        for q, want_status in (("..", 400), ("/etc", 400), ("%2e%2e", 400), ("%2Fetc", 400),
+                               ("t/../..", 400), ("t/out", 403), ("t/up", 403), ("t/x.txt", 409),
+                               ("nothere", 404)):
+            status, j = self.api("GET", base + "/tree?path=" + q)
+            self.check(status == want_status, "tree ?path=%s: %d (wanted %d): %r" % (q, status, want_status, j))
+        for q, ok in (("files/t/out/passwd", (403,)), ("files/t/up", (400, 403)),
+                      ("files/..%2f..%2fetc%2fpasswd", (400, 404)), ("fs/file?path=../etc/passwd", (400,)),
+                      ("fs/file?path=/etc/passwd", (400,)), ("fs/file?path=t%2fout%2fpasswd", (403,)),
+                      ("files?path=t/out", (403,))):
+            status, j = self.api("GET", base + "/" + q)
+            self.check(status in ok, "%s: %d (wanted one of %r): %r" % (q, status, ok, j))
+        status, raw = ahserver.request(self.port(), "GET", base + "/files/t/in/b/c/deep.txt", token=self.token())
+        self.check(status == 200 and raw == b"deep\n", "a link inside the home is followed: %d %r" % (status, raw))
+        # The server's limits hold on sandboxd's walk: 2,100 files, 2,000 listed.
+        rc, out = self.sh(name, "mkdir -p /home/agent/many && cd /home/agent/many"
+                          " && for i in $(seq 2100); do : > f$i; done && ls | wc -l", timeout=120)
+        self.check(rc == 0 and out.strip() == "2100", "2,100 files made: %d %r" % (rc, out))
+        t0 = time.time()
+        status, t = self.api("GET", base + "/tree?path=many", expect=200)
+        took = time.time() - t0
+        self.check(t["count"] == 2000 and len(t["entries"]) == 2000 and t["entries_limit_reached"] is True,
+                   "the tree stops at files.tree_max_entries: %d entries, limit reached %r"
+                   % (t["count"], t["entries_limit_reached"]))
+        print("tree of a running agent on kubernetes: %d entries, hostile paths refused; "
+              "2,000 of 2,100 entries through sandboxd in %.3f s" % (len(paths), took))
+
     def home_sha(self, name, path="f.bin"):
         rc, out = self.sh(name, "sha256sum /home/agent/%s" % path, timeout=120)
         self.check(rc == 0 and out.split(), "sha256sum in the sandbox: %d %r" % (rc, out))

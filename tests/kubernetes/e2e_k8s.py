@@ -9,7 +9,8 @@ life    create -> running (sandboxd's hello through the tunnel over TCP):
         escalation, sandboxd from the init container, limits), its claim,
         boot Secret and NetworkPolicy; terminal echo; exec exit codes; a
         1 MiB file round trip with sha256 (fs put / get, and sha256sum in
-        the sandbox); the policy enforced (the server's API port is not
+        the sandbox); the tree (sandboxd's fs.tree) against what find sees,
+        hostile paths refused on the tree and the files routes; the policy enforced (the server's API port is not
         reachable from the sandbox, the tunnel is); stop -> sleeping (no
         Pod, the claim kept) and start with the home intact; rebuild (a new
         Pod) keeping the home; rm -> nothing left in the namespace.
@@ -128,6 +129,10 @@ def life():
     # A file round trip with sha256.
     want = h.file_round_trip("alice", 1 << 20)
 
+    # The tree (the console's file browser) through sandboxd's fs.tree,
+    # and hostile paths refused on the tree and the files routes.
+    h.tree_and_hostile("alice")
+
     # The policy holds: the server's API port on the node is not reachable
     # from the sandbox (the tunnel is: it is connected).
     rc, out = h.sh("alice", "wget -q -T 3 -O - http://%s:%d/healthz && echo REACHED || echo BLOCKED"
@@ -141,6 +146,12 @@ def life():
     print("stop -> sleeping in %.2f s" % (time.time() - t0))
     h.check(h.pod(aid) is None, "no Pod while asleep")
     h.check(h.claim(aid) is not None, "the claim stays while asleep")
+    # Asleep, the tree is a 409 naming the claim; it does not wake the agent.
+    status, j = h.api("GET", "/api/v1/agents/alice/tree")
+    h.check(status == 409 and "PersistentVolumeClaim" in (j or {}).get("error", ""),
+            "a sleeping agent's tree: 409 saying why: %d %r" % (status, j))
+    h.check(h.cli("show", "alice")["state"] == "sleeping" and h.pod(aid) is None,
+            "the tree did not wake it")
     t0 = time.time()
     h.check(h.cli("start", "alice")["state"] == "running", "start -> running")
     print("sleeping -> running in %.2f s" % (time.time() - t0))

@@ -282,6 +282,7 @@ static void test_hello (peer_t *p)
     CHECK (r && ah_msg_int (r, "version", 0) == AH_PROTOCOL_VERSION);
     CHECK_STR (r ? ah_msg_str (r, "agent_id") : NULL, "agent-test");
     CHECK (r && ah_msg_str (r, "user") && *ah_msg_str (r, "user"));
+    CHECK_STR (r ? ah_msg_str (r, "mode") : NULL, "sandbox");
     ah_msg_destroy (&r);
 
     r = simple (p, req_new ("ping"));
@@ -545,6 +546,196 @@ static int count_entries (const char *dir)
     return n;
 }
 
+//  --------------------------------------------------------------------
+//  fs.tree: the reply's map (in *u) or NULL with the refusal's code.
+
+static const msgpack_object *mp_get (const msgpack_object *map, const char *key)
+{
+    size_t n = strlen (key);
+    for (uint32_t i = 0; map && map->type == MSGPACK_OBJECT_MAP && i < map->via.map.size; i++) {
+        const msgpack_object *k = &map->via.map.ptr [i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == n && !memcmp (k->via.str.ptr, key, n))
+            return &map->via.map.ptr [i].val;
+    }
+    return NULL;
+}
+
+static bool mp_true (const msgpack_object *map, const char *key)
+{
+    const msgpack_object *o = mp_get (map, key);
+    return o && o->type == MSGPACK_OBJECT_BOOLEAN && o->via.boolean;
+}
+
+static const msgpack_object *tree (peer_t *p, const char *path, int depth, int entries, bool all,
+                                   msgpack_unpacked *u, char code [16])
+{
+    ah_msg_t *req = req_new ("fs.tree");
+    ah_msg_set_str (req, "path", path);
+    ah_msg_set_int (req, "max_depth", depth);
+    ah_msg_set_int (req, "max_entries", entries);
+    ah_msg_set_bool (req, "all", all);
+    uint32_t id = open_chan (p, &req);
+    ah_yamux_close (p->y, id);
+    ah_msg_t *r = wait_header (p, id, 5000);
+    code [0] = 0;
+    if (!reply_ok (r)) {
+        snprintf (code, 16, "%s", reply_code (r) ? reply_code (r) : "?");
+        ah_msg_destroy (&r);
+        return NULL;
+    }
+    tstream_t *s = find (p, id);
+    wait_until (p, &s->eof, 10000);
+    CHECK ((int64_t) s->len == ah_msg_int (r, "size", -1));
+    ah_msg_destroy (&r);
+    msgpack_unpacked_init (u);
+    size_t off = 0;
+    if (msgpack_unpack_next (u, (const char *) s->buf, s->len, &off) != MSGPACK_UNPACK_SUCCESS
+    ||  off != s->len || u->data.type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    return &u->data;
+}
+
+//  The entry of the tree at path ("" when none): its type.
+static const char *tree_type (const msgpack_object *t, const char *path, int64_t *depth)
+{
+    const msgpack_object *es = mp_get (t, "entries");
+    size_t n = strlen (path);
+    for (uint32_t i = 0; es && es->type == MSGPACK_OBJECT_ARRAY && i < es->via.array.size; i++) {
+        const msgpack_object *e = &es->via.array.ptr [i];
+        const msgpack_object *pa = mp_get (e, "path"), *ty = mp_get (e, "type"), *d = mp_get (e, "depth");
+        if (pa && pa->type == MSGPACK_OBJECT_STR && pa->via.str.size == n && !memcmp (pa->via.str.ptr, path, n)) {
+            static char type [16];
+            snprintf (type, sizeof type, "%.*s", (int) ty->via.str.size, ty->via.str.ptr);
+            if (depth)
+                *depth = d ? d->via.i64 : -1;
+            return type;
+        }
+    }
+    return "";
+}
+
+static uint32_t tree_count (const msgpack_object *t)
+{
+    const msgpack_object *es = mp_get (t, "entries");
+    return es && es->type == MSGPACK_OBJECT_ARRAY ? es->via.array.size : 0;
+}
+
+static void mkfile (const char *rel, const char *text)
+{
+    char path [PATH_MAX * 2];
+    snprintf (path, sizeof path, "%s/%s", home, rel);
+    FILE *f = fopen (path, "w");
+    CHECK (f != NULL);
+    if (f) {
+        fputs (text, f);
+        fclose (f);
+    }
+}
+
+static void mkdirs (const char *rel)
+{
+    char path [PATH_MAX * 2];
+    snprintf (path, sizeof path, "%s/%s", home, rel);
+    CHECK (mkdir (path, 0755) == 0);
+}
+
+static void test_tree (peer_t *p)
+{
+    //  t/a/b/c/deep.txt, t/x.txt, t/node_modules/m.js, t/.agenthold-x, a
+    //  name that is not UTF-8, a link out of the home and one inside.
+    mkdirs ("t");
+    mkdirs ("t/a");
+    mkdirs ("t/a/b");
+    mkdirs ("t/a/b/c");
+    mkdirs ("t/node_modules");
+    mkfile ("t/a/b/c/deep.txt", "deep\n");
+    mkfile ("t/x.txt", "x\n");
+    mkfile ("t/node_modules/m.js", "m\n");
+    mkfile ("t/.agenthold-x", "ah\n");
+    mkfile ("t/\xff\xfe", "bytes\n");
+    char path [PATH_MAX * 2];
+    snprintf (path, sizeof path, "%s/t/out", home);
+    CHECK (symlink (outside, path) == 0);
+    snprintf (path, sizeof path, "%s/t/in", home);
+    CHECK (symlink ("a", path) == 0);
+
+    msgpack_unpacked u;
+    char code [16];
+    int64_t depth = 0;
+    const msgpack_object *t = tree (p, "t", 6, 100, false, &u, code);
+    CHECK (t != NULL);
+    CHECK_STR (tree_type (t, "t/a", &depth), "dir");
+    CHECK (depth == 1);
+    CHECK_STR (tree_type (t, "t/a/b/c/deep.txt", &depth), "file");
+    CHECK (depth == 4);
+    CHECK_STR (tree_type (t, "t/x.txt", NULL), "file");
+    CHECK_STR (tree_type (t, "t/\xff\xfe", NULL), "file");
+    //  Links are listed, never walked: nothing from outside, nothing twice.
+    CHECK_STR (tree_type (t, "t/out", NULL), "link");
+    CHECK_STR (tree_type (t, "t/in", NULL), "link");
+    CHECK_STR (tree_type (t, "t/out/secret", NULL), "");
+    CHECK_STR (tree_type (t, "t/in/b", NULL), "");
+    //  The toolchain folders and the product's names are left out.
+    CHECK_STR (tree_type (t, "t/node_modules", NULL), "");
+    CHECK_STR (tree_type (t, "t/.agenthold-x", NULL), "");
+    CHECK (tree_count (t) == 8);
+    CHECK (!mp_true (t, "depth_limit_reached") && !mp_true (t, "entries_limit_reached")
+           && !mp_true (t, "incomplete"));
+    msgpack_unpacked_destroy (&u);
+
+    //  all: the hidden names too.
+    t = tree (p, "t", 6, 100, true, &u, code);
+    CHECK_STR (tree_type (t, "t/node_modules/m.js", NULL), "file");
+    CHECK_STR (tree_type (t, "t/.agenthold-x", NULL), "file");
+    msgpack_unpacked_destroy (&u);
+
+    //  The limits: depth 2 stops below t/a/b; 3 entries stop the walk.
+    t = tree (p, "t", 2, 100, false, &u, code);
+    CHECK_STR (tree_type (t, "t/a/b", &depth), "dir");
+    CHECK (depth == 2);
+    CHECK_STR (tree_type (t, "t/a/b/c", NULL), "");
+    CHECK (mp_true (t, "depth_limit_reached") && !mp_true (t, "entries_limit_reached"));
+    msgpack_unpacked_destroy (&u);
+    t = tree (p, "t", 6, 3, false, &u, code);
+    CHECK (tree_count (t) == 3 && mp_true (t, "entries_limit_reached"));
+    msgpack_unpacked_destroy (&u);
+
+    //  The home itself; the root followed when it is a link inside.
+    t = tree (p, "", 1, 1000, false, &u, code);
+    CHECK_STR (tree_type (t, "t", NULL), "dir");
+    CHECK_STR (tree_type (t, "abs_out", NULL), "link");
+    msgpack_unpacked_destroy (&u);
+    t = tree (p, "t/in", 6, 100, false, &u, code);
+    CHECK_STR (tree_type (t, "t/in/b/c/deep.txt", NULL), "file");
+    msgpack_unpacked_destroy (&u);
+
+    //  Refused: out of range, a file, nothing there, out of the home.
+    CHECK (tree (p, "t", 0, 100, false, &u, code) == NULL);
+    CHECK_STR (code, "EINVAL");
+    CHECK (tree (p, "t", 65, 100, false, &u, code) == NULL);
+    CHECK_STR (code, "EINVAL");
+    CHECK (tree (p, "t", 6, 0, false, &u, code) == NULL);
+    CHECK_STR (code, "EINVAL");
+    CHECK (tree (p, "t/x.txt", 6, 100, false, &u, code) == NULL);
+    CHECK_STR (code, "ENOTDIR");
+    CHECK (tree (p, "t/none", 6, 100, false, &u, code) == NULL);
+    CHECK_STR (code, "ENOENT");
+    CHECK (tree (p, "t/out", 6, 100, false, &u, code) == NULL);
+    CHECK_STR (code, "EACCES");
+
+    //  A directory that cannot be read below the root is skipped (root
+    //  reads everything: only when not root).
+    if (geteuid () != 0) {
+        snprintf (path, sizeof path, "%s/t/a", home);
+        CHECK (chmod (path, 0) == 0);
+        t = tree (p, "t", 6, 100, false, &u, code);
+        CHECK (mp_true (t, "incomplete"));
+        CHECK_STR (tree_type (t, "t/a", NULL), "dir");
+        msgpack_unpacked_destroy (&u);
+        CHECK (chmod (path, 0755) == 0);
+    }
+}
+
 static void test_hostile (peer_t *p)
 {
     //  Fixture: outside/secret next to the home, links from inside.
@@ -581,7 +772,7 @@ static void test_hostile (peer_t *p)
         "rel_out/secret", "rel_out/new", "chain1/secret", "chain1/new", "sub/../../outside/x",
         "sub/../..", "./../outside", "inner/../../outside/secret", "loop/x", longp, longname,
     };
-    const char *chans [] = { "fs.read", "fs.write", "fs.list", "fs.mkdir", "fs.remove" };
+    const char *chans [] = { "fs.read", "fs.write", "fs.list", "fs.mkdir", "fs.remove", "fs.tree" };
     int refused = 0, total = 0;
     for (size_t c = 0; c < sizeof chans / sizeof *chans; c++) {
         for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -1074,6 +1265,70 @@ static void test_malformed (peer_t *p)
 
 //  Several instances in one process, each with its own home and thread:
 //  no state is shared between them.
+//  A reader (read_only) on a home another instance serves: reads as the
+//  sandbox does, refuses pty, exec and every write, says so in its hello.
+static void test_reader (void)
+{
+    int fds [2];
+    CHECK (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+    fcntl (fds [1], F_SETFL, O_NONBLOCK);
+    ah_sandboxd_opts_t opts = { .agent_id = "agent-test", .home = home, .raw_transport = true,
+                                .raw_fd = fds [1], .read_only = true };
+    ah_sandboxd_t *sbd = ah_sandboxd_start (&opts);
+    CHECK (sbd != NULL);
+    peer_t p = { .fd = fds [0] };
+    ah_yamux_callbacks_t cb = { .output = cb_output, .on_data = cb_data, .on_eof = cb_eof,
+                                .on_closed = cb_closed };
+    p.y = ah_yamux_new (true, &cb, &p);
+    ah_msg_t *req = req_new ("hello");
+    ah_msg_set_int (req, "version", AH_PROTOCOL_VERSION);
+    ah_msg_t *r = simple (&p, req);
+    CHECK (reply_ok (r));
+    CHECK_STR (r ? ah_msg_str (r, "mode") : NULL, "read");
+    ah_msg_destroy (&r);
+    mkfile ("reader.txt", "read me\n");
+    uint8_t *data = NULL;
+    size_t size = 0;
+    r = read_file (&p, "reader.txt", &data, &size);
+    CHECK (reply_ok (r) && size == 8 && data && memcmp (data, "read me\n", 8) == 0);
+    ah_msg_destroy (&r);
+    free (data);
+    msgpack_unpacked u;
+    char code [16];
+    const msgpack_object *t = tree (&p, "t", 6, 100, false, &u, code);
+    CHECK_STR (tree_type (t, "t/a/b/c/deep.txt", NULL), "file");
+    msgpack_unpacked_destroy (&u);
+    req = req_new ("fs.list");
+    ah_msg_set_str (req, "path", "t");
+    r = simple (&p, req);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+    //  Refused, and nothing changed on disk.
+    const char *refused [] = { "fs.write", "fs.mkdir", "fs.remove", "exec", "pty" };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        req = req_new (refused [i]);
+        ah_msg_set_str (req, "path", "reader.txt");
+        ah_msg_set_str (req, "cmd", "touch /tmp/pwned");
+        uint32_t id = open_chan (&p, &req);
+        ah_yamux_close (p.y, id);
+        r = wait_header (&p, id, 5000);
+        CHECK_STR (reply_code (r), "EACCES");
+        CHECK (r && ah_msg_str (r, "error") && strstr (ah_msg_str (r, "error"), "only reads"));
+        ah_msg_destroy (&r);
+    }
+    CHECK (file_exists (home, "reader.txt"));
+    r = read_file (&p, "reader.txt", &data, &size);
+    CHECK (reply_ok (r) && size == 8);
+    ah_msg_destroy (&r);
+    free (data);
+    CHECK (!p.failed);
+    ah_sandboxd_stop (&sbd);
+    ah_yamux_destroy (&p.y);
+    for (int i = 0; i < p.n; i++)
+        free (p.s [i].buf);
+    close (fds [0]);
+}
+
 static void test_instances (void)
 {
     enum { N = 3 };
@@ -1194,6 +1449,8 @@ int main (void)
     test_hello (&p);
     test_fs (&p);
     test_hostile (&p);
+    test_tree (&p);
+    test_reader ();
     test_exec (&p);
     test_flow (&p);
     test_flow_read (&p);
