@@ -133,6 +133,22 @@ ah_msg_t *ah_msg_recv (zsock_t *sock, bool with_route, char **err)
     return self;
 }
 
+json_t *ah_json_bytes (const char *data, size_t size)
+{
+    json_t *j = json_stringn (data ? data : "", data ? size : 0);
+    if (j)
+        return j;
+    char *copy = malloc (size + 1);
+    if (!copy)
+        return NULL;
+    for (size_t i = 0; i < size; i++)
+        copy [i] = (unsigned char) data [i] >= 0x80 || data [i] == 0 ? '?' : data [i];
+    copy [size] = 0;
+    j = json_stringn (copy, size);
+    free (copy);
+    return j;
+}
+
 //  msgpack object -> JSON, depth-bounded. Raw fields were validated on
 //  the way in, so the unpacker sees honest counts.
 static json_t *s_obj_json (const msgpack_object *o, int depth)
@@ -146,7 +162,7 @@ static json_t *s_obj_json (const msgpack_object *o, int depth)
         case MSGPACK_OBJECT_NEGATIVE_INTEGER: return json_integer ((json_int_t) o->via.i64);
         case MSGPACK_OBJECT_FLOAT32:
         case MSGPACK_OBJECT_FLOAT64: return json_real (o->via.f64);
-        case MSGPACK_OBJECT_STR: return json_stringn_nocheck (o->via.str.ptr, o->via.str.size);
+        case MSGPACK_OBJECT_STR: return ah_json_bytes (o->via.str.ptr, o->via.str.size);
         case MSGPACK_OBJECT_BIN: return json_pack ("{s:I}", "bin", (json_int_t) o->via.bin.size);
         case MSGPACK_OBJECT_ARRAY: {
             json_t *a = json_array ();
@@ -193,7 +209,7 @@ char *ah_msg_to_json (const ah_msg_t *self, const char *to)
             msgpack_unpacked_destroy (&u);
         }
         else if (ah_msg_str (self, key))
-            v = json_string_nocheck (ah_msg_str (self, key));
+            v = ah_json_bytes (ah_msg_str (self, key), strlen (ah_msg_str (self, key)));
         else if (ah_msg_is_nil (self, key))
             v = json_null ();
         else if (ah_msg_has (self, key) && ah_msg_int (self, key, 1) == ah_msg_int (self, key, 2))

@@ -4,6 +4,7 @@
 #define AH_MSG_H
 
 #include <czmq.h>
+#include <jansson.h>
 #include "proto/msg.h"
 
 //  Sockets. route != NULL puts a routing frame first (destination).
@@ -31,5 +32,9 @@ void ah_msg_fault_clear (ah_msg_fault_t *fault);
 //  bin fields become {"bin": N} (their size: contents never reach a log or
 //  the tap). Caller frees.
 char *ah_msg_to_json (const ah_msg_t *self, const char *to);
+
+//  size bytes as a JSON string; when they are not UTF-8 (or hold a NUL),
+//  each byte >= 0x80 and each NUL becomes '?'. Never NULL but out of memory.
+json_t *ah_json_bytes (const char *data, size_t size);
 
 #endif

@@ -30,33 +30,12 @@ static void s_process (conn_t *conn);
 
 json_t *api_json_text (const char *text)
 {
-    json_t *j = json_string (text ? text : "");
-    if (j)
-        return j;
-    char *copy = strdup (text);
-    if (!copy)
-        return json_string ("?");
-    for (char *p = copy; *p; p++)
-        if ((unsigned char) *p >= 0x80 || (unsigned char) *p < 0x20)
-            *p = '?';
-    j = json_string (copy);
-    free (copy);
-    return j ? j : json_string ("?");
+    return api_json_bytes (text, text ? strlen (text) : 0);
 }
 
 json_t *api_json_bytes (const char *data, size_t size)
 {
-    json_t *j = json_stringn (data ? data : "", size);
-    if (j)
-        return j;
-    char *copy = malloc (size + 1);
-    if (!copy)
-        return json_string ("");
-    for (size_t i = 0; i < size; i++)
-        copy [i] = (unsigned char) data [i] >= 0x80 || data [i] == 0 ? '?' : data [i];
-    copy [size] = 0;
-    j = json_stringn (copy, size);
-    free (copy);
+    json_t *j = ah_json_bytes (data, size);
     return j ? j : json_string ("");
 }
 

@@ -70,6 +70,20 @@ int main (void)
     CHECK (json && strstr (json, "\"req\":-42"));
     CHECK (json && strstr (json, "\"to\":\"lifecycle\""));
     free (json);
+    //  Strings that are not UTF-8 (a file name a sandbox sends, a field
+    //  of a hostile peer), in a raw field and as a plain one: JSON all the
+    //  same, the bad bytes as '?', never a NULL that empties a listing.
+    {
+        ah_msg_t *u = ah_msg_new ("REPLY");
+        static const uint8_t entries [] = { 0x91, 0x81, 0xa4, 'n', 'a', 'm', 'e', 0xa4, 'a', 0xff, 0xfe, 'b' };
+        CHECK (ah_msg_set_raw (u, "reply", entries, sizeof entries) == 0);
+        ah_msg_set_str (u, "detail", "ok\xc3(");
+        char *uj = ah_msg_to_json (u, NULL);
+        CHECK (uj && strstr (uj, "\"reply\":[{\"name\":\"a??b\"}]"));
+        CHECK (uj && strstr (uj, "\"detail\":\"ok?(\""));
+        free (uj);
+        ah_msg_destroy (&u);
+    }
     ah_msg_t *dup = ah_msg_dup (d);
     CHECK (dup && ah_msg_int (dup, "req", 0) == -42);
     ah_msg_destroy (&dup);

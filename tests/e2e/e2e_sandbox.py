@@ -153,6 +153,15 @@ def s_files(a):
     check(names == ["a b.txt"] and j["entries"][0]["size"] == 12, "list: %r" % j)
     with open(os.path.join(home_of(a["id"]), "fdir/sub/a b.txt"), "rb") as f:
         check(f.read() == b"hello files\n", "the home's copy differs")
+    # A name that is not UTF-8 (sandboxd sends it as it is): listed with
+    # '?' for its bad bytes, and the listing keeps every other entry.
+    odd = os.path.join(home_of(a["id"]).encode(), b"fdir/sub/odd-\xff\xfe.txt")
+    with open(odd, "wb") as f:
+        f.write(b"x")
+    _, j = api("GET", "/api/v1/agents/%s/files?path=fdir/sub" % n)
+    names = sorted(e["name"] for e in j["entries"])
+    check(names == ["a b.txt", "odd-??.txt"], "a name that is not UTF-8, listed from sandboxd: %r" % j)
+    os.unlink(odd)
     api("DELETE", files(n, "fdir/sub/a b.txt"))
     check(not os.path.exists(os.path.join(home_of(a["id"]), "fdir/sub/a b.txt")), "DELETE left the file")
     st, raw = request("POST", files(n, "fdir/x"))
