@@ -30,6 +30,12 @@
     prepare watcher calls lws_cancel_service once so that lws takes a
     turn and looks.
 
+    A second loop may live beside the first (ah_lwsloop_new_beside): its
+    own lws context, zsocks and timers, on the first's libev loop, so
+    two actors' lws connections are served by one thread (the api and
+    the tunnel, common/actor.h "guests"). It is never run itself: the
+    first's ah_lwsloop_run serves both. Destroy it before the first.
+
     Only the thread that calls ah_lwsloop_run may call anything here
     (including ah_lwsloop_new/destroy: create the loop in that thread).
 
@@ -57,6 +63,10 @@ typedef void (ah_lwsloop_fn) (ah_lwsloop_t *loop, zsock_t *sock, void *arg);
 //  strings it points to must outlive the loop, as for lws). NULL on
 //  failure, logged.
 ah_lwsloop_t *ah_lwsloop_new (const struct lws_context_creation_info *info);
+//  The same, beside another loop of this thread (see DESIGN): its own
+//  context on beside's libev loop. ah_lwsloop_run on it fails (-1);
+//  ah_lwsloop_stop only ends its zsock callbacks.
+ah_lwsloop_t *ah_lwsloop_new_beside (ah_lwsloop_t *beside, const struct lws_context_creation_info *info);
 //  Destroys the lws context (closing its connections: their CLOSED
 //  callbacks run here), then the loop. Watched zsocks stay the caller's.
 void ah_lwsloop_destroy (ah_lwsloop_t **self_p);
