@@ -207,6 +207,8 @@ int ah_actor_send (ah_actor_t *self, const char *dest, ah_msg_t **msg_p)
     char saved [AH_MSG_MAX_TYPE + 1];
     snprintf (saved, sizeof saved, "%s", type);
     int rc = ah_msg_send (msg_p, self->bus, dest);
+    if (self->lws)
+        ah_lwsloop_touch (self->lws, self->bus);
     if (rc)
         ah_warn (self->def->name, "cannot send %s to %s", saved, dest);
     return rc;
@@ -333,6 +335,8 @@ void ah_actor_drain (ah_actor_t *self, int quiet_ms, int max_ms)
     while (zclock_mono () < give_up && zpoller_wait (poller, quiet_ms) == self->bus)
         s_on_bus (self);
     zpoller_destroy (&poller);
+    if (self->lws)
+        ah_lwsloop_touch (self->lws, self->bus);
 }
 
 static void s_guest_end (ah_actor_t *guest);

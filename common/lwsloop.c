@@ -20,6 +20,7 @@ typedef struct {
     ah_lwsloop_fn *fn;
     void *arg;
     bool dead;                  //  unwatched: no more calls; freed by the next sweep
+    bool check;                 //  its ZMQ_EVENTS must be asked before the next sleep
 } s_watch_t;
 
 struct ah_lwsloop_t {
@@ -71,8 +72,12 @@ static void s_sweep (ah_lwsloop_t *self, bool all)
 }
 
 //  Drain one socket: true if it still has messages after a batch.
+//  Asking ZMQ_EVENTS costs two system calls (zmq's fork check and a
+//  poll of its mailbox): a socket is asked only when its descriptor
+//  fired, it was touched (a send), or the last batch left messages.
 static bool s_drain (ah_lwsloop_t *self, s_watch_t *w)
 {
+    w->check = false;
     for (int i = 0; i < AH_LWSLOOP_BATCH; i++) {
         if (w->dead || self->stopped)
             return false;
@@ -81,7 +86,8 @@ static bool s_drain (ah_lwsloop_t *self, s_watch_t *w)
         self->ours_ran = true;
         w->fn (self, w->sock, w->arg);
     }
-    return !w->dead && !self->stopped && (zsock_events (w->sock) & ZMQ_POLLIN);
+    w->check = !w->dead && !self->stopped && (zsock_events (w->sock) & ZMQ_POLLIN);
+    return w->check;
 }
 
 //  Drain every live watch; true if any has more. The array may change
@@ -92,7 +98,7 @@ static bool s_drain_all (ah_lwsloop_t *self)
     bool more = false;
     for (size_t i = 0; i < self->nwatches && !self->stopped; i++) {
         s_watch_t *w = self->watches [i];
-        if (!w->dead && s_drain (self, w))
+        if (!w->dead && w->check && s_drain (self, w))
             more = true;
     }
     return more;
@@ -338,6 +344,7 @@ int ah_lwsloop_watch (ah_lwsloop_t *self, zsock_t *sock, ah_lwsloop_fn *fn, void
     if (!w)
         return -1;
     w->loop = self;
+    w->check = true;
     w->sock = sock;
     w->fn = fn;
     w->arg = arg;
@@ -361,6 +368,13 @@ void ah_lwsloop_unwatch (ah_lwsloop_t *self, zsock_t *sock)
             ev_io_stop (self->ev, &w->io);
         }
     }
+}
+
+void ah_lwsloop_touch (ah_lwsloop_t *self, zsock_t *sock)
+{
+    for (size_t i = 0; self && i < self->nwatches; i++)
+        if (self->watches [i]->sock == sock)
+            self->watches [i]->check = true;
 }
 
 int ah_lwsloop_run (ah_lwsloop_t *self)
