@@ -615,6 +615,12 @@ static int s_begin (ah_actor_t *self, void *args, char **why)
         self->ntimers = self->timers_cap = 0;
         return -1;
     }
+    if (self->host && !self->lws)
+        self->lws = self->host->lws;
+    //  Timers init made before it chose lws: onto the loop now.
+    for (size_t i = 0; self->lws && i < self->ntimers; i++)
+        if (!self->timers [i]->lt.loop)
+            s_timer_arm (self, self->timers [i], self->timers [i]->when - zclock_mono ());
     //  The skeleton's own sockets, after init (which may have chosen lws):
     //  readers registered during init are watched now.
     reader_t *early [MAX_READERS];
@@ -709,7 +715,9 @@ static void s_adopt (ah_actor_t *self, zmsg_t *cmd)
         guest->pipe = start->pipe;
         guest->host = self;
         guest->parked = start;
-        guest->lws = self->lws;             //  unless init chooses a loop beside it
+        //  As in an own thread, readers and timers made in init before
+        //  ah_actor_use_lws are served once init returned: on the loop
+        //  init chose (one beside the host's), or else on the host's.
         if (s_begin (guest, start->args, &why) == 0) {
             self->guests [self->nguests++] = guest;
             s_thread_name (self);
