@@ -26,8 +26,13 @@
     once it finished, NULL with the reason when it failed; there is no
     "watch the pipe for a while".
 
-    Threads: everything here is called from the actor's own thread only,
-    except ah_actor_new (the starter's thread, before the actor runs).  */
+    A guest (ah_actor_new_guest) is an actor of its own (state, handler
+    table, pipe, bus name) run in another actor's thread and loop; what
+    the two send each other is handed over in that thread (actor.c).
+
+    Threads: everything here is called from the actor's own thread only
+    (a guest's: its host's), except ah_actor_new and ah_actor_new_guest
+    (the starter's thread, before the actor runs).                     */
 #ifndef AH_ACTOR_H
 #define AH_ACTOR_H
 
