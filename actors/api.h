@@ -29,7 +29,6 @@ typedef struct {
     const char *db_path;            //  the database file (opened, not migrated)
     int reply_timeout_s;            //  0: AH_API_REPLY_TIMEOUT_S (tests shorten it)
     int body_stall_s;               //  0: AH_API_BODY_STALL_S, a body that stops coming (tests shorten it)
-    const char *tunnel_link;        //  the tunnel's api_link (connected here); NULL: all on the bus
 } ah_api_args_t;
 
 extern const ah_actor_def_t ah_api_actor;

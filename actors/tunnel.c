@@ -352,8 +352,6 @@ static void *s_init (ah_actor_t *actor, void *args)
         return NULL;
     }
     ah_actor_use_lws (actor, self->loop);
-    if (a->api_link && ah_actor_link (actor, "api", a->api_link, true))
-        ah_warn (AREA, "the api's channels take the bus: no direct link at %s", a->api_link);
     ah_info (AREA, "listening for sandboxd on %s (port %d) and on %s", listen,
              lws_get_vhost_listen_port (self->vhost), self->socket_path ? self->socket_path : "no socket");
     return self;

@@ -52,8 +52,6 @@ typedef struct {
     int ping_timeout_ms;            //  0: AH_TUNNEL_PING_TIMEOUT_MS
     int open_timeout_ms;            //  0: AH_TUNNEL_OPEN_TIMEOUT_MS
     int stats_interval_ms;          //  0: AH_TUNNEL_STATS_INTERVAL_MS; < 0: no stats
-    const char *api_link;           //  inproc endpoint of the direct link to the api (bound
-                                    //  here, before the api starts); NULL: all on the bus
 } ah_tunnel_args_t;
 
 //  ah_actor_new (&ah_tunnel_actor, &args, &err).

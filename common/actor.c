@@ -7,7 +7,25 @@
     Everything else belongs to the actor's thread: the ah_actor_t lives on
     its stack, readers and timers are small records it allocates, and in
     the lws mode each record also carries the lwsloop watch or timer that
-    points back at it.                                                   */
+    points back at it.
+
+    Guests (ah_actor_new_guest). A guest runs in its host's thread: its
+    zactor's own thread only parks (on a condition variable) from the
+    moment it signalled, and the host serves the guest's pipe end, bus
+    DEALER, readers and timers on the host's libev loop. The starter
+    hands the guest over with "$ADOPT" on the host's pipe (the start
+    record's pointer; the host answers status and reason there). The
+    guest's ah_actor_t is the host's (heap) until the guest ends: on its
+    $TERM or ah_actor_stop its readers and timers end at once, and in the
+    next loop round (a 0 ms timer of the host) its destroy runs, its bus
+    socket closes, and the parked thread is released: it frees the start
+    record and returns, and zactor's shim then signals the starter. A host
+    that ends first ends its guests the same way before its own destroy.
+    Between a guest and its host messages never take ZeroMQ: ah_actor_send
+    appends them (their borrowed bins copied, ah_msg_own) to the
+    receiver's inbox, drained in order from a 0 ms timer of the same loop,
+    i.e. after the callback that sent them returns: a handler never runs
+    inside another actor's call.                                        */
 #include "common/actor.h"
 #include "common/bus.h"
 #include "common/log.h"
@@ -20,6 +38,7 @@
 
 #define BATCH           64      //  messages taken from one socket per round
 #define MAX_READERS     16
+#define MAX_GUESTS      4
 
 typedef struct {
     ah_actor_t *actor;
@@ -38,14 +57,31 @@ typedef struct {
     void *arg;
 } s_timer_t;
 
+//  A guest's start: its parked thread's and the host's (see DESIGN).
+typedef struct {
+    const ah_actor_def_t *def;
+    void *args;
+    zsock_t *pipe;              //  the parked thread's end, served by the host
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool released;
+} guest_start_t;
+
 struct ah_actor_t {
     const ah_actor_def_t *def;
     void *state;
     zsock_t *pipe;
     zsock_t *bus;
-    zsock_t *link;              //  PAIR to link_peer, or NULL
-    char link_peer [AH_MSG_MAX_TYPE + 1];
     ah_lwsloop_t *lws;
+    ah_actor_t *host;           //  a guest: whose thread it runs in
+    guest_start_t *parked;      //  a guest: its own thread, parked
+    ah_actor_t *guests [MAX_GUESTS];    //  a host
+    size_t nguests;
+    ah_lwsloop_timer_t reap;    //  a guest that stopped: ended next round
+    bool reaping;
+    zlistx_t *inbox;            //  messages handed over in this thread, in order
+    ah_lwsloop_timer_t inbox_timer;
+    bool inbox_armed;
     reader_t *readers [MAX_READERS];
     size_t nreaders;
     s_timer_t **timers;
@@ -81,18 +117,88 @@ void ah_actor_use_lws (ah_actor_t *self, ah_lwsloop_t *loop)
     self->lws = loop;
 }
 
+ah_lwsloop_t *ah_actor_host_lws (ah_actor_t *self)
+{
+    return self->host ? self->host->lws : NULL;
+}
+
+static void s_dispatch_msg (ah_actor_t *self, ah_msg_t *msg);
+
+//  --------------------------------------------------------------------
+//  In-thread hand-off between a guest and its host
+
+//  The actor of this thread that dest names, if any (and still serving).
+static ah_actor_t *s_near (ah_actor_t *self, const char *dest)
+{
+    if (!dest)
+        return NULL;
+    if (self->host)
+        return !self->host->stopped && streq (self->host->def->name, dest) ? self->host : NULL;
+    for (size_t i = 0; i < self->nguests; i++)
+        if (!self->guests [i]->stopped && streq (self->guests [i]->def->name, dest))
+            return self->guests [i];
+    return NULL;
+}
+
+static void s_on_inbox (ah_lwsloop_timer_t *lt, void *arg)
+{
+    ah_actor_t *self = arg;
+    self->inbox_armed = false;
+    //  A batch, then the loop's other work (lws's connections) gets a turn.
+    for (int i = 0; i < 4 * BATCH && !self->stopped; i++) {
+        ah_msg_t *msg = (ah_msg_t *) zlistx_first (self->inbox);
+        if (!msg)
+            return;
+        zlistx_detach_cur (self->inbox);
+        s_dispatch_msg (self, msg);
+    }
+    if (!self->stopped && zlistx_size (self->inbox)) {
+        self->inbox_armed = true;
+        ah_lwsloop_timer_set (self->lws, &self->inbox_timer, 0, s_on_inbox, self);
+    }
+}
+
+static int s_hand_over (ah_actor_t *self, ah_actor_t *to, ah_msg_t **msg_p)
+{
+    ah_msg_t *msg = msg_p ? *msg_p : NULL;
+    if (msg_p)
+        *msg_p = NULL;
+    if (!msg)
+        return -1;
+    if (!to->inbox)
+        to->inbox = zlistx_new ();
+    if (!to->inbox || ah_msg_own (msg) || !zlistx_add_end (to->inbox, msg)) {
+        ah_warn (self->def->name, "cannot hand %s over to %s: out of memory", ah_msg_type (msg),
+                 to->def->name);
+        ah_msg_destroy (&msg);
+        return -1;
+    }
+    ah_msg_set_peer (msg, self->def->name);
+    if (!to->inbox_armed) {
+        to->inbox_armed = true;
+        ah_lwsloop_timer_set (to->lws, &to->inbox_timer, 0, s_on_inbox, to);
+    }
+    return 0;
+}
+
+static void s_inbox_end (ah_actor_t *self)
+{
+    ah_lwsloop_timer_cancel (&self->inbox_timer);
+    self->inbox_armed = false;
+    for (ah_msg_t *msg = self->inbox ? (ah_msg_t *) zlistx_first (self->inbox) : NULL; msg;
+         msg = (ah_msg_t *) zlistx_next (self->inbox))
+        ah_msg_destroy (&msg);
+    zlistx_destroy (&self->inbox);
+}
+
 //  --------------------------------------------------------------------
 //  Messages
 
 int ah_actor_send (ah_actor_t *self, const char *dest, ah_msg_t **msg_p)
 {
-    if (self->link && dest && streq (dest, self->link_peer)) {
-        //  The route frame names the sender, as the bus would. A link
-        //  with no peer (it never bound, or it is gone) takes nothing
-        //  (ZMQ_SNDTIMEO 0): then the bus carries the message.
-        if (zsock_events (self->link) & ZMQ_POLLOUT)
-            return ah_msg_send (msg_p, self->link, self->def->name) == 0 ? 0 : -1;
-    }
+    ah_actor_t *near = s_near (self, dest);
+    if (near)
+        return s_hand_over (self, near, msg_p);
     if (!self->bus) {
         ah_msg_destroy (msg_p);
         return -1;
@@ -101,6 +207,8 @@ int ah_actor_send (ah_actor_t *self, const char *dest, ah_msg_t **msg_p)
     char saved [AH_MSG_MAX_TYPE + 1];
     snprintf (saved, sizeof saved, "%s", type);
     int rc = ah_msg_send (msg_p, self->bus, dest);
+    if (self->lws)
+        ah_lwsloop_touch (self->lws, self->bus);
     if (rc)
         ah_warn (self->def->name, "cannot send %s to %s", saved, dest);
     return rc;
@@ -154,17 +262,9 @@ static void s_refuse (ah_actor_t *self, const ah_msg_fault_t *fault)
     ah_actor_send (self, fault->route, &reply);
 }
 
-static void s_dispatch (ah_actor_t *self, zsock_t *sock)
+//  One message, taken (destroyed here).
+static void s_dispatch_msg (ah_actor_t *self, ah_msg_t *msg)
 {
-    ah_msg_fault_t fault;
-    ah_msg_t *msg = ah_msg_recv_fault (sock, true, &fault);
-    if (!msg) {
-        ah_warn (self->def->name, "malformed message from %s: %s",
-                 *fault.route ? fault.route : "?", fault.error ? fault.error : "unreadable");
-        s_refuse (self, &fault);
-        ah_msg_fault_clear (&fault);
-        return;
-    }
     const char *type = ah_msg_type (msg);
     for (const ah_actor_handler_t *h = self->def->handlers; h && h->type; h++)
         if (streq (h->type, type)) {
@@ -184,43 +284,27 @@ static void s_dispatch (ah_actor_t *self, zsock_t *sock)
 
 static void s_on_bus (ah_actor_t *self)
 {
-    s_dispatch (self, self->bus);
-}
-
-static void s_on_link (ah_actor_t *self)
-{
-    s_dispatch (self, self->link);
-}
-
-int ah_actor_link (ah_actor_t *self, const char *peer, const char *endpoint, bool bind)
-{
-    if (self->link || !peer || strlen (peer) >= sizeof self->link_peer || !endpoint)
-        return -1;
-    zsock_t *sock = zsock_new (ZMQ_PAIR);
-    if (!sock)
-        return -1;
-    //  Channels are flow-controlled by credit, so the queue stays short;
-    //  never block: a peer that is gone loses the message (it is gone).
-    zsock_set_sndhwm (sock, 100000);
-    zsock_set_rcvhwm (sock, 100000);
-    zsock_set_sndtimeo (sock, 0);
-    zsock_set_linger (sock, 0);
-    int rc = bind ? zsock_bind (sock, "%s", endpoint) : zsock_connect (sock, "%s", endpoint);
-    if (rc < 0) {
-        ah_warn (self->def->name, "cannot %s the link to %s at %s", bind ? "bind" : "connect",
-                 peer, endpoint);
-        zsock_destroy (&sock);
-        return -1;
+    ah_msg_fault_t fault;
+    ah_msg_t *msg = ah_msg_recv_fault (self->bus, true, &fault);
+    if (!msg) {
+        ah_warn (self->def->name, "malformed message from %s: %s",
+                 *fault.route ? fault.route : "?", fault.error ? fault.error : "unreadable");
+        s_refuse (self, &fault);
+        ah_msg_fault_clear (&fault);
+        return;
     }
-    self->link = sock;
-    snprintf (self->link_peer, sizeof self->link_peer, "%s", peer);
-    return 0;
+    s_dispatch_msg (self, msg);
 }
+
+static void s_adopt (ah_actor_t *self, zmsg_t *cmd);
 
 static void s_on_pipe (ah_actor_t *self)
 {
     zmsg_t *cmd = zmsg_recv (self->pipe);
     char *name = cmd ? zmsg_popstr (cmd) : NULL;
+    if (name && streq (name, "$ADOPT"))
+        s_adopt (self, cmd);
+    else
     if (!name || streq (name, "$TERM")) {
         if (self->def->on_term)
             self->def->on_term (self->state);
@@ -251,13 +335,37 @@ void ah_actor_drain (ah_actor_t *self, int quiet_ms, int max_ms)
     while (zclock_mono () < give_up && zpoller_wait (poller, quiet_ms) == self->bus)
         s_on_bus (self);
     zpoller_destroy (&poller);
+    if (self->lws)
+        ah_lwsloop_touch (self->lws, self->bus);
 }
+
+static void s_guest_end (ah_actor_t *guest);
+
+static void s_on_reap (ah_lwsloop_timer_t *lt, void *arg)
+{
+    s_guest_end ((ah_actor_t *) arg);
+}
+
+static void s_timers_end (ah_actor_t *self);
+static void s_readers_end (ah_actor_t *self);
 
 void ah_actor_stop (ah_actor_t *self)
 {
+    if (!self->host) {
+        self->stopped = true;
+        if (self->lws)
+            ah_lwsloop_stop (self->lws);
+        return;
+    }
+    //  A guest: nothing of it runs from now on but its destroy, next
+    //  round (the caller may be one of its callbacks).
+    if (self->reaping)
+        return;
     self->stopped = true;
-    if (self->lws)
-        ah_lwsloop_stop (self->lws);
+    self->reaping = true;
+    s_readers_end (self);
+    s_timers_end (self);
+    ah_lwsloop_timer_set (self->host->lws, &self->reap, 0, s_on_reap, self);
 }
 
 //  --------------------------------------------------------------------
@@ -417,6 +525,21 @@ static long s_timers_run (ah_actor_t *self)
     return wait;
 }
 
+static void s_timers_end (ah_actor_t *self)
+{
+    while (self->ntimers)
+        ah_actor_timer_end (self, self->timers [0]->id);
+    free (self->timers);
+    self->timers = NULL;        //  destroy may still end timers it knew of
+    self->timers_cap = 0;
+}
+
+static void s_readers_end (ah_actor_t *self)
+{
+    while (self->nreaders)
+        ah_actor_reader_end (self, self->readers [0]->sock);
+}
+
 //  --------------------------------------------------------------------
 //  The loop and the thread
 
@@ -462,78 +585,250 @@ static void s_own_loop (ah_actor_t *self)
     }
 }
 
+//  init, the bus, the skeleton's readers: 0, or -1 with *why (caller
+//  frees) and nothing left of the actor but its ah_actor_t.
+static int s_begin (ah_actor_t *self, void *args, char **why)
+{
+    const ah_actor_def_t *def = self->def;
+    if (!(self->state = def->init (self, args)) && !self->fail)
+        ah_actor_fail (self, "the %s actor could not start", def->name);
+    //  On the bus only once init succeeded: a DEALER closes asynchronously
+    //  and the bus ignores a second connection under a name it still
+    //  sees, so a start that failed must never have held the name.
+    if (self->state && def->on_bus && !(self->bus = ah_bus_connect (def->name))) {
+        ah_actor_fail (self, "cannot connect to the bus at %s", AH_BUS_ENDPOINT);
+        s_timers_end (self);
+        def->destroy (self->state);
+        self->state = NULL;
+    }
+    if (!self->state) {
+        *why = self->fail;
+        self->fail = NULL;
+        for (size_t i = 0; i < self->nreaders; i++)
+            free (self->readers [i]);
+        self->nreaders = 0;
+        //  Timers a failed init left: their loop is gone with its state.
+        for (size_t i = 0; i < self->ntimers; i++)
+            free (self->timers [i]);
+        free (self->timers);
+        self->timers = NULL;
+        self->ntimers = self->timers_cap = 0;
+        return -1;
+    }
+    if (self->host && !self->lws)
+        self->lws = self->host->lws;
+    //  Timers init made before it chose lws: onto the loop now.
+    for (size_t i = 0; self->lws && i < self->ntimers; i++)
+        if (!self->timers [i]->lt.loop)
+            s_timer_arm (self, self->timers [i], self->timers [i]->when - zclock_mono ());
+    //  The skeleton's own sockets, after init (which may have chosen lws):
+    //  readers registered during init are watched now.
+    reader_t *early [MAX_READERS];
+    size_t nearly = self->nreaders;
+    memcpy (early, self->readers, nearly * sizeof early [0]);
+    self->nreaders = 0;
+    bool ok = s_reader_add (self, self->pipe, NULL, s_on_pipe) == 0
+           && (!self->bus || s_reader_add (self, self->bus, NULL, s_on_bus) == 0);
+    for (size_t i = 0; i < nearly; i++) {
+        ok = ok && s_reader_add (self, early [i]->sock, early [i]->fn, NULL) == 0;
+        free (early [i]);
+    }
+    if (!ok) {
+        ah_error (def->name, "cannot watch its sockets");
+        ah_actor_stop (self);       //  started, and ends at once
+    }
+    return 0;
+}
+
+//  What is left once the loop no longer serves the actor.
+static void s_end (ah_actor_t *self)
+{
+    s_timers_end (self);
+    s_readers_end (self);
+    s_inbox_end (self);
+    self->def->destroy (self->state);
+    self->state = NULL;
+    zsock_destroy (&self->bus);
+    free (self->fail);
+    self->fail = NULL;
+}
+
+//  --------------------------------------------------------------------
+//  Guests
+
+static void s_release (guest_start_t *start)
+{
+    pthread_mutex_lock (&start->lock);
+    start->released = true;
+    pthread_cond_signal (&start->cond);
+    pthread_mutex_unlock (&start->lock);    //  start is the parked thread's from here
+}
+
+//  The guest's own thread: it signals (so zactor_new returns), then
+//  waits until its host ended it or refused it.
+static void s_parked (zsock_t *pipe, void *arg)
+{
+    guest_start_t *start = arg;
+    start->pipe = pipe;
+    zsock_signal (pipe, 0);
+    pthread_mutex_lock (&start->lock);
+    while (!start->released)
+        pthread_cond_wait (&start->cond, &start->lock);
+    pthread_mutex_unlock (&start->lock);
+    pthread_mutex_destroy (&start->lock);
+    pthread_cond_destroy (&start->cond);
+    free (start);
+}
+
+static void s_thread_name (ah_actor_t *self)
+{
+    char name [16];
+    int n = snprintf (name, sizeof name, "ah-%s", self->def->name);
+    for (size_t i = 0; i < self->nguests && n > 0 && (size_t) n < sizeof name; i++)
+        n += snprintf (name + n, sizeof name - (size_t) n, "+%s", self->guests [i]->def->name);
+    pthread_setname_np (pthread_self (), name);
+}
+
+//  "$ADOPT" + the start record's pointer, from the starter.
+static void s_adopt (ah_actor_t *self, zmsg_t *cmd)
+{
+    zframe_t *frame = zmsg_pop (cmd);
+    guest_start_t *start = NULL;
+    if (frame && zframe_size (frame) == sizeof start)
+        memcpy (&start, zframe_data (frame), sizeof start);
+    zframe_destroy (&frame);
+    if (!start) {
+        ah_warn (self->def->name, "$ADOPT without a guest");
+        return;
+    }
+    char *why = NULL;
+    ah_actor_t *guest = NULL;
+    if (!self->lws || self->host || self->nguests == MAX_GUESTS)
+        why = ah_strf ("%s cannot take %s in: %s", self->def->name, start->def->name,
+                       !self->lws ? "it has no lws loop" : self->host ? "it is a guest itself"
+                                                                         : "too many guests");
+    else
+    if (!(guest = calloc (1, sizeof *guest)))
+        why = strdup ("out of memory");
+    else {
+        guest->def = start->def;
+        guest->pipe = start->pipe;
+        guest->host = self;
+        guest->parked = start;
+        //  As in an own thread, readers and timers made in init before
+        //  ah_actor_use_lws are served once init returned: on the loop
+        //  init chose (one beside the host's), or else on the host's.
+        if (s_begin (guest, start->args, &why) == 0) {
+            self->guests [self->nguests++] = guest;
+            s_thread_name (self);
+        }
+        else {
+            free (guest);
+            guest = NULL;
+        }
+    }
+    zsock_send (self->pipe, "is", guest ? 0 : -1, why ? why : "");
+    free (why);
+    if (!guest)
+        s_release (start);
+}
+
+static void s_guest_end (ah_actor_t *guest)
+{
+    ah_actor_t *host = guest->host;
+    for (size_t i = 0; i < host->nguests; i++)
+        if (host->guests [i] == guest) {
+            memmove (host->guests + i, host->guests + i + 1,
+                     (host->nguests - i - 1) * sizeof host->guests [0]);
+            host->nguests--;
+            break;
+        }
+    guest->stopped = true;
+    ah_lwsloop_timer_cancel (&guest->reap);
+    s_end (guest);                  //  its destroy may still hand messages to the host
+    s_release (guest->parked);
+    free (guest);
+    s_thread_name (host);
+}
+
+zactor_t *ah_actor_new_guest (const ah_actor_def_t *def, void *args, zactor_t *host, char **err)
+{
+    guest_start_t *start = calloc (1, sizeof *start);
+    if (!start || !host) {
+        free (start);
+        if (err)
+            *err = strdup (host ? "out of memory" : "no host");
+        return NULL;
+    }
+    start->def = def;
+    start->args = args;
+    pthread_mutex_init (&start->lock, NULL);
+    pthread_cond_init (&start->cond, NULL);
+    zactor_t *actor = zactor_new (s_parked, start);
+    if (!actor) {
+        pthread_mutex_destroy (&start->lock);
+        pthread_cond_destroy (&start->cond);
+        free (start);
+        if (err)
+            *err = ah_strf ("cannot start the %s actor's thread", def->name);
+        return NULL;
+    }
+    //  From here start is the host's, then the parked thread's.
+    int status = -1;
+    char *why = NULL;
+    if (zsock_send (host, "sp", "$ADOPT", start) != 0) {
+        s_release (start);
+        why = ah_strf ("cannot reach the host of the %s actor", def->name);
+    }
+    else
+    if (zsock_recv (host, "is", &status, &why) != 0)
+        status = -1;
+    if (status != 0) {
+        zactor_destroy (&actor);
+        if (err) {
+            *err = why && *why ? why : ah_strf ("the %s actor could not start", def->name);
+            if (*err != why)
+                free (why);
+        }
+        else
+            free (why);
+        return NULL;
+    }
+    free (why);
+    return actor;
+}
+
+//  --------------------------------------------------------------------
+//  An actor's own thread
+
 static void s_thread (zsock_t *pipe, void *arg)
 {
     start_t *start = arg;
     ah_actor_t self = { .def = start->def, .pipe = pipe };
-    const ah_actor_def_t *def = self.def;
-    char thread_name [16];
-    snprintf (thread_name, sizeof thread_name, "ah-%s", def->name);
-    pthread_setname_np (pthread_self (), thread_name);
-
-    if (!(self.state = def->init (&self, start->args)) && !self.fail)
-        ah_actor_fail (&self, "the %s actor could not start", def->name);
-    //  On the bus only once init succeeded: a DEALER closes asynchronously
-    //  and the bus ignores a second connection under a name it still
-    //  sees, so a start that failed must never have held the name.
-    if (self.state && def->on_bus && !(self.bus = ah_bus_connect (def->name))) {
-        ah_actor_fail (&self, "cannot connect to the bus at %s", AH_BUS_ENDPOINT);
-        while (self.ntimers)
-            ah_actor_timer_end (&self, self.timers [0]->id);
-        def->destroy (self.state);
-        self.state = NULL;
-    }
-    if (!self.state) {
-        zsock_destroy (&self.link);
+    s_thread_name (&self);
+    char *why = NULL;
+    if (s_begin (&self, start->args, &why)) {
         start->status = -1;
-        start->err = self.fail;
-        self.fail = NULL;
-        for (size_t i = 0; i < self.nreaders; i++)
-            free (self.readers [i]);
-        //  Timers a failed init left: their loop is gone with its state.
-        for (size_t i = 0; i < self.ntimers; i++)
-            free (self.timers [i]);
-        free (self.timers);
+        start->err = why;
         zsock_signal (pipe, 1);
         return;             //  nothing of start is touched after the signal
     }
-    //  The skeleton's own sockets, after init (which may have chosen lws):
-    //  readers registered during init are watched now.
-    reader_t *early [MAX_READERS];
-    size_t nearly = self.nreaders;
-    memcpy (early, self.readers, nearly * sizeof early [0]);
-    self.nreaders = 0;
-    bool ok = s_reader_add (&self, pipe, NULL, s_on_pipe) == 0
-           && (!self.bus || s_reader_add (&self, self.bus, NULL, s_on_bus) == 0)
-           && (!self.link || s_reader_add (&self, self.link, NULL, s_on_link) == 0);
-    for (size_t i = 0; i < nearly; i++) {
-        ok = ok && s_reader_add (&self, early [i]->sock, early [i]->fn, NULL) == 0;
-        free (early [i]);
-    }
-    if (!ok)
-        ah_error (def->name, "cannot watch its sockets");
     start->status = 0;
     zsock_signal (pipe, 0);
 
-    if (ok) {
-        if (self.lws) {
-            if (ah_lwsloop_run (self.lws) < 0)
-                ah_error (def->name, "the lws service loop failed");
-        }
-        else
-            s_own_loop (&self);
+    if (self.stopped)
+        ;
+    else
+    if (self.lws) {
+        if (ah_lwsloop_run (self.lws) < 0)
+            ah_error (self.def->name, "the lws service loop failed");
     }
-    while (self.ntimers)
-        ah_actor_timer_end (&self, self.timers [0]->id);
-    free (self.timers);
-    self.timers = NULL;         //  destroy may still end timers it knew of
-    self.timers_cap = 0;
-    while (self.nreaders)
-        ah_actor_reader_end (&self, self.readers [0]->sock);
-    def->destroy (self.state);
-    zsock_destroy (&self.bus);
-    zsock_destroy (&self.link);
-    free (self.fail);
+    else
+        s_own_loop (&self);
+    //  Guests end first: their destroy may still speak to us.
+    while (self.nguests)
+        s_guest_end (self.guests [0]);
+    s_end (&self);
 }
 
 zactor_t *ah_actor_new (const ah_actor_def_t *def, void *args, char **err)

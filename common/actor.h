@@ -26,8 +26,13 @@
     once it finished, NULL with the reason when it failed; there is no
     "watch the pipe for a while".
 
-    Threads: everything here is called from the actor's own thread only,
-    except ah_actor_new (the starter's thread, before the actor runs).  */
+    A guest (ah_actor_new_guest) is an actor of its own (state, handler
+    table, pipe, bus name) run in another actor's thread and loop; what
+    the two send each other is handed over in that thread (actor.c).
+
+    Threads: everything here is called from the actor's own thread only
+    (a guest's: its host's), except ah_actor_new and ah_actor_new_guest
+    (the starter's thread, before the actor runs).                     */
 #ifndef AH_ACTOR_H
 #define AH_ACTOR_H
 
@@ -79,11 +84,29 @@ typedef struct {
 //  whose pipe has something to read unasked has died.
 zactor_t *ah_actor_new (const ah_actor_def_t *def, void *args, char **err);
 
+//  Start an actor as a guest in host's thread (host: an actor on an
+//  lwsloop, started and owned by this thread): its init, handlers,
+//  timers and readers run in the host's thread, on the host's libev loop;
+//  it keeps its own state, handler table, pipe and bus identity. Stop it
+//  with zactor_destroy as any actor (its destroy runs in the host's
+//  thread); a host that ends ends its guests first (their pipes then
+//  speak unasked, as a dead actor's). Messages between a guest and its
+//  host never take the bus nor ZeroMQ: ah_actor_send hands them over in
+//  the thread, in order, delivered after the sending callback returned
+//  (see actor.c). Returns as ah_actor_new does.
+zactor_t *ah_actor_new_guest (const ah_actor_def_t *def, void *args, zactor_t *host, char **err);
+
 //  From init: the reason start-up failed (printf-style).
 void ah_actor_fail (ah_actor_t *self, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 //  From init: run on this lwsloop (created by the actor in this thread,
 //  destroyed by it in destroy) instead of the skeleton's own loop.
 void ah_actor_use_lws (ah_actor_t *self, ah_lwsloop_t *loop);
+
+//  From init: the host's lwsloop when this actor is a guest, else NULL.
+//  A guest that speaks WebSocket makes its loop beside it
+//  (ah_lwsloop_new_beside) and hands that to ah_actor_use_lws; a guest
+//  that does not runs its readers and timers on the host's.
+ah_lwsloop_t *ah_actor_host_lws (ah_actor_t *self);
 
 const char *ah_actor_name (ah_actor_t *self);
 zsock_t *ah_actor_pipe (ah_actor_t *self);
@@ -97,17 +120,6 @@ void ah_actor_reply (ah_actor_t *self, const ah_msg_t *request, ah_msg_t *reply)
 void ah_actor_reply_ok (ah_actor_t *self, const ah_msg_t *request, int status);
 void ah_actor_reply_error (ah_actor_t *self, const ah_msg_t *request, int status,
                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-//  A direct link to one peer actor, for a conversation too busy for the
-//  bus (the api's and the tunnel's channels): from init, one side binds
-//  endpoint (the actor started first), the other connects. Afterwards
-//  every ah_actor_send to `peer` goes over this PAIR instead of the bus,
-//  in order, without the bus thread (and without the tap), and what comes
-//  over it is dispatched through the handler table like bus traffic,
-//  ah_msg_peer naming the peer. 0 / -1 (then the bus serves as before).
-//  While the link has no peer (nobody bound, or the peer is gone) sends
-//  to it take the bus, so a link that failed on one side loses nothing.
-int  ah_actor_link (ah_actor_t *self, const char *peer, const char *endpoint, bool bind);
 
 //  More sockets to serve (worker results, a PULL). 0 / -1.
 int  ah_actor_reader (ah_actor_t *self, zsock_t *sock, ah_actor_sock_fn *fn);

@@ -15,14 +15,17 @@
 
 typedef struct {
     ev_io io;                   //  on zmq's own ZMQ_FD (never closed here)
+    ah_lwsloop_t *loop;
     zsock_t *sock;
     ah_lwsloop_fn *fn;
     void *arg;
     bool dead;                  //  unwatched: no more calls; freed by the next sweep
+    bool check;                 //  its ZMQ_EVENTS must be asked before the next sleep
 } s_watch_t;
 
 struct ah_lwsloop_t {
     struct ev_loop *ev;
+    bool own_ev;                        //  false: beside another loop, on its ev
     ev_prepare prepare;                 //  drain before every sleep
     ev_idle idle;                       //  active: messages wait, do not sleep
     struct lws_context *context;
@@ -69,8 +72,12 @@ static void s_sweep (ah_lwsloop_t *self, bool all)
 }
 
 //  Drain one socket: true if it still has messages after a batch.
+//  Asking ZMQ_EVENTS costs two system calls (zmq's fork check and a
+//  poll of its mailbox): a socket is asked only when its descriptor
+//  fired, it was touched (a send), or the last batch left messages.
 static bool s_drain (ah_lwsloop_t *self, s_watch_t *w)
 {
+    w->check = false;
     for (int i = 0; i < AH_LWSLOOP_BATCH; i++) {
         if (w->dead || self->stopped)
             return false;
@@ -79,7 +86,8 @@ static bool s_drain (ah_lwsloop_t *self, s_watch_t *w)
         self->ours_ran = true;
         w->fn (self, w->sock, w->arg);
     }
-    return !w->dead && !self->stopped && (zsock_events (w->sock) & ZMQ_POLLIN);
+    w->check = !w->dead && !self->stopped && (zsock_events (w->sock) & ZMQ_POLLIN);
+    return w->check;
 }
 
 //  Drain every live watch; true if any has more. The array may change
@@ -90,7 +98,7 @@ static bool s_drain_all (ah_lwsloop_t *self)
     bool more = false;
     for (size_t i = 0; i < self->nwatches && !self->stopped; i++) {
         s_watch_t *w = self->watches [i];
-        if (!w->dead && s_drain (self, w))
+        if (!w->dead && w->check && s_drain (self, w))
             more = true;
     }
     return more;
@@ -101,7 +109,7 @@ static bool s_drain_all (ah_lwsloop_t *self)
 static void s_on_zmq_fd (struct ev_loop *ev, ev_io *io, int revents)
 {
     s_watch_t *w = (s_watch_t *) io->data;
-    ah_lwsloop_t *self = (ah_lwsloop_t *) ev_userdata (ev);
+    ah_lwsloop_t *self = w->loop;
     if (!w->dead && !self->destroying)
         s_drain (self, w);
 }
@@ -109,12 +117,14 @@ static void s_on_zmq_fd (struct ev_loop *ev, ev_io *io, int revents)
 //  Right before libev would sleep: the point the old poll() loop drained at.
 static void s_on_prepare (struct ev_loop *ev, ev_prepare *prepare, int revents)
 {
-    ah_lwsloop_t *self = (ah_lwsloop_t *) ev_userdata (ev);
+    ah_lwsloop_t *self = (ah_lwsloop_t *) prepare->data;
     self->rounds++;
     s_sweep (self, false);
     bool more = !self->stopped && s_drain_all (self);
     if (self->stopped) {
-        ev_break (ev, EVBREAK_ALL);
+        if (self->own_ev)
+            ev_break (ev, EVBREAK_ALL);
+        ev_idle_stop (ev, &self->idle);
         return;
     }
     if (more)
@@ -133,7 +143,7 @@ static void s_on_idle (struct ev_loop *ev, ev_idle *idle, int revents)
 {
 }
 
-ah_lwsloop_t *ah_lwsloop_new (const struct lws_context_creation_info *info)
+static ah_lwsloop_t *s_new (ah_lwsloop_t *beside, const struct lws_context_creation_info *info)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once (&once, s_lws_log_init);
@@ -143,13 +153,14 @@ ah_lwsloop_t *ah_lwsloop_new (const struct lws_context_creation_info *info)
         return NULL;
     //  epoll explicitly: libev's automatic choice could be poll or
     //  select on some kernels, which is what this loop exists to avoid.
-    self->ev = ev_loop_new (EVBACKEND_EPOLL | EVFLAG_NOENV);
+    self->own_ev = !beside;
+    self->ev = beside ? beside->ev : ev_loop_new (EVBACKEND_EPOLL | EVFLAG_NOENV);
     if (!self->ev) {
         ah_error ("lwsloop", "cannot create the libev loop (epoll): %s", strerror (errno));
         goto fail;
     }
-    ev_set_userdata (self->ev, self);
     ev_prepare_init (&self->prepare, s_on_prepare);
+    self->prepare.data = self;
     ev_prepare_start (self->ev, &self->prepare);
     ev_idle_init (&self->idle, s_on_idle);
 
@@ -179,6 +190,16 @@ fail:
     return NULL;
 }
 
+ah_lwsloop_t *ah_lwsloop_new (const struct lws_context_creation_info *info)
+{
+    return s_new (NULL, info);
+}
+
+ah_lwsloop_t *ah_lwsloop_new_beside (ah_lwsloop_t *beside, const struct lws_context_creation_info *info)
+{
+    return beside ? s_new (beside, info) : NULL;
+}
+
 void ah_lwsloop_destroy (ah_lwsloop_t **self_p)
 {
     if (!self_p || !*self_p)
@@ -194,7 +215,8 @@ void ah_lwsloop_destroy (ah_lwsloop_t **self_p)
         s_sweep (self, true);
         ev_prepare_stop (self->ev, &self->prepare);
         ev_idle_stop (self->ev, &self->idle);
-        ev_loop_destroy (self->ev);
+        if (self->own_ev)
+            ev_loop_destroy (self->ev);
     }
     free (self->watches);
     free (self);
@@ -321,6 +343,8 @@ int ah_lwsloop_watch (ah_lwsloop_t *self, zsock_t *sock, ah_lwsloop_fn *fn, void
     s_watch_t *w = (s_watch_t *) calloc (1, sizeof *w);
     if (!w)
         return -1;
+    w->loop = self;
+    w->check = true;
     w->sock = sock;
     w->fn = fn;
     w->arg = arg;
@@ -346,8 +370,17 @@ void ah_lwsloop_unwatch (ah_lwsloop_t *self, zsock_t *sock)
     }
 }
 
+void ah_lwsloop_touch (ah_lwsloop_t *self, zsock_t *sock)
+{
+    for (size_t i = 0; self && i < self->nwatches; i++)
+        if (self->watches [i]->sock == sock)
+            self->watches [i]->check = true;
+}
+
 int ah_lwsloop_run (ah_lwsloop_t *self)
 {
+    if (!self->own_ev)
+        return -1;                  //  the loop it is beside runs the thread
     self->stopped = false;
     //  The prepare watcher drains first, then libev sleeps in epoll
     //  until a descriptor (lws's or a ZMQ_FD) or a timer is due.
@@ -360,7 +393,7 @@ void ah_lwsloop_stop (ah_lwsloop_t *self)
     if (!self)
         return;
     self->stopped = true;
-    if (self->ev)
+    if (self->ev && self->own_ev)
         ev_break (self->ev, EVBREAK_ALL);
 }
 

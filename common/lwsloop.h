@@ -15,8 +15,13 @@
     consume that signal while messages wait. So readiness is always
     decided by ZMQ_EVENTS, never by the descriptor: when the descriptor
     fires, and again in an ev_prepare watcher (libev runs it right before
-    it would sleep, after every round of callbacks: lws's, timers', ours),
-    each watched socket is drained while ZMQ_EVENTS says POLLIN, at most
+    it would sleep, after every round of callbacks: lws's, timers', ours)
+    for each socket that was used since it was last found empty (its
+    descriptor fired, its own callback received, or the owner said it
+    sent on it: ah_lwsloop_touch; asking ZMQ_EVENTS costs two system
+    calls, and a round that asked every socket cost more than the
+    round's own work), each such socket is drained while ZMQ_EVENTS says
+    POLLIN, at most
     AH_LWSLOOP_BATCH messages per socket per round; if one still has
     messages an ev_idle watcher keeps libev from sleeping, so lws
     connections are served between batches and the drain goes on next
@@ -29,6 +34,12 @@
     which may have called lws_set_timeout or lws_rx_flow_control), the
     prepare watcher calls lws_cancel_service once so that lws takes a
     turn and looks.
+
+    A second loop may live beside the first (ah_lwsloop_new_beside): its
+    own lws context, zsocks and timers, on the first's libev loop, so
+    two actors' lws connections are served by one thread (the api and
+    the tunnel, common/actor.h "guests"). It is never run itself: the
+    first's ah_lwsloop_run serves both. Destroy it before the first.
 
     Only the thread that calls ah_lwsloop_run may call anything here
     (including ah_lwsloop_new/destroy: create the loop in that thread).
@@ -57,6 +68,10 @@ typedef void (ah_lwsloop_fn) (ah_lwsloop_t *loop, zsock_t *sock, void *arg);
 //  strings it points to must outlive the loop, as for lws). NULL on
 //  failure, logged.
 ah_lwsloop_t *ah_lwsloop_new (const struct lws_context_creation_info *info);
+//  The same, beside another loop of this thread (see DESIGN): its own
+//  context on beside's libev loop. ah_lwsloop_run on it fails (-1);
+//  ah_lwsloop_stop only ends its zsock callbacks.
+ah_lwsloop_t *ah_lwsloop_new_beside (ah_lwsloop_t *beside, const struct lws_context_creation_info *info);
 //  Destroys the lws context (closing its connections: their CLOSED
 //  callbacks run here), then the loop. Watched zsocks stay the caller's.
 void ah_lwsloop_destroy (ah_lwsloop_t **self_p);
@@ -95,6 +110,10 @@ struct lws_vhost *ah_lwsloop_listen (ah_lwsloop_t *self, const char *name, const
 //  Call fn (loop, sock, arg) whenever sock has a message. 0 / -1.
 //  Watching a socket twice replaces the first watch.
 int  ah_lwsloop_watch (ah_lwsloop_t *self, zsock_t *sock, ah_lwsloop_fn *fn, void *arg);
+//  Say that this thread sent on (or otherwise used) a watched sock
+//  outside its fn: it is asked for messages before the loop sleeps (a
+//  send may take in the signal of a message that arrived).
+void ah_lwsloop_touch (ah_lwsloop_t *self, zsock_t *sock);
 //  Stop watching (safe from inside fn). Do this before destroying sock.
 void ah_lwsloop_unwatch (ah_lwsloop_t *self, zsock_t *sock);
 

@@ -194,6 +194,22 @@ void ah_msg_set_bin_borrowed (ah_msg_t *self, const char *key, const void *data,
     f->borrowed = true;
 }
 
+int ah_msg_own (ah_msg_t *self)
+{
+    for (size_t i = 0; i < self->count; i++) {
+        field_t *f = &self->fields [i];
+        if (!f->borrowed)
+            continue;
+        char *copy = malloc (f->size ? f->size : 1);
+        if (!copy)
+            return -1;
+        memcpy (copy, f->data, f->size);
+        f->data = copy;
+        f->borrowed = false;
+    }
+    return 0;
+}
+
 //  --------------------------------------------------------------------
 //  The strict walker.
 

@@ -58,6 +58,10 @@ void ah_msg_set_bin (ah_msg_t *self, const char *key, const void *data, size_t s
 //  outlive the message, which is meant to be sent at once (a channel's bytes on
 //  their way out; ah_msg_send encodes it before it returns).
 void ah_msg_set_bin_borrowed (ah_msg_t *self, const char *key, const void *data, size_t size);
+//  The message's borrowed bins become its own (copied): for a message
+//  that is kept after the call that made it (an in-thread hand-off,
+//  common/actor.c). 0, or -1 when out of memory (then some stay borrowed).
+int  ah_msg_own (ah_msg_t *self);
 //  data must be one complete msgpack object (checked; returns -1 if not).
 int  ah_msg_set_raw (ah_msg_t *self, const char *key, const void *data, size_t size);
 

@@ -41,7 +41,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +83,6 @@ typedef struct {
     ah_sleeper_args_t    sleeper_args;
     ah_builder_args_t    builder_args;
     ah_api_args_t        api_args;
-    char                 link [64];     //  the api-tunnel link's inproc endpoint
 } self_t;
 
 //  Who gets lifecycle's SANDBOX_STATE events: every actor that follows
@@ -270,10 +268,10 @@ s_add (self_t *self, const char *name, zactor_t *actor)
 //  Start one actor: ah_actor_new returns once its start-up ran, or NULL
 //  with the reason it failed.
 static int
-s_start (self_t *self, const ah_actor_def_t *def, void *args)
+s_start_in (self_t *self, const ah_actor_def_t *def, void *args, zactor_t *host)
 {
     char *err = NULL;
-    zactor_t *actor = ah_actor_new (def, args, &err);
+    zactor_t *actor = host ? ah_actor_new_guest (def, args, host, &err) : ah_actor_new (def, args, &err);
     if (!actor) {
         ah_error ("server", "the %s actor failed to start: %s", def->name, err ? err : "no reason given");
         free (err);
@@ -281,6 +279,12 @@ s_start (self_t *self, const ah_actor_def_t *def, void *args)
     }
     s_add (self, def->name, actor);
     return 0;
+}
+
+static int
+s_start (self_t *self, const ah_actor_def_t *def, void *args)
+{
+    return s_start_in (self, def, args, NULL);
 }
 
 static bool
@@ -393,17 +397,7 @@ s_start_actors (self_t *self)
     self->reconciler_args = (ah_reconciler_args_t) { .db_path = self->db_path, .driver = self->driver };
     if (s_start (self, &ah_reconciler_actor, &self->reconciler_args))
         return -1;
-    //  The api's channels go straight to the tunnel over a link of their
-    //  own, unless the tap is on: then they take the bus so the tap sees
-    //  every CHAN_* (their metadata), at the bus's pace.
-    //  A name no earlier server of this process used (an inproc name is
-    //  freed only once ZeroMQ's reaper closed the socket).
-    static atomic_uint generation;
-    snprintf (self->link, sizeof self->link, "inproc://agenthold-link-%u",
-              atomic_fetch_add (&generation, 1));
-    const char *link = config->tap_endpoint ? NULL : self->link;
-    self->tunnel_args = (ah_tunnel_args_t) { .config = config, .db_path = self->db_path,
-                                             .api_link = link };
+    self->tunnel_args = (ah_tunnel_args_t) { .config = config, .db_path = self->db_path };
     //  CPU samples at least as often as the sleeper judges (short check intervals).
     if (config->idle_check_interval_s * 1000 < AH_TUNNEL_STATS_INTERVAL_MS)
         self->tunnel_args.stats_interval_ms = (int) (config->idle_check_interval_s * 1000);
@@ -412,8 +406,18 @@ s_start_actors (self_t *self)
     self->sleeper_args = (ah_sleeper_args_t) { .config = config, .db_path = self->db_path };
     if (s_start (self, &ah_sleeper_actor, &self->sleeper_args))
         return -1;
-    self->api_args = (ah_api_args_t) { .config = config, .db_path = self->db_path, .tunnel_link = link };
-    return s_start (self, &ah_api_actor, &self->api_args);
+    //  The api runs in the tunnel's thread (a guest, common/actor.h): a
+    //  channel's bytes go from one's connection to the other's yamux
+    //  stream without leaving the thread, and their messages to each
+    //  other never take the bus. Unless the tap is on: then the api has
+    //  a thread of its own and their messages take the bus, so the tap
+    //  sees every CHAN_* (their metadata), at the bus's pace.
+    self->api_args = (ah_api_args_t) { .config = config, .db_path = self->db_path };
+    zactor_t *host = NULL;
+    for (size_t i = 0; i < self->actor_count && !config->tap_endpoint; i++)
+        if (streq (self->actors [i].name, ah_tunnel_actor.name))
+            host = self->actors [i].actor;
+    return s_start_in (self, &ah_api_actor, &self->api_args, host);
 }
 
 static void

@@ -308,7 +308,10 @@ static void *s_init (ah_actor_t *actor, void *arg)
     info.pt_serv_buf_size = API_READ_MAX;
     if (a->config->tls_cert)
         info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
-    api->loop = ah_lwsloop_new (&info);
+    //  A guest of the tunnel (server/serve.c): its context beside the
+    //  tunnel's, on the same loop and thread.
+    ah_lwsloop_t *host_loop = ah_actor_host_lws (actor);
+    api->loop = host_loop ? ah_lwsloop_new_beside (host_loop, &info) : ah_lwsloop_new (&info);
     api->protocols [0] = api_http_protocol;     //  [1] stays the zeroed terminator
     char *why = NULL;
     api->vhost = api->loop ? ah_lwsloop_listen (api->loop, "api", host, port, api->protocols, "ah-api",
@@ -321,8 +324,6 @@ static void *s_init (ah_actor_t *actor, void *arg)
         return NULL;
     }
     ah_actor_use_lws (actor, api->loop);
-    if (a->tunnel_link && ah_actor_link (actor, "tunnel", a->tunnel_link, false))
-        ah_warn (AREA, "channels take the bus: no direct link to the tunnel at %s", a->tunnel_link);
     api->events = ah_api_events_new (api->store, actor);
     api->metrics = api_metrics_new ();
     if (!api->events || !api->metrics || ah_actor_timer (actor, API_TICK_MS, API_TICK_MS, s_tick, NULL) < 0) {

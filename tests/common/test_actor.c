@@ -7,6 +7,7 @@
 #include "tests/common/check.h"
 #include "tests/common/actor_probe.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 typedef struct {
@@ -17,12 +18,14 @@ typedef struct {
     zsock_t *pull;
     int pulled;
     bool termed;
+    char asker [64];                //  RELAY: who asked, and their req
+    int64_t asker_req;
+    pthread_t thread;
 } self_t;
 
 typedef struct {
     bool fail;
     bool lws;
-    const char *link;               //  bind a link to "peer" here
     const char *pull;               //  bind a PULL here (one per run: a
                                     //  closed socket's inproc name is
                                     //  freed asynchronously)
@@ -49,7 +52,48 @@ static void s_on_echo (void *arg, ah_msg_t *msg)
     ah_msg_set_int (reply, "once", self->once);
     ah_msg_set_int (reply, "pulled", self->pulled);
     ah_msg_set_str (reply, "echo", ah_msg_str (msg, "text"));
+    size_t size = 0;
+    const char *bin = ah_msg_bin (msg, "bin", &size);
+    if (bin)
+        ah_msg_set_strf (reply, "bin", "%.*s", (int) size, bin);
+    if (ah_msg_has (msg, "thread"))
+        ah_msg_set_bool (reply, "same_thread", ah_msg_int (msg, "thread", 0) == (int64_t) pthread_self ());
     ah_actor_reply (self->actor, msg, reply);
+}
+
+//  RELAY {to, text}: an ECHO of text to `to` with a borrowed bin that
+//  is overwritten at once (a hand-off must have copied it); its REPLY
+//  goes back to the asker with what came back, who sent it, and whether
+//  the answer ran in the same thread.
+static void s_on_relay (void *arg, ah_msg_t *msg)
+{
+    self_t *self = arg;
+    snprintf (self->asker, sizeof self->asker, "%s", ah_msg_peer (msg));
+    self->asker_req = ah_msg_int (msg, "req", 0);
+    char bytes [16] = "borrowed";
+    ah_msg_t *m = ah_msg_new ("ECHO");
+    ah_msg_set_int (m, "req", 4242);
+    ah_msg_set_str (m, "text", ah_msg_str (msg, "text"));
+    ah_msg_set_bin_borrowed (m, "bin", bytes, 8);
+    ah_msg_set_int (m, "thread", (int64_t) pthread_self ());
+    CHECK (ah_actor_send (self->actor, ah_msg_str (msg, "to"), &m) == 0);
+    memcpy (bytes, "clobbered", 9);
+}
+
+static void s_on_reply (void *arg, ah_msg_t *msg)
+{
+    self_t *self = arg;
+    if (ah_msg_int (msg, "req", 0) != 4242 || !self->asker [0])
+        return;
+    ah_msg_t *m = ah_msg_new ("REPLY");
+    ah_msg_set_int (m, "req", self->asker_req);
+    ah_msg_set_bool (m, "ok", ah_msg_bool (msg, "ok", false));
+    ah_msg_set_str (m, "echo", ah_msg_str (msg, "echo"));
+    ah_msg_set_str (m, "bin", ah_msg_str (msg, "bin"));
+    ah_msg_set_str (m, "via", ah_msg_peer (msg));
+    ah_msg_set_bool (m, "same_thread", ah_msg_bool (msg, "same_thread", false));
+    ah_actor_send (self->actor, self->asker, &m);
+    self->asker [0] = 0;
 }
 
 static void s_on_pull (void *arg, zsock_t *sock)
@@ -75,20 +119,16 @@ static void *s_init (ah_actor_t *actor, void *arg)
     }
     self_t *self = calloc (1, sizeof *self);
     self->actor = actor;
+    self->thread = pthread_self ();
     if (args->lws) {
         static const struct lws_protocols protocols [] = {
             { "http", lws_callback_http_dummy, 0, 0, 0, NULL, 0 }, { NULL, NULL, 0, 0, 0, NULL, 0 } };
         struct lws_context_creation_info info = { 0 };
         info.port = CONTEXT_PORT_NO_LISTEN;
         info.protocols = protocols;
-        self->lws = ah_lwsloop_new (&info);
+        ah_lwsloop_t *host = ah_actor_host_lws (actor);
+        self->lws = host ? ah_lwsloop_new_beside (host, &info) : ah_lwsloop_new (&info);
         ah_actor_use_lws (actor, self->lws);
-    }
-    if (args->link && ah_actor_link (actor, "peer", args->link, true)) {
-        ah_actor_fail (actor, "cannot link");
-        ah_lwsloop_destroy (&self->lws);
-        free (self);
-        return NULL;
     }
     self->pull = zsock_new_pull (args->pull ? args->pull : "inproc://test-actor-pull");
     CHECK (self->pull != NULL);
@@ -110,6 +150,8 @@ static void s_destroy (void *arg)
 
 static const ah_actor_handler_t s_handlers [] = {
     { "ECHO", s_on_echo },
+    { "RELAY", s_on_relay },
+    { "REPLY", s_on_reply },
     { NULL, NULL }
 };
 static const ah_actor_command_t s_commands [] = {
@@ -189,70 +231,112 @@ static void s_run (bool lws)
     CHECK (actor == NULL);
 }
 
-//  A link: what "peer" sends over it is dispatched like bus traffic, and
-//  the answer to "peer" takes the link, in order, not the bus.
-static void s_link (void)
+//  One RELAY through `via` to `to`: the answer's fields, checked.
+static void s_relay (zsock_t *client, const char *via, const char *to, int64_t req)
 {
-    //  On the lws loop, as the api and the tunnel run; a name of its own
-    //  (the bus takes a while to let go of a name it saw).
-    fprintf (stderr, "-- link, lws loop\n");
-    const char *endpoint = "inproc://test-actor-link";
-    args_t args = { .lws = true, .link = endpoint };
+    ah_msg_t *m = ah_msg_new ("RELAY");
+    ah_msg_set_int (m, "req", req);
+    ah_msg_set_str (m, "to", to);
+    ah_msg_set_str (m, "text", "in-thread");
+    CHECK (ah_msg_send (&m, client, via) == 0);
+    ah_msg_t *reply = ah_msg_recv (client, true, NULL);
+    CHECK (reply && ah_msg_bool (reply, "ok", false) && ah_msg_int (reply, "req", 0) == req);
+    CHECK_STR (reply ? ah_msg_str (reply, "echo") : NULL, "in-thread");
+    CHECK_STR (reply ? ah_msg_str (reply, "bin") : NULL, "borrowed");     //  copied at hand-off
+    CHECK_STR (reply ? ah_msg_str (reply, "via") : NULL, to);
+    CHECK (reply && ah_msg_bool (reply, "same_thread", false));
+    ah_msg_destroy (&reply);
+}
+
+//  A guest: its own name, handlers and bus identity, in its host's
+//  thread; what the two send each other is handed over in the thread
+//  (the borrowed bin copied), in order; the guest stops alone, and a
+//  host that stops ends its guest first.
+static void s_guest (void)
+{
+    fprintf (stderr, "-- guest, lws loop\n");
     char *err = NULL;
-    zactor_t *actor = ah_actor_new (&s_link_def, &args, &err);
-    CHECK (actor != NULL && err == NULL);
-    if (!actor)
+    args_t host_args = { .lws = true, .pull = "inproc://test-actor-pull-host" };
+    zactor_t *host = ah_actor_new (&s_def, &host_args, &err);
+    CHECK (host != NULL && err == NULL);
+    //  A guest whose init fails: NULL and its reason, the host unharmed.
+    args_t bad = { .fail = true, .lws = true };
+    zactor_t *guest = ah_actor_new_guest (&s_link_def, &bad, host, &err);
+    CHECK (guest == NULL);
+    CHECK_STR (err, "the test asked to fail (42)");
+    free (err);
+    err = NULL;
+    args_t guest_args = { .lws = true, .pull = "inproc://test-actor-pull-guest" };
+    guest = ah_actor_new_guest (&s_link_def, &guest_args, host, &err);
+    CHECK (guest != NULL && err == NULL);
+    if (!host || !guest)
         return;
-    zsock_t *bus_peer = ah_bus_connect ("peer");       //  where a stray answer would land
-    zsock_set_rcvtimeo (bus_peer, 1000);
-    zclock_sleep (20);
-    //  Nobody on the link yet: the answer to "peer" takes the bus (asked
-    //  again while the bus does not know the new actor yet: 503)
-    ah_msg_t *early = NULL;
-    for (int tries = 0; tries < 50; tries++) {
-        ah_msg_destroy (&early);
-        early = ah_msg_new ("ECHO");
-        ah_msg_set_int (early, "req", 900);
-        ah_msg_set_str (early, "text", "by bus");
-        CHECK (ah_msg_send (&early, bus_peer, "linked") == 0);
-        early = ah_msg_recv (bus_peer, true, NULL);
-        if (early && ah_msg_bool (early, "ok", false))
+    zsock_t *client = ah_bus_connect ("client2");
+    zsock_set_rcvtimeo (client, 2000);
+    //  Each on the bus under its own name (asked until the bus knows it).
+    const char *names [] = { "tester", "linked" };
+    for (int n = 0; n < 2; n++) {
+        ah_msg_t *reply = NULL;
+        for (int tries = 0; tries < 50; tries++) {
+            ah_msg_destroy (&reply);
+            ah_msg_t *m = ah_msg_new ("ECHO");
+            ah_msg_set_int (m, "req", 900 + n);
+            ah_msg_set_str (m, "text", names [n]);
+            CHECK (ah_msg_send (&m, client, names [n]) == 0);
+            reply = ah_msg_recv (client, true, NULL);
+            if (reply && ah_msg_bool (reply, "ok", false))
+                break;
+            zclock_sleep (20);
+        }
+        CHECK_STR (reply ? ah_msg_peer (reply) : NULL, names [n]);
+        CHECK_STR (reply ? ah_msg_str (reply, "echo") : NULL, names [n]);
+        ah_msg_destroy (&reply);
+    }
+    //  The guest's readers and timers run (in the host's loop).
+    zsock_t *push = zsock_new_push ("inproc://test-actor-pull-guest");
+    zstr_send (push, "one");
+    ah_msg_t *reply = NULL;
+    for (int64_t until = zclock_mono () + 5000; zclock_mono () < until; ) {
+        ah_msg_destroy (&reply);
+        ah_msg_t *m = ah_msg_new ("ECHO");
+        ah_msg_set_int (m, "req", 950);
+        ah_msg_send (&m, client, "linked");
+        reply = ah_msg_recv (client, true, NULL);
+        if (reply && ah_msg_int (reply, "ticks", 0) >= 3 && ah_msg_int (reply, "pulled", 0) >= 1)
             break;
         zclock_sleep (20);
     }
-    CHECK (early && ah_msg_int (early, "req", 0) == 900);
-    CHECK_STR (early ? ah_msg_str (early, "echo") : NULL, "by bus");
-    ah_msg_destroy (&early);
-    zsock_t *pair = zsock_new (ZMQ_PAIR);
-    CHECK (zsock_connect (pair, "%s", endpoint) == 0);
-    zsock_set_rcvtimeo (pair, 1000);
-    zsock_set_rcvtimeo (bus_peer, 200);
-    for (int i = 1; i <= 100; i++) {
-        ah_msg_t *m = ah_msg_new ("ECHO");
-        ah_msg_set_int (m, "req", i);
-        ah_msg_set_str (m, "text", "over the link");
-        CHECK (ah_msg_send (&m, pair, "peer") == 0);
+    CHECK (reply && ah_msg_int (reply, "ticks", 0) == 3 && ah_msg_int (reply, "pulled", 0) == 1);
+    ah_msg_destroy (&reply);
+    zsock_destroy (&push);
+    //  Host -> guest -> host and guest -> host -> guest, in the thread.
+    for (int i = 0; i < 20; i++) {
+        s_relay (client, "tester", "linked", 1000 + i);
+        s_relay (client, "linked", "tester", 2000 + i);
     }
-    for (int i = 1; i <= 100; i++) {
-        ah_msg_t *reply = ah_msg_recv (pair, true, NULL);
-        CHECK (reply && ah_msg_int (reply, "req", 0) == i);        //  in order
-        CHECK_STR (reply ? ah_msg_peer (reply) : NULL, "linked");
-        CHECK_STR (reply ? ah_msg_str (reply, "echo") : NULL, "over the link");
-        ah_msg_destroy (&reply);
+    actor_probe_refusals ("linked");
+    //  The guest stops alone; the host goes on serving, and what it sends
+    //  to the name takes the bus (nobody there: no answer, no crash).
+    zactor_destroy (&guest);
+    CHECK (guest == NULL);
+    ah_msg_t *m = ah_msg_new ("ECHO");
+    ah_msg_set_int (m, "req", 960);
+    ah_msg_send (&m, client, "tester");
+    reply = ah_msg_recv (client, true, NULL);
+    CHECK (reply && ah_msg_int (reply, "req", 0) == 960);
+    ah_msg_destroy (&reply);
+    //  A host that stops ends its guest first: the guest's pipe speaks.
+    guest_args.pull = "inproc://test-actor-pull-guest2";
+    guest = ah_actor_new_guest (&s_link_def, &guest_args, host, &err);
+    CHECK (guest != NULL);
+    zactor_destroy (&host);
+    if (guest) {
+        zpoller_t *poller = zpoller_new (guest, NULL);
+        CHECK (zpoller_wait (poller, 2000) == guest);
+        zpoller_destroy (&poller);
+        zactor_destroy (&guest);
     }
-    ah_msg_t *stray = ah_msg_recv (bus_peer, true, NULL);
-    CHECK (stray == NULL);
-    ah_msg_destroy (&stray);
-    //  A type it does not know, over the link: refused to the sender
-    ah_msg_t *m = ah_msg_new ("NO_SUCH");
-    ah_msg_set_int (m, "req", 500);
-    CHECK (ah_msg_send (&m, pair, "peer") == 0);
-    ah_msg_t *refusal = ah_msg_recv (pair, true, NULL);
-    CHECK (refusal && !ah_msg_bool (refusal, "ok", true) && ah_msg_int (refusal, "status", 0) == 400);
-    ah_msg_destroy (&refusal);
-    zsock_destroy (&pair);
-    zsock_destroy (&bus_peer);
-    zactor_destroy (&actor);
+    zsock_destroy (&client);
 }
 
 int main (void)
@@ -263,7 +347,7 @@ int main (void)
     zactor_t *bus = ah_actor_new (&ah_bus_actor, &args, NULL);
     s_run (false);
     s_run (true);
-    s_link ();
+    s_guest ();
     zactor_destroy (&bus);
     return CHECK_DONE ();
 }
