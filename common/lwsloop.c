@@ -58,9 +58,14 @@ static void s_lws_log (int level, const char *line)
 //  written, but from malloc's heap it may land on pages another
 //  allocation already touched and freed (the API's requests, in the same
 //  thread), and is then resident whole: 1,000 idle sandboxd took 92 MiB
-//  instead of 35 (bench/scale). So an allocation of S_LWS_OWN_PAGES or
-//  more gets an anonymous mapping of its own; smaller ones go to malloc.
-//  A header in front says which, and the size asked for (realloc's copy).
+//  instead of 37 (bench/scale). So an rx buffer (lws's reason "rx_ubuf")
+//  of S_LWS_OWN_PAGES or more gets an anonymous mapping of its own, and
+//  everything else goes to malloc: the buffers lws makes while a
+//  connection's reading is held back ("lws_buflist_append_segment", up
+//  to 192 KiB each, one per read of an upload) come and go too often to
+//  pay a mapping each (server CPU per GiB uploaded 1.2 -> 2.0 s when
+//  they did). A header in front says which, and the size asked for
+//  (realloc's copy).
 #define S_LWS_OWN_PAGES (32u << 10)
 
 typedef struct {
@@ -78,7 +83,6 @@ static void s_lws_release (s_lws_hdr_t *h)
 
 static void *s_lws_realloc (void *ptr, size_t size, const char *reason)
 {
-    (void) reason;
     s_lws_hdr_t *old = ptr ? (s_lws_hdr_t *) ptr - 1 : NULL;
     if (size == 0) {                    //  lws_free
         s_lws_release (old);
@@ -87,7 +91,7 @@ static void *s_lws_realloc (void *ptr, size_t size, const char *reason)
     if (size > SIZE_MAX / 2)
         return NULL;
     s_lws_hdr_t *h;
-    if (size >= S_LWS_OWN_PAGES || (old && old->mapped)) {
+    if ((size >= S_LWS_OWN_PAGES && reason && streq (reason, "rx_ubuf")) || (old && old->mapped)) {
         size_t total = (size + sizeof *h + 4095) & ~(size_t) 4095;
         if (old && old->mapped >= total) {
             old->size = size;
