@@ -30,14 +30,28 @@ typedef struct {
     uint8_t buf [API_CHUNK];
 } home_file_t;
 
+//  The home of r's agent opened, or -errno (-ENOENT: no directory the
+//  server reads it from); nothing answered. *dir_p (when asked) gets the
+//  directory or NULL, the caller's to free.
+static int s_home_open (req_t *r, char **dir_p)
+{
+    char *dir = ah_driver_home_dir (r->api->config, r->agent_id);
+    int fd = dir ? ah_homefs_open_home (dir) : -ENOENT;
+    if (dir_p)
+        *dir_p = dir;
+    else
+        free (dir);
+    return fd;
+}
+
 //  The home of r's agent opened, or -1 (nothing answered) when there is
 //  no directory the server reads it from, or -2 (answered) when there is
 //  one that cannot be opened.
 static int s_home (req_t *r)
 {
     const ah_config_t *c = r->api->config;
-    char *dir = ah_driver_home_dir (c, r->agent_id);
-    int fd = dir ? ah_homefs_open_home (dir) : -ENOENT;
+    char *dir;
+    int fd = s_home_open (r, &dir);
     if (fd < 0 && c->driver && streq (c->driver, "remote")) {
         //  The host agent's homes: say why they are out of reach.
         if (!dir)
@@ -75,17 +89,6 @@ static int s_home (req_t *r)
     }
     free (dir);
     return fd;
-}
-
-//  true when the server opens r's agent's home itself.
-static bool s_home_here (req_t *r)
-{
-    char *dir = ah_driver_home_dir (r->api->config, r->agent_id);
-    int fd = dir ? ah_homefs_open_home (dir) : -ENOENT;
-    free (dir);
-    if (fd >= 0)
-        close (fd);
-    return fd >= 0;
 }
 
 static int s_status (int error)
@@ -264,19 +267,25 @@ static void s_tree (req_t *r)
     if (!agent)
         return;
     const char *state = json_string_value (json_object_get (agent, "state"));
-    if (state && streq (state, "running") && !s_home_here (r)) {
-        //  A home only its sandbox reaches: sandboxd walks it (tree.c).
-        json_decref (agent);
-        api_tree_sandbox (r, clean, all);
-        return;
+    int home;
+    if (state && streq (state, "running")) {
+        home = s_home_open (r, NULL);
+        if (home < 0) {
+            //  A home only its sandbox reaches: sandboxd walks it (tree.c).
+            json_decref (agent);
+            api_tree_sandbox (r, clean, all);
+            return;
+        }
     }
-    bool readable = state && !streq (state, "creating") && !streq (state, "destroying");
-    int home = readable ? s_home (r) : -1;
-    if (home == -1)
-        api_respond_error (r, 409, "agent '%s' is %s and its home is not a directory the server "
-                           "reads (a home volume made before homes were bound under the data "
-                           "directory): no tree; list its directories with the files routes "
-                           "while it runs", r->name, state ? state : "without a sandbox");
+    else {
+        bool readable = state && !streq (state, "creating") && !streq (state, "destroying");
+        home = readable ? s_home (r) : -1;
+        if (home == -1)
+            api_respond_error (r, 409, "agent '%s' is %s and its home is not a directory the server "
+                               "reads (a home volume made before homes were bound under the data "
+                               "directory): no tree; list its directories with the files routes "
+                               "while it runs", r->name, state ? state : "without a sandbox");
+    }
     json_decref (agent);
     if (home < 0)
         return;
