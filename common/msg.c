@@ -197,6 +197,7 @@ char *ah_msg_to_json (const ah_msg_t *self, const char *to)
         json_t *v;
         size_t size;
         const void *p;
+        const char *text;
         if ((p = ah_msg_bin (self, key, &size)))
             v = json_pack ("{s:I}", "bin", (json_int_t) size);
         else if ((p = ah_msg_raw (self, key, &size))) {
@@ -208,8 +209,8 @@ char *ah_msg_to_json (const ah_msg_t *self, const char *to)
                 v = json_null ();
             msgpack_unpacked_destroy (&u);
         }
-        else if (ah_msg_str (self, key))
-            v = ah_json_bytes (ah_msg_str (self, key), strlen (ah_msg_str (self, key)));
+        else if ((text = ah_msg_str (self, key)))
+            v = ah_json_bytes (text, strlen (text));
         else if (ah_msg_is_nil (self, key))
             v = json_null ();
         else if (ah_msg_has (self, key) && ah_msg_int (self, key, 1) == ah_msg_int (self, key, 2))
