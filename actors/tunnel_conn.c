@@ -499,8 +499,13 @@ static int s_ws_callback (struct lws *wsi, enum lws_callback_reasons reason,
     }
 }
 
+//  Reads of 64 KiB (each connection's rx buffer: 1,000 idle sandboxd
+//  keep theirs, bench/scale); a send of up to WRITE_CHUNK at once. With
+//  tx_packet_size 0 lws would cap every send() at the rx buffer's size,
+//  copy the rest of each 256 KiB message aside and send it in three more
+//  WRITEABLE rounds.
 const struct lws_protocols ah_tun_protocols [] = {
     //  First: also gets plain HTTP and upgrades that name no subprotocol.
-    { AH_TUNNEL_SUBPROTOCOL, s_ws_callback, sizeof (pss_t), 65536, 0, NULL, 0 },
+    { AH_TUNNEL_SUBPROTOCOL, s_ws_callback, sizeof (pss_t), 65536, 0, NULL, WRITE_CHUNK },
     { NULL, NULL, 0, 0, 0, NULL, 0 }
 };
