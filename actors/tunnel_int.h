@@ -11,7 +11,9 @@
 
     DESIGN. conn_t: one authenticated WebSocket (lws per-session data
     points at it). It owns its yamux session, the bytes yamux gave us to
-    send (outq, written one message per WRITEABLE) and a map stream id ->
+    send (outq, written one message per WRITEABLE; and frames built in
+    place in an opener's own block, queued in order among outq's bytes,
+    written whole) and a map stream id ->
     chan_t. self->agents maps agent id -> the agent's current conn. A conn
     that is being closed (kick, replaced, ping timeout, bad hello) is
     "dead" at once: out of self->agents, its channels failed and freed,
