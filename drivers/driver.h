@@ -155,10 +155,9 @@ struct ah_driver_t {
 //  The directory that holds agent_id's home on the server's side, for
 //  reading it without its sandbox (common/homefs.h): fake
 //  <data_dir>/fake/<id>/home; docker <data_dir>/homes/<id>, where the
-//  home volume is bound (drivers/docker/volume.c); remote with a host
-//  agent on this machine (ipc://) <hostd.data_dir>/homes/<id>, where
-//  hostd's docker driver binds it. NULL for another backend (remote over
-//  tcp://: another machine) or a malformed id. Whether it exists is the caller's to ask:
+//  home volume is bound (drivers/docker/volume.c; also in hostd, whose
+//  data_dir is hostd.data_dir). NULL for another backend (remote: hostd
+//  reads its homes, server/hostd_home.h) or a malformed id. Whether it exists is the caller's to ask:
 //  a home volume made before this layout has none. Caller frees.
 char *ah_driver_home_dir (const ah_config_t *config, const char *agent_id);
 

@@ -73,6 +73,7 @@ typedef enum {
 struct api_t {
     ah_actor_t *actor;
     const ah_config_t *config;
+    ah_driver_t *driver;            //  borrowed, may be NULL (ah_api_args_t)
     ah_store_t *store;
     ah_lwsloop_t *loop;
     struct lws_vhost *vhost;                //  the listener (server.listen)
