@@ -172,19 +172,31 @@ static void s_on_data (void *self_, ah_msg_t *msg)
     if (!size)
         return;
     //  Nothing waits: yamux takes what its window allows straight from
-    //  the message, and only the rest is kept (one copy fewer).
+    //  the message, and only the rest is kept (one copy fewer). Bytes the
+    //  message owns (handed over in this thread, with room in front) are
+    //  framed where they are when yamux takes them whole: no copy at all.
+    int64_t id = chan->id;
+    uint8_t *owned = NULL;
     size_t taken = 0;
     if (ah_buf_size (&chan->pending) == 0) {
-        ssize_t n = ah_yamux_write (chan->conn->yamux, chan->stream, data, size);
+        size_t owned_size = 0;
+        owned = ah_msg_bin_take (msg, "data", &owned_size);
+        if (owned)
+            data = owned;
+        ssize_t n = owned ? ah_tun_conn_write_owned (chan->conn, chan->stream, &owned, size)
+                          : ah_yamux_write (chan->conn->yamux, chan->stream, data, size);
         if (n > 0)
             taken = (size_t) n;
-        if (!ah_tun_chan_find (self, ah_msg_int (msg, "chan", 0)))
+        if (!ah_tun_chan_find (self, id)) {
+            ah_msg_bin_free (owned);
             return;                 //  the write's callbacks ended the channel
+        }
         if (taken)
             ah_tun_chan_ack (self, chan, taken);
     }
     if (taken < size && ah_buf_append (&chan->pending, (const uint8_t *) data + taken, size - taken) == 0)
         ah_tun_chan_flush (self, chan);
+    ah_msg_bin_free (owned);        //  NULL when the queue took it
 }
 
 static void s_on_ack (void *self_, ah_msg_t *msg)

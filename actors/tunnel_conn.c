@@ -13,7 +13,8 @@
 #include <string.h>
 #include <strings.h>
 
-#define WRITE_CHUNK     (256u << 10)        //  largest WebSocket message we send
+#define WRITE_CHUNK     (256u << 10)        //  largest WebSocket message we send from outq
+#define TX_PACKET       (WRITE_CHUNK + 4096)    //  ... or an owned frame (256 KiB + its header)
 #define OUTQ_HIGH       (1u << 20)          //  stop reading sandboxd above this
 #define OUTQ_LOW        (256u << 10)        //  ... and read again below this
 
@@ -35,6 +36,29 @@ static void s_ymx_output_data (void *ud, const uint8_t *head, size_t head_size,
     conn_t *conn = (conn_t *) ud;
     if (!conn->wsi)
         return;
+    if (conn->offer && data == conn->offer && size == conn->offer_size
+    &&  head_size + LWS_PRE <= AH_MSG_BIN_HEADROOM) {
+        out_frame_t *frame = (out_frame_t *) calloc (1, sizeof *frame);
+        if (frame) {
+            //  The header goes in the room in front of the payload.
+            frame->block = conn->offer;
+            frame->data = conn->offer - head_size;
+            memcpy (frame->data, head, head_size);
+            frame->size = head_size + size;
+            frame->before = conn->frames ? conn->outq_since : ah_buf_size (&conn->outq);
+            if (conn->frames_tail)
+                conn->frames_tail->next = frame;
+            else
+                conn->frames = frame;
+            conn->frames_tail = frame;
+            conn->frames_bytes += frame->size;
+            conn->outq_since = 0;
+            conn->offer = NULL;     //  taken
+            lws_callback_on_writable (conn->wsi);
+            return;
+        }
+    }
+    conn->outq_since += head_size + size;
     if (ah_buf_append (&conn->outq, head, head_size) || ah_buf_append (&conn->outq, data, size)) {
         ah_error (AREA, "agent '%s': out of memory queueing tunnel output", conn->agent_id);
         ah_tun_conn_close (conn, "out of memory", true, false, false);
@@ -46,6 +70,29 @@ static void s_ymx_output_data (void *ud, const uint8_t *head, size_t head_size,
 static void s_ymx_output (void *ud, const uint8_t *data, size_t size)
 {
     s_ymx_output_data (ud, data, size, NULL, 0);
+}
+
+ssize_t ah_tun_conn_write_owned (conn_t *conn, uint32_t stream, uint8_t **block_p, size_t size)
+{
+    conn->offer = *block_p;
+    conn->offer_size = size;
+    ssize_t n = ah_yamux_write (conn->yamux, stream, *block_p, size);
+    if (!conn->offer)
+        *block_p = NULL;            //  taken: the queue frees it once written
+    conn->offer = NULL;
+    return n;
+}
+
+static void s_frames_free (conn_t *conn)
+{
+    while (conn->frames) {
+        out_frame_t *frame = conn->frames;
+        conn->frames = frame->next;
+        ah_msg_bin_free (frame->block);
+        free (frame);
+    }
+    conn->frames_tail = NULL;
+    conn->frames_bytes = 0;
 }
 
 static void s_ymx_on_open (void *ud, uint32_t id)
@@ -93,6 +140,7 @@ static void s_conn_destroy (conn_t **conn_p)
     ah_yamux_destroy (&conn->yamux);
     zhashx_destroy (&conn->streams);
     ah_buf_free (&conn->outq);
+    s_frames_free (conn);
     free (conn);
     *conn_p = NULL;
 }
@@ -399,32 +447,57 @@ static int s_on_receive (struct lws *wsi, conn_t *conn, const void *in, size_t l
     return 0;
 }
 
-//  One message of the queue, written in place (LWS_PRE headroom).
+//  One message of the queue, written in place (LWS_PRE headroom): the
+//  next owned frame when its turn has come, else outq's bytes up to it.
 static int s_on_writeable (struct lws *wsi, conn_t *conn)
 {
+    out_frame_t *frame = conn->frames;
+    uint8_t *p = ah_buf_head (&conn->outq);
     size_t n = ah_buf_size (&conn->outq);
-    if (n) {
+    if (frame && frame->before == 0) {
+        p = frame->data;
+        n = frame->size;
+    }
+    else {
+        if (frame && n > frame->before)
+            n = frame->before;
         if (n > WRITE_CHUNK)
             n = WRITE_CHUNK;
-        if (lws_write (wsi, ah_buf_head (&conn->outq), n, LWS_WRITE_BINARY) < (int) n) {
+        frame = NULL;
+    }
+    if (n) {
+        if (lws_write (wsi, p, n, LWS_WRITE_BINARY) < (int) n) {
             ah_warn (AREA, "agent '%s': write to the tunnel failed", conn->agent_id);
             ah_tun_conn_close (conn, "sandbox connection lost", true, false, false);
             return -1;
         }
-        ah_buf_consume (&conn->outq, n);
+        if (frame) {
+            conn->frames = frame->next;
+            if (!conn->frames)
+                conn->frames_tail = NULL;
+            conn->frames_bytes -= frame->size;
+            ah_msg_bin_free (frame->block);
+            free (frame);
+        }
+        else {
+            ah_buf_consume (&conn->outq, n);
+            if (conn->frames)
+                conn->frames->before -= n;
+        }
     }
-    if (ah_buf_size (&conn->outq))
+    size_t queued = ah_buf_size (&conn->outq) + conn->frames_bytes;
+    if (queued)
         lws_callback_on_writable (wsi);
     else if (conn->dead) {
         lws_close_reason (wsi, LWS_CLOSE_STATUS_NORMAL, NULL, 0);
         return -1;
     }
     //  Backpressure: stop reading sandboxd while we cannot write.
-    if (!conn->rx_paused && ah_buf_size (&conn->outq) > OUTQ_HIGH) {
+    if (!conn->rx_paused && queued > OUTQ_HIGH) {
         conn->rx_paused = true;
         lws_rx_flow_control (wsi, 0);
     }
-    else if (conn->rx_paused && ah_buf_size (&conn->outq) < OUTQ_LOW) {
+    else if (conn->rx_paused && queued < OUTQ_LOW) {
         conn->rx_paused = false;
         lws_rx_flow_control (wsi, 1);
     }
@@ -499,8 +572,13 @@ static int s_ws_callback (struct lws *wsi, enum lws_callback_reasons reason,
     }
 }
 
+//  Reads of 64 KiB (each connection's rx buffer: 1,000 idle sandboxd
+//  keep theirs, bench/scale); a message of up to TX_PACKET in one send(). With
+//  tx_packet_size 0 lws would cap every send() at the rx buffer's size,
+//  copy the rest of each 256 KiB message aside and send it in three more
+//  WRITEABLE rounds.
 const struct lws_protocols ah_tun_protocols [] = {
     //  First: also gets plain HTTP and upgrades that name no subprotocol.
-    { AH_TUNNEL_SUBPROTOCOL, s_ws_callback, sizeof (pss_t), 65536, 0, NULL, 0 },
+    { AH_TUNNEL_SUBPROTOCOL, s_ws_callback, sizeof (pss_t), 65536, 0, NULL, TX_PACKET },
     { NULL, NULL, 0, 0, 0, NULL, 0 }
 };
