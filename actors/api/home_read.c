@@ -72,7 +72,8 @@ static int s_home (req_t *r)
         //  "Reading a sleeping agent's files", says why and what would).
         api_respond_error (r, 409, "the home of agent '%s' is the PersistentVolumeClaim %s-home-%s on the "
                            "cluster, which this server does not mount (sandbox.driver: kubernetes): its files "
-                           "and tree are read through its running sandbox only. Start it first "
+                           "and tree are read through its sandbox while it runs, or through a reader Pod "
+                           "while it sleeps, and it does neither now. Start it first "
                            "(agenthold start %s)", r->name,
                            c->name_prefix ? c->name_prefix : "agenthold", r->agent_id, r->name);
         return -2;
@@ -273,9 +274,16 @@ static void s_tree (req_t *r)
         if (home < 0) {
             //  A home only its sandbox reaches: sandboxd walks it (tree.c).
             json_decref (agent);
-            api_tree_sandbox (r, clean, all);
+            api_tree_sandbox (r, clean, all, false);
             return;
         }
+    }
+    else
+    if (api_reader_serves (r, state)) {
+        //  A sleeping agent on a cluster: its reader walks the home.
+        json_decref (agent);
+        api_tree_sandbox (r, clean, all, true);
+        return;
     }
     else {
         bool readable = state && !streq (state, "creating") && !streq (state, "destroying");
