@@ -652,6 +652,15 @@ static void s_reader_hello (zsock_t *tunnel, const char *type, const char *id)
     ah_msg_send (&m, tunnel, "lifecycle");
 }
 
+//  *count reaches want within 5 s.
+static bool s_wait_count (atomic_int *count, int want)
+{
+    int64_t until = zclock_mono () + 5000;
+    while (atomic_load (count) != want && zclock_mono () < until)
+        zclock_sleep (10);
+    return atomic_load (count) == want;
+}
+
 static void test_reader (const char *id)
 {
     //  A sleeping agent's reader (docs/kubernetes.md): only on a driver
@@ -678,10 +687,8 @@ static void test_reader (const char *id)
     int64_t req2 = s_reader_open (id);
     s_tunnel_next (tunnel, 5000, type, hash);
     CHECK_STR (type, "READER_ALLOW");
-    int64_t until = zclock_mono () + 5000;
-    while (atomic_load (&s_drv.reader_starts) == 0 && zclock_mono () < until)
-        zclock_sleep (10);
-    CHECK (atomic_load (&s_drv.reader_starts) == 1);
+    CHECK (s_wait_count (&s_drv.reader_starts, 1));
+    int64_t until;
     char want [AH_TOKEN_HEX];
     ah_token_hash (s_drv.reader_token, want);
     CHECK_STR (hash, want);
@@ -697,10 +704,7 @@ static void test_reader (const char *id)
     //  Idle for reader_idle (1 s): revoked and removed.
     s_tunnel_next (tunnel, 3000, type, NULL);
     CHECK_STR (type, "READER_REVOKE");
-    until = zclock_mono () + 5000;
-    while (atomic_load (&s_drv.reader_stops) == 0 && zclock_mono () < until)
-        zclock_sleep (10);
-    CHECK (atomic_load (&s_drv.reader_stops) == 1);
+    CHECK (s_wait_count (&s_drv.reader_stops, 1));
     CHECK (s_col_is (id, "state", "sleeping"));
 
     //  No hello within the hello timeout (1 s here): 504, removed.
@@ -712,10 +716,7 @@ static void test_reader (const char *id)
     CHECK (strstr (error, "did not connect within 1 s"));
     s_tunnel_next (tunnel, 3000, type, NULL);
     CHECK_STR (type, "READER_REVOKE");
-    until = zclock_mono () + 5000;
-    while (atomic_load (&s_drv.reader_stops) == 1 && zclock_mono () < until)
-        zclock_sleep (10);
-    CHECK (atomic_load (&s_drv.reader_stops) == 2);
+    CHECK (s_wait_count (&s_drv.reader_stops, 2));
 
     //  A lost reader connection: removed too.
     zclock_sleep (100);
@@ -726,10 +727,7 @@ static void test_reader (const char *id)
     s_reader_hello (tunnel, "READER_LOST", id);
     s_tunnel_next (tunnel, 3000, type, NULL);
     CHECK_STR (type, "READER_REVOKE");
-    until = zclock_mono () + 5000;
-    while (atomic_load (&s_drv.reader_stops) == 2 && zclock_mono () < until)
-        zclock_sleep (10);
-    CHECK (atomic_load (&s_drv.reader_stops) == 3);
+    CHECK (s_wait_count (&s_drv.reader_stops, 3));
 
     //  A wake while a read waits for its reader: the read is told (409),
     //  the token revoked, the agent runs (the driver's start removes the
