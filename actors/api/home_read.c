@@ -7,10 +7,11 @@
     the Docker driver's bind-backed home volume, or the one hostd's docker
     driver binds on this machine), read by common/homefs
     with the kernel confining every path beneath it. A home without such
-    a directory (a volume made by an earlier install, a claim on a
-    Kubernetes cluster) is read through the running sandbox only: the
-    files routes then answer 409 and say why, and the tree of a running
-    agent is walked by its sandboxd (tree.c, the fs.tree channel).
+    a directory (a volume made by an earlier install, a home on another
+    host) is read through the running sandbox only: the files routes then
+    answer 409 and say why, and the tree of a running agent is walked by
+    its sandboxd (tree.c, the fs.tree channel). A claim on a Kubernetes
+    cluster is read while the agent sleeps by its reader (reader.c).
 
     Runs on the API's thread, like the rest of the API: a listing is a few
     thousand stat calls, a file streams in API_CHUNK reads as the
