@@ -413,6 +413,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "TUNNEL_LOST", ah_lc_on_tunnel_lost },
     { "READER_OPEN", ah_lc_on_reader_open },
     { "READER_HELLO", ah_lc_on_reader_hello },
+    { "READER_KEEP", ah_lc_on_reader_keep },
     { "READER_LOST", ah_lc_on_reader_lost },
     { "SANDBOX_OBSERVED", s_on_observed },
     { "HOST_STATE", ah_lc_on_host_state },

@@ -185,6 +185,7 @@ void ah_lc_jobs_join (self_t *self);
 //  Readers of sleeping agents' homes (lifecycle_reader.c)
 void ah_lc_on_reader_open (void *self, ah_msg_t *msg);
 void ah_lc_on_reader_hello (void *self, ah_msg_t *msg);
+void ah_lc_on_reader_keep (void *self, ah_msg_t *msg);
 void ah_lc_on_reader_lost (void *self, ah_msg_t *msg);
 //  A reader job ("reader", "reader-stop") ended: true when op was one.
 bool ah_lc_reader_job_done (self_t *self, const ah_msg_t *done, const char *op);

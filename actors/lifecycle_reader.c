@@ -14,7 +14,8 @@
     (READER_ALLOW: the tunnel accepts it for that agent's reader, never
     as its sandbox; nothing is written to the database), then the
     driver's reader_start in a worker (job "reader"). It is kept for
-    sandbox.kubernetes.reader_idle after the last READER_OPEN, then
+    sandbox.kubernetes.reader_idle after the last READER_OPEN (or
+    READER_KEEP, while a long download streams), then
     revoked (READER_REVOKE) and removed (job "reader-stop"). A lost
     reader connection removes it too. When the agent leaves sleeping
     (a wake, a destroy) its reader is revoked and forgotten here; the
@@ -239,6 +240,18 @@ void ah_lc_on_reader_open (void *self_, ah_msg_t *msg)
     }
     r->hello_timer = ah_actor_timer (self->actor, self->hello_timeout_ms, 0, s_on_hello_late, r);
     ah_info (AREA, "%s: starting a reader of its home (sleeping)", agent_id);
+}
+
+//  READER_KEEP {agent_id}: a read through the reader is still streaming
+//  (the API says so every few seconds while bytes flow): its idle time
+//  starts again. No answer.
+void ah_lc_on_reader_keep (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    const char *agent_id = ah_msg_str (msg, "agent_id");
+    reader_t *r = agent_id ? zhashx_lookup (s_readers (self), agent_id) : NULL;
+    if (r && r->state == R_READY)
+        s_idle_arm (self, r);
 }
 
 void ah_lc_on_reader_hello (void *self_, ah_msg_t *msg)

@@ -358,6 +358,11 @@ bool api_reader_serves (req_t *r, const char *state);
 //  READER_OPEN to lifecycle: go (r, reply) once the agent's reader is
 //  connected; a refusal or no reader in time is answered (409, 503, 504).
 void api_reader_ask (req_t *r, reply_fn *go);
+//  While a read through the reader streams: READER_KEEP to lifecycle at
+//  most every API_READER_KEEP_MS (*last_ms: when it was last sent), so a
+//  download longer than reader_idle is not cut.
+#define API_READER_KEEP_MS  5000
+void api_reader_keep (api_t *api, const char *agent_id, int64_t *last_ms);
 
 //  --------------------------------------------------------------------
 //  Authentication (auth.c)

@@ -37,6 +37,8 @@ typedef struct {
     bool closed;                    //  the channel ended
     bool broken;
     ah_msg_t *header;               //  waiting for the agent's reader (reader.c)
+    bool via_reader;                //  ... and then reading through it
+    int64_t keep_ms;                //  the last READER_KEEP
 } files_t;
 
 static void s_free (req_t *r)
@@ -156,6 +158,8 @@ static void s_read_data (void *owner, const uint8_t *data, size_t size)
     }
     f->received += size;
     f->queued += size;
+    if (f->via_reader)
+        api_reader_keep (r->api, r->agent_id, &f->keep_ms);
 }
 
 static void s_read_closed (void *owner, const char *error)
@@ -297,6 +301,8 @@ static const ext_ops_t s_ext_ops = {
 static void s_reader_ready (req_t *r, ah_msg_t *reply)
 {
     files_t *f = r->ext;
+    f->via_reader = true;
+    f->keep_ms = zclock_mono ();
     const chan_ops_t *ops = f->op == F_READ ? &s_read_ops : &s_meta_ops;
     if (api_chan_open_reader (r->api, &f->chan, r->agent_id, &f->header, ops, f))
         api_respond_error (r, 500, "cannot open a channel to the agent's reader");

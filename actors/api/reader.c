@@ -19,6 +19,17 @@ bool api_reader_serves (req_t *r, const char *state)
     return state && streq (state, "sleeping") && c->driver && streq (c->driver, "kubernetes");
 }
 
+void api_reader_keep (api_t *api, const char *agent_id, int64_t *last_ms)
+{
+    int64_t now = zclock_mono ();
+    if (now - *last_ms < API_READER_KEEP_MS)
+        return;
+    *last_ms = now;
+    ah_msg_t *m = ah_msg_new ("READER_KEEP");
+    ah_msg_set_str (m, "agent_id", agent_id);
+    api_send (api, "lifecycle", &m);
+}
+
 void api_reader_ask (req_t *r, reply_fn *go)
 {
     ah_msg_t *m = ah_msg_new ("READER_OPEN");

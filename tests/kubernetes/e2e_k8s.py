@@ -40,6 +40,7 @@ the end."""
 import asyncio
 import base64
 import hashlib
+import http.client
 import json
 import os
 import subprocess
@@ -277,8 +278,10 @@ def reader():
     rname = "%s-read-%s" % (h.prefix, eid)
     want = h.file_round_trip("erin", 512 << 10)
     rc, out = h.sh("erin", "cd /home/agent && mkdir -p d/e && echo deep > d/e/deep.txt"
-                   " && chmod 600 d/e/deep.txt && ln -s /etc out && echo hi > note.txt")
+                   " && chmod 600 d/e/deep.txt && ln -s /etc out && echo hi > note.txt"
+                   " && head -c 50331648 /dev/urandom > big.bin && sha256sum big.bin", timeout=120)
     h.check(rc == 0, "files written before the sleep: %d %r" % (rc, out))
+    big_sha = out.split()[-2]
     h.check(h.cli("stop", "erin")["state"] == "sleeping", "stop -> sleeping")
     h.check(h.pod(eid) is None and h.get("pod", rname) is None, "asleep: no Pod, no reader")
     base = "/api/v1/agents/erin"
@@ -323,8 +326,34 @@ def reader():
     status, raw = read_raw(base + "/files/d/e/deep.txt")
     h.check(status == 200 and raw == b"deep\n", "a 0600 file of the agent's: %d %r" % (status, raw))
 
-    # The tree, as the console's file browser reads it.
-    status, t = h.api("GET", base + "/tree")
+    # A download slower than the reader's idle time (48 MiB read in 256 KiB
+    # steps every 0.06 s: about 12 s, reader_idle 6 s; what the server and
+    # the sockets hold ahead is some MiB, so the reader serves to the end)
+    # is not cut: the API keeps the reader while the bytes flow (READER_KEEP).
+    t0 = time.time()
+    conn = http.client.HTTPConnection("127.0.0.1", h.port(), timeout=60)
+    conn.request("GET", base + "/files/big.bin", headers={"Authorization": "Bearer " + h.token()})
+    resp = conn.getresponse()
+    digest, got = hashlib.sha256(), 0
+    while True:
+        piece = resp.read(256 << 10)
+        if not piece:
+            break
+        digest.update(piece)
+        got += len(piece)
+        time.sleep(0.06)
+    conn.close()
+    took = time.time() - t0
+    h.check(resp.status == 200 and got == 48 << 20 and digest.hexdigest() == big_sha,
+            "a slow download through the reader, longer than its idle time, whole: %d, %d bytes in %.1f s"
+            % (resp.status, got, took))
+    h.check(took > 8, "the download outlasted the idle time: %.1f s" % took)
+    print("a slow 48 MiB download through the reader: %.1f s, whole (reader_idle 6 s)" % took)
+
+    # The tree, as the console's file browser reads it (the reader may be
+    # going: its idle time counts from the last bytes it sent, which the
+    # slow download's client read long after).
+    status, t = read_again(base + "/tree")
     h.check(status == 200, "a sleeping agent's tree: %d %r" % (status, t))
     kinds = {e["path"]: e["type"] for e in t["entries"]}
     h.check(kinds.get("d/e/deep.txt") == "file" and kinds.get("out") == "link" and kinds.get("f.bin") == "file"

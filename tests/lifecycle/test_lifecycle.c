@@ -701,6 +701,13 @@ static void test_reader (const char *id)
     CHECK (s_reply_status (req, 5000, NULL, 0) == 200);
     CHECK (atomic_load (&s_drv.reader_starts) == 1);
     CHECK (s_col_is (id, "state", "sleeping"));
+    //  A download still streaming keeps it (READER_KEEP) past its idle time.
+    for (int i = 0; i < 6; i++) {
+        s_reader_hello (tunnel, "READER_KEEP", id);
+        s_tunnel_next (tunnel, 400, type, NULL);
+        CHECK_STR (type, "");
+    }
+    CHECK (atomic_load (&s_drv.reader_stops) == 0);
     //  Idle for reader_idle (1 s): revoked and removed.
     s_tunnel_next (tunnel, 3000, type, NULL);
     CHECK_STR (type, "READER_REVOKE");
