@@ -40,7 +40,6 @@ the end."""
 import asyncio
 import base64
 import hashlib
-import http.client
 import json
 import os
 import subprocess
@@ -331,22 +330,11 @@ def reader():
     # the sockets hold ahead is some MiB, so the reader serves to the end)
     # is not cut: the API keeps the reader while the bytes flow (READER_KEEP).
     t0 = time.time()
-    conn = http.client.HTTPConnection("127.0.0.1", h.port(), timeout=60)
-    conn.request("GET", base + "/files/big.bin", headers={"Authorization": "Bearer " + h.token()})
-    resp = conn.getresponse()
-    digest, got = hashlib.sha256(), 0
-    while True:
-        piece = resp.read(256 << 10)
-        if not piece:
-            break
-        digest.update(piece)
-        got += len(piece)
-        time.sleep(0.06)
-    conn.close()
+    status, sha, got = ahserver.download(h.port(), base + "/files/big.bin", h.token(), 256 << 10, 0.06)
     took = time.time() - t0
-    h.check(resp.status == 200 and got == 48 << 20 and digest.hexdigest() == big_sha,
+    h.check(status == 200 and got == 48 << 20 and sha == big_sha,
             "a slow download through the reader, longer than its idle time, whole: %d, %d bytes in %.1f s"
-            % (resp.status, got, took))
+            % (status, got, took))
     h.check(took > 8, "the download outlasted the idle time: %.1f s" % took)
     print("a slow 48 MiB download through the reader: %.1f s, whole (reader_idle 6 s)" % took)
 
