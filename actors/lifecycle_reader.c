@@ -95,11 +95,13 @@ static void s_timers_end (self_t *self, reader_t *r)
     r->hello_timer = r->idle_timer = 0;
 }
 
-//  Forget r (its timers first: they point at it).
+//  Forget r (its timers first: they point at it); reads still waiting
+//  for it are told.
 static void s_forget (self_t *self, reader_t *r)
 {
     char id [ID_SIZE];
     snprintf (id, sizeof id, "%s", r->agent_id);
+    s_answer_all (self, r, 503, "the agent's reader was removed; try again");
     s_timers_end (self, r);
     zhashx_delete (self->readers, id);
 }
@@ -168,6 +170,36 @@ static void s_on_hello_late (void *self_, void *arg)
     s_remove (self, r, "no hello in time");
 }
 
+//  Make r's reader (R_STARTING): a token to the tunnel, the driver's
+//  reader_start, the hello deadline. 0, or -1 (r answered and forgotten).
+static int s_begin (self_t *self, reader_t *r, const row_t *row)
+{
+    r->state = R_STARTING;
+    r->stop_due = false;
+    //  The token goes to the tunnel (ah_lc_launch: READER_ALLOW) before the
+    //  Pod exists: its upgrade cannot come first.
+    if (ah_lc_launch (self, row, "reader", true)) {
+        s_answer_all (self, r, 503, "the reader could not be started (see the server's log)");
+        s_revoke (self, r->agent_id);
+        s_forget (self, r);
+        return -1;
+    }
+    r->hello_timer = ah_actor_timer (self->actor, self->hello_timeout_ms, 0, s_on_hello_late, r);
+    ah_info (AREA, "%s: starting a reader of its home (sleeping)", r->agent_id);
+    return 0;
+}
+
+//  The reader is gone and reads wait: a new one, while the agent sleeps.
+static void s_restart (self_t *self, reader_t *r)
+{
+    row_t row;
+    if (ah_lc_lookup (self, r->agent_id, &row) != 1 || !streq (row.state, "sleeping")) {
+        s_forget (self, r);
+        return;
+    }
+    s_begin (self, r, &row);
+}
+
 void ah_lc_on_reader_open (void *self_, ah_msg_t *msg)
 {
     self_t *self = self_;
@@ -189,11 +221,6 @@ void ah_lc_on_reader_open (void *self_, ah_msg_t *msg)
     }
     zhashx_t *readers = s_readers (self);
     reader_t *r = readers ? zhashx_lookup (readers, agent_id) : NULL;
-    if (r && r->state == R_STOPPING) {
-        ah_actor_reply_error (self->actor, msg, 503, "the reader of agent '%s' is being removed; "
-                              "try again in a few seconds", row.name);
-        return;
-    }
     waiter_t *w = calloc (1, sizeof *w);
     if (!w || !readers) {
         free (w);
@@ -208,8 +235,8 @@ void ah_lc_on_reader_open (void *self_, ah_msg_t *msg)
         free (w);
         return;
     }
-    if (r) {                        //  R_STARTING: with the others
-        zlistx_add_end (r->waiters, w);
+    if (r) {                        //  R_STARTING: with the others; R_STOPPING: a new
+        zlistx_add_end (r->waiters, w);     //  one once this one is gone
         return;
     }
     if (ah_lc_busy (self, agent_id)) {
@@ -227,19 +254,9 @@ void ah_lc_on_reader_open (void *self_, ah_msg_t *msg)
     }
     zlistx_set_destructor (r->waiters, s_waiter_free);
     snprintf (r->agent_id, sizeof r->agent_id, "%s", agent_id);
-    r->state = R_STARTING;
     zlistx_add_end (r->waiters, w);
     zhashx_insert (readers, agent_id, r);
-    //  The token goes to the tunnel (ah_lc_launch: READER_ALLOW) before the
-    //  Pod exists: its upgrade cannot come first.
-    if (ah_lc_launch (self, &row, "reader", true)) {
-        s_answer_all (self, r, 503, "the reader could not be started (see the server's log)");
-        s_revoke (self, agent_id);
-        s_forget (self, r);
-        return;
-    }
-    r->hello_timer = ah_actor_timer (self->actor, self->hello_timeout_ms, 0, s_on_hello_late, r);
-    ah_info (AREA, "%s: starting a reader of its home (sleeping)", agent_id);
+    s_begin (self, r, &row);
 }
 
 //  READER_KEEP {agent_id}: a read through the reader is still streaming
@@ -298,6 +315,9 @@ bool ah_lc_reader_job_done (self_t *self, const ah_msg_t *done, const char *op)
     if (streq (op, "reader-stop")) {
         if (!ok)
             ah_warn (AREA, "%s: removing its reader: %s", agent_id, error ? error : "failed");
+        if (r && r->state == R_STOPPING && zlistx_size (r->waiters) && ok)
+            s_restart (self, r);    //  reads came while it went: a new one
+        else
         if (r && r->state == R_STOPPING)
             s_forget (self, r);
         return true;

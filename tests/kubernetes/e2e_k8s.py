@@ -259,17 +259,6 @@ def read_raw(path):
     return ahserver.request(h.port(), "GET", path, token=h.token())
 
 
-def read_again(path):
-    """A read right after a reader was removed: a 503 'being removed, try
-    again' is the answer while the removal ends (a client tries again)."""
-    for _ in range(20):
-        status, j = h.api("GET", path)
-        if status != 503 or "being removed" not in (j or {}).get("error", ""):
-            return status, j
-        time.sleep(0.5)
-    return status, j
-
-
 def reader():
     h.start_server(extra_env={"AGENTHOLD_SANDBOX_KUBERNETES_READER_IDLE": "6s"})
     a = create("erin")
@@ -340,8 +329,9 @@ def reader():
 
     # The tree, as the console's file browser reads it (the reader may be
     # going: its idle time counts from the last bytes it sent, which the
-    # slow download's client read long after).
-    status, t = read_again(base + "/tree")
+    # slow download's client read long after; then the tree waits for a new
+    # one).
+    status, t = h.api("GET", base + "/tree")
     h.check(status == 200, "a sleeping agent's tree: %d %r" % (status, t))
     kinds = {e["path"]: e["type"] for e in t["entries"]}
     h.check(kinds.get("d/e/deep.txt") == "file" and kinds.get("out") == "link" and kinds.get("f.bin") == "file"
@@ -372,7 +362,7 @@ def reader():
 
     # Its token is the reader's: with a sandbox's hello the tunnel closes it,
     # and the agent sleeps on.
-    status, _ = read_again(base + "/files?path=d")
+    status, _ = h.api("GET", base + "/files?path=d")
     h.check(status == 200, "a second reader: %d" % status)
     rsec = kjson("get", "secrets", "-l", "agenthold.io/role=reader", ns=h.ns)["items"]
     card = json.loads(base64.b64decode(rsec[0]["data"]["boot.json"]))
@@ -388,7 +378,7 @@ def reader():
                lambda: h.get("pod", rname) is None, 60)
 
     # A wake while a reader is alive: the reader goes first, the home is intact.
-    status, _ = read_again(base + "/files?path=.")
+    status, _ = h.api("GET", base + "/files?path=.")
     h.check(status == 200 and h.get("pod", rname) is not None, "a reader alive before the wake: %d" % status)
     h.check(h.cli("start", "erin")["state"] == "running", "start while a reader is alive -> running")
     h.check(h.get("pod", rname) is None, "the wake removed the reader Pod")
@@ -398,7 +388,7 @@ def reader():
 
     # A server killed with a reader alive: the restarted one removes it.
     h.check(h.cli("stop", "erin")["state"] == "sleeping", "stop again")
-    status, _ = read_again(base + "/tree?path=d")
+    status, _ = h.api("GET", base + "/tree?path=d")
     h.check(status == 200 and h.get("pod", rname) is not None, "a reader alive before the kill: %d" % status)
     h.kill_server()
     h.start_server(extra_env={"AGENTHOLD_SANDBOX_KUBERNETES_READER_IDLE": "600s"})

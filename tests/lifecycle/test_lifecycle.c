@@ -30,6 +30,7 @@ typedef struct {
     atomic_int creates, starts, stops, rebuilds, destroys;
     atomic_int start_delay_ms;
     atomic_int reader_starts, reader_stops;
+    atomic_int reader_stop_delay_ms;
     char reader_token [AH_TOKEN_HEX];   //  the last reader_start's (written before the count moves)
 } counting_t;
 
@@ -88,6 +89,9 @@ static int c_reader_start (ah_driver_t *d, const ah_boot_t *boot, char **err)
 static int c_reader_stop (ah_driver_t *d, const char *id, char **err)
 {
     counting_t *c = d->impl;
+    int delay = atomic_load (&c->reader_stop_delay_ms);
+    if (delay)
+        zclock_sleep (delay);
     atomic_fetch_add (&c->reader_stops, 1);
     return 0;
 }
@@ -731,10 +735,27 @@ static void test_reader (const char *id)
     s_tunnel_next (tunnel, 5000, type, NULL);
     s_reader_hello (tunnel, "READER_HELLO", id);
     CHECK (s_reply_status (req, 5000, NULL, 0) == 200);
+    atomic_store (&s_drv.reader_stop_delay_ms, 500);
     s_reader_hello (tunnel, "READER_LOST", id);
     s_tunnel_next (tunnel, 3000, type, NULL);
     CHECK_STR (type, "READER_REVOKE");
+    //  A read while it is being removed waits for a new one.
+    int starts = atomic_load (&s_drv.reader_starts);
+    req = s_reader_open (id);
+    CHECK (s_reply_status (req, 200, NULL, 0) == -1);
     CHECK (s_wait_count (&s_drv.reader_stops, 3));
+    s_tunnel_next (tunnel, 5000, type, hash);
+    CHECK_STR (type, "READER_ALLOW");
+    CHECK (s_wait_count (&s_drv.reader_starts, starts + 1));
+    ah_token_hash (s_drv.reader_token, want);
+    CHECK_STR (hash, want);                                      //  a new token
+    s_reader_hello (tunnel, "READER_HELLO", id);
+    CHECK (s_reply_status (req, 5000, NULL, 0) == 200);
+    atomic_store (&s_drv.reader_stop_delay_ms, 0);
+    s_reader_hello (tunnel, "READER_LOST", id);
+    s_tunnel_next (tunnel, 3000, type, NULL);
+    CHECK_STR (type, "READER_REVOKE");
+    CHECK (s_wait_count (&s_drv.reader_stops, 4));
 
     //  A wake while a read waits for its reader: the read is told (409),
     //  the token revoked, the agent runs (the driver's start removes the
