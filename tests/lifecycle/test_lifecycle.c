@@ -656,6 +656,15 @@ static void s_reader_hello (zsock_t *tunnel, const char *type, const char *id)
     ah_msg_send (&m, tunnel, "lifecycle");
 }
 
+//  READER_LOST from the tunnel: lifecycle revokes the reader.
+static bool s_reader_lost (zsock_t *tunnel, const char *id)
+{
+    char type [32];
+    s_reader_hello (tunnel, "READER_LOST", id);
+    s_tunnel_next (tunnel, 3000, type, NULL);
+    return streq (type, "READER_REVOKE");
+}
+
 //  *count reaches want within 5 s.
 static bool s_wait_count (atomic_int *count, int want)
 {
@@ -736,9 +745,7 @@ static void test_reader (const char *id)
     s_reader_hello (tunnel, "READER_HELLO", id);
     CHECK (s_reply_status (req, 5000, NULL, 0) == 200);
     atomic_store (&s_drv.reader_stop_delay_ms, 500);
-    s_reader_hello (tunnel, "READER_LOST", id);
-    s_tunnel_next (tunnel, 3000, type, NULL);
-    CHECK_STR (type, "READER_REVOKE");
+    CHECK (s_reader_lost (tunnel, id));
     //  A read while it is being removed waits for a new one.
     int starts = atomic_load (&s_drv.reader_starts);
     req = s_reader_open (id);
@@ -752,9 +759,7 @@ static void test_reader (const char *id)
     s_reader_hello (tunnel, "READER_HELLO", id);
     CHECK (s_reply_status (req, 5000, NULL, 0) == 200);
     atomic_store (&s_drv.reader_stop_delay_ms, 0);
-    s_reader_hello (tunnel, "READER_LOST", id);
-    s_tunnel_next (tunnel, 3000, type, NULL);
-    CHECK_STR (type, "READER_REVOKE");
+    CHECK (s_reader_lost (tunnel, id));
     CHECK (s_wait_count (&s_drv.reader_stops, 4));
 
     //  A wake while a read waits for its reader: the read is told (409),
