@@ -22,6 +22,7 @@
 typedef struct {
     conn_t *conn;
     char agent_id [AGENT_ID_MAX];   //  authenticated in FILTER
+    bool reader;                    //  ... with the agent's reader token
 } pss_t;
 
 //  ---------------------------------------------------------------------
@@ -151,8 +152,9 @@ void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bo
     if (conn->dead)
         return;
     conn->dead = true;
-    if (zhashx_lookup (self->agents, conn->agent_id) == conn)
-        zhashx_delete (self->agents, conn->agent_id);
+    zhashx_t *map = conn->reader ? self->readers : self->agents;
+    if (zhashx_lookup (map, conn->agent_id) == conn)
+        zhashx_delete (map, conn->agent_id);
     //  Fail every channel; collect first (failing edits the map).
     zlistx_t *list = zlistx_new ();
     for (chan_t *c = (chan_t *) zhashx_first (conn->streams); c; c = (chan_t *) zhashx_next (conn->streams))
@@ -166,6 +168,15 @@ void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bo
     }
     zlistx_destroy (&list);
     zhashx_purge (conn->streams);
+    if (lost && !self->terminating && conn->reader) {
+        //  A reader is never the agent's sandbox: lifecycle hears of it
+        //  as a reader alone (its hello, its end).
+        ah_msg_t *m = ah_msg_new ("READER_LOST");
+        ah_msg_set_str (m, "agent_id", conn->agent_id);
+        ah_msg_set_str (m, "reason", why);
+        ah_actor_send (self->actor, "lifecycle", &m);
+    }
+    else
     if (lost && !self->terminating) {
         ah_msg_t *m = ah_msg_new ("TUNNEL_LOST");
         ah_msg_set_str (m, "agent_id", conn->agent_id);
@@ -189,13 +200,9 @@ void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bo
 //  not one timer per connection: with a thousand connections the loop
 //  wakes twice per interval instead of thousands of times, and each
 //  wakeup polls every socket (bench/scale, idle CPU).
-static void s_on_ping_tick (void *self_, void *arg)
+static void s_ping_map (self_t *self, zhashx_t *map, int64_t now, zlistx_t *lost)
 {
-    self_t *self = self_;
-    int64_t now = zclock_mono ();
-    zlistx_t *lost = zlistx_new ();         //  closing edits self->agents
-    for (conn_t *conn = (conn_t *) zhashx_first (self->agents); conn;
-         conn = (conn_t *) zhashx_next (self->agents)) {
+    for (conn_t *conn = (conn_t *) zhashx_first (map); conn; conn = (conn_t *) zhashx_next (map)) {
         if (conn->dead)
             continue;
         if (now - conn->last_heard_ms > self->ping_timeout_ms)
@@ -206,8 +213,16 @@ static void s_on_ping_tick (void *self_, void *arg)
         //  else it pinged us or answered within the interval (sandboxd
         //  pings every 15 s itself): alive, and a ping of ours would only
         //  wake both loops again
-
     }
+}
+
+static void s_on_ping_tick (void *self_, void *arg)
+{
+    self_t *self = self_;
+    int64_t now = zclock_mono ();
+    zlistx_t *lost = zlistx_new ();         //  closing edits the maps
+    s_ping_map (self, self->agents, now, lost);
+    s_ping_map (self, self->readers, now, lost);
     for (conn_t *conn = (conn_t *) zlistx_first (lost); conn; conn = (conn_t *) zlistx_next (lost)) {
         ah_warn (AREA, "agent '%s': no ping answer for %lld ms; closing the connection",
                  conn->agent_id, (long long) (now - conn->last_heard_ms));
@@ -284,7 +299,29 @@ void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
         ah_tun_conn_close (conn, why, true, true, true);
         return;
     }
+    //  A reader token must come with a reader (sandboxd --read-only),
+    //  and a reader only ever with a reader token: whatever the Pod runs,
+    //  the tunnel carries reads alone on it (ah_tun_reader_channel).
+    const char *mode = ah_msg_str (reply, "mode");
+    bool says_reader = mode && streq (mode, "read");
+    if (says_reader != conn->reader) {
+        snprintf (why, sizeof why, conn->reader
+                  ? "a reader token, but sandboxd's hello says mode '%.16s' (a reader says 'read')"
+                  : "sandboxd says it is a reader (mode 'read') but came with the sandbox's boot token%.0s",
+                  mode ? mode : "sandbox");
+        ah_error (AREA, "agent '%s': %s", conn->agent_id, why);
+        ah_tun_conn_close (conn, why, true, true, true);
+        return;
+    }
     conn->ready = true;
+    if (conn->reader) {
+        ah_info (AREA, "agent '%s': its reader connected (reads of the sleeping agent's home)",
+                 conn->agent_id);
+        ah_msg_t *m = ah_msg_new ("READER_HELLO");
+        ah_msg_set_str (m, "agent_id", conn->agent_id);
+        ah_actor_send (self->actor, "lifecycle", &m);
+        return;
+    }
     ah_info (AREA, "agent '%s': sandboxd connected (tunnel protocol %d)", conn->agent_id,
              AH_PROTOCOL_VERSION);
     ah_msg_t *m = ah_msg_new ("SANDBOX_HELLO");
@@ -295,12 +332,13 @@ void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
                                            s_on_stats_tick, NULL);
 }
 
-static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id)
+static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id, bool reader)
 {
     conn_t *conn = (conn_t *) calloc (1, sizeof *conn);
     if (!conn)
         return NULL;
     conn->self = self;
+    conn->reader = reader;
     conn->wsi = wsi;
     snprintf (conn->agent_id, sizeof conn->agent_id, "%s", agent_id);
     conn->streams = zhashx_new ();
@@ -325,12 +363,14 @@ static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id)
 //  A new authenticated connection: replace the agent's old one, say hello.
 static void s_conn_start (self_t *self, conn_t *conn)
 {
-    conn_t *old = (conn_t *) zhashx_lookup (self->agents, conn->agent_id);
+    zhashx_t *map = conn->reader ? self->readers : self->agents;
+    conn_t *old = (conn_t *) zhashx_lookup (map, conn->agent_id);
     if (old) {
-        ah_info (AREA, "agent '%s': new connection replaces the old one", conn->agent_id);
+        ah_info (AREA, "agent '%s': new %s connection replaces the old one", conn->agent_id,
+                 conn->reader ? "reader" : "sandbox");
         ah_tun_conn_close (old, "tunnel reconnected", false, false, true);
     }
-    zhashx_insert (self->agents, conn->agent_id, conn);
+    zhashx_insert (map, conn->agent_id, conn);
     ah_msg_t *h = ah_msg_new ("HEADER");
     ah_msg_set_str (h, "ch", "hello");
     ah_msg_set_int (h, "version", AH_PROTOCOL_VERSION);
@@ -349,11 +389,13 @@ static void s_conn_start (self_t *self, conn_t *conn)
 //  ---------------------------------------------------------------------
 //  Authentication
 
-//  0 if the upgrade may go on (agent_id filled), else the HTTP status to
+//  0 if the upgrade may go on (agent_id filled; *reader when the token
+//  is the agent's reader token, READER_ALLOW), else the HTTP status to
 //  refuse with; why says what for the log (never the token).
 static int s_authenticate (self_t *self, struct lws *wsi, char *agent_id, size_t id_size,
-                           char *why, size_t why_size)
+                           bool *reader, char *why, size_t why_size)
 {
+    *reader = false;
     char auth [512];
     agent_id [0] = 0;
     if (lws_hdr_custom_copy (wsi, agent_id, (int) id_size, "x-agenthold-agent:", 18) <= 0) {
@@ -384,7 +426,13 @@ static int s_authenticate (self_t *self, struct lws *wsi, char *agent_id, size_t
     char got [AH_TOKEN_HEX];
     ah_token_hash (token, got);
     bool match = hash && ah_token_equal (got, hash);
+    const char *reader_hash = (const char *) zhashx_lookup (self->reader_hashes, agent_id);
     int status = 0;
+    if (!match && reader_hash && ah_token_equal (got, reader_hash))
+        //  The reader of a sleeping agent: whatever the sandbox's state
+        //  (lifecycle revokes the token before the agent wakes).
+        *reader = true;
+    else
     if (!match) {
         snprintf (why, why_size, "token does not match the sandbox's current boot token");
         status = 401;
@@ -522,7 +570,8 @@ static int s_ws_callback (struct lws *wsi, enum lws_callback_reasons reason,
                 s_refuse (wsi, 404, "the tunnel is a WebSocket on " AH_TUNNEL_PATH);
                 return 1;
             }
-            int status = s_authenticate (self, wsi, agent, sizeof agent, why, sizeof why);
+            bool reader;
+            int status = s_authenticate (self, wsi, agent, sizeof agent, &reader, why, sizeof why);
             if (status) {
                 ah_warn (AREA, "refused tunnel for agent '%s': %s (HTTP %d)",
                          agent [0] ? agent : "?", why, status);
@@ -533,17 +582,19 @@ static int s_ws_callback (struct lws *wsi, enum lws_callback_reasons reason,
         }
         case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
             //  Checked again (the headers are still here) to keep the id.
-            if (s_authenticate (self, wsi, pss->agent_id, sizeof pss->agent_id, why, sizeof why)) {
+            if (s_authenticate (self, wsi, pss->agent_id, sizeof pss->agent_id, &pss->reader, why,
+                                sizeof why)) {
                 ah_warn (AREA, "refused tunnel for agent '%s': %s", pss->agent_id [0] ? pss->agent_id : "?", why);
                 return 1;
             }
             return 0;
         case LWS_CALLBACK_ESTABLISHED:
-            if (!(pss->conn = s_conn_new (self, wsi, pss->agent_id))) {
+            if (!(pss->conn = s_conn_new (self, wsi, pss->agent_id, pss->reader))) {
                 ah_error (AREA, "agent '%s': out of memory for a connection", pss->agent_id);
                 return -1;
             }
-            ah_info (AREA, "agent '%s': tunnel connected", pss->agent_id);
+            ah_info (AREA, "agent '%s': tunnel connected%s", pss->agent_id,
+                     pss->reader ? " (its reader)" : "");
             s_conn_start (self, pss->conn);
             return 0;
         case LWS_CALLBACK_RECEIVE:

@@ -89,6 +89,8 @@ struct conn_t {
     size_t offer_size;
     zhashx_t *streams;              //  "stream id" -> chan_t (not owned)
     bool ready;                     //  hello succeeded
+    bool reader;                    //  a reader of a sleeping agent's home (reader token):
+                                    //  in self->readers, never self->agents; reads only
     bool dead;                      //  being closed; ignore everything
     bool rx_paused;
     size_t msg_bytes;               //  of the WebSocket message being received
@@ -106,6 +108,8 @@ struct self_t {
     int ping_interval_ms, ping_timeout_ms, open_timeout_ms, stats_interval_ms;
     int ping_tick, stats_tick;             //  one timer each for every connection (0: not yet)
     zhashx_t *agents;               //  agent id -> conn_t (not owned)
+    zhashx_t *readers;              //  agent id -> its reader's conn_t (not owned)
+    zhashx_t *reader_hashes;        //  agent id -> the reader token's hash (READER_ALLOW; owned)
     zhashx_t *chans;                //  "chan id" -> chan_t (owned, freed by ah_tun_chan_free)
     int64_t next_chan;
     bool terminating;
@@ -115,6 +119,9 @@ struct self_t {
 //  The sandbox's state ("" when the row has no state), and the boot
 //  token's hash when hash != NULL; NULL when there is no such sandbox.
 char *ah_tun_sandbox_state (self_t *self, const char *agent_id, char **hash);
+
+//  The channels a reader connection may carry (docs/tunnel.md, "Readers").
+bool ah_tun_reader_channel (const char *ch);
 
 //  Connections (tunnel_conn.c)
 extern const struct lws_protocols ah_tun_protocols [];

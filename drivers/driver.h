@@ -150,6 +150,16 @@ struct ah_driver_t {
     //  (and, for docker, its network): sandbox.container_ttl. The next
     //  start re-creates it with rebuild. Absent is success.
     int  (*remove_container) (ah_driver_t *self, const char *agent_id, char **err);
+    //  Optional (NULL: a sleeping agent's home is read on the server's
+    //  side, or not at all; added last). A reader of a sleeping agent's
+    //  home (kubernetes: a Pod on its claim mounted read-only running
+    //  sandboxd --read-only, docs/kubernetes.md): reader_start makes it
+    //  dial the tunnel with boot->token (the reader token, never the
+    //  boot token), returning once it is made (its hello comes through
+    //  the tunnel); reader_stop removes it and waits until it is gone.
+    //  start and destroy remove a reader first. Absent is success.
+    int  (*reader_start) (ah_driver_t *self, const ah_boot_t *boot, char **err);
+    int  (*reader_stop)  (ah_driver_t *self, const char *agent_id, char **err);
 };
 
 //  The directory that holds agent_id's home on the server's side, for

@@ -9,11 +9,12 @@
     driver the host agent reads it (HOSTD_HOME, server/hostd_home.h): the
     server runs as its own user and may be on another machine, hostd is
     root beside the home; each call is synchronous, bounded by
-    HOSTD_TIMEOUT_MS of silence (docs/architecture.md). A home without such
-    a directory (a volume made by an earlier install, a claim on a
-    Kubernetes cluster) is read through the running sandbox only: the
-    files routes then answer 409 and say why, and the tree of a running
-    agent is walked by its sandboxd (tree.c, the fs.tree channel).
+    HOSTD_TIMEOUT_MS of silence (docs/architecture.md). A claim on a
+    Kubernetes cluster is read while the agent sleeps by its reader
+    (reader.c). A home without a directory (a volume made by an earlier
+    install) is read through the running sandbox only: the files routes
+    then answer 409 and say why, and the tree of a running agent is
+    walked by its sandboxd (tree.c, the fs.tree channel).
 
     Runs on the API's thread, like the rest of the API: a listing is a few
     thousand stat calls, a file streams in API_CHUNK reads as the
@@ -64,7 +65,8 @@ static int s_home (req_t *r)
         //  "Reading a sleeping agent's files", says why and what would).
         api_respond_error (r, 409, "the home of agent '%s' is the PersistentVolumeClaim %s-home-%s on the "
                            "cluster, which this server does not mount (sandbox.driver: kubernetes): its files "
-                           "and tree are read through its running sandbox only. Start it first "
+                           "and tree are read through its sandbox while it runs, or through a reader Pod "
+                           "while it sleeps, and it does neither now. Start it first "
                            "(agenthold start %s)", r->name,
                            c->name_prefix ? c->name_prefix : "agenthold", r->agent_id, r->name);
         return -2;
@@ -467,7 +469,7 @@ static void s_tree (req_t *r)
         //  Its sandboxd walks a running one's; hostd a sleeping one's.
         json_decref (agent);
         if (streq (state, "running"))
-            api_tree_sandbox (r, clean, all);
+            api_tree_sandbox (r, clean, all, false);
         else {
             r->kind = "fs.tree";
             snprintf (r->detail, sizeof r->detail, "%.1000s", clean);
@@ -480,9 +482,16 @@ static void s_tree (req_t *r)
         if (home < 0) {
             //  A home only its sandbox reaches: sandboxd walks it (tree.c).
             json_decref (agent);
-            api_tree_sandbox (r, clean, all);
+            api_tree_sandbox (r, clean, all, false);
             return;
         }
+    }
+    else
+    if (api_reader_serves (r, state)) {
+        //  A sleeping agent on a cluster: its reader walks the home.
+        json_decref (agent);
+        api_tree_sandbox (r, clean, all, true);
+        return;
     }
     else {
         home = readable ? s_home (r) : -1;
