@@ -16,6 +16,7 @@
 
 #include "common/actor.h"
 #include "config/config.h"
+#include "drivers/driver.h"
 
 #define AH_API_REPLY_TIMEOUT_S  30          //  an owner must answer within this
 #define AH_API_BODY_STALL_S     60          //  seconds a request body may stop coming
@@ -29,6 +30,8 @@ typedef struct {
     const char *db_path;            //  the database file (opened, not migrated)
     int reply_timeout_s;            //  0: AH_API_REPLY_TIMEOUT_S (tests shorten it)
     int body_stall_s;               //  0: AH_API_BODY_STALL_S, a body that stops coming (tests shorten it)
+    ah_driver_t *driver;            //  borrowed, may be NULL: the server's (the remote driver's
+                                    //  hostd reads the homes of sandboxes not running, home_read.c)
 } ah_api_args_t;
 
 extern const ah_actor_def_t ah_api_actor;

@@ -68,6 +68,7 @@ void ah_lc_publish (self_t *self, const char *agent_id, const char *state,
                     const char *op, const char *error)
 {
     ah_debug (AREA, "%s -> %s%s%s", agent_id, state, error ? ": " : "", error ? error : "");
+    ah_lc_reader_state (self, agent_id, state);
     //  Who caused it: the request being handled, else the one that set
     //  the row on its way (an outcome continues its request's cause).
     char by [sizeof self->cause] = "";
@@ -327,6 +328,7 @@ static void s_destroy (void *self_)
     zhashx_destroy (&self->tracks);
     zhashx_destroy (&self->activity);
     zhashx_destroy (&self->briefings);
+    ah_lc_readers_destroy (self);
     ah_catalog_destroy (&self->catalog);
     zsock_destroy (&self->results);
     ah_store_close (&self->store);
@@ -409,6 +411,10 @@ static const ah_actor_handler_t s_handlers [] = {
     { "SANDBOX_DESTROY", s_on_transition },
     { "SANDBOX_HELLO", ah_lc_on_hello },
     { "TUNNEL_LOST", ah_lc_on_tunnel_lost },
+    { "READER_OPEN", ah_lc_on_reader_open },
+    { "READER_HELLO", ah_lc_on_reader_hello },
+    { "READER_KEEP", ah_lc_on_reader_keep },
+    { "READER_LOST", ah_lc_on_reader_lost },
     { "SANDBOX_OBSERVED", s_on_observed },
     { "HOST_STATE", ah_lc_on_host_state },
     { "AGENT_ACTIVITY", s_on_activity },

@@ -102,6 +102,7 @@ typedef struct {
     //  every state move, published as SANDBOX_STATE's "by".
     char cause [129];
     int ttl_timer;                  //  the lifetime and tombstone sweep
+    zhashx_t *readers;              //  agent id -> reader of its sleeping home (lifecycle_reader.c)
 } self_t;
 
 //  What a create or update asks for. Absent fields keep has_* false.
@@ -180,6 +181,17 @@ void ah_lc_on_job_done (void *self, zsock_t *results);
 //  Forget an idle track; wait for every driver call in flight.
 void ah_lc_forget (self_t *self, const char *agent_id);
 void ah_lc_jobs_join (self_t *self);
+
+//  Readers of sleeping agents' homes (lifecycle_reader.c)
+void ah_lc_on_reader_open (void *self, ah_msg_t *msg);
+void ah_lc_on_reader_hello (void *self, ah_msg_t *msg);
+void ah_lc_on_reader_keep (void *self, ah_msg_t *msg);
+void ah_lc_on_reader_lost (void *self, ah_msg_t *msg);
+//  A reader job ("reader", "reader-stop") ended: true when op was one.
+bool ah_lc_reader_job_done (self_t *self, const ah_msg_t *done, const char *op);
+//  The agent's row moved to state: its reader goes unless it sleeps.
+void ah_lc_reader_state (self_t *self, const char *agent_id, const char *state);
+void ah_lc_readers_destroy (self_t *self);
 
 //  Host agents (lifecycle_host.c)
 void ah_lc_on_host_state (void *self, ah_msg_t *msg);

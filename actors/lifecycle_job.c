@@ -59,6 +59,14 @@ static void *s_worker (void *arg)
     }
     else if (streq (job->op, "destroy"))
         rc = d->destroy (d, job->agent_id, &err);
+    else if (streq (job->op, "reader")) {
+        ah_boot_t boot = { job->agent_id, job->token, job->tunnel_port, NULL };
+        rc = d->reader_start ? d->reader_start (d, &boot, &err) : -1;
+        if (!d->reader_start)
+            err = strdup ("the driver has no readers");
+    }
+    else if (streq (job->op, "reader-stop"))
+        rc = d->reader_stop ? d->reader_stop (d, job->agent_id, &err) : 0;
     int64_t looked_at = ah_store_now_ms ();     //  an inspect says how things were then
     if (streq (job->op, "inspect"))
         rc = d->inspect (d, job->agent_id, &status, &err);
@@ -363,6 +371,21 @@ int ah_lc_launch (self_t *self, const row_t *row, const char *op, bool cleanup)
         ah_actor_timer_end (self->actor, track->hello_timer);
         track->hello_timer = 0;
     }
+    if (streq (op, "reader")) {
+        //  A reader token: its hash goes to the tunnel alone (never the
+        //  row's boot_token_hash), before the reader can dial.
+        char hash [AH_TOKEN_HEX];
+        if (ah_token_new (job->token))
+            why = "no entropy for a reader token";
+        else {
+            ah_token_hash (job->token, hash);
+            ah_msg_t *allow = ah_msg_new ("READER_ALLOW");
+            ah_msg_set_str (allow, "agent_id", row->id);
+            ah_msg_set_str (allow, "hash", hash);
+            if (ah_actor_send (self->actor, "tunnel", &allow))
+                why = "cannot reach the tunnel";
+        }
+    }
     if (!why && pthread_create (&job->thread, NULL, s_worker, job))
         why = "cannot start a worker thread";
     if (why) {
@@ -462,6 +485,11 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
         ah_warn (AREA, "%s: %s failed: %s", id, op, why ? why : "?");
     if (streq (op, "expire") || streq (op, "expire-home")) {
         ah_lc_expired (self, done, id, op);
+        return;
+    }
+    if (ah_lc_reader_job_done (self, done, op)) {
+        //  A wake or destroy asked for meanwhile waited for it.
+        ah_lc_launch_for_row (self, row);
         return;
     }
     if (ok && (job->recreate || streq (op, "rebuild")))

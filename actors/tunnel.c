@@ -10,6 +10,7 @@
     bus side: what openers and lifecycle send.                          */
 #include "actors/tunnel_int.h"
 #include "common/log.h"
+#include "common/token.h"
 
 #include <errno.h>
 #include <string.h>
@@ -34,6 +35,12 @@ char *ah_tun_sandbox_state (self_t *self, const char *agent_id, char **hash)
     }
     sqlite3_reset (st);
     return state;
+}
+
+bool ah_tun_reader_channel (const char *ch)
+{
+    return ch && (streq (ch, "fs.list") || streq (ch, "fs.read") || streq (ch, "fs.tree")
+                  || streq (ch, "ping"));
 }
 
 //  ---------------------------------------------------------------------
@@ -109,6 +116,33 @@ static void s_on_open (void *self_, ah_msg_t *msg)
         ah_msg_destroy (&header);
         return;
     }
+    //  "reader": the agent's reader (a sleeping agent's home, read only).
+    //  Only reads go there, whoever asks and whatever the reader's Pod
+    //  runs; a sandbox's channels never go to a reader.
+    bool reader = ah_msg_bool (msg, "reader", false);
+    if (reader) {
+        conn_t *rc = (conn_t *) zhashx_lookup (self->readers, agent_id);
+        const char *ch = ah_msg_str (header, "ch");
+        if (!ah_tun_reader_channel (ch))
+            ah_actor_reply_error (self->actor, msg, 403, "agent '%s': a reader carries reads only "
+                                  "(fs.list, fs.read, fs.tree), not %.32s", agent_id, ch);
+        else
+        if (!rc || !rc->ready)
+            ah_actor_reply_error (self->actor, msg, 409, "agent '%s' has no reader connection%s",
+                                  agent_id, rc ? " yet (hello pending)" : "");
+        else {
+            const char *why = NULL;
+            chan_t *chan = ah_tun_chan_open (rc, CH_EXTERNAL, header, false, &why);
+            if (!chan)
+                ah_actor_reply_error (self->actor, msg, 503, "agent '%s': %s", agent_id, why);
+            else {
+                snprintf (chan->opener, sizeof chan->opener, "%s", ah_msg_peer (msg));
+                chan->req = ah_msg_int (msg, "req", 0);
+            }
+        }
+        ah_msg_destroy (&header);
+        return;
+    }
     conn_t *conn = (conn_t *) zhashx_lookup (self->agents, agent_id);
     if (!conn || !conn->ready) {
         char *state = ah_tun_sandbox_state (self, agent_id, NULL);
@@ -172,19 +206,31 @@ static void s_on_data (void *self_, ah_msg_t *msg)
     if (!size)
         return;
     //  Nothing waits: yamux takes what its window allows straight from
-    //  the message, and only the rest is kept (one copy fewer).
+    //  the message, and only the rest is kept (one copy fewer). Bytes the
+    //  message owns (handed over in this thread, with room in front) are
+    //  framed where they are when yamux takes them whole: no copy at all.
+    int64_t id = chan->id;
+    uint8_t *owned = NULL;
     size_t taken = 0;
     if (ah_buf_size (&chan->pending) == 0) {
-        ssize_t n = ah_yamux_write (chan->conn->yamux, chan->stream, data, size);
+        size_t owned_size = 0;
+        owned = ah_msg_bin_take (msg, "data", &owned_size);
+        if (owned)
+            data = owned;
+        ssize_t n = owned ? ah_tun_conn_write_owned (chan->conn, chan->stream, &owned, size)
+                          : ah_yamux_write (chan->conn->yamux, chan->stream, data, size);
         if (n > 0)
             taken = (size_t) n;
-        if (!ah_tun_chan_find (self, ah_msg_int (msg, "chan", 0)))
+        if (!ah_tun_chan_find (self, id)) {
+            ah_msg_bin_free (owned);
             return;                 //  the write's callbacks ended the channel
+        }
         if (taken)
             ah_tun_chan_ack (self, chan, taken);
     }
     if (taken < size && ah_buf_append (&chan->pending, (const uint8_t *) data + taken, size - taken) == 0)
         ah_tun_chan_flush (self, chan);
+    ah_msg_bin_free (owned);        //  NULL when the queue took it
 }
 
 static void s_on_ack (void *self_, ah_msg_t *msg)
@@ -231,6 +277,35 @@ static void s_on_close (void *self_, ah_msg_t *msg)
         ah_yamux_reset (conn->yamux, stream);
 }
 
+//  READER_ALLOW {agent_id, hash}: the SHA-256 (hex) of the agent's reader
+//  token, which the upgrade then accepts as its reader's; READER_REVOKE
+//  {agent_id}: no more, and its reader connection goes.
+static void s_on_reader_allow (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    const char *agent_id = ah_msg_str (msg, "agent_id");
+    const char *hash = ah_msg_str (msg, "hash");
+    if (!agent_id || !hash || strlen (hash) != AH_TOKEN_HEX - 1) {
+        ah_warn (AREA, "READER_ALLOW without agent_id and a token hash; ignored");
+        return;
+    }
+    zhashx_update (self->reader_hashes, agent_id, strdup (hash));
+}
+
+static void s_on_reader_revoke (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    const char *agent_id = ah_msg_str (msg, "agent_id");
+    if (!agent_id)
+        return;
+    zhashx_delete (self->reader_hashes, agent_id);
+    conn_t *conn = (conn_t *) zhashx_lookup (self->readers, agent_id);
+    if (conn) {
+        ah_info (AREA, "agent '%s': closing its reader's connection (revoked)", agent_id);
+        ah_tun_conn_close (conn, "the reader was removed", false, false, true);
+    }
+}
+
 //  PORT: the port we listen on (tunnel_listen "127.0.0.1:0" lets the OS pick).
 static void s_cmd_port (void *self_, zmsg_t *cmd)
 {
@@ -250,6 +325,9 @@ static void s_destroy (void *self_)
     if (self->agents)
         for (conn_t *c = (conn_t *) zhashx_first (self->agents); c; c = (conn_t *) zhashx_next (self->agents))
             zlistx_add_end (list, c);
+    if (self->readers)
+        for (conn_t *c = (conn_t *) zhashx_first (self->readers); c; c = (conn_t *) zhashx_next (self->readers))
+            zlistx_add_end (list, c);
     for (conn_t *c = (conn_t *) zlistx_first (list); c; c = (conn_t *) zlistx_next (list))
         ah_tun_conn_close (c, "the server is shutting down", false, false, false);
     zlistx_destroy (&list);
@@ -262,6 +340,8 @@ static void s_destroy (void *self_)
     ah_lwsloop_destroy (&self->loop);       //  CLOSED callbacks free the conns
     zhashx_destroy (&self->chans);
     zhashx_destroy (&self->agents);
+    zhashx_destroy (&self->readers);
+    zhashx_destroy (&self->reader_hashes);
     ah_store_close (&self->store);
     if (self->socket_path && self->unix_vhost)
         unlink (self->socket_path);
@@ -283,6 +363,10 @@ static void *s_init (ah_actor_t *actor, void *args)
     self->stats_interval_ms = a->stats_interval_ms == 0 ? AH_TUNNEL_STATS_INTERVAL_MS
                             : a->stats_interval_ms;
     self->agents = zhashx_new ();
+    self->readers = zhashx_new ();
+    self->reader_hashes = zhashx_new ();
+    if (self->reader_hashes)
+        zhashx_set_destructor (self->reader_hashes, (zhashx_destructor_fn *) zstr_free);
     self->chans = zhashx_new ();
 
     char host [256] = "";
@@ -364,6 +448,8 @@ static const ah_actor_handler_t s_handlers [] = {
     { "CHAN_EOF", s_on_eof },
     { "CHAN_CLOSE", s_on_close },
     { "TUNNEL_KICK", s_on_kick },
+    { "READER_ALLOW", s_on_reader_allow },
+    { "READER_REVOKE", s_on_reader_revoke },
     { "TUNNEL_SESSIONS", s_on_sessions },
     { "SANDBOX_STATE", s_on_state },
     { "REPLY", s_on_reply },

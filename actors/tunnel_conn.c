@@ -13,7 +13,8 @@
 #include <string.h>
 #include <strings.h>
 
-#define WRITE_CHUNK     (256u << 10)        //  largest WebSocket message we send
+#define WRITE_CHUNK     (256u << 10)        //  largest WebSocket message we send from outq
+#define TX_PACKET       (WRITE_CHUNK + 4096)    //  ... or an owned frame (256 KiB + its header)
 #define OUTQ_HIGH       (1u << 20)          //  stop reading sandboxd above this
 #define OUTQ_LOW        (256u << 10)        //  ... and read again below this
 
@@ -21,26 +22,17 @@
 typedef struct {
     conn_t *conn;
     char agent_id [AGENT_ID_MAX];   //  authenticated in FILTER
+    bool reader;                    //  ... with the agent's reader token
 } pss_t;
 
 //  ---------------------------------------------------------------------
 //  yamux callbacks of the session (ud = conn); the streams' are in
 //  tunnel_chan.c
 
-//  yamux's bytes (a frame: head and payload, either may be empty) queued
-//  for the WebSocket in one copy.
-static void s_ymx_output_data (void *ud, const uint8_t *head, size_t head_size,
-                               const uint8_t *data, size_t size)
+//  In a turn: written when it ends, with whatever else it queues
+//  (ah_tun_conns_flush); else on WRITEABLE.
+static void s_want_write (conn_t *conn)
 {
-    conn_t *conn = (conn_t *) ud;
-    if (!conn->wsi)
-        return;
-    if (ah_buf_append (&conn->outq, head, head_size) || ah_buf_append (&conn->outq, data, size)) {
-        ah_error (AREA, "agent '%s': out of memory queueing tunnel output", conn->agent_id);
-        ah_tun_conn_close (conn, "out of memory", true, false, false);
-        return;
-    }
-    //  In a turn: written when it ends, with whatever else it queues.
     if (conn->flush_queued)
         return;
     if (!conn->dead && ah_actor_flush_later (conn->self->actor)) {
@@ -52,9 +44,71 @@ static void s_ymx_output_data (void *ud, const uint8_t *head, size_t head_size,
         lws_callback_on_writable (conn->wsi);
 }
 
+//  yamux's bytes (a frame: head and payload, either may be empty) queued
+//  for the WebSocket in one copy.
+static void s_ymx_output_data (void *ud, const uint8_t *head, size_t head_size,
+                               const uint8_t *data, size_t size)
+{
+    conn_t *conn = (conn_t *) ud;
+    if (!conn->wsi)
+        return;
+    if (conn->offer && data == conn->offer && size == conn->offer_size
+    &&  head_size + LWS_PRE <= AH_MSG_BIN_HEADROOM) {
+        out_frame_t *frame = (out_frame_t *) calloc (1, sizeof *frame);
+        if (frame) {
+            //  The header goes in the room in front of the payload.
+            frame->block = conn->offer;
+            frame->data = conn->offer - head_size;
+            memcpy (frame->data, head, head_size);
+            frame->size = head_size + size;
+            frame->before = conn->frames ? conn->outq_since : ah_buf_size (&conn->outq);
+            if (conn->frames_tail)
+                conn->frames_tail->next = frame;
+            else
+                conn->frames = frame;
+            conn->frames_tail = frame;
+            conn->frames_bytes += frame->size;
+            conn->outq_since = 0;
+            conn->offer = NULL;     //  taken
+            s_want_write (conn);
+            return;
+        }
+    }
+    conn->outq_since += head_size + size;
+    if (ah_buf_append (&conn->outq, head, head_size) || ah_buf_append (&conn->outq, data, size)) {
+        ah_error (AREA, "agent '%s': out of memory queueing tunnel output", conn->agent_id);
+        ah_tun_conn_close (conn, "out of memory", true, false, false);
+        return;
+    }
+    s_want_write (conn);
+}
+
 static void s_ymx_output (void *ud, const uint8_t *data, size_t size)
 {
     s_ymx_output_data (ud, data, size, NULL, 0);
+}
+
+ssize_t ah_tun_conn_write_owned (conn_t *conn, uint32_t stream, uint8_t **block_p, size_t size)
+{
+    conn->offer = *block_p;
+    conn->offer_size = size;
+    ssize_t n = ah_yamux_write (conn->yamux, stream, *block_p, size);
+    if (!conn->offer)
+        *block_p = NULL;            //  taken: the queue frees it once written
+    conn->offer = NULL;
+    return n;
+}
+
+static void s_frames_free (conn_t *conn)
+{
+    while (conn->frames) {
+        out_frame_t *frame = conn->frames;
+        conn->frames = frame->next;
+        ah_msg_bin_free (frame->block);
+        free (frame);
+    }
+    conn->frames_tail = NULL;
+    conn->frames_bytes = 0;
 }
 
 static void s_ymx_on_open (void *ud, uint32_t id)
@@ -115,6 +169,7 @@ static void s_conn_destroy (conn_t **conn_p)
     ah_yamux_destroy (&conn->yamux);
     zhashx_destroy (&conn->streams);
     ah_buf_free (&conn->outq);
+    s_frames_free (conn);
     free (conn);
     *conn_p = NULL;
 }
@@ -125,8 +180,9 @@ void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bo
     if (conn->dead)
         return;
     conn->dead = true;
-    if (zhashx_lookup (self->agents, conn->agent_id) == conn)
-        zhashx_delete (self->agents, conn->agent_id);
+    zhashx_t *map = conn->reader ? self->readers : self->agents;
+    if (zhashx_lookup (map, conn->agent_id) == conn)
+        zhashx_delete (map, conn->agent_id);
     //  Fail every channel; collect first (failing edits the map).
     zlistx_t *list = zlistx_new ();
     for (chan_t *c = (chan_t *) zhashx_first (conn->streams); c; c = (chan_t *) zhashx_next (conn->streams))
@@ -140,6 +196,15 @@ void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bo
     }
     zlistx_destroy (&list);
     zhashx_purge (conn->streams);
+    if (lost && !self->terminating && conn->reader) {
+        //  A reader is never the agent's sandbox: lifecycle hears of it
+        //  as a reader alone (its hello, its end).
+        ah_msg_t *m = ah_msg_new ("READER_LOST");
+        ah_msg_set_str (m, "agent_id", conn->agent_id);
+        ah_msg_set_str (m, "reason", why);
+        ah_actor_send (self->actor, "lifecycle", &m);
+    }
+    else
     if (lost && !self->terminating) {
         ah_msg_t *m = ah_msg_new ("TUNNEL_LOST");
         ah_msg_set_str (m, "agent_id", conn->agent_id);
@@ -163,13 +228,9 @@ void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bo
 //  not one timer per connection: with a thousand connections the loop
 //  wakes twice per interval instead of thousands of times, and each
 //  wakeup polls every socket (bench/scale, idle CPU).
-static void s_on_ping_tick (void *self_, void *arg)
+static void s_ping_map (self_t *self, zhashx_t *map, int64_t now, zlistx_t *lost)
 {
-    self_t *self = self_;
-    int64_t now = zclock_mono ();
-    zlistx_t *lost = zlistx_new ();         //  closing edits self->agents
-    for (conn_t *conn = (conn_t *) zhashx_first (self->agents); conn;
-         conn = (conn_t *) zhashx_next (self->agents)) {
+    for (conn_t *conn = (conn_t *) zhashx_first (map); conn; conn = (conn_t *) zhashx_next (map)) {
         if (conn->dead)
             continue;
         if (now - conn->last_heard_ms > self->ping_timeout_ms)
@@ -180,8 +241,16 @@ static void s_on_ping_tick (void *self_, void *arg)
         //  else it pinged us or answered within the interval (sandboxd
         //  pings every 15 s itself): alive, and a ping of ours would only
         //  wake both loops again
-
     }
+}
+
+static void s_on_ping_tick (void *self_, void *arg)
+{
+    self_t *self = self_;
+    int64_t now = zclock_mono ();
+    zlistx_t *lost = zlistx_new ();         //  closing edits the maps
+    s_ping_map (self, self->agents, now, lost);
+    s_ping_map (self, self->readers, now, lost);
     for (conn_t *conn = (conn_t *) zlistx_first (lost); conn; conn = (conn_t *) zlistx_next (lost)) {
         ah_warn (AREA, "agent '%s': no ping answer for %lld ms; closing the connection",
                  conn->agent_id, (long long) (now - conn->last_heard_ms));
@@ -258,7 +327,29 @@ void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
         ah_tun_conn_close (conn, why, true, true, true);
         return;
     }
+    //  A reader token must come with a reader (sandboxd --read-only),
+    //  and a reader only ever with a reader token: whatever the Pod runs,
+    //  the tunnel carries reads alone on it (ah_tun_reader_channel).
+    const char *mode = ah_msg_str (reply, "mode");
+    bool says_reader = mode && streq (mode, "read");
+    if (says_reader != conn->reader) {
+        snprintf (why, sizeof why, conn->reader
+                  ? "a reader token, but sandboxd's hello says mode '%.16s' (a reader says 'read')"
+                  : "sandboxd says it is a reader (mode 'read') but came with the sandbox's boot token%.0s",
+                  mode ? mode : "sandbox");
+        ah_error (AREA, "agent '%s': %s", conn->agent_id, why);
+        ah_tun_conn_close (conn, why, true, true, true);
+        return;
+    }
     conn->ready = true;
+    if (conn->reader) {
+        ah_info (AREA, "agent '%s': its reader connected (reads of the sleeping agent's home)",
+                 conn->agent_id);
+        ah_msg_t *m = ah_msg_new ("READER_HELLO");
+        ah_msg_set_str (m, "agent_id", conn->agent_id);
+        ah_actor_send (self->actor, "lifecycle", &m);
+        return;
+    }
     ah_info (AREA, "agent '%s': sandboxd connected (tunnel protocol %d)", conn->agent_id,
              AH_PROTOCOL_VERSION);
     ah_msg_t *m = ah_msg_new ("SANDBOX_HELLO");
@@ -269,12 +360,13 @@ void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
                                            s_on_stats_tick, NULL);
 }
 
-static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id)
+static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id, bool reader)
 {
     conn_t *conn = (conn_t *) calloc (1, sizeof *conn);
     if (!conn)
         return NULL;
     conn->self = self;
+    conn->reader = reader;
     conn->wsi = wsi;
     snprintf (conn->agent_id, sizeof conn->agent_id, "%s", agent_id);
     conn->streams = zhashx_new ();
@@ -299,12 +391,14 @@ static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id)
 //  A new authenticated connection: replace the agent's old one, say hello.
 static void s_conn_start (self_t *self, conn_t *conn)
 {
-    conn_t *old = (conn_t *) zhashx_lookup (self->agents, conn->agent_id);
+    zhashx_t *map = conn->reader ? self->readers : self->agents;
+    conn_t *old = (conn_t *) zhashx_lookup (map, conn->agent_id);
     if (old) {
-        ah_info (AREA, "agent '%s': new connection replaces the old one", conn->agent_id);
+        ah_info (AREA, "agent '%s': new %s connection replaces the old one", conn->agent_id,
+                 conn->reader ? "reader" : "sandbox");
         ah_tun_conn_close (old, "tunnel reconnected", false, false, true);
     }
-    zhashx_insert (self->agents, conn->agent_id, conn);
+    zhashx_insert (map, conn->agent_id, conn);
     ah_msg_t *h = ah_msg_new ("HEADER");
     ah_msg_set_str (h, "ch", "hello");
     ah_msg_set_int (h, "version", AH_PROTOCOL_VERSION);
@@ -323,11 +417,13 @@ static void s_conn_start (self_t *self, conn_t *conn)
 //  ---------------------------------------------------------------------
 //  Authentication
 
-//  0 if the upgrade may go on (agent_id filled), else the HTTP status to
+//  0 if the upgrade may go on (agent_id filled; *reader when the token
+//  is the agent's reader token, READER_ALLOW), else the HTTP status to
 //  refuse with; why says what for the log (never the token).
 static int s_authenticate (self_t *self, struct lws *wsi, char *agent_id, size_t id_size,
-                           char *why, size_t why_size)
+                           bool *reader, char *why, size_t why_size)
 {
+    *reader = false;
     char auth [512];
     agent_id [0] = 0;
     if (lws_hdr_custom_copy (wsi, agent_id, (int) id_size, "x-agenthold-agent:", 18) <= 0) {
@@ -358,7 +454,13 @@ static int s_authenticate (self_t *self, struct lws *wsi, char *agent_id, size_t
     char got [AH_TOKEN_HEX];
     ah_token_hash (token, got);
     bool match = hash && ah_token_equal (got, hash);
+    const char *reader_hash = (const char *) zhashx_lookup (self->reader_hashes, agent_id);
     int status = 0;
+    if (!match && reader_hash && ah_token_equal (got, reader_hash))
+        //  The reader of a sleeping agent: whatever the sandbox's state
+        //  (lifecycle revokes the token before the agent wakes).
+        *reader = true;
+    else
     if (!match) {
         snprintf (why, why_size, "token does not match the sandbox's current boot token");
         status = 401;
@@ -421,32 +523,57 @@ static int s_on_receive (struct lws *wsi, conn_t *conn, const void *in, size_t l
     return 0;
 }
 
-//  One message of the queue, written in place (LWS_PRE headroom).
+//  One message of the queue, written in place (LWS_PRE headroom): the
+//  next owned frame when its turn has come, else outq's bytes up to it.
 static int s_on_writeable (struct lws *wsi, conn_t *conn)
 {
+    out_frame_t *frame = conn->frames;
+    uint8_t *p = ah_buf_head (&conn->outq);
     size_t n = ah_buf_size (&conn->outq);
-    if (n) {
+    if (frame && frame->before == 0) {
+        p = frame->data;
+        n = frame->size;
+    }
+    else {
+        if (frame && n > frame->before)
+            n = frame->before;
         if (n > WRITE_CHUNK)
             n = WRITE_CHUNK;
-        if (lws_write (wsi, ah_buf_head (&conn->outq), n, LWS_WRITE_BINARY) < (int) n) {
+        frame = NULL;
+    }
+    if (n) {
+        if (lws_write (wsi, p, n, LWS_WRITE_BINARY) < (int) n) {
             ah_warn (AREA, "agent '%s': write to the tunnel failed", conn->agent_id);
             ah_tun_conn_close (conn, "sandbox connection lost", true, false, false);
             return -1;
         }
-        ah_buf_consume (&conn->outq, n);
+        if (frame) {
+            conn->frames = frame->next;
+            if (!conn->frames)
+                conn->frames_tail = NULL;
+            conn->frames_bytes -= frame->size;
+            ah_msg_bin_free (frame->block);
+            free (frame);
+        }
+        else {
+            ah_buf_consume (&conn->outq, n);
+            if (conn->frames)
+                conn->frames->before -= n;
+        }
     }
-    if (ah_buf_size (&conn->outq))
+    size_t queued = ah_buf_size (&conn->outq) + conn->frames_bytes;
+    if (queued)
         lws_callback_on_writable (wsi);
     else if (conn->dead) {
         lws_close_reason (wsi, LWS_CLOSE_STATUS_NORMAL, NULL, 0);
         return -1;
     }
     //  Backpressure: stop reading sandboxd while we cannot write.
-    if (!conn->rx_paused && ah_buf_size (&conn->outq) > OUTQ_HIGH) {
+    if (!conn->rx_paused && queued > OUTQ_HIGH) {
         conn->rx_paused = true;
         lws_rx_flow_control (wsi, 0);
     }
-    else if (conn->rx_paused && ah_buf_size (&conn->outq) < OUTQ_LOW) {
+    else if (conn->rx_paused && queued < OUTQ_LOW) {
         conn->rx_paused = false;
         lws_rx_flow_control (wsi, 1);
     }
@@ -518,7 +645,8 @@ static int s_ws_serve (struct lws *wsi, enum lws_callback_reasons reason,
                 s_refuse (wsi, 404, "the tunnel is a WebSocket on " AH_TUNNEL_PATH);
                 return 1;
             }
-            int status = s_authenticate (self, wsi, agent, sizeof agent, why, sizeof why);
+            bool reader;
+            int status = s_authenticate (self, wsi, agent, sizeof agent, &reader, why, sizeof why);
             if (status) {
                 ah_warn (AREA, "refused tunnel for agent '%s': %s (HTTP %d)",
                          agent [0] ? agent : "?", why, status);
@@ -529,17 +657,19 @@ static int s_ws_serve (struct lws *wsi, enum lws_callback_reasons reason,
         }
         case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
             //  Checked again (the headers are still here) to keep the id.
-            if (s_authenticate (self, wsi, pss->agent_id, sizeof pss->agent_id, why, sizeof why)) {
+            if (s_authenticate (self, wsi, pss->agent_id, sizeof pss->agent_id, &pss->reader, why,
+                                sizeof why)) {
                 ah_warn (AREA, "refused tunnel for agent '%s': %s", pss->agent_id [0] ? pss->agent_id : "?", why);
                 return 1;
             }
             return 0;
         case LWS_CALLBACK_ESTABLISHED:
-            if (!(pss->conn = s_conn_new (self, wsi, pss->agent_id))) {
+            if (!(pss->conn = s_conn_new (self, wsi, pss->agent_id, pss->reader))) {
                 ah_error (AREA, "agent '%s': out of memory for a connection", pss->agent_id);
                 return -1;
             }
-            ah_info (AREA, "agent '%s': tunnel connected", pss->agent_id);
+            ah_info (AREA, "agent '%s': tunnel connected%s", pss->agent_id,
+                     pss->reader ? " (its reader)" : "");
             s_conn_start (self, pss->conn);
             return 0;
         case LWS_CALLBACK_RECEIVE:
@@ -568,8 +698,13 @@ static int s_ws_serve (struct lws *wsi, enum lws_callback_reasons reason,
     }
 }
 
+//  Reads of 64 KiB (each connection's rx buffer: 1,000 idle sandboxd
+//  keep theirs, bench/scale); a message of up to TX_PACKET in one send(). With
+//  tx_packet_size 0 lws would cap every send() at the rx buffer's size,
+//  copy the rest of each 256 KiB message aside and send it in three more
+//  WRITEABLE rounds.
 const struct lws_protocols ah_tun_protocols [] = {
     //  First: also gets plain HTTP and upgrades that name no subprotocol.
-    { AH_TUNNEL_SUBPROTOCOL, s_ws_callback, sizeof (pss_t), 65536, 0, NULL, 0 },
+    { AH_TUNNEL_SUBPROTOCOL, s_ws_callback, sizeof (pss_t), 65536, 0, NULL, TX_PACKET },
     { NULL, NULL, 0, 0, 0, NULL, 0 }
 };

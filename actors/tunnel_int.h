@@ -11,7 +11,9 @@
 
     DESIGN. conn_t: one authenticated WebSocket (lws per-session data
     points at it). It owns its yamux session, the bytes yamux gave us to
-    send (outq, written one message per WRITEABLE) and a map stream id ->
+    send (outq, written one message per WRITEABLE; and frames built in
+    place in an opener's own block, queued in order among outq's bytes,
+    written whole) and a map stream id ->
     chan_t. self->agents maps agent id -> the agent's current conn. A conn
     that is being closed (kick, replaced, ping timeout, bad hello) is
     "dead" at once: out of self->agents, its channels failed and freed,
@@ -63,14 +65,32 @@ typedef struct {
     int open_timer;                 //  reply deadline; 0 once replied
 } chan_t;
 
+//  A data frame whose payload an opener's CHAN_DATA owned (its bin, with
+//  AH_MSG_BIN_HEADROOM in front): yamux's header is put in front of the
+//  payload and lws's in front of that, and it is written in place.
+typedef struct out_frame_t {
+    struct out_frame_t *next;
+    uint8_t *block;                 //  the payload (ah_msg_bin_free)
+    uint8_t *data;                  //  the frame: yamux's header, then the payload
+    size_t size;
+    size_t before;                  //  outq bytes that go out before it
+} out_frame_t;
+
 struct conn_t {
     self_t *self;
     struct lws *wsi;                //  NULL once lws closed it
     char agent_id [AGENT_ID_MAX];
     ah_yamux_t *yamux;
     ah_buf_t outq;                  //  with LWS_PRE headroom: written in place
+    out_frame_t *frames, *frames_tail;  //  owned frames, in order among outq's bytes
+    size_t frames_bytes;
+    size_t outq_since;              //  outq bytes queued after the last frame
+    uint8_t *offer;                 //  a payload yamux may frame in place (ah_tun_conn_offer)
+    size_t offer_size;
     zhashx_t *streams;              //  "stream id" -> chan_t (not owned)
     bool ready;                     //  hello succeeded
+    bool reader;                    //  a reader of a sleeping agent's home (reader token):
+                                    //  in self->readers, never self->agents; reads only
     bool dead;                      //  being closed; ignore everything
     bool rx_paused;
     size_t msg_bytes;               //  of the WebSocket message being received
@@ -90,6 +110,8 @@ struct self_t {
     int ping_interval_ms, ping_timeout_ms, open_timeout_ms, stats_interval_ms;
     int ping_tick, stats_tick;             //  one timer each for every connection (0: not yet)
     zhashx_t *agents;               //  agent id -> conn_t (not owned)
+    zhashx_t *readers;              //  agent id -> its reader's conn_t (not owned)
+    zhashx_t *reader_hashes;        //  agent id -> the reader token's hash (READER_ALLOW; owned)
     zhashx_t *chans;                //  "chan id" -> chan_t (owned, freed by ah_tun_chan_free)
     int64_t next_chan;
     bool terminating;
@@ -101,8 +123,17 @@ struct self_t {
 //  token's hash when hash != NULL; NULL when there is no such sandbox.
 char *ah_tun_sandbox_state (self_t *self, const char *agent_id, char **hash);
 
+//  The channels a reader connection may carry (docs/tunnel.md, "Readers").
+bool ah_tun_reader_channel (const char *ch);
+
 //  Connections (tunnel_conn.c)
 extern const struct lws_protocols ah_tun_protocols [];
+
+//  ah_yamux_write of a payload the caller owns (ah_msg_bin_take): when
+//  yamux frames it whole, the frame is queued in place, the block becomes
+//  the queue's and *block_p NULL; else yamux copied what it took and the
+//  block stays the caller's.
+ssize_t ah_tun_conn_write_owned (conn_t *conn, uint32_t stream, uint8_t **block_p, size_t size);
 //  Close conn now: out of the agent map, channels failed with why; lws
 //  closes the socket (after flushing a go away when graceful).
 //  lost: tell lifecycle (TUNNEL_LOST) unless we are shutting down.

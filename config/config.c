@@ -91,6 +91,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.kubernetes.node_selector", T_OPT,      F (k8s_node_selector), "none" },
     { "sandbox.kubernetes.tunnel_pods",   T_OPT,      F (k8s_tunnel_pods), "none" },
     { "sandbox.kubernetes.image_pull_policy", T_STR,  F (k8s_image_pull_policy), NULL },
+    { "sandbox.kubernetes.reader_idle",   T_DURATION, F (k8s_reader_idle_s), NULL },
     { "sandbox.remote.endpoint",          T_STR,      F (remote_endpoint), NULL },
     { "sandbox.remote.server_key",        T_OPT,      F (remote_server_key), "none" },
     { "sandbox.remote.timeout",           T_DURATION, F (remote_timeout_s), NULL },
@@ -252,6 +253,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->k8s_home_size = strdup ("10Gi");
     self->k8s_sandboxd_image = strdup ("agenthold/sandboxd:latest");
     self->k8s_image_pull_policy = strdup ("IfNotPresent");
+    self->k8s_reader_idle_s = 60;
     self->remote_endpoint = strdup (AH_CONFIG_HOSTD_ENDPOINT);
     self->remote_server_key = NULL;
     self->remote_timeout_s = 5;
@@ -974,6 +976,12 @@ static char *s_check_kubernetes (const ah_config_t *self)
     if (strcmp (pol, "IfNotPresent") && strcmp (pol, "Always") && strcmp (pol, "Never"))
         return ah_strf ("sandbox.kubernetes.image_pull_policy = '%s': must be IfNotPresent, "
                         "Always or Never", pol);
+    //  A reader Pod lives for its idle time after the last read: at least
+    //  a second (a listing is followed by reads), at most an hour.
+    if (!(self->k8s_reader_idle_s >= 1 && self->k8s_reader_idle_s <= 3600))
+        return ah_strf ("sandbox.kubernetes.reader_idle = %gs: between 1s and 1h (how long a "
+                        "sleeping agent's reader Pod is kept after its last read)",
+                        self->k8s_reader_idle_s);
     if ((why = s_check_selector ("sandbox.kubernetes.node_selector", self->k8s_node_selector))
     ||  (why = s_check_selector ("sandbox.kubernetes.tunnel_pods", self->k8s_tunnel_pods)))
         return why;

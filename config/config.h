@@ -68,6 +68,7 @@ typedef struct {
     char   *k8s_node_selector;      //  NULL = none; "key=value,key=value"
     char   *k8s_tunnel_pods;        //  NULL = none; "key=value,...": the server's Pods (egress allowed)
     char   *k8s_image_pull_policy;  //  "IfNotPresent" | "Always" | "Never"
+    double  k8s_reader_idle_s;      //  60: a sleeping agent's reader Pod kept this long after its last read
     //  sandbox.remote.* (the remote driver: a host agent, docs/hostd.md)
     char   *remote_endpoint;        //  "ipc:///run/agenthold-hostd/hostd.sock" or tcp://host:port
     char   *remote_server_key;      //  hostd's CURVE public key (Z85, 40 characters); NULL = none

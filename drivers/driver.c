@@ -31,11 +31,6 @@ char *ah_driver_home_dir (const ah_config_t *config, const char *agent_id)
         return ah_strf ("%s/fake/%s/home", config->data_dir, agent_id);
     if (strcmp (config->driver, "docker") == 0)
         return ah_docker_home_dir (config, agent_id);
-    //  A host agent on this machine (ipc://) keeps homes under its own
-    //  data directory, which the same configuration names (docs/hostd.md).
-    if (strcmp (config->driver, "remote") == 0 && config->remote_endpoint && config->hostd_data_dir
-    &&  strncmp (config->remote_endpoint, "ipc://", 6) == 0)
-        return ah_strf ("%s/homes/%s", config->hostd_data_dir, agent_id);
     return NULL;
 }
 

@@ -150,15 +150,24 @@ struct ah_driver_t {
     //  (and, for docker, its network): sandbox.container_ttl. The next
     //  start re-creates it with rebuild. Absent is success.
     int  (*remove_container) (ah_driver_t *self, const char *agent_id, char **err);
+    //  Optional (NULL: a sleeping agent's home is read on the server's
+    //  side, or not at all; added last). A reader of a sleeping agent's
+    //  home (kubernetes: a Pod on its claim mounted read-only running
+    //  sandboxd --read-only, docs/kubernetes.md): reader_start makes it
+    //  dial the tunnel with boot->token (the reader token, never the
+    //  boot token), returning once it is made (its hello comes through
+    //  the tunnel); reader_stop removes it and waits until it is gone.
+    //  start and destroy remove a reader first. Absent is success.
+    int  (*reader_start) (ah_driver_t *self, const ah_boot_t *boot, char **err);
+    int  (*reader_stop)  (ah_driver_t *self, const char *agent_id, char **err);
 };
 
 //  The directory that holds agent_id's home on the server's side, for
 //  reading it without its sandbox (common/homefs.h): fake
 //  <data_dir>/fake/<id>/home; docker <data_dir>/homes/<id>, where the
-//  home volume is bound (drivers/docker/volume.c); remote with a host
-//  agent on this machine (ipc://) <hostd.data_dir>/homes/<id>, where
-//  hostd's docker driver binds it. NULL for another backend (remote over
-//  tcp://: another machine) or a malformed id. Whether it exists is the caller's to ask:
+//  home volume is bound (drivers/docker/volume.c; also in hostd, whose
+//  data_dir is hostd.data_dir). NULL for another backend (remote: hostd
+//  reads its homes, server/hostd_home.h) or a malformed id. Whether it exists is the caller's to ask:
 //  a home volume made before this layout has none. Caller frees.
 char *ah_driver_home_dir (const ah_config_t *config, const char *agent_id);
 

@@ -16,6 +16,7 @@
 #include "drivers/docker.h"
 #include "drivers/driver.h"
 #include "config/config.h"
+#include "proto/msg.h"
 
 //  config is borrowed and must outlive the driver. Does not need the host
 //  to be up. NULL with *err (caller frees) when the server's key pair
@@ -32,6 +33,13 @@ int ah_remote_engine_facts (ah_driver_t *driver, ah_engine_facts_t *facts, char 
 //  would). 0 with *reachable and *detail (caller frees), -1 with *err when
 //  the host does not answer.
 int ah_remote_tunnel_check (ah_driver_t *driver, bool *reachable, char **detail, char **err);
+
+//  A HOSTD_HOME call (server/hostd_home.h: hostd reads a home for the
+//  server): req (taken over) as that header describes it; silence for
+//  timeout_ms (at most sandbox.remote.timeout) ends it. 0 with *reply_p
+//  (the caller's; a refused path is a reply with "errno"), -1 with *err.
+int ah_remote_home (ah_driver_t *driver, ah_msg_t **req_p, int timeout_ms, ah_msg_t **reply_p,
+                    char **err);
 
 //  Where the server's CURVE key pair lives under data_dir. Caller frees.
 char *ah_remote_cert_path (const char *data_dir);

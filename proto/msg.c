@@ -26,6 +26,7 @@ typedef struct {
     char   *data;           //  str (NUL-terminated), bin, raw
     size_t  size;
     bool    borrowed;       //  data is the caller's (ah_msg_set_bin_borrowed): not freed
+    bool    roomy;          //  data is AH_MSG_BIN_HEADROOM bytes into its allocation (ah_msg_own)
 } field_t;
 
 struct ah_msg_t {
@@ -55,9 +56,11 @@ ah_msg_t *ah_msg_new (const char *type)
 
 static void s_field_clear (field_t *f)
 {
-    if (!f->borrowed)
+    if (f->roomy)
+        ah_msg_bin_free (f->data);
+    else if (!f->borrowed)
         free (f->data);
-    f->borrowed = false;
+    f->borrowed = f->roomy = false;
     f->data = NULL;
     f->size = 0;
 }
@@ -200,14 +203,41 @@ int ah_msg_own (ah_msg_t *self)
         field_t *f = &self->fields [i];
         if (!f->borrowed)
             continue;
-        char *copy = malloc (f->size ? f->size : 1);
+        char *copy = malloc (AH_MSG_BIN_HEADROOM + (f->size ? f->size : 1));
         if (!copy)
             return -1;
+        copy += AH_MSG_BIN_HEADROOM;
         memcpy (copy, f->data, f->size);
         f->data = copy;
         f->borrowed = false;
+        f->roomy = true;
     }
     return 0;
+}
+
+uint8_t *ah_msg_bin_take (ah_msg_t *self, const char *key, size_t *size)
+{
+    for (size_t i = 0; i < self->count; i++) {
+        field_t *f = &self->fields [i];
+        if (strcmp (f->key, key) != 0)
+            continue;
+        if (f->type != F_BIN || !f->roomy)
+            return NULL;
+        uint8_t *data = (uint8_t *) f->data;
+        *size = f->size;
+        f->data = NULL;
+        f->size = 0;
+        f->roomy = false;
+        f->type = F_NIL;
+        return data;
+    }
+    return NULL;
+}
+
+void ah_msg_bin_free (void *data)
+{
+    if (data)
+        free ((char *) data - AH_MSG_BIN_HEADROOM);
 }
 
 //  --------------------------------------------------------------------

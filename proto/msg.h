@@ -62,6 +62,15 @@ void ah_msg_set_bin_borrowed (ah_msg_t *self, const char *key, const void *data,
 //  that is kept after the call that made it (an in-thread hand-off,
 //  common/actor.c). 0, or -1 when out of memory (then some stay borrowed).
 int  ah_msg_own (ah_msg_t *self);
+//  The bins ah_msg_own copied keep this many writable bytes in front of
+//  their first byte (room for the headers of the frame that will carry
+//  them: lws's LWS_PRE and yamux's 12, actors/tunnel_conn.c).
+#define AH_MSG_BIN_HEADROOM 64
+//  Takes key's bin out of the message when ah_msg_own copied it (it has
+//  the headroom above; the key becomes nil): the caller's, freed with
+//  ah_msg_bin_free. NULL (the message unchanged) for any other value.
+uint8_t *ah_msg_bin_take (ah_msg_t *self, const char *key, size_t *size);
+void     ah_msg_bin_free (void *data);
 //  data must be one complete msgpack object (checked; returns -1 if not).
 int  ah_msg_set_raw (ah_msg_t *self, const char *key, const void *data, size_t size);
 

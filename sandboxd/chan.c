@@ -16,6 +16,7 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <msgpack.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -24,6 +25,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#define S_WRITEBACK    (4u << 20)   //  an upload's writeback is started every this many bytes
 
 int64_t ah_sbd_now (void)
 {
@@ -238,7 +241,11 @@ static void s_consume (ah_sbd_session_t *self, chan_t *ch, size_t n)
 }
 
 //  An upload's bytes into its temporary file, all of them; after an error
-//  the rest is dropped (the trailer reports the error).
+//  the rest is dropped (the trailer reports the error). Every
+//  S_WRITEBACK bytes the disk is asked to start writing what came
+//  (sync_file_range, no wait): the writeback then runs beside the
+//  transfer, and the fsync at the end waits for the last piece only, not
+//  for the whole file. Its errors are the fsync's to report.
 static void s_write_file (chan_t *ch, const uint8_t *data, size_t size)
 {
     size_t used = 0;
@@ -252,6 +259,11 @@ static void s_write_file (chan_t *ch, const uint8_t *data, size_t size)
         }
         used += (size_t) w;
         ch->done += (uint64_t) w;
+    }
+    if (!ch->write_errno && ch->done - ch->flushed >= S_WRITEBACK) {
+        sync_file_range (ch->file, (off_t) ch->flushed, (off_t) (ch->done - ch->flushed),
+                         SYNC_FILE_RANGE_WRITE);
+        ch->flushed = ch->done;
     }
 }
 

@@ -60,6 +60,7 @@ typedef struct chan_s {
     int      file;
     int      dir;
     uint64_t size, done;
+    uint64_t flushed;           //  fs.write: bytes whose writeback was started
     char     leaf [NAME_MAX + 1];
     char     tmp [NAME_MAX + 1];
     int      write_errno;       //  fs.write: first error while writing

@@ -239,7 +239,7 @@ void ah_sbd_fs_write (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
             ah_warn ("sandboxd", "fs.write: chown: %s", strerror (errno));
     ch->dir = dir;
     ch->file = fd;
-    ch->done = 0;
+    ch->done = ch->flushed = 0;
     ch->kind = K_FS_WRITE;
     ah_msg_t *map = ah_msg_new ("");
     ah_msg_set_bool (map, "ok", true);

@@ -27,6 +27,7 @@
 #include "common/str.h"
 #include "drivers/docker.h"
 #include "drivers/remote/wire.h"
+#include "server/hostd_home.h"
 #include "server/privsep.h"
 #include "server/relay.h"
 
@@ -247,6 +248,9 @@ s_worker (void *arg)
         rc = 0;
     }
     else
+    if (streq (type, "HOSTD_HOME"))
+        rc = ah_hostd_home (self->config, m, reply, &err);
+    else
     if (streq (type, "DRIVER_WATCH")) {
         rc = d->watch (d, s_on_change, c, &c->stop, &err);
         if (rc == 0 && !err)
@@ -269,7 +273,7 @@ s_worker (void *arg)
 static const char *s_types [] = {
     "DRIVER_CREATE", "DRIVER_START", "DRIVER_STOP", "DRIVER_REBUILD", "DRIVER_DESTROY",
     "DRIVER_REMOVE_CONTAINER", "DRIVER_INSPECT", "DRIVER_LIST", "DRIVER_IMAGE_EXISTS", "DRIVER_IMAGE_BUILD",
-    "DRIVER_WATCH", "DRIVER_ENGINE", "HOSTD_TUNNEL", NULL
+    "DRIVER_WATCH", "DRIVER_ENGINE", "HOSTD_TUNNEL", "HOSTD_HOME", NULL
 };
 
 static void
@@ -567,36 +571,6 @@ s_lock (hostd_t *self, char **err)
     return rc;
 }
 
-//  Homes are read by the server while their sandbox sleeps (docs/hostd.md
-//  "Homes"): with an ipc:// endpoint and a hostd.server_user, the server's
-//  group may pass through the data directory and homes/ (0710: no listing,
-//  no reading of hostd's own files, whose modes are their own). A failure
-//  is logged: the server then says why it cannot read them.
-static void
-s_share_homes (hostd_t *self)
-{
-    const ah_config_t *c = self->config;
-    if (!c->hostd_server_user || !c->hostd_endpoint || strncmp (c->hostd_endpoint, "ipc://", 6) != 0)
-        return;                     //  the server is hostd's own user, or on another machine
-    uid_t uid;
-    gid_t gid;
-    char *err = NULL;
-    char *homes = ah_strf ("%s/homes", c->data_dir);
-    if (s_server_user (c->hostd_server_user, &uid, &gid, &err) == 0 && homes) {
-        if (mkdir (homes, 0700) != 0 && errno != EEXIST)
-            err = ah_strf ("cannot make %s: %s", homes, strerror (errno));
-        const char *dirs [] = { c->data_dir, homes };
-        for (int i = 0; i < 2 && !err; i++)
-            if (chown (dirs [i], (uid_t) -1, gid) != 0 || chmod (dirs [i], 0710) != 0)
-                err = ah_strf ("cannot let hostd.server_user's group through %s: %s", dirs [i],
-                               strerror (errno));
-    }
-    if (err)
-        ah_warn (AREA, "the server will not read sleeping sandboxes' homes: %s", err);
-    free (err);
-    free (homes);
-}
-
 static int
 s_prepare (hostd_t *self, char **err)
 {
@@ -612,7 +586,6 @@ s_prepare (hostd_t *self, char **err)
     config->data_dir = strdup (config->hostd_data_dir);
     if (!config->data_dir || s_mkdir_private (config->data_dir, err) || s_lock (self, err))
         return -1;
-    s_share_homes (self);
     //  The server is elsewhere: sandboxes mount our socket, and we carry
     //  each of their connections to the server's tunnel.
     if (config->hostd_tunnel_relay) {

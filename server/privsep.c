@@ -53,6 +53,7 @@
 #define AREA                "serve"
 #define HOSTD_START_MS      30000       //  hostd's socket answers within this at start
 #define HOSTD_STOP_MS       30000       //  then SIGKILL
+#define HOSTD_GONE_MS       15000       //  an earlier serve's hostd has this long to go at start
 #define RESTART_MIN_MS      1000
 #define RESTART_MAX_MS      30000
 #define RESTART_STABLE_MS   60000       //  a hostd that ran this long restarts after the minimum
@@ -556,10 +557,17 @@ ah_serve_main (ah_config_t *config)
     if (!config->hostd_data_dir || ah_privsep_server_config (config, &err)
     ||  !(m.ipc_path = strdup (config->hostd_endpoint + 6)))
         goto out;
-    if (ah_privsep_socket_answers (m.ipc_path)) {
-        err = ah_strf ("something answers on %s already (another agenthold serve, or a hostd of "
-                       "its own?): stop it, or give this server another hostd.endpoint", m.ipc_path);
-        goto out;
+    //  The hostd of a serve that was killed (kill -9, a crash) ends by
+    //  itself (PDEATHSIG) but can still be shutting down, and answering,
+    //  when serve is started again at once: it gets a while to go.
+    for (int64_t until = s_now_ms () + HOSTD_GONE_MS; ah_privsep_socket_answers (m.ipc_path); ) {
+        if (s_now_ms () >= until) {
+            err = ah_strf ("something answers on %s already, and went on answering for %d s "
+                           "(another agenthold serve, or a hostd of its own?): stop it, or give "
+                           "this server another hostd.endpoint", m.ipc_path, HOSTD_GONE_MS / 1000);
+            goto out;
+        }
+        usleep (100 * 1000);
     }
     if (s_prepare_data_dir (&m, &err))
         goto out;

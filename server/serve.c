@@ -412,7 +412,8 @@ s_start_actors (self_t *self)
     //  other never take the bus. Unless the tap is on: then the api has
     //  a thread of its own and their messages take the bus, so the tap
     //  sees every CHAN_* (their metadata), at the bus's pace.
-    self->api_args = (ah_api_args_t) { .config = config, .db_path = self->db_path };
+    self->api_args = (ah_api_args_t) { .config = config, .db_path = self->db_path,
+                                       .driver = self->driver };
     zactor_t *host = NULL;
     for (size_t i = 0; i < self->actor_count && !config->tap_endpoint; i++)
         if (streq (self->actors [i].name, ah_tunnel_actor.name))

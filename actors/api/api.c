@@ -276,6 +276,7 @@ static void *s_init (ah_actor_t *actor, void *arg)
         return NULL;
     api->actor = actor;
     api->config = a->config;
+    api->driver = a->driver;
     api->started_ms = ah_store_now_ms ();
     api->reply_timeout_s = a->reply_timeout_s > 0 ? a->reply_timeout_s : AH_API_REPLY_TIMEOUT_S;
     api->body_stall_s = a->body_stall_s > 0 ? a->body_stall_s : AH_API_BODY_STALL_S;

@@ -73,6 +73,7 @@ typedef enum {
 struct api_t {
     ah_actor_t *actor;
     const ah_config_t *config;
+    ah_driver_t *driver;            //  borrowed, may be NULL (ah_api_args_t)
     ah_store_t *store;
     ah_lwsloop_t *loop;
     struct lws_vhost *vhost;                //  the listener (server.listen)
@@ -352,8 +353,24 @@ int  api_home_files (req_t *r, bool list, const char *path, const char *state);
 //  the hidden names left out unless ?all, entries under uploads/ marked.
 json_t *api_home_entries (req_t *r, const char *dir, json_t *entries);
 //  The tree of r's running agent walked by its sandboxd (tree.c): path
-//  checked, ?all given. Answers itself.
-void api_tree_sandbox (req_t *r, const char *path, bool all);
+//  checked, ?all given. Answers itself. reader: by the reader of the
+//  sleeping agent instead (reader.c).
+void api_tree_sandbox (req_t *r, const char *path, bool all, bool reader);
+
+//  --------------------------------------------------------------------
+//  A sleeping agent's home through its reader (reader.c)
+
+//  Whether r's agent, in state, is read through a reader (the driver
+//  makes readers: kubernetes; the agent sleeps).
+bool api_reader_serves (req_t *r, const char *state);
+//  READER_OPEN to lifecycle: go (r, reply) once the agent's reader is
+//  connected; a refusal or no reader in time is answered (409, 503, 504).
+void api_reader_ask (req_t *r, reply_fn *go);
+//  While a read through the reader streams: READER_KEEP to lifecycle at
+//  most every API_READER_KEEP_MS (*last_ms: when it was last sent), so a
+//  download longer than reader_idle is not cut.
+#define API_READER_KEEP_MS  5000
+void api_reader_keep (api_t *api, const char *agent_id, int64_t *last_ms);
 
 //  --------------------------------------------------------------------
 //  Authentication (auth.c)
@@ -442,6 +459,9 @@ struct api_chan_t {
 //  -1 (refused is called first... not: -1 means nothing was sent).
 int  api_chan_open (api_t *api, api_chan_t *chan, const char *agent_id, ah_msg_t **header_p,
                     const chan_ops_t *ops, void *owner);
+//  The same on the agent's reader's connection (reads only, docs/tunnel.md).
+int  api_chan_open_reader (api_t *api, api_chan_t *chan, const char *agent_id, ah_msg_t **header_p,
+                           const chan_ops_t *ops, void *owner);
 //  Bytes to sandboxd (as CHAN_DATA pieces). 0 / -1.
 int  api_chan_send (api_chan_t *chan, const void *data, size_t size);
 //  One record (u8 kind, u32 length, payload) to sandboxd.

@@ -76,8 +76,8 @@ static void s_send (api_t *api, const char *type, int64_t id, const char *key, i
     api_send (api, "tunnel", &m);
 }
 
-int api_chan_open (api_t *api, api_chan_t *chan, const char *agent_id, ah_msg_t **header_p,
-                   const chan_ops_t *ops, void *owner)
+static int s_open (api_t *api, api_chan_t *chan, const char *agent_id, ah_msg_t **header_p,
+                   const chan_ops_t *ops, void *owner, bool reader)
 {
     uint8_t *data = NULL;
     size_t size = 0;
@@ -97,11 +97,25 @@ int api_chan_open (api_t *api, api_chan_t *chan, const char *agent_id, ah_msg_t 
     ah_msg_set_int (msg, "req", chan->open_req);
     ah_msg_set_str (msg, "agent_id", agent_id);
     ah_msg_set_raw (msg, "header", data, size);
+    if (reader)
+        ah_msg_set_bool (msg, "reader", true);
     free (data);
     if (api_send (api, "tunnel", &msg))
         return -1;
     s_link (chan);
     return 0;
+}
+
+int api_chan_open (api_t *api, api_chan_t *chan, const char *agent_id, ah_msg_t **header_p,
+                   const chan_ops_t *ops, void *owner)
+{
+    return s_open (api, chan, agent_id, header_p, ops, owner, false);
+}
+
+int api_chan_open_reader (api_t *api, api_chan_t *chan, const char *agent_id, ah_msg_t **header_p,
+                          const chan_ops_t *ops, void *owner)
+{
+    return s_open (api, chan, agent_id, header_p, ops, owner, true);
 }
 
 bool api_chan_open_now (const api_chan_t *chan)

@@ -36,6 +36,9 @@ typedef struct {
     size_t queued;                  //  ... of which not yet written (nor acknowledged)
     bool closed;                    //  the channel ended
     bool broken;
+    ah_msg_t *header;               //  waiting for the agent's reader (reader.c)
+    bool via_reader;                //  ... and then reading through it
+    int64_t keep_ms;                //  the last READER_KEEP
 } files_t;
 
 static void s_free (req_t *r)
@@ -45,6 +48,7 @@ static void s_free (req_t *r)
         return;
     api_chan_close (&f->chan);
     ah_buf_free (&f->buf);
+    ah_msg_destroy (&f->header);
     free (f);
 }
 
@@ -154,6 +158,8 @@ static void s_read_data (void *owner, const uint8_t *data, size_t size)
     }
     f->received += size;
     f->queued += size;
+    if (f->via_reader)
+        api_reader_keep (r->api, r->agent_id, &f->keep_ms);
 }
 
 static void s_read_closed (void *owner, const char *error)
@@ -291,6 +297,17 @@ static const ext_ops_t s_ext_ops = {
 //  --------------------------------------------------------------------
 //  Routes
 
+//  The sleeping agent's reader is connected: the channel goes to it.
+static void s_reader_ready (req_t *r, ah_msg_t *reply)
+{
+    files_t *f = r->ext;
+    f->via_reader = true;
+    f->keep_ms = zclock_mono ();
+    const chan_ops_t *ops = f->op == F_READ ? &s_read_ops : &s_meta_ops;
+    if (api_chan_open_reader (r->api, &f->chan, r->agent_id, &f->header, ops, f))
+        api_respond_error (r, 500, "cannot open a channel to the agent's reader");
+}
+
 //  One file operation on path (as the client gave it). Answers itself.
 static void s_op (req_t *r, op_t op, const char *path)
 {
@@ -334,16 +351,19 @@ static void s_op (req_t *r, op_t op, const char *path)
         return;
     const char *state = json_string_value (json_object_get (agent, "state"));
     bool running = state && streq (state, "running");
-    //  Reading does not wake: a home the server reaches is read directly.
-    bool served = !running && (op == F_LIST || op == F_READ)
-               && api_home_files (r, op == F_LIST, clean, state);
-    if (!running && !served)
+    //  Reading does not wake: a home the server reaches is read directly,
+    //  one on a cluster through the agent's reader (reader.c).
+    bool reads = !running && (op == F_LIST || op == F_READ);
+    bool reader = reads && api_reader_serves (r, state);
+    bool served = reads && !reader && api_home_files (r, op == F_LIST, clean, state);
+    if (!running && !served && !reader)
         api_respond_error (r, 409, "agent '%s' is %s; files needs it running (start it first)",
                            r->name, state ? state : "without a sandbox");
     json_decref (agent);
-    if (!running)
+    if (!running && !reader)
         return;
-    api_activity (r->api, r->agent_id, "files");
+    if (running)
+        api_activity (r->api, r->agent_id, "files");
     files_t *f = calloc (1, sizeof *f);
     ah_msg_t *h = ah_msg_new ("HDR");
     if (!f || !h) {
@@ -368,6 +388,11 @@ static void s_op (req_t *r, op_t op, const char *path)
         ah_msg_set_bool (h, "parents", parents);
     if ((op == F_MKDIR || op == F_WRITE) && mode >= 0)
         ah_msg_set_int (h, "mode", mode);
+    if (reader) {
+        f->header = h;
+        api_reader_ask (r, s_reader_ready);
+        return;
+    }
     const chan_ops_t *ops = op == F_READ ? &s_read_ops : op == F_WRITE ? &s_write_ops : &s_meta_ops;
     if (api_chan_open (r->api, &f->chan, r->agent_id, &h, ops, f))
         api_respond_error (r, 500, "cannot open a channel to the sandbox");

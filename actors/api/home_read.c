@@ -4,13 +4,17 @@
     reads (GET /api/v1/agents/{agent}/tree), in every state.
 
     The home is the directory ah_driver_home_dir names (the fake driver's,
-    the Docker driver's bind-backed home volume, or the one hostd's docker
-    driver binds on this machine), read by common/homefs
-    with the kernel confining every path beneath it. A home without such
-    a directory (a volume made by an earlier install, a claim on a
-    Kubernetes cluster) is read through the running sandbox only: the
-    files routes then answer 409 and say why, and the tree of a running
-    agent is walked by its sandboxd (tree.c, the fs.tree channel).
+    or the Docker driver's bind-backed home volume), read by common/homefs
+    with the kernel confining every path beneath it. With the remote
+    driver the host agent reads it (HOSTD_HOME, server/hostd_home.h): the
+    server runs as its own user and may be on another machine, hostd is
+    root beside the home; each call is synchronous, bounded by
+    HOSTD_TIMEOUT_MS of silence (docs/architecture.md). A claim on a
+    Kubernetes cluster is read while the agent sleeps by its reader
+    (reader.c). A home without a directory (a volume made by an earlier
+    install) is read through the running sandbox only: the files routes
+    then answer 409 and say why, and the tree of a running agent is
+    walked by its sandboxd (tree.c, the fs.tree channel).
 
     Runs on the API's thread, like the rest of the API: a listing is a few
     thousand stat calls, a file streams in API_CHUNK reads as the
@@ -19,10 +23,14 @@
 #include "common/homefs.h"
 #include "common/str.h"
 #include "drivers/driver.h"
+#include "drivers/remote.h"
 
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
+
+#define HOSTD_TIMEOUT_MS    3000        //  hostd's silence that ends a read (it beats each second)
+#define HOSTD_READ          (256u << 10)    //  bytes asked of hostd at once
 
 typedef struct {
     int fd;
@@ -52,27 +60,13 @@ static int s_home (req_t *r)
     const ah_config_t *c = r->api->config;
     char *dir;
     int fd = s_home_open (r, &dir);
-    if (fd < 0 && c->driver && streq (c->driver, "remote")) {
-        //  The host agent's homes: say why they are out of reach.
-        if (!dir)
-            api_respond_error (r, 409, "the home of agent '%s' is on its host (%s), not on this machine: "
-                               "it is read through its running sandbox only (start it first)", r->name,
-                               c->remote_endpoint ? c->remote_endpoint : "sandbox.remote.endpoint");
-        else
-            api_respond_error (r, 409, "the home of agent '%s' is kept by the host agent in %s, which this "
-                               "server cannot open (%s): hostd.data_dir must name hostd's data directory "
-                               "in the server's configuration too, and hostd.server_user the user the "
-                               "server runs as (docs/hostd.md); or start it to read its files through its "
-                               "sandbox", r->name, dir, strerror (-fd));
-        free (dir);
-        return -2;
-    }
     if (!dir && c->driver && streq (c->driver, "kubernetes")) {
         //  A claim on the cluster: no directory here (docs/kubernetes.md,
         //  "Reading a sleeping agent's files", says why and what would).
         api_respond_error (r, 409, "the home of agent '%s' is the PersistentVolumeClaim %s-home-%s on the "
                            "cluster, which this server does not mount (sandbox.driver: kubernetes): its files "
-                           "and tree are read through its running sandbox only. Start it first "
+                           "and tree are read through its sandbox while it runs, or through a reader Pod "
+                           "while it sleeps, and it does neither now. Start it first "
                            "(agenthold start %s)", r->name,
                            c->name_prefix ? c->name_prefix : "agenthold", r->agent_id, r->name);
         return -2;
@@ -196,11 +190,213 @@ static void s_list (req_t *r, int home, const char *path)
     api_respond (r, 200, list);
 }
 
+//  --------------------------------------------------------------------
+//  Through the host agent (the remote driver): hostd reads the home
+
+static bool s_by_hostd (req_t *r)
+{
+    const ah_config_t *c = r->api->config;
+    return c->driver && streq (c->driver, "remote");
+}
+
+//  One HOSTD_HOME call (req taken over) for r's agent: the reply, or NULL
+//  with *err (the caller frees).
+static ah_msg_t *s_hostd_call (req_t *r, ah_msg_t *req, const char *op, const char *path, char **err)
+{
+    ah_msg_set_str (req, "agent_id", r->agent_id);
+    ah_msg_set_str (req, "op", op);
+    ah_msg_set_str (req, "path", path);
+    ah_msg_t *reply = NULL;
+    *err = NULL;
+    if (!r->api->driver)
+        *err = strdup ("this server has no link to its host agent");
+    else
+    if (ah_remote_home (r->api->driver, &req, HOSTD_TIMEOUT_MS, &reply, err) == 0)
+        return reply;
+    ah_msg_destroy (&req);
+    return NULL;
+}
+
+//  The same, a failure answered (503).
+static ah_msg_t *s_hostd (req_t *r, ah_msg_t *req, const char *op, const char *path)
+{
+    char *err;
+    ah_msg_t *reply = s_hostd_call (r, req, op, path, &err);
+    if (!reply)
+        api_respond_error (r, 503, "the home of agent '%s' is read by its host agent, which cannot "
+                           "read it now: %s", r->name, err ? err : "no answer");
+    free (err);
+    return reply;
+}
+
+//  A refused path in reply: answered (1); else 0.
+static int s_hostd_refused (req_t *r, const ah_msg_t *reply, const char *what, const char *path)
+{
+    int64_t error = ah_msg_int (reply, "errno", 0);
+    if (!error)
+        return 0;
+    const char *why = ah_msg_str (reply, "why");
+    s_refuse (r, error > 0 && error < 4096 ? (int) -error : -EIO, what, path, why ? why : "refused");
+    return 1;
+}
+
+//  A listing or a tree hostd answered: the JSON object, or NULL (answered).
+static json_t *s_hostd_json (req_t *r, ah_msg_t *req, const char *op, const char *what,
+                             const char *path)
+{
+    ah_msg_t *reply = s_hostd (r, req, op, path);
+    if (!reply)
+        return NULL;
+    json_t *json = NULL;
+    if (!s_hostd_refused (r, reply, what, path)) {
+        const char *text = ah_msg_str (reply, "json");
+        json = text ? json_loads (text, 0, NULL) : NULL;
+        if (!json_is_object (json)) {
+            json_decref (json);
+            json = NULL;
+            api_respond_error (r, 502, "the host agent answered %s of agent '%s' with no JSON object",
+                               what, r->name);
+        }
+    }
+    ah_msg_destroy (&reply);
+    return json;
+}
+
+static void s_hostd_list (req_t *r, const char *path)
+{
+    bool all;
+    if (s_all (r, &all))
+        return;
+    ah_msg_t *req = ah_msg_new ("HOSTD_HOME");
+    ah_msg_set_bool (req, "all", all);
+    json_t *list = s_hostd_json (r, req, "list", "fs.list", path);
+    if (!list)
+        return;
+    api_record (r, true, NULL);
+    json_object_set_new (list, "path", api_json_text (path));
+    api_respond (r, 200, list);
+}
+
+typedef struct {
+    char path [4096];
+    uint64_t total, sent;           //  the file's size; bytes given to the connection
+    size_t len, at;                 //  bytes in buf; of which given
+    uint8_t buf [HOSTD_READ];
+} hostd_file_t;
+
+//  The next bytes from hostd into f->buf (first: from the start, and the
+//  file's size into f->total). 0, or -1: answered when first, else logged
+//  (the response has begun: the connection must close).
+static int s_hostd_fetch (req_t *r, hostd_file_t *f, bool first)
+{
+    ah_msg_t *req = ah_msg_new ("HOSTD_HOME");
+    ah_msg_set_int (req, "offset", (int64_t) f->sent);
+    ah_msg_set_int (req, "length", HOSTD_READ);
+    char *err = NULL;
+    ah_msg_t *reply = first ? s_hostd (r, req, "read", f->path)
+                            : s_hostd_call (r, req, "read", f->path, &err);
+    if (!reply && !first) {
+        ah_warn (AREA, "%s: the host agent stopped reading %s: %s", r->path, f->path, err ? err : "?");
+        free (err);
+        return -1;
+    }
+    if (!reply || (first && s_hostd_refused (r, reply, "fs.read", f->path))) {
+        ah_msg_destroy (&reply);
+        return -1;
+    }
+    size_t n = 0;
+    const void *data = ah_msg_bin (reply, "data", &n);
+    int64_t size = ah_msg_int (reply, "size", -1);
+    bool ok = data && size >= 0 && (first || (uint64_t) size == f->total)
+           && n <= HOSTD_READ && (uint64_t) n <= (uint64_t) size - f->sent && (n > 0 || size == 0);
+    if (!ok) {
+        if (first)
+            api_respond_error (r, 502, "the host agent's answer to reading \"%.200s\" of agent '%s' "
+                               "does not add up", f->path, r->name);
+        else
+            ah_warn (AREA, "%s: %s changed or hostd answered %zu bytes at %llu of %lld: closing",
+                     r->path, f->path, n, (unsigned long long) f->sent, (long long) size);
+        ah_msg_destroy (&reply);
+        return -1;
+    }
+    if (first)
+        f->total = (uint64_t) size;
+    memcpy (f->buf, data, n);
+    f->len = n;
+    f->at = 0;
+    ah_msg_destroy (&reply);
+    return 0;
+}
+
+static void s_hostd_file_free (req_t *r)
+{
+    free (r->ext);
+}
+
+static int s_hostd_file_produce (req_t *r)
+{
+    hostd_file_t *f = r->ext;
+    if (f->sent == f->total)
+        return 0;
+    if (f->at == f->len && s_hostd_fetch (r, f, false))
+        return -1;                  //  the length cannot match: close
+    size_t n = f->len - f->at < API_CHUNK ? f->len - f->at : API_CHUNK;
+    if (api_out (r, f->buf + f->at, n))
+        return -1;
+    f->at += n;
+    f->sent += n;
+    return f->sent == f->total ? 0 : 1;
+}
+
+static const ext_ops_t s_hostd_file_ops = { .free = s_hostd_file_free, .produce = s_hostd_file_produce };
+
+static void s_hostd_read (req_t *r, const char *path)
+{
+    hostd_file_t *f = calloc (1, sizeof *f);
+    if (!f) {
+        api_respond_error (r, 503, "out of memory");
+        return;
+    }
+    snprintf (f->path, sizeof f->path, "%s", path);
+    if (s_hostd_fetch (r, f, true)) {
+        free (f);
+        return;
+    }
+    r->ext = f;
+    r->ext_ops = &s_hostd_file_ops;
+    api_record (r, true, NULL);
+    api_respond_stream (r, 200, "application/octet-stream", (int64_t) f->total);
+    api_want_write (r);
+}
+
+static void s_hostd_tree (req_t *r, const char *path, bool all)
+{
+    const ah_config_t *c = r->api->config;
+    ah_msg_t *req = ah_msg_new ("HOSTD_HOME");
+    ah_msg_set_bool (req, "all", all);
+    ah_msg_set_int (req, "max_depth", c->tree_max_depth);
+    ah_msg_set_int (req, "max_entries", c->tree_max_entries);
+    json_t *tree = s_hostd_json (r, req, "tree", "tree", path);
+    if (!tree)
+        return;
+    api_record (r, true, NULL);
+    api_respond (r, 200, tree);
+}
+
 int api_home_files (req_t *r, bool list, const char *path, const char *state)
 {
     //  A home being made or removed is nobody's to read.
     if (!state || streq (state, "creating") || streq (state, "destroying"))
         return 0;
+    if (s_by_hostd (r)) {
+        r->kind = list ? "fs.list" : "fs.read";
+        snprintf (r->detail, sizeof r->detail, "%.1000s", path);
+        if (list)
+            s_hostd_list (r, path);
+        else
+            s_hostd_read (r, path);
+        return 1;
+    }
     int home = s_home (r);
     if (home == -1)
         return 0;
@@ -268,17 +464,36 @@ static void s_tree (req_t *r)
         return;
     const char *state = json_string_value (json_object_get (agent, "state"));
     int home;
+    bool readable = state && !streq (state, "creating") && !streq (state, "destroying");
+    if (readable && s_by_hostd (r)) {
+        //  Its sandboxd walks a running one's; hostd a sleeping one's.
+        json_decref (agent);
+        if (streq (state, "running"))
+            api_tree_sandbox (r, clean, all, false);
+        else {
+            r->kind = "fs.tree";
+            snprintf (r->detail, sizeof r->detail, "%.1000s", clean);
+            s_hostd_tree (r, clean, all);
+        }
+        return;
+    }
     if (state && streq (state, "running")) {
         home = s_home_open (r, NULL);
         if (home < 0) {
             //  A home only its sandbox reaches: sandboxd walks it (tree.c).
             json_decref (agent);
-            api_tree_sandbox (r, clean, all);
+            api_tree_sandbox (r, clean, all, false);
             return;
         }
     }
+    else
+    if (api_reader_serves (r, state)) {
+        //  A sleeping agent on a cluster: its reader walks the home.
+        json_decref (agent);
+        api_tree_sandbox (r, clean, all, true);
+        return;
+    }
     else {
-        bool readable = state && !streq (state, "creating") && !streq (state, "destroying");
         home = readable ? s_home (r) : -1;
         if (home == -1)
             api_respond_error (r, 409, "agent '%s' is %s and its home is not a directory the server "

@@ -618,6 +618,26 @@ static bool s_body (conn_t *conn)
     return true;
 }
 
+//  A streamed body's bytes as lws read them, when nothing waits in
+//  conn->in before them: straight to the route's consumer, not copied
+//  into conn->in first. Returns how many it took (what is left goes to
+//  conn->in; s_process then goes on as with any body byte).
+static size_t s_body_direct (conn_t *conn, const void *data, size_t size)
+{
+    req_t *r = &conn->req;
+    if (conn->processing || conn->state != CONN_BODY || ah_buf_size (&conn->in) || r->discard
+    ||  !r->route || !(r->route->flags & R_STREAM) || !r->continue_sent
+    ||  !r->ext_ops || !r->ext_ops->body || r->body_seen >= r->content_length)
+        return 0;
+    uint64_t want = r->content_length - r->body_seen;
+    size_t n = want < size ? (size_t) want : size;
+    conn->processing = true;        //  a resume from inside waits for s_process below
+    n = r->ext_ops->body (r, data, n);
+    conn->processing = false;
+    r->body_seen += n;
+    return n;
+}
+
 //  A body that stops coming: body_stall_s after the last byte read or
 //  taken, the connection closes (a streamed upload is dropped, never
 //  kept half). Not while we are the ones who wait: our consumer not ready
@@ -814,10 +834,11 @@ static int s_serve (struct lws *wsi, enum lws_callback_reasons reason, void *use
             lws_set_timeout (wsi, PENDING_TIMEOUT_USER_OK, API_IDLE_S);
             return 0;
         }
-        case LWS_CALLBACK_RAW_RX:
+        case LWS_CALLBACK_RAW_RX: {
             if (!conn || conn->state == CONN_CLOSED)
                 return -1;
-            if (ah_buf_append (&conn->in, in, len))
+            size_t used = s_body_direct (conn, in, len);
+            if (len > used && ah_buf_append (&conn->in, (const uint8_t *) in + used, len - used))
                 return -1;
             if (ah_buf_size (&conn->in) > API_IN_HIGH && !conn->rx_paused) {
                 conn->rx_paused = true;
@@ -827,6 +848,7 @@ static int s_serve (struct lws *wsi, enum lws_callback_reasons reason, void *use
             if (conn->closing)
                 api_conn_want_write (conn);
             return 0;
+        }
         case LWS_CALLBACK_RAW_WRITEABLE:
             if (!conn || conn->state == CONN_CLOSED)
                 return -1;

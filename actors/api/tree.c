@@ -29,6 +29,7 @@ typedef struct {
     uint64_t size;                  //  announced
     ah_buf_t body;
     bool opened, failed;
+    ah_msg_t *header;               //  waiting for the agent's reader (reader.c)
 } tree_t;
 
 static void s_free (req_t *r)
@@ -38,6 +39,7 @@ static void s_free (req_t *r)
         return;
     api_chan_close (&t->chan);
     ah_buf_free (&t->body);
+    ah_msg_destroy (&t->header);
     free (t);
 }
 
@@ -251,7 +253,15 @@ static const chan_ops_t s_ops = {
     .opened = s_opened, .refused = s_refused, .data = s_data, .closed = s_closed
 };
 
-void api_tree_sandbox (req_t *r, const char *path, bool all)
+//  The sleeping agent's reader is connected: it walks the home.
+static void s_reader_ready (req_t *r, ah_msg_t *reply)
+{
+    tree_t *t = r->ext;
+    if (api_chan_open_reader (r->api, &t->chan, r->agent_id, &t->header, &s_ops, t))
+        api_respond_error (r, 500, "cannot open a channel to the agent's reader");
+}
+
+void api_tree_sandbox (req_t *r, const char *path, bool all, bool reader)
 {
     const ah_config_t *c = r->api->config;
     tree_t *t = calloc (1, sizeof *t);
@@ -277,6 +287,11 @@ void api_tree_sandbox (req_t *r, const char *path, bool all)
     ah_msg_set_int (h, "max_depth", t->max_depth);
     ah_msg_set_int (h, "max_entries", t->max_entries);
     ah_msg_set_bool (h, "all", all);
+    if (reader) {
+        t->header = h;
+        api_reader_ask (r, s_reader_ready);
+        return;
+    }
     if (api_chan_open (r->api, &t->chan, r->agent_id, &h, &s_ops, t))
         api_respond_error (r, 500, "cannot open a channel to the sandbox");
 }

@@ -95,16 +95,27 @@ static int s_delete (k8s_t *self, s_kind_t kind, const char *name, int grace, ch
     return rc;
 }
 
-//  Every boot Secret of the agent (deletecollection by its labels: the
-//  server never lists or reads a Secret). 0 / -1 with *err.
+//  Boot Secrets by a label selector (deletecollection: the server never
+//  lists or reads a Secret). 0 / -1 with *err.
+static int s_delete_secrets_by (k8s_t *self, const char *sel, char **err);
+
+//  Every boot Secret of the agent, its reader's too.
 static int s_delete_secrets (k8s_t *self, const char *agent_id, char **err)
 {
     char *sel = ah_strf ("%s=%s,%s=%s", K8S_LABEL_AGENT, agent_id, K8S_LABEL_INSTALL, self->prefix);
+    int rc = sel ? s_delete_secrets_by (self, sel, err) : -1;
+    if (!sel)
+        ah_k8s_err (err, "deleting the boot Secrets: out of memory");
+    free (sel);
+    return rc;
+}
+
+static int s_delete_secrets_by (k8s_t *self, const char *sel, char **err)
+{
     char *esc = sel ? curl_easy_escape (NULL, sel, 0) : NULL;
     char *base = s_path (self, K_SECRET, NULL);
     char *path = esc && base ? ah_strf ("%s?labelSelector=%s", base, esc) : NULL;
     curl_free (esc);
-    free (sel);
     free (base);
     k8s_call_t call = { .method = "DELETE" };
     char *msg = NULL;
@@ -269,6 +280,117 @@ static int s_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char *
     return s_make (driver, spec, true, err);
 }
 
+//  -------------------------------------------------------------------------
+//  Readers of a sleeping agent's home
+
+//  The agent's reader gone: its Pod (waited for: the claim is
+//  ReadWriteOnce) and its Secrets. Absent is success.
+static int s_reader_gone (k8s_t *self, const char *agent_id, const k8s_names_t *n, char **err)
+{
+    if (s_delete_wait (self, K_POD, n->reader, 1, 60, err))
+        return -1;
+    char *sel = ah_strf ("%s=%s,%s=%s,%s=reader", K8S_LABEL_AGENT, agent_id, K8S_LABEL_INSTALL,
+                         self->prefix, K8S_LABEL_ROLE);
+    int rc = sel ? s_delete_secrets_by (self, sel, err) : -1;
+    free (sel);
+    return rc;
+}
+
+static int s_reader_stop (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    k8s_names_t n;
+    k8s_t *self = s_enter (driver, agent_id, "removing a reader", &n, err);
+    return self ? s_reader_gone (self, agent_id, &n, err) : -1;
+}
+
+static int s_reader_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
+{
+    k8s_names_t n;
+    k8s_t *self = s_enter (driver, boot ? boot->agent_id : NULL, "starting a reader", &n, err);
+    if (!self)
+        return -1;
+    if (!boot->token || !*boot->token) {
+        ah_k8s_err (err, "starting reader Pod %s: no reader token", n.reader);
+        return -1;
+    }
+    json_t *claim = NULL;
+    long st = s_get (self, K_CLAIM, n.claim, &claim, err);
+    bool deleting = st == 200 && s_deleting (claim);
+    json_decref (claim);
+    if (st == 404 || deleting) {
+        ah_k8s_err (err, "starting reader Pod %s: its home claim %s is %s", n.reader, n.claim,
+                    st == 404 ? "gone" : "being deleted");
+        return -1;
+    }
+    if (st != 200)
+        return -1;
+    //  One of an earlier session goes first (its token is revoked).
+    if (s_reader_gone (self, boot->agent_id, &n, err))
+        return -1;
+    uint32_t nonce = 0;
+    if (getrandom (&nonce, sizeof nonce, 0) != (ssize_t) sizeof nonce)
+        nonce = (uint32_t) time (NULL) ^ (uint32_t) clock ();
+    char secret_name [K8S_MAX_NAME + 16];
+    snprintf (secret_name, sizeof secret_name, "%s-%08x", n.reader, nonce);
+    k8s_site_t site;
+    ah_k8s_site (self, &site);
+    char *boot_json = ah_k8s_boot_json (boot->agent_id, boot->token, self->config->k8s_tunnel_url);
+    json_t *secret = boot_json ? ah_k8s_reader_secret_manifest (&site, boot->agent_id, secret_name,
+                                                                boot_json) : NULL;
+    if (boot_json)
+        memset (boot_json, 0, strlen (boot_json));
+    free (boot_json);
+    st = s_post (self, K_SECRET, secret_name, secret, false, err);
+    if (st == 409)
+        ah_k8s_err (err, "making Secret %s: one was made meanwhile", secret_name);
+    if (st != 201 && st != 200)
+        return -1;
+    st = s_post (self, K_POD, n.reader, ah_k8s_reader_pod_manifest (&site, boot->agent_id, secret_name),
+                 false, err);
+    if (st == 409)
+        ah_k8s_err (err, "making reader Pod %s: one was made meanwhile", n.reader);
+    return st == 201 || st == 200 ? 0 : -1;
+}
+
+//  Stray readers (a server that ended with one alive): every reader Pod
+//  and Secret of the installation, once, from the watch's first list.
+void ah_k8s_readers_sweep (k8s_t *self)
+{
+    if (self->readers_swept)
+        return;
+    char *err = NULL;
+    char *sel = ah_strf ("%s=%s,%s=reader", K8S_LABEL_INSTALL, self->prefix, K8S_LABEL_ROLE);
+    char *esc = sel ? curl_easy_escape (NULL, sel, 0) : NULL;
+    char *base = s_path (self, K_POD, NULL);
+    char *path = esc && base ? ah_strf ("%s?labelSelector=%s", base, esc) : NULL;
+    json_t *list = NULL;
+    k8s_call_t call = { .method = "GET" };
+    long st = path ? ah_k8s_call (self, &call, path, NULL, &list, NULL, &err) : -1;
+    int failed = st != 200;
+    size_t i;
+    json_t *item;
+    json_array_foreach (json_object_get (list, "items"), i, item) {
+        const char *name = json_string_value (json_object_get (json_object_get (item, "metadata"), "name"));
+        if (name && strlen (name) < K8S_MAX_NAME) {
+            ah_info (LOG_AREA, "removing the stray reader Pod %s (left by an earlier run)", name);
+            failed |= s_delete (self, K_POD, name, 1, &err);
+        }
+    }
+    if (sel)
+        failed |= s_delete_secrets_by (self, sel, &err);
+    if (failed)
+        ah_warn (LOG_AREA, "removing stray readers: %s (tried again at the next watch)",
+                 err ? err : "out of memory");
+    else
+        self->readers_swept = true;
+    json_decref (list);
+    curl_free (esc);
+    free (base);
+    free (path);
+    free (sel);
+    free (err);
+}
+
 static int s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
 {
     k8s_names_t n;
@@ -312,7 +434,9 @@ static int s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
         nonce = (uint32_t) time (NULL) ^ (uint32_t) clock ();
     char secret_name [K8S_MAX_NAME + 16];
     snprintf (secret_name, sizeof secret_name, "%s-%08x", n.secret, nonce);
-    if (s_delete_wait (self, K_POD, n.pod, 1, 90, err)
+    //  A reader first: the claim is ReadWriteOnce (docs/kubernetes.md).
+    if (s_reader_gone (self, boot->agent_id, &n, err)
+    ||  s_delete_wait (self, K_POD, n.pod, 1, 90, err)
     ||  s_delete_secrets (self, boot->agent_id, err))
         goto out;
     char *boot_json = ah_k8s_boot_json (boot->agent_id, boot->token, self->config->k8s_tunnel_url);
@@ -353,7 +477,8 @@ static int s_destroy (ah_driver_t *driver, const char *agent_id, char **err)
     k8s_t *self = s_enter (driver, agent_id, "destroying a sandbox", &n, err);
     if (!self)
         return -1;
-    if (s_delete_wait (self, K_POD, n.pod, 1, 90, err)
+    if (s_reader_gone (self, agent_id, &n, err)
+    ||  s_delete_wait (self, K_POD, n.pod, 1, 90, err)
     ||  s_delete_secrets (self, agent_id, err)
     ||  s_delete (self, K_POLICY, n.policy, -1, err))
         return -1;
@@ -529,6 +654,8 @@ ah_driver_t *ah_kubernetes_driver_new (const ah_config_t *config, char **err)
     driver->list = s_list;
     driver->watch = ah_k8s_watch;
     driver->remove_container = s_stop;
+    driver->reader_start = s_reader_start;
+    driver->reader_stop = s_reader_stop;
     driver->destroy_driver = s_destroy_driver;
     driver->impl = self;
     self->config = config;

@@ -39,6 +39,8 @@
 #define K8S_SPEC_ANNOTATION "agenthold.io/spec"
 #define K8S_LABEL_AGENT     "agenthold.io/agent"
 #define K8S_LABEL_INSTALL   "agenthold.io/installation"
+#define K8S_LABEL_ROLE      "agenthold.io/role"     //  "reader" on a reader's Pod and Secret
+#define K8S_READER_UID      10001                   //  the agent account of agenthold's runtimes
 #define K8S_INCLUSTER_DIR   "/var/run/secrets/kubernetes.io/serviceaccount"
 
 //  -------------------------------------------------------------------------
@@ -82,6 +84,7 @@ typedef struct {
     char    tunnel_host [64];           //  from sandbox.kubernetes.tunnel_url
     int     tunnel_port;
     int     tunnel_pod_port;            //  sandbox.tunnel_listen's port
+    bool    readers_swept;              //  the watch's thread only: stray readers removed once
 } k8s_t;
 
 typedef struct {
@@ -89,6 +92,7 @@ typedef struct {
     char claim [K8S_MAX_NAME];          //  <prefix>-home-<id>
     char secret [K8S_MAX_NAME];         //  <prefix>-boot-<id>: each boot's is <this>-<8 hex>
     char policy [K8S_MAX_NAME];         //  <prefix>-<id>
+    char reader [K8S_MAX_NAME];         //  <prefix>-read-<id>: the reader's Pod; its Secret <this>-<8 hex>
 } k8s_names_t;
 
 void ah_k8s_names (const char *prefix, const char *agent_id, k8s_names_t *names);
@@ -166,6 +170,12 @@ json_t *ah_k8s_claim_manifest (const k8s_site_t *site, const char *agent_id, con
 //  secret: the name of this boot's Secret.
 json_t *ah_k8s_pod_manifest (const k8s_site_t *site, const char *agent_id, const k8s_spec_t *spec,
                              const char *secret, bool briefing);
+//  The reader of a sleeping agent's home (docs/kubernetes.md): sandboxd
+//  --read-only from the sandboxd image, the claim mounted read-only,
+//  secret: its boot Secret (from ah_k8s_reader_secret_manifest).
+json_t *ah_k8s_reader_pod_manifest (const k8s_site_t *site, const char *agent_id, const char *secret);
+json_t *ah_k8s_reader_secret_manifest (const k8s_site_t *site, const char *agent_id, const char *secret,
+                                       const char *boot_json);
 json_t *ah_k8s_policy_manifest (const k8s_site_t *site, const char *agent_id, const k8s_spec_t *spec);
 json_t *ah_k8s_secret_manifest (const k8s_site_t *site, const char *agent_id, const char *secret,
                                 const char *boot_json, const char *briefing);
@@ -182,6 +192,9 @@ char   *ah_k8s_boot_json (const char *agent_id, const char *token, const char *t
 //  driver.c, watch.c
 
 void ah_k8s_site (const k8s_t *self, k8s_site_t *site);
+//  Every reader Pod and Secret of the installation removed, once per
+//  driver (the watch calls it when it connects; its thread only).
+void ah_k8s_readers_sweep (k8s_t *self);
 //  "labelSelector=agenthold.io%2Finstallation%3D<prefix>". Caller frees.
 char *ah_k8s_selector (const k8s_t *self);
 int  ah_k8s_watch (ah_driver_t *driver,

@@ -23,6 +23,7 @@ void ah_k8s_names (const char *prefix, const char *agent_id, k8s_names_t *n)
     snprintf (n->claim, sizeof n->claim, "%s-home-%s", prefix, agent_id);
     snprintf (n->secret, sizeof n->secret, "%s-boot-%s", prefix, agent_id);
     snprintf (n->policy, sizeof n->policy, "%s-%s", prefix, agent_id);
+    snprintf (n->reader, sizeof n->reader, "%s-read-%s", prefix, agent_id);
 }
 
 //  -------------------------------------------------------------------------
@@ -292,6 +293,63 @@ json_t *ah_k8s_pod_manifest (const k8s_site_t *site, const char *agent_id, const
         json_object_set_new (pod_spec, "nodeSelector", s_label_map (site->node_selector));
     return json_pack ("{s:s s:s s:o s:o}", "apiVersion", "v1", "kind", "Pod",
                       "metadata", s_meta (site, n.pod, agent_id), "spec", pod_spec);
+}
+
+//  The reader's labels: the agent's (its NetworkPolicy selects it: the
+//  tunnel alone) and the role, which the watch and a sandbox's own
+//  lookups by name never take for the agent's Pod.
+static json_t *s_reader_meta (const k8s_site_t *site, const char *name, const char *agent_id)
+{
+    json_t *meta = s_meta (site, name, agent_id);
+    json_object_set_new (json_object_get (meta, "labels"), K8S_LABEL_ROLE, json_string ("reader"));
+    return meta;
+}
+
+json_t *ah_k8s_reader_pod_manifest (const k8s_site_t *site, const char *agent_id, const char *secret)
+{
+    k8s_names_t n;
+    ah_k8s_names (site->prefix, agent_id, &n);
+    //  It only reads: the agent's account (its files, 0600 ones too, as
+    //  their owner), no capability at all, nothing to escalate to, a
+    //  read-only root and a read-only claim.
+    json_t *sc = json_pack ("{s:i s:i s:b s:b s:b s:{s:[s]} s:{s:s}}",
+        "runAsUser", K8S_READER_UID, "runAsGroup", K8S_READER_UID, "runAsNonRoot", 1,
+        "allowPrivilegeEscalation", 0, "readOnlyRootFilesystem", 1, "capabilities", "drop", "ALL",
+        "seccompProfile", "type", "RuntimeDefault");
+    json_t *mounts = json_pack ("[{s:s s:s s:b} {s:s s:s s:b} {s:s s:s}]",
+        "name", "home", "mountPath", "/home/agent", "readOnly", 1,
+        "name", "boot", "mountPath", "/etc/agenthold", "readOnly", 1,
+        "name", "tmp", "mountPath", "/tmp");
+    json_t *reader = json_pack ("{s:s s:s s:s s:[s s] s:{s:{s:s s:s} s:{s:s s:s}} s:o s:o}",
+        "name", "reader", "image", site->sandboxd_image, "imagePullPolicy", site->pull_policy,
+        "command", "/sandboxd", "--read-only",
+        "resources", "requests", "cpu", "10m", "memory", "32Mi", "limits", "cpu", "500m",
+        "memory", "128Mi", "securityContext", sc, "volumeMounts", mounts);
+    //  boot.json is for the reader's account to read (no root in this
+    //  Pod): the reader token, good for this agent's reads alone.
+    json_t *volumes = json_pack ("[{s:s s:{s:s s:b}} {s:s s:{s:s s:i s:[{s:s s:s s:i}]}}"
+                                 " {s:s s:{s:s s:s}}]",
+        "name", "home", "persistentVolumeClaim", "claimName", n.claim, "readOnly", 1,
+        "name", "boot", "secret", "secretName", secret, "defaultMode", 0444,
+        "items", "key", "boot.json", "path", "boot.json", "mode", 0444,
+        "name", "tmp", "emptyDir", "medium", "Memory", "sizeLimit", "1Mi");
+    json_t *pod_spec = json_pack ("{s:s s:b s:b s:i s:{s:{s:s}} s:[o] s:o}",
+        "restartPolicy", "Never", "automountServiceAccountToken", 0, "enableServiceLinks", 0,
+        "terminationGracePeriodSeconds", 1,
+        "securityContext", "seccompProfile", "type", "RuntimeDefault",
+        "containers", reader, "volumes", volumes);
+    if (pod_spec && site->node_selector)
+        json_object_set_new (pod_spec, "nodeSelector", s_label_map (site->node_selector));
+    return json_pack ("{s:s s:s s:o s:o}", "apiVersion", "v1", "kind", "Pod",
+                      "metadata", s_reader_meta (site, n.reader, agent_id), "spec", pod_spec);
+}
+
+json_t *ah_k8s_reader_secret_manifest (const k8s_site_t *site, const char *agent_id, const char *secret,
+                                       const char *boot_json)
+{
+    return json_pack ("{s:s s:s s:o s:s s:b s:{s:s}}", "apiVersion", "v1", "kind", "Secret",
+                      "metadata", s_reader_meta (site, secret, agent_id), "type", "Opaque",
+                      "immutable", 1, "stringData", "boot.json", boot_json);
 }
 
 json_t *ah_k8s_policy_manifest (const k8s_site_t *site, const char *agent_id, const k8s_spec_t *spec)

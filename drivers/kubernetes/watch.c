@@ -64,7 +64,10 @@ static int s_on_line (void *arg, size_t index, const char *line, size_t len)
     json_t *labels = json_object_get (meta, "labels");
     const char *inst = json_string_value (json_object_get (labels, K8S_LABEL_INSTALL));
     const char *id = json_string_value (json_object_get (labels, K8S_LABEL_AGENT));
-    if (!inst || strcmp (inst, w->self->prefix) != 0 || !ah_ident_ok (AH_IDENT_AGENT_ID, id)) {
+    //  A reader's Pod (a sleeping agent's home read) is no sandbox: the
+    //  agent sleeps on whatever it does.
+    if (!inst || strcmp (inst, w->self->prefix) != 0 || !ah_ident_ok (AH_IDENT_AGENT_ID, id)
+    ||  json_object_get (labels, K8S_LABEL_ROLE)) {
         json_decref (ev);
         return 0;
     }
@@ -138,6 +141,7 @@ int ah_k8s_watch (ah_driver_t *driver,
                 break;
             }
             listed = true;
+            ah_k8s_readers_sweep (self);
             on_change (arg, NULL, "connected");
         }
         char *paths [2];

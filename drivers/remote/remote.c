@@ -201,12 +201,15 @@ s_release (remote_t *self, zsock_t **sock_p)
 typedef void (s_on_event_fn) (void *arg, const ah_msg_t *event);
 
 //  One call: send req (taken over), wait for its REPLY. DRIVER_EVENTs go
-//  to on_event; heartbeats keep the call alive; *stop (may be NULL) ends
-//  it (1). 0 with *reply_p (the caller's), or -1 with *err.
+//  to on_event; heartbeats keep the call alive; silence for timeout_ms
+//  (0: sandbox.remote.timeout) ends it; *stop (may be NULL) ends it (1).
+//  0 with *reply_p (the caller's), or -1 with *err.
 static int
 s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_event,
-        void *arg, volatile int *stop, char **err)
+        void *arg, volatile int *stop, int timeout_ms, char **err)
 {
+    if (timeout_ms <= 0 || timeout_ms > self->timeout_ms)
+        timeout_ms = self->timeout_ms;
     ah_msg_t *req = *req_p;
     *req_p = NULL;
     if (reply_p)
@@ -244,7 +247,7 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
             break;
         }
         if (n <= 0) {
-            if (zclock_mono () - heard >= self->timeout_ms) {
+            if (zclock_mono () - heard >= timeout_ms) {
                 *err = s_silent (self);
                 s_note (self, "unreachable", *err, NULL);
                 break;
@@ -305,7 +308,7 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
 static int
 s_simple (ah_driver_t *driver, ah_msg_t *req, ah_msg_t **reply, char **err)
 {
-    return s_call (driver->impl, &req, reply, NULL, NULL, NULL, err) == 0 ? 0 : -1;
+    return s_call (driver->impl, &req, reply, NULL, NULL, NULL, 0, err) == 0 ? 0 : -1;
 }
 
 static int
@@ -449,7 +452,7 @@ s_image_build (ah_driver_t *driver, const ah_image_build_t *build, volatile int 
 {
     ah_msg_t *req = ah_msg_new ("DRIVER_IMAGE_BUILD");
     ah_msg_set_str (req, "image", build->image);
-    int rc = s_call (driver->impl, &req, NULL, s_on_progress, (void *) build, stop, err);
+    int rc = s_call (driver->impl, &req, NULL, s_on_progress, (void *) build, stop, 0, err);
     if (rc == 1 && !*err)
         *err = strdup ("the image build was given up (shutting down)");
     return rc == 0 ? 0 : -1;
@@ -490,7 +493,7 @@ s_watch (ah_driver_t *driver, void (*on_change) (void *, const char *, const cha
 {
     s_watch_t w = { .self = driver->impl, .on_change = on_change, .arg = arg };
     ah_msg_t *req = ah_msg_new ("DRIVER_WATCH");
-    int rc = s_call (driver->impl, &req, NULL, s_on_event, &w, stop, err);
+    int rc = s_call (driver->impl, &req, NULL, s_on_event, &w, stop, 0, err);
     if (rc == 1)
         return 0;
     if (rc == 0 && !*err)
@@ -529,6 +532,12 @@ ah_remote_tunnel_check (ah_driver_t *driver, bool *reachable, char **detail, cha
                               : strdup (d ? d : "");
     ah_msg_destroy (&reply);
     return 0;
+}
+
+int
+ah_remote_home (ah_driver_t *driver, ah_msg_t **req_p, int timeout_ms, ah_msg_t **reply_p, char **err)
+{
+    return s_call (driver->impl, req_p, reply_p, NULL, NULL, NULL, timeout_ms, err) == 0 ? 0 : -1;
 }
 
 static int

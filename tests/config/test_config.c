@@ -380,6 +380,10 @@ static void s_test_errors (void)
     EXPECT_ERROR ("sandbox:\n  kubernetes:\n    image_pull_policy: Sometimes\n",
                   "sandbox.kubernetes.image_pull_policy = 'Sometimes'", NULL);
     EXPECT_ERROR ("sandbox:\n  kubernetes:\n    node_selector: disk\n", "sandbox.kubernetes.node_selector", NULL);
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    reader_idle: 500ms\n", "sandbox.kubernetes.reader_idle = 0.5s",
+                  "between 1s and 1h");
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    reader_idle: 2h\n", "sandbox.kubernetes.reader_idle = 7200s", NULL);
+    EXPECT_ERROR ("sandbox:\n  kubernetes:\n    reader_idle: soon\n", "sandbox.kubernetes.reader_idle", NULL);
     EXPECT_ERROR ("sandbox:\n  kubernetes:\n    node_selector: \"a=b,c d=e\"\n", "sandbox.kubernetes.node_selector", NULL);
     EXPECT_ERROR ("sandbox:\n  kubernetes:\n    tunnel_pods: \"app=agenthold,\"\n", "sandbox.kubernetes.tunnel_pods", NULL);
     EXPECT_ERROR ("sandbox:\n  kubernetes:\n    sandboxd_image: \"x y\"\n", "sandbox.kubernetes.sandboxd_image", NULL);

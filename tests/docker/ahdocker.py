@@ -23,6 +23,13 @@ sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import ahserver  # noqa: E402
 
 SKIP = 77
+# AH_TEST_DOCKER_VIA=hostd runs a test as the README's first command runs
+# the server (docs/hostd.md, "One command, two processes"): serve as root
+# becomes the monitor, the server the agenthold user with the remote
+# driver, and a local hostd of its own holds the socket. ctest's
+# docker.*.hostd tests set it, so the Docker suite's scenarios also go
+# through hostd.
+VIA_HOSTD = os.environ.get("AH_TEST_DOCKER_VIA", "") == "hostd"
 
 
 class Fail(Exception):
@@ -248,11 +255,19 @@ class Harness(ahserver.ServerHarness):
             "AGENTHOLD_SANDBOX_DOCKER_NETWORK_POOL": pool,
             # These tests are about the in-process Docker driver (homes
             # under the data dir, the engine behind a proxy, SIGKILL of
-            # the process holding the socket): one root process.
-            # docker.serve_user runs the default (the server as the
-            # agenthold user, a local hostd).
+            # the process holding the socket): one root process, unless
+            # run via hostd (VIA_HOSTD). docker.serve_user runs the
+            # default (the server as the agenthold user, a local hostd).
             "AGENTHOLD_SERVER_USER": "none",
         })
+        if VIA_HOSTD:
+            self.name += ".hostd"
+            del self.env["AGENTHOLD_SERVER_USER"]
+            # hostd's socket of this run, not the default's, which another
+            # serve may hold; the server's user must reach it and its data
+            # directory below the test's.
+            self.env["AGENTHOLD_HOSTD_ENDPOINT"] = "ipc://%s/hostd-run/hostd.sock" % self.tmp
+            os.chmod(self.tmp, 0o711)
         # These tests are about the driver, not the shipped runtimes: a
         # catalog of their own whose one (default) runtime is the test
         # image, present already, with no network unless needs_network

@@ -45,6 +45,7 @@ import msgpack  # noqa: E402
 import zmq  # noqa: E402
 
 USER = "agenthold-test"
+PROTOCOL = 4                            # drivers/remote/wire.h AH_HOSTD_PROTOCOL
 h = Harness("docker.hostd", sys.argv[1], "10.213.240.0/20", (18900, 18919))
 h.env["AGENTHOLD_SANDBOX_DRIVER"] = "remote"
 h.env["AGENTHOLD_SANDBOX_REMOTE_TIMEOUT"] = "2s"
@@ -54,7 +55,7 @@ RUN = os.path.join(h.tmp, "run")
 os.chmod(h.env["AGENTHOLD_CATALOG_PATH"], 0o644)
 IPC = "ipc://%s/hostd.sock" % RUN
 h.env["AGENTHOLD_SANDBOX_REMOTE_ENDPOINT"] = IPC
-# One configuration for both: the server reads sleeping homes from hostd's.
+# One configuration for both (hostd reads sleeping homes there for the server).
 h.env["AGENTHOLD_HOSTD_DATA_DIR"] = os.path.join(h.tmp, "hostd")
 HOSTD = {"proc": None, "log": os.path.join(h.tmp, "hostd.log")}
 EXTRA = []                              # other processes of ours (tcp hostd)
@@ -166,6 +167,9 @@ def scenario_basic(pw):
     c = h.container(a["id"])
     h.check(c and c["State"]["Running"], "hostd made and started the container")
     h.check(exec_out("alice", "echo through-hostd") == "through-hostd\n", "exec through hostd")
+    # A file only the agent may read (the server reads it asleep through hostd).
+    exec_out("alice", "mkdir private && echo \"only the agent's\" > private/key && chmod 600 private/key "
+                      "&& chmod 700 private")
     local = os.path.join(h.tmp, "up.txt")
     with open(local, "wb") as f:
         f.write(b"kept by the home\n")
@@ -176,7 +180,7 @@ def scenario_basic(pw):
     h.check(h.cli("start", "alice")["state"] == "running", "wake through hostd")
     h.check(exec_out("alice", "cat kept.txt") == "kept by the home\n", "the file survived the sleep")
     hs = wait_host("up")
-    h.check(hs["name"] == "b1" and hs["protocol"] == 3 and hs["version"], "hosts: %r" % hs)
+    h.check(hs["name"] == "b1" and hs["protocol"] == PROTOCOL and hs["version"], "hosts: %r" % hs)
     return a["id"]
 
 
@@ -193,6 +197,8 @@ def scenario_home_and_ttl(pw, aid):
     h.check(h.cli("stop", "alice")["state"] == "sleeping", "sleep through hostd")
     h.check(fs_cli("get", "alice", "kept.txt", "-") == b"kept by the home\n",
             "a sleeping agent's file read under hostd")
+    h.check(fs_cli("get", "alice", "private/key", "-") == b"only the agent's\n",
+            "hostd reads the agent's 0600 file in a 0700 directory for the server")
     st, ls = h.api("GET", "/api/v1/agents/alice/files?path=.")
     h.check(st == 200 and "kept.txt" in [e["name"] for e in ls["entries"]], "listed asleep: %d %r" % (st, ls))
     h.check(not h.container(aid)["State"]["Running"], "the reads woke nothing")
@@ -301,8 +307,8 @@ def scenario_mismatch(pw):
         stop_server()
         mark = len(h.server_log_tail(10 ** 7))
         start_server(pw, {"AGENTHOLD_SANDBOX_REMOTE_ENDPOINT": "ipc://" + path})
-        want = ("host b9 runs agenthold hostd 0.0.9 (protocol 99); this server speaks protocol 3: "
-                "install agenthold 0.1.0 on b9 and restart hostd")
+        want = ("host b9 runs agenthold hostd 0.0.9 (protocol 99); this server speaks protocol %d: "
+                "install agenthold 0.1.0 on b9 and restart hostd" % PROTOCOL)
         hs = wait_host("refused", contains="protocol 99")
         h.check(hs["error"] == want, "the sentence: %r" % hs["error"])
         h.check(hs["name"] == "b9" and hs["version"] == "0.0.9" and hs["protocol"] == 99
@@ -348,19 +354,31 @@ def scenario_hostd_refuses():
     typ, r = hostd_call("DRIVER_LIST", {"req": 7, "protocol": 99, "version": "9.9.9"})
     h.check(typ == "REPLY" and not r["ok"] and r["status"] == 426 and r["req"] == 7,
             "another protocol is refused: %r" % r)
-    h.check("protocol 99" in r["error"] and "9.9.9" in r["error"] and r["protocol"] == 3,
+    h.check("protocol 99" in r["error"] and "9.9.9" in r["error"] and r["protocol"] == PROTOCOL,
             "the refusal names both sides: %r" % r["error"])
-    typ, r = hostd_call("DRIVER_FORMAT_DISK", {"req": 8, "protocol": 3})
+    typ, r = hostd_call("DRIVER_FORMAT_DISK", {"req": 8, "protocol": PROTOCOL})
     h.check(not r["ok"] and r["status"] == 400 and "unknown" in r["error"], "unknown type: %r" % r)
     typ, r = hostd_call(None, None, [b"DRIVER_LIST", b"\xc1\xc1not msgpack"])
     h.check(not r["ok"] and r["status"] == 400, "a malformed map: %r" % r)
     typ, r = hostd_call(None, None, [b"DRIVER_LIST"])
     h.check(not r["ok"] and r["status"] == 400, "one frame: %r" % r)
-    typ, r = hostd_call("DRIVER_INSPECT", {"req": 9, "protocol": 3, "agent_id": "../../etc"})
+    typ, r = hostd_call("DRIVER_INSPECT", {"req": 9, "protocol": PROTOCOL, "agent_id": "../../etc"})
     h.check(not r["ok"] and r["status"] == 500 and "agent" in r["error"], "a bad id: %r" % r)
-    typ, r = hostd_call("DRIVER_IMAGE_BUILD", {"req": 10, "protocol": 3, "image": "evil:1"})
+    typ, r = hostd_call("DRIVER_IMAGE_BUILD", {"req": 10, "protocol": PROTOCOL, "image": "evil:1"})
     h.check(not r["ok"] and "not in the catalog" in r["error"], "builds only its catalog: %r" % r)
-    typ, r = hostd_call("HOSTD_HELLO", {"req": 11, "protocol": 3})
+    # HOSTD_HOME (hostd reads a home for the server): what is not a
+    # request for a path beneath a home it keeps is refused, never followed.
+    for n, f in enumerate(({"op": "write", "path": "x"}, {"path": "."}, {"op": "read", "path": "/etc/passwd"},
+                           {"op": "list", "path": ""}, {"op": "list", "path": ".", "agent_id": "../../etc"},
+                           {"op": "tree", "path": ".", "agent_id": "ffffffffffff", "max_depth": 2,
+                            "max_entries": 10},
+                           {"op": "read", "path": "x", "agent_id": "ffffffffffff", "offset": -1})):
+        fields = {"req": 20 + n, "protocol": PROTOCOL, "agent_id": "ffffffffffff"}
+        fields.update(f)
+        typ, r = hostd_call("HOSTD_HOME", fields)
+        h.check(typ == "REPLY" and not r["ok"] and r["status"] == 500 and "HOSTD_HOME" in r["error"]
+                and "data" not in r and "json" not in r, "HOSTD_HOME %r refused: %r" % (f, r))
+    typ, r = hostd_call("HOSTD_HELLO", {"req": 11, "protocol": PROTOCOL})
     h.check(r["ok"] and r["host"] == "b1" and r["driver"] == "docker", "still serving: %r" % r)
 
 
@@ -488,6 +506,24 @@ def scenario_relay(pw):
             "the sandbox mounts hostd's socket directory, not the server's: %r" % m)
     h.check(exec_out("relayed", "echo through-the-relay").strip() == "through-the-relay",
             "exec through the relay")
+    # Asleep on the other "machine": hostd reads its home for the server
+    # (HOSTD_HOME over tcp:// + CURVE), a 0600 file too; nothing wakes.
+    exec_out("relayed", "mkdir -p notes && printf private > notes/key && chmod 600 notes/key "
+                        "&& chmod 700 notes && ln -s /etc/passwd esc")
+    h.check(h.cli("stop", "relayed")["state"] == "sleeping", "the relayed agent sleeps")
+    h.check(fs_cli("get", "relayed", "notes/key", "-") == b"private",
+            "a sleeping agent's 0600 file read through a hostd on another machine")
+    st, ls = h.api("GET", "/api/v1/agents/relayed/files?path=notes")
+    h.check(st == 200 and [e["name"] for e in ls["entries"]] == ["key"], "listed asleep: %d %r" % (st, ls))
+    st, tr = h.api("GET", "/api/v1/agents/relayed/tree")
+    h.check(st == 200 and "notes/key" in [e["path"] for e in tr["entries"]], "its tree asleep: %d %r"
+            % (st, tr))
+    for bad, want in (("../../../etc/passwd", 400), ("notes/../../x", 400), ("nothing-here", 404),
+                      ("notes", 409), ("esc", 403)):
+        st, r = h.api("GET", "/api/v1/agents/relayed/fs/file?path=" + bad)
+        h.check(st == want, "asleep through hostd, %r refused with %d: %d %r" % (bad, want, st, r))
+    h.check(h.cli("show", "relayed")["state"] == "sleeping", "the reads woke nothing")
+    h.check(h.cli("start", "relayed")["state"] == "running", "the relayed agent wakes")
     rc, checks = doctor(env)
     t = checks["tunnel"]
     h.check(t["status"] == "ok" and "relays it to " + relay in t["detail"] and sock in t["detail"],
@@ -536,7 +572,7 @@ def scenario_doctor(pw):
                  "lua briefing.lua", "host", "engine", "isolation", "disk", "images", "tunnel",
                  "tls", "admin token"):
         h.check(name in checks, "doctor checks %s" % name)
-    h.check("hostd 0.1.0, protocol 3" in checks["host"]["detail"], "host: %r" % checks["host"])
+    h.check("hostd 0.1.0, protocol %d" % PROTOCOL in checks["host"]["detail"], "host: %r" % checks["host"])
     h.check("API 1." in checks["engine"]["detail"], "engine: %r" % checks["engine"])
     h.check("seccomp on" in checks["isolation"]["detail"], "isolation: %r" % checks["isolation"])
     h.check("GiB free" in checks["disk"]["detail"], "disk: %r" % checks["disk"])

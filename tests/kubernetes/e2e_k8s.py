@@ -21,22 +21,38 @@ faults  a Pod deleted with kubectl behind the server's back -> sleeping,
         killed (-9) in the middle of a create and of a stop, restarted:
         it reconciles from a relist (running, sleeping); rm -> nothing left.
 
-usage: e2e_k8s.py AGENTHOLD_BINARY life|faults
+reader  a sleeping agent's files and tree through its reader Pod (sandboxd
+        --read-only on the claim, read-only): the listing, a file read
+        (sha256 against what was written before the sleep; a 0600 file
+        too) and the tree answer 200 while the agent stays sleeping (no
+        sandbox Pod); the reader Pod's fields; hostile paths refused;
+        writes still refused asleep; the reader deleted after
+        sandbox.kubernetes.reader_idle with its Secret; its token on the
+        tunnel with a sandbox's hello is closed (the agent stays asleep);
+        a wake while a reader is alive removes it first, with the home
+        intact; a server killed (-9) with a reader alive removes it when
+        it comes back; rm -> nothing left.
+
+usage: e2e_k8s.py AGENTHOLD_BINARY life|faults|reader
 Exits 77 (SKIPPED, loudly) when no test cluster answers. Ports
-19450-19469, a namespace ah-k8s<scenario><pid> of its own, deleted at
+19450-19469 (reader: 19550-19559), a namespace ah-k8s<scenario><pid> of its own, deleted at
 the end."""
 import asyncio
+import base64
+import hashlib
 import json
 import os
+import subprocess
 import sys
 import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahk8s import Harness, kjson, RUNTIME, RUNTIME_IMAGE, SANDBOXD_IMAGE  # noqa: E402
+from ahk8s import Harness, kjson, RUNTIME, RUNTIME_IMAGE, SANDBOXD_IMAGE, SRC  # noqa: E402
+import ahserver  # noqa: E402
 
 SCENARIO = sys.argv[2] if len(sys.argv) > 2 else "life"
-PORTS = {"life": (19450, 19460), "faults": (19460, 19470)}[SCENARIO]
+PORTS = {"life": (19450, 19460), "faults": (19460, 19470), "reader": (19550, 19560)}[SCENARIO]
 h = Harness("k8s" + SCENARIO, sys.argv[1], PORTS)
 
 
@@ -146,10 +162,11 @@ def life():
     print("stop -> sleeping in %.2f s" % (time.time() - t0))
     h.check(h.pod(aid) is None, "no Pod while asleep")
     h.check(h.claim(aid) is not None, "the claim stays while asleep")
-    # Asleep, the tree is a 409 naming the claim; it does not wake the agent.
-    status, j = h.api("GET", "/api/v1/agents/alice/tree")
-    h.check(status == 409 and "PersistentVolumeClaim" in (j or {}).get("error", ""),
-            "a sleeping agent's tree: 409 saying why: %d %r" % (status, j))
+    # Asleep, the tree is read by the agent's reader (k8s.reader tests it
+    # in depth); it does not wake the agent.
+    status, j = h.api("GET", "/api/v1/agents/alice/tree?path=t")
+    h.check(status == 200 and any(e["path"] == "t/a/b/c/deep.txt" for e in j["entries"]),
+            "a sleeping agent's tree through its reader: %d %r" % (status, j if status != 200 else ""))
     h.check(h.cli("show", "alice")["state"] == "sleeping" and h.pod(aid) is None,
             "the tree did not wake it")
     t0 = time.time()
@@ -238,4 +255,154 @@ def faults():
     h.check(h.server.wait(timeout=30) == 0, "the server exits 0 on SIGTERM")
 
 
-sys.exit(h.run({"life": life, "faults": faults}[SCENARIO]))
+def read_raw(path):
+    return ahserver.request(h.port(), "GET", path, token=h.token())
+
+
+def reader():
+    h.start_server(extra_env={"AGENTHOLD_SANDBOX_KUBERNETES_READER_IDLE": "6s"})
+    a = create("erin")
+    eid = a["id"]
+    rname = "%s-read-%s" % (h.prefix, eid)
+    want = h.file_round_trip("erin", 512 << 10)
+    rc, out = h.sh("erin", "cd /home/agent && mkdir -p d/e && echo deep > d/e/deep.txt"
+                   " && chmod 600 d/e/deep.txt && ln -s /etc out && echo hi > note.txt"
+                   " && head -c 50331648 /dev/urandom > big.bin && sha256sum big.bin", timeout=120)
+    h.check(rc == 0, "files written before the sleep: %d %r" % (rc, out))
+    big_sha = out.split()[-2]
+    h.check(h.cli("stop", "erin")["state"] == "sleeping", "stop -> sleeping")
+    h.check(h.pod(eid) is None and h.get("pod", rname) is None, "asleep: no Pod, no reader")
+    base = "/api/v1/agents/erin"
+
+    # The listing: a reader Pod is made, the agent sleeps on.
+    t0 = time.time()
+    status, j = h.api("GET", base + "/files?path=.")
+    took = time.time() - t0
+    h.check(status == 200, "a sleeping agent's listing: %d %r" % (status, j))
+    names = {e["name"] for e in j["entries"]}
+    h.check({"f.bin", "d", "out", "note.txt"} <= names, "the listing has what was written: %r" % names)
+    print("asleep, the first listing (a reader Pod made and connected) took %.2f s" % took)
+    h.check(h.cli("show", "erin")["state"] == "sleeping", "the listing did not wake it")
+    h.check(h.pod(eid) is None, "no sandbox Pod was made")
+    rp = h.get("pod", rname)
+    h.check(rp is not None, "the reader Pod %s exists" % rname)
+    labels = rp["metadata"]["labels"]
+    h.check(labels.get("agenthold.io/role") == "reader" and labels.get("agenthold.io/agent") == eid,
+            "the reader's labels: %r" % labels)
+    c = rp["spec"]["containers"][0]
+    sc = c["securityContext"]
+    h.check(c["image"] == SANDBOXD_IMAGE and c["command"] == ["/sandboxd", "--read-only"]
+            and sc["capabilities"] == {"drop": ["ALL"]} and sc["runAsNonRoot"] is True
+            and sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+            and rp["spec"]["automountServiceAccountToken"] is False,
+            "the reader: sandboxd --read-only, unprivileged, no capability, read-only root, no token: %r %r"
+            % (c["command"], sc))
+    home = [v for v in rp["spec"]["volumes"] if v["name"] == "home"][0]
+    h.check(home["persistentVolumeClaim"] == {"claimName": "%s-home-%s" % (h.prefix, eid), "readOnly": True},
+            "the claim, read-only: %r" % home)
+    rsec = kjson("get", "secrets", "-l", "agenthold.io/role=reader", ns=h.ns)["items"]
+    h.check(len(rsec) == 1 and rsec[0]["metadata"]["name"].startswith(rname + "-"),
+            "one reader Secret: %r" % [x["metadata"]["name"] for x in rsec])
+
+    # A file read: what was written before the sleep (sha256), a 0600 file too.
+    status, raw = read_raw(base + "/files/f.bin")
+    h.check(status == 200 and hashlib.sha256(raw).hexdigest() == want,
+            "a sleeping agent's file through its reader: %d, sha256 %s" % (status, hashlib.sha256(raw).hexdigest()))
+    local = os.path.join(h.tmp, "asleep.bin")
+    rc, _, err = h.run_cli("fs", "get", "erin", "f.bin", local)
+    h.check(rc == 0 and ahserver.sha256_file(local) == want, "fs get of a sleeping agent: %d %s" % (rc, err))
+    status, raw = read_raw(base + "/files/d/e/deep.txt")
+    h.check(status == 200 and raw == b"deep\n", "a 0600 file of the agent's: %d %r" % (status, raw))
+
+    # A download slower than the reader's idle time (48 MiB read in 256 KiB
+    # steps every 0.06 s: about 12 s, reader_idle 6 s; what the server and
+    # the sockets hold ahead is some MiB, so the reader serves to the end)
+    # is not cut: the API keeps the reader while the bytes flow (READER_KEEP).
+    t0 = time.time()
+    status, sha, got = ahserver.download(h.port(), base + "/files/big.bin", h.token(), 256 << 10, 0.06)
+    took = time.time() - t0
+    h.check(status == 200 and got == 48 << 20 and sha == big_sha,
+            "a slow download through the reader, longer than its idle time, whole: %d, %d bytes in %.1f s"
+            % (status, got, took))
+    h.check(took > 8, "the download outlasted the idle time: %.1f s" % took)
+    print("a slow 48 MiB download through the reader: %.1f s, whole (reader_idle 6 s)" % took)
+
+    # The tree, as the console's file browser reads it (the reader may be
+    # going: its idle time counts from the last bytes it sent, which the
+    # slow download's client read long after; then the tree waits for a new
+    # one).
+    status, t = h.api("GET", base + "/tree")
+    h.check(status == 200, "a sleeping agent's tree: %d %r" % (status, t))
+    kinds = {e["path"]: e["type"] for e in t["entries"]}
+    h.check(kinds.get("d/e/deep.txt") == "file" and kinds.get("out") == "link" and kinds.get("f.bin") == "file"
+            and not any(p.startswith("out/") for p in kinds), "the tree: files, a link listed not walked: %r" % kinds)
+
+    # Hostile paths, refused as on a running agent.
+    for q, want_status in (("..", 400), ("/etc", 400), ("%2e%2e", 400), ("out", 403), ("note.txt", 409),
+                           ("nothere", 404)):
+        status, j = h.api("GET", base + "/tree?path=" + q)
+        h.check(status == want_status, "asleep, tree ?path=%s: %d (wanted %d): %r" % (q, status, want_status, j))
+    for q, ok in (("files/out/passwd", (403,)), ("files/..%2f..%2fetc%2fpasswd", (400, 404)),
+                  ("fs/file?path=../etc/passwd", (400,)), ("fs/file?path=out%2fpasswd", (403,)),
+                  ("files?path=out", (403,))):
+        status, j = h.api("GET", base + "/" + q)
+        h.check(status in ok, "asleep, %s: %d (wanted one of %r): %r" % (q, status, ok, j))
+    # Writes still need the agent running.
+    status, _ = ahserver.request(h.port(), "PUT", base + "/files/new.txt", body=b"x", token=h.token())
+    h.check(status == 409, "a write to a sleeping agent: 409 (got %d)" % status)
+    h.check(h.cli("show", "erin")["state"] == "sleeping" and h.pod(eid) is None,
+            "after every read the agent still sleeps, with no sandbox Pod")
+
+    # The idle time: the reader Pod and its Secret go.
+    t0 = time.time()
+    h.wait_for("the reader Pod deleted after its idle time", lambda: h.get("pod", rname) is None, 60)
+    print("the reader Pod went %.1f s after the last read (reader_idle 6s)" % (time.time() - t0))
+    h.wait_for("its Secret deleted", lambda: not kjson("get", "secrets", "-l", "agenthold.io/role=reader",
+                                                          ns=h.ns)["items"], 30)
+
+    # Its token is the reader's: with a sandbox's hello the tunnel closes it,
+    # and the agent sleeps on.
+    status, _ = h.api("GET", base + "/files?path=d")
+    h.check(status == 200, "a second reader: %d" % status)
+    rsec = kjson("get", "secrets", "-l", "agenthold.io/role=reader", ns=h.ns)["items"]
+    card = json.loads(base64.b64decode(rsec[0]["data"]["boot.json"]))
+    p = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "tests", "tunnel", "client.py"),
+                        "ws://127.0.0.1:%d/tunnel" % h.tunnel_port, eid, card["token"], "ok", "10"],
+                       capture_output=True, text=True, timeout=60)
+    h.check(p.stdout.startswith("CLOSED"), "the reader token with a sandbox's hello: closed: %r" % p.stdout)
+    h.check("a reader token, but sandboxd's hello says mode" in h.server_log_tail(20000),
+            "the server says why it closed it")
+    h.check(h.cli("show", "erin")["state"] == "sleeping" and h.pod(eid) is None,
+            "the reader token did not make a sandbox of anything")
+    h.wait_for("the reader removed after its connection was taken over",
+               lambda: h.get("pod", rname) is None, 60)
+
+    # A wake while a reader is alive: the reader goes first, the home is intact.
+    status, _ = h.api("GET", base + "/files?path=.")
+    h.check(status == 200 and h.get("pod", rname) is not None, "a reader alive before the wake: %d" % status)
+    h.check(h.cli("start", "erin")["state"] == "running", "start while a reader is alive -> running")
+    h.check(h.get("pod", rname) is None, "the wake removed the reader Pod")
+    h.check(h.home_sha("erin") == want, "the home is intact after the reads and the wake")
+    rc, out = h.sh("erin", "cat /home/agent/d/e/deep.txt")
+    h.check(out.strip() == "deep", "the 0600 file is the agent's still: %r" % out)
+
+    # A server killed with a reader alive: the restarted one removes it.
+    h.check(h.cli("stop", "erin")["state"] == "sleeping", "stop again")
+    status, _ = h.api("GET", base + "/tree?path=d")
+    h.check(status == 200 and h.get("pod", rname) is not None, "a reader alive before the kill: %d" % status)
+    h.kill_server()
+    h.start_server(extra_env={"AGENTHOLD_SANDBOX_KUBERNETES_READER_IDLE": "600s"})
+    h.wait_for("the restarted server removed the stray reader", lambda: h.get("pod", rname) is None, 60)
+    h.check(h.cli("show", "erin")["state"] == "sleeping", "the agent sleeps on after the restart")
+    status, raw = read_raw(base + "/files/note.txt")
+    h.check(status == 200 and raw == b"hi\n", "and is read again: %d %r" % (status, raw))
+
+    # Destroy with a reader alive: nothing is left.
+    h.check(h.get("pod", rname) is not None, "a reader alive before rm")
+    h.check(h.cli("rm", "erin")["state"] == "destroyed", "rm -> destroyed")
+    nothing_left()
+    h.server.terminate()
+    h.check(h.server.wait(timeout=30) == 0, "the server exits 0 on SIGTERM")
+
+
+sys.exit(h.run({"life": life, "faults": faults, "reader": reader}[SCENARIO]))

@@ -338,8 +338,93 @@ static void s_test_pod_status (void)
     }
 }
 
+//  The reader of a sleeping agent's home: the sandboxd image in
+//  --read-only mode, unprivileged, every capability dropped, a read-only
+//  root and claim, no token to the cluster, the agent's policy labels
+//  and a role the watch leaves alone; its Secret holds boot.json alone.
+static void s_test_reader (void)
+{
+    json_t *pod = ah_k8s_reader_pod_manifest (&s_site, ID, "agenthold-read-" ID "-0badcafe");
+    CHECK (pod != NULL);
+    CHECK_STR (AT_STR (pod, "kind"), "Pod");
+    CHECK_STR (AT_STR (pod, "metadata.name"), "agenthold-read-" ID);
+    CHECK_STR (AT_STR (pod, "metadata.namespace"), "agents");
+    json_t *labels = s_at (pod, "metadata.labels");
+    //  The agent's NetworkPolicy selects it (these two labels): the tunnel alone.
+    json_t *policy = ah_k8s_policy_manifest (&s_site, ID, &(k8s_spec_t) { .needs_network = false });
+    json_t *policy_sel = s_at (policy, "spec.podSelector.matchLabels");
+    const char *key;
+    json_t *value;
+    json_object_foreach (policy_sel, key, value)
+        CHECK_STR (json_string_value (json_object_get (labels, key)), json_string_value (value));
+    CHECK (json_object_size (policy_sel) == 2);
+    json_decref (policy);
+    CHECK_STR (json_string_value (json_object_get (labels, "agenthold.io/role")), "reader");
+    CHECK_STR (AT_STR (pod, "spec.restartPolicy"), "Never");
+    CHECK (json_is_false (s_at (pod, "spec.automountServiceAccountToken")));
+    CHECK (json_is_false (s_at (pod, "spec.enableServiceLinks")));
+    CHECK (s_at (pod, "spec.hostname") == NULL);
+    CHECK (s_at (pod, "spec.initContainers") == NULL);
+    CHECK_STR (AT_STR (pod, "spec.nodeSelector.disk"), "ssd");
+    CHECK (json_array_size (s_at (pod, "spec.containers")) == 1);
+    json_t *c = s_at (pod, "spec.containers.0");
+    CHECK_STR (AT_STR (c, "image"), "agenthold/sandboxd:latest");
+    CHECK_STR (AT_STR (c, "imagePullPolicy"), "Never");
+    CHECK_STR (AT_STR (c, "command.0"), "/sandboxd");
+    CHECK_STR (AT_STR (c, "command.1"), "--read-only");
+    CHECK (json_array_size (s_at (c, "command")) == 2);
+    CHECK (s_at (c, "env") == NULL);
+    CHECK_STR (AT_STR (c, "resources.limits.memory"), "128Mi");
+    json_t *sc = s_at (c, "securityContext");
+    CHECK (AT_INT (sc, "runAsUser") == 10001 && AT_INT (sc, "runAsGroup") == 10001);
+    CHECK (json_is_true (s_at (sc, "runAsNonRoot")));
+    CHECK (json_is_false (s_at (sc, "allowPrivilegeEscalation")));
+    CHECK (json_is_true (s_at (sc, "readOnlyRootFilesystem")));
+    CHECK_STR (AT_STR (sc, "capabilities.drop.0"), "ALL");
+    CHECK (json_array_size (s_at (sc, "capabilities.drop")) == 1);
+    CHECK (s_at (sc, "capabilities.add") == NULL);
+    CHECK (s_at (sc, "privileged") == NULL);
+    CHECK_STR (AT_STR (sc, "seccompProfile.type"), "RuntimeDefault");
+    json_t *m = s_at (c, "volumeMounts");
+    CHECK (json_array_size (m) == 3);
+    CHECK_STR (AT_STR (m, "0.mountPath"), "/home/agent");
+    CHECK (json_is_true (s_at (m, "0.readOnly")));
+    CHECK_STR (AT_STR (m, "1.mountPath"), "/etc/agenthold");
+    CHECK (json_is_true (s_at (m, "1.readOnly")));
+    CHECK_STR (AT_STR (m, "2.mountPath"), "/tmp");
+    json_t *v = s_at (pod, "spec.volumes");
+    CHECK_STR (AT_STR (v, "0.persistentVolumeClaim.claimName"), "agenthold-home-" ID);
+    CHECK (json_is_true (s_at (v, "0.persistentVolumeClaim.readOnly")));
+    CHECK_STR (AT_STR (v, "1.secret.secretName"), "agenthold-read-" ID "-0badcafe");
+    CHECK_STR (AT_STR (v, "1.secret.items.0.key"), "boot.json");
+    CHECK (json_array_size (s_at (v, "1.secret.items")) == 1);
+    CHECK (AT_INT (v, "1.secret.items.0.mode") == 0444);
+    CHECK_STR (AT_STR (v, "2.emptyDir.medium"), "Memory");
+    json_decref (pod);
+
+    char *boot = ah_k8s_boot_json (ID, "rtok", "ws://10.0.0.5:8090/tunnel");
+    json_t *secret = ah_k8s_reader_secret_manifest (&s_site, ID, "agenthold-read-" ID "-0badcafe", boot);
+    free (boot);
+    CHECK_STR (AT_STR (secret, "kind"), "Secret");
+    CHECK (json_is_true (s_at (secret, "immutable")));
+    CHECK_STR (json_string_value (json_object_get (s_at (secret, "metadata.labels"), "agenthold.io/role")),
+               "reader");
+    CHECK_STR (json_string_value (json_object_get (s_at (secret, "metadata.labels"), "agenthold.io/agent")), ID);
+    CHECK (json_object_size (s_at (secret, "stringData")) == 1);
+    json_t *card = json_loads (json_string_value (json_object_get (s_at (secret, "stringData"), "boot.json")), 0, NULL);
+    CHECK_STR (json_string_value (json_object_get (card, "token")), "rtok");
+    CHECK_STR (json_string_value (json_object_get (card, "agent_id")), ID);
+    json_decref (card);
+    json_decref (secret);
+
+    k8s_names_t n;
+    ah_k8s_names ("agenthold", ID, &n);
+    CHECK_STR (n.reader, "agenthold-read-" ID);
+}
+
 int main (void)
 {
+    s_test_reader ();
     s_test_pod_status ();
     s_test_pod ();
     s_test_claim_policy_secret ();

@@ -135,6 +135,24 @@ def request(port, method, path, body=None, token=None, headers=None, timeout=60)
         c.close()
 
 
+def download(port, path, token, chunk=1 << 20, pause=0.0, timeout=120):
+    """GET path read chunk bytes at a time, pause seconds after each (a
+    slow client): (status, sha256 hex of the body, its length)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request("GET", path, headers={"Authorization": "Bearer " + token})
+        r = c.getresponse()
+        digest, got = hashlib.sha256(), 0
+        for piece in iter(lambda: r.read(chunk), b""):
+            digest.update(piece)
+            got += len(piece)
+            if pause:
+                time.sleep(pause)
+        return r.status, digest.hexdigest(), got
+    finally:
+        c.close()
+
+
 def call_json(port, token, method, path, body=None, expect=200, check=None, timeout=60):
     """request() with the answer parsed: (status, JSON or None). With
     expect (not None) and check, checks the status is expect."""

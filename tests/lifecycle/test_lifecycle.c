@@ -29,6 +29,9 @@ typedef struct {
     ah_driver_t *inner;
     atomic_int creates, starts, stops, rebuilds, destroys;
     atomic_int start_delay_ms;
+    atomic_int reader_starts, reader_stops;
+    atomic_int reader_stop_delay_ms;
+    char reader_token [AH_TOKEN_HEX];   //  the last reader_start's (written before the count moves)
 } counting_t;
 
 static int c_create (ah_driver_t *d, const ah_sandbox_spec_t *spec, char **err)
@@ -73,6 +76,24 @@ static int c_inspect (ah_driver_t *d, const char *id, ah_sandbox_status_t *st, c
 {
     counting_t *c = d->impl;
     return c->inner->inspect (c->inner, id, st, err);
+}
+
+static int c_reader_start (ah_driver_t *d, const ah_boot_t *boot, char **err)
+{
+    counting_t *c = d->impl;
+    snprintf (c->reader_token, sizeof c->reader_token, "%s", boot->token ? boot->token : "");
+    atomic_fetch_add (&c->reader_starts, 1);
+    return 0;
+}
+
+static int c_reader_stop (ah_driver_t *d, const char *id, char **err)
+{
+    counting_t *c = d->impl;
+    int delay = atomic_load (&c->reader_stop_delay_ms);
+    if (delay)
+        zclock_sleep (delay);
+    atomic_fetch_add (&c->reader_stops, 1);
+    return 0;
 }
 
 static int c_list (ah_driver_t *d, char ***ids, char **err)
@@ -584,6 +605,204 @@ static void test_hello (const char *id)
     CHECK (s_wait_state (id, "running", 5000));
 }
 
+//  READER_OPEN sent (not waited for): its req.
+static int64_t s_reader_open (const char *id)
+{
+    ah_msg_t *m = ah_msg_new ("READER_OPEN");
+    ah_msg_set_str (m, "agent_id", id);
+    int64_t req = s_req++;
+    ah_msg_set_int (m, "req", req);
+    ah_msg_send (&m, s_client, "lifecycle");
+    return req;
+}
+
+//  The REPLY to req within ms: its status (-1: none).
+static int s_reply_status (int64_t req, int ms, char *error, size_t size)
+{
+    int64_t until = zclock_mono () + ms;
+    while (zclock_mono () < until) {
+        zsock_set_rcvtimeo (s_client, (int) (until - zclock_mono ()) + 1);
+        ah_msg_t *m = ah_msg_recv (s_client, true, NULL);
+        if (m && streq (ah_msg_type (m), "REPLY") && ah_msg_int (m, "req", -1) == req) {
+            int status = (int) ah_msg_int (m, "status", -1);
+            if (error)
+                snprintf (error, size, "%s", ah_msg_str (m, "error") ? ah_msg_str (m, "error") : "");
+            ah_msg_destroy (&m);
+            zsock_set_rcvtimeo (s_client, 5000);
+            return status;
+        }
+        ah_msg_destroy (&m);
+    }
+    zsock_set_rcvtimeo (s_client, 5000);
+    return -1;
+}
+
+//  The next message to the "tunnel" within ms: its type ("" none), its hash if any.
+static void s_tunnel_next (zsock_t *tunnel, int ms, char *type, char *hash)
+{
+    zsock_set_rcvtimeo (tunnel, ms);
+    ah_msg_t *m = ah_msg_recv (tunnel, true, NULL);
+    snprintf (type, 32, "%s", m ? ah_msg_type (m) : "");
+    if (hash)
+        snprintf (hash, AH_TOKEN_HEX, "%s", m && ah_msg_str (m, "hash") ? ah_msg_str (m, "hash") : "");
+    ah_msg_destroy (&m);
+}
+
+static void s_reader_hello (zsock_t *tunnel, const char *type, const char *id)
+{
+    ah_msg_t *m = ah_msg_new (type);
+    ah_msg_set_str (m, "agent_id", id);
+    ah_msg_set_str (m, "reason", "gone");
+    ah_msg_send (&m, tunnel, "lifecycle");
+}
+
+//  READER_LOST from the tunnel: lifecycle revokes the reader.
+static bool s_reader_lost (zsock_t *tunnel, const char *id)
+{
+    char type [32];
+    s_reader_hello (tunnel, "READER_LOST", id);
+    s_tunnel_next (tunnel, 3000, type, NULL);
+    return streq (type, "READER_REVOKE");
+}
+
+//  *count reaches want within 5 s.
+static bool s_wait_count (atomic_int *count, int want)
+{
+    int64_t until = zclock_mono () + 5000;
+    while (atomic_load (count) != want && zclock_mono () < until)
+        zclock_sleep (10);
+    return atomic_load (count) == want;
+}
+
+static void test_reader (const char *id)
+{
+    //  A sleeping agent's reader (docs/kubernetes.md): only on a driver
+    //  that has readers, only while it sleeps; the agent stays asleep.
+    char error [512], type [32], hash [AH_TOKEN_HEX];
+    int64_t req = s_reader_open (id);
+    CHECK (s_reply_status (req, 5000, error, sizeof error) == 409);
+    CHECK (strstr (error, "has no readers"));
+    s_drv.base.reader_start = c_reader_start;
+    s_drv.base.reader_stop = c_reader_stop;
+    CHECK (s_col_is (id, "state", "running"));
+    req = s_reader_open (id);
+    CHECK (s_reply_status (req, 5000, error, sizeof error) == 409);
+    CHECK (strstr (error, "is running: a reader serves a sleeping agent only"));
+    ah_msg_t *reply = s_op ("SANDBOX_STOP", id);
+    ah_msg_destroy (&reply);
+    CHECK (s_wait_state (id, "sleeping", 5000));
+    char *boot_hash = s_col (id, "boot_token_hash");
+    s_config->k8s_reader_idle_s = 1;
+    zsock_t *tunnel = ah_bus_connect ("tunnel");
+
+    //  The first read makes one: its token's hash to the tunnel alone.
+    req = s_reader_open (id);
+    int64_t req2 = s_reader_open (id);
+    s_tunnel_next (tunnel, 5000, type, hash);
+    CHECK_STR (type, "READER_ALLOW");
+    CHECK (s_wait_count (&s_drv.reader_starts, 1));
+    int64_t until;
+    char want [AH_TOKEN_HEX];
+    ah_token_hash (s_drv.reader_token, want);
+    CHECK_STR (hash, want);
+    CHECK (s_col_is (id, "boot_token_hash", boot_hash));        //  never the sandbox's token
+    CHECK (s_reply_status (req, 300, NULL, 0) == -1);           //  waits for the hello
+    s_reader_hello (tunnel, "READER_HELLO", id);
+    CHECK (s_reply_status (req, 5000, NULL, 0) == 200);
+    CHECK (s_reply_status (req2, 5000, NULL, 0) == 200);
+    req = s_reader_open (id);                                   //  there: at once, no new one
+    CHECK (s_reply_status (req, 5000, NULL, 0) == 200);
+    CHECK (atomic_load (&s_drv.reader_starts) == 1);
+    CHECK (s_col_is (id, "state", "sleeping"));
+    //  A download still streaming keeps it (READER_KEEP) past its idle time.
+    for (int i = 0; i < 6; i++) {
+        s_reader_hello (tunnel, "READER_KEEP", id);
+        s_tunnel_next (tunnel, 400, type, NULL);
+        CHECK_STR (type, "");
+    }
+    CHECK (atomic_load (&s_drv.reader_stops) == 0);
+    //  Idle for reader_idle (1 s): revoked and removed.
+    s_tunnel_next (tunnel, 3000, type, NULL);
+    CHECK_STR (type, "READER_REVOKE");
+    CHECK (s_wait_count (&s_drv.reader_stops, 1));
+    CHECK (s_col_is (id, "state", "sleeping"));
+
+    //  No hello within the hello timeout (1 s here): 504, removed.
+    zclock_sleep (100);
+    req = s_reader_open (id);
+    s_tunnel_next (tunnel, 5000, type, NULL);
+    CHECK_STR (type, "READER_ALLOW");
+    CHECK (s_reply_status (req, 5000, error, sizeof error) == 504);
+    CHECK (strstr (error, "did not connect within 1 s"));
+    s_tunnel_next (tunnel, 3000, type, NULL);
+    CHECK_STR (type, "READER_REVOKE");
+    CHECK (s_wait_count (&s_drv.reader_stops, 2));
+
+    //  A lost reader connection: removed too.
+    zclock_sleep (100);
+    req = s_reader_open (id);
+    s_tunnel_next (tunnel, 5000, type, NULL);
+    s_reader_hello (tunnel, "READER_HELLO", id);
+    CHECK (s_reply_status (req, 5000, NULL, 0) == 200);
+    atomic_store (&s_drv.reader_stop_delay_ms, 500);
+    CHECK (s_reader_lost (tunnel, id));
+    //  A read while it is being removed waits for a new one.
+    int starts = atomic_load (&s_drv.reader_starts);
+    req = s_reader_open (id);
+    CHECK (s_reply_status (req, 200, NULL, 0) == -1);
+    CHECK (s_wait_count (&s_drv.reader_stops, 3));
+    s_tunnel_next (tunnel, 5000, type, hash);
+    CHECK_STR (type, "READER_ALLOW");
+    CHECK (s_wait_count (&s_drv.reader_starts, starts + 1));
+    ah_token_hash (s_drv.reader_token, want);
+    CHECK_STR (hash, want);                                      //  a new token
+    s_reader_hello (tunnel, "READER_HELLO", id);
+    CHECK (s_reply_status (req, 5000, NULL, 0) == 200);
+    atomic_store (&s_drv.reader_stop_delay_ms, 0);
+    CHECK (s_reader_lost (tunnel, id));
+    CHECK (s_wait_count (&s_drv.reader_stops, 4));
+
+    //  A wake while a read waits for its reader: the read is told (409),
+    //  the token revoked, the agent runs (the driver's start removes the
+    //  reader's Pod itself).
+    zclock_sleep (100);
+    req = s_reader_open (id);
+    s_tunnel_next (tunnel, 5000, type, NULL);
+    CHECK_STR (type, "READER_ALLOW");
+    ah_msg_t *start = ah_msg_new ("SANDBOX_START");
+    ah_msg_set_str (start, "agent", id);
+    int64_t start_req = s_req++;
+    ah_msg_set_int (start, "req", start_req);
+    ah_msg_send (&start, s_client, "lifecycle");
+    int start_status = -1, read_status = -1;
+    until = zclock_mono () + 5000;
+    while ((start_status < 0 || read_status < 0) && zclock_mono () < until) {
+        ah_msg_t *m = ah_msg_recv (s_client, true, NULL);
+        if (m && ah_msg_int (m, "req", -1) == start_req)
+            start_status = (int) ah_msg_int (m, "status", -1);
+        if (m && ah_msg_int (m, "req", -1) == req) {
+            read_status = (int) ah_msg_int (m, "status", -1);
+            snprintf (error, sizeof error, "%s", ah_msg_str (m, "error") ? ah_msg_str (m, "error") : "");
+        }
+        ah_msg_destroy (&m);
+    }
+    CHECK (start_status == 202);
+    CHECK (read_status == 409);
+    CHECK (strstr (error, "is starting now: its reader went"));
+    s_tunnel_next (tunnel, 3000, type, NULL);
+    CHECK_STR (type, "READER_REVOKE");
+    CHECK (s_wait_state (id, "running", 5000));
+    s_reader_hello (tunnel, "READER_HELLO", id);                 //  late: revoked again, no reply
+    s_tunnel_next (tunnel, 3000, type, NULL);
+    CHECK_STR (type, "READER_REVOKE");
+    CHECK (s_col_is (id, "state", "running"));
+    zsock_destroy (&tunnel);
+    free (boot_hash);
+    s_config->k8s_reader_idle_s = 60;
+    s_drv.base.reader_start = NULL;
+    s_drv.base.reader_stop = NULL;
+}
+
 //  SANDBOX_OBSERVED as the reconciler sends it (source "event").
 //  at_ms: when the driver was asked (0: not said).
 static void s_observe_at (zsock_t *rec, const char *id, bool exists, bool running, int exit_code,
@@ -1036,6 +1255,7 @@ int main (void)
         test_failure_and_retry (id);
         test_update_and_rebuild (id);
         test_hello (id);
+        test_reader (id);
         test_observed (id);
         test_unreachable (id);
         test_destroy (id);

@@ -110,8 +110,16 @@ static char *s_client_end (FILE *f)
     return strdup (line);
 }
 
+static ah_msg_t *s_open_as (zsock_t *api, ah_msg_t *header, bool reader);
+
 //  CHAN_OPEN with a header map; returns the REPLY.
 static ah_msg_t *s_open (zsock_t *api, ah_msg_t *header)
+{
+    return s_open_as (api, header, false);
+}
+
+//  CHAN_OPEN on the agent's reader (or its sandbox); returns the REPLY.
+static ah_msg_t *s_open_as (zsock_t *api, ah_msg_t *header, bool reader)
 {
     uint8_t *raw = NULL;
     size_t size = 0;
@@ -121,6 +129,8 @@ static ah_msg_t *s_open (zsock_t *api, ah_msg_t *header)
     ah_msg_set_int (m, "req", req);
     ah_msg_set_str (m, "agent_id", AGENT);
     ah_msg_set_raw (m, "header", raw, size);
+    if (reader)
+        ah_msg_set_bool (m, "reader", true);
     free (raw);
     ah_msg_send (&m, api, "tunnel");
     ah_msg_t *r = s_expect (api, "REPLY", 5000);
@@ -603,6 +613,95 @@ int main (void)
     ah_msg_destroy (&r);
     ah_sandboxd_stop (&sd);
     free (data);
+
+    //  7. Readers of a sleeping agent's home (docs/tunnel.md, "Readers"):
+    //  a reader token is good for that agent's reads alone, never as its
+    //  sandbox, and lifecycle never hears of it as one.
+    s_sql ("UPDATE sandboxes SET state = 'sleeping' WHERE agent_id = '%s'", AGENT);
+    char rtoken [AH_TOKEN_HEX], rhash [AH_TOKEN_HEX];
+    ah_token_new (rtoken);
+    ah_token_hash (rtoken, rhash);
+    res = s_client (AGENT, rtoken, "auth", NULL);
+    CHECK_STR (res, "STATUS 401");              //  not allowed yet
+    free (res);
+    m = ah_msg_new ("READER_ALLOW");
+    ah_msg_set_str (m, "agent_id", AGENT);
+    ah_msg_set_str (m, "hash", rhash);
+    ah_msg_send (&m, lifecycle, "tunnel");
+    //  The reader token for another agent: refused.
+    res = s_client ("ffffffffffff", rtoken, "auth", NULL);
+    CHECK_STR (res, "STATUS 401");
+    free (res);
+    //  A sandboxd that is not a reader (its hello says mode "sandbox")
+    //  with the reader token: closed, and no SANDBOX_HELLO ever.
+    ah_sandboxd_opts_t ropts = {
+        .agent_id = AGENT, .token = rtoken, .tunnel_url = s_url, .home = home,
+        .backoff_min_ms = 100, .backoff_max_ms = 400,
+    };
+    sd = ah_sandboxd_start (&ropts);
+    m = s_expect (lifecycle, "READER_LOST", 5000);
+    CHECK (m && strstr (ah_msg_str (m, "reason"), "a reader token, but sandboxd's hello says mode 'sandbox'"));
+    ah_msg_destroy (&m);
+    ah_sandboxd_stop (&sd);
+    //  The agent's boot token with a reader's hello (a running agent): closed too.
+    s_sql ("UPDATE sandboxes SET state = 'running' WHERE agent_id = '%s'", AGENT);
+    ah_sandboxd_opts_t bopts = ropts;
+    bopts.token = s_token;
+    bopts.read_only = true;
+    sd = ah_sandboxd_start (&bopts);
+    m = s_expect (lifecycle, "TUNNEL_LOST", 5000);
+    CHECK (m && ah_msg_bool (m, "fatal", false)
+           && strstr (ah_msg_str (m, "reason"), "came with the sandbox's boot token"));
+    ah_msg_destroy (&m);
+    ah_sandboxd_stop (&sd);
+    s_sql ("UPDATE sandboxes SET state = 'sleeping' WHERE agent_id = '%s'", AGENT);
+    while ((m = s_expect (lifecycle, "SANDBOX_HELLO", 300)))
+        CHECK (false);                          //  never the sandbox's hello
+    //  The reader itself: READER_HELLO, not SANDBOX_HELLO.
+    ropts.read_only = true;
+    sd = ah_sandboxd_start (&ropts);
+    m = s_expect (lifecycle, "READER_HELLO", 5000);
+    CHECK (m && streq (ah_msg_str (m, "agent_id"), AGENT));
+    ah_msg_destroy (&m);
+    //  The agent's own channels never reach its reader.
+    h = s_header ("ping", NULL);
+    r = s_open (api, h);
+    ah_msg_destroy (&h);
+    CHECK (r && ah_msg_int (r, "status", 0) == 409);
+    ah_msg_destroy (&r);
+    //  On the reader: reads only, refused by the tunnel itself (whatever
+    //  runs at the other end).
+    const char *refused [] = { "pty", "exec", "fs.write", "fs.mkdir", "fs.remove", "stats", "hello" };
+    for (size_t i = 0; i < sizeof refused / sizeof refused [0]; i++) {
+        h = s_header (refused [i], "x");
+        r = s_open_as (api, h, true);
+        ah_msg_destroy (&h);
+        CHECK (r && ah_msg_int (r, "status", 0) == 403 && !ah_msg_bool (r, "ok", true));
+        CHECK (r && strstr (ah_msg_str (r, "error"), "a reader carries reads only"));
+        ah_msg_destroy (&r);
+    }
+    h = s_header ("fs.list", ".");
+    r = s_open_as (api, h, true);
+    ah_msg_destroy (&h);
+    CHECK (r && ah_msg_bool (r, "ok", false));
+    chan = r ? ah_msg_int (r, "chan", 0) : 0;
+    ah_msg_destroy (&r);
+    s_send_chan (api, "CHAN_CLOSE", chan);
+    //  Revoked: the connection goes (no READER_LOST: lifecycle asked),
+    //  the redial is refused, and nothing opens on a reader any more.
+    m = ah_msg_new ("READER_REVOKE");
+    ah_msg_set_str (m, "agent_id", AGENT);
+    ah_msg_send (&m, lifecycle, "tunnel");
+    CHECK (s_quiet (lifecycle, 1000));
+    h = s_header ("fs.list", ".");
+    r = s_open_as (api, h, true);
+    ah_msg_destroy (&h);
+    CHECK (r && ah_msg_int (r, "status", 0) == 409);
+    ah_msg_destroy (&r);
+    res = s_client (AGENT, rtoken, "auth", NULL);
+    CHECK_STR (res, "STATUS 401");
+    free (res);
+    ah_sandboxd_stop (&sd);
 
     zactor_destroy (&tunnel);
     zsock_destroy (&api);
