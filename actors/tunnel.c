@@ -463,5 +463,5 @@ static const ah_actor_command_t s_commands [] = {
 
 const ah_actor_def_t ah_tunnel_actor = {
     .name = AREA, .on_bus = true, .init = s_init, .destroy = s_destroy,
-    .handlers = s_handlers, .commands = s_commands,
+    .handlers = s_handlers, .commands = s_commands, .flush = ah_tun_conns_flush,
 };

@@ -29,6 +29,21 @@ typedef struct {
 //  yamux callbacks of the session (ud = conn); the streams' are in
 //  tunnel_chan.c
 
+//  In a turn: written when it ends, with whatever else it queues
+//  (ah_tun_conns_flush); else on WRITEABLE.
+static void s_want_write (conn_t *conn)
+{
+    if (conn->flush_queued)
+        return;
+    if (!conn->dead && ah_actor_flush_later (conn->self->actor)) {
+        conn->flush_queued = true;
+        conn->flush_next = conn->self->flush;
+        conn->self->flush = conn;
+    }
+    else
+        lws_callback_on_writable (conn->wsi);
+}
+
 //  yamux's bytes (a frame: head and payload, either may be empty) queued
 //  for the WebSocket in one copy.
 static void s_ymx_output_data (void *ud, const uint8_t *head, size_t head_size,
@@ -55,7 +70,7 @@ static void s_ymx_output_data (void *ud, const uint8_t *head, size_t head_size,
             conn->frames_bytes += frame->size;
             conn->outq_since = 0;
             conn->offer = NULL;     //  taken
-            lws_callback_on_writable (conn->wsi);
+            s_want_write (conn);
             return;
         }
     }
@@ -65,7 +80,7 @@ static void s_ymx_output_data (void *ud, const uint8_t *head, size_t head_size,
         ah_tun_conn_close (conn, "out of memory", true, false, false);
         return;
     }
-    lws_callback_on_writable (conn->wsi);
+    s_want_write (conn);
 }
 
 static void s_ymx_output (void *ud, const uint8_t *data, size_t size)
@@ -133,11 +148,24 @@ static void s_ymx_on_goaway (void *ud, uint32_t code)
 //  ---------------------------------------------------------------------
 //  Connections
 
+static void s_flush_forget (conn_t *conn)
+{
+    if (!conn->flush_queued)
+        return;
+    for (conn_t **p = &conn->self->flush; *p; p = &(*p)->flush_next)
+        if (*p == conn) {
+            *p = conn->flush_next;
+            break;
+        }
+    conn->flush_queued = false;
+}
+
 static void s_conn_destroy (conn_t **conn_p)
 {
     conn_t *conn = *conn_p;
     if (!conn)
         return;
+    s_flush_forget (conn);
     ah_yamux_destroy (&conn->yamux);
     zhashx_destroy (&conn->streams);
     ah_buf_free (&conn->outq);
@@ -552,8 +580,55 @@ static int s_on_writeable (struct lws *wsi, conn_t *conn)
     return 0;
 }
 
+//  The turn's output, written now: straight to the socket when neither
+//  lws nor the queue holds anything ahead of it (no WRITEABLE round: one
+//  send), else on the next WRITEABLE as before.
+void ah_tun_conns_flush (void *self_)
+{
+    self_t *self = self_;
+    while (self->flush) {
+        conn_t *conn = self->flush;
+        self->flush = conn->flush_next;
+        conn->flush_queued = false;
+        conn->flush_next = NULL;
+        if (!conn->wsi)
+            continue;
+        if (conn->dead || lws_partial_buffered (conn->wsi))
+            lws_callback_on_writable (conn->wsi);
+        else
+            s_on_writeable (conn->wsi, conn);   //  a failure closes it (asynchronously)
+    }
+}
+
+static int s_ws_serve (struct lws *wsi, enum lws_callback_reasons reason,
+                       void *user, void *in, size_t len);
+
+//  The callbacks that carry a connection's work are turns of the actor
+//  (common/actor.h): what they hand the api, and what the api's handlers
+//  send back, is delivered before the callback returns.
 static int s_ws_callback (struct lws *wsi, enum lws_callback_reasons reason,
                           void *user, void *in, size_t len)
+{
+    switch (reason) {
+        case LWS_CALLBACK_ESTABLISHED:
+        case LWS_CALLBACK_RECEIVE:
+        case LWS_CALLBACK_SERVER_WRITEABLE:
+        case LWS_CALLBACK_CLOSED: {
+            ah_lwsloop_t *loop = ah_lwsloop_from_wsi (wsi);
+            self_t *self = loop ? (self_t *) ah_lwsloop_user (loop) : NULL;
+            ah_actor_t *actor = self ? self->actor : NULL;
+            ah_actor_turn_begin (actor);
+            int rc = s_ws_serve (wsi, reason, user, in, len);
+            ah_actor_turn_end (actor);
+            return rc;
+        }
+        default:
+            return s_ws_serve (wsi, reason, user, in, len);
+    }
+}
+
+static int s_ws_serve (struct lws *wsi, enum lws_callback_reasons reason,
+                       void *user, void *in, size_t len)
 {
     ah_lwsloop_t *loop = ah_lwsloop_from_wsi (wsi);
     self_t *self = loop ? (self_t *) ah_lwsloop_user (loop) : NULL;

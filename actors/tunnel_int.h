@@ -96,6 +96,8 @@ struct conn_t {
     size_t msg_bytes;               //  of the WebSocket message being received
     int64_t last_heard_ms;          //  sandboxd's last pong or ping (liveness)
     uint32_t ping_seq;
+    bool flush_queued;              //  on self->flush: written at the turn's end
+    conn_t *flush_next;
 };
 
 struct self_t {
@@ -113,6 +115,7 @@ struct self_t {
     zhashx_t *chans;                //  "chan id" -> chan_t (owned, freed by ah_tun_chan_free)
     int64_t next_chan;
     bool terminating;
+    conn_t *flush;                  //  connections whose outq is written at the turn's end
 };
 
 //  The actor (tunnel.c)
@@ -135,6 +138,9 @@ ssize_t ah_tun_conn_write_owned (conn_t *conn, uint32_t stream, uint8_t **block_
 //  closes the socket (after flushing a go away when graceful).
 //  lost: tell lifecycle (TUNNEL_LOST) unless we are shutting down.
 void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bool graceful);
+//  The actor's flush (ah_actor_def_t): write what the turn queued on
+//  each connection, straight from the turn when lws holds nothing of it.
+void ah_tun_conns_flush (void *self);
 
 //  Channels (tunnel_chan.c)
 chan_t *ah_tun_chan_find (self_t *self, int64_t id);

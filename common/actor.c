@@ -23,9 +23,13 @@
     that ends first ends its guests the same way before its own destroy.
     Between a guest and its host messages never take ZeroMQ: ah_actor_send
     appends them (their borrowed bins copied, ah_msg_own) to the
-    receiver's inbox, drained in order from a 0 ms timer of the same loop,
-    i.e. after the callback that sent them returns: a handler never runs
-    inside another actor's call.                                        */
+    receiver's inbox, delivered in order when the thread's outermost turn
+    ends (a timer, a reader, or an lws callback that opened one: see
+    ah_actor_turn_begin), i.e. after the code that sent them returned, in
+    the same callback: a handler never runs inside another actor's call,
+    and a keystroke costs no extra round of the loop. A hand-over outside
+    any turn, or what is left after SETTLE_ROUNDS, is delivered from a
+    0 ms timer of the loop. The turn count lives in the host.            */
 #include "common/actor.h"
 #include "common/bus.h"
 #include "common/log.h"
@@ -39,6 +43,7 @@
 #define BATCH           64      //  messages taken from one socket per round
 #define MAX_READERS     16
 #define MAX_GUESTS      4
+#define SETTLE_ROUNDS   16      //  hand-over rounds at a turn's end before the loop goes on
 
 typedef struct {
     ah_actor_t *actor;
@@ -82,6 +87,8 @@ struct ah_actor_t {
     zlistx_t *inbox;            //  messages handed over in this thread, in order
     ah_lwsloop_timer_t inbox_timer;
     bool inbox_armed;
+    int turns;                  //  a host (or an actor alone): turns open in its thread
+    bool flush_wanted;          //  def->flush at the end of this turn
     reader_t *readers [MAX_READERS];
     size_t nreaders;
     s_timer_t **timers;
@@ -140,22 +147,98 @@ static ah_actor_t *s_near (ah_actor_t *self, const char *dest)
     return NULL;
 }
 
+//  The actor whose thread and loop this one runs in (itself when alone).
+static ah_actor_t *s_root (ah_actor_t *self)
+{
+    return self->host ? self->host : self;
+}
+
+static void s_on_inbox (ah_lwsloop_timer_t *lt, void *arg);
+
+static void s_inbox_arm (ah_actor_t *self)
+{
+    if (!self->inbox_armed && self->lws) {
+        self->inbox_armed = true;
+        ah_lwsloop_timer_set (self->lws, &self->inbox_timer, 0, s_on_inbox, self);
+    }
+}
+
+//  One batch of an actor's inbox, then its flush if it asked for one.
+//  True if anything ran.
+static bool s_deliver (ah_actor_t *self)
+{
+    bool ran = false;
+    for (int i = 0; i < 4 * BATCH && !self->stopped && self->inbox; i++) {
+        ah_msg_t *msg = (ah_msg_t *) zlistx_first (self->inbox);
+        if (!msg)
+            break;
+        zlistx_detach_cur (self->inbox);
+        s_dispatch_msg (self, msg);
+        ran = true;
+    }
+    if (self->flush_wanted && !self->stopped) {
+        self->flush_wanted = false;
+        if (self->def->flush)
+            self->def->flush (self->state);
+        ran = true;
+    }
+    return ran;
+}
+
+//  The outermost turn ends: hand over what the thread's actors sent each
+//  other during it (and what their handlers send in turn), and run the
+//  flushes they asked for, until nothing is left; a few rounds at most,
+//  then the loop's other work gets its turn and a 0 ms timer goes on.
+static void s_settle (ah_actor_t *root)
+{
+    for (int round = 0; round < SETTLE_ROUNDS; round++) {
+        bool ran = s_deliver (root);
+        for (size_t i = 0; i < root->nguests; i++)
+            ran = s_deliver (root->guests [i]) || ran;
+        if (!ran)
+            return;
+    }
+    ah_actor_t *all [1 + MAX_GUESTS];
+    size_t n = 0;
+    all [n++] = root;
+    for (size_t i = 0; i < root->nguests; i++)
+        all [n++] = root->guests [i];
+    for (size_t i = 0; i < n; i++)
+        if (!all [i]->stopped && (all [i]->flush_wanted || (all [i]->inbox && zlistx_size (all [i]->inbox))))
+            s_inbox_arm (all [i]);
+}
+
+void ah_actor_turn_begin (ah_actor_t *self)
+{
+    if (self)
+        s_root (self)->turns++;
+}
+
+void ah_actor_turn_end (ah_actor_t *self)
+{
+    if (!self)
+        return;
+    ah_actor_t *root = s_root (self);
+    if (root->turns == 1)
+        s_settle (root);            //  still inside: what it sends waits for the next round
+    root->turns--;
+}
+
+bool ah_actor_flush_later (ah_actor_t *self)
+{
+    if (!self || self->stopped || s_root (self)->turns == 0 || !self->def->flush)
+        return false;
+    self->flush_wanted = true;
+    return true;
+}
+
+//  Left over from a turn (or handed over outside one): a turn of its own.
 static void s_on_inbox (ah_lwsloop_timer_t *lt, void *arg)
 {
     ah_actor_t *self = arg;
     self->inbox_armed = false;
-    //  A batch, then the loop's other work (lws's connections) gets a turn.
-    for (int i = 0; i < 4 * BATCH && !self->stopped; i++) {
-        ah_msg_t *msg = (ah_msg_t *) zlistx_first (self->inbox);
-        if (!msg)
-            return;
-        zlistx_detach_cur (self->inbox);
-        s_dispatch_msg (self, msg);
-    }
-    if (!self->stopped && zlistx_size (self->inbox)) {
-        self->inbox_armed = true;
-        ah_lwsloop_timer_set (self->lws, &self->inbox_timer, 0, s_on_inbox, self);
-    }
+    ah_actor_turn_begin (self);
+    ah_actor_turn_end (self);
 }
 
 static int s_hand_over (ah_actor_t *self, ah_actor_t *to, ah_msg_t **msg_p)
@@ -174,10 +257,9 @@ static int s_hand_over (ah_actor_t *self, ah_actor_t *to, ah_msg_t **msg_p)
         return -1;
     }
     ah_msg_set_peer (msg, self->def->name);
-    if (!to->inbox_armed) {
-        to->inbox_armed = true;
-        ah_lwsloop_timer_set (to->lws, &to->inbox_timer, 0, s_on_inbox, to);
-    }
+    //  In a turn the turn's end delivers it; else a 0 ms timer does.
+    if (s_root (to)->turns == 0)
+        s_inbox_arm (to);
     return 0;
 }
 
@@ -381,7 +463,11 @@ static void s_reader_call (reader_t *r)
 
 static void s_lws_reader (ah_lwsloop_t *loop, zsock_t *sock, void *arg)
 {
-    s_reader_call ((reader_t *) arg);
+    reader_t *r = (reader_t *) arg;
+    ah_actor_t *root = s_root (r->actor);
+    ah_actor_turn_begin (root);
+    s_reader_call (r);              //  may free r (a reader that ends itself)
+    ah_actor_turn_end (root);
 }
 
 static int s_reader_add (ah_actor_t *self, zsock_t *sock, ah_actor_sock_fn *fn,
@@ -498,7 +584,10 @@ static void s_timer_fire (ah_actor_t *self, s_timer_t *t)
 static void s_lws_timer (ah_lwsloop_timer_t *lt, void *arg)
 {
     s_timer_t *t = arg;
-    s_timer_fire (t->actor, t);
+    ah_actor_t *root = s_root (t->actor);
+    ah_actor_turn_begin (root);
+    s_timer_fire (t->actor, t);     //  may free t
+    ah_actor_turn_end (root);
 }
 
 //  Own loop: fire what is due; the next deadline's distance, or -1.

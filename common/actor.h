@@ -76,6 +76,9 @@ typedef struct {
     void (*on_term) (void *self);
     const ah_actor_handler_t *handlers;     //  ends with { NULL, NULL }
     const ah_actor_command_t *commands;     //  NULL, or ends with { NULL, NULL }
+    //  Optional: what ah_actor_flush_later asked for, at the end of the
+    //  thread's turn (writes held back during it, made as one).
+    void (*flush) (void *self);
 } ah_actor_def_t;
 
 //  Start an actor; returns once its init ran. NULL with *err (caller
@@ -132,6 +135,21 @@ int  ah_actor_timer (ah_actor_t *self, int64_t delay_ms, int64_t repeat_ms,
                      ah_actor_timer_fn *fn, void *arg);
 //  Safe on an id that fired (once) or ended already, and on 0.
 void ah_actor_timer_end (ah_actor_t *self, int id);
+
+//  Turns (lws mode). A turn is one callback of the thread's loop: each
+//  timer and reader is one, and an actor's lws protocol callback opens
+//  one around its work (begin, then end, in the same callback; they
+//  nest). What the thread's actors hand each other during a turn
+//  (ah_actor_send to the host or a guest) is delivered when the
+//  outermost turn ends, in order, then each flush asked for runs, and
+//  so on until nothing is left: in the same callback, after the sending
+//  code returned, with no round of the loop between. Outside a turn a
+//  hand-over waits for a 0 ms timer (a turn of its own).
+void ah_actor_turn_begin (ah_actor_t *self);
+void ah_actor_turn_end (ah_actor_t *self);
+//  During a turn: run def->flush when it ends; true if it will. False
+//  outside a turn (or without def->flush): write the usual way.
+bool ah_actor_flush_later (ah_actor_t *self);
 
 //  Serve the bus (only) until it has been quiet for quiet_ms, for at
 //  most max_ms: for on_term, to take what is still crossing the bus.

@@ -46,6 +46,8 @@ struct ah_ws_t {
     uint64_t msg_total;
     uint8_t  ctl [126];             //  a control frame's payload (and a NUL)
     size_t   ctl_len;
+    uint8_t  masks [256];           //  masking keys from getrandom, 4 bytes a frame
+    size_t   masks_used;            //  taken of masks (starts at its size: none fetched)
 };
 
 //  ---------------------------------------------------------------- SHA-1
@@ -358,6 +360,7 @@ ah_ws_t *ah_ws_new (const ah_ws_io_t *io, const ah_ws_opts_t *opts)
         copy.close (&copy);
         return NULL;
     }
+    self->masks_used = sizeof self->masks;     //  none fetched yet
     self->io = *io;
     self->opts = *opts;
     snprintf (self->protocol, sizeof self->protocol, "%s", opts->protocol ? opts->protocol : "");
@@ -408,8 +411,14 @@ const char *ah_ws_error (const ah_ws_t *self)
 
 static int s_frame (ah_ws_t *self, int opcode, const void *data, size_t size)
 {
-    uint8_t mask [4];
-    s_random (mask, 4);
+    //  A key a frame from the kernel's generator, fetched 64 at a time:
+    //  a getrandom per keystroke was a sixth of sandboxd's system calls.
+    if (self->masks_used + 4 > sizeof self->masks) {
+        s_random (self->masks, sizeof self->masks);
+        self->masks_used = 0;
+    }
+    const uint8_t *mask = self->masks + self->masks_used;
+    self->masks_used += 4;
     return ah_wsframe_append (&self->out, opcode, true, data, size, mask);
 }
 

@@ -358,5 +358,5 @@ static const ah_actor_command_t s_commands [] = {
 
 const ah_actor_def_t ah_api_actor = {
     .name = "api", .on_bus = true, .init = s_init, .destroy = s_destroy,
-    .handlers = s_handlers, .commands = s_commands
+    .handlers = s_handlers, .commands = s_commands, .flush = api_conns_flush
 };

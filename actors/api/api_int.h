@@ -80,6 +80,7 @@ struct api_t {
     struct lws_protocols protocols [2];     //  its protocol, and the terminator
     req_t *pending;                 //  parked on a REPLY or a state
     api_chan_t *chans;              //  tunnel channels, open or opening
+    conn_t *flush;                  //  WebSockets written at the turn's end (http.c)
     struct api_abandoned_t *abandoned;      //  opens whose owner left (chan.c)
     int64_t next_req;
     int reply_timeout_s;
@@ -234,7 +235,13 @@ struct conn_t {
     bool closing;                   //  close once out has drained
     req_t req;                      //  the request being served
     ws_t *ws;                       //  after an upgrade (ws.c)
+    bool flush_queued;              //  on api->flush: written at the turn's end
+    conn_t *flush_next;
 };
+
+//  The actor's flush (ah_actor_def_t): write the WebSockets the turn
+//  queued output on, straight when lws holds nothing of theirs.
+void api_conns_flush (void *api);
 
 //  Answers. json: the body, taken (NULL: an empty object).
 void api_respond (req_t *r, int status, json_t *json);

@@ -152,10 +152,33 @@ int api_copy_fields (req_t *r, json_t *obj, const field_t *fields, size_t nfield
 //  --------------------------------------------------------------------
 //  Writing
 
+//  A WebSocket's frames (a terminal's output) are written when the turn
+//  ends (api_conns_flush), straight to the socket if nothing waits ahead
+//  of them in lws: one send, no WRITEABLE round. Everything else, and
+//  any write outside a turn, waits for WRITEABLE.
 void api_conn_want_write (conn_t *conn)
 {
-    if (conn->state != CONN_CLOSED)
-        lws_callback_on_writable (conn->wsi);
+    if (conn->state == CONN_CLOSED || conn->flush_queued)
+        return;
+    if (conn->state == CONN_WS && !conn->closing && ah_actor_flush_later (conn->api->actor)) {
+        conn->flush_queued = true;
+        conn->flush_next = conn->api->flush;
+        conn->api->flush = conn;
+        return;
+    }
+    lws_callback_on_writable (conn->wsi);
+}
+
+static void s_flush_forget (conn_t *conn)
+{
+    if (!conn->flush_queued)
+        return;
+    for (conn_t **p = &conn->api->flush; *p; p = &(*p)->flush_next)
+        if (*p == conn) {
+            *p = conn->flush_next;
+            break;
+        }
+    conn->flush_queued = false;
 }
 
 void api_want_write (req_t *r)
@@ -746,8 +769,53 @@ static int s_writeable (conn_t *conn)
     return s_close_when_sent (conn);
 }
 
+void api_conns_flush (void *api_)
+{
+    api_t *api = api_;
+    while (api->flush) {
+        conn_t *conn = api->flush;
+        api->flush = conn->flush_next;
+        conn->flush_queued = false;
+        conn->flush_next = NULL;
+        if (conn->state == CONN_CLOSED)
+            continue;
+        if (conn->state != CONN_WS || conn->closing || lws_partial_buffered (conn->wsi))
+            lws_callback_on_writable (conn->wsi);
+        else
+        if (s_writeable (conn) < 0)
+            lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+    }
+}
+
+static int s_serve (struct lws *wsi, enum lws_callback_reasons reason, void *user,
+                    void *in, size_t len);
+
+//  The callbacks that carry a connection's work are turns of the actor
+//  (common/actor.h): what they hand the tunnel, and what the tunnel's
+//  handlers send back, is delivered before the callback returns.
 static int s_callback (struct lws *wsi, enum lws_callback_reasons reason, void *user,
                        void *in, size_t len)
+{
+    switch (reason) {
+        case LWS_CALLBACK_RAW_ADOPT:
+        case LWS_CALLBACK_RAW_RX:
+        case LWS_CALLBACK_RAW_WRITEABLE:
+        case LWS_CALLBACK_RAW_CLOSE: {
+            ah_lwsloop_t *loop = ah_lwsloop_from_wsi (wsi);
+            api_t *api = loop ? (api_t *) ah_lwsloop_user (loop) : NULL;
+            ah_actor_t *actor = api ? api->actor : NULL;
+            ah_actor_turn_begin (actor);
+            int rc = s_serve (wsi, reason, user, in, len);
+            ah_actor_turn_end (actor);
+            return rc;
+        }
+        default:
+            return s_serve (wsi, reason, user, in, len);
+    }
+}
+
+static int s_serve (struct lws *wsi, enum lws_callback_reasons reason, void *user,
+                    void *in, size_t len)
 {
     conn_t *conn = user;
     switch (reason) {
@@ -789,6 +857,7 @@ static int s_callback (struct lws *wsi, enum lws_callback_reasons reason, void *
             //  conn->api is unset when TLS failed before the adoption.
             if (conn && conn->api && conn->state != CONN_CLOSED) {
                 conn_state_t was = conn->state;
+                s_flush_forget (conn);
                 conn->state = CONN_CLOSED;
                 if (was == CONN_WS)
                     api_ws_gone (conn);
