@@ -105,7 +105,9 @@ int main (void)
     ah_msg_destroy (&reply);
 
     //  A file in pieces: the sizes and bytes add up to the file.
-    FILE *f = fopen (zsys_sprintf ("%s/homes/" AGENT "/big.bin", root), "r");
+    char *big = zsys_sprintf ("%s/homes/" AGENT "/big.bin", root);
+    FILE *f = fopen (big, "r");
+    zstr_free (&big);
     static uint8_t want [700000], got [700000];
     CHECK (f && fread (want, 1, sizeof want, f) == sizeof want);
     if (f)
