@@ -159,8 +159,12 @@ def wait_clean(pid, name, baseline, old=None):
 
 
 def wait_tunnel():
-    """Until sandboxd has redialled and answers an exec."""
-    deadline = time.time() + 30
+    """Until sandboxd has redialled and answers an exec. The resets come
+    faster than sandboxd's stable time (10 s), so its redial backoff climbs
+    to its cap: a delay of up to 30 s (docs/sandboxd.md), then the dial and
+    the hello (slow under ASan). 30 s here was the cap itself: a run under
+    ASan missed it by the dial."""
+    deadline = time.time() + 30 + 15
     while time.time() < deadline:
         st, j = api("POST", "/api/v1/agents/%s/exec" % AGENT, {"cmd": "echo up"}, expect=None)
         if st == 200 and isinstance(j, dict) and j.get("stdout") == "up\n":
