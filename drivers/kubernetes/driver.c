@@ -296,6 +296,30 @@ static int s_reader_gone (k8s_t *self, const char *agent_id, const k8s_names_t *
     return rc;
 }
 
+//  A boot Secret under a name of its own, base-<8 hex> (the kubelet caches
+//  Secrets by name: one of an earlier boot under the same name could be
+//  mounted again), holding boot.json for boot's token, and its briefing
+//  unless a reader's; posted. 0 with the name in name, -1 with *err.
+static int s_post_boot_secret (k8s_t *self, const k8s_site_t *site, const ah_boot_t *boot,
+                               const char *base, bool reader, char *name, size_t size, char **err)
+{
+    uint32_t nonce = 0;
+    if (getrandom (&nonce, sizeof nonce, 0) != (ssize_t) sizeof nonce)
+        nonce = (uint32_t) time (NULL) ^ (uint32_t) clock ();
+    snprintf (name, size, "%s-%08x", base, nonce);
+    char *boot_json = ah_k8s_boot_json (boot->agent_id, boot->token, self->config->k8s_tunnel_url);
+    json_t *secret = !boot_json ? NULL
+                   : reader ? ah_k8s_reader_secret_manifest (site, boot->agent_id, name, boot_json)
+                   : ah_k8s_secret_manifest (site, boot->agent_id, name, boot_json, boot->briefing);
+    if (boot_json)
+        memset (boot_json, 0, strlen (boot_json));
+    free (boot_json);
+    long st = s_post (self, K_SECRET, name, secret, false, err);
+    if (st == 409)
+        ah_k8s_err (err, "making Secret %s: one was made meanwhile", name);
+    return st == 201 || st == 200 ? 0 : -1;
+}
+
 static int s_reader_stop (ah_driver_t *driver, const char *agent_id, char **err)
 {
     k8s_names_t n;
@@ -327,23 +351,10 @@ static int s_reader_start (ah_driver_t *driver, const ah_boot_t *boot, char **er
     //  One of an earlier session goes first (its token is revoked).
     if (s_reader_gone (self, boot->agent_id, &n, err))
         return -1;
-    uint32_t nonce = 0;
-    if (getrandom (&nonce, sizeof nonce, 0) != (ssize_t) sizeof nonce)
-        nonce = (uint32_t) time (NULL) ^ (uint32_t) clock ();
-    char secret_name [K8S_MAX_NAME + 16];
-    snprintf (secret_name, sizeof secret_name, "%s-%08x", n.reader, nonce);
     k8s_site_t site;
     ah_k8s_site (self, &site);
-    char *boot_json = ah_k8s_boot_json (boot->agent_id, boot->token, self->config->k8s_tunnel_url);
-    json_t *secret = boot_json ? ah_k8s_reader_secret_manifest (&site, boot->agent_id, secret_name,
-                                                                boot_json) : NULL;
-    if (boot_json)
-        memset (boot_json, 0, strlen (boot_json));
-    free (boot_json);
-    st = s_post (self, K_SECRET, secret_name, secret, false, err);
-    if (st == 409)
-        ah_k8s_err (err, "making Secret %s: one was made meanwhile", secret_name);
-    if (st != 201 && st != 200)
+    char secret_name [K8S_MAX_NAME + 16];
+    if (s_post_boot_secret (self, &site, boot, n.reader, true, secret_name, sizeof secret_name, err))
         return -1;
     st = s_post (self, K_POD, n.reader, ah_k8s_reader_pod_manifest (&site, boot->agent_id, secret_name),
                  false, err);
@@ -426,29 +437,13 @@ static int s_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     ah_k8s_site (self, &site);
     int rc = -1;
     //  A Pod of an earlier boot goes first (never forced: its container is
-    //  gone when its object is); the boot's Secret has a name of its own
-    //  (the kubelet caches Secrets by name: one of an earlier boot under
-    //  the same name could be mounted again).
-    uint32_t nonce = 0;
-    if (getrandom (&nonce, sizeof nonce, 0) != (ssize_t) sizeof nonce)
-        nonce = (uint32_t) time (NULL) ^ (uint32_t) clock ();
+    //  gone when its object is), and a reader before it: the claim is
+    //  ReadWriteOnce (docs/kubernetes.md).
     char secret_name [K8S_MAX_NAME + 16];
-    snprintf (secret_name, sizeof secret_name, "%s-%08x", n.secret, nonce);
-    //  A reader first: the claim is ReadWriteOnce (docs/kubernetes.md).
     if (s_reader_gone (self, boot->agent_id, &n, err)
     ||  s_delete_wait (self, K_POD, n.pod, 1, 90, err)
-    ||  s_delete_secrets (self, boot->agent_id, err))
-        goto out;
-    char *boot_json = ah_k8s_boot_json (boot->agent_id, boot->token, self->config->k8s_tunnel_url);
-    json_t *secret = boot_json ? ah_k8s_secret_manifest (&site, boot->agent_id, secret_name, boot_json,
-                                                         boot->briefing) : NULL;
-    if (boot_json)
-        memset (boot_json, 0, strlen (boot_json));
-    free (boot_json);
-    st = s_post (self, K_SECRET, secret_name, secret, false, err);
-    if (st == 409)
-        ah_k8s_err (err, "making Secret %s: one was made meanwhile", secret_name);
-    if (st != 201 && st != 200)
+    ||  s_delete_secrets (self, boot->agent_id, err)
+    ||  s_post_boot_secret (self, &site, boot, n.secret, false, secret_name, sizeof secret_name, err))
         goto out;
     st = s_post (self, K_POD, n.pod, ah_k8s_pod_manifest (&site, boot->agent_id, &spec, secret_name,
                                                          boot->briefing != NULL), false, err);
