@@ -230,6 +230,24 @@ def scenario_agent():
     h.check(ident.startswith("uid=") and "uid=0(" not in ident, "id in the sandbox: %r" % ident)
     exec_out("alice", "echo kept by the home > /home/agent/kept.txt")
     h.check(exec_out("alice", "cat /home/agent/kept.txt") == "kept by the home\n", "a file read back")
+    # Asleep, the agent's private file is read without waking it: hostd
+    # reads it for the server, which runs as another user (HOSTD_HOME).
+    exec_out("alice", "mkdir -p /home/agent/private && echo mine > /home/agent/private/key "
+                      "&& chmod 600 /home/agent/private/key && chmod 700 /home/agent/private")
+    h.check(h.cli("stop", "alice")["state"] == "sleeping", "alice sleeps")
+    st, body = ahserver.request(h.port(), "GET", "/api/v1/agents/alice/fs/file?path=private/key",
+                                token=h.token())
+    h.check(st == 200 and body == b"mine\n", "a sleeping agent's 0600 file read: %d %r" % (st, body[:200]))
+    for bad, want in (("private/../../etc/passwd", 400), ("/etc/passwd", 400), ("private/none", 404)):
+        st, body = ahserver.request(h.port(), "GET", "/api/v1/agents/alice/fs/file?path=" + bad,
+                                    token=h.token())
+        h.check(st == want, "asleep, %r refused with %d: %d %r" % (bad, want, st, body[:200]))
+    st, tree = h.api("GET", "/api/v1/agents/alice/tree?path=private")
+    h.check(st == 200 and [e["path"] for e in tree["entries"]] == ["private/key"], "its tree asleep: %d %r"
+            % (st, tree))
+    h.check(not h.container(a["id"])["State"]["Running"] and h.cli("show", "alice")["state"] == "sleeping",
+            "the reads woke nothing")
+    h.check(h.cli("start", "alice")["state"] == "running", "alice wakes")
     return a["id"]
 
 
