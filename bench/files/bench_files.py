@@ -22,6 +22,9 @@ sandboxd), and a fourth and fifth figure are the goal's peer:
             into the container's home volume; no fsync);
   docker cp out: `docker cp CONTAINER:/home/agent/bench.bin DST`, the file
             our upload left there (the engine tars it, the CLI unpacks it).
+Each side writes a new file every round: the baseline's copy, the upload
+and docker cp's are removed after the round, untimed (replacing a file
+frees the old one's blocks inside the timed rename).
 The rounds are interleaved (baseline, up, down) so the machine's noise
 falls on all three; each figure is the median over the rounds, with its
 ratio to the baseline of the same run. The same client code (Python,
@@ -146,6 +149,18 @@ def download(srv, agent_id, dst, size):
     if got != size:
         raise BenchError("GET fs/file: %d bytes of %d" % (got, size))
     return dt
+
+
+def remove(srv, agent_id, name):
+    """DELETE fs/file (untimed)."""
+    conn = http.client.HTTPConnection("127.0.0.1", srv.api_port, timeout=120)
+    conn.request("DELETE", "/api/v1/agents/%s/fs/file?path=%s" % (agent_id, name),
+                 headers={"Authorization": "Bearer " + srv.token()})
+    r = conn.getresponse()
+    body = r.read()
+    conn.close()
+    if r.status != 200:
+        raise BenchError("DELETE fs/file: %d %s" % (r.status, body[:300]))
 
 
 def docker_cp(src, dst):
@@ -277,6 +292,14 @@ def main():
                 if sha256_file(dst) != want:
                     raise BenchError("round %d: the downloaded file differs from the source" % r)
                 os.unlink(dst)
+                #  Every side writes a new file each round, as the baseline
+                #  does (its copy is unlinked above): replacing a file of
+                #  this size also frees the old one's blocks inside the
+                #  rename (90 ms of 256 MiB here), a cost the baseline never
+                #  paid.
+                remove(srv, agent_id, "bench.bin")
+                if a.docker:
+                    ahdocker.exec_in(cid, ["rm", "-f", "/home/agent/cp.bin"], timeout=120)
             base = a.mib / median(t_base)
             up = a.mib / median(t_up)
             down = a.mib / median(t_down)
