@@ -186,9 +186,48 @@ static chan_t *s_chan_of (self_t *self, ah_msg_t *msg)
     return NULL;
 }
 
+//  CHAN_DATA {chan, pipe, pipe_fd}: pipe bytes that the opener spliced
+//  into its pipe (the read end handed over once, as pipe_fd, ours from
+//  then on), to be framed from there (ah_tun_conn_splice).
+static void s_on_pipe (self_t *self, ah_msg_t *msg)
+{
+    int fd = ah_msg_has (msg, "pipe_fd") ? (int) ah_msg_int (msg, "pipe_fd", -1) : -1;
+    chan_t *chan = s_chan_of (self, msg);
+    if (chan && fd >= 0 && (chan->pipe_fd < 0 || chan->pipe_fd == fd)) {
+        chan->pipe_fd = fd;
+        fd = -1;
+    }
+    if (fd >= 0)
+        close (fd);                 //  the channel is gone (or has its pipe)
+    if (!chan)
+        return;
+    int64_t n = ah_msg_int (msg, "pipe", 0);
+    if (n <= 0 || n > AH_TUNNEL_DATA_MAX || chan->pipe_fd < 0 || chan->eof_pending
+    ||  ah_buf_size (&chan->pending) + chan->pipe_bytes + (size_t) n > PENDING_MAX) {
+        ah_warn (AREA, "channel %lld: '%s' sent %lld pipe bytes beyond its credit, after EOF or "
+                 "without a pipe; reset", (long long) chan->id, chan->opener, (long long) n);
+        ah_tun_chan_abort (self, chan, 0, "channel reset: the opener sent beyond its credit");
+        return;
+    }
+    if (!chan->conn->wsi || lws_is_ssl (chan->conn->wsi)) {
+        //  A TLS tunnel comes with a TLS API (server.tls_cert), whose
+        //  uploads are never spliced: an opener that pipes here is wrong.
+        ah_warn (AREA, "channel %lld: '%s' sent pipe bytes for a connection that cannot splice "
+                 "them (TLS); reset", (long long) chan->id, chan->opener);
+        ah_tun_chan_abort (self, chan, 0, "channel reset: pipe bytes on a TLS tunnel connection");
+        return;
+    }
+    chan->pipe_bytes += (size_t) n;
+    ah_tun_chan_flush (self, chan);
+}
+
 static void s_on_data (void *self_, ah_msg_t *msg)
 {
     self_t *self = self_;
+    if (ah_msg_has (msg, "pipe")) {
+        s_on_pipe (self, msg);
+        return;
+    }
     chan_t *chan = s_chan_of (self, msg);
     if (!chan)
         return;
@@ -197,7 +236,7 @@ static void s_on_data (void *self_, ah_msg_t *msg)
     if (!data && !ah_msg_has (msg, "data"))
         return;
     if (size > AH_TUNNEL_DATA_MAX || ah_buf_size (&chan->pending) + size > PENDING_MAX
-        || chan->eof_pending) {
+        || chan->eof_pending || chan->pipe_bytes) {
         ah_warn (AREA, "channel %lld: '%s' sent %zu bytes beyond its credit or after EOF; reset",
                  (long long) chan->id, chan->opener, size);
         ah_tun_chan_abort (self, chan, 0, "channel reset: the opener sent beyond its credit");
@@ -257,7 +296,7 @@ static void s_on_eof (void *self_, ah_msg_t *msg)
     chan_t *chan = s_chan_of (self, msg);
     if (!chan)
         return;
-    if (ah_buf_size (&chan->pending))
+    if (ah_buf_size (&chan->pending) || chan->pipe_bytes)
         chan->eof_pending = true;
     else
         ah_yamux_close (chan->conn->yamux, chan->stream);

@@ -5,7 +5,9 @@
 #include "common/log.h"
 #include "proto/channel.h"
 
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #define REPLY_BUF_MAX   (4 + AH_CHAN_HEADER_MAX + AH_YAMUX_INITIAL_WINDOW)
 
@@ -35,6 +37,8 @@ void ah_tun_chan_free (self_t *self, chan_t *chan)
         zhashx_delete (chan->conn->streams, s_key (key, sizeof key, chan->stream));
     ah_buf_free (&chan->rbuf);
     ah_buf_free (&chan->pending);
+    if (chan->pipe_fd >= 0)
+        close (chan->pipe_fd);      //  a frame in progress holds its own
     zhashx_delete (self->chans, s_key (key, sizeof key, chan->id));
     free (chan);
 }
@@ -118,6 +122,7 @@ chan_t *ah_tun_chan_open (conn_t *conn, chan_kind_t kind, const ah_msg_t *header
     chan->stream = stream;
     chan->conn = conn;
     chan->kind = kind;
+    chan->pipe_fd = -1;
     const char *ch = ah_msg_str (header, "ch");
     snprintf (chan->ch, sizeof chan->ch, "%s", ch ? ch : "?");
     char key [24];
@@ -252,7 +257,13 @@ void ah_tun_chan_flush (self_t *self, chan_t *chan)
     }
     if (taken)
         ah_tun_chan_ack (self, chan, taken);
-    if (chan->eof_pending && !ah_buf_size (&chan->pending)) {
+    //  Then what the pipe holds (after pending: the opener's order), each
+    //  frame ACKed when it is out.
+    while (!ah_buf_size (&chan->pending) && chan->pipe_bytes) {
+        if (ah_tun_conn_splice (conn, chan) <= 0)
+            return;                 //  flushed again when the window or the socket opens
+    }
+    if (chan->eof_pending && !ah_buf_size (&chan->pending) && !chan->pipe_bytes) {
         chan->eof_pending = false;
         ah_yamux_close (conn->yamux, chan->stream);
     }

@@ -10,8 +10,12 @@
 #include "common/token.h"
 #include "proto/channel.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define WRITE_CHUNK     (256u << 10)        //  largest WebSocket message we send from outq
 #define TX_PACKET       (WRITE_CHUNK + 4096)    //  ... or an owned frame (256 KiB + its header)
@@ -166,6 +170,8 @@ static void s_conn_destroy (conn_t **conn_p)
     if (!conn)
         return;
     s_flush_forget (conn);
+    if (conn->splice_fd >= 0)
+        close (conn->splice_fd);
     ah_yamux_destroy (&conn->yamux);
     zhashx_destroy (&conn->streams);
     ah_buf_free (&conn->outq);
@@ -368,6 +374,7 @@ static conn_t *s_conn_new (self_t *self, struct lws *wsi, const char *agent_id, 
     conn->self = self;
     conn->reader = reader;
     conn->wsi = wsi;
+    conn->splice_fd = -1;
     snprintf (conn->agent_id, sizeof conn->agent_id, "%s", agent_id);
     conn->streams = zhashx_new ();
     //  lws writes each message's frame header in the LWS_PRE bytes in
@@ -523,10 +530,137 @@ static int s_on_receive (struct lws *wsi, conn_t *conn, const void *in, size_t l
     return 0;
 }
 
+//  ---------------------------------------------------------------------
+//  Spliced frames: an opener's bytes (an upload's body) go from the
+//  client's socket to a pipe (the api's splice) and from the pipe to this
+//  socket (ours), never through our memory. We write the WebSocket frame
+//  ourselves (server to client: unmasked, no extension on the tunnel),
+//  only when lws and the queue hold nothing of the connection's, and
+//  finish it before anything else is written.
+
+//  The frame in progress, as far as the socket takes it now: 0 (done, or
+//  waiting for WRITEABLE), -1 when the socket broke (closed soon).
+static int s_splice_more (conn_t *conn)
+{
+    int fd = lws_get_socket_fd (conn->wsi);
+    while (conn->splice_head_sent < conn->splice_head_size || conn->splice_left) {
+        bool head = conn->splice_head_sent < conn->splice_head_size;
+        ssize_t w = head ? send (fd, conn->splice_head + conn->splice_head_sent,
+                                 conn->splice_head_size - conn->splice_head_sent,
+                                 MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE)
+                         : splice (conn->splice_fd, NULL, fd, NULL, conn->splice_left,
+                                   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            lws_callback_on_writable (conn->wsi);
+            return 0;
+        }
+        if (w <= 0)
+            goto broken;            //  a splice of 0: the pipe lost bytes it held (cannot happen)
+        if (head)
+            conn->splice_head_sent += (size_t) w;
+        else
+            conn->splice_left -= (size_t) w;
+    }
+    close (conn->splice_fd);
+    conn->splice_fd = -1;
+    chan_t *chan = ah_tun_chan_find (conn->self, conn->splice_chan);
+    if (chan && chan->conn == conn)
+        ah_tun_chan_ack (conn->self, chan, conn->splice_frame);
+    return 0;
+broken:
+    ah_warn (AREA, "agent '%s': write to the tunnel failed: %s", conn->agent_id,
+             errno ? strerror (errno) : "the pipe ran dry");
+    close (conn->splice_fd);
+    conn->splice_fd = -1;
+    conn->splice_left = 0;
+    conn->splice_broken = true;
+    //  Closed from lws's side (CLOSED tells lifecycle): the caller may be
+    //  inside a channel's flush.
+    lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+    return -1;
+}
+
+ssize_t ah_tun_conn_splice (conn_t *conn, chan_t *chan)
+{
+    if (!conn->wsi || conn->dead || conn->splice_broken || lws_is_ssl (conn->wsi))
+        return -1;
+    if (conn->splice_fd >= 0 || ah_buf_size (&conn->outq) || conn->frames
+    ||  lws_partial_buffered (conn->wsi)) {
+        conn->splice_wait = true;   //  the channel is flushed again once all that is out
+        lws_callback_on_writable (conn->wsi);
+        return 0;
+    }
+    uint8_t yhead [AH_YAMUX_HEADER_SIZE];
+    ssize_t n = ah_yamux_write_header (conn->yamux, chan->stream, chan->pipe_bytes, yhead);
+    if (n <= 0)
+        return n;
+    int fd = fcntl (chan->pipe_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+        //  The window is taken and no byte can follow the header: this
+        //  connection's stream of frames cannot go on.
+        ah_error (AREA, "agent '%s': cannot hold a channel's pipe: %s", conn->agent_id, strerror (errno));
+        lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+        return -1;
+    }
+    //  FIN and binary; the length in 7, 7+16 or 7+64 bits; no mask.
+    size_t len = AH_YAMUX_HEADER_SIZE + (size_t) n, h = 0;
+    uint8_t *head = conn->splice_head;
+    head [h++] = 0x82;
+    if (len < 126)
+        head [h++] = (uint8_t) len;
+    else if (len <= 0xffff) {
+        head [h++] = 126;
+        head [h++] = (uint8_t) (len >> 8);
+        head [h++] = (uint8_t) len;
+    }
+    else {
+        head [h++] = 127;
+        for (int shift = 56; shift >= 0; shift -= 8)
+            head [h++] = (uint8_t) ((uint64_t) len >> shift);
+    }
+    memcpy (head + h, yhead, sizeof yhead);
+    conn->splice_head_size = h + sizeof yhead;
+    conn->splice_head_sent = 0;
+    conn->splice_fd = fd;
+    conn->splice_left = (size_t) n;
+    conn->splice_chan = chan->id;
+    conn->splice_frame = (size_t) n;
+    chan->pipe_bytes -= (size_t) n;
+    return s_splice_more (conn) < 0 ? -1 : n;
+}
+
+//  The queue drained: channels whose pipes waited for it go on. Found by
+//  id again each (a flush may end a channel).
+static void s_splice_waiters (conn_t *conn)
+{
+    conn->splice_wait = false;
+    int64_t ids [64];
+    size_t n = 0;
+    for (chan_t *c = (chan_t *) zhashx_first (conn->streams); c; c = (chan_t *) zhashx_next (conn->streams))
+        if (c->pipe_bytes && n < sizeof ids / sizeof ids [0])
+            ids [n++] = c->id;
+    for (size_t i = 0; i < n && !conn->dead && conn->splice_fd < 0; i++) {
+        chan_t *c = ah_tun_chan_find (conn->self, ids [i]);
+        if (c && c->conn == conn)
+            ah_tun_chan_flush (conn->self, c);
+    }
+    if (n == sizeof ids / sizeof ids [0])
+        conn->splice_wait = true;   //  more than that: the next drain takes the rest
+}
+
 //  One message of the queue, written in place (LWS_PRE headroom): the
 //  next owned frame when its turn has come, else outq's bytes up to it.
+//  A spliced frame in progress goes first.
 static int s_on_writeable (struct lws *wsi, conn_t *conn)
 {
+    if (conn->splice_fd >= 0) {
+        if (s_splice_more (conn) < 0)
+            return 0;               //  closing (its timeout)
+        if (conn->splice_fd >= 0)
+            return 0;               //  WRITEABLE again when the socket has room
+    }
     out_frame_t *frame = conn->frames;
     uint8_t *p = ah_buf_head (&conn->outq);
     size_t n = ah_buf_size (&conn->outq);
@@ -568,6 +702,8 @@ static int s_on_writeable (struct lws *wsi, conn_t *conn)
         lws_close_reason (wsi, LWS_CLOSE_STATUS_NORMAL, NULL, 0);
         return -1;
     }
+    else if (conn->splice_wait)
+        s_splice_waiters (conn);
     //  Backpressure: stop reading sandboxd while we cannot write.
     if (!conn->rx_paused && queued > OUTQ_HIGH) {
         conn->rx_paused = true;

@@ -63,6 +63,8 @@ typedef struct {
     bool eof_pending;               //  opener sent CHAN_EOF while pending
     size_t unacked;                 //  bytes passed to the opener, not yet ACKed
     int open_timer;                 //  reply deadline; 0 once replied
+    int pipe_fd;                    //  the opener's pipe (CHAN_DATA "pipe_fd"), owned; -1 none
+    size_t pipe_bytes;              //  in it, not yet framed (they go after pending)
 } chan_t;
 
 //  A data frame whose payload an opener's CHAN_DATA owned (its bin, with
@@ -98,6 +100,17 @@ struct conn_t {
     uint32_t ping_seq;
     bool flush_queued;              //  on self->flush: written at the turn's end
     conn_t *flush_next;
+    //  A data frame spliced from a channel's pipe (ah_tun_conn_splice):
+    //  its header, then splice_left bytes of splice_fd (a dup of the
+    //  pipe), written ahead of everything queued after it.
+    int splice_fd;                  //  -1: none in progress
+    size_t splice_left;
+    uint8_t splice_head [14 + AH_YAMUX_HEADER_SIZE];
+    size_t splice_head_size, splice_head_sent;
+    int64_t splice_chan;            //  ACKed its splice_frame bytes once it is out
+    size_t splice_frame;
+    bool splice_wait;               //  a channel's pipe waits for the queue to drain
+    bool splice_broken;             //  a spliced write failed: closing, nothing more goes
 };
 
 struct self_t {
@@ -134,6 +147,15 @@ extern const struct lws_protocols ah_tun_protocols [];
 //  the queue's and *block_p NULL; else yamux copied what it took and the
 //  block stays the caller's.
 ssize_t ah_tun_conn_write_owned (conn_t *conn, uint32_t stream, uint8_t **block_p, size_t size);
+//  Frames what chan's pipe holds (within its stream's window, one frame
+//  at most): the header and the payload go straight to the socket, the
+//  payload spliced from the pipe, never through our memory, ahead of
+//  anything queued after it; chan is ACKed when it is out. The bytes
+//  framed, 0 when not now (the window is shut, or output is queued ahead
+//  of it: the channel is flushed again when that changes), -1 if the
+//  stream or the connection cannot take it (over TLS: never, the api
+//  splices no upload when the server has TLS, tunnel.c refuses pipes there).
+ssize_t ah_tun_conn_splice (conn_t *conn, chan_t *chan);
 //  Close conn now: out of the agent map, channels failed with why; lws
 //  closes the socket (after flushing a go away when graceful).
 //  lost: tell lifecycle (TUNNEL_LOST) unless we are shutting down.

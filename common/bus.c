@@ -37,7 +37,8 @@ static int s_send_nowait (zsock_t *router, zmsg_t *msg)
 
 //  The tap's copy, [type][sender][dest][map]. A CHAN_DATA carries the
 //  bytes of a terminal or a file: the tap gets {chan, bytes} instead (an
-//  empty map when it does not decode), never the data.
+//  empty map when it does not decode), never the data (nor a spliced
+//  upload's pipe: its byte count is its bytes).
 static void s_tap (self_t *self, zframe_t *sender, zframe_t *dest, zframe_t *type, zframe_t *body)
 {
     zmsg_t *copy = zmsg_new ();
@@ -52,6 +53,8 @@ static void s_tap (self_t *self, zframe_t *sender, zframe_t *dest, zframe_t *typ
             ah_msg_set_int (meta, "chan", ah_msg_int (data, "chan", -1));
         if (data && ah_msg_bin (data, "data", &size))
             ah_msg_set_int (meta, "bytes", (int64_t) size);
+        else if (data && ah_msg_has (data, "pipe"))     //  spliced bytes, counted in the pipe
+            ah_msg_set_int (meta, "bytes", ah_msg_int (data, "pipe", 0));
         uint8_t *encoded = NULL;
         if (ah_msg_encode (meta, &encoded, &size) == 0)
             zmsg_addmem (copy, encoded, size);

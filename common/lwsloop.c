@@ -303,6 +303,7 @@ void ah_lwsloop_destroy (ah_lwsloop_t **self_p)
 struct lws_context *ah_lwsloop_context (ah_lwsloop_t *self) { return self->context; }
 struct lws_vhost *ah_lwsloop_vhost (ah_lwsloop_t *self) { return self->vhost; }
 void *ah_lwsloop_user (ah_lwsloop_t *self) { return self->user; }
+struct ev_loop *ah_lwsloop_ev (ah_lwsloop_t *self) { return self->ev; }
 uint64_t ah_lwsloop_rounds (ah_lwsloop_t *self) { return self->rounds; }
 
 ah_lwsloop_t *ah_lwsloop_from_wsi (struct lws *wsi)

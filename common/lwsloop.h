@@ -79,6 +79,9 @@ void ah_lwsloop_destroy (ah_lwsloop_t **self_p);
 struct lws_context *ah_lwsloop_context (ah_lwsloop_t *self);
 struct lws_vhost *ah_lwsloop_vhost (ah_lwsloop_t *self);
 void *ah_lwsloop_user (ah_lwsloop_t *self);          //  info->user
+//  The libev loop under lws: a watcher of the caller's own on it (an fd
+//  it reads itself) runs in this loop's thread, between lws's events.
+struct ev_loop *ah_lwsloop_ev (ah_lwsloop_t *self);
 ah_lwsloop_t *ah_lwsloop_from_wsi (struct lws *wsi);
 //  The listening port of the default vhost (useful with info->port = 0:
 //  the OS picks). -1 if none.

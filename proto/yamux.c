@@ -520,6 +520,28 @@ ssize_t ah_yamux_write (ah_yamux_t *self, uint32_t id, const uint8_t *data, size
     return (ssize_t) total;
 }
 
+ssize_t ah_yamux_write_header (ah_yamux_t *self, uint32_t id, size_t size,
+                               uint8_t head [AH_YAMUX_HEADER_SIZE])
+{
+    if (!self || self->failed)
+        return -1;
+    s_stream_t *s = s_find (self, id);
+    if (!s || s->local_fin)
+        return -1;
+    size_t n = size < s->send_window ? size : s->send_window;
+    if (n > S_MAX_FRAME)
+        n = S_MAX_FRAME;
+    if (n == 0) {
+        if (size)
+            s->want_writable = true;
+        return 0;
+    }
+    s->send_window -= (uint32_t) n;
+    ah_yamux_header_t h = { AH_YAMUX_VERSION, AH_YAMUX_DATA, 0, id, (uint32_t) n };
+    ah_yamux_header_encode (&h, head);
+    return (ssize_t) n;
+}
+
 void ah_yamux_consumed (ah_yamux_t *self, uint32_t id, size_t n)
 {
     if (!self || self->failed)

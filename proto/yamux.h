@@ -99,6 +99,14 @@ int ah_yamux_open (ah_yamux_t *self, uint32_t *id);
 //  Queue up to size bytes within the peer's window: bytes taken, or -1
 //  if the stream is not writable (closed, reset, unknown).
 ssize_t ah_yamux_write (ah_yamux_t *self, uint32_t id, const uint8_t *data, size_t size);
+//  One data frame whose payload the caller moves itself (a splice): takes
+//  up to size bytes of id's send window, at most one frame's worth, and
+//  writes the frame's header to head. Returns how many, 0 when the window
+//  is shut (on_writable follows), -1 if id is not writable. Nothing is
+//  output: the caller writes head and then exactly that many payload
+//  bytes, before any other output of this session.
+ssize_t ah_yamux_write_header (ah_yamux_t *self, uint32_t id, size_t size,
+                               uint8_t head [AH_YAMUX_HEADER_SIZE]);
 //  The application used n received bytes of id: may send a window update.
 void ah_yamux_consumed (ah_yamux_t *self, uint32_t id, size_t n);
 //  Half-close our side (FIN). 0 / -1.

@@ -142,6 +142,10 @@ typedef struct {
     //  Optional: n bytes of conn->out went to the socket (a streamed
     //  response that queues its bytes as they come acknowledges them here).
     void (*written) (req_t *r, size_t n);
+    //  Optional, with body: take up to size body bytes straight from the
+    //  connection's socket fd (api_chan_splice's answers). http.c then
+    //  leaves the socket to it while the body lasts (not over TLS).
+    ssize_t (*splice) (req_t *r, int fd, size_t size);
 } ext_ops_t;
 
 typedef struct {
@@ -184,6 +188,7 @@ struct req_t {
     bool abandon;                   //  ...or not even that: answer now, then close
     bool body_done;
     bool handled;                   //  the route's handler ran
+    bool no_splice;                 //  its consumer could not splice: read as usual (http.c)
     //  Parked on a REPLY or a state (api.c)
     req_t *prev, *next;
     bool linked;
@@ -237,6 +242,9 @@ struct conn_t {
     ws_t *ws;                       //  after an upgrade (ws.c)
     bool flush_queued;              //  on api->flush: written at the turn's end
     conn_t *flush_next;
+    bool splicing;                  //  the body's consumer reads the socket (ext_ops->splice)
+    bool splice_watching;           //  ... and splice_io is started
+    ev_io splice_io;                //  the socket readable, on the api's loop
 };
 
 //  The actor's flush (ah_actor_def_t): write the WebSockets the turn
@@ -293,6 +301,8 @@ void api_metrics_destroy (api_metrics_t **m_p);
 void api_metrics_request (api_metrics_t *m, const char *pattern, int status);
 //  Bytes of a recorded operation (fs.read, fs.write, terminal.close).
 void api_metrics_bytes (api_metrics_t *m, const char *kind, int64_t bytes);
+//  Upload bytes a splice moved (http.c).
+void api_metrics_spliced (api_metrics_t *m, int64_t bytes);
 //  Wakes, sleeps and durations from a SANDBOX_STATE.
 void api_metrics_state (api_metrics_t *m, const ah_msg_t *msg);
 
@@ -451,6 +461,10 @@ struct api_chan_t {
     int64_t unacked;                //  sent, not yet taken by the tunnel
     bool linked;
     api_chan_t *prev, *next;
+    //  Its pipe (api_chan_splice): every byte after the first spliced one
+    //  goes through it. The read end is the tunnel's once handed over.
+    bool piped, pipe_handed;
+    int pipe_w, pipe_r;
 };
 
 #define API_CHAN_CREDIT     (1792u << 10)   //  most bytes in flight to the tunnel (its credit less one CHAN_DATA)
@@ -464,6 +478,19 @@ int  api_chan_open_reader (api_t *api, api_chan_t *chan, const char *agent_id, a
                            const chan_ops_t *ops, void *owner);
 //  Bytes to sandboxd (as CHAN_DATA pieces). 0 / -1.
 int  api_chan_send (api_chan_t *chan, const void *data, size_t size);
+//  Bytes to sandboxd as far as the channel takes them now (its credit;
+//  a piped channel's pipe): how many, or -1 when it is closed or broken.
+ssize_t api_chan_write (api_chan_t *chan, const void *data, size_t size);
+//  Up to size bytes moved from fd (a socket) to sandboxd without passing
+//  through our memory: spliced into the channel's pipe (made on first
+//  use), the tunnel splices them on. Bytes moved, 0 when fd has none now,
+//  or one of these:
+enum {
+    API_SPLICE_BROKEN = -1,         //  fd ended or failed, or the bus did: close the connection
+    API_SPLICE_FULL   = -2,         //  no room: wait for writable
+    API_SPLICE_CANNOT = -3,         //  not now or not here (closed, no pipe): read as usual
+};
+ssize_t api_chan_splice (api_chan_t *chan, int fd, size_t size);
 //  One record (u8 kind, u32 length, payload) to sandboxd.
 int  api_chan_record (api_chan_t *chan, uint8_t kind, const void *data, size_t size);
 //  How many bytes may be sent before the tunnel takes some.

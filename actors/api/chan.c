@@ -16,7 +16,11 @@
 #include "actors/api/api_int.h"
 #include "proto/channel.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #define PIECE   (256u << 10)        //  CHAN_DATA carries at most this (AH_TUNNEL_DATA_MAX)
 
@@ -53,8 +57,20 @@ static void s_link (api_chan_t *chan)
     chan->linked = true;
 }
 
+//  Our ends of the pipe; the read end is the tunnel's once handed over.
+static void s_pipe_close (api_chan_t *chan)
+{
+    if (!chan->piped)
+        return;
+    close (chan->pipe_w);
+    if (!chan->pipe_handed)
+        close (chan->pipe_r);
+    chan->piped = false;
+}
+
 static void s_unlink (api_chan_t *chan)
 {
+    s_pipe_close (chan);
     if (!chan->linked)
         return;
     if (chan->prev)
@@ -138,6 +154,99 @@ int api_chan_send (api_chan_t *chan, const void *data, size_t size)
         off += n;
     }
     return 0;
+}
+
+//  The channel's pipe, made on first use: big enough for its credit where
+//  the system allows (a smaller one works, in more rounds). 0 / -1.
+static int s_pipe (api_chan_t *chan)
+{
+    if (chan->piped)
+        return 0;
+    int fds [2];
+    if (pipe2 (fds, O_NONBLOCK | O_CLOEXEC))
+        return -1;
+    if (fcntl (fds [1], F_SETPIPE_SZ, (int) (2u << 20)) < 0)
+        fcntl (fds [1], F_SETPIPE_SZ, (int) (1u << 20));
+    chan->pipe_r = fds [0];
+    chan->pipe_w = fds [1];
+    chan->pipe_handed = false;
+    chan->piped = true;
+    return 0;
+}
+
+//  n bytes are in the pipe: CHAN_DATA {chan, pipe: n}, the read end with
+//  the first. -1 when the bus refused it (the bytes are lost: the caller
+//  must fail the transfer).
+static int s_pipe_said (api_chan_t *chan, size_t n)
+{
+    ah_msg_t *m = ah_msg_new ("CHAN_DATA");
+    ah_msg_set_int (m, "chan", chan->id);
+    ah_msg_set_int (m, "pipe", (int64_t) n);
+    if (!chan->pipe_handed)
+        ah_msg_set_int (m, "pipe_fd", chan->pipe_r);
+    if (api_send (chan->api, "tunnel", &m))
+        return -1;
+    chan->pipe_handed = true;
+    chan->unacked += (int64_t) n;
+    return 0;
+}
+
+ssize_t api_chan_write (api_chan_t *chan, const void *data, size_t size)
+{
+    if (!api_chan_open_now (chan))
+        return -1;
+    size_t room = api_chan_room (chan);
+    if (size > room)
+        size = room;
+    if (!chan->piped)
+        return size && api_chan_send (chan, data, size) ? -1 : (ssize_t) size;
+    size_t done = 0;
+    while (done < size) {
+        size_t want = size - done > PIECE ? PIECE : size - done;
+        ssize_t n = write (chan->pipe_w, (const uint8_t *) data + done, want);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;                  //  the pipe is full: the tunnel's ACK says when it is not
+        if (n <= 0 || s_pipe_said (chan, (size_t) n))
+            return -1;
+        done += (size_t) n;
+    }
+    return (ssize_t) done;
+}
+
+ssize_t api_chan_splice (api_chan_t *chan, int fd, size_t size)
+{
+    if (!api_chan_open_now (chan) || s_pipe (chan))
+        return API_SPLICE_CANNOT;
+    size_t room = api_chan_room (chan);
+    if (size > room)
+        size = room;
+    if (size > PIECE)
+        size = PIECE;
+    if (size == 0)
+        return API_SPLICE_FULL;
+    for (;;) {
+        ssize_t n = splice (fd, NULL, chan->pipe_w, NULL, size, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (n > 0)
+            return s_pipe_said (chan, (size_t) n) ? API_SPLICE_BROKEN : n;
+        if (n == 0)
+            return API_SPLICE_BROKEN;       //  the client closed before the body's end
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            //  The socket has nothing, or the pipe is full: bytes waiting
+            //  in the socket say which. A pipe that holds nothing we sent
+            //  (all ACKed) is not full.
+            int waiting = 0;
+            if (chan->unacked > 0 && ioctl (fd, FIONREAD, &waiting) == 0 && waiting > 0)
+                return API_SPLICE_FULL;
+            return 0;
+        }
+        if (errno == EINVAL || errno == ENOSYS)
+            return API_SPLICE_CANNOT;       //  not a socket splice can read
+        return API_SPLICE_BROKEN;
+    }
 }
 
 int api_chan_record (api_chan_t *chan, uint8_t kind, const void *data, size_t size)

@@ -223,11 +223,16 @@ static size_t s_write_body (req_t *r, const uint8_t *data, size_t size)
     files_t *f = r->ext;
     if (!api_chan_open_now (&f->chan))
         return 0;
-    size_t room = api_chan_room (&f->chan);
-    size_t take = size < room ? size : room;
-    if (take && api_chan_send (&f->chan, data, take))
-        return 0;
-    return take;
+    ssize_t took = api_chan_write (&f->chan, data, size);
+    return took > 0 ? (size_t) took : 0;
+}
+
+//  The body straight from the client's socket (not over TLS): through the
+//  channel's pipe, never through our memory (docs/architecture.md).
+static ssize_t s_write_splice (req_t *r, int fd, size_t size)
+{
+    files_t *f = r->ext;
+    return api_chan_splice (&f->chan, fd, size);
 }
 
 static void s_write_body_end (req_t *r)
@@ -290,7 +295,7 @@ static const chan_ops_t s_write_ops = {
 };
 
 static const ext_ops_t s_ext_ops = {
-    .free = s_free, .body = s_write_body, .body_end = s_write_body_end, .produce = s_read_produce,
+    .free = s_free, .body = s_write_body, .body_end = s_write_body_end, .splice = s_write_splice, .produce = s_read_produce,
     .written = s_read_written,
 };
 

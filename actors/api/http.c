@@ -24,6 +24,7 @@
 #include <string.h>
 
 static void s_process (conn_t *conn);
+static void s_splice_stop (conn_t *conn);
 
 //  --------------------------------------------------------------------
 //  JSON helpers
@@ -383,6 +384,7 @@ void api_body_resume (req_t *r)
 
 static void s_req_free (req_t *r)
 {
+    s_splice_stop (r->conn);        //  the consumer that read the socket goes
     if (r->ext_ops && r->ext_ops->free)
         r->ext_ops->free (r);
     r->ext = NULL;
@@ -638,6 +640,111 @@ static size_t s_body_direct (conn_t *conn, const void *data, size_t size)
     return n;
 }
 
+//  --------------------------------------------------------------------
+//  A streamed body spliced: its consumer reads the socket itself (ext_ops
+//  ->splice: the bytes go to a pipe and from there to the tunnel's
+//  socket, never through our memory) while lws does not read it. Only
+//  when nothing of the body waits in conn->in (lws keeps nothing of a raw
+//  socket: each RAW_RX hands over all it read), never over TLS, never
+//  past the body's last byte (the next request is lws's again). Any "cannot" goes back to reading as usual; the consumer's
+//  channel then takes the rest through the same pipe, in order.
+
+#define SPLICE_MIN  (64u << 10)         //  a smaller body rest is not worth it
+
+static void s_splice_watch (conn_t *conn, bool on)
+{
+    struct ev_loop *ev = ah_lwsloop_ev (conn->api->loop);
+    if (on && !conn->splice_watching)
+        ev_io_start (ev, &conn->splice_io);
+    else if (!on && conn->splice_watching)
+        ev_io_stop (ev, &conn->splice_io);
+    conn->splice_watching = on;
+}
+
+static void s_splice_stop (conn_t *conn)
+{
+    if (!conn || !conn->splicing)
+        return;
+    s_splice_watch (conn, false);
+    conn->splicing = false;
+    if (conn->state != CONN_CLOSED && !conn->rx_paused)
+        lws_rx_flow_control (conn->wsi, 1);
+}
+
+static void s_stall_watch (conn_t *conn);
+
+//  The socket is readable: the consumer takes what it can.
+static void s_splice_read (conn_t *conn)
+{
+    req_t *r = &conn->req;
+    int fd = lws_get_socket_fd (conn->wsi);
+    //  At most the channel's credit per round: then other connections.
+    for (int round = 0; round < 8 && conn->splicing; round++) {
+        uint64_t want = r->content_length - r->body_seen;
+        ssize_t n = r->ext_ops->splice (r, fd, want > SIZE_MAX ? SIZE_MAX : (size_t) want);
+        if (n > 0) {
+            r->body_seen += (uint64_t) n;
+            api_metrics_spliced (conn->api->metrics, n);
+            if (r->body_seen >= r->content_length) {
+                s_splice_stop (conn);
+                s_process (conn);           //  the body's end, as any other
+                return;
+            }
+            continue;
+        }
+        if (n == 0)
+            break;                          //  nothing more now
+        if (n == API_SPLICE_FULL) {
+            s_splice_watch (conn, false);   //  until api_body_resume
+            break;
+        }
+        s_splice_stop (conn);
+        if (n == API_SPLICE_BROKEN) {
+            //  Never kept half: the channel is reset when the request goes.
+            lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+            return;
+        }
+        r->no_splice = true;                //  API_SPLICE_CANNOT: lws reads the rest
+        s_process (conn);
+        return;
+    }
+    s_stall_watch (conn);
+}
+
+static void s_splice_cb (struct ev_loop *ev, ev_io *io, int revents)
+{
+    (void) ev;
+    (void) revents;
+    conn_t *conn = io->data;
+    ah_actor_t *actor = conn->api->actor;
+    ah_actor_turn_begin (actor);            //  its CHAN_DATA reaches the tunnel before we return
+    s_splice_read (conn);
+    ah_actor_turn_end (actor);
+}
+
+static void s_splice_start (conn_t *conn)
+{
+    req_t *r = &conn->req;
+    if (conn->splicing) {
+        if (!conn->splice_watching && conn->state == CONN_BODY)
+            s_splice_watch (conn, true);    //  room again (api_body_resume)
+        return;
+    }
+    if (conn->state != CONN_BODY || conn->closing || ah_buf_size (&conn->in)
+    ||  r->discard || r->no_splice || !r->continue_sent || !r->route || !(r->route->flags & R_STREAM)
+    ||  !r->ext_ops || !r->ext_ops->splice || r->content_length - r->body_seen < SPLICE_MIN
+    ||  lws_is_ssl (conn->wsi))
+        return;
+    int fd = lws_get_socket_fd (conn->wsi);
+    if (fd < 0)
+        return;
+    lws_rx_flow_control (conn->wsi, 0);
+    ev_io_init (&conn->splice_io, s_splice_cb, fd, EV_READ);
+    conn->splice_io.data = conn;
+    conn->splicing = true;
+    s_splice_watch (conn, true);
+}
+
 //  A body that stops coming: body_stall_s after the last byte read or
 //  taken, the connection closes (a streamed upload is dropped, never
 //  kept half). Not while we are the ones who wait: our consumer not ready
@@ -648,7 +755,8 @@ static void s_stall_watch (conn_t *conn)
     bool reading = conn->state == CONN_BODY || (conn->state == CONN_HANDLING && r->discard);
     bool ready = !(r->route && (r->route->flags & R_STREAM)) || r->discard
               || (r->continue_sent && r->ext_ops && r->ext_ops->body);
-    if (reading && !r->body_done && ready && !conn->rx_paused)
+    bool waiting = conn->rx_paused || (conn->splicing && !conn->splice_watching);
+    if (reading && !r->body_done && ready && !waiting)
         lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, conn->api->body_stall_s);
     else if (conn->state == CONN_BODY || conn->state == CONN_HANDLING)
         lws_set_timeout (conn->wsi, NO_PENDING_TIMEOUT, 0);
@@ -709,8 +817,10 @@ static void s_process (conn_t *conn)
         conn->rx_paused = false;
         lws_rx_flow_control (conn->wsi, 1);
     }
-    if (conn->state != CONN_CLOSED && !conn->closing)
+    if (conn->state != CONN_CLOSED && !conn->closing) {
+        s_splice_start (conn);
         s_stall_watch (conn);
+    }
     conn->processing = false;
 }
 
@@ -837,6 +947,13 @@ static int s_serve (struct lws *wsi, enum lws_callback_reasons reason, void *use
         case LWS_CALLBACK_RAW_RX: {
             if (!conn || conn->state == CONN_CLOSED)
                 return -1;
+            if (conn->splicing) {
+                //  Bytes lws kept would come after some the consumer took:
+                //  out of order. Never kept half: close.
+                ah_error ("api", "%s: lws delivered body bytes while the body was spliced; closing",
+                          conn->req.path);
+                return -1;
+            }
             size_t used = s_body_direct (conn, in, len);
             if (len > used && ah_buf_append (&conn->in, (const uint8_t *) in + used, len - used))
                 return -1;
@@ -857,6 +974,7 @@ static int s_serve (struct lws *wsi, enum lws_callback_reasons reason, void *use
             //  conn->api is unset when TLS failed before the adoption.
             if (conn && conn->api && conn->state != CONN_CLOSED) {
                 conn_state_t was = conn->state;
+                s_splice_watch (conn, false);
                 s_flush_forget (conn);
                 conn->state = CONN_CLOSED;
                 if (was == CONN_WS)

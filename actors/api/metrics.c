@@ -51,6 +51,7 @@ struct api_metrics_t {
     requests_t requests [MAX_ROUTES * MAX_STATUSES / 4];
     size_t nrequests;
     uint64_t bytes [B_COUNT];
+    uint64_t spliced;               //  upload bytes moved by splice (http.c)
     uint64_t wakes [C_COUNT], sleeps [C_COUNT];
     histogram_t durations [H_COUNT];
     zhashx_t *seen;                 //  agent id -> seen_t
@@ -108,6 +109,12 @@ void api_metrics_bytes (api_metrics_t *m, const char *kind, int64_t bytes)
                 : strncmp (kind, "terminal", 8) == 0 ? B_TERMINAL : B_COUNT;
     if (c < B_COUNT)
         m->bytes [c] += (uint64_t) bytes;
+}
+
+void api_metrics_spliced (api_metrics_t *m, int64_t bytes)
+{
+    if (m && bytes > 0)
+        m->spliced += (uint64_t) bytes;
 }
 
 static cause_t s_cause (const char *by)
@@ -296,6 +303,11 @@ static void s_exposition (req_t *r, const json_t *runtimes)
     for (int c = 0; c < B_COUNT; c++)
         ah_buf_appendf (&out, "agenthold_bytes_total{channel=\"%s\"} %llu\n", s_channel_names [c],
                         (unsigned long long) m->bytes [c]);
+
+    s_family (&out, "agenthold_spliced_bytes_total", "counter",
+              "Upload bytes moved from the client's socket to the sandbox's by splice, never "
+              "through the server's memory (part of fs_write's bytes).");
+    ah_buf_appendf (&out, "agenthold_spliced_bytes_total %llu\n", (unsigned long long) m->spliced);
 
     s_family (&out, "agenthold_runtime_images", "gauge", "Runtime images of the catalog, by the builder's state.");
     const char *states [] = { "present", "building", "missing", "error" };

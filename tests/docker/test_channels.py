@@ -61,6 +61,16 @@ def raw(method, path, body=None, headers=None, timeout=120):
     return r.status, dict((k.lower(), v) for k, v in r.getheaders()), data
 
 
+def spliced_bytes():
+    """agenthold_spliced_bytes_total of GET /metrics."""
+    st, _, data = raw("GET", "/metrics")
+    h.check(st == 200, "GET /metrics: %d" % st)
+    for line in data.decode(errors="replace").splitlines():
+        if line.startswith("agenthold_spliced_bytes_total "):
+            return int(float(line.split()[1]))
+    raise Fail("GET /metrics has no agenthold_spliced_bytes_total")
+
+
 def fs(route, path, **args):
     args["path"] = path
     return "/api/v1/agents/%s/fs/%s?%s" % (NAME, route, urllib.parse.urlencode(args))
@@ -215,11 +225,17 @@ def scenario(h):
     h.check(st == 201 and r.get("created"), "mkdir data: %d %r" % (st, r))
     blob = os.urandom(BLOB_MIB << 20)
     blob_sha = hashlib.sha256(blob).hexdigest()
+    spliced = spliced_bytes()
     t0 = time.time()
     st, _, data = raw("PUT", fs("file", "data/blob.bin", mode="640"), blob,
                       {"Content-Type": "application/octet-stream"})
     up = time.time() - t0
     h.check(st == 200, "upload of %d MiB: %d %r" % (BLOB_MIB, st, data[:200]))
+    # The body went from our socket to sandboxd's by splice (the container
+    # dials the tunnel's unix socket), all but the first reads.
+    spliced = spliced_bytes() - spliced
+    h.check(len(blob) - (2 << 20) <= spliced <= len(blob),
+            "%d of the upload's %d bytes were spliced" % (spliced, len(blob)))
     r = json.loads(data)
     h.check(r.get("size") == len(blob), "the upload's answer has its size: %r" % r)
     t0 = time.time()

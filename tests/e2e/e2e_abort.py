@@ -19,7 +19,11 @@ process left open on a file in the home (sandboxd runs inside the server
 with the fake driver: an fs.read or fs.write channel that leaked would
 hold its file open), the server's descriptor count back where it was, and
 a full upload and download of the same name that round-trips (sha256).
-Each case runs three times in a row. Also: `curl -T` of 3 MiB (it sends
+Each case runs three times in a row. Also: an upload's body is spliced
+(agenthold_spliced_bytes_total grows by it), and only the body: a PUT of
+0 B to 3 MiB with a GET of the same file in the same write is answered
+twice, the GET with the exact bytes; a body trickled in pieces lands
+whole and costs the server little CPU while it waits. And: `curl -T` of 3 MiB (it sends
 `Expect: 100-continue` and waits up to a second for the 100) is answered
 well within that second, and its file lands whole.
 
@@ -29,6 +33,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -281,6 +286,89 @@ def case_sandbox_down(pid, baseline, whole):
     wait_clean(pid, "whole.bin", baseline, whole)
 
 
+def metric(name):
+    st, raw = ahserver.request(API_PORT, "GET", "/metrics", None, token(), timeout=30)
+    check(st == 200, "GET /metrics: %d %r" % (st, raw[:200]))
+    for line in raw.decode(errors="replace").splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[1]))
+    raise Fail("GET /metrics has no %s" % name)
+
+
+def read_answer(s, buf):
+    """One HTTP answer from s (buf: bytes already read): (status, body, rest)."""
+    while b"\r\n\r\n" not in buf:
+        b = s.recv(1 << 16)
+        check(b, "the connection closed before an answer's head: %r" % buf[:200])
+        buf += b
+    head, buf = buf.split(b"\r\n\r\n", 1)
+    m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    length = int(m.group(1)) if m else 0
+    while len(buf) < length:
+        b = s.recv(1 << 20)
+        check(b, "the connection closed inside an answer's body")
+        buf += b
+    return int(head[9:12]), buf[:length], buf[length:]
+
+
+def cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def case_splice(pid, baseline):
+    """An upload's body goes from the client's socket to sandboxd's by
+    splice (agenthold_spliced_bytes_total counts it), and only the body:
+    a request sent in the same write right behind it is read as a request.
+    A body that comes in pieces with pauses costs no CPU while it waits."""
+    before = metric("agenthold_spliced_bytes_total")
+    round_trip("spliced.bin")
+    moved = metric("agenthold_spliced_bytes_total") - before
+    check(moved >= SIZE - (2 << 20) and moved <= SIZE,
+          "a %d-byte upload: %d bytes spliced (all but the first reads expected)" % (SIZE, moved))
+    auth = "Authorization: Bearer %s\r\n" % token()
+    for size in (0, 1, 65535, 65536, 65537, (1 << 20) + 7, (3 << 20) + 7):
+        body = os.urandom(size)
+        name = "pipelined-%d.bin" % size
+        put = ("PUT %s HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n"
+               % (file_path(name), auth, size)).encode()
+        get = ("GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (file_path(name), auth)).encode()
+        s = socket.create_connection(("127.0.0.1", API_PORT), timeout=60)
+        s.sendall(put + body + get)
+        st, answer, rest = read_answer(s, b"")
+        check(st == 200 and json.loads(answer).get("size") == size,
+              "PUT of %d bytes with a GET behind it: %d %r" % (size, st, answer[:200]))
+        st, got, rest = read_answer(s, rest)
+        check(st == 200 and got == body, "the GET behind a %d-byte PUT: %d, %d bytes back%s"
+              % (size, st, len(got), "" if got == body else " (different)"))
+        s.close()
+        os.unlink(os.path.join(HOME, name))
+    #  In pieces: 4 MiB in 8 sends, 0.25 s apart.
+    before = metric("agenthold_spliced_bytes_total")
+    want = hashlib.sha256()
+    s = raw_request("PUT", file_path("trickled.bin"), 4 << 20)
+    time.sleep(0.3)
+    cpu0, t0 = cpu_s(pid), time.monotonic()
+    for i in range(8):
+        piece = block(i)[:512 << 10]
+        want.update(piece)
+        s.sendall(piece)
+        time.sleep(0.25)
+    cpu = cpu_s(pid) - cpu0
+    wall = time.monotonic() - t0
+    st, answer, _ = read_answer(s, b"")
+    s.close()
+    check(st == 200, "trickled PUT: %d %r" % (st, answer[:200]))
+    check(ahserver.sha256_file(os.path.join(HOME, "trickled.bin")) == want.hexdigest(),
+          "the trickled upload landed different")
+    check(metric("agenthold_spliced_bytes_total") - before >= (3 << 20),
+          "the trickled upload was not spliced")
+    check(cpu < 0.5 * wall, "the server used %.2f s of CPU in %.2f s of a trickled upload "
+          "(a watcher that spins?)" % (cpu, wall))
+    wait_clean(pid, "no-such.bin", baseline)
+
+
 def case_expect():
     src = os.path.join(TMP, "expect.bin")
     with open(src, "wb") as f:
@@ -315,6 +403,7 @@ def main():
     whole = round_trip("whole.bin")
     time.sleep(0.5)
     baseline = fd_count(server.pid)
+    case_splice(server.pid, baseline)
     for rnd in range(3):
         case_client_up(server.pid, baseline)
         case_client_down(server.pid, baseline, whole)

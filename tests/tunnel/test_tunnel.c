@@ -18,6 +18,7 @@
 #include "../common/check.h"
 #include "tests/common/actor_probe.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -244,6 +245,22 @@ static bool s_collect (zsock_t *api, int64_t chan, uint8_t *buf, size_t cap, siz
     return eof && closed && clean;
 }
 
+//  An fs.write's end: EOF; the trailer comes back as data, then EOF,
+//  then CLOSE without error, and says ok and size.
+static void s_write_end (zsock_t *api, int64_t chan, size_t size)
+{
+    s_send_chan (api, "CHAN_EOF", chan);
+    uint8_t trailer [256];
+    size_t tlen = 0;
+    CHECK (s_collect (api, chan, trailer, sizeof trailer, &tlen));
+    ah_msg_t *tr = NULL;
+    size_t used = 0;
+    const char *err = NULL;
+    CHECK (ah_chan_header_decode (trailer, tlen, &tr, &used, &err) == 1);
+    CHECK (tr && ah_msg_bool (tr, "ok", false) && ah_msg_int (tr, "size", 0) == (int64_t) size);
+    ah_msg_destroy (&tr);
+}
+
 //  fs.write of data, then fs.read of it back (ACKing as a slow opener).
 static void s_round_trip (zsock_t *api, const uint8_t *data, size_t size)
 {
@@ -273,17 +290,7 @@ static void s_round_trip (zsock_t *api, const uint8_t *data, size_t size)
         acked += (size_t) ah_msg_int (a, "bytes", 0);
         ah_msg_destroy (&a);
     }
-    s_send_chan (api, "CHAN_EOF", chan);
-    //  The trailer comes back as data, then EOF, then CLOSE without error.
-    uint8_t trailer [256];
-    size_t tlen = 0;
-    CHECK (s_collect (api, chan, trailer, sizeof trailer, &tlen));
-    ah_msg_t *tr = NULL;
-    size_t used = 0;
-    const char *err = NULL;
-    CHECK (ah_chan_header_decode (trailer, tlen, &tr, &used, &err) == 1);
-    CHECK (tr && ah_msg_bool (tr, "ok", false) && ah_msg_int (tr, "size", 0) == (int64_t) size);
-    ah_msg_destroy (&tr);
+    s_write_end (api, chan, size);
 
     //  fs.read: no ACK at first: the yamux window must stop sandboxd.
     h = s_header ("fs.read", "data.bin");
@@ -321,6 +328,154 @@ static void s_round_trip (zsock_t *api, const uint8_t *data, size_t size)
     CHECK (got == size);
     CHECK (got == size && memcmp (back, data, size) == 0);
     free (back);
+}
+
+//  Whether fd is still the pipe whose inode was ino (the tunnel closes
+//  the read end it was handed when the channel goes).
+static bool s_same_pipe (int fd, ino_t ino)
+{
+    struct stat st;
+    return fstat (fd, &st) == 0 && S_ISFIFO (st.st_mode) && st.st_ino == ino;
+}
+
+static int64_t s_open_write (zsock_t *api, const char *path)
+{
+    ah_msg_t *h = s_header ("fs.write", path);
+    ah_msg_t *r = s_open (api, h);
+    ah_msg_destroy (&h);
+    int64_t chan = r && ah_msg_bool (r, "ok", false) ? ah_msg_int (r, "chan", -1) : -1;
+    CHECK (chan > 0);
+    ah_msg_destroy (&r);
+    return chan;
+}
+
+//  An upload as the api splices it (docs/messages.md, CHAN_DATA "pipe"):
+//  the first `plain` bytes as bytes, the rest through a pipe whose read
+//  end goes to the tunnel with the first pipe message; EOF right after
+//  the last (it waits for the pipe's bytes). The file must be whole, the
+//  read end closed by the tunnel once the channel is done.
+static void s_pipe_write (zsock_t *api, const uint8_t *data, size_t size, size_t plain)
+{
+    int64_t chan = s_open_write (api, "piped.bin");
+    int fds [2];
+    CHECK (pipe2 (fds, O_NONBLOCK | O_CLOEXEC) == 0);
+    fcntl (fds [1], F_SETPIPE_SZ, 1 << 20);
+    size_t cap = (size_t) fcntl (fds [1], F_GETPIPE_SZ);
+    size_t limit = cap < AH_TUNNEL_CREDIT ? cap : AH_TUNNEL_CREDIT;
+    struct stat st;
+    CHECK (fstat (fds [0], &st) == 0);
+    size_t sent = 0, acked = 0;
+    bool handed = false;
+    while (sent < size) {
+        while (sent < size && sent - acked < limit) {
+            size_t n = size - sent < AH_TUNNEL_DATA_MAX ? size - sent : AH_TUNNEL_DATA_MAX;
+            ah_msg_t *m = ah_msg_new ("CHAN_DATA");
+            ah_msg_set_int (m, "chan", chan);
+            if (sent < plain) {
+                n = plain - sent < n ? plain - sent : n;
+                ah_msg_set_bin (m, "data", data + sent, n);
+            }
+            else {
+                if (n > limit - (sent - acked))
+                    n = limit - (sent - acked);
+                ssize_t w = write (fds [1], data + sent, n);
+                if (w <= 0) {
+                    ah_msg_destroy (&m);
+                    break;          //  full: wait for an ACK
+                }
+                n = (size_t) w;
+                ah_msg_set_int (m, "pipe", (int64_t) n);
+                if (!handed)
+                    ah_msg_set_int (m, "pipe_fd", fds [0]);
+                handed = true;
+            }
+            ah_msg_send (&m, api, "tunnel");
+            sent += n;
+        }
+        if (sent == size)
+            break;
+        ah_msg_t *a = s_expect (api, "CHAN_ACK", 5000);
+        if (!a) {
+            CHECK (false);
+            break;
+        }
+        acked += (size_t) ah_msg_int (a, "bytes", 0);
+        ah_msg_destroy (&a);
+    }
+    s_write_end (api, chan, size);
+    char path [400];
+    snprintf (path, sizeof path, "%s/home/piped.bin", s_dir);
+    FILE *f = fopen (path, "rb");
+    uint8_t *back = (uint8_t *) malloc (size + 1);
+    size_t got = f ? fread (back, 1, size + 1, f) : 0;
+    if (f)
+        fclose (f);
+    CHECK (got == size && memcmp (back, data, size) == 0);
+    free (back);
+    s_sessions (api, (char [32]) { 0 }, 32);   //  a round trip: the channel's end was handled
+    CHECK (handed == (plain < size));
+    if (handed)
+        CHECK (!s_same_pipe (fds [0], st.st_ino));
+    else
+        close (fds [0]);
+    close (fds [1]);
+}
+
+//  Pipe messages the tunnel must refuse, each closing what it was handed:
+//  more than one message's worth, and a pipe for a channel that is gone.
+static void s_pipe_refusals (zsock_t *api)
+{
+    int64_t chan = s_open_write (api, "refused.bin");
+    int fds [2];
+    CHECK (pipe2 (fds, O_NONBLOCK | O_CLOEXEC) == 0);
+    struct stat st;
+    CHECK (fstat (fds [0], &st) == 0);
+    ah_msg_t *m = ah_msg_new ("CHAN_DATA");
+    ah_msg_set_int (m, "chan", chan);
+    ah_msg_set_int (m, "pipe", (int64_t) AH_TUNNEL_DATA_MAX + 1);
+    ah_msg_set_int (m, "pipe_fd", fds [0]);
+    ah_msg_send (&m, api, "tunnel");
+    m = s_expect (api, "CHAN_CLOSE", 5000);
+    CHECK (m && ah_msg_int (m, "chan", 0) == chan && ah_msg_str (m, "error")
+           && strstr (ah_msg_str (m, "error"), "beyond its credit"));
+    ah_msg_destroy (&m);
+    s_sessions (api, (char [32]) { 0 }, 32);
+    CHECK (!s_same_pipe (fds [0], st.st_ino));
+    close (fds [1]);
+    //  A pipe for a channel that is gone is closed at once.
+    CHECK (pipe2 (fds, O_NONBLOCK | O_CLOEXEC) == 0);
+    CHECK (fstat (fds [0], &st) == 0);
+    m = ah_msg_new ("CHAN_DATA");
+    ah_msg_set_int (m, "chan", chan);       //  reset above: gone
+    ah_msg_set_int (m, "pipe", 10);
+    ah_msg_set_int (m, "pipe_fd", fds [0]);
+    ah_msg_send (&m, api, "tunnel");
+    m = s_expect (api, "CHAN_CLOSE", 5000);
+    CHECK (m && streq (ah_msg_str (m, "error"), "no such channel"));
+    ah_msg_destroy (&m);
+    s_sessions (api, (char [32]) { 0 }, 32);
+    CHECK (!s_same_pipe (fds [0], st.st_ino));
+    close (fds [1]);
+    //  The opener leaves while its pipe holds bytes the window has not
+    //  taken: the read end is closed with the channel.
+    chan = s_open_write (api, "left.bin");
+    CHECK (pipe2 (fds, O_NONBLOCK | O_CLOEXEC) == 0);
+    CHECK (fstat (fds [0], &st) == 0);
+    static uint8_t zeros [64 << 10];
+    CHECK (write (fds [1], zeros, sizeof zeros) == (ssize_t) sizeof zeros);
+    m = ah_msg_new ("CHAN_DATA");
+    ah_msg_set_int (m, "chan", chan);
+    ah_msg_set_int (m, "pipe", (int64_t) sizeof zeros);
+    ah_msg_set_int (m, "pipe_fd", fds [0]);
+    ah_msg_send (&m, api, "tunnel");
+    s_send_chan (api, "CHAN_CLOSE", chan);
+    s_sessions (api, (char [32]) { 0 }, 32);   //  a round trip: both were handled
+    CHECK (!s_same_pipe (fds [0], st.st_ino));
+    close (fds [1]);
+    //  The connection is intact: a plain write still works.
+    uint8_t small [1000];
+    memset (small, 'p', sizeof small);
+    s_pipe_write (api, small, sizeof small, sizeof small);
 }
 
 int main (void)
@@ -549,6 +704,15 @@ int main (void)
     for (size_t i = 0; i < size; i++)
         data [i] = (uint8_t) (i * 2654435761u >> 13);
     s_round_trip (api, data, size);
+    //  4b. Spliced uploads: bytes, then a pipe; refusals.
+    size_t big = (9u << 20) + 12345;
+    uint8_t *bigdata = (uint8_t *) malloc (big);
+    for (size_t i = 0; i < big; i++)
+        bigdata [i] = (uint8_t) (i * 2246822519u >> 11);
+    s_pipe_write (api, bigdata, big, 300000);
+    s_pipe_write (api, bigdata, 70000, 0);
+    free (bigdata);
+    s_pipe_refusals (api);
     //  CPU samples for the sleeper, from sandboxd's stats channel.
     m = s_expect (sleeper, "AGENT_STATS", 3000);
     CHECK (m && streq (ah_msg_str (m, "agent_id"), AGENT));
