@@ -646,8 +646,9 @@ static size_t s_body_direct (conn_t *conn, const void *data, size_t size)
 //  socket, never through our memory) while lws does not read it. Only
 //  when nothing of the body waits in conn->in (lws keeps nothing of a raw
 //  socket: each RAW_RX hands over all it read), never over TLS, never
-//  past the body's last byte (the next request is lws's again). Any "cannot" goes back to reading as usual; the consumer's
-//  channel then takes the rest through the same pipe, in order.
+//  past the body's last byte (the next request is lws's again). Any
+//  "cannot" goes back to reading as usual; the consumer's channel then
+//  takes the rest through the same pipe, in order.
 
 #define SPLICE_MIN  (64u << 10)         //  a smaller body rest is not worth it
 
