@@ -66,8 +66,14 @@ int main (void)
     CHECK (got == NULL && err && strstr (err, "BROKEN"));
     free (err);
     err = NULL;
-    //  Too few frames: dropped by the bus with a log line; the bus lives on.
+    //  Too few frames, and too many: dropped by the bus with a log line
+    //  (every frame of them taken); the bus lives on.
     zstr_send (a, "beta");
+    zstr_sendm (a, "beta");
+    zstr_sendm (a, "PING");
+    zstr_sendm (a, "\x80");
+    zstr_sendm (a, "fifth");
+    zstr_send (a, "sixth");
     m = ah_msg_new ("AFTER");
     ah_msg_send (&m, a, "beta");
     got = ah_msg_recv (b, true, &err);
