@@ -355,6 +355,7 @@ class Harness(ahserver.ServerHarness):
             print("%s: no sandboxd next to %s" % (self.name, self.bin), file=sys.stderr)
             return 1
         rc = 1
+        ahserver.clean_up_on_signals()     # a pkill'd test still removes its containers
         try:
             self.build_test_image()
             scenario(self)

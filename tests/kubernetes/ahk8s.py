@@ -299,6 +299,7 @@ class Harness(ahserver.ServerHarness):
 
     def run(self, scenario):
         self.brought_up = False
+        ahserver.clean_up_on_signals()     # a pkill'd test still takes its cluster down
         try:
             why = self.bring_up()
         except (Fail, subprocess.SubprocessError, OSError) as e:

@@ -179,11 +179,27 @@ def stop_all(procs, seconds=10):
                 p.wait()
 
 
+def _signalled(signum, frame):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)      # the clean-up is not cut short by another
+    raise SystemExit(128 + signum)
+
+
+def clean_up_on_signals():
+    """SIGTERM, SIGINT and SIGHUP end the test through its finally: clauses
+    (SystemExit, which no `except Exception` takes), so what it started is
+    stopped and removed as after a failure: a test stopped by hand
+    (pkill) or by its runner leaves no container, volume or server."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _signalled)
+
+
 def run(main, fail, procs, tmp, log):
     """Runs main() and returns the exit status: 0, or 1 after fail (said
     on stderr with the end of the server's log). Whatever happens, procs
-    are stopped and tmp is removed."""
+    are stopped and tmp is removed, on a signal too."""
     rc = 1
+    clean_up_on_signals()
     try:
         main()
         rc = 0
