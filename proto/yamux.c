@@ -472,6 +472,19 @@ int ah_yamux_open (ah_yamux_t *self, uint32_t *id)
     return 0;
 }
 
+//  Up to want bytes (at most most) of s's send window, taken for one data
+//  frame; 0 when it is shut, and on_writable is owed when it opens.
+static size_t s_take_window (s_stream_t *s, size_t want, size_t most)
+{
+    size_t n = want < s->send_window ? want : s->send_window;
+    if (n > most)
+        n = most;
+    if (n == 0 && want)
+        s->want_writable = true;
+    s->send_window -= (uint32_t) n;
+    return n;
+}
+
 ssize_t ah_yamux_write (ah_yamux_t *self, uint32_t id, const uint8_t *data, size_t size)
 {
     if (!self || self->failed || (!data && size > 0))
@@ -488,17 +501,9 @@ ssize_t ah_yamux_write (ah_yamux_t *self, uint32_t id, const uint8_t *data, size
         s = s_find (self, id);
         if (!s || s->local_fin)
             break;
-        size_t n = size - total;
-        if (n > s->send_window)
-            n = s->send_window;
-        size_t most = self->cb.output_data ? S_MAX_FRAME : S_COPY_FRAME;
-        if (n > most)
-            n = most;
-        if (n == 0) {
-            s->want_writable = true;
+        size_t n = s_take_window (s, size - total, self->cb.output_data ? S_MAX_FRAME : S_COPY_FRAME);
+        if (n == 0)
             break;
-        }
-        s->send_window -= (uint32_t) n;
         ah_yamux_header_t h = { AH_YAMUX_VERSION, AH_YAMUX_DATA, 0, id, (uint32_t) n };
         const uint8_t *payload = data + total;
         total += n;
@@ -528,15 +533,9 @@ ssize_t ah_yamux_write_header (ah_yamux_t *self, uint32_t id, size_t size,
     s_stream_t *s = s_find (self, id);
     if (!s || s->local_fin)
         return -1;
-    size_t n = size < s->send_window ? size : s->send_window;
-    if (n > S_MAX_FRAME)
-        n = S_MAX_FRAME;
-    if (n == 0) {
-        if (size)
-            s->want_writable = true;
+    size_t n = s_take_window (s, size, S_MAX_FRAME);
+    if (n == 0)
         return 0;
-    }
-    s->send_window -= (uint32_t) n;
     ah_yamux_header_t h = { AH_YAMUX_VERSION, AH_YAMUX_DATA, 0, id, (uint32_t) n };
     ah_yamux_header_encode (&h, head);
     return (ssize_t) n;
