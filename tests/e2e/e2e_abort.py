@@ -127,15 +127,19 @@ def fd_count(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
-def tunnel_channels():
-    """agenthold_tunnel_channels of GET /metrics: the channels the tunnel
-    holds open (a leaked file channel stays in its table)."""
+def metric(name):
     st, raw = ahserver.request(API_PORT, "GET", "/metrics", None, token(), timeout=30)
     check(st == 200, "GET /metrics: %d %r" % (st, raw[:200]))
     for line in raw.decode(errors="replace").splitlines():
-        if line.startswith("agenthold_tunnel_channels "):
+        if line.startswith(name + " "):
             return int(float(line.split()[1]))
-    raise Fail("GET /metrics has no agenthold_tunnel_channels")
+    raise Fail("GET /metrics has no %s" % name)
+
+
+def tunnel_channels():
+    """agenthold_tunnel_channels of GET /metrics: the channels the tunnel
+    holds open (a leaked file channel stays in its table)."""
+    return metric("agenthold_tunnel_channels")
 
 
 def wait_clean(pid, name, baseline, old=None):
@@ -284,15 +288,6 @@ def case_sandbox_down(pid, baseline, whole):
     check(got < SIZE, "a download whose tunnel broke delivered all %d bytes" % got)
     wait_tunnel()
     wait_clean(pid, "whole.bin", baseline, whole)
-
-
-def metric(name):
-    st, raw = ahserver.request(API_PORT, "GET", "/metrics", None, token(), timeout=30)
-    check(st == 200, "GET /metrics: %d %r" % (st, raw[:200]))
-    for line in raw.decode(errors="replace").splitlines():
-        if line.startswith(name + " "):
-            return int(float(line.split()[1]))
-    raise Fail("GET /metrics has no %s" % name)
 
 
 def read_answer(s, buf):
