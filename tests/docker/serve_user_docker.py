@@ -16,7 +16,9 @@ processes").
   tries), it holds no Docker socket, and `agenthold doctor` says so; hostd
   is another process, root.
 - An agent of the default runtime works end to end through hostd: `id`,
-  a file written in /home/agent and read back.
+  a file written in /home/agent and read back, a 24 MiB upload spliced
+  (agenthold_spliced_bytes_total) that lands whole (sha256sum inside) and
+  is the agent's.
 - hostd killed (SIGKILL): the agent turns unreachable while the API
   answers; serve restarts hostd and the agent is running again, the same
   container, its file there.
@@ -25,6 +27,7 @@ processes").
 usage: serve_user_docker.py AGENTHOLD_BINARY (sandboxd next to it)
 Exits 77 without a Docker Engine. Ports 19500-19519, prefix
 dockerserveuser<pid>, the default network pool."""
+import hashlib
 import json
 import os
 import pwd
@@ -114,6 +117,16 @@ def server_pid():
         pid = int(f.read().strip())
     PIDS.append(pid)
     return pid
+
+
+def metric(name):
+    """A counter of GET /metrics."""
+    st, raw = ahserver.request(h.port(), "GET", "/metrics", token=h.token())
+    h.check(st == 200, "GET /metrics: %d" % st)
+    for line in raw.decode(errors="replace").splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[1]))
+    raise Fail("GET /metrics has no %s" % name)
 
 
 def exec_out(name, cmd):
@@ -230,6 +243,21 @@ def scenario_agent():
     h.check(ident.startswith("uid=") and "uid=0(" not in ident, "id in the sandbox: %r" % ident)
     exec_out("alice", "echo kept by the home > /home/agent/kept.txt")
     h.check(exec_out("alice", "cat /home/agent/kept.txt") == "kept by the home\n", "a file read back")
+    # An upload as a user sends one: the server (the agenthold user, its
+    # pipes capped by pipe-max-size) splices the body from the client's
+    # socket to the container's sandboxd; the file lands whole, the agent's.
+    blob = os.urandom(24 << 20)
+    before = metric("agenthold_spliced_bytes_total")
+    st, body = ahserver.request(h.port(), "PUT", "/api/v1/agents/alice/fs/file?path=blob.bin", blob,
+                                token=h.token(), headers={"Content-Type": "application/octet-stream"},
+                                timeout=180)
+    h.check(st == 200 and json.loads(body).get("size") == len(blob), "PUT of 24 MiB: %d %r" % (st, body[:200]))
+    spliced = metric("agenthold_spliced_bytes_total") - before
+    h.check(len(blob) - (2 << 20) <= spliced <= len(blob),
+            "%d of the upload's %d bytes were spliced" % (spliced, len(blob)))
+    out = exec_out("alice", "sha256sum /home/agent/blob.bin; stat -c '%U %s' /home/agent/blob.bin")
+    h.check(out == "%s  /home/agent/blob.bin\nagent %d\n" % (hashlib.sha256(blob).hexdigest(), len(blob)),
+            "the uploaded file in the sandbox: %r" % out)
     # Asleep, the agent's private file is read without waking it: hostd
     # reads it for the server, which runs as another user (HOSTD_HOME).
     exec_out("alice", "mkdir -p /home/agent/private && echo mine > /home/agent/private/key "
