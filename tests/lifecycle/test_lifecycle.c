@@ -738,16 +738,20 @@ static void test_reader (const char *id)
     CHECK_STR (type, "READER_REVOKE");
     CHECK (s_wait_count (&s_drv.reader_stops, 2));
 
-    //  A lost reader connection: removed too.
+    //  A lost reader connection: removed too.  The driver's reader_start
+    //  runs on a worker after READER_ALLOW, so its count is awaited before
+    //  the next read counts on it.
     zclock_sleep (100);
+    int starts = atomic_load (&s_drv.reader_starts);
     req = s_reader_open (id);
     s_tunnel_next (tunnel, 5000, type, NULL);
+    CHECK (s_wait_count (&s_drv.reader_starts, starts + 1));
     s_reader_hello (tunnel, "READER_HELLO", id);
     CHECK (s_reply_status (req, 5000, NULL, 0) == 200);
     atomic_store (&s_drv.reader_stop_delay_ms, 500);
     CHECK (s_reader_lost (tunnel, id));
     //  A read while it is being removed waits for a new one.
-    int starts = atomic_load (&s_drv.reader_starts);
+    starts = atomic_load (&s_drv.reader_starts);
     req = s_reader_open (id);
     CHECK (s_reply_status (req, 200, NULL, 0) == -1);
     CHECK (s_wait_count (&s_drv.reader_stops, 3));
