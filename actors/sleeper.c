@@ -12,7 +12,10 @@
     (sleeps_at, idle) and a dirty flag. A verdict holds until sleeps_at
     unless a fact changes, so a pass asks idle.lua only about the agents
     that are due (sleeps_at <= now) or dirty, reading their rows one by
-    one; the others cost one look at their entry. Dirty means: a turn
+    one; the others cost nothing: the due and dirty ones are the top of a
+    heap ordered by when each is due (a dirty one at once), kept as facts
+    change, and the running and idle counts are kept with it, so a pass
+    costs what it asks, not how many run. Dirty means: a turn
     started, renewed or ended (this actor's own table), a terminal opened
     or closed, a CPU share at or above the verdict's recheck_cpu_share (any
     new share when the policy names none), lifecycle's AGENT_CHANGED (its
@@ -34,6 +37,7 @@
 #include "store/store.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define AREA "sleeper"
@@ -53,7 +57,17 @@ typedef struct {
     bool    idle;                   //  the verdict
     int64_t sleeps_at;              //  ms: the verdict holds until then
     double  recheck_cpu;            //  a share at or above this makes it dirty (0: any share)
+    //  kept by s_index
+    size_t  heap_at;                //  its place in the due heap (SIZE_MAX: not there)
+    bool    counted_running, counted_idle;
+    char    id [48];                //  the agent's id (the hash's key)
 } facts_t;
+
+//  An entry of the due heap: when it is due (INT64_MIN: dirty, at once).
+typedef struct {
+    int64_t  due;
+    facts_t *f;
+} due_t;
 
 typedef struct {
     char    id [48];
@@ -74,19 +88,145 @@ struct ah_sleeper_index_s {
     bool         full;              //  the next pass reads every running sandbox
     int64_t      policy_at;         //  ah_policy_loaded_at of the verdicts held
     int          evaluated;         //  idle.lua calls in the last pass
+    due_t       *heap;              //  a binary min-heap on due
+    size_t       heap_n, heap_cap;
+    int          n_running;         //  facts with running set
+    int          n_idle;            //  of those, the ones whose verdict is idle
 };
 typedef struct ah_sleeper_index_s self_t;
+
+#define NOT_DUE INT64_MAX
+
+//  When the next pass must ask about it: not while it is not running, or
+//  idle with its stop asked; at once when dirty; else when its verdict ends.
+static int64_t s_due_at (const facts_t *f)
+{
+    if (!f->running || (!f->dirty && f->idle && f->stop_sent))
+        return NOT_DUE;
+    return f->dirty ? INT64_MIN : f->sleeps_at;
+}
+
+static void s_heap_set (self_t *self, size_t at, due_t entry)
+{
+    self->heap [at] = entry;
+    entry.f->heap_at = at;
+}
+
+static void s_heap_up (self_t *self, size_t at)
+{
+    due_t entry = self->heap [at];
+    while (at > 0 && self->heap [(at - 1) / 2].due > entry.due) {
+        s_heap_set (self, at, self->heap [(at - 1) / 2]);
+        at = (at - 1) / 2;
+    }
+    s_heap_set (self, at, entry);
+}
+
+static void s_heap_down (self_t *self, size_t at)
+{
+    due_t entry = self->heap [at];
+    for (;;) {
+        size_t child = 2 * at + 1;
+        if (child >= self->heap_n)
+            break;
+        if (child + 1 < self->heap_n && self->heap [child + 1].due < self->heap [child].due)
+            child++;
+        if (self->heap [child].due >= entry.due)
+            break;
+        s_heap_set (self, at, self->heap [child]);
+        at = child;
+    }
+    s_heap_set (self, at, entry);
+}
+
+static void s_heap_remove (self_t *self, facts_t *f)
+{
+    size_t at = f->heap_at;
+    f->heap_at = SIZE_MAX;
+    due_t last = self->heap [--self->heap_n];
+    if (at == self->heap_n)
+        return;
+    int64_t was = self->heap [at].due;
+    s_heap_set (self, at, last);
+    if (last.due < was)
+        s_heap_up (self, at);
+    else
+        s_heap_down (self, at);
+}
+
+//  After any change to its facts: its place in the due heap and in the
+//  running and idle counts. -1 when the heap cannot grow (it stays out:
+//  the next full pass finds it).
+static int s_index (self_t *self, facts_t *f)
+{
+    bool running = f->running, idle = f->running && f->idle;
+    self->n_running += (int) running - (int) f->counted_running;
+    self->n_idle += (int) idle - (int) f->counted_idle;
+    f->counted_running = running;
+    f->counted_idle = idle;
+    int64_t due = s_due_at (f);
+    if (due == NOT_DUE) {
+        if (f->heap_at != SIZE_MAX)
+            s_heap_remove (self, f);
+        return 0;
+    }
+    if (f->heap_at == SIZE_MAX) {
+        if (self->heap_n == self->heap_cap) {
+            size_t cap = self->heap_cap ? 2 * self->heap_cap : 256;
+            due_t *more = realloc (self->heap, cap * sizeof *more);
+            if (!more) {
+                self->full = true;
+                return -1;
+            }
+            self->heap = more;
+            self->heap_cap = cap;
+        }
+        self->heap [self->heap_n] = (due_t) { due, f };
+        f->heap_at = self->heap_n++;
+        s_heap_up (self, f->heap_at);
+        return 0;
+    }
+    int64_t was = self->heap [f->heap_at].due;
+    self->heap [f->heap_at].due = due;
+    if (due < was)
+        s_heap_up (self, f->heap_at);
+    else
+        s_heap_down (self, f->heap_at);
+    return 0;
+}
 
 static facts_t *s_facts (self_t *self, const char *agent_id)
 {
     facts_t *f = zhashx_lookup (self->facts, agent_id);
     if (!f) {
+        if (strlen (agent_id) >= sizeof f->id)
+            return NULL;                    //  no agent id is that long
         f = calloc (1, sizeof *f);
         if (!f)
             return NULL;
+        f->heap_at = SIZE_MAX;
+        strcpy (f->id, agent_id);
         zhashx_insert (self->facts, agent_id, f);
     }
     return f;
+}
+
+//  A fact changed: ask idle.lua about it again at the next pass.
+static void s_dirty (self_t *self, facts_t *f)
+{
+    f->dirty = true;
+    s_index (self, f);
+}
+
+//  Its agent is gone: out of the heap and the counts, then freed.
+static void s_forget (self_t *self, const char *agent_id)
+{
+    facts_t *f = zhashx_lookup (self->facts, agent_id);
+    if (f) {
+        f->running = false;
+        s_index (self, f);
+        zhashx_delete (self->facts, agent_id);
+    }
 }
 
 //  Busy at ms: the clock only moves forward (a pass may run on a given clock).
@@ -174,7 +314,8 @@ static int s_judge (self_t *self, const row_t *r, facts_t *f, int64_t now, sqlit
     if (ah_policy_call (self->policy, "idle", sandbox, facts, &verdict, &err)) {
         ah_warn (AREA, "idle.lua failed for agent '%s': %s (it stays awake)", r->name, err);
         free (err);
-        f->dirty = true;
+        f->idle = false;
+        s_dirty (self, f);
         return -1;
     }
     bool is_idle = ah_msg_bool (verdict, "idle", false);
@@ -204,6 +345,7 @@ static int s_judge (self_t *self, const row_t *r, facts_t *f, int64_t now, sqlit
         }
         f->stop_sent = true;
     }
+    s_index (self, f);
     ah_msg_destroy (&verdict);
     return is_idle ? 1 : 0;
 }
@@ -213,20 +355,14 @@ static int s_strcmp (const void *a, const void *b)
     return strcmp (*(char *const *) a, *(char *const *) b);
 }
 
-//  The ids to ask about in an indexed pass (see DESIGN); counts the
-//  running ones and those still idle with their stop asked.
-static char **s_due (self_t *self, int64_t now, size_t *n_due, int *running, int *idle)
+//  The ids to ask about in an indexed pass (see DESIGN): the top of the
+//  due heap, taken out of it (each is indexed again once asked, or put
+//  back by s_put_back when the pass fails).
+static char **s_due (self_t *self, int64_t now, size_t *n_due)
 {
     size_t n = 0, cap = 64;
     char **ids = malloc (cap * sizeof *ids);
-    for (facts_t *f = zhashx_first (self->facts); f && ids; f = zhashx_next (self->facts)) {
-        if (!f->running)
-            continue;
-        (*running)++;
-        if (!f->dirty && (f->sleeps_at > now || (f->idle && f->stop_sent))) {
-            *idle += f->idle;
-            continue;
-        }
+    while (ids && self->heap_n && self->heap [0].due <= now) {
         if (n == cap) {
             char **more = realloc (ids, 2 * cap * sizeof *ids);
             if (!more)
@@ -234,13 +370,25 @@ static char **s_due (self_t *self, int64_t now, size_t *n_due, int *running, int
             ids = more;
             cap *= 2;
         }
-        ids [n++] = (char *) zhashx_cursor (self->facts);
+        facts_t *f = self->heap [0].f;
+        s_heap_remove (self, f);
+        ids [n++] = f->id;
     }
     //  In key order: the rows are read with the B-tree pages in order.
     if (ids)
         qsort (ids, n, sizeof *ids, s_strcmp);
     *n_due = n;
     return ids;
+}
+
+//  A pass that failed after s_due: its ids go back where they were.
+static void s_put_back (self_t *self, char **ids, size_t n_ids)
+{
+    for (size_t k = 0; k < n_ids; k++) {
+        facts_t *f = zhashx_lookup (self->facts, ids [k]);
+        if (f)
+            s_index (self, f);
+    }
 }
 
 //  One pass (see DESIGN): a full one, or the due and dirty agents only.
@@ -254,13 +402,13 @@ static int s_pass (self_t *self, int64_t now, int *checked)
     }
     self->evaluated = 0;
     bool full = self->full;
-    int running = 0, idle = 0;
     size_t n_ids = 0, n = 0;
     char **ids = NULL;
-    if (!full && !(ids = s_due (self, now, &n_ids, &running, &idle)))
+    if (!full && !(ids = s_due (self, now, &n_ids)))
         return -1;
     row_t *rows = NULL;
     if ((n_ids || full) && s_rows (self, now, full ? NULL : ids, n_ids, &rows, &n)) {
+        s_put_back (self, ids, n_ids);
         free (rows);
         free (ids);
         return -1;
@@ -269,22 +417,32 @@ static int s_pass (self_t *self, int64_t now, int *checked)
     //  full pass; a due agent that no longer runs leaves it (its state
     //  event is on its way, and its forecast row goes then).
     if (full)
-        for (facts_t *f = zhashx_first (self->facts); f; f = zhashx_next (self->facts))
+        for (facts_t *f = zhashx_first (self->facts); f; f = zhashx_next (self->facts)) {
             f->running = false;
+            s_index (self, f);
+        }
     for (size_t k = 0; k < n_ids; k++) {
         facts_t *f = zhashx_lookup (self->facts, ids [k]);
-        if (f)
+        if (f) {
             f->running = false;
+            s_index (self, f);
+        }
     }
-    running += (int) n - (int) n_ids;
     free (ids);
     if (n == 0 && !full) {
         free (rows);
         if (checked)
-            *checked = running;
-        return idle;
+            *checked = self->n_running;
+        return self->n_idle;
     }
     if (ah_store_begin (self->store)) {
+        for (size_t i = 0; i < n; i++) {    //  asked again at the next pass
+            facts_t *f = s_facts (self, rows [i].id);
+            if (f) {
+                f->running = true;
+                s_dirty (self, f);
+            }
+        }
         free (rows);
         return -1;
     }
@@ -297,13 +455,15 @@ static int s_pass (self_t *self, int64_t now, int *checked)
         " sleeps_at = excluded.sleeps_at, why = excluded.why, checked_at = excluded.checked_at");
     ah_msg_t *sandbox = ah_msg_new ("SANDBOX");
     ah_msg_t *facts = ah_msg_new ("FACTS");
-    for (size_t i = 0; i < n && up; i++) {
+    for (size_t i = 0; i < n; i++) {
         facts_t *f = s_facts (self, rows [i].id);
         if (!f)
             continue;
         f->running = true;
-        if (s_judge (self, &rows [i], f, now, up, sandbox, facts) == 1)
-            idle++;
+        if (up)
+            s_judge (self, &rows [i], f, now, up, sandbox, facts);
+        else
+            s_dirty (self, f);              //  asked again at the next pass
     }
     ah_msg_destroy (&sandbox);
     ah_msg_destroy (&facts);
@@ -314,8 +474,8 @@ static int s_pass (self_t *self, int64_t now, int *checked)
         self->full = false;
     free (rows);
     if (checked)
-        *checked = running;
-    return idle;
+        *checked = self->n_running;
+    return self->n_idle;
 }
 
 static int s_find_agent (self_t *self, const char *key, char *id, size_t size)
@@ -374,7 +534,7 @@ static void s_turn_start (void *self_, ah_msg_t *msg)
     if (f) {
         s_touch (f, now);
         f->stop_sent = false;
-        f->dirty = true;
+        s_dirty (self, f);
     }
     ah_msg_t *r = ah_msg_reply_ok (msg);
     ah_msg_set_int (r, "status", 201);
@@ -419,7 +579,7 @@ static void s_turn_change (self_t *self, const ah_msg_t *msg, bool end)
     facts_t *f = s_facts (self, agent);
     if (f) {
         s_touch (f, now);
-        f->dirty = true;
+        s_dirty (self, f);
     }
     ah_msg_t *r = ah_msg_reply_ok (msg);
     ah_msg_set_str (r, "turn_id", turn);
@@ -431,14 +591,11 @@ static void s_turn_change (self_t *self, const ah_msg_t *msg, bool end)
 static void s_turn_renew (void *self, ah_msg_t *msg) { s_turn_change (self, msg, false); }
 static void s_turn_end (void *self, ah_msg_t *msg) { s_turn_change (self, msg, true); }
 
-static void s_state (void *self_, ah_msg_t *msg)
+//  A sandbox's state moved (lifecycle's SANDBOX_STATE) at now_ms.
+static void s_state_set (self_t *self, const char *agent, const char *state, int64_t now_ms)
 {
-    self_t *self = self_;
-    const char *agent = ah_msg_str (msg, "agent_id"), *state = ah_msg_str (msg, "state");
-    if (!agent || !state)
-        return;
     if (streq (state, "destroyed")) {
-        zhashx_delete (self->facts, agent);
+        s_forget (self, agent);
         return;
     }
     facts_t *f = s_facts (self, agent);
@@ -449,8 +606,9 @@ static void s_state (void *self_, ah_msg_t *msg)
     f->has_share = false;
     f->running = streq (state, "running");
     f->dirty = f->running;
+    s_index (self, f);
     if (f->running)
-        s_touch (f, ah_store_now_ms ());    //  the idle clock starts when it runs
+        s_touch (f, now_ms);                //  the idle clock starts when it runs
     else {
         //  Only running sandboxes have a forecast.
         sqlite3_stmt *st = ah_store_prepare (self->store, "DELETE FROM sleep_forecast WHERE agent_id = :id");
@@ -461,6 +619,13 @@ static void s_state (void *self_, ah_msg_t *msg)
     }
 }
 
+static void s_state (void *self_, ah_msg_t *msg)
+{
+    const char *agent = ah_msg_str (msg, "agent_id"), *state = ah_msg_str (msg, "state");
+    if (agent && state)
+        s_state_set (self_, agent, state, ah_store_now_ms ());
+}
+
 //  Lifecycle moved what the database knows of its use (last_activity_at,
 //  idle_minutes): its verdict is asked again at the next pass.
 static void s_changed (void *self_, ah_msg_t *msg)
@@ -469,7 +634,7 @@ static void s_changed (void *self_, ah_msg_t *msg)
     const char *agent = ah_msg_str (msg, "agent_id");
     facts_t *f = agent ? zhashx_lookup (self->facts, agent) : NULL;
     if (f)
-        f->dirty = true;
+        s_dirty (self, f);
 }
 
 static void s_stats (void *self_, ah_msg_t *msg)
@@ -488,7 +653,7 @@ static void s_stats (void *self_, ah_msg_t *msg)
         f->cpu_share = (double) (cpu - f->cpu_ns) / (double) (at - f->cpu_at_ns);
         f->has_share = true;
         if (f->cpu_share >= f->recheck_cpu)
-            f->dirty = true;                //  may keep it awake: ask again
+            s_dirty (self, f);              //  may keep it awake: ask again
     }
     f->has_sample = true;
     f->cpu_ns = cpu;
@@ -502,9 +667,9 @@ static void s_terminals (void *self_, ah_msg_t *msg)
     facts_t *f = agent ? s_facts (self, agent) : NULL;
     if (f) {
         f->terminals = (int) ah_msg_int (msg, "open", 0);
-        f->dirty = true;
         s_touch (f, ah_store_now_ms ());
         f->stop_sent = f->stop_sent && f->terminals == 0;
+        s_dirty (self, f);
     }
 }
 
@@ -554,6 +719,8 @@ static void s_self_destroy (self_t *self)
     ah_policy_destroy (&self->policy);
     ah_store_close (&self->store);
     zhashx_destroy (&self->facts);
+    free (self->heap);
+    self->heap = NULL;
 }
 
 //  0, or -1 with *why (caller frees).
@@ -609,7 +776,12 @@ void ah_sleeper_index_changed (ah_sleeper_index_t *self, const char *agent_id)
 {
     facts_t *f = zhashx_lookup (self->facts, agent_id);
     if (f)
-        f->dirty = true;
+        s_dirty (self, f);
+}
+
+void ah_sleeper_index_state (ah_sleeper_index_t *self, const char *agent_id, const char *state, int64_t now_ms)
+{
+    s_state_set (self, agent_id, state, now_ms);
 }
 
 void ah_sleeper_index_destroy (ah_sleeper_index_t **self_p)

@@ -36,16 +36,18 @@ typedef struct {
 //  with its database and idle.lua loaded; NULL with the reason otherwise.
 extern const ah_actor_def_t ah_sleeper_actor;
 
-//  The sleeper's passes without the actor, for the benchmark: its own
-//  connection to db_path and its own idle.lua state from lua_dir. The
-//  first pass reads every running sandbox; later ones only the due and
-//  changed (sleeper.c, DESIGN). A pass returns how many were found idle,
-//  or -1; *checked is how many are running, *asked how many idle.lua was
-//  asked about. _changed marks an agent as lifecycle's AGENT_CHANGED does.
+//  The sleeper's passes without the actor, for the benchmark and the
+//  tests: its own connection to db_path and its own idle.lua state from
+//  lua_dir. The first pass reads every running sandbox; later ones only
+//  the due and changed (sleeper.c, DESIGN). A pass returns how many were
+//  found idle, or -1; *checked is how many are running, *asked how many
+//  idle.lua was asked about. _changed marks an agent as lifecycle's
+//  AGENT_CHANGED does, _state moves it as its SANDBOX_STATE does.
 typedef struct ah_sleeper_index_s ah_sleeper_index_t;
 ah_sleeper_index_t *ah_sleeper_index_new (const char *db_path, const char *lua_dir, char **err);
 int  ah_sleeper_index_pass (ah_sleeper_index_t *self, int64_t now_ms, int *checked, int *asked);
 void ah_sleeper_index_changed (ah_sleeper_index_t *self, const char *agent_id);
+void ah_sleeper_index_state (ah_sleeper_index_t *self, const char *agent_id, const char *state, int64_t now_ms);
 void ah_sleeper_index_destroy (ah_sleeper_index_t **self_p);
 
 #endif
