@@ -556,8 +556,10 @@ static int s_splice_more (conn_t *conn)
             lws_callback_on_writable (conn->wsi);
             return 0;
         }
+        if (w == 0)
+            errno = 0;              //  a splice of 0: the pipe lost bytes it held (cannot happen)
         if (w <= 0)
-            goto broken;            //  a splice of 0: the pipe lost bytes it held (cannot happen)
+            goto broken;
         if (head)
             conn->splice_head_sent += (size_t) w;
         else
