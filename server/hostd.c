@@ -549,6 +549,28 @@ out:
     return rc;
 }
 
+//  A hostd that is going (its serve was killed: PDEATHSIG) has closed its
+//  socket but may hold the lock a while longer, joining its workers: one
+//  started meanwhile waits for it rather than failing at once.
+#define LOCK_WAIT_MS 15000
+
+static int
+s_flock_wait (int fd, const char *dir)
+{
+    int64_t until = zclock_mono () + LOCK_WAIT_MS;
+    bool said = false;
+    while (flock (fd, LOCK_EX | LOCK_NB) != 0) {
+        if ((errno != EWOULDBLOCK && errno != EINTR) || zclock_mono () >= until)
+            return -1;
+        if (!said)
+            ah_info (AREA, "another agenthold hostd holds %s/hostd.lock: waiting up to %d s for it "
+                     "to finish", dir, LOCK_WAIT_MS / 1000);
+        said = true;
+        zclock_sleep (100);
+    }
+    return 0;
+}
+
 static int
 s_lock (hostd_t *self, char **err)
 {
@@ -558,8 +580,9 @@ s_lock (hostd_t *self, char **err)
     if (self->lock_fd < 0)
         *err = ah_strf ("cannot open %s: %s", path ? path : "the lock", strerror (errno));
     else
-    if (flock (self->lock_fd, LOCK_EX | LOCK_NB) != 0)
-        *err = ah_strf ("another agenthold hostd is running on %s", self->config->data_dir);
+    if (s_flock_wait (self->lock_fd, self->config->data_dir) != 0)
+        *err = ah_strf ("another agenthold hostd is running on %s (it held the lock for %d s)",
+                        self->config->data_dir, LOCK_WAIT_MS / 1000);
     else {
         char pid [32];
         int len = snprintf (pid, sizeof pid, "%d\n", (int) getpid ());
@@ -648,7 +671,7 @@ static void
 s_destroy (hostd_t *self)
 {
     call_t *c;
-    for (c = zlistx_first (self->calls); c; c = zlistx_next (self->calls))
+    for (c = self->calls ? zlistx_first (self->calls) : NULL; c; c = zlistx_next (self->calls))
         c->stop = 1;
     while (self->calls && (c = zlistx_first (self->calls))) {
         pthread_join (c->thread, NULL);

@@ -12,7 +12,8 @@ processes (docs/hostd.md), on the real Docker Engine.
 - hostd killed: the sandbox shows unreachable (with why) while the API
   answers, a start is refused with the reason, `agenthold hosts` says so;
   hostd restarted: the sandbox is running again, the same container, its
-  file still there (nothing re-created).
+  file still there (nothing re-created); started while the lock of the
+  one before is still held, it waits for it.
 - A host agent that speaks another protocol (a stand-in written here with
   pyzmq) is refused with the sentence that names what runs and what to
   deploy, logged once, shown in `agenthold hosts` and on the agent; the
@@ -25,6 +26,7 @@ processes (docs/hostd.md), on the real Docker Engine.
 usage: hostd_docker.py AGENTHOLD_BINARY (sandboxd next to it)
 Exits 77 without a Docker Engine. Ports 18900-18919, pool
 10.213.240.0/20, prefix dockerhostd<pid>."""
+import fcntl
 import grp
 import json
 import os
@@ -91,15 +93,22 @@ def hostd_env(endpoint=IPC, data=None, name="b1", extra=None):
 
 
 def start_hostd():
+    """Starts hostd; returns once this one says it is serving."""
     log = open(HOSTD["log"], "a")
+    since = log.tell()                  # an earlier hostd's lines do not count
     HOSTD["proc"] = subprocess.Popen([h.bin, "hostd"], env=hostd_env(), cwd=h.tmp, stdout=log,
                                      stderr=log)
     log.close()
+
+    def said():
+        with open(HOSTD["log"]) as f:
+            f.seek(since)
+            return f.read()
     sock = os.path.join(RUN, "hostd.sock")
-    deadline = time.time() + 10
-    while not os.path.exists(sock) or "serving" not in open(HOSTD["log"]).read()[-4000:]:
+    deadline = time.time() + 20
+    while not os.path.exists(sock) or "serving" not in said():
         h.check(time.time() < deadline and HOSTD["proc"].poll() is None,
-                "hostd started: %s" % open(HOSTD["log"]).read()[-2000:])
+                "hostd started: %s" % said()[-2000:])
         time.sleep(0.05)
 
 
@@ -260,7 +269,18 @@ def scenario_unreachable(aid):
     p = h.cli_raw("start", "alice")
     h.check(p.returncode != 0 and "unreachable" in p.stderr, "a start is refused: %s" % p.stderr)
     h.check(h.container(aid)["State"]["Running"], "the container runs on without hostd")
-    start_hostd()
+    # A hostd that is going (its serve killed) holds its lock a while after
+    # its socket closed: one started meanwhile waits for it, not fails.
+    lock = open(os.path.join(h.tmp, "hostd", "hostd.lock"), "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    releaser = threading.Timer(2.0, lock.close)
+    releaser.start()
+    try:
+        start_hostd()
+    finally:
+        releaser.join()
+    h.check("waiting up to 15 s for it to finish" in open(HOSTD["log"]).read(),
+            "the new hostd waited for the old one's lock")
     t0 = time.time()
     h.wait_state("alice", "running", 20)
     print("hostd back -> running in %.2f s" % (time.time() - t0))
