@@ -45,6 +45,15 @@ def header(obj):
     return struct.pack(">I", len(body)) + body
 
 
+async def send(ws, data):
+    """A send after the server closed is dropped, not raised: what the
+    server sent before its close (a GoAway) is still read and told."""
+    try:
+        await ws.send(data)
+    except websockets.exceptions.ConnectionClosed:
+        pass
+
+
 async def run(url, agent, token, mode, arg):
     headers = {}
     if mode != "noauth":
@@ -87,7 +96,7 @@ async def run(url, agent, token, mode, arg):
                     buf = buf[12:]
                 if typ == 2:
                     if flags & SYN and mode != "silent":
-                        await ws.send(frame(2, ACK, 0, length))
+                        await send(ws, frame(2, ACK, 0, length))
                     continue
                 if typ == 3:
                     goaway = length
@@ -95,7 +104,7 @@ async def run(url, agent, token, mode, arg):
                 if flags & SYN:
                     streams[sid] = b""
                     if mode != "silent":    # silent: ACKs with its answer
-                        await ws.send(frame(1, ACK, sid, 0))
+                        await send(ws, frame(1, ACK, sid, 0))
                 if typ == 0 and sid in streams:
                     streams[sid] += payload
                 data = streams.get(sid, b"")
@@ -109,7 +118,7 @@ async def run(url, agent, token, mode, arg):
                 if mode == "silent":
                     if req.get("ch") == "stats":
                         continue
-                    await ws.send(frame(1, ACK, sid, 0))
+                    await send(ws, frame(1, ACK, sid, 0))
                 if req.get("ch") == "hello":
                     if mode == "version":
                         rep = {"ok": True, "version": int(arg), "agent_id": agent,
@@ -124,21 +133,21 @@ async def run(url, agent, token, mode, arg):
                     if mode == "ok":
                         # frames may straddle messages: 5 bytes per message
                         for i in range(0, len(out), 5):
-                            await ws.send(out[i:i + 5])
+                            await send(ws, out[i:i + 5])
                     else:
-                        await ws.send(out)
+                        await send(ws, out)
                     if mode == "text":
-                        await ws.send("hello as text")
+                        await send(ws, "hello as text")
                     elif mode == "garbage":
-                        await ws.send(b"\x07" * 64)
+                        await send(ws, b"\x07" * 64)
                     elif mode == "big":
                         # valid yamux (ping answers) so only the size is wrong
-                        await ws.send(frame(2, ACK, 0, 0) * ((2 << 20) // 12 + 1))
+                        await send(ws, frame(2, ACK, 0, 0) * ((2 << 20) // 12 + 1))
                 elif mode == "mute":
                     pass
                 else:
                     out = header({"ok": True})
-                    await ws.send(frame(0, 0, sid, len(out), out))
+                    await send(ws, frame(0, 0, sid, len(out), out))
     except websockets.exceptions.ConnectionClosed as e:
         print("CLOSED goaway=%s code=%s" % (goaway, e.code), flush=True)
         return
