@@ -263,6 +263,9 @@ static int s_rows (self_t *self, int64_t now, char **ids, size_t n_ids, row_t **
     sqlite3_stmt *st = ah_store_prepare (self->store, ids ? ROW_COLUMNS " AND s.agent_id = :id" : ROW_COLUMNS);
     if (!st || ah_store_bind_int64 (st, ":now", now))
         return -1;
+    //  The point reads in one read transaction: one snapshot and one lock
+    //  for all of them, not one each.
+    bool txn = ids && n_ids > 1 && ah_store_exec (self->store, "BEGIN", NULL) == 0;
     size_t n = 0, cap = ids ? n_ids + 1 : 64;
     row_t *rows = malloc (cap * sizeof *rows);
     for (size_t k = 0; rows && (!ids || k < n_ids); k++) {
@@ -283,6 +286,8 @@ static int s_rows (self_t *self, int64_t now, char **ids, size_t n_ids, row_t **
         if (!ids)
             break;
     }
+    if (txn && ah_store_exec (self->store, "COMMIT", NULL))
+        ah_store_rollback (self->store);
     *rows_p = rows;
     *count = n;
     return rows ? 0 : -1;
