@@ -116,9 +116,10 @@ static void test_index_random (const char *lua)
     snprintf (db, sizeof db, "%s/agenthold.db", dir);
     char *err = NULL;
     ah_store_t *store = ah_store_open (db, true, &err);
+    ah_sleeper_index_t *index = NULL;
     CHECK (store != NULL);
     if (!store)
-        return;
+        goto done;
     s_rand_state = (uint32_t) getpid ();
     printf ("test_index_random: seed %u\n", s_rand_state);
     enum { MAX = 160 };
@@ -132,10 +133,10 @@ static void test_index_random (const char *lua)
         s_agent (store, id, minutes, t - (int64_t) s_rand (300) * 1000);
         state [made] = 1;
     }
-    ah_sleeper_index_t *index = ah_sleeper_index_new (db, lua, &err);
+    index = ah_sleeper_index_new (db, lua, &err);
     CHECK (index != NULL);
     if (!index)
-        return;
+        goto done;
     int checked, asked, bad = 0, passes = 0;
     CHECK (ah_sleeper_index_pass (index, t, &checked, &asked) >= 0 && checked == 120 && asked == 120);
     for (int step = 0; step < 1500 && !bad; step++) {
@@ -193,6 +194,8 @@ static void test_index_random (const char *lua)
     }
     CHECK (!bad);
     CHECK (passes > 300);
+done:
+    free (err);
     ah_sleeper_index_destroy (&index);
     ah_store_close (&store);
     snprintf (cmd, sizeof cmd, "rm -rf %s", dir);
