@@ -155,9 +155,9 @@ static void s_heap_remove (self_t *self, facts_t *f)
 }
 
 //  After any change to its facts: its place in the due heap and in the
-//  running and idle counts. -1 when the heap cannot grow (it stays out:
-//  the next full pass finds it).
-static int s_index (self_t *self, facts_t *f)
+//  running and idle counts. When the heap cannot grow it stays out, and
+//  the next pass is a full one.
+static void s_index (self_t *self, facts_t *f)
 {
     bool running = f->running, idle = f->running && f->idle;
     self->n_running += (int) running - (int) f->counted_running;
@@ -168,7 +168,7 @@ static int s_index (self_t *self, facts_t *f)
     if (due == NOT_DUE) {
         if (f->heap_at != SIZE_MAX)
             s_heap_remove (self, f);
-        return 0;
+        return;
     }
     if (f->heap_at == SIZE_MAX) {
         if (self->heap_n == self->heap_cap) {
@@ -176,7 +176,7 @@ static int s_index (self_t *self, facts_t *f)
             due_t *more = realloc (self->heap, cap * sizeof *more);
             if (!more) {
                 self->full = true;
-                return -1;
+                return;
             }
             self->heap = more;
             self->heap_cap = cap;
@@ -184,7 +184,7 @@ static int s_index (self_t *self, facts_t *f)
         self->heap [self->heap_n] = (due_t) { due, f };
         f->heap_at = self->heap_n++;
         s_heap_up (self, f->heap_at);
-        return 0;
+        return;
     }
     int64_t was = self->heap [f->heap_at].due;
     self->heap [f->heap_at].due = due;
@@ -192,7 +192,6 @@ static int s_index (self_t *self, facts_t *f)
         s_heap_up (self, f->heap_at);
     else
         s_heap_down (self, f->heap_at);
-    return 0;
 }
 
 static facts_t *s_facts (self_t *self, const char *agent_id)
@@ -238,13 +237,6 @@ static void s_touch (facts_t *f, int64_t ms)
 
 static int64_t s_max (int64_t a, int64_t b) { return a > b ? a : b; }
 
-#define ROW_COLUMNS \
-    "SELECT s.agent_id, a.name, a.idle_minutes, coalesce(s.last_activity_at, 0)," \
-    " (SELECT count(*) FROM turns t WHERE t.agent_id = s.agent_id" \
-    "   AND t.ended_at IS NULL AND t.expires_at > :now)," \
-    " (SELECT coalesce(max(min(coalesce(t.ended_at, t.expires_at), :now)), 0)" \
-    "   FROM turns t WHERE t.agent_id = s.agent_id)" \
-    " FROM sandboxes s JOIN agents a ON a.id = s.agent_id WHERE s.state = 'running'"
 
 static void s_row_read (sqlite3_stmt *st, row_t *r)
 {
@@ -260,7 +252,7 @@ static void s_row_read (sqlite3_stmt *st, row_t *r)
 //  every one (ids NULL), or those of ids (n_ids of them) that still run.
 static int s_rows (self_t *self, int64_t now, char **ids, size_t n_ids, row_t **rows_p, size_t *count)
 {
-    sqlite3_stmt *st = ah_store_prepare (self->store, ids ? ROW_COLUMNS " AND s.agent_id = :id" : ROW_COLUMNS);
+    sqlite3_stmt *st = ah_store_prepare (self->store, ids ? AH_SLEEPER_ROWS_SQL " AND s.agent_id = :id" : AH_SLEEPER_ROWS_SQL);
     if (!st || ah_store_bind_int64 (st, ":now", now))
         return -1;
     //  The point reads in one read transaction: one snapshot and one lock
@@ -294,9 +286,9 @@ static int s_rows (self_t *self, int64_t now, char **ids, size_t n_ids, row_t **
 }
 
 //  Asks idle.lua about one running sandbox, records the forecast, asks
-//  lifecycle to stop it when idle. Returns 1 when idle, 0 when not, -1
-//  when the policy failed (it stays awake and is asked again next pass).
-static int s_judge (self_t *self, const row_t *r, facts_t *f, int64_t now, sqlite3_stmt *up,
+//  lifecycle to stop it when idle. When the policy fails it stays awake
+//  and is asked again next pass.
+static void s_judge (self_t *self, const row_t *r, facts_t *f, int64_t now, sqlite3_stmt *up,
                     ah_msg_t *sandbox, ah_msg_t *facts)
 {
     int64_t last = s_max (s_max (r->last_activity, r->turn_end),
@@ -321,7 +313,7 @@ static int s_judge (self_t *self, const row_t *r, facts_t *f, int64_t now, sqlit
         free (err);
         f->idle = false;
         s_dirty (self, f);
-        return -1;
+        return;
     }
     bool is_idle = ah_msg_bool (verdict, "idle", false);
     const char *why = ah_msg_str (verdict, "why");
@@ -352,7 +344,6 @@ static int s_judge (self_t *self, const row_t *r, facts_t *f, int64_t now, sqlit
     }
     s_index (self, f);
     ah_msg_destroy (&verdict);
-    return is_idle ? 1 : 0;
 }
 
 static int s_strcmp (const void *a, const void *b)
@@ -454,10 +445,7 @@ static int s_pass (self_t *self, int64_t now, int *checked)
     if (full)
         ah_store_exec (self->store, "DELETE FROM sleep_forecast WHERE agent_id NOT IN"
                        " (SELECT agent_id FROM sandboxes WHERE state = 'running')", NULL);
-    sqlite3_stmt *up = ah_store_prepare (self->store,
-        "INSERT INTO sleep_forecast (agent_id, sleeps_at, why, checked_at)"
-        " VALUES (:id, :sleeps_at, :why, :now) ON CONFLICT (agent_id) DO UPDATE SET"
-        " sleeps_at = excluded.sleeps_at, why = excluded.why, checked_at = excluded.checked_at");
+    sqlite3_stmt *up = ah_store_prepare (self->store, AH_SLEEPER_FORECAST_SQL);
     ah_msg_t *sandbox = ah_msg_new ("SANDBOX");
     ah_msg_t *facts = ah_msg_new ("FACTS");
     for (size_t i = 0; i < n; i++) {

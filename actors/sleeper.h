@@ -43,6 +43,22 @@ extern const ah_actor_def_t ah_sleeper_actor;
 //  found idle, or -1; *checked is how many are running, *asked how many
 //  idle.lua was asked about. _changed marks an agent as lifecycle's
 //  AGENT_CHANGED does, _state moves it as its SANDBOX_STATE does.
+//  What a pass reads of the running sandboxes (bind :now; add
+//  " AND s.agent_id = :id" for one) and how it records a verdict (bind
+//  :id, :sleeps_at, :why, :now): here so that bench/sleeper's baselines
+//  run the same statements.
+#define AH_SLEEPER_ROWS_SQL \
+    "SELECT s.agent_id, a.name, a.idle_minutes, coalesce(s.last_activity_at, 0)," \
+    " (SELECT count(*) FROM turns t WHERE t.agent_id = s.agent_id" \
+    "   AND t.ended_at IS NULL AND t.expires_at > :now)," \
+    " (SELECT coalesce(max(min(coalesce(t.ended_at, t.expires_at), :now)), 0)" \
+    "   FROM turns t WHERE t.agent_id = s.agent_id)" \
+    " FROM sandboxes s JOIN agents a ON a.id = s.agent_id WHERE s.state = 'running'"
+#define AH_SLEEPER_FORECAST_SQL \
+    "INSERT INTO sleep_forecast (agent_id, sleeps_at, why, checked_at)" \
+    " VALUES (:id, :sleeps_at, :why, :now) ON CONFLICT (agent_id) DO UPDATE SET" \
+    " sleeps_at = excluded.sleeps_at, why = excluded.why, checked_at = excluded.checked_at"
+
 typedef struct ah_sleeper_index_s ah_sleeper_index_t;
 ah_sleeper_index_t *ah_sleeper_index_new (const char *db_path, const char *lua_dir, char **err);
 int  ah_sleeper_index_pass (ah_sleeper_index_t *self, int64_t now_ms, int *checked, int *asked);

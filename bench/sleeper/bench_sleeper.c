@@ -80,17 +80,11 @@ static void s_fill (ah_store_t *store, int from, int to, int64_t now)
     ah_store_commit (store);
 }
 
-//  The baseline: the same SELECT the pass makes, rows read and dropped.
+//  The baseline: the SELECT a full pass makes, rows read and dropped.
 static double s_scan (ah_store_t *store, int64_t now)
 {
     double t0 = s_now ();
-    sqlite3_stmt *st = ah_store_prepare (store,
-        "SELECT s.agent_id, a.name, a.idle_minutes, coalesce(s.last_activity_at, 0),"
-        " (SELECT count(*) FROM turns t WHERE t.agent_id = s.agent_id"
-        "   AND t.ended_at IS NULL AND t.expires_at > :now),"
-        " (SELECT coalesce(max(min(coalesce(t.ended_at, t.expires_at), :now)), 0)"
-        "   FROM turns t WHERE t.agent_id = s.agent_id)"
-        " FROM sandboxes s JOIN agents a ON a.id = s.agent_id WHERE s.state = 'running'");
+    sqlite3_stmt *st = ah_store_prepare (store, AH_SLEEPER_ROWS_SQL);
     ah_store_bind_int64 (st, ":now", now);
     long rows = 0;
     while (ah_store_step (store, st) == SQLITE_ROW)
@@ -105,18 +99,8 @@ static double s_scan (ah_store_t *store, int64_t now)
 static double s_reads (ah_store_t *store, int from, int n, int64_t now)
 {
     double c0 = s_cpu ();
-    sqlite3_stmt *st = ah_store_prepare (store,
-        "SELECT s.agent_id, a.name, a.idle_minutes, coalesce(s.last_activity_at, 0),"
-        " (SELECT count(*) FROM turns t WHERE t.agent_id = s.agent_id"
-        "   AND t.ended_at IS NULL AND t.expires_at > :now),"
-        " (SELECT coalesce(max(min(coalesce(t.ended_at, t.expires_at), :now)), 0)"
-        "   FROM turns t WHERE t.agent_id = s.agent_id)"
-        " FROM sandboxes s JOIN agents a ON a.id = s.agent_id WHERE s.state = 'running'"
-        " AND s.agent_id = :id");
-    sqlite3_stmt *up = ah_store_prepare (store,
-        "INSERT INTO sleep_forecast (agent_id, sleeps_at, why, checked_at)"
-        " VALUES (:id, :sleeps_at, 'recent use', :now) ON CONFLICT (agent_id) DO UPDATE SET"
-        " sleeps_at = excluded.sleeps_at, why = excluded.why, checked_at = excluded.checked_at");
+    sqlite3_stmt *st = ah_store_prepare (store, AH_SLEEPER_ROWS_SQL " AND s.agent_id = :id");
+    sqlite3_stmt *up = ah_store_prepare (store, AH_SLEEPER_FORECAST_SQL);
     ah_store_begin (store);
     int64_t sum = 0;
     for (int i = from; i < n; i += 100) {
@@ -128,6 +112,7 @@ static double s_reads (ah_store_t *store, int from, int n, int64_t now)
             sum += sqlite3_column_int64 (st, 3) + sqlite3_column_int64 (st, 4) + sqlite3_column_int64 (st, 5);
         sqlite3_reset (st);
         ah_store_bind_text (up, ":id", id);
+        ah_store_bind_text (up, ":why", "recent use");
         ah_store_bind_int64 (up, ":sleeps_at", now + 60000 + sum % 2);
         ah_store_bind_int64 (up, ":now", now);
         ah_store_step (store, up);
