@@ -22,6 +22,7 @@
 #include "actors/lifecycle_int.h"
 #include "common/log.h"
 
+#include <math.h>
 #include <string.h>
 
 #define ACTIVITY_MAX    10000           //  agents with activity waiting for a flush
@@ -101,12 +102,16 @@ void ah_lc_publish (self_t *self, const char *agent_id, const char *state,
     }
 }
 
-void ah_lc_changed (self_t *self, const char *agent_id)
+void ah_lc_changed (self_t *self, const char *agent_id, int64_t last_activity_at, double idle_minutes)
 {
     if (!self->sleeper_subscribed)
         return;
     ah_msg_t *msg = ah_msg_new ("AGENT_CHANGED");
     ah_msg_set_str (msg, "agent_id", agent_id);
+    if (last_activity_at >= 0)
+        ah_msg_set_int (msg, "last_activity_at", last_activity_at);
+    if (isfinite (idle_minutes))
+        ah_msg_set_double (msg, "idle_minutes", idle_minutes);
     ah_actor_send (self->actor, "sleeper", &msg);
 }
 
@@ -254,7 +259,7 @@ static void s_flush_activity (self_t *self)
             ah_store_rollback (self->store);
         else
             for (int64_t *at = zhashx_first (self->activity); at; at = zhashx_next (self->activity))
-                ah_lc_changed (self, zhashx_cursor (self->activity));
+                ah_lc_changed (self, zhashx_cursor (self->activity), *at, NAN);
     }
     zhashx_purge (self->activity);
 }

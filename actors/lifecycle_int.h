@@ -133,8 +133,9 @@ int  ah_lc_move (self_t *self, const char *agent_id, const char *guard,
 void ah_lc_publish (self_t *self, const char *agent_id, const char *state,
                     const char *op, const char *error);
 //  AGENT_CHANGED to the sleeper (when it subscribes): what the database
-//  knows of the agent's use moved (last_activity_at, idle_minutes).
-void ah_lc_changed (self_t *self, const char *agent_id);
+//  knows of the agent's use moved; the values written, when known
+//  (last_activity_at < 0, idle_minutes NAN: not said).
+void ah_lc_changed (self_t *self, const char *agent_id, int64_t last_activity_at, double idle_minutes);
 //  self->cause for the length of one call of fn (a request's "by", else
 //  its sender).
 void ah_lc_caused (self_t *self, const ah_msg_t *msg, void (*fn) (void *, ah_msg_t *));

@@ -323,7 +323,7 @@ void ah_lc_on_update (void *self_, ah_msg_t *msg)
         ah_actor_reply_error (self->actor, msg, 500, "cannot update the agent (see the server log)");
         return;
     }
-    ah_lc_changed (self, row.id);          //  idle_minutes may have moved its sleep
+    ah_lc_changed (self, row.id, -1, d.idle_minutes);  //  idle_minutes may have moved its sleep
     ah_lc_lookup (self, row.id, &row);
     ah_msg_t *reply = ah_msg_reply_ok (msg);
     ah_msg_set_int (reply, "status", 200);

@@ -11,24 +11,33 @@
     The due index. Each running agent's facts keep its last verdict
     (sleeps_at, idle) and a dirty flag. A verdict holds until sleeps_at
     unless a fact changes, so a pass asks idle.lua only about the agents
-    that are due (sleeps_at <= now) or dirty, reading their rows one by
-    one; the others cost nothing: the due and dirty ones are the top of a
-    heap ordered by when each is due (a dirty one at once), kept as facts
-    change, and the running and idle counts are kept with it, so a pass
-    costs what it asks, not how many run. Dirty means: a turn
-    started, renewed or ended (this actor's own table), a terminal opened
-    or closed, a CPU share at or above the verdict's recheck_cpu_share (any
-    new share when the policy names none), lifecycle's AGENT_CHANGED (its
-    activity flush moved last_activity_at, or an update changed
-    idle_minutes), or entering running. A verdict that is already idle
-    and whose stop was asked stays idle without asking again (time only
-    makes an idle sandbox idler). A full pass (one SELECT of every running
-    sandbox, idle.lua for each) runs first, and again whenever idle.lua
-    is reloaded. Everything the database knows that can move without
-    telling us (last_activity_at, a turn's lease running out) only moves
-    the real sleep time later, so a verdict is never late, at worst early
-    and asked again.                                                   */
+    that are due (sleeps_at <= now) or dirty; the others cost nothing:
+    the due and dirty ones are the top of a heap ordered by when each is
+    due (a dirty one at once), kept as facts change, and the running and
+    idle counts are kept with it, so a pass costs what it asks, not how
+    many run. Dirty means: a turn started, renewed or ended (this actor's
+    own table), a terminal opened or closed, a CPU share at or above the
+    verdict's recheck_cpu_share (any new share when the policy names
+    none), lifecycle's AGENT_CHANGED (its activity flush moved
+    last_activity_at, or an update changed idle_minutes), or entering
+    running. A verdict that is already idle and whose stop was asked
+    stays idle without asking again (time only makes an idle sandbox
+    idler). A full pass (one SELECT of every running sandbox, idle.lua
+    for each) runs first, and again whenever idle.lua is reloaded.
+
+    The kept rows. What a pass reads of an agent (its row: name,
+    idle_minutes, last_activity_at and its turns) is kept in its facts,
+    and the messages that move it keep it true: AGENT_CHANGED carries the
+    use or the idle_minutes lifecycle wrote (the later use wins, as in
+    its UPDATE); a change it does not say, this actor's own turn writes
+    and entering running drop the row, to be read again. The turns
+    running at the read stay so until the first of their leases runs out,
+    and then the row is read again too. So an agent asked because it was
+    used is judged without a read; the rows that must be read are read in
+    key order in one read transaction. Nothing else writes these columns
+    (lifecycle and this actor are their only writers).                  */
 #include "actors/sleeper.h"
+#include "common/ident.h"
 #include "common/log.h"
 #include "common/msg.h"
 #include "common/str.h"
@@ -60,6 +69,16 @@ typedef struct {
     //  kept by s_index
     size_t  heap_at;                //  its place in the due heap (SIZE_MAX: not there)
     bool    counted_running, counted_idle;
+    //  What the database knows of its use, as last read and kept since by
+    //  the messages that move it (see DESIGN).
+    bool    has_row;
+    int64_t read_at;                //  ms: the clock of that read
+    double  idle_minutes;
+    int64_t last_activity;          //  ms (0: never)
+    int     turns;                  //  its turns running at the read
+    int64_t turns_until;            //  ms: the first of their leases to run out (NOT_DUE: none)
+    int64_t turn_last;              //  ms: the latest end (or lease end) of any of its turns (0: none)
+    char    name [AH_NAME_MAX + 1];
     char    id [48];                //  the agent's id (the hash's key)
 } facts_t;
 
@@ -68,15 +87,6 @@ typedef struct {
     int64_t  due;
     facts_t *f;
 } due_t;
-
-typedef struct {
-    char    id [48];
-    char    name [72];
-    double  idle_minutes;
-    int64_t last_activity;
-    int64_t turns;
-    int64_t turn_end;
-} row_t;
 
 struct ah_sleeper_index_s {
     ah_actor_t  *actor;             //  NULL in an ah_sleeper_index_t
@@ -88,6 +98,7 @@ struct ah_sleeper_index_s {
     bool         full;              //  the next pass reads every running sandbox
     int64_t      policy_at;         //  ah_policy_loaded_at of the verdicts held
     int          evaluated;         //  idle.lua calls in the last pass
+    int          rows_read;         //  rows it read
     due_t       *heap;              //  a binary min-heap on due
     size_t       heap_n, heap_cap;
     int          n_running;         //  facts with running set
@@ -238,68 +249,165 @@ static void s_touch (facts_t *f, int64_t ms)
 static int64_t s_max (int64_t a, int64_t b) { return a > b ? a : b; }
 
 
-static void s_row_read (sqlite3_stmt *st, row_t *r)
+//  Keeps a row of AH_SLEEPER_ROWS_SQL, read at now, in its facts.
+static void s_row_keep (facts_t *f, sqlite3_stmt *st, int64_t now)
 {
-    snprintf (r->id, sizeof r->id, "%s", (const char *) sqlite3_column_text (st, 0));
-    snprintf (r->name, sizeof r->name, "%s", (const char *) sqlite3_column_text (st, 1));
-    r->idle_minutes = sqlite3_column_double (st, 2);
-    r->last_activity = sqlite3_column_int64 (st, 3);
-    r->turns = sqlite3_column_int64 (st, 4);
-    r->turn_end = sqlite3_column_int64 (st, 5);
+    const char *name = (const char *) sqlite3_column_text (st, 1);
+    snprintf (f->name, sizeof f->name, "%s", name ? name : "");
+    f->idle_minutes = sqlite3_column_double (st, 2);
+    f->last_activity = sqlite3_column_int64 (st, 3);
+    f->turns = (int) sqlite3_column_int64 (st, 4);
+    f->turns_until = sqlite3_column_type (st, 5) == SQLITE_NULL ? NOT_DUE : sqlite3_column_int64 (st, 5);
+    f->turn_last = sqlite3_column_int64 (st, 6);
+    f->read_at = now;
+    f->has_row = true;
 }
 
-//  Reads the running sandboxes and what the database knows of their use:
-//  every one (ids NULL), or those of ids (n_ids of them) that still run.
-static int s_rows (self_t *self, int64_t now, char **ids, size_t n_ids, row_t **rows_p, size_t *count)
+//  Its row as kept still says what the database would say at now: no
+//  message moved it since, and none of its turns' leases ran out.
+static bool s_fresh (const facts_t *f, int64_t now)
 {
-    sqlite3_stmt *st = ah_store_prepare (self->store, ids ? AH_SLEEPER_ROWS_SQL " AND s.agent_id = :id" : AH_SLEEPER_ROWS_SQL);
+    return f->has_row && now >= f->read_at && now < f->turns_until;
+}
+
+//  Appends f to the list *ask (*n of *cap): 0, or -1 out of memory.
+static int s_push (facts_t ***ask, size_t *n, size_t *cap, facts_t *f)
+{
+    if (*n == *cap) {
+        facts_t **more = realloc (*ask, 2 * *cap * sizeof *more);
+        if (!more)
+            return -1;
+        *ask = more;
+        *cap *= 2;
+    }
+    (*ask) [(*n)++] = f;
+    return 0;
+}
+
+//  A full pass's read: the row of every running sandbox, kept in its
+//  facts, and the running set becomes what the database says now.
+//  *ask_p: their facts, to be judged.
+static int s_read_all (self_t *self, int64_t now, facts_t ***ask_p, size_t *n_ask)
+{
+    sqlite3_stmt *st = ah_store_prepare (self->store, AH_SLEEPER_ROWS_SQL);
     if (!st || ah_store_bind_int64 (st, ":now", now))
         return -1;
-    //  The point reads in one read transaction: one snapshot and one lock
-    //  for all of them, not one each.
-    bool txn = ids && n_ids > 1 && ah_store_exec (self->store, "BEGIN", NULL) == 0;
-    size_t n = 0, cap = ids ? n_ids + 1 : 64;
-    row_t *rows = malloc (cap * sizeof *rows);
-    for (size_t k = 0; rows && (!ids || k < n_ids); k++) {
-        if (ids && ah_store_bind_text (st, ":id", ids [k]))
-            break;
-        int rc;
-        while ((rc = ah_store_step (self->store, st)) == SQLITE_ROW) {
-            if (n == cap) {
-                row_t *more = realloc (rows, 2 * cap * sizeof *rows);
-                if (!more)
-                    break;
-                rows = more;
-                cap *= 2;
-            }
-            s_row_read (st, &rows [n++]);
-        }
-        sqlite3_reset (st);
-        if (!ids)
+    size_t n = 0, cap = zhashx_size (self->facts) + 64;
+    facts_t **ask = malloc (cap * sizeof *ask);
+    int rc = SQLITE_DONE;
+    while (ask && (rc = ah_store_step (self->store, st)) == SQLITE_ROW) {
+        const char *id = (const char *) sqlite3_column_text (st, 0);
+        facts_t *f = id ? s_facts (self, id) : NULL;
+        if (!f)
+            continue;
+        s_row_keep (f, st, now);
+        self->rows_read++;
+        if (s_push (&ask, &n, &cap, f))
             break;
     }
-    if (txn && ah_store_exec (self->store, "COMMIT", NULL))
-        ah_store_rollback (self->store);
-    *rows_p = rows;
-    *count = n;
-    return rows ? 0 : -1;
+    sqlite3_reset (st);
+    if (!ask || rc != SQLITE_DONE) {
+        free (ask);
+        return -1;
+    }
+    for (facts_t *f = zhashx_first (self->facts); f; f = zhashx_next (self->facts)) {
+        f->running = false;
+        s_index (self, f);
+    }
+    *ask_p = ask;
+    *n_ask = n;
+    return 0;
+}
+
+static int s_idcmp (const void *a, const void *b)
+{
+    return strcmp ((*(facts_t *const *) a)->id, (*(facts_t *const *) b)->id);
+}
+
+//  An indexed pass's read (see DESIGN): the due and dirty agents, taken
+//  off the heap. The rows of those whose facts are not fresh are read
+//  again, in key order (the B-tree pages in order) and in one read
+//  transaction (one snapshot, one lock); one that no longer runs leaves
+//  the running set (its state event is on its way, and its forecast row
+//  goes then). *ask_p: the facts to judge. On a failure each goes back
+//  into the heap as it was.
+static int s_read_due (self_t *self, int64_t now, facts_t ***ask_p, size_t *n_ask)
+{
+    size_t n = 0, cap = 64, n_stale = 0;
+    facts_t **ask = malloc (cap * sizeof *ask);
+    while (ask && self->heap_n && self->heap [0].due <= now) {
+        facts_t *f = self->heap [0].f;
+        s_heap_remove (self, f);
+        if (s_push (&ask, &n, &cap, f)) {
+            s_index (self, f);              //  back: asked at a later pass
+            break;
+        }
+        if (!s_fresh (f, now)) {            //  the stale ones first
+            ask [n - 1] = ask [n_stale];
+            ask [n_stale++] = f;
+        }
+    }
+    if (!ask)
+        return -1;
+    qsort (ask, n_stale, sizeof *ask, s_idcmp);
+    int rc = SQLITE_DONE;
+    size_t k = 0;
+    if (n_stale) {
+        sqlite3_stmt *st = ah_store_prepare (self->store, AH_SLEEPER_ROWS_SQL " AND s.agent_id = :id");
+        rc = st && ah_store_bind_int64 (st, ":now", now) == 0 ? SQLITE_DONE : SQLITE_ERROR;
+        bool txn = rc == SQLITE_DONE && n_stale > 1 && ah_store_exec (self->store, "BEGIN", NULL) == 0;
+        for (; k < n_stale && rc == SQLITE_DONE; k++) {
+            facts_t *f = ask [k];
+            rc = ah_store_bind_text (st, ":id", f->id) ? SQLITE_ERROR : ah_store_step (self->store, st);
+            if (rc == SQLITE_ROW) {
+                s_row_keep (f, st, now);
+                self->rows_read++;
+                rc = SQLITE_DONE;
+            }
+            else
+            if (rc == SQLITE_DONE) {        //  it no longer runs
+                f->running = false;
+                f->has_row = false;
+                s_index (self, f);
+                ask [k] = NULL;
+            }
+            sqlite3_reset (st);
+        }
+        if (txn && ah_store_exec (self->store, "COMMIT", NULL))
+            ah_store_rollback (self->store);
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ask [i]) {
+            if (rc != SQLITE_DONE)
+                s_index (self, ask [i]);    //  back where it was
+            ask [kept++] = ask [i];
+        }
+    if (rc != SQLITE_DONE) {
+        free (ask);
+        return -1;
+    }
+    *ask_p = ask;
+    *n_ask = kept;
+    return 0;
 }
 
 //  Asks idle.lua about one running sandbox, records the forecast, asks
 //  lifecycle to stop it when idle. When the policy fails it stays awake
 //  and is asked again next pass.
-static void s_judge (self_t *self, const row_t *r, facts_t *f, int64_t now, sqlite3_stmt *up,
+static void s_judge (self_t *self, facts_t *f, int64_t now, sqlite3_stmt *up,
                     ah_msg_t *sandbox, ah_msg_t *facts)
 {
-    int64_t last = s_max (s_max (r->last_activity, r->turn_end),
+    int64_t turn_end = f->turn_last < now ? f->turn_last : now;
+    int64_t last = s_max (s_max (f->last_activity, turn_end),
                           s_max (f->busy_at, self->started_ms));
-    ah_msg_set_str (sandbox, "id", r->id);
-    ah_msg_set_str (sandbox, "name", r->name);
-    ah_msg_set_double (sandbox, "idle_minutes", r->idle_minutes);
+    ah_msg_set_str (sandbox, "id", f->id);
+    ah_msg_set_str (sandbox, "name", f->name);
+    ah_msg_set_double (sandbox, "idle_minutes", f->idle_minutes);
     ah_msg_set_int (facts, "now_ms", now);
     ah_msg_set_int (facts, "last_activity_ms", last);
-    ah_msg_set_double (facts, "idle_minutes", r->idle_minutes);
-    ah_msg_set_int (facts, "turns", r->turns);
+    ah_msg_set_double (facts, "idle_minutes", f->idle_minutes);
+    ah_msg_set_int (facts, "turns", f->turns);
     ah_msg_set_int (facts, "terminals", f->terminals);
     if (f->has_share)
         ah_msg_set_double (facts, "cpu_share", f->cpu_share);
@@ -309,7 +417,7 @@ static void s_judge (self_t *self, const row_t *r, facts_t *f, int64_t now, sqli
     char *err = NULL;
     self->evaluated++;
     if (ah_policy_call (self->policy, "idle", sandbox, facts, &verdict, &err)) {
-        ah_warn (AREA, "idle.lua failed for agent '%s': %s (it stays awake)", r->name, err);
+        ah_warn (AREA, "idle.lua failed for agent '%s': %s (it stays awake)", f->name, err);
         free (err);
         f->idle = false;
         s_dirty (self, f);
@@ -325,7 +433,7 @@ static void s_judge (self_t *self, const row_t *r, facts_t *f, int64_t now, sqli
     f->idle = is_idle;
     f->sleeps_at = is_idle ? now : sleeps_at;
     f->recheck_cpu = isfinite (recheck) && recheck > 0 ? recheck : 0;
-    ah_store_bind_text (up, ":id", r->id);
+    ah_store_bind_text (up, ":id", f->id);
     ah_store_bind_int64 (up, ":sleeps_at", sleeps_at);
     ah_store_bind_text (up, ":why", why);
     ah_store_bind_int64 (up, ":now", now);
@@ -335,56 +443,15 @@ static void s_judge (self_t *self, const row_t *r, facts_t *f, int64_t now, sqli
         if (!f->stop_sent && self->actor) {
             ah_msg_t *stop = ah_msg_new ("SANDBOX_STOP");
             ah_msg_set_int (stop, "req", ++self->req_seq);
-            ah_msg_set_str (stop, "agent", r->id);
+            ah_msg_set_str (stop, "agent", f->id);
             ah_msg_set_str (stop, "reason", "idle");
             ah_actor_send (self->actor, "lifecycle", &stop);
-            ah_info (AREA, "agent '%s' is idle: asked lifecycle to put it to sleep", r->name);
+            ah_info (AREA, "agent '%s' is idle: asked lifecycle to put it to sleep", f->name);
         }
         f->stop_sent = true;
     }
     s_index (self, f);
     ah_msg_destroy (&verdict);
-}
-
-static int s_strcmp (const void *a, const void *b)
-{
-    return strcmp (*(char *const *) a, *(char *const *) b);
-}
-
-//  The ids to ask about in an indexed pass (see DESIGN): the top of the
-//  due heap, taken out of it (each is indexed again once asked, or put
-//  back by s_put_back when the pass fails).
-static char **s_due (self_t *self, int64_t now, size_t *n_due)
-{
-    size_t n = 0, cap = 64;
-    char **ids = malloc (cap * sizeof *ids);
-    while (ids && self->heap_n && self->heap [0].due <= now) {
-        if (n == cap) {
-            char **more = realloc (ids, 2 * cap * sizeof *ids);
-            if (!more)
-                break;
-            ids = more;
-            cap *= 2;
-        }
-        facts_t *f = self->heap [0].f;
-        s_heap_remove (self, f);
-        ids [n++] = f->id;
-    }
-    //  In key order: the rows are read with the B-tree pages in order.
-    if (ids)
-        qsort (ids, n, sizeof *ids, s_strcmp);
-    *n_due = n;
-    return ids;
-}
-
-//  A pass that failed after s_due: its ids go back where they were.
-static void s_put_back (self_t *self, char **ids, size_t n_ids)
-{
-    for (size_t k = 0; k < n_ids; k++) {
-        facts_t *f = zhashx_lookup (self->facts, ids [k]);
-        if (f)
-            s_index (self, f);
-    }
 }
 
 //  One pass (see DESIGN): a full one, or the due and dirty agents only.
@@ -396,50 +463,24 @@ static int s_pass (self_t *self, int64_t now, int *checked)
         self->policy_at = ah_policy_loaded_at (self->policy);
         self->full = true;                  //  a new rule: every verdict is asked again
     }
-    self->evaluated = 0;
+    self->evaluated = self->rows_read = 0;
     bool full = self->full;
-    size_t n_ids = 0, n = 0;
-    char **ids = NULL;
-    if (!full && !(ids = s_due (self, now, &n_ids)))
+    facts_t **ask = NULL;
+    size_t n = 0;
+    if (full ? s_read_all (self, now, &ask, &n) : s_read_due (self, now, &ask, &n))
         return -1;
-    row_t *rows = NULL;
-    if ((n_ids || full) && s_rows (self, now, full ? NULL : ids, n_ids, &rows, &n)) {
-        s_put_back (self, ids, n_ids);
-        free (rows);
-        free (ids);
-        return -1;
-    }
-    //  The running set is what the database says now: all of it after a
-    //  full pass; a due agent that no longer runs leaves it (its state
-    //  event is on its way, and its forecast row goes then).
-    if (full)
-        for (facts_t *f = zhashx_first (self->facts); f; f = zhashx_next (self->facts)) {
-            f->running = false;
-            s_index (self, f);
-        }
-    for (size_t k = 0; k < n_ids; k++) {
-        facts_t *f = zhashx_lookup (self->facts, ids [k]);
-        if (f) {
-            f->running = false;
-            s_index (self, f);
-        }
-    }
-    free (ids);
     if (n == 0 && !full) {
-        free (rows);
+        free (ask);
         if (checked)
             *checked = self->n_running;
         return self->n_idle;
     }
     if (ah_store_begin (self->store)) {
         for (size_t i = 0; i < n; i++) {    //  asked again at the next pass
-            facts_t *f = s_facts (self, rows [i].id);
-            if (f) {
-                f->running = true;
-                s_dirty (self, f);
-            }
+            ask [i]->running = true;
+            s_dirty (self, ask [i]);
         }
-        free (rows);
+        free (ask);
         return -1;
     }
     if (full)
@@ -449,14 +490,11 @@ static int s_pass (self_t *self, int64_t now, int *checked)
     ah_msg_t *sandbox = ah_msg_new ("SANDBOX");
     ah_msg_t *facts = ah_msg_new ("FACTS");
     for (size_t i = 0; i < n; i++) {
-        facts_t *f = s_facts (self, rows [i].id);
-        if (!f)
-            continue;
-        f->running = true;
+        ask [i]->running = true;
         if (up)
-            s_judge (self, &rows [i], f, now, up, sandbox, facts);
+            s_judge (self, ask [i], now, up, sandbox, facts);
         else
-            s_dirty (self, f);              //  asked again at the next pass
+            s_dirty (self, ask [i]);        //  asked again at the next pass
     }
     ah_msg_destroy (&sandbox);
     ah_msg_destroy (&facts);
@@ -465,7 +503,7 @@ static int s_pass (self_t *self, int64_t now, int *checked)
     else
     if (up)
         self->full = false;
-    free (rows);
+    free (ask);
     if (checked)
         *checked = self->n_running;
     return self->n_idle;
@@ -490,6 +528,20 @@ static int64_t s_lease (const ah_msg_t *msg)
     if (lease < 1000) lease = 1000;
     if (lease > AH_SLEEPER_TURN_LEASE_MAX_MS) lease = AH_SLEEPER_TURN_LEASE_MAX_MS;
     return lease;
+}
+
+//  This actor changed one of its turns at now: it was busy then, and its
+//  row is read again (a new turn, a renewed lease or an end).
+static void s_turned (self_t *self, const char *agent, int64_t now, bool started)
+{
+    facts_t *f = s_facts (self, agent);
+    if (f) {
+        s_touch (f, now);
+        if (started)
+            f->stop_sent = false;
+        f->has_row = false;
+        s_dirty (self, f);
+    }
 }
 
 static void s_turn_start (void *self_, ah_msg_t *msg)
@@ -523,12 +575,7 @@ static void s_turn_start (void *self_, ah_msg_t *msg)
         return;
     }
     sqlite3_reset (st);
-    facts_t *f = s_facts (self, id);
-    if (f) {
-        s_touch (f, now);
-        f->stop_sent = false;
-        s_dirty (self, f);
-    }
+    s_turned (self, id, now, true);
     ah_msg_t *r = ah_msg_reply_ok (msg);
     ah_msg_set_int (r, "status", 201);
     ah_msg_set_str (r, "turn_id", turn);
@@ -569,11 +616,7 @@ static void s_turn_change (self_t *self, const ah_msg_t *msg, bool end)
                               "no running turn '%.32s' (it ended, its lease expired, or it never was)", turn);
         return;
     }
-    facts_t *f = s_facts (self, agent);
-    if (f) {
-        s_touch (f, now);
-        s_dirty (self, f);
-    }
+    s_turned (self, agent, now, false);
     ah_msg_t *r = ah_msg_reply_ok (msg);
     ah_msg_set_str (r, "turn_id", turn);
     ah_msg_set_str (r, "agent_id", agent);
@@ -599,6 +642,7 @@ static void s_state_set (self_t *self, const char *agent, const char *state, int
     f->has_share = false;
     f->running = streq (state, "running");
     f->dirty = f->running;
+    f->has_row = false;                     //  entering running moved last_activity_at
     s_index (self, f);
     if (f->running)
         s_touch (f, now_ms);                //  the idle clock starts when it runs
@@ -619,15 +663,33 @@ static void s_state (void *self_, ah_msg_t *msg)
         s_state_set (self_, agent, state, ah_store_now_ms ());
 }
 
-//  Lifecycle moved what the database knows of its use (last_activity_at,
-//  idle_minutes): its verdict is asked again at the next pass.
-static void s_changed (void *self_, ah_msg_t *msg)
+//  Lifecycle moved what the database knows of its use: the new
+//  last_activity_at (ms, < 0: not said) or idle_minutes (NAN: not said)
+//  are kept; a change it does not say is read again. Either way its
+//  verdict is asked again at the next pass.
+static void s_changed_set (self_t *self, const char *agent, int64_t last_activity, double idle_minutes)
 {
-    self_t *self = self_;
-    const char *agent = ah_msg_str (msg, "agent_id");
     facts_t *f = agent ? zhashx_lookup (self->facts, agent) : NULL;
-    if (f)
-        s_dirty (self, f);
+    if (!f)
+        return;
+    bool said = false;
+    if (last_activity >= 0) {               //  the flush writes the later of the two
+        f->last_activity = s_max (f->last_activity, last_activity);
+        said = true;
+    }
+    if (isfinite (idle_minutes) && idle_minutes >= 0) {
+        f->idle_minutes = idle_minutes;
+        said = true;
+    }
+    if (!said)
+        f->has_row = false;
+    s_dirty (self, f);
+}
+
+static void s_changed (void *self, ah_msg_t *msg)
+{
+    s_changed_set (self, ah_msg_str (msg, "agent_id"), ah_msg_int (msg, "last_activity_at", -1),
+                   ah_msg_double (msg, "idle_minutes", NAN));
 }
 
 static void s_stats (void *self_, ah_msg_t *msg)
@@ -757,19 +819,25 @@ ah_sleeper_index_t *ah_sleeper_index_new (const char *db_path, const char *lua_d
     return NULL;
 }
 
-int ah_sleeper_index_pass (ah_sleeper_index_t *self, int64_t now_ms, int *checked, int *asked)
+int ah_sleeper_index_pass (ah_sleeper_index_t *self, int64_t now_ms, int *checked, int *asked, int *read)
 {
     int rc = s_pass (self, now_ms, checked);
     if (asked)
         *asked = self->evaluated;
+    if (read)
+        *read = self->rows_read;
     return rc;
 }
 
-void ah_sleeper_index_changed (ah_sleeper_index_t *self, const char *agent_id)
+void ah_sleeper_index_changed (ah_sleeper_index_t *self, const char *agent_id,
+                               int64_t last_activity_ms, double idle_minutes)
 {
-    facts_t *f = zhashx_lookup (self->facts, agent_id);
-    if (f)
-        s_dirty (self, f);
+    s_changed_set (self, agent_id, last_activity_ms, idle_minutes);
+}
+
+void ah_sleeper_index_turned (ah_sleeper_index_t *self, const char *agent_id, int64_t now_ms, bool started)
+{
+    s_turned (self, agent_id, now_ms, started);
 }
 
 void ah_sleeper_index_state (ah_sleeper_index_t *self, const char *agent_id, const char *state, int64_t now_ms)

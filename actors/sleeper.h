@@ -38,22 +38,30 @@ extern const ah_actor_def_t ah_sleeper_actor;
 
 //  The sleeper's passes without the actor, for the benchmark and the
 //  tests: its own connection to db_path and its own idle.lua state from
-//  lua_dir. The first pass reads every running sandbox; later ones only
-//  the due and changed (sleeper.c, DESIGN). A pass returns how many were
-//  found idle, or -1; *checked is how many are running, *asked how many
-//  idle.lua was asked about. _changed marks an agent as lifecycle's
-//  AGENT_CHANGED does, _state moves it as its SANDBOX_STATE does.
+//  lua_dir. The first pass reads every running sandbox; later ones ask
+//  only the due and changed, and read again only the rows a message did
+//  not keep (sleeper.c, DESIGN). A pass returns how many were found idle,
+//  or -1; *checked is how many are running, *asked how many idle.lua was
+//  asked about, *read how many rows the pass read. _changed marks an
+//  agent as lifecycle's AGENT_CHANGED does (last_activity_ms < 0 and
+//  idle_minutes NAN when the change is not said), _turned as this
+//  actor's own turn handlers do after their write, _state moves it as
+//  its SANDBOX_STATE does.
 //  What a pass reads of the running sandboxes (bind :now; add
-//  " AND s.agent_id = :id" for one) and how it records a verdict (bind
-//  :id, :sleeps_at, :why, :now): here so that bench/sleeper's baselines
-//  run the same statements.
+//  " AND s.agent_id = :id" for one): id, name, idle_minutes,
+//  last_activity_at, the turns running at :now, the first of their
+//  leases to run out, and the latest end (or lease end) of any turn.
 #define AH_SLEEPER_ROWS_SQL \
     "SELECT s.agent_id, a.name, a.idle_minutes, coalesce(s.last_activity_at, 0)," \
     " (SELECT count(*) FROM turns t WHERE t.agent_id = s.agent_id" \
     "   AND t.ended_at IS NULL AND t.expires_at > :now)," \
-    " (SELECT coalesce(max(min(coalesce(t.ended_at, t.expires_at), :now)), 0)" \
+    " (SELECT min(t.expires_at) FROM turns t WHERE t.agent_id = s.agent_id" \
+    "   AND t.ended_at IS NULL AND t.expires_at > :now)," \
+    " (SELECT coalesce(max(coalesce(t.ended_at, t.expires_at)), 0)" \
     "   FROM turns t WHERE t.agent_id = s.agent_id)" \
     " FROM sandboxes s JOIN agents a ON a.id = s.agent_id WHERE s.state = 'running'"
+//  How it records a verdict (bind :id, :sleeps_at, :why, :now). Here so
+//  that bench/sleeper's baselines run the same statements.
 #define AH_SLEEPER_FORECAST_SQL \
     "INSERT INTO sleep_forecast (agent_id, sleeps_at, why, checked_at)" \
     " VALUES (:id, :sleeps_at, :why, :now) ON CONFLICT (agent_id) DO UPDATE SET" \
@@ -61,8 +69,10 @@ extern const ah_actor_def_t ah_sleeper_actor;
 
 typedef struct ah_sleeper_index_s ah_sleeper_index_t;
 ah_sleeper_index_t *ah_sleeper_index_new (const char *db_path, const char *lua_dir, char **err);
-int  ah_sleeper_index_pass (ah_sleeper_index_t *self, int64_t now_ms, int *checked, int *asked);
-void ah_sleeper_index_changed (ah_sleeper_index_t *self, const char *agent_id);
+int  ah_sleeper_index_pass (ah_sleeper_index_t *self, int64_t now_ms, int *checked, int *asked, int *read);
+void ah_sleeper_index_changed (ah_sleeper_index_t *self, const char *agent_id,
+                               int64_t last_activity_ms, double idle_minutes);
+void ah_sleeper_index_turned (ah_sleeper_index_t *self, const char *agent_id, int64_t now_ms, bool started);
 void ah_sleeper_index_state (ah_sleeper_index_t *self, const char *agent_id, const char *state, int64_t now_ms);
 void ah_sleeper_index_destroy (ah_sleeper_index_t **self_p);
 

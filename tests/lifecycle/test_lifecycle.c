@@ -899,11 +899,29 @@ static void test_observed (const char *id)
     ah_msg_send (&m, rec, "lifecycle");
     zclock_sleep (1500);
     CHECK (s_count ("SELECT last_activity_at FROM sandboxes WHERE agent_id = :id", id) > before);
+    //  The sleeper is told, with the use written (it keeps it unread).
     bool changed = false;
     zsock_set_rcvtimeo (sleeper, 500);
     while (!changed && (m = ah_msg_recv (sleeper, true, NULL))) {
         changed = streq (ah_msg_type (m), "AGENT_CHANGED") && ah_msg_str (m, "agent_id")
-               && streq (ah_msg_str (m, "agent_id"), id);
+               && streq (ah_msg_str (m, "agent_id"), id)
+               && ah_msg_int (m, "last_activity_at", -1)
+                  == s_count ("SELECT last_activity_at FROM sandboxes WHERE agent_id = :id", id);
+        ah_msg_destroy (&m);
+    }
+    CHECK (changed);
+    //  So is an update, with the idle_minutes it wrote.
+    m = ah_msg_new ("AGENT_UPDATE");
+    ah_msg_set_str (m, "agent", id);
+    ah_msg_set_double (m, "idle_minutes", 7.5);
+    ah_msg_t *reply2 = s_call (m);
+    CHECK (reply2 && ah_msg_int (reply2, "status", 0) == 200);
+    ah_msg_destroy (&reply2);
+    changed = false;
+    while (!changed && (m = ah_msg_recv (sleeper, true, NULL))) {
+        changed = streq (ah_msg_type (m), "AGENT_CHANGED") && ah_msg_str (m, "agent_id")
+               && streq (ah_msg_str (m, "agent_id"), id) && ah_msg_double (m, "idle_minutes", -1) == 7.5
+               && ah_msg_int (m, "last_activity_at", -1) == -1;
         ah_msg_destroy (&m);
     }
     CHECK (changed);
