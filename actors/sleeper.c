@@ -35,7 +35,15 @@
     and then the row is read again too. So an agent asked because it was
     used is judged without a read; the rows that must be read are read in
     key order in one read transaction. Nothing else writes these columns
-    (lifecycle and this actor are their only writers).                  */
+    (lifecycle and this actor are their only writers).
+
+    The forecast rows. A verdict is written to sleep_forecast for the
+    API (GET /agents: sleeps_at, awake_because), except one the API
+    works out itself from the same row: "recent use" until idle_minutes
+    after last_activity_at, when the row it would find is earlier
+    (s_shown). This actor is the only writer of the table, so it knows
+    each running agent's row from its own writes and deletes; one it does
+    not know (since its start, or a write that failed) is written.      */
 #include "actors/sleeper.h"
 #include "common/ident.h"
 #include "common/log.h"
@@ -78,6 +86,10 @@ typedef struct {
     int     turns;                  //  its turns running at the read
     int64_t turns_until;            //  ms: the first of their leases to run out (NOT_DUE: none)
     int64_t turn_last;              //  ms: the latest end (or lease end) of any of its turns (0: none)
+    //  Its forecast row as this actor last left it (see s_shown).
+    bool    forecast_known;         //  false: not known (none written since it ran, or a failed write)
+    bool    forecast_recent;        //  its why is "recent use"
+    int64_t forecast_at;            //  its sleeps_at (INT64_MIN: no row)
     char    name [AH_NAME_MAX + 1];
     char    id [48];                //  the agent's id (the hash's key)
 } facts_t;
@@ -99,6 +111,8 @@ struct ah_sleeper_index_s {
     int64_t      policy_at;         //  ah_policy_loaded_at of the verdicts held
     int          evaluated;         //  idle.lua calls in the last pass
     int          rows_read;         //  rows it read
+    int          forecasts;         //  forecast rows it wrote
+    bool         write_all;         //  every verdict's row written (a test's reference)
     due_t       *heap;              //  a binary min-heap on due
     size_t       heap_n, heap_cap;
     int          n_running;         //  facts with running set
@@ -392,6 +406,22 @@ static int s_read_due (self_t *self, int64_t now, facts_t ***ask_p, size_t *n_as
     return 0;
 }
 
+//  Whether the API already shows this verdict without its forecast row
+//  being written (actors/api/agents.c, s_sleeps_at): "recent use" until
+//  idle_minutes after last_activity_at is what it works out itself
+//  whenever the row it finds is earlier (or there is none). So such a
+//  verdict, the commonest (an agent asked because it was used), costs no
+//  write; any other is written.
+static bool s_shown (const self_t *self, const facts_t *f, bool is_idle, const char *why, int64_t sleeps_at)
+{
+    if (self->write_all || is_idle || !why || !streq (why, "recent use") || !f->forecast_known
+    ||  !isfinite (f->idle_minutes) || f->idle_minutes < 0 || f->idle_minutes > 1e9)
+        return false;
+    if (sleeps_at != f->last_activity + (int64_t) (f->idle_minutes * 60000 + 0.5))
+        return false;
+    return f->forecast_at < sleeps_at || (f->forecast_at == sleeps_at && f->forecast_recent);
+}
+
 //  Asks idle.lua about one running sandbox, records the forecast, asks
 //  lifecycle to stop it when idle. When the policy fails it stays awake
 //  and is asked again next pass.
@@ -433,12 +463,15 @@ static void s_judge (self_t *self, facts_t *f, int64_t now, sqlite3_stmt *up,
     f->idle = is_idle;
     f->sleeps_at = is_idle ? now : sleeps_at;
     f->recheck_cpu = isfinite (recheck) && recheck > 0 ? recheck : 0;
-    ah_store_bind_text (up, ":id", f->id);
-    ah_store_bind_int64 (up, ":sleeps_at", sleeps_at);
-    ah_store_bind_text (up, ":why", why);
-    ah_store_bind_int64 (up, ":now", now);
-    ah_store_step (self->store, up);
-    sqlite3_reset (up);
+    if (!s_shown (self, f, is_idle, why, sleeps_at)) {
+        f->forecast_known = !ah_store_bind_text (up, ":id", f->id)
+            && !ah_store_bind_int64 (up, ":sleeps_at", sleeps_at) && !ah_store_bind_text (up, ":why", why)
+            && !ah_store_bind_int64 (up, ":now", now) && ah_store_step (self->store, up) == SQLITE_DONE;
+        sqlite3_reset (up);
+        f->forecast_at = sleeps_at;
+        f->forecast_recent = why && streq (why, "recent use");
+        self->forecasts++;
+    }
     if (is_idle) {
         if (!f->stop_sent && self->actor) {
             ah_msg_t *stop = ah_msg_new ("SANDBOX_STOP");
@@ -463,7 +496,7 @@ static int s_pass (self_t *self, int64_t now, int *checked)
         self->policy_at = ah_policy_loaded_at (self->policy);
         self->full = true;                  //  a new rule: every verdict is asked again
     }
-    self->evaluated = self->rows_read = 0;
+    self->evaluated = self->rows_read = self->forecasts = 0;
     bool full = self->full;
     facts_t **ask = NULL;
     size_t n = 0;
@@ -498,8 +531,11 @@ static int s_pass (self_t *self, int64_t now, int *checked)
     }
     ah_msg_destroy (&sandbox);
     ah_msg_destroy (&facts);
-    if (ah_store_commit (self->store))
+    if (ah_store_commit (self->store)) {
         ah_store_rollback (self->store);
+        for (size_t i = 0; i < n; i++)      //  what it wrote is gone
+            ask [i]->forecast_known = false;
+    }
     else
     if (up)
         self->full = false;
@@ -649,8 +685,9 @@ static void s_state_set (self_t *self, const char *agent, const char *state, int
     else {
         //  Only running sandboxes have a forecast.
         sqlite3_stmt *st = ah_store_prepare (self->store, "DELETE FROM sleep_forecast WHERE agent_id = :id");
-        if (st && !ah_store_bind_text (st, ":id", agent))
-            ah_store_step (self->store, st);
+        f->forecast_known = st && !ah_store_bind_text (st, ":id", agent)
+                         && ah_store_step (self->store, st) == SQLITE_DONE;
+        f->forecast_at = INT64_MIN;
         if (st)
             sqlite3_reset (st);
     }
@@ -738,6 +775,9 @@ static void s_check (void *self_, ah_msg_t *msg)
                            : ah_msg_reply_ok (msg);
     ah_msg_set_int (r, "checked", checked);
     ah_msg_set_int (r, "idle", idle);
+    ah_msg_set_int (r, "asked", self->evaluated);
+    ah_msg_set_int (r, "read", self->rows_read);
+    ah_msg_set_int (r, "written", self->forecasts);
     ah_actor_reply (self->actor, msg, r);
 }
 
@@ -819,13 +859,16 @@ ah_sleeper_index_t *ah_sleeper_index_new (const char *db_path, const char *lua_d
     return NULL;
 }
 
-int ah_sleeper_index_pass (ah_sleeper_index_t *self, int64_t now_ms, int *checked, int *asked, int *read)
+int ah_sleeper_index_pass (ah_sleeper_index_t *self, int64_t now_ms, int *checked, int *asked, int *read,
+                           int *written)
 {
     int rc = s_pass (self, now_ms, checked);
     if (asked)
         *asked = self->evaluated;
     if (read)
         *read = self->rows_read;
+    if (written)
+        *written = self->forecasts;
     return rc;
 }
 
@@ -833,6 +876,11 @@ void ah_sleeper_index_changed (ah_sleeper_index_t *self, const char *agent_id,
                                int64_t last_activity_ms, double idle_minutes)
 {
     s_changed_set (self, agent_id, last_activity_ms, idle_minutes);
+}
+
+void ah_sleeper_index_write_all (ah_sleeper_index_t *self)
+{
+    self->write_all = true;
 }
 
 void ah_sleeper_index_turned (ah_sleeper_index_t *self, const char *agent_id, int64_t now_ms, bool started)

@@ -42,7 +42,10 @@ extern const ah_actor_def_t ah_sleeper_actor;
 //  only the due and changed, and read again only the rows a message did
 //  not keep (sleeper.c, DESIGN). A pass returns how many were found idle,
 //  or -1; *checked is how many are running, *asked how many idle.lua was
-//  asked about, *read how many rows the pass read. _changed marks an
+//  asked about, *read how many rows the pass read, *written how many
+//  forecast rows it wrote (not the verdicts the API works out itself,
+//  sleeper.c s_shown; _write_all writes them too, for a test's
+//  reference). _changed marks an
 //  agent as lifecycle's AGENT_CHANGED does (last_activity_ms < 0 and
 //  idle_minutes NAN when the change is not said), _turned as this
 //  actor's own turn handlers do after their write, _state moves it as
@@ -69,10 +72,12 @@ extern const ah_actor_def_t ah_sleeper_actor;
 
 typedef struct ah_sleeper_index_s ah_sleeper_index_t;
 ah_sleeper_index_t *ah_sleeper_index_new (const char *db_path, const char *lua_dir, char **err);
-int  ah_sleeper_index_pass (ah_sleeper_index_t *self, int64_t now_ms, int *checked, int *asked, int *read);
+int  ah_sleeper_index_pass (ah_sleeper_index_t *self, int64_t now_ms, int *checked, int *asked, int *read,
+                           int *written);
 void ah_sleeper_index_changed (ah_sleeper_index_t *self, const char *agent_id,
                                int64_t last_activity_ms, double idle_minutes);
 void ah_sleeper_index_turned (ah_sleeper_index_t *self, const char *agent_id, int64_t now_ms, bool started);
+void ah_sleeper_index_write_all (ah_sleeper_index_t *self);
 void ah_sleeper_index_state (ah_sleeper_index_t *self, const char *agent_id, const char *state, int64_t now_ms);
 void ah_sleeper_index_destroy (ah_sleeper_index_t **self_p);
 

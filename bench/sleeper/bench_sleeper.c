@@ -3,15 +3,16 @@
     run on the same database: the bare SELECT of every running row (what a
     pass that scans must at least read), and, to explain how a pass grows,
     the bare forecast upserts of as many agents as a pass asks about
-    (writes: what a pass must write, whatever it knows). Three passes
-    each:
+    (writes: the most a pass writes, when the API could work out none
+    of its verdicts itself). Three passes each:
     - full: the first pass (and the one after an idle.lua reload): every
       running sandbox read and asked about; it fills the due index;
     - pass: a pass after 1 % of the agents changed (AGENT_CHANGED with
       the use written, as lifecycle's activity flush sends): those are
       asked again with the use they were told (no row read: "read" says
-      how many were), the rest cost nothing (they are not at the top of
-      the due heap). The goals are judged on it;
+      how many were; "written" how many forecast rows, those the API
+      does not work out itself), the rest cost nothing (they are not at
+      the top of the due heap). The goals are judged on it;
     - steady: a pass with nothing changed and nobody due.
     Each size has a database of its own, and the rounds go round the
     sizes (1,000, 10,000, 100,000, then again), so a machine that speeds
@@ -101,9 +102,9 @@ static double s_scan (ah_store_t *store, int64_t now)
     return s_now () - t0;
 }
 
-//  The other baseline: what a pass over 1 % changed must at least do
-//  once its verdicts are made, on another 1 % (from, from + 100, ...):
-//  write each one's forecast, one transaction. Returns its CPU time.
+//  The other baseline: the most a pass over 1 % changed writes once its
+//  verdicts are made, on another 1 % (from, from + 100, ...): each one's
+//  forecast, one transaction. Returns its CPU time.
 static double s_writes (ah_store_t *store, int from, int n, int64_t now)
 {
     double c0 = s_cpu ();
@@ -134,7 +135,7 @@ typedef struct {
     char   db [96];
     ah_store_t *store;
     double full, pass, pass_cpu, steady, scan, scan_cpu, writes;  //  bests
-    int    idle, asked, read;
+    int    idle, asked, read, written;
 } tier_t;
 
 //  Lifecycle's activity flush of every 100th agent from from: the use
@@ -151,7 +152,7 @@ static void s_mark (ah_sleeper_index_t *index, int from, int n, int64_t now)
 //  One round at one size: 0, or -1 when a count is wrong.
 static int s_round (tier_t *z, const char *lua, int64_t now, int r)
 {
-    int n = z->n, checked = 0, asked = 0, read = 0, idle;
+    int n = z->n, checked = 0, asked = 0, read = 0, written = 0, idle;
     char *err = NULL;
     ah_sleeper_index_t *index = ah_sleeper_index_new (z->db, lua, &err);
     if (!index) {
@@ -159,7 +160,7 @@ static int s_round (tier_t *z, const char *lua, int64_t now, int r)
         return -1;
     }
     double t0 = s_now ();
-    idle = ah_sleeper_index_pass (index, now, &checked, &asked, &read);
+    idle = ah_sleeper_index_pass (index, now, &checked, &asked, &read, &written);
     double dt = s_now () - t0;
     if (dt < z->full) z->full = dt;
     if (checked != n || idle < 0 || asked != n) {
@@ -168,14 +169,14 @@ static int s_round (tier_t *z, const char *lua, int64_t now, int r)
     }
     z->idle = idle;
     s_mark (index, 50 + r, n, now);                          //  the untimed pass
-    if (ah_sleeper_index_pass (index, now, &checked, &asked, &read) != idle || asked != (n - 50 - r + 99) / 100) {
+    if (ah_sleeper_index_pass (index, now, &checked, &asked, &read, &written) != idle || asked != (n - 50 - r + 99) / 100) {
         fprintf (stderr, "bench_sleeper: warm pass asked %d of %d\n", asked, n);
         return -1;
     }
     s_mark (index, r, n, now);                               //  1 % changed, others each round
     t0 = s_now ();
     double c0 = s_cpu ();
-    int idle_pass = ah_sleeper_index_pass (index, now, &checked, &asked, &read);
+    int idle_pass = ah_sleeper_index_pass (index, now, &checked, &asked, &read, &written);
     dt = s_now () - t0;
     double dc = s_cpu () - c0;
     if (dt < z->pass) z->pass = dt;
@@ -187,8 +188,9 @@ static int s_round (tier_t *z, const char *lua, int64_t now, int r)
     }
     z->asked = asked;
     z->read = read;
+    z->written = written;
     t0 = s_now ();
-    int idle_steady = ah_sleeper_index_pass (index, now, &checked, &asked, &read);
+    int idle_steady = ah_sleeper_index_pass (index, now, &checked, &asked, &read, &written);
     dt = s_now () - t0;
     if (dt < z->steady) z->steady = dt;
     if (checked != n || idle_steady != idle || asked != 0) {
@@ -257,10 +259,10 @@ int main (int argc, char **argv)
             if (g > worst_growth)
                 worst_growth = g;
         }
-        printf ("%8d %10.1f %8.2f/%-8.2f %10.2f %8.1f/%-6.1f %8.2f %10.3f %12s %9.2f %11.2f   (%d idle, %d asked, %d read)\n", z->n,
+        printf ("%8d %10.1f %8.2f/%-8.2f %10.2f %8.1f/%-6.1f %8.2f %10.3f %12s %9.2f %11.2f   (%d idle, %d asked, %d read, %d written)\n", z->n,
                 z->full * 1e3, z->pass * 1e3, z->pass_cpu * 1e3, z->steady * 1e3,
                 z->scan * 1e3, z->scan_cpu * 1e3, z->pass_cpu / z->scan_cpu,
-                z->pass_cpu * 1e6 / z->n, growth, z->writes * 1e3, z->pass_cpu / z->writes, z->idle, z->asked, z->read);
+                z->pass_cpu * 1e6 / z->n, growth, z->writes * 1e3, z->pass_cpu / z->writes, z->idle, z->asked, z->read, z->written);
     }
     for (int k = 0; k < n_sizes; k++) {
         ah_store_close (&sizes [k].store);
