@@ -483,6 +483,8 @@ static void s_judge (self_t *self, facts_t *f, int64_t now, sqlite3_stmt *up,
         }
         f->stop_sent = true;
     }
+    else
+        f->stop_sent = false;               //  awake: when idle again, its stop is asked again
     s_index (self, f);
     ah_msg_destroy (&verdict);
 }

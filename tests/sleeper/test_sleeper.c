@@ -589,6 +589,10 @@ int main (void)
     ah_msg_set_double (m, "idle_minutes", -3);
     s_send (m);
     CHECK (s_check (129) == 4 && s_asked == 1 && s_read == 1);
+    //  Idle again after a verdict that was not: its stop is asked again
+    //  (the one asked at 126 s was not carried out here).
+    s_stops (stops, sizeof stops);
+    CHECK_STR (stops, "g,");
 
     test_index_random (AH_SOURCE_DIR "/lua");     //  the shipped idle.lua (the copy is broken now)
     test_index_shorter (AH_SOURCE_DIR "/lua");
