@@ -104,11 +104,6 @@ static void s_send (ah_msg_t *m)
 }
 
 
-//  The due index against the truth (a full pass of a new index at the
-//  same clock), over random activity, sleeps, wakes, creates and
-//  destroys: the running and idle counts must agree after every pass, and
-//  a pass with nothing changed asks nobody. A lost heap entry, a count
-//  that drifts or a verdict kept too long fails here.
 //  Lifecycle's AGENT_CHANGED: with the use (last >= 0) or the
 //  idle_minutes (minutes >= 0) it wrote, or neither.
 static void s_changed (const char *id, int64_t last, double minutes)
@@ -201,11 +196,15 @@ static void test_index_shorter (const char *lua)
     s_pair_end (index, store, dir);
 }
 
-//  The index under test runs on one database, a reference index that
-//  writes every forecast row on another, with the same steps; after each
-//  pass both must find the same counts, the API must show the same
-//  forecast from both databases, and a new index's full pass (on a copy)
-//  must find the same counts; a second pass must ask nobody.
+//  The due index against the truth (a full pass of a new index at the
+//  same clock, on a copy of the database), over random activity (told or
+//  not), sleeps, wakes, creates, destroys, idle_minutes updates and
+//  turns: the running and idle counts must agree after every pass, and a
+//  pass with nothing changed asks nobody. A lost heap entry, a count that
+//  drifts, a kept row gone stale or a verdict kept too long fails here.
+//  Beside it, a reference index that writes every forecast row runs the
+//  same steps on another database: it must find the same counts, and the
+//  API must show the same forecast from both databases.
 static void test_index_random (const char *lua)
 {
     char dir [64], db [2][128], copy [128], cmd [160];
