@@ -18,6 +18,7 @@
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define AH_RECORDER_MAX_PENDING  10000
 #define AH_RECORDER_MAX_LIST     1000
@@ -432,7 +433,12 @@ s_on_list (void *self_, ah_msg_t *msg)
         "SELECT id, at, agent_id, agent_name, tenant, run, actor, kind, detail, bytes, ok, error"
         " FROM operations"
         " WHERE (:agent IS NULL OR agent_id = :agent OR (agent_name = :agent AND agent_id IS NOT NULL))"
-        " AND (:tenant IS NULL OR tenant = :tenant) AND (:kind IS NULL OR kind = :kind)"
+        //  A tenant's rows from its own creation on: what an earlier
+        //  tenant of that name left and was not relabelled (a removal
+        //  whose TENANT_REMOVED failed) stays out of sight.
+        " AND (:tenant IS NULL OR (tenant = :tenant"
+        "      AND at >= coalesce ((SELECT created_at FROM tenants WHERE name = :tenant), 0)))"
+        " AND (:kind IS NULL OR kind = :kind)"
         " AND (:run IS NULL OR run = :run) AND (:failed = 0 OR ok = 0)"
         " AND (:like IS NULL OR detail LIKE :like ESCAPE '\\' OR error LIKE :like ESCAPE '\\')"
         " AND id < :before ORDER BY id DESC LIMIT :limit");
@@ -497,6 +503,63 @@ s_on_list (void *self_, ah_msg_t *msg)
         msgpack_sbuffer_destroy (&all);
     }
     msgpack_sbuffer_destroy (&rows);
+    ah_actor_reply (self->actor, msg, reply);
+}
+
+//  TENANT_REMOVED {req, tenant, at}: the tenant's rows, pending ones
+//  first, and what is remembered of its agents, are relabelled
+//  "<name> (removed <time>)", a label no tenant can take (a tenant's
+//  name has no space), so a later tenant of the same name never reads
+//  them (docs/api.md "Removing a tenant"). Messages reach us in the
+//  order the bus took them: lifecycle's last rows of the tenant's
+//  destroys came before the state that let the API remove it.
+static void
+s_on_tenant_removed (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    const char *tenant = ah_msg_str (msg, "tenant");
+    int64_t at = ah_msg_int (msg, "at", 0);
+    if (!tenant || !*tenant || strlen (tenant) > MAX_AGENT || strchr (tenant, ' ') || at <= 0) {
+        s_refuse (self, msg, "\"tenant\" must be a tenant's name and \"at\" a time (ms) > 0");
+        return;
+    }
+    char label [MAX_AGENT + 48];
+    time_t secs = (time_t) (at / 1000);
+    struct tm tm;
+    char when [32] = "";
+    if (gmtime_r (&secs, &tm))
+        strftime (when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf (label, sizeof label, "%s (removed %s.%03dZ)", tenant, when, (int) (at % 1000));
+    if (s_flush (self) != 0) {
+        ah_actor_reply_error (self->actor, msg, 503, "the audit trail cannot be written now: try again");
+        return;
+    }
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "UPDATE operations SET tenant = :label WHERE tenant = :tenant");
+    int rc = st && !ah_store_bind_text (st, ":label", label) && !ah_store_bind_text (st, ":tenant", tenant)
+           ? ah_store_step (self->store, st) : SQLITE_ERROR;
+    int changed = rc == SQLITE_DONE ? ah_store_changes (self->store) : 0;
+    if (st)
+        sqlite3_reset (st);
+    if (rc != SQLITE_DONE) {
+        ah_actor_reply_error (self->actor, msg, 500, "cannot relabel the removed tenant's operations");
+        return;
+    }
+    for (s_agent_t *a = zhashx_first (self->agents); a; a = zhashx_next (self->agents))
+        if (a->tenant && streq (a->tenant, tenant)) {
+            char *copy = strdup (label);
+            if (copy) {
+                free (a->tenant);
+                a->tenant = copy;
+            }
+            else                    //  unknown beats the old name
+                zstr_free (&a->tenant);
+        }
+    ah_info ("recorder", "tenant '%s' removed: %d audit rows kept as '%s'", tenant, changed, label);
+    ah_msg_t *reply = ah_msg_reply_ok (msg);
+    ah_msg_set_int (reply, "status", 200);
+    ah_msg_set_str (reply, "label", label);
+    ah_msg_set_int (reply, "relabelled", changed);
     ah_actor_reply (self->actor, msg, reply);
 }
 
@@ -646,6 +709,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "OP_RECORD", s_on_record },
     { "SANDBOX_STATE", s_on_state },
     { "OP_LIST", s_on_list },
+    { "TENANT_REMOVED", s_on_tenant_removed },
     { NULL, NULL }
 };
 

@@ -12,7 +12,11 @@
       SANDBOX_STATE {agent_id, state, error?, op?, by?}
           recorded as kind "state" (actor: "by", else the sender).
       OP_LIST {req, agent_id?, tenant?, kind?, run?, failed?, q?, limit?, before?}
-          REPLY {operations (raw: array of maps, newest id first), next}.
+          REPLY {operations (raw: array of maps, newest id first), next};
+          a tenant's rows from its created_at on only.
+      TENANT_REMOVED {req, tenant, at}
+          the tenant's rows (and remembered agents) relabelled
+          "<name> (removed <time>)"; REPLY {label, relabelled}.
 
     Pipe commands: "$TERM" (flush, then exit), "FLUSH" (flush now, then
     signal 0 on the pipe: tests and orderly shutdown use it), "SWEEP"

@@ -220,6 +220,18 @@ static int s_stream_produce (req_t *r)
     return 1;                       //  a stream ends when its client leaves
 }
 
+void ah_api_events_end (ah_api_events_t *self, const char *token_name, const char *tenant)
+{
+    for (stream_t *s = self ? self->streams : NULL; s; s = s->next) {
+        const who_t *who = &s->r->who;
+        if ((token_name && streq (who->token_name, token_name))
+        ||  (tenant && (streq (s->scope, tenant) || (!who->admin && streq (who->tenant, tenant))))) {
+            s->dead = true;
+            api_want_write (s->r);      //  produce answers -1: the connection closes
+        }
+    }
+}
+
 static const ext_ops_t s_stream_ops = { .free = s_stream_free, .produce = s_stream_produce };
 
 //  GET /api/v1/events[?agent=ID-or-NAME]

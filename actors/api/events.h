@@ -43,6 +43,10 @@ void ah_api_events_destroy (ah_api_events_t **self_p);
 void ah_api_events_on_state (ah_api_events_t *self, const ah_msg_t *msg);
 //  A REPLY: true when it answers one of our SANDBOX_STARTs (negative req).
 bool ah_api_events_reply (ah_api_events_t *self, const ah_msg_t *msg);
+//  Ends the streams a token or a tenant may no longer read: those opened
+//  with the token named token_name (revoked), or by a token of tenant or
+//  within its scope (removed). Either may be NULL. They close at once.
+void ah_api_events_end (ah_api_events_t *self, const char *token_name, const char *tenant);
 //  Keep-alives, wake deadlines, wake states re-read (every API tick).
 void ah_api_events_tick (ah_api_events_t *self);
 

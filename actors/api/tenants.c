@@ -259,6 +259,39 @@ static int64_t s_held (api_t *api, const char *name)
     return n;
 }
 
+static void s_tenant_removed (req_t *r, ah_msg_t *reply)
+{
+    const char *label = ah_msg_str (reply, "label");
+    api_respond (r, 200, json_pack ("{s:s, s:b, s:s?, s:I}", "name", r->params [0], "removed", 1,
+                                    "audit_label", label, "audit_rows", (json_int_t) ah_msg_int (reply, "relabelled", 0)));
+}
+
+static void s_tenant_relabel_refused (req_t *r, const char *why)
+{
+    ah_error (AREA, "tenant '%s' removed, but its audit rows were not relabelled: %s", r->params [0], why);
+    api_respond_error (r, 500, "tenant '%s' was removed, but its audit rows could not be relabelled (%s): a "
+                       "tenant made later with that name still does not see them", r->params [0], why);
+}
+
+//  The tenant goes: its rows (one transaction), its open event streams,
+//  then its audit rows are relabelled by the recorder, which answers.
+//  Nothing it left is visible to a later tenant of the same name
+//  (docs/api.md "Removing a tenant").
+static void s_tenant_remove (req_t *r, const char *name)
+{
+    if (s_tenant_delete_rows (r, name)) {
+        api_respond_error (r, 500, "cannot remove the tenant's rows");
+        return;
+    }
+    ah_info (AREA, "tenant '%s' removed by %s", name, r->who.token_name);
+    ah_api_events_end (r->api->events, NULL, name);
+    ah_msg_t *m = ah_msg_new ("TENANT_REMOVED");
+    ah_msg_set_str (m, "tenant", name);
+    ah_msg_set_int (m, "at", ah_store_now_ms ());
+    r->on_refused = s_tenant_relabel_refused;
+    api_ask (r, "recorder", &m, s_tenant_removed);
+}
+
 //  ?force=1: waits until every sandbox of the tenant is gone.
 static void s_tenant_gone_check (req_t *r)
 {
@@ -266,12 +299,7 @@ static void s_tenant_gone_check (req_t *r)
     if (n != 0)
         return;                     //  again on the next state or tick
     api_unpark (r);
-    if (s_tenant_delete_rows (r, r->params [0]))
-        api_respond_error (r, 500, "cannot remove the tenant's rows");
-    else {
-        ah_info (AREA, "tenant '%s' removed by %s", r->params [0], r->who.token_name);
-        api_respond (r, 200, json_pack ("{s:s, s:b}", "name", r->params [0], "removed", 1));
-    }
+    s_tenant_remove (r, r->params [0]);
 }
 
 static void s_tenant_gone_late (req_t *r)
@@ -324,10 +352,7 @@ static void s_tenant_delete (req_t *r)
         api_park (r, zclock_mono () + FORCE_WAIT_S * 1000);
         return;
     }
-    if (s_tenant_delete_rows (r, name))
-        api_respond_error (r, 500, "cannot remove the tenant's rows");
-    else
-        api_respond (r, 200, json_pack ("{s:s, s:b}", "name", name, "removed", 1));
+    s_tenant_remove (r, name);
 }
 
 //  --------------------------------------------------------------------
@@ -538,6 +563,7 @@ static void s_token_revoke (req_t *r)
         api_respond_error (r, 404, "no token '%s' to revoke (or it is revoked already)", name);
     else {
         ah_info (AREA, "token '%s' revoked by %s", name, r->who.token_name);
+        ah_api_events_end (r->api->events, name, NULL);
         api_respond (r, 200, json_pack ("{s:s, s:b}", "name", name, "revoked", 1));
     }
 }

@@ -586,11 +586,92 @@ def tokens():
     srv.stop()
 
 
+def removal():
+    """A removed tenant leaves nothing a later tenant can read, whatever
+    it is called: not its audit rows (exec command lines among them), its
+    sessions, its open event streams, its tokens; an admin still reads its
+    rows, relabelled "<name> (removed <time>)"."""
+    srv = Server("removal").start()
+    adm = srv.admin
+    srv.ok("POST", "/api/v1/tenants", adm, {"name": "acme"})
+    old = srv.token("acme", "alice", name="acme-old")
+    a = srv.ok("POST", "/api/v1/agents?wait=1", old, {"name": "box"})
+    srv.ok("POST", "/api/v1/agents/box/start?wait=1", old)
+    srv.ok("POST", "/api/v1/agents/box/exec", old, {"cmd": "echo OLD-ACME-SECRET"})
+    srv.ok("POST", "/api/v1/sessions?wait=1", old, {"scope": "conversation", "subject": "old-conv"})
+    conn, stream = events(srv, old)
+
+    gone = srv.ok("DELETE", "/api/v1/tenants/acme?force=1", adm)
+    check(gone["removed"] and gone["audit_label"].startswith("acme (removed ") and gone["audit_rows"] > 0,
+          "the removal says how its audit rows are kept: %r" % gone)
+    # Its event stream ends with it (read to the end: b"" once closed).
+    stream.fp.raw._sock.settimeout(10)
+    try:
+        while stream.fp.readline():
+            pass
+        ended = True
+    except (OSError, socket.timeout):
+        ended = False
+    conn.close()
+    check(ended, "the removed tenant's open event stream is closed")
+    status, j = srv.call("GET", "/api/v1/agents", old)
+    check(status == 401, "the removed tenant's token is refused: %d %r" % (status, j))
+
+    before = ahserver.request(srv.port, "GET", "/metrics", None, adm)[1]
+    before = before.decode() if isinstance(before, bytes) else before
+    check('tenant="globex"' not in before and 'tenant="acme"' not in before and "agenthold_sandboxes" in before,
+          "/metrics has no series of the removed tenant")
+
+    # A new tenant of the same name, with a token of the same name.
+    srv.ok("POST", "/api/v1/tenants", adm, {"name": "acme"})
+    new = srv.token("acme", "alice", name="acme-old")
+    srv.ok("POST", "/api/v1/agents?wait=1", new, {"name": "box"})
+    srv.ok("POST", "/api/v1/agents/box/start?wait=1", new)
+    srv.ok("POST", "/api/v1/agents/box/exec", new, {"cmd": "echo NEW-ACME"})
+    ops = srv.ok("GET", "/api/v1/operations?limit=1000", new)["operations"]
+    text = json.dumps(ops)
+    check("NEW-ACME" in text, "the new tenant reads its own trail: %r" % ops[:3])
+    check("OLD-ACME-SECRET" not in text and a["id"] not in text,
+          "the new tenant reads nothing of the removed one's trail: %s" % text[:600])
+    check(all(o["tenant"] == "acme" for o in ops), "every row it reads is its own: %r" % ops[:3])
+    for path in ("/api/v1/operations?q=OLD-ACME", "/api/v1/operations?agent=" + a["id"],
+                 "/api/v1/agents/%s/operations" % a["id"]):
+        status, j = srv.call("GET", path, new)
+        check(status == 404 or (status == 200 and j["operations"] == []),
+              "%s for the new tenant: nothing of the old: %d %r" % (path, status, j))
+    check(srv.ok("GET", "/api/v1/sessions", new)["sessions"] == [], "no session of the removed tenant")
+    status, _ = srv.call("GET", "/api/v1/tombstones", new)
+    check(status == 403, "tombstones are an admin's to read: %d" % status)
+    # The admin still reads it, under its label, and not as the new tenant's.
+    kept = srv.ok("GET", "/api/v1/operations?q=OLD-ACME-SECRET", adm)["operations"]
+    check(kept and all(o["tenant"] == gone["audit_label"] for o in kept),
+          "the admin reads the removed tenant's rows under its label: %r" % kept)
+    scoped = srv.ok("GET", "/api/v1/operations?limit=1000&tenant=acme", adm)["operations"]
+    check("OLD-ACME-SECRET" not in json.dumps(scoped), "?tenant=acme is the new tenant only")
+
+    # A row of the old name that was not relabelled (a removal whose
+    # relabelling failed, a row that arrived late): older than the new
+    # tenant, so out of its sight.
+    db = sqlite3.connect(os.path.join(srv.data, "agenthold.db"), timeout=30)
+    try:
+        made = db.execute("SELECT created_at FROM tenants WHERE name = 'acme'").fetchone()[0]
+        db.execute("INSERT INTO operations (at, tenant, actor, kind, detail, ok) VALUES (?, 'acme', 'api:x',"
+                   " 'exec', 'LEFTOVER-ROW', 1)", (made - 1,))
+        db.commit()
+    finally:
+        db.close()
+    for tok in (new, adm):
+        ops = srv.ok("GET", "/api/v1/operations?limit=1000&tenant=acme", tok)["operations"]
+        check("LEFTOVER-ROW" not in json.dumps(ops), "a row older than the tenant is not the tenant's")
+    srv.stop()
+
+
 def main():
     matrix()
     limits()
     sessions()
     tokens()
+    removal()
     print("ok: %d checks" % check.count)
 
 
