@@ -380,5 +380,8 @@ class Harness(ahserver.ServerHarness):
             if c or n or v or pc or pn:
                 print("objects left behind with prefix %s" % self.prefix, file=sys.stderr)
                 rc = 1
+            for why in ahserver.verdict([self.server] if self.server else [], [self.log]):
+                print("FAILED: %s" % why, file=sys.stderr)
+                rc = 1
             shutil.rmtree(self.tmp, ignore_errors=True)
         return rc

@@ -194,10 +194,39 @@ def clean_up_on_signals():
         signal.signal(sig, _signalled)
 
 
+# What a sanitizer, an assert or a crash leaves in a log: a test whose
+# server said any of it fails, whatever its checks found.
+REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "UndefinedBehaviorSanitizer",
+           "Assertion `", "assertion failed", "SUMMARY: AddressSanitizer", "stack-buffer", "heap-use-after-free")
+CRASH_SIGNALS = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
+
+
+def verdict(procs, logs):
+    """Why a run that passed its checks still fails: a process of procs
+    that ended by a crash signal (SIGABRT: an assert, or a sanitizer with
+    abort_on_error), or a sanitizer's or an assert's report in one of the
+    logs. A list of sentences, empty when there is none."""
+    why = []
+    for p in procs:
+        if p.returncode is not None and -p.returncode in CRASH_SIGNALS:
+            why.append("%s ended by signal %d" % (" ".join(map(str, p.args[:2])) if isinstance(p.args, list)
+                                                 else p.args, -p.returncode))
+    for path in logs:
+        try:
+            with open(path, errors="replace") as f:
+                lines = [line.rstrip() for line in f if any(r in line for r in REPORTS)]
+        except OSError:
+            continue
+        if lines:
+            why.append("%s has %d sanitizer or assertion lines, the first: %s" % (path, len(lines), lines[0][:300]))
+    return why
+
+
 def run(main, fail, procs, tmp, log):
     """Runs main() and returns the exit status: 0, or 1 after fail (said
-    on stderr with the end of the server's log). Whatever happens, procs
-    are stopped and tmp is removed, on a signal too."""
+    on stderr with the end of the server's log), or when verdict() finds
+    a crash or a sanitizer's report. Whatever happens, procs are stopped
+    and tmp is removed, on a signal too."""
     rc = 1
     clean_up_on_signals()
     try:
@@ -215,6 +244,9 @@ def run(main, fail, procs, tmp, log):
             pass
     finally:
         stop_all(procs)
+        for why in verdict(procs, [log]):
+            print("FAIL: %s" % why, file=sys.stderr)
+            rc = 1
         shutil.rmtree(tmp, ignore_errors=True)
     return rc
 
