@@ -229,6 +229,51 @@ def host_addresses():
     return sorted(addrs)
 
 
+def proc_status(pid):
+    """/proc/PID/status as {key: [words]}."""
+    out = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            out[k] = v.split()
+    return out
+
+
+def children(pid):
+    """The live (not zombie) children of pid."""
+    kids = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % p) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            kids.append(int(p))
+    return kids
+
+
+def cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def fd_links(pid):
+    links = []
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            links.append(os.readlink("/proc/%d/fd/%s" % (pid, fd)))
+        except OSError:
+            pass
+    return links
+
+
 class Harness(ahserver.ServerHarness):
     """One test run: a prefix, a pool, a temp dir, the test image, the
     server (a process on the host, or nothing when the test runs it in a
@@ -280,6 +325,24 @@ class Harness(ahserver.ServerHarness):
                     "description": "The Docker tests' own busybox image."}]}, f)
             self.env["AGENTHOLD_CATALOG_PATH"] = catalog
         self.url = "http://127.0.0.1:%d" % self.api_port
+
+    def start_server(self, extra_env=None, wait=True, seconds=30):
+        super().start_server(extra_env, wait, seconds)
+        if VIA_HOSTD and wait:
+            self.check_hostd_used()
+
+    def check_hostd_used(self):
+        """A test run via hostd proves it was: serve's two children are a
+        root hostd and the server under another uid, with no Docker
+        socket among its files (not the one-process path passing for it)."""
+        kids = children(self.server.pid)
+        hostd = [k for k in kids if cmdline(k)[:2] == [b"agenthold", b"hostd"]]
+        server = [k for k in kids if k not in hostd]
+        self.check(len(hostd) == 1 and len(server) == 1,
+                   "serve runs a hostd and a server: %r" % [(k, cmdline(k)[:2]) for k in kids])
+        self.check(proc_status(hostd[0])["Uid"][0] == "0", "hostd runs as root")
+        self.check(proc_status(server[0])["Uid"][0] != "0", "the server does not run as root")
+        self.check(not any("docker.sock" in x for x in fd_links(server[0])), "the server holds no Docker socket")
 
     # -- the engine's view -------------------------------------------------
     def label_filter(self):
@@ -351,6 +414,10 @@ class Harness(ahserver.ServerHarness):
                   file=sys.stderr)
             shutil.rmtree(self.tmp, ignore_errors=True)
             return SKIP
+        if VIA_HOSTD and os.geteuid() != 0:
+            print("%s: run via hostd needs root (serve as root starts hostd); as uid %d it would test the "
+                  "one-process path instead" % (self.name, os.geteuid()), file=sys.stderr)
+            return 1
         if needs_sandboxd and not os.path.exists(os.path.join(os.path.dirname(self.bin), "sandboxd")):
             print("%s: no sandboxd next to %s" % (self.name, self.bin), file=sys.stderr)
             return 1

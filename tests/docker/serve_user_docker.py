@@ -41,7 +41,7 @@ sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-from ahdocker import SOCK, Fail, Harness  # noqa: E402
+from ahdocker import SOCK, Fail, Harness, children, cmdline, fd_links, proc_status  # noqa: E402
 import ahserver  # noqa: E402
 
 SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -56,39 +56,6 @@ h.env = ahserver.server_env(h.data, h.api_port, h.tunnel_port, driver="docker", 
 # The server's user must reach its data directory under the test's.
 os.chmod(h.tmp, 0o711)
 PIDS = []                               # every server and hostd pid seen, for the clean-up
-
-
-def proc_status(pid):
-    out = {}
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            out[k] = v.split()
-    return out
-
-
-def children(pid):
-    kids = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % p) as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            kids.append(int(p))
-    return kids
-
-
-def cmdline(pid):
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            return f.read().split(b"\0")
-    except OSError:
-        return []
 
 
 def alive(pid):
@@ -214,13 +181,7 @@ def scenario_processes():
                        capture_output=True, text=True, timeout=30)
     h.check(p.returncode != 0 and "Permission denied" in p.stderr,
             "the API process's credentials cannot open %s: %d %s" % (SOCK, p.returncode, p.stderr[-300:]))
-    links = []
-    for fd in os.listdir("/proc/%d/fd" % spid):
-        try:
-            links.append(os.readlink("/proc/%d/fd/%s" % (spid, fd)))
-        except OSError:
-            pass
-    h.check(not any("docker.sock" in x for x in links), "the server holds no Docker socket")
+    h.check(not any("docker.sock" in x for x in fd_links(spid)), "the server holds no Docker socket")
     st = os.stat(os.path.dirname(IPC_SOCK))
     h.check(st.st_uid == PW.pw_uid and (st.st_mode & 0o777) == 0o700,
             "hostd's socket directory is 0700 and %s's" % USER)
