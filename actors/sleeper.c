@@ -417,7 +417,7 @@ static bool s_shown (const self_t *self, const facts_t *f, bool is_idle, const c
     if (self->write_all || is_idle || !why || !streq (why, "recent use") || !f->forecast_known
     ||  !isfinite (f->idle_minutes) || f->idle_minutes < 0 || f->idle_minutes > 1e9)
         return false;
-    if (sleeps_at != f->last_activity + (int64_t) (f->idle_minutes * 60000 + 0.5))
+    if (sleeps_at != ah_sleeper_since_use (f->last_activity, f->idle_minutes))
         return false;
     return f->forecast_at < sleeps_at || (f->forecast_at == sleeps_at && f->forecast_recent);
 }

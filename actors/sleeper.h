@@ -32,6 +32,15 @@ typedef struct {
     int64_t check_interval_ms;      //  0: from config
 } ah_sleeper_args_t;
 
+//  "Recent use": when an agent used last at used_ms sleeps if nothing else
+//  happens, idle_minutes later. The one formula the sleeper (which then
+//  skips writing that forecast) and the API (which shows it when no later
+//  forecast row says otherwise) both use: they must agree to the ms.
+static inline int64_t ah_sleeper_since_use (int64_t used_ms, double idle_minutes)
+{
+    return used_ms + (int64_t) (idle_minutes * 60000 + 0.5);
+}
+
 //  ah_actor_new (&ah_sleeper_actor, &args, &err): running once on the bus
 //  with its database and idle.lua loaded; NULL with the reason otherwise.
 extern const ah_actor_def_t ah_sleeper_actor;

@@ -2,6 +2,7 @@
     its routes): reads from SQLite, changes through lifecycle, and ?wait
     for a transition to end.                                            */
 #include "actors/api/api_int.h"
+#include "actors/sleeper.h"
 
 #include <string.h>
 
@@ -62,7 +63,7 @@ static void s_sleeps_at (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool r
     if (used < api->started_ms)
         used = api->started_ms;
     double minutes = sqlite3_column_double (stmt, 7);
-    int64_t since_use = used + (int64_t) (minutes * 60000 + 0.5);
+    int64_t since_use = ah_sleeper_since_use (used, minutes);
     bool forecast = sqlite3_column_type (stmt, 11) != SQLITE_NULL;
     int64_t at = sqlite3_column_int64 (stmt, 11);
     if (!forecast || since_use > at) {
