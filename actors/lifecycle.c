@@ -122,31 +122,19 @@ int ah_lc_lookup (self_t *self, const char *key, row_t *row)
 
 int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t *row)
 {
-    char key [AH_NAME_MAX + 2];             //  key_in may point into *row
-    snprintf (key, sizeof key, "%s", key_in);
+    char id [AH_AGENT_ID_LEN + 1];          //  key_in may point into *row
+    int found = ah_store_agent_find (self->store, key_in, tenant, id, sizeof id);
     memset (row, 0, sizeof *row);
-    //  Names are unique within a tenant only: without one, a name held in
-    //  two tenants names nobody (-2).
+    if (found != 1)
+        return found;
     sqlite3_stmt *st = ah_store_prepare (self->store,
         "SELECT a.id, a.name, a.tenant, a.image, a.cpus, a.memory_mb, a.idle_minutes,"
-        " s.state, s.op, s.error, s.needs_rebuild, a.id = :key, a.runtime, s.container_removed_at IS NOT NULL,"
+        " s.state, s.op, s.error, s.needs_rebuild, a.runtime, s.container_removed_at IS NOT NULL,"
         " s.updated_at"
-        " FROM agents a JOIN sandboxes s ON s.agent_id = a.id"
-        " WHERE a.id = :key OR (a.name = :key AND (:tenant IS NULL OR a.tenant = :tenant))"
-        " ORDER BY a.id = :key DESC LIMIT 2");
-    if (!st || ah_store_bind_text (st, ":key", key) || ah_store_bind_text (st, ":tenant", tenant))
+        " FROM agents a JOIN sandboxes s ON s.agent_id = a.id WHERE a.id = :id");
+    if (!st || ah_store_bind_text (st, ":id", id))
         return -1;
     int rc = ah_store_step (self->store, st);
-    if (rc == SQLITE_ROW && !sqlite3_column_int (st, 11)) {
-        //  Matched by name: a second match makes it ambiguous.
-        char first_id [AH_AGENT_ID_LEN + 1];
-        s_copy (first_id, sizeof first_id, sqlite3_column_text (st, 0));
-        int second = ah_store_step (self->store, st);
-        sqlite3_reset (st);
-        if (second == SQLITE_ROW)
-            return -2;
-        return ah_lc_lookup_in (self, first_id, NULL, row);    //  the one row, by its id
-    }
     if (rc == SQLITE_ROW) {
         s_copy (row->id, sizeof row->id, sqlite3_column_text (st, 0));
         s_copy (row->name, sizeof row->name, sqlite3_column_text (st, 1));
@@ -159,9 +147,9 @@ int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t
         s_copy (row->op, sizeof row->op, sqlite3_column_text (st, 8));
         s_copy (row->error, sizeof row->error, sqlite3_column_text (st, 9));
         row->needs_rebuild = sqlite3_column_int (st, 10) != 0;
-        s_copy (row->runtime, sizeof row->runtime, sqlite3_column_text (st, 12));
-        row->container_removed = sqlite3_column_int (st, 13) != 0;
-        row->updated_at = sqlite3_column_int64 (st, 14);
+        s_copy (row->runtime, sizeof row->runtime, sqlite3_column_text (st, 11));
+        row->container_removed = sqlite3_column_int (st, 12) != 0;
+        row->updated_at = sqlite3_column_int64 (st, 13);
     }
     sqlite3_reset (st);
     return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;

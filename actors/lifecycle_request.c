@@ -45,9 +45,9 @@ static int s_find (self_t *self, const ah_msg_t *msg, const char *field, row_t *
     int rc = ah_lc_lookup_in (self, key, tenant, row);
     if (rc == 1)
         return 1;
+    char why [160];
     if (rc == -2)
-        ah_actor_reply_error (self->actor, msg, 409, "agent name '%s' is held in more than one "
-                              "tenant: name the tenant or use the agent's id", key);
+        ah_actor_reply_error (self->actor, msg, 409, "%s", ah_store_agent_ambiguous (key, why, sizeof why));
     else
         ah_actor_reply_error (self->actor, msg, rc == 0 ? 404 : 500,
                               rc == 0 ? "no agent '%s'" : "cannot read agent '%s'", key);

@@ -547,19 +547,6 @@ static int s_pass (self_t *self, int64_t now, int *checked)
     return self->n_idle;
 }
 
-static int s_find_agent (self_t *self, const char *key, char *id, size_t size)
-{
-    sqlite3_stmt *st = ah_store_prepare (self->store,
-        "SELECT id FROM agents WHERE id = :key OR name = :key");
-    if (!st || ah_store_bind_text (st, ":key", key))
-        return -1;
-    int rc = ah_store_step (self->store, st);
-    if (rc == SQLITE_ROW)
-        snprintf (id, size, "%s", (const char *) sqlite3_column_text (st, 0));
-    sqlite3_reset (st);
-    return rc == SQLITE_ROW ? 0 : -1;
-}
-
 static int64_t s_lease (const ah_msg_t *msg)
 {
     int64_t lease = ah_msg_int (msg, "lease_ms", AH_SLEEPER_TURN_LEASE_MS);
@@ -591,8 +578,16 @@ static void s_turn_start (void *self_, ah_msg_t *msg)
         ah_actor_reply_error (self->actor, msg, 400, "TURN_START needs 'agent' (a string)");
         return;
     }
-    if (s_find_agent (self, agent, id, sizeof id)) {
-        ah_actor_reply_error (self->actor, msg, 404, "no agent named '%.64s'", agent);
+    //  The API sends an id; a name (another sender's) is looked up as
+    //  everywhere, within "tenant" when the message names one.
+    int found = ah_store_agent_find (self->store, agent, ah_msg_str (msg, "tenant"), id, sizeof id);
+    if (found != 1) {
+        char why [160];
+        if (found == -2)
+            ah_actor_reply_error (self->actor, msg, 409, "%s", ah_store_agent_ambiguous (agent, why, sizeof why));
+        else
+            ah_actor_reply_error (self->actor, msg, found ? 500 : 404, found ? "cannot read agent '%.64s'"
+                                  : "no agent named '%.64s'", agent);
         return;
     }
     int64_t now = ah_store_now_ms (), expires = now + s_lease (msg);

@@ -482,3 +482,36 @@ const char *ah_store_format_time (int64_t ms, char *buf, size_t size)
     snprintf (buf + n, size - n, ".%03dZ", (int) (ms % 1000));
     return buf;
 }
+
+int ah_store_agent_find (ah_store_t *self, const char *key, const char *tenant, char *id, size_t size)
+{
+    if (size)
+        id [0] = 0;
+    if (!key || !*key)
+        return 0;
+    sqlite3_stmt *st = ah_store_prepare (self,
+        "SELECT id, id = :key FROM agents WHERE (id = :key OR name = :key)"
+        " AND (:tenant IS NULL OR :tenant = '' OR tenant = :tenant)"
+        " ORDER BY id = :key DESC LIMIT 2");
+    if (!st || ah_store_bind_text (st, ":key", key) || ah_store_bind_text (st, ":tenant", tenant))
+        return -1;
+    int rc = ah_store_step (self, st);
+    int found = rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+    if (found == 1) {
+        snprintf (id, size, "%s", (const char *) sqlite3_column_text (st, 0));
+        //  Found by name: a second row is the same name in another tenant.
+        if (!sqlite3_column_int (st, 1) && ah_store_step (self, st) == SQLITE_ROW) {
+            id [0] = 0;
+            found = -2;
+        }
+    }
+    sqlite3_reset (st);
+    return found;
+}
+
+const char *ah_store_agent_ambiguous (const char *key, char *buf, size_t size)
+{
+    snprintf (buf, size, "agent name '%.64s' is held in more than one tenant: name the tenant "
+              "(?tenant=) or use the agent's id", key);
+    return buf;
+}

@@ -52,6 +52,17 @@ int ah_store_begin (ah_store_t *self);           //  BEGIN IMMEDIATE; 0 / -1
 int ah_store_commit (ah_store_t *self);
 int ah_store_rollback (ah_store_t *self);
 
+//  The agent a caller names by key (docs/api.md "Names and paths"), the
+//  one lookup every actor uses: an id wins; else a name. Both only within
+//  tenant when it is given (not NULL nor ""). Without one (an admin acting
+//  within every tenant, an actor's own use) a name held in more than one
+//  tenant names nobody in particular. 1: found, its id into id (at least
+//  13 bytes); 0: none; -2: ambiguous (a 409 to whoever asked); -1: the
+//  database failed.
+int ah_store_agent_find (ah_store_t *self, const char *key, const char *tenant, char *id, size_t size);
+//  The one sentence for -2, into buf.
+const char *ah_store_agent_ambiguous (const char *key, char *buf, size_t size);
+
 int64_t ah_store_now_ms (void);
 //  "2026-11-29T09:00:00.123Z" into buf (>= 32 bytes); "" for ms <= 0.
 const char *ah_store_format_time (int64_t ms, char *buf, size_t size);

@@ -112,27 +112,22 @@ static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
 
 json_t *api_agent_get (api_t *api, const char *key, const char *scope, int *status)
 {
-    //  An id wins; a name is unique within a tenant, so without a scope a
-    //  name two tenants hold names nobody in particular.
-    sqlite3_stmt *stmt = ah_store_prepare (api->store,
-        AGENT_SELECT " WHERE (a.id = :key OR a.name = :key) AND (:scope = '' OR a.tenant = :scope)"
-        " ORDER BY (a.id = :key) DESC LIMIT 2");
-    if (!stmt || ah_store_bind_text (stmt, ":key", key) || ah_store_bind_text (stmt, ":scope", scope)) {
+    char id [AH_AGENT_ID_LEN + 1];
+    int found = ah_store_agent_find (api->store, key, scope, id, sizeof id);
+    if (found != 1) {
+        *status = found == 0 ? 404 : found == -2 ? 409 : 500;
+        return NULL;
+    }
+    sqlite3_stmt *stmt = ah_store_prepare (api->store, AGENT_SELECT " WHERE a.id = :id");
+    if (!stmt || ah_store_bind_text (stmt, ":id", id)) {
         *status = 500;
         return NULL;
     }
     json_t *agent = NULL;
     int rc = ah_store_step (api->store, stmt);
     *status = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 404 : 500;
-    if (rc == SQLITE_ROW) {
+    if (rc == SQLITE_ROW)
         agent = s_row (api, stmt);
-        const char *id = json_string_value (json_object_get (agent, "id"));
-        if (!(id && streq (id, key)) && ah_store_step (api->store, stmt) == SQLITE_ROW) {
-            json_decref (agent);
-            agent = NULL;
-            *status = 409;
-        }
-    }
     sqlite3_reset (stmt);
     return agent;
 }
@@ -150,9 +145,10 @@ json_t *api_agent_resolve (req_t *r)
     if (!agent) {
         if (status == 404)
             api_respond_error (r, 404, "no agent named '%s'", key);
-        else if (status == 409)
-            api_respond_error (r, 409, "agent name '%s' is held in more than one tenant: "
-                               "add ?tenant= or use the agent's id", key);
+        else if (status == 409) {
+            char why [160];
+            api_respond_error (r, 409, "%s", ah_store_agent_ambiguous (key, why, sizeof why));
+        }
         else
             api_respond_error (r, 500, "cannot read the database");
         return NULL;

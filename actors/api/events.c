@@ -104,20 +104,23 @@ typedef struct {
     char error [512];
 } agent_t;
 
-//  By id or name (an id wins; within tenant unless it is NULL or ""). 1
-//  found, 0 not, -1 error. Remembers id -> tenant and name for the
-//  "destroyed" event, when the row is gone.
+//  By id or name (ah_store_agent_find: an id wins; within tenant unless
+//  it is NULL or ""). 1 found, 0 not, -2 a name of several tenants, -1
+//  error. Remembers id -> tenant and name for the "destroyed" event, when
+//  the row is gone.
 static int s_agent (ah_api_events_t *self, const char *key, const char *tenant, agent_t *out)
 {
     memset (out, 0, sizeof *out);
+    char id [AH_AGENT_ID_LEN + 1];
+    int found = ah_store_agent_find (self->store, key, tenant, id, sizeof id);
+    if (found != 1)
+        return found;
     sqlite3_stmt *st = ah_store_prepare (self->store,
         "SELECT a.id, a.name, a.tenant,"
         " CASE WHEN s.unreachable IS NULL THEN s.state ELSE 'unreachable' END,"
         " coalesce (s.unreachable, s.error) FROM agents a"
-        " LEFT JOIN sandboxes s ON s.agent_id = a.id"
-        " WHERE (a.id = :key OR a.name = :key) AND (:tenant IS NULL OR :tenant = '' OR a.tenant = :tenant)"
-        " ORDER BY a.id = :key DESC LIMIT 1");
-    if (!st || ah_store_bind_text (st, ":key", key) || ah_store_bind_text (st, ":tenant", tenant))
+        " LEFT JOIN sandboxes s ON s.agent_id = a.id WHERE a.id = :id");
+    if (!st || ah_store_bind_text (st, ":id", id))
         return -1;
     int rc = ah_store_step (self->store, st);
     if (rc == SQLITE_ROW) {
@@ -260,7 +263,10 @@ static void s_open (req_t *r)
         snprintf (s->agent_id, sizeof s->agent_id, "%s", a.id);
         if (rc != 1) {
             free (s);
-            if (rc < 0)
+            char why [160];
+            if (rc == -2)
+                api_respond_error (r, 409, "%s", ah_store_agent_ambiguous (agent, why, sizeof why));
+            else if (rc < 0)
                 api_respond_error (r, 500, "cannot read the database");
             else
                 api_respond_error (r, 404, "no agent named '%s'", agent);

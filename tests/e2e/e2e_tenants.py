@@ -153,6 +153,14 @@ def matrix():
         check(srv.ok("GET", "/api/v1/agents/shared", tok[t])["id"] == agents[(t, "shared")],
               "the name 'shared' is %s's own agent for %s's token" % (t, t))
 
+    # A name two tenants hold names nobody for an admin acting within every
+    # tenant: a 409 on every route that takes an agent, the event stream too.
+    for path in ("/api/v1/agents/shared", "/api/v1/events?agent=shared", "/api/v1/agents/shared/operations"):
+        status, j = srv.call("GET", path, adm)
+        check(status == 409 and "more than one tenant" in j["error"], "admin %s: 409, got %d %r" % (path, status, j))
+    status, j = srv.call("POST", "/api/v1/agents/shared/turns", adm, {})
+    check(status == 409 and "more than one tenant" in j["error"], "admin turn on 'shared': %d %r" % (status, j))
+
     def snapshot(t):
         rows = {}
         for n in ("shared", "victim"):

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -446,6 +447,52 @@ static void s_test_schema_doc (void)
     free (doc);
 }
 
+//  ah_store_agent_find: an id wins, a name within its tenant, a name of
+//  two tenants without one is ambiguous (-2), another tenant's id or name
+//  is none.
+static void s_test_agent_find (void)
+{
+    char *path = s_path ("find.db");
+    char *err = NULL;
+    ah_store_t *store = ah_store_open (path, true, &err);
+    CHECK (store);
+    if (!store) {
+        free (err);
+        free (path);
+        return;
+    }
+    CHECK (ah_store_exec (store,
+        "INSERT INTO tenants (name) VALUES ('acme'), ('globex');"
+        "INSERT INTO agents (id, name, tenant, image, cpus, memory_mb, idle_minutes, created_at) VALUES"
+        " ('aaaaaaaaaaaa', 'shared', 'acme', 'i', 1, 64, 15, 0),"
+        " ('bbbbbbbbbbbb', 'shared', 'globex', 'i', 1, 64, 15, 0),"
+        " ('cccccccccccc', 'solo', 'acme', 'i', 1, 64, 15, 0),"
+        " ('dddddddddddd', 'aaaaaaaaaaaa', 'globex', 'i', 1, 64, 15, 0);", NULL) == 0);
+    char id [16];
+    CHECK (ah_store_agent_find (store, "shared", "acme", id, sizeof id) == 1);
+    CHECK_STR (id, "aaaaaaaaaaaa");
+    CHECK (ah_store_agent_find (store, "shared", "globex", id, sizeof id) == 1);
+    CHECK_STR (id, "bbbbbbbbbbbb");
+    CHECK (ah_store_agent_find (store, "shared", NULL, id, sizeof id) == -2);
+    CHECK_STR (id, "");
+    CHECK (ah_store_agent_find (store, "shared", "", id, sizeof id) == -2);
+    CHECK (ah_store_agent_find (store, "solo", NULL, id, sizeof id) == 1);
+    CHECK_STR (id, "cccccccccccc");
+    CHECK (ah_store_agent_find (store, "solo", "globex", id, sizeof id) == 0);
+    CHECK (ah_store_agent_find (store, "cccccccccccc", "globex", id, sizeof id) == 0);
+    CHECK (ah_store_agent_find (store, "nobody", NULL, id, sizeof id) == 0);
+    CHECK (ah_store_agent_find (store, "", NULL, id, sizeof id) == 0);
+    //  An id wins over a name that spells it (another agent's name).
+    CHECK (ah_store_agent_find (store, "aaaaaaaaaaaa", NULL, id, sizeof id) == 1);
+    CHECK_STR (id, "aaaaaaaaaaaa");
+    CHECK (ah_store_agent_find (store, "aaaaaaaaaaaa", "globex", id, sizeof id) == 1);
+    CHECK_STR (id, "dddddddddddd");
+    char why [160];
+    CHECK (strstr (ah_store_agent_ambiguous ("shared", why, sizeof why), "more than one tenant") != NULL);
+    ah_store_close (&store);
+    free (path);
+}
+
 int main (void)
 {
     if (!mkdtemp (s_dir)) {
@@ -461,6 +508,7 @@ int main (void)
     s_test_guarded_update ();
     s_test_crash ();
     s_test_time ();
+    s_test_agent_find ();
     char command [128];
     snprintf (command, sizeof command, "rm -rf '%s'", s_dir);
     if (system (command) != 0)
