@@ -194,6 +194,13 @@ def clean_up_on_signals():
         signal.signal(sig, _signalled)
 
 
+def required(label):
+    """Whether AH_TEST_REQUIRE (comma-separated labels; .ci/run sets
+    docker,k8s) names label: then a part of a test that cannot run here
+    fails it with its reason instead of being skipped (tests/README.md)."""
+    return label in [x.strip() for x in os.environ.get("AH_TEST_REQUIRE", "").split(",")]
+
+
 # What a sanitizer, an assert or a crash leaves in a log: a test whose
 # server said any of it fails, whatever its checks found.
 REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "UndefinedBehaviorSanitizer",
