@@ -305,6 +305,13 @@ class Harness(ahserver.ServerHarness):
             # default (the server as the agenthold user, a local hostd).
             "AGENTHOLD_SERVER_USER": "none",
         })
+        # A sanitized build's sandboxd is dynamic (the sanitizer runtimes do
+        # not link statically) and cannot run in a scratch image: its Docker
+        # tests (scripts/test's asan phase) deploy the plain build's static
+        # one, so the server and hostd under test are the sanitized ones.
+        self.sandboxd = os.environ.get("AH_TEST_SANDBOXD") or os.path.join(os.path.dirname(self.bin), "sandboxd")
+        if os.environ.get("AH_TEST_SANDBOXD"):
+            self.env["AGENTHOLD_SANDBOX_SANDBOXD_PATH"] = self.sandboxd
         if VIA_HOSTD:
             self.name += ".hostd"
             del self.env["AGENTHOLD_SERVER_USER"]
@@ -418,8 +425,8 @@ class Harness(ahserver.ServerHarness):
             print("%s: run via hostd needs root (serve as root starts hostd); as uid %d it would test the "
                   "one-process path instead" % (self.name, os.geteuid()), file=sys.stderr)
             return 1
-        if needs_sandboxd and not os.path.exists(os.path.join(os.path.dirname(self.bin), "sandboxd")):
-            print("%s: no sandboxd next to %s" % (self.name, self.bin), file=sys.stderr)
+        if needs_sandboxd and not os.path.exists(self.sandboxd):
+            print("%s: no sandboxd at %s" % (self.name, self.sandboxd), file=sys.stderr)
             return 1
         rc = 1
         ahserver.clean_up_on_signals()     # a pkill'd test still removes its containers
