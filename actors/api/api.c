@@ -260,6 +260,8 @@ static void s_destroy (void *arg)
     api_chan_shutdown (api);
     ah_api_events_destroy (&api->events);
     api_metrics_destroy (&api->metrics);
+    api_passes_destroy (&api->sessions);
+    api_passes_destroy (&api->tickets);
     ah_store_close (&api->store);
     free (api);
 }
@@ -327,7 +329,9 @@ static void *s_init (ah_actor_t *actor, void *arg)
     ah_actor_use_lws (actor, api->loop);
     api->events = ah_api_events_new (api->store, actor);
     api->metrics = api_metrics_new ();
-    if (!api->events || !api->metrics || ah_actor_timer (actor, API_TICK_MS, API_TICK_MS, s_tick, NULL) < 0) {
+    api->sessions = api_passes_new (&api_session_rules);
+    api->tickets = api_passes_new (&api_ticket_rules);
+    if (!api->events || !api->metrics || !api->sessions || !api->tickets || ah_actor_timer (actor, API_TICK_MS, API_TICK_MS, s_tick, NULL) < 0) {
         ah_actor_fail (actor, "out of memory");
         s_destroy (api);
         return NULL;

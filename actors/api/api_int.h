@@ -19,6 +19,8 @@
       terminal.c  one route family each: its routes and its handlers
       console.c   the web console's files and its terminal tickets
       login.c     the console's sign-in: session cookies, CSRF, logout
+      passes.c    what stands for a token in a browser (sessions,
+                  tickets), bounded per token and per tenant
       home_read.c a home read without its sandbox (files of an agent
                   that is not running, the tree)
       ws.c        the server side of the terminal's WebSocket
@@ -62,6 +64,7 @@ typedef struct req_t req_t;
 typedef struct route_t route_t;
 typedef struct api_chan_t api_chan_t;
 typedef struct api_metrics_t api_metrics_t;
+typedef struct api_passes_t api_passes_t;
 
 typedef enum {
     M_GET = 1, M_HEAD = 2, M_POST = 4, M_PUT = 8, M_PATCH = 16, M_DELETE = 32, M_OPTIONS = 64
@@ -88,6 +91,8 @@ struct api_t {
     ah_api_events_t *events;
     struct terminal_t *terminals;   //  open terminals (terminal.c)
     api_metrics_t *metrics;         //  what GET /metrics counts (metrics.c)
+    api_passes_t *sessions;         //  the console's sign-ins (login.c)
+    api_passes_t *tickets;          //  terminal tickets (console.c)
     int64_t started_ms;             //  when this actor started (the sleeper counts idleness from then too)
 };
 
@@ -151,6 +156,7 @@ typedef struct {
 typedef struct {
     bool ok;
     int64_t token_id;
+    char token_hash [65];           //  its row's hash: the id alone is reused (passes.c)
     char token_name [65];           //  who, for the audit trail
     char tenant [64];               //  the token's tenant
     char user [129];                //  the person the token acts for, "" none
@@ -391,10 +397,58 @@ void api_reader_keep (api_t *api, const char *agent_id, int64_t *last_ms);
 //  a missing, wrong, revoked or expired token; 403 a tenant token naming
 //  another tenant; 404 no such tenant; 500).
 int  api_auth (req_t *r);
-//  A token (or a token's id, for a session) into r->who: 0, 401 with
-//  why (wrong, revoked, expired), or 500.
+//  A token (or, for a session or a ticket, a token's id and the hash its
+//  row had: another row with that id is not it) into r->who: 0, 401 with
+//  why (wrong, gone, revoked, expired), or 500.
 int  api_token_who (req_t *r, const char *token, char *why, size_t why_size);
-int  api_token_who_by_id (req_t *r, int64_t token_id, char *why, size_t why_size);
+int  api_token_who_by_id (req_t *r, int64_t token_id, const char *token_hash, char *why, size_t why_size);
+//  The token of that id and hash stands (neither revoked, expired nor
+//  gone). A database error says no.
+bool api_token_stands (ah_store_t *store, int64_t token_id, const char *token_hash);
+
+//  --------------------------------------------------------------------
+//  Passes (passes.c): a secret handed to a browser in a token's stead,
+//  bound to that token (id and hash), bounded per token and per tenant.
+
+typedef struct {
+    const char *what;               //  "console sessions", for the 429
+    const char *one;                //  "session"
+    const char *end_one;            //  how a user ends one, for the 429
+    size_t per_token;               //  at it, the token's own oldest goes
+    size_t per_tenant;              //  at it, a new one is refused (429)
+    size_t most;                    //  the table's backstop (429)
+    int64_t ttl_ms;
+} api_passes_rules_t;
+
+typedef struct {
+    char key [65];                  //  SHA-256 of the secret (the secret is never kept)
+    int64_t token_id;
+    char token_hash [65];
+    bool admin;                     //  admin tokens count apart from their tenant's
+    char tenant [64];               //  the token's tenant
+    char scope [64];                //  the tenant the token acted within
+    char tag [65];                  //  the kind's own: the CSRF value, the agent id
+    int64_t issued;                 //  the order of issue (many fall in one millisecond)
+    int64_t expires_ms;
+} api_pass_t;
+
+extern const api_passes_rules_t api_session_rules, api_ticket_rules;
+api_passes_t *api_passes_new (const api_passes_rules_t *rules);
+void api_passes_destroy (api_passes_t **self_p);
+size_t api_passes_size (const api_passes_t *self);
+//  A new pass for r's token (who), tagged: its secret into secret, 0;
+//  or an HTTP status already answered (429 at a bound, 503).
+int  api_passes_issue (api_passes_t *self, req_t *r, const char *tag, char secret [65]);
+//  The live pass a secret names, copied into *pass: 0, or -1 (none,
+//  expired: an expired one is dropped). take: it is used up.
+int  api_passes_find (api_passes_t *self, const char *secret, bool take, api_pass_t *pass);
+//  The pass of that key (hash) ends: whether there was one.
+bool api_passes_drop (api_passes_t *self, const char *key);
+//  Every pass of that token (id and hash) ends.
+void api_passes_drop_token (api_passes_t *self, int64_t token_id, const char *token_hash);
+//  Every session and ticket of api whose token no longer stands (revoked,
+//  expired, removed), or that expired, ends.
+void api_passes_sweep (api_t *api);
 
 //  --------------------------------------------------------------------
 //  The console's sign-in by cookie (login.c)

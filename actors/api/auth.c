@@ -40,7 +40,9 @@ static int s_fill (req_t *r, sqlite3_stmt *st, int64_t now, int64_t *last_used, 
     }
     const char *tenant = (const char *) sqlite3_column_text (st, 3);
     const char *user = (const char *) sqlite3_column_text (st, 5);
+    const char *hash = (const char *) sqlite3_column_text (st, 2);
     r->who.token_id = sqlite3_column_int64 (st, 0);
+    snprintf (r->who.token_hash, sizeof r->who.token_hash, "%s", hash ? hash : "");
     snprintf (r->who.token_name, sizeof r->who.token_name, "%s", name ? name : "?");
     snprintf (r->who.tenant, sizeof r->who.tenant, "%s", tenant ? tenant : "default");
     snprintf (r->who.user, sizeof r->who.user, "%s", user ? user : "");
@@ -93,7 +95,7 @@ int api_token_who (req_t *r, const char *token, char *why, size_t why_size)
     return status;
 }
 
-int api_token_who_by_id (req_t *r, int64_t token_id, char *why, size_t why_size)
+int api_token_who_by_id (req_t *r, int64_t token_id, const char *token_hash, char *why, size_t why_size)
 {
     ah_store_t *store = r->api->store;
     sqlite3_stmt *st = ah_store_prepare (store, TOKEN_COLUMNS " WHERE id = :id");
@@ -105,7 +107,10 @@ int api_token_who_by_id (req_t *r, int64_t token_id, char *why, size_t why_size)
     int64_t now = ah_store_now_ms (), last_used = 0;
     int rc = ah_store_step (store, st), status = 401;
     snprintf (why, why_size, "the token of this session is gone");
-    if (rc == SQLITE_ROW)
+    //  The row must be the one the pass was issued for: a token removed
+    //  (its tenant's) leaves its id to the next one made.
+    const char *stored = rc == SQLITE_ROW ? (const char *) sqlite3_column_text (st, 2) : NULL;
+    if (stored && token_hash && ah_token_equal (stored, token_hash))
         status = s_fill (r, st, now, &last_used, why, why_size);
     sqlite3_reset (st);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
@@ -113,6 +118,21 @@ int api_token_who_by_id (req_t *r, int64_t token_id, char *why, size_t why_size)
     if (status == 0)
         s_touch (r, now, last_used);
     return status;
+}
+
+bool api_token_stands (ah_store_t *store, int64_t token_id, const char *token_hash)
+{
+    sqlite3_stmt *st = ah_store_prepare (store,
+        "SELECT hash FROM api_tokens WHERE id = :id AND revoked_at IS NULL"
+        " AND (expires_at IS NULL OR expires_at > :now)");
+    bool ok = st && !ah_store_bind_int64 (st, ":id", token_id)
+           && !ah_store_bind_int64 (st, ":now", ah_store_now_ms ())
+           && ah_store_step (store, st) == SQLITE_ROW;
+    const char *stored = ok ? (const char *) sqlite3_column_text (st, 0) : NULL;
+    ok = stored && token_hash && ah_token_equal (stored, token_hash);
+    if (st)
+        sqlite3_reset (st);
+    return ok;
 }
 
 //  Within which tenant: 0, or the status (answered).

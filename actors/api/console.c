@@ -21,37 +21,30 @@
     is this server, then serves the terminal route exactly as the token
     would.
 
-    DESIGN. The tickets live in a small table of this file, locked
-    because a process could run more than one API actor (tests do); each
-    entry names the API that issued it, and only that API redeems it.   */
+    DESIGN. The tickets are passes (passes.c) in this API actor's memory:
+    only the SHA-256 of a ticket is kept, bound to its token's id and
+    hash; at most api_ticket_rules.per_token for one token (a new one
+    ends that token's oldest) and .per_tenant for one tenant (past it a
+    new one is a 429), so no tenant and no token ends another's tickets;
+    only the API that issued a ticket redeems it.                       */
 #include "actors/api/api_int.h"
 #include "common/token.h"
 #include "web/assets.h"
 
-#include <pthread.h>
 #include <string.h>
 #include <strings.h>
 
-#define TICKETS         64              //  outstanding at once (the oldest is dropped)
 #define TICKET_TTL_MS   30000
+
+const api_passes_rules_t api_ticket_rules = {
+    .what = "terminal tickets", .one = "ticket", .end_one = "open a terminal with one",
+    .per_token = 16, .per_tenant = 64, .most = 16384, .ttl_ms = TICKET_TTL_MS,
+};
 
 //  The headers of every page and asset of the console.
 #define CONSOLE_CSP \
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; " \
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-
-typedef struct {
-    const api_t *api;               //  the API that issued it; NULL: a free slot
-    char hash [AH_TOKEN_HEX];       //  of the ticket (the ticket is never kept)
-    char agent_id [AH_AGENT_ID_LEN + 1];
-    who_t who;
-    int64_t expires_ms;
-    int64_t issued_ms;
-} ticket_t;
-
-//  Touched by every API actor's thread: under s_lock.
-static ticket_t s_tickets [TICKETS];
-static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
 
 //  --------------------------------------------------------------------
 //  The files
@@ -126,75 +119,14 @@ static void s_ticket (req_t *r)
         return;
     json_decref (agent);
     char ticket [AH_TOKEN_HEX];
-    if (ah_token_new (ticket)) {
-        api_respond_error (r, 503, "no entropy for a ticket");
-        return;
-    }
-    int64_t now = ah_store_now_ms ();
-    pthread_mutex_lock (&s_lock);
-    ticket_t *slot = &s_tickets [0];
-    for (size_t i = 0; i < TICKETS; i++) {
-        ticket_t *t = &s_tickets [i];
-        if (!t->api || t->expires_ms <= now) {
-            slot = t;
-            break;
-        }
-        if (t->issued_ms < slot->issued_ms)
-            slot = t;
-    }
-    memset (slot, 0, sizeof *slot);
-    slot->api = r->api;
-    ah_token_hash (ticket, slot->hash);
-    snprintf (slot->agent_id, sizeof slot->agent_id, "%s", r->agent_id);
-    slot->who = r->who;
-    slot->issued_ms = now;
-    slot->expires_ms = now + TICKET_TTL_MS;
-    pthread_mutex_unlock (&s_lock);
+    if (api_passes_issue (r->api->tickets, r, r->agent_id, ticket))
+        return;                     //  answered (429 at a bound)
     json_t *body = json_object ();
     json_object_set_new (body, "ticket", json_string (ticket));
     json_object_set_new (body, "agent_id", json_string (r->agent_id));
     json_object_set_new (body, "expires_in_s", json_integer (TICKET_TTL_MS / 1000));
     explicit_bzero (ticket, sizeof ticket);
     api_respond (r, 201, body);
-}
-
-//  Takes the ticket out of the table (good or not, it is used up): 0
-//  with *who set, or -1.
-static int s_redeem (req_t *r, const char *ticket, const char *agent_id, who_t *who)
-{
-    if (!ticket || strlen (ticket) != AH_TOKEN_HEX - 1)
-        return -1;
-    char hash [AH_TOKEN_HEX];
-    ah_token_hash (ticket, hash);
-    int64_t now = ah_store_now_ms ();
-    int rc = -1;
-    pthread_mutex_lock (&s_lock);
-    for (size_t i = 0; i < TICKETS; i++) {
-        ticket_t *t = &s_tickets [i];
-        if (t->api != r->api || !ah_token_equal (t->hash, hash))
-            continue;
-        if (t->expires_ms > now && streq (t->agent_id, agent_id)) {
-            *who = t->who;
-            rc = 0;
-        }
-        memset (t, 0, sizeof *t);
-    }
-    pthread_mutex_unlock (&s_lock);
-    return rc;
-}
-
-//  The ticket's token still stands (revoked or expired since: no).
-static bool s_token_stands (req_t *r, int64_t token_id)
-{
-    sqlite3_stmt *st = ah_store_prepare (r->api->store,
-        "SELECT 1 FROM api_tokens WHERE id = :id AND revoked_at IS NULL"
-        " AND (expires_at IS NULL OR expires_at > :now)");
-    bool ok = st && !ah_store_bind_int64 (st, ":id", token_id)
-           && !ah_store_bind_int64 (st, ":now", ah_store_now_ms ())
-           && ah_store_step (r->api->store, st) == SQLITE_ROW;
-    if (st)
-        sqlite3_reset (st);
-    return ok;
 }
 
 //  GET /console/terminal/{agent}?ticket=T (Upgrade: websocket)
@@ -204,18 +136,27 @@ static void s_terminal (req_t *r)
         api_respond_error (r, 403, "a terminal opens from this server's own console only (Origin)");
         return;
     }
-    who_t who;
-    if (s_redeem (r, api_query (r, "ticket"), r->params [0], &who)) {
+    //  Used up whether good or not.
+    api_pass_t ticket;
+    if (api_passes_find (r->api->tickets, api_query (r, "ticket"), true, &ticket)
+    ||  !streq (ticket.tag, r->params [0])) {
         api_respond_error (r, 401, "missing, used, expired or wrong terminal ticket "
                            "(POST /api/v1/agents/{agent}/terminal/ticket)");
         return;
     }
-    if (!s_token_stands (r, who.token_id)) {
-        api_respond_error (r, 401, "the token '%s' that asked for this ticket no longer stands",
-                           who.token_name);
+    //  The token read afresh, by the id and the hash it had: revoked,
+    //  expired or removed since (its id given to another), no.
+    char why [200];
+    memset (&r->who, 0, sizeof r->who);
+    int status = api_token_who_by_id (r, ticket.token_id, ticket.token_hash, why, sizeof why);
+    if (status) {
+        if (status == 401)
+            api_respond_error (r, 401, "the token that asked for this ticket no longer stands (%s)", why);
+        else
+            api_respond_error (r, 500, "cannot read the token table");
         return;
     }
-    r->who = who;
+    snprintf (r->who.scope, sizeof r->who.scope, "%s", ticket.scope);
     for (const route_t *route = api_terminal_routes; route->pattern; route++)
         if (route->flags & R_UPGRADE) {
             route->fn (r);

@@ -18,35 +18,28 @@
     already keeps the cookie off other sites' requests; these checks hold
     where a browser does not honour it.
 
-    DESIGN. The sessions live in this process's memory, like the terminal
-    tickets (console.c): only the SHA-256 of a cookie is kept, at most
-    SESSIONS at a time (the oldest goes first), each for SESSION_TTL_MS
-    from sign-in. A restart ends every session (the page asks for the
-    token again). Locked, because a process may run several API actors
-    (tests do); a session is good on the API that made it only.         */
+    DESIGN. The sessions live in this API actor's memory, like the
+    terminal tickets (console.c), as passes (passes.c): only the SHA-256
+    of a cookie is kept, each for SESSION_TTL_MS from sign-in, bound to
+    its token's id and hash, at most SESSIONS_PER_TOKEN for one token
+    (a new sign-in ends that token's oldest) and SESSIONS_PER_TENANT for
+    one tenant (past it a sign-in is a 429): no tenant, and no token,
+    ends another's sessions. A restart ends every session (the page asks
+    for the token again); a session is good on the API that made it only. */
 #include "actors/api/api_int.h"
 #include "common/token.h"
 
-#include <pthread.h>
 #include <string.h>
 #include <strings.h>
 
-#define SESSIONS            512
 #define SESSION_TTL_MS      (12 * 3600 * 1000LL)
 #define COOKIE_NAME         "agenthold_session"
 #define CSRF_HEADER         "x-agenthold-csrf"
 
-typedef struct {
-    const api_t *api;               //  NULL: a free slot
-    char hash [AH_TOKEN_HEX];       //  of the cookie's value
-    char csrf [AH_TOKEN_HEX];
-    int64_t token_id;
-    int64_t issued_ms;
-    int64_t expires_ms;
-} session_t;
-
-static session_t s_sessions [SESSIONS];
-static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
+const api_passes_rules_t api_session_rules = {
+    .what = "console sessions", .one = "session", .end_one = "POST /api/v1/logout",
+    .per_token = 16, .per_tenant = 128, .most = 32768, .ttl_ms = SESSION_TTL_MS,
+};
 
 //  --------------------------------------------------------------------
 //  The cookie
@@ -96,53 +89,23 @@ int api_session_cookie (req_t *r, char value [AH_TOKEN_HEX], char *why, size_t w
     return found;
 }
 
-//  Drops every session of a token (it no longer stands). Under s_lock.
-static void s_drop_token (const api_t *api, int64_t token_id)
-{
-    for (size_t i = 0; i < SESSIONS; i++)
-        if (s_sessions [i].api == api && s_sessions [i].token_id == token_id)
-            memset (&s_sessions [i], 0, sizeof s_sessions [i]);
-}
-
 int api_session_who (req_t *r, const char *value, char *why, size_t why_size)
 {
-    char hash [AH_TOKEN_HEX];
-    ah_token_hash (value, hash);
-    int64_t now = ah_store_now_ms ();
-    int64_t token_id = 0;
-    char csrf [AH_TOKEN_HEX] = "";
-    pthread_mutex_lock (&s_lock);
-    for (size_t i = 0; i < SESSIONS; i++) {
-        session_t *s = &s_sessions [i];
-        if (s->api != r->api || !ah_token_equal (s->hash, hash))
-            continue;
-        if (s->expires_ms > now) {
-            token_id = s->token_id;
-            memcpy (csrf, s->csrf, sizeof csrf);
-        }
-        else
-            memset (s, 0, sizeof *s);
-    }
-    pthread_mutex_unlock (&s_lock);
-    if (!token_id) {
-        explicit_bzero (hash, sizeof hash);
+    api_pass_t session;
+    if (api_passes_find (r->api->sessions, value, false, &session)) {
         snprintf (why, why_size, "this session cookie is unknown, expired or signed out "
                   "(POST /api/v1/login)");
         return 401;
     }
-    int status = api_token_who_by_id (r, token_id, why, why_size);
-    if (status == 401) {
-        pthread_mutex_lock (&s_lock);
-        s_drop_token (r->api, token_id);
-        pthread_mutex_unlock (&s_lock);
-    }
+    int status = api_token_who_by_id (r, session.token_id, session.token_hash, why, why_size);
+    if (status == 401)
+        api_passes_drop_token (r->api->sessions, session.token_id, session.token_hash);
     else if (status == 0) {
         r->who.cookie = true;
-        memcpy (r->who.session, hash, sizeof r->who.session);
-        memcpy (r->who.csrf, csrf, sizeof r->who.csrf);
+        memcpy (r->who.session, session.key, sizeof r->who.session);
+        memcpy (r->who.csrf, session.tag, sizeof r->who.csrf);
     }
-    explicit_bzero (hash, sizeof hash);
-    explicit_bzero (csrf, sizeof csrf);
+    explicit_bzero (&session, sizeof session);
     return status;
 }
 
@@ -241,33 +204,17 @@ static void s_login (req_t *r)
         return;
     }
     char cookie [AH_TOKEN_HEX], csrf [AH_TOKEN_HEX];
-    if (ah_token_new (cookie) || ah_token_new (csrf)) {
+    if (ah_token_new (csrf)) {
         api_respond_error (r, 503, "no entropy for a session");
         return;
     }
-    int64_t now = ah_store_now_ms ();
-    pthread_mutex_lock (&s_lock);
-    session_t *slot = &s_sessions [0];
-    for (size_t i = 0; i < SESSIONS; i++) {
-        session_t *s = &s_sessions [i];
-        if (!s->api || s->expires_ms <= now) {
-            slot = s;
-            break;
-        }
-        if (s->issued_ms < slot->issued_ms)
-            slot = s;
+    if (api_passes_issue (r->api->sessions, r, csrf, cookie)) {
+        explicit_bzero (csrf, sizeof csrf);
+        return;                     //  answered (429 at a bound)
     }
-    memset (slot, 0, sizeof *slot);
-    slot->api = r->api;
-    ah_token_hash (cookie, slot->hash);
-    memcpy (slot->csrf, csrf, sizeof slot->csrf);
-    slot->token_id = r->who.token_id;
-    slot->issued_ms = now;
-    slot->expires_ms = now + SESSION_TTL_MS;
     r->who.cookie = true;
-    memcpy (r->who.session, slot->hash, sizeof r->who.session);
+    ah_token_hash (cookie, r->who.session);
     memcpy (r->who.csrf, csrf, sizeof r->who.csrf);
-    pthread_mutex_unlock (&s_lock);
     snprintf (r->set_cookie, sizeof r->set_cookie,
               COOKIE_NAME "=%s; Path=/; Max-Age=%lld; HttpOnly; SameSite=Strict%s",
               cookie, (long long) (SESSION_TTL_MS / 1000), r->api->config->tls_cert ? "; Secure" : "");
@@ -312,18 +259,7 @@ static void s_session (req_t *r)
 //  none: nothing ends). The browser is told to forget the cookie.
 static void s_logout (req_t *r)
 {
-    bool ended = false;
-    if (r->who.cookie) {
-        pthread_mutex_lock (&s_lock);
-        for (size_t i = 0; i < SESSIONS; i++) {
-            session_t *s = &s_sessions [i];
-            if (s->api == r->api && ah_token_equal (s->hash, r->who.session)) {
-                memset (s, 0, sizeof *s);
-                ended = true;
-            }
-        }
-        pthread_mutex_unlock (&s_lock);
-    }
+    bool ended = r->who.cookie && api_passes_drop (r->api->sessions, r->who.session);
     snprintf (r->set_cookie, sizeof r->set_cookie, COOKIE_NAME "=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict%s",
               r->api->config->tls_cert ? "; Secure" : "");
     api_respond (r, 200, json_pack ("{s:b}", "signed_out", ended));

@@ -245,7 +245,11 @@ static int s_tenant_delete_rows (req_t *r, const char *name)
             return -1;
         }
     }
-    return ah_store_commit (store);
+    if (ah_store_commit (store))
+        return -1;
+    //  Its tokens' sessions and tickets end now (their ids go to the next tokens made).
+    api_passes_sweep (r->api);
+    return 0;
 }
 
 static int64_t s_held (api_t *api, const char *name)
@@ -564,6 +568,7 @@ static void s_token_revoke (req_t *r)
     else {
         ah_info (AREA, "token '%s' revoked by %s", name, r->who.token_name);
         ah_api_events_end (r->api->events, name, NULL);
+        api_passes_sweep (r->api);          //  its sessions and tickets end now
         api_respond (r, 200, json_pack ("{s:s, s:b}", "name", name, "revoked", 1));
     }
 }
