@@ -20,20 +20,31 @@ ports 18800-18899).
   cookie sees none of this tenant's agents.
 - logout: the session ends on the server; the same cookie replayed is a
   401 on every route; revoking a token ends its sessions.
+- bounds: 1,000 sign-ins with one token of tenant acme beside a session
+  of tenant other and one of another acme token: both still work, the
+  flooding token keeps only its 16 newest; a tenant whose tokens hold 128
+  sessions is refused a 129th (429 naming the bound) and no one is signed
+  out; the same for terminal tickets (1,000 beside another tenant's and
+  another token's ticket, which still open the terminal; 64 per tenant).
+- a removed tenant's token gives its id to the next token made (checked
+  in the database): its old cookie and ticket are refused, never taken
+  for the new token.
 - sleeps_at: set from the moment an agent runs (idle_minutes after its
   start), before the sleeper's first pass, and moved on by a use.
 - /favicon.ico: the icon, no token needed.
 
 usage: console_cookie.py AGENTHOLD_BINARY"""
+import asyncio
 import datetime
 import http.client
 import json
 import os
+import sqlite3
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from consolelib import Fail, Server, check, checks  # noqa: E402
+from consolelib import Fail, Server, check, checks, ws_refused  # noqa: E402
 
 COOKIE = "agenthold_session"
 
@@ -267,6 +278,165 @@ def logouts(srv, acme_tok):
     check(status == 201, "an admin's cookie makes a tenant: %d %s" % (status, made))
 
 
+def fast_login(srv, token):
+    """A sign-in, checked less than login() does (a flood of them): the
+    cookie, or the refusal (status, answer)."""
+    headers = {"Origin": "http://127.0.0.1:%d" % srv.port}
+    status, answer, h = call(srv, "POST", "/api/v1/login", body={"token": token}, headers=headers)
+    if status != 200:
+        check("set-cookie" not in h, "a refused sign-in sets no cookie")
+        return None, (status, answer)
+    return h["set-cookie"][0].split(";")[0], answer
+
+
+def works(srv, cookie, tenant):
+    status, me, _ = call(srv, "GET", "/api/v1/me", cookie)
+    return status == 200 and me["tenant"] == tenant
+
+
+def session_bounds(srv, acme_tok, other_tok):
+    """No tenant and no token signs anyone else out."""
+    theirs, _ = login(srv, other_tok)
+    mine, _ = login(srv, acme_tok)
+    flood = srv.ok("POST", "/api/v1/tokens", srv.admin, {"tenant": "acme", "name": "flood"})["token"]
+    made = []
+    for i in range(1000):
+        cookie, refused = fast_login(srv, flood)
+        check(cookie is not None, "sign-in %d of one token: 200, got %s" % (i, refused))
+        made.append(cookie)
+    check(works(srv, theirs, "other"), "another tenant's session still works after 1,000 sign-ins of acme's")
+    check(works(srv, mine, "acme"), "another acme token's session still works after 1,000 sign-ins of "
+          "token flood of the same tenant")
+    alive = [c for c in made if works(srv, c, "acme")]
+    check(alive == made[-16:], "the flooding token keeps its own 16 newest sessions: %d alive, newest %s"
+          % (len(alive), alive == made[-len(alive):]))
+    # A tenant at its bound: tokens that hold 128 sessions between them;
+    # a sign-in by a ninth is refused, and no one's session ends.
+    srv.call("POST", "/api/v1/tenants", srv.admin, {"name": "crowd"})
+    crowd = [srv.ok("POST", "/api/v1/tokens", srv.admin, {"tenant": "crowd", "name": "crowd-%d" % i})["token"]
+             for i in range(9)]
+    held = []
+    for tok in crowd[:8]:
+        for _ in range(16):
+            cookie, refused = fast_login(srv, tok)
+            check(cookie is not None, "crowd sign-ins up to 128: got %s" % (refused,))
+            held.append(cookie)
+    cookie, (status, answer) = fast_login(srv, crowd[8])
+    check(cookie is None and status == 429 and "tenant 'crowd' holds 128 console sessions" in answer["error"]
+          and "128 per tenant, 16 per token" in answer["error"],
+          "the 129th session of a tenant: 429 naming the bound, got %d %s" % (status, answer))
+    check(all(works(srv, c, "crowd") for c in held), "the refused sign-in ended none of the tenant's sessions")
+    for c in (theirs, mine):
+        check(works(srv, c, "other" if c == theirs else "acme"), "nor another tenant's")
+    # A token at its own bound still signs in (its own oldest goes).
+    cookie, refused = fast_login(srv, crowd[0])
+    check(cookie is not None and not works(srv, held[0], "crowd") and works(srv, held[1], "crowd")
+          and works(srv, held[16], "crowd"),
+          "a token at 16 signs in again: its own oldest ends, nothing else: %s" % (refused,))
+    # A token revoked: its sessions count for nothing, the tenant has room.
+    srv.ok("DELETE", "/api/v1/tokens/crowd-1", srv.admin)
+    check(not any(works(srv, c, "crowd") for c in held[16:32]), "the revoked crowd-1's sessions ended")
+    cookie, refused = fast_login(srv, crowd[8])
+    check(cookie is not None and works(srv, cookie, "crowd"),
+          "with crowd-1 revoked, the ninth token signs in: %s" % (refused,))
+    # Another tenant signs in as before.
+    extra, _ = login(srv, other_tok)
+    check(works(srv, extra, "other"), "another tenant signs in while crowd is at its bound")
+    # Revoking the flooding token ends its 16, which then count for nothing.
+    srv.ok("DELETE", "/api/v1/tokens/flood", srv.admin)
+    check(not any(works(srv, c, "acme") for c in made[-16:]), "the revoked token's sessions ended")
+
+
+def ticket(srv, agent, token=None, cookie=None, csrf=None):
+    status, t, _ = call(srv, "POST", "/api/v1/agents/%s/terminal/ticket" % agent["id"], cookie, csrf, token=token)
+    return status, t
+
+
+def redeem(srv, agent, t):
+    base = "ws://127.0.0.1:%d/console/terminal/" % srv.port
+    origin = {"Origin": "http://127.0.0.1:%d" % srv.port}
+    return asyncio.run(ws_refused(base + "%s?ticket=%s" % (agent["id"], t), origin))
+
+
+def ticket_bounds(srv, acme_tok, other_tok, acme, theirs):
+    status, t_theirs = ticket(srv, theirs, other_tok)
+    status2, t_mine = ticket(srv, acme, acme_tok)
+    check(status == 201 and status2 == 201, "tickets of other and of acme: %d %d" % (status, status2))
+    flood = srv.ok("POST", "/api/v1/tokens", srv.admin, {"tenant": "acme", "name": "ticket-flood"})["token"]
+    made = []
+    for i in range(1000):
+        status, t = ticket(srv, acme, flood)
+        check(status == 201, "ticket %d of one token: 201, got %d %s" % (i, status, t))
+        made.append(t["ticket"])
+    code = redeem(srv, theirs, t_theirs["ticket"])
+    check(code == 101, "another tenant's ticket still opens the terminal after 1,000 of acme's: %s" % code)
+    code = redeem(srv, acme, t_mine["ticket"])
+    check(code == 101, "another acme token's ticket still opens it after 1,000 of token ticket-flood: %s" % code)
+    code = redeem(srv, acme, made[0])
+    check(code == 401, "the flooding token's oldest ticket was its own to lose: %s" % code)
+    code = redeem(srv, acme, made[-1])
+    check(code == 101, "its newest opens: %s" % code)
+    # 64 per tenant: four tokens of tenant tix hold 16 each, a fifth is
+    # refused, and no one's ticket ends.
+    first = srv.tenant_token("tix")
+    tix = srv.agent("tix-web", first)
+    crowd = [first] + [srv.ok("POST", "/api/v1/tokens", srv.admin, {"tenant": "tix"})["token"] for _ in range(4)]
+    held = []
+    for tok in crowd[:4]:
+        for _ in range(16):
+            status, t = ticket(srv, tix, tok)
+            check(status == 201, "tix tickets up to 64: got %d %s" % (status, t))
+            held.append(t["ticket"])
+    status, t_other = ticket(srv, theirs, other_tok)
+    status, t = ticket(srv, tix, crowd[4])
+    check(status == 429 and "tenant 'tix' holds 64 terminal tickets" in t["error"]
+          and "64 per tenant, 16 per token" in t["error"],
+          "the 65th ticket of a tenant: 429 naming the bound, got %d %s" % (status, t))
+    code = redeem(srv, theirs, t_other["ticket"])
+    check(code == 101, "another tenant's ticket opens while tix is at its bound: %s" % code)
+    check(redeem(srv, tix, held[0]) == 101 and redeem(srv, tix, held[-1]) == 101,
+          "the refused ticket ended none of the tenant's")
+
+
+def reused_id(srv):
+    """A removed tenant's token leaves its id to the next token made: its
+    cookie and its ticket must not act as that new token."""
+    db = os.path.join(srv.data, "agenthold.db")
+
+    def token_id(name):
+        con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=10)
+        try:
+            row = con.execute("SELECT id, (SELECT max(id) FROM api_tokens) FROM api_tokens WHERE name = ?",
+                              (name,)).fetchone()
+        finally:
+            con.close()
+        return row
+    srv.ok("POST", "/api/v1/tenants", srv.admin, {"name": "leaving"})
+    tok = srv.ok("POST", "/api/v1/tokens", srv.admin, {"tenant": "leaving", "name": "leaving-tok"})["token"]
+    old_id, highest = token_id("leaving-tok")
+    check(old_id == highest, "the leaving token has the highest id (%s of %s): its id will be reused"
+          % (old_id, highest))
+    agent = srv.agent("doomed", tok)
+    cookie, me = login(srv, tok)
+    status, t = ticket(srv, agent, cookie=cookie, csrf=me["csrf"])
+    check(status == 201, "a ticket of the leaving tenant: %d" % status)
+    srv.ok("DELETE", "/api/v1/tenants/leaving?force=1", srv.admin)
+    srv.ok("POST", "/api/v1/tenants", srv.admin, {"name": "arriving"})
+    new_tok = srv.ok("POST", "/api/v1/tokens", srv.admin, {"tenant": "arriving", "name": "arriving-tok"})["token"]
+    new_id, _ = token_id("arriving-tok")
+    check(new_id == old_id, "the new token got the removed token's id %s (got %s)" % (old_id, new_id))
+    for method, path in (("GET", "/api/v1/me"), ("GET", "/api/v1/agents")):
+        status, answer, _ = call(srv, method, path, cookie)
+        check(status == 401, "the removed tenant's cookie after its id was reused: %s %s 401, got %d %s"
+              % (method, path, status, answer))
+    status, answer, _ = call(srv, "GET", "/api/v1/login", cookie)
+    check(answer == {"signed_in": False}, "...and GET /api/v1/login: not signed in: %s" % answer)
+    code = redeem(srv, agent, t["ticket"])
+    check(code == 401, "the removed tenant's ticket: 401, got %s" % code)
+    fresh, _ = login(srv, new_tok)
+    check(works(srv, fresh, "arriving"), "the new token signs in as itself")
+
+
 def iso_ms(text):
     return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
         tzinfo=datetime.timezone.utc).timestamp() * 1000
@@ -332,6 +502,9 @@ def main_for(srv):
         hostile_cookies(srv, cookie, me["csrf"], other_cookie)
         session_probe(srv, cookie, me["csrf"])
         logouts(srv, acme_tok)
+        session_bounds(srv, acme_tok, other_tok)
+        ticket_bounds(srv, acme_tok, other_tok, acme, theirs)
+        reused_id(srv)
         sleeps_at(srv, acme_tok)
         print("console.cookie: %d checks passed" % checks())
     return main

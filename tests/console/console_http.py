@@ -29,7 +29,7 @@ import sys
 import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from consolelib import Fail, Server, SRC, check, checks  # noqa: E402
+from consolelib import Fail, Server, SRC, check, checks, ws_refused  # noqa: E402
 
 CONSOLE = os.path.join(SRC, "web", "console")
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -170,14 +170,6 @@ async def ws_echo(uri, headers=None):
             seen += data if isinstance(data, bytes) else data.encode()
         await ws.send(b"exit\r")
     return seen
-
-
-async def ws_refused(uri, headers=None):
-    try:
-        async with websockets.connect(uri, open_timeout=30, extra_headers=headers or {}):
-            return 101
-    except websockets.exceptions.InvalidStatusCode as e:
-        return e.status_code
 
 
 def tickets(srv, acme_tok, acme, theirs):

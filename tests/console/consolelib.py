@@ -105,3 +105,13 @@ def wait(cond, what, seconds=20, step=0.1):
             return value
         time.sleep(step)
     raise Fail("waited %d s for %s" % (seconds, what() if callable(what) else what))
+
+
+async def ws_refused(uri, headers=None):
+    """The status a WebSocket open gets: 101 when it opened (then closed)."""
+    import websockets
+    try:
+        async with websockets.connect(uri, open_timeout=30, extra_headers=headers or {}):
+            return 101
+    except websockets.exceptions.InvalidStatusCode as e:
+        return e.status_code
