@@ -2,7 +2,8 @@
     actors around it (fake_actors.h: a "lifecycle" that answers like the
     real one and writes the rows the real one would), driven over real
     HTTP with libcurl: routes, status codes, auth, bad bodies, caps,
-    ?wait, timeouts, malformed requests.                                */
+    ?wait, timeouts, malformed requests, a cookie and a ticket whose
+    token's id went to another token.                                   */
 #include "actors/api.h"
 #include "tests/api/fake_actors.h"
 #include "common/bus.h"
@@ -14,6 +15,7 @@
 #include <curl/curl.h>
 #include <msgpack.h>
 #include <stdarg.h>
+#include <strings.h>
 #include <jansson.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -42,9 +44,33 @@ static size_t s_write (char *ptr, size_t size, size_t nmemb, void *userdata)
     return n;
 }
 
+//  Keeps the value of a Set-Cookie: agenthold_session=... header.
+static size_t s_header (char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    size_t n = size * nmemb;
+    const char *want = "set-cookie: agenthold_session=";
+    size_t wn = strlen (want);
+    if (userdata && n > wn + 64 && strncasecmp (ptr, want, wn) == 0) {
+        memcpy (userdata, ptr + 12, wn - 12 + 64);
+        ((char *) userdata) [wn - 12 + 64] = 0;
+    }
+    return n;
+}
+
+//  s_http with a Cookie header (cookie "name=value", NULL none), keeping
+//  the session cookie an answer sets into set_cookie (NULL: not kept).
+static json_t *s_http_cookie (const char *method, const char *path, const char *body, const char *token,
+                              const char *cookie, char set_cookie [128], long *status);
+
 //  Returns the parsed JSON body (NULL if none or not JSON); *status set.
 static json_t *s_http (const char *method, const char *path, const char *body,
                        const char *token, long *status)
+{
+    return s_http_cookie (method, path, body, token, NULL, NULL, status);
+}
+
+static json_t *s_http_cookie (const char *method, const char *path, const char *body, const char *token,
+                              const char *cookie, char set_cookie [128], long *status)
 {
     CURL *c = curl_easy_init ();
     char url [512];
@@ -65,6 +91,13 @@ static json_t *s_http (const char *method, const char *path, const char *body,
         curl_easy_setopt (c, CURLOPT_POSTFIELDSIZE, (long) strlen (body));
     }
     curl_easy_setopt (c, CURLOPT_HTTPHEADER, headers);
+    if (cookie)
+        curl_easy_setopt (c, CURLOPT_COOKIE, cookie);
+    if (set_cookie) {
+        set_cookie [0] = 0;
+        curl_easy_setopt (c, CURLOPT_HEADERFUNCTION, s_header);
+        curl_easy_setopt (c, CURLOPT_HEADERDATA, set_cookie);
+    }
     buf_t b = { 0 };
     curl_easy_setopt (c, CURLOPT_WRITEFUNCTION, s_write);
     curl_easy_setopt (c, CURLOPT_WRITEDATA, &b);
@@ -484,6 +517,62 @@ int main (void)
     char *reloads = zstr_recv (lifecycle);
     CHECK_STR (reloads, "1");
     zstr_free (&reloads);
+
+    //  A token's id is a rowid SQLite gives again: a row deleted behind
+    //  the API's back (no sweep of its sessions) and a new token that
+    //  takes its id. The old cookie and ticket must not act as the new one.
+    {
+        char tok_a [AH_TOKEN_HEX], tok_b [AH_TOKEN_HEX], h [AH_TOKEN_HEX];
+        ah_token_new (tok_a);
+        ah_token_new (tok_b);
+        ah_token_hash (tok_a, h);
+        st = ah_store_prepare (store, "INSERT INTO api_tokens (name, hash, created_at) VALUES ('reuse-a', :h, 0)");
+        ah_store_bind_text (st, ":h", h);
+        CHECK (ah_store_step (store, st) == SQLITE_DONE);
+        sqlite3_reset (st);
+        int64_t id_a = sqlite3_last_insert_rowid (ah_store_db (store));
+        char body [200], cookie [128], ticket [AH_TOKEN_HEX] = "";
+        snprintf (body, sizeof body, "{\"token\":\"%s\"}", tok_a);
+        j = s_http_cookie ("POST", "/api/v1/login", body, NULL, NULL, cookie, &status);
+        CHECK (status == 200 && strlen (cookie) == 17 + 1 + 64);
+        json_decref (j);
+        j = s_http_cookie ("GET", "/api/v1/me", NULL, NULL, cookie, NULL, &status);
+        CHECK (status == 200 && streq (s_str (j, "token") ? s_str (j, "token") : "", "reuse-a"));
+        json_decref (j);
+        j = s_http ("POST", "/api/v1/agents/alice/terminal/ticket", NULL, tok_a, &status);
+        CHECK (status == 201 && s_str (j, "ticket"));
+        snprintf (ticket, sizeof ticket, "%s", s_str (j, "ticket") ? s_str (j, "ticket") : "");
+        json_decref (j);
+        //  Gone, and another token made: it takes the same id.
+        CHECK (ah_store_exec (store, "DELETE FROM api_tokens WHERE name = 'reuse-a'", NULL) == 0);
+        ah_token_hash (tok_b, h);
+        st = ah_store_prepare (store, "INSERT INTO api_tokens (name, hash, created_at) VALUES ('reuse-b', :h, 0)");
+        ah_store_bind_text (st, ":h", h);
+        CHECK (ah_store_step (store, st) == SQLITE_DONE);
+        sqlite3_reset (st);
+        CHECK (sqlite3_last_insert_rowid (ah_store_db (store)) == id_a);
+        j = s_http_cookie ("GET", "/api/v1/me", NULL, NULL, cookie, NULL, &status);
+        CHECK (status == 401 && s_error_has (j, "token of this session is gone"));
+        json_decref (j);
+        j = s_http_cookie ("GET", "/api/v1/login", NULL, NULL, cookie, NULL, &status);
+        CHECK (status == 200 && json_is_false (json_object_get (j, "signed_in")));
+        json_decref (j);
+        char req [600];
+        snprintf (req, sizeof req, "GET /console/terminal/%s?ticket=%s HTTP/1.1\r\nHost: x\r\n"
+                  "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", alice_id, ticket);
+        char *raw = s_raw (req, strlen (req), false);
+        CHECK (strstr (raw, " 401 ") && strstr (raw, "no longer stands"));
+        free (raw);
+        //  The new token signs in as itself.
+        snprintf (body, sizeof body, "{\"token\":\"%s\"}", tok_b);
+        j = s_http_cookie ("POST", "/api/v1/login", body, NULL, NULL, cookie, &status);
+        CHECK (status == 200 && streq (s_str (j, "token") ? s_str (j, "token") : "", "reuse-b"));
+        json_decref (j);
+        j = s_http_cookie ("GET", "/api/v1/me", NULL, NULL, cookie, NULL, &status);
+        CHECK (status == 200 && streq (s_str (j, "token") ? s_str (j, "token") : "", "reuse-b"));
+        json_decref (j);
+    }
 
     //  The audit trail: who created alice, and the refused create.
     {
