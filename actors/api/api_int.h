@@ -435,7 +435,6 @@ typedef struct {
 extern const api_passes_rules_t api_session_rules, api_ticket_rules;
 api_passes_t *api_passes_new (const api_passes_rules_t *rules);
 void api_passes_destroy (api_passes_t **self_p);
-size_t api_passes_size (const api_passes_t *self);
 //  A new pass for r's token (who), tagged: its secret into secret, 0;
 //  or an HTTP status already answered (429 at a bound, 503).
 int  api_passes_issue (api_passes_t *self, req_t *r, const char *tag, char secret [65]);

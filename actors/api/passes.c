@@ -71,11 +71,6 @@ void api_passes_destroy (api_passes_t **self_p)
     *self_p = NULL;
 }
 
-size_t api_passes_size (const api_passes_t *self)
-{
-    return zhashx_size (self->table);
-}
-
 //  --------------------------------------------------------------------
 //  Dropping
 
