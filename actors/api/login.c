@@ -21,8 +21,8 @@
     DESIGN. The sessions live in this API actor's memory, like the
     terminal tickets (console.c), as passes (passes.c): only the SHA-256
     of a cookie is kept, each for SESSION_TTL_MS from sign-in, bound to
-    its token's id and hash, at most SESSIONS_PER_TOKEN for one token
-    (a new sign-in ends that token's oldest) and SESSIONS_PER_TENANT for
+    its token's id and hash, at most api_session_rules.per_token for one
+    token (a new sign-in ends that token's oldest) and .per_tenant for
     one tenant (past it a sign-in is a 429): no tenant, and no token,
     ends another's sessions. A restart ends every session (the page asks
     for the token again); a session is good on the API that made it only. */
