@@ -53,7 +53,7 @@ check = ahserver.Checks(Fail)
 
 
 def free_port(avoid=()):
-    return ahserver.free_port(18700, 18799, (os.getpid() % 50) * 2, avoid, fail=Fail)
+    return ahserver.free_port(avoid=avoid, fail=Fail)
 
 
 API = free_port()

@@ -39,9 +39,8 @@ class Server:
         self.tmp = tempfile.mkdtemp(prefix=prefix)
         self.log = os.path.join(self.tmp, "server.log")
         self.data = os.path.join(self.tmp, "data")
-        start = (os.getpid() % 40) * 2
-        self.port = ahserver.free_port(18800, 18899, start, fail=Fail)
-        tunnel = ahserver.free_port(18800, 18899, start + 1, {self.port}, fail=Fail)
+        self.port = ahserver.free_port(fail=Fail)
+        tunnel = ahserver.free_port(avoid={self.port}, fail=Fail)
         self.env = ahserver.server_env(self.data, self.port, tunnel)
         self.binary = binary
         self.procs = []

@@ -154,30 +154,11 @@ def build_image(tag, files, dockerfile):
         raise Fail("building image %s: HTTP %d: %s" % (tag, st, out[-2000:].decode(errors="replace")))
 
 
-def free_port(lo, hi, avoid=()):
-    for port in range(lo + os.getpid() % max(1, hi - lo), hi):
-        if port in avoid:
-            continue
-        s = socket.socket()
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("0.0.0.0", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            s.close()
-    for port in range(lo, hi):
-        if port not in avoid:
-            s = socket.socket()
-            try:
-                s.bind(("0.0.0.0", port))
-                return port
-            except OSError:
-                continue
-            finally:
-                s.close()
-    raise Fail("no free port in %d-%d" % (lo, hi))
+def free_port(lo=None, hi=None, avoid=()):
+    """A port free on every address (the tunnel listens on all of them for
+    the sandboxes), from the suite's one allocator (ahserver.free_port);
+    lo and hi are the old range, no longer used."""
+    return ahserver.free_port(avoid=avoid, fail=Fail, address="0.0.0.0")
 
 
 def host_service(h):

@@ -60,8 +60,8 @@ class Fail(Exception):
 check = ahserver.Checks(Fail)
 
 
-API_PORT = ahserver.free_port(19300, 19399, os.getpid() % 100, fail=Fail)
-TUNNEL_PORT = ahserver.free_port(19300, 19399, os.getpid() % 100, {API_PORT}, fail=Fail)
+API_PORT = ahserver.free_port(fail=Fail)
+TUNNEL_PORT = ahserver.free_port(avoid={API_PORT}, fail=Fail)
 ENV = ahserver.server_env(DATA, API_PORT, TUNNEL_PORT, extra={"AGENTHOLD_LOG": "info"})
 
 

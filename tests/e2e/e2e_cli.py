@@ -40,7 +40,7 @@ class Fail(Exception):
 
 def free_port(avoid=()):
     """A port of our range (18200-18299) that nobody listens on now."""
-    return ahserver.free_port(18200, 18299, (os.getpid() % 50) * 2, avoid, fail=Fail)
+    return ahserver.free_port(avoid=avoid, fail=Fail)
 
 
 API_PORT = free_port()

@@ -52,8 +52,8 @@ class Fail(Exception):
 
 
 check = ahserver.Checks(Fail)
-API_PORT = ahserver.free_port(19200, 19223, (os.getpid() % 12) * 2, fail=Fail)
-TUNNEL_PORT = ahserver.free_port(19200, 19223, (os.getpid() % 12) * 2 + 1, {API_PORT}, fail=Fail)
+API_PORT = ahserver.free_port(fail=Fail)
+TUNNEL_PORT = ahserver.free_port(avoid={API_PORT}, fail=Fail)
 ENV = ahserver.server_env(DATA, API_PORT, TUNNEL_PORT)
 
 

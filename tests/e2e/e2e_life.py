@@ -62,7 +62,7 @@ check = ahserver.Checks(Fail)
 
 
 CTX = types.SimpleNamespace(bin=BIN, src=SRC, tmp=TMP, log=LOG, procs=procs, fail=Fail,
-                            check=check, ports=(19250, 19299, 12))
+                            check=check)
 
 
 class Server(ahlocal.Local):

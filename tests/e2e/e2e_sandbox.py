@@ -62,7 +62,7 @@ check = ahserver.Checks(Fail)
 
 
 def free_port(avoid=()):
-    return ahserver.free_port(18200, 18299, (os.getpid() % 50) * 2 + 1, avoid, fail=Fail)
+    return ahserver.free_port(avoid=avoid, fail=Fail)
 
 
 API_PORT = free_port()

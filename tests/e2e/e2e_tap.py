@@ -42,8 +42,8 @@ class Fail(Exception):
 check = ahserver.Checks(Fail)
 
 
-API_PORT = ahserver.free_port(18700, 18799, (os.getpid() % 50) * 2, fail=Fail)
-TUNNEL_PORT = ahserver.free_port(18700, 18799, (os.getpid() % 50) * 2 + 1, {API_PORT}, fail=Fail)
+API_PORT = ahserver.free_port(fail=Fail)
+TUNNEL_PORT = ahserver.free_port(avoid={API_PORT}, fail=Fail)
 ENV = ahserver.server_env(DATA, API_PORT, TUNNEL_PORT, extra={"AGENTHOLD_TAP_ENDPOINT": TAP})
 #  Made here, so no earlier run and nothing else can have them: the file's
 #  and the terminal's bytes, never a path, a name or a command line.

@@ -58,7 +58,7 @@ check = ahserver.Checks(Fail)
 
 
 CTX = types.SimpleNamespace(bin=BIN, src=SRC, tmp=TMP, log=LOG, procs=procs, fail=Fail,
-                            check=check, ports=(19100, 19199, 25))
+                            check=check)
 
 
 class Server(ahlocal.Local):

@@ -44,7 +44,7 @@ check = ahserver.Checks(Fail)
 
 
 def free_port(avoid=()):
-    return ahserver.free_port(18600, 18699, (os.getpid() % 50) * 2, avoid, fail=Fail)
+    return ahserver.free_port(avoid=avoid, fail=Fail)
 
 
 def listening(port):

@@ -79,8 +79,8 @@ class Harness(ahserver.ServerHarness):
         self.ns_made = False
         self.server_image = None        # a tag: import_images makes it with scripts/server-image too
         self.node_ip = node_ip()
-        self.api_port = ahserver.free_port(ports[0], ports[1] - 1, 0, fail=Fail)
-        self.tunnel_port = ahserver.free_port(ports[0], ports[1] - 1, 1, {self.api_port}, fail=Fail)
+        self.api_port = ahserver.free_port(fail=Fail)
+        self.tunnel_port = ahserver.free_port(avoid={self.api_port}, fail=Fail)
         self.env = ahserver.server_env(self.data, self.api_port, self.tunnel_port,
                                        driver="kubernetes", tunnel_host="", extra={
             "AGENTHOLD_SANDBOX_DEFAULT_CPUS": "0.5",
@@ -112,8 +112,8 @@ class Harness(ahserver.ServerHarness):
         os.symlink(os.path.join(SRC, "catalog", "images"), os.path.join(bdir, "images"))
         with open(os.path.join(bdir, "runtimes.json"), "w") as f:
             json.dump({"version": shipped["version"], "runtimes": rt}, f)
-        port = ahserver.free_port(19480, 19489, 0, fail=Fail)
-        tport = ahserver.free_port(19480, 19489, 1, {port}, fail=Fail)
+        port = ahserver.free_port(fail=Fail)
+        tport = ahserver.free_port(avoid={port}, fail=Fail)
         env = ahserver.server_env(os.path.join(bdir, "data"), port, tport, driver="docker", extra={
             "AGENTHOLD_CATALOG_PATH": os.path.join(bdir, "runtimes.json"),
             "AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": self.prefix + "build",

@@ -17,18 +17,16 @@ ADMIN = object()    # the default token: the server's admin token
 class Local:
     """ctx: what the driver owns: .bin, .src, .tmp, .log, .procs (every
     process started goes there, for ahserver.run's clean-up), .fail (the
-    exception class), .check (an ahserver.Checks or the like), .ports
-    ((lo, hi, slots): the port range and how many servers may share it)."""
+    exception class), .check (an ahserver.Checks or the like)
+    (ports come from ahserver.free_port, the suite's one allocator)."""
 
     def __init__(self, ctx, name, extra=None):
         self.ctx = ctx
         self.dir = os.path.join(ctx.tmp, name)
         os.makedirs(self.dir)
         self.data = os.path.join(self.dir, "data")
-        lo, hi, slots = ctx.ports
-        start = (os.getpid() % slots) * 4
-        self.port = ahserver.free_port(lo, hi, start, fail=ctx.fail)
-        tunnel = ahserver.free_port(lo, hi, start + 1, {self.port}, fail=ctx.fail)
+        self.port = ahserver.free_port(fail=ctx.fail)
+        tunnel = ahserver.free_port(avoid={self.port}, fail=ctx.fail)
         self.env = ahserver.server_env(self.data, self.port, tunnel, extra=extra)
         self.proc = None
         self.admin = None

@@ -28,25 +28,50 @@ import traceback
 import time
 
 
-def free_port(lo, hi, start, avoid=(), reuse=True, fail=RuntimeError):
-    """A port of lo..hi (inclusive) that nobody listens on now, trying
-    them in turn from lo + start (wrapping round). reuse: bind with
-    SO_REUSEADDR, so a port in TIME_WAIT counts as free."""
+# The one port allocator of the suite. Every test process that needs a
+# port takes it here: ports of PORT_RANGE, each reserved by an flock on
+# PORT_LOCKS/<port> that the process holds until it exits (the kernel lets
+# go of it then, however it ends), so tests run at once (ctest -j) never
+# get the same port, and one that is taken by anything else is skipped.
+PORT_RANGE = (20000, 29999)
+PORT_LOCKS = "/tmp/agenthold-test-ports"
+_held = {}
+
+
+def free_port(*legacy, avoid=(), fail=RuntimeError, address="127.0.0.1", **_ignored):
+    """A port nobody listens on, reserved for this process (see above).
+    avoid: ports not to return. address: where the port must be free
+    ("0.0.0.0" for a server that listens on every address). The old
+    positional arguments (lo, hi, start[, avoid]) are accepted and only
+    avoid is used."""
+    import fcntl
+    if len(legacy) >= 4:
+        avoid = legacy[3]
+    os.makedirs(PORT_LOCKS, mode=0o1777, exist_ok=True)
+    lo, hi = PORT_RANGE
     n = hi - lo + 1
+    start = (os.getpid() * 97 + len(_held) * 13) % n
     for i in range(n):
         port = lo + (start + i) % n
-        if port in avoid:
+        if port in avoid or port in _held:
+            continue
+        fd = os.open(os.path.join(PORT_LOCKS, str(port)), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
             continue
         s = socket.socket()
         try:
-            if reuse:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", port))
-            return port
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((address, port))
         except OSError:
+            os.close(fd)
             continue
         finally:
             s.close()
+        _held[port] = fd
+        return port
     raise fail("no free port in %d-%d" % (lo, hi))
 
 

@@ -49,8 +49,7 @@ check = ahserver.Checks(Fail)
 
 
 def free_port(avoid=()):
-    return ahserver.free_port(18800, 18899, (os.getpid() * 7) % 100, avoid, reuse=False,
-                              fail=Fail)
+    return ahserver.free_port(avoid=avoid, fail=Fail)
 
 
 API_PORT = free_port()

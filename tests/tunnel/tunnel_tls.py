@@ -83,8 +83,8 @@ def client(url, agent, token, mode, ca, arg=None, timeout=30):
 def main():
     cert, key = make_cert("server", "127.0.0.1")
     other, _ = make_cert("other", "someone-else")
-    api = ahserver.free_port(19520, 19529, 0, fail=Fail)
-    tun = ahserver.free_port(19520, 19529, 1, {api}, fail=Fail)
+    api = ahserver.free_port(fail=Fail)
+    tun = ahserver.free_port(avoid={api}, fail=Fail)
     env = ahserver.server_env(DATA, api, tun, driver="fake", extra={
         "AGENTHOLD_SERVER_TLS_CERT": cert, "AGENTHOLD_SERVER_TLS_KEY": key,
         "AGENTHOLD_SANDBOX_TUNNEL_TLS": "on", "AGENTHOLD_SANDBOX_FAKE_SANDBOXD": "external"})
