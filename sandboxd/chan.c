@@ -328,6 +328,59 @@ int ah_sbd_path_arg (const ah_msg_t *req, const char *key, const uint8_t *raw, s
     return 0;
 }
 
+//  Each channel's optional header arguments and their types
+//  (docs/tunnel.md). Absent or nil takes the channel's default; any
+//  other type is EINVAL here, before the channel runs, so no handler
+//  quietly reads a wrongly typed argument as its default.
+typedef enum { A_INT, A_NUM, A_BOOL, A_STR } arg_type_t;
+static const struct {
+    const char *ch, *key;
+    arg_type_t type;
+} s_args [] = {
+    { "hello",     "release",     A_STR },
+    { "pty",       "term",        A_STR },
+    { "pty",       "cols",        A_INT },
+    { "pty",       "rows",        A_INT },
+    { "exec",      "timeout",     A_NUM },
+    { "exec",      "cwd",         A_STR },
+    { "fs.tree",   "max_depth",   A_INT },
+    { "fs.tree",   "max_entries", A_INT },
+    { "fs.tree",   "all",         A_BOOL },
+    { "fs.write",  "mode",        A_INT },
+    { "fs.mkdir",  "parents",     A_BOOL },
+    { "fs.mkdir",  "mode",        A_INT },
+    { "fs.remove", "recursive",   A_BOOL },
+};
+
+//  Whether key, present and not nil, holds a value of type t. The
+//  getters give their default for another type: two defaults that
+//  differ tell "another type" from any real value.
+static bool s_arg_typed (const ah_msg_t *req, const char *key, arg_type_t t)
+{
+    if (!ah_msg_has (req, key) || ah_msg_is_nil (req, key))
+        return true;
+    switch (t) {
+        case A_INT:  return ah_msg_int (req, key, 0) != 0 || ah_msg_int (req, key, 1) != 1;
+        case A_NUM:  return ah_msg_double (req, key, 0) != 0 || ah_msg_double (req, key, 1) != 1;
+        case A_BOOL: return ah_msg_bool (req, key, false) || !ah_msg_bool (req, key, true);
+        case A_STR:  return ah_msg_str (req, key) != NULL;
+    }
+    return false;
+}
+
+//  Refuses (EINVAL) the first argument of channel name with a wrong type.
+static bool s_args_ok (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req, const char *name)
+{
+    static const char *what [] = { "an integer", "a number", "a boolean", "a string" };
+    for (size_t i = 0; i < sizeof s_args / sizeof s_args [0]; i++)
+        if (strcmp (s_args [i].ch, name) == 0 && !s_arg_typed (req, s_args [i].key, s_args [i].type)) {
+            ah_sbd_refuse (self, ch, "EINVAL", "%s: \"%s\" must be %s", name, s_args [i].key,
+                           what [s_args [i].type]);
+            return false;
+        }
+    return true;
+}
+
 static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
                         const uint8_t *raw, size_t raw_len)
 {
@@ -336,6 +389,8 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
         ah_sbd_refuse (self, ch, "EPROTO", "the header has no \"ch\" string");
         return;
     }
+    if (!s_args_ok (self, ch, req, name))
+        return;
     if (strcmp (name, "hello") == 0) {
         s_hello (self, ch, req);
         return;

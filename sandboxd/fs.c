@@ -195,9 +195,8 @@ void ah_sbd_fs_write (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
                         const char *path, size_t plen)
 {
     const char *err = NULL;
-    int64_t mode = ah_msg_int (req, "mode", 0644);
-    if (ah_msg_has (req, "mode") && !ah_msg_is_nil (req, "mode")
-    && (ah_msg_int (req, "mode", -1) < 0 || mode > 07777)) {
+    int64_t mode = ah_msg_int (req, "mode", 0644);             //  its type: s_args_ok (chan.c)
+    if (mode < 0 || mode > 07777) {
         ah_sbd_refuse (self, ch, "EINVAL", "fs.write: mode must be an integer 0..07777");
         return;
     }
@@ -314,8 +313,13 @@ static int s_mkdir_one (ah_sbd_session_t *self, const char *path, size_t plen, m
 void ah_sbd_fs_mkdir (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
                         const char *path, size_t plen)
 {
-    bool parents = ah_msg_bool (req, "parents", false);
-    mode_t mode = (mode_t) (ah_msg_int (req, "mode", 0755) & 07777);
+    bool parents = ah_msg_bool (req, "parents", false);        //  types: s_args_ok (chan.c)
+    int64_t mode_arg = ah_msg_int (req, "mode", 0755);
+    if (mode_arg < 0 || mode_arg > 07777) {
+        ah_sbd_refuse (self, ch, "EINVAL", "fs.mkdir: mode must be an integer 0..07777");
+        return;
+    }
+    mode_t mode = (mode_t) mode_arg;
     const char *err = NULL;
     int rc = ah_path_check (path, plen, &err);
     if (rc == 0 && parents) {

@@ -639,6 +639,59 @@ static void mkdirs (const char *rel)
     CHECK (mkdir (path, 0755) == 0);
 }
 
+//  Every optional argument of every channel, given each type it does
+//  not take: EINVAL naming the argument, never its default quietly.
+//  (An integer is a number: "timeout": 5 is good.)
+static void test_arg_types (peer_t *p)
+{
+    static const struct { const char *ch, *key, *type; } args [] = {
+        { "hello", "release", "str" }, { "pty", "term", "str" }, { "pty", "cols", "int" },
+        { "pty", "rows", "int" }, { "exec", "timeout", "num" }, { "exec", "cwd", "str" },
+        { "fs.tree", "max_depth", "int" }, { "fs.tree", "max_entries", "int" },
+        { "fs.tree", "all", "bool" }, { "fs.write", "mode", "int" }, { "fs.mkdir", "parents", "bool" },
+        { "fs.mkdir", "mode", "int" }, { "fs.remove", "recursive", "bool" },
+    };
+    static const char *types [] = { "int", "double", "bool", "str", "bin", "array" };
+    for (size_t a = 0; a < sizeof args / sizeof args [0]; a++)
+        for (size_t t = 0; t < sizeof types / sizeof types [0]; t++) {
+            const char *type = types [t];
+            if (!strcmp (type, args [a].type) || (!strcmp (type, "double") && !strcmp (args [a].type, "num"))
+            ||  (!strcmp (type, "int") && !strcmp (args [a].type, "num")))
+                continue;
+            ah_msg_t *req = req_new (args [a].ch);
+            ah_msg_set_str (req, "path", "argtypes");
+            ah_msg_set_str (req, "cmd", "true");
+            const char *key = args [a].key;
+            if (!strcmp (type, "int"))
+                ah_msg_set_int (req, key, 6);
+            else if (!strcmp (type, "double"))
+                ah_msg_set_double (req, key, 6.0);
+            else if (!strcmp (type, "bool"))
+                ah_msg_set_bool (req, key, true);
+            else if (!strcmp (type, "str"))
+                ah_msg_set_str (req, key, "6");
+            else if (!strcmp (type, "bin"))
+                ah_msg_set_bin (req, key, "6", 1);
+            else
+                ah_msg_set_raw (req, key, "\x91\x06", 2);
+            ah_msg_t *r = simple (p, req);
+            const char *error = r ? ah_msg_str (r, "error") : NULL;
+            bool named = error && strstr (error, key);
+            if (!r || !reply_code (r) || strcmp (reply_code (r), "EINVAL") != 0 || !named)
+                fprintf (stderr, "%s \"%s\" as %s: %s %s\n", args [a].ch, key, type,
+                         r && reply_code (r) ? reply_code (r) : "accepted", error ? error : "");
+            CHECK (r && reply_code (r) && !strcmp (reply_code (r), "EINVAL") && named);
+            ah_msg_destroy (&r);
+        }
+    //  nil is "absent": the default.
+    ah_msg_t *req = req_new ("fs.tree");
+    ah_msg_set_str (req, "path", "");
+    ah_msg_set_nil (req, "max_depth");
+    ah_msg_t *r = simple (p, req);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+}
+
 static void test_tree (peer_t *p)
 {
     //  t/a/b/c/deep.txt, t/x.txt, t/node_modules/m.js, t/.agenthold-x, a
@@ -1450,6 +1503,7 @@ int main (void)
     test_fs (&p);
     test_hostile (&p);
     test_tree (&p);
+    test_arg_types (&p);
     test_reader ();
     test_exec (&p);
     test_flow (&p);
