@@ -197,3 +197,47 @@ const char *ah_ident_check (ah_ident_t kind, const char *value)
     }
     return "is not a known kind of identifier";
 }
+
+size_t ah_utf8_next (const char *s, size_t n, uint32_t *cp)
+{
+    const unsigned char *p = (const unsigned char *) s;
+    if (n == 0)
+        return 0;
+    if (p [0] < 0x80) {
+        *cp = p [0];
+        return 1;
+    }
+    size_t len;
+    uint32_t c, min;
+    if ((p [0] & 0xe0) == 0xc0)      { len = 2; c = p [0] & 0x1f; min = 0x80; }
+    else if ((p [0] & 0xf0) == 0xe0) { len = 3; c = p [0] & 0x0f; min = 0x800; }
+    else if ((p [0] & 0xf8) == 0xf0) { len = 4; c = p [0] & 0x07; min = 0x10000; }
+    else
+        return 0;                   //  a continuation byte, or 0xf8..0xff
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p [i] & 0xc0) != 0x80)
+            return 0;
+        c = (c << 6) | (p [i] & 0x3f);
+    }
+    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+        return 0;
+    *cp = c;
+    return len;
+}
+
+const char *ah_text_check (const char *s, size_t n, bool lines)
+{
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t len = ah_utf8_next (s + i, n - i, &cp);
+        if (len == 0)
+            return "is not valid UTF-8";
+        if (ah_utf8_control (cp) && !(lines && (cp == '\n' || cp == '\t')))
+            return lines ? "holds a control character (C0 but tab and newline, DEL or C1)"
+                         : "holds a control character (C0, DEL or C1)";
+        i += len;
+    }
+    return NULL;
+}
