@@ -116,6 +116,19 @@ s_valid_relative (const char *s)
     return true;
 }
 
+//  Every string of an entry keeps the free-text rule (common/ident.h):
+//  the drivers, hostd's wire and the terminals that show it carry it as
+//  it is. lines: a script or a briefing may have tabs and newlines. The
+//  value is not quoted back: it is what holds the control character.
+static int
+s_text (s_ctx_t *ctx, const char *field, const char *item, const char *value, bool lines)
+{
+    const char *why = ah_text_check (value, strlen (value), lines);
+    if (why)
+        s_fail (ctx, "field \"%s\"%s%s %s", field, item ? ": " : "", item ? item : "", why);
+    return why ? -1 : 0;
+}
+
 //  A required string field. An identifier (kind not NULL) follows its
 //  grammar (common/ident.h), and the message says the rule; any other
 //  string has 1 to AH_CATALOG_MAX_STRING characters.
@@ -138,9 +151,15 @@ s_string_field (s_ctx_t *ctx, json_t *obj, const char *field, const ah_ident_t *
     }
     const char *why = kind ? ah_ident_check (*kind, s) : NULL;
     if (why) {
-        s_fail (ctx, "field \"%s\": %s '%s' %s", field, ah_ident_what (*kind), s, why);
+        //  The rule says what is wrong; the value is quoted only when
+        //  quoting it cannot carry a control character out.
+        bool quote = !ah_text_check (s, strlen (s), false);
+        s_fail (ctx, "field \"%s\": %s%s%s%s %s", field, ah_ident_what (*kind), quote ? " '" : "",
+                quote ? s : "", quote ? "'" : "", why);
         return NULL;
     }
+    if (s_text (ctx, field, NULL, s, false))
+        return NULL;
     if (!*s) {
         s_fail (ctx, "field \"%s\" must not be empty", field);
         return NULL;
@@ -187,6 +206,8 @@ s_parse_build (s_ctx_t *ctx, json_t *build, ah_runtime_t *rt)
         return -1;
     }
     const char *cdir = json_string_value (context);
+    if (s_text (ctx, "build.context", NULL, cdir, false))
+        return -1;
     if (!s_valid_relative (cdir)) {
         s_fail (ctx, "field \"build.context\" (\"%s\") must be a relative path without \"..\"", cdir);
         return -1;
@@ -216,6 +237,9 @@ s_parse_build (s_ctx_t *ctx, json_t *build, ah_runtime_t *rt)
     const char *key;
     json_t *value;
     json_object_foreach (files, key, value) {
+        if (s_text (ctx, "build.host_files", "a name", key, false)
+        ||  (json_is_string (value) && s_text (ctx, "build.host_files", key, json_string_value (value), false)))
+            return -1;
         if (!s_valid_relative (key)) {
             s_fail (ctx, "build.host_files name \"%s\" must be a relative path without \"..\"", key);
             return -1;
@@ -238,9 +262,9 @@ s_parse_build (s_ctx_t *ctx, json_t *build, ah_runtime_t *rt)
 //  An optional array of strings (field absent: 0 and nothing). Each item
 //  is non-empty, at most max_len bytes, without NUL; check (may be NULL)
 //  says why an item is refused. one_string: a single string counts as a
-//  list of one.
+//  list of one. lines: items may hold tabs and newlines (s_text).
 static int
-s_string_list (s_ctx_t *ctx, json_t *obj, const char *field, size_t max_len, bool one_string,
+s_string_list (s_ctx_t *ctx, json_t *obj, const char *field, size_t max_len, bool one_string, bool lines,
                const char *(*check) (const char *item), char ***out, size_t *count)
 {
     json_t *v = json_object_get (obj, field);
@@ -272,6 +296,10 @@ s_string_list (s_ctx_t *ctx, json_t *obj, const char *field, size_t max_len, boo
                     field, i, max_len);
             goto out;
         }
+        char item [32];
+        snprintf (item, sizeof item, "item %zu", i);
+        if (s_text (ctx, field, item, json_string_value (t), lines))
+            goto out;
         const char *why = check ? check (json_string_value (t)) : NULL;
         if (why) {
             s_fail (ctx, "field \"%s\": item %zu ('%.80s') %s", field, i, json_string_value (t), why);
@@ -342,6 +370,8 @@ s_parse_env (s_ctx_t *ctx, json_t *env, ah_runtime_t *rt)
     const char *key;
     json_t *value;
     json_object_foreach (env, key, value) {
+        if (s_text (ctx, "env_vars", "a name", key, false))
+            return -1;
         if (!s_env_name_ok (key)) {
             s_fail (ctx, "field \"env_vars\": '%.80s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, at most 128)", key);
             return -1;
@@ -352,6 +382,9 @@ s_parse_env (s_ctx_t *ctx, json_t *env, ah_runtime_t *rt)
                     key, AH_CATALOG_MAX_STRING);
             return -1;
         }
+        //  One line: hostd's wire carries the environment a line each.
+        if (s_text (ctx, "env_vars", key, json_string_value (value), false))
+            return -1;
         ah_catalog_env_t *e = &rt->env [rt->env_count++];
         e->name = strdup (key);
         e->value = strdup (json_string_value (value));
@@ -444,7 +477,8 @@ s_parse_runtime (s_ctx_t *ctx, json_t *entry, ah_runtime_t *rt)
     }
     //  Alias first, so every later error can say which entry it is.
     json_t *jalias = json_object_get (entry, "alias");
-    if (jalias && json_is_string (jalias)) {
+    if (jalias && json_is_string (jalias)
+    &&  !ah_text_check (json_string_value (jalias), json_string_length (jalias), false)) {
         size_t len = strlen (ctx->where);
         snprintf (ctx->where + len, sizeof ctx->where - len, " (\"%.63s\")", json_string_value (jalias));
     }
@@ -499,10 +533,10 @@ s_parse_runtime (s_ctx_t *ctx, json_t *entry, ah_runtime_t *rt)
         s_fail (ctx, "out of memory");
         return -1;
     }
-    if (s_string_list (ctx, entry, "setup_commands", AH_CATALOG_MAX_COMMAND, false, s_check_command,
+    if (s_string_list (ctx, entry, "setup_commands", AH_CATALOG_MAX_COMMAND, false, true, s_check_command,
                        &rt->setup_commands, &rt->setup_count)
-    ||  s_string_list (ctx, entry, "packages", 200, false, s_check_package, &rt->packages, &rt->package_count)
-    ||  s_string_list (ctx, entry, "briefing", AH_CATALOG_MAX_STRING, true, s_check_command,
+    ||  s_string_list (ctx, entry, "packages", 200, false, false, s_check_package, &rt->packages, &rt->package_count)
+    ||  s_string_list (ctx, entry, "briefing", AH_CATALOG_MAX_STRING, true, true, s_check_command,
                        &rt->briefing, &rt->briefing_count)
     ||  s_parse_env (ctx, json_object_get (entry, "env_vars"), rt))
         return -1;

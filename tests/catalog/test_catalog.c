@@ -4,6 +4,7 @@
 #include "tests/common/ident_cases.h"
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,6 +293,92 @@ s_test_ident_cases (void)
     }
 }
 
+//  Every string field of an entry, holding each control character (C0,
+//  DEL, C1; tab and newline are good in a script or a briefing): refused
+//  at load, naming the entry and the field. An env_vars value with a
+//  newline loaded once and then failed every create on hostd's wire.
+static void
+s_test_control_chars (void)
+{
+    static const struct { const char *entry, *field; bool lines; } fields [] = {
+        { "{\"alias\":\"x@\",\"image\":\"debian:bookworm-slim\",\"description\":\"d\"}", "alias", false },
+        { "{\"alias\":\"x\",\"image\":\"debian:bookworm-slim\",\"description\":\"a@b\"}", "description", false },
+        { "{\"alias\":\"x\",\"image\":\"debian@:b\",\"description\":\"d\"}", "image", false },
+        { "{\"alias\":\"x\",\"base_image\":\"debian@:b\",\"description\":\"d\"}", "base_image", false },
+        { "{\"alias\":\"x\",\"base_image\":\"debian:b\",\"description\":\"d\","
+          "\"setup_commands\":[\"true\",\"echo @\"]}", "setup_commands", true },
+        { "{\"alias\":\"x\",\"base_image\":\"debian:b\",\"description\":\"d\","
+          "\"packages\":[\"six@\"]}", "packages", false },
+        { "{\"alias\":\"x\",\"image\":\"debian:b\",\"description\":\"d\",\"briefing\":\"a@b\"}",
+          "briefing", true },
+        { "{\"alias\":\"x\",\"image\":\"debian:b\",\"description\":\"d\",\"briefing\":[\"ok\",\"a@b\"]}",
+          "briefing", true },
+        { "{\"alias\":\"x\",\"image\":\"debian:b\",\"description\":\"d\",\"env_vars\":{\"A\":\"a@b\"}}",
+          "env_vars", false },
+        { "{\"alias\":\"x\",\"image\":\"debian:b\",\"description\":\"d\",\"env_vars\":{\"A@\":\"v\"}}",
+          "env_vars", false },
+        { "{\"alias\":\"x\",\"image\":\"local/bb:1\",\"description\":\"d\",\"build\":{\"context\":\"i@\"}}",
+          "build.context", false },
+        { "{\"alias\":\"x\",\"image\":\"local/bb:1\",\"description\":\"d\",\"build\":{\"context\":\"i\","
+          "\"host_files\":{\"b@\":\"/bin/busybox\"}}}", "build.host_files", false },
+        { "{\"alias\":\"x\",\"image\":\"local/bb:1\",\"description\":\"d\",\"build\":{\"context\":\"i\","
+          "\"host_files\":{\"b\":\"/bin/b@\"}}}", "build.host_files", false },
+    };
+    for (size_t f = 0; f < sizeof fields / sizeof fields [0]; f++) {
+        //  Without a control character the entry loads: the refusals
+        //  below are the character's doing.
+        for (uint32_t cp = 1; cp <= 0xa0; cp++) {
+            bool control = cp < 0x20 || (cp >= 0x7f && cp <= 0x9f);
+            if (!control && cp != 'z')
+                continue;
+            char esc [8];
+            snprintf (esc, sizeof esc, "\\u%04x", cp);
+            const char *at = strchr (fields [f].entry, '@');
+            char *entry = NULL;
+            if (asprintf (&entry, "%.*s%s%s", (int) (at - fields [f].entry), fields [f].entry,
+                          cp == 'z' ? "z" : esc, at + 1) < 0)
+                abort ();
+            char *text = s_with_entry (entry);
+            bool good = !control || (fields [f].lines && (cp == '\t' || cp == '\n'));
+            if (good) {
+                char *err = NULL;
+                ah_catalog_t *cat = ah_catalog_parse (text, strlen (text), "test.json", "/base", &err);
+                if (!cat)
+                    fprintf (stderr, "FAIL: refused %s: %s\n", text, err);
+                CHECK (cat != NULL);
+                ah_catalog_destroy (&cat);
+                free (err);
+            }
+            else
+                s_expect_error (text, "runtime 1", fields [f].field);
+            //  The message never carries the character itself.
+            char *err = NULL;
+            ah_catalog_t *cat = ah_catalog_parse (text, strlen (text), "test.json", "/base", &err);
+            if (err) {
+                char raw [4] = { 0 };
+                if (cp < 0x80)
+                    raw [0] = (char) cp;
+                else {
+                    raw [0] = (char) (0xc0 | (cp >> 6));
+                    raw [1] = (char) (0x80 | (cp & 0x3f));
+                }
+                if (strstr (err, raw))
+                    fprintf (stderr, "U+%04x quoted back: %s\n", cp, err);
+                CHECK (!strstr (err, raw));
+            }
+            ah_catalog_destroy (&cat);
+            free (err);
+            free (text);
+            free (entry);
+        }
+    }
+    //  The report's case, with its message.
+    char *text = s_with_entry ("{\"alias\":\"x\",\"image\":\"debian:b\",\"description\":\"d\","
+                               "\"env_vars\":{\"GREETING\":\"hello\\nworld\"}}");
+    s_expect_error (text, "runtime 1 (\"x\"): field \"env_vars\": GREETING holds a control character", NULL);
+    free (text);
+}
+
 static void
 s_test_load_errors (void)
 {
@@ -326,6 +413,7 @@ main (int argc, char **argv)
     s_test_good_parse ();
     s_test_bad ();
     s_test_ident_cases ();
+    s_test_control_chars ();
     s_test_load_errors ();
     if (failures)
         fprintf (stderr, "%d failure(s)\n", failures);
