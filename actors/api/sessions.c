@@ -23,8 +23,9 @@
 static const char *s_scopes [] = { "run", "conversation", "channel", "user", "agent" };
 static const char *s_prefix [] = { "run", "conv", "chan", "user", "agent" };
 
-//  A field of the key: 1 to 256 printable characters (subject, host,
-//  backend). NULL when good, else why.
+//  A field of the key (subject, host, backend): 1 to 256 bytes of free
+//  text (common/ident.h: no C0, DEL or C1, valid UTF-8). NULL when good,
+//  else why.
 static const char *s_part_check (const char *v, bool empty_ok)
 {
     size_t n = v ? strlen (v) : 0;
@@ -32,10 +33,7 @@ static const char *s_part_check (const char *v, bool empty_ok)
         return empty_ok ? NULL : "must not be empty";
     if (n > 256)
         return "must be at most 256 bytes";
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char) v [i] < 0x20 || v [i] == 0x7f)
-            return "holds a control character";
-    return NULL;
+    return ah_text_check (v, n, false);
 }
 
 //  The session's name: prefix-slug-part, an agent name (common/ident.h).
@@ -356,8 +354,10 @@ static void s_open (req_t *r)
         api_respond_error (r, 400, "field 'subject' is required (the %s the session is for)", scope);
     else if ((why = s_part_check (k == 3 ? r->who.user : subject, false)))
         api_respond_error (r, 400, "field 'subject' %s", why);
-    else if ((why = s_part_check (backend, true)) || (why = s_part_check (host, true)))
-        api_respond_error (r, 400, "fields 'backend' and 'host' must be strings that %s", why);
+    else if ((why = s_part_check (backend, true)))
+        api_respond_error (r, 400, "field 'backend' %s", why);
+    else if ((why = s_part_check (host, true)))
+        api_respond_error (r, 400, "field 'host' %s", why);
     else if (runtime && ah_ident_check (AH_IDENT_RUNTIME, runtime))
         api_respond_error (r, 400, "field 'runtime': runtime name '%.64s' %s", runtime,
                            ah_ident_check (AH_IDENT_RUNTIME, runtime));

@@ -400,15 +400,13 @@ static int64_t s_duration_s (json_t *v)
     return unit < 0 || n > 3650LL * 86400 / unit ? -1 : n * unit;
 }
 
-//  A person's identity: 1 to 128 printable characters, no blank.
+//  A person's identity: 1 to 128 bytes of free text (common/ident.h)
+//  without a blank.
 static bool s_user_ok (const char *user)
 {
     size_t n = user ? strlen (user) : 0;
-    if (n < 1 || n > 128)
+    if (n < 1 || n > 128 || strchr (user, ' ') || ah_text_check (user, n, false))
         return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char) user [i] <= 0x20 || user [i] == 0x7f)
-            return false;
     return true;
 }
 
@@ -452,7 +450,8 @@ static void s_token_create (req_t *r)
     else if (!admin && !tenant && !metrics)
         why = "field 'tenant' is required (the tenant the token acts for), or admin: true";
     else if (json_object_get (obj, "user") && !s_user_ok (user))
-        why = "field 'user' must be 1 to 128 printable characters without blanks (the person it acts for)";
+        why = "field 'user' must be 1 to 128 bytes of UTF-8 without blanks or control characters (C0, DEL, C1):"
+              " the person it acts for";
     else if (expires && expires_s <= 0)
         why = "field 'expires' must be a duration such as 30d, 12h, 90m or seconds (at most ten years)";
     else if (name && ah_ident_check (AH_IDENT_TOKEN_NAME, name)) {
@@ -462,6 +461,11 @@ static void s_token_create (req_t *r)
     }
     else if (json_object_get (obj, "tenant") && !json_is_string (json_object_get (obj, "tenant")))
         why = "field 'tenant' must be a tenant name";
+    else if (tenant && ah_ident_check (AH_IDENT_TENANT, tenant)) {
+        snprintf (why_buf, sizeof why_buf, "field 'tenant': tenant name '%.64s' %s", tenant,
+                  ah_ident_check (AH_IDENT_TENANT, tenant));
+        why = why_buf;
+    }
     if (why) {
         api_respond_error (r, 400, "%s", why);
         goto out;

@@ -196,6 +196,70 @@ static char *s_raw (const char *bytes, size_t n, bool half_close)
     return out;
 }
 
+//  Every field a client names something with and the server shows back,
+//  holding each control character (C0 but NUL, which JSON refuses, DEL,
+//  each C1) as a JSON escape: 400 naming the field (common/ident.h, the
+//  free-text rule). alice exists; nothing here is made.
+static void s_test_text_fields (void)
+{
+    static const struct { const char *method, *path, *body, *field; } fields [] = {
+        { "POST",  "/api/v1/agents", "{\"name\":\"a@b\"}", "'name'" },
+        { "POST",  "/api/v1/agents", "{\"name\":\"ab\",\"image\":\"debian@:x\"}", "'image'" },
+        { "POST",  "/api/v1/agents", "{\"name\":\"ab\",\"runtime\":\"deb@ian\"}", "'runtime'" },
+        { "PATCH", "/api/v1/agents/alice", "{\"image\":\"debian@:x\"}", "'image'" },
+        { "PATCH", "/api/v1/agents/alice", "{\"runtime\":\"deb@\"}", "'runtime'" },
+        { "POST",  "/api/v1/tenants", "{\"name\":\"ac@me\"}", "'name'" },
+        { "POST",  "/api/v1/tokens", "{\"tenant\":\"ac@me\"}", "'tenant'" },
+        { "POST",  "/api/v1/tokens", "{\"admin\":true,\"name\":\"t@k\"}", "'name'" },
+        { "POST",  "/api/v1/tokens", "{\"admin\":true,\"user\":\"bob@example\"}", "'user'" },
+        { "POST",  "/api/v1/sessions", "{\"scope\":\"run\",\"subject\":\"s@s\"}", "'subject'" },
+        { "POST",  "/api/v1/sessions", "{\"scope\":\"run\",\"subject\":\"s\",\"backend\":\"b@\"}", "'backend'" },
+        { "POST",  "/api/v1/sessions", "{\"scope\":\"run\",\"subject\":\"s\",\"host\":\"@h\"}", "'host'" },
+        { "POST",  "/api/v1/sessions", "{\"scope\":\"run\",\"subject\":\"s\",\"runtime\":\"r@\"}", "'runtime'" },
+        { "POST",  "/api/v1/sessions", "{\"scope\":\"ru@n\",\"subject\":\"s\"}", "'scope'" },
+        { "POST",  "/api/v1/agents/alice/stop", "{\"run\":\"r@\"}", "'run'" },
+    };
+    for (size_t f = 0; f < sizeof fields / sizeof fields [0]; f++)
+        for (unsigned cp = 1; cp <= 0x9f; cp++) {
+            if (cp >= 0x20 && cp < 0x7f)
+                continue;
+            const char *body = fields [f].body;
+            const char *at = strchr (body, '@');
+            char text [256];
+            snprintf (text, sizeof text, "%.*s\\u%04x%s", (int) (at - body), body, cp, at + 1);
+            long status;
+            json_t *j = s_http (fields [f].method, fields [f].path, text, s_token, &status);
+            const char *e = s_str (j, "error");
+            bool named = e && strstr (e, fields [f].field) && !strstr (e, "unknown field");
+            if (status != 400 || !named)
+                fprintf (stderr, "%s %s %s: %ld %s\n", fields [f].method, fields [f].path, text, status,
+                         e ? e : "");
+            CHECK (status == 400 && named);
+            json_decref (j);
+        }
+    //  The same as bytes: raw C1 in a body (UTF-8 C2 85, as the report's
+    //  subject was), and bytes that are not UTF-8 (JSON is UTF-8: 400).
+    EXPECT ("POST", "/api/v1/sessions", "{\"scope\":\"run\",\"subject\":\"a\xc2\x85" "b\"}", s_token, 400,
+            "'subject' holds a control character");
+    EXPECT ("POST", "/api/v1/sessions", "{\"scope\":\"run\",\"subject\":\"s\",\"host\":\"\xc2\x9b" "31m\"}",
+            s_token, 400, "'host' holds a control character");
+    static const char *bad_utf8 [] = { "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82", "\xff" };
+    for (size_t i = 0; i < sizeof bad_utf8 / sizeof bad_utf8 [0]; i++) {
+        char text [128];
+        snprintf (text, sizeof text, "{\"scope\":\"run\",\"subject\":\"a%sb\"}", bad_utf8 [i]);
+        EXPECT ("POST", "/api/v1/sessions", text, s_token, 400, "bad JSON");
+    }
+    //  The run named in a header: C1 bytes there (the HTTP parser passes
+    //  bytes past ASCII on to the route).
+    char head [512];
+    int n = snprintf (head, sizeof head, "POST /api/v1/agents/alice/stop HTTP/1.1\r\nHost: x\r\n"
+                      "Authorization: Bearer %s\r\nX-Agenthold-Run: r\xc2\x9b" "1\r\nContent-Length: 0\r\n"
+                      "Connection: close\r\n\r\n", s_token);
+    char *reply = s_raw (head, (size_t) n, false);
+    CHECK (strstr (reply, " 400 ") && strstr (reply, "X-Agenthold-Run"));
+    free (reply);
+}
+
 int main (void)
 {
     zsys_handler_set (NULL);        //  SIGTERM (ctest's timeout) kills, not hangs
@@ -341,6 +405,7 @@ int main (void)
     json_decref (j);
     EXPECT ("PATCH", "/api/v1/agents/alice", "{\"name\":\"carol\"}", s_token, 400, "'name'");
     EXPECT ("PATCH", "/api/v1/agents/alice", "{}", s_token, 400, "nothing to change");
+    s_test_text_fields ();
 
     //  Routes and methods
     EXPECT ("POST", "/api/v1/agents/alice/explode", NULL, s_token, 404, "no route");
