@@ -1,6 +1,7 @@
 /*  cli/client.c: the REST client of the agenthold command (libcurl). */
 #include "common/str.h"
 #include "cli/client.h"
+#include "cli/cmd.h"
 #include "config/config.h"
 #include "proto/buf.h"
 #include "server/serve.h"
@@ -251,17 +252,17 @@ long ah_client_call (ah_client_t *self, const char *method, const char *path, js
     return status;
 }
 
-const char *ah_client_error (json_t *reply, long status)
+char *ah_client_error (json_t *reply, long status)
 {
     const char *e = json_string_value (json_object_get (reply, "error"));
     if (e && *e)
-        return e;
+        return ah_cmd_clean (strdup (e));
     switch (status) {
-        case 401: return "unauthorized (wrong or missing API token)";
-        case 404: return "not found";
-        case 500: return "internal server error";
-        case 503: return "service unavailable";
-        case 504: return "the server timed out";
-        default:  return "the server refused the request";
+        case 401: return strdup ("unauthorized (wrong or missing API token)");
+        case 404: return strdup ("not found");
+        case 500: return strdup ("internal server error");
+        case 503: return strdup ("service unavailable");
+        case 504: return strdup ("the server timed out");
+        default:  return strdup ("the server refused the request");
     }
 }

@@ -45,7 +45,8 @@ long ah_client_call (ah_client_t *self, const char *method, const char *path, js
                      long timeout_s, json_t **reply, char **err);
 
 //  The message a failed response carries ({"error": ...}), or a
-//  description of the status. Borrowed from reply or static.
-const char *ah_client_error (json_t *reply, long status);
+//  description of the status, fit for a terminal (ah_cmd_clean). Caller
+//  frees; NULL when memory ran out.
+char *ah_client_error (json_t *reply, long status);
 
 #endif

@@ -1,6 +1,7 @@
 /*  cli/cmd.c: what the agenthold commands share (see cmd.h).          */
 #include "cli/cmd.h"
 #include "cli/client.h"
+#include "common/ident.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -110,7 +111,7 @@ json_t *ah_cmd_call (const ah_common_t *co, const char *method, const char *path
         return NULL;
     }
     if (status >= 400) {
-        char *why = ah_cmd_clean (strdup (ah_client_error (reply, status)));
+        char *why = ah_client_error (reply, status);
         fprintf (stderr, "agenthold: %s\n", why ? why : "the server refused the request");
         free (why);
         json_decref (reply);
@@ -121,6 +122,8 @@ json_t *ah_cmd_call (const ah_common_t *co, const char *method, const char *path
         return NULL;
     }
     *exit_code = 0;
+    if (!co->json)
+        ah_cmd_clean_json (reply);      //  what is printed for people from here on is safe
     return reply;
 }
 
@@ -140,7 +143,7 @@ const char *ah_cmd_jstr (json_t *obj, const char *key, const char *dflt)
 
 void ah_cmd_print_json (json_t *j)
 {
-    char *text = json_dumps (j, JSON_INDENT (2) | JSON_SORT_KEYS);
+    char *text = ah_cmd_clean_json_text (json_dumps (j, JSON_INDENT (2) | JSON_SORT_KEYS));
     if (text)
         printf ("%s\n", text);
     free (text);
@@ -183,14 +186,110 @@ void ah_cmd_print_table (char ***rows, size_t nrows, size_t ncols)
     free (rows);
 }
 
-//  What a server, a sandbox or a person wrote, fit for a terminal: no
-//  control characters (an escape sequence would drive the terminal).
 char *ah_cmd_clean (char *s)
 {
-    for (char *p = s; p && *p; p++)
-        if ((unsigned char) *p < 0x20 || *p == 0x7f)
-            *p = '?';
-    return s;
+    if (!s)
+        return NULL;
+    size_t n = strlen (s), k = 0;
+    char *out = malloc (6 * n + 1);             //  the longest escape, \u009b, per byte
+    if (!out) {
+        free (s);
+        return NULL;
+    }
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t len = ah_utf8_next (s + i, n - i, &cp);
+        if (len == 0 || (len == 1 && ah_utf8_control (cp)))
+            k += (size_t) sprintf (out + k, "\\x%02x", (unsigned char) s [i++]);
+        else if (ah_utf8_control (cp)) {
+            k += (size_t) sprintf (out + k, "\\u%04x", cp);
+            i += len;
+        }
+        else {
+            memcpy (out + k, s + i, len);
+            k += len;
+            i += len;
+        }
+    }
+    out [k] = 0;
+    free (s);
+    return out;
+}
+
+//  A string of the tree, cleaned: a new string, or NULL when it is fine
+//  (or memory ran out: then it stays, which the terminal shows as sent).
+static json_t *s_clean_string (const char *s)
+{
+    if (!ah_text_check (s, strlen (s), false))
+        return NULL;
+    char *clean = ah_cmd_clean (strdup (s));
+    json_t *j = clean ? json_string (clean) : NULL;
+    free (clean);
+    return j;
+}
+
+void ah_cmd_clean_json (json_t *j)
+{
+    if (json_is_array (j)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach (j, i, v) {
+            json_t *clean = json_is_string (v) ? s_clean_string (json_string_value (v)) : NULL;
+            if (clean)
+                json_array_set_new (j, i, clean);
+            else
+                ah_cmd_clean_json (v);
+        }
+    }
+    else if (json_is_object (j)) {
+        const char *key;
+        json_t *v;
+        void *tmp;
+        json_t *renamed = json_object ();
+        json_object_foreach_safe (j, tmp, key, v) {
+            json_t *clean = json_is_string (v) ? s_clean_string (json_string_value (v)) : NULL;
+            if (clean)
+                json_object_set_new (j, key, clean);
+            else
+                ah_cmd_clean_json (v);
+            if (ah_text_check (key, strlen (key), false) && renamed) {
+                char *k = ah_cmd_clean (strdup (key));
+                if (k)
+                    json_object_set (renamed, k, json_object_get (j, key));
+                free (k);
+                json_object_del (j, key);
+            }
+        }
+        json_object_update (j, renamed);
+        json_decref (renamed);
+    }
+}
+
+char *ah_cmd_clean_json_text (char *text)
+{
+    if (!text)
+        return NULL;
+    //  Outside its strings JSON is ASCII, and the encoder escaped C0:
+    //  what is left is DEL (7F) and C1 (C2 80..C2 9F), each made \u00XX.
+    size_t n = strlen (text), k = 0;
+    char *out = malloc (6 * n + 1);
+    if (!out) {
+        free (text);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char) text [i];
+        if (c == 0x7f)
+            k += (size_t) sprintf (out + k, "\\u007f");
+        else if (c == 0xc2 && i + 1 < n && (unsigned char) text [i + 1] >= 0x80
+             &&  (unsigned char) text [i + 1] <= 0x9f)
+            k += (size_t) sprintf (out + k, "\\u%04x", (unsigned char) text [++i]);
+        else
+            out [k++] = (char) c;
+    }
+    out [k] = 0;
+    free (text);
+    return out;
 }
 
 //  One value for people: a string cut at 80, yes/no, a number, else "-".

@@ -79,9 +79,20 @@ char ***ah_cmd_table_new (const char *const *header, size_t ncols, size_t nbody)
 void ah_cmd_print_objects (json_t *list, const char *const *header, const char *const *keys, size_t ncols);
 //  key: value lines of obj for the keys given (labels padded to width).
 void ah_cmd_print_fields (json_t *obj, const char *const *keys, size_t nkeys);
-//  s (owned, may be NULL) with every control character made '?': what a
-//  server, a sandbox or a person wrote, fit for a terminal. Returns s.
+//  What a server, a sandbox or a person wrote, fit for a terminal: s
+//  (taken over, may be NULL) with every control character (C0, DEL, C1)
+//  and every byte that is not UTF-8 escaped: ESC as \x1b, U+009B as
+//  \u009b, a stray 0xff as \xff (the rule of common/ident.h). Every
+//  string the CLI prints for people that it did not write itself passes
+//  here, or through ah_cmd_clean_json. Returns a new string (caller frees).
 char *ah_cmd_clean (char *s);
+//  Every string of j (values and keys, at every depth) cleaned, in place:
+//  ah_cmd_call does it to each reply printed for people.
+void ah_cmd_clean_json (json_t *j);
+//  JSON text (taken over) with DEL and the C1 characters inside its
+//  strings written as \u00XX escapes, for --json on a terminal: the same
+//  JSON to a parser. Returns a new string (caller frees).
+char *ah_cmd_clean_json_text (char *text);
 char *ah_cmd_strf (const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 //  GET path and print the array under key: JSON with --json, else

@@ -7,6 +7,7 @@
     so they run where the server runs, as root or as the server's user.
     Single-threaded; nothing is changed.                                */
 #include "cli/doctor.h"
+#include "cli/cmd.h"
 #include "catalog/catalog.h"
 #include "common/str.h"
 #include "config/config.h"
@@ -534,7 +535,7 @@ ah_cli_doctor (const char *config_path, bool json)
     free (err);
     if (json) {
         json_t *out = json_pack ("{s:b s:O}", "ok", self.problems == 0, "checks", self.checks);
-        char *text = json_dumps (out, JSON_INDENT (2));
+        char *text = ah_cmd_clean_json_text (json_dumps (out, JSON_INDENT (2)));
         printf ("%s\n", text ? text : "{}");
         free (text);
         json_decref (out);
@@ -542,6 +543,7 @@ ah_cli_doctor (const char *config_path, bool json)
     else {
         size_t i;
         json_t *c;
+        ah_cmd_clean_json (self.checks);        //  details quote the engine, hostd, files
         json_array_foreach (self.checks, i, c) {
             printf ("%-4s %-16s %s\n", json_string_value (json_object_get (c, "status")),
                     json_string_value (json_object_get (c, "name")),

@@ -539,15 +539,19 @@ static int s_cmd_show (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co
     json_t *briefing = NULL;
     if (reply && json_is_string (json_object_get (reply, "runtime"))) {
         int ignored;
+        //  As sent (json: not cleaned), so its lines are split before
+        //  each is cleaned below.
+        ah_common_t raw = *co;
+        raw.json = true;
         path = s_agent_path (ah_cmd_jstr (reply, "id", pos [0]), "/briefing");
-        briefing = ah_cmd_call (co, "GET", path, NULL, 0, NULL, &ignored);
+        briefing = ah_cmd_call (&raw, "GET", path, NULL, 0, NULL, &ignored);
         free (path);
     }
     if (co->json && reply && briefing)
         json_object_set (reply, "briefing", json_object_get (briefing, "text"));
     s_print_reply (co, reply, false, &exit_code);
     if (!co->json && briefing && json_is_string (json_object_get (briefing, "text"))) {
-        //  Line by line, each with its control characters masked.
+        //  Line by line, each with its control characters escaped.
         char *text = strdup (ah_cmd_jstr (briefing, "text", ""));
         printf ("briefing:\n");
         for (char *line = text, *next; line && *line; line = next) {

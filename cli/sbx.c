@@ -87,8 +87,9 @@ static json_t *s_call (const char *cmd, ah_client_t *client, const char *method,
     char *err = NULL;
     long status = ah_client_call (client, method, path, body, timeout_s, &reply, &err);
     if (status == 0 || status >= 400) {
-        fprintf (stderr, "agenthold %s: %s\n", cmd,
-                 status == 0 ? (err ? err : "cannot reach the server") : ah_client_error (reply, status));
+        char *why = status ? ah_client_error (reply, status) : NULL;
+        fprintf (stderr, "agenthold %s: %s\n", cmd, why ? why : err ? err : "cannot reach the server");
+        free (why);
         json_decref (reply);
         reply = NULL;
     }
@@ -257,7 +258,9 @@ static int s_stream_call (ah_client_t *client, const char *path, const char *bod
     int status = 0;
     if (code >= 300) {
         json_t *j = s_error_json (&x->err);
-        fprintf (stderr, "agenthold exec: %s\n", ah_client_error (j, code));
+        char *why = ah_client_error (j, code);
+        fprintf (stderr, "agenthold exec: %s\n", why ? why : "the server refused the command");
+        free (why);
         json_decref (j);
         status = 1;
     }
@@ -362,7 +365,9 @@ int ah_cli_exec (int argc, char **argv, const char *config)
     if (rc)
         return 1;
     if (rx.error [0]) {
-        fprintf (stderr, "agenthold exec: %s\n", rx.error);
+        char *why = ah_cmd_clean (strdup (rx.error));
+        fprintf (stderr, "agenthold exec: %s\n", why ? why : "");
+        free (why);
         return 1;
     }
     if (rx.status < 0 && !rx.signal) {
@@ -440,7 +445,9 @@ static int s_transfer (ah_client_t *client, const char *method, const char *path
     }
     else if (code >= 300) {
         json_t *j = s_error_json (&x.err);
-        fprintf (stderr, "agenthold fs %s: %s\n", what, ah_client_error (j, code));
+        char *why = ah_client_error (j, code);
+        fprintf (stderr, "agenthold fs %s: %s\n", what, why ? why : "the server refused the request");
+        free (why);
         json_decref (j);
         status = 1;
     }
@@ -532,12 +539,10 @@ static int s_fs_ls (ah_client_t *client, const char *name, const char *path, boo
     free (url);
     if (!reply)
         return 1;
-    if (as_json) {
-        char *s = json_dumps (reply, JSON_INDENT (2));
-        printf ("%s\n", s ? s : "");
-        free (s);
-    }
+    if (as_json)
+        ah_cmd_print_json (reply);
     else {
+        ah_cmd_clean_json (reply);
         size_t i;
         json_t *e;
         json_array_foreach (json_object_get (reply, "entries"), i, e) {

@@ -4,6 +4,7 @@
     show only their size). A frame that does not decode is reported on
     stderr and skipped: the tap is a diagnostic, it never stops on input. */
 #include "cli/tap.h"
+#include "cli/cmd.h"
 #include "common/msg.h"
 
 #include <czmq.h>
@@ -38,7 +39,7 @@ int ah_cli_tap (const char *endpoint, const char *glob, long count)
             ah_msg_t *m = ah_msg_decode (type, zframe_data (body), zframe_size (body), &err);
             if (m) {
                 ah_msg_set_peer (m, from);
-                char *line = ah_msg_to_json (m, to);
+                char *line = ah_cmd_clean_json_text (ah_msg_to_json (m, to));
                 if (line) {
                     printf ("%s\n", line);
                     fflush (stdout);

@@ -14,6 +14,7 @@
     atexit.                                                             */
 #include "cli/term.h"
 #include "cli/client.h"
+#include "cli/cmd.h"
 #include "cli/tls.h"
 #include "proto/ws.h"
 
@@ -112,8 +113,9 @@ static void s_on_close (void *ud, unsigned code, const char *reason)
         t->exit_status = 128 + (int) v;
     else {
         s_restore ();
-        fprintf (stderr, "\nagenthold term: the terminal closed (%u): %s\n", code,
-                 *reason ? reason : "no reason given");
+        char *why = ah_cmd_clean (strdup (*reason ? reason : "no reason given"));
+        fprintf (stderr, "\nagenthold term: the terminal closed (%u): %s\n", code, why ? why : "");
+        free (why);
         t->exit_status = 1;
     }
     t->closed = true;
@@ -203,16 +205,19 @@ static ah_ws_t *s_open (ah_client_t *client, const char *name, term_t *t)
         return ws;
     int status = ah_ws_status (ws);
     //  The refusal's body says why ({"error": ...}).
-    const char *msg = strstr (ah_ws_body (ws), "\"error\":\"");
+    json_t *body = json_loads (ah_ws_body (ws), 0, NULL);
+    char *msg = json_is_string (json_object_get (body, "error")) ? ah_client_error (body, status) : NULL;
+    json_decref (body);
     if (status == 0 && strstr (err, "closed the connection"))
         fprintf (stderr, "agenthold term: the server refused the terminal (it closed the "
                  "connection; its log says why)\n");
     else if (status != 101 && msg)
-        fprintf (stderr, "agenthold term: %.*s\n", (int) strcspn (msg + 9, "\""), msg + 9);
+        fprintf (stderr, "agenthold term: %s\n", msg);
     else if (status != 101 && status != 0)
         fprintf (stderr, "agenthold term: the server refused the terminal (HTTP %d)\n", status);
     else
         fprintf (stderr, "agenthold term: %s\n", err);
+    free (msg);
     ah_ws_destroy (&ws);
     return NULL;
 }
@@ -328,8 +333,9 @@ int ah_cli_term (int argc, char **argv, const char *config)
     json_t *reply = NULL;
     long code = ah_client_call (client, "GET", path, NULL, 0, &reply, &err);
     if (code == 0 || code >= 400) {
-        fprintf (stderr, "agenthold term: %s\n",
-                 code == 0 ? (err ? err : "cannot reach the server") : ah_client_error (reply, code));
+        char *why = code ? ah_client_error (reply, code) : NULL;
+        fprintf (stderr, "agenthold term: %s\n", why ? why : err ? err : "cannot reach the server");
+        free (why);
         json_decref (reply);
         free (err);
         ah_client_destroy (&client);

@@ -65,9 +65,11 @@ static int s_turn_call (ah_client_t *client, const char *method, const char *pat
     json_decref (body);
     int rc = 0;
     if (status == 0 || status >= 400) {
+        char *why = status && !quiet ? ah_client_error (reply, status) : NULL;
         if (!quiet)
             fprintf (stderr, "agenthold turn: %s %s: %s\n", method, path,
-                     status == 0 ? (err ? err : "cannot reach the server") : ah_client_error (reply, status));
+                     why ? why : err ? err : "cannot reach the server");
+        free (why);
         rc = -1;
     }
     else if (turn_id) {
