@@ -188,30 +188,7 @@ void ah_cmd_print_table (char ***rows, size_t nrows, size_t ncols)
 
 char *ah_cmd_clean (char *s)
 {
-    if (!s)
-        return NULL;
-    size_t n = strlen (s), k = 0;
-    char *out = malloc (6 * n + 1);             //  the longest escape, \u009b, per byte
-    if (!out) {
-        free (s);
-        return NULL;
-    }
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t len = ah_utf8_next (s + i, n - i, &cp);
-        if (len == 0 || (len == 1 && ah_utf8_control (cp)))
-            k += (size_t) sprintf (out + k, "\\x%02x", (unsigned char) s [i++]);
-        else if (ah_utf8_control (cp)) {
-            k += (size_t) sprintf (out + k, "\\u%04x", cp);
-            i += len;
-        }
-        else {
-            memcpy (out + k, s + i, len);
-            k += len;
-            i += len;
-        }
-    }
-    out [k] = 0;
+    char *out = s ? ah_text_escape (s, strlen (s), false) : NULL;
     free (s);
     return out;
 }

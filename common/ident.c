@@ -1,7 +1,9 @@
 /*  common/ident.c: identifier grammars (see ident.h). No dependencies:
-    the catalog, the drivers and sandboxd's tests link it alone.       */
+    the catalog, the drivers, the log and sandboxd link it alone.      */
 #include "common/ident.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool s_lower (char c) { return c >= 'a' && c <= 'z'; }
@@ -240,4 +242,30 @@ const char *ah_text_check (const char *s, size_t n, bool lines)
         i += len;
     }
     return NULL;
+}
+
+char *ah_text_escape (const char *s, size_t n, bool lines)
+{
+    char *out = malloc (6 * n + 1);             //  the longest escape, \u009b, per byte
+    if (!out)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp = 0;
+        size_t len = ah_utf8_next (s + i, n - i, &cp);
+        bool keep = len > 0 && (!ah_utf8_control (cp) || (lines && (cp == '\n' || cp == '\t')));
+        if (keep) {
+            memcpy (out + k, s + i, len);
+            k += len;
+            i += len;
+        }
+        else if (len > 1) {                     //  C1, two bytes
+            k += (size_t) sprintf (out + k, "\\u%04x", (unsigned) cp);
+            i += len;
+        }
+        else                                    //  C0, DEL, or a byte that is not UTF-8
+            k += (size_t) sprintf (out + k, "\\x%02x", (unsigned char) s [i++]);
+    }
+    out [k] = 0;
+    return out;
 }

@@ -69,5 +69,10 @@ static inline bool ah_utf8_control (uint32_t cp)
 //  "holds a control character (C0, DEL or C1)". lines: text of several
 //  lines (a shell script, a briefing) may also hold tab and newline.
 const char *ah_text_check (const char *s, size_t n, bool lines);
+//  n bytes of s with what the rule refuses escaped, fit for a terminal
+//  or a log: a C0 control or DEL as \x1b, a C1 control as \u009b, a byte
+//  that is not UTF-8 as \xff (lines: tab and newline kept). A new string
+//  (caller frees); NULL when memory ran out.
+char *ah_text_escape (const char *s, size_t n, bool lines);
 
 #endif

@@ -1,5 +1,6 @@
 /*  common/log.c: see log.h.  */
 #include "common/log.h"
+#include "common/ident.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,16 @@ void ah_log (ah_log_level_t level, const char *area, const char *fmt, ...)
     int m = vsnprintf (line + n, sizeof line - n - 1, fmt, ap);
     va_end (ap);
     if (m < 0) m = 0;
+    if (m > (int) sizeof line - n - 2) m = (int) sizeof line - n - 2;
+    //  A message quotes what clients, sandboxes and files sent: escape
+    //  sequences in it would drive the terminal the log is read on.
+    if (ah_text_check (line + n, (size_t) m, true)) {
+        char *safe = ah_text_escape (line + n, (size_t) m, true);
+        if (safe)
+            m = snprintf (line + n, sizeof line - n - 1, "%s", safe);
+        free (safe);
+        if (m > (int) sizeof line - n - 2) m = (int) sizeof line - n - 2;
+    }
     n += m;
     if (n > (int) sizeof line - 2) n = (int) sizeof line - 2;
     line [n++] = '\n';

@@ -6,7 +6,9 @@
     stderr when `agenthold serve` starts it).
     Thread-safe: each line is formatted into a local buffer and written
     with a single write(2). AGENTHOLD_LOG=debug|info|warn|error sets the
-    threshold (default info); read once, at the first call.           */
+    threshold (default info); read once, at the first call. A message
+    holds no control character but tab and newline, nor a byte that is
+    not UTF-8: they are escaped (common/ident.h, ah_text_escape).     */
 #ifndef AH_LOG_H
 #define AH_LOG_H
 

@@ -3,6 +3,8 @@
 #include "tests/common/check.h"
 #include "tests/common/ident_cases.h"
 
+#include <stdlib.h>
+
 //  cp as UTF-8 without any check (so surrogates and past U+10FFFF can be
 //  made too); its length.
 static size_t s_encode (uint32_t cp, char *out)
@@ -95,6 +97,31 @@ static void s_text (void)
         }
     //  A stray continuation byte after a good character.
     CHECK_STR (ah_text_check ("\xc3\xa9\xa9", 3, false), s_bad_utf8);
+
+    //  The escape: what the rule refuses, written so a terminal shows it.
+    static const struct { const char *in; bool lines; const char *out; } esc [] = {
+        { "plain caf\xc3\xa9", false, "plain caf\xc3\xa9" },
+        { "a\x1b[2Jb\x07", false, "a\\x1b[2Jb\\x07" },
+        { "\xc2\x9b" "31m\xc2\x85\x7f", false, "\\u009b31m\\u0085\\x7f" },
+        { "x\xff\xc0\xaf\xed\xa0\x80y", false, "x\\xff\\xc0\\xaf\\xed\\xa0\\x80y" },
+        { "cut \xe2\x82", false, "cut \\xe2\\x82" },
+        { "t\tn\n", false, "t\\x09n\\x0a" },
+        { "t\tn\n\r", true, "t\tn\n\\x0d" },
+    };
+    for (size_t i = 0; i < sizeof esc / sizeof esc [0]; i++) {
+        char *got = ah_text_escape (esc [i].in, strlen (esc [i].in), esc [i].lines);
+        CHECK_STR (got, esc [i].out);
+        //  What comes out keeps the rule.
+        CHECK (got && !ah_text_check (got, strlen (got), esc [i].lines));
+        free (got);
+    }
+    //  Every code point's escape keeps the rule.
+    for (uint32_t cp = 0; cp <= 0x10ffff; cp += cp < 0x800 ? 1 : 97) {
+        size_t n = s_encode (cp, b);
+        char *got = ah_text_escape (b, n, false);
+        CHECK (got && !ah_text_check (got, strlen (got), false));
+        free (got);
+    }
 
     //  No identifier grammar takes a control character or a byte past
     //  ASCII: each C0, DEL and C1 inside a good value of each kind.
