@@ -3,36 +3,12 @@
     for type and grammar (common/ident.h), then lua/limits.lua's admit
     (through policy/) and the tenant's own limits.                     */
 #include "actors/lifecycle_int.h"
+#include "actors/desired.h"
+#include "common/bounds.h"
 #include "common/log.h"
 
 #include <math.h>
 #include <string.h>
-
-// --------------------------------------------------------------------------
-//  Optional fields of a request: absent is fine, a wrong type is not.
-
-static int s_opt_double (const ah_msg_t *msg, const char *key, double *out)
-{
-    if (!ah_msg_has (msg, key) || ah_msg_is_nil (msg, key))
-        return 0;
-    double v = ah_msg_double (msg, key, NAN);
-    if (isnan (v) || isinf (v))
-        return -1;
-    *out = v;
-    return 1;
-}
-
-static int s_opt_int (const ah_msg_t *msg, const char *key, int64_t *out)
-{
-    double v;
-    int rc = s_opt_double (msg, key, &v);
-    if (rc <= 0)
-        return rc;
-    if (v != floor (v) || v < -9e15 || v > 9e15)
-        return -1;
-    *out = ah_msg_int (msg, key, (int64_t) v);
-    return 1;
-}
 
 int ah_lc_opt_str (const ah_msg_t *msg, const char *key, const char **out)
 {
@@ -58,39 +34,22 @@ int ah_lc_ident (self_t *self, const ah_msg_t *msg, ah_ident_t kind, const char 
 int ah_lc_desired (self_t *self, const ah_msg_t *msg, desired_t *d)
 {
     memset (d, 0, sizeof *d);
-    const char *bad = NULL, *image = NULL;
-    int rc;
-    if ((rc = ah_lc_opt_str (msg, "image", &image)) < 0)
-        bad = "image: want a string";
-    else
-    if (rc && ah_lc_ident (self, msg, AH_IDENT_IMAGE, image))
-        return -1;
-    if ((d->has_image = rc > 0))
-        snprintf (d->image, sizeof d->image, "%s", image);
-    if (!bad && (rc = s_opt_double (msg, "cpus", &d->cpus)) < 0)
-        bad = "cpus: want a number";
-    d->has_cpus = rc > 0;
-    if (!bad && (rc = s_opt_int (msg, "memory_mb", &d->memory_mb)) < 0)
-        bad = "memory_mb: want a whole number of MiB";
-    d->has_memory = rc > 0;
-    if (!bad && (rc = s_opt_double (msg, "idle_minutes", &d->idle_minutes)) < 0)
-        bad = "idle_minutes: want a number";
-    d->has_idle = rc > 0;
-    const char *runtime = NULL;
-    if (!bad && (rc = ah_lc_opt_str (msg, "runtime", &runtime)) < 0)
-        bad = "runtime: want a string (a runtime's alias; agenthold runtimes lists them)";
-    if (bad) {
-        ah_actor_reply_error (self->actor, msg, 400, "%s", bad);
+    char why [600];
+    if (ah_desired_check (msg, why, sizeof why)) {
+        ah_actor_reply_error (self->actor, msg, 400, "%s", why);
         return -1;
     }
-    if (rc > 0 && ah_lc_ident (self, msg, AH_IDENT_RUNTIME, runtime))
-        return -1;
-    if ((d->has_runtime = rc > 0)) {
-        if (d->has_image) {
-            ah_actor_reply_error (self->actor, msg, 400, "give runtime or image, not both: the runtime "
-                                  "decides the image");
-            return -1;
-        }
+    //  Checked: each is absent or good.
+    const char *image = NULL, *runtime = NULL;
+    if ((d->has_image = ah_lc_opt_str (msg, "image", &image) > 0))
+        snprintf (d->image, sizeof d->image, "%s", image);
+    if ((d->has_cpus = ah_msg_has (msg, "cpus") && !ah_msg_is_nil (msg, "cpus")))
+        d->cpus = ah_msg_double (msg, "cpus", 0);
+    if ((d->has_memory = ah_msg_has (msg, "memory_mb") && !ah_msg_is_nil (msg, "memory_mb")))
+        d->memory_mb = (int64_t) ah_msg_double (msg, "memory_mb", 0);
+    if ((d->has_idle = ah_msg_has (msg, "idle_minutes") && !ah_msg_is_nil (msg, "idle_minutes")))
+        d->idle_minutes = ah_msg_double (msg, "idle_minutes", 0);
+    if (ah_lc_opt_str (msg, "runtime", &runtime) > 0) {
         const ah_runtime_t *rt = ah_catalog_find (self->catalog, runtime);
         if (!rt) {
             ah_actor_reply_error (self->actor, msg, 400, "runtime: no runtime '%s' in the catalog "
@@ -250,8 +209,17 @@ int ah_lc_admit (self_t *self, const char *op, const char *name, const char *ten
     out->cpus = ah_msg_double (result, "cpus", out->cpus);
     out->memory_mb = ah_msg_int (result, "memory_mb", out->memory_mb);
     out->idle_minutes = ah_msg_double (result, "idle_minutes", out->idle_minutes);
-    if (!ah_ident_ok (AH_IDENT_IMAGE, out->image) || out->cpus <= 0 || out->memory_mb <= 0) {
-        *why = strdup ("the admit policy returned an unusable image or resources");
+    //  What the policy answers is held to the same bounds as what a
+    //  client asks: a policy that rounds to 0 makes no unlimited sandbox.
+    char bad [300];
+    if (!ah_ident_ok (AH_IDENT_IMAGE, out->image)) {
+        *why = strdup ("the admit policy returned an unusable image");
+        goto out;
+    }
+    if (ah_bound_check_named ("cpus", out->cpus, bad, sizeof bad)
+    ||  ah_bound_check_named ("memory_mb", (double) out->memory_mb, bad, sizeof bad)
+    ||  (streq (op, "start") ? NULL : ah_bound_check_named ("idle_minutes", out->idle_minutes, bad, sizeof bad))) {
+        *why = zsys_sprintf ("the admit policy returned an unusable value: %s", bad);
         goto out;
     }
     rc = 0;

@@ -8,6 +8,7 @@
     Single-threaded: called once at start, before any actor exists.    */
 #include "common/str.h"
 #include "config/config.h"
+#include "common/bounds.h"
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -1010,6 +1011,33 @@ static char *s_check_kubernetes (const ah_config_t *self)
     return NULL;
 }
 
+//  The keys whose numbers a client may give too: the same bounds
+//  (common/bounds.h), so no default or maximum is one a client could not
+//  ask for, and none becomes 0 or "no limit" in a driver.
+static char *s_check_bounds (const ah_config_t *self)
+{
+    const struct { const char *key; const char *bound; double v; } keys [] = {
+        { "sandbox.default_cpus", "cpus", self->default_cpus },
+        { "sandbox.max_cpus", "cpus", self->max_cpus },
+        { "sandbox.default_memory_mb", "memory_mb", (double) self->default_memory_mb },
+        { "sandbox.max_memory_mb", "memory_mb", (double) self->max_memory_mb },
+        { "sandbox.pids_limit", "pids_limit", (double) self->pids_limit },
+        { "sandbox.idle_minutes", "idle_minutes", self->idle_minutes },
+        { "limits.tenant_max_sandboxes", "tenant_max_sandboxes", (double) self->tenant_max_sandboxes },
+        { "limits.pool_max_sandboxes", "pool_max_sandboxes", (double) self->pool_max_sandboxes },
+        { "limits.tenant_max_running", "tenant_max_running", (double) self->tenant_max_running },
+        { "limits.pool_max_running", "pool_max_running", (double) self->pool_max_running },
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys [0]; i++) {
+        char why [300], rule [200], got [40];
+        const ah_bound_t *b = ah_bound (keys [i].bound);
+        if (ah_bound_check (b, keys [i].v, why, sizeof why))
+            return ah_strf ("%s = %s: must be %s", keys [i].key, ah_bound_number (keys [i].v, got, sizeof got),
+                            ah_bound_rule (b, rule, sizeof rule));
+    }
+    return NULL;
+}
+
 static char *s_validate (const ah_config_t *self)
 {
     char *why;
@@ -1037,32 +1065,14 @@ static char *s_validate (const ah_config_t *self)
         return ah_strf ("sandbox.fake_sandboxd = '%s': must be in-process or external", self->fake_sandboxd);
     if ((why = s_check_hostd (self)) || (why = s_check_kubernetes (self)))
         return why;
-    if (self->tenant_max_sandboxes < 0 || self->pool_max_sandboxes < 0
-    ||  self->tenant_max_running < 0 || self->pool_max_running < 0)
-        return ah_strf ("limits.*: a limit must be 0 (none) or more");
-    if (!(self->default_cpus > 0))
-        return ah_strf ("sandbox.default_cpus = %g: must be greater than 0", self->default_cpus);
-    if (!(self->max_cpus > 0))
-        return ah_strf ("sandbox.max_cpus = %g: must be greater than 0", self->max_cpus);
+    if ((why = s_check_bounds (self)))
+        return why;
     if (self->default_cpus > self->max_cpus)
         return ah_strf ("sandbox.default_cpus = %g: is over sandbox.max_cpus = %g",
                           self->default_cpus, self->max_cpus);
-    //  Docker refuses less than 6 MiB
-    if (self->default_memory_mb < 6)
-        return ah_strf ("sandbox.default_memory_mb = %lld: must be at least 6",
-                          (long long) self->default_memory_mb);
-    if (self->max_memory_mb < 6)
-        return ah_strf ("sandbox.max_memory_mb = %lld: must be at least 6",
-                          (long long) self->max_memory_mb);
-    if (self->max_memory_mb > (INT64_C (1) << 40))
-        return ah_strf ("sandbox.max_memory_mb = %lld: is larger than any machine",
-                          (long long) self->max_memory_mb);
     if (self->default_memory_mb > self->max_memory_mb)
         return ah_strf ("sandbox.default_memory_mb = %lld: is over sandbox.max_memory_mb = %lld",
                           (long long) self->default_memory_mb, (long long) self->max_memory_mb);
-    if (self->pids_limit <= 0)
-        return ah_strf ("sandbox.pids_limit = %lld: must be greater than 0",
-                          (long long) self->pids_limit);
     if (self->tree_max_depth < 1 || self->tree_max_depth > 64)
         return ah_strf ("files.tree_max_depth = %lld: must be from 1 to 64",
                           (long long) self->tree_max_depth);
@@ -1079,8 +1089,6 @@ static char *s_validate (const ah_config_t *self)
     if (!sock_abs || sock_len >= 108)
         return ah_strf ("sandbox.tunnel_socket: must be an absolute path shorter than 108 bytes "
                         "(a unix socket's limit; the default is <server.data_dir>/run/tunnel.sock)");
-    if (!(self->idle_minutes > 0))
-        return ah_strf ("sandbox.idle_minutes = %g: must be greater than 0", self->idle_minutes);
     if (!(self->idle_check_interval_s >= 0.1))
         return ah_strf ("sandbox.idle_check_interval = %gs: must be at least 100ms",
                           self->idle_check_interval_s);

@@ -2,6 +2,7 @@
     its routes): reads from SQLite, changes through lifecycle, and ?wait
     for a transition to end.                                            */
 #include "actors/api/api_int.h"
+#include "actors/desired.h"
 #include "actors/sleeper.h"
 
 #include <string.h>
@@ -268,32 +269,24 @@ static void s_lifecycle_reply (req_t *r, ah_msg_t *msg)
 //  --------------------------------------------------------------------
 //  Routes
 
-static const field_t s_create_fields [] = {
-    { "name", F_STR }, { "image", F_STR }, { "runtime", F_STR }, { "cpus", F_NUM },
-    { "memory_mb", F_INT }, { "idle_minutes", F_NUM }
+static const body_field_t s_create_fields [] = {
+    { "name", B_STR, NULL }, { "image", B_STR, NULL }, { "runtime", B_STR, NULL }, { "cpus", B_NUM, NULL },
+    { "memory_mb", B_NUM, NULL }, { "idle_minutes", B_NUM, NULL }, { NULL, 0, NULL }
 };
-static const field_t s_update_fields [] = {
-    { "image", F_STR }, { "runtime", F_STR }, { "cpus", F_NUM }, { "memory_mb", F_INT }, { "idle_minutes", F_NUM }
+//  "name" is taken to say it cannot change.
+static const body_field_t s_update_fields [] = {
+    { "name", B_STR, NULL }, { "image", B_STR, NULL }, { "runtime", B_STR, NULL }, { "cpus", B_NUM, NULL },
+    { "memory_mb", B_NUM, NULL }, { "idle_minutes", B_NUM, NULL }, { NULL, 0, NULL }
 };
 
-//  An image field must be a reference the driver will take, a runtime
-//  field a runtime alias; not both (the runtime decides the image).
-static int s_check_image (req_t *r, ah_msg_t *msg)
+//  The body's fields into msg, checked as lifecycle checks them
+//  (actors/desired.h). 0, or -1 answered 400.
+static int s_desired (req_t *r, json_t *obj, ah_msg_t *msg)
 {
-    const char *image = ah_msg_str (msg, "image");
-    const char *runtime = ah_msg_str (msg, "runtime");
-    const char *why = image ? ah_ident_check (AH_IDENT_IMAGE, image) : NULL;
-    if (why) {
-        api_respond_error (r, 400, "field 'image': image reference '%s' %s", image, why);
-        return -1;
-    }
-    why = runtime ? ah_ident_check (AH_IDENT_RUNTIME, runtime) : NULL;
-    if (why) {
-        api_respond_error (r, 400, "field 'runtime': runtime name '%.64s' %s", runtime, why);
-        return -1;
-    }
-    if (image && runtime) {
-        api_respond_error (r, 400, "give runtime or image, not both: the runtime decides the image");
+    api_copy_fields (obj, msg);
+    char why [600];
+    if (ah_desired_check (msg, why, sizeof why)) {
+        api_respond_error (r, 400, "%s", why);
         return -1;
     }
     return 0;
@@ -330,8 +323,7 @@ static void s_create (req_t *r)
         return;
     ah_msg_t *msg = ah_msg_new ("AGENT_CREATE");
     ah_msg_set_strf (msg, "by", "api:%s", r->who.token_name);
-    if (api_copy_fields (r, obj, s_create_fields, sizeof s_create_fields / sizeof s_create_fields [0], msg)
-    ||  s_check_image (r, msg))
+    if (s_desired (r, obj, msg))
         goto out;
     const char *name = ah_msg_str (msg, "name");
     const char *why = name ? ah_ident_check (AH_IDENT_AGENT_NAME, name) : NULL;
@@ -367,8 +359,7 @@ static void s_update (req_t *r)
     json_t *agent = NULL;
     if (json_object_get (obj, "name"))
         api_respond_error (r, 400, "field 'name' cannot be changed");
-    else if (api_copy_fields (r, obj, s_update_fields, sizeof s_update_fields / sizeof s_update_fields [0], msg)
-         ||  s_check_image (r, msg))
+    else if (s_desired (r, obj, msg))
         ;
     else if (json_object_size (obj) == 0)
         api_respond_error (r, 400, "nothing to change: give runtime, image, cpus, memory_mb or idle_minutes");
@@ -392,16 +383,6 @@ static void s_transition (req_t *r, const char *type, const char *kind)
     int64_t timeout_s;
     if (s_wait_query (r, &wait, &timeout_s))
         return;
-    //  An optional body, and then only an empty object.
-    json_t *obj = api_body_object (r, true);
-    if (!obj)
-        return;
-    if (json_object_size (obj) > 0) {
-        api_respond_error (r, 400, "unknown field '%s'", json_object_iter_key (json_object_iter (obj)));
-        json_decref (obj);
-        return;
-    }
-    json_decref (obj);
     json_t *agent = api_agent_resolve (r);
     if (!agent)
         return;
@@ -454,14 +435,14 @@ static void s_rebuild (req_t *r) { s_transition (r, "SANDBOX_REBUILD", "rebuild"
 static void s_destroy (req_t *r) { s_transition (r, "SANDBOX_DESTROY", "destroy"); }
 
 const route_t api_agent_routes [] = {
-    { M_GET, "/api/v1/agents", s_list, 0, "" },
-    { M_POST, "/api/v1/agents", s_create, R_BODY, "wait timeout" },
-    { M_GET, "/api/v1/agents/{agent}", s_show, 0, "" },
-    { M_GET, "/api/v1/agents/{agent}/briefing", s_briefing, 0, "" },
-    { M_PATCH, "/api/v1/agents/{agent}", s_update, R_BODY, "" },
-    { M_DELETE, "/api/v1/agents/{agent}", s_destroy, R_BODY, "wait timeout" },
-    { M_POST, "/api/v1/agents/{agent}/start", s_start, R_BODY, "wait timeout" },
-    { M_POST, "/api/v1/agents/{agent}/stop", s_stop, R_BODY, "wait timeout" },
-    { M_POST, "/api/v1/agents/{agent}/rebuild", s_rebuild, R_BODY, "wait timeout" },
+    { M_GET, "/api/v1/agents", s_list, 0, "", NULL },
+    { M_POST, "/api/v1/agents", s_create, R_BODY, "wait timeout", s_create_fields },
+    { M_GET, "/api/v1/agents/{agent}", s_show, 0, "", NULL },
+    { M_GET, "/api/v1/agents/{agent}/briefing", s_briefing, 0, "", NULL },
+    { M_PATCH, "/api/v1/agents/{agent}", s_update, R_BODY, "", s_update_fields },
+    { M_DELETE, "/api/v1/agents/{agent}", s_destroy, R_BODY, "wait timeout", api_no_body },
+    { M_POST, "/api/v1/agents/{agent}/start", s_start, R_BODY, "wait timeout", api_no_body },
+    { M_POST, "/api/v1/agents/{agent}/stop", s_stop, R_BODY, "wait timeout", api_no_body },
+    { M_POST, "/api/v1/agents/{agent}/rebuild", s_rebuild, R_BODY, "wait timeout", api_no_body },
     { 0 }
 };

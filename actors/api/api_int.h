@@ -291,13 +291,10 @@ json_t *api_json_column (sqlite3_stmt *stmt, int col);
 //  A raw (nested msgpack) field of a message as JSON; NULL if absent.
 json_t *api_json_raw (const ah_msg_t *msg, const char *key);
 
-//  Field checks for bodies: every key of obj must be one of fields.
-typedef enum { F_STR, F_NUM, F_INT } field_type_t;
-typedef struct {
-    const char *name;
-    field_type_t type;
-} field_t;
-int api_copy_fields (req_t *r, json_t *obj, const field_t *fields, size_t nfields, ah_msg_t *msg);
+//  The fields of obj (checked already: api_body_check) into msg as they
+//  are: strings, integers, reals (a number whose bound is not whole is
+//  a real, however written); null, booleans and objects left out.
+void api_copy_fields (json_t *obj, ah_msg_t *msg);
 
 //  --------------------------------------------------------------------
 //  Metrics (metrics.c): what this process counts for GET /metrics.
@@ -326,13 +323,33 @@ enum {
     R_METRICS = 32,                 //  admin or metrics tokens only (and all a metrics token may reach)
 };
 
+//  A JSON body's keys (route_t.body), checked before the route's handler
+//  runs (api_body_check): any key not named, an empty key, a key given
+//  twice or a value of another type is a 400 naming the key, and so is a
+//  number off its bound (common/bounds.h: a field of type B_NUM has one,
+//  of its own name) and a string holding a NUL (unless B_NUL: bytes).
+//  "run" is every body's (api_body_object).
+enum { B_STR = 1, B_NUM = 2, B_BOOL = 4, B_OBJ = 8, B_NULL = 16, B_NUL = 32 };
+typedef struct {
+    const char *name;
+    unsigned types;                 //  the JSON types it takes; 0: refused with why
+    const char *why;                //  types 0: the sentence of the 400
+} body_field_t;
+
 struct route_t {
     unsigned methods;
     const char *pattern;            //  "/api/v1/agents/{agent}/start"; "{path*}" takes the rest
     route_fn *fn;
     unsigned flags;
     const char *query;              //  the query arguments it takes, space-separated
+    const body_field_t *body;       //  R_BODY: its keys, ending with { NULL } (api_no_body: none)
 };
+
+//  A body that may be absent or {} and nothing else.
+extern const body_field_t api_no_body [];
+//  Checks obj (a parsed body of r) against r->route->body: 0, or -1
+//  answered 400 naming the key.
+int  api_body_check (req_t *r, json_t *obj);
 
 //  Each family's table, ending with { 0 }.
 extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes [],
@@ -342,6 +359,8 @@ extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes
                      api_host_routes [], api_tree_routes [], api_tombstone_routes [],
                      api_metrics_routes [];
 
+//  A printable copy of at most 64 bytes of s (controls as '?') for a message.
+const char *api_show (const char *s, size_t n, char *out, size_t size);
 //  Finds r's route from its path as sent: 0, or an HTTP status (400 a
 //  malformed target or query, 404, 405 with *allowed) and why; nothing is
 //  answered here. Fills r->route, r->params and the query.

@@ -186,6 +186,16 @@ static void s_policies (req_t *r)
     api_respond (r, 200, json_pack ("{s:o, s:o}", "policies", list, "values", s_values_json (r)));
 }
 
+//  Its body: s_values, each a number within its bound (common/bounds.h)
+//  or null.
+#define CATALOG_HERE "the runtime catalog is not changed here: edit catalog/runtimes.json " \
+                     "(its composition is part of the deployment)"
+static const body_field_t s_values_fields [] = {
+    { "tenant_max_sandboxes", B_NUM | B_NULL, NULL }, { "pool_max_sandboxes", B_NUM | B_NULL, NULL },
+    { "tenant_max_running", B_NUM | B_NULL, NULL }, { "pool_max_running", B_NUM | B_NULL, NULL },
+    { "runtimes", 0, CATALOG_HERE }, { "catalog", 0, CATALOG_HERE }, { NULL, 0, NULL }
+};
+
 //  PUT /api/v1/policy {KEY: number or null}: changes what limits.lua
 //  reads, at once and without a restart; null goes back to the
 //  configuration's value. The runtime catalog is not changed here.
@@ -196,26 +206,6 @@ static void s_put_values (req_t *r)
         return;
     const char *key;
     json_t *v;
-    json_object_foreach (obj, key, v) {
-        bool known = false;
-        for (size_t i = 0; i < VALUE_COUNT; i++)
-            known = known || streq (s_values [i].key, key);
-        if (streq (key, "runtimes") || streq (key, "catalog")) {
-            api_respond_error (r, 400, "the runtime catalog is not changed here: edit catalog/runtimes.json "
-                               "(its composition is part of the deployment)");
-            goto out;
-        }
-        if (!known) {
-            api_respond_error (r, 400, "unknown policy value '%s' (it has tenant_max_sandboxes, "
-                               "pool_max_sandboxes, tenant_max_running, pool_max_running)", key);
-            goto out;
-        }
-        if (!json_is_null (v) && !(json_is_integer (v) && json_integer_value (v) >= 0)) {
-            api_respond_error (r, 400, "policy value '%s' must be a whole number 0 or more (0: no limit), or "
-                               "null (the configuration's)", key);
-            goto out;
-        }
-    }
     if (json_object_size (obj) == 0) {
         api_respond_error (r, 400, "nothing to change");
         goto out;
@@ -251,15 +241,6 @@ out:
 
 static void s_reload (req_t *r)
 {
-    json_t *obj = api_body_object (r, true);
-    if (!obj)
-        return;
-    if (json_object_size (obj) > 0) {
-        api_respond_error (r, 400, "unknown field '%s'", json_object_iter_key (json_object_iter (obj)));
-        json_decref (obj);
-        return;
-    }
-    json_decref (obj);
     static const char *holders [] = { "lifecycle", "sleeper", "builder" };
     json_t *sent = json_array ();
     for (size_t i = 0; i < sizeof holders / sizeof holders [0]; i++) {
@@ -271,10 +252,10 @@ static void s_reload (req_t *r)
 }
 
 const route_t api_audit_routes [] = {
-    { M_GET, "/api/v1/operations", s_all, 0, "limit before agent operation run failed q" },
-    { M_GET, "/api/v1/agents/{agent}/operations", s_agent, 0, "limit before operation run failed q" },
-    { M_GET, "/api/v1/policy", s_policies, 0, "" },
-    { M_PUT, "/api/v1/policy", s_put_values, R_BODY | R_ADMIN, "" },
-    { M_POST, "/api/v1/policy/reload", s_reload, R_BODY | R_ADMIN, "" },
+    { M_GET, "/api/v1/operations", s_all, 0, "limit before agent operation run failed q", NULL },
+    { M_GET, "/api/v1/agents/{agent}/operations", s_agent, 0, "limit before operation run failed q", NULL },
+    { M_GET, "/api/v1/policy", s_policies, 0, "", NULL },
+    { M_PUT, "/api/v1/policy", s_put_values, R_BODY | R_ADMIN, "", s_values_fields },
+    { M_POST, "/api/v1/policy/reload", s_reload, R_BODY | R_ADMIN, "", api_no_body },
     { 0 }
 };

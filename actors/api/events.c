@@ -285,7 +285,7 @@ static void s_open (req_t *r)
 }
 
 const route_t api_event_routes [] = {
-    { M_GET, "/api/v1/events", s_open, 0, "agent" },
+    { M_GET, "/api/v1/events", s_open, 0, "agent", NULL },
     { 0 }
 };
 

@@ -439,15 +439,15 @@ static void s_q_remove (req_t *r) { s_op (r, F_REMOVE, api_query (r, "path")); }
 static void s_q_mkdir (req_t *r)  { s_op (r, F_MKDIR, api_query (r, "path")); }
 
 const route_t api_file_routes [] = {
-    { M_GET, "/api/v1/agents/{agent}/files", s_list, 0, "path all" },
-    { M_GET, "/api/v1/agents/{agent}/files/{path*}", s_read, 0, "" },
-    { M_PUT, "/api/v1/agents/{agent}/files/{path*}", s_write, R_STREAM, "mode" },
-    { M_POST, "/api/v1/agents/{agent}/files/{path*}", s_mkdir, 0, "op parents mode" },
-    { M_DELETE, "/api/v1/agents/{agent}/files/{path*}", s_remove, 0, "recursive" },
-    { M_GET, "/api/v1/agents/{agent}/fs/list", s_q_list, 0, "path all" },
-    { M_GET, "/api/v1/agents/{agent}/fs/file", s_q_read, 0, "path" },
-    { M_PUT, "/api/v1/agents/{agent}/fs/file", s_q_write, R_STREAM, "path mode" },
-    { M_DELETE, "/api/v1/agents/{agent}/fs/file", s_q_remove, 0, "path recursive" },
-    { M_POST, "/api/v1/agents/{agent}/fs/mkdir", s_q_mkdir, 0, "path parents mode" },
+    { M_GET, "/api/v1/agents/{agent}/files", s_list, 0, "path all", NULL },
+    { M_GET, "/api/v1/agents/{agent}/files/{path*}", s_read, 0, "", NULL },
+    { M_PUT, "/api/v1/agents/{agent}/files/{path*}", s_write, R_STREAM, "mode", NULL },
+    { M_POST, "/api/v1/agents/{agent}/files/{path*}", s_mkdir, 0, "op parents mode", NULL },
+    { M_DELETE, "/api/v1/agents/{agent}/files/{path*}", s_remove, 0, "recursive", NULL },
+    { M_GET, "/api/v1/agents/{agent}/fs/list", s_q_list, 0, "path all", NULL },
+    { M_GET, "/api/v1/agents/{agent}/fs/file", s_q_read, 0, "path", NULL },
+    { M_PUT, "/api/v1/agents/{agent}/fs/file", s_q_write, R_STREAM, "path mode", NULL },
+    { M_DELETE, "/api/v1/agents/{agent}/fs/file", s_q_remove, 0, "path recursive", NULL },
+    { M_POST, "/api/v1/agents/{agent}/fs/mkdir", s_q_mkdir, 0, "path parents mode", NULL },
     { 0 }
 };

@@ -522,6 +522,6 @@ static void s_tree (req_t *r)
 }
 
 const route_t api_tree_routes [] = {
-    { M_GET, "/api/v1/agents/{agent}/tree", s_tree, 0, "path all" },
+    { M_GET, "/api/v1/agents/{agent}/tree", s_tree, 0, "path all", NULL },
     { 0 }
 };

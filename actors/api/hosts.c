@@ -41,6 +41,6 @@ static void s_list (req_t *r)
 }
 
 const route_t api_host_routes [] = {
-    { M_GET, "/api/v1/hosts", s_list, R_ADMIN, "" },
+    { M_GET, "/api/v1/hosts", s_list, R_ADMIN, "", NULL },
     { 0 }
 };

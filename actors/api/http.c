@@ -18,6 +18,7 @@
     API_IN_HIGH (a consumer that does not take a streamed body, a client
     that pipelines without reading).                                     */
 #include "actors/api/api_int.h"
+#include "common/bounds.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -77,6 +78,23 @@ json_t *api_body_object (req_t *r, bool empty_ok)
     }
     json_error_t jerr;
     json_t *root = json_loadb ((const char *) ah_buf_head (&r->body), n, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root && json_error_code (&jerr) == json_error_duplicate_key) {
+        //  jansson names the key as it was written ("duplicate object
+        //  key near '"a"'"): say it decoded.
+        const char *near = strstr (jerr.text, "near '");
+        size_t n = near ? strlen (near + 6) : 0;
+        json_t *key = n > 1 ? json_loadb (near + 6, n - 1, JSON_DECODE_ANY, NULL) : NULL;
+        const char *name = json_string_value (key);
+        char shown [80];
+        if (name)
+            api_respond_error (r, 400, "field '%s' is given twice (line %d column %d)",
+                               api_show (name, json_string_length (key), shown, sizeof shown),
+                               jerr.line, jerr.column);
+        else
+            api_respond_error (r, 400, "a field is given twice at line %d column %d", jerr.line, jerr.column);
+        json_decref (key);
+        return NULL;
+    }
     if (!root) {
         api_respond_error (r, 400, "bad JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
         return NULL;
@@ -105,49 +123,18 @@ json_t *api_body_object (req_t *r, bool empty_ok)
     return root;
 }
 
-int api_copy_fields (req_t *r, json_t *obj, const field_t *fields, size_t nfields, ah_msg_t *msg)
+void api_copy_fields (json_t *obj, ah_msg_t *msg)
 {
     const char *key;
     json_t *value;
     json_object_foreach (obj, key, value) {
-        const field_t *f = NULL;
-        for (size_t i = 0; i < nfields; i++)
-            if (streq (fields [i].name, key))
-                f = &fields [i];
-        if (!f) {
-            api_respond_error (r, 400, "unknown field '%s'", key);
-            return -1;
-        }
-        switch (f->type) {
-            case F_STR:
-                if (!json_is_string (value) || json_string_length (value) == 0
-                ||  json_string_length (value) > 255) {
-                    api_respond_error (r, 400, "field '%s' must be a non-empty string of at most 255 bytes", key);
-                    return -1;
-                }
-                if (strlen (json_string_value (value)) != json_string_length (value)) {
-                    api_respond_error (r, 400, "field '%s' holds a NUL character", key);
-                    return -1;
-                }
-                ah_msg_set_str (msg, key, json_string_value (value));
-                break;
-            case F_NUM:
-                if (!json_is_number (value) || json_number_value (value) <= 0) {
-                    api_respond_error (r, 400, "field '%s' must be a number greater than 0", key);
-                    return -1;
-                }
-                ah_msg_set_double (msg, key, json_number_value (value));
-                break;
-            case F_INT:
-                if (!json_is_integer (value) || json_integer_value (value) <= 0) {
-                    api_respond_error (r, 400, "field '%s' must be an integer greater than 0", key);
-                    return -1;
-                }
-                ah_msg_set_int (msg, key, json_integer_value (value));
-                break;
-        }
+        if (json_is_string (value))
+            ah_msg_set_str (msg, key, json_string_value (value));
+        else if (json_is_integer (value) && !(ah_bound (key) && !ah_bound (key)->whole))
+            ah_msg_set_int (msg, key, json_integer_value (value));
+        else if (json_is_number (value))        //  cpus 1 is a real one
+            ah_msg_set_double (msg, key, json_number_value (value));
     }
-    return 0;
 }
 
 //  --------------------------------------------------------------------
@@ -614,8 +601,10 @@ static bool s_body (conn_t *conn)
         json_t *obj = api_body_object (r, true);
         if (!obj)
             return true;
+        int bad = api_body_check (r, obj);
         json_decref (obj);
-        r->route->fn (r);
+        if (!bad)
+            r->route->fn (r);
     }
     return true;
 }

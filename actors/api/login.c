@@ -161,6 +161,8 @@ json_t *api_me_json (req_t *r)
     return body;
 }
 
+static const body_field_t s_login_fields [] = { { "token", B_STR, NULL }, { NULL, 0, NULL } };
+
 //  POST /api/v1/login {"token"}
 static void s_login (req_t *r)
 {
@@ -172,14 +174,6 @@ static void s_login (req_t *r)
     json_t *body = api_body_object (r, false);
     if (!body)
         return;
-    const char *key;
-    json_t *value;
-    json_object_foreach (body, key, value)
-        if (!streq (key, "token")) {
-            api_respond_error (r, 400, "unknown field '%.64s' (login takes 'token')", key);
-            json_decref (body);
-            return;
-        }
     const char *token = json_string_value (json_object_get (body, "token"));
     if (!token || !*token || strlen (token) > 256) {
         json_decref (body);
@@ -266,8 +260,8 @@ static void s_logout (req_t *r)
 }
 
 const route_t api_login_routes [] = {
-    { M_POST, "/api/v1/login", s_login, R_PUBLIC | R_BODY, "" },
-    { M_GET, "/api/v1/login", s_session, R_PUBLIC, "" },
-    { M_POST, "/api/v1/logout", s_logout, 0, "" },
+    { M_POST, "/api/v1/login", s_login, R_PUBLIC | R_BODY, "", s_login_fields },
+    { M_GET, "/api/v1/login", s_session, R_PUBLIC, "", NULL },
+    { M_POST, "/api/v1/logout", s_logout, 0, "", NULL },
     { 0 }
 };

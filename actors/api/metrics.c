@@ -374,6 +374,6 @@ static void s_metrics (req_t *r)
 }
 
 const route_t api_metrics_routes [] = {
-    { M_GET, "/metrics", s_metrics, R_METRICS, "" },
+    { M_GET, "/metrics", s_metrics, R_METRICS, "", NULL },
     { 0 }
 };

@@ -10,8 +10,10 @@
     ('+' stays a '+'); a key the route does not take, or one given twice,
     is a 400 naming it.                                                  */
 #include "actors/api/api_int.h"
+#include "common/bounds.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #define MAX_SEGMENTS 64
@@ -22,7 +24,7 @@ static void s_healthz (req_t *r)
 }
 
 static const route_t s_public_routes [] = {
-    { M_GET, "/healthz", s_healthz, R_PUBLIC, "" },
+    { M_GET, "/healthz", s_healthz, R_PUBLIC, "", NULL },
     { 0 }
 };
 
@@ -47,7 +49,7 @@ static void s_segments_free (segments_t *s)
 }
 
 //  A printable copy of at most 64 bytes of s for a message.
-static const char *s_show (const char *s, size_t n, char *out, size_t size)
+const char *api_show (const char *s, size_t n, char *out, size_t size)
 {
     size_t k = 0;
     for (size_t i = 0; i < n && k + 4 < size && i < 64; i++)
@@ -94,7 +96,7 @@ static int s_split (const char *path, size_t plen, segments_t *s, char *why, siz
         if (!seg || ah_http_decode (path + i, j - i, seg, j - i + 1, &bad) < 0) {
             free (seg);
             snprintf (why, why_size, "request path segment '%s': %s",
-                      s_show (path + i, j - i, shown, sizeof shown), bad ? bad : "out of memory");
+                      api_show (path + i, j - i, shown, sizeof shown), bad ? bad : "out of memory");
             return 400;
         }
         s->seg [s->n++] = seg;
@@ -105,7 +107,7 @@ static int s_split (const char *path, size_t plen, segments_t *s, char *why, siz
         }
         if (strchr (seg, '/')) {
             snprintf (why, why_size, "request path segment '%s' holds an encoded '/'",
-                      s_show (path + i, j - i, shown, sizeof shown));
+                      api_show (path + i, j - i, shown, sizeof shown));
             return 400;
         }
         i = j + 1;
@@ -199,7 +201,7 @@ static int s_query (req_t *r, const char *query, char *why, size_t why_size)
             char shown [80];
             if (!key || !value || ah_http_decode (p, klen, key, klen + 1, &bad) < 0
             ||  (eq && ah_http_decode (eq + 1, vlen, value, vlen + 1, &bad) < 0)) {
-                snprintf (why, why_size, "query argument '%s': %s", s_show (p, klen, shown, sizeof shown),
+                snprintf (why, why_size, "query argument '%s': %s", api_show (p, klen, shown, sizeof shown),
                           bad ? bad : "out of memory");
                 free (key);
                 free (value);
@@ -208,7 +210,7 @@ static int s_query (req_t *r, const char *query, char *why, size_t why_size)
             if (!eq)
                 value [0] = 0;
             if (!s_takes (r->route, key)) {
-                snprintf (why, why_size, "unknown query argument '%s'", s_show (key, strlen (key), shown, sizeof shown));
+                snprintf (why, why_size, "unknown query argument '%s'", api_show (key, strlen (key), shown, sizeof shown));
                 free (key);
                 free (value);
                 return 400;
@@ -264,7 +266,7 @@ int api_route (req_t *r, char *why, size_t why_size, unsigned *allowed)
         s_segments_free (&s);
         char shown [80];
         snprintf (why, why_size, *allowed ? "%s takes another method" : "no route %s",
-                  s_show (target, plen, shown, sizeof shown));
+                  api_show (target, plen, shown, sizeof shown));
         return *allowed ? 405 : 404;
     }
     //  Other routes on the same path may take other methods (for Allow).
@@ -277,6 +279,110 @@ int api_route (req_t *r, char *why, size_t why_size, unsigned *allowed)
     s_segments_free (&s);
     return q ? s_query (r, q + 1, why, why_size) : 0;
 }
+
+//  --------------------------------------------------------------------
+//  Bodies
+
+const body_field_t api_no_body [] = { { NULL, 0, NULL } };
+
+static const char *s_type_name (json_t *v)
+{
+    switch (json_typeof (v)) {
+        case JSON_OBJECT:  return "an object";
+        case JSON_ARRAY:   return "an array";
+        case JSON_STRING:  return "a string";
+        case JSON_INTEGER:
+        case JSON_REAL:    return "a number";
+        case JSON_TRUE:
+        case JSON_FALSE:   return "a boolean";
+        default:           return "null";
+    }
+}
+
+//  "a string or null" for a person.
+static void s_types_text (unsigned types, char *out, size_t size)
+{
+    static const struct { unsigned bit; const char *text; } names [] = {
+        { B_STR, "a string" }, { B_NUM, "a number" }, { B_BOOL, "true or false" },
+        { B_OBJ, "an object" }, { B_NULL, "null" },
+    };
+    size_t k = 0;
+    out [0] = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names [0]; i++)
+        if (types & names [i].bit)
+            k += snprintf (out + k, k < size ? size - k : 0, "%s%s", k ? " or " : "", names [i].text);
+}
+
+static void s_fields_text (const body_field_t *fields, char *out, size_t size)
+{
+    size_t k = 0;
+    out [0] = 0;
+    for (const body_field_t *f = fields; f->name; f++)
+        if (f->types && k < size)
+            k += snprintf (out + k, size - k, "%s%s", k ? ", " : "", f->name);
+    if (!k)
+        snprintf (out, size, "no field");
+}
+
+int api_body_check (req_t *r, json_t *obj)
+{
+    const body_field_t *fields = r->route->body ? r->route->body : api_no_body;
+    const char *key;
+    json_t *v;
+    char shown [80], rule [300];
+    json_object_foreach (obj, key, v) {
+        const body_field_t *f = NULL;
+        for (const body_field_t *g = fields; g->name && !f; g++)
+            if (streq (g->name, key))
+                f = g;
+        if (!*key) {
+            api_respond_error (r, 400, "an empty field name ('') in the body");
+            return -1;
+        }
+        if (!f) {
+            s_fields_text (fields, rule, sizeof rule);
+            api_respond_error (r, 400, "unknown field '%s' (this route takes %s)",
+                               api_show (key, strlen (key), shown, sizeof shown), rule);
+            return -1;
+        }
+        if (!f->types) {
+            api_respond_error (r, 400, "field '%s': %s", f->name, f->why);
+            return -1;
+        }
+        unsigned type = json_is_string (v) ? B_STR : json_is_number (v) ? B_NUM : json_is_boolean (v) ? B_BOOL
+                      : json_is_object (v) ? B_OBJ : json_is_null (v) ? B_NULL : 0;
+        if (!(f->types & type)) {
+            s_types_text (f->types, rule, sizeof rule);
+            api_respond_error (r, 400, "field '%s' must be %s, not %s", f->name, rule, s_type_name (v));
+            return -1;
+        }
+        if (type == B_STR && !(f->types & B_NUL) && strlen (json_string_value (v)) != json_string_length (v)) {
+            api_respond_error (r, 400, "field '%s' holds a NUL character", f->name);
+            return -1;
+        }
+        const ah_bound_t *b = type == B_NUM ? ah_bound (f->name) : NULL;
+        if (type == B_NUM && !b) {
+            api_respond_error (r, 500, "field '%s' has no stated bound (common/bounds.c)", f->name);
+            return -1;
+        }
+        if (b && b->whole && !json_is_integer (v)) {
+            //  5.0 or 5e3 where a whole number is meant: a real is not one.
+            char got [40];
+            api_respond_error (r, 400, "field '%s' must be %s (got %s, not written as a whole number)",
+                               f->name, ah_bound_rule (b, rule, sizeof rule),
+                               ah_bound_number (json_number_value (v), got, sizeof got));
+            return -1;
+        }
+        if (b && ah_bound_check (b, json_number_value (v), rule, sizeof rule)) {
+            api_respond_error (r, 400, "%s", rule);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+//  --------------------------------------------------------------------
+//  Queries
 
 const char *api_query (req_t *r, const char *key)
 {

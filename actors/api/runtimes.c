@@ -43,7 +43,7 @@ static void s_briefing (req_t *r)
 }
 
 const route_t api_runtime_routes [] = {
-    { M_GET, "/api/v1/runtimes", s_list, 0, "" },
-    { M_GET, "/api/v1/runtimes/{runtime}/briefing", s_briefing, 0, "" },
+    { M_GET, "/api/v1/runtimes", s_list, 0, "", NULL },
+    { M_GET, "/api/v1/runtimes/{runtime}/briefing", s_briefing, 0, "", NULL },
     { 0 }
 };

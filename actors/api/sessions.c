@@ -314,6 +314,11 @@ static bool s_in_the_making (req_t *r, session_t *s)
     return false;
 }
 
+static const body_field_t s_open_fields [] = {
+    { "scope", B_STR, NULL }, { "subject", B_STR, NULL }, { "backend", B_STR, NULL }, { "host", B_STR, NULL },
+    { "runtime", B_STR, NULL }, { NULL, 0, NULL }
+};
+
 static void s_open (req_t *r)
 {
     bool wait = false;
@@ -322,16 +327,6 @@ static void s_open (req_t *r)
     json_t *obj = api_body_object (r, false);
     if (!obj)
         return;
-    const char *key;
-    json_t *v;
-    json_object_foreach (obj, key, v)
-        if (!streq (key, "scope") && !streq (key, "subject") && !streq (key, "backend")
-        &&  !streq (key, "host") && !streq (key, "runtime")) {
-            api_respond_error (r, 400, "unknown field '%s' (a session has scope, subject, backend, host, "
-                               "runtime)", key);
-            json_decref (obj);
-            return;
-        }
     const char *scope = json_string_value (json_object_get (obj, "scope"));
     const char *subject = json_string_value (json_object_get (obj, "subject"));
     const char *backend = json_string_value (json_object_get (obj, "backend"));
@@ -513,10 +508,10 @@ static void s_close (req_t *r)
 }
 
 const route_t api_session_routes [] = {
-    { M_POST, "/api/v1/sessions", s_open, R_BODY, "wait" },
-    { M_GET, "/api/v1/sessions", s_list, 0, "" },
-    { M_GET, "/api/v1/sessions/{session}", s_show, 0, "" },
-    { M_POST, "/api/v1/sessions/{session}/open", s_reopen, R_BODY, "wait" },
-    { M_DELETE, "/api/v1/sessions/{session}", s_close, 0, "" },
+    { M_POST, "/api/v1/sessions", s_open, R_BODY, "wait", s_open_fields },
+    { M_GET, "/api/v1/sessions", s_list, 0, "", NULL },
+    { M_GET, "/api/v1/sessions/{session}", s_show, 0, "", NULL },
+    { M_POST, "/api/v1/sessions/{session}/open", s_reopen, R_BODY, "wait", api_no_body },
+    { M_DELETE, "/api/v1/sessions/{session}", s_close, 0, "", NULL },
     { 0 }
 };

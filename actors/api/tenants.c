@@ -64,32 +64,28 @@ static json_t *s_tenant_get (api_t *api, const char *name, int *status)
 static const char *s_limit_keys [] = { "max_sandboxes", "max_running", "max_cpus", "max_memory_mb" };
 static const char *s_limit_columns [] = { "max_agents", "max_running", "max_cpus", "max_memory_mb" };
 
-//  The limits in a body: each a number >= 0 (max_cpus) or a whole number
-//  >= 0, or null (none). Other keys but "name" (create) are refused.
-//  Writes them into the tenant's row. 0, or -1 answered.
-static int s_limits_write (req_t *r, json_t *obj, const char *name, bool creating)
+#define LIMIT_FIELDS \
+    { "max_sandboxes", B_NUM | B_NULL, NULL }, { "max_running", B_NUM | B_NULL, NULL }, \
+    { "max_cpus", B_NUM | B_NULL, NULL }, { "max_memory_mb", B_NUM | B_NULL, NULL }
+//  The bodies (checked before the handlers: their bounds are
+//  common/bounds.h's).
+static const body_field_t s_create_fields [] = { { "name", B_STR, NULL }, LIMIT_FIELDS, { NULL, 0, NULL } };
+static const body_field_t s_update_fields [] = { LIMIT_FIELDS, { NULL, 0, NULL } };
+
+//  The limits in a body (each within its bound, or null: none) into the
+//  tenant's row. 0, or -1 answered.
+static int s_limits_write (req_t *r, json_t *obj, const char *name)
 {
     const char *key;
     json_t *v;
     json_object_foreach (obj, key, v) {
-        if (creating && streq (key, "name"))
-            continue;
         int k = -1;
         for (int i = 0; i < 4; i++)
             if (streq (s_limit_keys [i], key))
                 k = i;
-        if (k < 0) {
-            api_respond_error (r, 400, "unknown field '%s' (a tenant has max_sandboxes, max_running, "
-                               "max_cpus and max_memory_mb)", key);
-            return -1;
-        }
+        if (k < 0)
+            continue;               //  "name"
         bool real = k == 2;
-        if (!json_is_null (v) && !(real ? json_is_number (v) && json_number_value (v) >= 0
-                                        : json_is_integer (v) && json_integer_value (v) >= 0)) {
-            api_respond_error (r, 400, "field '%s' must be %s 0 or more, or null (no limit of its own)",
-                               key, real ? "a number" : "a whole number");
-            return -1;
-        }
         char sql [128];
         snprintf (sql, sizeof sql, "UPDATE tenants SET %s = :v WHERE name = :name", s_limit_columns [k]);
         sqlite3_stmt *st = ah_store_prepare (r->api->store, sql);
@@ -139,7 +135,7 @@ static void s_tenant_create (req_t *r)
             api_respond_error (r, 500, "cannot write the tenants");
         else if (!fresh)
             api_respond_error (r, 409, "tenant '%s' exists already", name);
-        if (!ok || !fresh || s_limits_write (r, obj, name, true) || ah_store_commit (store)) {
+        if (!ok || !fresh || s_limits_write (r, obj, name) || ah_store_commit (store)) {
             ah_store_rollback (store);
             if (!r->responded)
                 api_respond_error (r, 500, "cannot write the tenants");
@@ -206,7 +202,7 @@ static void s_tenant_update (req_t *r)
             api_respond_error (r, 400, "nothing to change: give max_sandboxes, max_running, max_cpus "
                                "or max_memory_mb");
         else if (ah_store_begin (r->api->store) == 0) {
-            if (s_limits_write (r, obj, r->params [0], false))
+            if (s_limits_write (r, obj, r->params [0]))
                 ah_store_rollback (r->api->store);      //  answered
             else if (ah_store_commit (r->api->store)) {
                 ah_store_rollback (r->api->store);
@@ -410,21 +406,17 @@ static bool s_user_ok (const char *user)
     return true;
 }
 
+//  expires: a duration string, or seconds (common/bounds.h "expires").
+static const body_field_t s_token_fields [] = {
+    { "tenant", B_STR, NULL }, { "name", B_STR, NULL }, { "user", B_STR, NULL }, { "expires", B_STR | B_NUM, NULL },
+    { "admin", B_BOOL, NULL }, { "metrics", B_BOOL, NULL }, { NULL, 0, NULL }
+};
+
 static void s_token_create (req_t *r)
 {
     json_t *obj = api_body_object (r, true);
     if (!obj)
         return;
-    const char *key;
-    json_t *v;
-    json_object_foreach (obj, key, v)
-        if (!streq (key, "tenant") && !streq (key, "name") && !streq (key, "user")
-        &&  !streq (key, "expires") && !streq (key, "admin") && !streq (key, "metrics")) {
-            api_respond_error (r, 400, "unknown field '%s' (a token has tenant, name, user, expires, admin,"
-                               " metrics)", key);
-            json_decref (obj);
-            return;
-        }
     bool admin = json_is_true (json_object_get (obj, "admin"));
     //  A metrics token reads GET /metrics and nothing else.
     bool metrics = json_is_true (json_object_get (obj, "metrics"));
@@ -439,11 +431,7 @@ static void s_token_create (req_t *r)
     const char *why = NULL;
     int status;
     json_t *t = NULL;
-    if (json_object_get (obj, "admin") && !json_is_boolean (json_object_get (obj, "admin")))
-        why = "field 'admin' must be true or false";
-    else if (json_object_get (obj, "metrics") && !json_is_boolean (json_object_get (obj, "metrics")))
-        why = "field 'metrics' must be true or false";
-    else if (metrics && (admin || tenant))
+    if (metrics && (admin || tenant))
         why = "a metrics token reads /metrics only: give metrics alone, without tenant or admin";
     else if (admin && tenant)
         why = "an admin token belongs to no tenant: give tenant or admin, not both";
@@ -459,8 +447,6 @@ static void s_token_create (req_t *r)
                   ah_ident_check (AH_IDENT_TOKEN_NAME, name));
         why = why_buf;
     }
-    else if (json_object_get (obj, "tenant") && !json_is_string (json_object_get (obj, "tenant")))
-        why = "field 'tenant' must be a tenant name";
     else if (tenant && ah_ident_check (AH_IDENT_TENANT, tenant)) {
         snprintf (why_buf, sizeof why_buf, "field 'tenant': tenant name '%.64s' %s", tenant,
                   ah_ident_check (AH_IDENT_TENANT, tenant));
@@ -578,13 +564,13 @@ static void s_token_revoke (req_t *r)
 }
 
 const route_t api_tenant_routes [] = {
-    { M_POST, "/api/v1/tenants", s_tenant_create, R_BODY | R_ADMIN, "" },
-    { M_GET, "/api/v1/tenants", s_tenant_list, R_ADMIN, "" },
-    { M_GET, "/api/v1/tenants/{tenant}", s_tenant_show, R_ADMIN, "" },
-    { M_PATCH, "/api/v1/tenants/{tenant}", s_tenant_update, R_BODY | R_ADMIN, "" },
-    { M_DELETE, "/api/v1/tenants/{tenant}", s_tenant_delete, R_ADMIN, "force" },
-    { M_POST, "/api/v1/tokens", s_token_create, R_BODY | R_ADMIN, "" },
-    { M_GET, "/api/v1/tokens", s_token_list, R_ADMIN, "" },
-    { M_DELETE, "/api/v1/tokens/{token}", s_token_revoke, R_ADMIN, "" },
+    { M_POST, "/api/v1/tenants", s_tenant_create, R_BODY | R_ADMIN, "", s_create_fields },
+    { M_GET, "/api/v1/tenants", s_tenant_list, R_ADMIN, "", NULL },
+    { M_GET, "/api/v1/tenants/{tenant}", s_tenant_show, R_ADMIN, "", NULL },
+    { M_PATCH, "/api/v1/tenants/{tenant}", s_tenant_update, R_BODY | R_ADMIN, "", s_update_fields },
+    { M_DELETE, "/api/v1/tenants/{tenant}", s_tenant_delete, R_ADMIN, "force", NULL },
+    { M_POST, "/api/v1/tokens", s_token_create, R_BODY | R_ADMIN, "", s_token_fields },
+    { M_GET, "/api/v1/tokens", s_token_list, R_ADMIN, "", NULL },
+    { M_DELETE, "/api/v1/tokens/{token}", s_token_revoke, R_ADMIN, "", NULL },
     { 0 }
 };

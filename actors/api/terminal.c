@@ -381,6 +381,6 @@ static void s_terminal (req_t *r)
 }
 
 const route_t api_terminal_routes [] = {
-    { M_GET, "/api/v1/agents/{agent}/terminal", s_terminal, R_UPGRADE, "token cols rows" },
+    { M_GET, "/api/v1/agents/{agent}/terminal", s_terminal, R_UPGRADE, "token cols rows", NULL },
     { 0 }
 };

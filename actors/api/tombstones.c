@@ -65,7 +65,7 @@ static void s_forget (req_t *r)
 }
 
 const route_t api_tombstone_routes [] = {
-    { M_GET, "/api/v1/tombstones", s_list, R_ADMIN, "" },
-    { M_DELETE, "/api/v1/tombstones/{agent}", s_forget, R_ADMIN, "" },
+    { M_GET, "/api/v1/tombstones", s_list, R_ADMIN, "", NULL },
+    { M_DELETE, "/api/v1/tombstones/{agent}", s_forget, R_ADMIN, "", NULL },
     { 0 }
 };

@@ -3,7 +3,8 @@
     that is not running wakes it first (events.c) and starts once it runs. */
 #include "actors/api/api_int.h"
 
-static const field_t s_fields [] = { { "lease_ms", F_INT } };
+//  Start and renew take a lease (common/bounds.h "lease_ms"); an end none.
+static const body_field_t s_fields [] = { { "lease_ms", B_NUM, NULL }, { NULL, 0, NULL } };
 
 //  TURN_START, TURN_RENEW: {turn_id, agent_id, expires_at}; TURN_END: ok.
 static void s_reply (req_t *r, ah_msg_t *msg)
@@ -32,25 +33,20 @@ static void s_reply (req_t *r, ah_msg_t *msg)
 }
 
 //  The turn's own message: lease_ms from the body. NULL when answered.
-static ah_msg_t *s_message (req_t *r, const char *type, bool body_ok)
+static ah_msg_t *s_message (req_t *r, const char *type)
 {
     json_t *obj = api_body_object (r, true);
     if (!obj)
         return NULL;
     ah_msg_t *msg = ah_msg_new (type);
-    if (!body_ok && json_object_size (obj) > 0) {
-        api_respond_error (r, 400, "ending a turn takes no body");
-        ah_msg_destroy (&msg);
-    }
-    else if (api_copy_fields (r, obj, s_fields, 1, msg))
-        ah_msg_destroy (&msg);
+    api_copy_fields (obj, msg);
     json_decref (obj);
     return msg;
 }
 
 static void s_begin (req_t *r)
 {
-    ah_msg_t *msg = s_message (r, "TURN_START", true);
+    ah_msg_t *msg = s_message (r, "TURN_START");
     if (!msg)
         return;
     ah_msg_set_str (msg, "agent", r->agent_id);
@@ -120,7 +116,7 @@ static void s_renew (req_t *r)
 {
     if (!s_turn_in_scope (r))
         return;
-    ah_msg_t *msg = s_message (r, "TURN_RENEW", true);
+    ah_msg_t *msg = s_message (r, "TURN_RENEW");
     if (!msg)
         return;
     ah_msg_set_str (msg, "turn_id", r->params [0]);
@@ -131,7 +127,7 @@ static void s_end (req_t *r)
 {
     if (!s_turn_in_scope (r))
         return;
-    ah_msg_t *msg = s_message (r, "TURN_END", false);
+    ah_msg_t *msg = s_message (r, "TURN_END");
     if (!msg)
         return;
     ah_msg_set_str (msg, "turn_id", r->params [0]);
@@ -141,8 +137,8 @@ static void s_end (req_t *r)
 }
 
 const route_t api_turn_routes [] = {
-    { M_POST, "/api/v1/agents/{agent}/turns", s_start, R_BODY, "" },
-    { M_POST, "/api/v1/turns/{turn}/renew", s_renew, R_BODY, "" },
-    { M_DELETE, "/api/v1/turns/{turn}", s_end, R_BODY, "" },
+    { M_POST, "/api/v1/agents/{agent}/turns", s_start, R_BODY, "", s_fields },
+    { M_POST, "/api/v1/turns/{turn}/renew", s_renew, R_BODY, "", s_fields },
+    { M_DELETE, "/api/v1/turns/{turn}", s_end, R_BODY, "", api_no_body },
     { 0 }
 };

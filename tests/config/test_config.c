@@ -321,13 +321,26 @@ static void s_test_errors (void)
     EXPECT_ERROR ("- a\n- b\n", "must be a mapping", NULL);
     EXPECT_ERROR ("sandbox:\n  driver: fake\n  driver: docker\n", "sandbox.driver", "appears twice");
     //  Ranges
-    EXPECT_ERROR ("sandbox:\n  default_cpus: 0\n", "sandbox.default_cpus = 0", "greater than 0");
-    EXPECT_ERROR ("sandbox:\n  max_cpus: -1\n", "sandbox.max_cpus = -1", "greater than 0");
+    //  ... each the bound clients are held to too (common/bounds.h):
+    //  never a value a driver would turn into 0 or "no limit".
+    EXPECT_ERROR ("sandbox:\n  default_cpus: 0\n", "sandbox.default_cpus = 0", "from 0.01 to 1024 CPUs in steps of 0.01");
+    EXPECT_ERROR ("sandbox:\n  max_cpus: -1\n", "sandbox.max_cpus = -1", "from 0.01 to 1024");
+    EXPECT_ERROR ("sandbox:\n  default_cpus: 1e-12\n", "sandbox.default_cpus = 1e-12", "from 0.01");
+    EXPECT_ERROR ("sandbox:\n  default_cpus: 5e-324\n", "sandbox.default_cpus = '5e-324'", "not a number");
+    EXPECT_ERROR ("sandbox:\n  default_cpus: 0.001\n", "sandbox.default_cpus = 0.001", "from 0.01");
+    EXPECT_ERROR ("sandbox:\n  default_cpus: 0.015\n", "sandbox.default_cpus = 0.015", "steps of 0.01");
+    EXPECT_ERROR ("sandbox:\n  max_cpus: 1e308\n", "sandbox.max_cpus = 1e+308", "to 1024");
+    EXPECT_ERROR ("sandbox:\n  max_memory_mb: 5\n", "sandbox.max_memory_mb = 5", "from 6 to");
+    EXPECT_ERROR ("sandbox:\n  max_memory_mb: 9007199254740993\n", "sandbox.max_memory_mb", "to 1099511627776 MiB");
+    EXPECT_ERROR ("sandbox:\n  pids_limit: -1\n", "sandbox.pids_limit = -1", "from 1 to 4194304");
+    EXPECT_ERROR ("sandbox:\n  idle_minutes: 0.001\n", "sandbox.idle_minutes = 0.001", "steps of 0.01");
+    EXPECT_ERROR ("limits:\n  tenant_max_running: -1\n", "limits.tenant_max_running = -1", "0 (no limit) or");
+    EXPECT_ERROR ("limits:\n  pool_max_sandboxes: 100001\n", "limits.pool_max_sandboxes = 100001", "to 100000");
     EXPECT_ERROR ("sandbox:\n  default_cpus: 12\n", "sandbox.default_cpus = 12", "sandbox.max_cpus = 8");
     EXPECT_ERROR ("sandbox:\n  default_memory_mb: 20000\n", "sandbox.default_memory_mb = 20000",
                   "sandbox.max_memory_mb = 16384");
     EXPECT_ERROR ("sandbox:\n  pids_limit: 0\n", "sandbox.pids_limit = 0", NULL);
-    EXPECT_ERROR ("sandbox:\n  idle_minutes: 0\n", "sandbox.idle_minutes = 0", "greater than 0");
+    EXPECT_ERROR ("sandbox:\n  idle_minutes: 0\n", "sandbox.idle_minutes = 0", "from 0.01 to 525600 minutes");
     EXPECT_ERROR ("sandbox:\n  idle_check_interval: 50ms\n", "sandbox.idle_check_interval", "at least 100ms");
     EXPECT_ERROR ("sandbox:\n  driver: podman\n", "sandbox.driver = 'podman'", "docker, kubernetes, remote or fake");
     //  The host agent's keys
