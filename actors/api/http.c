@@ -79,11 +79,22 @@ json_t *api_body_object (req_t *r, bool empty_ok)
     json_error_t jerr;
     json_t *root = json_loadb ((const char *) ah_buf_head (&r->body), n, JSON_REJECT_DUPLICATES, &jerr);
     if (!root && json_error_code (&jerr) == json_error_duplicate_key) {
-        //  jansson names the key as it was written ("duplicate object
-        //  key near '"a"'"): say it decoded.
-        const char *near = strstr (jerr.text, "near '");
-        size_t n = near ? strlen (near + 6) : 0;
-        json_t *key = n > 1 ? json_loadb (near + 6, n - 1, JSON_DECODE_ANY, NULL) : NULL;
+        //  jansson stops just past the key (and names it only when it
+        //  is short): the key is the last string before its position.
+        const char *text = (const char *) ah_buf_head (&r->body);
+        size_t end = (size_t) jerr.position < n ? (size_t) jerr.position : n, start;
+        while (end > 0 && text [end - 1] != '"')
+            end--;
+        bool found = false;
+        for (start = end > 1 ? end - 2 : 0; end > 1 && !found; start--) {
+            size_t slashes = 0;
+            while (start > slashes && text [start - 1 - slashes] == '\\')
+                slashes++;
+            found = text [start] == '"' && slashes % 2 == 0;
+            if (found || start == 0)
+                break;
+        }
+        json_t *key = found ? json_loadb (text + start, end - start, JSON_DECODE_ANY, NULL) : NULL;
         const char *name = json_string_value (key);
         char shown [80];
         if (name)

@@ -6,9 +6,11 @@
     engine.                                                             */
 #include "drivers/docker/docker_int.h"
 #include "proto/tar.h"
+#include "common/bounds.h"
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +143,16 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
     if (c->max_memory_mb > 0 && memory_mb > c->max_memory_mb)
         memory_mb = c->max_memory_mb;
     int64_t pids = spec->pids_limit > 0 ? spec->pids_limit : c->pids_limit;
+    //  Held to the bounds every client is (common/bounds.h): under 0.01
+    //  CPU NanoCpus would round to 0, and 0 is no limit at all.
+    char why [300];
+    if (ah_bound_check_named ("cpus", cpus, why, sizeof why)
+    ||  ah_bound_check_named ("memory_mb", (double) memory_mb, why, sizeof why)
+    ||  ah_bound_check_named ("pids_limit", (double) pids, why, sizeof why)) {
+        ah_dk_err (err, "creating container %s: refused resources: %s", n.container, why);
+        free (user);
+        return -1;
+    }
 
     json_t *tunnel = user ? s_tunnel_mount (self, err) : NULL;
     if (!tunnel) {
@@ -176,7 +188,7 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
     //  engine's default seccomp profile (nothing here unsets it).
     json_t *host = json_pack ("{s:b s:I s:I s:I s:o s:s s:{s:s} s:[s] s:[" "s s s s s s" "] s:[s]}",
         "Init", 1,
-        "NanoCpus", (json_int_t) (cpus * 1e9),
+        "NanoCpus", (json_int_t) llround (cpus * 1e9),
         "Memory", (json_int_t) memory_mb * 1024 * 1024,
         "PidsLimit", (json_int_t) pids,
         "Mounts", mounts,

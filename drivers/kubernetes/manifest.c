@@ -3,6 +3,7 @@
     while it has no Pod. Nothing here talks to the cluster, so the unit
     tests check every field (tests/kubernetes/test_k8s_manifest.c).    */
 #include "drivers/kubernetes/k8s_int.h"
+#include "common/bounds.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -80,10 +81,13 @@ static int s_spec_check (k8s_spec_t *spec, char **err)
         ah_k8s_err (err, "the sandbox's image '%.100s' %s", spec->image, why);
         return -1;
     }
-    if (!(spec->cpus > 0 && spec->cpus <= 1024) || spec->memory_mb < 6
-    ||  spec->memory_mb > (INT64_C (1) << 40)) {
-        ah_k8s_err (err, "the sandbox's resources (%g CPUs, %lld MiB) are out of range",
-                    spec->cpus, (long long) spec->memory_mb);
+    //  The bounds every client is held to (common/bounds.h): no CPU
+    //  limit rounds to 0 millicores.
+    char bad [300];
+    if (ah_bound_check_named ("cpus", spec->cpus, bad, sizeof bad)
+    ||  ah_bound_check_named ("memory_mb", (double) spec->memory_mb, bad, sizeof bad)) {
+        ah_k8s_err (err, "the sandbox's resources (%g CPUs, %lld MiB) are out of range: %s",
+                    spec->cpus, (long long) spec->memory_mb, bad);
         return -1;
     }
     return 0;

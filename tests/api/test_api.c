@@ -6,6 +6,7 @@
     token's id went to another token.                                   */
 #include "actors/api.h"
 #include "tests/api/fake_actors.h"
+#include "common/bounds.h"
 #include "common/bus.h"
 #include "common/msg.h"
 #include "common/token.h"
@@ -258,6 +259,221 @@ static void s_test_text_fields (void)
     char *reply = s_raw (head, (size_t) n, false);
     CHECK (strstr (reply, " 400 ") && strstr (reply, "X-Agenthold-Run"));
     free (reply);
+
+//  --------------------------------------------------------------------
+//  Bodies, generated from the router's table (ah_api_body_routes): every
+//  route that takes a JSON body is sent unknown, empty, doubled and
+//  wrongly typed keys, and numbers at and beyond every bound
+//  (common/bounds.h); each refusal is a 400 naming the key, and nothing
+//  is stored or sent on.
+
+//  Everything the API or its lifecycle could have written, as text.
+static char *s_digest (ah_store_t *store)
+{
+    zlist_t *tables = zlist_new ();
+    zlist_autofree (tables);
+    sqlite3_stmt *st = ah_store_prepare (store, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
+    while (st && ah_store_step (store, st) == SQLITE_ROW)
+        zlist_append (tables, (void *) sqlite3_column_text (st, 0));
+    if (st)
+        sqlite3_reset (st);
+    char *all = strdup ("");
+    for (char *t = zlist_first (tables); t; t = zlist_next (tables)) {
+        //  A token's last use moves with every request: not a change.
+        char *sql = streq (t, "api_tokens") ? strdup ("SELECT name, hash, tenant, admin, revoked_at FROM api_tokens")
+                  : zsys_sprintf ("SELECT * FROM \"%s\"", t);
+        sqlite3_stmt *q = ah_store_prepare (store, sql);
+        while (q && ah_store_step (store, q) == SQLITE_ROW)
+            for (int c = 0; c < sqlite3_column_count (q); c++) {
+                const char *v = (const char *) sqlite3_column_text (q, c);
+                char *more = zsys_sprintf ("%s%s.%d=%s;", all, t, c, v ? v : "null");
+                free (all);
+                all = more;
+            }
+        if (q)
+            sqlite3_reset (q);
+        free (sql);
+    }
+    zlist_destroy (&tables);
+    return all;
+}
+
+//  The last message the fake lifecycle got (its req included).
+static char *s_lifecycle_last (zactor_t *lifecycle)
+{
+    zstr_send (lifecycle, "LAST");
+    return zstr_recv (lifecycle);
+}
+
+//  One body that must be a 400 naming part (NULL: any 400).
+static int s_refused (const char *method, const char *path, const char *body, const char *part)
+{
+    long status;
+    json_t *j = s_http (method, path, body, s_token, &status);
+    const char *e = s_str (j, "error");
+    bool ok = status == 400 && (!part || (e && strstr (e, part)));
+    if (!ok)
+        fprintf (stderr, "  %s %s %s: %ld %s (wanted 400 naming %s)\n", method, path, body, status,
+                 e ? e : "", part ? part : "anything");
+    json_decref (j);
+    return ok ? 0 : 1;
+}
+
+//  A value of JSON type `type` ("string", "number", ...), as text.
+static const char *s_value_of (const char *type)
+{
+    return streq (type, "string") ? "\"x\"" : streq (type, "number") ? "1" : streq (type, "boolean") ? "true"
+         : streq (type, "object") ? "{}" : streq (type, "null") ? "null" : "[]";
+}
+
+static bool s_takes (json_t *field, const char *type)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach (json_object_get (field, "types"), i, t)
+        if (streq (json_string_value (t), type))
+            return true;
+    return false;
+}
+
+static void s_test_bodies (zactor_t *lifecycle, ah_store_t *store)
+{
+    char *text = ah_api_body_routes ();
+    json_t *routes = text ? json_loads (text, 0, NULL) : NULL;
+    free (text);
+    CHECK (json_array_size (routes) >= 15);
+    char *before = s_digest (store), *last = s_lifecycle_last (lifecycle);
+    int bad = 0, sent = 0, bound_fields = 0;
+    size_t i;
+    json_t *route;
+    json_array_foreach (routes, i, route) {
+        const char *method = s_str (route, "method");
+        //  Path parameters: any well-formed segment (the body is checked
+        //  before the handler looks anything up).
+        char path [256] = "";
+        const char *p = s_str (route, "pattern");
+        size_t k = 0;
+        while (*p && k + 16 < sizeof path) {
+            if (*p == '{') {
+                k += snprintf (path + k, sizeof path - k, "zz-param");
+                p = strchr (p, '}') + 1;
+            }
+            else
+                path [k++] = *p++;
+        }
+        path [k] = 0;
+        json_t *fields = json_object_get (route, "fields");
+        //  Every body-taking route states its fields.
+        if (!json_is_array (fields)) {
+            fprintf (stderr, "  %s %s states no body fields\n", method, path);
+            bad++;
+            continue;
+        }
+        //  Unknown and empty keys, wherever they stand.
+        bad += s_refused (method, path, "{\"zz-unknown\": 1}", "'zz-unknown'");
+        bad += s_refused (method, path, "{\"\": 1}", "''");
+        bad += s_refused (method, path, "{\"zz\\u0001\": 1}", "'zz?'");
+        sent += 3;
+        size_t f;
+        json_t *field;
+        json_array_foreach (fields, f, field) {
+            const char *name = s_str (field, "name");
+            char body [2048], named [80];
+            snprintf (named, sizeof named, "'%s'", name);
+            if (s_str (field, "why")) {
+                //  A key refused with its reason.
+                snprintf (body, sizeof body, "{\"%s\": 1}", name);
+                bad += s_refused (method, path, body, s_str (field, "why"));
+                sent++;
+                continue;
+            }
+            json_t *types = json_object_get (field, "types");
+            const char *good = s_value_of (json_string_value (json_array_get (types, 0)));
+            //  Given twice, with a value of its type each time.
+            snprintf (body, sizeof body, "{\"%s\": %s, \"%s\": %s}", name, good, name, good);
+            bad += s_refused (method, path, body, named);
+            //  ... and after an unknown key: the unknown one is named.
+            snprintf (body, sizeof body, "{\"zz-first\": 1, \"%s\": %s}", name, good);
+            bad += s_refused (method, path, body, "'zz-first'");
+            sent += 2;
+            //  Every type it does not take.
+            static const char *all [] = { "string", "number", "boolean", "object", "null", "array" };
+            for (size_t t = 0; t < sizeof all / sizeof all [0]; t++)
+                if (!s_takes (field, all [t])) {
+                    snprintf (body, sizeof body, "{\"%s\": %s}", name, s_value_of (all [t]));
+                    bad += s_refused (method, path, body, named);
+                    sent++;
+                }
+            if (!s_takes (field, "number"))
+                continue;
+            //  Numbers: its bound, beyond every edge.
+            const ah_bound_t *b = ah_bound (name);
+            CHECK (b != NULL);
+            if (!b)
+                continue;
+            bound_fields++;
+            char beyond [16][64];
+            size_t n = 0;
+            snprintf (beyond [n++], 64, "%.17g", b->max + b->step);
+            snprintf (beyond [n++], 64, "%.17g", b->max * 2);
+            if (b->min - b->step > 0 || !b->zero)
+                snprintf (beyond [n++], 64, "%.17g", b->min - b->step);
+            snprintf (beyond [n++], 64, "-%.17g", b->min);
+            snprintf (beyond [n++], 64, "5e-324");                  //  a denormal
+            snprintf (beyond [n++], 64, "2.2250738585072009e-308"); //  the largest one
+            snprintf (beyond [n++], 64, "1e-12");
+            snprintf (beyond [n++], 64, "-0.0");                    //  negative zero
+            snprintf (beyond [n++], 64, "1e308");
+            snprintf (beyond [n++], 64, "9007199254740993");        //  2^53 + 1
+            snprintf (beyond [n++], 64, "-9223372036854775808");
+            if (b->whole) {
+                snprintf (beyond [n++], 64, "%.17g.5", b->min);     //  a real where a whole number is meant
+                snprintf (beyond [n++], 64, "%.17g.0", b->min);
+                snprintf (beyond [n++], 64, "%.17ge0", b->min);
+            }
+            else
+                snprintf (beyond [n++], 64, "%.17g", b->min + b->step / 2);     //  off the step
+            if (!b->zero && b->min > 0)
+                snprintf (beyond [n++], 64, "0");
+            for (size_t v = 0; v < n; v++) {
+                snprintf (body, sizeof body, "{\"%s\": %s}", name, beyond [v]);
+                bad += s_refused (method, path, body, named);
+                sent++;
+            }
+            //  Past any double, or any integer: bad JSON, still a 400.
+            snprintf (body, sizeof body, "{\"%s\": 1e400}", name);
+            bad += s_refused (method, path, body, NULL);
+            snprintf (body, sizeof body, "{\"%s\": 99999999999999999999}", name);
+            bad += s_refused (method, path, body, NULL);
+            sent += 2;
+            //  At its bounds the value passes: the key after it is the
+            //  one refused (so nothing is stored by these either).
+            char at [3][64];
+            size_t m = 0;
+            snprintf (at [m++], 64, "%.17g", b->min);
+            snprintf (at [m++], 64, "%.17g", b->max);
+            if (b->zero)
+                snprintf (at [m++], 64, "0");
+            for (size_t v = 0; v < m; v++) {
+                snprintf (body, sizeof body, "{\"%s\": %s, \"zz-after\": 1}", name, at [v]);
+                bad += s_refused (method, path, body, "unknown field 'zz-after'");
+                sent++;
+            }
+        }
+    }
+    fprintf (stderr, "bodies: %zu routes, %d fields with bounds, %d bodies sent, %d not refused as they should be\n",
+             json_array_size (routes), bound_fields, sent, bad);
+    CHECK (bad == 0);
+    CHECK (bound_fields >= 10);
+    //  Nothing stored, nothing asked of lifecycle.
+    char *after = s_digest (store), *last_after = s_lifecycle_last (lifecycle);
+    CHECK (before && after && streq (before, after));
+    CHECK (last && last_after && streq (last, last_after));
+    free (before);
+    free (after);
+    zstr_free (&last);
+    zstr_free (&last_after);
+    json_decref (routes);
 }
 
 int main (void)
@@ -343,6 +559,14 @@ int main (void)
     EXPECT ("POST", "/api/v1/agents", "{\"name\":\"a\",\"colour\":\"red\"}", s_token, 400, "unknown field 'colour'");
     EXPECT ("POST", "/api/v1/agents", "{\"name\":\"a\",\"cpus\":\"two\"}", s_token, 400, "'cpus'");
     EXPECT ("POST", "/api/v1/agents", "{\"name\":\"a\",\"memory_mb\":1.5}", s_token, 400, "'memory_mb'");
+    //  A key given twice is named, however long and however escaped.
+    EXPECT ("POST", "/api/v1/agents", "{\"name\":\"a\",\"name\":\"b\"}", s_token, 400, "field 'name' is given twice");
+    EXPECT ("POST", "/api/v1/agents", "{\"idle_minutes\":1,\n \"idle_minutes\" :2}", s_token, 400,
+            "field 'idle_minutes' is given twice (line 2");
+    EXPECT ("POST", "/api/v1/agents", "{\"a\\\"b\\\\\":1, \"a\\\"b\\\\\":2}", s_token, 400,
+            "field 'a\"b\\' is given twice");
+    EXPECT ("PATCH", "/api/v1/agents/alice", "{\"cpus\":1,\"image\":\"x:1\",\"cpus\":1e-12}", s_token, 400,
+            "field 'cpus' is given twice");
     EXPECT ("POST", "/api/v1/agents", "{\"image\":\"x\"}", s_token, 400, "'name' is required");
     EXPECT ("POST", "/api/v1/agents", "{\"name\":\"Bad Name\"}", s_token, 400, "agent name 'Bad Name' must be");
     EXPECT ("POST", "/api/v1/agents", NULL, s_token, 400, "body is required");
@@ -732,6 +956,8 @@ int main (void)
     out = s_raw ("GET /api/v1/agents/%ff%fe HTTP/1.1\r\nHost: x\r\n\r\n", 47, true);
     free (out);
     EXPECT ("GET", "/healthz", NULL, NULL, 200, NULL);
+
+    s_test_bodies (lifecycle, store);
 
     //  Destroy, waiting: the agent is gone afterwards.
     j = s_http ("DELETE", "/api/v1/agents/alice?wait=1", NULL, s_token, &status);

@@ -755,6 +755,30 @@ main (void)
            && strstr (err, "not found"));
     fprintf (stderr, "missing image says: %s\n", err ? err : "");
     CHECK (d->destroy (d, "0000000000c3", &err) == 0);
+    //  Resources that would be no limit once converted (NanoCpus 0 below
+    //  0.5 ns of CPU) or that Docker refuses at start: refused at create,
+    //  naming the field and its range, and no container is left.
+    static const struct { double cpus; int64_t memory_mb; const char *field; } bounds [] = {
+        { 1e-12, 256, "cpus" }, { 5e-324, 256, "cpus" }, { 1e-9, 256, "cpus" }, { 0.001, 256, "cpus" },
+        { 0.015, 256, "cpus" }, { 1, 5, "memory_mb" },
+    };
+    for (size_t i = 0; i < sizeof bounds / sizeof bounds [0]; i++) {
+        ah_sandbox_spec_t tiny = { .agent_id = "0000000000d4", .image = tag, .cpus = bounds [i].cpus,
+                                   .memory_mb = bounds [i].memory_mb };
+        free (err);
+        err = NULL;
+        CHECK (d->create (d, &tiny, &err) == -1);
+        bool named = err && strstr (err, "refused resources") && strstr (err, bounds [i].field)
+                  && strstr (err, "must be");
+        CHECK (named);
+        if (!named)
+            fprintf (stderr, "cpus %g, memory %lld: %s\n", bounds [i].cpus, (long long) bounds [i].memory_mb,
+                     err ? err : "(accepted)");
+        long gone_st = 0;
+        free (eng_call ("GET", NULL, &gone_st, "/containers/%s-0000000000d4/json", prefix));
+        CHECK (gone_st == 404);
+        CHECK (d->destroy (d, "0000000000d4", &err) == 0);
+    }
     //  A bad id never reaches the engine.
     free (err);
     err = NULL;
