@@ -21,6 +21,12 @@ inside a string, a number out of range, a byte-order mark, single
 quotes, blanks): each a 400 whose message names the body, and nothing
 changed (agents, files, tenants, tokens, sessions, policy values).
 
+Every route that reads a JSON body is sent keys it does not take
+(unknown, empty, doubled, with a C1 control) and every route that sets a
+number the values that would mean "no limit" or fail later (1e-12 CPUs,
+denormals, -0, 1e308, 2^53+1, reals where whole numbers are meant,
+off-step values, strings): each a 400 naming the key, nothing changed.
+
 A few whole-request forms go too: raw CR, LF, NUL and TAB inside the
 request line, a request line over 4 KiB (414), a head over 16 KiB (431),
 bare LF line ends; each answered with its status and the connection
@@ -193,6 +199,36 @@ BROKEN_BODIES = [
 JSON_ROUTES = [(m, p) for m, p, _ in ROUTES
                if m in ("POST", "PATCH", "PUT") and "/files" not in p and "/fs/" not in p]
 
+# Keys no body takes, and the key each 400 must name.
+BAD_KEYS = [
+    (b'{"foo":1}', "'foo'"), (b'{"":1}', "''"), (b'{"foo\\u0085":1}', "'foo"),
+    (b'{"zz":1,"zz":2}', "'zz'"), (b'{"run":"r1","run":"r1"}', "'run'"),
+    (b'{"a_rather_long_key_name_for_jansson":1,"a_rather_long_key_name_for_jansson":2}',
+     "'a_rather_long_key_name_for_jansson'"),
+]
+KEYED_DELETES = [("DELETE", "/api/v1/agents/alice"), ("DELETE", "/api/v1/turns/0123456789abcdef")]
+# Values refused everywhere a number is set: denormals, -0, huge, past
+# 2^53, a string, a boolean, an array.
+NEVER_NUMBERS = ["5e-324", "2.2250738585072009e-308", "-0.0", "1e308", "-1", "9007199254740993",
+                 '"1"', "true", "[1]", "{}"]
+NUMBER_ROUTES = [
+    ("POST", "/api/v1/agents", "cpus", ["1e-12", "1e-9", "4.9e-10", "0.001", "0.015", "0", "1024.01"]),
+    ("POST", "/api/v1/agents", "memory_mb", ["5", "0", "512.5", "512.0", "1099511627777"]),
+    ("POST", "/api/v1/agents", "idle_minutes", ["0.001", "0", "525601"]),
+    ("PATCH", "/api/v1/agents/alice", "cpus", ["1e-12", "0.001", "0.999"]),
+    ("PATCH", "/api/v1/agents/alice", "memory_mb", ["1.5", "0"]),
+    ("PATCH", "/api/v1/agents/alice", "idle_minutes", ["1e-300", "0.005"]),
+    ("PATCH", "/api/v1/tenants/acme", "max_cpus", ["1e-12", "0.005", "1048576.01"]),
+    ("PATCH", "/api/v1/tenants/acme", "max_sandboxes", ["1.5", "100001"]),
+    ("PATCH", "/api/v1/tenants/acme", "max_memory_mb", ["5", "2.5"]),
+    ("POST", "/api/v1/tenants", "max_running", ["0.5", "100001"]),
+    ("PUT", "/api/v1/policy", "tenant_max_sandboxes", ["0.5", "100001"]),
+    ("PUT", "/api/v1/policy", "pool_max_running", ["1e5", "3.0"]),
+    ("POST", "/api/v1/agents/alice/exec", "timeout", ["0", "0.0001", "604800.001"]),
+    ("POST", "/api/v1/agents/alice/turns", "lease_ms", ["999", "3600001", "60000.5"]),
+    ("POST", "/api/v1/tokens", "expires", ["0", "315360001", "1.5"]),
+]
+
 INJECT = ["..", "%2e%2e", "%2E%2E", "..%2F", "%2F", "%00", "%0A", "%0D", "a%2Fb", "", ".",
           "%2e", "..%2f..%2fbob", "%2e%2e%2fbob", "bob%00", "bob%0D%0Astart"]
 
@@ -289,6 +325,29 @@ def main():
                 check(st == 400 and ("JSON" in err or "object" in err or "body" in err),
                       "%s %s with body %r: want 400 naming the body, got %d %r"
                       % (method, path, body[:40], st, data[:200]))
+        # Keys no route takes: unknown, empty, doubled, with a control
+        # character; on every route that reads a JSON body (DELETE with
+        # a body too): a 400 naming the key.
+        for method, path in JSON_ROUTES + KEYED_DELETES:
+            for body, named in BAD_KEYS:
+                st, data = send(method, path, body)
+                tried += 1
+                err = json.loads(data).get("error", "") if data else ""
+                # (a route that takes no body at all refuses any)
+                check(st == 400 and (named in err or err == "%s takes no body" % path), "%s %s with body %r: want 400 naming %s, got %d %r"
+                      % (method, path, body, named, st, data[:200]))
+        # Numbers that would mean "no limit" or fail later, on every route
+        # that sets one (the bounds of docs/api.md "Numbers").
+        for method, path, field, values in NUMBER_ROUTES:
+            # (expires takes a duration string too)
+            for value in values + [v for v in NEVER_NUMBERS if field != "expires" or v[0] != '"']:
+                body = ('{"name":"carol","%s":%s}' if path == "/api/v1/agents" else '{"%s":%s}') % (field, value)
+                st, data = send(method, path, body.encode())
+                tried += 1
+                err = json.loads(data).get("error", "") if data else ""
+                check(st == 400 and ("'%s'" % field) in err and ("from" in err or "must be" in err),
+                      "%s %s with %s: want 400 naming '%s' and its range, got %d %r"
+                      % (method, path, body, field, st, data[:200]))
         after = snapshot()
         check(before[:2] == after[:2], "nothing changed: %r -> %r" % (before, after))
         check(after[2] == before [2] + 2, "bob's audit trail has no row but the snapshot's own "

@@ -282,6 +282,38 @@ static char *s_create (const char *name)
 // --------------------------------------------------------------------------
 //  The tests
 
+//  Numbers off their bound (common/bounds.h), whoever sends them: a
+//  create (target NULL) or an update of target is a 400 naming the field
+//  and its range, and nothing is made or changed.
+static void s_off_bounds (const char *target)
+{
+    static const struct { const char *field; double v; bool whole; } off [] = {
+        { "cpus", 1e-12, false }, { "cpus", 5e-324, false }, { "cpus", 1e-9, false }, { "cpus", 0.001, false },
+        { "cpus", 0.015, false }, { "cpus", -0.0, false }, { "cpus", 1e308, false }, { "cpus", 0, false },
+        { "memory_mb", 5, true }, { "memory_mb", 1.5, false }, { "memory_mb", 9007199254740993.0, true },
+        { "idle_minutes", 0.001, false }, { "idle_minutes", 1e-300, false }, { "idle_minutes", 525601, false },
+    };
+    for (size_t i = 0; i < sizeof off / sizeof off [0]; i++) {
+        ah_msg_t *m = ah_msg_new (target ? "AGENT_UPDATE" : "AGENT_CREATE");
+        ah_msg_set_str (m, target ? "agent" : "name", target ? target : "tiny");
+        if (off [i].whole)
+            ah_msg_set_int (m, off [i].field, (int64_t) off [i].v);
+        else
+            ah_msg_set_double (m, off [i].field, off [i].v);
+        ah_msg_t *reply = s_call (m);
+        const char *error = reply ? ah_msg_str (reply, "error") : NULL;
+        char named [64];
+        snprintf (named, sizeof named, "field '%s' must be", off [i].field);
+        bool ok = reply && ah_msg_int (reply, "status", 0) == 400 && error && strstr (error, named)
+                  && strstr (error, "from");
+        if (!ok)
+            fprintf (stderr, "  %s %s = %g: %s\n", target ? "update" : "create", off [i].field, off [i].v,
+                     error ? error : "(no error)");
+        CHECK (ok);
+        ah_msg_destroy (&reply);
+    }
+}
+
 static void test_malformed (void)
 {
     //  A map the decoder refuses (a duplicate key), with a req to answer.
@@ -317,6 +349,8 @@ static void test_malformed (void)
     ah_msg_set_str (m, "name", "ok-name");
     ah_msg_set_str (m, "cpus", "two");
     CHECK (s_status ((reply = s_call (m), &reply)) == 400);
+    s_off_bounds (NULL);
+    CHECK (s_count ("SELECT count(*) FROM agents WHERE name <> :id", "") == 0);
     //  Over the limit: refused by limits.lua with its sentence.
     m = ah_msg_new ("AGENT_CREATE");
     ah_msg_set_str (m, "name", "greedy");
@@ -380,6 +414,10 @@ static void test_idents (void)
         }
         ah_msg_destroy (&reply);
     }
+    //  The target keeps what it had through refused numbers.
+    int64_t cpus_before = s_count ("SELECT cpus * 1000 FROM agents WHERE id = :id", target);
+    s_off_bounds (target);
+    CHECK (s_count ("SELECT cpus * 1000 FROM agents WHERE id = :id", target) == cpus_before);
     ah_msg_t *r = s_op ("SANDBOX_DESTROY", target);
     CHECK (s_status (&r) == 202);
     CHECK (s_wait_state (target, NULL, 5000));
