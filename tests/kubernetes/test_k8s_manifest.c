@@ -280,6 +280,19 @@ static void s_test_hostile_spec (void)
     CHECK (spec.cpus == c->max_cpus && spec.memory_mb == c->max_memory_mb);
     ah_k8s_spec_free (&spec);
     free (err);
+    //  ... and the bounds every client is held to (common/bounds.h): no
+    //  CPU limit that rounds to 0 millicores, no memory Docker refuses.
+    static const struct { double cpus; int64_t memory_mb; } tiny [] = {
+        { 1e-12, 256 }, { 5e-324, 256 }, { 0.0004, 256 }, { 0.015, 256 }, { 1, 5 },
+    };
+    for (size_t i = 0; i < sizeof tiny / sizeof tiny [0]; i++) {
+        ah_sandbox_spec_t t = { .agent_id = ID, .image = "busybox", .cpus = tiny [i].cpus,
+                                .memory_mb = tiny [i].memory_mb };
+        err = NULL;
+        CHECK (ah_k8s_spec_from (c, &t, &spec, &err) == -1);
+        CHECK (err && strstr (err, "out of range") && strstr (err, "must be"));
+        free (err);
+    }
     ah_config_destroy (&c);
 }
 
