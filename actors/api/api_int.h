@@ -12,7 +12,8 @@
       http.c      a connection and its requests: read, route, authenticate,
                   body, 100-continue, respond, write, keep-alive, upgrade
       route.c     the route table and the request target: segments decoded
-                  once, queries, paths inside the home
+                  once, queries, paths inside the home, bodies checked
+                  against their route's fields
       auth.c      bearer tokens (and the session cookie, through login.c)
       chan.c      tunnel channels: open, data both ways, credit, the end
       agents.c, runtimes.c, turns.c, audit.c, exec.c, files.c, events.c,

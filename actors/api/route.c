@@ -8,12 +8,16 @@
     '/', a NUL or a control character, is a 400: it never becomes another
     route. The query is split at '&' and each key and value decoded once
     ('+' stays a '+'); a key the route does not take, or one given twice,
-    is a 400 naming it.                                                  */
+    is a 400 naming it.
+
+    A JSON body is checked here too, against the fields its route states
+    (route_t.body), before the route's handler runs: unknown, empty and
+    wrongly typed keys, and numbers off their bound (common/bounds.h), are
+    a 400 naming the key (a key given twice: api_body_object).         */
 #include "actors/api/api_int.h"
 #include "common/bounds.h"
 
 #include <errno.h>
-#include <math.h>
 #include <string.h>
 
 #define MAX_SEGMENTS 64
