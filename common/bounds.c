@@ -30,6 +30,15 @@ static const ah_bound_t s_bounds [] = {
     { "lease_ms",             true,  1000, 3600000, 1, NULL, "ms" },
     { "timeout",              false, 0.001, 604800, 0.001, NULL, "seconds" },
     { "expires",              true,  1, 315360000, 1, NULL, "seconds" },
+    //  The configuration's durations (seconds; "500ms" is 0.5) and the
+    //  audit trail's retention: no denormal that removes a home at once,
+    //  no interval so long that a check never comes.
+    { "container_ttl",        false, 1, 3153600000.0, 0.001, "never", "seconds" },
+    { "workspace_ttl",        false, 1, 3153600000.0, 0.001, "never", "seconds" },
+    { "check_interval",       false, 0.1, 86400, 0.001, NULL, "seconds" },
+    { "destroy_retry",        false, 0.1, 31536000, 0.001, NULL, "seconds" },
+    { "terminal_bytes_interval", false, 0.1, 86400, 0.001, "at close only", "seconds" },
+    { "retention_days",       false, 0.01, 36500, 0.01, NULL, "days" },
 };
 #define BOUND_COUNT (sizeof s_bounds / sizeof s_bounds [0])
 

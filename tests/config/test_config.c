@@ -341,7 +341,14 @@ static void s_test_errors (void)
                   "sandbox.max_memory_mb = 16384");
     EXPECT_ERROR ("sandbox:\n  pids_limit: 0\n", "sandbox.pids_limit = 0", NULL);
     EXPECT_ERROR ("sandbox:\n  idle_minutes: 0\n", "sandbox.idle_minutes = 0", "from 0.01 to 525600 minutes");
-    EXPECT_ERROR ("sandbox:\n  idle_check_interval: 50ms\n", "sandbox.idle_check_interval", "at least 100ms");
+    EXPECT_ERROR ("sandbox:\n  idle_check_interval: 50ms\n", "sandbox.idle_check_interval", "from 0.1 to 86400 seconds");
+    EXPECT_ERROR ("sandbox:\n  idle_check_interval: 1e308\n", "sandbox.idle_check_interval", "from 0.1 to 86400 seconds");
+    EXPECT_ERROR ("sandbox:\n  workspace_ttl: 1e-300\n", "sandbox.workspace_ttl", "0 (never) or a number from 1");
+    EXPECT_ERROR ("sandbox:\n  container_ttl: 0.5\n", "sandbox.container_ttl = 0.5", "0 (never) or");
+    EXPECT_ERROR ("sandbox:\n  ttl_check_interval: 1e6\n", "sandbox.ttl_check_interval = 1e+06", "to 86400");
+    EXPECT_ERROR ("audit:\n  retention_days: 1e-300\n", "audit.retention_days", "from 0.01 to 36500 days");
+    EXPECT_ERROR ("audit:\n  terminal_bytes_interval: 50ms\n", "audit.terminal_bytes_interval = 0.05",
+                  "0 (at close only) or");
     EXPECT_ERROR ("sandbox:\n  driver: podman\n", "sandbox.driver = 'podman'", "docker, kubernetes, remote or fake");
     //  The host agent's keys
     EXPECT_ERROR ("sandbox:\n  remote: {endpoint: 'http://x:1'}\n", "sandbox.remote.endpoint = 'http://x:1'", "ipc://");
