@@ -259,6 +259,7 @@ static void s_test_text_fields (void)
     char *reply = s_raw (head, (size_t) n, false);
     CHECK (strstr (reply, " 400 ") && strstr (reply, "X-Agenthold-Run"));
     free (reply);
+}
 
 //  --------------------------------------------------------------------
 //  Bodies, generated from the router's table (ah_api_body_routes): every
