@@ -51,8 +51,9 @@ typedef struct {
     bool    running;
     int     exit_code;              //  when !running and it ran before; -1 unknown
     char    detail [128];           //  driver's own words ("exited (137)", "running")
-    bool    home_gone;              //  known: no container and no home either (its
-                                    //  files are gone); false when there or unknown
+    bool    home_gone;              //  known: the home's files are gone (docker: its
+                                    //  bound directory, whatever the volume); false
+                                    //  when there or unknown
     //  When !running: why it ended, when the backend says it was ended
     //  for it rather than by it ("Evicted: the node was low on memory"):
     //  lifecycle then puts the agent in error with this, whatever the exit

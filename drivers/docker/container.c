@@ -378,8 +378,6 @@ ah_dk_create (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
     return s_make (driver, spec, false, err);
 }
 
-static long s_home_volume (docker_t *self, const char *what, const char *volume, bool *dir_gone);
-
 int
 ah_dk_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
 {
@@ -440,14 +438,15 @@ ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err)
     if (rc) {
         //  A home whose directory was removed behind the engine's back
         //  fails the start with the engine's words; ours say what
-        //  happened and what makes the sandbox again. (Looked at only
-        //  when the start failed: a wake asks the engine nothing else.)
-        bool dir_gone = false;
-        s_home_volume (self, "starting a sandbox", n.volume, &dir_gone);
-        if (dir_gone)
+        //  happened. (Looked at only when the start failed: a wake asks
+        //  the engine nothing else.) Lifecycle's worker inspects and
+        //  records the loss; the next start makes the sandbox again.
+        dk_home_t home;
+        ah_dk_home_look (self, "starting a sandbox", boot->agent_id, &home, NULL);
+        if (home.lost)
             ah_dk_err (err, "starting container %s: its home directory is gone (removed outside agenthold; "
-                       "home volume %s present): its files are lost; a rebuild makes it again, empty",
-                       n.container, n.volume);
+                       "home volume %s %s): its files are lost; the next start makes it again, empty",
+                       n.container, n.volume, home.volume == 200 ? "present" : "gone too");
     }
     return rc;
 }
@@ -515,25 +514,6 @@ s_status_from (const json_t *container, ah_sandbox_status_t *status)
         snprintf (status->detail, sizeof status->detail, "%s", s ? s : "unknown");
 }
 
-//  The home volume's status (GET /volumes/NAME: 200, 404, or < 0 when the
-//  engine did not say), and whether the directory a bind-backed volume is
-//  bound to is gone (the volume still there: someone removed its files).
-static long
-s_home_volume (docker_t *self, const char *what, const char *volume, bool *dir_gone)
-{
-    *dir_gone = false;
-    char *path = ah_strf ("/volumes/%s", volume);
-    json_t *v = NULL;
-    long st = path ? ah_dk_get (self, what, path, true, &v, NULL) : -1;
-    const char *device = json_string_value (json_object_get (json_object_get (v, "Options"), "device"));
-    struct stat sb;
-    if (st == 200 && device && *device == '/' && lstat (device, &sb) != 0 && errno == ENOENT)
-        *dir_gone = true;
-    json_decref (v);
-    free (path);
-    return st;
-}
-
 int
 ah_dk_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *status, char **err)
 {
@@ -547,16 +527,22 @@ ah_dk_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *s
     char *path = ah_strf ("/containers/%s/json", n.container);
     json_t *j = NULL;
     long st = ah_dk_get (self, what, path, true, &j, err);
+    //  The home is its files (ah_dk_home_look): a volume removed with
+    //  them left in their directory is no loss, and the next create or
+    //  rebuild binds a new volume to them.
+    dk_home_t home = { .volume = -1 };
+    if (st == 404 || st == 200)
+        ah_dk_home_look (self, what, agent_id, &home, NULL);
     if (st == 404) {
-        //  No container. Say whether the home survives: lifecycle repairs
-        //  that with a rebuild, where nothing at all means recreate.
-        bool dir_gone = false;
-        long vst = s_home_volume (self, what, n.volume, &dir_gone);
-        status->home_gone = vst == 404 || dir_gone;
-        snprintf (status->detail, sizeof status->detail, "%s",
-                  dir_gone ? "container missing; home volume present, its directory gone"
-                  : vst == 200 ? "container missing; home volume present"
-                  : "container missing; no home volume");
+        //  No container: lifecycle has it made again (a start re-creates
+        //  it), with the home as it is.
+        status->home_gone = home.lost;
+        snprintf (status->detail, sizeof status->detail, "container missing; %s",
+                  home.volume == 200 ? (home.lost ? "home volume present, its directory gone"
+                                                  : "home volume present")
+                  : home.volume == 404 ? (home.lost ? "no home volume, no home directory"
+                                                    : "no home volume, its directory kept")
+                  : "home volume not known (the engine did not say)");
     }
     else
     if (st == 200) {
@@ -564,9 +550,7 @@ ah_dk_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *s
         //  The container may outlive its home's files: a directory removed
         //  behind the engine's back leaves the volume (and the container)
         //  standing over nothing.
-        bool dir_gone = false;
-        s_home_volume (self, what, n.volume, &dir_gone);
-        if (dir_gone) {
+        if (home.lost) {
             status->home_gone = true;
             size_t len = strlen (status->detail);
             snprintf (status->detail + len, sizeof status->detail - len, "; its home directory is gone");

@@ -279,6 +279,27 @@ int ah_dk_list (ah_driver_t *driver, char ***ids, char **err);
 //  -------------------------------------------------------------------------
 //  volume.c: the home volume, bound to <data_dir>/homes/<id>
 
+//  What the driver knows of an agent's home. The home is its files: the
+//  directory a volume of ours is bound to (<data_dir>/homes/<id>), or,
+//  for an earlier install's plain named volume, the volume itself. The
+//  volume is only the engine's name for the directory: one removed
+//  behind our back (docker volume rm) leaves the files, and the next
+//  create, rebuild or re-created start binds a new volume to them.
+//  So the home is lost only when the files are: a bound volume whose
+//  directory is gone, or no volume and no directory.
+typedef struct {
+    long volume;                    //  GET /volumes/NAME: 200, 404, < 0 (the engine did not say)
+    bool bound;                     //  the volume is bound to a directory (its device option)
+    bool ours;                      //  ... to <data_dir>/homes/<id>
+    bool dir;                       //  that directory, or without a volume homes/<id>, is there
+    bool lost;                      //  the home's files are gone (never when the engine did not say)
+} dk_home_t;
+
+//  Looks (one GET /volumes/NAME and an lstat); what is the caller's label
+//  for the request, err (may be NULL) gets why the engine did not say.
+void ah_dk_home_look (docker_t *self, const char *what, const char *agent_id, dk_home_t *home,
+                      char **err);
+
 //  Creates it (and its directory) unless a volume of that name exists:
 //  an earlier install's is kept as it is. 0 / -1 with *err.
 int ah_dk_home_volume_ensure (docker_t *self, const char *agent_id, char **err);

@@ -69,40 +69,73 @@ ah_docker_home_dir (const ah_config_t *config, const char *agent_id)
     return ah_strf ("%s/homes/%s", config->data_dir, agent_id);
 }
 
+void
+ah_dk_home_look (docker_t *self, const char *what, const char *agent_id, dk_home_t *home, char **err)
+{
+    memset (home, 0, sizeof *home);
+    home->volume = -1;
+    dk_names_t n;
+    ah_dk_names (self, agent_id, &n);
+    char *path = ah_strf ("/volumes/%s", n.volume);
+    char *mine = ah_docker_home_dir (self->config, agent_id);
+    json_t *v = NULL;
+    if (path && mine)
+        home->volume = ah_dk_get (self, what, path, true, &v, err);
+    else
+        ah_dk_err (err, "%s: out of memory", what);
+    const char *device = json_string_value (json_object_get (json_object_get (v, "Options"), "device"));
+    home->bound = home->volume == 200 && device && *device == '/';
+    home->ours = home->bound && strcmp (device, mine) == 0;
+    //  The files are where the volume is bound, or, with no volume, where
+    //  ours would be bound: a volume removed behind our back leaves them.
+    //  An earlier install's plain volume holds them itself.
+    const char *dir = home->bound ? device : home->volume == 404 ? mine : NULL;
+    struct stat sb;
+    if (dir) {
+        //  What cannot be looked at (EACCES, ...) is not known to be gone.
+        home->dir = lstat (dir, &sb) == 0 || errno != ENOENT;
+        home->lost = !home->dir;
+    }
+    json_decref (v);
+    free (path);
+    free (mine);
+}
+
 int
 ah_dk_home_volume_ensure (docker_t *self, const char *agent_id, char **err)
 {
     dk_names_t n;
     ah_dk_names (self, agent_id, &n);
     char *what = ah_strf ("creating home volume %s", n.volume);
-    char *path = ah_strf ("/volumes/%s", n.volume);
     char *root = ah_strf ("%s/homes", self->config->data_dir);
     char *dir = ah_docker_home_dir (self->config, agent_id);
     int rc = -1;
-    if (!what || !path || !root || !dir) {
+    if (!what || !root || !dir) {
         ah_dk_err (err, "creating the home volume of %s: out of memory", agent_id);
         goto out;
     }
-    json_t *v = NULL;
-    long st = ah_dk_get (self, what, path, true, &v, err);
-    const char *device = json_string_value (json_object_get (json_object_get (v, "Options"), "device"));
-    struct stat sb;
-    if (st == 200 && device && strcmp (device, dir) == 0 && lstat (dir, &sb) != 0 && errno == ENOENT) {
+    dk_home_t home;
+    ah_dk_home_look (self, what, agent_id, &home, err);
+    long st = home.volume;
+    if (home.ours && home.lost) {
         //  Its directory was removed behind the engine's back (the files
-        //  are lost, lifecycle says so): a rebuild makes the home again,
-        //  empty, where the volume is bound.
+        //  are lost, lifecycle says so): the home is made again, empty,
+        //  where the volume is bound.
         ah_warn ("docker", "%s: the directory of home volume %s was gone: made again, empty", agent_id, n.volume);
         if ((mkdir (root, 0700) && errno != EEXIST) || (mkdir (dir, 0755) && errno != EEXIST)) {
             ah_dk_err (err, "%s: cannot make %s again: %s", what, dir, strerror (errno));
-            json_decref (v);
             goto out;
         }
     }
-    json_decref (v);
     if (st == 200) {
         rc = 0;                     //  there already (ours, or an earlier install's)
         goto out;
     }
+    if (st == 404 && home.dir)
+        //  The volume was removed behind our back, its files kept: a new
+        //  volume is bound to them.
+        ah_info ("docker", "%s: home volume %s was gone, its directory %s kept: bound again", agent_id,
+                 n.volume, dir);
     if (st != 404 || s_same_path_on_host (self, root, err))
         goto out;
     //  homes/ keeps other host users out (the files belong to the
@@ -124,7 +157,6 @@ ah_dk_home_volume_ensure (docker_t *self, const char *agent_id, char **err)
     free (msg);
 out:
     free (what);
-    free (path);
     free (root);
     free (dir);
     return rc;
