@@ -497,7 +497,13 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
         ah_lc_run (self, "UPDATE sandboxes SET container_removed_at = NULL WHERE agent_id = :id", id);
     if (!ok && streq (op, "destroy"))
         ah_lc_tombstone_failed (self, id, why ? why : "the driver failed");
-    if (!ok && streq (op, "start") && ah_msg_bool (done, "home_gone", false))
+    //  A start that failed because the home's files are gone: the loss is
+    //  recorded, and the row waits in error as a removed sandbox does (op
+    //  create): the next START makes the sandbox again, its home empty.
+    //  Never behind the user's back: a session on it is lost, not handed
+    //  an empty home (docs/sessions.md).
+    bool lost = !ok && streq (op, "start") && ah_msg_bool (done, "home_gone", false);
+    if (lost)
         ah_lc_home_lost (self, row, ah_msg_str (done, "detail"));
     if (streq (op, "inspect")) {
         //  A failed look is no evidence of anything: finish what the row
@@ -517,7 +523,7 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
     if (!ok) {
         char guard [64];
         snprintf (guard, sizeof guard, "state = '%s'", row->state);
-        ah_lc_move (self, id, guard, "error", op, why ? why : "the driver failed");
+        ah_lc_move (self, id, guard, "error", lost ? "create" : op, why ? why : "the driver failed");
     }
     else
     if (streq (op, "create"))

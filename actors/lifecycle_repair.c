@@ -9,6 +9,8 @@
 #include <string.h>
 
 #define REMOVED "sandbox container was removed outside agenthold"
+#define HOME_GONE "its home directory was removed outside agenthold: its files are lost; a start makes " \
+                  "the sandbox again, with an empty home"
 
 //  Did the row's sandbox have a home to lose? Not before its first
 //  create succeeded (an error there has op 'create' and the driver's
@@ -67,6 +69,10 @@ void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, boo
     bool home_gone = ah_msg_bool (seen, "home_gone", false) && s_had_home (&row);
     if (home_gone)
         ah_lc_home_lost (self, &row, detail);
+    //  A sleeping sandbox standing over a home whose files are gone would
+    //  fail its next start: it waits in error as a removed one does, and
+    //  a START makes it again with an empty home.
+    bool gone_under = home_gone && exists && !running;
     home_gone = home_gone && !exists;
     //  Driver events follow our own operations too (a rebuild removes the
     //  container), and may arrive late: a transitional row is left to its
@@ -147,6 +153,9 @@ void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, boo
         else
         if (!exists)
             ah_lc_move (self, id, "state = 'sleeping'", "error", "create", removed);
+        else
+        if (gone_under)
+            ah_lc_move (self, id, "state = 'sleeping'", "error", "create", HOME_GONE);
         else
         if (running) {
             //  Started by hand: without a boot token of ours it cannot
