@@ -46,6 +46,10 @@ typedef struct {
     char *briefing;                 //  start: written into the sandbox; owned by the job
     bool cleanup;                   //  a stop that changes no state (after a hello timeout)
     bool recreate;                  //  start: its container was expired, rebuild it first
+    //  create, rebuild or a recreate of a sandbox that had a home: the
+    //  driver makes a missing home again, empty, without a word, so the
+    //  worker inspects first and a home found gone is recorded lost.
+    bool look_first;
     pthread_t thread;
 } job_t;
 
@@ -56,6 +60,7 @@ typedef struct {
     job_t  *job;                    //  the driver call in flight, or NULL
     int     hello_timer;            //  waiting for sandboxd's hello; 0 = not
     char    preparing [AH_NAME_MAX + 2];    //  waiting for this runtime's image; "" = not
+    bool    had_home;               //  row_t's, kept for the job while its runtime is prepared
     char    prepared [AH_NAME_MAX + 2];     //  RUNTIME_READY came for this runtime: launch
 } track_t;
 
@@ -75,6 +80,9 @@ typedef struct {
     bool needs_rebuild;
     bool container_removed;         //  sandbox.container_ttl removed its container
     int64_t updated_at;             //  ms: the row's last change
+    //  Not from the store: set by a request on the row it launches from,
+    //  when the sandbox had a home before the request moved it.
+    bool had_home;
 } row_t;
 
 typedef struct {
@@ -222,6 +230,8 @@ void ah_lc_on_runtime_progress (void *self, ah_msg_t *msg);
 void ah_lc_ttl_sweep (void *self, void *arg);
 //  Its home's files are gone (detail: the driver's words): home_lost is
 //  set once, so a session on it is reported lost (docs/sessions.md).
+//  Did the row's sandbox have a home to lose (its state, before a move)?
+bool ah_lc_had_home (const row_t *row);
 void ah_lc_home_lost (self_t *self, const row_t *row, const char *detail);
 //  An expire or expire-home job ended (JOB_DONE {ok, error}).
 void ah_lc_expired (self_t *self, const ah_msg_t *done, const char *agent_id, const char *op);

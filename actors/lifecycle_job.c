@@ -28,6 +28,14 @@ static void *s_worker (void *arg)
                                (const char *const *) env, env ? n_env : 0, rt ? rt->needs_network : true };
     ah_sandbox_status_t status = { .exit_code = -1 };
     ah_driver_t *d = job->driver;
+    if (job->look_first) {
+        //  The driver would make a missing home again, empty, without a
+        //  word: a home found gone here is the outcome's to record.
+        char *why = NULL;
+        if (d->inspect (d, job->agent_id, &status, &why) || !status.home_gone)
+            status = (ah_sandbox_status_t) { .exit_code = -1 };
+        free (why);
+    }
     if (streq (job->op, "create"))
         rc = d->create (d, &spec, &err);
     else if (streq (job->op, "start")) {
@@ -321,6 +329,8 @@ int ah_lc_launch (self_t *self, const row_t *row, const char *op, bool cleanup)
     track_t *track = s_track (self, row->id);
     if (!track)
         return -1;
+    if (row->had_home)
+        track->had_home = true;
     if (track->job)
         return 0;
     const ah_runtime_t *rt = *row->runtime ? ah_catalog_find (self->catalog, row->runtime) : NULL;
@@ -352,6 +362,8 @@ int ah_lc_launch (self_t *self, const row_t *row, const char *op, bool cleanup)
     job->tunnel_port = self->tunnel_port;
     job->cleanup = cleanup;
     job->recreate = streq (op, "start") && row->container_removed;
+    job->look_first = track->had_home && (streq (op, "create") || streq (op, "rebuild") || job->recreate);
+    track->had_home = false;
     const char *why = NULL;
     if (streq (op, "start")) {
         //  A fresh boot token per start; only its hash is kept.
@@ -502,8 +514,10 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
     //  create): the next START makes the sandbox again, its home empty.
     //  Never behind the user's back: a session on it is lost, not handed
     //  an empty home (docs/sessions.md).
-    bool lost = !ok && streq (op, "start") && ah_msg_bool (done, "home_gone", false);
-    if (lost)
+    //  And a sandbox made again over a home that was gone (look_first).
+    bool gone = ah_msg_bool (done, "home_gone", false);
+    bool lost = !ok && streq (op, "start") && gone;
+    if (lost || (gone && job->look_first))
         ah_lc_home_lost (self, row, ah_msg_str (done, "detail"));
     if (streq (op, "inspect")) {
         //  A failed look is no evidence of anything: finish what the row

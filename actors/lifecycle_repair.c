@@ -15,7 +15,7 @@
 //  Did the row's sandbox have a home to lose? Not before its first
 //  create succeeded (an error there has op 'create' and the driver's
 //  words), nor while it is made or destroyed.
-static bool s_had_home (const row_t *row)
+bool ah_lc_had_home (const row_t *row)
 {
     const char *s = row->state;
     if (streq (s, "error"))
@@ -66,7 +66,7 @@ void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, boo
     //  Its home's files are gone: with the sandbox (no container, no
     //  home), or under a sandbox still standing (a directory removed
     //  behind the engine's back, its volume still there).
-    bool home_gone = ah_msg_bool (seen, "home_gone", false) && s_had_home (&row);
+    bool home_gone = ah_msg_bool (seen, "home_gone", false) && ah_lc_had_home (&row);
     if (home_gone)
         ah_lc_home_lost (self, &row, detail);
     //  A sleeping sandbox standing over a home whose files are gone would

@@ -138,6 +138,7 @@ void ah_lc_on_transition (void *self_, ah_msg_t *msg)
         }
     }
     const char *to = tr->to;
+    bool had_home = ah_lc_had_home (&row);
     int won;
     if (streq (tr->verb, "start") && streq (row.state, "error") && streq (row.op, "create")) {
         //  There is no sandbox to start: a retry creates it first.
@@ -167,8 +168,10 @@ void ah_lc_on_transition (void *self_, ah_msg_t *msg)
              reason ? ", reason: " : "", reason ? reason : "");
     s_reply_state (self, msg, 202, &row, to);
     ah_lc_hello_cancel (self, row.id);
-    if (ah_lc_lookup (self, row.id, &row) == 1)
+    if (ah_lc_lookup (self, row.id, &row) == 1) {
+        row.had_home = had_home;
         ah_lc_launch_for_row (self, &row);
+    }
 }
 
 //  The agent and its sandbox row, in one transaction. 0 / -1.

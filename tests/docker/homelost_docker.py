@@ -18,7 +18,12 @@ docker CLI):
                  home_lost; then, in error, its volume removed too: still
                  no home_lost; a start keeps the file
   keep-hot       running: container and volume removed: no home_lost; a
-                 start keeps the file
+                 start keeps the file; asleep, container and volume
+                 removed again, then (looked at, no event) its directory:
+                 the START that makes it again records the loss, begins
+                 empty
+  lost-rebuild   asleep: the directory alone removed, then a rebuild: the
+                 loss recorded, the home empty
   lost-sleeping  asleep: directory, container and volume removed: error
                  with home_lost naming what is gone; a start begins with
                  an empty home the agent (uid 10001, `agent`) can write
@@ -162,6 +167,26 @@ def scenario(h):
     remove_volume(aid)
     kept("keep-hot", aid, device)
 
+    # Then its directory too, after the volume's removal was looked at (no
+    # event): the START that makes the sandbox again looks first.
+    h.check(h.cli("stop", "keep-hot")["state"] == "sleeping", "keep-hot: stop")
+    remove_container(aid)
+    remove_volume(aid)
+    a = settled("keep-hot", "error")
+    h.check(not a.get("home_lost"), "keep-hot: no home_lost while the directory is there: %r" % a)
+    shutil.rmtree(device)
+    h.check(h.cli("start", "keep-hot", timeout=120)["state"] == "running", "keep-hot: start")
+    begins_empty("keep-hot", device, ("no home volume, no home directory",))
+
+    # Asleep: the directory alone, then a rebuild (which makes it again).
+    aid, device = make("lost-rebuild")
+    h.check(h.cli("stop", "lost-rebuild")["state"] == "sleeping", "lost-rebuild: stop")
+    shutil.rmtree(device)
+    h.check(h.cli("rebuild", "lost-rebuild", timeout=120)["state"] in ("running", "starting"),
+            "lost-rebuild: rebuild")
+    h.wait_state("lost-rebuild", "running", 60)
+    begins_empty("lost-rebuild", device, ("its home directory is gone",))
+
     # Asleep: the directory, the container and the volume.
     aid, device = make("lost-sleeping")
     h.check(h.cli("stop", "lost-sleeping")["state"] == "sleeping", "lost-sleeping: stop")
@@ -192,7 +217,8 @@ def scenario(h):
     settled("lost-running", "error")
     begins_empty("lost-running", device)
 
-    for name in ("keep-sleeping", "keep-running", "keep-hot", "lost-sleeping", "lost-dir", "lost-running"):
+    for name in ("keep-sleeping", "keep-running", "keep-hot", "lost-rebuild", "lost-sleeping", "lost-dir",
+                 "lost-running"):
         h.check(h.cli("rm", name, timeout=120)["state"] == "destroyed", "rm %s" % name)
     h.finish()
 
