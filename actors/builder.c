@@ -45,6 +45,19 @@ typedef struct {
     zsock_t            *push;       //  the worker's own, made and closed in the worker
 } s_job_t;
 
+//  A look at the images believed present (RUNTIME_CHECK), in a thread of
+//  its own so that it never waits behind a build: image_exists for each,
+//  [GONE][alias] for those the driver no longer has, then
+//  [CHECKED][""]. The runtimes are the builder's catalog's (borrowed:
+//  the builder joins the thread before freeing the catalog); the array
+//  is the builder's, untouched while the thread runs.
+typedef struct {
+    ah_driver_t         *driver;
+    const ah_runtime_t **rts;
+    size_t               n;
+    char                 endpoint [64];
+} s_check_t;
+
 typedef struct {
     ah_actor_t       *actor;
     const ah_config_t *config;
@@ -59,6 +72,11 @@ typedef struct {
     pthread_t         worker;
     s_job_t           job;
     int               backoff_ms;
+    bool              prewarm;      //  keep every image present: one gone is made again at once
+    bool              checking;     //  the check thread runs (join it)
+    bool              recheck;      //  RUNTIME_CHECK came while it ran: once more after
+    pthread_t         checker;
+    s_check_t         check;
 } self_t;
 
 //  ---------------------------------------------------------------------
@@ -293,6 +311,35 @@ s_worker (void *args)
     return NULL;
 }
 
+static void *
+s_checker (void *args)
+{
+    s_check_t *check = args;
+    pthread_setname_np (pthread_self (), "ah-build-check");
+    zsock_t *push = zsock_new_push (check->endpoint);
+    if (!push) {
+        ah_error (AREA, "the image check cannot reach the builder");
+        return NULL;
+    }
+    zsock_set_linger (push, 1000);
+    for (size_t i = 0; i < check->n; i++) {
+        char *err = NULL;
+        bool exists = true;
+        //  A driver that cannot answer says nothing about the image: it
+        //  stays as it was (the next create that meets it asks again).
+        if (check->driver->image_exists (check->driver, check->rts [i]->image, &exists, &err) != 0)
+            ah_warn (AREA, "runtime %s: cannot check image %s: %s", check->rts [i]->alias,
+                     check->rts [i]->image, err ? err : "?");
+        else
+        if (!exists)
+            zstr_sendx (push, "GONE", check->rts [i]->alias, NULL);
+        free (err);
+    }
+    zstr_sendx (push, "CHECKED", "", NULL);
+    zsock_destroy (&push);
+    return NULL;
+}
+
 //  ---------------------------------------------------------------------
 //  The actor: queue, outcomes, messages.
 
@@ -375,7 +422,87 @@ s_tell_ready (self_t *self, size_t i)
     ah_actor_send (self->actor, "lifecycle", &msg);
 }
 
-//  From the worker: [IMAGE][runtime][state][error], [PROGRESS][runtime][text], [DONE][runtime].
+//  The image of runtime i, believed present, is not there (how: what
+//  said so): "missing" at once, for CATALOG_LIST and the API, and, with
+//  prewarm, made again as at start. Any other state is the worker's (a
+//  check or a build under way says what it finds).
+static void
+s_gone (self_t *self, size_t i, const char *how)
+{
+    s_image_t *img = &self->images [i];
+    const ah_runtime_t *rt = ah_catalog_at (self->catalog, i);
+    if (!streq (img->state, "present"))
+        return;
+    snprintf (img->state, sizeof img->state, "missing");
+    img->progress [0] = 0;
+    s_set_error (img, NULL);
+    ah_warn (AREA, "runtime %s: image %s is gone (%s)%s", rt->alias, rt->image, how,
+             self->prewarm ? "; making it again" : "; it is made when an agent asks for it");
+    if (self->prewarm && img->queued <= 0)
+        img->queued = PREWARM_ATTEMPTS;
+    s_next (self);
+}
+
+//  A check of the runtimes believed present, in the check thread, unless
+//  one runs (then once more when it ends).
+static void
+s_check_start (self_t *self)
+{
+    if (!self->driver)
+        return;
+    if (self->checking) {
+        self->recheck = true;
+        return;
+    }
+    size_t n = ah_catalog_size (self->catalog), k = 0;
+    const ah_runtime_t **rts = calloc (n + 1, sizeof *rts);
+    for (size_t i = 0; rts && i < n; i++)
+        if (streq (self->images [i].state, "present"))
+            rts [k++] = ah_catalog_at (self->catalog, i);
+    if (!rts || k == 0) {
+        free (rts);
+        return;
+    }
+    self->check = (s_check_t) { .driver = self->driver, .rts = rts, .n = k };
+    snprintf (self->check.endpoint, sizeof self->check.endpoint, "%s", self->endpoint);
+    if (pthread_create (&self->checker, NULL, s_checker, &self->check) == 0)
+        self->checking = true;
+    else {
+        ah_error (AREA, "cannot start the image check");
+        free (rts);
+        self->check.rts = NULL;
+    }
+}
+
+static void
+s_check_done (self_t *self)
+{
+    if (!self->checking)
+        return;
+    pthread_join (self->checker, NULL);
+    self->checking = false;
+    free (self->check.rts);
+    self->check.rts = NULL;
+    if (self->recheck) {
+        self->recheck = false;
+        s_check_start (self);
+    }
+}
+
+//  RUNTIME_CHECK {why}: the engine untagged or deleted an image (it names
+//  none), or its event stream (re)connected: the images believed present
+//  are looked at again.
+static void
+s_on_check (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    const char *why = ah_msg_str (msg, "why");
+    ah_debug (AREA, "checking the runtime images (%s)", why ? why : "asked");
+    s_check_start (self);
+}
+
+//  From the worker: [IMAGE][runtime][state][error], [PROGRESS][runtime][text], [DONE][runtime];
+//  from the check thread: [GONE][runtime], [CHECKED][].
 static void
 s_on_worker (void *self_, zsock_t *results)
 {
@@ -383,11 +510,18 @@ s_on_worker (void *self_, zsock_t *results)
     char *kind = NULL, *alias = NULL, *state = NULL, *error = NULL;
     if (zstr_recvx (results, &kind, &alias, &state, &error, NULL) < 2 || !kind || !alias)
         goto out;
+    if (streq (kind, "CHECKED")) {
+        s_check_done (self);
+        goto out;
+    }
     int i = s_index (self, alias);
     if (i < 0)
         goto out;
     const ah_runtime_t *rt = ah_catalog_at (self->catalog, (size_t) i);
     s_image_t *img = &self->images [i];
+    if (streq (kind, "GONE"))
+        s_gone (self, (size_t) i, "removed from the engine");
+    else
     if (streq (kind, "DONE")) {
         if (self->working) {
             pthread_join (self->worker, NULL);
@@ -451,6 +585,10 @@ s_on_ensure (void *self_, ah_msg_t *msg)
     }
     s_image_t *img = &self->images [i];
     img->waited_for = true;
+    //  The driver met the image missing (a create, start or rebuild
+    //  failed on it): whatever was believed, it is made again.
+    if (ah_msg_bool (msg, "gone", false))
+        s_gone (self, (size_t) i, "a sandbox's driver call found it missing");
     if (streq (img->state, "present") || streq (img->state, "unknown")) {
         s_tell_ready (self, (size_t) i);
         return;
@@ -641,6 +779,9 @@ s_destroy (void *self_)
         __atomic_store_n (&self->job.stop, 1, __ATOMIC_SEQ_CST);
         pthread_join (self->worker, NULL);
     }
+    if (self->checking)
+        pthread_join (self->checker, NULL);     //  a few image_exists calls
+    free (self->check.rts);
     zsock_destroy (&self->results);
     for (size_t i = 0; self->images && i < ah_catalog_size (self->catalog); i++)
         free (self->images [i].error);
@@ -666,6 +807,7 @@ s_init (ah_actor_t *actor, void *args)
     self->actor = actor;
     self->config = config;
     self->backoff_ms = a->backoff_ms > 0 ? a->backoff_ms : 5000;
+    self->prewarm = a->prewarm;
     char *err = NULL;
     if (!(self->catalog = ah_catalog_load (config->catalog_path, &err)))
         ah_actor_fail (actor, "the runtime catalog is invalid: %s", err ? err : "?");
@@ -711,6 +853,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "CATALOG_LIST", s_on_catalog_list },
     { "BRIEFING", s_on_briefing },
     { "RUNTIME_ENSURE", s_on_ensure },
+    { "RUNTIME_CHECK", s_on_check },
     { "POLICY_RELOAD", s_on_policy_reload },
     { NULL, NULL }
 };

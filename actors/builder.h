@@ -14,7 +14,15 @@
                                     or pulled on demand, 2 attempts), then
                                     RUNTIME_READY {runtime, ok, error?,
                                     briefing?} to lifecycle; meanwhile
-                                    RUNTIME_PROGRESS {runtime, text}
+                                    RUNTIME_PROGRESS {runtime, text};
+                                    gone: a driver call met the image
+                                    missing, so it is made again whatever
+                                    the builder believed
+      RUNTIME_CHECK {why}           the images believed present asked
+                                    about again (an image was untagged or
+                                    deleted, or the event stream
+                                    reconnected); one gone is missing at
+                                    once and, with prewarm, made again
       POLICY_RELOAD {}              reloads briefing.lua (a broken script
                                     keeps the previous one)
 
@@ -28,8 +36,13 @@
     reports over its PUSH to the builder's PULL as
     [IMAGE][runtime][state][error], [PROGRESS][runtime][text] and
     finally [DONE][runtime]; the builder then joins it and starts the
-    next job. On $TERM the builder raises the job's stop flag, which the
-    driver polls, and joins it. Without the hooks (fake driver) every
+    next job. RUNTIME_CHECK's look runs in a second thread (the check
+    thread, at most one), so that it never waits behind a build: it
+    calls image_exists for the runtimes the builder listed (the array is
+    the builder's, read-only while the thread runs) and reports
+    [GONE][runtime] and [CHECKED][] over its own PUSH to the same PULL.
+    On $TERM the builder raises the job's stop flag, which the
+    driver polls, and joins both. Without the hooks (fake driver) every
     image is "unknown", RUNTIME_ENSURE is answered at once and nothing
     blocks.                                                            */
 #ifndef AH_BUILDER_H

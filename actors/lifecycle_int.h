@@ -62,6 +62,7 @@ typedef struct {
     char    preparing [AH_NAME_MAX + 2];    //  waiting for this runtime's image; "" = not
     bool    had_home;               //  row_t's, kept for the job while its runtime is prepared
     char    prepared [AH_NAME_MAX + 2];     //  RUNTIME_READY came for this runtime: launch
+    bool    image_retried;          //  its runtime's image was found gone once and made again
 } track_t;
 
 //  One agent and its sandbox, copied out of the database.

@@ -86,6 +86,17 @@ static void *s_worker (void *arg)
             memset (&status, 0, sizeof status);
         free (why);
     }
+    //  A create, start or rebuild on a runtime that failed: is its image
+    //  gone (removed behind the builder's back)? Then the builder makes
+    //  it again and the call is tried once more (s_outcome).
+    bool image_gone = false;
+    if (rc && rt && d->image_exists && streq (job->image, rt->image)
+    &&  (streq (job->op, "create") || streq (job->op, "start") || streq (job->op, "rebuild"))) {
+        char *why = NULL;
+        bool exists = true;
+        image_gone = d->image_exists (d, job->image, &exists, &why) == 0 && !exists;
+        free (why);
+    }
 
     for (size_t i = 0; env && i < n_env; i++)
         zstr_free (&env [i]);
@@ -102,6 +113,8 @@ static void *s_worker (void *arg)
     status.detail [sizeof status.detail - 1] = 0;
     ah_msg_set_str (done, "detail", status.detail);
     ah_msg_set_bool (done, "home_gone", status.home_gone);
+    if (image_gone)
+        ah_msg_set_bool (done, "image_gone", true);
     ah_msg_set_int (done, "at_ms", looked_at);
     status.reason [sizeof status.reason - 1] = 0;
     if (status.reason [0])
@@ -306,6 +319,20 @@ void ah_lc_on_runtime_progress (void *self_, ah_msg_t *msg)
     zlist_destroy (&ids);
 }
 
+//  RUNTIME_ENSURE for the runtime; the agent waits for RUNTIME_READY.
+//  gone: the driver met the image missing (the builder makes it again
+//  whatever it believed).
+static void s_ensure (self_t *self, track_t *track, const row_t *row, const ah_runtime_t *rt, bool gone)
+{
+    snprintf (track->preparing, sizeof track->preparing, "%s", rt->alias);
+    ah_msg_t *msg = ah_msg_new ("RUNTIME_ENSURE");
+    ah_msg_set_str (msg, "runtime", rt->alias);
+    ah_msg_set_str (msg, "agent_id", row->id);
+    if (gone)
+        ah_msg_set_bool (msg, "gone", true);
+    ah_actor_send (self->actor, "builder", &msg);
+}
+
 //  The image first (RUNTIME_ENSURE, answered by RUNTIME_READY), unless
 //  the builder said it is there since the last launch. 1: waiting.
 static int s_prepare (self_t *self, track_t *track, const row_t *row, const ah_runtime_t *rt)
@@ -316,12 +343,25 @@ static int s_prepare (self_t *self, track_t *track, const row_t *row, const ah_r
         track->prepared [0] = 0;
         return 0;
     }
-    snprintf (track->preparing, sizeof track->preparing, "%s", rt->alias);
-    ah_msg_t *msg = ah_msg_new ("RUNTIME_ENSURE");
-    ah_msg_set_str (msg, "runtime", rt->alias);
-    ah_msg_set_str (msg, "agent_id", row->id);
-    ah_actor_send (self->actor, "builder", &msg);
+    s_ensure (self, track, row, rt, false);
     return 1;
+}
+
+//  A create, start or rebuild failed because its runtime's image is gone
+//  (JOB_DONE image_gone): the builder makes it again and the agent, still
+//  creating, starting or rebuilding, waits for it (preparing, with the
+//  build's progress) and then goes on; once per operation, so an image
+//  that keeps going ends in error. true: waiting.
+static bool s_image_gone (self_t *self, const row_t *row, const job_t *job)
+{
+    track_t *track = s_track (self, row->id);
+    if (!track || !job->runtime || !self->ensure_images || track->image_retried || track->preparing [0])
+        return false;
+    track->image_retried = true;
+    ah_warn (AREA, "%s: %s: the image %s of runtime %s is gone; asking the builder to make it again",
+             row->id, job->op, job->image, job->runtime->alias);
+    s_ensure (self, track, row, job->runtime, true);
+    return true;
 }
 
 int ah_lc_launch (self_t *self, const row_t *row, const char *op, bool cleanup)
@@ -495,6 +535,9 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
     const char *why = ah_msg_str (done, "error");
     if (!ok)
         ah_warn (AREA, "%s: %s failed: %s", id, op, why ? why : "?");
+    track_t *track = ok ? zhashx_lookup (self->tracks, id) : NULL;
+    if (track)
+        track->image_retried = false;   //  the next operation may meet a gone image once more
     if (streq (op, "expire") || streq (op, "expire-home")) {
         ah_lc_expired (self, done, id, op);
         return;
@@ -533,6 +576,9 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
         //  The row moved on while the driver worked (destroy during a
         //  start, ...): do what it asks for now.
         ah_lc_launch_for_row (self, row);
+    else
+    if (!ok && ah_msg_bool (done, "image_gone", false) && s_image_gone (self, row, job))
+        ;                               //  preparing again: RUNTIME_READY goes on
     else
     if (!ok) {
         char guard [64];

@@ -242,12 +242,26 @@ s_host_state (follow_t *f)
         ah_warn (AREA, "could not queue HOST_STATE (shutting down?)");
 }
 
+//  RUNTIME_CHECK to the builder: an image may have gone behind its back
+//  (why: "image", an image untagged or deleted; "connected", the stream
+//  is open, and what went while it was not is not known).
+static void
+s_runtime_check (follow_t *f, const char *why)
+{
+    ah_msg_t *m = ah_msg_new ("RUNTIME_CHECK");
+    ah_msg_set_str (m, "why", why);
+    if (ah_msg_send (&m, f->push, "builder"))
+        ah_warn (AREA, "could not queue RUNTIME_CHECK (shutting down?)");
+}
+
 //  Called by driver->watch in the follower thread.
 static void
 s_on_change (void *arg, const char *agent_id, const char *action)
 {
     follow_t *f = arg;
     if (!agent_id) {
+        if (action && (streq (action, "image") || streq (action, "connected")))
+            s_runtime_check (f, action);
         if (action && streq (action, "unreachable")) {
             f->lost_before = true;
             s_host_state (f);

@@ -15,7 +15,11 @@
         for each change of a stored sandbox (docker stop / rm -f by hand,
         a crash); when the stream breaks (the engine restarted) it
         reconnects with backoff and, once back, inspects every stored
-        sandbox again (source "resync") for what it missed.
+        sandbox again (source "resync") for what it missed;
+      - when the stream says an image was untagged or deleted, and each
+        time it (re)connects, it sends RUNTIME_CHECK {why} to "builder",
+        which asks the driver again about the runtime images it believes
+        present (docs/catalog.md).
     docs/messages.md, section reconciler.
 
     Pipe commands: "$TERM". "SCAN" runs the start-up pass again (tests,

@@ -119,9 +119,12 @@ struct ah_driver_t {
     //  thread following the backend's events: calls on_change (arg,
     //  agent_id, action) for each change of a sandbox (action "start",
     //  "stop", "die", "destroy", or "home-destroy" when its home went),
-    //  and once with agent_id NULL and action
+    //  once with agent_id NULL and action
     //  "connected" when the stream is established (so the caller can
-    //  re-inspect what it may have missed while disconnected). Polls *stop
+    //  re-inspect what it may have missed while disconnected), and with
+    //  agent_id NULL and action "image" when an image was untagged or
+    //  deleted (the backend names no reference: the caller asks again
+    //  about the images it relies on). Polls *stop
     //  at least once a second and returns 0 once it is non-zero; returns
     //  -1 with *err when the stream cannot be opened or ends (the engine
     //  went away): the caller reconnects with backoff. on_change runs in

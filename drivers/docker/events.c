@@ -1,11 +1,15 @@
 /*  drivers/docker/events.c: watch, the engine's event stream. GET /events
     filtered on the container actions the reconciler cares about (start,
-    stop, die, destroy) and on volumes destroyed; each event of one of our
-    sandboxes becomes an on_change call: a container's by its labels
-    (agenthold.prefix, agenthold.agent), a home volume's by its name
-    (<prefix>-home-<id>: the engine's volume events carry no labels, so
-    the stream is not filtered on labels and foreign events are dropped
-    here). A home volume destroyed is the action "home-destroy".
+    stop, die, destroy), on volumes destroyed and on images untagged or
+    deleted; each event of one of our sandboxes becomes an on_change
+    call: a container's by its labels (agenthold.prefix, agenthold.agent),
+    a home volume's by its name (<prefix>-home-<id>: the engine's volume
+    events carry no labels, so the stream is not filtered on labels and
+    foreign events are dropped here). A home volume destroyed is the
+    action "home-destroy". An image untagged or deleted is the action
+    "image" with no agent: the engine names it by its id alone (an untag
+    does not say which tag went), so whoever relies on an image by its
+    reference asks again (the builder: docs/catalog.md).
 
     DESIGN. watch blocks in the reconciler's events thread for as long as
     the stream lasts; on_change runs in that thread. The stop flag is
@@ -39,6 +43,12 @@ s_watch_line (void *arg, const char *line, size_t len)
     }
     const char *action = json_string_value (json_object_get (j, "Action"));
     const char *type = json_string_value (json_object_get (j, "Type"));
+    if (type && strcmp (type, "image") == 0) {
+        if (action && (strcmp (action, "untag") == 0 || strcmp (action, "delete") == 0))
+            w->on_change (w->arg, NULL, "image");
+        json_decref (j);
+        return;
+    }
     if (type && strcmp (type, "volume") == 0) {
         //  <prefix>-home-<12 hex digits>, ours and destroyed.
         const char *name = json_string_value (json_object_get (json_object_get (j, "Actor"), "ID"));
@@ -71,8 +81,11 @@ ah_dk_watch (ah_driver_t *driver,
              void *arg, volatile int *stop, char **err)
 {
     docker_t *self = driver->impl;
-    json_t *f = json_pack ("{s:[s s], s:[s s s s]}", "type", "container", "volume",
-                           "event", "start", "stop", "die", "destroy");
+    //  The engine ORs the values of one key and ANDs the keys: these
+    //  actions are each one type's (images have no "destroy", containers
+    //  no "untag").
+    json_t *f = json_pack ("{s:[s s s], s:[s s s s s s]}", "type", "container", "volume", "image",
+                           "event", "start", "stop", "die", "destroy", "untag", "delete");
     char *filters = f ? ah_dk_filters (f) : NULL;
     char *path = filters ? ah_strf ("/events?filters=%s", filters) : NULL;
     free (filters);

@@ -481,6 +481,10 @@ s_on_event (void *arg, const ah_msg_t *event)
             w->connected = true;
             w->on_change (w->arg, NULL, action);
         }
+        else
+        if (streq (action, "image") && w->connected)
+            //  An image untagged or deleted on the host: the builder asks again.
+            w->on_change (w->arg, NULL, action);
         return;
     }
     if (ah_ident_check (AH_IDENT_AGENT_ID, id) == NULL)

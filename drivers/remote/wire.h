@@ -19,7 +19,8 @@
 #include "drivers/driver.h"
 #include "proto/msg.h"
 
-#define AH_HOSTD_PROTOCOL       4       //  2: DRIVER_REMOVE_CONTAINER; 3: HOSTD_TUNNEL, DRIVER_ENGINE's firewall; 4: HOSTD_HOME
+#define AH_HOSTD_PROTOCOL       5       //  2: DRIVER_REMOVE_CONTAINER; 3: HOSTD_TUNNEL, DRIVER_ENGINE's firewall; 4: HOSTD_HOME;
+                                        //  5: DRIVER_EVENT action "image"
 #define AH_HOSTD_HEARTBEAT_MS   1000
 //  HOSTD_REFUSED status: the two sides speak different protocols.
 #define AH_HOSTD_STATUS_VERSION 426

@@ -4,7 +4,9 @@
     the base_image runtime from its Dockerfile (FROM the base, setup
     commands, the agent account, env vars last) and the image entry from
     its context and host files; RUNTIME_ENSURE is answered by
-    RUNTIME_READY with the briefing; a build that keeps failing is tried
+    RUNTIME_READY with the briefing; an image removed behind its back
+    (RUNTIME_CHECK, RUNTIME_ENSURE gone) is "missing"/"building" at once
+    and made again; a build that keeps failing is tried
     3 times at start and 2 on demand, then reported with its reason, in
     CATALOG_LIST and in RUNTIME_READY; CATALOG_LIST and BRIEFING answer;
     an unknown runtime is 404; POLICY_RELOAD takes an edited
@@ -35,6 +37,7 @@ typedef struct {
     int   exists_calls;
     int   build_calls;
     bool  fail;                     //  every build fails
+    bool  hold;                     //  builds wait while it is set (or until told to stop)
     char  built [4][128];
     int   nbuilt;
     char  context [512];
@@ -63,6 +66,11 @@ s_image_build (ah_driver_t *self, const ah_image_build_t *build, volatile int *s
     s_stub_t *stub = self->impl;
     pthread_mutex_lock (&stub->lock);
     stub->build_calls++;
+    while (stub->hold && !(stop && *stop)) {
+        pthread_mutex_unlock (&stub->lock);
+        usleep (10 * 1000);
+        pthread_mutex_lock (&stub->lock);
+    }
     if (build->on_progress)
         build->on_progress (build->progress_arg, "Step 1/7 : FROM something");
     if (stub->fail) {
@@ -84,6 +92,33 @@ s_image_build (ah_driver_t *self, const ah_image_build_t *build, volatile int *s
     }
     pthread_mutex_unlock (&stub->lock);
     return 0;
+}
+
+//  The image docker rmi'd behind the builder's back: the stub forgets it.
+static void
+s_forget (s_stub_t *stub, const char *prefix)
+{
+    pthread_mutex_lock (&stub->lock);
+    for (int i = 0; i < stub->nbuilt; i++)
+        if (!strncmp (stub->built [i], prefix, strlen (prefix)))
+            snprintf (stub->built [i], sizeof stub->built [i], "(removed)");
+    pthread_mutex_unlock (&stub->lock);
+}
+
+static void
+s_hold (s_stub_t *stub, bool hold)
+{
+    pthread_mutex_lock (&stub->lock);
+    stub->hold = hold;
+    pthread_mutex_unlock (&stub->lock);
+}
+
+static void
+s_check (zsock_t *from, const char *why)
+{
+    ah_msg_t *check = ah_msg_new ("RUNTIME_CHECK");
+    ah_msg_set_str (check, "why", why);
+    ah_msg_send (&check, from, "builder");
 }
 
 //  RUNTIME_ENSURE {runtime} from the "lifecycle" socket.
@@ -324,6 +359,56 @@ main (int argc, char **argv)
     CHECK (ready && streq (ah_msg_type (ready), "RUNTIME_READY") && ah_msg_bool (ready, "ok", false));
     CHECK (ready && ah_msg_str (ready, "briefing") && strstr (ah_msg_str (ready, "briefing"), "the debian runtime"));
     ah_msg_destroy (&ready);
+
+    //  An image removed behind the builder's back (docker rmi): the
+    //  engine's event becomes RUNTIME_CHECK; the images believed present
+    //  are looked at again, the gone one is "missing" at once and made
+    //  again (prewarm), the other one is left alone.
+    zsock_t *reconciler = ah_bus_connect ("reconciler");
+    zclock_sleep (20);
+    s_check (reconciler, "image");                  //  nothing gone: nothing built
+    zclock_sleep (200);
+    CHECK (s_build_calls (&stub) == 2);
+    s_image_state (client, "busybox", state, sizeof state);
+    CHECK_STR (state, "present");
+    s_hold (&stub, true);
+    s_forget (&stub, "agenthold/busybox:");
+    s_check (reconciler, "image");
+    for (int i = 0; i < 250 && s_build_calls (&stub) < 3; i++)
+        zclock_sleep (20);
+    CHECK (s_build_calls (&stub) == 3);
+    s_wait_state (client, "busybox", "building", state, sizeof state);
+    CHECK_STR (state, "building");                  //  not "present" while it is made again
+    s_image_state (client, "debian", state, sizeof state);
+    CHECK_STR (state, "present");
+    s_check (reconciler, "connected");              //  while it builds: no second build
+    s_hold (&stub, false);
+    s_wait_state (client, "busybox", "present", state, sizeof state);
+    CHECK_STR (state, "present");
+    zclock_sleep (200);
+    CHECK (s_build_calls (&stub) == 3);
+    //  A driver call that met the image missing (RUNTIME_ENSURE gone):
+    //  whatever the builder believed, the image is made again, with
+    //  progress, then RUNTIME_READY ok.
+    s_forget (&stub, "agenthold/rt-debian:");
+    ah_msg_t *gone = ah_msg_new ("RUNTIME_ENSURE");
+    ah_msg_set_str (gone, "runtime", "debian");
+    ah_msg_set_bool (gone, "gone", true);
+    ah_msg_send (&gone, lifecycle, "builder");
+    zsock_set_rcvtimeo (lifecycle, 10000);
+    int progresses = 0;
+    while ((ready = ah_msg_recv (lifecycle, true, &err)) && streq (ah_msg_type (ready), "RUNTIME_PROGRESS")) {
+        progresses++;
+        ah_msg_destroy (&ready);
+    }
+    CHECK (progresses >= 1);
+    CHECK (ready && streq (ah_msg_type (ready), "RUNTIME_READY") && ah_msg_bool (ready, "ok", false)
+           && streq (ah_msg_str (ready, "runtime"), "debian"));
+    ah_msg_destroy (&ready);
+    CHECK (s_build_calls (&stub) == 4);
+    s_image_state (client, "debian", state, sizeof state);
+    CHECK_STR (state, "present");
+    zsock_destroy (&reconciler);
 
     //  Briefings through briefing.lua: the runtime, what setup installed,
     //  the network, the home rule and the entry's own sentences.

@@ -47,7 +47,7 @@ import msgpack  # noqa: E402
 import zmq  # noqa: E402
 
 USER = "agenthold-test"
-PROTOCOL = 4                            # drivers/remote/wire.h AH_HOSTD_PROTOCOL
+PROTOCOL = 5                            # drivers/remote/wire.h AH_HOSTD_PROTOCOL
 h = Harness("docker.hostd", sys.argv[1], "10.213.240.0/20", (18900, 18919))
 h.env["AGENTHOLD_SANDBOX_DRIVER"] = "remote"
 h.env["AGENTHOLD_SANDBOX_REMOTE_TIMEOUT"] = "2s"

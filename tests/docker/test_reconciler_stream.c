@@ -83,6 +83,7 @@ s_watch (ah_driver_t *self, void (*on_change) (void *, const char *, const char 
     if (n == 2) {
         on_change (arg, "s1", "die");
         on_change (arg, "unknown7", "die");         //  not stored: ignored
+        on_change (arg, NULL, "image");             //  an image went: the builder checks
         *err = strdup ("the engine closed the stream (stub)");
         return -1;
     }
@@ -117,6 +118,7 @@ main (void)
     zactor_t *bus = ah_actor_new (&ah_bus_actor, &bargs, NULL);
     zsock_t *lifecycle = ah_bus_connect ("lifecycle");
     zsock_t *recorder = ah_bus_connect ("recorder");
+    zsock_t *builder = ah_bus_connect ("builder");
     zclock_sleep (50);
     ah_reconciler_args_t args = { .db_path = dbpath, .driver = &driver,
                                   .backoff_min_ms = 100, .backoff_max_ms = 400 };
@@ -161,6 +163,21 @@ main (void)
     CHECK (__atomic_load_n (&stub.destroyed_orphan, __ATOMIC_SEQ_CST) == 1);
     CHECK (__atomic_load_n (&stub.destroyed_other, __ATOMIC_SEQ_CST) == 0);
 
+    //  The builder is told to check its images each time the stream
+    //  connects (twice) and when an image went (once), in that order.
+    zsock_set_rcvtimeo (builder, 1000);
+    const char *whys [] = { "connected", "image", "connected" };
+    for (int i = 0; i < 3; i++) {
+        ah_msg_t *check = ah_msg_recv (builder, true, NULL);
+        CHECK (check && streq (ah_msg_type (check), "RUNTIME_CHECK") && ah_msg_str (check, "why")
+               && streq (ah_msg_str (check, "why"), whys [i]));
+        ah_msg_destroy (&check);
+    }
+    zsock_set_rcvtimeo (builder, 200);
+    ah_msg_t *extra = ah_msg_recv (builder, true, NULL);
+    CHECK (extra == NULL);
+    ah_msg_destroy (&extra);
+
     zsock_set_rcvtimeo (recorder, 1000);
     ah_msg_t *m = ah_msg_recv (recorder, true, NULL);
     CHECK (m && streq (ah_msg_type (m), "OP_RECORD") && streq (ah_msg_str (m, "agent_id"), "orphan1")
@@ -192,6 +209,7 @@ main (void)
 
     zsock_destroy (&lifecycle);
     zsock_destroy (&recorder);
+    zsock_destroy (&builder);
     zactor_destroy (&bus);
     ah_store_close (&store);
     char cmd [256];

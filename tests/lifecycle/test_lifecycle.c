@@ -31,14 +31,35 @@ typedef struct {
     atomic_int start_delay_ms;
     atomic_int reader_starts, reader_stops;
     atomic_int reader_stop_delay_ms;
+    atomic_int image_gone;          //  create, rebuild and start fail: the runtime's image is gone
+    atomic_int image_checks;
     char reader_token [AH_TOKEN_HEX];   //  the last reader_start's (written before the count moves)
 } counting_t;
+
+//  What the docker driver says when the image was removed behind our back.
+static int c_gone (counting_t *c, const char *image, char **err)
+{
+    if (!atomic_load (&c->image_gone))
+        return 0;
+    *err = zsys_sprintf ("creating container x: image '%s' not found (Docker: No such image)", image);
+    return -1;
+}
 
 static int c_create (ah_driver_t *d, const ah_sandbox_spec_t *spec, char **err)
 {
     counting_t *c = d->impl;
     atomic_fetch_add (&c->creates, 1);
+    if (c_gone (c, spec->image, err))
+        return -1;
     return c->inner->create (c->inner, spec, err);
+}
+
+static int c_image_exists (ah_driver_t *d, const char *image, bool *exists, char **err)
+{
+    counting_t *c = d->impl;
+    atomic_fetch_add (&c->image_checks, 1);
+    *exists = !atomic_load (&c->image_gone);
+    return 0;
 }
 
 static int c_start (ah_driver_t *d, const ah_boot_t *boot, char **err)
@@ -48,6 +69,8 @@ static int c_start (ah_driver_t *d, const ah_boot_t *boot, char **err)
     int delay = atomic_load (&c->start_delay_ms);
     if (delay)
         zclock_sleep (delay);
+    if (c_gone (c, "agenthold/busybox:2", err))
+        return -1;
     return c->inner->start (c->inner, boot, err);
 }
 
@@ -62,6 +85,8 @@ static int c_rebuild (ah_driver_t *d, const ah_sandbox_spec_t *spec, char **err)
 {
     counting_t *c = d->impl;
     atomic_fetch_add (&c->rebuilds, 1);
+    if (c_gone (c, spec->image, err))
+        return -1;
     return c->inner->rebuild (c->inner, spec, err);
 }
 
@@ -1190,6 +1215,18 @@ static void s_builder_ready (zsock_t *builder, const char *runtime, const char *
     ah_msg_send (&m, builder, "lifecycle");
 }
 
+//  The agent ends in error (within 5 s) from op, its error holding want.
+static bool s_ended_in_error (const char *id, const char *op, const char *want)
+{
+    bool ok = s_wait_state (id, "error", 5000);
+    char *error = s_col (id, "error");
+    ok = ok && error && strstr (error, want);
+    if (!ok)
+        fprintf (stderr, "  %s: error '%s', want '%s'\n", id, error ? error : "", want);
+    free (error);
+    return ok && s_col_is (id, "op", op);
+}
+
 //  With the builder (a socket of the test's standing in for it): a create
 //  on a runtime waits for its image (RUNTIME_ENSURE, no driver call), shows
 //  the builder's progress on the row and in SANDBOX_STATE, goes on once
@@ -1254,14 +1291,107 @@ static void test_preparing (void)
     if (id) {
         s_builder_expect (builder, "debian");
         s_builder_ready (builder, "debian", "the disk is full");
-        CHECK (s_wait_state (id, "error", 5000));
-        char *error = s_col (id, "error");
-        CHECK (error && streq (error, "preparing the sandbox: runtime debian: the disk is full"));
-        free (error);
-        CHECK (s_col_is (id, "op", "create"));
+        CHECK (s_ended_in_error (id, "create", "preparing the sandbox: runtime debian: the disk is full"));
         CHECK (atomic_load (&s_drv.creates) == creates + 1);
     }
     free (id);
+    zsock_destroy (&builder);
+}
+
+//  RUNTIME_ENSURE with gone=true for runtime, within 5 s.
+static void s_builder_expect_gone (zsock_t *builder, const char *runtime)
+{
+    zsock_set_rcvtimeo (builder, 5000);
+    ah_msg_t *m = ah_msg_recv (builder, true, NULL);
+    CHECK (m && streq (ah_msg_type (m), "RUNTIME_ENSURE") && streq (ah_msg_str (m, "runtime"), runtime)
+           && ah_msg_bool (m, "gone", false));
+    ah_msg_destroy (&m);
+}
+
+//  A runtime's image removed behind the builder's back (docker rmi): a
+//  create, a start and a rebuild that meet it missing ask the builder to
+//  make it again (RUNTIME_ENSURE gone), wait for it in their transitional
+//  state and go on; an image still gone after that ends in error with
+//  the driver's reason (once per operation, never a loop).
+static void test_image_gone (void)
+{
+    zactor_destroy (&s_lifecycle);
+    zsock_t *builder = ah_bus_connect ("builder");
+    s_drv.base.image_exists = c_image_exists;
+    zclock_sleep (50);
+    s_start_lifecycle_with (1000, true);
+    int creates = atomic_load (&s_drv.creates);
+    ah_msg_t *m = ah_msg_new ("AGENT_CREATE");
+    ah_msg_set_str (m, "name", "rmied");
+    ah_msg_set_str (m, "runtime", "busybox");
+    ah_msg_t *reply = s_call (m);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 201);
+    char *id = reply && ah_msg_str (reply, "agent_id") ? strdup (ah_msg_str (reply, "agent_id")) : NULL;
+    ah_msg_destroy (&reply);
+    if (!id) {
+        zsock_destroy (&builder);
+        return;
+    }
+    //  Create: the builder believed the image present; the driver says no.
+    atomic_store (&s_drv.image_gone, 1);
+    s_builder_expect (builder, "busybox");
+    s_builder_ready (builder, "busybox", NULL);
+    s_builder_expect_gone (builder, "busybox");
+    CHECK (atomic_load (&s_drv.creates) == creates + 1);
+    CHECK (s_col_is (id, "state", "creating"));
+    atomic_store (&s_drv.image_gone, 0);            //  the builder made it again
+    s_builder_ready (builder, "busybox", NULL);
+    s_builder_expect (builder, "busybox");          //  the start asks as usual
+    s_builder_ready (builder, "busybox", NULL);
+    CHECK (s_wait_state (id, "running", 5000));
+    CHECK (atomic_load (&s_drv.creates) == creates + 2);
+
+    //  Start of a sleeping agent.
+    reply = s_op ("SANDBOX_STOP", id);
+    ah_msg_destroy (&reply);
+    CHECK (s_wait_state (id, "sleeping", 5000));
+    atomic_store (&s_drv.image_gone, 1);
+    int starts = atomic_load (&s_drv.starts);
+    reply = s_op ("SANDBOX_START", id);
+    ah_msg_destroy (&reply);
+    s_builder_expect (builder, "busybox");
+    s_builder_ready (builder, "busybox", NULL);
+    s_builder_expect_gone (builder, "busybox");
+    CHECK (s_col_is (id, "state", "starting"));
+    atomic_store (&s_drv.image_gone, 0);
+    s_builder_ready (builder, "busybox", NULL);
+    CHECK (s_wait_state (id, "running", 5000));
+    CHECK (atomic_load (&s_drv.starts) == starts + 2);
+
+    //  Rebuild whose image stays gone after the builder's answer: asked
+    //  once, then error with the driver's reason.
+    atomic_store (&s_drv.image_gone, 1);
+    int rebuilds = atomic_load (&s_drv.rebuilds);
+    reply = s_op ("SANDBOX_REBUILD", id);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 202);
+    ah_msg_destroy (&reply);
+    s_builder_expect (builder, "busybox");
+    s_builder_ready (builder, "busybox", NULL);
+    s_builder_expect_gone (builder, "busybox");
+    CHECK (s_col_is (id, "state", "rebuilding"));
+    s_builder_ready (builder, "busybox", NULL);
+    CHECK (s_ended_in_error (id, "rebuild", "image 'agenthold/busybox:2' not found"));
+    CHECK (atomic_load (&s_drv.rebuilds) == rebuilds + 2);
+    zsock_set_rcvtimeo (builder, 300);
+    ah_msg_t *more = ah_msg_recv (builder, true, NULL);
+    CHECK (more == NULL);                           //  no third ask
+    ah_msg_destroy (&more);
+    //  The same rebuild once the image is back: it goes on.
+    atomic_store (&s_drv.image_gone, 0);
+    reply = s_op ("SANDBOX_REBUILD", id);
+    ah_msg_destroy (&reply);
+    s_builder_expect (builder, "busybox");
+    s_builder_ready (builder, "busybox", NULL);
+    s_builder_expect (builder, "busybox");
+    s_builder_ready (builder, "busybox", NULL);
+    CHECK (s_wait_state (id, "running", 5000));
+    free (id);
+    s_drv.base.image_exists = NULL;
     zsock_destroy (&builder);
 }
 
@@ -1325,6 +1455,7 @@ int main (void)
     test_tenant_limits ();
     test_restart_repairs ();
     test_preparing ();
+    test_image_gone ();
 
     zactor_destroy (&s_lifecycle);
     zsock_destroy (&s_client);

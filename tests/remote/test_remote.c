@@ -38,6 +38,21 @@ s_send_reply (zsock_t *router, const char *peer, int64_t req, int protocol, ah_m
     ah_msg_send (&r, router, peer);
 }
 
+//  DRIVER_EVENT {req, agent_id?, action, protocol?} to peer.
+static void
+s_event (zsock_t *router, const char *peer, int64_t req, const char *agent_id, const char *action,
+         int64_t protocol)
+{
+    ah_msg_t *ev = ah_msg_new ("DRIVER_EVENT");
+    ah_msg_set_int (ev, "req", req);
+    if (agent_id)
+        ah_msg_set_str (ev, "agent_id", agent_id);
+    ah_msg_set_str (ev, "action", action);
+    if (protocol)
+        ah_msg_set_int (ev, "protocol", protocol);
+    ah_msg_send (&ev, router, peer);
+}
+
 static void *
 s_stub (void *arg)
 {
@@ -95,21 +110,15 @@ s_stub (void *arg)
                 ah_msg_set_bool (other, "ok", false);
                 ah_msg_set_str (other, "error", "not yours");
                 s_send_reply (router, peer, req + 1000, AH_HOSTD_PROTOCOL, other);
-                ah_msg_t *ev = ah_msg_new ("DRIVER_EVENT");
-                ah_msg_set_int (ev, "req", req);
-                ah_msg_set_str (ev, "agent_id", "../etc/passwd");
-                ah_msg_set_str (ev, "action", "die");
-                ah_msg_send (&ev, router, peer);
-                ev = ah_msg_new ("DRIVER_EVENT");
-                ah_msg_set_int (ev, "req", req);
-                ah_msg_set_str (ev, "agent_id", "0000000000a1");
-                ah_msg_set_str (ev, "action", "die");
-                ah_msg_send (&ev, router, peer);
-                ev = ah_msg_new ("DRIVER_EVENT");
-                ah_msg_set_int (ev, "req", req);
-                ah_msg_set_str (ev, "action", "connected");
-                ah_msg_set_int (ev, "protocol", AH_HOSTD_PROTOCOL);
-                ah_msg_send (&ev, router, peer);
+                s_event (router, peer, req, "../etc/passwd", "die", 0);
+                s_event (router, peer, req, "0000000000a1", "die", 0);
+                //  An image event before the host said it is connected
+                //  (in our protocol) is dropped; after, it is passed on;
+                //  an action without an agent that means nothing, dropped.
+                s_event (router, peer, req, NULL, "image", 0);
+                s_event (router, peer, req, NULL, "connected", AH_HOSTD_PROTOCOL);
+                s_event (router, peer, req, NULL, "image", 0);
+                s_event (router, peer, req, NULL, "home-destroy", 0);
                 ah_msg_t *r = ah_msg_new ("REPLY");
                 ah_msg_set_bool (r, "ok", false);
                 ah_msg_set_int (r, "status", 500);
@@ -128,7 +137,7 @@ s_stub (void *arg)
     return NULL;
 }
 
-static int s_events, s_connected, s_unreachable;
+static int s_events, s_connected, s_unreachable, s_images, s_other;
 static char s_last_id [32];
 
 static void
@@ -137,6 +146,8 @@ s_on_change (void *arg, const char *agent_id, const char *action)
     if (!agent_id) {
         s_connected += streq (action, "connected");
         s_unreachable += streq (action, "unreachable");
+        s_images += streq (action, "image");
+        s_other += !streq (action, "connected") && !streq (action, "unreachable") && !streq (action, "image");
         return;
     }
     s_events++;
@@ -224,9 +235,10 @@ int main (void)
     //  Hostile answers are ignored; events with bad ids are dropped; the
     //  watch ends with the host's error and the host is up (it answered).
     s_mode = M_HOSTILE;
-    s_events = s_connected = s_unreachable = 0;
+    s_events = s_connected = s_unreachable = s_images = s_other = 0;
     CHECK (d->watch (d, s_on_change, NULL, &stop, &err) == -1 && err && streq (err, "the event stream ended"));
     CHECK (s_events == 1 && streq (s_last_id, "0000000000a1") && s_connected == 1 && s_unreachable == 0);
+    CHECK (s_images == 1 && s_other == 0);
     CHECK (d->host_info (d, &info) == 0 && streq (info.state, "up"));
     free (err);
     err = NULL;
