@@ -86,12 +86,16 @@ static void *s_worker (void *arg)
             memset (&status, 0, sizeof status);
         free (why);
     }
-    //  A create, start or rebuild on a runtime that failed: is its image
+    //  A call that makes a container from a runtime's image (create,
+    //  rebuild, the start of an expired container) failed: is the image
     //  gone (removed behind the builder's back)? Then the builder makes
-    //  it again and the call is tried once more (s_outcome).
+    //  it again and the call is tried once more (s_outcome). A start of
+    //  an existing container needs no image: the engine keeps the one
+    //  the container holds.
+    bool makes = streq (job->op, "create") || streq (job->op, "rebuild")
+              || (streq (job->op, "start") && job->recreate);
     bool image_gone = false;
-    if (rc && rt && d->image_exists && streq (job->image, rt->image)
-    &&  (streq (job->op, "create") || streq (job->op, "start") || streq (job->op, "rebuild"))) {
+    if (rc && makes && rt && d->image_exists && streq (job->image, rt->image)) {
         char *why = NULL;
         bool exists = true;
         image_gone = d->image_exists (d, job->image, &exists, &why) == 0 && !exists;

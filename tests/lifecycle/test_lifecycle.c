@@ -33,6 +33,7 @@ typedef struct {
     atomic_int reader_stop_delay_ms;
     atomic_int image_gone;          //  create, rebuild and start fail: the runtime's image is gone
     atomic_int image_checks;
+    atomic_int start_fails;         //  start fails (for a reason of its own)
     char reader_token [AH_TOKEN_HEX];   //  the last reader_start's (written before the count moves)
 } counting_t;
 
@@ -69,8 +70,10 @@ static int c_start (ah_driver_t *d, const ah_boot_t *boot, char **err)
     int delay = atomic_load (&c->start_delay_ms);
     if (delay)
         zclock_sleep (delay);
-    if (c_gone (c, "agenthold/busybox:2", err))
+    if (atomic_load (&c->start_fails)) {
+        *err = strdup ("starting container x: the engine is unwell");
         return -1;
+    }
     return c->inner->start (c->inner, boot, err);
 }
 
@@ -213,6 +216,16 @@ static int64_t s_count (const char *sql, const char *id)
     int64_t n = ah_store_step (s_store, st) == SQLITE_ROW ? sqlite3_column_int64 (st, 0) : -1;
     sqlite3_reset (st);
     return n;
+}
+
+//  One statement with :id bound, on the test's own connection. 0 / -1.
+static int s_sql (const char *sql, const char *id)
+{
+    sqlite3_stmt *st = ah_store_prepare (s_store, sql);
+    int rc = st && !ah_store_bind_text (st, ":id", id) && ah_store_step (s_store, st) == SQLITE_DONE ? 0 : -1;
+    if (st)
+        sqlite3_reset (st);
+    return rc;
 }
 
 static bool s_col_is (const char *id, const char *column, const char *want)
@@ -1346,12 +1359,15 @@ static void test_image_gone (void)
     CHECK (s_wait_state (id, "running", 5000));
     CHECK (atomic_load (&s_drv.creates) == creates + 2);
 
-    //  Start of a sleeping agent.
+    //  Start of a sleeping agent whose container went (container_ttl):
+    //  the container is made again from the image, which is gone.
     reply = s_op ("SANDBOX_STOP", id);
     ah_msg_destroy (&reply);
     CHECK (s_wait_state (id, "sleeping", 5000));
+    CHECK (s_sql ("UPDATE sandboxes SET container_removed_at = 1 WHERE agent_id = :id", id) == 0);
     atomic_store (&s_drv.image_gone, 1);
     int starts = atomic_load (&s_drv.starts);
+    int rebuilds = atomic_load (&s_drv.rebuilds);
     reply = s_op ("SANDBOX_START", id);
     ah_msg_destroy (&reply);
     s_builder_expect (builder, "busybox");
@@ -1361,12 +1377,27 @@ static void test_image_gone (void)
     atomic_store (&s_drv.image_gone, 0);
     s_builder_ready (builder, "busybox", NULL);
     CHECK (s_wait_state (id, "running", 5000));
-    CHECK (atomic_load (&s_drv.starts) == starts + 2);
+    CHECK (atomic_load (&s_drv.rebuilds) == rebuilds + 2 && atomic_load (&s_drv.starts) == starts + 1);
+    CHECK (s_count ("SELECT container_removed_at IS NULL FROM sandboxes WHERE agent_id = :id", id) == 1);
+    //  A start of an existing container needs no image: one that fails
+    //  while the image is gone is not taken for the image's fault.
+    reply = s_op ("SANDBOX_STOP", id);
+    ah_msg_destroy (&reply);
+    CHECK (s_wait_state (id, "sleeping", 5000));
+    atomic_store (&s_drv.image_gone, 1);
+    atomic_store (&s_drv.start_fails, 1);
+    reply = s_op ("SANDBOX_START", id);
+    ah_msg_destroy (&reply);
+    s_builder_expect (builder, "busybox");
+    s_builder_ready (builder, "busybox", NULL);
+    CHECK (s_ended_in_error (id, "start", "the engine is unwell"));
+    atomic_store (&s_drv.start_fails, 0);
+    atomic_store (&s_drv.image_gone, 0);
 
     //  Rebuild whose image stays gone after the builder's answer: asked
     //  once, then error with the driver's reason.
     atomic_store (&s_drv.image_gone, 1);
-    int rebuilds = atomic_load (&s_drv.rebuilds);
+    rebuilds = atomic_load (&s_drv.rebuilds);
     reply = s_op ("SANDBOX_REBUILD", id);
     CHECK (reply && ah_msg_int (reply, "status", 0) == 202);
     ah_msg_destroy (&reply);
