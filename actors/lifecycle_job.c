@@ -94,11 +94,19 @@ static void *s_worker (void *arg)
     //  the container holds.
     bool makes = streq (job->op, "create") || streq (job->op, "rebuild")
               || (streq (job->op, "start") && job->recreate);
+    //  Either the driver's own words say so (the docker driver's "image
+    //  'X' not found", relayed as is by hostd: the image may be back
+    //  already, made by the builder after an engine event, and the call
+    //  is still worth a second try), or the driver, asked, says so.
     bool image_gone = false;
-    if (rc && makes && rt && d->image_exists && streq (job->image, rt->image)) {
+    if (rc && makes && rt && streq (job->image, rt->image)) {
+        char *said = zsys_sprintf ("image '%s' not found", job->image);
+        image_gone = said && err && strstr (err, said);
+        zstr_free (&said);
         char *why = NULL;
         bool exists = true;
-        image_gone = d->image_exists (d, job->image, &exists, &why) == 0 && !exists;
+        if (!image_gone && d->image_exists)
+            image_gone = d->image_exists (d, job->image, &exists, &why) == 0 && !exists;
         free (why);
     }
 
