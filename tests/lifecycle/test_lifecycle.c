@@ -1323,6 +1323,18 @@ static void s_builder_expect_gone (zsock_t *builder, const char *runtime)
     ah_msg_destroy (&m);
 }
 
+//  op (202) on the busybox agent id: the builder says the image is
+//  there, the driver call meets it gone, lifecycle asks again (gone).
+static void s_meets_gone (zsock_t *builder, const char *op, const char *id)
+{
+    ah_msg_t *reply = s_op (op, id);
+    CHECK (reply && ah_msg_int (reply, "status", 0) == 202);
+    ah_msg_destroy (&reply);
+    s_builder_expect (builder, "busybox");
+    s_builder_ready (builder, "busybox", NULL);
+    s_builder_expect_gone (builder, "busybox");
+}
+
 //  A runtime's image removed behind the builder's back (docker rmi): a
 //  create, a start and a rebuild that meet it missing ask the builder to
 //  make it again (RUNTIME_ENSURE gone), wait for it in their transitional
@@ -1370,11 +1382,7 @@ static void test_image_gone (void)
     atomic_store (&s_drv.image_gone, 1);
     int starts = atomic_load (&s_drv.starts);
     int rebuilds = atomic_load (&s_drv.rebuilds);
-    reply = s_op ("SANDBOX_START", id);
-    ah_msg_destroy (&reply);
-    s_builder_expect (builder, "busybox");
-    s_builder_ready (builder, "busybox", NULL);
-    s_builder_expect_gone (builder, "busybox");
+    s_meets_gone (builder, "SANDBOX_START", id);
     CHECK (s_col_is (id, "state", "starting"));
     atomic_store (&s_drv.image_gone, 0);
     s_builder_ready (builder, "busybox", NULL);
@@ -1400,12 +1408,7 @@ static void test_image_gone (void)
     //  once, then error with the driver's reason.
     atomic_store (&s_drv.image_gone, 1);
     rebuilds = atomic_load (&s_drv.rebuilds);
-    reply = s_op ("SANDBOX_REBUILD", id);
-    CHECK (reply && ah_msg_int (reply, "status", 0) == 202);
-    ah_msg_destroy (&reply);
-    s_builder_expect (builder, "busybox");
-    s_builder_ready (builder, "busybox", NULL);
-    s_builder_expect_gone (builder, "busybox");
+    s_meets_gone (builder, "SANDBOX_REBUILD", id);
     CHECK (s_col_is (id, "state", "rebuilding"));
     s_builder_ready (builder, "busybox", NULL);
     CHECK (s_ended_in_error (id, "rebuild", "image 'agenthold/busybox:2' not found"));
@@ -1419,11 +1422,7 @@ static void test_image_gone (void)
     //  are enough for a second try.
     atomic_store (&s_drv.image_gone, 0);
     atomic_store (&s_drv.gone_once, 1);
-    reply = s_op ("SANDBOX_REBUILD", id);
-    ah_msg_destroy (&reply);
-    s_builder_expect (builder, "busybox");
-    s_builder_ready (builder, "busybox", NULL);
-    s_builder_expect_gone (builder, "busybox");
+    s_meets_gone (builder, "SANDBOX_REBUILD", id);
     s_builder_ready (builder, "busybox", NULL);
     s_builder_expect (builder, "busybox");          //  the start after the rebuild
     s_builder_ready (builder, "busybox", NULL);
