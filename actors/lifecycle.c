@@ -54,9 +54,12 @@ static void s_copy (char *dst, size_t size, const unsigned char *src)
     snprintf (dst, size, "%s", src ? (const char *) src : "");
 }
 
-//  The port of sandbox.tunnel_listen ("host:port" or ":port").
-static int s_listen_port (const char *listen)
+//  The port of the tunnel's TCP listener ("host:port" or ":port"), for
+//  the boot of drivers whose sandboxes dial it (fake); 8090 when it has
+//  none (the docker driver's sandboxes dial its unix socket).
+static int s_listen_port (const ah_config_t *config)
 {
+    const char *listen = ah_config_tunnel_tcp (config, NULL);
     const char *colon = listen ? strrchr (listen, ':') : NULL;
     int port = colon ? atoi (colon + 1) : 0;
     return port > 0 && port < 65536 ? port : 8090;
@@ -166,6 +169,7 @@ int ah_lc_update (self_t *self, const char *agent_id, const char *guard,
         " op_started_at = CASE WHEN :op IS NULL THEN NULL ELSE :now END,"
         " boot_token_hash = CASE WHEN :to IN ('starting','running') THEN boot_token_hash END,"
         " last_activity_at = CASE WHEN :to = 'running' THEN :now ELSE last_activity_at END,"
+        " connected = CASE WHEN :to = 'running' THEN connected ELSE 0 END,"
         " stopped_at = CASE WHEN :to NOT IN ('sleeping','error') THEN NULL WHEN state <> :to THEN :now"
         "              ELSE stopped_at END,"
         " cause = coalesce (:cause, cause), updated_at = :now"
@@ -344,7 +348,7 @@ static void *s_init (ah_actor_t *actor, void *args)
     self->config = a->config;
     self->driver = a->driver;
     self->hello_timeout_ms = a->hello_timeout_ms > 0 ? a->hello_timeout_ms : AH_LIFECYCLE_HELLO_TIMEOUT_MS;
-    self->tunnel_port = s_listen_port (a->config->tunnel_listen);
+    self->tunnel_port = s_listen_port (a->config);
     self->subscribers = zlist_new ();
     zlist_autofree (self->subscribers);
     for (const char **s = a->subscribers; s && *s; s++) {
@@ -385,6 +389,12 @@ static void *s_init (ah_actor_t *actor, void *args)
         s_destroy (self);
         return NULL;
     }
+    //  No sandboxd is connected to a tunnel that just started: each says
+    //  so again with its hello (SANDBOX_HELLO comes after this init).
+    char *why = NULL;
+    if (ah_store_exec (self->store, "UPDATE sandboxes SET connected = 0 WHERE connected <> 0", &why))
+        ah_warn (AREA, "cannot clear the sandboxes' connected flags: %s", why ? why : "?");
+    free (why);
     //  Once running: finish what a previous run left half done.
     ah_actor_timer (actor, 0, 0, ah_lc_startup_scan, NULL);
     //  Lifetimes and destroy retries: soon after start, then every interval.

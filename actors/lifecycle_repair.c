@@ -186,7 +186,12 @@ void ah_lc_on_hello (void *self, ah_msg_t *msg)
         ah_warn (AREA, "SANDBOX_HELLO from '%s' without agent_id", ah_msg_peer (msg));
         return;
     }
-    if (ah_lc_move (self, id, "state = 'starting'", "running", NULL, NULL) == 1) {
+    bool moved = ah_lc_move (self, id, "state = 'starting'", "running", NULL, NULL) == 1;
+    //  Connected from now on (a redial after a server restart or a lost
+    //  connection says hello while running): GET says "connected".
+    ah_lc_run (self, "UPDATE sandboxes SET connected = 1"
+               " WHERE agent_id = :id AND state = 'running' AND connected = 0", id);
+    if (moved) {
         ah_lc_hello_cancel (self, id);
         //  Its container is there again (a hello can come before the
         //  start job's own end is handled, which says the same).
@@ -209,6 +214,7 @@ void ah_lc_on_tunnel_lost (void *self, ah_msg_t *msg)
         ah_warn (AREA, "TUNNEL_LOST from '%s' without agent_id", ah_msg_peer (msg));
         return;
     }
+    ah_lc_run (self, "UPDATE sandboxes SET connected = 0 WHERE agent_id = :id AND connected <> 0", id);
     if (!ah_msg_bool (msg, "fatal", false)) {
         ah_info (AREA, "%s: tunnel connection lost (%s); sandboxd will redial", id, reason ? reason : "?");
         return;

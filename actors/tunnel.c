@@ -66,8 +66,12 @@ static void s_on_state (void *self, ah_msg_t *msg)
     //  unreachable: the host agent is away, the sandbox may run on and
     //  keeps its tunnel.
     if (state && !streq (state, "starting") && !streq (state, "running")
-    &&  !streq (state, "unreachable"))
+    &&  !streq (state, "unreachable")) {
         s_close_agent (self, ah_msg_str (msg, "agent_id"), state);
+        //  Nothing to wait for any more: their answer now (the state).
+        if (ah_msg_str (msg, "agent_id"))
+            ah_tun_waiters_run (self, ah_msg_str (msg, "agent_id"));
+    }
 }
 
 //  Our events need no answer; a 503 means the receiver is absent.
@@ -97,9 +101,88 @@ static void s_on_sessions (void *self_, ah_msg_t *msg)
     ah_actor_reply (self->actor, msg, reply);
 }
 
-static void s_on_open (void *self_, ah_msg_t *msg)
+//  ---------------------------------------------------------------------
+//  Opens that wait for a connection. After a server restart (or a lost
+//  connection) an agent stays running while its sandboxd redials, which
+//  takes a moment: a CHAN_OPEN for it then waits, up to connect_wait_ms,
+//  for the connection's hello instead of failing at once. At most
+//  WAITERS_MAX wait at a time (beyond: the 409 at once).
+
+#define WAITERS_MAX 4096
+
+typedef struct {
+    ah_msg_t *msg;                  //  the CHAN_OPEN (a copy, owned)
+    char agent_id [AGENT_ID_MAX];
+    int timer;
+} waiter_t;
+
+static void s_open (self_t *self, ah_msg_t *msg, bool waited);
+
+static void s_waiter_free (self_t *self, waiter_t *w)
+{
+    ah_actor_timer_end (self->actor, w->timer);
+    ah_msg_destroy (&w->msg);
+    free (w);
+}
+
+//  Its time is up: open it now (its answer is the 409).
+static void s_on_wait_over (void *self_, void *arg)
 {
     self_t *self = self_;
+    waiter_t *w = arg;
+    w->timer = 0;
+    void *handle = zlistx_find (self->waiters, w);
+    if (handle)
+        zlistx_detach (self->waiters, handle);
+    s_open (self, w->msg, true);
+    s_waiter_free (self, w);
+}
+
+//  msg waits for agent_id's connection. 0, or -1 when it cannot.
+static int s_wait (self_t *self, ah_msg_t *msg, const char *agent_id)
+{
+    if (self->connect_wait_ms <= 0 || zlistx_size (self->waiters) >= WAITERS_MAX)
+        return -1;
+    waiter_t *w = calloc (1, sizeof *w);
+    if (!w || !(w->msg = ah_msg_dup (msg))) {
+        free (w);
+        return -1;
+    }
+    snprintf (w->agent_id, sizeof w->agent_id, "%s", agent_id);
+    w->timer = ah_actor_timer (self->actor, self->connect_wait_ms, 0, s_on_wait_over, w);
+    if (w->timer <= 0 || !zlistx_add_end (self->waiters, w)) {
+        s_waiter_free (self, w);
+        return -1;
+    }
+    ah_debug (AREA, "agent '%s': a channel waits for its sandboxd to connect", agent_id);
+    return 0;
+}
+
+void ah_tun_waiters_run (self_t *self, const char *agent_id)
+{
+    zlistx_t *due = zlistx_new ();
+    if (!due)
+        return;
+    for (waiter_t *w = (waiter_t *) zlistx_first (self->waiters); w; w = (waiter_t *) zlistx_next (self->waiters))
+        if (streq (w->agent_id, agent_id)) {
+            zlistx_detach_cur (self->waiters);      //  the cursor steps back: next is right
+            zlistx_add_end (due, w);
+        }
+    for (waiter_t *w = (waiter_t *) zlistx_first (due); w; w = (waiter_t *) zlistx_next (due)) {
+        s_open (self, w->msg, true);
+        s_waiter_free (self, w);
+    }
+    zlistx_destroy (&due);
+}
+
+static void s_on_open (void *self_, ah_msg_t *msg)
+{
+    s_open (self_, msg, false);
+}
+
+//  CHAN_OPEN; waited: it waited for a connection already (no more).
+static void s_open (self_t *self, ah_msg_t *msg, bool waited)
+{
     const char *agent_id = ah_msg_str (msg, "agent_id");
     size_t raw_size = 0;
     const void *raw = ah_msg_raw (msg, "header", &raw_size);
@@ -146,9 +229,16 @@ static void s_on_open (void *self_, ah_msg_t *msg)
     conn_t *conn = (conn_t *) zhashx_lookup (self->agents, agent_id);
     if (!conn || !conn->ready) {
         char *state = ah_tun_sandbox_state (self, agent_id, NULL);
-        if (conn)
-            ah_actor_reply_error (self->actor, msg, 409, "agent '%s' has no sandbox connection yet "
-                                  "(sandboxd connected, hello pending)", agent_id);
+        bool up = state && (streq (state, "running") || streq (state, "starting"));
+        if (up && !waited && s_wait (self, msg, agent_id) == 0)
+            ;                       //  answered when it connects, or in connect_wait_ms
+        else
+        if (up)
+            ah_actor_reply_error (self->actor, msg, 409, "agent '%s' is %s but its sandboxd is not "
+                                  "connected%s: waited %d ms for it to (re)dial the tunnel (it "
+                                  "redials within a second of a server restart; GET the agent: "
+                                  "\"connected\" says when it is back)", agent_id, state,
+                                  conn ? " (connected, hello pending)" : "", self->connect_wait_ms);
         else
             ah_actor_reply_error (self->actor, msg, 409, "agent '%s' has no sandbox connection (state %s)",
                                   agent_id, state ? state : "unknown: no such agent");
@@ -345,11 +435,12 @@ static void s_on_reader_revoke (void *self_, ah_msg_t *msg)
     }
 }
 
-//  PORT: the port we listen on (tunnel_listen "127.0.0.1:0" lets the OS pick).
+//  PORT: the TCP port we listen on (tunnel_listen "127.0.0.1:0" lets the
+//  OS pick), 0 when there is no TCP listener.
 static void s_cmd_port (void *self_, zmsg_t *cmd)
 {
     self_t *self = self_;
-    zstr_sendf (ah_actor_pipe (self->actor), "%d", lws_get_vhost_listen_port (self->vhost));
+    zstr_sendf (ah_actor_pipe (self->actor), "%d", self->vhost ? lws_get_vhost_listen_port (self->vhost) : 0);
 }
 
 //  ---------------------------------------------------------------------
@@ -370,6 +461,12 @@ static void s_destroy (void *self_)
     for (conn_t *c = (conn_t *) zlistx_first (list); c; c = (conn_t *) zlistx_next (list))
         ah_tun_conn_close (c, "the server is shutting down", false, false, false);
     zlistx_destroy (&list);
+    //  Opens still waiting for a connection get no answer: their openers
+    //  stop too (the api before us) or time out.
+    if (self->waiters)
+        for (waiter_t *w = (waiter_t *) zlistx_first (self->waiters); w; w = (waiter_t *) zlistx_next (self->waiters))
+            s_waiter_free (self, w);
+    zlistx_destroy (&self->waiters);
     //  Channels went with their connections; any left go too.
     if (self->chans)
         for (chan_t *c = (chan_t *) zhashx_first (self->chans); c; c = (chan_t *) zhashx_first (self->chans)) {
@@ -407,20 +504,26 @@ static void *s_init (ah_actor_t *actor, void *args)
     if (self->reader_hashes)
         zhashx_set_destructor (self->reader_hashes, (zhashx_destructor_fn *) zstr_free);
     self->chans = zhashx_new ();
+    self->waiters = zlistx_new ();
+    self->connect_wait_ms = a->connect_wait_ms > 0 ? a->connect_wait_ms
+                          : a->connect_wait_ms < 0 ? 0 : AH_TUNNEL_CONNECT_WAIT_MS;
 
     char host [256] = "";
     int port = 0;
     char *err = NULL;
-    const char *listen = a->config && a->config->tunnel_listen ? a->config->tunnel_listen : ":8090";
-    if (ah_config_split_listen (listen, host, sizeof host, &port))
+    //  TCP where a driver's sandboxes dial it (config/config.h
+    //  ah_config_tunnel_tcp), else the unix socket alone.
+    const char *why = "no configuration: the default port";
+    const char *listen = a->config ? ah_config_tunnel_tcp (a->config, &why) : ":8090";
+    if (listen && ah_config_split_listen (listen, host, sizeof host, &port))
         ah_actor_fail (actor, "sandbox.tunnel_listen '%s' is not host:port or :port", listen);
     else
     if (!(self->store = ah_store_open (a->db_path, false, &err)))
         ah_actor_fail (actor, "cannot open the database %s: %s", a->db_path ? a->db_path : "(none)",
                        err ? err : "?");
     else {
-        //  The context listens on nothing; the tunnel's listener is a vhost
-        //  of its own, on exactly the address configured.
+        //  The context listens on nothing; each listener is a vhost of
+        //  its own, on exactly the address configured.
         struct lws_context_creation_info info;
         memset (&info, 0, sizeof info);
         info.port = CONTEXT_PORT_NO_LISTEN;
@@ -436,17 +539,21 @@ static void *s_init (ah_actor_t *actor, void *args)
         self->loop = ah_lwsloop_new (&info);
         free (err);
         err = NULL;
-        if (self->loop)
+        bool ok = self->loop != NULL;
+        if (!ok)
+            ah_actor_fail (actor, "cannot start the tunnel's loop");
+        if (ok && listen) {
             self->vhost = ah_lwsloop_listen (self->loop, "tunnel", host, port, ah_tun_protocols, NULL,
                                              tls ? a->config->tls_cert : NULL,
                                              tls ? a->config->tls_key : NULL,
                                              LWS_SERVER_OPTION_VALIDATE_UTF8, &err);
-        if (!self->vhost)
-            ah_actor_fail (actor, "sandbox.tunnel_listen = '%s': %s", listen,
-                           err ? err : "cannot start the loop");
+            if (!(ok = self->vhost != NULL))
+                ah_actor_fail (actor, "sandbox.tunnel_listen = '%s': %s", listen,
+                               err ? err : "cannot listen");
+        }
         //  The same protocol on a unix socket: a sandbox without a
         //  network dials it through a bind mount of its directory.
-        if (self->vhost && a->config) {
+        if (ok && a->config) {
             self->socket_path = ah_config_tunnel_socket (a->config);
             char *dir = self->socket_path ? strdup (self->socket_path) : NULL;
             char *slash = dir ? strrchr (dir, '/') : NULL;
@@ -462,21 +569,25 @@ static void *s_init (ah_actor_t *actor, void *args)
                 ? ah_lwsloop_listen_unix (self->loop, "tunnel-unix", self->socket_path, ah_tun_protocols,
                                           LWS_SERVER_OPTION_VALIDATE_UTF8, &err)
                 : NULL;
-            if (!self->unix_vhost) {
+            if (!(ok = self->unix_vhost != NULL))
                 ah_actor_fail (actor, "sandbox.tunnel_socket = '%s': %s",
                                self->socket_path ? self->socket_path : "?", err ? err : "out of memory");
-                self->vhost = NULL;
-            }
         }
+        if (!ok)
+            self->vhost = self->unix_vhost = NULL;
     }
     free (err);
-    if (!self->vhost) {
+    if (!self->vhost && !self->unix_vhost) {
         s_destroy (self);
         return NULL;
     }
     ah_actor_use_lws (actor, self->loop);
-    ah_info (AREA, "listening for sandboxd on %s (port %d) and on %s", listen,
-             lws_get_vhost_listen_port (self->vhost), self->socket_path ? self->socket_path : "no socket");
+    if (self->vhost)
+        ah_info (AREA, "listening for sandboxd on %s and on TCP %s (port %d): %s",
+                 self->socket_path ? self->socket_path : "no socket", listen,
+                 lws_get_vhost_listen_port (self->vhost), why);
+    else
+        ah_info (AREA, "listening for sandboxd on %s; %s", self->socket_path, why);
     return self;
 }
 

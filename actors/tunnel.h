@@ -1,8 +1,9 @@
 /*  actors/tunnel.h: the tunnel actor (bus name "tunnel"), the server end
     of the connection every sandboxd dials (docs/tunnel.md).
 
-    A WebSocket server on sandbox.tunnel_listen (":8090": all addresses),
-    path /tunnel, subprotocol agenthold-tunnel. The upgrade is accepted only
+    A WebSocket server on its unix socket (sandbox.tunnel_socket) and, where
+    the driver's sandboxes dial TCP, on sandbox.tunnel_listen
+    (ah_config_tunnel_tcp), path /tunnel, subprotocol agenthold-tunnel. The upgrade is accepted only
     with `Authorization: Bearer <token>` and `X-Agenthold-Agent: <id>` where
     the agent's sandbox is starting or running and the SHA-256 of the token
     equals sandboxes.boot_token_hash; otherwise 401 (missing header, unknown
@@ -41,6 +42,8 @@
 #define AH_TUNNEL_PING_TIMEOUT_MS   45000   //  ... dead after 45 s without an answer
 #define AH_TUNNEL_OPEN_TIMEOUT_MS   10000   //  sandboxd must answer a channel header within this
 #define AH_TUNNEL_STATS_INTERVAL_MS 30000   //  AGENT_STATS samples to the sleeper
+#define AH_TUNNEL_CONNECT_WAIT_MS   5000    //  a CHAN_OPEN waits this long for a running
+                                            //  agent's sandboxd to (re)connect
 #define AH_TUNNEL_MESSAGE_MAX       (1u << 20)  //  largest WebSocket message accepted
 #define AH_TUNNEL_DATA_MAX          (256u << 10) //  largest CHAN_DATA payload
 #define AH_TUNNEL_CREDIT            (2u << 20)  //  unacknowledged bytes an opener may send
@@ -52,6 +55,7 @@ typedef struct {
     int ping_timeout_ms;            //  0: AH_TUNNEL_PING_TIMEOUT_MS
     int open_timeout_ms;            //  0: AH_TUNNEL_OPEN_TIMEOUT_MS
     int stats_interval_ms;          //  0: AH_TUNNEL_STATS_INTERVAL_MS; < 0: no stats
+    int connect_wait_ms;            //  0: AH_TUNNEL_CONNECT_WAIT_MS; < 0: no wait
 } ah_tunnel_args_t;
 
 //  ah_actor_new (&ah_tunnel_actor, &args, &err).

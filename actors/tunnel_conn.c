@@ -361,6 +361,7 @@ void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
     ah_msg_t *m = ah_msg_new ("SANDBOX_HELLO");
     ah_msg_set_str (m, "agent_id", conn->agent_id);
     ah_actor_send (self->actor, "lifecycle", &m);
+    ah_tun_waiters_run (self, conn->agent_id);
     if (self->stats_interval_ms > 0 && !self->stats_tick)
         self->stats_tick = ah_actor_timer (self->actor, self->stats_interval_ms, self->stats_interval_ms,
                                            s_on_stats_tick, NULL);

@@ -128,6 +128,8 @@ struct self_t {
     zhashx_t *chans;                //  "chan id" -> chan_t (owned, freed by ah_tun_chan_free)
     int64_t next_chan;
     bool terminating;
+    zlistx_t *waiters;              //  CHAN_OPENs waiting for their agent's connection (tunnel.c)
+    int connect_wait_ms;            //  how long one waits at most
     conn_t *flush;                  //  connections whose outq is written at the turn's end
 };
 
@@ -135,6 +137,10 @@ struct self_t {
 //  The sandbox's state ("" when the row has no state), and the boot
 //  token's hash when hash != NULL; NULL when there is no such sandbox.
 char *ah_tun_sandbox_state (self_t *self, const char *agent_id, char **hash);
+
+//  agent_id's sandboxd said hello, or its sandbox left starting and
+//  running: the CHAN_OPENs waiting for it are opened (or answered) now.
+void ah_tun_waiters_run (self_t *self, const char *agent_id);
 
 //  The channels a reader connection may carry (docs/tunnel.md, "Readers").
 bool ah_tun_reader_channel (const char *ch);

@@ -325,7 +325,8 @@ s_tunnel (doctor_t *self)
     }
     char host [256];
     int port;
-    if (ah_config_split_listen (c->tunnel_listen, host, sizeof host, &port))
+    const char *tcp = ah_config_tunnel_tcp (c, NULL);
+    if (!tcp || ah_config_split_listen (tcp, host, sizeof host, &port))
         return;
     const char *addr = *host && strcmp (host, "0.0.0.0") && strcmp (host, "::") ? host : "127.0.0.1";
     struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) port) };
@@ -336,9 +337,9 @@ s_tunnel (doctor_t *self)
     if (fd >= 0)
         close (fd);
     s_add (self, "tunnel", ok,
-           ok ? ah_strf ("the tunnel listens on %s (sandbox.tunnel_listen %s)", addr, c->tunnel_listen)
-              : ah_strf ("nothing answers on %s:%d (sandbox.tunnel_listen %s): %s", addr, port,
-                         c->tunnel_listen, strerror (saved)),
+           ok ? ah_strf ("the tunnel listens on %s (sandbox.tunnel_listen %s: %s)", addr, c->tunnel_listen, tcp)
+              : ah_strf ("nothing answers on %s:%d (sandbox.tunnel_listen %s: %s): %s", addr, port,
+                         c->tunnel_listen, tcp, strerror (saved)),
            strdup ("start agenthold serve; the fake driver's sandboxes dial this port"));
 }
 

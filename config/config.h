@@ -37,7 +37,7 @@ typedef struct {
     int64_t pids_limit;             //  4096
     double  idle_minutes;           //  15 (decimals allowed)
     double  idle_check_interval_s;  //  30 ("30s", "1s", "2m", "500ms")
-    char   *tunnel_listen;          //  ":8090"
+    char   *tunnel_listen;          //  "auto" (ah_config_tunnel_tcp), "none", or host:port
     char   *tunnel_socket;          //  NULL = <data_dir>/run/tunnel.sock (ah_config_tunnel_socket)
     char   *tunnel_tls;             //  "on": tunnel_listen serves TLS with server.tls_cert/tls_key; NULL = off
     char   *sandboxd_path;          //  path of the static sandboxd to deploy; default: next to the agenthold binary
@@ -112,6 +112,17 @@ const char *ah_config_key (size_t index);
 
 //  "host:port" / ":port" -> host ("" means all) and port. 0 / -1.
 int ah_config_split_listen (const char *listen, char *host, size_t host_size, int *port);
+
+//  Where the tunnel listens on TCP, or NULL for nowhere (its unix socket
+//  alone), with a sentence saying why for the start's log (*why, static
+//  or the config's; may be NULL). sandbox.tunnel_listen as given, but
+//  "none" is nowhere and "auto" (the default) is where the configured
+//  driver's sandboxes dial TCP: the fake driver's (in-process, loopback:
+//  127.0.0.1:8090), kubernetes Pods (:8090), a host agent on another
+//  machine (remote over tcp://: its relay, :8090); nowhere for docker and
+//  a host agent on this machine (remote over ipc://): their sandboxes
+//  dial the unix socket. Static storage: copy before the next call.
+const char *ah_config_tunnel_tcp (const ah_config_t *self, const char **why);
 
 //  The unix socket the tunnel also listens on (sandboxes dial it through
 //  a bind mount of its directory): sandbox.tunnel_socket, or

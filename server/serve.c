@@ -619,9 +619,16 @@ ah_server_run (const ah_config_t *config)
         goto out;
 
     char line [1024];
+    //  The tunnel: its socket, and TCP only where the driver needs it.
+    char *sock = ah_config_tunnel_socket (config);
+    const char *tcp = ah_config_tunnel_tcp (config, NULL);
+    char tunnel [600];
+    snprintf (tunnel, sizeof tunnel, "%s%s%s", sock ? sock : "?", tcp ? " and TCP " : " (no TCP)",
+              tcp ? tcp : "");
+    free (sock);
     snprintf (line, sizeof line,
               "agenthold serving: api %s://%s, tunnel %s, driver %s, data %s, admin token in %s%s%s",
-              config->tls_cert ? "https" : "http", config->listen ? config->listen : "?", config->tunnel_listen ? config->tunnel_listen : "?",
+              config->tls_cert ? "https" : "http", config->listen ? config->listen : "?", tunnel,
               config->driver ? config->driver : "?", config->data_dir, self.token_path,
               config->tap_endpoint ? ", tap " : "", config->tap_endpoint ? config->tap_endpoint : "");
     ah_info ("server", "%s", line);

@@ -202,6 +202,13 @@ static const char s_migration_7 [] =
     "ALTER TABLE sandboxes ADD COLUMN failed_op TEXT;     -- an error row's op while it expires\n"
     "UPDATE sandboxes SET stopped_at = updated_at WHERE state = 'error' AND stopped_at IS NULL;\n";
 
+//  Migration 8 (a running agent's connection): whether its sandboxd holds
+//  a tunnel connection now (hello said), so an agent that is running
+//  while its sandboxd redials says so. Lifecycle writes it (hello, lost,
+//  every state change, and 0 for all at each start).
+static const char s_migration_8 [] =
+    "ALTER TABLE sandboxes ADD COLUMN connected INTEGER NOT NULL DEFAULT 0;\n";
+
 const ah_migration_t ah_migrations [] = {
     { 1, "the backbone", s_migration_1 },
     { 2, "sleep and wake", s_migration_2 },
@@ -210,5 +217,6 @@ const ah_migration_t ah_migrations [] = {
     { 5, "host agents", s_migration_5 },
     { 6, "lifetimes, the audit trail and tombstones", s_migration_6 },
     { 7, "a turn's run, an error's lifetimes", s_migration_7 },
+    { 8, "a running agent's connection", s_migration_8 },
 };
 const int ah_migrations_count = (int) (sizeof ah_migrations / sizeof ah_migrations [0]);

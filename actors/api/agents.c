@@ -11,7 +11,8 @@
     "SELECT a.id, a.name, CASE WHEN s.unreachable IS NULL THEN s.state ELSE 'unreachable' END," \
     " coalesce (s.unreachable, s.error), a.image, a.cpus, a.memory_mb, a.idle_minutes," \
     " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why, a.tenant," \
-    " s.home_lost, a.runtime, s.progress, s.stopped_at, s.container_removed_at, s.op" \
+    " s.home_lost, a.runtime, s.progress, s.stopped_at, s.container_removed_at, s.op," \
+    " coalesce (s.connected, 0)" \
     " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id" \
     " LEFT JOIN sleep_forecast f ON f.agent_id = a.id"
 
@@ -96,6 +97,9 @@ static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
     bool running = sqlite3_column_type (stmt, 2) != SQLITE_NULL
                 && streq ((const char *) sqlite3_column_text (stmt, 2), "running");
     s_sleeps_at (api, stmt, a, running);
+    //  Its sandboxd holds the tunnel now (lifecycle's word): false while
+    //  a running agent's sandboxd redials (after a server restart).
+    json_object_set_new (a, "connected", json_boolean (sqlite3_column_int (stmt, 20) != 0));
     json_object_set_new (a, "tenant", api_json_column (stmt, 13));
     json_object_set_new (a, "home_lost", api_json_column (stmt, 14));
     json_object_set_new (a, "runtime", api_json_column (stmt, 15));

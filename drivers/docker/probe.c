@@ -299,10 +299,12 @@ ah_docker_isolation_check_start (ah_driver_t *driver)
     if (!driver || !driver->impl || !driver->name || strcmp (driver->name, "docker"))
         return -1;
     docker_t *self = driver->impl;
-    //  tunnel_listen is "host:port" or ":port" (validated by the config).
-    const char *colon = self->config->tunnel_listen ? strrchr (self->config->tunnel_listen, ':') : NULL;
+    //  The tunnel's TCP port when it has one (sandboxes reach it through
+    //  its socket: the probe looks at no port of the tunnel's).
+    const char *tcp = ah_config_tunnel_tcp (self->config, NULL);
+    const char *colon = tcp ? strrchr (tcp, ':') : NULL;
     int port = colon ? atoi (colon + 1) : 0;
-    if (self->probe_started || port <= 0 || port > 65535)
+    if (self->probe_started)
         return -1;
     probe_args_t *a = calloc (1, sizeof *a);
     if (!a)

@@ -658,9 +658,11 @@ ah_driver_t *ah_kubernetes_driver_new (const ah_config_t *config, char **err)
     self->prefix = strdup (prefix);
     snprintf (self->tunnel_host, sizeof self->tunnel_host, "%s", host);
     self->tunnel_port = (int) port;
-    //  The port the server's own Pods listen on: tunnel_listen's, after
-    //  its last ':' (validated as host:port at start).
-    const char *colon = strrchr (config->tunnel_listen, ':');
+    //  The port the server's own Pods listen on: the tunnel's TCP
+    //  listener's, after its last ':' (validated as host:port at start;
+    //  the kubernetes driver always has one, config.c).
+    const char *tcp = ah_config_tunnel_tcp (config, NULL);
+    const char *colon = tcp ? strrchr (tcp, ':') : NULL;
     self->tunnel_pod_port = colon ? atoi (colon + 1) : 0;
     char *cerr = NULL;
     int crc = config->k8s_kubeconfig ? ah_k8s_kubeconfig_load (config->k8s_kubeconfig, &self->creds, &cerr)

@@ -52,7 +52,7 @@ static void s_test_defaults (void)
     CHECK (config->pids_limit == 4096);
     CHECK (config->idle_minutes == 15);
     CHECK (config->idle_check_interval_s == 30);
-    CHECK_STR (config->tunnel_listen, ":8090");
+    CHECK_STR (config->tunnel_listen, "auto");
     CHECK_STR (config->docker_socket, "/var/run/docker.sock");
     CHECK_STR (config->name_prefix, "agenthold");
     CHECK_STR (config->network_pool, "10.213.0.0/16");
@@ -440,6 +440,56 @@ static void s_test_split_listen (void)
     CHECK (ah_config_split_listen ("host:-1", host, sizeof host, &port) == -1);
 }
 
+//  The tunnel's TCP listener: only where the configured driver's
+//  sandboxes dial TCP (auto), as given, or nowhere (none).
+static void s_expect_tcp (int line, const char *yaml, const char *want, const char *why)
+{
+    s_write (yaml);
+    char *err = NULL;
+    ah_config_t *config = ah_config_load (s_file, &err);
+    CHECK (config != NULL);
+    if (!config) {
+        fprintf (stderr, "  line %d: %s\n", line, err ? err : "?");
+        free (err);
+        return;
+    }
+    const char *said = NULL;
+    const char *tcp = ah_config_tunnel_tcp (config, &said);
+    if (!(want ? tcp && !strcmp (tcp, want) : !tcp) || !said || !strstr (said, why)) {
+        fprintf (stderr, "  line %d: TCP %s (%s), wanted %s (%s)\n", line, tcp ? tcp : "none",
+                 said ? said : "?", want ? want : "none", why);
+        CHECK (0);
+    }
+    ah_config_destroy (&config);
+}
+#define EXPECT_TCP(yaml, want, why) s_expect_tcp (__LINE__, yaml, want, why)
+
+static void s_test_tunnel_tcp (void)
+{
+    //  The default (docker): no TCP, sandboxes dial the socket.
+    EXPECT_TCP ("", NULL, "unix socket");
+    EXPECT_TCP ("sandbox:\n  driver: docker\n", NULL, "unix socket");
+    EXPECT_TCP ("sandbox:\n  driver: remote\n", NULL, "unix socket");
+    EXPECT_TCP ("sandbox:\n  driver: remote\n  remote: {endpoint: 'ipc:///run/x/h.sock'}\n", NULL,
+                "unix socket");
+    //  Drivers whose sandboxes dial TCP.
+    EXPECT_TCP ("sandbox:\n  driver: fake\n", "127.0.0.1:8090", "fake driver");
+    EXPECT_TCP ("sandbox:\n  driver: kubernetes\n  kubernetes: {tunnel_url: 'ws://10.0.0.5:8090/tunnel'}\n",
+                ":8090", "kubernetes");
+    EXPECT_TCP ("sandbox:\n  driver: remote\n  remote: {endpoint: 'tcp://10.0.0.7:7070', "
+                "server_key: '0123456789012345678901234567890123456789'}\n", ":8090", "another machine");
+    EXPECT_TCP ("server: {tls_cert: /etc/hostname, tls_key: /etc/hostname}\n"
+                "sandbox:\n  tunnel_tls: on\n", ":8090", "tunnel_tls");
+    //  Given: as given, whatever the driver; none: nowhere.
+    EXPECT_TCP ("sandbox:\n  tunnel_listen: 127.0.0.1:9\n", "127.0.0.1:9", "sandbox.tunnel_listen");
+    EXPECT_TCP ("sandbox:\n  driver: fake\n  tunnel_listen: '[::1]:9'\n", "[::1]:9", "sandbox.tunnel_listen");
+    EXPECT_TCP ("sandbox:\n  tunnel_listen: none\n", NULL, "none");
+    EXPECT_ERROR ("sandbox:\n  driver: fake\n  tunnel_listen: none\n", "sandbox.tunnel_listen = none",
+                  "over TCP");
+    EXPECT_ERROR ("sandbox:\n  tunnel_listen: automatic\n", "sandbox.tunnel_listen = 'automatic'",
+                  "auto");
+}
+
 //  server.user: agenthold by default, none turns it off; hostd.data_dir
 //  follows server.data_dir unless named.
 static void s_test_server_user (void)
@@ -498,6 +548,7 @@ int main (void)
     }
     snprintf (s_file, sizeof s_file, "%s/agenthold.yaml", s_dir);
     s_test_defaults ();
+    s_test_tunnel_tcp ();
     s_test_shipped_file ();
     s_test_file_values ();
     s_test_env ();

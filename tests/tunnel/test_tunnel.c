@@ -514,7 +514,7 @@ int main (void)
     config->data_dir = strdup (s_dir);
     ah_tunnel_args_t targs = { .config = config, .db_path = s_db, .ping_interval_ms = 200,
                                .ping_timeout_ms = 2000, .open_timeout_ms = 2000,
-                               .stats_interval_ms = 300 };
+                               .stats_interval_ms = 300, .connect_wait_ms = 2000 };
     zactor_t *tunnel = ah_actor_new (&ah_tunnel_actor, &targs, NULL);
     CHECK (tunnel != NULL);
     //  The unix socket sandboxes without a network dial: there, a socket.
@@ -621,17 +621,55 @@ int main (void)
     res = s_client_end (silent);
     CHECK (res && strstr (res, "CLOSED"));
     free (res);
-    //  No connection now: CHAN_OPEN says so, with the state.
+    //  No connection now, the sandbox starting (or running): CHAN_OPEN
+    //  waits connect_wait_ms for sandboxd to (re)dial, then says why.
     h = s_header ("ping", NULL);
+    int64_t opened = zclock_mono ();
     r = s_open (api, h);
+    int64_t waited = zclock_mono () - opened;
     ah_msg_destroy (&h);
     CHECK (r && !ah_msg_bool (r, "ok", true) && ah_msg_int (r, "status", 0) == 409);
-    CHECK (r && strstr (ah_msg_str (r, "error"), "no sandbox connection (state starting)"));
+    CHECK (r && strstr (ah_msg_str (r, "error"), "is starting but its sandboxd is not connected")
+             && strstr (ah_msg_str (r, "error"), "waited 2000 ms"));
+    CHECK (waited >= 1900 && waited < 4500);
     ah_msg_destroy (&r);
+    //  An open made while sandboxd is away goes to it once it says hello
+    //  (a redial after a server restart), not a 409.
+    s_sql ("UPDATE sandboxes SET state = 'running' WHERE agent_id = '%s'", AGENT);
+    for (int i = 0; i < 3; i++) {
+        h = s_header ("ping", NULL);
+        uint8_t *raw = NULL;
+        size_t raw_size = 0;
+        ah_msg_encode (h, &raw, &raw_size);
+        ah_msg_destroy (&h);
+        m = ah_msg_new ("CHAN_OPEN");
+        ah_msg_set_int (m, "req", 9000 + i);
+        ah_msg_set_str (m, "agent_id", AGENT);
+        ah_msg_set_raw (m, "header", raw, raw_size);
+        free (raw);
+        ah_msg_send (&m, api, "tunnel");
+    }
+    CHECK (s_quiet (api, 150));                 //  waiting, not refused
+    FILE *late = s_client_start ("ok", NULL);
+    CHECK (s_hello (lifecycle));
+    for (int i = 0; i < 3; i++) {
+        r = s_expect (api, "REPLY", 5000);
+        CHECK (r && ah_msg_bool (r, "ok", false) && ah_msg_int (r, "chan", 0) > 0
+                 && ah_msg_int (r, "req", 0) >= 9000 && ah_msg_int (r, "req", 0) < 9003);
+        if (r && !ah_msg_bool (r, "ok", false))
+            fprintf (stderr, "  waiting open: %s\n", ah_msg_str (r, "error"));
+        if (r)
+            s_send_chan (api, "CHAN_CLOSE", ah_msg_int (r, "chan", 0));
+        ah_msg_destroy (&r);
+    }
+    s_sql ("UPDATE sandboxes SET state = 'starting' WHERE agent_id = '%s'", AGENT);
 
     //  3b. A newer connection replaces the older; the older's channels fail.
     FILE *first = s_client_start ("ok", NULL);
     CHECK (s_hello (lifecycle));
+    res = s_client_end (late);                  //  replaced by first
+    CHECK (res && strstr (res, "CLOSED"));
+    free (res);
     chan = s_open_ping (api);
     FILE *second = s_client_start ("mute", NULL);
     CHECK (s_hello (lifecycle));
