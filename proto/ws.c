@@ -322,6 +322,7 @@ int ah_ws_dial (const struct sockaddr *addr, socklen_t addr_len, int timeout_ms,
     if (e) {
         snprintf (err, err_size, "connect %s: %s", name, strerror (e));
         close (fd);
+        errno = e;                  //  the caller tells "nobody listens" apart
         return -1;
     }
     return fd;
@@ -741,6 +742,7 @@ int ah_ws_handshake (ah_ws_t *self, const ah_ws_url_t *url, const char *headers,
         if (rc <= 0) {
             snprintf (err, err_size, rc == 0 ? "server closed the connection during the upgrade"
                       : "upgrade response: %s", why);
+            errno = rc == 0 ? ECONNRESET : EPROTO;
             return -1;
         }
     }

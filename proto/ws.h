@@ -56,7 +56,8 @@ int ah_ws_url_parse (const char *url, ah_ws_url_t *out, const char **err);
 
 //  A non-blocking TCP connection to addr, waiting at most timeout_ms
 //  (-1: no limit) and only while abort_fd (or -1) is not readable. The
-//  socket, or -1 with a message in err.
+//  socket, or -1 with a message in err and errno set (ECONNREFUSED,
+//  ENOENT: nobody listens there).
 int ah_ws_dial (const struct sockaddr *addr, socklen_t addr_len, int timeout_ms,
                 int abort_fd, char *err, size_t err_size);
 
@@ -105,7 +106,10 @@ void ah_ws_destroy (ah_ws_t **self_p);
 //  header lines, "Name: value\r\n"..., or NULL). Waits at most timeout_ms
 //  (-1: no limit), and only while abort_fd (or -1) is not readable.
 //  0, or -1 with a message in err (a refusal: "upgrade refused: " and the
-//  status line, with the first line of the body when one came).
+//  status line, with the first line of the body when one came). On
+//  failure errno is ECONNRESET when the peer closed the connection before
+//  any answer (a relay whose server is away; other failures leave it
+//  as the failing call set it).
 int ah_ws_handshake (ah_ws_t *self, const ah_ws_url_t *url, const char *headers,
                      int timeout_ms, int abort_fd, char *err, size_t err_size);
 //  The upgrade answer's HTTP status (0 when none came), and the first

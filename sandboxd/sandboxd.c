@@ -40,8 +40,9 @@
 #include <unistd.h>
 
 #define S_CONNECT_MS   10000        //  dial + upgrade time limit
-#define S_STABLE_MS    10000        //  a connection this old resets the backoff
 #define S_FIRST_RETRY_MS 50       //  the first retries of a fresh start
+#define S_PROBE_MS     250          //  redial a server that is away this often
+#define S_FLAP_MS      1000         //  at most one connection this often
 #define S_READ_MAX     (256 * 1024) //  transport bytes read per loop turn
 #define S_SEND_MAX     (256 * 1024) //  largest WebSocket message sent
 
@@ -298,15 +299,21 @@ static bool s_header_safe (const char *s)
 }
 
 //  Dial the tunnel and upgrade, within S_CONNECT_MS all told; a stop
-//  cuts the wait short. The WebSocket, or NULL with err.
+//  cuts the wait short. The WebSocket, or NULL with err; *absent then says
+//  that nobody listens there now (the socket is gone or refuses, or a
+//  relay closed before any answer: its server is away), as opposed to a
+//  server that answered and refused.
 static ah_ws_t *s_dial (ah_sandboxd_t *self, const ah_boot_card_t *card, const ah_ws_url_t *url,
-                        s_transport_t *t, char *err, size_t err_size)
+                        s_transport_t *t, bool *absent, char *err, size_t err_size)
 {
+    *absent = false;
     int64_t deadline = s_now () + S_CONNECT_MS;
     int fd = ah_ws_dial ((const struct sockaddr *) &url->addr, url->addr_len, S_CONNECT_MS,
                          self->wake [0], err, err_size);
-    if (fd < 0)
+    if (fd < 0) {
+        *absent = errno == ECONNREFUSED || errno == ENOENT;
         return NULL;
+    }
     ah_ws_io_t io = ah_ws_io_plain (fd);
     ah_ws_opts_t opts = { .protocol = "agenthold-tunnel", .binary_only = true,
                           .on_message = s_ws_data, .ud = t };
@@ -317,8 +324,10 @@ static ah_ws_t *s_dial (ah_sandboxd_t *self, const ah_boot_card_t *card, const a
     int left = (int) (deadline - s_now ());
     if (!ws)
         snprintf (err, err_size, "out of memory");
-    else if (ah_ws_handshake (ws, url, headers, left > 0 ? left : 0, self->wake [0], err, err_size))
+    else if (ah_ws_handshake (ws, url, headers, left > 0 ? left : 0, self->wake [0], err, err_size)) {
+        *absent = errno == ECONNRESET;
         ah_ws_destroy (&ws);
+    }
     return ws;
 }
 
@@ -343,6 +352,7 @@ static void s_run (ah_sandboxd_t *self)
     //  wakes before its network or the server's listener is there should
     //  not wait a whole second for the next try.
     int backoff = min > S_FIRST_RETRY_MS ? S_FIRST_RETRY_MS : min;
+    int64_t connected_at = 0;           //  of the last connection, 0 none yet
     while (!atomic_load (&self->stop)) {
         ah_boot_card_t card;
         char err [512];
@@ -369,35 +379,54 @@ static void s_run (ah_sandboxd_t *self)
             ready = false;
         }
         s_transport_t t = { .fd = -1 };
-        t.ws = ready ? s_dial (self, &card, &url, &t, err, sizeof err) : NULL;
+        bool absent = false;
+        t.ws = ready ? s_dial (self, &card, &url, &t, &absent, err, sizeof err) : NULL;
+        //  How long to wait before the next dial. The backoff is for a
+        //  server that is there and refuses (or a boot card not there
+        //  yet). A server that is away is watched for instead, every
+        //  S_PROBE_MS: after a restart the sandbox is back within that,
+        //  however often the server restarted (a failed connect costs a
+        //  syscall; the unix socket never leaves the machine).
+        int wait = backoff;
+        int64_t gap = 0;
         if (t.ws) {
             //  The agent id in hello replies is the one we dialled with.
             snprintf (self->dialled_id, sizeof self->dialled_id, "%s", card.agent_id);
             atomic_fetch_add (&self->connections, 1);
             self->last_error [0] = 0;
             ah_info ("sandboxd", "connected to %s as %s", card.tunnel_url, card.agent_id);
-            int64_t t0 = s_now ();
+            connected_at = s_now ();
+            backoff = min;              //  a listener that took us: the server is back
             s_serve (self, &t, why, sizeof why);
             if (atomic_load (&self->stop))
                 break;
             ah_warn ("sandboxd", "connection lost: %s", why);
-            if (s_now () - t0 >= S_STABLE_MS || backoff < min)
-                backoff = min;
+            //  The server may be restarting: the next dial says whether it
+            //  is away (probe), refuses (backoff) or is back. At most one
+            //  connection every S_FLAP_MS, so a server that takes and drops
+            //  connections is not hammered.
+            wait = S_PROBE_MS;
+            gap = connected_at + S_FLAP_MS - s_now ();
         }
         else if (ready) {
             if (atomic_load (&self->stop))
                 break;
             s_note_error (self, err);
+            if (absent)
+                wait = backoff < S_PROBE_MS ? backoff : S_PROBE_MS;
         }
-        //  Jitter: somewhere in [backoff/2, backoff], so a fleet of
-        //  sandboxes does not reconnect in step after a server restart.
+        //  Jitter: somewhere in [wait/2, wait], so a fleet of sandboxes
+        //  does not reconnect in step after a server restart.
         uint32_t r = 0;
         if (getrandom (&r, sizeof r, GRND_NONBLOCK) != sizeof r)
             r = (uint32_t) s_now ();
-        int delay = backoff / 2 + (int) (r % (uint32_t) (backoff / 2 + 1));
+        int delay = wait / 2 + (int) (r % (uint32_t) (wait / 2 + 1));
+        if (delay < gap)
+            delay = (int) gap;
         if (s_sleep (self, delay))
             break;
-        backoff = backoff >= max / 2 ? max : backoff * 2;
+        if (wait == backoff)
+            backoff = backoff >= max / 2 ? max : backoff * 2;
     }
 }
 
@@ -585,7 +614,9 @@ static void s_usage (FILE *out)
         "  --help             this text\n"
         "\n"
         "Dials at once; retries start at 50 ms until the first connection, then\n"
-        "reconnects with backoff (1 s doubling to 30 s, with jitter) until SIGTERM.\n"
+        "with backoff (1 s doubling to 30 s, with jitter) while the server refuses;\n"
+        "a server that is away (nothing listens) is redialled every 250 ms, and a\n"
+        "lost connection at once, until SIGTERM.\n"
         "AGENTHOLD_LOG=debug|info|warn|error sets the log level.\n");
 }
 
