@@ -7,6 +7,8 @@ backoff), checks the upgrade headers (token, agent id, subprotocol) on the
 second, speaks yamux as the client (odd stream ids) over binary messages
 split at arbitrary places, runs hello, ping, exec, fs.write and fs.read,
 then drops the connection: sandboxd must reconnect and say hello again.
+Then the server goes away and comes back, three times (2.5 s of refused
+dials each): sandboxd must be back within 1 s of each return.
 Finally SIGTERM must end sandboxd with status 0 within a few seconds.
 
 usage: test_ws.py PATH/TO/sandboxd
@@ -144,6 +146,30 @@ async def main():
         check(spent <= 3, "idle sandboxd used %d ticks in 2 s" % spent)
         check(state["upgrades"] == 3, "refused, served, reconnected (%d upgrades)" % state["upgrades"])
         check(os.path.exists(os.path.join(home, "w.bin")), "the file landed in the home")
+
+        # The server restarts, quickly and again: while nobody listens
+        # sandboxd's dials are refused, and it must not back off from that
+        # (it used to double its wait on every refusal, up to ~20 s after a
+        # few restarts): each time the listener is back it connects within
+        # about 250 ms of it (bound: 1 s here).
+        back = {"at": 0.0, "took": []}
+        again = asyncio.Event()
+
+        async def redial_session(ws, path=None):
+            back["took"].append(asyncio.get_running_loop().time() - back["at"])
+            again.set()
+            await ws.wait_closed()
+        for i in range(3):
+            server.close()                          # closes the connection too
+            await server.wait_closed()
+            await asyncio.sleep(2.5)                # several refused dials
+            again.clear()
+            back["at"] = asyncio.get_running_loop().time()
+            server = await websockets.serve(redial_session, "127.0.0.1", port,
+                                            subprotocols=["agenthold-tunnel"], max_size=None)
+            await asyncio.wait_for(again.wait(), 30)
+        check(len(back["took"]) == 3 and max(back["took"]) < 1.0,
+              "back within 1 s of each of 3 restarts: %s" % ["%.2f" % t for t in back["took"]])
         proc.send_signal(signal.SIGTERM)
         rc = await asyncio.get_running_loop().run_in_executor(None, lambda: proc.wait(10))
         check(rc == 0, "SIGTERM exits 0 (got %r)" % rc)
