@@ -662,12 +662,31 @@ static void test_hello (const char *id)
     ah_msg_set_str (hello, "agent_id", id);
     ah_msg_send (&hello, tunnel, "lifecycle");
     CHECK (s_wait_state (id, "running", 5000));
+    zclock_sleep (50);
+    CHECK (s_col_is (id, "connected", "1"));
+    //  The connection lost (a server restart, a network loss): still
+    //  running, not connected; sandboxd's redial says hello again.
+    for (int i = 0; i < 3; i++) {
+        ah_msg_t *m = ah_msg_new ("TUNNEL_LOST");
+        ah_msg_set_str (m, "agent_id", id);
+        ah_msg_set_str (m, "reason", "sandbox connection lost");
+        ah_msg_set_bool (m, "fatal", false);
+        ah_msg_send (&m, tunnel, "lifecycle");
+        zclock_sleep (100);
+        CHECK (s_col_is (id, "state", "running") && s_col_is (id, "connected", "0"));
+        hello = ah_msg_new ("SANDBOX_HELLO");
+        ah_msg_set_str (hello, "agent_id", id);
+        ah_msg_send (&hello, tunnel, "lifecycle");
+        zclock_sleep (100);
+        CHECK (s_col_is (id, "state", "running") && s_col_is (id, "connected", "1"));
+    }
     zsock_destroy (&tunnel);
 
     //  No hello within the (test's 1 s) timeout: error, and stopped again.
     reply = s_op ("SANDBOX_STOP", id);
     ah_msg_destroy (&reply);
     CHECK (s_wait_state (id, "sleeping", 5000));
+    CHECK (s_col_is (id, "connected", "0"));        //  every move away from running clears it
     int stops = atomic_load (&s_drv.stops);
     reply = s_op ("SANDBOX_START", id);
     CHECK (s_status (&reply) == 202);
