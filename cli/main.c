@@ -194,6 +194,9 @@ static void s_print_agent (json_t *a)
     printf ("name:             %s\n", ah_cmd_jstr (a, "name", "-"));
     printf ("id:               %s\n", ah_cmd_jstr (a, "id", "-"));
     printf ("state:            %s\n", ah_cmd_jstr (a, "state", "-"));
+    //  Running while its sandboxd redials (after a server restart).
+    if (json_is_false (json_object_get (a, "connected")) && !strcmp (ah_cmd_jstr (a, "state", ""), "running"))
+        printf ("connected:        no (its sandboxd is redialling the server)\n");
     if (json_is_string (json_object_get (a, "error"))) {
         char *error = ah_cmd_clean (strdup (ah_cmd_jstr (a, "error", "-")));
         printf ("error:            %s\n", error ? error : "-");

@@ -14,7 +14,8 @@ catalog's default runtime.
   often it restarted; it used to back off for up to ~20 s), and the agent
   then says "connected": true.
 - Its sandboxd kept away (the container paused through the Engine API)
-  across a restart: the agent is running with "connected": false; an exec
+  across a restart: the agent is running with "connected": false (and
+  `agenthold show` says so); an exec
   waits for it (about 5 s) and then answers 409 saying the sandboxd is not
   connected; an exec made while it is away and answered once it is back
   (the container unpaused) succeeds.
@@ -179,6 +180,8 @@ def scenario(h):
     a = agent()
     h.check(a["state"] == "running" and a["connected"] is False,
             "running without its sandboxd: connected false: %r" % {k: a[k] for k in ("state", "connected")})
+    rc, out, _ = h.run_cli("show", "alice", timeout=30)
+    h.check(rc == 0 and "connected:        no" in out, "show says it is not connected: %r" % out[:400])
     t0 = time.time()
     st, r = exec_("echo away")
     waited = time.time() - t0

@@ -251,6 +251,7 @@ function stateCell(a) {
     el("span", { class: `state state-${a.state}`, text: a.state }));
   if (a.progress || PROGRESS[a.state]) cell.append(el("span", { class: "flag", text: a.progress || PROGRESS[a.state] }));
   if (a.state === "error" && a.error) cell.append(el("span", { class: "flag error", text: a.error }));
+  if (a.state === "running" && a.connected === false) cell.append(el("span", { class: "flag", text: "sandboxd reconnecting" }));
   if (a.needs_rebuild) cell.append(el("span", { class: "flag", text: "needs a rebuild" }));
   if (a.home_lost) cell.append(el("span", { class: "flag error", text: `home lost: ${a.home_lost}` }));
   return cell;
