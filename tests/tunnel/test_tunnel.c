@@ -512,6 +512,32 @@ int main (void)
     config->tunnel_listen = strdup ("127.0.0.1:0");
     free (config->data_dir);
     config->data_dir = strdup (s_dir);
+    //  The default configuration (the docker driver, tunnel_listen auto):
+    //  the unix socket alone, no TCP listener (PORT says 0). Started
+    //  and stopped before the test's own (it takes the bus name over).
+    {
+        char dir2 [300];
+        snprintf (dir2, sizeof dir2, "%s/d2", s_dir);
+        mkdir (dir2, 0700);
+        ah_config_t *c2 = ah_config_new_defaults ();
+        free (c2->data_dir);
+        c2->data_dir = strdup (dir2);
+        ah_tunnel_args_t t2 = { .config = c2, .db_path = s_db };
+        zactor_t *second = ah_actor_new (&ah_tunnel_actor, &t2, NULL);
+        CHECK (second != NULL);
+        if (second) {
+            zstr_send (second, "PORT");
+            char *p2 = zstr_recv (second);
+            CHECK (p2 && streq (p2, "0"));
+            free (p2);
+            char sock2 [400];
+            snprintf (sock2, sizeof sock2, "%s/run/tunnel.sock", dir2);
+            struct stat st2;
+            CHECK (lstat (sock2, &st2) == 0 && S_ISSOCK (st2.st_mode));
+            zactor_destroy (&second);
+        }
+        ah_config_destroy (&c2);
+    }
     ah_tunnel_args_t targs = { .config = config, .db_path = s_db, .ping_interval_ms = 200,
                                .ping_timeout_ms = 2000, .open_timeout_ms = 2000,
                                .stats_interval_ms = 300, .connect_wait_ms = 2000 };
@@ -529,6 +555,7 @@ int main (void)
     free (port);
     //  What it cannot serve is refused at once (the lws loop serves the bus too).
     actor_probe_refusals ("tunnel");
+
 
     //  1. Refusals at the upgrade.
     char forged [AH_TOKEN_HEX];
