@@ -9,6 +9,7 @@
 #include "cli/audit.h"
 #include "cli/client.h"
 #include "cli/doctor.h"
+#include "cli/follow.h"
 #include "cli/sbx.h"
 #include "cli/term.h"
 #include "cli/tap.h"
@@ -349,48 +350,6 @@ static int s_parse_simple (const ah_cmd_t *c, int argc, char **argv, ah_common_t
     return rc < 0 ? AH_EXIT_USAGE : 0;
 }
 
-static bool s_moving (const char *state)
-{
-    return !strcmp (state, "creating") || !strcmp (state, "starting") || !strcmp (state, "rebuilding")
-        || !strcmp (state, "stopping") || !strcmp (state, "destroying");
-}
-
-//  Follow an agent until its transition ends (at most wait_s), telling
-//  on stderr what preparing its sandbox does ("Preparing the sandbox…
-//  Step 3/7 : RUN apt-get update"). The agent as it ended, or NULL with
-//  *exit_code.
-static json_t *s_follow (ah_common_t *co, const char *id, long wait_s, int *exit_code)
-{
-    char *path = s_agent_path (id, "");
-    char said [512] = "";
-    time_t deadline = time (NULL) + wait_s;
-    json_t *agent = NULL;
-    for (;;) {
-        json_decref (agent);
-        agent = ah_cmd_call (co, "GET", path, NULL, 0, NULL, exit_code);
-        if (!agent)
-            break;
-        const char *progress = ah_cmd_jstr (agent, "progress", NULL);
-        if (progress && strcmp (progress, said)) {
-            snprintf (said, sizeof said, "%s", progress);
-            char *clean = ah_cmd_clean (strdup (progress));
-            fprintf (stderr, "%s\n", clean ? clean : "");
-            free (clean);
-        }
-        if (!s_moving (ah_cmd_jstr (agent, "state", "")))
-            break;
-        if (time (NULL) >= deadline) {
-            fprintf (stderr, "agenthold: %s is still %s after %ld s (agenthold show %s follows it)\n",
-                     ah_cmd_jstr (agent, "name", id), ah_cmd_jstr (agent, "state", "?"), wait_s, id);
-            *exit_code = 1;
-            break;
-        }
-        usleep (500 * 1000);
-    }
-    free (path);
-    return agent;
-}
-
 static int s_cmd_create (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
     const char *image = NULL, *runtime = NULL, *cpus = NULL, *memory = NULL, *idle = NULL;
@@ -430,20 +389,22 @@ static int s_cmd_create (const ah_cmd_t *c, int argc, char **argv, ah_common_t *
             goto usage;
         json_object_set_new (body, "idle_minutes", v);
     }
+    //  Waiting: follow the agent, up to 10 minutes (the first sandbox of a
+    //  runtime may wait for its image to be built), saying what happens.
+    //  The events are subscribed to first (every agent's: this one has no
+    //  id yet), so none is missed.
+    ah_follow_t *follow = no_wait ? NULL : ah_follow_new (co, NULL);
     int exit_code;
     json_t *reply = ah_cmd_call (co, "POST", "/api/v1/agents", body, 0, NULL, &exit_code);
     json_decref (body);
-    //  Waiting: follow the agent, up to 10 minutes (the first sandbox of a
-    //  runtime may wait for its image to be built), saying what happens.
     if (reply && !no_wait) {
-        char id [64];
-        snprintf (id, sizeof id, "%s", ah_cmd_jstr (reply, "id", ah_cmd_jstr (reply, "name", pos [0])));
-        json_t *agent = s_follow (co, id, 600, &exit_code);
+        json_t *agent = ah_follow_wait (follow, co, reply, 600, &exit_code);
         if (agent) {
             json_decref (reply);
             reply = agent;
         }
     }
+    ah_follow_destroy (&follow);
     s_print_reply (co, reply, !no_wait, &exit_code);
     json_decref (reply);
     return exit_code;
@@ -600,28 +561,25 @@ static int s_cmd_transition (const ah_cmd_t *c, int argc, char **argv, ah_common
             return AH_EXIT_USAGE;
         }
     }
-    //  rm waits in the server (the agent is gone at the end); start, stop
-    //  and rebuild are followed from here, so that what preparing the
-    //  sandbox does is said as it happens, as create does.
+    //  Followed on the agent's events, subscribed to before the request,
+    //  so that what preparing the sandbox does is said as it happens and
+    //  the command ends the moment the agent settles (cli/follow.h).
     bool rm = !strcmp (c->name, "rm");
-    bool server_waits = rm && !no_wait;
-    char *suffix = server_waits ? ah_cmd_strf ("?wait=1&timeout=%ld", wait_s)
-                                : ah_cmd_strf ("%s%s", rm ? "" : "/", rm ? "" : c->name);
+    char *suffix = ah_cmd_strf ("%s%s", rm ? "" : "/", rm ? "" : c->name);
     char *path = s_agent_path (pos [0], suffix);
     free (suffix);
+    ah_follow_t *follow = no_wait ? NULL : ah_follow_new (co, pos [0]);
     int exit_code;
-    json_t *reply = ah_cmd_call (co, rm ? "DELETE" : "POST", path, NULL, server_waits ? wait_s + 30 : 0,
-                            NULL, &exit_code);
+    json_t *reply = ah_cmd_call (co, rm ? "DELETE" : "POST", path, NULL, 0, NULL, &exit_code);
     free (path);
-    if (reply && !rm && !no_wait) {
-        char id [64];
-        snprintf (id, sizeof id, "%s", ah_cmd_jstr (reply, "id", pos [0]));
-        json_t *agent = s_follow (co, id, wait_s, &exit_code);
+    if (reply && !no_wait) {
+        json_t *agent = ah_follow_wait (follow, co, reply, wait_s, &exit_code);
         if (agent) {
             json_decref (reply);
             reply = agent;
         }
     }
+    ah_follow_destroy (&follow);
     if (reply) {
         const char *state = ah_cmd_jstr (reply, "state", "?");
         if (co->json)
