@@ -128,10 +128,12 @@ class Events:
 
 class Bare:
     """The bare side: one container at a time, listened for on a unix
-    socket of the bench's."""
+    socket of the bench's. image: the harness's test image unless named
+    (bench/cli runs the shipped default runtime's)."""
 
-    def __init__(self, h, sandboxd, blocked):
+    def __init__(self, h, sandboxd, blocked, image=None):
         self.h = h
+        self.image = image or h.tag
         self.sandboxd = sandboxd
         self.run = os.path.join(h.tmp, "bare-run")
         self.card = os.path.join(h.tmp, "bare-card")
@@ -191,7 +193,7 @@ class Bare:
         self.drain()
         self.arm()
         body = {
-            "Image": h.tag, "Hostname": "bare%d" % r, "Entrypoint": ["/opt/agenthold/sandboxd"],
+            "Image": self.image, "Hostname": "bare%d" % r, "Entrypoint": ["/opt/agenthold/sandboxd"],
             "Cmd": [], "User": "0:0", "Env": ["AGENTHOLD_USER="], "Labels": labels,
             "HostConfig": {
                 "Init": True, "NanoCpus": 1000000000, "Memory": 128 << 20, "PidsLimit": 100,
