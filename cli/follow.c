@@ -14,7 +14,9 @@
     An event only says when to look: the agent is then read once
     (GET /api/v1/agents/ID), which is also what the command prints, and a
     state event that was older than the operation (a start's "running"
-    arriving just after a stop was sent) is told apart by that read. A
+    arriving just after a stop was sent) is told apart by that read. But
+    "destroyed" is final (an id is never given again): it ends the wait
+    with no read. A
     read also comes every 15 s without a settling event (a missed event
     costs at most that), and at the deadline.                          */
 #include "cli/follow.h"
@@ -336,8 +338,16 @@ json_t *ah_follow_wait (ah_follow_t *self, const ah_common_t *co, json_t *reply,
                 bool ours = !strcmp (ah_cmd_jstr (event, "agent_id", ""), id);
                 if (ours)
                     s_say (said, sizeof said, ah_cmd_jstr (event, "message", NULL));
-                bool settled = ours && !s_moving (ah_cmd_jstr (event, "state", "creating"));
+                const char *state = ah_cmd_jstr (event, "state", "creating");
+                //  An id is never given again: its "destroyed" is final,
+                //  no read needed (nor a chance for one to lag behind).
+                bool gone = ours && !strcmp (state, "destroyed");
+                bool settled = ours && !s_moving (state);
                 json_decref (event);
+                if (gone) {
+                    agent = json_pack ("{s:s, s:s, s:s}", "id", id, "name", name, "state", "destroyed");
+                    goto out;
+                }
                 if (!settled)
                     continue;
             }
