@@ -467,8 +467,10 @@ static void s_tree (req_t *r)
     bool readable = state && !streq (state, "creating") && !streq (state, "destroying");
     if (readable && s_by_hostd (r)) {
         //  Its sandboxd walks a running one's; hostd a sleeping one's.
+        //  (state lives in agent: looked at before agent goes.)
+        bool running = streq (state, "running");
         json_decref (agent);
-        if (streq (state, "running"))
+        if (running)
             api_tree_sandbox (r, clean, all, false);
         else {
             r->kind = "fs.tree";
