@@ -1,0 +1,197 @@
+/*  tests/sandboxd/sbd_peer.c: the test's side of sandboxd's channel layer
+    (see sbd_peer.h).                                                    */
+#include "tests/sandboxd/sbd_peer.h"
+
+int64_t now_ms (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+tstream_t *find (peer_t *p, uint32_t id)
+{
+    for (int i = 0; i < p->n; i++)
+        if (p->s [i].id == id)
+            return &p->s [i];
+    return NULL;
+}
+
+void cb_output (void *ud, const uint8_t *d, size_t n)
+{
+    peer_t *p = ud;
+    while (n > 0) {
+        ssize_t w = write (p->fd, d, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EAGAIN) {
+            struct pollfd pf = { p->fd, POLLOUT, 0 };
+            poll (&pf, 1, 100);
+            continue;
+        }
+        if (w <= 0) {
+            p->failed = true;
+            return;
+        }
+        d += w;
+        n -= (size_t) w;
+    }
+}
+
+void cb_data (void *ud, uint32_t id, const uint8_t *d, size_t n)
+{
+    peer_t *p = ud;
+    tstream_t *s = find (p, id);
+    if (!s)
+        return;
+    if (s->len + n > s->cap) {
+        s->cap = (s->len + n) * 2;
+        s->buf = realloc (s->buf, s->cap);
+    }
+    memcpy (s->buf + s->len, d, n);
+    s->len += n;
+    s->total += n;
+    if (!p->hold)
+        ah_yamux_consumed (p->y, id, n);
+}
+
+void cb_eof (void *ud, uint32_t id)
+{
+    tstream_t *s = find (ud, id);
+    if (s)
+        s->eof = true;
+}
+
+void cb_closed (void *ud, uint32_t id, bool reset)
+{
+    tstream_t *s = find (ud, id);
+    if (s) {
+        s->closed = true;
+        s->reset = reset;
+    }
+}
+
+//  Read what the socket has (waiting up to ms) and feed it to yamux.
+void pump (peer_t *p, int ms)
+{
+    struct pollfd pf = { p->fd, POLLIN, 0 };
+    if (poll (&pf, 1, ms) <= 0)
+        return;
+    uint8_t buf [65536];
+    ssize_t r = read (p->fd, buf, sizeof buf);
+    if (r <= 0) {
+        p->failed = true;
+        return;
+    }
+    const char *err = NULL;
+    if (ah_yamux_input (p->y, buf, (size_t) r, &err)) {
+        fprintf (stderr, "test yamux: %s\n", err);
+        p->failed = true;
+    }
+}
+
+uint32_t open_raw (peer_t *p, const uint8_t *hdr, size_t size)
+{
+    uint32_t id = 0;
+    if (ah_yamux_open (p->y, &id) || p->n == MAXS)
+        return 0;
+    tstream_t *s = &p->s [p->n++];
+    memset (s, 0, sizeof *s);
+    s->id = id;
+    ssize_t w = ah_yamux_write (p->y, id, hdr, size);
+    CHECK (w == (ssize_t) size);
+    return id;
+}
+
+uint32_t open_chan (peer_t *p, ah_msg_t **req)
+{
+    uint8_t *hdr = NULL;
+    size_t size = 0;
+    CHECK (ah_chan_header_encode (*req, &hdr, &size) == 0);
+    ah_msg_destroy (req);
+    uint32_t id = open_raw (p, hdr, size);
+    free (hdr);
+    return id;
+}
+
+void take (tstream_t *s, size_t n)
+{
+    memmove (s->buf, s->buf + n, s->len - n);
+    s->len -= n;
+}
+
+//  Wait for a header on stream id (reply or trailer).
+ah_msg_t *wait_header (peer_t *p, uint32_t id, int ms)
+{
+    int64_t until = now_ms () + ms;
+    tstream_t *s = find (p, id);
+    while (s && now_ms () < until && !p->failed) {
+        ah_msg_t *m = NULL;
+        size_t used = 0;
+        const char *err = NULL;
+        int rc = ah_chan_header_decode (s->buf, s->len, &m, &used, &err);
+        if (rc == 1) {
+            take (s, used);
+            return m;
+        }
+        if (rc < 0 || s->closed)
+            return NULL;
+        pump (p, 50);
+    }
+    return NULL;
+}
+
+bool wait_until (peer_t *p, bool *flag, int ms)
+{
+    int64_t until = now_ms () + ms;
+    while (!*flag && now_ms () < until && !p->failed)
+        pump (p, 50);
+    return *flag;
+}
+
+ah_msg_t *req_new (const char *ch)
+{
+    ah_msg_t *m = ah_msg_new ("");
+    ah_msg_set_str (m, "ch", ch);
+    return m;
+}
+
+//  Open a channel that answers in its header alone; return the reply.
+ah_msg_t *simple (peer_t *p, ah_msg_t *req)
+{
+    uint32_t id = open_chan (p, &req);
+    ah_yamux_close (p->y, id);
+    ah_msg_t *r = wait_header (p, id, 5000);
+    tstream_t *s = find (p, id);
+    if (s)
+        wait_until (p, &s->eof, 5000);
+    return r;
+}
+
+bool reply_ok (ah_msg_t *r)
+{
+    return r && ah_msg_bool (r, "ok", false);
+}
+
+const char *reply_code (ah_msg_t *r)
+{
+    return r ? ah_msg_str (r, "code") : NULL;
+}
+
+char home [PATH_MAX], outside [PATH_MAX], root [PATH_MAX];
+
+bool file_exists (const char *dir, const char *name)
+{
+    char path [PATH_MAX * 2];
+    snprintf (path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    return lstat (path, &st) == 0;
+}
+
+uint64_t fnv (const uint8_t *d, size_t n, uint64_t h)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ d [i]) * 1099511628211ull;
+    return h;
+}
+
