@@ -9,7 +9,6 @@
 #include "common/str.h"
 #include "config/config.h"
 #include "config/config_int.h"
-#include "common/bounds.h"
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -232,7 +231,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->pids_limit = 4096;
     self->idle_minutes = 15;
     self->idle_check_interval_s = 30;
-    self->tunnel_listen = strdup ("auto");
+    self->tunnel_listen = strdup (":8090");
     self->container_ttl_s = 86400;
     self->workspace_ttl_s = 0;
     self->ttl_check_interval_s = 60;
@@ -594,35 +593,30 @@ static int s_walk (s_walk_t *walk, yaml_node_t *mapping, const char *prefix)
     return 0;
 }
 
-static int s_load_file (ah_config_t *self, const char *file, char **err)
+//  YAML text (size bytes) over self; file names it in messages. The one
+//  parser of a configuration: the file loader and ah_config_parse (the
+//  fuzz target's entry) both come here.
+static int s_load_text (ah_config_t *self, const char *text, size_t size, const char *file,
+                        char **err)
 {
-    FILE *handle = fopen (file, "rb");
-    if (!handle) {
-        *err = ah_strf ("cannot read config file %s: %s", file, strerror (errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat (fileno (handle), &st) == 0 && st.st_size > CONFIG_MAX_BYTES) {
-        fclose (handle);
-        *err = ah_strf ("config file %s is %lld bytes; the limit is %d", file,
-                          (long long) st.st_size, CONFIG_MAX_BYTES);
+    if (size > CONFIG_MAX_BYTES) {
+        *err = ah_strf ("config file %s is %zu bytes; the limit is %d", file, size,
+                        CONFIG_MAX_BYTES);
         return -1;
     }
     yaml_parser_t parser;
     yaml_document_t document;
     if (!yaml_parser_initialize (&parser)) {
-        fclose (handle);
         *err = strdup ("cannot initialise the YAML parser");
         return -1;
     }
-    yaml_parser_set_input_file (&parser, handle);
+    yaml_parser_set_input_string (&parser, (const unsigned char *) text, size);
     if (!yaml_parser_load (&parser, &document)) {
         *err = ah_strf ("%s line %zu column %zu: YAML syntax error: %s%s%s", file,
                           parser.problem_mark.line + 1, parser.problem_mark.column + 1,
                           parser.problem ? parser.problem : "unknown problem",
                           parser.context ? " " : "", parser.context ? parser.context : "");
         yaml_parser_delete (&parser);
-        fclose (handle);
         return -1;
     }
     int rc = 0;
@@ -651,6 +645,40 @@ static int s_load_file (ah_config_t *self, const char *file, char **err)
     }
     yaml_document_delete (&document);
     yaml_parser_delete (&parser);
+    return rc;
+}
+
+static int s_load_file (ah_config_t *self, const char *file, char **err)
+{
+    FILE *handle = fopen (file, "rb");
+    if (!handle) {
+        *err = ah_strf ("cannot read config file %s: %s", file, strerror (errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat (fileno (handle), &st) == 0 && st.st_size > CONFIG_MAX_BYTES) {
+        fclose (handle);
+        *err = ah_strf ("config file %s is %lld bytes; the limit is %d", file,
+                          (long long) st.st_size, CONFIG_MAX_BYTES);
+        return -1;
+    }
+    //  One byte more than the limit: a file that grew past it is refused
+    //  by s_load_text, never cut short.
+    char *text = malloc (CONFIG_MAX_BYTES + 1);
+    if (!text) {
+        fclose (handle);
+        *err = strdup ("out of memory");
+        return -1;
+    }
+    size_t size = fread (text, 1, CONFIG_MAX_BYTES + 1, handle);
+    int rc;
+    if (ferror (handle)) {
+        *err = ah_strf ("cannot read config file %s: %s", file, strerror (errno));
+        rc = -1;
+    }
+    else
+        rc = s_load_text (self, text, size, file, err);
+    free (text);
     fclose (handle);
     return rc;
 }
@@ -725,7 +753,12 @@ static int s_load_env (ah_config_t *self, char **err)
 //  ---------------------------------------------------------------------
 //  Validation
 
-ah_config_t *ah_config_load (const char *path, char **err)
+//  ---------------------------------------------------------------------
+
+//  Defaults, then either a file (NULL: none) and the environment, or
+//  text (source names it), then the computed keys and validation.
+static ah_config_t *s_config (const char *file, const char *text, size_t size,
+                              const char *source, char **err)
 {
     if (err)
         *err = NULL;
@@ -736,9 +769,11 @@ ah_config_t *ah_config_load (const char *path, char **err)
             *err = strdup ("out of memory");
         return NULL;
     }
-    const char *file = path;
-    if (!file && s_is_file ("etc/agenthold.yaml"))
-        file = "etc/agenthold.yaml";
+    if (text) {
+        if (s_load_text (self, text, size, source, &why))
+            goto fail;
+    }
+    else
     if ((file && s_load_file (self, file, &why))
     ||  s_load_env (self, &why))
         goto fail;
@@ -763,49 +798,17 @@ fail:
     return NULL;
 }
 
-const char *ah_config_tunnel_tcp (const ah_config_t *self, const char **why)
+ah_config_t *ah_config_load (const char *path, char **err)
 {
-    const char *listen = self->tunnel_listen ? self->tunnel_listen : "auto";
-    const char *driver = self->driver ? self->driver : "docker";
-    const char *say = "sandbox.tunnel_listen";
-    const char *tcp = listen;
-    if (!strcmp (listen, "none") || !strcmp (listen, "off")) {
-        say = "sandbox.tunnel_listen is none: sandboxes dial the unix socket alone";
-        tcp = NULL;
-    }
-    else
-    if (!!strcmp (listen, "auto"))
-        ;
-    else
-    if (!strcmp (driver, "fake")) {
-        say = "the fake driver's sandboxes dial it over loopback (sandbox.tunnel_listen auto)";
-        tcp = "127.0.0.1:8090";
-    }
-    else
-    if (!strcmp (driver, "kubernetes")) {
-        say = "the kubernetes driver's Pods dial it (sandbox.tunnel_listen auto)";
-        tcp = ":8090";
-    }
-    else
-    if (self->tunnel_tls) {
-        say = "sandbox.tunnel_tls is on: a host agent's relay dials it (sandbox.tunnel_listen auto)";
-        tcp = ":8090";
-    }
-    else
-    if (!strcmp (driver, "remote") && self->remote_endpoint
-    &&  strncmp (self->remote_endpoint, "ipc://", 6) != 0) {
-        say = "a host agent on another machine (sandbox.remote.endpoint) relays its sandboxes' "
-              "connections here (hostd.tunnel_relay; sandbox.tunnel_listen auto)";
-        tcp = ":8090";
-    }
-    else {
-        say = "no TCP listener: the sandboxes of this driver dial the unix socket (sandbox.tunnel_listen "
-              "auto; give host:port for a host agent on another machine to relay to)";
-        tcp = NULL;
-    }
-    if (why)
-        *why = say;
-    return tcp;
+    const char *file = path;
+    if (!file && s_is_file ("etc/agenthold.yaml"))
+        file = "etc/agenthold.yaml";
+    return s_config (file, NULL, 0, NULL, err);
+}
+
+ah_config_t *ah_config_parse (const char *text, size_t size, const char *source, char **err)
+{
+    return s_config (NULL, text ? text : "", size, source ? source : "(text)", err);
 }
 
 char *ah_config_tunnel_socket (const ah_config_t *self)

@@ -104,6 +104,10 @@ ah_config_t *ah_config_new_defaults (void);
 //  Defaults, then file (NULL: etc/agenthold.yaml if it exists, else none),
 //  then environment. NULL on error with *err (caller frees) naming the key.
 ah_config_t *ah_config_load (const char *path, char **err);
+//  Defaults, then YAML text (size bytes; source names it in messages),
+//  no environment: what a file holds, checked as ah_config_load checks
+//  it (the fuzz target's entry; the file loader parses the same way).
+ah_config_t *ah_config_parse (const char *text, size_t size, const char *source, char **err);
 void ah_config_destroy (ah_config_t **self_p);
 
 //  The index-th configuration key ("sandbox.docker.socket"), NULL past the
