@@ -292,24 +292,21 @@ void ah_tun_stats_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
     //  Stays mapped until sandboxd's FIN completes the close (on_closed).
 }
 
-void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
+int ah_tun_hello_verdict (const ah_msg_t *reply, const char *agent_id, bool reader,
+                          char *why, size_t why_size)
 {
-    conn_t *conn = chan->conn;
-    char why [600];
     const char *their_id = ah_msg_str (reply, "agent_id");
     if (!ah_msg_bool (reply, "ok", false)) {
         const char *code = ah_msg_str (reply, "code");
         const char *error = ah_msg_str (reply, "error");
         if (code && streq (code, "EVERSION"))
-            snprintf (why, sizeof why, "sandboxd refused hello: %s (this server speaks tunnel "
+            snprintf (why, why_size, "sandboxd refused hello: %s (this server speaks tunnel "
                       "protocol %d: deploy the sandboxd that ships with this server and "
                       "restart the sandbox)", error ? error : "version mismatch", AH_PROTOCOL_VERSION);
         else
-            snprintf (why, sizeof why, "sandboxd refused hello: %s %s",
+            snprintf (why, why_size, "sandboxd refused hello: %s %s",
                       code ? code : "?", error ? error : "");
-        ah_error (AREA, "agent '%s': %s", conn->agent_id, why);
-        ah_tun_conn_close (conn, why, true, true, true);
-        return;
+        return -1;
     }
     int64_t version = ah_msg_int (reply, "version", -1);
     if (version != AH_PROTOCOL_VERSION) {
@@ -317,32 +314,38 @@ void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
         const char *release = ah_msg_str (reply, "release");
         bool shown = release && *release && strlen (release) < 32
                   && strspn (release, "0123456789abcdefghijklmnopqrstuvwxyz.-+~") == strlen (release);
-        snprintf (why, sizeof why, "agent '%s' runs agenthold sandboxd %s (tunnel protocol %lld); "
+        snprintf (why, why_size, "agent '%s' runs agenthold sandboxd %s (tunnel protocol %lld); "
                   "this server speaks tunnel protocol %d: deploy the sandboxd of agenthold %s (it "
                   "ships next to agenthold on the host that runs the sandbox) and restart the agent",
-                  conn->agent_id, shown ? release : "of an unknown release", (long long) version,
+                  agent_id, shown ? release : "of an unknown release", (long long) version,
                   AH_PROTOCOL_VERSION, AH_VERSION);
-        ah_error (AREA, "agent '%s': %s", conn->agent_id, why);
-        ah_tun_conn_close (conn, why, true, true, true);
-        return;
+        return -1;
     }
-    if (their_id && !streq (their_id, conn->agent_id)) {
-        snprintf (why, sizeof why, "sandboxd says it serves agent '%.64s' but authenticated as '%s'",
-                  their_id, conn->agent_id);
-        ah_error (AREA, "agent '%s': %s", conn->agent_id, why);
-        ah_tun_conn_close (conn, why, true, true, true);
-        return;
+    if (their_id && !streq (their_id, agent_id)) {
+        snprintf (why, why_size, "sandboxd says it serves agent '%.64s' but authenticated as '%s'",
+                  their_id, agent_id);
+        return -1;
     }
     //  A reader token must come with a reader (sandboxd --read-only),
     //  and a reader only ever with a reader token: whatever the Pod runs,
     //  the tunnel carries reads alone on it (ah_tun_reader_channel).
     const char *mode = ah_msg_str (reply, "mode");
     bool says_reader = mode && streq (mode, "read");
-    if (says_reader != conn->reader) {
-        snprintf (why, sizeof why, conn->reader
+    if (says_reader != reader) {
+        snprintf (why, why_size, reader
                   ? "a reader token, but sandboxd's hello says mode '%.16s' (a reader says 'read')"
                   : "sandboxd says it is a reader (mode 'read') but came with the sandbox's boot token%.0s",
                   mode ? mode : "sandbox");
+        return -1;
+    }
+    return 0;
+}
+
+void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply)
+{
+    conn_t *conn = chan->conn;
+    char why [600];
+    if (ah_tun_hello_verdict (reply, conn->agent_id, conn->reader, why, sizeof why)) {
         ah_error (AREA, "agent '%s': %s", conn->agent_id, why);
         ah_tun_conn_close (conn, why, true, true, true);
         return;

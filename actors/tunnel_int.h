@@ -188,6 +188,11 @@ void ah_tun_chan_ack (self_t *self, chan_t *chan, size_t bytes);
 void ah_tun_chan_flush (self_t *self, chan_t *chan);
 //  sandboxd's reply header on an internal channel (tunnel_conn.c).
 void ah_tun_hello_reply (self_t *self, chan_t *chan, ah_msg_t *reply);
+//  sandboxd's hello reply judged for an agent_id authenticated with a
+//  reader token or not: 0, or -1 with why (what the log and close say).
+//  Pure, for the fuzz target (tests/fuzz/fuzz_hello.c).
+int ah_tun_hello_verdict (const ah_msg_t *reply, const char *agent_id, bool reader,
+                          char *why, size_t why_size);
 void ah_tun_stats_reply (self_t *self, chan_t *chan, ah_msg_t *reply);
 //  yamux callbacks for a conn's streams (ud = conn).
 void ah_tun_ymx_on_data (void *ud, uint32_t id, const uint8_t *data, size_t size);
