@@ -9,6 +9,7 @@
 #include "common/str.h"
 #include "config/config.h"
 #include "config/config_int.h"
+#include "common/bounds.h"
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -231,7 +232,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->pids_limit = 4096;
     self->idle_minutes = 15;
     self->idle_check_interval_s = 30;
-    self->tunnel_listen = strdup (":8090");
+    self->tunnel_listen = strdup ("auto");
     self->container_ttl_s = 86400;
     self->workspace_ttl_s = 0;
     self->ttl_check_interval_s = 60;
@@ -753,8 +754,6 @@ static int s_load_env (ah_config_t *self, char **err)
 //  ---------------------------------------------------------------------
 //  Validation
 
-//  ---------------------------------------------------------------------
-
 //  Defaults, then either a file (NULL: none) and the environment, or
 //  text (source names it), then the computed keys and validation.
 static ah_config_t *s_config (const char *file, const char *text, size_t size,
@@ -796,6 +795,51 @@ fail:
         free (why);
     ah_config_destroy (&self);
     return NULL;
+}
+
+const char *ah_config_tunnel_tcp (const ah_config_t *self, const char **why)
+{
+    const char *listen = self->tunnel_listen ? self->tunnel_listen : "auto";
+    const char *driver = self->driver ? self->driver : "docker";
+    const char *say = "sandbox.tunnel_listen";
+    const char *tcp = listen;
+    if (!strcmp (listen, "none") || !strcmp (listen, "off")) {
+        say = "sandbox.tunnel_listen is none: sandboxes dial the unix socket alone";
+        tcp = NULL;
+    }
+    else
+    if (!!strcmp (listen, "auto"))
+        ;
+    else
+    if (!strcmp (driver, "fake")) {
+        say = "the fake driver's sandboxes dial it over loopback (sandbox.tunnel_listen auto)";
+        tcp = "127.0.0.1:8090";
+    }
+    else
+    if (!strcmp (driver, "kubernetes")) {
+        say = "the kubernetes driver's Pods dial it (sandbox.tunnel_listen auto)";
+        tcp = ":8090";
+    }
+    else
+    if (self->tunnel_tls) {
+        say = "sandbox.tunnel_tls is on: a host agent's relay dials it (sandbox.tunnel_listen auto)";
+        tcp = ":8090";
+    }
+    else
+    if (!strcmp (driver, "remote") && self->remote_endpoint
+    &&  strncmp (self->remote_endpoint, "ipc://", 6) != 0) {
+        say = "a host agent on another machine (sandbox.remote.endpoint) relays its sandboxes' "
+              "connections here (hostd.tunnel_relay; sandbox.tunnel_listen auto)";
+        tcp = ":8090";
+    }
+    else {
+        say = "no TCP listener: the sandboxes of this driver dial the unix socket (sandbox.tunnel_listen "
+              "auto; give host:port for a host agent on another machine to relay to)";
+        tcp = NULL;
+    }
+    if (why)
+        *why = say;
+    return tcp;
 }
 
 ah_config_t *ah_config_load (const char *path, char **err)
