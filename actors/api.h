@@ -36,11 +36,11 @@ typedef struct {
 
 extern const ah_actor_def_t ah_api_actor;
 
-//  The routes that take a JSON body, from the router's own table, as JSON
-//  text (the caller's): [{"method", "pattern", "admin", "public",
-//  "fields": [{"name", "types": ["string", "number", ...], "why"}]
-//  or null when the route states none}]. For tests that walk every
-//  body-taking route (tests/api/test_api.c).
-char *ah_api_body_routes (void);
+//  Every route, from the router's own table, as JSON text (the
+//  caller's): [{"method", "pattern", "admin", "public", "body" (it takes
+//  a JSON body), "fields": [{"name", "types": ["string", "number", ...],
+//  "why"}] or null when the route states none}]. For tests that walk
+//  every route (tests/api: bodies, hostile URLs) and `agenthold routes`.
+char *ah_api_routes (void);
 
 #endif

@@ -5,6 +5,7 @@
 
     Exit status: 0 success, 1 the server refused or could not be reached
     (its message on stderr, "agenthold: ..."), 2 bad usage.             */
+#include "actors/api.h"
 #include "cli/admin.h"
 #include "cli/audit.h"
 #include "cli/client.h"
@@ -32,7 +33,7 @@
 //  Help
 
 static ah_cmd_fn s_cmd_help, s_cmd_serve, s_cmd_doctor, s_cmd_create, s_cmd_ls, s_cmd_show,
-    s_cmd_transition, s_cmd_runtimes, s_cmd_hosts, s_cmd_tap;
+    s_cmd_transition, s_cmd_runtimes, s_cmd_routes, s_cmd_hosts, s_cmd_tap;
 
 static const ah_cmd_t s_commands [] = {
     { "serve", "serve [--config FILE]",
@@ -104,6 +105,11 @@ static const ah_cmd_t s_commands [] = {
       "The runtime catalog, the default first: each runtime's image, its state (present,\n"
       "building with what the build does, missing, error) and its last build error.\n",
       s_cmd_runtimes, NULL, false },
+    { "routes", "routes [--json]",
+      "The API's routes, from the server's own router table: method, path pattern,\n"
+      "who may call it (admin, public) and whether it takes a JSON body (--json: with\n"
+      "the body's fields and their types). Needs no server; for tools and tests.\n",
+      s_cmd_routes, NULL, false },
     { "hosts", "hosts [--json]",
       "The host agents (sandbox.driver: remote), for an admin: each one's state (up,\n"
       "unreachable, refused), version and protocol, and why when it is not up.\n",
@@ -595,6 +601,37 @@ static int s_cmd_transition (const ah_cmd_t *c, int argc, char **argv, ah_common
     }
     json_decref (reply);
     return exit_code;
+}
+
+static int s_cmd_routes (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+{
+    ah_opt_t opts [] = { { "--json", NULL, &co->json }, { NULL, NULL, NULL } };
+    const char *pos [1];
+    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 0, &npos);
+    if (rc)
+        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
+    char *text = ah_api_routes ();
+    json_t *routes = text ? json_loads (text, 0, NULL) : NULL;
+    if (!routes) {
+        fprintf (stderr, "agenthold routes: out of memory\n");
+        free (text);
+        return 1;
+    }
+    if (co->json)
+        printf ("%s\n", text);
+    else {
+        size_t i;
+        json_t *r;
+        json_array_foreach (routes, i, r)
+            printf ("%-7s %s%s%s%s\n", json_string_value (json_object_get (r, "method")),
+                    json_string_value (json_object_get (r, "pattern")),
+                    json_is_true (json_object_get (r, "admin")) ? " admin" : "",
+                    json_is_true (json_object_get (r, "public")) ? " public" : "",
+                    json_is_true (json_object_get (r, "body")) ? " json-body" : "");
+    }
+    json_decref (routes);
+    free (text);
+    return 0;
 }
 
 static int s_cmd_runtimes (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)

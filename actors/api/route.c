@@ -385,7 +385,7 @@ int api_body_check (req_t *r, json_t *obj)
     return 0;
 }
 
-char *ah_api_body_routes (void)
+char *ah_api_routes (void)
 {
     static const struct { unsigned bit; const char *name; } methods [] = {
         { M_GET, "GET" }, { M_HEAD, "HEAD" }, { M_POST, "POST" }, { M_PUT, "PUT" }, { M_PATCH, "PATCH" },
@@ -397,8 +397,6 @@ char *ah_api_body_routes (void)
     json_t *list = json_array ();
     for (size_t t = 0; s_tables [t]; t++)
         for (const route_t *route = s_tables [t]; route->pattern; route++) {
-            if (!(route->flags & R_BODY))
-                continue;
             json_t *fields = route->body ? json_array () : json_null ();
             for (const body_field_t *f = route->body; f && f->name; f++) {
                 json_t *tl = json_array ();
@@ -410,9 +408,10 @@ char *ah_api_body_routes (void)
             }
             for (size_t i = 0; i < sizeof methods / sizeof methods [0]; i++)
                 if (route->methods & methods [i].bit)
-                    json_array_append_new (list, json_pack ("{s:s s:s s:b s:b s:O}", "method", methods [i].name,
+                    json_array_append_new (list, json_pack ("{s:s s:s s:b s:b s:b s:O}", "method", methods [i].name,
                         "pattern", route->pattern, "admin", (route->flags & R_ADMIN) != 0,
-                        "public", (route->flags & R_PUBLIC) != 0, "fields", fields));
+                        "public", (route->flags & R_PUBLIC) != 0, "body", (route->flags & R_BODY) != 0,
+                        "fields", fields));
             json_decref (fields);
         }
     char *text = json_dumps (list, JSON_COMPACT);

@@ -5,7 +5,8 @@ driver).
 
 Usage: hostile_urls.py AGENTHOLD
 
-For each route of docs/api.md (the ROUTES table below), and for each
+For each route of the router's own table (`agenthold routes --json`: the
+ROUTES table below must cover it, and name nothing else), and for each
 segment of its path, the segment is replaced by (and, separately, gets
 appended) each of: .. %2e%2e %2E%2E ..%2F %2F %00 %0A %0D a%2Fb and an
 empty segment (//), raw ".", and the bytes are sent exactly as written
@@ -185,7 +186,51 @@ ROUTES = [
     ("POST", "/api/v1/agents/alice/terminal/ticket", None),
     ("GET", "/console/app.js", None),
     ("GET", "/console/terminal/alice?ticket=" + "0" * 64, None),
+    ("HEAD", "/console/app.js", None),
+    ("GET", "/favicon.ico", None),
+    ("HEAD", "/favicon.ico", None),
+    ("GET", "/api/v1/agents/alice/briefing", None),
+    ("POST", "/api/v1/login", b'{"token":"x"}'),
+    ("GET", "/api/v1/login", None),
+    ("POST", "/api/v1/logout", None),
+    ("GET", "/api/v1/hosts", None),
+    ("GET", "/api/v1/tombstones", None),
+    ("DELETE", "/api/v1/tombstones/0123456789ab", None),
+    ("GET", "/metrics", None),
 ]
+# The root ("/", GET and HEAD) has no segment to bend.
+UNBENT = {("GET", "/"), ("HEAD", "/")}
+
+
+def router_routes():
+    """Every route of the router's own table (`agenthold routes --json`)."""
+    out = subprocess.run([AGENTHOLD, "routes", "--json"], capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0, "agenthold routes --json: %d %s" % (out.returncode, out.stderr))
+    return [(r["method"], r["pattern"]) for r in json.loads(out.stdout)]
+
+
+def check_coverage():
+    """ROUTES covers the router's table, both ways: every route of it has
+    a request here (a route added to the server without one fails this
+    test, naming it), and every request here names a route of it."""
+    import re
+    table = router_routes()
+    check(len(table) >= 50, "the router has its routes: %d" % len(table))
+
+    def matches(pattern, path):
+        rx = re.escape(pattern)
+        rx = re.sub(r"\\\{[a-z_]+\\\*\\\}", ".+", rx)
+        rx = re.sub(r"\\\{[a-z_]+\\\}", "[^/]+", rx)
+        return re.fullmatch(rx, path) is not None
+    mine = [(m, p.partition("?")[0]) for m, p, _ in ROUTES]
+    for method, pattern in table:
+        if (method, pattern) in UNBENT:
+            continue
+        check(any(m == method and matches(pattern, p) for m, p in mine),
+              "the router's %s %s has no request in hostile_urls.py's ROUTES" % (method, pattern))
+    for m, p in mine:
+        check(any(m == method and matches(pattern, p) for method, pattern in table),
+              "ROUTES' %s %s is no route of the router's table" % (m, p))
 
 # Routes whose body is JSON (every POST, PATCH and PUT but the files'),
 # and bodies no JSON reader should accept or act on: each must be a 400
@@ -289,6 +334,7 @@ def main():
         check(st == 201, "tenant acme: %d" % st)
         st, _ = api("POST", "/api/v1/tokens", {"tenant": "acme", "name": "acme-token"})
         check(st == 201, "token acme-token: %d" % st)
+        check_coverage()
         before = snapshot()
         tried = 0
         for method, path, body in ROUTES:
