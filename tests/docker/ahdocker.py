@@ -290,7 +290,8 @@ class Harness(ahserver.ServerHarness):
         # not link statically) and cannot run in a scratch image: its Docker
         # tests (scripts/test's asan phase) deploy the plain build's static
         # one, so the server and hostd under test are the sanitized ones.
-        self.sandboxd = os.environ.get("AH_TEST_SANDBOXD") or os.path.join(os.path.dirname(self.bin), "sandboxd")
+        self.sandboxd = os.environ.get("AH_TEST_SANDBOXD") or (
+            os.path.join(os.path.dirname(self.bin), "sandboxd") if self.bin else None)
         if os.environ.get("AH_TEST_SANDBOXD"):
             self.env["AGENTHOLD_SANDBOX_SANDBOXD_PATH"] = self.sandboxd
         if VIA_HOSTD:
@@ -406,7 +407,7 @@ class Harness(ahserver.ServerHarness):
             print("%s: run via hostd needs root (serve as root starts hostd); as uid %d it would test the "
                   "one-process path instead" % (self.name, os.geteuid()), file=sys.stderr)
             return 1
-        if needs_sandboxd and not os.path.exists(self.sandboxd):
+        if needs_sandboxd and not (self.sandboxd and os.path.exists(self.sandboxd)):
             print("%s: no sandboxd at %s" % (self.name, self.sandboxd), file=sys.stderr)
             return 1
         rc = 1
