@@ -106,7 +106,7 @@ static void s_end (ah_follow_t *self, CURLcode rc)
         curl_easy_getinfo (self->curl, CURLINFO_RESPONSE_CODE, &code);
         if (code && code != 200) {
             json_t *j = json_loadb ((const char *) ah_buf_head (&self->err), ah_buf_size (&self->err), 0, NULL);
-            char *text = ah_cmd_clean (strdup (ah_client_error (j, code)));
+            char *text = ah_client_error (j, code);     //  owned, already escaped
             snprintf (self->why, sizeof self->why, "the server answered %ld: %s", code, text ? text : "?");
             free (text);
             json_decref (j);
@@ -279,10 +279,11 @@ static json_t *s_read (ah_client_t *client, const char *id, const char *name, in
         return json_pack ("{s:s, s:s, s:s}", "id", id, "name", name, "state", "destroyed");
     }
     if (status == 0 || status >= 400 || !json_is_object (agent)) {
-        char *why = ah_cmd_clean (status == 0 ? (err ? strdup (err) : NULL)
-                                  : !json_is_object (agent) && status < 400
-                                  ? ah_cmd_strf ("the server's answer (status %ld) is not JSON", status)
-                                  : strdup (ah_client_error (agent, status)));
+        //  ah_client_error's string is owned and escaped already.
+        char *why = status == 0 ? ah_cmd_clean (err ? strdup (err) : NULL)
+                  : !json_is_object (agent) && status < 400
+                  ? ah_cmd_strf ("the server's answer (status %ld) is not JSON", status)
+                  : ah_client_error (agent, status);
         fprintf (stderr, "agenthold: %s\n", why ? why : "cannot read the agent");
         free (why);
         free (err);

@@ -351,8 +351,11 @@ char *ah_config_check (const ah_config_t *self)
         return why;
     const char *tcp_why = NULL;
     const char *tcp = ah_config_tunnel_tcp (self, &tcp_why);
-    if (tcp && (why = s_check_listen ("sandbox.tunnel_listen", tcp)))
-        return ah_strf ("%s (or auto, the default, or none)", why);
+    if (tcp && (why = s_check_listen ("sandbox.tunnel_listen", tcp))) {
+        char *more = ah_strf ("%s (or auto, the default, or none)", why);
+        free (why);
+        return more;
+    }
     if (!tcp && (!strcmp (self->driver, "fake") || !strcmp (self->driver, "kubernetes")))
         return ah_strf ("sandbox.tunnel_listen = none: the %s driver's sandboxes dial the tunnel "
                         "over TCP; give host:port, or auto (the default)", self->driver);
