@@ -67,7 +67,9 @@ class Cli:
         p = subprocess.run([self.h.bin, op, name], env=self.env, cwd=self.h.tmp,
                            capture_output=True, text=True, timeout=timeout)
         t1 = time.monotonic()
-        if p.returncode != 0 or p.stderr:
+        # Progress lines ("Preparing the sandbox…") go to stderr: only
+        # the status says the operation failed.
+        if p.returncode != 0:
             raise Fail("agenthold %s %s: status %d: %s" % (op, name, p.returncode, p.stderr.strip()))
         return t1 - t0
 
