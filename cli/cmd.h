@@ -41,6 +41,8 @@ struct ah_cmd_s {
     ah_cmd_raw_fn *raw;
     bool early;                     //  runs before anything else starts (no
                                     //  curl; serve must start before any thread)
+    bool server;                    //  needs the server's code: run by
+                                    //  agenthold-server (cli/server_cmds.h)
 };
 
 //  `agenthold help NAME`.

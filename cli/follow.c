@@ -21,9 +21,9 @@
     costs at most that), and at the deadline.                          */
 #include "cli/follow.h"
 #include "cli/client.h"
+#include "common/clock.h"
 #include "proto/buf.h"
 
-#include <czmq.h>
 #include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +80,7 @@ static size_t s_on_data (char *data, size_t size, size_t n, void *ud)
         ah_buf_append (&self->err, data, len < room ? len : room);
         return len;
     }
-    self->heard_ms = zclock_mono ();
+    self->heard_ms = ah_clock_ms ();
     if (ah_buf_size (&self->in) + len > MAX_EVENT_LINE) {
         snprintf (self->why, sizeof self->why, "a line of it is longer than %u bytes", MAX_EVENT_LINE);
         return 0;                   //  curl stops with a write error
@@ -138,7 +138,7 @@ static void s_pump (ah_follow_t *self, int ms)
 }
 
 //  The next event into *event (caller decrefs): 1; 0 at deadline_ms
-//  (zclock_mono); -1 the stream is over (self->why says why).
+//  (ah_clock_ms); -1 the stream is over (self->why says why).
 static int s_next (ah_follow_t *self, int64_t deadline_ms, json_t **event)
 {
     for (;;) {
@@ -149,7 +149,7 @@ static int s_next (ah_follow_t *self, int64_t deadline_ms, json_t **event)
         }
         if (!self->curl)
             return -1;
-        int64_t now = zclock_mono ();
+        int64_t now = ah_clock_ms ();
         if (now - self->heard_ms >= AH_FOLLOW_SILENCE_MS) {
             snprintf (self->why, sizeof self->why, "nothing came on it for %d s", AH_FOLLOW_SILENCE_MS / 1000);
             s_end (self, CURLE_OK);
@@ -208,11 +208,11 @@ ah_follow_t *ah_follow_new (const ah_common_t *co, const char *agent)
     curl_easy_setopt (self->curl, CURLOPT_WRITEFUNCTION, s_on_data);
     curl_easy_setopt (self->curl, CURLOPT_WRITEDATA, self);
     curl_multi_add_handle (self->multi, self->curl);
-    self->heard_ms = zclock_mono ();
+    self->heard_ms = ah_clock_ms ();
     int64_t deadline = self->heard_ms + OPEN_TIMEOUT_MS;
     s_pump (self, 0);
     while (self->curl && !self->open) {
-        int64_t now = zclock_mono ();
+        int64_t now = ah_clock_ms ();
         if (now >= deadline) {
             snprintf (self->why, sizeof self->why, "the server did not open it within %d s",
                       OPEN_TIMEOUT_MS / 1000);
@@ -314,7 +314,7 @@ json_t *ah_follow_wait (ah_follow_t *self, const ah_common_t *co, json_t *reply,
     char id [64], name [128];
     snprintf (name, sizeof name, "%s", ah_cmd_jstr (reply, "name", "?"));
     snprintf (id, sizeof id, "%s", ah_cmd_jstr (reply, "id", name));
-    int64_t deadline = zclock_mono () + (int64_t) wait_s * 1000;
+    int64_t deadline = ah_clock_ms () + (int64_t) wait_s * 1000;
     ah_client_t *own = NULL;
     ah_client_t *client = self ? self->client : NULL;
     if (!client) {
@@ -329,7 +329,7 @@ json_t *ah_follow_wait (ah_follow_t *self, const ah_common_t *co, json_t *reply,
     }
     json_t *agent = NULL;
     if (self && self->curl && self->open) {
-        int64_t check_at = zclock_mono () + CHECK_MS;
+        int64_t check_at = ah_clock_ms () + CHECK_MS;
         for (;;) {
             json_t *event = NULL;
             int rc = s_next (self, deadline < check_at ? deadline : check_at, &event);
@@ -353,12 +353,12 @@ json_t *ah_follow_wait (ah_follow_t *self, const ah_common_t *co, json_t *reply,
                     continue;
             }
             //  It settled, a check is due, or the deadline passed: read it.
-            check_at = zclock_mono () + CHECK_MS;
+            check_at = ah_clock_ms () + CHECK_MS;
             agent = s_read (client, id, name, exit_code);
             if (!agent || !s_moving (ah_cmd_jstr (agent, "state", "")))
                 goto out;
             s_say (said, sizeof said, ah_cmd_jstr (agent, "progress", NULL));
-            if (zclock_mono () >= deadline) {
+            if (ah_clock_ms () >= deadline) {
                 s_late (agent, id, wait_s, exit_code);
                 goto out;
             }
@@ -380,13 +380,13 @@ json_t *ah_follow_wait (ah_follow_t *self, const ah_common_t *co, json_t *reply,
         s_say (said, sizeof said, ah_cmd_jstr (agent, "progress", NULL));
         if (!s_moving (ah_cmd_jstr (agent, "state", "")))
             break;
-        if (zclock_mono () >= deadline) {
+        if (ah_clock_ms () >= deadline) {
             s_late (agent, id, wait_s, exit_code);
             break;
         }
         json_decref (agent);
         agent = NULL;
-        zclock_sleep (POLL_MS);
+        ah_clock_sleep_ms (POLL_MS);
     }
 out:
     ah_client_destroy (&own);

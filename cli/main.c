@@ -1,24 +1,20 @@
 /*  cli/main.c: the agenthold command: `agenthold serve` runs the server
     (server/serve.h); every other command is a REST client of a running
     server (cli/client.h) or, for `tap`, a subscriber to the bus tap
-    (cli/tap.h). docs/cli.md describes each command.
+    (cli/tap.h). docs/cli.md describes each command. The commands marked
+    `server` in the table run in agenthold-server (cli/server_cmds.h).
 
     Exit status: 0 success, 1 the server refused or could not be reached
     (its message on stderr, "agenthold: ..."), 2 bad usage.             */
-#include "actors/api.h"
 #include "cli/admin.h"
 #include "cli/audit.h"
 #include "cli/client.h"
-#include "cli/doctor.h"
 #include "cli/follow.h"
 #include "cli/sbx.h"
+#include "cli/server_cmds.h"
 #include "cli/term.h"
-#include "cli/tap.h"
 #include "cli/turn.h"
 #include "config/config.h"
-#include "server/hostd.h"
-#include "server/privsep.h"
-#include "server/serve.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -32,8 +28,8 @@
 //  --------------------------------------------------------------------
 //  Help
 
-static ah_cmd_fn s_cmd_help, s_cmd_serve, s_cmd_doctor, s_cmd_create, s_cmd_ls, s_cmd_show,
-    s_cmd_transition, s_cmd_runtimes, s_cmd_routes, s_cmd_hosts, s_cmd_tap;
+static ah_cmd_fn s_cmd_help, s_cmd_create, s_cmd_ls, s_cmd_show,
+    s_cmd_transition, s_cmd_runtimes, s_cmd_hosts;
 
 static const ah_cmd_t s_commands [] = {
     { "serve", "serve [--config FILE]",
@@ -44,19 +40,19 @@ static const ah_cmd_t s_commands [] = {
       "(default agenthold) without the Docker socket, and serve starts a local\n"
       "`agenthold hostd` (root) that holds it; server.user none: one root process\n"
       "(docs/hostd.md).\n",
-      s_cmd_serve, NULL, true },
+      ah_cli_server_cmd, NULL, true, true },
     { "hostd", "hostd [--config FILE]",
       "Run the host agent in the foreground until SIGINT or SIGTERM: the one process\n"
       "that holds the Docker socket, for servers with `sandbox.driver: remote`\n"
       "(hostd.* keys; docs/hostd.md). Same configuration sources as serve.\n",
-      s_cmd_serve, NULL, true },
+      ah_cli_server_cmd, NULL, true, true },
     { "doctor", "doctor [--config FILE] [--json]",
       "Check the whole installation the configuration describes: the configuration,\n"
       "the database schema, the Lua scripts, the host agent (or the Docker Engine):\n"
       "reachable, same protocol, engine version, isolation, free disk, the catalog's\n"
       "images; the tunnel, TLS, the admin token file's mode, destroys waiting. Each\n"
       "problem comes with what to do. Exit status 0 only when all is well.\n",
-      s_cmd_doctor, NULL, true },
+      ah_cli_server_cmd, NULL, true, true },
     { "create", "create NAME [--runtime ALIAS | --image IMG] [--cpus N] [--memory-mb N] [--idle-minutes N] [--no-wait] [--json]",
       "Create an agent and its sandbox on a runtime of the catalog (the first one\n"
       "unless --runtime names another; `agenthold runtimes` lists them; --image runs\n"
@@ -65,28 +61,28 @@ static const ah_cmd_t s_commands [] = {
       "create says on stderr what the build does (\"Preparing the sandbox...\").\n"
       "Unset resources take the runtime's or the server's defaults; the server's\n"
       "limits policy may refuse them. --no-wait returns once the agent exists.\n",
-      s_cmd_create, NULL, false },
+      s_cmd_create, NULL, false, false },
     { "ls", "ls [--json]",
       "List every agent with its state, image and resources.\n",
-      s_cmd_ls, NULL, false },
+      s_cmd_ls, NULL, false, false },
     { "show", "show NAME [--json]",
       "Show one agent (NAME or id).\n",
-      s_cmd_show, NULL, false },
+      s_cmd_show, NULL, false, false },
     { "start", "start NAME [--no-wait] [--timeout S] [--json]",
       "Start (wake) an agent's sandbox and wait until it runs (or fails), at most\n"
       "S seconds (default 600). --no-wait returns as soon as the server accepted.\n",
-      s_cmd_transition, NULL, false },
+      s_cmd_transition, NULL, false, false },
     { "stop", "stop NAME [--no-wait] [--timeout S] [--json]",
       "Stop an agent's sandbox (it sleeps; its home directory stays) and wait until\n"
       "it is asleep. --no-wait returns at once.\n",
-      s_cmd_transition, NULL, false },
+      s_cmd_transition, NULL, false, false },
     { "rebuild", "rebuild NAME [--no-wait] [--timeout S] [--json]",
       "Rebuild an agent's sandbox from its image and resources (the home directory\n"
       "stays) and wait until the rebuild ends. --no-wait returns at once.\n",
-      s_cmd_transition, NULL, false },
+      s_cmd_transition, NULL, false, false },
     { "rm", "rm NAME [--no-wait] [--timeout S] [--json]",
       "Destroy an agent, its sandbox and its home directory, and wait until it is gone.\n",
-      s_cmd_transition, NULL, false },
+      s_cmd_transition, NULL, false, false },
     { "log", "log [NAME] [--operation K] [--run R] [--failed] [--grep TEXT] [--limit N] [--before ID] [--all] [--json]",
       "The audit trail, newest first: who did what to NAME (an agent's name or id,\n"
       "deleted ones too; or to every agent), and each state it went through.\n"
@@ -94,31 +90,31 @@ static const ah_cmd_t s_commands [] = {
       "session did (X-Agenthold-Run); --failed: failures only; --grep: a path,\n"
       "command or error containing TEXT. --limit: a page of N (default 50);\n"
       "--before ID: the page below operation ID; --all: every page.\n",
-      ah_cli_log, NULL, false },
+      ah_cli_log, NULL, false, false },
     { "tombstones", "tombstones [--json] | tombstones forget AGENT_ID",
       "For an admin: the destroys the driver has not confirmed yet, each with its\n"
       "attempts, next attempt and last error (they are retried, the pause doubling\n"
       "from 2 minutes to 6 hours). forget: give up on one (its rows go; whatever\n"
       "the driver still holds stays).\n",
-      ah_cli_tombstones, NULL, false },
+      ah_cli_tombstones, NULL, false, false },
     { "runtimes", "runtimes [--json]",
       "The runtime catalog, the default first: each runtime's image, its state (present,\n"
       "building with what the build does, missing, error) and its last build error.\n",
-      s_cmd_runtimes, NULL, false },
+      s_cmd_runtimes, NULL, false, false },
     { "routes", "routes [--json]",
       "The API's routes, from the server's own router table: method, path pattern,\n"
       "who may call it (admin, public) and whether it takes a JSON body (--json: with\n"
       "the body's fields and their types). Needs no server; for tools and tests.\n",
-      s_cmd_routes, NULL, false },
+      ah_cli_server_cmd, NULL, false, true },
     { "hosts", "hosts [--json]",
       "The host agents (sandbox.driver: remote), for an admin: each one's state (up,\n"
       "unreachable, refused), version and protocol, and why when it is not up.\n",
-      s_cmd_hosts, NULL, false },
+      s_cmd_hosts, NULL, false, false },
     { "tap", "tap [--endpoint E] [--type GLOB] [--count N]",
       "Print every message on the server's bus as one JSON line, from the tap\n"
       "(tap.endpoint in the configuration, or E). --type keeps the types matching\n"
       "GLOB (e.g. 'SANDBOX_*'); --count stops after N messages. Ctrl-C stops.\n",
-      s_cmd_tap, NULL, false },
+      ah_cli_server_cmd, NULL, false, true },
     { "policy", "policy status [--json] | policy reload | policy set KEY=N|KEY=default...",
       "status: each policy script, when it was loaded and why its last load failed,\n"
       "and the values the limits read.\n"
@@ -126,14 +122,14 @@ static const ah_cmd_t s_commands [] = {
       "set (an admin): change values the limits read, at once and without a restart:\n"
       "tenant_max_sandboxes, pool_max_sandboxes, tenant_max_running, pool_max_running\n"
       "(0: no limit; default: back to the configuration's).\n",
-      ah_cli_policy, NULL, false },
+      ah_cli_policy, NULL, false, false },
     { "tenant", "tenant create|ls|show|set|rm [NAME] [--max-sandboxes N] [--max-running N]\n"
       "                   [--max-cpus N] [--max-memory-mb N] [--force] [--json]",
       "Tenants, for an admin. create NAME makes one (with limits of its own, else\n"
       "the pool's rules apply); ls lists them with what they hold; show NAME; set NAME\n"
       "changes its limits ('none' removes one); rm NAME removes it, refused while it\n"
       "holds sandboxes unless --force, which destroys them first.\n",
-      ah_cli_tenant, NULL, false },
+      ah_cli_tenant, NULL, false, false },
     { "token", "token create [--name N] [--user U] [--expires D] [--admin|--metrics] [--json] | token ls | token revoke NAME",
       "API tokens, for an admin. create: a token for the tenant given with --tenant\n"
       "(or an admin's with --admin, or one that reads GET /metrics only with\n"
@@ -141,7 +137,7 @@ static const ah_cmd_t s_commands [] = {
       "are U's), expiring after D (30d, 12h, 90m); the token is printed once on\n"
       "stdout and only its hash is kept. ls: every token, never the token itself.\n"
       "revoke NAME: refused from then on.\n",
-      ah_cli_token, NULL, false },
+      ah_cli_token, NULL, false, false },
     { "session", "session open SCOPE [SUBJECT] [--backend B] [--host H] [--runtime R] [--no-wait]\n"
       "                   | session open ID | session ls | session show ID | session close ID",
       "The sandbox of a conversation by name (docs/sessions.md). open SCOPE SUBJECT:\n"
@@ -149,25 +145,25 @@ static const ah_cmd_t s_commands [] = {
       "or agent; the first open makes the sandbox, later ones attach to it. open ID:\n"
       "again by its reference (refused when its files are gone). close ID: end the\n"
       "session and destroy its sandbox.\n",
-      ah_cli_session, NULL, false },
+      ah_cli_session, NULL, false, false },
     { "turn", "turn NAME [--lease S] -- CMD...",
       "Hold a turn on NAME while CMD runs here (stdin, stdout, stderr inherited), so\n"
       "the agent does not fall asleep: wakes it first if it sleeps, renews the lease\n"
       "(default 60 s) every third of it, ends the turn when CMD exits or on\n"
       "SIGINT/SIGTERM, and exits with CMD's status.\n",
-      NULL, ah_cli_turn, false },
+      NULL, ah_cli_turn, false, false },
     { "term", "term NAME",
       "A shell in NAME's sandbox on this terminal (raw mode); exits with its status.\n",
-      NULL, ah_cli_term, false },
+      NULL, ah_cli_term, false, false },
     { "exec", "exec NAME [--timeout S] -- CMD...",
       "Run CMD in NAME's sandbox; its output to ours, exit with its status.\n",
-      NULL, ah_cli_exec, false },
+      NULL, ah_cli_exec, false, false },
     { "fs", "fs ls|get|put|tree|mkdir|rm NAME PATH [LOCAL]",
       "Files in NAME's sandbox home; get and put stream (agenthold fs --help).\n",
-      NULL, ah_cli_fs, false },
+      NULL, ah_cli_fs, false, false },
     { "help", "help [COMMAND]",
       "Show this help, or one command's.\n",
-      s_cmd_help, NULL, true },
+      s_cmd_help, NULL, true, false },
 };
 #define COMMAND_COUNT (sizeof s_commands / sizeof s_commands [0])
 
@@ -302,45 +298,6 @@ static int s_cmd_help (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co
     return 0;
 }
 
-static int s_cmd_doctor (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
-{
-    (void) co;
-    const char *config_path = getenv ("AGENTHOLD_CONFIG");
-    if (config_path && !*config_path)
-        config_path = NULL;
-    bool json = false;
-    ah_opt_t opts [] = { { "--config", &config_path, NULL }, { "--json", NULL, &json },
-                         { NULL, NULL, NULL } };
-    const char *pos [1];
-    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 0, &npos);
-    if (rc)
-        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
-    return ah_cli_doctor (config_path, json);
-}
-
-static int s_cmd_serve (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
-{
-    (void) co;
-    bool hostd = !strcmp (c->name, "hostd");
-    const char *config_path = getenv ("AGENTHOLD_CONFIG");
-    if (config_path && !*config_path)
-        config_path = NULL;
-    ah_opt_t opts [] = { { "--config", &config_path, NULL }, { NULL, NULL, NULL } };
-    const char *pos [1];
-    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 0, &npos);
-    if (rc)
-        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
-    char *err = NULL;
-    ah_config_t *config = ah_config_load (config_path, &err);
-    if (!config) {
-        fprintf (stderr, "agenthold %s: %s\n", c->name, err ? err : "cannot load the configuration");
-        free (err);
-        return 1;
-    }
-    int status = hostd ? ah_hostd_run (config) : ah_serve_main (config);
-    ah_config_destroy (&config);
-    return status;
-}
 
 //  Commands that take only --json and --config: 0 go on, else the exit
 //  status to return at once (0 after --help).
@@ -603,36 +560,6 @@ static int s_cmd_transition (const ah_cmd_t *c, int argc, char **argv, ah_common
     return exit_code;
 }
 
-static int s_cmd_routes (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
-{
-    ah_opt_t opts [] = { { "--json", NULL, &co->json }, { NULL, NULL, NULL } };
-    const char *pos [1];
-    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 0, &npos);
-    if (rc)
-        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
-    char *text = ah_api_routes ();
-    json_t *routes = text ? json_loads (text, 0, NULL) : NULL;
-    if (!routes) {
-        fprintf (stderr, "agenthold routes: out of memory\n");
-        free (text);
-        return 1;
-    }
-    if (co->json)
-        printf ("%s\n", text);
-    else {
-        size_t i;
-        json_t *r;
-        json_array_foreach (routes, i, r)
-            printf ("%-7s %s%s%s%s\n", json_string_value (json_object_get (r, "method")),
-                    json_string_value (json_object_get (r, "pattern")),
-                    json_is_true (json_object_get (r, "admin")) ? " admin" : "",
-                    json_is_true (json_object_get (r, "public")) ? " public" : "",
-                    json_is_true (json_object_get (r, "body")) ? " json-body" : "");
-    }
-    json_decref (routes);
-    free (text);
-    return 0;
-}
 
 static int s_cmd_runtimes (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
@@ -643,50 +570,6 @@ static int s_cmd_runtimes (const ah_cmd_t *c, int argc, char **argv, ah_common_t
     return ah_cmd_show_list (co, "/api/v1/runtimes", "runtimes", s_print_runtimes);
 }
 
-static int s_cmd_tap (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
-{
-    const char *endpoint = NULL, *glob = NULL, *count = NULL;
-    ah_opt_t opts [] = {
-        { "--endpoint", &endpoint, NULL }, { "--type", &glob, NULL }, { "--count", &count, NULL },
-        { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL }
-    };
-    const char *pos [1];
-    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 0, &npos);
-    if (rc)
-        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
-    long n = 0;
-    if (count) {
-        char *end = NULL;
-        errno = 0;
-        n = strtol (count, &end, 10);
-        if (errno || end == count || *end || n < 1) {
-            fprintf (stderr, "agenthold tap: --count wants a whole number greater than 0, got '%s'\n", count);
-            return AH_EXIT_USAGE;
-        }
-    }
-    char *owned = NULL;
-    if (!endpoint) {
-        char *err = NULL;
-        ah_config_t *config = ah_config_load (co->config, &err);
-        if (!config) {
-            fprintf (stderr, "agenthold tap: configuration: %s\n", err ? err : "cannot load");
-            free (err);
-            return 1;
-        }
-        if (config->tap_endpoint && *config->tap_endpoint)
-            owned = strdup (config->tap_endpoint);
-        ah_config_destroy (&config);
-        if (!owned) {
-            fprintf (stderr, "agenthold tap: the tap is off: set tap.endpoint in the server's "
-                     "configuration (or AGENTHOLD_TAP_ENDPOINT), or give --endpoint\n");
-            return 1;
-        }
-        endpoint = owned;
-    }
-    int status = ah_cli_tap (endpoint, glob, n);
-    free (owned);
-    return status;
-}
 
 //  --tenant T (or --tenant=T) anywhere before a "--": taken out of argv
 //  into AGENTHOLD_TENANT, which every request carries (cli/client.h).
@@ -737,7 +620,7 @@ int main (int argc, char **argv)
     if (co.config && !*co.config)
         co.config = NULL;
     //  serve first: it must start before any thread (curl's included).
-    if (c->early)
+    if (c->early || c->server)
         return c->run (c, argc - 2, argv + 2, &co);
     curl_global_init (CURL_GLOBAL_DEFAULT);
     int status = c->run ? c->run (c, argc - 2, argv + 2, &co) : c->raw (argc - 2, argv + 2, co.config);
