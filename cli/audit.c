@@ -1,9 +1,9 @@
 /*  cli/audit.c: `agenthold log` and `agenthold tombstones` (see audit.h,
     docs/cli.md). The log pages with the server's keyset cursor (`next`),
     so --all reads every matching row once even while rows arrive.     */
+#include "cli/http.h"
 #include "cli/audit.h"
 
-#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +24,9 @@ static void s_arg (char **query, const char *key, const char *value)
 {
     if (!value)
         return;
-    char *escaped = curl_easy_escape (NULL, value, 0);
+    char *escaped = ah_hc_escape (value, false);
     char *grown = ah_cmd_strf ("%s&%s=%s", *query, key, escaped ? escaped : "");
-    curl_free (escaped);
+    free (escaped);
     free (*query);
     *query = grown;
 }

@@ -1,12 +1,12 @@
-/*  cli/client.c: the REST client of the agenthold command (libcurl). */
+/*  cli/client.c: the REST client of the agenthold command (cli/http.h). */
 #include "common/str.h"
 #include "cli/client.h"
 #include "cli/cmd.h"
+#include "cli/http.h"
 #include "config/config.h"
 #include "proto/buf.h"
 #include "server/serve.h"
 
-#include <curl/curl.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -94,9 +94,7 @@ ah_client_t *ah_client_new (const char *config_path, bool need_token, char **err
         self->ca = strdup (env_ca);
     const char *env_tenant = getenv ("AGENTHOLD_TENANT");
     if (env_tenant && *env_tenant) {
-        char *esc = curl_easy_escape (NULL, env_tenant, 0);
-        self->tenant = esc ? strdup (esc) : NULL;
-        curl_free (esc);
+        self->tenant = ah_hc_escape (env_tenant, false);
     }
     size_t n = self->url ? strlen (self->url) : 0;
     while (n > 0 && self->url [n - 1] == '/')
@@ -120,12 +118,6 @@ fail:
     if (!*err)
         *err = strdup ("out of memory");
     return NULL;
-}
-
-void ah_client_curl (ah_client_t *self, void *curl)
-{
-    if (self->ca)
-        curl_easy_setopt ((CURL *) curl, CURLOPT_CAINFO, self->ca);
 }
 
 const char *ah_client_ca (ah_client_t *self)
@@ -171,15 +163,28 @@ typedef struct {
     bool too_big;
 } reply_t;
 
-static size_t s_write (char *ptr, size_t size, size_t nmemb, void *userdata)
+static int s_gather (void *ud, const uint8_t *data, size_t size)
 {
-    reply_t *r = userdata;
-    size_t n = size * nmemb;
-    if (ah_buf_size (&r->body) + n > MAX_REPLY) {
+    reply_t *r = ud;
+    if (ah_buf_size (&r->body) + size > MAX_REPLY) {
         r->too_big = true;
-        return 0;                   //  curl stops with a write error
+        return 1;
     }
-    return ah_buf_append (&r->body, ptr, n) ? 0 : n;
+    return ah_buf_append (&r->body, data, size) ? 1 : 0;
+}
+
+char *ah_client_auth (ah_client_t *self, const char *more)
+{
+    return self->token ? ah_strf ("Authorization: Bearer %s\r\n%s", self->token, more ? more : "")
+                       : ah_strf ("%s", more ? more : "");
+}
+
+void ah_client_auth_free (char *headers)
+{
+    if (headers) {
+        memset (headers, 0, strlen (headers));
+        free (headers);
+    }
 }
 
 long ah_client_call (ah_client_t *self, const char *method, const char *path, json_t *body,
@@ -187,65 +192,43 @@ long ah_client_call (ah_client_t *self, const char *method, const char *path, js
 {
     *reply = NULL;
     *err = NULL;
-    CURL *curl = curl_easy_init ();
-    if (!curl) {
-        *err = strdup ("cannot start libcurl");
-        return 0;
-    }
     char *url = ah_client_url_for (self, path);
-    char *auth = self->token ? ah_strf ("Authorization: Bearer %s", self->token) : NULL;
     char *text = body ? json_dumps (body, JSON_COMPACT) : NULL;
-    struct curl_slist *headers = NULL;
-    if (auth)
-        headers = curl_slist_append (headers, auth);
-    headers = curl_slist_append (headers, "Accept: application/json");
-    if (text) {
-        headers = curl_slist_append (headers, "Content-Type: application/json");
-        headers = curl_slist_append (headers, "Expect:");
-    }
+    char *headers = ah_client_auth (self, text ? "Accept: application/json\r\nContent-Type: application/json\r\n"
+                                               : "Accept: application/json\r\n");
+    long limit = timeout_s > 0 ? timeout_s : 60L;
     reply_t b = { .too_big = false };
-    ah_client_curl (self, curl);
-    curl_easy_setopt (curl, CURLOPT_URL, url);
-    curl_easy_setopt (curl, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt (curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt (curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt (curl, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt (curl, CURLOPT_TIMEOUT, timeout_s > 0 ? timeout_s : 60L);
-    curl_easy_setopt (curl, CURLOPT_WRITEFUNCTION, s_write);
-    curl_easy_setopt (curl, CURLOPT_WRITEDATA, &b);
-    if (text) {
-        curl_easy_setopt (curl, CURLOPT_POSTFIELDS, text);
-        curl_easy_setopt (curl, CURLOPT_POSTFIELDSIZE, (long) strlen (text));
-    }
-    else if (!strcmp (method, "POST")) {
-        curl_easy_setopt (curl, CURLOPT_POSTFIELDS, "");
-        curl_easy_setopt (curl, CURLOPT_POSTFIELDSIZE, 0L);
-    }
+    ah_buf_init (&b.body, 0);
     long status = 0;
-    CURLcode rc = curl_easy_perform (curl);
-    if (rc != CURLE_OK) {
-        if (b.too_big)
-            *err = ah_strf ("the server's answer to %s %s is larger than %u bytes", method, path, MAX_REPLY);
-        else if (rc == CURLE_OPERATION_TIMEDOUT)
-            *err = ah_strf ("%s %s: no answer from %s within %ld s", method, path, self->url,
-                             timeout_s > 0 ? timeout_s : 60L);
-        else
-            *err = ah_strf ("cannot reach the server at %s: %s (is `agenthold serve` running? "
-                             "AGENTHOLD_URL says where)", self->url, curl_easy_strerror (rc));
-    }
+    if (!url || !headers || (body && !text))
+        *err = strdup ("out of memory");
     else {
-        curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, &status);
-        if (ah_buf_size (&b.body)) {
+        ah_hc_req_t req = { .method = method, .url = url, .ca = self->ca, .headers = headers,
+                            .body = text, .body_size = text ? strlen (text) : 0,
+                            .on_body = s_gather, .ud = &b, .timeout_ms = (int) limit * 1000 };
+        char *why = NULL;
+        bool malformed = false;
+        status = ah_hc_perform (&req, &malformed, &why);
+        if (status == 0 || b.too_big) {
+            status = 0;
+            if (b.too_big)
+                *err = ah_strf ("the server's answer to %s %s is larger than %u bytes", method, path, MAX_REPLY);
+            else if (why && strstr (why, "within the time allowed"))
+                *err = ah_strf ("%s %s: no answer from %s within %ld s", method, path, self->url, limit);
+            else if (malformed)
+                *err = ah_strf ("the server at %s answered %s %s with what is not HTTP as agenthold "
+                                "speaks it: %s", self->url, method, path, why ? why : "failed");
+            else
+                *err = ah_strf ("cannot reach the server at %s: %s (is `agenthold serve` running? "
+                                 "AGENTHOLD_URL says where)", self->url, why ? why : "failed");
+        }
+        else if (ah_buf_size (&b.body)) {
             json_error_t jerr;
             *reply = json_loadb ((const char *) ah_buf_head (&b.body), ah_buf_size (&b.body), 0, &jerr);
         }
+        free (why);
     }
-    curl_slist_free_all (headers);
-    curl_easy_cleanup (curl);
-    if (auth) {
-        memset (auth, 0, strlen (auth));
-        free (auth);
-    }
+    ah_client_auth_free (headers);
     free (text);
     free (url);
     ah_buf_free (&b.body);

@@ -30,12 +30,15 @@ const char *ah_client_url (ah_client_t *self);
 //  when one is set (?tenant= or &tenant=). Caller frees; NULL: no memory.
 char *ah_client_url_for (ah_client_t *self, const char *path);
 //  The API token (NULL when not needed): for streaming calls made with
-//  curl or a WebSocket directly (cli/sbx.c).
+//  cli/http.h or a WebSocket directly (cli/sbx.c, cli/term.c).
 const char *ah_client_token (ah_client_t *self);
 //  Certificates to trust (a PEM file), or NULL for the system's.
 const char *ah_client_ca (ah_client_t *self);
-//  Sets what every curl handle of the client needs (the CA). curl is a CURL *.
-void ah_client_curl (ah_client_t *self, void *curl);
+//  The request headers that carry the token ("Authorization: Bearer
+//  ...\r\n", none without a token) followed by more (lines ending with
+//  "\r\n", or NULL). Free with ah_client_auth_free (it wipes the token).
+char *ah_client_auth (ah_client_t *self, const char *more);
+void ah_client_auth_free (char *headers);
 
 //  One request. body (borrowed) is sent as JSON when not NULL. Returns
 //  the HTTP status, or 0 when the server could not be reached (*err set,

@@ -1,9 +1,9 @@
 /*  cli/cmd.c: what the agenthold commands share (see cmd.h).          */
+#include "cli/http.h"
 #include "cli/cmd.h"
 #include "cli/client.h"
 #include "common/ident.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -129,9 +129,9 @@ json_t *ah_cmd_call (const ah_common_t *co, const char *method, const char *path
 
 char *ah_cmd_path (const char *collection, const char *name, const char *suffix)
 {
-    char *escaped = curl_easy_escape (NULL, name, 0);
+    char *escaped = ah_hc_escape (name, false);
     char *path = ah_cmd_strf ("/api/v1/%s/%s%s", collection, escaped ? escaped : "", suffix);
-    curl_free (escaped);
+    free (escaped);
     return path;
 }
 

@@ -1,10 +1,9 @@
 /*  cli/follow.c: waiting for an agent's transition on the server's event
     stream (see follow.h, docs/cli.md "Waiting").
 
-    DESIGN. One thread (the command's). The stream is one libcurl easy
-    handle in a multi handle of its own, so it can be read with a timeout
-    while the command's other requests are plain blocking calls
-    (cli/client.c); what arrives while the command is busy elsewhere
+    DESIGN. One thread (the command's). The stream is a connection of its
+    own (cli/http.h), read with a timeout while the command's other
+    requests are plain blocking calls (cli/client.c); what arrives while the command is busy elsewhere
     waits in the socket and in the server's per-stream queue (256 KiB),
     and is read afterwards, in order. The stream is opened before the
     operation's request and counted open only once the server's opening
@@ -24,7 +23,7 @@
 #include "common/clock.h"
 #include "proto/buf.h"
 
-#include <curl/curl.h>
+#include "cli/http.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,9 +36,7 @@
 
 struct ah_follow_t {
     ah_client_t *client;            //  the stream's and the reads' server; NULL: none configured
-    CURLM *multi;
-    CURL *curl;                     //  NULL once the stream ended
-    struct curl_slist *hdrs;
+    ah_hc_t *hc;                    //  the stream; NULL once it ended
     char *url;
     ah_buf_t in;                    //  bytes of a line not yet complete
     ah_buf_t err;                   //  an error answer's body (capped)
@@ -69,24 +66,21 @@ static void s_line (ah_follow_t *self, const char *line, size_t len)
         self->open = true;
 }
 
-static size_t s_on_data (char *data, size_t size, size_t n, void *ud)
+static int s_on_data (void *ud, const uint8_t *data, size_t len)
 {
     ah_follow_t *self = ud;
-    size_t len = size * n;
-    long code = 0;
-    curl_easy_getinfo (self->curl, CURLINFO_RESPONSE_CODE, &code);
-    if (code != 200) {
+    if (ah_hc_status (self->hc) != 200) {
         size_t room = MAX_ERR_BODY - ah_buf_size (&self->err);
         ah_buf_append (&self->err, data, len < room ? len : room);
-        return len;
+        return 0;
     }
     self->heard_ms = ah_clock_ms ();
     if (ah_buf_size (&self->in) + len > MAX_EVENT_LINE) {
         snprintf (self->why, sizeof self->why, "a line of it is longer than %u bytes", MAX_EVENT_LINE);
-        return 0;                   //  curl stops with a write error
+        return 1;                   //  the stream stops
     }
     if (ah_buf_append (&self->in, data, len))
-        return 0;
+        return 1;
     for (;;) {
         const char *head = (const char *) ah_buf_head (&self->in);
         const char *nl = head ? memchr (head, '\n', ah_buf_size (&self->in)) : NULL;
@@ -95,15 +89,14 @@ static size_t s_on_data (char *data, size_t size, size_t n, void *ud)
         s_line (self, head, (size_t) (nl - head));
         ah_buf_consume (&self->in, (size_t) (nl - head) + 1);
     }
-    return len;
+    return 0;
 }
 
 //  The stream is over: says why (unless already said) and lets it go.
-static void s_end (ah_follow_t *self, CURLcode rc)
+static void s_end (ah_follow_t *self, const char *failure)
 {
     if (!self->why [0]) {
-        long code = 0;
-        curl_easy_getinfo (self->curl, CURLINFO_RESPONSE_CODE, &code);
+        long code = self->hc ? ah_hc_status (self->hc) : 0;
         if (code && code != 200) {
             json_t *j = json_loadb ((const char *) ah_buf_head (&self->err), ah_buf_size (&self->err), 0, NULL);
             char *text = ah_client_error (j, code);     //  owned, already escaped
@@ -111,30 +104,24 @@ static void s_end (ah_follow_t *self, CURLcode rc)
             free (text);
             json_decref (j);
         }
-        else if (rc != CURLE_OK)
-            snprintf (self->why, sizeof self->why, "%s", curl_easy_strerror (rc));
+        else if (failure)
+            snprintf (self->why, sizeof self->why, "%s", failure);
         else
             snprintf (self->why, sizeof self->why, "the server closed it");
     }
-    curl_multi_remove_handle (self->multi, self->curl);
-    curl_easy_cleanup (self->curl);
-    self->curl = NULL;
+    ah_hc_destroy (&self->hc);
 }
 
 //  Waits at most ms for the stream, then moves what came.
 static void s_pump (ah_follow_t *self, int ms)
 {
-    if (!self->curl)
+    if (!self->hc)
         return;
-    if (ms > 0)
-        curl_multi_poll (self->multi, NULL, 0, ms, NULL);
-    int running = 0;
-    curl_multi_perform (self->multi, &running);
-    int left = 0;
-    CURLMsg *m;
-    while (self->curl && (m = curl_multi_info_read (self->multi, &left)))
-        if (m->msg == CURLMSG_DONE)
-            s_end (self, m->data.result);
+    char *err = NULL;
+    int rc = ah_hc_pump (self->hc, ms, &err);
+    if (rc != 0)
+        s_end (self, err);
+    free (err);
 }
 
 //  The next event into *event (caller decrefs): 1; 0 at deadline_ms
@@ -147,12 +134,12 @@ static int s_next (ah_follow_t *self, int64_t deadline_ms, json_t **event)
             json_array_remove (self->queue, 0);
             return 1;
         }
-        if (!self->curl)
+        if (!self->hc)
             return -1;
         int64_t now = ah_clock_ms ();
         if (now - self->heard_ms >= AH_FOLLOW_SILENCE_MS) {
             snprintf (self->why, sizeof self->why, "nothing came on it for %d s", AH_FOLLOW_SILENCE_MS / 1000);
-            s_end (self, CURLE_OK);
+            s_end (self, NULL);
             return -1;
         }
         if (now >= deadline_ms)
@@ -178,45 +165,39 @@ ah_follow_t *ah_follow_new (const ah_common_t *co, const char *agent)
     //  /api/v1/events[?agent=NAME], the name percent-encoded.
     char *q = NULL;
     if (agent) {
-        char *esc = curl_easy_escape (NULL, agent, 0);
+        char *esc = ah_hc_escape (agent, false);
         q = ah_cmd_strf ("/api/v1/events?agent=%s", esc ? esc : "");
-        curl_free (esc);
+        free (esc);
     }
     self->url = ah_client_url_for (self->client, q ? q : "/api/v1/events");
     free (q);
-    char *auth = ah_cmd_strf ("Authorization: Bearer %s", ah_client_token (self->client));
-    self->hdrs = curl_slist_append (NULL, auth);
-    self->hdrs = curl_slist_append (self->hdrs, "Accept: text/event-stream");
-    if (auth) {
-        memset (auth, 0, strlen (auth));
-        free (auth);
-    }
-    self->multi = curl_multi_init ();
-    self->curl = curl_easy_init ();
-    if (!self->multi || !self->curl || !self->url) {
-        snprintf (self->why, sizeof self->why, "cannot start libcurl");
-        if (self->curl)
-            curl_easy_cleanup (self->curl);
-        self->curl = NULL;
+    char *headers = ah_client_auth (self->client, "Accept: text/event-stream\r\n");
+    if (!self->url || !headers) {
+        snprintf (self->why, sizeof self->why, "out of memory");
+        ah_client_auth_free (headers);
         return self;
     }
-    ah_client_curl (self->client, self->curl);
-    curl_easy_setopt (self->curl, CURLOPT_URL, self->url);
-    curl_easy_setopt (self->curl, CURLOPT_HTTPHEADER, self->hdrs);
-    curl_easy_setopt (self->curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt (self->curl, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt (self->curl, CURLOPT_WRITEFUNCTION, s_on_data);
-    curl_easy_setopt (self->curl, CURLOPT_WRITEDATA, self);
-    curl_multi_add_handle (self->multi, self->curl);
+    //  The head within OPEN_TIMEOUT_MS; the stream itself has no end.
+    ah_hc_req_t req = { .method = "GET", .url = self->url, .ca = ah_client_ca (self->client),
+                        .headers = headers, .on_body = s_on_data, .ud = self,
+                        .timeout_ms = OPEN_TIMEOUT_MS };
+    char *why = NULL;
+    self->hc = ah_hc_start (&req, &why);
+    ah_client_auth_free (headers);
+    if (!self->hc) {
+        snprintf (self->why, sizeof self->why, "%s", why ? why : "cannot open it");
+        free (why);
+        return self;
+    }
+    ah_hc_set_timeout (self->hc, 0);
     self->heard_ms = ah_clock_ms ();
     int64_t deadline = self->heard_ms + OPEN_TIMEOUT_MS;
-    s_pump (self, 0);
-    while (self->curl && !self->open) {
+    while (self->hc && !self->open) {
         int64_t now = ah_clock_ms ();
         if (now >= deadline) {
             snprintf (self->why, sizeof self->why, "the server did not open it within %d s",
                       OPEN_TIMEOUT_MS / 1000);
-            s_end (self, CURLE_OK);
+            s_end (self, NULL);
             break;
         }
         s_pump (self, (int) (deadline - now < 100 ? deadline - now : 100));
@@ -229,13 +210,7 @@ void ah_follow_destroy (ah_follow_t **self_p)
     if (!self_p || !*self_p)
         return;
     ah_follow_t *self = *self_p;
-    if (self->curl) {
-        curl_multi_remove_handle (self->multi, self->curl);
-        curl_easy_cleanup (self->curl);
-    }
-    if (self->multi)
-        curl_multi_cleanup (self->multi);
-    curl_slist_free_all (self->hdrs);
+    ah_hc_destroy (&self->hc);
     free (self->url);
     ah_buf_free (&self->in);
     ah_buf_free (&self->err);
@@ -328,7 +303,7 @@ json_t *ah_follow_wait (ah_follow_t *self, const ah_common_t *co, json_t *reply,
         }
     }
     json_t *agent = NULL;
-    if (self && self->curl && self->open) {
+    if (self && self->hc && self->open) {
         int64_t check_at = ah_clock_ms () + CHECK_MS;
         for (;;) {
             json_t *event = NULL;

@@ -16,7 +16,7 @@
 #include "cli/turn.h"
 #include "config/config.h"
 
-#include <curl/curl.h>
+#include <signal.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -619,11 +619,11 @@ int main (int argc, char **argv)
     ah_common_t co = { .config = getenv ("AGENTHOLD_CONFIG") };
     if (co.config && !*co.config)
         co.config = NULL;
-    //  serve first: it must start before any thread (curl's included).
+    //  serve first: it must start before any thread.
     if (c->early || c->server)
         return c->run (c, argc - 2, argv + 2, &co);
-    curl_global_init (CURL_GLOBAL_DEFAULT);
-    int status = c->run ? c->run (c, argc - 2, argv + 2, &co) : c->raw (argc - 2, argv + 2, co.config);
-    curl_global_cleanup ();
-    return status;
+    //  A server that closed the connection is an error to report, not a
+    //  signal to die of (a TLS write can raise it).
+    signal (SIGPIPE, SIG_IGN);
+    return c->run ? c->run (c, argc - 2, argv + 2, &co) : c->raw (argc - 2, argv + 2, co.config);
 }

@@ -1,6 +1,6 @@
 /*  cli/sbx.c: `agenthold exec` and `agenthold fs` (see sbx.h,
     docs/cli.md). exec is one POST /api/v1/agents/NAME/exec; fs get and
-    put stream with libcurl straight between the local file and the API's
+    put stream (cli/http.h) straight between the local file and the API's
     /files/{path} routes, so a file never sits whole in memory here.   */
 #include "cli/sbx.h"
 #include "cli/client.h"
@@ -8,7 +8,7 @@
 #include "proto/buf.h"
 #include "proto/channel.h"
 
-#include <curl/curl.h>
+#include "cli/http.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -42,20 +42,13 @@ static ah_client_t *s_client (const char *cmd, const char *config)
 //  Appends s percent-encoded (keeping '/' when keep_slash) to buf.
 static int s_encode (char *buf, size_t size, const char *s, bool keep_slash)
 {
+    char *e = ah_hc_escape (s, keep_slash);
     size_t n = strlen (buf);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char) *s;
-        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
-                  || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/');
-        if (n + 4 >= size)
-            return -1;
-        if (plain)
-            buf [n++] = (char) c;
-        else
-            n += (size_t) snprintf (buf + n, size - n, "%%%02X", c);
-    }
-    buf [n] = 0;
-    return 0;
+    int rc = e && n + strlen (e) < size ? 0 : -1;
+    if (!rc)
+        memcpy (buf + n, e, strlen (e) + 1);
+    free (e);
+    return rc;
 }
 
 //  /api/v1/agents/NAME/fs/WHAT?path=PATH. The query form on purpose: the
@@ -140,7 +133,7 @@ static int s_quote (char *buf, size_t size, const char *word)
 //  exec ?stream=1's answer: records (proto/channel.h's framing): 1
 //  stdout, 2 stderr, 4 the exit as JSON, 5 {"error"} (docs/api.md).
 typedef struct {
-    CURL *curl;
+    ah_hc_t *hc;
     ah_rec_reader_t reader;
     ah_buf_t rec;                   //  a kind 4/5 record's JSON (small)
     ah_buf_t err;                   //  an error answer's body
@@ -166,11 +159,9 @@ static void s_exec_record_end (exec_rx_t *x, uint8_t kind)
 
 //  An error answer (status 300 and up): its body is kept (at most
 //  MAX_ERR_BODY bytes) to print, not handed on. True when it is one.
-static bool s_error_answer (CURL *curl, ah_buf_t *err, const char *data, size_t len)
+static bool s_error_answer (ah_hc_t *hc, ah_buf_t *err, const uint8_t *data, size_t len)
 {
-    long code = 0;
-    curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, &code);
-    if (code < 300)
+    if (ah_hc_status (hc) < 300)
         return false;
     size_t room = MAX_ERR_BODY - ah_buf_size (err);
     ah_buf_append (err, data, len < room ? len : room);
@@ -205,56 +196,56 @@ static int s_exec_piece (void *arg, uint8_t kind, const uint8_t *data, size_t si
     return 0;
 }
 
-static size_t s_on_records (char *data, size_t size, size_t n, void *ud)
+static int s_on_records (void *ud, const uint8_t *data, size_t len)
 {
     exec_rx_t *x = ud;
-    size_t len = size * n;
-    if (s_error_answer (x->curl, &x->err, data, len))
-        return len;
+    if (s_error_answer (x->hc, &x->err, data, len))
+        return 0;
     int rc = ah_rec_read (&x->reader, (const uint8_t *) data, len, s_exec_piece, x, NULL);
     if (rc == -1 || rc == 2)
         x->bad = true;
-    return rc ? 0 : len;            //  0: curl stops with a write error
+    return rc ? 1 : 0;              //  1: the exchange stops
 }
 
-//  A streaming call's curl handle: path on the API with the token, the
-//  body to fn. *url and *hdrs are the caller's to free. NULL when curl
-//  cannot start.
-static CURL *s_curl (ah_client_t *client, const char *path, const char *header,
-                     curl_write_callback fn, void *ud, char **url, struct curl_slist **hdrs)
+//  One streaming exchange: method on path with the token, header (a line
+//  ending "\r\n", or NULL) and the body (text, or in_size bytes of in);
+//  the answer's body to fn as it comes, with *hc set meanwhile. The
+//  status (with *err, caller frees, when the exchange broke off after
+//  it), or 0 with *err.
+static long s_exchange (ah_client_t *client, const char *method, const char *path, const char *header,
+                        const char *text, FILE *in, int64_t in_size,
+                        ah_httpresp_body_fn *fn, void *ud, ah_hc_t **hc, char **err)
 {
-    CURL *curl = curl_easy_init ();
-    if (!curl)
-        return NULL;
-    char auth [600];
-    *url = ah_client_url_for (client, path);
-    snprintf (auth, sizeof auth, "Authorization: Bearer %s", ah_client_token (client));
-    *hdrs = curl_slist_append (NULL, auth);
-    *hdrs = curl_slist_append (*hdrs, "Expect:");
-    if (header)
-        *hdrs = curl_slist_append (*hdrs, header);
-    ah_client_curl (client, curl);
-    curl_easy_setopt (curl, CURLOPT_URL, *url);
-    curl_easy_setopt (curl, CURLOPT_HTTPHEADER, *hdrs);
-    curl_easy_setopt (curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt (curl, CURLOPT_WRITEFUNCTION, fn);
-    curl_easy_setopt (curl, CURLOPT_WRITEDATA, ud);
-    return curl;
+    *err = NULL;
+    char *url = ah_client_url_for (client, path);
+    char *headers = ah_client_auth (client, header);
+    long status = 0;
+    if (!url || !headers)
+        *err = strdup ("out of memory");
+    else {
+        ah_hc_req_t req = { .method = method, .url = url, .ca = ah_client_ca (client),
+                            .headers = headers, .body = text, .body_size = text ? strlen (text) : 0,
+                            .upload = in, .upload_size = in_size, .on_body = fn, .ud = ud };
+        *hc = ah_hc_start (&req, err);
+        if (*hc) {
+            int rc;
+            while ((rc = ah_hc_pump (*hc, -1, err)) == 0)
+                ;
+            status = ah_hc_status (*hc);
+            ah_hc_destroy (hc);
+        }
+    }
+    ah_client_auth_free (headers);
+    free (url);
+    return status;
 }
 
 //  POST body (JSON) to path; the records go to stdout/stderr as they come.
 static int s_stream_call (ah_client_t *client, const char *path, const char *body, exec_rx_t *x)
 {
-    char *url = NULL;
-    struct curl_slist *hdrs = NULL;
-    CURL *curl = s_curl (client, path, "Content-Type: application/json", s_on_records, x, &url, &hdrs);
-    if (!curl)
-        return 1;
-    x->curl = curl;
-    curl_easy_setopt (curl, CURLOPT_POSTFIELDS, body);
-    CURLcode rc = curl_easy_perform (curl);
-    long code = 0;
-    curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, &code);
+    char *err = NULL;
+    long code = s_exchange (client, "POST", path, "Content-Type: application/json\r\n", body, NULL, 0,
+                            s_on_records, x, &x->hc, &err);
     int status = 0;
     if (code >= 300) {
         json_t *j = s_error_json (&x->err);
@@ -268,14 +259,12 @@ static int s_stream_call (ah_client_t *client, const char *path, const char *bod
         fprintf (stderr, "agenthold exec: the server's answer is not a record stream\n");
         status = 1;
     }
-    else if (rc != CURLE_OK) {
-        fprintf (stderr, "agenthold exec: %s: %s\n", url, curl_easy_strerror (rc));
+    else if (err) {
+        fprintf (stderr, "agenthold exec: %s: %s\n", ah_client_url (client), err);
         status = 1;
     }
+    free (err);
     ah_buf_free (&x->err);
-    free (url);
-    curl_slist_free_all (hdrs);
-    curl_easy_cleanup (curl);
     return status;
 }
 
@@ -398,46 +387,31 @@ static void s_fs_usage (FILE *out)
 }
 
 typedef struct {
-    CURL *curl;
+    ah_hc_t *hc;
     FILE *out;                      //  the local file (get)
     ah_buf_t err;                   //  an error answer's body (capped)
     bool failed_write;
 } xfer_t;
 
-static size_t s_on_body (char *data, size_t size, size_t n, void *ud)
+static int s_on_body (void *ud, const uint8_t *data, size_t len)
 {
     xfer_t *x = ud;
-    size_t len = size * n;
-    if (s_error_answer (x->curl, &x->err, data, len))
-        return len;                 //  kept to print, not in the file
+    if (s_error_answer (x->hc, &x->err, data, len))
+        return 0;                   //  kept to print, not in the file
     if (x->out && fwrite (data, 1, len, x->out) != len) {
         x->failed_write = true;
-        return 0;
+        return 1;
     }
-    return len;
+    return 0;
 }
 
 //  One streaming transfer; 0 ok, else prints why and returns 1.
 static int s_transfer (ah_client_t *client, const char *method, const char *path,
-                       FILE *in, curl_off_t in_size, FILE *out, const char *what)
+                       FILE *in, int64_t in_size, FILE *out, const char *what)
 {
-    char *url = NULL;
-    struct curl_slist *hdrs = NULL;
     xfer_t x = { .out = out };
-    CURL *curl = s_curl (client, path, NULL, s_on_body, &x, &url, &hdrs);
-    if (!curl)
-        return 1;
-    x.curl = curl;
-    curl_easy_setopt (curl, CURLOPT_CUSTOMREQUEST, method);
-    if (in) {
-        curl_easy_setopt (curl, CURLOPT_UPLOAD, 1L);
-        curl_easy_setopt (curl, CURLOPT_READDATA, in);
-        if (in_size >= 0)
-            curl_easy_setopt (curl, CURLOPT_INFILESIZE_LARGE, in_size);
-    }
-    CURLcode rc = curl_easy_perform (curl);
-    long code = 0;
-    curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, &code);
+    char *err = NULL;
+    long code = s_exchange (client, method, path, NULL, NULL, in, in_size, s_on_body, &x, &x.hc, &err);
     int status = 0;
     if (x.failed_write) {
         fprintf (stderr, "agenthold fs %s: cannot write the local file: %s\n", what, strerror (errno));
@@ -451,14 +425,12 @@ static int s_transfer (ah_client_t *client, const char *method, const char *path
         json_decref (j);
         status = 1;
     }
-    else if (rc != CURLE_OK) {
-        fprintf (stderr, "agenthold fs %s: %s: %s\n", what, url, curl_easy_strerror (rc));
+    else if (err) {
+        fprintf (stderr, "agenthold fs %s: %s: %s\n", what, ah_client_url (client), err);
         status = 1;
     }
+    free (err);
     ah_buf_free (&x.err);
-    free (url);
-    curl_slist_free_all (hdrs);
-    curl_easy_cleanup (curl);
     return status;
 }
 
@@ -525,7 +497,7 @@ static int s_fs_put (ah_client_t *client, const char *name, const char *path, co
         return 1;
     }
     char *url = s_files_path (name, "file", path, "");
-    int status = url ? s_transfer (client, "PUT", url, f, (curl_off_t) st.st_size, NULL, "put") : 1;
+    int status = url ? s_transfer (client, "PUT", url, f, (int64_t) st.st_size, NULL, "put") : 1;
     free (url);
     if (f != stdin)
         fclose (f);

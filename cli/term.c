@@ -12,15 +12,14 @@
     for the server. The terminal's settings are restored on every way
     out: the shell's exit, an error, SIGINT/SIGTERM/SIGHUP/SIGQUIT, and
     atexit.                                                             */
+#include "cli/http.h"
 #include "cli/term.h"
 #include "cli/client.h"
 #include "cli/cmd.h"
-#include "cli/tls.h"
 #include "proto/ws.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -131,19 +130,13 @@ static void s_send_size (ah_ws_t *ws)
     ah_ws_send (ws, AH_WS_TEXT, msg, (size_t) n);
 }
 
-//  Percent-encodes s into buf (for the agent's name in the path).
+//  Percent-encodes s into buf (for the agent's name in the path);
+//  empty when it does not fit.
 static void s_encode (char *buf, size_t size, const char *s)
 {
-    size_t n = 0;
-    for (; *s && n + 4 < size; s++) {
-        unsigned char c = (unsigned char) *s;
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
-        ||  c == '-' || c == '_' || c == '.' || c == '~')
-            buf [n++] = (char) c;
-        else
-            n += (size_t) snprintf (buf + n, size - n, "%%%02X", c);
-    }
-    buf [n] = 0;
+    char *e = ah_hc_escape (s, false);
+    snprintf (buf, size, "%s", e && strlen (e) < size ? e : "");
+    free (e);
 }
 
 //  The terminal's WebSocket, upgraded; NULL when it could not open
@@ -166,25 +159,10 @@ static ah_ws_t *s_open (ah_client_t *client, const char *name, term_t *t)
         fprintf (stderr, "agenthold term: bad server URL %s: %s\n", base, uerr);
         return NULL;
     }
-    //  A name, or an IP literal: the resolver knows both.
-    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
-    int rc = getaddrinfo (url.host, url.port, &hints, &ai);
-    if (rc) {
-        fprintf (stderr, "agenthold term: %s: %s\n", url.host, gai_strerror (rc));
-        return NULL;
-    }
     char err [512] = "";
-    int fd = -1;
-    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next)
-        fd = ah_ws_dial (a->ai_addr, a->ai_addrlen, CONNECT_MS, -1, err, sizeof err);
-    freeaddrinfo (ai);
-    if (fd < 0) {
+    ah_ws_io_t io;
+    if (ah_hc_connect (&url, ah_client_ca (client), CONNECT_MS, &io, err, sizeof err)) {
         fprintf (stderr, "agenthold term: cannot connect to %s: %s\n", base, err);
-        return NULL;
-    }
-    ah_ws_io_t io = ah_ws_io_plain (fd);
-    if (url.secure && ah_tls_io (fd, url.host, ah_client_ca (client), CONNECT_MS, &io, err, sizeof err)) {
-        fprintf (stderr, "agenthold term: %s: %s\n", base, err);
         return NULL;
     }
     ah_ws_opts_t opts = { .on_message = s_on_message, .on_close = s_on_close, .ud = t };
@@ -197,7 +175,7 @@ static ah_ws_t *s_open (ah_client_t *client, const char *name, term_t *t)
     else
         snprintf (err, sizeof err, "out of memory");
     //  Opening a terminal may wake the agent first: no time limit here.
-    rc = auth ? ah_ws_handshake (ws, &url, auth, -1, -1, err, sizeof err) : -1;
+    int rc = auth ? ah_ws_handshake (ws, &url, auth, -1, -1, err, sizeof err) : -1;
     if (auth)
         memset (auth, 0, strlen (auth));
     free (auth);

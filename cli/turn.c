@@ -11,10 +11,10 @@
     One thread. The signal handler only records the signal (the one
     piece of process-wide state, as signals are); the loop below acts on
     it.                                                                */
+#include "cli/http.h"
 #include "cli/turn.h"
 #include "cli/client.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -150,10 +150,10 @@ int ah_cli_turn (int argc, char **argv, const char *config)
     sigaction (SIGTERM, &sa, NULL);
     sigaction (SIGHUP, &sa, NULL);
 
-    char *escaped = curl_easy_escape (NULL, name, 0);
+    char *escaped = ah_hc_escape (name, false);
     char path [600];
     snprintf (path, sizeof path, "/api/v1/agents/%s/turns", escaped ? escaped : "");
-    curl_free (escaped);
+    free (escaped);
     char *turn = NULL;
     long lease_ms = lease_s * 1000;
     if (s_turn_call (client, "POST", path, lease_ms, &turn, false)) {
