@@ -117,7 +117,7 @@ def main():
     if len(pos) != 1 or rounds < 1:
         print(__doc__.split("\n\n")[-1], file=sys.stderr)
         return 2
-    h = Harness("bench.cli", pos[0], "10.214.128.0/22", (19650, 19679), shipped_catalog=True)
+    h = Harness("bench.cli", pos[0], "10.214.128.0/22", shipped_catalog=True)
     # The shipped defaults, not the harness's test image and small sandboxes.
     for key in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB",
                 "AGENTHOLD_SANDBOX_DEFAULT_CPUS"):

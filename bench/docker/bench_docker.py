@@ -377,7 +377,7 @@ def main():
         print(__doc__.split("\n\n")[-1], file=sys.stderr)
         return 2
     # The runtime: the test image, with a network (bench/README.md says why).
-    h = Harness("bench.docker", pos[0], "10.214.96.0/20", (19600, 19649), needs_network=True)
+    h = Harness("bench.docker", pos[0], "10.214.96.0/20", needs_network=True)
     h.env["AGENTHOLD_LOG"] = "debug"
     h.env["AGENTHOLD_SANDBOX_IDLE_MINUTES"] = "600"
     sandboxd = os.path.join(os.path.dirname(os.path.abspath(pos[0])), "sandboxd")

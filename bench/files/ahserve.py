@@ -2,7 +2,8 @@
 (bench/files, bench/term, bench/sandboxd import it).
 
 The fake driver (sandboxd in-process), a temporary data directory, ports
-from 18900-18999 that nobody listens on now. Use as a context manager: the
+from the suite's one allocator (tests/lib/ahserver.py free_port), the
+server started by its serve(). Use as a context manager: the
 server is stopped (SIGTERM, then SIGKILL after 10 s) and the directory
 removed whatever happens, and every process still in its process group is
 killed."""
@@ -24,25 +25,19 @@ class BenchError(Exception):
     pass
 
 
-def free_port(avoid=(), ports=(18900, 18999)):
-    """A port of the range (default 18900-18999) that nobody listens on now."""
-    lo, hi = ports
-    return ahserver.free_port(lo, hi, (os.getpid() * 7) % (hi - lo + 1), avoid, fail=BenchError)
-
-
 #  With docker_image: the Docker driver's network pool (one /22 of the
 #  test pools' 10.213.0.0/16 that no test uses).
 DOCKER_POOL = "10.213.216.0/22"
 
 
 class Server:
-    def __init__(self, binary, prefix="ah-bench-", ports=(18900, 18999), env=None,
-                 docker_image=None):
+    def __init__(self, binary, prefix="ah-bench-", env=None, docker_image=None):
         self.binary = os.path.abspath(binary)
         self.tmp = tempfile.mkdtemp(prefix=prefix)
         self.data = os.path.join(self.tmp, "data")
-        self.api_port = free_port(ports=ports)
-        self.tunnel_port = free_port({self.api_port}, ports=ports)
+        self.api_port = ahserver.free_port(fail=BenchError)
+        self.tunnel_port = ahserver.free_port(avoid={self.api_port}, fail=BenchError,
+                                              address="0.0.0.0" if docker_image else "127.0.0.1")
         self.url = "http://127.0.0.1:%d" % self.api_port
         #  No tap: with one, the api's channels take the bus so the tap
         #  sees them (docs/architecture.md); the benchmarks measure the
@@ -94,11 +89,9 @@ class Server:
         return False
 
     def start(self):
-        log = open(self.log_path, "ab")
         #  Its own process group, so that close() also ends what it left.
-        self.proc = subprocess.Popen([self.binary, "serve"], env=self.env, cwd=self.tmp,
-                                     stdout=log, stderr=log, start_new_session=True)
-        log.close()
+        self.proc = ahserver.serve(self.binary, self.env, self.log_path, cwd=self.tmp, ready=False,
+                                   start_new_session=True)
         ahserver.wait_healthy(self.proc, self.api_port, fail=BenchError, tail=self.log_tail)
 
     def log_tail(self, n=30):

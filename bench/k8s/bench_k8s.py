@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from ahk8s import Harness, kubectl, RUNTIME, RUNTIME_IMAGE, SANDBOXD_IMAGE  # noqa: E402
 
 ROUNDS = int(os.environ.get("AGENTHOLD_BENCH_ROUNDS", "5"))
-h = Harness("k8sbench", sys.argv[1], (19470, 19480))
+h = Harness("k8sbench", sys.argv[1])
 
 
 def baseline_objects(i, with_claim):

@@ -53,7 +53,6 @@ import websockets
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "files"))
 from ahserve import BenchError, Goals, Server, median  # noqa: E402
 
-PORTS = (19300, 19399)          # this benchmark's range (bench/README.md)
 RSS_GOAL_MIB = 64
 CPU_GOAL_PCT = 1.0
 FAIR_GOAL = 0.5
@@ -273,7 +272,7 @@ def main():
         "AGENTHOLD_LIMITS_TENANT_MAX_SANDBOXES": str(a.agents + 10),
     }
     goals = Goals()
-    with Server(a.agenthold, "ah-bench-scale-", ports=PORTS, env=env) as srv:
+    with Server(a.agenthold, "ah-bench-scale-", env=env) as srv:
         fleet = Fleet(srv, a.sandboxd)
         try:
             b_rss, b_hwm, b_cpu = idle_window(srv, a.seconds)

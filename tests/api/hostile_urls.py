@@ -35,7 +35,6 @@ closed, the server still serving."""
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -59,12 +58,8 @@ class Fail(Exception):
 check = ahserver.Checks(Fail)
 
 
-def free_port(avoid=()):
-    return ahserver.free_port(avoid=avoid, fail=Fail)
-
-
-API = free_port()
-TUNNEL = free_port({API})
+API = ahserver.free_port(fail=Fail)
+TUNNEL = ahserver.free_port(avoid={API}, fail=Fail)
 TOKEN = None
 
 
@@ -317,10 +312,10 @@ def snapshot():
 def main():
     global TOKEN
     env = ahserver.server_env(DATA, API, TUNNEL)
-    log = open(os.path.join(TMP, "server.log"), "w")
-    proc = subprocess.Popen([AGENTHOLD, "serve"], env=env, stdout=log, stderr=log)
+    log = os.path.join(TMP, "server.log")
+    procs, rc = [], 1
     try:
-        ahserver.wait_healthy(proc, API, fail=Fail)
+        ahserver.serve(AGENTHOLD, env, log, procs=procs, fail=Fail)
         TOKEN = ahserver.read_token(DATA)
         for n in ("alice", "bob"):
             st, j = api("POST", "/api/v1/agents?wait=1", {"name": n})
@@ -414,20 +409,17 @@ def main():
         st, _ = ahserver.request(API, "GET", "/healthz")
         check(st == 200, "still serving")
         print("hostile_urls: %d bent URLs, %d checks passed" % (tried, check.count))
-        return 0
+        rc = 0
     except Fail as e:
         print("hostile_urls: FAILED after %d checks: %s" % (check.count, e), file=sys.stderr)
-        log.flush()
-        with open(os.path.join(TMP, "server.log")) as f:
-            print(f.read()[-4000:], file=sys.stderr)
-        return 1
+        print(ahserver.log_tail(log, 4000), file=sys.stderr)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        ahserver.stop_all(procs, 20)
+        for why in ahserver.verdict(procs):
+            print("hostile_urls: FAILED: %s" % why, file=sys.stderr)
+            rc = 1
         shutil.rmtree(TMP, ignore_errors=True)
+    return rc
 
 
 if __name__ == "__main__":

@@ -143,7 +143,7 @@ def main():
         print("\n*** console.docker SKIPPED: no Docker Engine at %s ***\n" % SOCK, file=sys.stderr)
         return SKIP
     shots = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else os.path.join(tempfile.gettempdir(), "ah-console-shots")
-    h = Harness("console.docker", sys.argv[1], "10.213.212.0/22", (18890, 18900), shipped_catalog=True)
+    h = Harness("console.docker", sys.argv[1], "10.213.212.0/22", shipped_catalog=True)
     # The shipped defaults, not the harness's test image and small memory.
     for key in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB"):
         h.env.pop(key, None)

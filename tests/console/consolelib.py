@@ -4,7 +4,6 @@ port of 18800-18899, its admin token, tenants and their tokens, and calls
 with a bearer token."""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,10 +46,7 @@ class Server:
         self.proc = None
 
     def start(self):
-        log = open(self.log, "a")
-        self.proc = subprocess.Popen([self.binary, "serve"], env=self.env, cwd=SRC, stdout=log, stderr=log)
-        self.procs.append(self.proc)
-        ahserver.wait_healthy(self.proc, self.port, fail=Fail)
+        self.proc = ahserver.serve(self.binary, self.env, self.log, cwd=SRC, procs=self.procs, fail=Fail)
         self.admin = ahserver.read_token(self.data)
 
     def url(self, path=""):

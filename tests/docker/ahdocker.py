@@ -154,13 +154,6 @@ def build_image(tag, files, dockerfile):
         raise Fail("building image %s: HTTP %d: %s" % (tag, st, out[-2000:].decode(errors="replace")))
 
 
-def free_port(lo=None, hi=None, avoid=()):
-    """A port free on every address (the tunnel listens on all of them for
-    the sandboxes), from the suite's one allocator (ahserver.free_port);
-    lo and hi are the old range, no longer used."""
-    return ahserver.free_port(avoid=avoid, fail=Fail, address="0.0.0.0")
-
-
 def host_service(h):
     """A host service on all addresses (stopped by h's clean-up): answers
     hello-from-host to whoever connects. Its port."""
@@ -260,12 +253,13 @@ class Harness(ahserver.ServerHarness):
     server (a process on the host, or nothing when the test runs it in a
     container), checks counted."""
 
-    def __init__(self, name, binary, pool, ports, shipped_catalog=False, needs_network=False):
+    def __init__(self, name, binary, pool, shipped_catalog=False, needs_network=False):
         super().__init__(name, binary, Fail)
         self.tag = "agenthold-test:" + self.prefix
         self.pool = pool
-        self.api_port = free_port(*ports)
-        self.tunnel_port = free_port(ports[0], ports[1], {self.api_port})
+        # Free on every address: the tunnel listens on all of them for the sandboxes.
+        self.api_port = ahserver.free_port(fail=Fail, address="0.0.0.0")
+        self.tunnel_port = ahserver.free_port(avoid={self.api_port}, fail=Fail, address="0.0.0.0")
         self.extra_images = []
         self.extra_volumes = []
         self.extra_containers = []
@@ -315,8 +309,8 @@ class Harness(ahserver.ServerHarness):
             self.env["AGENTHOLD_CATALOG_PATH"] = catalog
         self.url = "http://127.0.0.1:%d" % self.api_port
 
-    def start_server(self, extra_env=None, wait=True, seconds=30):
-        super().start_server(extra_env, wait, seconds)
+    def start_server(self, extra_env=None, wait=True, seconds=30, **kw):
+        super().start_server(extra_env, wait, seconds, **kw)
         if VIA_HOSTD and wait:
             self.check_hostd_used()
 

@@ -22,7 +22,7 @@ sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import Harness, engine  # noqa: E402
 
-h = Harness("docker.e2e", sys.argv[1], "10.213.96.0/20", (18320, 18340))
+h = Harness("docker.e2e", sys.argv[1], "10.213.96.0/20")
 
 
 def scenario(h):

@@ -34,7 +34,7 @@ sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import Fail, Harness, engine  # noqa: E402
 
-h = Harness("docker.faults", sys.argv[1], "10.213.128.0/20", (18360, 18370))
+h = Harness("docker.faults", sys.argv[1], "10.213.128.0/20")
 DELAYS = {
     "create": [0.03, 0.05, 0.08, 0.15, 0.3],
     "start": [0.02, 0.06, 0.12, 0.25],

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import Fail, Harness, exec_in, host_addresses, host_service  # noqa: E402
 import ahserver  # noqa: E402  (on the path ahdocker set)
 
-h = Harness("docker.firewall", sys.argv[1], "10.213.160.0/20", (18370, 18380))
+h = Harness("docker.firewall", sys.argv[1], "10.213.160.0/20")
 RULES = [["INPUT", "-s", h.pool, "-j", "DROP"]]
 inserted = []
 

@@ -45,7 +45,7 @@ sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import engine, q, Harness  # noqa: E402
 
-h = Harness("docker.homelost", sys.argv[1], "10.213.48.0/22", (19600, 19620), shipped_catalog=True)
+h = Harness("docker.homelost", sys.argv[1], "10.213.48.0/22", shipped_catalog=True)
 # The shipped defaults, not the harness's test image and small memory.
 for key in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB"):
     h.env.pop(key, None)

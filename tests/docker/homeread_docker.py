@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import Harness, engine, q  # noqa: E402
 import ahserver  # noqa: E402
 
-h = Harness("docker.homeread", sys.argv[1], "10.213.216.0/22", (19224, 19249))
+h = Harness("docker.homeread", sys.argv[1], "10.213.216.0/22")
 NAME = "reader"
 
 

@@ -41,14 +41,14 @@ import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import SOCK, engine, free_port, Fail, Harness  # noqa: E402
+from ahdocker import SOCK, engine, Fail, Harness, ahserver  # noqa: E402
 
 import msgpack  # noqa: E402
 import zmq  # noqa: E402
 
 USER = "agenthold-test"
 PROTOCOL = 5                            # drivers/remote/wire.h AH_HOSTD_PROTOCOL
-h = Harness("docker.hostd", sys.argv[1], "10.213.240.0/20", (18900, 18919))
+h = Harness("docker.hostd", sys.argv[1], "10.213.240.0/20")
 h.env["AGENTHOLD_SANDBOX_DRIVER"] = "remote"
 h.env["AGENTHOLD_SANDBOX_REMOTE_TIMEOUT"] = "2s"
 RUN = os.path.join(h.tmp, "run")
@@ -120,16 +120,9 @@ def kill_hostd():
 
 
 def start_server(pw, extra_env=None):
-    log = open(h.log, "a")
-    log.write("---- server start ----\n")
-    log.flush()
-    env = dict(h.env)
-    env.update(extra_env or {})
+    env = dict(extra_env or {})
     env["HOME"] = h.data
-    h.server = subprocess.Popen([h.bin, "serve"], env=env, cwd=h.data, stdout=log, stderr=log,
-                                user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
-    log.close()
-    h.wait_healthy()
+    h.start_server(env, cwd=h.data, user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
 
 
 def stop_server():
@@ -416,7 +409,7 @@ def hostd_key(p, data):
 
 def scenario_curve(pw):
     """tcp:// with CURVE: wrong keys get nothing; the right ones get in."""
-    port = free_port(18900, 18919, {h.api_port, h.tunnel_port})
+    port = ahserver.free_port(avoid={h.api_port, h.tunnel_port}, fail=Fail, address="0.0.0.0")
     tcp = "tcp://127.0.0.1:%d" % port
     data = os.path.join(h.tmp, "hostd-tcp")
     log = open(os.path.join(h.tmp, "hostd-tcp.log"), "a")
@@ -485,7 +478,7 @@ def scenario_relay(pw):
     tunnel_listen across the veth pair; the server's own socket is not
     where hostd looks (another server.data_dir in hostd's configuration)."""
     ns, server_addr, hostd_addr = netns()
-    port = free_port(18900, 18919, {h.api_port, h.tunnel_port})
+    port = ahserver.free_port(avoid={h.api_port, h.tunnel_port}, fail=Fail, address="0.0.0.0")
     tcp = "tcp://%s:%d" % (hostd_addr, port)
     data = os.path.join(h.tmp, "hostd-relay")
     clients = os.path.join(data, "curve", "clients")

@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import Harness, build_image, connect_cmd, host_addresses, host_service  # noqa: E402
 import ahserver  # noqa: E402  (on the path ahdocker set)
 
-h = Harness("docker.isolation", sys.argv[1], "10.213.192.0/20", (18600, 18620))
+h = Harness("docker.isolation", sys.argv[1], "10.213.192.0/20")
 SOURCE = os.path.abspath(sys.argv[2])
 # The default configuration: the harness's own image and limits go.
 for k in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_CPUS",

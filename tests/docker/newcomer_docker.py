@@ -29,7 +29,7 @@ from ahdocker import engine_up, Fail, Harness  # noqa: E402
 import ahserver  # noqa: E402
 
 SRC = os.path.abspath(sys.argv[1])
-h = Harness("docker.newcomer", None, "10.213.208.0/22", (18730, 18740), shipped_catalog=True)
+h = Harness("docker.newcomer", None, "10.213.208.0/22", shipped_catalog=True)
 for key in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB",
             "AGENTHOLD_SANDBOX_DEFAULT_CPUS", "AGENTHOLD_SANDBOX_DRIVER"):
     h.env.pop(key, None)           # the embedded defaults: the Docker driver when an engine answers

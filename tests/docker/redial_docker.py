@@ -39,7 +39,7 @@ RESTARTS = 4
 BOUND = 3.0         # seconds from the API answering to a working exec (generous for a loaded machine)
 WAIT = 5.0          # how long a channel waits for a running agent's sandboxd (AH_TUNNEL_CONNECT_WAIT_MS)
 
-h = Harness("docker.redial", sys.argv[1], "10.213.212.0/22", (19320, 19340), shipped_catalog=True)
+h = Harness("docker.redial", sys.argv[1], "10.213.212.0/22", shipped_catalog=True)
 # The shipped defaults: the default runtime, its memory, and no tunnel_listen.
 for key in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB",
             "AGENTHOLD_SANDBOX_TUNNEL_LISTEN", "AGENTHOLD_SERVER_USER"):

@@ -52,11 +52,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import engine, q, Harness  # noqa: E402
 
 SCENARIO = sys.argv[2] if len(sys.argv) > 2 else "shipped"
-PORTS = {"shipped": (18700, 18710), "build": (18710, 18720), "failed": (18720, 18730),
-         "base": (18740, 18750)}[SCENARIO]
 POOL = {"shipped": "10.213.192.0/22", "build": "10.213.196.0/22", "failed": "10.213.200.0/22",
         "base": "10.213.204.0/22"}[SCENARIO]
-h = Harness("docker.runtimes" + SCENARIO, sys.argv[1], POOL, PORTS, shipped_catalog=True)
+h = Harness("docker.runtimes" + SCENARIO, sys.argv[1], POOL, shipped_catalog=True)
 # The shipped defaults, not the harness's test image and small memory.
 for key in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB"):
     h.env.pop(key, None)

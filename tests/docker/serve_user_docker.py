@@ -48,7 +48,7 @@ SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
 USER = "agenthold"
 IPC_SOCK = "/run/agenthold-hostd/hostd.sock"    # hostd.endpoint's default
 
-h = Harness("docker.serve_user", sys.argv[1], "10.213.0.0/16", (19500, 19519), shipped_catalog=True)
+h = Harness("docker.serve_user", sys.argv[1], "10.213.0.0/16", shipped_catalog=True)
 # Defaults but for where it listens, where it keeps its state, and the
 # prefix of what it makes in the engine.
 h.env = ahserver.server_env(h.data, h.api_port, h.tunnel_port, driver="docker", tunnel_host="",
@@ -111,8 +111,7 @@ def kill_leftovers():
 def scenario_no_user():
     env = dict(h.env)
     env["AGENTHOLD_SERVER_USER"] = "ah-no-such-user"
-    p = subprocess.run([h.bin, "serve"], env=env, cwd=h.tmp, capture_output=True, text=True,
-                       timeout=60)
+    p = ahserver.serve_once(h.bin, env, cwd=h.tmp, timeout=60)
     h.check(p.returncode == 1, "a missing server.user stops serve (status 1): %d" % p.returncode)
     h.check("server.user 'ah-no-such-user': no such user" in p.stderr and "useradd" in p.stderr
             and "server.user: none" in p.stderr, "the error says how to fix it: %s" % p.stderr[-600:])

@@ -36,7 +36,7 @@ from ahdocker import (Fail, Harness, build_image, connect_cmd, demux, engine,  #
                       engine_raw, host_addresses, host_service, read_file_from_container)
 
 SRC = os.path.abspath(sys.argv[2])
-h = Harness("docker.server_container", sys.argv[1], "10.213.112.0/20", (18340, 18350))
+h = Harness("docker.server_container", sys.argv[1], "10.213.112.0/20")
 SERVER_TAG = "agenthold-server-test:" + h.prefix
 SERVER_NAME = h.prefix + "-server"
 SANDBOXD_VOLUME = h.prefix + "-sandboxd"

@@ -24,7 +24,7 @@ sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import engine, put_home_file, read_file_from_container, Harness  # noqa: E402
 
-h = Harness("docker.sleep", sys.argv[1], "10.213.144.0/20", (18350, 18360))
+h = Harness("docker.sleep", sys.argv[1], "10.213.144.0/20")
 h.env["AGENTHOLD_SANDBOX_IDLE_MINUTES"] = "0.05"
 h.env["AGENTHOLD_SANDBOX_IDLE_CHECK_INTERVAL"] = "1s"
 CHECK_S = 1.0

@@ -42,7 +42,7 @@ try:
 except ImportError:                     # checked in the scenario, with a clear message
     websockets = None
 
-h = Harness("docker.channels", sys.argv[1], "10.213.176.0/20", (18380, 18400))
+h = Harness("docker.channels", sys.argv[1], "10.213.176.0/20")
 NAME = "chan"
 BLOB_MIB = 6
 HOME = "/home/agent"

@@ -25,7 +25,7 @@ sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import SOCK, Harness  # noqa: E402
 
-h = Harness("docker.tombstone", sys.argv[1], "10.213.240.0/20", (19280, 19299))
+h = Harness("docker.tombstone", sys.argv[1], "10.213.240.0/20")
 h.env["AGENTHOLD_SANDBOX_DESTROY_RETRY_MIN"] = "1s"
 h.env["AGENTHOLD_SANDBOX_DESTROY_RETRY_MAX"] = "2s"
 h.env["AGENTHOLD_SANDBOX_TTL_CHECK_INTERVAL"] = "200ms"

@@ -21,7 +21,7 @@ sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ahdocker import engine, put_home_file, q, read_file_from_container, Harness  # noqa: E402
 
-h = Harness("docker.ttl", sys.argv[1], "10.213.224.0/20", (19280, 19299))
+h = Harness("docker.ttl", sys.argv[1], "10.213.224.0/20")
 h.env["AGENTHOLD_SANDBOX_CONTAINER_TTL"] = "3s"
 h.env["AGENTHOLD_SANDBOX_TTL_CHECK_INTERVAL"] = "500ms"
 TTL_S = 3.0

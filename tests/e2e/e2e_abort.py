@@ -386,10 +386,7 @@ def case_expect():
 
 def main():
     global AGENT, HOME
-    log = open(LOG, "a")
-    server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
-    procs.append(server)
-    ahserver.wait_healthy(server, API_PORT, fail=Fail)
+    server = ahserver.serve(BIN, ENV, LOG, cwd=TMP, procs=procs, fail=Fail)
     _, j = api("POST", "/api/v1/agents?wait=1", {"name": "aborted"}, expect=201, timeout=120)
     AGENT = j["id"]
     HOME = os.path.join(DATA, "fake", AGENT, "home")

@@ -38,13 +38,8 @@ class Fail(Exception):
     pass
 
 
-def free_port(avoid=()):
-    """A port of our range (18200-18299) that nobody listens on now."""
-    return ahserver.free_port(avoid=avoid, fail=Fail)
-
-
-API_PORT = free_port()
-TUNNEL_PORT = free_port({API_PORT})
+API_PORT = ahserver.free_port(fail=Fail)
+TUNNEL_PORT = ahserver.free_port(avoid={API_PORT}, fail=Fail)
 URL = "http://127.0.0.1:%d" % API_PORT
 ENV = ahserver.server_env(os.path.join(TMP, "data"), API_PORT, TUNNEL_PORT, extra={
     "AGENTHOLD_TAP_ENDPOINT": "ipc://%s/tap" % TMP,
@@ -62,12 +57,7 @@ def check(cond, what):
 
 def start_server():
     global server
-    log = open(LOG, "a")
-    log.write("---- server start ----\n")
-    log.flush()
-    server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
-    procs.append(server)
-    ahserver.wait_healthy(server, API_PORT, fail=Fail)
+    server = ahserver.serve(BIN, ENV, LOG, cwd=TMP, procs=procs, fail=Fail)
 
 
 def cli(*args, env=None, timeout=120):

@@ -43,8 +43,8 @@ def check(cond, what):
         raise Fail(what)
 
 
-API_PORT = ahserver.free_port(18600, 18699, (os.getpid() % 50) * 2 + 1, fail=Fail)
-TUNNEL_PORT = ahserver.free_port(18600, 18699, (os.getpid() % 50) * 2, {API_PORT}, fail=Fail)
+API_PORT = ahserver.free_port(fail=Fail)
+TUNNEL_PORT = ahserver.free_port(avoid={API_PORT}, fail=Fail)
 ENV = ahserver.server_env(DATA, API_PORT, TUNNEL_PORT)
 
 # What a hostile string may hold, each as stored and as the people's
@@ -88,10 +88,7 @@ def printed(*args):
 
 
 def main():
-    log = open(LOG, "a")
-    server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
-    procs.append(server)
-    ahserver.wait_healthy(server, API_PORT, fail=Fail)
+    server = ahserver.serve(BIN, ENV, LOG, cwd=TMP, procs=procs, fail=Fail)
     token = ahserver.read_token(DATA)
 
     # An agent and a session made the ordinary way.

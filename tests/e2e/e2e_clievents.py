@@ -46,18 +46,15 @@ class Fail(Exception):
 
 
 check = ahserver.Checks(Fail)
-API_PORT = ahserver.free_port(19560, 19579, (os.getpid() % 10) * 2, fail=Fail)
-TUNNEL_PORT = ahserver.free_port(19560, 19579, (os.getpid() % 10) * 2 + 1, {API_PORT}, fail=Fail)
+API_PORT = ahserver.free_port(fail=Fail)
+TUNNEL_PORT = ahserver.free_port(avoid={API_PORT}, fail=Fail)
 ENV = ahserver.server_env(DATA, API_PORT, TUNNEL_PORT)
 server = None
 
 
 def start_server():
     global server
-    log = open(LOG, "a")
-    server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
-    procs.append(server)
-    ahserver.wait_healthy(server, API_PORT, fail=Fail)
+    server = ahserver.serve(BIN, ENV, LOG, cwd=TMP, procs=procs, fail=Fail)
 
 
 def token():

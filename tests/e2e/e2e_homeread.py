@@ -74,14 +74,11 @@ def q(s):
 
 
 def start_server():
-    cmd = [BIN, "serve"]
+    wrap = ()
     if os.geteuid() == 0:
         drop = "-dac_override,-dac_read_search"
-        cmd = ["setpriv", "--bounding-set", drop, "--inh-caps", drop] + cmd
-    log = open(LOG, "a")
-    server = subprocess.Popen(cmd, env=ENV, cwd=TMP, stdout=log, stderr=log)
-    procs.append(server)
-    ahserver.wait_healthy(server, API_PORT, fail=Fail)
+        wrap = ("setpriv", "--bounding-set", drop, "--inh-caps", drop)
+    ahserver.serve(BIN, ENV, LOG, cwd=TMP, procs=procs, fail=Fail, wrap=wrap)
 
 
 def create(name, running):

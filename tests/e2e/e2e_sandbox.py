@@ -61,12 +61,8 @@ class Fail(Exception):
 check = ahserver.Checks(Fail)
 
 
-def free_port(avoid=()):
-    return ahserver.free_port(avoid=avoid, fail=Fail)
-
-
-API_PORT = free_port()
-TUNNEL_PORT = free_port({API_PORT})
+API_PORT = ahserver.free_port(fail=Fail)
+TUNNEL_PORT = ahserver.free_port(avoid={API_PORT}, fail=Fail)
 ENV = ahserver.server_env(DATA, API_PORT, TUNNEL_PORT, extra={
 })
 LOG = os.path.join(TMP, "server.log")
@@ -96,10 +92,7 @@ def api(method, path, body=None, expect=200, timeout=60):
 
 
 def start_server():
-    log = open(LOG, "a")
-    server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
-    procs.append(server)
-    ahserver.wait_healthy(server, API_PORT, fail=Fail)
+    server = ahserver.serve(BIN, ENV, LOG, cwd=TMP, procs=procs, fail=Fail)
     return server
 
 

@@ -84,10 +84,7 @@ def terminal(agent, line, want):
 
 
 def main():
-    log = open(LOG, "a")
-    server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
-    procs.append(server)
-    ahserver.wait_healthy(server, API_PORT, fail=Fail)
+    server = ahserver.serve(BIN, ENV, LOG, cwd=TMP, procs=procs, fail=Fail)
     api("POST", "/api/v1/agents?wait=1", {"name": "tapped"}, expect=None, timeout=120)
     api("POST", "/api/v1/agents/tapped/start?wait=1", expect=None, timeout=120)
 

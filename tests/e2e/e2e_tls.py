@@ -15,7 +15,6 @@ Usage: e2e_tls.py AGENTHOLD
    shell's exit status), a client trusting another CA is refused, and
    the server warns at start when it listens off loopback without TLS."""
 import os
-import re
 import shutil
 import signal
 import socket
@@ -38,13 +37,8 @@ class Fail(Exception):
     pass
 
 
-
-
+PROCS = []      # every server started, judged at the end (ahserver.verdict)
 check = ahserver.Checks(Fail)
-
-
-def free_port(avoid=()):
-    return ahserver.free_port(avoid=avoid, fail=Fail)
 
 
 def listening(port):
@@ -66,20 +60,17 @@ class Server:
         env["AGENTHOLD_SERVER_LISTEN"] = listen
         env["AGENTHOLD_SANDBOX_TUNNEL_LISTEN"] = tunnel
         self.env = env
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([AGENTHOLD, "serve"], env=env, stdout=self.log, stderr=self.log)
+        self.proc = ahserver.serve(AGENTHOLD, env, self.log_path, procs=PROCS, ready=False)
 
     def wait_line(self, pattern, seconds=15):
-        deadline = time.time() + seconds
-        while time.time() < deadline:
-            with open(self.log_path) as f:
-                text = f.read()
-            if re.search(pattern, text):
-                return text
-            if self.proc.poll() is not None:
-                return text
-            time.sleep(0.1)
-        return open(self.log_path).read()
+        """The log once pattern is in it, the server exited, or seconds
+        passed (the caller's check tells which)."""
+        try:
+            ahserver.wait_until(lambda: ahserver.log_has(self.log_path, pattern) or self.proc.poll() is not None,
+                                seconds, "the log says %r" % pattern, Fail, 0.1)
+        except Fail:
+            pass
+        return ahserver.log_tail(self.log_path, 1 << 30)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -88,15 +79,15 @@ class Server:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        self.log.close()
+                self.proc.wait()
 
 
 def test_listen_forms():
     forms = [("127.0.0.1", {"127.0.0.1"}), ("0.0.0.0", {"0.0.0.0"}), ("[::1]", {"[::1]"}),
              ("", {"*"})]
     for host, want in forms:
-        api, tun = free_port(), None
-        tun = free_port({api})
+        api, tun = ahserver.free_port(fail=Fail), None
+        tun = ahserver.free_port(avoid={api}, fail=Fail)
         s = Server("listen-%s" % (host.strip("[]").replace(":", "_").replace(".", "_") or "all"),
                    "%s:%d" % (host, api), "%s:%d" % (host, tun))
         try:
@@ -113,10 +104,9 @@ def test_listen_forms():
             s.stop()
     for key, env in (("server.listen", "AGENTHOLD_SERVER_LISTEN"), ("sandbox.tunnel_listen",
                                                                     "AGENTHOLD_SANDBOX_TUNNEL_LISTEN")):
-        extra = {env: "localhost:%d" % free_port()}
-        p = subprocess.run([AGENTHOLD, "serve"], env=dict(ahserver.server_env(os.path.join(TMP, "bad"), free_port(),
-                                                                               free_port()), **extra),
-                           capture_output=True, text=True, timeout=30)
+        extra = {env: "localhost:%d" % ahserver.free_port(fail=Fail)}
+        p = ahserver.serve_once(AGENTHOLD, dict(ahserver.server_env(os.path.join(TMP, "bad"), ahserver.free_port(fail=Fail),
+                                                                    ahserver.free_port(fail=Fail)), **extra), timeout=30)
         check(p.returncode != 0 and key in p.stderr and "IP address" in p.stderr,
               "a host name in %s is refused at start naming the key: %d %r" % (key, p.returncode, p.stderr[-300:]))
 
@@ -164,8 +154,8 @@ def term(server, name, keys):
 def test_tls():
     cert, key = make_cert("server", "127.0.0.1")
     other, _ = make_cert("other", "127.0.0.1")
-    api, tun = free_port(), None
-    tun = free_port({api})
+    api, tun = ahserver.free_port(fail=Fail), None
+    tun = ahserver.free_port(avoid={api}, fail=Fail)
     s = Server("tls", "127.0.0.1:%d" % api, "127.0.0.1:%d" % tun,
                extra={"AGENTHOLD_SERVER_TLS_CERT": cert, "AGENTHOLD_SERVER_TLS_KEY": key})
     try:
@@ -225,6 +215,9 @@ def main():
     try:
         test_listen_forms()
         test_tls()
+        ahserver.stop_all(PROCS)
+        for why in ahserver.verdict(PROCS):
+            raise Fail(why)
         print("e2e_tls: %d checks passed" % check.count)
         return 0
     except Exception as e:
@@ -237,6 +230,7 @@ def main():
                     sys.stderr.write("--- %s (end)\n%s\n" % (name, f.read()[-4000:]))
         return 1
     finally:
+        ahserver.stop_all(PROCS)
         shutil.rmtree(TMP, ignore_errors=True)
 
 

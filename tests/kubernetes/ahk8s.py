@@ -71,11 +71,10 @@ def docker_image_present(image):
 class Harness(ahserver.ServerHarness):
     """One run: a namespace and prefix of its own, the server, checks counted."""
 
-    def __init__(self, name, binary, ports):
+    def __init__(self, name, binary):
         super().__init__(name, binary, Fail)
         self.sandboxd = os.path.join(os.path.dirname(self.bin), "sandboxd")
         self.ns = "ah-" + self.prefix
-        self.ports = ports
         self.ns_made = False
         self.server_image = None        # a tag: import_images makes it with scripts/server-image too
         self.node_ip = node_ip()
@@ -119,17 +118,15 @@ class Harness(ahserver.ServerHarness):
             "AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": self.prefix + "build",
             # Only its builder is wanted: one process, no local hostd.
             "AGENTHOLD_SERVER_USER": "none"})
-        with open(os.path.join(bdir, "server.log"), "w") as log:
-            p = subprocess.Popen([self.bin, "serve"], env=env, cwd=bdir, stdout=log, stderr=log)
+        procs = []
         try:
-            deadline = time.time() + 240
-            while not docker_image_present(RUNTIME_IMAGE):
-                if p.poll() is not None or time.time() > deadline:
-                    with open(os.path.join(bdir, "server.log")) as f:
-                        raise Fail("building %s in Docker failed:\n%s" % (RUNTIME_IMAGE, f.read()[-3000:]))
-                time.sleep(0.5)
+            # Ready when the image it prewarms is there.
+            ahserver.serve(self.bin, env, os.path.join(bdir, "server.log"), cwd=bdir, procs=procs,
+                           fail=Fail, seconds=240, ready=lambda: docker_image_present(RUNTIME_IMAGE))
+        except Fail as e:
+            raise Fail("building %s in Docker failed: %s" % (RUNTIME_IMAGE, e))
         finally:
-            ahserver.stop_all([p])
+            ahserver.stop_all(procs)
 
     def import_images(self):
         p = subprocess.run([os.path.join(SRC, "scripts", "sandboxd-image"), self.sandboxd, SANDBOXD_IMAGE],

@@ -52,8 +52,7 @@ from ahk8s import Harness, kjson, RUNTIME, RUNTIME_IMAGE, SANDBOXD_IMAGE, SRC  #
 import ahserver  # noqa: E402
 
 SCENARIO = sys.argv[2] if len(sys.argv) > 2 else "life"
-PORTS = {"life": (19450, 19460), "faults": (19460, 19470), "reader": (19550, 19560)}[SCENARIO]
-h = Harness("k8s" + SCENARIO, sys.argv[1], PORTS)
+h = Harness("k8s" + SCENARIO, sys.argv[1])
 
 
 def create(name, *extra):

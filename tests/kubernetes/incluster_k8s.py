@@ -49,7 +49,7 @@ import ahserver  # noqa: E402
 SERVER_IMAGE = "agenthold/server:k8stest"
 SERVER_UID = 10000                      # server.yaml's runAsUser, scripts/server-image's user
 SERVER_LABELS = "app.kubernetes.io/name=agenthold,app.kubernetes.io/component=server"
-h = Harness("k8sincluster", sys.argv[1], (19550, 19560))
+h = Harness("k8sincluster", sys.argv[1])
 h.server_image = SERVER_IMAGE
 CHAIN = "AGENTHOLD-K8S-SVC%d" % (os.getpid() % 100000)
 

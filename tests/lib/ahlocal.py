@@ -33,12 +33,9 @@ class Local:
 
     def start(self):
         with open(self.ctx.log, "a") as log:
-            log.write("---- server %s start ----\n" % self.dir)
-            log.flush()
-            self.proc = subprocess.Popen([self.ctx.bin, "serve"], env=self.env, cwd=self.ctx.src,
-                                         stdout=log, stderr=log)
-        self.ctx.procs.append(self.proc)
-        ahserver.wait_healthy(self.proc, self.port, fail=self.ctx.fail)
+            log.write("---- server %s ----\n" % self.dir)
+        self.proc = ahserver.serve(self.ctx.bin, self.env, self.ctx.log, cwd=self.ctx.src,
+                                   procs=self.ctx.procs, fail=self.ctx.fail)
         self.admin = ahserver.read_token(self.data)
         return self
 

@@ -1,19 +1,19 @@
-"""tests/lib/ahserver.py: what the Python drivers that start a real
-`agenthold serve` share: a free port of the caller's range, the server's
-AGENTHOLD_* environment, the wait for /healthz, the admin token, a call
-with the bearer token, a terminal session, a driver's main with its
-clean-up, and ServerHarness: the server as a process with its log and
-its CLI, which the Docker and Kubernetes tests' harnesses build on
-(tests/docker/ahdocker.py, tests/kubernetes/ahk8s.py).
+"""tests/lib/ahserver.py: the one place the tests and benches start a
+real `agenthold serve` (serve(): its log, its readiness, its place among
+the processes the clean-up ends), the one port allocator (free_port), the
+one wait (wait_until), and what the Python drivers share around them: the
+server's AGENTHOLD_* environment, the admin token, a call with the bearer
+token, a terminal session, a driver's main with its clean-up and its
+verdict on how the server ended, and ServerHarness: the server as a
+process with its log and its CLI, which the Docker and Kubernetes tests'
+harnesses build on (tests/docker/ahdocker.py, tests/kubernetes/ahk8s.py).
 
 Import it by path from the script's own location, e.g. from tests/X/:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 and from bench/X/ with "..", "..", "tests", "lib".
 
-What differs per caller stays a parameter: the port range and where the
-walk through it starts (tests running at the same time use different
-ranges and offsets), the exception class raised (each driver has its own
-Fail), the driver and the other settings."""
+What differs per caller stays a parameter: the exception class raised
+(each driver has its own Fail), the driver and the other settings."""
 import hashlib
 import http.client
 import json
@@ -38,15 +38,11 @@ PORT_LOCKS = "/tmp/agenthold-test-ports"
 _held = {}
 
 
-def free_port(*legacy, avoid=(), fail=RuntimeError, address="127.0.0.1", **_ignored):
+def free_port(avoid=(), fail=RuntimeError, address="127.0.0.1"):
     """A port nobody listens on, reserved for this process (see above).
     avoid: ports not to return. address: where the port must be free
-    ("0.0.0.0" for a server that listens on every address). The old
-    positional arguments (lo, hi, start[, avoid]) are accepted and only
-    avoid is used."""
+    ("0.0.0.0" for a server that listens on every address)."""
     import fcntl
-    if len(legacy) >= 4:
-        avoid = legacy[3]
     os.makedirs(PORT_LOCKS, mode=0o1777, exist_ok=True)
     lo, hi = PORT_RANGE
     n = hi - lo + 1
@@ -90,27 +86,127 @@ def server_env(data, api_port, tunnel_port, driver="fake", tunnel_host="127.0.0.
     return env
 
 
+def wait_until(pred, timeout, what, fail=RuntimeError, interval=0.05, alive=None):
+    """The one wait of the suite, for an event or a condition instead of a
+    fixed sleep: calls pred() until it returns something true (which is
+    returned), and raises fail("WHAT: not within N s") after timeout
+    seconds; with fail None it returns pred's last value instead, for a
+    caller whose own check says what was wrong. alive: a process that must
+    keep running (its exit ends the wait at once). A pred that raises
+    OSError counts as not yet (a connection refused)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = pred()
+        except OSError:
+            got = None
+        if got:
+            return got
+        if alive is not None and alive.poll() is not None:
+            if fail is None:
+                return got
+            raise fail("%s: the process exited with status %d first" % (what, alive.returncode))
+        if time.monotonic() > deadline:
+            if fail is None:
+                return got
+            raise fail("%s: not within %g s" % (what, timeout))
+        time.sleep(interval)
+
+
+def healthz(port):
+    """Whether GET /healthz on 127.0.0.1:port answers 200 now."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        c.request("GET", "/healthz")
+        return c.getresponse().status == 200
+    finally:
+        c.close()
+
+
+def log_tail(path, n=6000):
+    """The last n characters of the file at path ("" when there is none)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-n:]
+    except OSError:
+        return ""
+
+
+def log_has(path, pattern):
+    """The log's text when the regular expression pattern is in it, else None."""
+    import re
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text if re.search(pattern, text) else None
+
+
 def wait_healthy(proc, port, seconds=20, fail=RuntimeError, tail=None):
     """Wait until GET /healthz on 127.0.0.1:port answers 200. Raises fail
     when proc exits first (its status, plus tail() when given) or after
     seconds."""
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise fail("the server exited at start with status %d%s"
-                       % (proc.returncode, (":\n" + tail()) if tail else ""))
+    try:
+        wait_until(lambda: healthz(port), seconds, "the server answers /healthz on port %d" % port,
+                   fail, 0.1, alive=proc)
+    except fail as e:
+        raise fail("%s%s" % (e, (":\n" + tail()) if tail else ""))
+
+
+def listen_port(env):
+    """The API's port of a server_env() environment."""
+    return int(env["AGENTHOLD_SERVER_LISTEN"].rsplit(":", 1)[1])
+
+
+def serve(binary, env, log, cwd=None, procs=None, ready=True, seconds=30, fail=RuntimeError,
+          out=None, wrap=(), **popen):
+    """The one place a test starts `agenthold serve`: binary serve with env
+    (server_env()), in cwd, its output appended to the file log (after a
+    "---- server start ----" line; out: a separate file for stdout),
+    added to procs (the list run() stops and judges), and waited for:
+      ready True       GET /healthz on env's AGENTHOLD_SERVER_LISTEN answers 200
+      ready a string   a regular expression found in log
+      ready a callable until it returns something true
+      ready False      not waited for
+    each within seconds, raising fail (with the end of the log) when it
+    is not ready or exits first. wrap: argv put before the binary
+    (setpriv ...); popen: Popen's other keywords (user, start_new_session).
+    The process returned has .ah_log, which verdict() reads too."""
+    with open(log, "ab") as f:
+        f.write(b"---- server start ----\n")
+        f.flush()
+        o = open(out, "ab") if out else f
         try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            try:
-                c.request("GET", "/healthz")
-                if c.getresponse().status == 200:
-                    return
-            finally:
-                c.close()
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise fail("the server did not answer /healthz within %d s" % seconds)
+            proc = subprocess.Popen(list(wrap) + [binary, "serve"], env=env, cwd=cwd,
+                                    stdout=o, stderr=f, **popen)
+        finally:
+            if out:
+                o.close()
+    proc.ah_log = log
+    if procs is not None:
+        procs.append(proc)
+    if ready is False:
+        return proc
+    if ready is True:
+        port = listen_port(env)
+        pred, what = (lambda: healthz(port)), "the server answers /healthz on port %d" % port
+    elif isinstance(ready, str):
+        pred, what = (lambda: log_has(log, ready)), "the server's log says %r" % ready
+    else:
+        pred, what = ready, "the server is ready"
+    try:
+        wait_until(pred, seconds, what, fail, 0.05, alive=proc)
+    except fail as e:
+        raise fail("%s:\n%s" % (e, log_tail(log, 3000)))
+    return proc
+
+
+def serve_once(binary, env, cwd=None, timeout=60):
+    """`agenthold serve` that is expected to stop by itself (a refused
+    configuration): the finished process, its output captured as text."""
+    return subprocess.run([binary, "serve"], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 class Checks:
@@ -233,12 +329,14 @@ REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", 
 CRASH_SIGNALS = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
 
 
-def verdict(procs, logs):
+def verdict(procs, logs=()):
     """Why a run that passed its checks still fails: a process of procs
     that ended by a crash signal (SIGABRT: an assert, or a sanitizer with
     abort_on_error), or a sanitizer's or an assert's report in one of the
-    logs. A list of sentences, empty when there is none."""
+    logs (and in each process's .ah_log, serve()'s). A list of
+    sentences, empty when there is none."""
     why = []
+    logs = list(logs) + [p.ah_log for p in procs if getattr(p, "ah_log", None) and p.ah_log not in logs]
     for p in procs:
         if p.returncode is not None and -p.returncode in CRASH_SIGNALS:
             why.append("%s ended by signal %d" % (" ".join(map(str, p.args[:2])) if isinstance(p.args, list)
@@ -354,22 +452,15 @@ class ServerHarness:
         return read_token(self.data)
 
     def server_log_tail(self, n=6000):
-        try:
-            with open(self.log) as f:
-                return f.read()[-n:]
-        except OSError:
-            return ""
+        return log_tail(self.log, n)
 
-    def start_server(self, extra_env=None, wait=True, seconds=30):
-        """`agenthold serve` with self.env (and extra_env), its output
-        appended to self.log; wait: until /healthz answers."""
+    def start_server(self, extra_env=None, wait=True, seconds=30, cwd=None, **popen):
+        """`agenthold serve` (serve()) with self.env (and extra_env), its
+        output appended to self.log, in cwd (self.tmp); wait: until
+        /healthz answers on self.port(). popen: user, group..."""
         env = dict(self.env)
         env.update(extra_env or {})
-        with open(self.log, "a") as log:
-            log.write("---- server start ----\n")
-            log.flush()
-            self.server = subprocess.Popen([self.bin, "serve"], env=env, cwd=self.tmp,
-                                           stdout=log, stderr=log)
+        self.server = serve(self.bin, env, self.log, cwd=cwd or self.tmp, ready=False, **popen)
         if wait:
             self.wait_healthy(seconds)
 

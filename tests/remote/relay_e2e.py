@@ -37,10 +37,6 @@ class Fail(Exception):
 
 
 check = ahserver.Checks(Fail)
-def free_port():
-    return ahserver.free_port(fail=Fail)      # never one this process holds already
-
-
 def echo_server(port, tls_ctx):
     """Echoes every connection (through TLS when tls_ctx) until the test ends."""
     ls = socket.socket()
@@ -142,9 +138,9 @@ def main():
                         "-keyout", k, "-out", c], check=True, capture_output=True, timeout=60)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
-    tls_port = free_port()
+    tls_port = ahserver.free_port(fail=Fail)
     stops = [echo_server(tls_port, ctx)]
-    plain_port = free_port()
+    plain_port = ahserver.free_port(fail=Fail)
     stops.append(echo_server(plain_port, None))
     try:
         sock = start_hostd("tls", "tls://127.0.0.1:%d" % tls_port, cert)

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """tests/server/test_serve.py: the real server process, start to stop.
 
-Usage: test_serve.py [--docker SOURCE_DIR] -- SERVER COMMAND...
-(the command is `agenthold serve`. --docker runs the test that needs a
-Docker Engine instead; exit 77 = skipped when none is reachable.)
+Usage: test_serve.py [--docker SOURCE_DIR] -- AGENTHOLD
+(started as `AGENTHOLD serve` by tests/lib/ahserver.py serve. --docker
+runs the test that needs a Docker Engine instead; exit 77 = skipped when
+none is reachable.)
 
 Checks: the admin token file is created 0600 and only its hash reaches
 the database; a second server on the same data dir is refused naming the
@@ -34,9 +35,10 @@ import zmq
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import ahserver  # noqa: E402
 
-# Everything after "--" is the server command (`agenthold serve`).
-COMMAND = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else sys.argv[1:2]
-API_PORT = 18531          # this test's range: 18530-18539
+# The argument after "--" is the agenthold binary.
+BIN = sys.argv[sys.argv.index("--") + 1] if "--" in sys.argv else sys.argv[1]
+API_PORT = ahserver.free_port()
+TUNNEL_PORT = ahserver.free_port(avoid={API_PORT})
 FAILURES = []
 
 
@@ -54,13 +56,11 @@ class Server:
         self.log_path = os.path.join(os.path.dirname(data_dir), name + ".log")
         self.out_path = os.path.join(os.path.dirname(data_dir), name + ".out")
         # The caller's AGENTHOLD_* are kept (strip=False), as before.
-        env = ahserver.server_env(data_dir, API_PORT, 18532, strip=False,
+        env = ahserver.server_env(data_dir, API_PORT, TUNNEL_PORT, strip=False,
                                   extra={"AGENTHOLD_LOG": "debug"})
         env.update(env_extra or {})
-        self.log = open(self.log_path, "wb")
-        self.out = open(self.out_path, "wb")
-        self.proc = subprocess.Popen(COMMAND, env=env, stdout=self.out, stderr=self.log,
-                                     cwd=os.path.dirname(data_dir))
+        self.proc = ahserver.serve(BIN, env, self.log_path, out=self.out_path, ready=False,
+                                   cwd=os.path.dirname(data_dir))
 
     def text(self):
         with open(self.log_path, "rb") as f:
@@ -69,14 +69,14 @@ class Server:
             return log + f.read().decode(errors="replace")
 
     def wait_for(self, pattern, timeout=20):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if re.search(pattern, self.text()):
-                return True
-            if self.proc.poll() is not None:
-                return bool(re.search(pattern, self.text()))
-            time.sleep(0.05)
-        return False
+        """Whether pattern shows in the output within timeout (or before
+        the process exits)."""
+        try:
+            ahserver.wait_until(lambda: re.search(pattern, self.text()) or self.proc.poll() is not None,
+                                timeout, "the output says %r" % pattern)
+        except RuntimeError:
+            pass
+        return bool(re.search(pattern, self.text()))
 
     def wait_exit(self, timeout=30):
         try:
@@ -87,11 +87,13 @@ class Server:
             return None
 
     def stop(self):
+        """Kills it if it still runs; a crash or a sanitizer's report in
+        its output fails the test (ahserver.verdict)."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self.log.close()
-        self.out.close()
+        for why in ahserver.verdict([self.proc], [self.log_path, self.out_path]):
+            check(False, why)
 
 
 def http_status(path, token=None):
@@ -176,8 +178,8 @@ def test_lifecycle_of_the_process(root):
 
         # A second server on the same data dir is refused, naming the first.
         second = Server(data_dir, name="second",
-                        env_extra={"AGENTHOLD_SERVER_LISTEN": "127.0.0.1:18533",
-                                   "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:18534"})
+                        env_extra={"AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % ahserver.free_port(),
+                                   "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:%d" % ahserver.free_port()})
         code = second.wait_exit(30)
         want = "another agenthold serve is running on %s (pid %d)" % (data_dir, first.proc.pid)
         check(code not in (0, None), "the second server exits non-zero (got %r)" % code)
@@ -228,7 +230,7 @@ def test_lifecycle_of_the_process(root):
         before = loaded()
         check(set(before) >= {"builder/briefing.lua", "sleeper/idle.lua"},
               "builder and sleeper hold their policies: %r" % before)
-        time.sleep(0.01)
+        time.sleep(0.01)        # pacing, not a wait: loaded_at (ms) must be able to move
         first.proc.send_signal(signal.SIGHUP)
         check(first.wait_for(r"SIGHUP: reloading policies", 10), "SIGHUP is logged as a policy reload")
         deadline = time.time() + 10
@@ -303,10 +305,12 @@ def test_actor_fails_to_start(root):
     data_dir = os.path.join(root, "busy")
     blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    blocker.bind(("127.0.0.1", 18537))
+    busy = ahserver.free_port()
+    blocker.bind(("127.0.0.1", busy))
     blocker.listen(1)
-    server = Server(data_dir, name="busy", env_extra={"AGENTHOLD_SERVER_LISTEN": "127.0.0.1:18537",
-                                                      "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:18538"})
+    server = Server(data_dir, name="busy", env_extra={"AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % busy,
+                                                      "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "127.0.0.1:%d"
+                                                      % ahserver.free_port()})
     try:
         code = server.wait_exit(30)
         text = server.text()

@@ -48,12 +48,8 @@ class Fail(Exception):
 check = ahserver.Checks(Fail)
 
 
-def free_port(avoid=()):
-    return ahserver.free_port(avoid=avoid, fail=Fail)
-
-
-API_PORT = free_port()
-TUNNEL_PORT = free_port({API_PORT})
+API_PORT = ahserver.free_port(fail=Fail)
+TUNNEL_PORT = ahserver.free_port(avoid={API_PORT}, fail=Fail)
 ENV = ahserver.server_env(os.path.join(TMP, "data"), API_PORT, TUNNEL_PORT, extra={
     "AGENTHOLD_SANDBOX_IDLE_MINUTES": "0.05",
     "AGENTHOLD_SANDBOX_IDLE_CHECK_INTERVAL": "1s",
@@ -64,8 +60,7 @@ ENV = ahserver.server_env(os.path.join(TMP, "data"), API_PORT, TUNNEL_PORT, extr
 def start_server():
     global server, TOKEN
     shutil.copytree(LUA_SRC, LUA_DIR)
-    log = open(LOG, "a")
-    server = subprocess.Popen([BIN, "serve"], env=ENV, cwd=TMP, stdout=log, stderr=log)
+    server = ahserver.serve(BIN, ENV, LOG, cwd=TMP, ready=False)
     ahserver.wait_healthy(server, API_PORT, fail=Fail)
     TOKEN = ahserver.read_token(os.path.join(TMP, "data"))
 
@@ -486,22 +481,12 @@ def main():
     except Exception as e:
         print("FAIL sleepwake %s: %s: %s" % (SCENARIO, type(e).__name__, e), file=sys.stderr)
     finally:
-        if server and server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-        # A sanitizer build: what it found fails the scenario.
-        try:
-            text = open(LOG, errors="replace").read()
-            for bad in ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer"):
-                if ok and bad in text:
-                    ok = False
-                    print("FAIL sleepwake %s: the server's log says %r" % (SCENARIO, bad), file=sys.stderr)
-        except OSError:
-            pass
+        if server:
+            ahserver.stop_all([server])
+        # A crash, or a sanitizer's or an assert's report, fails the scenario.
+        for why in ahserver.verdict([server] if server else [], [LOG]):
+            ok = False
+            print("FAIL sleepwake %s: %s" % (SCENARIO, why), file=sys.stderr)
         if not ok:
             try:
                 sys.stderr.write(open(LOG).read()[-12000:])

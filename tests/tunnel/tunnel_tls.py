@@ -88,27 +88,15 @@ def main():
     env = ahserver.server_env(DATA, api, tun, driver="fake", extra={
         "AGENTHOLD_SERVER_TLS_CERT": cert, "AGENTHOLD_SERVER_TLS_KEY": key,
         "AGENTHOLD_SANDBOX_TUNNEL_TLS": "on", "AGENTHOLD_SANDBOX_FAKE_SANDBOXD": "external"})
-    with open(LOG, "w") as log:
-        PROCS.append(subprocess.Popen([BIN, "serve"], env=env, cwd=TMP, stdout=log, stderr=log))
-    deadline = time.time() + 30
-    while True:
-        check(PROCS[0].poll() is None, "the server runs")
-        try:
-            if https(api, cert, "GET", "/healthz")[0] == 200:
-                break
-        except OSError:
-            pass
-        check(time.time() < deadline, "the server answers on https within 30 s")
-        time.sleep(0.1)
+    # Ready when it answers on https.
+    ahserver.serve(BIN, env, LOG, cwd=TMP, procs=PROCS, fail=Fail, seconds=30,
+                   ready=lambda: https(api, cert, "GET", "/healthz")[0] == 200)
     token = ahserver.read_token(DATA)
     st, a = https(api, cert, "POST", "/api/v1/agents", {"name": "tls1"}, token)
     check(st in (200, 201, 202), "create: %d %r" % (st, a))
     aid = a["id"]
     boot = os.path.join(DATA, "fake", aid, "boot.json")
-    deadline = time.time() + 20
-    while not os.path.exists(boot):
-        check(time.time() < deadline, "the boot card is written")
-        time.sleep(0.05)
+    ahserver.wait_until(lambda: os.path.exists(boot), 20, "the boot card is written", Fail)
     with open(boot) as f:
         card = json.load(f)
     url = "wss://127.0.0.1:%d/tunnel" % tun
