@@ -32,7 +32,7 @@ ratios beside it.
 usage: bench_cli.py [--report] [--rounds N] [--one-process] AGENTHOLD_BINARY (sandboxd next to it)
 Exits 77 without a Docker Engine, 3 when a ratio misses its goal by more
 than the noise bound (bench/README.md), 0 with --report whatever the
-ratios. Ports 19650-19679, pools 10.214.128.0/22 (ours) and 10.214.112.0/24
+ratios. Ports from ahserver.free_port, pools 10.214.128.0/22 (ours) and 10.214.112.0/24
 (bare, bench/docker's)."""
 import json
 import os

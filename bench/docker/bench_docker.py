@@ -32,7 +32,7 @@ our side's shares.
 usage: bench_docker.py [--report] [--rounds N] AGENTHOLD_BINARY (sandboxd next to it)
 Exits 77 without a Docker Engine, 3 when a ratio misses its goal by more
 than the noise bound (bench/README.md), 0 with --report whatever the
-ratios. Ports 19600-19649, pools 10.214.96.0/20 (ours) and 10.214.112.0/24
+ratios. Ports from ahserver.free_port, pools 10.214.96.0/20 (ours) and 10.214.112.0/24
 (bare)."""
 import json
 import os

@@ -2,7 +2,7 @@
 """tests/console/console_browser.py: the web console in a real browser
 (headless Chromium driven by Selenium, Debian's chromium, chromium-driver
 and python3-selenium) against the real `agenthold serve` (fake driver,
-ports 18800-18899).
+ports from ahserver.free_port).
 
 - a wrong token is refused with a visible message;
 - a tenant's person signs in and sees their tenant's agents only (another

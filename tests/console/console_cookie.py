@@ -2,7 +2,7 @@
 """tests/console/console_cookie.py: the console's sign-in by cookie
 (docs/api.md "Signing in with a cookie"), sleeps_at from the moment an
 agent runs, and /favicon.ico, on the real `agenthold serve` (fake driver,
-ports 18800-18899).
+ports from ahserver.free_port).
 
 - login: POST /api/v1/login trades a token for an HttpOnly,
   SameSite=Strict cookie (no Secure on plain HTTP) and a CSRF value; a

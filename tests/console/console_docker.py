@@ -13,7 +13,7 @@ argument (docker-*.png).
 
 usage: console_docker.py AGENTHOLD_BINARY [SCREENSHOT_DIR] (sandboxd next to it)
 Exits 77 with a loud line without a Docker Engine, Chromium,
-chromium-driver or python3-selenium. Ports 18890-18899, pool
+chromium-driver or python3-selenium. Ports from ahserver.free_port, pool
 10.213.212.0/22, prefix consoledocker<pid>."""
 import datetime
 import os

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """tests/console/console_http.py: the web console's routes at the HTTP level,
-on the real `agenthold serve` (fake driver, ports 18800-18899).
+on the real `agenthold serve` (fake driver, ports from ahserver.free_port).
 
 - headers: every console file answers with the strict Content-Security-
   Policy (no 'unsafe-inline', no other origin, frame-ancestors 'none'),

@@ -1,6 +1,6 @@
 """tests/console/consolelib.py: what the console's tests share: one real
 `agenthold serve` (fake driver, the shipped configuration and lua/) on a
-port of 18800-18899, its admin token, tenants and their tokens, and calls
+port of ahserver.free_port, its admin token, tenants and their tokens, and calls
 with a bearer token."""
 import json
 import os

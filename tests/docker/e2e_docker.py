@@ -10,7 +10,7 @@ the memory and a rebuild change the container; kill -9 of the server and a
 restart: the agent is running again; rm -> nothing of it is left.
 
 usage: e2e_docker.py AGENTHOLD_BINARY (sandboxd next to it)
-Exits 77 without a Docker Engine. Ports from 18320-18339, pool
+Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool
 10.213.96.0/20, prefix dockere2e<pid>. Removes everything it made, even on
 failure (tests/docker/ahdocker.py)."""
 import os

@@ -22,7 +22,7 @@ the Engine API (never the docker CLI):
 docker.e2e already covers a kill while running; this covers the phases.
 
 usage: faults_docker.py AGENTHOLD_BINARY (sandboxd next to it)
-Exits 77 without a Docker Engine. Ports 18360-18369, pool
+Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool
 10.213.128.0/20, prefix dockerfaults<pid>."""
 import ipaddress
 import os

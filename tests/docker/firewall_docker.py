@@ -21,7 +21,7 @@ With the real server and the real static sandboxd:
 
 usage: firewall_docker.py AGENTHOLD_BINARY (sandboxd next to it)
 Exits 77 without a Docker Engine; skips part 2 (said) without root and
-iptables. Ports 18370-18379 (+ one the OS picks), pool 10.213.160.0/20,
+iptables. Ports from ahserver.free_port (+ one the OS picks), pool 10.213.160.0/20,
 prefix dockerfirewall<pid>."""
 import os
 import shutil

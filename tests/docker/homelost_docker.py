@@ -34,7 +34,7 @@ docker CLI):
                  home_lost, then a start begins empty
 
 usage: homelost_docker.py AGENTHOLD_BINARY (sandboxd next to it)
-Exits 77 without a Docker Engine. Ports 19600-19619, pool 10.213.48.0/22,
+Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool 10.213.48.0/22,
 prefix dockerhomelost<pid> (dockerhomelosthostd<pid> via hostd)."""
 import os
 import shutil

@@ -3,7 +3,7 @@
 driver, read without waking it.
 
 The real server on the host (docker driver, the test image, pool
-10.213.216.0/22, ports 19224-19249). An agent writes files and plants
+10.213.216.0/22, ports from ahserver.free_port). An agent writes files and plants
 symlinks that point out of its home (absolute, `..` chains, a
 /proc/self/root magic link) through exec, as its own user; the test adds a
 device file and a FIFO in the home directory from the host (a sandbox

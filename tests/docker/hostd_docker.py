@@ -24,7 +24,7 @@ processes (docs/hostd.md), on the real Docker Engine.
   public key copied into hostd's curve/clients/ it answers.
 
 usage: hostd_docker.py AGENTHOLD_BINARY (sandboxd next to it)
-Exits 77 without a Docker Engine. Ports 18900-18919, pool
+Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool
 10.213.240.0/20, prefix dockerhostd<pid>."""
 import fcntl
 import grp

@@ -33,7 +33,7 @@ meets; only its duration is shortened. The aside tag goes at the end, and
 the runtime's tag is put back from it if a failure left it missing.
 
 usage: imagegone_docker.py AGENTHOLD_BINARY
-Exits 77 without a Docker Engine. Ports 18750-18759, pool
+Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool
 10.213.208.0/22, prefix dockerimagegone<pid> (.hostd: the same)."""
 import http.client
 import json

@@ -27,7 +27,7 @@ host from answering it. A runtime whose image the server cannot build here
 is skipped loudly; at least one runtime must be tested.
 
 usage: isolation_docker.py AGENTHOLD_BINARY SOURCE_DIR (sandboxd next to it)
-Exits 77 without a Docker Engine. Ports 18600-18619, pool 10.213.192.0/20,
+Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool 10.213.192.0/20,
 prefix dockerisolation<pid>."""
 import json
 import os

@@ -15,7 +15,7 @@ runtime's image is built only if no earlier test built it.
 
 usage: newcomer_docker.py SOURCE_DIR
 Exits 77 without a Docker Engine or when SOURCE_DIR is no git checkout.
-Ports 18730-18739, pool 10.213.208.0/22, prefix dockernewcomer<pid>."""
+Ports from ahserver.free_port, pool 10.213.208.0/22, prefix dockernewcomer<pid>."""
 import os
 import signal
 import subprocess

@@ -21,7 +21,7 @@ catalog's default runtime.
   (the container unpaused) succeeds.
 
 usage: redial_docker.py AGENTHOLD_BINARY (sandboxd next to it)
-Exits 77 without a Docker Engine. Ports 19320-19339, pool 10.213.212.0/22,
+Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool 10.213.212.0/22,
 prefix dockerredial<pid>. Removes everything it made, even on failure
 (tests/docker/ahdocker.py)."""
 import json

@@ -30,7 +30,7 @@ failed   A base_image runtime whose setup fails: tried 3 times at start,
          saying it.
 
 usage: runtimes_docker.py AGENTHOLD_BINARY shipped|build|failed|base
-Exits 77 without a Docker Engine. Ports 18700-18729 and 18740-18749, pool
+Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool
 10.213.192.0/20, prefix dockerruntimes<scenario><pid>. The shipped
 runtimes' images (agenthold/rt-debian:*, debian:bookworm-slim,
 agenthold/busybox:2) are kept between tests: built once per machine, as a

@@ -25,7 +25,7 @@ processes").
 - SIGTERM to serve: exit 0, and neither the server nor hostd is left.
 
 usage: serve_user_docker.py AGENTHOLD_BINARY (sandboxd next to it)
-Exits 77 without a Docker Engine. Ports 19500-19519, prefix
+Exits 77 without a Docker Engine. Ports from ahserver.free_port, prefix
 dockerserveuser<pid>, the default network pool."""
 import hashlib
 import json

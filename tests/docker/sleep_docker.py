@@ -12,7 +12,7 @@ ends it falls asleep again. Checked through the CLI, the REST API and the
 Engine API (never the docker CLI).
 
 usage: sleep_docker.py AGENTHOLD_BINARY (sandboxd next to it)
-Exits 77 without a Docker Engine. Ports 18350-18359, pool
+Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool
 10.213.144.0/20, prefix dockersleep<pid>."""
 import datetime
 import json

@@ -19,7 +19,7 @@ the memory (a new container) keep the file in the home. The CLI's exec,
 if the CLI has one.
 
 usage: test_channels.py AGENTHOLD_BINARY (sandboxd next to it)
-Exits 77 without a Docker Engine. Ports 18380-18399, pool 10.213.176.0/20,
+Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool 10.213.176.0/20,
 prefix dockerchannels<pid>. Removes everything it made, even on failure
 (tests/docker/ahdocker.py)."""
 import asyncio

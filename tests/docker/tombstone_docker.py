@@ -13,7 +13,7 @@ no container, network or volume of it left), the tombstone and the agent
 are gone, and the audit trail says the retry did it.
 
 usage: tombstone_docker.py AGENTHOLD_BINARY (sandboxd next to it)
-Exits 77 without a Docker Engine. Ports 19280-19299, pool
+Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool
 10.213.240.0/20, prefix dockertombstone<pid>."""
 import os
 import socket

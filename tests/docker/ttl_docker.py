@@ -11,7 +11,7 @@ still in the home. Checked through the CLI, the REST API and the Engine
 API (never the docker CLI).
 
 usage: ttl_docker.py AGENTHOLD_BINARY (sandboxd next to it)
-Exits 77 without a Docker Engine. Ports 19280-19299, pool
+Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool
 10.213.224.0/20, prefix dockerttl<pid>."""
 import os
 import sys

@@ -2,7 +2,7 @@
 """tests/e2e/e2e_abort.py: a file transfer killed half way, from either
 side, leaves nothing behind. The real `agenthold serve` (fake driver:
 sandboxd in-process, its home under <data>/fake/<id>/home; temporary data
-directory; ports from 19300-19399), 64 MiB files:
+directory; ports from ahserver.free_port), 64 MiB files:
 
   client-up     a PUT whose client resets its connection after 8 MiB
   client-down   a GET whose client resets its connection after 4 MiB

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """tests/e2e/e2e_cli.py: the real `agenthold serve` (fake driver, temporary
-data directory, ports from 18200-18299) driven with the agenthold CLI and
+data directory, ports from ahserver.free_port) driven with the agenthold CLI and
 raw HTTP: create, list, show, start, stop, rebuild, destroy; bad JSON,
 unknown agent, missing token, over-limit resources; the tap; then kill -9
 in the middle of operations and a restart: every agent is still there and

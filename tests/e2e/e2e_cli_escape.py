@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/e2e/e2e_cli_escape.py: the agenthold CLI never writes a string the
 server sent raw to a terminal. The real `agenthold serve` (fake driver,
-temporary data directory, ports from 18600-18699) holds an agent and a
+temporary data directory, ports from ahserver.free_port) holds an agent and a
 session; then hostile strings that somehow got stored (written into the
 SQLite database directly, as no route would take them) are read back
 through `agenthold ls`, `show`, `session ls` and `session show`, each with

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/e2e/e2e_clievents.py: the CLI's waiting follows the server's event
 stream (cli/follow.c, docs/cli.md "Waiting"). The real `agenthold serve`
-(fake driver, temporary data directory, ports from 19560-19579).
+(fake driver, temporary data directory, ports from ahserver.free_port).
 
 - create, stop, start, rebuild and rm through the CLI each exit within
   200 ms of the event that settled the agent (an event stream of our own,

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/e2e/e2e_homeread.py: reading a home without waking its sandbox,
 on the real `agenthold serve` with the fake driver (its home is
-<data>/fake/<id>/home; temporary data directory; ports from 19200-19223).
+<data>/fake/<id>/home; temporary data directory; ports from ahserver.free_port).
 
   sleeping   a stopped agent's files listed and read while its state stays
              sleeping (no start in its audit trail); writes still 409

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/e2e/e2e_life.py: how long things live and what was done, on the
 real `agenthold serve` (fake driver, the shipped configuration and lua/,
-ports from 19250-19299), driven with raw HTTP and the agenthold CLI.
+ports from ahserver.free_port), driven with raw HTTP and the agenthold CLI.
 
 - audit: each operation's row with its fields (who, the agent's id, name
   and tenant, the run from X-Agenthold-Run, byte counts of a read and a

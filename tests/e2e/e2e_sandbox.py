@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/e2e/e2e_sandbox.py: the sandbox end to end. The real `agenthold serve`
 (fake driver: sandboxd in-process, its home under <data>/fake/<id>/home;
-temporary data directory; ports from 18200-18299) driven through the REST
+temporary data directory; ports from ahserver.free_port) driven through the REST
 API, the terminal WebSocket, the tunnel port and the CLI:
 
   terminal   the WebSocket types `echo` and reads the output back, exit status

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/e2e/e2e_tap.py: the monitoring tap never carries data. The real
 `agenthold serve` (fake driver, temporary data directory, ports from
-18700-18799) with tap.endpoint set; a subscriber takes every frame the
+ahserver.free_port) with tap.endpoint set; a subscriber takes every frame the
 tap publishes, and `agenthold tap` prints its JSON lines, while a file
 holding a marker is uploaded and downloaded through the API and a
 terminal session types a second marker that the shell echoes back.

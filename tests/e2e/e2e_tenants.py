@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/e2e/e2e_tenants.py: tenants, tokens, sessions and limits on the real
 `agenthold serve` (fake driver, the shipped configuration and lua/, ports
-from 19100-19199), driven with raw HTTP and the agenthold CLI.
+from ahserver.free_port), driven with raw HTTP and the agenthold CLI.
 
 - matrix: two tenants and an admin, each with tokens; every operation of
   the API (list, show, change, start, stop, rebuild, rm, terminal, files,

@@ -35,7 +35,7 @@ reader  a sleeping agent's files and tree through its reader Pod (sandboxd
 
 usage: e2e_k8s.py AGENTHOLD_BINARY life|faults|reader
 Exits 77 (SKIPPED, loudly) when no test cluster answers. Ports
-19450-19469 (reader: 19550-19559), a namespace ah-k8s<scenario><pid> of its own, deleted at
+from ahserver.free_port, a namespace ah-k8s<scenario><pid> of its own, deleted at
 the end."""
 import asyncio
 import base64

@@ -32,7 +32,7 @@ volume plugin applies: the test gives the data claim's directory to the
 server's user (10000), as fsGroup would.
 
 usage: incluster_k8s.py AGENTHOLD_BINARY. Exit 77 (SKIPPED, loudly) when no
-test cluster can come up. Ports: none on the host (19550-19559 reserved)."""
+test cluster can come up. Ports: none on the host."""
 import json
 import os
 import subprocess

@@ -13,7 +13,7 @@ relay is hostd's own, the engine is only asked when a call comes.
 - A relay target that is not tcp:// or tls:// is refused by the
   configuration, naming the key.
 
-usage: relay_e2e.py AGENTHOLD_BINARY. Ports 18950-18959."""
+usage: relay_e2e.py AGENTHOLD_BINARY. Ports from ahserver.free_port."""
 import os
 import socket
 import ssl

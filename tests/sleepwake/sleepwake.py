@@ -2,7 +2,7 @@
 """tests/sleepwake/sleepwake.py: sleep and wake end to end. The real `agenthold
 serve` with the fake driver, short times (idle_minutes 0.05 = 3 s, check.count
 every 1 s, CPU sampled every 1 s), a temporary data directory and a copy
-of lua/ as policy.lua_dir; ports picked free from 18800-18899.
+of lua/ as policy.lua_dir; ports from ahserver.free_port.
 
 usage: sleepwake.py AGENTHOLD_BINARY LUA_DIR SCENARIO
 SCENARIO: untouched, terminal, turn, files, cpu, wake, lease, lua, cli.

@@ -17,7 +17,7 @@ trusts the CA given in SSL_CERT_FILE:
 The static sandboxd speaks no TLS (a sandbox dials the server's unix socket,
 or hostd's relay: docs/hostd.md), so it takes no part here.
 
-usage: tunnel_tls.py AGENTHOLD_BINARY. Ports 19520-19529."""
+usage: tunnel_tls.py AGENTHOLD_BINARY. Ports from ahserver.free_port."""
 import json
 import os
 import ssl
