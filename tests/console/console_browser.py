@@ -136,7 +136,7 @@ class Page:
     def fits(self, width, what):
         """At width px wide, nothing sticks out sideways."""
         self.d.set_window_size(width, 800)
-        time.sleep(0.3)
+        wait(lambda: self.js("return window.innerWidth") <= width, "the window %d px wide" % width)
         overflow = self.js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
         check(overflow <= 0, "%s: nothing wider than %d px (overflow %d px)" % (what, width, overflow))
 
@@ -426,7 +426,8 @@ def run_browser(srv, tmp, shots):
         page.shot("terminal")
         cols_before = page.js("return document.getElementById('term').textContent.length")
         d.set_window_size(700, 800)
-        time.sleep(0.6)
+        wait(lambda: page.js("return window.innerWidth") <= 700, "the window 700 px wide")
+        time.sleep(0.6)         # pacing: the page tells no one when the terminal sent its new size
         page.type_terminal("echo size-$(stty size | tr ' ' x)\n")
         size = wait(lambda: [w for w in page.terminal_text().split() if w.startswith("size-") and "x" in w
                              and "$" not in w], "stty size after the resize")
@@ -510,7 +511,7 @@ def run_browser(srv, tmp, shots):
         page.js("location.hash = '#/'")
         wait(lambda: page.agent_row("webby") == "running", "the agents again")
         d.set_window_size(400, 800)
-        time.sleep(0.3)
+        wait(lambda: page.js("return window.innerWidth") <= 400, "the window 400 px wide")
         overflow = page.js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
         check(overflow <= 0, "nothing wider than 400 px (overflow %d px)" % overflow)
         page.shot("agents-400px")

@@ -455,7 +455,7 @@ def sleeps_at(srv, acme_tok):
           "sleeps_at is idle_minutes after the start: %s vs %s" % (a["sleeps_at"], a["last_activity_at"]))
     listed = [x for x in srv.ok("GET", "/api/v1/agents", acme_tok)["agents"] if x["name"] == "sleepy"][0]
     check(listed["sleeps_at"] == a["sleeps_at"], "the list carries it too")
-    time.sleep(1.2)
+    time.sleep(1.2)             # pacing: the use must come 1 s after the first sleeps_at (checked below)
     status, _ = srv.call("PUT", "/api/v1/agents/sleepy/files/touch.txt", acme_tok, b"x")
     check(status in (200, 201), "a use of sleepy: %d" % status)
 

@@ -6,7 +6,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
@@ -93,12 +92,11 @@ class Server:
 
 
 def wait(cond, what, seconds=20, step=0.1):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(step)
+    """ahserver.wait_until, what (a string or a function giving one) said
+    only when it fails."""
+    value = ahserver.wait_until(cond, seconds, "", None, step)
+    if value:
+        return value
     raise Fail("waited %d s for %s" % (seconds, what() if callable(what) else what))
 
 

@@ -387,7 +387,7 @@ def scenario():
     tap = subprocess.Popen([BIN, "tap", "--type", "SANDBOX_*", "--count", "1"], env=ENV, cwd=TMP,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     procs.append(tap)
-    time.sleep(0.5)                         # let the SUB join
+    time.sleep(0.5)                         # pacing: ZeroMQ tells no one when a SUB has joined
     cli_ok("start", "alice")
     try:
         out, err = tap.communicate(timeout=20)

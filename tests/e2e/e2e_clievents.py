@@ -131,8 +131,8 @@ def timed(ev, name, state, *args):
     check(err == "", "agenthold %s said on stderr: %r" % (" ".join(args), err))
     check(out.strip().endswith(state) or ("state:" in out and state in out),
           "agenthold %s printed %r, not the agent %s" % (" ".join(args), out, state))
-    time.sleep(0.05)                # the listener has had every event that came
-    at = ev.settled_at(name, state, t0)
+    #  The listener has had the event (the check below fails without it).
+    at = ahserver.wait_until(lambda: ev.settled_at(name, state, t0), 2, "the event", None)
     check(at is not None, "no '%s' event for %s after agenthold %s" % (state, name, " ".join(args)))
     lag = t1 - at
     check(lag >= 0, "agenthold %s exited %.3f s BEFORE the '%s' event" % (" ".join(args), -lag, state))
@@ -262,7 +262,7 @@ def scenario():
     slow_stop("w2", 20000)
     p = subprocess.Popen([BIN, "stop", "w2"], env=ENV, cwd=TMP, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    time.sleep(1.0)                 # pacing: a window in which the CLI must not end
     check(p.poll() is None, "agenthold stop ended before the slow stop did")
     server.kill()
     server.wait()

@@ -127,9 +127,16 @@ def s_sleeping():
         check(st == 409 and b"is sleeping" in raw, "%s on a sleeping agent: %d %r" % (method, st, raw))
     check(os.path.exists(os.path.join(home, "big.bin")) and not os.path.exists(os.path.join(home, "new.txt")),
           "no write reached the home")
-    time.sleep(0.5)
-    _, ops = api("GET", "/api/v1/agents/sleepy/operations?limit=1000")
-    kinds = [o["kind"] for o in ops["operations"]]
+    #  The recorder writes the rows a moment after the answers: wait for
+    #  them (the checks below say what is missing).
+    last = {}
+
+    def audited():
+        _, last["ops"] = api("GET", "/api/v1/agents/sleepy/operations?limit=1000")
+        last["kinds"] = [o["kind"] for o in last["ops"]["operations"]]
+        return "fs.read" in last["kinds"] and "fs.list" in last["kinds"]
+    ahserver.wait_until(audited, 5, "the reads in the audit trail", None)
+    ops, kinds = last["ops"], last["kinds"]
     check("fs.read" in kinds and "fs.list" in kinds, "the reads are in the audit trail: %r" % kinds)
     starts = [o for o in ops["operations"] if o["kind"] in ("start", "wake")]
     check(len(starts) <= 1, "no start after the stop: %r" % starts)   # the create's own start at most

@@ -601,7 +601,7 @@ def term_session(name, script, resize=None, kill=None):
         if send == "RESIZE":
             #  The kernel sends the pty's foreground group SIGWINCH.
             fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", resize[0], resize[1], 0, 0))
-            time.sleep(0.5)
+            time.sleep(0.5)     # pacing: nothing tells when the CLI has passed the new size on
             continue
         if send == "KILL":
             p.send_signal(kill)

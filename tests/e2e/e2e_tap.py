@@ -76,6 +76,27 @@ class Subscriber(threading.Thread):
         self.sock.close(0)
 
 
+def chan_bytes(frames):
+    """{(sender, destination): bytes} of the CHAN_DATA messages among frames."""
+    sent = {}
+    for msg in list(frames):
+        if len(msg) == 4 and msg[0] == b"CHAN_DATA":
+            try:
+                n = msgpack.unpackb(msg[3], raw=False)["bytes"]
+            except (ValueError, KeyError, TypeError, msgpack.UnpackException):
+                continue
+            key = (msg[1].decode(errors="replace"), msg[2].decode(errors="replace"))
+            sent[key] = sent.get(key, 0) + n
+    return sent
+
+
+def enough(frames):
+    """Whether the tap has shown the whole file and terminal exchange."""
+    sent = chan_bytes(frames)
+    return (sent.get(("api", "tunnel"), 0) >= len(FILE) + len(TERM_MARK)
+            and sent.get(("tunnel", "api"), 0) >= len(FILE) + 2 * len(TERM_MARK))
+
+
 def terminal(agent, line, want):
     """Types line once the shell speaks; the output until want shows twice
     (the line echoed as typed, then the command's output)."""
@@ -93,7 +114,10 @@ def main():
     cli = subprocess.Popen([BIN, "tap", "--endpoint", TAP, "--type", "CHAN_*"], env=ENV, cwd=TMP,
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     procs.append(cli)
-    time.sleep(1)                   #  both subscriptions reach the PUB
+    #  Pacing, not a wait for an event: ZeroMQ tells no one when a SUB's
+    #  subscription has reached the PUB (the slow joiner), least of all
+    #  for the CLI's socket in another process.
+    time.sleep(1)
 
     path = "/api/v1/agents/tapped/files/%s" % urllib.parse.quote("tap/check.bin")
     api("POST", "/api/v1/agents/tapped/files/tap?op=mkdir&parents=1", expect=201)
@@ -102,7 +126,10 @@ def main():
     check(back == FILE, "the file came back different (%d bytes)" % len(back))
     out = terminal("tapped", "echo %s\n" % TERM_MARK, TERM_MARK.encode() + b"\r\n")
     check(out.count(TERM_MARK.encode()) >= 2, "the terminal did not echo the marker: %r" % out[-300:])
-    time.sleep(1)                   #  the last messages reach the subscribers
+    #  The last messages reach the subscriber: the CHAN_DATA it counted
+    #  covers the file and the terminal both ways (the checks below say
+    #  what is missing).
+    ahserver.wait_until(lambda: enough(sub.frames), 10, "the tap's last messages", None)
     sub.stop = True
     sub.join(5)
     cli.terminate()
@@ -115,15 +142,13 @@ def main():
         check(not any(mark in f for f in frames), "the tap carried data: %r" % mark)
         check(mark not in lines, "agenthold tap printed data: %r" % mark)
     #  The CHAN_DATA that carried it, by its metadata.
-    sent = {}
     for msg in sub.frames:
         check(len(msg) == 4, "a tap message of %d frames" % len(msg))
         if msg[0] != b"CHAN_DATA":
             continue
         meta = msgpack.unpackb(msg[3], raw=False)
         check(set(meta) == {"chan", "bytes"}, "CHAN_DATA on the tap holds %r" % sorted(meta))
-        key = (msg[1].decode(), msg[2].decode())
-        sent[key] = sent.get(key, 0) + meta["bytes"]
+    sent = chan_bytes(sub.frames)
     check(sent.get(("api", "tunnel"), 0) >= len(FILE) + len(TERM_MARK),
           "CHAN_DATA api -> tunnel on the tap counts %d bytes" % sent.get(("api", "tunnel"), 0))
     check(sent.get(("tunnel", "api"), 0) >= len(FILE) + 2 * len(TERM_MARK),

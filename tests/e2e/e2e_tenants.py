@@ -501,7 +501,7 @@ def sessions():
     status, _ = srv.call("GET", "/api/v1/agents/%s/files/work.txt" % fresh["agent"]["id"], alice)
     check(status == 404, "the fresh one starts empty: %d" % status)
 
-    time.sleep(0.05)
+    time.sleep(0.05)                    # pacing: a later opened_at (ms) must be possible
     later = srv.ok("POST", "/api/v1/sessions/%s/open" % mine["id"], alice)
     check(later["opened_at"] > mine["opened_at"], "opened_at is this open's: %r" % later)
     # Closing: the session ends, and its sandbox with it.
@@ -568,7 +568,7 @@ def tokens():
     # Expired: refused once its time is up.
     short = srv.token("acme", expires="2s")
     srv.ok("GET", "/api/v1/agents", short)
-    time.sleep(2.5)
+    time.sleep(2.5)                     # pacing: its 2 s must run out
     status, j = srv.call("GET", "/api/v1/agents", short)
     check(status == 401 and "expired" in j["error"], "an expired token: 401 naming why: %d %r" % (status, j))
 

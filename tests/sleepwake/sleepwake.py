@@ -106,6 +106,13 @@ def wait_state(name, states, within, what):
     raise Fail("%s: agent %s still %s after %.1f s" % (what, name, agent(name)["state"], within))
 
 
+def awake_because(name, why, within=10):
+    """Until the sleeper says name is awake because of why (the event the
+    scenario set off: an open terminal, a busy process)."""
+    ahserver.wait_until(lambda: agent(name)["awake_because"] == why, within,
+                        "%s awake because %s" % (name, why), Fail, 0.1)
+
+
 def stays_running(name, seconds, why=None):
     """Running for the whole span; returns the last agent seen."""
     end = time.time() + seconds
@@ -249,7 +256,7 @@ def s_terminal():
     done = {}
     th = threading.Thread(target=lambda: done.update(out=terminal("term", IDLE_S * 2 + 2)), daemon=True)
     th.start()
-    time.sleep(1)
+    awake_because("term", "terminal")
     stays_running("term", IDLE_S * 2, "terminal")
     th.join(30)
     sleeps_soon("term", "after the terminal closed")
@@ -257,7 +264,7 @@ def s_terminal():
 
 def s_turn():
     before = ms(running_agent("busy")["last_activity_at"])
-    time.sleep(1.5)
+    time.sleep(1.5)                     # pacing: the turn's activity must be later than the start's
     t0 = time.time()
     st, t = api("POST", "/api/v1/agents/busy/turns", {"lease_ms": 60000})
     check(st == 201 and t["turn_id"], "turn start: %s %s" % (st, t))
@@ -299,7 +306,7 @@ def s_files():
 def s_cpu():
     running_agent("cpu")
     th, res = exec_bg("cpu", "timeout 9 sh -c 'while :; do :; done'; echo done", 30)
-    time.sleep(1)
+    awake_because("cpu", "cpu")
     stays_running("cpu", IDLE_S * 2, "cpu")
     th.join(30)
     st, r = res.get("reply", (None, None))
@@ -326,7 +333,8 @@ def s_wake():
     check(st == 201 and t["turn_id"], "a turn on a sleeping agent: %s %s" % (st, t))
     a = agent("sleepy")
     check(a["state"] == "running", "the turn answered before the agent ran: %s" % a)
-    time.sleep(0.5)
+    #  The stream has had the running state (the checks below say what is missing).
+    ahserver.wait_until(lambda: "running" in [e["state"] for e in ev.events], 5, "", None)
     msgs = [e for e in ev.events if e.get("message") == "Starting the sandbox\u2026"]
     check(msgs, "no 'Starting the sandbox…' on the stream: %s" % ev.events)
     states = [e["state"] for e in ev.events]
@@ -343,18 +351,18 @@ def s_wake():
     check(any(e.get("message") for e in ev.events[n:]), "no wake message for the terminal: %s" % ev.events[n:])
     # The unfiltered stream saw both agents (other falls asleep meanwhile).
     sleeps_soon("other", "other")
-    time.sleep(0.5)
+    ahserver.wait_until(lambda: {"sleepy", "other"} <= {e["name"] for e in allev.events}, 5, "", None)
     ids = {e["name"] for e in allev.events}
     check({"sleepy", "other"} <= ids, "the unfiltered stream: %s" % allev.events)
     # A client that leaves is dropped; the server keeps serving streams.
     ev.close()
     allev.close()
-    time.sleep(0.5)
     streams = [Events() for _ in range(3)]
     check(all(s.status == 200 for s in streams), "new streams after others left")
     # Keep-alive comment within 15 s (plus a tick).
     check(all(s.ready.wait(5) for s in streams), "no first comment on the new streams")
-    time.sleep(AH_KEEPALIVE_S + 1)
+    ahserver.wait_until(lambda: all(any("keep-alive" in c for c in s.comments) for s in streams),
+                        AH_KEEPALIVE_S + 1, "", None, 0.2)
     check(all(any("keep-alive" in c for c in s.comments) for s in streams),
           "no keep-alive comment within %d s: %s" % (AH_KEEPALIVE_S + 1, [s.comments for s in streams]))
     # At most 64 streams at once: the 65th is refused, and a freed place is reusable.
@@ -364,8 +372,16 @@ def s_wake():
     check(over.status == 503, "the 65th stream: %s" % over.status)
     over.close()
     streams.pop().close()
-    time.sleep(0.5)
-    again = Events()
+    #  Until the server has let go of the closed one (a refused try is closed).
+    tries = []
+
+    def reopened():
+        tries.append(Events())
+        if tries[-1].status != 200:
+            tries[-1].close()
+        return tries[-1].status == 200
+    ahserver.wait_until(reopened, 5, "", None, 0.1)
+    again = tries[-1]
     check(again.status == 200, "a stream after one closed: %s" % again.status)
     streams.append(again)
     for s in streams:
@@ -425,7 +441,7 @@ def s_lua():
     st, a = api("POST", "/api/v1/agents/lua/start?wait=1")
     check(st == 200 and a["state"] == "running", "start: %s %s" % (st, a))
     th, _ = exec_bg("lua", "timeout 14 " + BURN, 40)
-    time.sleep(1)
+    awake_because("lua", "cpu")
     stays_running("lua", IDLE_S * 2 + 1, "cpu")
     th.join(40)
     sleeps_soon("lua", "after the process ended", within=IDLE_S + 5 * CHECK_S)
@@ -455,7 +471,10 @@ def s_cli():
     # SIGTERM ends the turn and CMD.
     p = subprocess.Popen([BIN, "turn", "wrapped", "--", "sleep", "60"], env=env)
     wait_state("wrapped", {"running"}, 20, "agenthold turn did not wake it")
-    time.sleep(1)
+    #  Until the turn has begun (and CMD runs), so SIGTERM ends a turn.
+    ahserver.wait_until(lambda: db.execute("SELECT count(*) FROM turns WHERE ended_at IS NULL").fetchone()[0],
+                        10, "the second turn begun", Fail)
+    time.sleep(0.5)                     # pacing: CMD started after the turn's row; no event says so
     p.send_signal(signal.SIGTERM)
     rc = p.wait(timeout=20)
     check(rc == 128 + signal.SIGTERM, "agenthold turn after SIGTERM: %s" % rc)
