@@ -510,7 +510,12 @@ static int s_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_stat
         }
         else {
             status->exists = true;
-            ah_k8s_pod_status (pod, status);
+            //  An end the watch saw stands, whatever the Pod says now
+            //  (ah_k8s_ended_note); a deletion under way says more.
+            pthread_mutex_lock (&self->ended_lock);
+            const json_t *seen = s_deleting (pod) ? NULL : ah_k8s_ended_seen (self->ended, pod);
+            ah_k8s_pod_status (seen ? seen : pod, status);
+            pthread_mutex_unlock (&self->ended_lock);
         }
     }
     json_decref (claim);
@@ -599,6 +604,8 @@ static void s_destroy_driver (ah_driver_t **self_p)
         ah_k8s_creds_free (&self->creds);
         free (self->ns);
         free (self->prefix);
+        json_decref (self->ended);
+        pthread_mutex_destroy (&self->ended_lock);
         free (self);
     }
     free (driver);
@@ -638,6 +645,8 @@ ah_driver_t *ah_kubernetes_driver_new (const ah_config_t *config, char **err)
         ah_k8s_err (err, "kubernetes driver: out of memory");
         return NULL;
     }
+    pthread_mutex_init (&self->ended_lock, NULL);
+    self->ended = json_object ();
     driver->name = "kubernetes";
     driver->waits_for_hello = true;
     driver->create = s_create;

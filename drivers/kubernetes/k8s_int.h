@@ -12,8 +12,9 @@
     DESIGN. The driver is called from lifecycle's, the builder's and the
     reconciler's worker threads, several at once. Each call builds its own
     curl easy handle; the credentials and the configuration are read once
-    by ah_kubernetes_driver_new and never written again, so nothing is
-    shared that needs a lock.
+    by ah_kubernetes_driver_new and never written again. One thing is
+    shared that needs a lock: the Pods the watch saw end (ended, under
+    ended_lock), which the watch's thread writes and inspect reads.
 
     Per agent (names from sandbox.docker.name_prefix, "agenthold"):
     PersistentVolumeClaim <prefix>-home-<id> (the home; its annotation
@@ -30,6 +31,7 @@
 #include "common/str.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -85,6 +87,10 @@ typedef struct {
     int     tunnel_port;
     int     tunnel_pod_port;            //  sandbox.tunnel_listen's port
     bool    readers_swept;              //  the watch's thread only: stray readers removed once
+    //  Pods the watch saw end (ah_k8s_ended_note): written by the watch's
+    //  thread, read by inspect's callers, under ended_lock.
+    pthread_mutex_t ended_lock;
+    json_t *ended;
 } k8s_t;
 
 typedef struct {
@@ -185,6 +191,21 @@ bool    ah_k8s_deleting (const json_t *obj);
 //  exit_code, detail (phase, reason, node) and reason (a Pod Failed for a
 //  reason of the cluster's). exists is the caller's (the claim).
 void    ah_k8s_pod_status (const json_t *pod, ah_sandbox_status_t *status);
+//  Pods seen ended. Failed and Succeeded are phases a Pod never leaves:
+//  the watch notes each Pod its events show ended (ended: {uid: what
+//  ah_k8s_pod_status reads, as the event carried it}; the first end
+//  seen is kept; at most K8S_ENDED_MAX, all forgotten past that), and
+//  inspect reports that end for the same Pod (ah_k8s_ended_seen), even
+//  when a later read says Running: a status someone else set (kubectl
+//  patch, as k8s.faults does to evict) is rewritten by the kubelet,
+//  which may do so before inspect reads it. A Pod deleted is forgotten.
+//  Every Pod is hostile: one without a uid, a status or an end is not
+//  noted.
+#define K8S_ENDED_MAX 1024
+void    ah_k8s_ended_note (json_t *ended, const json_t *pod);
+void    ah_k8s_ended_forget (json_t *ended, const json_t *pod);
+//  The end noted for pod's uid (borrowed from ended), or NULL.
+const json_t *ah_k8s_ended_seen (const json_t *ended, const json_t *pod);
 //  boot.json's text: {"agent_id", "token", "tunnel_url"}. Caller frees.
 char   *ah_k8s_boot_json (const char *agent_id, const char *token, const char *tunnel_url);
 

@@ -460,3 +460,41 @@ void ah_k8s_pod_status (const json_t *pod, ah_sandbox_status_t *s)
               node ? " on " : "", node ? node : "");
 }
 
+static const char *s_uid (const json_t *pod)
+{
+    const char *uid = json_string_value (json_object_get (json_object_get (pod, "metadata"), "uid"));
+    return uid && *uid && strlen (uid) < K8S_MAX_NAME ? uid : NULL;
+}
+
+void ah_k8s_ended_note (json_t *ended, const json_t *pod)
+{
+    const char *uid = s_uid (pod);
+    json_t *status = json_object_get (pod, "status");
+    const char *phase = json_string_value (json_object_get (status, "phase"));
+    if (!json_is_object (ended) || !uid || !phase || ah_k8s_deleting (pod)
+    ||  (strcmp (phase, "Failed") != 0 && strcmp (phase, "Succeeded") != 0)
+    ||  json_object_get (ended, uid))
+        return;
+    if (json_object_size (ended) >= K8S_ENDED_MAX)
+        json_object_clear (ended);
+    json_t *keep = json_object ();
+    json_object_set_new (keep, "status", json_deep_copy (status));
+    const char *node = json_string_value (json_object_get (json_object_get (pod, "spec"), "nodeName"));
+    if (node)
+        json_object_set_new (keep, "spec", json_pack ("{s:s}", "nodeName", node));
+    json_object_set_new (ended, uid, keep);
+}
+
+void ah_k8s_ended_forget (json_t *ended, const json_t *pod)
+{
+    const char *uid = s_uid (pod);
+    if (uid && json_is_object (ended))
+        json_object_del (ended, uid);
+}
+
+const json_t *ah_k8s_ended_seen (const json_t *ended, const json_t *pod)
+{
+    const char *uid = s_uid (pod);
+    return uid ? json_object_get (ended, uid) : NULL;
+}
+

@@ -9,7 +9,10 @@
     Events become on_change calls: a Pod running "start", ended "die",
     being deleted "stop", deleted "destroy"; a claim deleted or being
     deleted "home-destroy". Every event is hostile: what is not JSON, not
-    of this installation or not an agent id is dropped.               */
+    of this installation or not an agent id is dropped. A Pod's end is
+    also noted as the event carried it (ah_k8s_ended_note), before the
+    reconciler inspects it: the kubelet may rewrite an end that someone
+    else set on its status before the inspect reads the Pod.          */
 #include "drivers/kubernetes/k8s_int.h"
 
 #include <stdio.h>
@@ -73,6 +76,14 @@ static int s_on_line (void *arg, size_t index, const char *line, size_t len)
     }
     bool deleted = strcmp (type, "DELETED") == 0;
     bool deleting = json_object_get (meta, "deletionTimestamp") != NULL;
+    if (index == 0) {
+        pthread_mutex_lock (&w->self->ended_lock);
+        if (deleted)
+            ah_k8s_ended_forget (w->self->ended, obj);
+        else
+            ah_k8s_ended_note (w->self->ended, obj);
+        pthread_mutex_unlock (&w->self->ended_lock);
+    }
     const char *action = NULL;
     if (index == 1)
         action = deleted || deleting ? "home-destroy" : NULL;

@@ -166,14 +166,7 @@ class Harness(ahserver.ServerHarness):
                 if i["metadata"]["name"] != "kube-root-ca.crt"]
 
     def wait_for(self, what, fn, seconds=60):
-        deadline = time.time() + seconds
-        while True:
-            v = fn()
-            if v:
-                return v
-            if time.time() > deadline:
-                raise Fail("%s: not within %d s" % (what, seconds))
-            time.sleep(0.3)
+        return ahserver.wait_until(fn, seconds, what, Fail, 0.3)
 
     # -- the server (ahserver.ServerHarness: start_server, cli, wait_state, ...)
     def file_round_trip(self, name, size, path="f.bin"):

@@ -17,7 +17,8 @@ life    create -> running (sandboxd's hello through the tunnel over TCP):
 faults  a Pod deleted with kubectl behind the server's back -> sleeping,
         and it starts again with its home; a claim deleted behind its back
         -> error with the home lost, never recreated empty; a Pod Failed
-        as Evicted -> error with the cluster's reason; the server
+        as Evicted -> error with the cluster's reason (taken from the
+        watch's event: the kubelet rewrites the patched status); the server
         killed (-9) in the middle of a create and of a stop, restarted:
         it reconciles from a relist (running, sleeping); rm -> nothing left.
 
@@ -205,7 +206,7 @@ def faults():
     # The server killed in the middle of a create, restarted: it finishes.
     rc, out, err = h.run_cli("create", "carol", "--runtime", RUNTIME, "--no-wait", "--json")
     h.check(rc == 0, "create --no-wait: %s" % err)
-    time.sleep(0.5)
+    time.sleep(0.5)                     # pacing: killed in the middle of the create
     h.kill_server()
     h.start_server()
     c = h.wait_state("carol", "running", 120)
@@ -214,7 +215,7 @@ def faults():
     # And in the middle of a stop.
     rc, out, err = h.run_cli("stop", "carol", "--no-wait", "--json")
     h.check(rc == 0, "stop --no-wait: %s" % err)
-    time.sleep(0.3)
+    time.sleep(0.3)                     # pacing: killed in the middle of the stop
     h.kill_server()
     h.start_server()
     h.wait_state("carol", "sleeping", 120)
@@ -228,7 +229,10 @@ def faults():
     h.wait_state("carol", "sleeping", 60)
 
     # A Pod the cluster failed for it (Evicted; set on its status as the
-    # kubelet would): the agent is in error with the cluster's reason.
+    # kubelet would): the agent is in error with the cluster's reason. The
+    # real kubelet rewrites that status soon after (the Pod runs): the
+    # driver takes the end from the watch's event, not from a read of the
+    # Pod after it (drivers/kubernetes/watch.c, ah_k8s_ended_note).
     d = create("dave")
     h.kubectl("patch", "pod", "%s-%s" % (h.prefix, d["id"]), "--subresource=status", "--type=merge",
               "-p", json.dumps({"status": {"phase": "Failed", "reason": "Evicted",

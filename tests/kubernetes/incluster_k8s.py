@@ -275,7 +275,7 @@ def drive():
     rc, _, err = h.run_cli("fs", "get", "alice", "f.bin", asleep)
     h.check(rc == 0 and ahserver.sha256_file(asleep) == want,
             "a sleeping agent's file on kubernetes, through its reader: %d %r" % (rc, err))
-    time.sleep(2)
+    time.sleep(2)                       # pacing: a window in which the read must not wake it
     h.check(h.cli("show", "alice")["state"] == "sleeping" and h.pod(aid) is None,
             "the read did not wake it")
 

@@ -435,10 +435,78 @@ static void s_test_reader (void)
     CHECK_STR (n.reader, "agenthold-read-" ID);
 }
 
+//  A Pod's end as the watch's event carried it stands: the kubelet
+//  rewriting the status (Running again) does not undo it for that Pod.
+static void s_test_ended (void)
+{
+    json_t *ended = json_object ();
+    json_t *evicted = json_loads ("{\"metadata\":{\"uid\":\"u1\"},\"spec\":{\"nodeName\":\"n1\"},"
+                                  "\"status\":{\"phase\":\"Failed\",\"reason\":\"Evicted\","
+                                  "\"message\":\"The node was low on resource: memory.\"}}", 0, NULL);
+    json_t *again = json_loads ("{\"metadata\":{\"uid\":\"u1\"},\"status\":{\"phase\":\"Running\"}}",
+                                0, NULL);
+    json_t *other = json_loads ("{\"metadata\":{\"uid\":\"u2\"},\"status\":{\"phase\":\"Running\"}}",
+                                0, NULL);
+    CHECK (ah_k8s_ended_seen (ended, again) == NULL);
+    ah_k8s_ended_note (ended, again);               //  running: nothing to note
+    CHECK (json_object_size (ended) == 0);
+    ah_k8s_ended_note (ended, evicted);
+    const json_t *seen = ah_k8s_ended_seen (ended, again);
+    CHECK (seen != NULL);
+    ah_sandbox_status_t st;
+    memset (&st, 0, sizeof st);
+    st.exit_code = -1;
+    ah_k8s_pod_status (seen, &st);
+    CHECK (!st.running);
+    CHECK_STR (st.reason, "Evicted: The node was low on resource: memory.");
+    CHECK (strstr (st.detail, "n1") != NULL);
+    CHECK (ah_k8s_ended_seen (ended, other) == NULL);
+    //  The first end stays; a deleted Pod is forgotten.
+    json_t *later = json_loads ("{\"metadata\":{\"uid\":\"u1\"},\"status\":{\"phase\":\"Failed\"}}",
+                                0, NULL);
+    ah_k8s_ended_note (ended, later);
+    CHECK (json_object_get (json_object_get (ah_k8s_ended_seen (ended, again), "status"), "reason"));
+    ah_k8s_ended_forget (ended, again);
+    CHECK (ah_k8s_ended_seen (ended, again) == NULL);
+    //  Hostile: no uid, a uid too long, no status, being deleted.
+    const char *bad [] = { "null", "{}", "{\"status\":{\"phase\":\"Failed\"}}",
+                           "{\"metadata\":{\"uid\":7},\"status\":{\"phase\":\"Failed\"}}",
+                           "{\"metadata\":{\"uid\":\"\"},\"status\":{\"phase\":\"Failed\"}}",
+                           "{\"metadata\":{\"uid\":\"u3\"}}",
+                           "{\"metadata\":{\"uid\":\"u3\"},\"status\":{\"phase\":[]}}",
+                           "{\"metadata\":{\"uid\":\"u3\",\"deletionTimestamp\":\"x\"},"
+                           "\"status\":{\"phase\":\"Failed\"}}",
+                           "{\"metadata\":{\"uid\":\"0123456789012345678901234567890123456789"
+                           "012345678901234567890123456789\"},\"status\":{\"phase\":\"Failed\"}}" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad [0]; i++) {
+        json_t *pod = json_loads (bad [i], JSON_DECODE_ANY, NULL);
+        ah_k8s_ended_note (ended, pod);
+        CHECK (ah_k8s_ended_seen (ended, pod) == NULL);
+        ah_k8s_ended_forget (ended, pod);
+        json_decref (pod);
+    }
+    CHECK (json_object_size (ended) == 0);
+    //  Bounded: past K8S_ENDED_MAX all is forgotten, the new one kept.
+    for (int i = 0; i <= K8S_ENDED_MAX; i++) {
+        char uid [32];
+        snprintf (uid, sizeof uid, "n%d", i);
+        json_t *pod = json_pack ("{s:{s:s} s:{s:s}}", "metadata", "uid", uid, "status", "phase", "Succeeded");
+        ah_k8s_ended_note (ended, pod);
+        json_decref (pod);
+    }
+    CHECK (json_object_size (ended) == 1);
+    json_decref (evicted);
+    json_decref (again);
+    json_decref (other);
+    json_decref (later);
+    json_decref (ended);
+}
+
 int main (void)
 {
     s_test_reader ();
     s_test_pod_status ();
+    s_test_ended ();
     s_test_pod ();
     s_test_claim_policy_secret ();
     s_test_hostile_spec ();
