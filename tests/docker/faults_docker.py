@@ -143,7 +143,7 @@ def kill_during(op, name, delay):
     else:
         st, a = h.api("DELETE", "/api/v1/agents/%s" % name)
         h.check(st in (200, 202), "destroy %s: %d %r" % (name, st, a))
-    time.sleep(delay)
+    time.sleep(delay)                   # pacing: killed this far into the operation
     h.kill_server()
     state = stored_state(a["id"])
     caught[op].append(state)

@@ -88,7 +88,7 @@ def settled(name, want, seconds=20):
     """The agent in state want, and still so (with the same home_lost) a
     moment later: every event of the removal has been looked at."""
     a = h.wait_state(name, want, seconds)
-    time.sleep(2)
+    time.sleep(2)                       # pacing: a window in which it must not change
     b = h.cli("show", name)
     h.check(b["state"] == want and b.get("home_lost") == a.get("home_lost"),
             "%s stays %s: %r then %r" % (name, want, a, b))

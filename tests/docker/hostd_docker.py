@@ -328,7 +328,8 @@ def scenario_mismatch(pw):
                 and len(hosts()) == 1, "hosts shows what runs there: %r" % hosts())
         a = h.wait_state("alice", "unreachable", 15)
         h.check(a["error"] == want, "the agent shows the sentence: %r" % a["error"])
-        time.sleep(3)                   # the watch retries meanwhile
+        #  Until the watch has asked again (the checks below say if not).
+        ahserver.wait_until(lambda: fake.calls >= 2, 10, "", None, 0.1)
         log = h.server_log_tail(10 ** 7)[mark:]
         remote = [l for l in log.splitlines() if "[remote]" in l and want in l]
         h.check(len(remote) == 1, "logged once: %d times" % len(remote))
@@ -398,13 +399,14 @@ def scenario_hostd_refuses():
 def hostd_key(p, data):
     """The public key a tcp:// hostd made at its first start."""
     cert = os.path.join(data, "curve", "hostd.cert")
-    deadline = time.time() + 10
-    while not os.path.exists(cert):
-        h.check(time.time() < deadline and p.poll() is None, "the tcp hostd made its key pair")
-        time.sleep(0.05)
-    time.sleep(0.3)
-    return [l.split("=", 1)[1].strip().strip('"') for l in open(cert)
-            if l.strip().startswith("public-key")][0]
+    def key():
+        try:
+            with open(cert) as f:
+                keys = [l.split("=", 1)[1].strip().strip('"') for l in f if l.strip().startswith("public-key")]
+        except OSError:
+            return None
+        return keys[0] if keys and keys[0] else None
+    return ahserver.wait_until(key, 10, "the tcp hostd made its key pair", Fail, 0.05, alive=p)
 
 
 def scenario_curve(pw):

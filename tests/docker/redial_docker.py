@@ -176,7 +176,7 @@ def scenario(h):
     st, _ = engine("POST", "/containers/%s/pause" % cname)
     h.check(st == 204, "the container paused through the Engine API: %d" % st)
     restart()
-    time.sleep(1.0)                     # what a redial would take, and more
+    time.sleep(1.0)                     # pacing: what a redial would take, and more
     a = agent()
     h.check(a["state"] == "running" and a["connected"] is False,
             "running without its sandboxd: connected false: %r" % {k: a[k] for k in ("state", "connected")})
@@ -199,7 +199,7 @@ def scenario(h):
         got["t1"] = time.time()
     t = threading.Thread(target=late)
     t.start()
-    time.sleep(1.0)
+    time.sleep(1.0)                     # pacing: the exec waits while sandboxd is away
     st, _ = engine("POST", "/containers/%s/unpause" % cname)
     h.check(st == 204, "unpaused: %d" % st)
     t.join(30)

@@ -273,7 +273,7 @@ def scenario(_):
     h.cli("rm", "alice", timeout=180)
     h.server.terminate()
     h.check(h.server.wait(timeout=60) == 0, "serve exits 0 on SIGTERM")
-    time.sleep(0.2)
+    ahserver.wait_until(lambda: not alive(spid) and not alive(hpid), 5, "", None)
     h.check(not alive(spid) and not alive(hpid), "neither the server nor hostd is left")
     h.check(not os.path.exists(IPC_SOCK) or
             subprocess.run(["/usr/bin/python3", "-c", "import socket,sys; s=socket.socket(socket.AF_UNIX); "

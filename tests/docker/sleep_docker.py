@@ -119,7 +119,7 @@ def scenario(h):
     # A turn held keeps it awake past its idle time; ended, it sleeps again.
     st, turn = h.api("POST", "/api/v1/agents/sleepy/turns", {"lease_ms": 30000})
     h.check(st == 201, "a turn starts: %d %r" % (st, turn))
-    time.sleep(IDLE_S + 3 * CHECK_S)
+    time.sleep(IDLE_S + 3 * CHECK_S)    # pacing: past its idle time
     a = h.cli("show", "sleepy")
     h.check(a["state"] == "running", "a running turn keeps it awake: %s" % a["state"])
     h.check("turn" in json.dumps(a.get("awake_because")), "awake because of the turn: %r" %

@@ -71,7 +71,7 @@ def scenario(h):
     h.check(st == 200 and len(ops["operations"]) == 1 and ops["operations"][0]["actor"] == "ttl"
             and ops["operations"][0]["ok"], "the audit trail says the TTL removed it: %r" % ops)
     # The reconciler's view of a container gone on purpose changes nothing.
-    time.sleep(2)
+    time.sleep(2)                       # pacing: a window in which nothing may change
     a = h.cli("show", "expiring")
     h.check(a["state"] == "sleeping" and not a.get("error"), "still asleep, no error: %r" % a)
 
