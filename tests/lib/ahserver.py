@@ -170,7 +170,7 @@ def serve(binary, env, log, cwd=None, procs=None, ready=True, seconds=30, fail=R
       ready a callable until it returns something true
       ready False      not waited for
     each within seconds, raising fail (with the end of the log) when it
-    is not ready or exits first. wrap: argv put before the binary
+    is not ready or exits first (stopping it then unless procs holds it). wrap: argv put before the binary
     (setpriv ...); popen: Popen's other keywords (user, start_new_session).
     The process returned has .ah_log, which verdict() reads too."""
     with open(log, "ab") as f:
@@ -198,6 +198,8 @@ def serve(binary, env, log, cwd=None, procs=None, ready=True, seconds=30, fail=R
     try:
         wait_until(pred, seconds, what, fail, 0.05, alive=proc)
     except fail as e:
+        if procs is None:
+            stop_all([proc])            # nobody else would
         raise fail("%s:\n%s" % (e, log_tail(log, 3000)))
     return proc
 
