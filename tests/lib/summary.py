@@ -2,7 +2,7 @@
 """tests/lib/summary.py: what the whole suite ran, per phase and label, and
 whether that is enough.
 
-scripts/test runs ctest once per phase (plain, k8s, ASan+UBSan, fuzz), each
+scripts/test runs ctest once per phase (plain, asan, fuzz, k8s), each
 with --output-junit; this reads those reports and the labels of each build's
 tests (ctest --show-only=json-v1) and prints:
 - per phase and label: passed, failed, skipped;
