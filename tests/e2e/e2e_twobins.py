@@ -10,8 +10,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -59,40 +57,20 @@ def main():
     # tests and kill(1) see the one they started).
     tmp = tempfile.mkdtemp(prefix="ah-twobins-")
     try:
-        port = ahserver.free_port()
-        env = dict(os.environ, AGENTHOLD_SERVER_DATA_DIR=os.path.join(tmp, "data"),
-                   AGENTHOLD_SANDBOX_DRIVER="fake", AGENTHOLD_SERVER_LISTEN="127.0.0.1:%d" % port,
-                   AGENTHOLD_SANDBOX_TUNNEL_LISTEN="127.0.0.1:%d" % ahserver.free_port(),
-                   AGENTHOLD_CONFIG="")
-        p = subprocess.Popen([cli, "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, stdin=subprocess.DEVNULL)
+        env = ahserver.server_env(os.path.join(tmp, "data"), ahserver.free_port(), ahserver.free_port())
+        log = os.path.join(tmp, "server.log")
+        p = ahserver.serve(cli, env, log)
         try:
-            exe = None
-            for _ in range(100):
-                try:
-                    exe = os.readlink("/proc/%d/exe" % p.pid)
-                except OSError:
-                    break
-                if exe.endswith("agenthold-server"):
-                    break
-                time.sleep(0.05)  # polling the condition above
-            check(exe is not None and os.path.samefile(exe, server),
+            exe = os.readlink("/proc/%d/exe" % p.pid)
+            check(os.path.samefile(exe, server),
                   "agenthold serve is agenthold-server in the same process (pid %d runs %s)" % (p.pid, exe))
-            # Serving (its signal handlers are in place once it answers).
-            up = False
-            for _ in range(200):
-                try:
-                    with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=2) as r:
-                        up = r.status == 200
-                        break
-                except OSError:
-                    time.sleep(0.05)  # polling the condition above
-            check(up, "the exec'd server answers /healthz")
         finally:
             p.terminate()
-            out = p.communicate(timeout=30)[0]
+            p.wait(timeout=30)
         check(p.returncode == 0, "the exec'd server stops on SIGTERM with status 0 (%s): %s"
-              % (p.returncode, out[-300:]))
+              % (p.returncode, ahserver.log_tail(log, 300)))
+        bad = ahserver.verdict([p], [log])
+        check(not bad, "the server's exit and log are clean: %s" % bad)
 
         # Without agenthold-server beside it: a sentence, status 1.
         lone = os.path.join(tmp, "agenthold")
