@@ -25,8 +25,8 @@
 //  The home directory dir itself (O_PATH, never a symlink): fd, or -errno.
 int  ah_homefs_open_home (const char *dir);
 
-//  A regular file at path (relative to the home, as api_path_check lets
-//  through) opened for reading: fd with *st filled, or -errno and *why (a
+//  A regular file at path (relative to the home, a common/homepath.h
+//  path) opened for reading: fd with *st filled, or -errno and *why (a
 //  static sentence): EXDEV/ELOOP "escapes the home", EISDIR, EINVAL "not a
 //  regular file" (devices, FIFOs, sockets), ENOENT, EACCES.
 int  ah_homefs_open_file (int home, const char *path, struct stat *st, const char **why);

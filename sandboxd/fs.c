@@ -3,6 +3,7 @@
     in window-sized chunks; writes land by fsync + rename or not at all.  */
 #include "sandboxd/chan_int.h"
 #include "sandboxd/path.h"
+#include "common/homepath.h"
 #include "proto/channel.h"
 #include "common/log.h"
 
@@ -202,7 +203,7 @@ void ah_sbd_fs_write (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
     }
     int dir = ah_path_open_parent (self->env.home_fd, path, plen, ch->leaf, &err);
     if (dir < 0) {
-        ah_sbd_refuse (self, ch, dir == -EINVAL && plen <= 1 ? "EISDIR" : ah_sbd_code (-dir),
+        ah_sbd_refuse (self, ch, dir == -EINVAL && err && strstr (err, "itself") ? "EISDIR" : ah_sbd_code (-dir),
                   "fs.write \"%.200s\": %s", path, err);
         return;
     }
@@ -321,16 +322,16 @@ void ah_sbd_fs_mkdir (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
     }
     mode_t mode = (mode_t) mode_arg;
     const char *err = NULL;
-    int rc = ah_path_check (path, plen, &err);
+    int rc = ah_homepath_check (path, plen, AH_HOMEPATH_HOME, &err);
     if (rc == 0 && parents) {
         //  Each prefix in turn, through the same safe walk.
         for (size_t i = 1; i < plen && rc == 0; i++)
-            if (path [i] == '/' && path [i - 1] != '/')
+            if (path [i] == '/')
                 rc = s_mkdir_one (self, path, i, mode, true, &err);
     }
     if (rc == 0)
         rc = s_mkdir_one (self, path, plen, mode, parents, &err);
-    if (rc == -EINVAL && plen <= 1 && err && strstr (err, "itself")) {
+    if (rc == -EINVAL && err && strstr (err, "itself")) {
         rc = parents ? 0 : -EEXIST;         //  the home exists
         err = "the home directory exists";
     }

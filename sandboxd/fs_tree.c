@@ -146,7 +146,7 @@ void ah_sbd_fs_tree (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
         return;
     }
     char shown [AH_PATH_MAX + 1];
-    snprintf (shown, sizeof shown, "%.*s", (int) (plen ? plen : 1), plen ? path : ".");
+    snprintf (shown, sizeof shown, "%.*s", (int) plen, path);
     ah_hometree_opts_t opts = { .max_depth = (int) max_depth, .max_entries = max_entries,
                                 .all = ah_msg_bool (req, "all", false) };
     tree_t t = { .count = 0 };

@@ -1,5 +1,6 @@
 /*  sandboxd/path.c: see path.h for why the walk is done this way.  */
 #include "sandboxd/path.h"
+#include "common/homepath.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,44 +11,6 @@
 //  Room for the path plus spliced symlink targets. A walk whose pending
 //  components outgrow it is refused rather than reallocated.
 #define S_WORK_MAX (4 * AH_PATH_MAX)
-
-int ah_path_check (const char *path, size_t len, const char **err)
-{
-    if (!path) {
-        *err = "missing path";
-        return -EINVAL;
-    }
-    if (len > AH_PATH_MAX) {
-        *err = "path too long";
-        return -EINVAL;
-    }
-    if (memchr (path, 0, len)) {
-        *err = "path contains a NUL byte";
-        return -EINVAL;
-    }
-    if (path [0] == '/') {
-        *err = "the path escapes the home directory (absolute paths are refused)";
-        return -EACCES;
-    }
-    size_t i = 0;
-    while (i < len) {
-        while (i < len && path [i] == '/')
-            i++;
-        size_t start = i;
-        while (i < len && path [i] != '/')
-            i++;
-        size_t n = i - start;
-        if (n > NAME_MAX) {
-            *err = "a path component is longer than NAME_MAX";
-            return -EINVAL;
-        }
-        if (n == 2 && path [start] == '.' && path [start + 1] == '.') {
-            *err = "the path escapes the home directory (\"..\" is refused)";
-            return -EACCES;
-        }
-    }
-    return 0;
-}
 
 typedef struct {
     int fds [AH_PATH_MAX_DEPTH];
@@ -88,7 +51,7 @@ static int s_splice (char *work, size_t *len, size_t rest_at,
 static int s_walk (int home_fd, const char *path, size_t plen, bool parent,
                    int flags, char *leaf, const char **err)
 {
-    int rc = ah_path_check (path, plen, err);
+    int rc = ah_homepath_check (path, plen, AH_HOMEPATH_HOME, err);
     if (rc)
         return rc;
     if (home_fd < 0) {
@@ -139,7 +102,8 @@ static int s_walk (int home_fd, const char *path, size_t plen, bool parent,
         comp [n] = 0;
 
         if (strcmp (comp, ".") == 0 || strcmp (comp, "..") == 0) {
-            //  ".." can only come from a symlink target (checked above).
+            //  A request path holds neither (common/homepath.h) but "." alone;
+            //  a symlink target may.
             if (comp [1] == '.') {
                 if (st.n == 0) {
                     *err = "the path escapes the home directory (symlink climbs out)";

@@ -4,7 +4,8 @@
     (/home/agent). Nothing outside the home may ever be read or written,
     even while the agent races us by swapping directories for symlinks.
 
-    How: the path is first checked as a string (ah_path_check), then
+    How: the path is first checked as a string against the one grammar
+    of home paths (common/homepath.h, the API's too), then
     walked one component at a time from an fd on the home with
     openat(O_NOFOLLOW|O_DIRECTORY). A component that turns out to be a
     symlink is read with readlinkat and its target spliced into the walk
@@ -18,7 +19,8 @@
     kernel (no openat2 dependency), which also keeps the fuzzer honest.
 
     Errors are negative errno values with a static message:
-      -EINVAL  missing, NUL byte, too long, a component over NAME_MAX
+      -EINVAL  empty, a NUL or control byte, too long, a component over
+               NAME_MAX, an empty ('//', trailing '/') or '.' component
       -EACCES  absolute path, "..", a symlink leading outside the home
       -ELOOP   more than AH_PATH_MAX_LINKS symlinks
       -ENOENT, -ENOTDIR, ... from the file system                     */
@@ -28,16 +30,13 @@
 #include <stddef.h>
 #include <limits.h>
 
-#define AH_PATH_MAX        4096     //  longest request path, in bytes
+#define AH_PATH_MAX        4096     //  longest symlink target read (a request
+                                    //  path: AH_HOMEPATH_MAX, common/homepath.h)
 #define AH_PATH_MAX_DEPTH  256      //  deepest directory nesting walked
 #define AH_PATH_MAX_LINKS  40       //  symlinks followed per resolution
 
-//  String checks only (no file system): 0, or -EINVAL/-EACCES with *err.
-//  path is len bytes (it may hold a NUL, which is refused). "" and "." are
-//  the home itself; "a/./b" and "a//b" are accepted; ".." never is.
-int ah_path_check (const char *path, size_t len, const char **err);
-
-//  Open path beneath home_fd. flags are openat flags for the final
+//  Open path (len bytes, checked by ah_homepath_check with "." the home)
+//  beneath home_fd. flags are openat flags for the final
 //  component (O_NOFOLLOW and O_CLOEXEC are added); symlinks inside the
 //  home are followed, at most AH_PATH_MAX_LINKS. Returns the fd or a
 //  negative errno with *err.

@@ -3,6 +3,7 @@
     on: the server that asks is hostd's caller, not hostd's trust.      */
 #include "server/hostd_home.h"
 #include "common/homefs.h"
+#include "common/homepath.h"
 #include "common/str.h"
 #include "common/ident.h"
 #include "drivers/docker.h"
@@ -84,8 +85,11 @@ int ah_hostd_home (const ah_config_t *config, const ah_msg_t *req, ah_msg_t *rep
         *err = strdup ("HOSTD_HOME: op must be list, tree or read");
         return -1;
     }
-    if (!path || !*path || *path == '/' || strlen (path) > 4095) {
-        *err = strdup ("HOSTD_HOME: path must be 1..4095 bytes, relative to the home");
+    //  The API checked it (common/homepath.h): one that breaks the
+    //  grammar is a malformed request, not a path to refuse.
+    const char *bad;
+    if (!path || ah_homepath_check (path, strlen (path), AH_HOMEPATH_HOME, &bad)) {
+        *err = ah_strf ("HOSTD_HOME: path %s", path ? bad : "is required");
         return -1;
     }
     //  hostd's driver is always the Docker driver, whatever sandbox.driver

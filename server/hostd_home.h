@@ -14,13 +14,15 @@
 #define AH_HOSTD_HOME_CHUNK     (1u << 20)  //  the most one read answers
 
 //  req's fields: agent_id, op ("list", "tree", "read"), path (relative to
-//  the home), all (bool); tree: max_depth, max_entries; read: offset,
-//  length. Fills reply: list and tree "json" (the text common/homefs
-//  makes); read "size" (the file's) and "data" (at most length bytes,
-//  at most AH_HOSTD_HOME_CHUNK, from offset). A refusal of the path
-//  (absent, escaping, not a regular file...) is a reply too: "errno"
+//  the home, by the grammar of common/homepath.h), all (bool); tree:
+//  max_depth, max_entries; read: offset, length. Fills reply: list and
+//  tree "json" (the text common/homefs makes); read "size" (the file's)
+//  and "data" (at most length bytes, at most AH_HOSTD_HOME_CHUNK, from
+//  offset). A refusal of the path by the file system (absent, a symlink
+//  that escapes, not a regular file...) is a reply too: "errno"
 //  (positive) and "why". 0, or -1 with *err (caller frees) when the
-//  request itself is malformed or the home cannot be opened.
+//  request itself is malformed (a path that breaks the grammar too) or
+//  the home cannot be opened.
 int ah_hostd_home (const ah_config_t *config, const ah_msg_t *req, ah_msg_t *reply, char **err);
 
 #endif

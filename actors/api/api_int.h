@@ -37,6 +37,7 @@
 #include "actors/api.h"
 #include "actors/api/events.h"
 #include "common/actor.h"
+#include "common/homepath.h"
 #include "common/ident.h"
 #include "common/log.h"
 #include "common/lwsloop.h"
@@ -371,11 +372,6 @@ const char *api_query (req_t *r, const char *key);
 //  Typed query values: 0 (absent: *out untouched), or -1 answered 400.
 int  api_query_bool (req_t *r, const char *key, bool *out);
 int  api_query_int (req_t *r, const char *key, int64_t min, int64_t max, int64_t *out);
-//  A path inside the home as a client gives it: relative, no control
-//  characters, no empty, "." or ".." component (a lone "." is the home
-//  when dot_ok), at most 4095 bytes, components at most 255. NULL when
-//  good, else the reason (static).
-const char *api_path_check (const char *path, bool dot_ok);
 
 //  --------------------------------------------------------------------
 //  A home read without its sandbox (home_read.c)

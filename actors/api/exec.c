@@ -317,9 +317,10 @@ static void s_exec (req_t *r)
             ah_msg_set_double (h, "timeout", timeout);
         }
         else if (streq (key, "cwd")) {
-            const char *why = json_is_string (v) ? api_path_check (json_string_value (v), true) : "is not a string";
-            if (why || strlen (json_string_value (v)) != json_string_length (v)) {
-                api_respond_error (r, 400, "field 'cwd' %s", why ? why : "holds a NUL character");
+            const char *why = "is not a string";
+            if (!json_is_string (v)
+            ||  ah_homepath_check (json_string_value (v), json_string_length (v), AH_HOMEPATH_HOME, &why)) {
+                api_respond_error (r, 400, "field 'cwd' %s", why);
                 goto out;
             }
             ah_msg_set_str (h, "cwd", json_string_value (v));

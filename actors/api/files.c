@@ -1,7 +1,7 @@
 /*  actors/api/files.c: files in the sandbox's home (docs/api.md "Files"):
     list, read (streamed down), write (streamed up), mkdir, remove, each
-    one channel to sandboxd. Paths are checked here first (api_path_check)
-    and judged again by sandboxd, which resolves them inside the home.
+    one channel to sandboxd. Paths are checked here first (common/homepath.h,
+    the grammar sandboxd applies too) and judged again by sandboxd, which resolves them inside the home.
     An agent that is not running is read without waking it, when the
     server reaches its home (home_read.c); writes need it running.
 
@@ -316,26 +316,23 @@ static void s_reader_ready (req_t *r, ah_msg_t *reply)
 //  One file operation on path (as the client gave it). Answers itself.
 static void s_op (req_t *r, op_t op, const char *path)
 {
-    //  A directory may be named with one trailing '/'; a file may not.
-    char clean [4096] = "";
-    size_t n = path ? strlen (path) : 0;
-    if (n >= sizeof clean) {
-        api_respond_error (r, 400, "path is longer than 4095 bytes");
-        return;
-    }
-    memcpy (clean, path ? path : "", n);
-    clean [n] = 0;
-    if ((op == F_LIST || op == F_MKDIR) && n > 1 && clean [n - 1] == '/')
-        clean [n - 1] = 0;
     if (!path) {
         api_respond_error (r, 400, "query 'path' is required (relative to /home/agent)");
         return;
     }
-    const char *why = api_path_check (clean, op == F_LIST);
-    if (why) {
-        api_respond_error (r, 400, "path '%s' %s", path ? path : "", why);
+    //  A directory may be named with one trailing '/'; a file may not.
+    size_t n = strlen (path);
+    if (op == F_LIST || op == F_MKDIR)
+        n = ah_homepath_trim (path, n);
+    const char *why;
+    if (ah_homepath_check (path, n, op == F_LIST ? AH_HOMEPATH_HOME : 0, &why)) {
+        char shown [80];
+        api_respond_error (r, 400, "path '%s' %s", api_show (path, strlen (path), shown, sizeof shown), why);
         return;
     }
+    char clean [AH_HOMEPATH_MAX + 1];
+    memcpy (clean, path, n);
+    clean [n] = 0;
     bool recursive = false, parents = false;
     int64_t mode = -1;
     const char *mode_text = api_query (r, "mode");

@@ -442,20 +442,19 @@ json_t *api_home_entries (req_t *r, const char *dir, json_t *entries)
 static void s_tree (req_t *r)
 {
     const char *given = api_query (r, "path");
-    char clean [4096];
-    size_t n = given ? strlen (given) : 1;
-    if (n >= sizeof clean) {
-        api_respond_error (r, 400, "path is longer than 4095 bytes");
+    if (!given)
+        given = ".";
+    //  A directory may be named with one trailing '/'.
+    size_t n = ah_homepath_trim (given, strlen (given));
+    const char *bad;
+    if (ah_homepath_check (given, n, AH_HOMEPATH_HOME, &bad)) {
+        char shown [80];
+        api_respond_error (r, 400, "path '%s' %s", api_show (given, strlen (given), shown, sizeof shown), bad);
         return;
     }
-    snprintf (clean, sizeof clean, "%s", given ? given : ".");
-    if (n > 1 && clean [n - 1] == '/')
-        clean [n - 1] = 0;
-    const char *bad = api_path_check (clean, true);
-    if (bad) {
-        api_respond_error (r, 400, "path '%s' %s", clean, bad);
-        return;
-    }
+    char clean [AH_HOMEPATH_MAX + 1];
+    memcpy (clean, given, n);
+    clean [n] = 0;
     bool all;
     if (s_all (r, &all))
         return;

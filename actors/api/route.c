@@ -462,39 +462,3 @@ int api_query_int (req_t *r, const char *key, int64_t min, int64_t max, int64_t 
     *out = n;
     return 0;
 }
-
-const char *api_path_check (const char *path, bool dot_ok)
-{
-    if (!path || !*path)
-        return "is empty";
-    if (dot_ok && streq (path, "."))
-        return NULL;
-    size_t n = strlen (path);
-    if (n > 4095)
-        return "is longer than 4095 bytes";
-    if (path [0] == '/')
-        return "is absolute (paths are relative to /home/agent)";
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char) path [i] < 0x20 || path [i] == 0x7f)
-            return "holds a control character";
-    const char *c = path;
-    while (*c) {
-        const char *e = strchr (c, '/');
-        size_t len = e ? (size_t) (e - c) : strlen (c);
-        if (len == 0)
-            return e && !e [1] ? "ends in '/'" : "has an empty component ('//')";
-        if (len == 1 && c [0] == '.')
-            return "has a '.' component";
-        if (len == 2 && c [0] == '.' && c [1] == '.')
-            return "has a '..' component";
-        if (len > 255)
-            return "has a component longer than 255 bytes";
-        c += len;
-        if (*c == '/') {
-            c++;
-            if (!*c)
-                return "ends in '/'";
-        }
-    }
-    return NULL;
-}

@@ -5,13 +5,16 @@
     symlinks that lead out (absolute, relative, chained, looping) and a
     sibling directory "outside" holding a file. The input is a request
     path (any bytes, NULs included). For each input:
-      - ah_path_check never accepts an absolute path, a ".." component,
-        a NUL, or more than AH_PATH_MAX bytes;
+      - the grammar (common/homepath.h, the one sandboxd checks with)
+        never accepts an absolute path, a ".." or "." component but "."
+        alone, an empty component, a NUL, or more than AH_HOMEPATH_MAX
+        bytes;
       - ah_path_open and ah_path_open_parent either refuse with a
         negative errno and a message, or return an fd whose real path
         (/proc/self/fd) lies inside the home; they never return 0..2 or
         leak an fd (the count of open fds is the same afterwards).   */
 #include "sandboxd/path.h"
+#include "common/homepath.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -127,19 +130,24 @@ int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
         s_fixture ();
     const char *path = (const char *) data;
     const char *err = NULL;
-    int rc = ah_path_check (path, size, &err);
+    int rc = ah_homepath_check (path, size, AH_HOMEPATH_HOME, &err);
     if (rc == 0) {
-        if (size > AH_PATH_MAX || (size && path [0] == '/') || memchr (path, 0, size))
-            FAIL ("ah_path_check accepted a bad path");
+        if (size == 0 || size > AH_HOMEPATH_MAX || path [0] == '/' || memchr (path, 0, size)
+        ||  path [size - 1] == '/')
+            FAIL ("ah_homepath_check accepted a bad path");
         for (size_t i = 0; i < size; i++) {
             bool start = i == 0 || path [i - 1] == '/';
+            if (start && path [i] == '/')
+                FAIL ("ah_homepath_check accepted an empty component");
+            if (start && path [i] == '.' && size > 1 && (i + 1 == size || path [i + 1] == '/'))
+                FAIL ("ah_homepath_check accepted \".\"");
             if (start && i + 1 < size && path [i] == '.' && path [i + 1] == '.'
             &&  (i + 2 == size || path [i + 2] == '/'))
-                FAIL ("ah_path_check accepted \"..\"");
+                FAIL ("ah_homepath_check accepted \"..\"");
         }
     }
     else if (!err || (rc != -EINVAL && rc != -EACCES))
-        FAIL ("ah_path_check: rc %d without a message", rc);
+        FAIL ("ah_homepath_check: rc %d without a message", rc);
 
     int before = s_count_fds ();
     int fd = ah_path_open (home_fd, path, size, O_RDONLY | O_NONBLOCK, &err);

@@ -6,6 +6,7 @@
     temporary home; the test plays the server: it opens streams, writes
     headers and records, and checks the replies and the file system.   */
 #include "tests/sandboxd/sbd_peer.h"
+#include "tests/common/homepath_cases.h"
 
 //  ---------------------------------------------------------------------
 
@@ -205,7 +206,7 @@ static void test_fs (peer_t *p)
     ah_msg_destroy (&r);
 
     req = req_new ("fs.list");
-    ah_msg_set_str (req, "path", "");
+    ah_msg_set_str (req, "path", ".");
     r = simple (p, req);
     CHECK (reply_ok (r));
     size_t rawlen = 0;
@@ -450,7 +451,7 @@ static void test_arg_types (peer_t *p)
         }
     //  nil is "absent": the default.
     ah_msg_t *req = req_new ("fs.tree");
-    ah_msg_set_str (req, "path", "");
+    ah_msg_set_str (req, "path", ".");
     ah_msg_set_nil (req, "max_depth");
     ah_msg_t *r = simple (p, req);
     CHECK (reply_ok (r));
@@ -518,8 +519,8 @@ static void test_tree (peer_t *p)
     CHECK (tree_count (t) == 3 && mp_true (t, "entries_limit_reached"));
     msgpack_unpacked_destroy (&u);
 
-    //  The home itself; the root followed when it is a link inside.
-    t = tree (p, "", 1, 1000, false, &u, code);
+    //  The home itself ("."); the root followed when it is a link inside.
+    t = tree (p, ".", 1, 1000, false, &u, code);
     CHECK_STR (tree_type (t, "t", NULL), "dir");
     CHECK_STR (tree_type (t, "abs_out", NULL), "link");
     msgpack_unpacked_destroy (&u);
@@ -644,17 +645,28 @@ static void test_hostile (peer_t *p)
     //  And nothing appeared next to the home either.
     CHECK (count_entries (root) == 2);
 
-    //  The empty path is the home: readable as a list, never removable.
+    //  "." is the home: readable as a list, never removable nor written,
+    //  and it exists. "" is no path.
     ah_msg_t *req = req_new ("fs.remove");
-    ah_msg_set_str (req, "path", "");
+    ah_msg_set_str (req, "path", ".");
     ah_msg_set_bool (req, "recursive", true);
     ah_msg_t *r = simple (p, req);
     CHECK_STR (reply_code (r), "EACCES");
     ah_msg_destroy (&r);
     req = req_new ("fs.write");
+    ah_msg_set_str (req, "path", ".");
+    r = simple (p, req);
+    CHECK_STR (reply_code (r), "EISDIR");
+    ah_msg_destroy (&r);
+    req = req_new ("fs.mkdir");
+    ah_msg_set_str (req, "path", ".");
+    r = simple (p, req);
+    CHECK_STR (reply_code (r), "EEXIST");
+    ah_msg_destroy (&r);
+    req = req_new ("fs.write");
     ah_msg_set_str (req, "path", "");
     r = simple (p, req);
-    CHECK (r && !reply_ok (r));
+    CHECK_STR (reply_code (r), "EINVAL");
     ah_msg_destroy (&r);
     CHECK (file_exists (home, "sub"));
 
@@ -664,6 +676,40 @@ static void test_hostile (peer_t *p)
     CHECK (!rf && reply_ok (t));
     ah_msg_destroy (&t);
     CHECK (file_exists (home, "sub/via-link.txt"));
+}
+
+//  The shared table of home paths (tests/common/homepath_cases.h): each
+//  one the grammar refuses is refused by every fs.* channel and by exec's
+//  cwd with the grammar's code, before the file system is asked (a
+//  refused fs.mkdir with parents or fs.write would otherwise leave
+//  something behind). NULs: open_nul_path.
+static void test_grammar (peer_t *p)
+{
+    const char *chans [] = { "fs.read", "fs.write", "fs.list", "fs.mkdir", "fs.remove", "fs.tree", "exec" };
+    int before = count_entries (home);
+    for (const homepath_case_t *c = homepath_cases; c->path; c++) {
+        if (c->want_dir == 0 || homepath_case_len (c) != strlen (c->path))
+            continue;
+        const char *want = c->want_dir == -EACCES ? "EACCES" : "EINVAL";
+        for (size_t k = 0; k < sizeof chans / sizeof *chans; k++) {
+            ah_msg_t *req = req_new (chans [k]);
+            bool exec = !strcmp (chans [k], "exec");
+            ah_msg_set_str (req, exec ? "cwd" : "path", c->path);
+            if (exec)
+                ah_msg_set_str (req, "cmd", "touch made-by-a-bad-cwd");
+            if (!strcmp (chans [k], "fs.mkdir"))
+                ah_msg_set_bool (req, "parents", true);
+            ah_msg_t *r = simple (p, req);
+            const char *code = reply_code (r);
+            bool ok = code && !strcmp (code, want);
+            CHECK (ok);
+            if (!ok)
+                fprintf (stderr, "  %s \"%s\": %s, want %s\n", chans [k], c->path,
+                         code ? code : reply_ok (r) ? "ok" : "no reply", want);
+            ah_msg_destroy (&r);
+        }
+    }
+    CHECK (count_entries (home) == before);
 }
 
 int main (void)
@@ -694,6 +740,7 @@ int main (void)
     test_hello (&p);
     test_fs (&p);
     test_hostile (&p);
+    test_grammar (&p);
     test_tree (&p);
     test_arg_types (&p);
     test_reader ();
