@@ -419,7 +419,10 @@ static bool s_shown (const self_t *self, const facts_t *f, bool is_idle, const c
         return false;
     if (sleeps_at != ah_sleeper_since_use (f->last_activity, f->idle_minutes))
         return false;
-    return f->forecast_at < sleeps_at || (f->forecast_at == sleeps_at && f->forecast_recent);
+    bool by_use;
+    int64_t shown = ah_sleeper_sleeps_at (f->last_activity, f->idle_minutes, f->forecast_at != INT64_MIN,
+                                          f->forecast_at, &by_use);
+    return shown == sleeps_at && (by_use || f->forecast_recent);
 }
 
 //  Asks idle.lua about one running sandbox, records the forecast, asks

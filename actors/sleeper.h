@@ -23,6 +23,9 @@
 #include "common/actor.h"
 #include "config/config.h"
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #define AH_SLEEPER_TURN_LEASE_MS      60000     //  default lease of a turn
 #define AH_SLEEPER_TURN_LEASE_MAX_MS  3600000
 
@@ -39,6 +42,19 @@ typedef struct {
 static inline int64_t ah_sleeper_since_use (int64_t used_ms, double idle_minutes)
 {
     return used_ms + (int64_t) (idle_minutes * 60000 + 0.5);
+}
+
+//  The sleeps_at a running agent shows (GET /agents), in one place: the
+//  time since use (ah_sleeper_since_use) unless its forecast row
+//  (has_forecast, at forecast_at) is at least as late; *by_use says
+//  which ("recent use", or the row's why). The API shows it; the sleeper
+//  asks it whether a verdict would show so without its row written.
+static inline int64_t ah_sleeper_sleeps_at (int64_t used_ms, double idle_minutes, bool has_forecast,
+                                            int64_t forecast_at, bool *by_use)
+{
+    int64_t since = ah_sleeper_since_use (used_ms, idle_minutes);
+    *by_use = !has_forecast || since > forecast_at;
+    return *by_use ? since : forecast_at;
 }
 
 //  ah_actor_new (&ah_sleeper_actor, &args, &err): running once on the bus

@@ -53,7 +53,8 @@ static void s_lifetimes (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool s
 //  agent (just started or woken) there is none, and a use since its last
 //  pass moved the time on. So the forecast is taken with the rule every
 //  idle.lua starts from: idle_minutes after the last use (or after the
-//  start of this server, as the sleeper counts it), whichever is later.
+//  start of this server, as the sleeper counts it), whichever is later
+//  (ah_sleeper_sleeps_at, the sleeper's own rule).
 static void s_sleeps_at (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool running)
 {
     if (!running) {
@@ -64,17 +65,12 @@ static void s_sleeps_at (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool r
     int64_t used = sqlite3_column_int64 (stmt, 10);
     if (used < api->started_ms)
         used = api->started_ms;
-    double minutes = sqlite3_column_double (stmt, 7);
-    int64_t since_use = ah_sleeper_since_use (used, minutes);
-    bool forecast = sqlite3_column_type (stmt, 11) != SQLITE_NULL;
-    int64_t at = sqlite3_column_int64 (stmt, 11);
-    if (!forecast || since_use > at) {
-        json_object_set_new (a, "sleeps_at", api_json_time (since_use));
-        json_object_set_new (a, "awake_because", json_string ("recent use"));
-        return;
-    }
+    bool by_use;
+    int64_t at = ah_sleeper_sleeps_at (used, sqlite3_column_double (stmt, 7),
+                                       sqlite3_column_type (stmt, 11) != SQLITE_NULL,
+                                       sqlite3_column_int64 (stmt, 11), &by_use);
     json_object_set_new (a, "sleeps_at", api_json_time (at));
-    json_object_set_new (a, "awake_because", api_json_column (stmt, 12));
+    json_object_set_new (a, "awake_because", by_use ? json_string ("recent use") : api_json_column (stmt, 12));
 }
 
 static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
