@@ -1,7 +1,9 @@
-/*  proto/ws.c: the WebSocket client (see ws.h). SHA-1 and base64 live
-    here, for the handshake only, so the static sandboxd needs no
-    libcrypto.                                                          */
+/*  proto/ws.c: the WebSocket client (see ws.h). Its handshake's SHA-1
+    and base64 are proto/sha1.c and proto/base64.c, so the static
+    sandboxd needs no libcrypto.                                        */
 #include "proto/ws.h"
+#include "proto/base64.h"
+#include "proto/sha1.h"
 #include "proto/wsframe.h"
 
 #include <arpa/inet.h>
@@ -50,82 +52,13 @@ struct ah_ws_t {
     size_t   masks_used;            //  taken of masks (starts at its size: none fetched)
 };
 
-//  ---------------------------------------------------------------- SHA-1
-
-typedef struct { uint32_t h [5]; } s_sha1_t;
-
-#define ROL(x, n) (((x) << (n)) | ((x) >> (32 - (n))))
-
-static void s_sha1_block (s_sha1_t *s, const uint8_t *p)
-{
-    uint32_t w [80];
-    for (int i = 0; i < 16; i++)
-        w [i] = (uint32_t) p [4 * i] << 24 | (uint32_t) p [4 * i + 1] << 16
-              | (uint32_t) p [4 * i + 2] << 8 | p [4 * i + 3];
-    for (int i = 16; i < 80; i++)
-        w [i] = ROL (w [i - 3] ^ w [i - 8] ^ w [i - 14] ^ w [i - 16], 1);
-    uint32_t a = s->h [0], b = s->h [1], c = s->h [2], d = s->h [3], e = s->h [4];
-    for (int i = 0; i < 80; i++) {
-        uint32_t f, k;
-        if (i < 20)      { f = (b & c) | (~b & d);           k = 0x5A827999; }
-        else if (i < 40) { f = b ^ c ^ d;                    k = 0x6ED9EBA1; }
-        else if (i < 60) { f = (b & c) | (b & d) | (c & d);  k = 0x8F1BBCDC; }
-        else             { f = b ^ c ^ d;                    k = 0xCA62C1D6; }
-        uint32_t t = ROL (a, 5) + f + e + k + w [i];
-        e = d; d = c; c = ROL (b, 30); b = a; a = t;
-    }
-    s->h [0] += a; s->h [1] += b; s->h [2] += c; s->h [3] += d; s->h [4] += e;
-}
-
-static void s_sha1 (const uint8_t *data, size_t size, uint8_t out [20])
-{
-    s_sha1_t s = { { 0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0 } };
-    uint64_t bits = (uint64_t) size * 8;
-    while (size >= 64) {
-        s_sha1_block (&s, data);
-        data += 64;
-        size -= 64;
-    }
-    uint8_t tail [128] = { 0 };
-    memcpy (tail, data, size);
-    tail [size] = 0x80;
-    size_t total = size + 9 <= 64 ? 64 : 128;
-    for (int i = 0; i < 8; i++)
-        tail [total - 1 - i] = (uint8_t) (bits >> (8 * i));
-    s_sha1_block (&s, tail);
-    if (total == 128)
-        s_sha1_block (&s, tail + 64);
-    for (int i = 0; i < 5; i++) {
-        out [4 * i] = (uint8_t) (s.h [i] >> 24);
-        out [4 * i + 1] = (uint8_t) (s.h [i] >> 16);
-        out [4 * i + 2] = (uint8_t) (s.h [i] >> 8);
-        out [4 * i + 3] = (uint8_t) s.h [i];
-    }
-}
-
-static void s_base64 (const uint8_t *in, size_t n, char *out)
-{
-    static const char tab [] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t) in [i] << 16;
-        if (i + 1 < n) v |= (uint32_t) in [i + 1] << 8;
-        if (i + 2 < n) v |= in [i + 2];
-        out [o++] = tab [(v >> 18) & 63];
-        out [o++] = tab [(v >> 12) & 63];
-        out [o++] = i + 1 < n ? tab [(v >> 6) & 63] : '=';
-        out [o++] = i + 2 < n ? tab [v & 63] : '=';
-    }
-    out [o] = 0;
-}
-
 void ah_ws_accept_for (const char *key, char out [29])
 {
     char buf [128];
     int n = snprintf (buf, sizeof buf, "%s258EAFA5-E914-47DA-95CA-C5AB0DC85B11", key);
-    uint8_t digest [20];
-    s_sha1 ((const uint8_t *) buf, n > 0 && (size_t) n < sizeof buf ? (size_t) n : 0, digest);
-    s_base64 (digest, 20, out);
+    uint8_t digest [AH_SHA1_SIZE];
+    ah_sha1 (buf, n > 0 && (size_t) n < sizeof buf ? (size_t) n : 0, digest);
+    ah_base64_encode (digest, sizeof digest, out);
 }
 
 static void s_random (uint8_t *out, size_t n)
@@ -704,7 +637,7 @@ int ah_ws_handshake (ah_ws_t *self, const ah_ws_url_t *url, const char *headers,
     uint8_t raw [16];
     s_random (raw, sizeof raw);
     char key [25];
-    s_base64 (raw, sizeof raw, key);
+    ah_base64_encode (raw, sizeof raw, key);
     bool v6 = strchr (url->host, ':') != NULL;
     ah_buf_t req = { 0 };
     ah_buf_appendf (&req, "GET %s HTTP/1.1\r\nHost: %s%s%s:%s\r\nUpgrade: websocket\r\n"

@@ -1,6 +1,7 @@
 /*  proto/ws.h: the one WebSocket client (RFC 6455), for sandboxd's tunnel
     and the CLI's terminal. Dependency-free (sandboxd links it into a
-    static binary): its own SHA-1 and base64 for the handshake.
+    static binary): its handshake's SHA-1 and base64 are proto/sha1.c
+    and proto/base64.c.
 
     The client speaks over a byte transport (ah_ws_io_t: read, write and
     close callbacks, and the fd to poll), so a TLS session can sit under

@@ -9,6 +9,8 @@
     code each sends. Then interop with a real server (python3-websockets,
     ws_peer.py, path in argv[1]) over TCP.                              */
 #include "proto/ws.h"
+#include "proto/base64.h"
+#include "proto/sha1.h"
 #include "tests/common/check.h"
 
 #include <errno.h>
@@ -154,6 +156,28 @@ static void test_accept_and_url (void)
     char acc [29];
     ah_ws_accept_for ("dGhlIHNhbXBsZSBub25jZQ==", acc);
     CHECK_STR (acc, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    //  Its parts: FIPS 180's "abc" and a two-block message; RFC 4648's
+    //  vectors (each padding).
+    uint8_t d [AH_SHA1_SIZE];
+    char hex [2 * AH_SHA1_SIZE + 1];
+    ah_sha1 ("abc", 3, d);
+    for (int i = 0; i < AH_SHA1_SIZE; i++)
+        sprintf (hex + 2 * i, "%02x", d [i]);
+    CHECK_STR (hex, "a9993e364706816aba3e25717850c26c9cd0d89d");
+    const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    ah_sha1 (two, strlen (two), d);
+    for (int i = 0; i < AH_SHA1_SIZE; i++)
+        sprintf (hex + 2 * i, "%02x", d [i]);
+    CHECK_STR (hex, "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
+    char b [AH_BASE64_LEN (6) + 1];
+    ah_base64_encode ("foobar", 6, b);
+    CHECK_STR (b, "Zm9vYmFy");
+    ah_base64_encode ("fooba", 5, b);
+    CHECK_STR (b, "Zm9vYmE=");
+    ah_base64_encode ("foob", 4, b);
+    CHECK_STR (b, "Zm9vYg==");
+    ah_base64_encode ("", 0, b);
+    CHECK_STR (b, "");
 
     ah_ws_url_t u;
     const char *err = NULL;
