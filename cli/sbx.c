@@ -584,6 +584,46 @@ static int s_fs_tree (ah_client_t *client, const char *name, const char *path, b
     return 0;
 }
 
+//  One fs operation: its options and positionals (NAME, PATH, LOCAL).
+typedef struct {
+    const char *name, *path, *local;
+    bool all, as_json, parents, recursive;
+} fs_args_t;
+
+static int s_op_ls (ah_client_t *c, const fs_args_t *a)   { return s_fs_ls (c, a->name, a->path, a->all, a->as_json); }
+static int s_op_tree (ah_client_t *c, const fs_args_t *a) { return s_fs_tree (c, a->name, a->path, a->all, a->as_json); }
+static int s_op_get (ah_client_t *c, const fs_args_t *a)  { return s_fs_get (c, a->name, a->path, a->local); }
+static int s_op_put (ah_client_t *c, const fs_args_t *a)  { return s_fs_put (c, a->name, a->path, a->local); }
+
+//  mkdir and rm: one call each, nothing printed but a failure.
+static int s_op_change (ah_client_t *c, const fs_args_t *a, bool mk)
+{
+    char *url = s_files_path (a->name, mk ? "mkdir" : "file", a->path,
+                              mk ? (a->parents ? "&parents=1" : "") : (a->recursive ? "&recursive=1" : ""));
+    json_t *reply = url ? s_call (mk ? "fs mkdir" : "fs rm", c, mk ? "POST" : "DELETE", url, NULL, 0) : NULL;
+    int status = reply ? 0 : 1;
+    json_decref (reply);
+    free (url);
+    return status;
+}
+static int s_op_mkdir (ah_client_t *c, const fs_args_t *a) { return s_op_change (c, a, true); }
+static int s_op_rm (ah_client_t *c, const fs_args_t *a)    { return s_op_change (c, a, false); }
+
+//  The operations, dispatched from here alone: how many positionals
+//  each takes (the operation's name included).
+static const struct {
+    const char *op;
+    int need, most;
+    int (*run) (ah_client_t *c, const fs_args_t *a);
+} s_fs_ops [] = {
+    { "ls", 2, 3, s_op_ls },
+    { "tree", 2, 3, s_op_tree },
+    { "get", 3, 4, s_op_get },
+    { "put", 3, 4, s_op_put },
+    { "mkdir", 3, 3, s_op_mkdir },
+    { "rm", 3, 3, s_op_rm },
+};
+
 int ah_cli_fs (int argc, char **argv, const char *config)
 {
     const char *pos [4] = { 0 };
@@ -629,11 +669,11 @@ int ah_cli_fs (int argc, char **argv, const char *config)
         }
     }
     const char *op = pos [0];
-    bool known = op && (!strcmp (op, "ls") || !strcmp (op, "get") || !strcmp (op, "put")
-                     || !strcmp (op, "mkdir") || !strcmp (op, "rm") || !strcmp (op, "tree"));
-    int need = op && (!strcmp (op, "ls") || !strcmp (op, "tree")) ? 2 : 3;
-    int most = op && (!strcmp (op, "get") || !strcmp (op, "put")) ? 4 : 3;
-    if (!known || npos < need || npos > most) {
+    size_t k = 0, nops = sizeof s_fs_ops / sizeof s_fs_ops [0];
+    while (op && k < nops && strcmp (op, s_fs_ops [k].op))
+        k++;
+    bool known = op && k < nops;
+    if (!known || npos < s_fs_ops [k].need || npos > s_fs_ops [k].most) {
         fprintf (stderr, "agenthold fs: %s\n", !op ? "no operation (ls, get, put, tree, mkdir, rm)"
                  : !known ? "unknown operation (ls, get, put, tree, mkdir, rm)" : "wrong number of arguments");
         s_fs_usage (stderr);
@@ -642,26 +682,9 @@ int ah_cli_fs (int argc, char **argv, const char *config)
     ah_client_t *client = s_client ("fs", config);
     if (!client)
         return 1;
-    const char *name = pos [1], *path = pos [2] ? pos [2] : ".";
-    int status;
-    if (!strcmp (op, "ls"))
-        status = s_fs_ls (client, name, path, all, as_json);
-    else if (!strcmp (op, "tree"))
-        status = s_fs_tree (client, name, path, all, as_json);
-    else if (!strcmp (op, "get"))
-        status = s_fs_get (client, name, path, pos [3]);
-    else if (!strcmp (op, "put"))
-        status = s_fs_put (client, name, path, pos [3]);
-    else {
-        bool mk = !strcmp (op, "mkdir");
-        char *url = s_files_path (name, mk ? "mkdir" : "file", path,
-                                  mk ? (parents ? "&parents=1" : "") : (recursive ? "&recursive=1" : ""));
-        json_t *reply = s_call (!strcmp (op, "mkdir") ? "fs mkdir" : "fs rm", client,
-                                !strcmp (op, "mkdir") ? "POST" : "DELETE", url, NULL, 0);
-        status = reply ? 0 : 1;
-        json_decref (reply);
-        free (url);
-    }
+    fs_args_t args = { .name = pos [1], .path = pos [2] ? pos [2] : ".", .local = pos [3], .all = all,
+                       .as_json = as_json, .parents = parents, .recursive = recursive };
+    int status = s_fs_ops [k].run (client, &args);
     ah_client_destroy (&client);
     return status;
 }
