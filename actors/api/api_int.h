@@ -367,6 +367,10 @@ const char *api_show (const char *s, size_t n, char *out, size_t size);
 //  malformed target or query, 404, 405 with *allowed) and why; nothing is
 //  answered here. Fills r->route, r->params and the query.
 int  api_route (req_t *r, char *why, size_t why_size, unsigned *allowed);
+//  A path in the home as the client gave it (common/homepath.h), copied
+//  into clean: a directory's (dir) without one trailing '/', "." taken
+//  for the home when home. 0, or -1 answered 400 naming it.
+int  api_home_path (req_t *r, const char *path, bool dir, bool home, char clean [AH_HOMEPATH_MAX + 1]);
 //  Query values (decoded once); NULL when absent.
 const char *api_query (req_t *r, const char *key);
 //  Typed query values: 0 (absent: *out untouched), or -1 answered 400.

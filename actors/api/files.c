@@ -321,18 +321,9 @@ static void s_op (req_t *r, op_t op, const char *path)
         return;
     }
     //  A directory may be named with one trailing '/'; a file may not.
-    size_t n = strlen (path);
-    if (op == F_LIST || op == F_MKDIR)
-        n = ah_homepath_trim (path, n);
-    const char *why;
-    if (ah_homepath_check (path, n, op == F_LIST ? AH_HOMEPATH_HOME : 0, &why)) {
-        char shown [80];
-        api_respond_error (r, 400, "path '%s' %s", api_show (path, strlen (path), shown, sizeof shown), why);
-        return;
-    }
     char clean [AH_HOMEPATH_MAX + 1];
-    memcpy (clean, path, n);
-    clean [n] = 0;
+    if (api_home_path (r, path, op == F_LIST || op == F_MKDIR, op == F_LIST, clean))
+        return;
     bool recursive = false, parents = false;
     int64_t mode = -1;
     const char *mode_text = api_query (r, "mode");

@@ -444,17 +444,9 @@ static void s_tree (req_t *r)
     const char *given = api_query (r, "path");
     if (!given)
         given = ".";
-    //  A directory may be named with one trailing '/'.
-    size_t n = ah_homepath_trim (given, strlen (given));
-    const char *bad;
-    if (ah_homepath_check (given, n, AH_HOMEPATH_HOME, &bad)) {
-        char shown [80];
-        api_respond_error (r, 400, "path '%s' %s", api_show (given, strlen (given), shown, sizeof shown), bad);
-        return;
-    }
     char clean [AH_HOMEPATH_MAX + 1];
-    memcpy (clean, given, n);
-    clean [n] = 0;
+    if (api_home_path (r, given, true, true, clean))
+        return;
     bool all;
     if (s_all (r, &all))
         return;

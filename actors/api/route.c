@@ -462,3 +462,19 @@ int api_query_int (req_t *r, const char *key, int64_t min, int64_t max, int64_t 
     *out = n;
     return 0;
 }
+
+int api_home_path (req_t *r, const char *path, bool dir, bool home, char clean [AH_HOMEPATH_MAX + 1])
+{
+    size_t n = strlen (path);
+    if (dir)
+        n = ah_homepath_trim (path, n);
+    const char *why;
+    if (ah_homepath_check (path, n, home ? AH_HOMEPATH_HOME : 0, &why)) {
+        char shown [80];
+        api_respond_error (r, 400, "path '%s' %s", api_show (path, strlen (path), shown, sizeof shown), why);
+        return -1;
+    }
+    memcpy (clean, path, n);
+    clean [n] = 0;
+    return 0;
+}
