@@ -38,6 +38,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #define BATCH           64      //  messages taken from one socket per round
@@ -94,6 +95,7 @@ struct ah_actor_t {
     s_timer_t **timers;
     size_t ntimers, timers_cap;
     int next_timer;
+    struct workers_t *workers;  //  ah_actor_job's, made at the first job
     bool stopped;
     char *fail;
 };
@@ -430,6 +432,168 @@ static void s_on_reap (ah_lwsloop_timer_t *lt, void *arg)
 
 static void s_timers_end (ah_actor_t *self);
 static void s_readers_end (ah_actor_t *self);
+static int s_reader_add (ah_actor_t *self, zsock_t *sock, ah_actor_sock_fn *fn,
+                         void (*own) (ah_actor_t *));
+
+//  --------------------------------------------------------------------
+//  Workers (actor.h: DESIGN, ah_actor_job)
+
+typedef struct job_t {
+    struct job_t *next;
+    ah_actor_work_fn *work;
+    ah_actor_done_fn *done;
+    void *arg;
+    bool ran;
+} job_t;
+
+typedef struct workers_t {
+    pthread_mutex_t lock;       //  guards what follows, up to results
+    pthread_cond_t cond;        //  a job queued, or stopping
+    job_t *queued, *queued_tail;
+    job_t *finished, *finished_tail;
+    size_t idle;
+    bool stopping;
+    pthread_t threads [AH_ACTOR_WORKERS];
+    size_t nthreads;            //  the actor's thread only
+    zsock_t *results;           //  PULL, the actor's thread: a frame per finished job
+    char endpoint [64];
+} workers_t;
+
+static void s_append (job_t **head, job_t **tail, job_t *job)
+{
+    job->next = NULL;
+    if (*tail)
+        (*tail)->next = job;
+    else
+        *head = job;
+    *tail = job;
+}
+
+static void *s_worker (void *arg)
+{
+    workers_t *w = arg;
+    pthread_setname_np (pthread_self (), "ah-worker");
+    zsock_t *wake = zsock_new_push (w->endpoint);      //  this thread's only
+    pthread_mutex_lock (&w->lock);
+    while (true) {
+        w->idle++;
+        while (!w->queued && !w->stopping)
+            pthread_cond_wait (&w->cond, &w->lock);
+        w->idle--;
+        if (w->stopping)
+            break;
+        job_t *job = w->queued;
+        w->queued = job->next;
+        if (!w->queued)
+            w->queued_tail = NULL;
+        pthread_mutex_unlock (&w->lock);
+        job->work (job->arg);
+        job->ran = true;
+        pthread_mutex_lock (&w->lock);
+        s_append (&w->finished, &w->finished_tail, job);
+        pthread_mutex_unlock (&w->lock);
+        if (wake)
+            zstr_send (wake, "");       //  lost only if the actor ends: it then takes the list itself
+        pthread_mutex_lock (&w->lock);
+    }
+    pthread_mutex_unlock (&w->lock);
+    zsock_destroy (&wake);
+    return NULL;
+}
+
+//  Done for each finished job (all: to the end of the list as it is now).
+static void s_jobs_finished (ah_actor_t *self)
+{
+    workers_t *w = self->workers;
+    pthread_mutex_lock (&w->lock);
+    job_t *job = w->finished;
+    w->finished = w->finished_tail = NULL;
+    pthread_mutex_unlock (&w->lock);
+    while (job) {
+        job_t *next = job->next;
+        job->done (self->state, job->arg, job->ran);
+        free (job);
+        job = next;
+    }
+}
+
+static void s_on_results (ah_actor_t *self)
+{
+    zframe_t *frame = zframe_recv (self->workers->results);
+    zframe_destroy (&frame);
+    s_jobs_finished (self);
+}
+
+int ah_actor_job (ah_actor_t *self, ah_actor_work_fn *work, ah_actor_done_fn *done, void *arg)
+{
+    if (!work || !done || self->stopped)
+        return -1;
+    workers_t *w = self->workers;
+    if (!w) {
+        w = calloc (1, sizeof *w);
+        if (!w)
+            return -1;
+        //  A closed socket's inproc name is freed asynchronously: never reused.
+        static atomic_uint s_seq;
+        snprintf (w->endpoint, sizeof w->endpoint, "inproc://ah-jobs-%u", atomic_fetch_add (&s_seq, 1));
+        w->results = zsock_new_pull (w->endpoint);      //  binds ('@' is the default)
+        if (!w->results || s_reader_add (self, w->results, NULL, s_on_results)) {
+            zsock_destroy (&w->results);
+            free (w);
+            return -1;
+        }
+        pthread_mutex_init (&w->lock, NULL);
+        pthread_cond_init (&w->cond, NULL);
+        self->workers = w;
+    }
+    job_t *job = calloc (1, sizeof *job);
+    if (!job)
+        return -1;
+    *job = (job_t) { .work = work, .done = done, .arg = arg };
+    pthread_mutex_lock (&w->lock);
+    bool more = w->idle == 0 && w->nthreads < AH_ACTOR_WORKERS;
+    if (more && pthread_create (&w->threads [w->nthreads], NULL, s_worker, w) == 0)
+        w->nthreads++;
+    if (w->nthreads == 0) {
+        pthread_mutex_unlock (&w->lock);
+        free (job);
+        return -1;
+    }
+    s_append (&w->queued, &w->queued_tail, job);
+    pthread_cond_signal (&w->cond);
+    pthread_mutex_unlock (&w->lock);
+    return 0;
+}
+
+//  The actor ends: the workers finish their jobs and are joined; done
+//  runs for those, then (ran = false) for the ones never taken.
+static void s_jobs_end (ah_actor_t *self)
+{
+    workers_t *w = self->workers;
+    if (!w)
+        return;
+    pthread_mutex_lock (&w->lock);
+    w->stopping = true;
+    pthread_cond_broadcast (&w->cond);
+    pthread_mutex_unlock (&w->lock);
+    for (size_t i = 0; i < w->nthreads; i++)
+        pthread_join (w->threads [i], NULL);
+    s_jobs_finished (self);
+    job_t *job = w->queued;
+    w->queued = w->queued_tail = NULL;
+    while (job) {
+        job_t *next = job->next;
+        job->done (self->state, job->arg, false);
+        free (job);
+        job = next;
+    }
+    ah_actor_reader_end (self, w->results);
+    zsock_destroy (&w->results);
+    pthread_mutex_destroy (&w->lock);
+    pthread_cond_destroy (&w->cond);
+    free (w);
+    self->workers = NULL;
+}
 
 void ah_actor_stop (ah_actor_t *self)
 {
@@ -686,11 +850,13 @@ static int s_begin (ah_actor_t *self, void *args, char **why)
     //  sees, so a start that failed must never have held the name.
     if (self->state && def->on_bus && !(self->bus = ah_bus_connect (def->name))) {
         ah_actor_fail (self, "cannot connect to the bus at %s", AH_BUS_ENDPOINT);
+        s_jobs_end (self);
         s_timers_end (self);
         def->destroy (self->state);
         self->state = NULL;
     }
     if (!self->state) {
+        s_jobs_end (self);          //  jobs an init that failed made: done with a NULL self
         *why = self->fail;
         self->fail = NULL;
         for (size_t i = 0; i < self->nreaders; i++)
@@ -719,7 +885,7 @@ static int s_begin (ah_actor_t *self, void *args, char **why)
     bool ok = s_reader_add (self, self->pipe, NULL, s_on_pipe) == 0
            && (!self->bus || s_reader_add (self, self->bus, NULL, s_on_bus) == 0);
     for (size_t i = 0; i < nearly; i++) {
-        ok = ok && s_reader_add (self, early [i]->sock, early [i]->fn, NULL) == 0;
+        ok = ok && s_reader_add (self, early [i]->sock, early [i]->fn, early [i]->own) == 0;
         free (early [i]);
     }
     if (!ok) {
@@ -732,6 +898,7 @@ static int s_begin (ah_actor_t *self, void *args, char **why)
 //  What is left once the loop no longer serves the actor.
 static void s_end (ah_actor_t *self)
 {
+    s_jobs_end (self);              //  done still sees the actor's state
     s_timers_end (self);
     s_readers_end (self);
     s_inbox_end (self);

@@ -30,9 +30,26 @@
     table, pipe, bus name) run in another actor's thread and loop; what
     the two send each other is handed over in that thread (actor.c).
 
+    Workers (ah_actor_job). What can wait on another process or on disk
+    (a call to hostd, a file read, a SQLite write) does not run in an
+    actor's loop, above all not in one that serves sockets: the actor
+    hands it to a worker as a job, a function and its argument, and
+    gets the job back in its own thread, where the job's done function
+    runs (a turn of the loop, the skeleton's or the lwsloop, as a
+    reader does). The workers are the actor's own, at most
+    AH_ACTOR_WORKERS threads started as jobs wait, taking jobs in order
+    from one locked queue; a finished job goes to a locked list and a
+    wake-up frame on an inproc PUSH tells the actor's PULL reader. The
+    argument is the job's: the worker only reads and writes it between
+    the actor's hand-off and done, and nothing else of the actor's. At
+    the actor's end (before its destroy) the workers finish what they
+    are doing and are joined, and each job still queued gets its done
+    with ran = false, so done always runs once and frees the argument.
+
     Threads: everything here is called from the actor's own thread only
     (a guest's: its host's), except ah_actor_new and ah_actor_new_guest
-    (the starter's thread, before the actor runs).                     */
+    (the starter's thread, before the actor runs) and a job's work
+    function (a worker thread).                                        */
 #ifndef AH_ACTOR_H
 #define AH_ACTOR_H
 
@@ -135,6 +152,17 @@ int  ah_actor_timer (ah_actor_t *self, int64_t delay_ms, int64_t repeat_ms,
                      ah_actor_timer_fn *fn, void *arg);
 //  Safe on an id that fired (once) or ended already, and on 0.
 void ah_actor_timer_end (ah_actor_t *self, int id);
+
+//  Workers (see DESIGN). work (arg) runs in a worker thread; then done
+//  (self's state, arg, ran) in the actor's thread: ran is false when
+//  the actor ended before a worker took the job (work did not run).
+//  done runs exactly once per job accepted, in the order the jobs
+//  finished; arg is the job's until then. 0, or -1 (out of memory, no
+//  thread: nothing runs, arg is still the caller's).
+#define AH_ACTOR_WORKERS 4
+typedef void (ah_actor_work_fn) (void *arg);
+typedef void (ah_actor_done_fn) (void *self, void *arg, bool ran);
+int  ah_actor_job (ah_actor_t *self, ah_actor_work_fn *work, ah_actor_done_fn *done, void *arg);
 
 //  Turns (lws mode). A turn is one callback of the thread's loop: each
 //  timer and reader is one, and an actor's lws protocol callback opens

@@ -18,6 +18,7 @@ typedef struct {
     zsock_t *pull;
     int pulled;
     bool termed;
+    int jobs, jobs_done, jobs_right;    //  JOBS: asked, came back, in the right threads
     char asker [64];                //  RELAY: who asked, and their req
     int64_t asker_req;
     pthread_t thread;
@@ -96,6 +97,57 @@ static void s_on_reply (void *arg, ah_msg_t *msg)
     self->asker [0] = 0;
 }
 
+//  JOBS {n, ms}: n jobs that each sleep ms in a worker; the REPLY
+//  once all came back, saying how many ran in a worker and came back in
+//  the actor's thread.
+typedef struct {
+    self_t *self;
+    int ms;
+    pthread_t ran_in;
+} job_arg_t;
+
+static void s_job_work (void *arg)
+{
+    job_arg_t *j = arg;
+    j->ran_in = pthread_self ();
+    zclock_sleep (j->ms);
+}
+
+static void s_job_done (void *arg, void *job, bool ran)
+{
+    self_t *self = arg;
+    job_arg_t *j = job;
+    self->jobs_done++;
+    if (ran && !pthread_equal (j->ran_in, self->thread) && pthread_equal (pthread_self (), self->thread))
+        self->jobs_right++;
+    free (j);
+    if (self->jobs_done == self->jobs && self->asker [0]) {
+        ah_msg_t *m = ah_msg_new ("REPLY");
+        ah_msg_set_int (m, "req", self->asker_req);
+        ah_msg_set_bool (m, "ok", true);
+        ah_msg_set_int (m, "done", self->jobs_done);
+        ah_msg_set_int (m, "right", self->jobs_right);
+        ah_actor_send (self->actor, self->asker, &m);
+        self->asker [0] = 0;
+    }
+}
+
+static void s_on_jobs (void *arg, ah_msg_t *msg)
+{
+    self_t *self = arg;
+    snprintf (self->asker, sizeof self->asker, "%s", ah_msg_peer (msg));
+    self->asker_req = ah_msg_int (msg, "req", 0);
+    self->jobs = self->jobs_done = self->jobs_right = 0;
+    int n = (int) ah_msg_int (msg, "n", 0);
+    for (int i = 0; i < n; i++) {
+        job_arg_t *j = calloc (1, sizeof *j);
+        j->self = self;
+        j->ms = (int) ah_msg_int (msg, "ms", 0);
+        CHECK (ah_actor_job (self->actor, s_job_work, s_job_done, j) == 0);
+        self->jobs++;
+    }
+}
+
 static void s_on_pull (void *arg, zsock_t *sock)
 {
     self_t *self = arg;
@@ -152,6 +204,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "ECHO", s_on_echo },
     { "RELAY", s_on_relay },
     { "REPLY", s_on_reply },
+    { "JOBS", s_on_jobs },
     { NULL, NULL }
 };
 static const ah_actor_command_t s_commands [] = {
@@ -214,9 +267,38 @@ static void s_run (bool lws)
     CHECK (reply && ah_msg_int (reply, "pulled", 0) == 2);
     CHECK_STR (reply ? ah_msg_str (reply, "echo") : NULL, "hi");
     ah_msg_destroy (&reply);
-    zsock_destroy (&client);
 
     actor_probe_refusals ("tester");
+
+    //  Jobs: 8 of 100 ms each run in workers (4 at once: about 200 ms),
+    //  the actor answering meanwhile, and come back in its thread.
+    {
+        zsock_set_rcvtimeo (client, 5000);
+        ah_msg_t *m = ah_msg_new ("JOBS");
+        ah_msg_set_int (m, "req", 31);
+        ah_msg_set_int (m, "n", 8);
+        ah_msg_set_int (m, "ms", 100);
+        int64_t t1 = zclock_mono ();
+        ah_msg_send (&m, client, "tester");
+        m = ah_msg_new ("ECHO");
+        ah_msg_set_int (m, "req", 32);
+        ah_msg_send (&m, client, "tester");
+        reply = ah_msg_recv (client, true, NULL);
+        CHECK (reply && ah_msg_int (reply, "req", 0) == 32);    //  served while the jobs run
+        CHECK (zclock_mono () - t1 < 100);
+        ah_msg_destroy (&reply);
+        reply = ah_msg_recv (client, true, NULL);
+        CHECK (reply && ah_msg_int (reply, "req", 0) == 31);
+        CHECK (reply && ah_msg_int (reply, "done", 0) == 8 && ah_msg_int (reply, "right", 0) == 8);
+        CHECK (zclock_mono () - t1 < 750);                      //  in parallel, not 800 ms
+        ah_msg_destroy (&reply);
+        //  Jobs still queued when the actor ends: done (ran false) frees them.
+        m = ah_msg_new ("JOBS");
+        ah_msg_set_int (m, "n", 12);
+        ah_msg_set_int (m, "ms", 50);
+        ah_msg_send (&m, client, "tester");
+    }
+    zsock_destroy (&client);
 
     //  A pipe command, answered on the pipe
     zstr_send (actor, "COUNT");
