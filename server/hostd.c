@@ -52,6 +52,19 @@
 
 typedef struct hostd_s hostd_t;
 
+//  TEST ONLY: AH_TEST_HOSTD_HOME_DELAY_MS=N makes each HOSTD_HOME
+//  answer wait N ms (0..10000) before the home is read, as a slow host
+//  would (tests/remote/netthread_e2e.py: the server's network thread
+//  must not wait with it). Not a setting: nothing else reads it.
+static void s_test_delay (void)
+{
+    const char *v = getenv ("AH_TEST_HOSTD_HOME_DELAY_MS");
+    char *end = NULL;
+    long ms = v && *v ? strtol (v, &end, 10) : 0;
+    if (end && !*end && ms > 0 && ms <= 10000)
+        zclock_sleep ((int) ms);
+}
+
 typedef struct {
     hostd_t      *hostd;
     char          peer [AH_MSG_MAX_TYPE + 1];
@@ -248,8 +261,10 @@ s_worker (void *arg)
         rc = 0;
     }
     else
-    if (streq (type, "HOSTD_HOME"))
+    if (streq (type, "HOSTD_HOME")) {
+        s_test_delay ();
         rc = ah_hostd_home (self->config, m, reply, &err);
+    }
     else
     if (streq (type, "DRIVER_WATCH")) {
         rc = d->watch (d, s_on_change, c, &c->stop, &err);

@@ -8,17 +8,24 @@
     with the kernel confining every path beneath it. With the remote
     driver the host agent reads it (HOSTD_HOME, server/hostd_home.h): the
     server runs as its own user and may be on another machine, hostd is
-    root beside the home; each call is synchronous, bounded by
-    HOSTD_TIMEOUT_MS of silence (docs/architecture.md). A claim on a
+    root beside the home; each call is bounded by HOSTD_TIMEOUT_MS of
+    silence (docs/architecture.md). A claim on a
     Kubernetes cluster is read while the agent sleeps by its reader
     (reader.c). A home without a directory (a volume made by an earlier
     install) is read through the running sandbox only: the files routes
     then answer 409 and say why, and the tree of a running agent is
     walked by its sandboxd (tree.c, the fs.tree channel).
 
-    Runs on the API's thread, like the rest of the API: a listing is a few
-    thousand stat calls, a file streams in API_CHUNK reads as the
-    connection takes them.                                              */
+    DESIGN. The API's thread serves every connection and the tunnel: it
+    never waits on the disk or on hostd for a home. It resolves the
+    agent, opens the home directory (one open(2), O_PATH) and hands the
+    rest to a worker of the API actor (ah_actor_job, common/actor.h) as a
+    job_t hung on the request (r->ext): a listing or a tree whole, a file
+    a piece (HOSTD_READ bytes) at a time, the next piece read while the
+    last goes out. The job's done answers in the API's thread (the
+    listing, the response head, or api_want_write for the piece). The
+    job is the worker's from the hand-off to done; a request that goes
+    away meanwhile leaves it to done to free (job_t.r NULL).           */
 #include "actors/api/api_int.h"
 #include "common/homefs.h"
 #include "common/str.h"
@@ -32,11 +39,6 @@
 #define HOSTD_TIMEOUT_MS    3000        //  hostd's silence that ends a read (it beats each second)
 #define HOSTD_READ          (256u << 10)    //  bytes asked of hostd at once
 
-typedef struct {
-    int fd;
-    uint64_t total, sent;
-    uint8_t buf [API_CHUNK];
-} home_file_t;
 
 //  The home of r's agent opened, or -errno (-ENOENT: no directory the
 //  server reads it from); nothing answered. *dir_p (when asked) gets the
@@ -117,270 +119,349 @@ static int s_all (req_t *r, bool *all)
     return api_query_bool (r, "all", all);
 }
 
-//  --------------------------------------------------------------------
-//  A file, streamed from the home
-
-static void s_file_free (req_t *r)
-{
-    home_file_t *f = r->ext;
-    if (f && f->fd >= 0)
-        close (f->fd);
-    free (f);
-}
-
-static int s_file_produce (req_t *r)
-{
-    home_file_t *f = r->ext;
-    if (f->sent == f->total)
-        return 0;
-    size_t want = f->total - f->sent < API_CHUNK ? (size_t) (f->total - f->sent) : API_CHUNK;
-    ssize_t n = read (f->fd, f->buf, want);
-    if (n <= 0) {
-        ah_warn (AREA, "%s: the file %s while being read", r->path,
-                 n == 0 ? "shrank" : strerror (errno));
-        return -1;                  //  the length cannot match: close
-    }
-    if (api_out (r, f->buf, (size_t) n))
-        return -1;
-    f->sent += (uint64_t) n;
-    return f->sent == f->total ? 0 : 1;
-}
-
-static const ext_ops_t s_file_ops = { .free = s_file_free, .produce = s_file_produce };
-
-static void s_read (req_t *r, int home, const char *path)
-{
-    struct stat st;
-    const char *why = NULL;
-    int fd = ah_homefs_open_file (home, path, &st, &why);
-    if (fd < 0) {
-        s_refuse (r, fd, "fs.read", path, why);
-        return;
-    }
-    home_file_t *f = malloc (sizeof *f);
-    if (!f) {
-        close (fd);
-        api_respond_error (r, 503, "out of memory");
-        return;
-    }
-    f->fd = fd;
-    f->total = (uint64_t) st.st_size;
-    f->sent = 0;
-    r->ext = f;
-    r->ext_ops = &s_file_ops;
-    api_record (r, true, NULL);
-    api_respond_stream (r, 200, "application/octet-stream", (int64_t) f->total);
-    api_want_write (r);
-}
-
-static void s_list (req_t *r, int home, const char *path)
-{
-    bool all;
-    if (s_all (r, &all))
-        return;
-    int error = 0;
-    const char *why = NULL;
-    json_t *list = ah_homefs_list (home, path, all, &error, &why);
-    if (!list) {
-        s_refuse (r, error, "fs.list", path, why);
-        return;
-    }
-    api_record (r, true, NULL);
-    json_object_set_new (list, "path", api_json_text (path));
-    api_respond (r, 200, list);
-}
-
-//  --------------------------------------------------------------------
-//  Through the host agent (the remote driver): hostd reads the home
-
+//  Through the host agent (the remote driver): hostd reads the home.
 static bool s_by_hostd (req_t *r)
 {
     const ah_config_t *c = r->api->config;
     return c->driver && streq (c->driver, "remote");
 }
 
-//  One HOSTD_HOME call (req taken over) for r's agent: the reply, or NULL
-//  with *err (the caller frees).
-static ah_msg_t *s_hostd_call (req_t *r, ah_msg_t *req, const char *op, const char *path, char **err)
-{
-    ah_msg_set_str (req, "agent_id", r->agent_id);
-    ah_msg_set_str (req, "op", op);
-    ah_msg_set_str (req, "path", path);
-    ah_msg_t *reply = NULL;
-    *err = NULL;
-    if (!r->api->driver)
-        *err = strdup ("this server has no link to its host agent");
-    else
-    if (ah_remote_home (r->api->driver, &req, HOSTD_TIMEOUT_MS, &reply, err) == 0)
-        return reply;
-    ah_msg_destroy (&req);
-    return NULL;
-}
+//  --------------------------------------------------------------------
+//  The work, in a worker (ah_actor_job): the API's thread never waits on
+//  the disk or on hostd for a home (see DESIGN above)
 
-//  The same, a failure answered (503).
-static ah_msg_t *s_hostd (req_t *r, ah_msg_t *req, const char *op, const char *path)
-{
-    char *err;
-    ah_msg_t *reply = s_hostd_call (r, req, op, path, &err);
-    if (!reply)
-        api_respond_error (r, 503, "the home of agent '%s' is read by its host agent, which cannot "
-                           "read it now: %s", r->name, err ? err : "no answer");
-    free (err);
-    return reply;
-}
-
-//  A refused path in reply: answered (1); else 0.
-static int s_hostd_refused (req_t *r, const ah_msg_t *reply, const char *what, const char *path)
-{
-    int64_t error = ah_msg_int (reply, "errno", 0);
-    if (!error)
-        return 0;
-    const char *why = ah_msg_str (reply, "why");
-    s_refuse (r, error > 0 && error < 4096 ? (int) -error : -EIO, what, path, why ? why : "refused");
-    return 1;
-}
-
-//  A listing or a tree hostd answered: the JSON object, or NULL (answered).
-static json_t *s_hostd_json (req_t *r, ah_msg_t *req, const char *op, const char *what,
-                             const char *path)
-{
-    ah_msg_t *reply = s_hostd (r, req, op, path);
-    if (!reply)
-        return NULL;
-    json_t *json = NULL;
-    if (!s_hostd_refused (r, reply, what, path)) {
-        const char *text = ah_msg_str (reply, "json");
-        json = text ? json_loads (text, 0, NULL) : NULL;
-        if (!json_is_object (json)) {
-            json_decref (json);
-            json = NULL;
-            api_respond_error (r, 502, "the host agent answered %s of agent '%s' with no JSON object",
-                               what, r->name);
-        }
-    }
-    ah_msg_destroy (&reply);
-    return json;
-}
-
-static void s_hostd_list (req_t *r, const char *path)
-{
-    bool all;
-    if (s_all (r, &all))
-        return;
-    ah_msg_t *req = ah_msg_new ("HOSTD_HOME");
-    ah_msg_set_bool (req, "all", all);
-    json_t *list = s_hostd_json (r, req, "list", "fs.list", path);
-    if (!list)
-        return;
-    api_record (r, true, NULL);
-    json_object_set_new (list, "path", api_json_text (path));
-    api_respond (r, 200, list);
-}
+typedef enum { OP_LIST, OP_TREE, OP_READ } op_t;
 
 typedef struct {
+    //  The API thread's only
+    req_t *r;                       //  the request it answers; NULL once that went away
+    bool busy;                      //  a worker has it: the worker's until done
+    bool broken;                    //  a later piece failed: close the connection
+    size_t at;                      //  bytes of the piece given to the connection
+    uint64_t sent;
+    //  Set before each hand-off, read by the worker
+    const ah_config_t *config;      //  borrowed (the server's, read-only)
+    ah_driver_t *driver;            //  borrowed, thread-safe (drivers/remote.h)
+    bool by_hostd;
+    op_t op;
+    bool all;
+    int max_depth, max_entries;
+    char agent_id [AH_AGENT_ID_LEN + 1];
     char path [4096];
-    uint64_t total, sent;           //  the file's size; bytes given to the connection
-    size_t len, at;                 //  bytes in buf; of which given
-    uint8_t buf [HOSTD_READ];
-} hostd_file_t;
+    int home, fd;                   //  local: the home, the file (-1: not open)
+    bool first;                     //  a read's first piece: the file is opened (or asked of hostd)
+    //  What the worker found (a read's piece: data, len; hostd's reply
+    //  holds its bytes)
+    uint64_t total;                 //  the file's size
+    json_t *json;
+    int error;                      //  -errno of a refused path
+    const char *why;                //  static (homefs) or hostd's, in reply
+    char *err;                      //  a failure of the read itself, not of the path
+    ah_msg_t *reply;                //  hostd's
+    const uint8_t *data;
+    size_t len;
+    uint8_t *buf;                   //  local reads' piece
+} job_t;
 
-//  The next bytes from hostd into f->buf (first: from the start, and the
-//  file's size into f->total). 0, or -1: answered when first, else logged
-//  (the response has begun: the connection must close).
-static int s_hostd_fetch (req_t *r, hostd_file_t *f, bool first)
+static void s_job_clear (job_t *j)
+{
+    json_decref (j->json);
+    j->json = NULL;
+    ah_msg_destroy (&j->reply);
+    free (j->err);
+    j->err = NULL;
+    j->error = 0;
+    j->why = NULL;
+    j->data = NULL;
+    j->len = 0;
+}
+
+static void s_job_free (job_t *j)
+{
+    s_job_clear (j);
+    if (j->fd >= 0)
+        close (j->fd);
+    if (j->home >= 0)
+        close (j->home);
+    free (j->buf);
+    free (j);
+}
+
+//  One HOSTD_HOME call for j.
+static void s_work_hostd (job_t *j)
 {
     ah_msg_t *req = ah_msg_new ("HOSTD_HOME");
-    ah_msg_set_int (req, "offset", (int64_t) f->sent);
-    ah_msg_set_int (req, "length", HOSTD_READ);
-    char *err = NULL;
-    ah_msg_t *reply = first ? s_hostd (r, req, "read", f->path)
-                            : s_hostd_call (r, req, "read", f->path, &err);
-    if (!reply && !first) {
-        ah_warn (AREA, "%s: the host agent stopped reading %s: %s", r->path, f->path, err ? err : "?");
-        free (err);
-        return -1;
+    if (!req) {
+        j->err = strdup ("out of memory");
+        return;
     }
-    if (!reply || (first && s_hostd_refused (r, reply, "fs.read", f->path))) {
-        ah_msg_destroy (&reply);
-        return -1;
+    ah_msg_set_str (req, "agent_id", j->agent_id);
+    ah_msg_set_str (req, "op", j->op == OP_LIST ? "list" : j->op == OP_TREE ? "tree" : "read");
+    ah_msg_set_str (req, "path", j->path);
+    if (j->op != OP_READ)
+        ah_msg_set_bool (req, "all", j->all);
+    if (j->op == OP_TREE) {
+        ah_msg_set_int (req, "max_depth", j->max_depth);
+        ah_msg_set_int (req, "max_entries", j->max_entries);
     }
-    size_t n = 0;
-    const void *data = ah_msg_bin (reply, "data", &n);
-    int64_t size = ah_msg_int (reply, "size", -1);
-    bool ok = data && size >= 0 && (first || (uint64_t) size == f->total)
-           && n <= HOSTD_READ && (uint64_t) n <= (uint64_t) size - f->sent && (n > 0 || size == 0);
-    if (!ok) {
-        if (first)
-            api_respond_error (r, 502, "the host agent's answer to reading \"%.200s\" of agent '%s' "
-                               "does not add up", f->path, r->name);
-        else
-            ah_warn (AREA, "%s: %s changed or hostd answered %zu bytes at %llu of %lld: closing",
-                     r->path, f->path, n, (unsigned long long) f->sent, (long long) size);
-        ah_msg_destroy (&reply);
-        return -1;
+    if (j->op == OP_READ) {
+        ah_msg_set_int (req, "offset", (int64_t) j->sent);
+        ah_msg_set_int (req, "length", HOSTD_READ);
     }
-    if (first)
-        f->total = (uint64_t) size;
-    memcpy (f->buf, data, n);
-    f->len = n;
-    f->at = 0;
-    ah_msg_destroy (&reply);
+    if (!j->driver) {
+        ah_msg_destroy (&req);
+        j->err = strdup ("this server has no link to its host agent");
+    }
+    else
+    if (ah_remote_home (j->driver, &req, HOSTD_TIMEOUT_MS, &j->reply, &j->err))
+        j->reply = NULL;
+}
+
+//  The next piece of a local file (the first: opened, its size taken).
+static void s_work_read (job_t *j)
+{
+    if (j->first) {
+        struct stat st;
+        j->fd = ah_homefs_open_file (j->home, j->path, &st, &j->why);
+        if (j->fd < 0) {
+            j->error = j->fd;
+            j->fd = -1;
+            return;
+        }
+        j->total = (uint64_t) st.st_size;
+    }
+    if (!j->buf && !(j->buf = malloc (HOSTD_READ))) {
+        j->err = strdup ("out of memory");
+        return;
+    }
+    uint64_t left = j->total - j->sent;
+    size_t want = left < HOSTD_READ ? (size_t) left : HOSTD_READ;
+    size_t got = 0;
+    while (got < want) {
+        ssize_t n = read (j->fd, j->buf + got, want - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            j->err = ah_strf ("the file %s while being read", n == 0 ? "shrank" : strerror (errno));
+            return;
+        }
+        got += (size_t) n;
+    }
+    j->data = j->buf;
+    j->len = got;
+}
+
+static void s_work (void *arg)
+{
+    job_t *j = arg;
+    if (j->by_hostd)
+        s_work_hostd (j);
+    else
+    if (j->op == OP_READ)
+        s_work_read (j);
+    else
+    if (j->op == OP_LIST)
+        j->json = ah_homefs_list (j->home, j->path, j->all, &j->error, &j->why);
+    else {
+        ah_homefs_tree_opts_t opts = { .max_depth = j->max_depth, .max_entries = j->max_entries,
+                                       .all = j->all };
+        j->json = ah_homefs_tree (j->home, j->path, &opts, &j->error, &j->why);
+    }
+}
+
+//  --------------------------------------------------------------------
+//  The answers, back in the API's thread
+
+static void s_done (void *self, void *arg, bool ran);
+
+//  Hand j to a worker. 0, or -1 (nothing runs).
+static int s_job_start (job_t *j)
+{
+    s_job_clear (j);
+    j->at = 0;
+    if (ah_actor_job (j->r->api->actor, s_work, s_done, j))
+        return -1;
+    j->busy = true;
     return 0;
 }
 
-static void s_hostd_file_free (req_t *r)
+static void s_ext_free (req_t *r)
 {
-    free (r->ext);
+    job_t *j = r->ext;
+    if (!j)
+        return;
+    if (j->busy)
+        j->r = NULL;                //  done frees it
+    else
+        s_job_free (j);
 }
 
-static int s_hostd_file_produce (req_t *r)
+static int s_ext_produce (req_t *r)
 {
-    hostd_file_t *f = r->ext;
-    if (f->sent == f->total)
-        return 0;
-    if (f->at == f->len && s_hostd_fetch (r, f, false))
+    job_t *j = r->ext;
+    if (j->broken)
         return -1;                  //  the length cannot match: close
-    size_t n = f->len - f->at < API_CHUNK ? f->len - f->at : API_CHUNK;
-    if (api_out (r, f->buf + f->at, n))
+    if (j->sent == j->total)
+        return 0;
+    if (j->busy)
+        return 1;                   //  done asks for the write
+    if (j->at == j->len)
+        return s_job_start (j) ? -1 : 1;
+    size_t n = j->len - j->at < API_CHUNK ? j->len - j->at : API_CHUNK;
+    if (api_out (r, j->data + j->at, n))
         return -1;
-    f->at += n;
-    f->sent += n;
-    return f->sent == f->total ? 0 : 1;
+    j->at += n;
+    j->sent += n;
+    //  The piece is in the connection's buffer: the next one is read
+    //  while it goes out.
+    if (j->at == j->len && j->sent < j->total && s_job_start (j))
+        return -1;
+    return j->sent == j->total ? 0 : 1;
 }
 
-static const ext_ops_t s_hostd_file_ops = { .free = s_hostd_file_free, .produce = s_hostd_file_produce };
+static const ext_ops_t s_ext_ops = { .free = s_ext_free, .produce = s_ext_produce };
 
-static void s_hostd_read (req_t *r, const char *path)
-{
-    hostd_file_t *f = calloc (1, sizeof *f);
-    if (!f) {
-        api_respond_error (r, 503, "out of memory");
-        return;
-    }
-    snprintf (f->path, sizeof f->path, "%s", path);
-    if (s_hostd_fetch (r, f, true)) {
-        free (f);
-        return;
-    }
-    r->ext = f;
-    r->ext_ops = &s_hostd_file_ops;
-    api_record (r, true, NULL);
-    api_respond_stream (r, 200, "application/octet-stream", (int64_t) f->total);
-    api_want_write (r);
-}
-
-static void s_hostd_tree (req_t *r, const char *path, bool all)
+//  A job for r, hung on it (ext) and handed to a worker; home (local,
+//  taken) or -1. Answers a failure itself.
+static void s_job (req_t *r, op_t op, const char *path, bool all, int home)
 {
     const ah_config_t *c = r->api->config;
-    ah_msg_t *req = ah_msg_new ("HOSTD_HOME");
-    ah_msg_set_bool (req, "all", all);
-    ah_msg_set_int (req, "max_depth", c->tree_max_depth);
-    ah_msg_set_int (req, "max_entries", c->tree_max_entries);
-    json_t *tree = s_hostd_json (r, req, "tree", "tree", path);
-    if (!tree)
+    job_t *j = r->ext ? NULL : calloc (1, sizeof *j);
+    if (!j) {
+        if (home >= 0)
+            close (home);
+        api_respond_error (r, r->ext ? 500 : 503, "%s", r->ext ? "the request is busy" : "out of memory");
         return;
-    api_record (r, true, NULL);
-    api_respond (r, 200, tree);
+    }
+    *j = (job_t) { .r = r, .config = c, .driver = r->api->driver, .by_hostd = home < 0, .op = op,
+                   .all = all, .max_depth = (int) c->tree_max_depth,
+                   .max_entries = (int) c->tree_max_entries, .home = home, .fd = -1,
+                   .first = true };
+    snprintf (j->agent_id, sizeof j->agent_id, "%s", r->agent_id);
+    snprintf (j->path, sizeof j->path, "%s", path);
+    r->ext = j;
+    r->ext_ops = &s_ext_ops;
+    if (s_job_start (j))
+        api_respond_error (r, 503, "the server cannot read the home of agent '%s' now: no worker",
+                           r->name);
+}
+
+//  hostd's answer in j: 0, or -1 answered (first) or logged.
+static int s_hostd_answer (req_t *r, job_t *j, const char *what)
+{
+    if (!j->reply) {
+        if (j->first)
+            api_respond_error (r, 503, "the home of agent '%s' is read by its host agent, which cannot "
+                               "read it now: %s", r->name, j->err ? j->err : "no answer");
+        else
+            ah_warn (AREA, "%s: the host agent stopped reading %s: %s", r->path, j->path,
+                     j->err ? j->err : "?");
+        return -1;
+    }
+    int64_t error = ah_msg_int (j->reply, "errno", 0);
+    if (error) {
+        j->error = error > 0 && error < 4096 ? (int) -error : -EIO;
+        const char *why = ah_msg_str (j->reply, "why");
+        j->why = why ? why : "refused";
+        if (!j->first)
+            ah_warn (AREA, "%s: the host agent refused %s at %llu: %s", r->path, j->path,
+                     (unsigned long long) j->sent, j->why);
+        else
+            s_refuse (r, j->error, what, j->path, j->why);
+        return -1;
+    }
+    if (j->op != OP_READ) {
+        const char *text = ah_msg_str (j->reply, "json");
+        j->json = text ? json_loads (text, 0, NULL) : NULL;
+        if (!json_is_object (j->json)) {
+            api_respond_error (r, 502, "the host agent answered %s of agent '%s' with no JSON object",
+                               what, r->name);
+            return -1;
+        }
+        return 0;
+    }
+    size_t n = 0;
+    const void *data = ah_msg_bin (j->reply, "data", &n);
+    int64_t size = ah_msg_int (j->reply, "size", -1);
+    bool ok = data && size >= 0 && (j->first || (uint64_t) size == j->total)
+           && n <= HOSTD_READ && (uint64_t) n <= (uint64_t) size - j->sent && (n > 0 || size == 0);
+    if (!ok) {
+        if (j->first)
+            api_respond_error (r, 502, "the host agent's answer to reading \"%.200s\" of agent '%s' "
+                               "does not add up", j->path, r->name);
+        else
+            ah_warn (AREA, "%s: %s changed or hostd answered %zu bytes at %llu of %lld: closing",
+                     r->path, j->path, n, (unsigned long long) j->sent, (long long) size);
+        return -1;
+    }
+    j->total = (uint64_t) size;
+    j->data = data;
+    j->len = n;
+    return 0;
+}
+
+//  The local work's answer in j: 0, or -1 answered (first) or logged.
+static int s_local_answer (req_t *r, job_t *j, const char *what)
+{
+    if (j->error) {
+        s_refuse (r, j->error, what, j->path, j->why);
+        return -1;
+    }
+    if (j->err) {
+        if (j->first)
+            api_respond_error (r, 500, "the home of agent '%s' cannot be read on the server: %s",
+                               r->name, j->err);
+        else
+            ah_warn (AREA, "%s: %s: %s", r->path, j->path, j->err);
+        return -1;
+    }
+    return 0;
+}
+
+static void s_done (void *self, void *arg, bool ran)
+{
+    job_t *j = arg;
+    j->busy = false;
+    req_t *r = j->r;
+    if (!r) {
+        s_job_free (j);             //  its request went away meanwhile
+        return;
+    }
+    const char *what = j->op == OP_LIST ? "fs.list" : j->op == OP_TREE ? "tree" : "fs.read";
+    int rc;
+    if (!ran) {
+        j->err = strdup ("the server is stopping");
+        rc = -1;
+        if (j->first)
+            api_respond_error (r, 503, "the server is stopping");
+    }
+    else
+        rc = j->by_hostd ? s_hostd_answer (r, j, what) : s_local_answer (r, j, what);
+    if (j->home >= 0 && j->op == OP_READ) {
+        close (j->home);            //  the file is open (or refused): the home is done with
+        j->home = -1;
+    }
+    bool first = j->first;
+    j->first = false;
+    if (rc) {
+        j->broken = !first;
+        if (!first)
+            api_want_write (r);     //  produce closes the connection
+        return;
+    }
+    if (first)
+        api_record (r, true, NULL);
+    if (j->op == OP_READ) {
+        if (first)
+            api_respond_stream (r, 200, "application/octet-stream", (int64_t) j->total);
+        api_want_write (r);
+        return;
+    }
+    json_t *json = j->json;
+    j->json = NULL;
+    if (j->op == OP_LIST)
+        json_object_set_new (json, "path", api_json_text (j->path));
+    api_respond (r, 200, json);
 }
 
 int api_home_files (req_t *r, bool list, const char *path, const char *state)
@@ -388,27 +469,20 @@ int api_home_files (req_t *r, bool list, const char *path, const char *state)
     //  A home being made or removed is nobody's to read.
     if (!state || streq (state, "creating") || streq (state, "destroying"))
         return 0;
-    if (s_by_hostd (r)) {
-        r->kind = list ? "fs.list" : "fs.read";
-        snprintf (r->detail, sizeof r->detail, "%.1000s", path);
-        if (list)
-            s_hostd_list (r, path);
-        else
-            s_hostd_read (r, path);
+    bool all = false;
+    if (list && s_all (r, &all))
         return 1;
+    int home = -1;
+    if (!s_by_hostd (r)) {
+        home = s_home (r);
+        if (home == -1)
+            return 0;
+        if (home == -2)
+            return 1;
     }
-    int home = s_home (r);
-    if (home == -1)
-        return 0;
-    if (home == -2)
-        return 1;
     r->kind = list ? "fs.list" : "fs.read";
     snprintf (r->detail, sizeof r->detail, "%.1000s", path);
-    if (list)
-        s_list (r, home, path);
-    else
-        s_read (r, home, path);
-    close (home);
+    s_job (r, list ? OP_LIST : OP_READ, path, all, home);
     return 1;
 }
 
@@ -466,7 +540,7 @@ static void s_tree (req_t *r)
         else {
             r->kind = "fs.tree";
             snprintf (r->detail, sizeof r->detail, "%.1000s", clean);
-            s_hostd_tree (r, clean, all);
+            s_job (r, OP_TREE, clean, all, -1);
         }
         return;
     }
@@ -499,19 +573,7 @@ static void s_tree (req_t *r)
         return;
     r->kind = "fs.tree";
     snprintf (r->detail, sizeof r->detail, "%.1000s", clean);
-    const ah_config_t *c = r->api->config;
-    ah_homefs_tree_opts_t opts = { .max_depth = (int) c->tree_max_depth,
-                                   .max_entries = (int) c->tree_max_entries, .all = all };
-    int error = 0;
-    const char *why = NULL;
-    json_t *tree = ah_homefs_tree (home, clean, &opts, &error, &why);
-    close (home);
-    if (!tree) {
-        s_refuse (r, error, "tree", clean, why);
-        return;
-    }
-    api_record (r, true, NULL);
-    api_respond (r, 200, tree);
+    s_job (r, OP_TREE, clean, all, home);
 }
 
 const route_t api_tree_routes [] = {
