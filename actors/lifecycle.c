@@ -2,12 +2,14 @@
     docs/lifecycle.md); its parts are listed in lifecycle_int.h.
 
     DESIGN. One actor thread (common/actor.h; bus name "lifecycle") owns
-    the agents and sandboxes rows through its own store connection, and
-    a PULL socket at inproc://agenthold-lifecycle-<address> where worker
-    threads report. Every request is decided by one guarded UPDATE on
-    the sandboxes row; the driver call it implies runs in a worker thread
-    (pthread, joinable) that owns its job_t until it pushes JOB_DONE and
-    returns; the actor then joins it and frees the job.
+    the agents and sandboxes rows through its own store connection.
+    Every request is decided by one guarded UPDATE on the sandboxes row;
+    the driver call it implies is a job of the actor's workers
+    (ah_actor_job, up to LC_WORKERS at once: a slow call never holds
+    another agent's) that owns its job_t until it has its outcome; back
+    in the actor's thread the row moves on and the job is freed. At the
+    end the skeleton waits for the calls in flight; their outcomes only
+    go (the row says what a restart finishes).
 
     At most one driver call per agent is in flight (tracks: agent id ->
     track_t, owned by the actor). A request that wins its UPDATE while a
@@ -26,6 +28,7 @@
 #include <string.h>
 
 #define ACTIVITY_MAX    10000           //  agents with activity waiting for a flush
+#define LC_WORKERS      AH_ACTOR_WORKERS_MAX    //  driver calls at once
 
 const char *ah_lc_state_for_op (const char *op)
 {
@@ -314,20 +317,19 @@ static void s_free (void **item)
 
 static void s_on_term (void *self_)
 {
+    self_t *self = self_;
+    self->ending = true;
     s_flush_activity (self_);
 }
 
 static void s_destroy (void *self_)
 {
     self_t *self = self_;
-    if (self->tracks)
-        ah_lc_jobs_join (self);
     zhashx_destroy (&self->tracks);
     zhashx_destroy (&self->activity);
     zhashx_destroy (&self->briefings);
     ah_lc_readers_destroy (self);
     ah_catalog_destroy (&self->catalog);
-    zsock_destroy (&self->results);
     ah_store_close (&self->store);
     zlist_destroy (&self->subscribers);
     ah_policy_destroy (&self->policy);
@@ -367,8 +369,7 @@ static void *s_init (ah_actor_t *actor, void *args)
     self->ensure_images = a->ensure_images;
 
     char *err = NULL;
-    //  Unique per live actor: its own address (no counter shared between threads).
-    snprintf (self->endpoint, sizeof self->endpoint, "inproc://agenthold-lifecycle-%p", (void *) self);
+    ah_actor_workers (actor, LC_WORKERS);
     //  Our own copy of the catalog (immutable; the builder validated the
     //  same file): which image, env, memory and network a runtime means.
     if (a->config->catalog_path && !(self->catalog = ah_catalog_load (a->config->catalog_path, &err)))
@@ -376,10 +377,6 @@ static void *s_init (ah_actor_t *actor, void *args)
     else
     if (!(self->store = ah_store_open (a->db_path, false, &err)))
         ah_actor_fail (actor, "cannot open the database %s: %s", a->db_path, err ? err : "?");
-    else
-    if (!(self->results = zsock_new_pull (self->endpoint))
-    ||  ah_actor_reader (actor, self->results, ah_lc_on_job_done))
-        ah_actor_fail (actor, "cannot bind %s", self->endpoint);
     else
     //  Our own policy host (it belongs to this thread): limits.lua.
     if (!(self->policy = ah_policy_new (a->config->lua_dir, "limits.lua", AREA, self->store, &err)))

@@ -29,11 +29,11 @@
 #define ID_SIZE         (AH_AGENT_ID_LEN + 8)
 #define ERROR_MAX_LEN   1024
 
-//  A driver call in a worker thread. Owned by the worker until it has
-//  sent JOB_DONE, then by the actor (which joins and frees it).
+//  A driver call, a job of the actor's workers (ah_actor_job). Owned by
+//  the worker until it has put its outcome in done, then by the actor
+//  (which frees it).
 typedef struct {
     ah_driver_t *driver;
-    char endpoint [64];
     char op [16];                   //  create start stop rebuild destroy inspect
     char agent_id [ID_SIZE];
     char token [AH_TOKEN_HEX];      //  start only; wiped when freed
@@ -50,7 +50,7 @@ typedef struct {
     //  driver makes a missing home again, empty, without a word, so the
     //  worker inspects first and a home found gone is recorded lost.
     bool look_first;
-    pthread_t thread;
+    ah_msg_t *done;                 //  the outcome (JOB_DONE), the worker's last act
 } job_t;
 
 //  What the actor keeps per agent between messages, while it holds
@@ -88,8 +88,7 @@ typedef struct {
 
 typedef struct {
     ah_actor_t *actor;
-    zsock_t *results;               //  PULL: the workers' JOB_DONE
-    char endpoint [64];
+    bool ending;                    //  $TERM came: jobs that come back only go
     ah_store_t *store;
     const ah_config_t *config;
     ah_driver_t *driver;
@@ -186,11 +185,8 @@ void ah_lc_begin_start (self_t *self, const row_t *row, const char *from);
 //  Wait for sandboxd's hello (hello_timeout_ms), or stop waiting.
 void ah_lc_hello_wait (self_t *self, const char *agent_id);
 void ah_lc_hello_cancel (self_t *self, const char *agent_id);
-//  A worker's JOB_DONE on the results PULL.
-void ah_lc_on_job_done (void *self, zsock_t *results);
-//  Forget an idle track; wait for every driver call in flight.
+//  Forget an idle track.
 void ah_lc_forget (self_t *self, const char *agent_id);
-void ah_lc_jobs_join (self_t *self);
 
 //  Readers of sleeping agents' homes (lifecycle_reader.c)
 void ah_lc_on_reader_open (void *self, ah_msg_t *msg);

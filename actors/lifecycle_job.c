@@ -1,7 +1,8 @@
 /*  actors/lifecycle_job.c: the lifecycle actor's driver calls (see
-    lifecycle_int.h). Each runs in a worker thread that owns its job_t
-    until it pushes JOB_DONE to the actor's PULL; the actor then joins
-    it, frees the job and moves the row on. Also the hello deadlines:
+    lifecycle_int.h). Each is a job of the actor's workers
+    (ah_actor_job): the worker owns its job_t until it has put its
+    outcome (JOB_DONE) in it; back in the actor's thread the job is
+    freed and the row moved on. Also the hello deadlines:
     a started sandbox whose sandboxd does not say hello in time goes to
     error and is stopped.                                              */
 #include "actors/lifecycle_int.h"
@@ -12,11 +13,10 @@
 // --------------------------------------------------------------------------
 //  The worker thread
 
-static void *s_worker (void *arg)
+static void s_work (void *arg)
 {
     job_t *job = arg;
     char *err = NULL;
-    pthread_setname_np (pthread_self (), "ah-lc-job");
     int rc = -1;
     //  The runtime's env vars as "NAME=value" (the catalog outlives the job).
     const ah_runtime_t *rt = job->runtime;
@@ -132,20 +132,7 @@ static void *s_worker (void *arg)
     if (status.reason [0])
         ah_msg_set_str (done, "reason", status.reason);
     free (err);
-    //  A PUSH of our own: linger so the message is delivered even though
-    //  we close at once (the actor binds before any worker starts).
-    zsock_t *push = zsock_new (ZMQ_PUSH);
-    if (push) {
-        zsock_set_linger (push, 10000);
-        if (zsock_connect (push, "%s", job->endpoint) == 0)
-            ah_msg_send (&done, push, NULL);
-        zsock_destroy (&push);
-    }
-    if (done) {
-        ah_error (AREA, "%s: could not report the end of %s", job->agent_id, job->op);
-        ah_msg_destroy (&done);
-    }
-    return NULL;
+    job->done = done;
 }
 
 static void s_job_free (job_t **job_p)
@@ -153,6 +140,7 @@ static void s_job_free (job_t **job_p)
     if (*job_p) {
         explicit_bzero ((*job_p)->token, sizeof (*job_p)->token);
         free ((*job_p)->briefing);
+        ah_msg_destroy (&(*job_p)->done);
         free (*job_p);
         *job_p = NULL;
     }
@@ -222,17 +210,6 @@ void ah_lc_hello_wait (self_t *self, const char *agent_id)
         return;
     ah_actor_timer_end (self->actor, track->hello_timer);
     track->hello_timer = ah_actor_timer (self->actor, self->hello_timeout_ms, 0, s_on_hello_late, track);
-}
-
-void ah_lc_jobs_join (self_t *self)
-{
-    //  Driver calls in flight own their jobs until they end: wait for them.
-    for (track_t *t = zhashx_first (self->tracks); t; t = zhashx_next (self->tracks))
-        if (t->job) {
-            ah_info (AREA, "waiting for %s of %s to end", t->job->op, t->job->agent_id);
-            pthread_join (t->job->thread, NULL);
-            s_job_free (&t->job);
-        }
 }
 
 // --------------------------------------------------------------------------
@@ -376,6 +353,8 @@ static bool s_image_gone (self_t *self, const row_t *row, const job_t *job)
     return true;
 }
 
+static void s_job_done (void *self_, void *arg, bool ran);
+
 int ah_lc_launch (self_t *self, const row_t *row, const char *op, bool cleanup)
 {
     track_t *track = s_track (self, row->id);
@@ -404,7 +383,6 @@ int ah_lc_launch (self_t *self, const row_t *row, const char *op, bool cleanup)
     if (rt && streq (op, "start") && zhashx_lookup (self->briefings, rt->alias))
         job->briefing = strdup (zhashx_lookup (self->briefings, rt->alias));
     job->driver = self->driver;
-    snprintf (job->endpoint, sizeof job->endpoint, "%s", self->endpoint);
     snprintf (job->op, sizeof job->op, "%s", op);
     snprintf (job->agent_id, sizeof job->agent_id, "%s", row->id);
     snprintf (job->image, sizeof job->image, "%s", row->image);
@@ -450,7 +428,7 @@ int ah_lc_launch (self_t *self, const row_t *row, const char *op, bool cleanup)
                 why = "cannot reach the tunnel";
         }
     }
-    if (!why && pthread_create (&job->thread, NULL, s_worker, job))
+    if (!why && ah_actor_job (self->actor, s_work, s_job_done, job))
         why = "cannot start a worker thread";
     if (why) {
         ah_error (AREA, "%s: %s: %s", row->id, op, why);
@@ -622,33 +600,28 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
         s_destroyed (self, id);
 }
 
-void ah_lc_on_job_done (void *self_, zsock_t *results)
+//  A job back from its worker, in the actor's thread. One that did not
+//  run, or that ends with the actor, only goes (as the calls a server
+//  that stops leaves behind: the row says what comes next).
+static void s_job_done (void *self_, void *arg, bool ran)
 {
     self_t *self = self_;
-    char *err = NULL;
-    ah_msg_t *done = ah_msg_recv (results, false, &err);
-    if (!done) {
-        ah_error (AREA, "bad message from a worker: %s", err ? err : "?");
-        free (err);
+    job_t *job = arg;
+    track_t *track = self ? zhashx_lookup (self->tracks, job->agent_id) : NULL;
+    if (!track || track->job != job) {
+        ah_error (AREA, "a worker reported %s for %s, which nobody waits for", job->op, job->agent_id);
+        s_job_free (&job);
         return;
     }
-    const char *id = ah_msg_str (done, "agent_id");
-    const char *op = ah_msg_str (done, "op");
-    track_t *track = id ? zhashx_lookup (self->tracks, id) : NULL;
-    if (!track || !track->job || !op || !streq (track->job->op, op)) {
-        ah_error (AREA, "a worker reported %s for %s, which nobody asked for",
-                  op ? op : "?", id ? id : "?");
-        ah_msg_destroy (&done);
-        return;
-    }
-    char agent_id [ID_SIZE];
-    snprintf (agent_id, sizeof agent_id, "%s", id);
-    pthread_join (track->job->thread, NULL);
-    job_t *job = track->job;
     track->job = NULL;
+    char agent_id [ID_SIZE];
+    snprintf (agent_id, sizeof agent_id, "%s", job->agent_id);
     row_t row;
+    if (!ran || !job->done || self->ending)
+        ;
+    else
     if (ah_lc_lookup (self, agent_id, &row) == 1)
-        s_outcome (self, done, &row, job);
+        s_outcome (self, job->done, &row, job);
     else
         ah_lc_forget (self, agent_id);
     s_job_free (&job);
@@ -656,5 +629,4 @@ void ah_lc_on_job_done (void *self_, zsock_t *results)
     track = zhashx_lookup (self->tracks, agent_id);
     if (track && !track->job && !track->hello_timer && !track->preparing [0])
         ah_lc_forget (self, agent_id);
-    ah_msg_destroy (&done);
 }

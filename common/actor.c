@@ -96,6 +96,7 @@ struct ah_actor_t {
     size_t ntimers, timers_cap;
     int next_timer;
     struct workers_t *workers;  //  ah_actor_job's, made at the first job
+    size_t workers_max;         //  0: AH_ACTOR_WORKERS
     bool stopped;
     char *fail;
 };
@@ -450,10 +451,11 @@ typedef struct workers_t {
     pthread_mutex_t lock;       //  guards what follows, up to results
     pthread_cond_t cond;        //  a job queued, or stopping
     job_t *queued, *queued_tail;
+    size_t nqueued;
     job_t *finished, *finished_tail;
     size_t idle;
     bool stopping;
-    pthread_t threads [AH_ACTOR_WORKERS];
+    pthread_t threads [AH_ACTOR_WORKERS_MAX];
     size_t nthreads;            //  the actor's thread only
     zsock_t *results;           //  PULL, the actor's thread: a frame per finished job
     char endpoint [64];
@@ -483,6 +485,7 @@ static void *s_worker (void *arg)
         if (w->stopping)
             break;
         job_t *job = w->queued;
+        w->nqueued--;
         w->queued = job->next;
         if (!w->queued)
             w->queued_tail = NULL;
@@ -524,6 +527,11 @@ static void s_on_results (ah_actor_t *self)
     s_jobs_finished (self);
 }
 
+void ah_actor_workers (ah_actor_t *self, size_t max)
+{
+    self->workers_max = max < 1 ? 1 : max > AH_ACTOR_WORKERS_MAX ? AH_ACTOR_WORKERS_MAX : max;
+}
+
 int ah_actor_job (ah_actor_t *self, ah_actor_work_fn *work, ah_actor_done_fn *done, void *arg)
 {
     if (!work || !done || self->stopped)
@@ -551,7 +559,8 @@ int ah_actor_job (ah_actor_t *self, ah_actor_work_fn *work, ah_actor_done_fn *do
         return -1;
     *job = (job_t) { .work = work, .done = done, .arg = arg };
     pthread_mutex_lock (&w->lock);
-    bool more = w->idle == 0 && w->nthreads < AH_ACTOR_WORKERS;
+    size_t max = self->workers_max ? self->workers_max : AH_ACTOR_WORKERS;
+    bool more = w->idle <= w->nqueued && w->nthreads < max;    //  no worker free for this one
     if (more && pthread_create (&w->threads [w->nthreads], NULL, s_worker, w) == 0)
         w->nthreads++;
     if (w->nthreads == 0) {
@@ -560,6 +569,7 @@ int ah_actor_job (ah_actor_t *self, ah_actor_work_fn *work, ah_actor_done_fn *do
         return -1;
     }
     s_append (&w->queued, &w->queued_tail, job);
+    w->nqueued++;
     pthread_cond_signal (&w->cond);
     pthread_mutex_unlock (&w->lock);
     return 0;

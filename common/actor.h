@@ -37,7 +37,8 @@
     gets the job back in its own thread, where the job's done function
     runs (a turn of the loop, the skeleton's or the lwsloop, as a
     reader does). The workers are the actor's own, at most
-    AH_ACTOR_WORKERS threads started as jobs wait, taking jobs in order
+    AH_ACTOR_WORKERS threads (or what ah_actor_workers says) started as
+    jobs wait (and kept), taking jobs in order
     from one locked queue; a finished job goes to a locked list and a
     wake-up frame on an inproc PUSH tells the actor's PULL reader. The
     argument is the job's: the worker only reads and writes it between
@@ -159,10 +160,15 @@ void ah_actor_timer_end (ah_actor_t *self, int id);
 //  done runs exactly once per job accepted, in the order the jobs
 //  finished; arg is the job's until then. 0, or -1 (out of memory, no
 //  thread: nothing runs, arg is still the caller's).
-#define AH_ACTOR_WORKERS 4
+#define AH_ACTOR_WORKERS        4       //  workers an actor has at most, unless it says
+#define AH_ACTOR_WORKERS_MAX    64
 typedef void (ah_actor_work_fn) (void *arg);
 typedef void (ah_actor_done_fn) (void *self, void *arg, bool ran);
 int  ah_actor_job (ah_actor_t *self, ah_actor_work_fn *work, ah_actor_done_fn *done, void *arg);
+//  From init, before the first job: at most max workers (1..
+//  AH_ACTOR_WORKERS_MAX), for an actor whose jobs may each wait long
+//  and must not queue behind each other (lifecycle's driver calls).
+void ah_actor_workers (ah_actor_t *self, size_t max);
 
 //  Turns (lws mode). A turn is one callback of the thread's loop: each
 //  timer and reader is one, and an actor's lws protocol callback opens
