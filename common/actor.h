@@ -158,8 +158,9 @@ void ah_actor_timer_end (ah_actor_t *self, int id);
 //  (self's state, arg, ran) in the actor's thread: ran is false when
 //  the actor ended before a worker took the job (work did not run).
 //  done runs exactly once per job accepted, in the order the jobs
-//  finished; arg is the job's until then. 0, or -1 (out of memory, no
-//  thread: nothing runs, arg is still the caller's).
+//  finished; arg is the job's until then (jobs made by an init that
+//  then fails get done with a NULL self). 0, or -1 (out of memory, no
+//  thread, the actor stopping: nothing runs, arg is still the caller's).
 #define AH_ACTOR_WORKERS        4       //  workers an actor has at most, unless it says
 #define AH_ACTOR_WORKERS_MAX    64
 typedef void (ah_actor_work_fn) (void *arg);
