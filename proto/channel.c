@@ -114,7 +114,7 @@ int ah_rec_append (ah_buf_t *b, uint8_t kind, const void *payload, size_t len)
 //  The one check of a record prefix: its kind, its length.
 static const char *s_rec_check (const uint8_t *prefix)
 {
-    if (prefix [0] > AH_REC_EOF)
+    if (prefix [0] > AH_REC_KILL)
         return "record: unknown kind";
     if (s_get32 (prefix + 1) > AH_REC_MAX)
         return "record: longer than 1 MiB";
@@ -229,7 +229,7 @@ int ah_rec_decode (const uint8_t *buf, size_t len, uint8_t *kind,
         *err = "record: no buffer";
         return -1;
     }
-    if (buf [0] > AH_REC_EOF) {
+    if (buf [0] > AH_REC_KILL) {
         *err = "record: unknown kind";
         return -1;
     }

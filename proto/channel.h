@@ -7,7 +7,7 @@
        header: u32 big-endian length N (1..AH_CHAN_HEADER_MAX) then N bytes
        of one msgpack map, with "ch" naming the channel ("hello", "ping",
        "pty", "fs.list", "fs.read", "fs.write", "fs.mkdir", "fs.remove",
-       "exec", "stats") and the channel's arguments.
+       "exec", "proc", "stats") and the channel's arguments.
     2. sandboxd answers with a header of the same form: {"ok": true, ...}
        or {"ok": false, "code": "ENOENT"|"EACCES"|"EINVAL"|"EEXIST"|"EIO"|
        "ENOTDIR"|"EISDIR"|"ENOTEMPTY"|"ENOSPC"|"ETIMEDOUT"|"EPROTO"|
@@ -18,7 +18,7 @@
        - fs.write: the opener sends raw bytes then FIN; sandboxd then
          sends a trailer header {"ok":..,"size":..} and FIN. The file
          appears (rename) only when all bytes arrived.
-       - pty, exec: records in both directions: u8 kind, u32 big-endian
+       - pty, exec, proc: records in both directions: u8 kind, u32 big-endian
          length, payload (AH_REC_*). The last record from sandboxd is
          AH_REC_EXIT with a msgpack map {"status": int, "signal": int,
          "timed_out": bool}, then FIN.
@@ -46,7 +46,8 @@ enum {
     AH_REC_STDERR = 2,      //  sandboxd -> opener: exec stderr
     AH_REC_RESIZE = 3,      //  opener -> sandboxd: msgpack {"cols": int, "rows": int}
     AH_REC_EXIT   = 4,      //  sandboxd -> opener: msgpack {"status","signal","timed_out"}
-    AH_REC_EOF    = 5,      //  opener -> sandboxd: no more stdin (exec)
+    AH_REC_EOF    = 5,      //  opener -> sandboxd: no more stdin (exec, proc)
+    AH_REC_KILL   = 6,      //  opener -> sandboxd: SIGKILL the process group (exec, proc)
 };
 
 //  Encode a header: 4-byte length + msgpack of map. Caller frees *out.

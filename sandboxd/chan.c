@@ -5,8 +5,8 @@
     Each stream the server opens becomes a chan_t. Its life: gather the
     header (NEW), dispatch by "ch" to a handler which replies and either
     finishes at once (DONE: FIN after the reply) or keeps state (FS_READ,
-    FS_WRITE, PTY, EXEC); pty and exec live in exec.c, the fs.* handlers
-    in fs.c. Yamux may report a stream closed from inside any call into
+    FS_WRITE, PTY, EXEC, PROC); pty and exec live in exec.c, proc in
+    kept.c, the fs.* handlers in fs.c. Yamux may report a stream closed from inside any call into
     it (a reset, a close meeting the peer's FIN): that callback only
     releases the channel's resources and marks it gone; the structs are
     freed at the end of ah_sbd_session_service, so no pointer held by a
@@ -130,6 +130,8 @@ void ah_sbd_refuse (ah_sbd_session_t *self, chan_t *ch, const char *code, const 
 //  fds, temporary files). Safe to call twice.
 void ah_sbd_release (ah_sbd_session_t *self, chan_t *ch)
 {
+    if (ch->kept)
+        ah_sbd_proc_detach (self, ch);      //  the process lives on, detached
     if (ch->proc.pid > 0) {
         int64_t ns = ah_proc_kill_reap (&ch->proc);
         if (self->env.reaped_ns)
@@ -215,6 +217,9 @@ static void s_stats (ah_sbd_session_t *self, chan_t *ch)
     for (chan_t *c = self->chans; c && n < 1024; c = c->next)
         if (c->proc.pid > 0 && !c->proc.reaped)
             roots [n++] = c->proc.pid;
+    for (kept_t *k = self->env.kept ? self->env.kept->list : NULL; k && n < 1024; k = k->next)
+        if (k->proc.pid > 0 && !k->proc.reaped)
+            roots [n++] = k->proc.pid;
     const char *source = "proc";
     int64_t cpu = ah_sbd_cpu_ns (self->env.stats, roots, n,
                                  self->env.reaped_ns ? *self->env.reaped_ns : 0, &source);
@@ -277,7 +282,7 @@ static void s_process_in (ah_sbd_session_t *self, chan_t *ch)
         s_write_file (ch, ah_buf_head (&ch->in), have);
         used = have;
     }
-    else if (ch->kind == K_PTY || ch->kind == K_EXEC)
+    else if (ah_sbd_runs (ch))
         used = ah_sbd_records_in (self, ch);
     else
         used = have;                        //  nothing expected: discard
@@ -286,7 +291,8 @@ static void s_process_in (ah_sbd_session_t *self, chan_t *ch)
     s_consume (self, ch, used);
     if (ch->kind == K_DONE && !ah_buf_size (&ch->in))
         ah_buf_free (&ch->in);              //  a finished channel keeps no buffers
-    if (ch->kind == K_EXEC && !ah_buf_size (&ch->in) && (ch->stdin_eof || ch->peer_eof)
+    if ((ch->kind == K_EXEC || ch->kind == K_PROC) && !ah_buf_size (&ch->in)
+    &&  (ch->stdin_eof || ch->peer_eof)
     &&  ch->proc.in >= 0) {
         close (ch->proc.in);
         ch->proc.in = -1;
@@ -332,7 +338,7 @@ int ah_sbd_path_arg (const ah_msg_t *req, const char *key, const uint8_t *raw, s
 //  (docs/tunnel.md). Absent or nil takes the channel's default; any
 //  other type is EINVAL here, before the channel runs, so no handler
 //  quietly reads a wrongly typed argument as its default.
-typedef enum { A_INT, A_NUM, A_BOOL, A_STR } arg_type_t;
+typedef enum { A_INT, A_NUM, A_BOOL, A_STR, A_LIST, A_MAP } arg_type_t;
 static const struct {
     const char *ch, *key;
     arg_type_t type;
@@ -343,6 +349,10 @@ static const struct {
     { "pty",       "rows",        A_INT },
     { "exec",      "timeout",     A_NUM },
     { "exec",      "cwd",         A_STR },
+    { "exec",      "env",         A_MAP },
+    { "proc",      "key",         A_STR },
+    { "proc",      "argv",        A_LIST },
+    { "proc",      "env",         A_MAP },
     { "fs.tree",   "max_depth",   A_INT },
     { "fs.tree",   "max_entries", A_INT },
     { "fs.tree",   "all",         A_BOOL },
@@ -364,6 +374,17 @@ static bool s_arg_typed (const ah_msg_t *req, const char *key, arg_type_t t)
         case A_NUM:  return ah_msg_double (req, key, 0) != 0 || ah_msg_double (req, key, 1) != 1;
         case A_BOOL: return ah_msg_bool (req, key, false) || !ah_msg_bool (req, key, true);
         case A_STR:  return ah_msg_str (req, key) != NULL;
+        case A_LIST:
+        case A_MAP: {
+            //  The raw msgpack's first byte says which container it is.
+            size_t size = 0;
+            const uint8_t *raw = ah_msg_raw (req, key, &size);
+            if (!raw || !size)
+                return false;
+            if (t == A_LIST)
+                return (raw [0] & 0xf0) == 0x90 || raw [0] == 0xdc || raw [0] == 0xdd;
+            return (raw [0] & 0xf0) == 0x80 || raw [0] == 0xde || raw [0] == 0xdf;
+        }
     }
     return false;
 }
@@ -371,7 +392,8 @@ static bool s_arg_typed (const ah_msg_t *req, const char *key, arg_type_t t)
 //  Refuses (EINVAL) the first argument of channel name with a wrong type.
 static bool s_args_ok (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req, const char *name)
 {
-    static const char *what [] = { "an integer", "a number", "a boolean", "a string" };
+    static const char *what [] = { "an integer", "a number", "a boolean", "a string",
+                                   "a list of strings", "a map of strings" };
     for (size_t i = 0; i < sizeof s_args / sizeof s_args [0]; i++)
         if (strcmp (s_args [i].ch, name) == 0 && !s_arg_typed (req, s_args [i].key, s_args [i].type)) {
             ah_sbd_refuse (self, ch, "EINVAL", "%s: \"%s\" must be %s", name, s_args [i].key,
@@ -413,6 +435,8 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
         ah_sbd_pty (self, ch, req);
     else if (strcmp (name, "exec") == 0)
         ah_sbd_exec (self, ch, req, raw, raw_len);
+    else if (strcmp (name, "proc") == 0)
+        ah_sbd_proc (self, ch, req);
     else if (strncmp (name, "fs.", 3) == 0) {
         const char *path;
         size_t plen = 0;
@@ -570,7 +594,7 @@ static void s_y_eof (void *ud, uint32_t id)
         ah_sbd_signal (ch, SIGHUP);
         ch->kill_at = ah_sbd_now () + S_HUP_KILL_MS;
     }
-    else if (ch->kind == K_EXEC)
+    else if (ch->kind == K_EXEC || ch->kind == K_PROC)
         s_process_in (self, ch);
 }
 
@@ -673,7 +697,8 @@ int ah_sbd_session_input (ah_sbd_session_t *self, const uint8_t *data, size_t si
     return rc;
 }
 
-static void s_add_fd (ah_sbd_session_t *self, int fd, short events, chan_t *ch, role_t role)
+static void s_add_fd (ah_sbd_session_t *self, int fd, short events, chan_t *ch, kept_t *kept,
+                      role_t role)
 {
     if (self->pn == (int) self->pcap) {
         //  Both arrays grow together or not at all (out of memory: that
@@ -697,7 +722,7 @@ static void s_add_fd (ah_sbd_session_t *self, int fd, short events, chan_t *ch, 
         self->pcap = cap;
     }
     self->pfd [self->pn] = (struct pollfd) { .fd = fd, .events = events };
-    self->slot [self->pn] = (slot_t) { ch, role };
+    self->slot [self->pn] = (slot_t) { ch, kept, role };
     self->pn++;
 }
 
@@ -718,7 +743,7 @@ struct pollfd *ah_sbd_session_poll_prepare (ah_sbd_session_t *self, int reserve,
     self->pn = 0;
     self->reserve = reserve;
     for (int i = 0; i < reserve; i++)
-        s_add_fd (self, -1, 0, NULL, R_PTY);
+        s_add_fd (self, -1, 0, NULL, NULL, R_PTY);
     int64_t now = ah_sbd_now ();
     bool room = self->env.backlog (self->env.ud) < AH_SBD_BACKLOG_MAX;
     s_lower (timeout_ms, self->next_ping, now);
@@ -727,17 +752,17 @@ struct pollfd *ah_sbd_session_poll_prepare (ah_sbd_session_t *self, int reserve,
             continue;
         uint32_t win = ah_yamux_send_window (self->yamux, ch->id);
         bool can_send = room && ah_sbd_out_idle (ch) && win > 5 && !ch->exit_sent;
-        if (ch->kind == K_PTY || ch->kind == K_EXEC) {
+        if (ah_sbd_runs (ch)) {
             int outfd = ch->kind == K_PTY ? ch->proc.pty : ch->proc.out;
             if (outfd >= 0 && can_send)
-                s_add_fd (self, outfd, POLLIN, ch, ch->kind == K_PTY ? R_PTY : R_OUT);
-            if (ch->kind == K_EXEC && ch->proc.err >= 0 && can_send)
-                s_add_fd (self, ch->proc.err, POLLIN, ch, R_ERR);
+                s_add_fd (self, outfd, POLLIN, ch, NULL, ch->kind == K_PTY ? R_PTY : R_OUT);
+            if (ch->kind != K_PTY && ch->proc.err >= 0 && can_send)
+                s_add_fd (self, ch->proc.err, POLLIN, ch, NULL, R_ERR);
             int infd = ch->kind == K_PTY ? ch->proc.pty : ch->proc.in;
             if (infd >= 0 && ah_buf_size (&ch->in) > 0)
-                s_add_fd (self, infd, POLLOUT, ch, R_IN);
+                s_add_fd (self, infd, POLLOUT, ch, NULL, R_IN);
             if (ch->proc.pidfd >= 0 && !ch->proc.exited)
-                s_add_fd (self, ch->proc.pidfd, POLLIN, ch, R_PIDFD);
+                s_add_fd (self, ch->proc.pidfd, POLLIN, ch, NULL, R_PIDFD);
             else if (!ch->proc.exited)
                 s_lower (timeout_ms, now + 100, now);   //  no pidfd: look every 100 ms
             if (!ch->proc.exited) {
@@ -756,6 +781,7 @@ struct pollfd *ah_sbd_session_poll_prepare (ah_sbd_session_t *self, int reserve,
         else if (ch->kind == K_FS_READ && can_send && ch->file >= 0)
             *timeout_ms = 0;        //  a regular file is always readable
     }
+    ah_sbd_kept_poll (self, timeout_ms, s_add_fd);
     *n = self->pn;
     return self->pfd;
 }
@@ -765,6 +791,10 @@ void ah_sbd_session_service (ah_sbd_session_t *self)
 {
     for (int i = self->reserve; i < self->pn; i++) {
         slot_t *s = &self->slot [i];
+        if (s->kept && self->pfd [i].revents) {
+            ah_sbd_kept_event (self, s->kept, s->role);
+            continue;
+        }
         if (!s->ch || s->ch->gone || !self->pfd [i].revents)
             continue;
         chan_t *ch = s->ch;
@@ -777,6 +807,7 @@ void ah_sbd_session_service (ah_sbd_session_t *self)
                 break;
             case R_IN: s_process_in (self, ch); break;
             case R_PIDFD: ah_sbd_check_exit (self, ch); break;
+            default: break;
         }
     }
     int64_t now = ah_sbd_now ();
@@ -788,6 +819,7 @@ void ah_sbd_session_service (ah_sbd_session_t *self)
             ah_sbd_fs_read_pump (self, ch);
         ah_sbd_timers (self, ch, now);
     }
+    ah_sbd_kept_timers (self);
     //  Sweep the channels yamux is done with.
     chan_t **pp = &self->chans;
     while (*pp) {
@@ -811,6 +843,8 @@ void ah_sbd_session_service (ah_sbd_session_t *self)
 
 void ah_sbd_session_reaped (ah_sbd_session_t *self, pid_t pid, int wstatus)
 {
+    if (self->env.kept && ah_sbd_kept_reaped (self->env.kept, pid, wstatus))
+        return;
     for (chan_t *ch = self->chans; ch; ch = ch->next)
         if (ch->proc.pid == pid && !ch->proc.exited) {
             ch->proc.exited = ch->proc.reaped = true;

@@ -26,6 +26,15 @@
 #define AH_SBD_PING_MS       15000          //  yamux ping after this much silence (docs/tunnel.md)
 #define AH_SBD_DEAD_MS       45000          //  nothing heard for this long: the connection is dead
 
+//  The processes of the proc channel, kept across connections: owned by
+//  the instance, lent to each session (docs/tunnel.md, "proc").
+typedef struct ah_sbd_kept_t ah_sbd_kept_t;
+ah_sbd_kept_t *ah_sbd_kept_new (void);
+//  Kills and reaps every kept process; their CPU time to *reaped_ns.
+void ah_sbd_kept_destroy (ah_sbd_kept_t **self_p, int64_t *reaped_ns);
+//  A child reaped by someone else (PID 1's sweep): true when it was kept.
+bool ah_sbd_kept_reaped (ah_sbd_kept_t *self, pid_t pid, int wstatus);
+
 typedef struct {
     int  home_fd;                   //  borrowed, open on the home directory
     const char *home;               //  borrowed: HOME for children
@@ -34,6 +43,7 @@ typedef struct {
     bool read_only;                 //  a reader: pty, exec and writes refused
     ah_sandboxd_stats_t stats;      //  resolved: ALL or TREE
     int64_t *reaped_ns;             //  CPU of reaped children (TREE stats), owned by the instance
+    ah_sbd_kept_t *kept;            //  borrowed: the instance's kept processes (NULL: proc refused)
     //  Transport: bytes to send (must take them all), bytes still queued.
     void   (*output) (void *ud, const uint8_t *data, size_t size);
     //  Optional: a yamux data frame as header + payload (ah_yamux_callbacks_t)

@@ -1,6 +1,7 @@
 /*  sandboxd/chan_int.h: what the channel files share: chan.c (the
     session, the channel table, headers in and dispatch, output), exec.c
-    (pty and exec: processes and their records) and fs.c (the fs.*
+    (pty and exec: processes and their records), kept.c (the proc
+    channel and the processes kept across connections) and fs.c (the fs.*
     channels). Internal to sandboxd: one thread, the instance's loop,
     touches all of it.                                                */
 #ifndef AH_SANDBOXD_CHAN_INT_H
@@ -11,6 +12,7 @@
 #include "proto/buf.h"
 #include "proto/channel.h"
 #include "proto/msg.h"
+#include "proto/procchan.h"
 #include "proto/yamux.h"
 
 #include <limits.h>
@@ -26,9 +28,16 @@
 #define S_HUP_KILL_MS    5000               //  pty: SIGHUP, then SIGKILL after this
 #define S_TIMEOUT_MAX    (7 * 24 * 3600.0)  //  longest exec timeout accepted
 #define S_ENV_MAX        256                //  exec env entries
+#define S_KEPT_MAX       AH_PROCCHAN_KEPT_MAX   //  proc: kept processes per instance
+#define S_KEPT_BUF       AH_PROCCHAN_BUFFER     //  proc: output held while detached (record bytes)
+#define S_KEY_MAX        AH_PROCCHAN_KEY_MAX    //  proc: key length
+#define S_ARGV_MAX       AH_PROCCHAN_ARGV_MAX   //  proc: argv entries
+#define S_ARG_LEN_MAX    AH_PROCCHAN_ARG_MAX    //  proc: bytes of one argv entry
 
-typedef enum { K_NEW, K_DONE, K_FS_READ, K_FS_WRITE, K_PTY, K_EXEC } kind_t;
-typedef enum { R_PTY, R_OUT, R_ERR, R_IN, R_PIDFD } role_t;
+typedef enum { K_NEW, K_DONE, K_FS_READ, K_FS_WRITE, K_PTY, K_EXEC, K_PROC } kind_t;
+typedef enum { R_PTY, R_OUT, R_ERR, R_IN, R_PIDFD, R_KEPT_OUT, R_KEPT_ERR, R_KEPT_PIDFD } role_t;
+
+typedef struct kept_s kept_t;
 
 typedef struct chan_s {
     struct chan_s *next;
@@ -47,8 +56,10 @@ typedef struct chan_s {
     uint8_t  rsmall [256];      //  a RESIZE payload
     size_t   rsmall_len;
 
-    //  pty/exec: the process
+    //  pty/exec/proc: the process (proc: moved here from its kept_t
+    //  while attached, moved back when the stream ends)
     ah_proc_t proc;
+    kept_t  *kept;              //  proc: the kept process this stream is attached to
     bool     stdin_eof;         //  close stdin once in drains
     bool     timed_out;
     int64_t  deadline;          //  exec timeout (ms, monotonic), 0 none
@@ -66,7 +77,30 @@ typedef struct chan_s {
     int      write_errno;       //  fs.write: first error while writing
 } chan_t;
 
-typedef struct { chan_t *ch; role_t role; } slot_t;
+//  A process of the proc channel, owned by the instance (ah_sbd_kept_t),
+//  so that it outlives the connection: detached, its output is read
+//  into buf until an opener attaches again by key.
+struct kept_s {
+    kept_t  *next;
+    char     key [S_KEY_MAX + 1];
+    ah_proc_t proc;             //  while detached; moved into ch->proc while attached
+    chan_t  *ch;                //  the attached stream, NULL when detached
+    ah_buf_t buf;               //  records read while detached: at most S_KEPT_BUF
+    int64_t  exit_at;           //  when it exited (ms, monotonic), 0 running
+};
+
+struct ah_sbd_kept_t {
+    kept_t  *list;
+    size_t   count;
+};
+
+typedef struct { chan_t *ch; kept_t *kept; role_t role; } slot_t;
+
+//  The channel kinds that run a process.
+static inline bool ah_sbd_runs (const chan_t *ch)
+{
+    return ch->kind == K_PTY || ch->kind == K_EXEC || ch->kind == K_PROC;
+}
 
 struct ah_sbd_session_t {
     ah_sbd_env_t env;
@@ -130,6 +164,22 @@ void   ah_sbd_check_exit (ah_sbd_session_t *self, chan_t *ch);
 void   ah_sbd_timers (ah_sbd_session_t *self, chan_t *ch, int64_t now);
 //  Signal the channel's process group and the process itself.
 void   ah_sbd_signal (chan_t *ch, int sig);
+
+//  exec's "env" argument (a map of strings) as "K=V" strings (caller
+//  frees each and the array). 0, or -1 with *err.
+int    ah_sbd_env_arg (const ah_msg_t *req, char ***out, size_t *count, const char **err);
+void   ah_sbd_env_free (char **env, size_t count);
+
+//  The proc channel (kept.c).
+void ah_sbd_proc (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req);
+//  A proc stream ends (closed, reset, connection lost): its process goes
+//  back to the kept table, or leaves it once EXIT was sent.
+void ah_sbd_proc_detach (ah_sbd_session_t *self, chan_t *ch);
+//  Detached processes: their fds into the poll set; read, exits.
+void ah_sbd_kept_poll (ah_sbd_session_t *self, int *timeout_ms,
+                       void (*add) (ah_sbd_session_t *, int, short, chan_t *, kept_t *, role_t));
+void ah_sbd_kept_event (ah_sbd_session_t *self, kept_t *k, role_t role);
+void ah_sbd_kept_timers (ah_sbd_session_t *self);
 
 //  The fs channels (fs.c). path is plen bytes, checked for NUL already.
 void ah_sbd_fs_list (ah_sbd_session_t *self, chan_t *ch, const char *path, size_t plen);

@@ -1,5 +1,6 @@
-/*  sandboxd/exec.c: the two channels that run a process (docs/tunnel.md):
-    pty (a login shell on a terminal) and exec (/bin/sh -c CMD on pipes).
+/*  sandboxd/exec.c: the channels that run a process (docs/tunnel.md):
+    pty (a login shell on a terminal) and exec (/bin/sh -c CMD on pipes);
+    the proc channel (kept.c) runs on the same records and pumps.
     Spawning (proc.c does the fork), the records the opener sends (stdin,
     resize, end of input), output pumped into records as the window
     allows, timeouts, and the EXIT record once the process is gone and its
@@ -25,7 +26,7 @@
 //  Spawning
 
 //  Decode the optional "env" raw map into "K=V" strings (caller frees).
-static int s_env_arg (const ah_msg_t *req, char ***out, size_t *count, const char **err)
+int ah_sbd_env_arg (const ah_msg_t *req, char ***out, size_t *count, const char **err)
 {
     *out = NULL;
     *count = 0;
@@ -80,6 +81,13 @@ static int s_env_arg (const ah_msg_t *req, char ***out, size_t *count, const cha
 out:
     msgpack_unpacked_destroy (&u);
     return rc;
+}
+
+void ah_sbd_env_free (char **env, size_t count)
+{
+    for (size_t i = 0; env && i < count; i++)
+        free (env [i]);
+    free (env);
 }
 
 static void s_send_record (ah_sbd_session_t *self, chan_t *ch, uint8_t kind,
@@ -151,7 +159,7 @@ void ah_sbd_exec (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
     char **env = NULL;
     size_t nenv = 0;
     const char *eerr = NULL;
-    if (s_env_arg (req, &env, &nenv, &eerr)) {
+    if (ah_sbd_env_arg (req, &env, &nenv, &eerr)) {
         if (cwd >= 0)
             close (cwd);
         ah_sbd_refuse (self, ch, "EINVAL", "exec: %s", eerr);
@@ -163,9 +171,7 @@ void ah_sbd_exec (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
                                  (const char * const *) env, nenv, err, sizeof err);
     if (cwd >= 0)
         close (cwd);
-    for (size_t i = 0; i < nenv; i++)
-        free (env [i]);
-    free (env);
+    ah_sbd_env_free (env, nenv);
     if (rc) {
         ah_sbd_refuse (self, ch, "EIO", "exec: %s", err);
         return;
@@ -226,8 +232,10 @@ static void s_record_end (chan_t *ch, uint8_t kind)
         free (err);
         ah_msg_destroy (&m);
     }
-    else if (kind == AH_REC_EOF && ch->kind == K_EXEC)
+    else if (kind == AH_REC_EOF && (ch->kind == K_EXEC || ch->kind == K_PROC))
         ch->stdin_eof = true;
+    else if (kind == AH_REC_KILL && ch->kind != K_PTY)
+        ah_sbd_signal (ch, SIGKILL);
     ch->rsmall_len = 0;
 }
 
@@ -239,7 +247,8 @@ static ssize_t s_record_piece (void *arg, uint8_t kind, const uint8_t *data, siz
     chan_t *ch = c->ch;
     int in_fd = ch->kind == K_PTY ? ch->proc.pty : ch->proc.in;
     size_t took = size;
-    if (kind != AH_REC_STDIN && kind != AH_REC_RESIZE && kind != AH_REC_EOF) {
+    if (kind != AH_REC_STDIN && kind != AH_REC_RESIZE && kind != AH_REC_EOF
+    &&  kind != AH_REC_KILL) {
         ah_sbd_reset (c->self, ch, "malformed record");
         return -1;
     }
@@ -260,7 +269,7 @@ static ssize_t s_record_piece (void *arg, uint8_t kind, const uint8_t *data, siz
         memcpy (ch->rsmall + ch->rsmall_len, data, size);
         ch->rsmall_len += size;
     }
-    //  Anything else (stdin closed, EOF with a payload) is dropped.
+    //  Anything else (stdin closed, EOF or KILL with a payload) is dropped.
     if (last && took == size)
         s_record_end (ch, kind);
     return (ssize_t) took;
@@ -317,7 +326,7 @@ void ah_sbd_check_exit (ah_sbd_session_t *self, chan_t *ch)
 
 void ah_sbd_timers (ah_sbd_session_t *self, chan_t *ch, int64_t now)
 {
-    if (ch->kind != K_PTY && ch->kind != K_EXEC)
+    if (!ah_sbd_runs (ch))
         return;
     if (ch->proc.pidfd < 0)
         ah_sbd_check_exit (self, ch);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <pty.h>
 #include <signal.h>
 #include <stdio.h>
@@ -330,14 +331,55 @@ int ah_proc_spawn_pty (ah_proc_t *p, const ah_proc_user_t *u, const char *home,
     return 0;
 }
 
-int ah_proc_spawn_exec (ah_proc_t *p, const ah_proc_user_t *u, const char *home,
-                        const char *cmd, int cwd_fd, const char * const *extra, size_t nextra,
-                        char *err, size_t err_size)
+//  The file argv0 names: itself when it holds a slash, else the first
+//  regular, executable file of that name in env's PATH (as the shell
+//  would look it up). 0 with path set, or -1 with err.
+static int s_lookup (const char *argv0, char * const *env, char *path, size_t path_size,
+                     char *err, size_t err_size)
+{
+    if (strchr (argv0, '/')) {
+        if (snprintf (path, path_size, "%s", argv0) >= (int) path_size) {
+            snprintf (err, err_size, "%.100s: path too long", argv0);
+            return -1;
+        }
+        return 0;
+    }
+    const char *search = S_PATH + 5;
+    for (size_t i = 0; env && env [i]; i++)
+        if (strncmp (env [i], "PATH=", 5) == 0) {
+            search = env [i] + 5;
+            break;
+        }
+    for (const char *d = search; *d; ) {
+        size_t dl = strcspn (d, ":");
+        struct stat st;
+        if (dl && snprintf (path, path_size, "%.*s/%s", (int) dl, d, argv0) < (int) path_size
+        &&  stat (path, &st) == 0 && S_ISREG (st.st_mode) && (st.st_mode & 0111))
+            return 0;
+        d += dl;
+        if (*d == ':')
+            d++;
+    }
+    snprintf (err, err_size, "%.100s: command not found in PATH", argv0);
+    errno = ENOENT;
+    return -1;
+}
+
+int ah_proc_spawn_argv (ah_proc_t *p, const ah_proc_user_t *u, const char *home,
+                        const char * const *argv, int cwd_fd, const char * const *extra,
+                        size_t nextra, char *err, size_t err_size)
 {
     int in [2] = { -1, -1 }, out [2] = { -1, -1 }, er [2] = { -1, -1 };
     char **env = s_envp (u, home, NULL, extra, nextra);
-    char *argv [] = { "sh", "-c", (char *) cmd, NULL };
-    if (!env || pipe2 (in, O_CLOEXEC) || pipe2 (out, O_CLOEXEC) || pipe2 (er, O_CLOEXEC)) {
+    char path [PATH_MAX];
+    if (!env) {
+        snprintf (err, err_size, "out of memory");
+        errno = ENOMEM;
+        goto fail;
+    }
+    if (s_lookup (argv [0], env, path, sizeof path, err, err_size))
+        goto fail;
+    if (pipe2 (in, O_CLOEXEC) || pipe2 (out, O_CLOEXEC) || pipe2 (er, O_CLOEXEC)) {
         snprintf (err, err_size, "pipe: %s", strerror (errno));
         goto fail;
     }
@@ -352,8 +394,8 @@ int ah_proc_spawn_exec (ah_proc_t *p, const ah_proc_user_t *u, const char *home,
         if (dup2 (in [0], 0) < 0 || dup2 (out [1], 1) < 0 || dup2 (er [1], 2) < 0)
             _exit (126);
         s_child_setup (u, cwd_fd, home);
-        execve ("/bin/sh", argv, env);
-        static const char msg [] = "sandboxd: cannot execute /bin/sh\n";
+        execve (path, (char * const *) argv, env);
+        static const char msg [] = "sandboxd: cannot execute the command\n";
         if (write (2, msg, sizeof msg - 1) < 0) { }
         _exit (127);
     }
@@ -379,6 +421,14 @@ fail:
     }
     s_free_env (env);
     return -1;
+}
+
+int ah_proc_spawn_exec (ah_proc_t *p, const ah_proc_user_t *u, const char *home,
+                        const char *cmd, int cwd_fd, const char * const *extra, size_t nextra,
+                        char *err, size_t err_size)
+{
+    const char *argv [] = { "/bin/sh", "-c", cmd, NULL };
+    return ah_proc_spawn_argv (p, u, home, argv, cwd_fd, extra, nextra, err, err_size);
 }
 
 static int64_t s_ru_ns (const struct rusage *ru)

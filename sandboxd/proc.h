@@ -82,6 +82,14 @@ int ah_proc_spawn_exec (ah_proc_t *p, const ah_proc_user_t *u, const char *home,
                         const char *cmd, int cwd_fd, const char * const *env, size_t nenv,
                         char *err, size_t err_size);
 
+//  argv[0] (looked up in the environment's PATH unless it holds a slash)
+//  with argv, on pipes, in cwd_fd, as u, env entries added ("K=V"), in a
+//  process group of its own. 0, or -1 with err (errno ENOENT: no such
+//  command).
+int ah_proc_spawn_argv (ah_proc_t *p, const ah_proc_user_t *u, const char *home,
+                        const char * const *argv, int cwd_fd, const char * const *env,
+                        size_t nenv, char *err, size_t err_size);
+
 //  Reap if it has exited: true when it just did (*cpu_ns: its CPU time).
 bool ah_proc_poll_exit (ah_proc_t *p, int64_t *cpu_ns);
 //  Kill the process group (if still running) and reap. Returns CPU ns.

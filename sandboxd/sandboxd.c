@@ -57,6 +57,8 @@ struct ah_sandboxd_t {
     bool  threaded;
     bool  pid1;
     int64_t reaped_ns;              //  loop thread only
+    ah_sbd_kept_t *kept;            //  loop thread only: the proc channel's processes,
+                                    //  kept across connections
     char  last_error [256];         //  loop thread only: log each new error once at warn
     char  dialled_id [AH_BOOT_VALUE];   //  loop thread only: agent id of this connection
 };
@@ -175,9 +177,12 @@ static void s_reap_orphans (ah_sandboxd_t *self, ah_sbd_session_t *session)
 {
     int st;
     pid_t pid;
-    while ((pid = waitpid (-1, &st, WNOHANG)) > 0)
+    while ((pid = waitpid (-1, &st, WNOHANG)) > 0) {
         if (session)
             ah_sbd_session_reaped (session, pid, st);
+        else if (self->kept)
+            ah_sbd_kept_reaped (self->kept, pid, st);
+    }
 }
 
 static bool s_drain_wake (ah_sandboxd_t *self)
@@ -199,7 +204,7 @@ static void s_serve (ah_sandboxd_t *self, s_transport_t *t, char *why, size_t wh
         .agent_id = self->dialled_id,
         .switch_user = self->opts.switch_user, .read_only = self->opts.read_only,
         .stats = self->opts.stats,
-        .reaped_ns = &self->reaped_ns,
+        .reaped_ns = &self->reaped_ns, .kept = self->kept,
         .output = s_t_output, .output_data = s_t_output_data, .backlog = s_t_backlog, .ud = t,
     };
     t->session = ah_sbd_session_new (&env);
@@ -338,10 +343,17 @@ static void s_run (ah_sandboxd_t *self)
         snprintf (self->dialled_id, sizeof self->dialled_id, "%s",
                   self->agent_id ? self->agent_id : "");
         atomic_fetch_add (&self->connections, 1);
-        s_transport_t t = { .fd = self->opts.raw_fd };
-        s_serve (self, &t, why, sizeof why);
-        self->opts.raw_fd = -1;
-        ah_debug ("sandboxd", "raw session ended: %s", why);
+        while (self->opts.raw_fd >= 0) {
+            s_transport_t t = { .fd = self->opts.raw_fd };
+            s_serve (self, &t, why, sizeof why);
+            self->opts.raw_fd = -1;
+            ah_debug ("sandboxd", "raw session ended: %s", why);
+            if (atomic_load (&self->stop) || !self->opts.raw_redial)
+                break;
+            self->opts.raw_fd = self->opts.raw_redial (self->opts.raw_ud);
+            if (self->opts.raw_fd >= 0)
+                atomic_fetch_add (&self->connections, 1);
+        }
         return;
     }
     int min = self->opts.backoff_min_ms > 0 ? self->opts.backoff_min_ms : 1000;
@@ -450,6 +462,7 @@ static char *s_dup (const char *s)
 
 static void s_destroy (ah_sandboxd_t *self)
 {
+    ah_sbd_kept_destroy (&self->kept, &self->reaped_ns);
     if (self->home_fd >= 0)
         close (self->home_fd);
     for (int i = 0; i < 2; i++)
@@ -493,6 +506,10 @@ static ah_sandboxd_t *s_new (const ah_sandboxd_opts_t *opts, bool binary)
     }
     if (pipe2 (self->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
         ah_error ("sandboxd", "pipe: %s", strerror (errno));
+        s_destroy (self);
+        return NULL;
+    }
+    if (!self->opts.read_only && !(self->kept = ah_sbd_kept_new ())) {
         s_destroy (self);
         return NULL;
     }

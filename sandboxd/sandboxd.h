@@ -55,6 +55,12 @@ typedef struct {
     //  The instance takes the fd over and closes it.
     bool raw_transport;
     int  raw_fd;
+    //  Tests: when the raw session ends, ask for the next connection
+    //  (a redial): a connected socket, or -1 to end. Called on the
+    //  instance's thread; may block (the test answers it). Kept
+    //  processes (the proc channel) live on across these.
+    int (*raw_redial) (void *ud);
+    void *raw_ud;
     //  Backoff bounds in ms (0: 1000 and 30000, as docs/tunnel.md says).
     int backoff_min_ms;
     int backoff_max_ms;

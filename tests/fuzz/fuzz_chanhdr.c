@@ -88,7 +88,7 @@ static void s_records (const uint8_t *data, size_t size)
         }
         if (rc == 0)
             return;
-        if (kind > AH_REC_EOF || plen > AH_REC_MAX || used != 5u + plen
+        if (kind > AH_REC_KILL || plen > AH_REC_MAX || used != 5u + plen
         ||  used > size - at || payload != data + at + 5)
             FAIL ("record with inconsistent results");
         uint8_t hdr [5];

@@ -1,0 +1,53 @@
+/*  proto/procchan.h: the opener's side of the proc channel
+    (docs/tunnel.md, "proc"): a process inside the sandbox, started by
+    argv on plain pipes and kept under a key across connections, so that
+    a server that lost the tunnel for a moment attaches to it again.
+
+    The server builds the header with ah_procchan_header and opens it
+    like any channel (CHAN_OPEN, docs/messages.md); the stream then
+    carries records (proto/channel.h): STDIN, EOF and KILL from the
+    opener, STDOUT, STDERR and EXIT from sandboxd. Closing the stream
+    with RST (or losing the connection) detaches: the process runs on
+    and its output waits in sandboxd (at most 1 MiB) for the next
+    header with the same key.                                          */
+#ifndef AH_PROCCHAN_H
+#define AH_PROCCHAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/msg.h"
+
+#define AH_PROCCHAN_KEY_MAX     64      //  [A-Za-z0-9._-]
+#define AH_PROCCHAN_ARGV_MAX    256     //  entries
+#define AH_PROCCHAN_ARG_MAX     4096    //  bytes of one entry
+#define AH_PROCCHAN_ENV_MAX     256     //  entries
+#define AH_PROCCHAN_KEPT_MAX    16      //  processes kept per sandbox
+#define AH_PROCCHAN_BUFFER      (1u << 20)  //  output held while detached
+
+//  The header: {"ch": "proc", "key": key, "argv": [...], "env": {...}}.
+//  argv NULL: attach only (ENOENT when nothing runs under key); else
+//  start argv unless a process is kept under key already, and attach.
+//  env: nenv "K=V" strings (may be NULL). NULL when an argument is out
+//  of the bounds above (the caller checked them; sandboxd checks again).
+ah_msg_t *ah_procchan_header (const char *key, const char * const *argv, size_t argc,
+                              const char * const *env, size_t nenv);
+
+typedef struct {
+    bool    ok;
+    int64_t pid;
+    bool    attached;           //  the process ran already (a reattach)
+    int64_t buffered;           //  record bytes of output kept while detached
+    bool    exited;             //  it has exited; EXIT follows its output
+    char    code [16];          //  refusal: tunnel.md's code
+    char    error [256];        //  refusal: sandboxd's sentence
+} ah_procchan_reply_t;
+
+//  The reply header into r. 0, or -1 when it is not a reply at all.
+int ah_procchan_reply (const ah_msg_t *reply, ah_procchan_reply_t *r);
+
+//  An EXIT record's payload: 0 with *status (0..255, -1 when signalled)
+//  and *signal (0 when it exited), or -1 when malformed.
+int ah_procchan_exit (const uint8_t *payload, size_t size, int *status, int *signal);
+
+#endif

@@ -1,0 +1,348 @@
+/*  sandboxd/kept.c: the proc channel (docs/tunnel.md, "proc"): a process
+    started by argv, on plain pipes, kept by a key across connections.
+
+    A kept process belongs to the instance (ah_sbd_kept_t), not to the
+    yamux session: a tunnel that drops and redials is not its end. While
+    a stream is attached the process (its ah_proc_t) is moved into the
+    stream's chan_t, and exec.c's record and pump code serves it as it
+    serves exec. When the stream ends without EXIT having been sent (RST,
+    the connection lost, another stream taking it over) the process moves
+    back here, detached: the session (whichever is current) reads its
+    stdout and stderr into records in kept_t.buf, at most S_KEPT_BUF
+    bytes, then stops reading (the process blocks once its pipe is full:
+    nothing is dropped). Between connections nobody reads: the pipes
+    hold what the kernel buffers. The next proc stream with the same key
+    gets buf first, then the live output, then EXIT; once EXIT is sent
+    the key is free again.
+
+    One thread (the instance's loop) touches all of it.                 */
+#include "sandboxd/chan_int.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+ah_sbd_kept_t *ah_sbd_kept_new (void)
+{
+    return calloc (1, sizeof (ah_sbd_kept_t));
+}
+
+static void s_kept_free (kept_t *k, int64_t *reaped_ns)
+{
+    int64_t ns = ah_proc_kill_reap (&k->proc);
+    if (reaped_ns)
+        *reaped_ns += ns;
+    ah_proc_close_fds (&k->proc);
+    ah_buf_free (&k->buf);
+    free (k);
+}
+
+void ah_sbd_kept_destroy (ah_sbd_kept_t **self_p, int64_t *reaped_ns)
+{
+    if (!self_p || !*self_p)
+        return;
+    ah_sbd_kept_t *self = *self_p;
+    while (self->list) {
+        kept_t *k = self->list;
+        self->list = k->next;
+        s_kept_free (k, reaped_ns);
+    }
+    free (self);
+    *self_p = NULL;
+}
+
+bool ah_sbd_kept_reaped (ah_sbd_kept_t *self, pid_t pid, int wstatus)
+{
+    for (kept_t *k = self->list; k; k = k->next)
+        if (k->proc.pid == pid && !k->proc.exited) {
+            k->proc.exited = k->proc.reaped = true;
+            k->proc.wstatus = wstatus;
+            k->exit_at = ah_sbd_now ();
+            return true;
+        }
+    return false;
+}
+
+static void s_unlink (ah_sbd_kept_t *self, kept_t *k)
+{
+    for (kept_t **pp = &self->list; *pp; pp = &(*pp)->next)
+        if (*pp == k) {
+            *pp = k->next;
+            self->count--;
+            return;
+        }
+}
+
+//  ---------------------------------------------------------------------
+//  Arguments
+
+static bool s_key_ok (const char *key)
+{
+    size_t n = strlen (key);
+    if (n == 0 || n > S_KEY_MAX)
+        return false;
+    for (const char *c = key; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')
+        ||    *c == '.' || *c == '_' || *c == '-'))
+            return false;
+    return true;
+}
+
+//  "argv": a list of 1..S_ARGV_MAX strings of 1..S_ARG_LEN_MAX bytes
+//  (the first non-empty), no NUL. A NULL-terminated copy, or NULL with *err.
+static char **s_argv_arg (const ah_msg_t *req, const char **err)
+{
+    size_t size = 0;
+    const void *raw = ah_msg_raw (req, "argv", &size);
+    msgpack_unpacked u;
+    msgpack_unpacked_init (&u);
+    char **argv = NULL;
+    *err = "proc: \"argv\" must be a list of 1 to 256 strings";
+    if (!raw || msgpack_unpack_next (&u, raw, size, NULL) != MSGPACK_UNPACK_SUCCESS
+    ||  u.data.type != MSGPACK_OBJECT_ARRAY || u.data.via.array.size == 0
+    ||  u.data.via.array.size > S_ARGV_MAX)
+        goto out;
+    uint32_t n = u.data.via.array.size;
+    argv = calloc (n + 1, sizeof *argv);
+    if (!argv) {
+        *err = "out of memory";
+        goto out;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        msgpack_object *o = &u.data.via.array.ptr [i];
+        if (o->type != MSGPACK_OBJECT_STR || o->via.str.size > S_ARG_LEN_MAX
+        ||  (i == 0 && o->via.str.size == 0) || memchr (o->via.str.ptr, 0, o->via.str.size)) {
+            *err = "proc: each \"argv\" entry must be a string of at most 4096 bytes "
+                   "without NUL (the first not empty)";
+            goto fail;
+        }
+        argv [i] = strndup (o->via.str.ptr, o->via.str.size);
+        if (!argv [i]) {
+            *err = "out of memory";
+            goto fail;
+        }
+    }
+    *err = NULL;
+    goto out;
+fail:
+    for (uint32_t i = 0; argv && argv [i]; i++)
+        free (argv [i]);
+    free (argv);
+    argv = NULL;
+out:
+    msgpack_unpacked_destroy (&u);
+    return argv;
+}
+
+static void s_argv_free (char **argv)
+{
+    for (size_t i = 0; argv && argv [i]; i++)
+        free (argv [i]);
+    free (argv);
+}
+
+//  ---------------------------------------------------------------------
+//  Attach and detach
+
+static kept_t *s_find (ah_sbd_kept_t *self, const char *key)
+{
+    for (kept_t *k = self->list; k; k = k->next)
+        if (strcmp (k->key, key) == 0)
+            return k;
+    return NULL;
+}
+
+//  Start argv under key. The new entry, or NULL with a refusal sent.
+static kept_t *s_start (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req, const char *key)
+{
+    ah_sbd_kept_t *kt = self->env.kept;
+    if (kt->count >= S_KEPT_MAX) {
+        ah_sbd_refuse (self, ch, "EAGAIN", "proc: %d processes are kept already (the limit)",
+                       S_KEPT_MAX);
+        return NULL;
+    }
+    const char *err = NULL;
+    char **argv = s_argv_arg (req, &err);
+    if (!argv) {
+        ah_sbd_refuse (self, ch, "EINVAL", "%s", err);
+        return NULL;
+    }
+    char **env = NULL;
+    size_t nenv = 0;
+    if (ah_sbd_env_arg (req, &env, &nenv, &err)) {
+        s_argv_free (argv);
+        ah_sbd_refuse (self, ch, "EINVAL", "proc: %s", err);
+        return NULL;
+    }
+    kept_t *k = calloc (1, sizeof *k);
+    char text [256];
+    int rc = -1;
+    if (k) {
+        ah_proc_init (&k->proc);
+        snprintf (k->key, sizeof k->key, "%s", key);
+        rc = ah_proc_spawn_argv (&k->proc, &self->user, self->env.home,
+                                 (const char * const *) argv, self->env.home_fd,
+                                 (const char * const *) env, nenv, text, sizeof text);
+    }
+    else
+        snprintf (text, sizeof text, "out of memory");
+    int e = errno;
+    ah_sbd_env_free (env, nenv);
+    s_argv_free (argv);
+    if (rc) {
+        free (k);
+        ah_sbd_refuse (self, ch, e == ENOENT ? "ENOENT" : "EIO", "proc: %s", text);
+        return NULL;
+    }
+    k->next = kt->list;
+    kt->list = k;
+    kt->count++;
+    ah_debug ("sandboxd", "proc \"%s\" started: pid %d", key, (int) k->proc.pid);
+    return k;
+}
+
+void ah_sbd_proc (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
+{
+    if (!self->env.kept) {
+        ah_sbd_refuse (self, ch, "EPROTO", "unknown channel \"proc\"");
+        return;
+    }
+    const char *key = ah_msg_str (req, "key");
+    if (!key || !s_key_ok (key)) {
+        ah_sbd_refuse (self, ch, "EINVAL", "proc: \"key\" must be 1 to 64 of A-Z a-z 0-9 . _ -");
+        return;
+    }
+    bool start = ah_msg_has (req, "argv") && !ah_msg_is_nil (req, "argv");
+    kept_t *k = s_find (self->env.kept, key);
+    bool attached = k != NULL;
+    if (!k && !start) {
+        ah_sbd_refuse (self, ch, "ENOENT", "proc: no process is kept under \"%s\"", key);
+        return;
+    }
+    if (!k && !(k = s_start (self, ch, req, key)))
+        return;
+    if (k->ch) {
+        //  Taken over: the old stream ends (RST), its process stays.
+        chan_t *old = k->ch;
+        ah_sbd_reset (self, old, "proc taken over by another stream");
+    }
+    size_t buffered = ah_buf_size (&k->buf);
+    ch->proc = k->proc;
+    ah_proc_init (&k->proc);
+    ch->kept = k;
+    ch->kind = K_PROC;
+    ch->exit_at = k->exit_at;
+    k->ch = ch;
+    ah_msg_t *map = ah_msg_new ("");
+    ah_msg_set_bool (map, "ok", true);
+    ah_msg_set_int (map, "pid", ch->proc.pid);
+    ah_msg_set_bool (map, "attached", attached);
+    ah_msg_set_int (map, "buffered", (int64_t) buffered);
+    ah_msg_set_bool (map, "exited", ch->proc.exited);
+    ah_sbd_send_header (self, ch, map);
+    ah_msg_destroy (&map);
+    //  What was read while detached goes first (whole records).
+    if (buffered && ah_buf_append (&ch->out, ah_buf_head (&k->buf), buffered))
+        ah_warn ("sandboxd", "proc \"%s\": out of memory replaying its output", key);
+    ah_buf_free (&k->buf);
+    ah_sbd_flush (self, ch);
+}
+
+void ah_sbd_proc_detach (ah_sbd_session_t *self, chan_t *ch)
+{
+    kept_t *k = ch->kept;
+    ch->kept = NULL;
+    if (!k)
+        return;
+    k->ch = NULL;
+    if (ch->exit_sent) {
+        //  Its end was told: the key is free again.
+        s_unlink (self->env.kept, k);
+        s_kept_free (k, self->env.reaped_ns);
+        return;
+    }
+    k->proc = ch->proc;
+    k->exit_at = ch->exit_at;
+    ah_proc_init (&ch->proc);
+    ah_debug ("sandboxd", "proc \"%s\" detached (pid %d)", k->key, (int) k->proc.pid);
+}
+
+//  ---------------------------------------------------------------------
+//  Detached: output into the buffer, exits
+
+void ah_sbd_kept_poll (ah_sbd_session_t *self, int *timeout_ms,
+                       void (*add) (ah_sbd_session_t *, int, short, chan_t *, kept_t *, role_t))
+{
+    if (!self->env.kept)
+        return;
+    for (kept_t *k = self->env.kept->list; k; k = k->next) {
+        if (k->ch)
+            continue;
+        //  Room for one more record of at least one byte.
+        bool room = ah_buf_size (&k->buf) + 6 <= S_KEPT_BUF;
+        if (room && k->proc.out >= 0)
+            add (self, k->proc.out, POLLIN, NULL, k, R_KEPT_OUT);
+        if (room && k->proc.err >= 0)
+            add (self, k->proc.err, POLLIN, NULL, k, R_KEPT_ERR);
+        if (!k->proc.exited && k->proc.pidfd >= 0)
+            add (self, k->proc.pidfd, POLLIN, NULL, k, R_KEPT_PIDFD);
+        else if (!k->proc.exited && (*timeout_ms < 0 || *timeout_ms > 100))
+            *timeout_ms = 100;                  //  no pidfd: look every 100 ms
+    }
+}
+
+static void s_kept_exit (ah_sbd_session_t *self, kept_t *k)
+{
+    int64_t ns = 0;
+    if (!k->proc.exited && ah_proc_poll_exit (&k->proc, &ns)) {
+        if (self->env.reaped_ns)
+            *self->env.reaped_ns += ns;
+        k->exit_at = ah_sbd_now ();
+    }
+}
+
+static void s_kept_read (ah_sbd_session_t *self, kept_t *k, int *fdp, uint8_t kind)
+{
+    size_t have = ah_buf_size (&k->buf);
+    if (*fdp < 0 || have + 6 > S_KEPT_BUF)
+        return;
+    size_t want = S_KEPT_BUF - have - 5;
+    if (want > S_CHUNK)
+        want = S_CHUNK;
+    ssize_t r = read (*fdp, self->buf, want);
+    if (r > 0) {
+        if (ah_rec_append (&k->buf, kind, self->buf, (size_t) r))
+            ah_warn ("sandboxd", "proc \"%s\": out of memory keeping its output", k->key);
+        return;
+    }
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    close (*fdp);
+    *fdp = -1;
+}
+
+void ah_sbd_kept_event (ah_sbd_session_t *self, kept_t *k, role_t role)
+{
+    //  The slot may be stale: a stream attached it during this service.
+    if (k->ch)
+        return;
+    if (role == R_KEPT_OUT)
+        s_kept_read (self, k, &k->proc.out, AH_REC_STDOUT);
+    else if (role == R_KEPT_ERR)
+        s_kept_read (self, k, &k->proc.err, AH_REC_STDERR);
+    else if (role == R_KEPT_PIDFD)
+        s_kept_exit (self, k);
+}
+
+void ah_sbd_kept_timers (ah_sbd_session_t *self)
+{
+    if (!self->env.kept)
+        return;
+    for (kept_t *k = self->env.kept->list; k; k = k->next)
+        if (!k->ch && k->proc.pidfd < 0)
+            s_kept_exit (self, k);
+}

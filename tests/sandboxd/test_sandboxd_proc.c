@@ -1,0 +1,423 @@
+/*  tests/sandboxd/test_sandboxd_proc.c: the proc channel (docs/tunnel.md,
+    "proc") against a real sandboxd instance (in-process, raw yamux over
+    socketpairs), its headers built and its replies read with the
+    server's client code (proto/procchan.c): start, stdin and both
+    outputs, a dropped connection and a redial, reattach by key with the
+    output produced meanwhile, exit status, kill, take-over, the limits,
+    and hostile arguments.                                              */
+#include "tests/sandboxd/sbd_peer.h"
+#include "proto/procchan.h"
+
+#include <sys/wait.h>
+
+//  The redial: the instance blocks reading the next socket's number.
+static int s_redial_pipe [2];
+
+static int s_redial (void *ud)
+{
+    (void) ud;
+    int fd = -1;
+    if (read (s_redial_pipe [0], &fd, sizeof fd) != (ssize_t) sizeof fd)
+        return -1;
+    return fd;
+}
+
+//  A connected peer: yamux client on a fresh socketpair, the other end
+//  handed to the instance (first through opts, later through the redial).
+static int s_peer_up (peer_t *p)
+{
+    int sv [2];
+    CHECK (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    fcntl (sv [1], F_SETFL, O_NONBLOCK);
+    memset (p, 0, sizeof *p);
+    p->fd = sv [0];
+    ah_yamux_callbacks_t cb = { .output = cb_output, .on_data = cb_data, .on_eof = cb_eof,
+                                .on_closed = cb_closed };
+    p->y = ah_yamux_new (true, &cb, p);
+    return sv [1];
+}
+
+static void s_peer_down (peer_t *p)
+{
+    ah_yamux_destroy (&p->y);
+    for (int i = 0; i < p->n; i++)
+        free (p->s [i].buf);
+    close (p->fd);
+    p->fd = -1;
+}
+
+static void s_hello (peer_t *p)
+{
+    ah_msg_t *req = req_new ("hello");
+    ah_msg_set_int (req, "version", AH_PROTOCOL_VERSION);
+    ah_msg_t *r = simple (p, req);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+}
+
+//  Open a proc stream; its reply parsed.
+static uint32_t s_open (peer_t *p, ah_msg_t *h, ah_procchan_reply_t *r)
+{
+    CHECK (h != NULL);
+    uint32_t id = open_chan (p, &h);
+    ah_msg_t *m = wait_header (p, id, 5000);
+    CHECK (ah_procchan_reply (m, r) == 0);
+    ah_msg_destroy (&m);
+    return id;
+}
+
+static void s_send (peer_t *p, uint32_t id, uint8_t kind, const char *text)
+{
+    ah_buf_t b = { 0 };
+    CHECK (ah_rec_append (&b, kind, text, text ? strlen (text) : 0) == 0);
+    CHECK (ah_yamux_write (p->y, id, ah_buf_head (&b), ah_buf_size (&b))
+           == (ssize_t) ah_buf_size (&b));
+    ah_buf_free (&b);
+}
+
+//  Gather the stream's records until want shows in stdout (or EXIT when
+//  want is NULL): stdout and stderr appended to out/err, the exit's
+//  status and signal (else -2).
+typedef struct { char out [4096], err [4096]; int status, signal; } got_t;
+
+//  The whole records the stream holds, taken. zeros (not NULL): stdout's
+//  NUL bytes are counted there and left out of out.
+static void s_take_records (tstream_t *s, got_t *g, size_t *zeros)
+{
+    uint8_t kind;
+    const uint8_t *pl;
+    uint32_t plen;
+    size_t used;
+    const char *err = NULL;
+    while (ah_rec_decode (s->buf, s->len, &kind, &pl, &plen, &used, &err) == 1) {
+        char *dst = kind == AH_REC_STDOUT ? g->out : kind == AH_REC_STDERR ? g->err : NULL;
+        size_t have = dst ? strlen (dst) : 0;
+        for (uint32_t i = 0; dst && i < plen; i++) {
+            if (zeros && kind == AH_REC_STDOUT && pl [i] == 0)
+                ++*zeros;
+            else if (have < 4095) {
+                dst [have++] = (char) pl [i];
+                dst [have] = 0;
+            }
+        }
+        if (kind == AH_REC_EXIT)
+            CHECK (ah_procchan_exit (pl, plen, &g->status, &g->signal) == 0);
+        take (s, used);
+    }
+}
+
+static bool s_collect (peer_t *p, uint32_t id, const char *want, got_t *g, int ms)
+{
+    tstream_t *s = find (p, id);
+    int64_t until = now_ms () + ms;
+    while (s && now_ms () < until && !p->failed) {
+        s_take_records (s, g, NULL);
+        if (want ? strstr (g->out, want) != NULL : g->status != -2)
+            return true;
+        if (s->closed)
+            return false;
+        pump (p, 50);
+    }
+    return false;
+}
+
+static got_t s_got (void)
+{
+    got_t g;
+    memset (&g, 0, sizeof g);
+    g.status = g.signal = -2;
+    return g;
+}
+
+static const char *s_script =
+    "echo started; echo to-stderr >&2; "
+    "while read l; do sleep 0.3; echo \"got $l\"; done; exit 7";
+
+//  Run, stream both ways, detach by dropping the connection, redial,
+//  reattach and read what was written meanwhile, exit status.
+static void test_detach (peer_t *p)
+{
+    const char *argv [] = { "sh", "-c", s_script };
+    const char *env [] = { "GREETING=hi there" };
+    ah_procchan_reply_t r;
+    uint32_t id = s_open (p, ah_procchan_header ("harness", argv, 3, env, 1), &r);
+    CHECK (r.ok && r.pid > 0 && !r.attached && r.buffered == 0);
+    pid_t pid = (pid_t) r.pid;
+    got_t g = s_got ();
+    CHECK (s_collect (p, id, "started\n", &g, 5000));
+    s_send (p, id, AH_REC_STDIN, "one\n");
+    CHECK (s_collect (p, id, "got one\n", &g, 5000));
+    for (int i = 0; i < 40 && !strstr (g.err, "to-stderr\n"); i++)
+        s_collect (p, id, "never said", &g, 50);
+    CHECK (strstr (g.err, "to-stderr\n") != NULL);
+
+    //  A line whose answer comes after the connection is gone.
+    s_send (p, id, AH_REC_STDIN, "two\nthree\n");
+    pump (p, 20);
+    s_peer_down (p);
+    usleep (1200 * 1000);
+    CHECK (kill (pid, 0) == 0);                 //  still running, detached
+
+    int fd = s_peer_up (p);
+    CHECK (write (s_redial_pipe [1], &fd, sizeof fd) == (ssize_t) sizeof fd);
+    s_hello (p);
+    //  Attach by key alone.
+    id = s_open (p, ah_procchan_header ("harness", NULL, 0, NULL, 0), &r);
+    CHECK (r.ok && r.attached && r.pid == pid && !r.exited);
+    CHECK (r.buffered > 0);
+    g = s_got ();
+    CHECK (s_collect (p, id, "got three\n", &g, 5000));
+    CHECK (strstr (g.out, "got two\ngot three\n") != NULL);
+    //  Still both ways after the reattach.
+    s_send (p, id, AH_REC_STDIN, "four\n");
+    CHECK (s_collect (p, id, "got four\n", &g, 5000));
+    //  End of input: the script exits 7; EXIT then FIN.
+    s_send (p, id, AH_REC_EOF, NULL);
+    CHECK (s_collect (p, id, NULL, &g, 5000));
+    CHECK (g.status == 7 && g.signal == 0);
+    tstream_t *s = find (p, id);
+    CHECK (s && wait_until (p, &s->eof, 5000));
+    ah_yamux_close (p->y, id);
+    pump (p, 50);
+    //  Its end was told: the key is free.
+    uint32_t id2 = s_open (p, ah_procchan_header ("harness", NULL, 0, NULL, 0), &r);
+    CHECK (!r.ok && strcmp (r.code, "ENOENT") == 0);
+    (void) id2;
+}
+
+//  Exit while detached: the reattach gets the output, then EXIT.
+static void test_exit_detached (peer_t *p)
+{
+    const char *argv [] = { "sh", "-c", "read l; echo \"bye $l\"; echo \"$GREETING\"; exit 3" };
+    const char *env [] = { "GREETING=hello env" };
+    ah_procchan_reply_t r;
+    uint32_t id = s_open (p, ah_procchan_header ("short", argv, 3, env, 1), &r);
+    CHECK (r.ok);
+    s_send (p, id, AH_REC_STDIN, "now\n");
+    ah_yamux_reset (p->y, id);                  //  RST: detach, not kill
+    usleep (500 * 1000);
+    for (int i = 0; i < 5; i++)
+        pump (p, 20);
+    id = s_open (p, ah_procchan_header ("short", argv, 3, NULL, 0), &r);
+    CHECK (r.ok && r.attached && r.exited);     //  argv given, but it is kept: attach
+    got_t g = s_got ();
+    CHECK (s_collect (p, id, NULL, &g, 5000));
+    CHECK (strstr (g.out, "bye now\nhello env\n") != NULL);
+    CHECK (g.status == 3);
+}
+
+//  A second stream takes the process over; KILL ends it.
+static void test_takeover_kill (peer_t *p)
+{
+    const char *argv [] = { "cat" };
+    ah_procchan_reply_t r;
+    uint32_t a = s_open (p, ah_procchan_header ("cat", argv, 1, NULL, 0), &r);
+    CHECK (r.ok && !r.attached);
+    uint32_t b = s_open (p, ah_procchan_header ("cat", NULL, 0, NULL, 0), &r);
+    CHECK (r.ok && r.attached);
+    tstream_t *sa = find (p, a);
+    CHECK (sa && wait_until (p, &sa->closed, 5000) && sa->reset);
+    s_send (p, b, AH_REC_STDIN, "echoed\n");
+    got_t g = s_got ();
+    CHECK (s_collect (p, b, "echoed\n", &g, 5000));
+    s_send (p, b, AH_REC_KILL, NULL);
+    CHECK (s_collect (p, b, NULL, &g, 5000));
+    CHECK (g.status == -1 && g.signal == SIGKILL);
+}
+
+//  While detached, sandboxd holds at most 1 MiB, then stops reading: the
+//  process waits, nothing is lost.
+static void test_bound (peer_t *p)
+{
+    const char *argv [] = { "sh", "-c", "head -c 3000000 /dev/zero; echo; echo end" };
+    ah_procchan_reply_t r;
+    uint32_t id = s_open (p, ah_procchan_header ("flood", argv, 3, NULL, 0), &r);
+    CHECK (r.ok);
+    ah_yamux_reset (p->y, id);
+    usleep (800 * 1000);
+    for (int i = 0; i < 5; i++)
+        pump (p, 20);
+    id = s_open (p, ah_procchan_header ("flood", NULL, 0, NULL, 0), &r);
+    CHECK (r.ok && r.attached && !r.exited);
+    CHECK (r.buffered > 0 && r.buffered <= (int64_t) AH_PROCCHAN_BUFFER);
+    //  Read everything: 3000000 zero bytes, then the end.
+    tstream_t *s = find (p, id);
+    size_t zeros = 0;
+    got_t g = s_got ();
+    int64_t until = now_ms () + 20000;
+    while (s && g.status == -2 && now_ms () < until) {
+        s_take_records (s, &g, &zeros);
+        pump (p, 50);
+    }
+    CHECK (g.status == 0 && strstr (g.out, "end\n") != NULL);
+    CHECK (zeros == 3000000);
+}
+
+static void s_refused (peer_t *p, ah_msg_t *h, const char *code, const char *words)
+{
+    ah_procchan_reply_t r;
+    s_open (p, h, &r);
+    CHECK (!r.ok && strcmp (r.code, code) == 0);
+    if (words && !strstr (r.error, words))
+        fprintf (stderr, "refusal \"%s\" lacks \"%s\"\n", r.error, words);
+    CHECK (!words || strstr (r.error, words) != NULL);
+}
+
+static void test_hostile (peer_t *p)
+{
+    //  Types, through the channel's argument table.
+    ah_msg_t *h = req_new ("proc");
+    ah_msg_set_str (h, "key", "k");
+    ah_msg_set_str (h, "argv", "sh -c true");
+    s_refused (p, h, "EINVAL", "\"argv\" must be a list");
+    h = req_new ("proc");
+    ah_msg_set_int (h, "key", 5);
+    s_refused (p, h, "EINVAL", "\"key\" must be a string");
+    h = req_new ("proc");
+    ah_msg_set_str (h, "key", "k");
+    ah_msg_set_raw (h, "argv", "\x91\xa4true", 6);
+    ah_msg_set_raw (h, "env", "\x92\x01\x02", 3);
+    s_refused (p, h, "EINVAL", "\"env\" must be a map");
+    //  Contents.
+    h = req_new ("proc");
+    ah_msg_set_str (h, "key", "k");
+    ah_msg_set_raw (h, "argv", "\x90", 1);
+    s_refused (p, h, "EINVAL", "argv");
+    h = req_new ("proc");
+    ah_msg_set_str (h, "key", "k");
+    ah_msg_set_raw (h, "argv", "\x92\xa4true\x01", 7);
+    s_refused (p, h, "EINVAL", "argv");
+    h = req_new ("proc");
+    ah_msg_set_str (h, "key", "k");
+    ah_msg_set_raw (h, "argv", "\x91\xa0", 2);          //  [""]
+    s_refused (p, h, "EINVAL", "argv");
+    h = req_new ("proc");
+    ah_msg_set_str (h, "key", "k");
+    ah_msg_set_raw (h, "argv", "\x91\xa3\x61\x00\x62", 5);  //  ["a\0b"]
+    s_refused (p, h, "EINVAL", NULL);
+    //  Too many entries, too long an entry (built by hand: the client refuses).
+    {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init (&sb);
+        msgpack_packer pk;
+        msgpack_packer_init (&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_array (&pk, 300);
+        for (int i = 0; i < 300; i++)
+            msgpack_pack_str_with_body (&pk, "x", 1);
+        h = req_new ("proc");
+        ah_msg_set_str (h, "key", "k");
+        ah_msg_set_raw (h, "argv", sb.data, sb.size);
+        s_refused (p, h, "EINVAL", "argv");
+        msgpack_sbuffer_clear (&sb);
+        char big [5000];
+        memset (big, 'a', sizeof big);
+        msgpack_pack_array (&pk, 1);
+        msgpack_pack_str_with_body (&pk, big, sizeof big);
+        h = req_new ("proc");
+        ah_msg_set_str (h, "key", "k");
+        ah_msg_set_raw (h, "argv", sb.data, sb.size);
+        s_refused (p, h, "EINVAL", "argv");
+        msgpack_sbuffer_destroy (&sb);
+    }
+    const char *argv [] = { "true" };
+    //  Keys: the client refuses them, sandboxd too.
+    CHECK (ah_procchan_header ("../x", argv, 1, NULL, 0) == NULL);
+    CHECK (ah_procchan_header ("", argv, 1, NULL, 0) == NULL);
+    CHECK (ah_procchan_header ("k", argv, 0, NULL, 0) == NULL);
+    const char *bad_env [] = { "NOEQUALS" };
+    CHECK (ah_procchan_header ("k", argv, 1, bad_env, 1) == NULL);
+    const char *keys [] = { "../x", "a b", "", "k\n",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" };
+    for (size_t i = 0; i < sizeof keys / sizeof keys [0]; i++) {
+        h = req_new ("proc");
+        ah_msg_set_str (h, "key", keys [i]);
+        ah_msg_set_raw (h, "argv", "\x91\xa4true", 6);
+        s_refused (p, h, "EINVAL", "\"key\"");
+    }
+    h = req_new ("proc");
+    ah_msg_set_raw (h, "argv", "\x91\xa4true", 6);
+    s_refused (p, h, "EINVAL", "\"key\"");
+    //  env: exec's rules.
+    h = req_new ("proc");
+    ah_msg_set_str (h, "key", "k");
+    ah_msg_set_raw (h, "argv", "\x91\xa4true", 6);
+    ah_msg_set_raw (h, "env", "\x81\xa3\x41\x3d\x42\xa1\x76", 7);  //  {"A=B": "v"}
+    s_refused (p, h, "EINVAL", "env");
+    //  No such command; no such key.
+    const char *nocmd [] = { "no-such-agent-here", "--acp" };
+    s_refused (p, ah_procchan_header ("k", nocmd, 2, NULL, 0), "ENOENT", "not found");
+    s_refused (p, ah_procchan_header ("nobody", NULL, 0, NULL, 0), "ENOENT", "no process");
+    //  At most 16 kept: the 17th is refused; KILL frees them.
+    const char *sleeper [] = { "sleep", "60" };
+    uint32_t ids [AH_PROCCHAN_KEPT_MAX];
+    for (int i = 0; i < AH_PROCCHAN_KEPT_MAX; i++) {
+        char key [16];
+        snprintf (key, sizeof key, "s%d", i);
+        ah_procchan_reply_t r;
+        ids [i] = s_open (p, ah_procchan_header (key, sleeper, 2, NULL, 0), &r);
+        CHECK (r.ok);
+    }
+    s_refused (p, ah_procchan_header ("s99", sleeper, 2, NULL, 0), "EAGAIN", "16");
+    for (int i = 0; i < AH_PROCCHAN_KEPT_MAX; i++) {
+        s_send (p, ids [i], AH_REC_KILL, NULL);
+        got_t g = s_got ();
+        CHECK (s_collect (p, ids [i], NULL, &g, 5000) && g.signal == SIGKILL);
+        ah_yamux_close (p->y, ids [i]);
+    }
+    pump (p, 100);
+    ah_procchan_reply_t r;
+    uint32_t id = s_open (p, ah_procchan_header ("s99", sleeper, 2, NULL, 0), &r);
+    CHECK (r.ok);
+    s_send (p, id, AH_REC_KILL, NULL);
+    got_t g = s_got ();
+    CHECK (s_collect (p, id, NULL, &g, 5000));
+}
+
+int main (void)
+{
+    signal (SIGPIPE, SIG_IGN);
+    char tmpl [] = "/tmp/ah-sandboxd-proc-XXXXXX";
+    CHECK (mkdtemp (tmpl) != NULL);
+    snprintf (root, sizeof root, "%s", tmpl);
+    snprintf (home, sizeof home, "%s/home", tmpl);
+    CHECK (mkdir (home, 0755) == 0);
+    CHECK (pipe2 (s_redial_pipe, O_CLOEXEC) == 0);
+
+    peer_t *p = calloc (1, sizeof *p);
+    int fd = s_peer_up (p);
+    ah_sandboxd_opts_t opts = {
+        .agent_id = "agent-test", .home = home, .switch_user = false,
+        .raw_transport = true, .raw_fd = fd, .raw_redial = s_redial,
+    };
+    ah_sandboxd_t *sbd = ah_sandboxd_start (&opts);
+    CHECK (sbd != NULL);
+    s_hello (p);
+
+    test_detach (p);
+    test_exit_detached (p);
+    test_takeover_kill (p);
+    test_bound (p);
+    test_hostile (p);
+    CHECK (!p->failed);
+
+    //  A kept process still running when the instance stops is killed.
+    const char *sleeper [] = { "sleep", "60" };
+    ah_procchan_reply_t r;
+    uint32_t id = s_open (p, ah_procchan_header ("last", sleeper, 2, NULL, 0), &r);
+    CHECK (r.ok);
+    ah_yamux_reset (p->y, id);
+    pump (p, 50);
+    s_peer_down (p);
+    int none = -1;
+    CHECK (write (s_redial_pipe [1], &none, sizeof none) == (ssize_t) sizeof none);
+    ah_sandboxd_stop (&sbd);
+    CHECK (kill ((pid_t) r.pid, 0) != 0);
+    free (p);
+    close (s_redial_pipe [0]);
+    close (s_redial_pipe [1]);
+    char cmd [PATH_MAX + 16];
+    snprintf (cmd, sizeof cmd, "rm -rf %s", root);
+    if (system (cmd) != 0) { }
+    printf ("sandboxd proc: ok\n");
+    return 0;
+}
