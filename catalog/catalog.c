@@ -75,6 +75,12 @@ s_runtime_free (ah_runtime_t *rt)
         free (rt->env [i].value);
     }
     free (rt->env);
+    s_strings_free (rt->harness.command, rt->harness.command_count);
+    for (size_t i = 0; i < rt->harness.env_count; i++) {
+        free (rt->harness.env [i].name);
+        free (rt->harness.env [i].value);
+    }
+    free (rt->harness.env);
     free (rt->context_dir);
     for (size_t i = 0; i < rt->host_file_count; i++) {
         free (rt->host_files [i].name);
@@ -350,48 +356,93 @@ s_env_name_ok (const char *s)
     return true;
 }
 
+//  An optional object {"NAME": "value"} (field names it in errors) into
+//  *out and *count.
 static int
-s_parse_env (s_ctx_t *ctx, json_t *env, ah_runtime_t *rt)
+s_parse_env (s_ctx_t *ctx, const char *field, json_t *env, ah_catalog_env_t **out, size_t *count)
 {
     if (!env)
         return 0;
     if (!json_is_object (env)) {
-        s_fail (ctx, "field \"env_vars\" must be an object {\"NAME\": \"value\"}");
+        s_fail (ctx, "field \"%s\" must be an object {\"NAME\": \"value\"}", field);
         return -1;
     }
     if (json_object_size (env) > AH_CATALOG_MAX_LIST) {
-        s_fail (ctx, "field \"env_vars\" has more than %d entries", AH_CATALOG_MAX_LIST);
+        s_fail (ctx, "field \"%s\" has more than %d entries", field, AH_CATALOG_MAX_LIST);
         return -1;
     }
-    if (!(rt->env = calloc (json_object_size (env) + 1, sizeof (ah_catalog_env_t)))) {
+    if (!(*out = calloc (json_object_size (env) + 1, sizeof (ah_catalog_env_t)))) {
         s_fail (ctx, "out of memory");
         return -1;
     }
     const char *key;
     json_t *value;
     json_object_foreach (env, key, value) {
-        if (s_text (ctx, "env_vars", "a name", key, false))
+        if (s_text (ctx, field, "a name", key, false))
             return -1;
         if (!s_env_name_ok (key)) {
-            s_fail (ctx, "field \"env_vars\": '%.80s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, at most 128)", key);
+            s_fail (ctx, "field \"%s\": '%.80s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, at most 128)",
+                    field, key);
             return -1;
         }
         if (!json_is_string (value) || json_string_length (value) > AH_CATALOG_MAX_STRING
         ||  strlen (json_string_value (value)) != json_string_length (value)) {
-            s_fail (ctx, "field \"env_vars\": %s must be a string of at most %d bytes without NUL",
-                    key, AH_CATALOG_MAX_STRING);
+            s_fail (ctx, "field \"%s\": %s must be a string of at most %d bytes without NUL",
+                    field, key, AH_CATALOG_MAX_STRING);
             return -1;
         }
         //  One line: hostd's wire carries the environment a line each.
-        if (s_text (ctx, "env_vars", key, json_string_value (value), false))
+        if (s_text (ctx, field, key, json_string_value (value), false))
             return -1;
-        ah_catalog_env_t *e = &rt->env [rt->env_count++];
+        ah_catalog_env_t *e = &(*out) [(*count)++];
         e->name = strdup (key);
         e->value = strdup (json_string_value (value));
         if (!e->name || !e->value) {
             s_fail (ctx, "out of memory");
             return -1;
         }
+    }
+    return 0;
+}
+
+//  "harness": {"command": ["agent", "--acp"], "env": {"K": "v"}}: the
+//  ACP agent a sandbox of this runtime runs (sandboxd's proc channel,
+//  docs/tunnel.md). The command is argv, not a shell line: each item one
+//  line of text, the first not blank.
+static int
+s_parse_harness (s_ctx_t *ctx, json_t *h, ah_runtime_t *rt)
+{
+    if (!json_is_object (h)) {
+        s_fail (ctx, "field \"harness\" must be an object {\"command\": [\"agent\", \"--acp\"], \"env\": {...}}");
+        return -1;
+    }
+    static const char *keys [] = { "command", "env", NULL };
+    if (s_known_keys (ctx, h, "\"harness\" (command, env)", keys))
+        return -1;
+    json_t *command = json_object_get (h, "command");
+    if (!command || !json_is_array (command) || json_array_size (command) == 0) {
+        s_fail (ctx, "field \"harness.command\" must be a non-empty array of strings (the program, then its arguments)");
+        return -1;
+    }
+    if (json_array_size (command) > AH_CATALOG_MAX_HARNESS_ARGS) {
+        s_fail (ctx, "field \"harness.command\" has %zu entries (at most %d)", json_array_size (command),
+                AH_CATALOG_MAX_HARNESS_ARGS);
+        return -1;
+    }
+    //  Looked up under its full name, so the list's errors say it.
+    json_t *wrap = json_pack ("{sO}", "harness.command", command);
+    int rc = wrap ? s_string_list (ctx, wrap, "harness.command", AH_CATALOG_MAX_HARNESS_ARG, false,
+                                   false, NULL, &rt->harness.command, &rt->harness.command_count) : -1;
+    json_decref (wrap);
+    if (!wrap)
+        s_fail (ctx, "out of memory");
+    if (rc
+    ||  s_parse_env (ctx, "harness.env", json_object_get (h, "env"), &rt->harness.env,
+                     &rt->harness.env_count))
+        return -1;
+    if (s_check_command (rt->harness.command [0])) {
+        s_fail (ctx, "field \"harness.command\": the program (item 0) is blank");
+        return -1;
     }
     return 0;
 }
@@ -484,9 +535,9 @@ s_parse_runtime (s_ctx_t *ctx, json_t *entry, ah_runtime_t *rt)
     }
     static const char *keys [] = { "alias", "description", "image", "base_image", "setup_commands",
                                    "packages", "env_vars", "briefing", "mem_limit", "needs_network",
-                                   "build", NULL };
+                                   "build", "harness", NULL };
     if (s_known_keys (ctx, entry, "the runtime (alias, description, image, base_image, setup_commands, "
-                      "packages, env_vars, briefing, mem_limit, needs_network, build)", keys))
+                      "packages, env_vars, briefing, mem_limit, needs_network, build, harness)", keys))
         return -1;
     static const ah_ident_t runtime = AH_IDENT_RUNTIME, image_ref = AH_IDENT_IMAGE;
     const char *alias = s_string_field (ctx, entry, "alias", &runtime);
@@ -538,7 +589,10 @@ s_parse_runtime (s_ctx_t *ctx, json_t *entry, ah_runtime_t *rt)
     ||  s_string_list (ctx, entry, "packages", 200, false, false, s_check_package, &rt->packages, &rt->package_count)
     ||  s_string_list (ctx, entry, "briefing", AH_CATALOG_MAX_STRING, true, true, s_check_command,
                        &rt->briefing, &rt->briefing_count)
-    ||  s_parse_env (ctx, json_object_get (entry, "env_vars"), rt))
+    ||  s_parse_env (ctx, "env_vars", json_object_get (entry, "env_vars"), &rt->env, &rt->env_count))
+        return -1;
+    json_t *harness = json_object_get (entry, "harness");
+    if (harness && s_parse_harness (ctx, harness, rt))
         return -1;
     json_t *mem = json_object_get (entry, "mem_limit");
     if (mem) {

@@ -25,7 +25,9 @@
                         "env_vars": {"LANG": "C.UTF-8"},
                         "briefing": ["A sentence.", ...],       or one string
                         "mem_limit": "2g",              Docker's syntax
-                        "needs_network": true } ] }
+                        "needs_network": true,
+                        "harness": {"command": ["agent", "--acp"],  the ACP agent (argv)
+                                    "env": {"K": "v"}} } ] }
     The first entry is the default runtime. Unknown fields are refused
     (a typo should not pass silently). Every error names the file, the
     entry (index and alias when it has one) and the field.
@@ -44,6 +46,8 @@
 #define AH_CATALOG_MAX_FILES     32
 #define AH_CATALOG_MAX_COMMAND   4000       //  one setup command
 #define AH_CATALOG_VERSION       2
+#define AH_CATALOG_MAX_HARNESS_ARGS 64      //  harness.command entries
+#define AH_CATALOG_MAX_HARNESS_ARG  4096    //  bytes of one (sandboxd's proc channel takes as much)
 
 typedef struct {
     char   *name;                   //  context-relative file name ("busybox")
@@ -54,6 +58,15 @@ typedef struct {
     char   *name;                   //  [A-Za-z_][A-Za-z0-9_]*
     char   *value;
 } ah_catalog_env_t;
+
+//  The ACP agent a runtime's sandboxes run (docs/catalog.md "harness"):
+//  started by sandboxd's proc channel as the agent account in its home.
+typedef struct {
+    char  **command;                //  argv, command_count strings; NULL: no harness
+    size_t  command_count;
+    ah_catalog_env_t *env;          //  added to the process's environment
+    size_t  env_count;
+} ah_catalog_harness_t;
 
 typedef struct {
     char   *alias;
@@ -77,6 +90,7 @@ typedef struct {
     char   *context_dir;            //  absolute (resolved against the catalog's directory)
     ah_catalog_file_t *host_files;
     size_t  host_file_count;
+    ah_catalog_harness_t harness;
 } ah_runtime_t;
 
 typedef struct ah_catalog_t ah_catalog_t;

@@ -402,6 +402,77 @@ s_test_load_errors (void)
     }
 }
 
+//  "harness": the ACP agent a runtime runs (docs/catalog.md).
+static void
+s_test_harness (void)
+{
+    const char *text = "{\"version\":2,\"runtimes\":["
+        "{\"alias\":\"acp\",\"description\":\"d\",\"image\":\"x\","
+        "\"harness\":{\"command\":[\"/usr/local/bin/some-agent\",\"--acp\",\"--model=a b\"],"
+        "\"env\":{\"AGENT_MODE\":\"acp\",\"LOG_LEVEL\":\"info\"}}},"
+        "{\"alias\":\"plain\",\"description\":\"d\",\"image\":\"y\"}]}";
+    char *err = NULL;
+    ah_catalog_t *cat = ah_catalog_parse (text, strlen (text), "test.json", "/base", &err);
+    if (!cat)
+        fprintf (stderr, "harness catalog refused: %s\n", err);
+    CHECK (cat != NULL);
+    free (err);
+    const ah_runtime_t *acp = ah_catalog_find (cat, "acp");
+    CHECK (acp && acp->harness.command_count == 3);
+    CHECK (acp && strcmp (acp->harness.command [0], "/usr/local/bin/some-agent") == 0);
+    CHECK (acp && strcmp (acp->harness.command [2], "--model=a b") == 0);
+    CHECK (acp && acp->harness.env_count == 2 && strcmp (acp->harness.env [0].name, "AGENT_MODE") == 0);
+    const ah_runtime_t *plain = ah_catalog_find (cat, "plain");
+    CHECK (plain && plain->harness.command == NULL && plain->harness.command_count == 0);
+    ah_catalog_destroy (&cat);
+
+#define H(x) "{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"harness\": " x "}"
+    s_expect_entry_error (H ("[\"agent\"]"), "\"harness\" must be an object", NULL);
+    s_expect_entry_error (H ("{}"), "\"harness.command\" must be a non-empty array", NULL);
+    s_expect_entry_error (H ("{\"command\": []}"), "\"harness.command\" must be a non-empty array", NULL);
+    s_expect_entry_error (H ("{\"command\": \"agent --acp\"}"), "\"harness.command\" must be a non-empty array", NULL);
+    s_expect_entry_error (H ("{\"command\": [\"agent\", 5]}"), "\"harness.command\": item 1", NULL);
+    s_expect_entry_error (H ("{\"command\": [\"agent\", \"\"]}"), "\"harness.command\": item 1", "non-empty");
+    s_expect_entry_error (H ("{\"command\": [\"  \"]}"), "\"harness.command\"", "blank");
+    s_expect_entry_error (H ("{\"command\": [\"agent\\u0000x\"]}"), "not valid JSON", "NUL");
+    s_expect_entry_error (H ("{\"command\": [\"agent\", \"a\\nb\"]}"), "\"harness.command\"", "item 1");
+    s_expect_entry_error (H ("{\"command\": [\"agent\", \"\\u001b[31m\"]}"), "\"harness.command\"", "item 1");
+    s_expect_entry_error (H ("{\"command\": [\"agent\"], \"args\": []}"), "unknown field \"args\"", "harness");
+    s_expect_entry_error (H ("{\"command\": [\"agent\"], \"env\": []}"), "\"harness.env\" must be an object", NULL);
+    s_expect_entry_error (H ("{\"command\": [\"agent\"], \"env\": {\"A=B\": \"v\"}}"), "\"harness.env\"",
+                          "not a variable name");
+    s_expect_entry_error (H ("{\"command\": [\"agent\"], \"env\": {\"A\": 1}}"), "\"harness.env\"", "must be a string");
+    s_expect_entry_error (H ("{\"command\": [\"agent\"], \"env\": {\"A\": \"x\\ny\"}}"), "\"harness.env\"", NULL);
+    //  Bounds: 64 arguments, 4096 bytes each.
+    char *many = NULL, *big = NULL, *list = malloc (65 * 8 + 16);
+    CHECK (list != NULL);
+    strcpy (list, "[\"agent\"");
+    for (int i = 0; i < 64; i++)
+        strcat (list, ", \"-v\"");
+    strcat (list, "]");
+    char *entry = NULL;
+    CHECK (asprintf (&entry, H ("{\"command\": %s}"), list) > 0);
+    s_expect_entry_error (entry, "\"harness.command\" has 65 entries", "at most 64");
+    free (entry);
+    char *arg = malloc (4098);
+    CHECK (arg != NULL);
+    memset (arg, 'a', 4097);
+    arg [4097] = 0;
+    CHECK (asprintf (&big, H ("{\"command\": [\"agent\", \"%s\"]}"), arg) > 0);
+    s_expect_entry_error (big, "\"harness.command\": item 1", "at most 4096 bytes");
+    arg [4096] = 0;             //  4096 bytes: accepted
+    CHECK (asprintf (&many, "{\"version\": 2, \"runtimes\": [" H ("{\"command\": [\"agent\", \"%s\"]}") "]}", arg) > 0);
+    cat = ah_catalog_parse (many, strlen (many), "test.json", "/base", &err);
+    CHECK (cat && ah_catalog_default (cat)->harness.command_count == 2);
+    ah_catalog_destroy (&cat);
+    free (err);
+    free (many);
+    free (big);
+    free (arg);
+    free (list);
+#undef H
+}
+
 int
 main (int argc, char **argv)
 {
@@ -411,6 +482,7 @@ main (int argc, char **argv)
     }
     s_test_shipped (argv [1]);
     s_test_good_parse ();
+    s_test_harness ();
     s_test_bad ();
     s_test_ident_cases ();
     s_test_control_chars ();
