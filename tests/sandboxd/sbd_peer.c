@@ -180,6 +180,16 @@ const char *reply_code (ah_msg_t *r)
 
 char home [PATH_MAX], outside [PATH_MAX], root [PATH_MAX];
 
+void make_tree (const char *name)
+{
+    snprintf (root, sizeof root, "/tmp/%s-XXXXXX", name);
+    CHECK (mkdtemp (root) != NULL);
+    CHECK (snprintf (home, sizeof home, "%s/home", root) < (int) sizeof home);
+    CHECK (snprintf (outside, sizeof outside, "%s/outside", root) < (int) sizeof outside);
+    CHECK (mkdir (home, 0755) == 0);
+    CHECK (mkdir (outside, 0755) == 0);
+}
+
 bool file_exists (const char *dir, const char *name)
 {
     char path [PATH_MAX * 2];

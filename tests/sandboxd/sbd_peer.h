@@ -54,6 +54,8 @@ typedef struct {
 //  The temporary tree of the run: the home sandboxd serves, a directory
 //  beside it, and their parent (main sets them).
 extern char home [PATH_MAX], outside [PATH_MAX], root [PATH_MAX];
+//  Make them: /tmp/NAME-XXXXXX with home/ and outside/ in it.
+void make_tree (const char *name);
 
 int64_t now_ms (void);
 tstream_t *find (peer_t *p, uint32_t id);

@@ -715,13 +715,7 @@ static void test_grammar (peer_t *p)
 int main (void)
 {
     signal (SIGPIPE, SIG_IGN);
-    char tmpl [] = "/tmp/ah-sandboxd-test-XXXXXX";
-    CHECK (mkdtemp (tmpl) != NULL);
-    snprintf (root, sizeof root, "%s", tmpl);
-    snprintf (home, sizeof home, "%s/home", tmpl);
-    snprintf (outside, sizeof outside, "%s/outside", tmpl);
-    CHECK (mkdir (home, 0755) == 0);
-    CHECK (mkdir (outside, 0755) == 0);
+    make_tree ("ah-sandboxd-test");
 
     int sv [2];
     CHECK (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);

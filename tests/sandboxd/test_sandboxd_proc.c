@@ -376,11 +376,7 @@ static void test_hostile (peer_t *p)
 int main (void)
 {
     signal (SIGPIPE, SIG_IGN);
-    char tmpl [] = "/tmp/ah-sandboxd-proc-XXXXXX";
-    CHECK (mkdtemp (tmpl) != NULL);
-    snprintf (root, sizeof root, "%s", tmpl);
-    snprintf (home, sizeof home, "%s/home", tmpl);
-    CHECK (mkdir (home, 0755) == 0);
+    make_tree ("ah-sandboxd-proc");
     CHECK (pipe2 (s_redial_pipe, O_CLOEXEC) == 0);
 
     peer_t *p = calloc (1, sizeof *p);
