@@ -198,6 +198,8 @@ static void s_send_exit (ah_sbd_session_t *self, chan_t *ch)
     ah_msg_destroy (&map);
     ch->exit_sent = true;
     ch->want_fin = true;
+    if (ch->kept)
+        ah_sbd_proc_detach (self, ch);      //  its end is told: the key is free again
     ah_sbd_flush (self, ch);
 }
 

@@ -185,6 +185,8 @@ static void test_detach (peer_t *p)
     (void) id2;
 }
 
+static void s_refused (peer_t *p, ah_msg_t *h, const char *code, const char *words);
+
 //  Exit while detached: the reattach gets the output, then EXIT.
 static void test_exit_detached (peer_t *p)
 {
@@ -204,6 +206,8 @@ static void test_exit_detached (peer_t *p)
     CHECK (s_collect (p, id, NULL, &g, 5000));
     CHECK (strstr (g.out, "bye now\nhello env\n") != NULL);
     CHECK (g.status == 3);
+    //  EXIT sent: the key is free at once, before the stream is closed.
+    s_refused (p, ah_procchan_header ("short", NULL, 0, NULL, 0), "ENOENT", "no process");
 }
 
 //  A second stream takes the process over; KILL ends it.
@@ -414,6 +418,5 @@ int main (void)
     char cmd [PATH_MAX + 16];
     snprintf (cmd, sizeof cmd, "rm -rf %s", root);
     if (system (cmd) != 0) { }
-    printf ("sandboxd proc: ok\n");
-    return 0;
+    return CHECK_DONE ();
 }
