@@ -377,6 +377,31 @@ static void test_hostile (peer_t *p)
     CHECK (s_collect (p, id, NULL, &g, 5000));
 }
 
+//  A real ACP agent (tests/acp/build-example-agent builds one; the path
+//  in AH_TEST_ACP_AGENT, else this is skipped): initialize answered over
+//  the proc channel, exit 0 at the end of stdin.
+static void test_acp_agent (peer_t *p)
+{
+    const char *agent = getenv ("AH_TEST_ACP_AGENT");
+    if (!agent || !*agent) {
+        fprintf (stderr, "acp agent: skipped (AH_TEST_ACP_AGENT not set)\n");
+        return;
+    }
+    const char *argv [] = { agent };
+    ah_procchan_reply_t r;
+    uint32_t id = s_open (p, ah_procchan_header ("acp", argv, 1, NULL, 0), &r);
+    CHECK (r.ok);
+    s_send (p, id, AH_REC_STDIN, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+            "\"params\":{\"protocolVersion\":1,\"clientCapabilities\":{}}}\n");
+    got_t g = s_got ();
+    CHECK (s_collect (p, id, "\"agentCapabilities\"", &g, 10000));
+    CHECK (strstr (g.out, "\"id\":1") && strstr (g.out, "\"protocolVersion\":1"));
+    s_send (p, id, AH_REC_EOF, NULL);
+    CHECK (s_collect (p, id, NULL, &g, 10000));
+    CHECK (g.status == 0);
+    fprintf (stderr, "acp agent: %.300s", g.out);
+}
+
 int main (void)
 {
     signal (SIGPIPE, SIG_IGN);
@@ -398,6 +423,7 @@ int main (void)
     test_takeover_kill (p);
     test_bound (p);
     test_hostile (p);
+    test_acp_agent (p);
     CHECK (!p->failed);
 
     //  A kept process still running when the instance stops is killed.
