@@ -16,7 +16,7 @@ static bool s_key_ok (const char *key)
 }
 
 ah_msg_t *ah_procchan_header (const char *key, const char * const *argv, size_t argc,
-                              const char * const *env, size_t nenv)
+                              const char * const *env, size_t nenv, int64_t from)
 {
     if (!s_key_ok (key) || (argv && (argc == 0 || argc > AH_PROCCHAN_ARGV_MAX))
     ||  nenv > AH_PROCCHAN_ENV_MAX || (nenv && !env))
@@ -24,6 +24,8 @@ ah_msg_t *ah_procchan_header (const char *key, const char * const *argv, size_t 
     ah_msg_t *h = ah_msg_new ("");
     ah_msg_set_str (h, "ch", "proc");
     ah_msg_set_str (h, "key", key);
+    if (from >= 0)
+        ah_msg_set_int (h, "from", from);
     msgpack_sbuffer sb;
     msgpack_sbuffer_init (&sb);
     msgpack_packer pk;
@@ -70,7 +72,9 @@ int ah_procchan_reply (const ah_msg_t *reply, ah_procchan_reply_t *r)
     }
     r->pid = ah_msg_int (reply, "pid", 0);
     r->attached = ah_msg_bool (reply, "attached", false);
+    r->offset = ah_msg_int (reply, "offset", 0);
     r->buffered = ah_msg_int (reply, "buffered", 0);
+    r->lost = ah_msg_int (reply, "lost", 0);
     r->exited = ah_msg_bool (reply, "exited", false);
     return 0;
 }

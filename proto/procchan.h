@@ -8,8 +8,8 @@
     carries records (proto/channel.h): STDIN, EOF and KILL from the
     opener, STDOUT, STDERR and EXIT from sandboxd. Closing the stream
     with RST (or losing the connection) detaches: the process runs on
-    and its output waits in sandboxd (at most 1 MiB) for the next
-    header with the same key.                                          */
+    and its output waits in sandboxd (its last 1 MiB is kept) for the
+    next header with the same key, which says from where to replay.                                          */
 #ifndef AH_PROCCHAN_H
 #define AH_PROCCHAN_H
 
@@ -23,21 +23,27 @@
 #define AH_PROCCHAN_ARG_MAX     4096    //  bytes of one entry
 #define AH_PROCCHAN_ENV_MAX     256     //  entries
 #define AH_PROCCHAN_KEPT_MAX    16      //  processes kept per sandbox
-#define AH_PROCCHAN_BUFFER      (1u << 20)  //  output held while detached
+#define AH_PROCCHAN_BUFFER      (1u << 20)  //  output history kept per process
 
-//  The header: {"ch": "proc", "key": key, "argv": [...], "env": {...}}.
-//  argv NULL: attach only (ENOENT when nothing runs under key); else
-//  start argv unless a process is kept under key already, and attach.
-//  env: nenv "K=V" strings (may be NULL). NULL when an argument is out
-//  of the bounds above (the caller checked them; sandboxd checks again).
+//  The header: {"ch": "proc", "key": key, "argv": [...], "env": {...},
+//  "from": int}. argv NULL: attach only (ENOENT when nothing runs under
+//  key); else start argv unless a process is kept under key already, and
+//  attach. env: nenv "K=V" strings (may be NULL). from: the record bytes
+//  of output the opener has received whole from this process, over all
+//  its streams (the replay starts there; a reply's "offset" plus what
+//  came after it), or < 0 for sandboxd's default (what came since the
+//  last stream went). NULL when an argument is out of the bounds above
+//  (the caller checked them; sandboxd checks again).
 ah_msg_t *ah_procchan_header (const char *key, const char * const *argv, size_t argc,
-                              const char * const *env, size_t nenv);
+                              const char * const *env, size_t nenv, int64_t from);
 
 typedef struct {
     bool    ok;
     int64_t pid;
     bool    attached;           //  the process ran already (a reattach)
-    int64_t buffered;           //  record bytes of output kept while detached
+    int64_t offset;             //  where the replay starts (record bytes since the start)
+    int64_t buffered;           //  record bytes replayed before the live output
+    int64_t lost;               //  record bytes asked for (from) no longer held
     bool    exited;             //  it has exited; EXIT follows its output
     char    code [16];          //  refusal: tunnel.md's code
     char    error [256];        //  refusal: sandboxd's sentence

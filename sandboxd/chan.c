@@ -353,6 +353,7 @@ static const struct {
     { "proc",      "key",         A_STR },
     { "proc",      "argv",        A_LIST },
     { "proc",      "env",         A_MAP },
+    { "proc",      "from",        A_INT },
     { "fs.tree",   "max_depth",   A_INT },
     { "fs.tree",   "max_entries", A_INT },
     { "fs.tree",   "all",         A_BOOL },

@@ -85,7 +85,9 @@ struct kept_s {
     char     key [S_KEY_MAX + 1];
     ah_proc_t proc;             //  while detached; moved into ch->proc while attached
     chan_t  *ch;                //  the attached stream, NULL when detached
-    ah_buf_t buf;               //  records read while detached: at most S_KEPT_BUF
+    ah_buf_t hist;              //  the last records produced (whole): at most S_KEPT_BUF bytes
+    uint64_t produced;          //  record bytes produced ever (the offset after hist)
+    uint64_t detached_at;       //  produced when the last stream went
     int64_t  exit_at;           //  when it exited (ms, monotonic), 0 running
 };
 
@@ -180,6 +182,8 @@ void ah_sbd_kept_poll (ah_sbd_session_t *self, int *timeout_ms,
                        void (*add) (ah_sbd_session_t *, int, short, chan_t *, kept_t *, role_t));
 void ah_sbd_kept_event (ah_sbd_session_t *self, kept_t *k, role_t role);
 void ah_sbd_kept_timers (ah_sbd_session_t *self);
+//  A record the process produced while attached, into its history.
+void ah_sbd_kept_record (kept_t *k, uint8_t kind, const uint8_t *data, size_t size);
 
 //  The fs channels (fs.c). path is plen bytes, checked for NUL already.
 void ah_sbd_fs_list (ah_sbd_session_t *self, chan_t *ch, const char *path, size_t plen);

@@ -304,6 +304,8 @@ void ah_sbd_pump_fd (ah_sbd_session_t *self, chan_t *ch, int *fdp, uint8_t kind)
         want = S_CHUNK;
     ssize_t r = read (*fdp, self->buf, want);
     if (r > 0) {
+        if (ch->kept)
+            ah_sbd_kept_record (ch->kept, kind, self->buf, (size_t) r);
         s_send_record (self, ch, kind, self->buf, (size_t) r);
         return;
     }

@@ -5,15 +5,18 @@
     yamux session: a tunnel that drops and redials is not its end. While
     a stream is attached the process (its ah_proc_t) is moved into the
     stream's chan_t, and exec.c's record and pump code serves it as it
-    serves exec. When the stream ends without EXIT having been sent (RST,
-    the connection lost, another stream taking it over) the process moves
-    back here, detached: the session (whichever is current) reads its
-    stdout and stderr into records in kept_t.buf, at most S_KEPT_BUF
-    bytes, then stops reading (the process blocks once its pipe is full:
-    nothing is dropped). Between connections nobody reads: the pipes
-    hold what the kernel buffers. The next proc stream with the same key
-    gets buf first, then the live output, then EXIT; once EXIT is sent
-    the key is free again.
+    serves exec. Every output record is also kept in kept_t.hist, the
+    last S_KEPT_BUF bytes of them (whole records), counted from the
+    process's start (produced). When the stream ends without EXIT having
+    been sent (RST, the connection lost, another stream taking it over)
+    the process moves back here, detached: the session (whichever is
+    current) reads its stdout and stderr into the history until what
+    came since the detach fills it, then stops reading (the process
+    blocks once its pipe is full: nothing is dropped). Between
+    connections nobody reads: the pipes hold what the kernel buffers.
+    The next proc stream with the same key gets the history from its
+    "from" offset (default: the detach), then the live output, then
+    EXIT; once EXIT is sent the key is free again.
 
     One thread (the instance's loop) touches all of it.                 */
 #include "sandboxd/chan_int.h"
@@ -37,7 +40,7 @@ static void s_kept_free (kept_t *k, int64_t *reaped_ns)
     if (reaped_ns)
         *reaped_ns += ns;
     ah_proc_close_fds (&k->proc);
-    ah_buf_free (&k->buf);
+    ah_buf_free (&k->hist);
     free (k);
 }
 
@@ -75,6 +78,22 @@ static void s_unlink (ah_sbd_kept_t *self, kept_t *k)
             self->count--;
             return;
         }
+}
+
+//  Keep the record in the history; drop whole records from its front
+//  while it holds more than S_KEPT_BUF bytes.
+void ah_sbd_kept_record (kept_t *k, uint8_t kind, const uint8_t *data, size_t size)
+{
+    if (ah_rec_append (&k->hist, kind, data, size)) {
+        ah_warn ("sandboxd", "proc \"%s\": out of memory keeping its output", k->key);
+        return;
+    }
+    k->produced += 5 + size;
+    while (ah_buf_size (&k->hist) > S_KEPT_BUF) {
+        const uint8_t *h = ah_buf_head (&k->hist);
+        size_t n = 5 + ((size_t) h [1] << 24 | (size_t) h [2] << 16 | (size_t) h [3] << 8 | h [4]);
+        ah_buf_consume (&k->hist, n);
+    }
 }
 
 //  ---------------------------------------------------------------------
@@ -216,21 +235,37 @@ void ah_sbd_proc (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
         ah_sbd_refuse (self, ch, "EINVAL", "proc: \"key\" must be 1 to 64 of A-Z a-z 0-9 . _ -");
         return;
     }
-    bool start = ah_msg_has (req, "argv") && !ah_msg_is_nil (req, "argv");
+    bool spawn = ah_msg_has (req, "argv") && !ah_msg_is_nil (req, "argv");
+    bool has_from = ah_msg_has (req, "from") && !ah_msg_is_nil (req, "from");
+    int64_t f = has_from ? ah_msg_int (req, "from", -1) : 0;
     kept_t *k = s_find (self->env.kept, key);
     bool attached = k != NULL;
-    if (!k && !start) {
+    if (!k && !spawn) {
         ah_sbd_refuse (self, ch, "ENOENT", "proc: no process is kept under \"%s\"", key);
+        return;
+    }
+    if (f < 0 || (uint64_t) f > (k ? k->produced : 0)) {
+        ah_sbd_refuse (self, ch, "EINVAL", "proc: \"from\" must be 0 to %llu (the output "
+                       "produced so far)", (unsigned long long) (k ? k->produced : 0));
         return;
     }
     if (!k && !(k = s_start (self, ch, req, key)))
         return;
+    //  Where the replay starts: "from" (the record bytes the opener got
+    //  whole), else what came since the last stream went (a new process:
+    //  all of it).
+    uint64_t from = has_from ? (uint64_t) f : attached ? k->detached_at : 0;
+    uint64_t start = k->produced - ah_buf_size (&k->hist);
+    uint64_t lost = from < start ? start - from : 0;
+    if (from > start)
+        start = from;
     if (k->ch) {
         //  Taken over: the old stream ends (RST), its process stays.
         chan_t *old = k->ch;
         ah_sbd_reset (self, old, "proc taken over by another stream");
     }
-    size_t buffered = ah_buf_size (&k->buf);
+    size_t skip = (size_t) (start - (k->produced - ah_buf_size (&k->hist)));
+    size_t replay = ah_buf_size (&k->hist) - skip;
     ch->proc = k->proc;
     ah_proc_init (&k->proc);
     ch->kept = k;
@@ -241,14 +276,15 @@ void ah_sbd_proc (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
     ah_msg_set_bool (map, "ok", true);
     ah_msg_set_int (map, "pid", ch->proc.pid);
     ah_msg_set_bool (map, "attached", attached);
-    ah_msg_set_int (map, "buffered", (int64_t) buffered);
+    ah_msg_set_int (map, "offset", (int64_t) start);
+    ah_msg_set_int (map, "buffered", (int64_t) replay);
+    ah_msg_set_int (map, "lost", (int64_t) lost);
     ah_msg_set_bool (map, "exited", ch->proc.exited);
     ah_sbd_send_header (self, ch, map);
     ah_msg_destroy (&map);
-    //  What was read while detached goes first (whole records).
-    if (buffered && ah_buf_append (&ch->out, ah_buf_head (&k->buf), buffered))
+    //  The replay goes first (whole records), then the live output.
+    if (replay && ah_buf_append (&ch->out, ah_buf_head (&k->hist) + skip, replay))
         ah_warn ("sandboxd", "proc \"%s\": out of memory replaying its output", key);
-    ah_buf_free (&k->buf);
     ah_sbd_flush (self, ch);
 }
 
@@ -267,6 +303,7 @@ void ah_sbd_proc_detach (ah_sbd_session_t *self, chan_t *ch)
     }
     k->proc = ch->proc;
     k->exit_at = ch->exit_at;
+    k->detached_at = k->produced;
     ah_proc_init (&ch->proc);
     ah_debug ("sandboxd", "proc \"%s\" detached (pid %d)", k->key, (int) k->proc.pid);
 }
@@ -282,8 +319,9 @@ void ah_sbd_kept_poll (ah_sbd_session_t *self, int *timeout_ms,
     for (kept_t *k = self->env.kept->list; k; k = k->next) {
         if (k->ch)
             continue;
-        //  Room for one more record of at least one byte.
-        bool room = ah_buf_size (&k->buf) + 6 <= S_KEPT_BUF;
+        //  Room for one more record of at least one byte: all that came
+        //  since the stream went stays in the history.
+        bool room = k->produced - k->detached_at + 6 <= S_KEPT_BUF;
         if (room && k->proc.out >= 0)
             add (self, k->proc.out, POLLIN, NULL, k, R_KEPT_OUT);
         if (room && k->proc.err >= 0)
@@ -307,16 +345,15 @@ static void s_kept_exit (ah_sbd_session_t *self, kept_t *k)
 
 static void s_kept_read (ah_sbd_session_t *self, kept_t *k, int *fdp, uint8_t kind)
 {
-    size_t have = ah_buf_size (&k->buf);
-    if (*fdp < 0 || have + 6 > S_KEPT_BUF)
+    uint64_t since = k->produced - k->detached_at;
+    if (*fdp < 0 || since + 6 > S_KEPT_BUF)
         return;
-    size_t want = S_KEPT_BUF - have - 5;
+    size_t want = S_KEPT_BUF - (size_t) since - 5;
     if (want > S_CHUNK)
         want = S_CHUNK;
     ssize_t r = read (*fdp, self->buf, want);
     if (r > 0) {
-        if (ah_rec_append (&k->buf, kind, self->buf, (size_t) r))
-            ah_warn ("sandboxd", "proc \"%s\": out of memory keeping its output", k->key);
+        ah_sbd_kept_record (k, kind, self->buf, (size_t) r);
         return;
     }
     if (r < 0 && (errno == EAGAIN || errno == EINTR))

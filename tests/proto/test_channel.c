@@ -143,7 +143,7 @@ static void test_records (void)
     CHECK (kind == AH_REC_EOF && plen == 0 && used == 5);
 
     //  Unknown kind: refused from the first byte
-    buf [0] = 6;
+    buf [0] = AH_REC_KILL + 1;
     CHECK (ah_rec_decode (buf, 1, &kind, &payload, &plen, &used, &err) == -1);
     CHECK (err && strstr (err, "kind"));
     //  Too long: refused from the prefix, before waiting for the payload

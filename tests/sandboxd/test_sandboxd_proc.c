@@ -78,7 +78,7 @@ static void s_send (peer_t *p, uint32_t id, uint8_t kind, const char *text)
 //  Gather the stream's records until want shows in stdout (or EXIT when
 //  want is NULL): stdout and stderr appended to out/err, the exit's
 //  status and signal (else -2).
-typedef struct { char out [4096], err [4096]; int status, signal; } got_t;
+typedef struct { char out [4096], err [4096]; int status, signal; uint64_t bytes; } got_t;
 
 //  The whole records the stream holds, taken. zeros (not NULL): stdout's
 //  NUL bytes are counted there and left out of out.
@@ -103,6 +103,8 @@ static void s_take_records (tstream_t *s, got_t *g, size_t *zeros)
         if (kind == AH_REC_EXIT)
             CHECK (ah_procchan_exit (pl, plen, &g->status, &g->signal) == 0);
         take (s, used);
+        if (dst)
+            g->bytes += used;       //  output record bytes received whole: a reattach's "from"
     }
 }
 
@@ -129,6 +131,16 @@ static got_t s_got (void)
     return g;
 }
 
+static void s_refused (peer_t *p, ah_msg_t *h, const char *code, const char *words)
+{
+    ah_procchan_reply_t r;
+    s_open (p, h, &r);
+    CHECK (!r.ok && strcmp (r.code, code) == 0);
+    if (words && !strstr (r.error, words))
+        fprintf (stderr, "refusal \"%s\" lacks \"%s\"\n", r.error, words);
+    CHECK (!words || strstr (r.error, words) != NULL);
+}
+
 static const char *s_script =
     "echo started; echo to-stderr >&2; "
     "while read l; do sleep 0.3; echo \"got $l\"; done; exit 7";
@@ -140,7 +152,7 @@ static void test_detach (peer_t *p)
     const char *argv [] = { "sh", "-c", s_script };
     const char *env [] = { "GREETING=hi there" };
     ah_procchan_reply_t r;
-    uint32_t id = s_open (p, ah_procchan_header ("harness", argv, 3, env, 1), &r);
+    uint32_t id = s_open (p, ah_procchan_header ("harness", argv, 3, env, 1, -1), &r);
     CHECK (r.ok && r.pid > 0 && !r.attached && r.buffered == 0);
     pid_t pid = (pid_t) r.pid;
     got_t g = s_got ();
@@ -161,13 +173,25 @@ static void test_detach (peer_t *p)
     int fd = s_peer_up (p);
     CHECK (write (s_redial_pipe [1], &fd, sizeof fd) == (ssize_t) sizeof fd);
     s_hello (p);
-    //  Attach by key alone.
-    id = s_open (p, ah_procchan_header ("harness", NULL, 0, NULL, 0), &r);
+    //  "from" beyond what it produced: refused.
+    s_refused (p, ah_procchan_header ("harness", NULL, 0, NULL, 0, (int64_t) 1 << 40), "EINVAL",
+               "\"from\"");
+    //  Attach by key, from what came whole before the drop.
+    uint64_t had = g.bytes;
+    id = s_open (p, ah_procchan_header ("harness", NULL, 0, NULL, 0, (int64_t) had), &r);
     CHECK (r.ok && r.attached && r.pid == pid && !r.exited);
-    CHECK (r.buffered > 0);
+    CHECK (r.offset == (int64_t) had && r.lost == 0 && r.buffered > 0);
     g = s_got ();
     CHECK (s_collect (p, id, "got three\n", &g, 5000));
-    CHECK (strstr (g.out, "got two\ngot three\n") != NULL);
+    CHECK (strncmp (g.out, "got two\ngot three\n", 18) == 0);
+    CHECK (g.bytes == (uint64_t) r.buffered);
+    //  Another stream takes it over from the start: the whole history.
+    id = s_open (p, ah_procchan_header ("harness", NULL, 0, NULL, 0, 0), &r);
+    CHECK (r.ok && r.attached && r.offset == 0 && r.lost == 0);
+    CHECK (r.buffered == (int64_t) (had + g.bytes));
+    g = s_got ();
+    CHECK (s_collect (p, id, "got three\n", &g, 5000));
+    CHECK (strcmp (g.out, "started\ngot one\ngot two\ngot three\n") == 0);
     //  Still both ways after the reattach.
     s_send (p, id, AH_REC_STDIN, "four\n");
     CHECK (s_collect (p, id, "got four\n", &g, 5000));
@@ -180,12 +204,10 @@ static void test_detach (peer_t *p)
     ah_yamux_close (p->y, id);
     pump (p, 50);
     //  Its end was told: the key is free.
-    uint32_t id2 = s_open (p, ah_procchan_header ("harness", NULL, 0, NULL, 0), &r);
+    uint32_t id2 = s_open (p, ah_procchan_header ("harness", NULL, 0, NULL, 0, -1), &r);
     CHECK (!r.ok && strcmp (r.code, "ENOENT") == 0);
     (void) id2;
 }
-
-static void s_refused (peer_t *p, ah_msg_t *h, const char *code, const char *words);
 
 //  Exit while detached: the reattach gets the output, then EXIT.
 static void test_exit_detached (peer_t *p)
@@ -193,21 +215,21 @@ static void test_exit_detached (peer_t *p)
     const char *argv [] = { "sh", "-c", "read l; echo \"bye $l\"; echo \"$GREETING\"; exit 3" };
     const char *env [] = { "GREETING=hello env" };
     ah_procchan_reply_t r;
-    uint32_t id = s_open (p, ah_procchan_header ("short", argv, 3, env, 1), &r);
+    uint32_t id = s_open (p, ah_procchan_header ("short", argv, 3, env, 1, -1), &r);
     CHECK (r.ok);
     s_send (p, id, AH_REC_STDIN, "now\n");
     ah_yamux_reset (p->y, id);                  //  RST: detach, not kill
     usleep (500 * 1000);
     for (int i = 0; i < 5; i++)
         pump (p, 20);
-    id = s_open (p, ah_procchan_header ("short", argv, 3, NULL, 0), &r);
+    id = s_open (p, ah_procchan_header ("short", argv, 3, NULL, 0, -1), &r);
     CHECK (r.ok && r.attached && r.exited);     //  argv given, but it is kept: attach
     got_t g = s_got ();
     CHECK (s_collect (p, id, NULL, &g, 5000));
     CHECK (strstr (g.out, "bye now\nhello env\n") != NULL);
     CHECK (g.status == 3);
     //  EXIT sent: the key is free at once, before the stream is closed.
-    s_refused (p, ah_procchan_header ("short", NULL, 0, NULL, 0), "ENOENT", "no process");
+    s_refused (p, ah_procchan_header ("short", NULL, 0, NULL, 0, -1), "ENOENT", "no process");
 }
 
 //  A second stream takes the process over; KILL ends it.
@@ -215,9 +237,9 @@ static void test_takeover_kill (peer_t *p)
 {
     const char *argv [] = { "cat" };
     ah_procchan_reply_t r;
-    uint32_t a = s_open (p, ah_procchan_header ("cat", argv, 1, NULL, 0), &r);
+    uint32_t a = s_open (p, ah_procchan_header ("cat", argv, 1, NULL, 0, -1), &r);
     CHECK (r.ok && !r.attached);
-    uint32_t b = s_open (p, ah_procchan_header ("cat", NULL, 0, NULL, 0), &r);
+    uint32_t b = s_open (p, ah_procchan_header ("cat", NULL, 0, NULL, 0, -1), &r);
     CHECK (r.ok && r.attached);
     tstream_t *sa = find (p, a);
     CHECK (sa && wait_until (p, &sa->closed, 5000) && sa->reset);
@@ -233,15 +255,15 @@ static void test_takeover_kill (peer_t *p)
 //  process waits, nothing is lost.
 static void test_bound (peer_t *p)
 {
-    const char *argv [] = { "sh", "-c", "head -c 3000000 /dev/zero; echo; echo end" };
+    const char *argv [] = { "sh", "-c", "head -c 3000000 /dev/zero; echo; echo end; read x; exit 0" };
     ah_procchan_reply_t r;
-    uint32_t id = s_open (p, ah_procchan_header ("flood", argv, 3, NULL, 0), &r);
+    uint32_t id = s_open (p, ah_procchan_header ("flood", argv, 3, NULL, 0, -1), &r);
     CHECK (r.ok);
     ah_yamux_reset (p->y, id);
     usleep (800 * 1000);
     for (int i = 0; i < 5; i++)
         pump (p, 20);
-    id = s_open (p, ah_procchan_header ("flood", NULL, 0, NULL, 0), &r);
+    id = s_open (p, ah_procchan_header ("flood", NULL, 0, NULL, 0, -1), &r);
     CHECK (r.ok && r.attached && !r.exited);
     CHECK (r.buffered > 0 && r.buffered <= (int64_t) AH_PROCCHAN_BUFFER);
     //  Read everything: 3000000 zero bytes, then the end.
@@ -249,23 +271,31 @@ static void test_bound (peer_t *p)
     size_t zeros = 0;
     got_t g = s_got ();
     int64_t until = now_ms () + 20000;
+    while (s && !strstr (g.out, "end\n") && now_ms () < until) {
+        s_take_records (s, &g, &zeros);
+        pump (p, 50);
+    }
+    CHECK (strstr (g.out, "end\n") != NULL);
+    CHECK (zeros == 3000000);
+    //  From the start once more: only the last 1 MiB is held, the rest is
+    //  counted lost.
+    uint64_t total = r.offset + g.bytes;
+    id = s_open (p, ah_procchan_header ("flood", NULL, 0, NULL, 0, 0), &r);
+    CHECK (r.ok && r.lost > 0 && r.offset == r.lost);
+    CHECK (r.buffered > 0 && r.buffered <= (int64_t) AH_PROCCHAN_BUFFER);
+    CHECK ((uint64_t) (r.offset + r.buffered) == total);
+    s_send (p, id, AH_REC_EOF, NULL);
+    g = s_got ();
+    zeros = 0;
+    s = find (p, id);
+    until = now_ms () + 20000;
     while (s && g.status == -2 && now_ms () < until) {
         s_take_records (s, &g, &zeros);
         pump (p, 50);
     }
-    CHECK (g.status == 0 && strstr (g.out, "end\n") != NULL);
-    CHECK (zeros == 3000000);
+    CHECK (g.status == 0 && g.bytes == (uint64_t) r.buffered);
 }
 
-static void s_refused (peer_t *p, ah_msg_t *h, const char *code, const char *words)
-{
-    ah_procchan_reply_t r;
-    s_open (p, h, &r);
-    CHECK (!r.ok && strcmp (r.code, code) == 0);
-    if (words && !strstr (r.error, words))
-        fprintf (stderr, "refusal \"%s\" lacks \"%s\"\n", r.error, words);
-    CHECK (!words || strstr (r.error, words) != NULL);
-}
 
 static void test_hostile (peer_t *p)
 {
@@ -325,11 +355,11 @@ static void test_hostile (peer_t *p)
     }
     const char *argv [] = { "true" };
     //  Keys: the client refuses them, sandboxd too.
-    CHECK (ah_procchan_header ("../x", argv, 1, NULL, 0) == NULL);
-    CHECK (ah_procchan_header ("", argv, 1, NULL, 0) == NULL);
-    CHECK (ah_procchan_header ("k", argv, 0, NULL, 0) == NULL);
+    CHECK (ah_procchan_header ("../x", argv, 1, NULL, 0, -1) == NULL);
+    CHECK (ah_procchan_header ("", argv, 1, NULL, 0, -1) == NULL);
+    CHECK (ah_procchan_header ("k", argv, 0, NULL, 0, -1) == NULL);
     const char *bad_env [] = { "NOEQUALS" };
-    CHECK (ah_procchan_header ("k", argv, 1, bad_env, 1) == NULL);
+    CHECK (ah_procchan_header ("k", argv, 1, bad_env, 1, -1) == NULL);
     const char *keys [] = { "../x", "a b", "", "k\n",
         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" };
     for (size_t i = 0; i < sizeof keys / sizeof keys [0]; i++) {
@@ -349,8 +379,8 @@ static void test_hostile (peer_t *p)
     s_refused (p, h, "EINVAL", "env");
     //  No such command; no such key.
     const char *nocmd [] = { "no-such-agent-here", "--acp" };
-    s_refused (p, ah_procchan_header ("k", nocmd, 2, NULL, 0), "ENOENT", "not found");
-    s_refused (p, ah_procchan_header ("nobody", NULL, 0, NULL, 0), "ENOENT", "no process");
+    s_refused (p, ah_procchan_header ("k", nocmd, 2, NULL, 0, -1), "ENOENT", "not found");
+    s_refused (p, ah_procchan_header ("nobody", NULL, 0, NULL, 0, -1), "ENOENT", "no process");
     //  At most 16 kept: the 17th is refused; KILL frees them.
     const char *sleeper [] = { "sleep", "60" };
     uint32_t ids [AH_PROCCHAN_KEPT_MAX];
@@ -358,10 +388,10 @@ static void test_hostile (peer_t *p)
         char key [16];
         snprintf (key, sizeof key, "s%d", i);
         ah_procchan_reply_t r;
-        ids [i] = s_open (p, ah_procchan_header (key, sleeper, 2, NULL, 0), &r);
+        ids [i] = s_open (p, ah_procchan_header (key, sleeper, 2, NULL, 0, -1), &r);
         CHECK (r.ok);
     }
-    s_refused (p, ah_procchan_header ("s99", sleeper, 2, NULL, 0), "EAGAIN", "16");
+    s_refused (p, ah_procchan_header ("s99", sleeper, 2, NULL, 0, -1), "EAGAIN", "16");
     for (int i = 0; i < AH_PROCCHAN_KEPT_MAX; i++) {
         s_send (p, ids [i], AH_REC_KILL, NULL);
         got_t g = s_got ();
@@ -370,7 +400,7 @@ static void test_hostile (peer_t *p)
     }
     pump (p, 100);
     ah_procchan_reply_t r;
-    uint32_t id = s_open (p, ah_procchan_header ("s99", sleeper, 2, NULL, 0), &r);
+    uint32_t id = s_open (p, ah_procchan_header ("s99", sleeper, 2, NULL, 0, -1), &r);
     CHECK (r.ok);
     s_send (p, id, AH_REC_KILL, NULL);
     got_t g = s_got ();
@@ -389,7 +419,7 @@ static void test_acp_agent (peer_t *p)
     }
     const char *argv [] = { agent };
     ah_procchan_reply_t r;
-    uint32_t id = s_open (p, ah_procchan_header ("acp", argv, 1, NULL, 0), &r);
+    uint32_t id = s_open (p, ah_procchan_header ("acp", argv, 1, NULL, 0, -1), &r);
     CHECK (r.ok);
     s_send (p, id, AH_REC_STDIN, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
             "\"params\":{\"protocolVersion\":1,\"clientCapabilities\":{}}}\n");
@@ -429,7 +459,7 @@ int main (void)
     //  A kept process still running when the instance stops is killed.
     const char *sleeper [] = { "sleep", "60" };
     ah_procchan_reply_t r;
-    uint32_t id = s_open (p, ah_procchan_header ("last", sleeper, 2, NULL, 0), &r);
+    uint32_t id = s_open (p, ah_procchan_header ("last", sleeper, 2, NULL, 0, -1), &r);
     CHECK (r.ok);
     ah_yamux_reset (p->y, id);
     pump (p, 50);
