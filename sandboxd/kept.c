@@ -251,19 +251,19 @@ void ah_sbd_proc (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
     }
     if (!k && !(k = s_start (self, ch, req, key)))
         return;
-    //  Where the replay starts: "from" (the record bytes the opener got
-    //  whole), else what came since the last stream went (a new process:
-    //  all of it).
-    uint64_t from = has_from ? (uint64_t) f : attached ? k->detached_at : 0;
-    uint64_t start = k->produced - ah_buf_size (&k->hist);
-    uint64_t lost = from < start ? start - from : 0;
-    if (from > start)
-        start = from;
     if (k->ch) {
         //  Taken over: the old stream ends (RST), its process stays.
         chan_t *old = k->ch;
         ah_sbd_reset (self, old, "proc taken over by another stream");
     }
+    //  Where the replay starts: "from" (the record bytes the opener got
+    //  whole), else what came since the last stream went (a take-over:
+    //  nothing; a new process: all of it).
+    uint64_t from = has_from ? (uint64_t) f : attached ? k->detached_at : 0;
+    uint64_t start = k->produced - ah_buf_size (&k->hist);
+    uint64_t lost = from < start ? start - from : 0;
+    if (from > start)
+        start = from;
     size_t skip = (size_t) (start - (k->produced - ah_buf_size (&k->hist)));
     size_t replay = ah_buf_size (&k->hist) - skip;
     ch->proc = k->proc;

@@ -239,8 +239,12 @@ static void test_takeover_kill (peer_t *p)
     ah_procchan_reply_t r;
     uint32_t a = s_open (p, ah_procchan_header ("cat", argv, 1, NULL, 0, -1), &r);
     CHECK (r.ok && !r.attached);
+    s_send (p, a, AH_REC_STDIN, "first\n");
+    got_t ga = s_got ();
+    CHECK (s_collect (p, a, "first\n", &ga, 5000));
+    //  Without "from" a take-over replays nothing: the old stream had it.
     uint32_t b = s_open (p, ah_procchan_header ("cat", NULL, 0, NULL, 0, -1), &r);
-    CHECK (r.ok && r.attached);
+    CHECK (r.ok && r.attached && r.buffered == 0 && r.offset == (int64_t) ga.bytes);
     tstream_t *sa = find (p, a);
     CHECK (sa && wait_until (p, &sa->closed, 5000) && sa->reset);
     s_send (p, b, AH_REC_STDIN, "echoed\n");
