@@ -239,6 +239,9 @@ if __name__ == "__main__":
     server = Server(None, "ah-console-http-")
     binary = os.path.join(server.tmp, "agenthold")
     shutil.copy(os.path.abspath(sys.argv[1]), binary)
+    # serve execs agenthold-server from the client's directory (docs/cli.md).
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "agenthold-server"),
+                os.path.join(server.tmp, "agenthold-server"))
     sandboxd = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "sandboxd")
     if os.path.exists(sandboxd):
         shutil.copy(sandboxd, os.path.join(server.tmp, "sandboxd"))
