@@ -230,6 +230,15 @@ def children(pid):
     return kids
 
 
+def zombie(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2:].split()[0] == "Z"
+
+
 def cmdline(pid):
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
@@ -313,6 +322,16 @@ class Harness(ahserver.ServerHarness):
         super().start_server(extra_env, wait, seconds, **kw)
         if VIA_HOSTD and wait:
             self.check_hostd_used()
+
+    def kill_server(self):
+        """SIGKILL of serve, as a crash would; in the two-process shape its
+        hostd and server get SIGTERM from the kernel (PDEATHSIG) and end on
+        their own: waited for, so that the next start's /healthz is not
+        answered by the old server still shutting down."""
+        kids = children(self.server.pid) if self.server and self.server.poll() is None else []
+        super().kill_server()
+        ahserver.wait_until(lambda: not any(os.path.exists("/proc/%d" % k) and not zombie(k) for k in kids), 60,
+                   "serve's hostd and server end after serve was killed", self.fail)
 
     def check_hostd_used(self):
         """A test run via hostd proves it was: serve's two children are a
