@@ -11,6 +11,8 @@
                   the tick, requests parked on another actor's REPLY
       http.c      a connection and its requests: read, route, authenticate,
                   body, 100-continue, respond, write, keep-alive, upgrade
+      upload.c    a streamed body spliced: its consumer reads the socket
+      json.c      the JSON helpers: values, a body as one object, fields
       route.c     the route table and the request target: segments decoded
                   once, queries, paths inside the home, bodies checked
                   against their route's fields
@@ -150,7 +152,7 @@ typedef struct {
     //  response that queues its bytes as they come acknowledges them here).
     void (*written) (req_t *r, size_t n);
     //  Optional, with body: take up to size body bytes straight from the
-    //  connection's socket fd (api_chan_splice's answers). http.c then
+    //  connection's socket fd (api_chan_splice's answers). upload.c then
     //  leaves the socket to it while the body lasts (not over TLS).
     ssize_t (*splice) (req_t *r, int fd, size_t size);
 } ext_ops_t;
@@ -196,7 +198,7 @@ struct req_t {
     bool abandon;                   //  ...or not even that: answer now, then close
     bool body_done;
     bool handled;                   //  the route's handler ran
-    bool no_splice;                 //  its consumer could not splice: read as usual (http.c)
+    bool no_splice;                 //  its consumer could not splice: read as usual (upload.c)
     //  Parked on a REPLY or a state (api.c)
     req_t *prev, *next;
     bool linked;
@@ -283,6 +285,7 @@ bool api_req_alive (const req_t *r);
 //  Ask the client for the body now (Expect: 100-continue).
 void api_continue (req_t *r);
 
+//  JSON helpers (json.c).
 //  The body as one JSON object; answers 400 itself and returns NULL.
 json_t *api_body_object (req_t *r, bool empty_ok);
 //  Invalid UTF-8 bytes and control characters become '?'.
@@ -306,7 +309,7 @@ void api_metrics_destroy (api_metrics_t **m_p);
 void api_metrics_request (api_metrics_t *m, const char *pattern, int status);
 //  Bytes of a recorded operation (fs.read, fs.write, terminal.close).
 void api_metrics_bytes (api_metrics_t *m, const char *kind, int64_t bytes);
-//  Upload bytes a splice moved (http.c).
+//  Upload bytes a splice moved (upload.c).
 void api_metrics_spliced (api_metrics_t *m, int64_t bytes);
 //  Wakes, sleeps and durations from a SANDBOX_STATE.
 void api_metrics_state (api_metrics_t *m, const ah_msg_t *msg);
@@ -615,5 +618,16 @@ void api_ws_gone (conn_t *conn);
 //  asked for the upgrade is over and the connection speaks WebSocket.
 void api_conn_want_write (conn_t *conn);
 void api_conn_upgraded (conn_t *conn);
+//  From http.c, for upload.c: take what conn->in holds as far as the
+//  state allows; set the stall timeout for a body that stops coming.
+void api_conn_process (conn_t *conn);
+void api_conn_stall_watch (conn_t *conn);
+
+//  A streamed body spliced (upload.c): start when the request allows it
+//  (or watch the socket again once there is room), stop (lws reads
+//  again), watch the socket or not (off when the connection closes).
+void api_splice_start (conn_t *conn);
+void api_splice_stop (conn_t *conn);
+void api_splice_watch (conn_t *conn, bool on);
 
 #endif

@@ -16,137 +16,15 @@
     Everything written goes through conn->out, one lws_write of at most
     API_CHUNK per WRITEABLE. Reading pauses while conn->in holds more than
     API_IN_HIGH (a consumer that does not take a streamed body, a client
-    that pipelines without reading).                                     */
+    that pipelines without reading).
+
+    An upload's body spliced from the socket is upload.c's, the JSON
+    helpers json.c's.                                                    */
 #include "actors/api/api_int.h"
-#include "common/bounds.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <string.h>
-
-static void s_process (conn_t *conn);
-static void s_splice_stop (conn_t *conn);
-
-//  --------------------------------------------------------------------
-//  JSON helpers
-
-json_t *api_json_text (const char *text)
-{
-    return api_json_bytes (text, text ? strlen (text) : 0);
-}
-
-json_t *api_json_bytes (const char *data, size_t size)
-{
-    json_t *j = ah_json_bytes (data, size);
-    return j ? j : json_string ("");
-}
-
-json_t *api_json_time (int64_t ms)
-{
-    if (ms <= 0)
-        return json_null ();
-    char buf [40];
-    ah_store_format_time (ms, buf, sizeof buf);
-    return json_string (buf);
-}
-
-json_t *api_json_column (sqlite3_stmt *stmt, int col)
-{
-    if (sqlite3_column_type (stmt, col) == SQLITE_NULL)
-        return json_null ();
-    return api_json_text ((const char *) sqlite3_column_text (stmt, col));
-}
-
-json_t *api_json_raw (const ah_msg_t *msg, const char *key)
-{
-    char *line = ah_msg_to_json (msg, NULL);
-    json_t *root = line ? json_loads (line, 0, NULL) : NULL;
-    free (line);
-    json_t *value = json_incref (json_object_get (json_object_get (root, "fields"), key));
-    json_decref (root);
-    return value;
-}
-
-json_t *api_body_object (req_t *r, bool empty_ok)
-{
-    size_t n = ah_buf_size (&r->body);
-    if (n == 0) {
-        if (empty_ok)
-            return json_object ();
-        api_respond_error (r, 400, "a JSON object body is required");
-        return NULL;
-    }
-    json_error_t jerr;
-    json_t *root = json_loadb ((const char *) ah_buf_head (&r->body), n, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root && json_error_code (&jerr) == json_error_duplicate_key) {
-        //  jansson stops just past the key (and names it only when it
-        //  is short): the key is the last string before its position.
-        const char *text = (const char *) ah_buf_head (&r->body);
-        size_t end = (size_t) jerr.position < n ? (size_t) jerr.position : n, start;
-        while (end > 0 && text [end - 1] != '"')
-            end--;
-        bool found = false;
-        for (start = end > 1 ? end - 2 : 0; end > 1 && !found; start--) {
-            size_t slashes = 0;
-            while (start > slashes && text [start - 1 - slashes] == '\\')
-                slashes++;
-            found = text [start] == '"' && slashes % 2 == 0;
-            if (found || start == 0)
-                break;
-        }
-        json_t *key = found ? json_loadb (text + start, end - start, JSON_DECODE_ANY, NULL) : NULL;
-        const char *name = json_string_value (key);
-        char shown [80];
-        if (name)
-            api_respond_error (r, 400, "field '%s' is given twice (line %d column %d)",
-                               api_show (name, json_string_length (key), shown, sizeof shown),
-                               jerr.line, jerr.column);
-        else
-            api_respond_error (r, 400, "a field is given twice at line %d column %d", jerr.line, jerr.column);
-        json_decref (key);
-        return NULL;
-    }
-    if (!root) {
-        api_respond_error (r, 400, "bad JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
-        return NULL;
-    }
-    if (!json_is_object (root)) {
-        json_decref (root);
-        api_respond_error (r, 400, "the body must be a JSON object");
-        return NULL;
-    }
-    //  Any body may name the run or session it belongs to, as the header
-    //  X-Agenthold-Run does (the audit trail's run); taken out here.
-    json_t *run = json_object_get (root, "run");
-    if (run) {
-        const char *text = json_string_value (run);
-        const char *bad = text ? api_run_check (text) : "must be a string";
-        if (!bad && r->run [0] && !streq (r->run, text))
-            bad = "differs from the header X-Agenthold-Run";
-        if (bad) {
-            json_decref (root);
-            api_respond_error (r, 400, "field 'run' %s", bad);
-            return NULL;
-        }
-        snprintf (r->run, sizeof r->run, "%s", text);
-        json_object_del (root, "run");
-    }
-    return root;
-}
-
-void api_copy_fields (json_t *obj, ah_msg_t *msg)
-{
-    const char *key;
-    json_t *value;
-    json_object_foreach (obj, key, value) {
-        if (json_is_string (value))
-            ah_msg_set_str (msg, key, json_string_value (value));
-        else if (json_is_integer (value) && !(ah_bound (key) && !ah_bound (key)->whole))
-            ah_msg_set_int (msg, key, json_integer_value (value));
-        else if (json_is_number (value))        //  cpus 1 is a real one
-            ah_msg_set_double (msg, key, json_number_value (value));
-    }
-}
 
 //  --------------------------------------------------------------------
 //  Writing
@@ -278,7 +156,7 @@ static void s_respond_bytes (req_t *r, int status, const char *type, const void 
     s_head (r, status, type, (int64_t) n, allowed);
     ah_buf_append (&r->conn->out, data, n);
     api_want_write (r);
-    s_process (r->conn);            //  a body being dropped goes on
+    api_conn_process (r->conn);     //  a body being dropped goes on
 }
 
 static void s_respond_body (req_t *r, int status, json_t *json, unsigned allowed)
@@ -368,13 +246,13 @@ void api_continue (req_t *r)
         api_want_write (r);
     }
     r->continue_sent = true;
-    s_process (r->conn);
+    api_conn_process (r->conn);
 }
 
 void api_body_resume (req_t *r)
 {
     if (api_req_alive (r))
-        s_process (r->conn);
+        api_conn_process (r->conn);
 }
 
 //  --------------------------------------------------------------------
@@ -382,7 +260,7 @@ void api_body_resume (req_t *r)
 
 static void s_req_free (req_t *r)
 {
-    s_splice_stop (r->conn);        //  the consumer that read the socket goes
+    api_splice_stop (r->conn);      //  the consumer that read the socket goes
     if (r->ext_ops && r->ext_ops->free)
         r->ext_ops->free (r);
     r->ext = NULL;
@@ -416,7 +294,7 @@ static void s_req_done (conn_t *conn)
     }
     conn->state = CONN_HEAD;
     lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, API_IDLE_S);
-    s_process (conn);
+    api_conn_process (conn);
 }
 
 void api_conn_upgraded (conn_t *conn)
@@ -623,7 +501,7 @@ static bool s_body (conn_t *conn)
 //  A streamed body's bytes as lws read them, when nothing waits in
 //  conn->in before them: straight to the route's consumer, not copied
 //  into conn->in first. Returns how many it took (what is left goes to
-//  conn->in; s_process then goes on as with any body byte).
+//  conn->in; api_conn_process then goes on as with any body byte).
 static size_t s_body_direct (conn_t *conn, const void *data, size_t size)
 {
     req_t *r = &conn->req;
@@ -633,124 +511,18 @@ static size_t s_body_direct (conn_t *conn, const void *data, size_t size)
         return 0;
     uint64_t want = r->content_length - r->body_seen;
     size_t n = want < size ? (size_t) want : size;
-    conn->processing = true;        //  a resume from inside waits for s_process below
+    conn->processing = true;        //  a resume from inside waits for api_conn_process below
     n = r->ext_ops->body (r, data, n);
     conn->processing = false;
     r->body_seen += n;
     return n;
 }
 
-//  --------------------------------------------------------------------
-//  A streamed body spliced: its consumer reads the socket itself (ext_ops
-//  ->splice: the bytes go to a pipe and from there to the tunnel's
-//  socket, never through our memory) while lws does not read it. Only
-//  when nothing of the body waits in conn->in (lws keeps nothing of a raw
-//  socket: each RAW_RX hands over all it read), never over TLS, never
-//  past the body's last byte (the next request is lws's again). Any
-//  "cannot" goes back to reading as usual; the consumer's channel then
-//  takes the rest through the same pipe, in order.
-
-#define SPLICE_MIN  (64u << 10)         //  a smaller body rest is not worth it
-
-static void s_splice_watch (conn_t *conn, bool on)
-{
-    struct ev_loop *ev = ah_lwsloop_ev (conn->api->loop);
-    if (on && !conn->splice_watching)
-        ev_io_start (ev, &conn->splice_io);
-    else if (!on && conn->splice_watching)
-        ev_io_stop (ev, &conn->splice_io);
-    conn->splice_watching = on;
-}
-
-static void s_splice_stop (conn_t *conn)
-{
-    if (!conn || !conn->splicing)
-        return;
-    s_splice_watch (conn, false);
-    conn->splicing = false;
-    if (conn->state != CONN_CLOSED && !conn->rx_paused)
-        lws_rx_flow_control (conn->wsi, 1);
-}
-
-static void s_stall_watch (conn_t *conn);
-
-//  The socket is readable: the consumer takes what it can.
-static void s_splice_read (conn_t *conn)
-{
-    req_t *r = &conn->req;
-    int fd = lws_get_socket_fd (conn->wsi);
-    //  At most the channel's credit per round: then other connections.
-    for (int round = 0; round < 8 && conn->splicing; round++) {
-        uint64_t want = r->content_length - r->body_seen;
-        ssize_t n = r->ext_ops->splice (r, fd, want > SIZE_MAX ? SIZE_MAX : (size_t) want);
-        if (n > 0) {
-            r->body_seen += (uint64_t) n;
-            api_metrics_spliced (conn->api->metrics, n);
-            if (r->body_seen >= r->content_length) {
-                s_splice_stop (conn);
-                s_process (conn);           //  the body's end, as any other
-                return;
-            }
-            continue;
-        }
-        if (n == 0)
-            break;                          //  nothing more now
-        if (n == API_SPLICE_FULL) {
-            s_splice_watch (conn, false);   //  until api_body_resume
-            break;
-        }
-        s_splice_stop (conn);
-        if (n == API_SPLICE_BROKEN) {
-            //  Never kept half: the channel is reset when the request goes.
-            lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
-            return;
-        }
-        r->no_splice = true;                //  API_SPLICE_CANNOT: lws reads the rest
-        s_process (conn);
-        return;
-    }
-    s_stall_watch (conn);
-}
-
-static void s_splice_cb (struct ev_loop *ev, ev_io *io, int revents)
-{
-    (void) ev;
-    (void) revents;
-    conn_t *conn = io->data;
-    ah_actor_t *actor = conn->api->actor;
-    ah_actor_turn_begin (actor);            //  its CHAN_DATA reaches the tunnel before we return
-    s_splice_read (conn);
-    ah_actor_turn_end (actor);
-}
-
-static void s_splice_start (conn_t *conn)
-{
-    req_t *r = &conn->req;
-    if (conn->splicing) {
-        if (!conn->splice_watching && conn->state == CONN_BODY)
-            s_splice_watch (conn, true);    //  room again (api_body_resume)
-        return;
-    }
-    if (conn->state != CONN_BODY || conn->closing || ah_buf_size (&conn->in)
-    ||  r->discard || r->no_splice || !r->continue_sent || !r->route || !(r->route->flags & R_STREAM)
-    ||  !r->ext_ops || !r->ext_ops->splice || r->content_length - r->body_seen < SPLICE_MIN
-    ||  lws_is_ssl (conn->wsi))
-        return;
-    int fd = lws_get_socket_fd (conn->wsi);
-    if (fd < 0)
-        return;
-    lws_rx_flow_control (conn->wsi, 0);
-    ev_io_init (&conn->splice_io, s_splice_cb, fd, EV_READ);
-    conn->splice_io.data = conn;
-    conn->splicing = true;
-    s_splice_watch (conn, true);
-}
-
 //  A body that stops coming: body_stall_s after the last byte read or
 //  taken, the connection closes (a streamed upload is dropped, never
 //  kept half). Not while we are the ones who wait: our consumer not ready
 //  yet (an upload whose sandbox is waking) or full (reading paused).
-static void s_stall_watch (conn_t *conn)
+void api_conn_stall_watch (conn_t *conn)
 {
     req_t *r = &conn->req;
     bool reading = conn->state == CONN_BODY || (conn->state == CONN_HANDLING && r->discard);
@@ -764,7 +536,7 @@ static void s_stall_watch (conn_t *conn)
 }
 
 //  Take what conn->in holds as far as the state allows.
-static void s_process (conn_t *conn)
+void api_conn_process (conn_t *conn)
 {
     if (conn->processing || conn->state == CONN_CLOSED)
         return;                     //  the outer call goes on
@@ -819,8 +591,8 @@ static void s_process (conn_t *conn)
         lws_rx_flow_control (conn->wsi, 1);
     }
     if (conn->state != CONN_CLOSED && !conn->closing) {
-        s_splice_start (conn);
-        s_stall_watch (conn);
+        api_splice_start (conn);
+        api_conn_stall_watch (conn);
     }
     conn->processing = false;
 }
@@ -962,7 +734,7 @@ static int s_serve (struct lws *wsi, enum lws_callback_reasons reason, void *use
                 conn->rx_paused = true;
                 lws_rx_flow_control (wsi, 0);
             }
-            s_process (conn);
+            api_conn_process (conn);
             if (conn->closing)
                 api_conn_want_write (conn);
             return 0;
@@ -975,7 +747,7 @@ static int s_serve (struct lws *wsi, enum lws_callback_reasons reason, void *use
             //  conn->api is unset when TLS failed before the adoption.
             if (conn && conn->api && conn->state != CONN_CLOSED) {
                 conn_state_t was = conn->state;
-                s_splice_watch (conn, false);
+                api_splice_watch (conn, false);
                 s_flush_forget (conn);
                 conn->state = CONN_CLOSED;
                 if (was == CONN_WS)

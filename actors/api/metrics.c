@@ -51,7 +51,7 @@ struct api_metrics_t {
     requests_t requests [MAX_ROUTES * MAX_STATUSES / 4];
     size_t nrequests;
     uint64_t bytes [B_COUNT];
-    uint64_t spliced;               //  upload bytes moved by splice (http.c)
+    uint64_t spliced;               //  upload bytes moved by splice (upload.c)
     uint64_t wakes [C_COUNT], sleeps [C_COUNT];
     histogram_t durations [H_COUNT];
     zhashx_t *seen;                 //  agent id -> seen_t
