@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 import urllib.parse
 
 SOCK = os.environ.get("AH_TEST_DOCKER_SOCKET", "/var/run/docker.sock")
@@ -366,6 +367,17 @@ class Harness(ahserver.ServerHarness):
                        check=True, stdout=subprocess.DEVNULL, timeout=120)
 
     def cleanup_engine(self):
+        """Removes what the run made, sweeping again while something is
+        left (a container the engine is still removing holds its volume
+        and network; a 409 'removal in progress' is not the end of it)."""
+        for _ in range(30):
+            self._sweep()
+            c, n, v = self.leftovers()
+            if not (c or n or v):
+                return
+            time.sleep(1)   # pacing: the engine's removals run on its own time
+
+    def _sweep(self):
         for cid in self.extra_containers:
             engine("DELETE", "/containers/%s?force=true&v=true" % cid)
         c, n, v = self.leftovers()
@@ -447,7 +459,9 @@ class Harness(ahserver.ServerHarness):
             pc = engine("GET", "/containers/json?all=1&filters=" + pf)[1] or []
             pn = engine("GET", "/networks?filters=" + pf)[1] or []
             if c or n or v or pc or pn:
-                print("objects left behind with prefix %s" % self.prefix, file=sys.stderr)
+                print("objects left behind with prefix %s: containers %s, networks %s, volumes %s, probes %s %s"
+                      % (self.prefix, [(x.get("Names"), x.get("State")) for x in c], [x.get("Name") for x in n],
+                         [x.get("Name") for x in v], len(pc), len(pn)), file=sys.stderr)
                 rc = 1
             for why in ahserver.verdict([self.server] if self.server else [], [self.log]):
                 print("FAILED: %s" % why, file=sys.stderr)
