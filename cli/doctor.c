@@ -16,7 +16,7 @@
 #include "drivers/remote.h"
 #include "policy/policy.h"
 #include "server/privsep.h"
-#include "server/relay.h"
+#include "hostd/relay.h"
 #include "store/store.h"
 
 #include <arpa/inet.h>

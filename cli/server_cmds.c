@@ -5,7 +5,7 @@
 #include "cli/server_cmds.h"
 #include "cli/tap.h"
 #include "config/config.h"
-#include "server/hostd.h"
+#include "hostd/hostd.h"
 #include "server/privsep.h"
 #include "server/serve.h"
 

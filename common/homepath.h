@@ -2,7 +2,7 @@
     for every entry point that takes one: the API's file routes, its tree
     and exec's cwd (actors/api), the server's own home reader
     (actors/api/home_read.c, common/homefs), hostd's HOSTD_HOME
-    (server/hostd_home.c) and sandboxd's fs.* channels and exec cwd
+    (hostd/hostd_home.c) and sandboxd's fs.* channels and exec cwd
     (sandboxd/path.c). docs/api.md "Names and paths" and docs/tunnel.md
     "Paths" state it for clients.
 

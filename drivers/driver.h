@@ -171,7 +171,7 @@ struct ah_driver_t {
 //  <data_dir>/fake/<id>/home; docker <data_dir>/homes/<id>, where the
 //  home volume is bound (drivers/docker/volume.c; also in hostd, whose
 //  data_dir is hostd.data_dir). NULL for another backend (remote: hostd
-//  reads its homes, server/hostd_home.h) or a malformed id. Whether it exists is the caller's to ask:
+//  reads its homes, hostd/hostd_home.h) or a malformed id. Whether it exists is the caller's to ask:
 //  a home volume made before this layout has none. Caller frees.
 char *ah_driver_home_dir (const ah_config_t *config, const char *agent_id);
 

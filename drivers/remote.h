@@ -1,5 +1,5 @@
 /*  drivers/remote.h: the remote backend: the sandboxes run on a host
-    agent (`agenthold hostd`, server/hostd.h) that holds the Docker socket
+    agent (`agenthold hostd`, hostd/hostd.h) that holds the Docker socket
     and runs the Docker driver; this process holds none (docs/hostd.md).
 
     Each call takes a DEALER to sandbox.remote.endpoint (one call at a
@@ -34,7 +34,7 @@ int ah_remote_engine_facts (ah_driver_t *driver, ah_engine_facts_t *facts, char 
 //  the host does not answer.
 int ah_remote_tunnel_check (ah_driver_t *driver, bool *reachable, char **detail, char **err);
 
-//  A HOSTD_HOME call (server/hostd_home.h: hostd reads a home for the
+//  A HOSTD_HOME call (hostd/hostd_home.h: hostd reads a home for the
 //  server): req (taken over) as that header describes it; silence for
 //  timeout_ms (at most sandbox.remote.timeout) ends it. 0 with *reply_p
 //  (the caller's; a refused path is a reply with "errno"), -1 with *err.

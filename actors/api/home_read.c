@@ -6,7 +6,7 @@
     The home is the directory ah_driver_home_dir names (the fake driver's,
     or the Docker driver's bind-backed home volume), read by common/homefs
     with the kernel confining every path beneath it. With the remote
-    driver the host agent reads it (HOSTD_HOME, server/hostd_home.h): the
+    driver the host agent reads it (HOSTD_HOME, hostd/hostd_home.h): the
     server runs as its own user and may be on another machine, hostd is
     root beside the home; each call is bounded by HOSTD_TIMEOUT_MS of
     silence (docs/architecture.md). A claim on a

@@ -1,5 +1,5 @@
 /*  drivers/remote/wire.h: what the remote driver (remote.c) and the host
-    agent (server/hostd.c) both know of their link (docs/hostd.md).
+    agent (hostd/hostd.c) both know of their link (docs/hostd.md).
 
     The link is a ZeroMQ DEALER (the server, one call at a time per socket) to a
     ROUTER (hostd), ipc:// on one machine or tcp:// with CURVE. Messages

@@ -1,4 +1,4 @@
-/*  tests/remote/test_hostd_home.c: HOSTD_HOME (server/hostd_home.h), what
+/*  tests/remote/test_hostd_home.c: HOSTD_HOME (hostd/hostd_home.h), what
     hostd answers the server about a home, on a real directory laid out as
     hostd's Docker driver keeps it (<data_dir>/homes/<id>): a listing and a
     tree as JSON, a file in pieces from an offset, a 0600 file read
@@ -6,7 +6,7 @@
     absolute and climbing paths, a link out of the home, a special file,
     an agent id that is a path, negative offsets, a length over the cap,
     tree limits out of range) answered, never followed.               */
-#include "server/hostd_home.h"
+#include "hostd/hostd_home.h"
 #include "common/msg.h"
 #include "tests/common/check.h"
 #include "tests/common/homepath_cases.h"

@@ -1,7 +1,7 @@
-/*  server/hostd_home.c: HOSTD_HOME (hostd_home.h). Runs in a hostd
+/*  hostd/hostd_home.c: HOSTD_HOME (hostd_home.h). Runs in a hostd
     worker thread; every field of the request is checked, never asserted
     on: the server that asks is hostd's caller, not hostd's trust.      */
-#include "server/hostd_home.h"
+#include "hostd/hostd_home.h"
 #include "common/homefs.h"
 #include "common/homepath.h"
 #include "common/str.h"

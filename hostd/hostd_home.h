@@ -1,4 +1,4 @@
-/*  server/hostd_home.h: HOSTD_HOME, hostd reading a home for the server
+/*  hostd/hostd_home.h: HOSTD_HOME, hostd reading a home for the server
     (docs/hostd.md "Homes"): a sleeping, stopped or failed sandbox's files
     read without waking it. hostd (root) reads the home its Docker driver
     binds, so the server (its own unprivileged user, maybe on another

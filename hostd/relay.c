@@ -1,5 +1,5 @@
-/*  server/relay.c: hostd's tunnel relay (see relay.h).                */
-#include "server/relay.h"
+/*  hostd/relay.c: hostd's tunnel relay (see relay.h).                */
+#include "hostd/relay.h"
 #include "common/log.h"
 #include "common/str.h"
 #include "config/config.h"

@@ -1,4 +1,4 @@
-/*  server/hostd.h: `agenthold hostd`, the host agent (docs/hostd.md).
+/*  hostd/hostd.h: `agenthold hostd`, the host agent (docs/hostd.md).
 
     The one process that holds the Docker socket: it runs the Docker
     driver (drivers/docker.h) for servers that reach it over ZeroMQ

@@ -1,4 +1,4 @@
-/*  server/relay.h: hostd's tunnel relay (docs/hostd.md, "Across
+/*  hostd/relay.h: hostd's tunnel relay (docs/hostd.md, "Across
     machines: the tunnel").
 
     A sandbox reaches the server's tunnel through a unix socket mounted

@@ -1,4 +1,4 @@
-/*  server/hostd.c: `agenthold hostd` (see hostd.h and docs/hostd.md).
+/*  hostd/hostd.c: `agenthold hostd` (see hostd.h and docs/hostd.md).
 
     DESIGN. The main thread owns the ROUTER socket that servers dial, an
     inproc PULL that workers answer on, and a signalfd. Each call (one
@@ -19,7 +19,7 @@
     reference; image builds are named by image only and made from this
     host's own catalog, so a caller cannot make hostd read a file of its
     choosing.                                                         */
-#include "server/hostd.h"
+#include "hostd/hostd.h"
 #include "actors/builder.h"
 #include "catalog/catalog.h"
 #include "common/log.h"
@@ -27,9 +27,9 @@
 #include "common/str.h"
 #include "drivers/docker.h"
 #include "drivers/remote/wire.h"
-#include "server/hostd_home.h"
+#include "hostd/hostd_home.h"
 #include "server/privsep.h"
-#include "server/relay.h"
+#include "hostd/relay.h"
 
 #include <czmq.h>
 #include <errno.h>
