@@ -370,10 +370,13 @@ class Harness(ahserver.ServerHarness):
         """Removes what the run made, sweeping again while something is
         left (a container the engine is still removing holds its volume
         and network; a 409 'removal in progress' is not the end of it)."""
+        pf = q(json.dumps({"label": ["agenthold.probe=" + self.prefix]}))
         for _ in range(30):
             self._sweep()
             c, n, v = self.leftovers()
-            if not (c or n or v):
+            pc = engine("GET", "/containers/json?all=1&filters=" + pf)[1] or []
+            pn = engine("GET", "/networks?filters=" + pf)[1] or []
+            if not (c or n or v or pc or pn):
                 return
             time.sleep(1)   # pacing: the engine's removals run on its own time
 
