@@ -44,6 +44,7 @@ typedef struct {
     int64_t  next_req;
     ah_host_info_t info;
     char    *logged;                    //  the last trouble logged (logged once)
+    int64_t  up_at;                     //  when an answer last came (zclock_mono)
     zsock_t *idle [IDLE_MAX];           //  connected DEALERs no call owns
     size_t   n_idle;
 } remote_t;
@@ -107,6 +108,8 @@ s_note (remote_t *self, const char *state, const char *error, const ah_msg_t *re
         snprintf (info->version, sizeof info->version, "%s", version ? version : "");
         info->protocol = ah_msg_int (reply, "protocol", 0);
     }
+    if (!error)
+        self->up_at = zclock_mono ();
     bool changed = strcmp (info->state, state) != 0;
     snprintf (info->state, sizeof info->state, "%s", state);
     snprintf (info->error, sizeof info->error, "%s", error ? error : "");
@@ -235,6 +238,7 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
     int rc = -1;
     bool answered = false;              //  the REPLY came: the socket is clean
     int64_t heard = zclock_mono ();
+    int64_t started = heard;
     while (true) {
         if (stop && *stop) {
             rc = 1;
@@ -249,7 +253,14 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
         if (n <= 0) {
             if (zclock_mono () - heard >= timeout_ms) {
                 *err = s_silent (self);
-                s_note (self, "unreachable", *err, NULL);
+                //  A call sent while the host was away, timing out after
+                //  another call heard it again, says nothing of the host
+                //  now: no "unreachable" flap, no second warning.
+                pthread_mutex_lock (&self->lock);
+                bool stale = self->up_at > started;
+                pthread_mutex_unlock (&self->lock);
+                if (!stale)
+                    s_note (self, "unreachable", *err, NULL);
                 break;
             }
             continue;

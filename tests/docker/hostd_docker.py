@@ -280,8 +280,12 @@ def scenario_unreachable(aid):
     h.check(h.container(aid)["Id"] == cid, "the same container: nothing was re-created")
     h.check(exec_out("alice", "cat kept.txt") == "kept by the home\n", "nothing lost")
     wait_host("up")
-    n = h.server_log_tail(200000).count("does not answer (nothing for")
-    h.check(n <= 2, "the silence is logged once (and once with the count of sandboxes): %d" % n)
+    # The driver's warning and lifecycle's count; an actor whose own call
+    # failed meanwhile says so in its own line, which is not counted here.
+    said = [line for line in h.server_log_tail(200000).splitlines()
+            if "does not answer (nothing for" in line and ("[remote]" in line or "[lifecycle]" in line)]
+    h.check(len(said) <= 2, "the silence is logged once (and once with the count of sandboxes): %d: %s"
+            % (len(said), "\n".join(x[:160] for x in said)))
 
 
 class FakeHostd(threading.Thread):
