@@ -126,7 +126,7 @@ def scenario(h, shots):
         h.check(page.js("return performance.getEntriesByType('navigation').length") == 1, "no reload happened")
         page.shot("sleeping")
         page.collect_log()
-        bad = [e for e in page.log if e["level"] == "SEVERE"]
+        bad = page.errors()
         h.check(not bad, "errors in the browser's log: %s" % bad)
     finally:
         page.quit()
