@@ -8,7 +8,8 @@ stopped by the sleeper, the home volume kept, a file written in the home
 before still there); a start wakes it and it is running again through
 sandboxd (a fresh boot.json token, the container running, the file still
 there); a turn held keeps it awake past its idle time, and once the turn
-ends it falls asleep again. Checked through the CLI, the REST API and the
+ends it falls asleep again; after a server kill and restart (kept down past
+its idle time) it gets its whole idle time again from the restart. Checked through the CLI, the REST API and the
 Engine API (never the docker CLI).
 
 usage: sleep_docker.py AGENTHOLD_BINARY (sandboxd next to it)
@@ -129,6 +130,35 @@ def scenario(h):
     a, asleep_at = wait_for("sleepy", "sleeping", IDLE_S + 5 * CHECK_S + 10)
     h.check(asleep_at is not None, "after the turn it falls asleep again (%s)" % a["state"])
     h.check(not h.container(aid)["State"]["Running"], "the container is stopped again")
+
+    # Seed 000: "After a server restart, the idle clock of running agents
+    # starts again." Woken, then the server killed and kept down for longer
+    # than the idle time: the agent's last use is then older than its idle
+    # minutes, yet the restarted server gives it its whole idle time again,
+    # counted from the restart, and only then puts it to sleep.
+    h.check(h.cli("start", "sleepy")["state"] == "running", "woken before the restart")
+    h.kill_server()
+    time.sleep(IDLE_S + 2 * CHECK_S)    # pacing: the server is away past the idle time
+    h.check(h.container(aid)["State"]["Running"], "the sandbox ran on while the server was away")
+    restarted = time.time()
+    h.start_server()
+    a = h.cli("show", "sleepy")
+    h.check(a["state"] == "running", "running after the restart: %s" % a["state"])
+    deadline = time.time() + 3 * CHECK_S
+    while not a.get("sleeps_at") and time.time() < deadline and a["state"] == "running":
+        time.sleep(0.1)
+        a = h.cli("show", "sleepy")
+    h.check(a.get("sleeps_at"), "a forecast after the restart: %r" % a)
+    forecast = datetime.datetime.strptime(a["sleeps_at"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+    h.check(forecast >= restarted + IDLE_S - 0.5,
+            "the idle clock starts again at the restart: sleeps_at %.2f s after it (idle %.0f s)" %
+            (forecast - restarted, IDLE_S))
+    a, asleep_at = wait_for("sleepy", "sleeping", IDLE_S + 5 * CHECK_S + 10)
+    h.check(asleep_at is not None, "after its new idle time it falls asleep (%s)" % a["state"])
+    h.check(asleep_at >= restarted + IDLE_S - 0.5,
+            "not asleep before its idle time after the restart: %.2f s" % (asleep_at - restarted))
+    print("after a restart: asleep %.2f s after it (idle %.0f s)" % (asleep_at - restarted, IDLE_S))
 
     h.check(h.cli("rm", "sleepy")["state"] == "destroyed", "rm")
     c, n, v = h.leftovers()
