@@ -112,10 +112,17 @@ void ah_lc_on_host_state (void *self_, ah_msg_t *msg)
         zlistx_destroy (&ids);
         return;
     }
+    //  The reason each agent shows, which its tenant reads: the host by
+    //  its name, never its endpoint (seed 004); the driver's sentence
+    //  names none, and one that does is not passed on. The endpoint is in
+    //  the hosts row above, for admins.
     const char *why = ah_msg_str (msg, "error");
     char fallback [160];
-    if (!why) {
-        snprintf (fallback, sizeof fallback, "host %s does not answer", host);
+    if (!why || strstr (why, endpoint)) {
+        if (streq (host, endpoint))
+            snprintf (fallback, sizeof fallback, "the host agent does not answer");
+        else
+            snprintf (fallback, sizeof fallback, "host %.100s does not answer", host);
         why = fallback;
     }
     //  Rows at rest: an operation in flight meets the silence itself.

@@ -168,23 +168,37 @@ s_connect (remote_t *self, bool fresh)
     return sock;
 }
 
-//  The host went silent: the sentence says what to check.
+//  The host by its name, as a tenant may read it (seed 004: an agent's
+//  error leaves out the service's address): "host NAME" once it answered
+//  with a name, else "the host agent". The endpoint is for the logs, the
+//  hosts view and `agenthold hosts` only.
 static char *
-s_silent (remote_t *self)
+s_host_said (remote_t *self)
 {
     char *host = s_host_name (self);
-    //  Named by its endpoint until it first answered: say that once.
-    char *who = host && strcmp (host, self->endpoint)
-              ? ah_strf ("host %s (%s)", host, self->endpoint)
-              : ah_strf ("the host agent at %s", self->endpoint);
-    char *why = ah_strf ("%s does not answer (nothing for %d ms): hostd is not "
-                         "running there%s; start it with `agenthold hostd` (docs/hostd.md)",
-                         who ? who : "?", self->timeout_ms,
-                         self->curve ? ", or the CURVE keys do not match (sandbox.remote."
-                         "server_key must be hostd's public key, and hostd must hold this "
-                         "server's public key in its curve/clients/)" : "");
-    free (who);
+    char *said = host && strcmp (host, self->endpoint) ? ah_strf ("host %s", host)
+                                                       : strdup ("the host agent");
     free (host);
+    return said;
+}
+
+//  The host went silent: the sentence says what to check. *note: the
+//  same with the endpoint, for the log and the hosts view.
+static char *
+s_silent (remote_t *self, char **note)
+{
+    char *who = s_host_said (self);
+    const char *hint = self->curve
+        ? ", or the CURVE keys do not match (sandbox.remote.server_key must be hostd's "
+          "public key, and hostd must hold this server's public key in its curve/clients/)"
+        : "";
+    char *why = ah_strf ("%s does not answer (nothing for %d ms): hostd is not running "
+                         "there%s; start it with `agenthold hostd` (docs/hostd.md)",
+                         who ? who : "?", self->timeout_ms, hint);
+    *note = ah_strf ("%s (%s) does not answer (nothing for %d ms): hostd is not running "
+                     "there%s; start it with `agenthold hostd` (docs/hostd.md)",
+                     who ? who : "?", self->endpoint, self->timeout_ms, hint);
+    free (who);
     return why;
 }
 
@@ -231,8 +245,10 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
     if (!sock || ah_msg_send (&req, sock, NULL) != 0) {
         ah_msg_destroy (&req);
         zsock_destroy (&sock);
-        *err = ah_strf ("cannot open a socket to the host agent at %s: %s", self->endpoint,
-                        zmq_strerror (errno));
+        int e = errno;
+        ah_warn (AREA, "cannot open a socket to the host agent at %s: %s", self->endpoint,
+                 zmq_strerror (e));
+        *err = ah_strf ("cannot open a socket to the host agent: %s", zmq_strerror (e));
         return -1;
     }
     int rc = -1;
@@ -252,7 +268,8 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
         }
         if (n <= 0) {
             if (zclock_mono () - heard >= timeout_ms) {
-                *err = s_silent (self);
+                char *note = NULL;
+                *err = s_silent (self, &note);
                 //  A call sent while the host was away, timing out after
                 //  another call heard it again, says nothing of the host
                 //  now: no "unreachable" flap, no second warning.
@@ -260,7 +277,8 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
                 bool stale = self->up_at > started;
                 pthread_mutex_unlock (&self->lock);
                 if (!stale)
-                    s_note (self, "unreachable", *err, NULL);
+                    s_note (self, "unreachable", note ? note : *err, NULL);
+                free (note);
                 break;
             }
             continue;
@@ -286,10 +304,11 @@ s_call (remote_t *self, ah_msg_t **req_p, ah_msg_t **reply_p, s_on_event_fn *on_
             if (protocol != AH_HOSTD_PROTOCOL
             ||  ah_msg_int (m, "status", 0) == AH_HOSTD_STATUS_VERSION) {
                 const char *host = ah_msg_str (m, "host");
-                char *fallback = s_host_name (self);
-                *err = ah_hostd_mismatch (ah_hostd_name_ok (host)
-                                          ? host : fallback, ah_msg_str (m, "version"), protocol);
-                free (fallback);
+                char *known = s_host_name (self);
+                bool named = known && strcmp (known, self->endpoint);
+                *err = ah_hostd_mismatch (ah_hostd_name_ok (host) ? host : named ? known : NULL,
+                                          ah_msg_str (m, "version"), protocol);
+                free (known);
                 s_note (self, "refused", *err, m);
                 ah_msg_destroy (&m);
                 break;

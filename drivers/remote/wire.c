@@ -21,6 +21,11 @@ ah_hostd_name_ok (const char *name)
 char *
 ah_hostd_mismatch (const char *host, const char *hostd_version, int64_t hostd_protocol)
 {
+    if (!host)
+        return ah_strf ("the host agent runs agenthold hostd %s (protocol %lld); this server "
+                        "speaks protocol %d: install agenthold %s there and restart hostd",
+                        hostd_version && *hostd_version ? hostd_version : "of an unknown version",
+                        (long long) hostd_protocol, AH_HOSTD_PROTOCOL, AH_VERSION);
     return ah_strf ("host %s runs agenthold hostd %s (protocol %lld); this server speaks "
                     "protocol %d: install agenthold %s on %s and restart hostd",
                     host, hostd_version && *hostd_version ? hostd_version : "of an unknown version",

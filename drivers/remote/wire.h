@@ -26,7 +26,8 @@
 #define AH_HOSTD_STATUS_VERSION 426
 
 //  The sentence for a host agent that speaks another protocol: what runs
-//  and what to deploy. Caller frees.
+//  and what to deploy; host NULL: one that has not said its name (never
+//  its endpoint: the sentence may reach a tenant). Caller frees.
 char *ah_hostd_mismatch (const char *host, const char *hostd_version, int64_t hostd_protocol);
 
 //  A host name as hostd.name allows it (1..63 of [A-Za-z0-9._-]).

@@ -255,9 +255,13 @@ def scenario_unreachable(aid):
     a = h.wait_state("alice", "unreachable", 15)
     print("hostd killed -> unreachable in %.2f s" % (time.time() - t0))
     h.check("does not answer" in (a["error"] or ""), "the agent says why: %r" % a["error"])
+    # Seed 004: the message leaves out the service's address; admins see it.
+    h.check("hostd.sock" not in a["error"] and "ipc://" not in a["error"] and RUN not in a["error"],
+            "the agent's error does not name the host agent's address: %r" % a["error"])
     st, body = h.api("GET", "/healthz")
     h.check(st == 200, "the API answers while hostd is away")
     hs = wait_host("unreachable", contains="does not answer")
+    h.check(RUN in (hs["error"] or ""), "the hosts view (an admin's) names the endpoint: %r" % hs)
     h.check(hs["unreachable_sandboxes"] == 1, "hosts counts the unreachable sandbox: %r" % hs)
     p = h.cli_raw("start", "alice")
     h.check(p.returncode != 0 and "unreachable" in p.stderr, "a start is refused: %s" % p.stderr)

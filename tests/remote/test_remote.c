@@ -176,10 +176,14 @@ int main (void)
     //  Nobody there: the call ends after the timeout with the sentence.
     int64_t t0 = zclock_mono ();
     char **ids = NULL;
+    //  The error may reach a tenant (an agent's error): it never names
+    //  the endpoint; the hosts view (admins) does.
     CHECK (d->list (d, &ids, &err) == -1 && err && strstr (err, "does not answer")
-           && strstr (err, s_endpoint) && strstr (err, "agenthold hostd"));
+           && strstr (err, "the host agent") && !strstr (err, s_endpoint)
+           && !strstr (err, "hostd.sock") && strstr (err, "agenthold hostd"));
     CHECK (zclock_mono () - t0 >= 900 && zclock_mono () - t0 < 3000);
-    CHECK (d->host_info (d, &info) == 0 && streq (info.state, "unreachable") && strstr (info.error, "does not answer"));
+    CHECK (d->host_info (d, &info) == 0 && streq (info.state, "unreachable") && strstr (info.error, "does not answer")
+           && strstr (info.error, s_endpoint));
     free (err);
     err = NULL;
 
@@ -208,7 +212,7 @@ int main (void)
     //  Silence in the middle of a call: unreachable, named.
     s_mode = M_SILENT;
     CHECK (d->stop (d, "0000000000a1", &err) == -1 && err && strstr (err, "host b7")
-           && strstr (err, "does not answer"));
+           && strstr (err, "does not answer") && !strstr (err, s_endpoint));
     free (err);
     err = NULL;
     s_unreachable = 0;
