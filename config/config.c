@@ -175,6 +175,11 @@ static char *s_default_data_dir (void)
     return ah_strf ("%s/.local/share/agenthold", home);
 }
 
+char *ah_config_hostd_endpoint (const char *name_prefix)
+{
+    return ah_strf ("ipc:///run/%s-hostd/hostd.sock", name_prefix);
+}
+
 //  hostd's own state, next to the server's data directory and never
 //  inside it, whose owner (the unprivileged server) could swap what root
 //  reads there: <data_dir>-hostd (/var/lib/agenthold-hostd as root).
@@ -360,6 +365,10 @@ static int s_set (ah_config_t *self, const s_key_t *key, const char *value,
                 return -1;
             }
             s_replace (s_str_field (self, key), value);
+            if (s_str_field (self, key) == &self->remote_endpoint)
+                self->remote_endpoint_set = true;
+            if (s_str_field (self, key) == &self->hostd_endpoint)
+                self->hostd_endpoint_set = true;
             return 0;
         case T_PATH:
             if (!value)
@@ -782,6 +791,19 @@ static ah_config_t *s_config (const char *file, const char *text, size_t size,
     if (!self->hostd_data_dir_set) {
         free (self->hostd_data_dir);
         if (!(self->hostd_data_dir = s_default_hostd_dir (self->data_dir)))
+            goto fail;
+    }
+    //  The host agent's socket is the installation's (seed 000: "change
+    //  name_prefix to run several installations on one host"), so two
+    //  installations' host agents never meet: /run/<prefix>-hostd/.
+    if (!self->remote_endpoint_set) {
+        free (self->remote_endpoint);
+        if (!(self->remote_endpoint = ah_config_hostd_endpoint (self->name_prefix)))
+            goto fail;
+    }
+    if (!self->hostd_endpoint_set) {
+        free (self->hostd_endpoint);
+        if (!(self->hostd_endpoint = ah_config_hostd_endpoint (self->name_prefix)))
             goto fail;
     }
     if ((why = ah_config_check (self)))

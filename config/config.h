@@ -14,7 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-//  Where hostd listens and the server looks for it, by default.
+//  Where hostd listens and the server looks for it, by default: the
+//  installation's, ah_config_hostd_endpoint (name_prefix); this is the
+//  default name_prefix's.
 #define AH_CONFIG_HOSTD_ENDPOINT "ipc:///run/agenthold-hostd/hostd.sock"
 
 typedef struct {
@@ -78,6 +80,8 @@ typedef struct {
     char   *hostd_name;             //  NULL = this machine's hostname
     char   *hostd_data_dir;         //  hostd's own state (subnets, CURVE keys); default <data_dir>-hostd
     bool    hostd_data_dir_set;     //  named by the file or the environment (else computed after loading)
+    bool    remote_endpoint_set;    //  the same for sandbox.remote.endpoint
+    bool    hostd_endpoint_set;     //  and hostd.endpoint (else from name_prefix)
     char   *hostd_server_user;      //  the only user that may open the ipc socket; NULL = hostd's own
     char   *hostd_tunnel_relay;     //  tcp:// or tls:// of the server's tunnel; NULL = sandboxes mount the server's socket
     char   *hostd_tunnel_ca;        //  the CA of the server's tunnel certificate (tls://); NULL = the system's
@@ -126,6 +130,10 @@ int ah_config_split_listen (const char *listen, char *host, size_t host_size, in
 //  machine (remote over tcp://: its relay, :8090); nowhere for docker and
 //  a host agent on this machine (remote over ipc://): their sandboxes
 //  dial the unix socket. Static storage: copy before the next call.
+//  The host agent's endpoint of the installation named by name_prefix
+//  (sandbox.docker.name_prefix): ipc:///run/<prefix>-hostd/hostd.sock.
+char *ah_config_hostd_endpoint (const char *name_prefix);
+
 const char *ah_config_tunnel_tcp (const ah_config_t *self, const char **why);
 
 //  The unix socket the tunnel also listens on (sandboxes dial it through

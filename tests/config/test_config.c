@@ -527,6 +527,40 @@ static void s_test_server_user (void)
     free (err);
 }
 
+//  The host agent's socket is the installation's: from name_prefix,
+//  unless named (seed 000: several installations on one host).
+static void s_test_hostd_endpoint (void)
+{
+    char *err = NULL;
+    s_write ("");
+    ah_config_t *config = ah_config_load (s_file, &err);
+    CHECK (config != NULL);
+    if (config) {
+        CHECK_STR (config->hostd_endpoint, AH_CONFIG_HOSTD_ENDPOINT);
+        CHECK_STR (config->remote_endpoint, AH_CONFIG_HOSTD_ENDPOINT);
+    }
+    ah_config_destroy (&config);
+    s_write ("sandbox:\n  docker:\n    name_prefix: ah2\n");
+    config = ah_config_load (s_file, &err);
+    CHECK (config != NULL);
+    if (config) {
+        CHECK_STR (config->hostd_endpoint, "ipc:///run/ah2-hostd/hostd.sock");
+        CHECK_STR (config->remote_endpoint, "ipc:///run/ah2-hostd/hostd.sock");
+    }
+    ah_config_destroy (&config);
+    s_write ("sandbox:\n  docker:\n    name_prefix: ah2\n  remote:\n    endpoint: ipc:///srv/h.sock\n");
+    setenv ("AGENTHOLD_HOSTD_ENDPOINT", "ipc:///srv/k.sock", 1);
+    config = ah_config_load (s_file, &err);
+    CHECK (config != NULL);
+    if (config) {
+        CHECK_STR (config->remote_endpoint, "ipc:///srv/h.sock");     //  named: kept
+        CHECK_STR (config->hostd_endpoint, "ipc:///srv/k.sock");
+    }
+    ah_config_destroy (&config);
+    unsetenv ("AGENTHOLD_HOSTD_ENDPOINT");
+    free (err);
+}
+
 int main (void)
 {
     //  A stray AGENTHOLD_* in the caller's environment would fail every load
@@ -555,6 +589,7 @@ int main (void)
     s_test_errors ();
     s_test_split_listen ();
     s_test_server_user ();
+    s_test_hostd_endpoint ();
     unlink (s_file);
     rmdir (s_dir);
     return CHECK_DONE ();

@@ -25,6 +25,10 @@ processes").
   outright is back within a second, before any call to it times out: the
   agent is rightly never called unreachable then, so the silence is made
   with SIGSTOP.)
+- A second installation (its own data directory, ports and name prefix,
+  nothing else changed) runs beside it, as root too: its own hostd on its
+  own socket (/run/<prefix>-hostd/), an agent created, woken and removed
+  there while the first one's agent runs on untouched.
 - SIGTERM to serve: exit 0, and neither the server nor hostd is left.
 
 usage: serve_user_docker.py AGENTHOLD_BINARY (sandboxd next to it)
@@ -49,15 +53,27 @@ import ahserver  # noqa: E402
 
 SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
 USER = "agenthold"
-IPC_SOCK = "/run/agenthold-hostd/hostd.sock"    # hostd.endpoint's default
 
-h = Harness("docker.serve_user", sys.argv[1], "10.213.0.0/16", shipped_catalog=True)
-# Defaults but for where it listens, where it keeps its state, and the
-# prefix of what it makes in the engine.
-h.env = ahserver.server_env(h.data, h.api_port, h.tunnel_port, driver="docker", tunnel_host="",
-                            extra={"AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": h.prefix})
-# The server's user must reach its data directory under the test's.
-os.chmod(h.tmp, 0o711)
+
+def installation(name):
+    """A Harness for one installation: the defaults but for where it
+    listens, where it keeps its state, and the prefix of what it makes in
+    the engine (which names its host agent's socket too)."""
+    x = Harness(name, sys.argv[1], "10.213.0.0/16", shipped_catalog=True)
+    x.env = ahserver.server_env(x.data, x.api_port, x.tunnel_port, driver="docker", tunnel_host="",
+                                extra={"AGENTHOLD_SANDBOX_DOCKER_NAME_PREFIX": x.prefix})
+    # The server's user must reach its data directory under the test's.
+    os.chmod(x.tmp, 0o711)
+    return x
+
+
+def hostd_sock(x):
+    """hostd.endpoint's default: the installation's, by its name prefix."""
+    return "/run/%s-hostd/hostd.sock" % x.prefix
+
+
+h = installation("docker.serve_user")
+IPC_SOCK = hostd_sock(h)
 PIDS = []                               # every server and hostd pid seen, for the clean-up
 
 
@@ -70,16 +86,17 @@ def alive(pid):
         return False
 
 
-def hostd_pid(seconds=15, not_pid=None):
+def hostd_pid(seconds=15, not_pid=None, x=None):
     """The hostd serve started (a child whose command is `agenthold hostd`)."""
+    x = x or h
     deadline = time.time() + seconds
     while time.time() < deadline:
-        for k in children(h.server.pid):
+        for k in children(x.server.pid):
             if cmdline(k)[:2] == [b"agenthold", b"hostd"] and k != not_pid:
                 PIDS.append(k)
                 return k
         time.sleep(0.1)
-    raise Fail("no agenthold hostd under serve (pid %d) within %d s" % (h.server.pid, seconds))
+    raise Fail("no agenthold hostd under serve (pid %d) within %d s" % (x.server.pid, seconds))
 
 
 def server_pid():
@@ -99,10 +116,16 @@ def metric(name):
     raise Fail("GET /metrics has no %s" % name)
 
 
-def exec_out(name, cmd):
-    st, r = h.api("POST", "/api/v1/agents/%s/exec" % name, {"cmd": cmd}, timeout=120)
+def exec_out(name, cmd, x=None):
+    x = x or h
+    st, r = x.api("POST", "/api/v1/agents/%s/exec" % name, {"cmd": cmd}, timeout=120)
     h.check(st == 200 and r["status"] == 0, "exec %r: %d %r" % (cmd, st, r))
     return r["stdout"]
+
+
+def answers(sock):
+    return subprocess.run(["/usr/bin/python3", "-c", "import socket,sys; s=socket.socket(socket.AF_UNIX); "
+                           "s.connect(sys.argv[1])", sock], capture_output=True).returncode == 0
 
 
 def kill_leftovers():
@@ -242,6 +265,50 @@ def scenario_agent():
     return a["id"]
 
 
+def scenario_second_installation(hpid):
+    """Seed 000: "change name_prefix to run several installations on one
+    host". A second `agenthold serve` as root with its own data directory,
+    ports and prefix and nothing else changed runs beside the first: its
+    own host agent on its own socket, an agent created and woken in each,
+    neither disturbing the other."""
+    x = installation("docker.serve_user2")
+
+    def clean():
+        for k in children(x.server.pid) if x.server and x.server.poll() is None else []:
+            PIDS.append(k)
+        x.stop_server()
+        x.cleanup_engine()
+        c, n, v = x.leftovers()
+        if c or n or v:
+            print("objects left behind with prefix %s: %d %d %d" % (x.prefix, len(c), len(n), len(v)),
+                  file=sys.stderr)
+        shutil.rmtree(x.tmp, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(hostd_sock(x)), ignore_errors=True)
+    h.cleanups.append(clean)
+    x.start_server(seconds=60)
+    xpid = hostd_pid(30, x=x)
+    h.check(xpid != hpid, "each installation runs its own hostd: %d, %d" % (hpid, xpid))
+    ahserver.wait_until(lambda: answers(hostd_sock(x)), 30, "the second hostd's socket", Fail)
+    h.check(answers(IPC_SOCK), "the first installation's hostd still answers on %s" % IPC_SOCK)
+    b = x.cli("create", "bob", timeout=900)
+    h.check(b["state"] == "running", "the second installation creates an agent: %r" % b)
+    h.check(exec_out("bob", "echo bob > /home/agent/who; cat /home/agent/who", x) == "bob\n",
+            "and runs a command in it")
+    h.check(x.cli("stop", "bob")["state"] == "sleeping", "bob sleeps")
+    h.check(x.cli("start", "bob")["state"] == "running", "bob wakes")
+    h.check(exec_out("bob", "cat /home/agent/who", x) == "bob\n", "bob's home after the wake")
+    h.check([a["name"] for a in x.cli("ls")] == ["bob"], "the second installation knows bob only")
+    h.check(h.cli("show", "alice")["state"] == "running" and
+            exec_out("alice", "cat /home/agent/kept.txt") == "kept by the home\n",
+            "the first installation's agent runs on, untouched")
+    h.check("bob" not in [a["name"] for a in h.cli("ls")], "and the first knows nothing of bob")
+    h.check(x.cli("rm", "bob", timeout=180)["state"] == "destroyed", "rm bob")
+    x.server.terminate()
+    h.check(x.server.wait(timeout=60) == 0, "the second serve exits 0 on SIGTERM")
+    h.check(not answers(hostd_sock(x)), "its hostd is gone")
+    h.check(answers(IPC_SOCK), "the first installation's hostd still answers")
+
+
 def scenario_hostd_dies(aid, hpid):
     cid = h.container(aid)["Id"]
     os.kill(hpid, signal.SIGSTOP)
@@ -275,6 +342,7 @@ def scenario(_):
     scenario_earlier_root_run()
     spid, hpid = scenario_processes()
     aid = scenario_agent()
+    scenario_second_installation(hpid)
     hpid = scenario_hostd_dies(aid, hpid)
     h.cli("rm", "alice", timeout=180)
     h.server.terminate()
