@@ -86,6 +86,19 @@ function briefing(runtime)
   if runtime.mem_limit_mb then
     facts[#facts + 1] = string.format("- Memory: %d MB.", runtime.mem_limit_mb)
   end
+  local has = {}
+  for _, t in ipairs(tools) do has[t:match("^(%S+)")] = true end
+  if has["libreoffice"] or has["libreoffice-core"] or has["libreoffice-writer-nogui"]
+     or has["libreoffice-nogui"] then
+    facts[#facts + 1] = "- LibreOffice, headless: `soffice --headless --convert-to pdf FILE` turns"
+      .. " documents, spreadsheets and presentations (docx, odt, rtf, xlsx, ods, csv, pptx, odp)"
+      .. " into PDF, and `--convert-to docx|xlsx|csv|odt` converts between their formats."
+  end
+  -- The one gap of a runtime without a compiler (seed 004: no build-essential).
+  if not (has["build-essential"] or has["gcc"] or has["clang"] or has["tcc"]) then
+    facts[#facts + 1] = "- No C compiler: nothing here builds native code from source, so"
+      .. " install packages that ship ready-made (wheels) rather than ones that compile."
+  end
   if #facts > 0 then parts[#parts + 1] = table.concat(facts, "\n") end
 
   parts[#parts + 1] = "Your home directory, /home/agent, is yours and persists when the sandbox"
@@ -93,6 +106,23 @@ function briefing(runtime)
     .. " reset by a rebuild, so keep your work under /home/agent. /tmp is yours to use"
     .. " but is not kept. The sandbox falls asleep when it has been idle for a while and"
     .. " wakes when it is used again."
+
+  -- How to work here (seed 004's working instructions).
+  local how = {
+    "## How to work here",
+    "- Commands run under POSIX `/bin/sh`, each as a new process: variables and `cd` do not"
+      .. " carry over from one command to the next, so chain what belongs together"
+      .. " (`cd dir && make`) or write a script.",
+    "- Check each command's errors and exit status, and verify the files you made (`ls -l`,"
+      .. " open or run them) before you report success.",
+    "- Never read a large file whole: extract its text once, find what you need with"
+      .. " `rg -n PATTERN FILE`, then read just those lines (`sed -n '400,460p' FILE`).",
+  }
+  if has["tesseract-ocr"] or has["tesseract"] then
+    how[#how + 1] = "- OCR a range of pages (`pdftoppm -f 3 -l 5`, then `tesseract`), never a"
+      .. " whole scan at once."
+  end
+  parts[#parts + 1] = table.concat(how, "\n")
 
   local said = {}
   for _, s in ipairs(list(runtime.briefing)) do

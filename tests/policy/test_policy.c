@@ -318,6 +318,26 @@ static void s_test_idle_and_briefing (void)
     CHECK (s_has (text, "/home/agent"));
     CHECK (s_has (text, "Ask before you delete."));
     CHECK (!s_has (text, "Memory:") && !s_has (text, "Python packages"));
+    //  Seed 004: the one gap, and the working instructions; nothing said
+    //  of tools the runtime does not have.
+    CHECK (s_has (text, "- No C compiler"));
+    CHECK (s_has (text, "POSIX `/bin/sh`, each as a new process")
+           && s_has (text, "variables and `cd` do not") && s_has (text, "verify the files")
+           && s_has (text, "`rg -n PATTERN FILE`") && s_has (text, "`sed -n '400,460p' FILE`"));
+    CHECK (!s_has (text, "soffice") && !s_has (text, "OCR"));
+    ah_msg_destroy (&result);
+    //  A runtime with LibreOffice, tesseract and a compiler says so.
+    msgpack_sbuffer_init (&buffer);
+    msgpack_pack_array (&packer, 1);
+    const char *c3 = "apt-get install -y libreoffice-writer-nogui tesseract-ocr build-essential";
+    msgpack_pack_str_with_body (&packer, c3, strlen (c3));
+    CHECK (ah_msg_set_raw (runtime, "setup_commands", buffer.data, buffer.size) == 0);
+    msgpack_sbuffer_destroy (&buffer);
+    result = NULL;
+    CHECK (ah_policy_call (policy, "briefing", runtime, NULL, &result, &err) == 0);
+    text = result ? ah_msg_str (result, "text") : NULL;
+    CHECK (s_has (text, "soffice --headless --convert-to pdf FILE") && s_has (text, "OCR a range of pages")
+           && !s_has (text, "No C compiler"));
     ah_msg_destroy (&result);
     ah_msg_destroy (&runtime);
     free (err);
