@@ -18,6 +18,11 @@ on the real `agenthold serve` with the fake driver (its home is
   running    the tree of a running agent, and its sandboxd listing with the
              same names left out and uploads marked
   cli        agenthold fs tree AGENT [PATH] (--all, --json)
+  allfiles   GET /api/v1/files: a tenant's files across its agents, newest
+             first, grouped by agent and session (access_label,
+             owner_name), uploads/ and name filters, limits said; a user
+             session's files its person's alone; tenants apart; hostile
+             queries 400; nothing started
 
 When run as root the server runs without CAP_DAC_OVERRIDE and
 CAP_DAC_READ_SEARCH (setpriv), so a directory of mode 000 is unreadable to
@@ -344,8 +349,100 @@ def s_cli():
     check(state("clitree") == "sleeping", "the CLI's tree did not wake it")
 
 
+def s_allfiles():
+    """GET /api/v1/files (seed 004, "All files"): a tenant's files across
+    its agents, newest first, grouped by agent and session, with
+    access_label and owner_name; uploads/ and name filters; a user
+    session's files its person's alone; another tenant sees nothing of
+    them; reading starts nothing."""
+    adm = token()
+
+    def as_(tok, method, path, body=None, expect=200):
+        return ahserver.call_json(API_PORT, tok, method, path, body, expect, check, 120)
+
+    as_(adm, "POST", "/api/v1/tenants", {"name": "filesco"}, expect=201)
+    as_(adm, "POST", "/api/v1/tenants", {"name": "otherco"}, expect=201)
+    ann = as_(adm, "POST", "/api/v1/tokens", {"tenant": "filesco", "user": "ann@filesco.example"},
+              expect=201)[1]["token"]
+    bob = as_(adm, "POST", "/api/v1/tokens", {"tenant": "filesco", "user": "bob@filesco.example"},
+              expect=201)[1]["token"]
+    eve = as_(adm, "POST", "/api/v1/tokens", {"tenant": "otherco"}, expect=201)[1]["token"]
+    as_(ann, "POST", "/api/v1/agents?wait=1", {"name": "plain"}, expect=201)
+    _, run = as_(ann, "POST", "/api/v1/sessions?wait=1", {"scope": "run", "subject": "nightly-7"},
+                 expect=201)
+    _, mine = as_(ann, "POST", "/api/v1/sessions?wait=1", {"scope": "user"}, expect=201)
+    as_(eve, "POST", "/api/v1/agents?wait=1", {"name": "evil"}, expect=201)
+    homes = {}
+    for tok, name in ((ann, "plain"), (ann, run["id"]), (ann, mine["id"]), (eve, "evil")):
+        _, a = as_(tok, "GET", "/api/v1/agents/" + q(name))
+        homes[name] = (a["id"], os.path.join(DATA, "fake", a["id"], "home"))
+        as_(tok, "POST", "/api/v1/agents/%s/stop?wait=1" % q(name), expect=None)
+    now = time.time()
+    # Files with their times: the newest is in the run's home.
+    plan = [("plain", "report.pdf", now - 300), ("plain", "uploads/brief.docx", now - 100),
+            (run["id"], "out/results.csv", now - 10), (run["id"], "node_modules/x/index.js", now - 5),
+            (mine["id"], "diary.txt", now - 50), ("evil", "secret-report.txt", now - 1)]
+    for name, rel, t in plan:
+        path = os.path.join(homes[name][1], rel)
+        write(path, b"data of " + rel.encode())
+        os.utime(path, (t, t))
+
+    _, j = as_(ann, "GET", "/api/v1/files")
+    groups = [(g["agent"], [f["path"] for f in g["files"]]) for g in j["groups"]]
+    check(groups == [(run["id"], ["out/results.csv"]), (mine["id"], ["diary.txt"]),
+                     ("plain", ["uploads/brief.docx", "report.pdf"])],
+          "ann's files, newest first, grouped by agent, hidden names left out: %r" % groups)
+    by = {g["agent"]: g for g in j["groups"]}
+    check(by[run["id"]]["scope"] == "run" and by[run["id"]]["session_id"] == run["id"]
+          and by[run["id"]]["access_label"] == "one run" and by[run["id"]]["owner_name"] is None,
+          "a run session's group: %r" % by[run["id"]])
+    check(by[mine["id"]]["owner_name"] == "ann@filesco.example"
+          and by[mine["id"]]["access_label"] == "one person", "a user session's owner: %r" % by[mine["id"]])
+    check(by["plain"]["session_id"] is None and by["plain"]["owner_name"] is None
+          and by["plain"]["access_label"].startswith("direct"), "an agent of no session: %r" % by["plain"])
+    f = by["plain"]["files"][0]
+    check(f["uploaded"] is True and f["size"] == len(b"data of uploads/brief.docx") and f["name"] == "brief.docx",
+          "a file's fields: %r" % f)
+    check(j["count"] == 4 and not j["limit_reached"] and j["not_listed"] == [], "counts: %r" % j)
+    _, j = as_(ann, "GET", "/api/v1/files?uploads=true")
+    check([(g["agent"], [f["path"] for f in g["files"]]) for g in j["groups"]] ==
+          [("plain", ["uploads/brief.docx"])], "uploads only: %r" % j["groups"])
+    _, j = as_(ann, "GET", "/api/v1/files?q=REPORT")
+    check([f["path"] for g in j["groups"] for f in g["files"]] == ["report.pdf"],
+          "search by name, any case, this tenant's only: %r" % j["groups"])
+    _, j = as_(ann, "GET", "/api/v1/files?all=true&limit=2")
+    check([f["path"] for g in j["groups"] for f in g["files"]] ==
+          ["node_modules/x/index.js", "out/results.csv"] and j["limit_reached"] and j["count"] == 2,
+          "all=true shows the hidden names; the limit is said: %r" % j)
+    # A user session is its person's: bob (same tenant) does not see it.
+    _, j = as_(bob, "GET", "/api/v1/files")
+    check(mine["id"] not in [g["agent"] for g in j["groups"]] and
+          "diary.txt" not in json.dumps(j), "another person's user session is not shown: %r" % j["groups"])
+    # Another tenant sees its own only; an admin names the tenant.
+    _, j = as_(eve, "GET", "/api/v1/files")
+    check([g["agent"] for g in j["groups"]] == ["evil"], "another tenant's listing: %r" % j["groups"])
+    _, j = as_(adm, "GET", "/api/v1/files?tenant=filesco")
+    check(len(j["groups"]) == 3, "an admin sees the tenant's every group: %r" % j["groups"])
+    # Hostile queries.
+    for bad in ("q=", "q=%01x", "q=" + "a" * 257, "limit=0", "limit=2001", "limit=x", "uploads=maybe",
+                "path=.."):
+        st, raw = ahserver.request(API_PORT, "GET", "/api/v1/files?" + bad, None, ann)
+        check(st == 400, "GET /api/v1/files?%s: 400, got %d %r" % (bad[:40], st, raw[:200]))
+    st, _ = ahserver.request(API_PORT, "GET", "/api/v1/files", None, "0" * 64)
+    check(st == 401, "a wrong token: %d" % st)
+    # Nothing was started, and the listing is in the audit trail.
+    for tok, name in ((ann, "plain"), (ann, run["id"]), (ann, mine["id"]), (eve, "evil")):
+        _, a = as_(tok, "GET", "/api/v1/agents/" + q(name))
+        check(a["state"] == "sleeping", "%s still sleeps after the listings: %s" % (name, a["state"]))
+
+    def audited():
+        _, ops = as_(adm, "GET", "/api/v1/operations?tenant=filesco&limit=200")
+        return [o for o in ops["operations"] if o["kind"] == "fs.all"]
+    ahserver.wait_until(audited, 5, "fs.all in the audit trail", Fail)
+
+
 SCENARIOS = [("sleeping", s_sleeping), ("tree", s_tree), ("hostile", s_hostile), ("running", s_running),
-             ("cli", s_cli)]
+             ("cli", s_cli), ("allfiles", s_allfiles)]
 
 
 def main():
