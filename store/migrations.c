@@ -209,6 +209,34 @@ static const char s_migration_7 [] =
 static const char s_migration_8 [] =
     "ALTER TABLE sandboxes ADD COLUMN connected INTEGER NOT NULL DEFAULT 0;\n";
 
+//  Migration 9 (conversations, issue 26): a conversation is an id under
+//  an agent and its tenant, with the harness's ACP session behind it
+//  (restored after each boot) and whether a turn runs; its log is the
+//  numbered entries the conversations actor writes. The tenant is the
+//  agent's, kept on the row so every route filters by it in one place.
+static const char s_migration_9 [] =
+    "CREATE TABLE conversations (\n"
+    "  id               TEXT PRIMARY KEY,         -- 16 lowercase hex characters\n"
+    "  agent_id         TEXT NOT NULL REFERENCES agents(id) ON DELETE CASCADE,\n"
+    "  tenant           TEXT NOT NULL,            -- the agent's\n"
+    "  acp_session_id   TEXT,                     -- the harness's sessionId (NULL: none yet)\n"
+    "  created_at       INTEGER NOT NULL,\n"
+    "  last_activity_at INTEGER NOT NULL,         -- a prompt, a turn's end\n"
+    "  turn_state       TEXT NOT NULL DEFAULT 'idle'\n"
+    "                     CHECK (turn_state IN ('idle','running','cancelling'))\n"
+    ");\n"
+    "CREATE INDEX conversations_agent ON conversations(agent_id, created_at);\n"
+    "CREATE INDEX conversations_turns ON conversations(agent_id) WHERE turn_state <> 'idle';\n"
+    "CREATE TABLE conversation_log (\n"
+    "  conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,\n"
+    "  seq             INTEGER NOT NULL,          -- 1, 2, 3... within the conversation\n"
+    "  at              INTEGER NOT NULL,\n"
+    "  kind            TEXT NOT NULL,             -- docs/conversations.md \"The log\"\n"
+    "  body            TEXT NOT NULL CHECK (json_type(body) = 'object'),\n"
+    "  who             TEXT NOT NULL,             -- \"api:<token name>\", \"harness\", \"server\", \"policy\"\n"
+    "  PRIMARY KEY (conversation_id, seq)\n"
+    ") WITHOUT ROWID;\n";
+
 const ah_migration_t ah_migrations [] = {
     { 1, "the backbone", s_migration_1 },
     { 2, "sleep and wake", s_migration_2 },
@@ -218,5 +246,6 @@ const ah_migration_t ah_migrations [] = {
     { 6, "lifetimes, the audit trail and tombstones", s_migration_6 },
     { 7, "a turn's run, an error's lifetimes", s_migration_7 },
     { 8, "a running agent's connection", s_migration_8 },
+    { 9, "conversations", s_migration_9 },
 };
 const int ah_migrations_count = (int) (sizeof ah_migrations / sizeof ah_migrations [0]);

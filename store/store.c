@@ -281,6 +281,17 @@ int ah_store_latest_version (void)
     return ah_migrations_count;
 }
 
+void ah_store_fail (ah_store_t *self, const char *fmt, ...)
+{
+    va_list ap;
+    va_start (ap, fmt);
+    char *text = ah_vstrf (fmt, ap);
+    va_end (ap);
+    if (text)
+        s_fail (self, "%s", text);
+    free (text);
+}
+
 int ah_store_exec (ah_store_t *self, const char *sql, char **err)
 {
     if (err)

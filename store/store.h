@@ -33,6 +33,10 @@ int         ah_store_latest_version (void);      //  what this binary knows
 //  "" if none. Borrowed; valid until the next error.
 const char *ah_store_error (ah_store_t *self);
 
+//  Records an error of the caller's on this connection (logged, and
+//  what ah_store_error gives next): a refusal before any SQL ran.
+void ah_store_fail (ah_store_t *self, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 //  One or more statements without results. 0 / -1 (*err, caller frees).
 int ah_store_exec (ah_store_t *self, const char *sql, char **err);
 
