@@ -203,10 +203,40 @@ static const char *s_bad_id (const json_t *id, bool null_ok, char *buf, size_t s
     return buf;
 }
 
+//  An upper bound of the JSON values in line: every value but the first
+//  of a container follows a comma, and the first follows its bracket;
+//  commas and brackets inside strings do not count.
+static size_t s_values (const char *line, size_t size)
+{
+    size_t count = 1;
+    bool in_string = false;
+    for (size_t i = 0; i < size; i++) {
+        char c = line [i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else
+            if (c == '"')
+                in_string = false;
+        }
+        else
+        if (c == '"')
+            in_string = true;
+        else
+        if (c == ',' || c == '[' || c == '{')
+            count++;
+    }
+    return count;
+}
+
 int ah_acp_parse (const char *line, size_t size, ah_acp_msg_t *msg, char *why)
 {
     memset (msg, 0, sizeof *msg);
     why [0] = 0;
+    size_t values = s_values (line, size);
+    if (values > AH_ACP_VALUES_MAX)
+        return s_fail (msg, why, AH_ACP_INVALID_REQUEST, "more than %d JSON values in one message (%zu)",
+                       AH_ACP_VALUES_MAX, values);
     json_error_t jerr;
     json_t *root = json_loadb (line, size, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!root) {

@@ -32,6 +32,7 @@
 #define AH_ACP_LINE_MAX     (4u << 20)      //  bytes of one line, newline excluded
 #define AH_ACP_ID_MAX       128             //  bytes of a string id
 #define AH_ACP_METHOD_MAX   128             //  bytes of a method name
+#define AH_ACP_VALUES_MAX   65536           //  JSON values in one line (jansson's tree stays ~64 B each)
 #define AH_ACP_WHY_MAX      256             //  a parse error's sentence, NUL included
 #define AH_ACP_PENDING_MAX  256             //  our requests awaiting an answer, per harness
 #define AH_ACP_OPEN_MAX     64              //  the harness's requests we have not answered
@@ -108,7 +109,9 @@ typedef struct {
 //  long), a method not a string, params not an object, a result and an
 //  error together or neither, an error without an integer code and a
 //  string message, a key given twice, a \u0000 in any string (it would
-//  cut a method or a path short where read as C text). Either way call
+//  cut a method or a path short where read as C text), more than
+//  AH_ACP_VALUES_MAX values (counted before jansson builds anything: a
+//  4 MiB line of "[0,0,0..." would be a 100 MB tree). Either way call
 //  ah_acp_msg_clear.
 int  ah_acp_parse (const char *line, size_t size, ah_acp_msg_t *msg, char *why);
 void ah_acp_msg_clear (ah_acp_msg_t *msg);

@@ -324,6 +324,26 @@ static void s_test_parse (void)
     s_check_refused ("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"result\":{}}", "a key is given twice",
                      AH_ACP_INVALID_REQUEST, false);
 
+    //  Many values are refused before jansson builds them; the same
+    //  bytes inside a string are one value.
+    size_t n = 8 + 2 * (AH_ACP_VALUES_MAX + 1);
+    char *many = malloc (n + 8);
+    size_t at = (size_t) sprintf (many, "{\"a\":[");
+    for (int i = 0; i <= AH_ACP_VALUES_MAX; i++)
+        at += (size_t) sprintf (many + at, "0,");
+    many [at - 1] = ']';
+    many [at++] = '}';
+    CHECK (ah_acp_parse (many, at, &msg, why) == -1);
+    CHECK (strstr (why, "more than 65536 JSON values in one message") != NULL);
+    ah_acp_msg_clear (&msg);
+    at = (size_t) sprintf (many, "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":{\"t\":\"\\\"");
+    for (int i = 0; i <= AH_ACP_VALUES_MAX; i++)
+        many [at++] = i % 2 ? ',' : '[';
+    at += (size_t) sprintf (many + at, "\"}}");
+    CHECK (ah_acp_parse (many, at, &msg, why) == 0 && msg.kind == AH_ACP_NOTIFICATION);
+    free (many);
+    ah_acp_msg_clear (&msg);
+
     //  The sentence is printable even when it quotes the harness's bytes.
     CHECK (s_parse ("\x01\x02\xfe garbage", &msg, why) == -1);
     for (const char *c = why; *c; c++)
