@@ -424,6 +424,30 @@ def run_browser(srv, tmp, shots):
         check(page.js("return document.getElementById('nav-runtimes').getAttribute('aria-current')") == "page",
               "the nav says which page is shown")
         page.both_sizes("runtimes", "the runtimes page")
+
+        # All files (seed 004): the tenant's files, grouped by agent, with
+        # the access label; another tenant's absent; the search filters.
+        status, out = srv.call("POST", "/api/v1/agents/webby/exec", acme_tok,
+                               {"cmd": "mkdir -p uploads && echo q1 > report-all.txt && echo up > uploads/in.csv"})
+        check(status == 200 and out["status"] == 0, "files made in webby: %r" % out)
+        page.tab_to("nav-files")
+        wait(lambda: d.find_element(By.ID, "allfiles").is_displayed(), "the all-files page")
+        group = lambda: page.js("const g = document.querySelector(`#allfiles-groups section[data-agent='webby']`);"
+                                "return g ? g.textContent : null;")
+        shown = wait(lambda: (group() or "") if "report-all.txt" in (group() or "") else None,
+                     "webby's files on the all-files page")
+        check("uploads/in.csv" in shown and "direct" in shown and "uploaded by a person" in shown,
+              "the group names its files, access label and uploads: %r" % shown)
+        check("secret-plans" not in page.text("allfiles-groups"), "no group of another tenant")
+        d.find_element(By.ID, "allfiles-uploads").click()
+        wait(lambda: "report-all.txt" not in (group() or "report-all.txt") and "uploads/in.csv" in (group() or ""),
+             "uploads only")
+        d.find_element(By.ID, "allfiles-uploads").click()
+        d.find_element(By.ID, "allfiles-q").send_keys("REPORT")
+        page.click("#allfiles-form button")
+        wait(lambda: "report-all.txt" in (group() or "") and "in.csv" not in (group() or ""), "the name search")
+        page.labelled("the all-files page")
+        page.both_sizes("allfiles", "the all-files page")
         page.tab_to("nav-agents")
         wait(lambda: page.agent_row("webby") == "running", "back to the agents with the keyboard")
 

@@ -166,9 +166,10 @@ function signOut(message) {
 }
 
 function show(section) {
-  for (const id of ["signin", "agents", "runtimes", "admin", "agent"]) $(id).hidden = id !== section;
+  for (const id of ["signin", "agents", "allfiles", "runtimes", "admin", "agent"]) $(id).hidden = id !== section;
   if (section !== "admin") hideNewToken();
-  for (const [link, page] of [["nav-agents", "agents"], ["nav-runtimes", "runtimes"], ["nav-admin", "admin"]]) {
+  for (const [link, page] of [["nav-agents", "agents"], ["nav-files", "allfiles"], ["nav-runtimes", "runtimes"],
+                              ["nav-admin", "admin"]]) {
     if (page === section) $(link).setAttribute("aria-current", "page");
     else $(link).removeAttribute("aria-current");
   }
@@ -183,6 +184,12 @@ function route() {
   const m = /^#\/agent\/([0-9a-f]{12})(?:\/(terminal|files|log|briefing))?$/.exec(location.hash);
   const leaving = view.name === "agent" && (!m || m[1] !== view.id);
   if (leaving) closeTerminal();
+  if (location.hash === "#/files") {
+    view = { name: "allfiles" };
+    show("allfiles");
+    loadAllFiles();
+    return;
+  }
   if (location.hash === "#/runtimes") {
     view = { name: "runtimes" };
     show("runtimes");
@@ -380,6 +387,64 @@ function onEvent(ev) {
     refreshSoon.set(ev.agent_id, setTimeout(() => refreshAgent(ev.agent_id), 300));
   else if (view.name === "agent" && view.id === ev.agent_id) location.hash = "#/";
 }
+
+// All files (GET /api/v1/files): a table per agent and session, newest
+// first; a name opens the agent's files, Download fetches the file.
+async function loadAllFiles() {
+  const query = [];
+  const q = $("allfiles-q").value.trim();
+  if (q) query.push(`q=${encodeURIComponent(q)}`);
+  if ($("allfiles-uploads").checked) query.push("uploads=true");
+  say("allfiles-status", "Reading…");
+  let res;
+  try {
+    res = await api("GET", `/api/v1/files${query.length ? `?${query.join("&")}` : ""}`);
+  } catch (err) {
+    $("allfiles-groups").replaceChildren();
+    say("allfiles-status", err.message, true);
+    return;
+  }
+  if (view.name !== "allfiles") return;
+  const when = (t) => new Date(t * 1000).toLocaleString();
+  $("allfiles-groups").replaceChildren(...res.groups.map((g) => el("section", { class: "file-group", "data-agent": g.agent },
+    el("h2", {}, el("a", { href: `#/agent/${g.agent_id}/files`, text: g.agent }),
+       el("span", { class: "badge", text: g.access_label }),
+       g.owner_name ? el("span", { class: "flag", text: `owner: ${g.owner_name}` }) : null),
+    el("div", { class: "table-wrap" }, el("table", {},
+      el("thead", {}, el("tr", {}, el("th", { scope: "col", text: "File" }), el("th", { scope: "col", text: "Size" }),
+                      el("th", { scope: "col", text: "Modified" }), el("th", { scope: "col", text: "Actions" }))),
+      el("tbody", {}, ...g.files.map((f) => el("tr", { "data-path": f.path },
+        el("td", { class: "mono" }, f.path, f.uploaded ? el("span", { class: "badge", text: "uploaded by a person" }) : null),
+        el("td", { text: formatSize(f.size) }),
+        el("td", { text: when(f.mtime) }),
+        el("td", { class: "row-actions" }, el("button", { type: "button", text: "Download",
+          "aria-label": `Download ${f.name} of ${g.agent}`, onclick: () => downloadOf(g.agent_id, f.path, f.name) }))))))))));
+  const notes = [`${res.count} files in ${res.groups.length} groups`];
+  if (res.limit_reached) notes.push(`only the newest ${res.limit} shown`);
+  if (res.not_listed.length) notes.push(`not listed: ${res.not_listed.map((n) => `${n.agent} (${n.why})`).join("; ")}`);
+  say("allfiles-status", notes.join(" · "), res.incomplete);
+}
+
+// A file of an agent saved by the browser; status: where it is said.
+async function downloadOf(agentId, path, name, status = "allfiles-status") {
+  try {
+    say(status, `Downloading ${name}…`);
+    const res = await api("GET", `${agentPath(agentId)}/files/${homePath(path)}`, undefined, { raw: true });
+    const blob = await res.blob();
+    const url = URL.createObjectURL(blob);
+    const a = el("a", { href: url, download: name });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+    say(status, `Downloaded ${name} (${formatSize(blob.size)}).`);
+  } catch (err) {
+    say(status, `Download refused: ${err.message}`, true);
+  }
+}
+
+$("allfiles-form").addEventListener("submit", (e) => { e.preventDefault(); loadAllFiles(); });
+$("allfiles-uploads").addEventListener("change", () => loadAllFiles());
 
 // The catalog: the create form's choices, and the runtimes page.
 const alias = (rt) => rt.alias || rt.name;
@@ -821,21 +886,7 @@ async function fetchFile(path) {
   return res.blob();
 }
 
-async function download(path, name) {
-  try {
-    say("files-status", `Downloading ${name}…`);
-    const blob = await fetchFile(path);
-    const url = URL.createObjectURL(blob);
-    const a = el("a", { href: url, download: name });
-    document.body.append(a);
-    a.click();
-    a.remove();
-    setTimeout(() => URL.revokeObjectURL(url), 60000);
-    say("files-status", `Downloaded ${name} (${formatSize(blob.size)}).`);
-  } catch (err) {
-    say("files-status", `Download refused: ${err.message}`, true);
-  }
-}
+function download(path, name) { return downloadOf(view.id, path, name, "files-status"); }
 
 async function preview(path, e) {
   const box = $("preview");
