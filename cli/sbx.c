@@ -341,7 +341,10 @@ int ah_cli_exec (int argc, char **argv, const char *config)
     char path [512] = "/api/v1/agents/";
     s_encode (path, sizeof path - 16, name, false);
     strcat (path, "/exec?stream=1");
-    json_t *body = json_pack ("{s:s, s:f}", "cmd", cmd, "timeout", t);
+    //  Without --timeout the server's ceiling applies (sandbox.max_exec_timeout)
+    json_t *body = json_pack ("{s:s}", "cmd", cmd);
+    if (timeout)
+        json_object_set_new (body, "timeout", json_real (t));
     char *text = json_dumps (body, JSON_COMPACT);
     json_decref (body);
     free (cmd);

@@ -333,6 +333,7 @@ static char *s_check_bounds (const ah_config_t *self)
         { "sandbox.destroy_retry_max", "destroy_retry", self->destroy_retry_max_s },
         { "audit.retention_days", "retention_days", self->audit_retention_days },
         { "audit.terminal_bytes_interval", "terminal_bytes_interval", self->audit_terminal_bytes_s },
+        { "sandbox.max_exec_timeout", "timeout", self->max_exec_timeout_s },
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys [0]; i++) {
         char why [300], rule [200], got [40];
@@ -394,6 +395,9 @@ char *ah_config_check (const ah_config_t *self)
     if (self->tree_max_entries < 1 || self->tree_max_entries > 1000000)
         return ah_strf ("files.tree_max_entries = %lld: must be from 1 to 1000000",
                           (long long) self->tree_max_entries);
+    if (self->max_read_bytes < 1 || self->max_read_bytes > AH_CONFIG_MAX_READ_CEILING)
+        return ah_strf ("files.max_read_bytes = %lld: must be from 1 to %lld bytes (256 MiB)",
+                          (long long) self->max_read_bytes, (long long) AH_CONFIG_MAX_READ_CEILING);
     if (self->tmp_mb < 1 || self->tmp_mb > (INT64_C (1) << 20))
         return ah_strf ("sandbox.docker.tmp_mb = %lld: must be between 1 and 1048576",
                           (long long) self->tmp_mb);

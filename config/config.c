@@ -74,6 +74,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.ttl_check_interval",       T_DURATION, F (ttl_check_interval_s), NULL },
     { "sandbox.destroy_retry_min",        T_DURATION, F (destroy_retry_min_s), NULL },
     { "sandbox.destroy_retry_max",        T_DURATION, F (destroy_retry_max_s), NULL },
+    { "sandbox.max_exec_timeout",         T_DURATION, F (max_exec_timeout_s), NULL },
     { "audit.retention_days",             T_DOUBLE,   F (audit_retention_days), NULL },
     { "audit.terminal_bytes_interval",    T_DURATION, F (audit_terminal_bytes_s), NULL },
     { "sandbox.docker.socket",            T_STR,      F (docker_socket), NULL },
@@ -109,6 +110,7 @@ static const s_key_t s_keys [] = {
     { "limits.pool_max_running",          T_INT64,    F (pool_max_running), NULL },
     { "files.tree_max_depth",             T_INT64,    F (tree_max_depth), NULL },
     { "files.tree_max_entries",           T_INT64,    F (tree_max_entries), NULL },
+    { "files.max_read_bytes",             T_INT64,    F (max_read_bytes), NULL },
     { "policy.lua_dir",                   T_PATH,     F (lua_dir), NULL },
     { "catalog.path",                     T_PATH,     F (catalog_path), NULL },
     { "catalog.pip_index_url",            T_OPT,      F (pip_index_url), "none" },
@@ -243,6 +245,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->ttl_check_interval_s = 60;
     self->destroy_retry_min_s = 120;
     self->destroy_retry_max_s = 21600;
+    self->max_exec_timeout_s = 300;
     self->audit_retention_days = 30;
     self->audit_terminal_bytes_s = 60;
     char *exe_dir = s_exe_dir ();
@@ -274,6 +277,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->pool_max_running = 0;
     self->tree_max_depth = 6;
     self->tree_max_entries = 2000;
+    self->max_read_bytes = AH_CONFIG_MAX_READ_BYTES;
     self->lua_dir = s_default_data_path ("lua", true);
     self->catalog_path = s_default_data_path ("catalog/runtimes.json", false);
     //  One allocation failed: give up cleanly rather than run half-configured

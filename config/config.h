@@ -18,6 +18,10 @@
 //  installation's, ah_config_hostd_endpoint (name_prefix); this is the
 //  default name_prefix's.
 #define AH_CONFIG_HOSTD_ENDPOINT "ipc:///run/agenthold-hostd/hostd.sock"
+//  files.max_read_bytes: shipped 8 MiB; at most 256 MiB (a JSON answer is
+//  built whole in memory, its escapes up to six times the bytes)
+#define AH_CONFIG_MAX_READ_BYTES    (INT64_C (8) << 20)
+#define AH_CONFIG_MAX_READ_CEILING  (INT64_C (256) << 20)
 
 typedef struct {
     //  server.*
@@ -48,6 +52,10 @@ typedef struct {
     double  ttl_check_interval_s;   //  60: how often lifecycle looks for expired lifetimes
     double  destroy_retry_min_s;    //  120: the first pause before a failed destroy is retried
     double  destroy_retry_max_s;    //  21600: the pause doubles up to this
+    //  sandbox.max_exec_timeout: the longest a command may run, and the
+    //  timeout of one that names none (the seed's SANDBOXD_EXECUTE_TIMEOUT);
+    //  a longer timeout asked is refused. Terminals have none.
+    double  max_exec_timeout_s;     //  300
     //  audit.*
     double  audit_retention_days;   //  30
     double  audit_terminal_bytes_s; //  60: an open terminal's bytes recorded this often (0: at close only)
@@ -93,6 +101,9 @@ typedef struct {
     //  files.* (the tree listing a person reads: GET /api/v1/agents/{agent}/tree)
     int64_t tree_max_depth;         //  6 levels below the directory asked for
     int64_t tree_max_entries;       //  2000
+    //  files.max_read_bytes: the most of a file a JSON answer carries (the
+    //  seed's SANDBOXD_MAX_READ_BYTES); streamed downloads are not cut
+    int64_t max_read_bytes;         //  8 MiB, 1 to AH_CONFIG_MAX_READ_CEILING
     //  policy.*
     char   *lua_dir;                //  directory of idle.lua, limits.lua, briefing.lua
     //  catalog.*

@@ -383,11 +383,16 @@ int  api_query_int (req_t *r, const char *key, int64_t min, int64_t max, int64_t
 //  --------------------------------------------------------------------
 //  A home read without its sandbox (home_read.c)
 
-//  List (list) or read path (checked) in the home of r's agent, resolved
-//  and not running, in state: 1 when answered, 0 when its home is not a
-//  directory the server reads (or state is creating or destroying): the
-//  caller answers.
-int  api_home_files (req_t *r, bool list, const char *path, const char *state);
+//  List, read (streamed) or read in JSON (cut at files.max_read_bytes)
+//  path (checked) in the home of r's agent, resolved and not running, in
+//  state: 1 when answered, 0 when its home is not a directory the server
+//  reads (or state is creating or destroying): the caller answers.
+typedef enum { API_HOME_LIST, API_HOME_READ, API_HOME_TEXT } api_home_op_t;
+int  api_home_files (req_t *r, api_home_op_t op, const char *path, const char *state);
+//  The answer of a read in JSON (fs/text): data, len bytes of path, whose
+//  size is size, cut at cap (files.max_read_bytes): "truncated" and a
+//  notice when len < size.
+json_t *api_text_body (const char *path, const uint8_t *data, size_t len, uint64_t size, int64_t cap);
 //  A listing's entries from sandboxd (borrowed) as a person reads them:
 //  the hidden names left out unless ?all, entries under uploads/ marked.
 json_t *api_home_entries (req_t *r, const char *dir, json_t *entries);

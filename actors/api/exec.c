@@ -2,6 +2,7 @@
     exec channel, answered whole when the command ends, or streamed as
     records (?stream=1) as it writes.                                   */
 #include "actors/api/api_int.h"
+#include "config/config.h"
 #include "proto/channel.h"
 
 #include <msgpack.h>
@@ -299,7 +300,10 @@ static void s_exec (req_t *r)
     x->r = r;
     x->stream = stream;
     ah_msg_set_str (h, "ch", "exec");
-    double timeout = 300;
+    //  sandbox.max_exec_timeout is a ceiling, and the timeout of a
+    //  command that names none; sandboxd is always told which.
+    const double ceiling = r->api->config->max_exec_timeout_s;
+    double timeout = ceiling;
     const char *key;
     json_t *v;
     json_object_foreach (obj, key, v) {
@@ -314,7 +318,11 @@ static void s_exec (req_t *r)
         }
         else if (streq (key, "timeout")) {
             timeout = json_number_value (v);        //  within its bound (common/bounds.h)
-            ah_msg_set_double (h, "timeout", timeout);
+            if (timeout > ceiling) {
+                api_respond_error (r, 400, "field 'timeout' = %.15g s is over the ceiling of %.15g s "
+                                   "(sandbox.max_exec_timeout): ask for at most that", timeout, ceiling);
+                goto out;
+            }
         }
         else if (streq (key, "cwd")) {
             const char *why = "is not a string";
@@ -345,6 +353,7 @@ static void s_exec (req_t *r)
             goto out;
         }
     }
+    ah_msg_set_double (h, "timeout", timeout);
     if (!ah_msg_str (h, "cmd")) {
         api_respond_error (r, 400, "field 'cmd' is required (a shell command line)");
         goto out;

@@ -11,6 +11,8 @@
     unacknowledged and lets the client's bytes wait (reading pauses)
     until the tunnel takes more.                                        */
 #include "actors/api/api_int.h"
+#include "common/str.h"
+#include "config/config.h"
 #include "proto/channel.h"
 #include "proto/yamux.h"
 
@@ -19,11 +21,12 @@
 #define MAX_DOWN_BUF    (AH_YAMUX_MAX_WINDOW + (512u << 10))   //  the stream's window at most
 #define TRAILER_MAX     (4 + AH_CHAN_HEADER_MAX)
 
-typedef enum { F_LIST, F_READ, F_WRITE, F_MKDIR, F_REMOVE } op_t;
+//  F_TEXT: a read answered in JSON (fs/text), cut at files.max_read_bytes
+typedef enum { F_LIST, F_READ, F_WRITE, F_MKDIR, F_REMOVE, F_TEXT } op_t;
 
 static const char *s_channel [] = {
     [F_LIST] = "fs.list", [F_READ] = "fs.read", [F_WRITE] = "fs.write",
-    [F_MKDIR] = "fs.mkdir", [F_REMOVE] = "fs.remove"
+    [F_MKDIR] = "fs.mkdir", [F_REMOVE] = "fs.remove", [F_TEXT] = "fs.read"
 };
 
 typedef struct {
@@ -31,8 +34,9 @@ typedef struct {
     op_t op;
     api_chan_t chan;
     char path [4096];
-    ah_buf_t buf;                   //  the upload's trailer
+    ah_buf_t buf;                   //  the upload's trailer; fs/text: the bytes kept
     uint64_t total, received;       //  a download: announced, queued in conn->out so far
+    uint64_t want;                  //  fs/text: the bytes it answers with (at most the cap)
     size_t queued;                  //  ... of which not yet written (nor acknowledged)
     bool closed;                    //  the channel ended
     bool broken;
@@ -207,6 +211,115 @@ static const chan_ops_t s_read_ops = {
 };
 
 //  --------------------------------------------------------------------
+//  fs/text: the file's first files.max_read_bytes, answered in JSON
+
+json_t *api_text_body (const char *path, const uint8_t *data, size_t len, uint64_t size, int64_t cap)
+{
+    bool cut = (uint64_t) len < size;
+    if (cut) {
+        //  No half character at the cut: a UTF-8 sequence the cut split
+        //  is left out whole (else the JSON would carry it as '?').
+        size_t i = len, back = 0;
+        while (i > 0 && back < 3 && (data [i - 1] & 0xC0) == 0x80)
+            i--, back++;
+        if (i > 0) {
+            uint8_t lead = data [i - 1];
+            size_t need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
+            if (need > back)
+                len = i - 1;
+        }
+    }
+    json_t *body = json_object ();
+    json_object_set_new (body, "path", api_json_text (path));
+    json_object_set_new (body, "size", json_integer ((json_int_t) size));
+    json_object_set_new (body, "content", api_json_bytes ((const char *) data, len));
+    json_object_set_new (body, "content_bytes", json_integer ((json_int_t) len));
+    json_object_set_new (body, "truncated", json_boolean (cut));
+    json_object_set_new (body, "max_read_bytes", json_integer ((json_int_t) cap));
+    if (cut) {
+        char *notice = ah_strf ("the file holds %llu bytes; this answer carries its first %zu "
+                                "(files.max_read_bytes = %lld): download it whole from the files "
+                                "route, or read a part with a command", (unsigned long long) size,
+                                len, (long long) cap);
+        json_object_set_new (body, "notice", api_json_text (notice ? notice : "cut"));
+        free (notice);
+    }
+    return body;
+}
+
+static void s_text_answer (files_t *f)
+{
+    req_t *r = f->r;
+    api_chan_close (&f->chan);      //  the rest (past the cap) is not wanted
+    api_respond (r, 200, api_text_body (f->path, ah_buf_head (&f->buf), ah_buf_size (&f->buf),
+                                        f->total, r->api->config->max_read_bytes));
+}
+
+static void s_text_opened (void *owner, ah_msg_t *reply)
+{
+    files_t *f = owner;
+    req_t *r = f->r;
+    json_t *header = api_json_raw (reply, "reply");
+    json_t *size = json_object_get (header, "size");
+    bool good = json_is_integer (size) && json_integer_value (size) >= 0;
+    f->total = good ? (uint64_t) json_integer_value (size) : 0;
+    json_decref (header);
+    if (!good) {
+        api_chan_close (&f->chan);
+        api_record (r, false, "sandboxd's fs.read reply carries no size");
+        api_respond_error (r, 502, "sandboxd's fs.read reply carries no size");
+        return;
+    }
+    uint64_t cap = (uint64_t) r->api->config->max_read_bytes;
+    f->want = f->total < cap ? f->total : cap;
+    r->bytes = (int64_t) f->want;
+    r->has_bytes = true;
+    api_record (r, true, NULL);
+    api_chan_eof (&f->chan);
+    if (f->want == 0)
+        s_text_answer (f);
+}
+
+//  Kept in memory (at most the cap) and acknowledged at once.
+static void s_text_data (void *owner, const uint8_t *data, size_t size)
+{
+    files_t *f = owner;
+    req_t *r = f->r;
+    api_chan_ack (&f->chan, size);
+    if (r->responded)
+        return;
+    if (f->received + size > f->total) {
+        api_chan_close (&f->chan);
+        api_respond_error (r, 502, "the file's stream from the sandbox sent more than its size");
+        return;
+    }
+    size_t take = f->want - f->received < size ? (size_t) (f->want - f->received) : size;
+    if (take && ah_buf_append (&f->buf, data, take)) {
+        api_chan_close (&f->chan);
+        api_respond_error (r, 503, "out of memory");
+        return;
+    }
+    f->received += size;
+    if (f->via_reader)
+        api_reader_keep (r->api, r->agent_id, &f->keep_ms);
+    if (ah_buf_size (&f->buf) >= f->want)
+        s_text_answer (f);
+}
+
+static void s_text_closed (void *owner, const char *error)
+{
+    files_t *f = owner;
+    f->closed = true;
+    if (!f->r->responded)
+        api_respond_error (f->r, 502, "the file's stream from the sandbox ended early: %s",
+                           error ? error : "closed");
+}
+
+static const chan_ops_t s_text_ops = {
+    .opened = s_text_opened, .refused = s_on_refused, .data = s_text_data, .closed = s_text_closed
+};
+
+//  --------------------------------------------------------------------
 //  write: the request body streams up; sandboxd's trailer says how it went
 
 static void s_write_opened (void *owner, ah_msg_t *reply)
@@ -308,7 +421,7 @@ static void s_reader_ready (req_t *r, ah_msg_t *reply)
     files_t *f = r->ext;
     f->via_reader = true;
     f->keep_ms = zclock_mono ();
-    const chan_ops_t *ops = f->op == F_READ ? &s_read_ops : &s_meta_ops;
+    const chan_ops_t *ops = f->op == F_READ ? &s_read_ops : f->op == F_TEXT ? &s_text_ops : &s_meta_ops;
     if (api_chan_open_reader (r->api, &f->chan, r->agent_id, &f->header, ops, f))
         api_respond_error (r, 500, "cannot open a channel to the agent's reader");
 }
@@ -346,9 +459,11 @@ static void s_op (req_t *r, op_t op, const char *path)
     bool running = state && streq (state, "running");
     //  Reading does not wake: a home the server reaches is read directly,
     //  one on a cluster through the agent's reader (reader.c).
-    bool reads = !running && (op == F_LIST || op == F_READ);
+    bool reads = !running && (op == F_LIST || op == F_READ || op == F_TEXT);
     bool reader = reads && api_reader_serves (r, state);
-    bool served = reads && !reader && api_home_files (r, op == F_LIST, clean, state);
+    bool served = reads && !reader
+               && api_home_files (r, op == F_LIST ? API_HOME_LIST : op == F_TEXT ? API_HOME_TEXT
+                                                                                  : API_HOME_READ, clean, state);
     if (!running && !served && !reader)
         api_respond_error (r, 409, "agent '%s' is %s; files needs it running (start it first)",
                            r->name, state ? state : "without a sandbox");
@@ -386,7 +501,8 @@ static void s_op (req_t *r, op_t op, const char *path)
         api_reader_ask (r, s_reader_ready);
         return;
     }
-    const chan_ops_t *ops = op == F_READ ? &s_read_ops : op == F_WRITE ? &s_write_ops : &s_meta_ops;
+    const chan_ops_t *ops = op == F_READ ? &s_read_ops : op == F_WRITE ? &s_write_ops
+                          : op == F_TEXT ? &s_text_ops : &s_meta_ops;
     if (api_chan_open (r->api, &f->chan, r->agent_id, &h, ops, f))
         api_respond_error (r, 500, "cannot open a channel to the sandbox");
 }
@@ -422,6 +538,7 @@ static void s_q_list (req_t *r)
     s_op (r, F_LIST, path ? path : ".");
 }
 static void s_q_read (req_t *r)   { s_op (r, F_READ, api_query (r, "path")); }
+static void s_q_text (req_t *r)   { s_op (r, F_TEXT, api_query (r, "path")); }
 static void s_q_write (req_t *r)  { s_op (r, F_WRITE, api_query (r, "path")); }
 static void s_q_remove (req_t *r) { s_op (r, F_REMOVE, api_query (r, "path")); }
 static void s_q_mkdir (req_t *r)  { s_op (r, F_MKDIR, api_query (r, "path")); }
@@ -434,6 +551,7 @@ const route_t api_file_routes [] = {
     { M_DELETE, "/api/v1/agents/{agent}/files/{path*}", s_remove, 0, "recursive", NULL },
     { M_GET, "/api/v1/agents/{agent}/fs/list", s_q_list, 0, "path all", NULL },
     { M_GET, "/api/v1/agents/{agent}/fs/file", s_q_read, 0, "path", NULL },
+    { M_GET, "/api/v1/agents/{agent}/fs/text", s_q_text, 0, "path", NULL },
     { M_PUT, "/api/v1/agents/{agent}/fs/file", s_q_write, R_STREAM, "path mode", NULL },
     { M_DELETE, "/api/v1/agents/{agent}/fs/file", s_q_remove, 0, "path recursive", NULL },
     { M_POST, "/api/v1/agents/{agent}/fs/mkdir", s_q_mkdir, 0, "path parents mode", NULL },

@@ -130,7 +130,9 @@ static bool s_by_hostd (req_t *r)
 //  The work, in a worker (ah_actor_job): the API's thread never waits on
 //  the disk or on hostd for a home (see DESIGN above)
 
-typedef enum { OP_LIST, OP_TREE, OP_READ } op_t;
+//  OP_TEXT: a read answered in JSON (fs/text), its first files.max_read_bytes
+//  read whole by the worker (through hostd, a piece per call)
+typedef enum { OP_LIST, OP_TREE, OP_READ, OP_TEXT } op_t;
 
 typedef struct {
     //  The API thread's only
@@ -161,6 +163,8 @@ typedef struct {
     const uint8_t *data;
     size_t len;
     uint8_t *buf;                   //  local reads' piece
+    ah_buf_t text;                  //  OP_TEXT: the bytes kept (at most the cap)
+    int status;                     //  OP_TEXT: the answer's status of err (0: 500)
 } job_t;
 
 static void s_job_clear (job_t *j)
@@ -184,6 +188,7 @@ static void s_job_free (job_t *j)
     if (j->home >= 0)
         close (j->home);
     free (j->buf);
+    ah_buf_free (&j->text);
     free (j);
 }
 
@@ -196,15 +201,16 @@ static void s_work_hostd (job_t *j)
         return;
     }
     ah_msg_set_str (req, "agent_id", j->agent_id);
+    bool read = j->op == OP_READ || j->op == OP_TEXT;
     ah_msg_set_str (req, "op", j->op == OP_LIST ? "list" : j->op == OP_TREE ? "tree" : "read");
     ah_msg_set_str (req, "path", j->path);
-    if (j->op != OP_READ)
+    if (!read)
         ah_msg_set_bool (req, "all", j->all);
     if (j->op == OP_TREE) {
         ah_msg_set_int (req, "max_depth", j->max_depth);
         ah_msg_set_int (req, "max_entries", j->max_entries);
     }
-    if (j->op == OP_READ) {
+    if (read) {
         ah_msg_set_int (req, "offset", (int64_t) j->sent);
         ah_msg_set_int (req, "length", HOSTD_READ);
     }
@@ -217,43 +223,118 @@ static void s_work_hostd (job_t *j)
         j->reply = NULL;
 }
 
+//  The local file opened, its size taken: 0, or -1 (refused: error, why).
+static int s_open_file (job_t *j)
+{
+    struct stat st;
+    j->fd = ah_homefs_open_file (j->home, j->path, &st, &j->why);
+    if (j->fd < 0) {
+        j->error = j->fd;
+        j->fd = -1;
+        return -1;
+    }
+    j->total = (uint64_t) st.st_size;
+    return 0;
+}
+
+//  want bytes of the local file into into: 0, or -1 (err says why).
+static int s_read_full (job_t *j, uint8_t *into, size_t want)
+{
+    size_t got = 0;
+    while (got < want) {
+        ssize_t n = read (j->fd, into + got, want - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            j->err = ah_strf ("the file %s while being read", n == 0 ? "shrank" : strerror (errno));
+            return -1;
+        }
+        got += (size_t) n;
+    }
+    return 0;
+}
+
 //  The next piece of a local file (the first: opened, its size taken).
 static void s_work_read (job_t *j)
 {
-    if (j->first) {
-        struct stat st;
-        j->fd = ah_homefs_open_file (j->home, j->path, &st, &j->why);
-        if (j->fd < 0) {
-            j->error = j->fd;
-            j->fd = -1;
-            return;
-        }
-        j->total = (uint64_t) st.st_size;
-    }
+    if (j->first && s_open_file (j))
+        return;
     if (!j->buf && !(j->buf = malloc (HOSTD_READ))) {
         j->err = strdup ("out of memory");
         return;
     }
     uint64_t left = j->total - j->sent;
     size_t want = left < HOSTD_READ ? (size_t) left : HOSTD_READ;
-    size_t got = 0;
-    while (got < want) {
-        ssize_t n = read (j->fd, j->buf + got, want - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            j->err = ah_strf ("the file %s while being read", n == 0 ? "shrank" : strerror (errno));
+    if (s_read_full (j, j->buf, want))
+        return;
+    j->data = j->buf;
+    j->len = want;
+}
+
+//  OP_TEXT: the file's first min(size, cap) bytes into j->text, locally
+//  at once, or a HOSTD_READ piece per call to hostd. A refused path: its
+//  error and why; else a failure in err (status) or all read.
+static void s_work_text (job_t *j)
+{
+    uint64_t cap = (uint64_t) j->config->max_read_bytes;
+    if (!j->by_hostd) {
+        if (s_open_file (j))
+            return;
+        uint64_t want = j->total < cap ? j->total : cap;
+        uint8_t *into = want ? ah_buf_reserve (&j->text, (size_t) want) : NULL;
+        if (want && !into) {
+            j->err = strdup ("out of memory");
+            j->status = 503;
             return;
         }
-        got += (size_t) n;
+        if (want && s_read_full (j, into, (size_t) want) == 0)
+            ah_buf_commit (&j->text, (size_t) want);
+        return;
     }
-    j->data = j->buf;
-    j->len = got;
+    for (j->sent = 0;;) {
+        ah_msg_destroy (&j->reply);
+        s_work_hostd (j);
+        if (!j->reply) {
+            j->status = 503;        //  err says why
+            return;
+        }
+        int64_t error = ah_msg_int (j->reply, "errno", 0);
+        if (error) {
+            j->error = error > 0 && error < 4096 ? (int) -error : -EIO;
+            const char *why = ah_msg_str (j->reply, "why");
+            j->why = why ? why : "refused";     //  in reply, kept
+            return;
+        }
+        size_t n = 0;
+        const void *data = ah_msg_bin (j->reply, "data", &n);
+        int64_t size = ah_msg_int (j->reply, "size", -1);
+        bool ok = data && size >= 0 && (j->sent == 0 || (uint64_t) size == j->total)
+               && n <= HOSTD_READ && (uint64_t) n <= (uint64_t) size - j->sent && (n > 0 || size == 0);
+        if (!ok) {
+            j->err = ah_strf ("the host agent's answer to reading \"%.200s\" does not add up", j->path);
+            j->status = 502;
+            return;
+        }
+        j->total = (uint64_t) size;
+        uint64_t want = j->total < cap ? j->total : cap;
+        size_t take = want - ah_buf_size (&j->text) < n ? (size_t) (want - ah_buf_size (&j->text)) : n;
+        if (ah_buf_append (&j->text, data, take)) {
+            j->err = strdup ("out of memory");
+            j->status = 503;
+            return;
+        }
+        j->sent += n;
+        if (ah_buf_size (&j->text) >= want)
+            return;
+    }
 }
 
 static void s_work (void *arg)
 {
     job_t *j = arg;
+    if (j->op == OP_TEXT)
+        s_work_text (j);
+    else
     if (j->by_hostd)
         s_work_hostd (j);
     else
@@ -418,6 +499,28 @@ static int s_local_answer (req_t *r, job_t *j, const char *what)
     return 0;
 }
 
+//  OP_TEXT's answer: the JSON, or why not.
+static void s_text_done (req_t *r, job_t *j, bool ran)
+{
+    if (!ran)
+        api_respond_error (r, 503, "the server is stopping");
+    else if (j->error)
+        s_refuse (r, j->error, "fs.read", j->path, j->why);
+    else if (j->err && j->status == 503 && j->by_hostd && !j->reply)
+        api_respond_error (r, 503, "the home of agent '%s' is read by its host agent, which cannot "
+                           "read it now: %s", r->name, j->err);
+    else if (j->err)
+        api_respond_error (r, j->status ? j->status : 500, "the home of agent '%s' cannot be read "
+                           "on the server: %s", r->name, j->err);
+    else {
+        r->bytes = (int64_t) ah_buf_size (&j->text);
+        r->has_bytes = true;
+        api_record (r, true, NULL);
+        api_respond (r, 200, api_text_body (j->path, ah_buf_head (&j->text), ah_buf_size (&j->text),
+                                            j->total, j->config->max_read_bytes));
+    }
+}
+
 static void s_done (void *self, void *arg, bool ran)
 {
     job_t *j = arg;
@@ -425,6 +528,10 @@ static void s_done (void *self, void *arg, bool ran)
     req_t *r = j->r;
     if (!r) {
         s_job_free (j);             //  its request went away meanwhile
+        return;
+    }
+    if (j->op == OP_TEXT) {
+        s_text_done (r, j, ran);
         return;
     }
     const char *what = j->op == OP_LIST ? "fs.list" : j->op == OP_TREE ? "tree" : "fs.read";
@@ -464,8 +571,9 @@ static void s_done (void *self, void *arg, bool ran)
     api_respond (r, 200, json);
 }
 
-int api_home_files (req_t *r, bool list, const char *path, const char *state)
+int api_home_files (req_t *r, api_home_op_t op, const char *path, const char *state)
 {
+    bool list = op == API_HOME_LIST;
     //  A home being made or removed is nobody's to read.
     if (!state || streq (state, "creating") || streq (state, "destroying"))
         return 0;
@@ -482,7 +590,7 @@ int api_home_files (req_t *r, bool list, const char *path, const char *state)
     }
     r->kind = list ? "fs.list" : "fs.read";
     snprintf (r->detail, sizeof r->detail, "%.1000s", path);
-    s_job (r, list ? OP_LIST : OP_READ, path, all, home);
+    s_job (r, list ? OP_LIST : op == API_HOME_TEXT ? OP_TEXT : OP_READ, path, all, home);
     return 1;
 }
 

@@ -151,6 +151,7 @@ ROUTES = [
     ("DELETE", "/api/v1/agents/alice/files/keep/note.txt", None),
     ("GET", "/api/v1/agents/alice/fs/list?path=keep", None),
     ("GET", "/api/v1/agents/alice/fs/file?path=keep/note.txt", None),
+    ("GET", "/api/v1/agents/alice/fs/text?path=keep/note.txt", None),
     ("PUT", "/api/v1/agents/alice/fs/file?path=keep/note.txt", b"overwritten"),
     ("DELETE", "/api/v1/agents/alice/fs/file?path=keep/note.txt", None),
     ("POST", "/api/v1/agents/alice/fs/mkdir?path=keep/sub", None),
@@ -350,7 +351,8 @@ def main():
         for value in ("keep%0Anote.txt", "keep%0D.old", "keep%00x", "keep/note.txt%2F",
                       "keep//note.txt", "/etc/passwd", "keep/../../x", "keep/./note.txt",
                       "keep/note.txt/", "%", "%zz", ""):
-            for method, route in (("GET", "fs/file"), ("DELETE", "fs/file"), ("PUT", "fs/file")):
+            for method, route in (("GET", "fs/file"), ("DELETE", "fs/file"), ("PUT", "fs/file"),
+                                  ("GET", "fs/text")):
                 st, data = send(method, "/api/v1/agents/alice/%s?path=%s" % (route, value),
                                 b"x" if method == "PUT" else None)
                 check(st == 400, "%s %s?path=%s: want 400, got %d %r" % (method, route, value, st, data[:200]))

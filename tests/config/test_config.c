@@ -127,6 +127,8 @@ static void s_test_shipped_file (void)
     CHECK (config->pool_max_sandboxes == defaults->pool_max_sandboxes);
     CHECK (config->tenant_max_running == defaults->tenant_max_running);
     CHECK (config->pool_max_running == defaults->pool_max_running);
+    CHECK (config->max_exec_timeout_s == 300 && defaults->max_exec_timeout_s == 300);
+    CHECK (config->max_read_bytes == 8 << 20 && defaults->max_read_bytes == 8 << 20);
     ah_config_destroy (&defaults);
     //  ... and names every key, set or commented out ("  leaf:" in its section).
     FILE *f = fopen (path, "r");
@@ -340,6 +342,18 @@ static void s_test_errors (void)
     EXPECT_ERROR ("sandbox:\n  default_memory_mb: 20000\n", "sandbox.default_memory_mb = 20000",
                   "sandbox.max_memory_mb = 16384");
     EXPECT_ERROR ("sandbox:\n  pids_limit: 0\n", "sandbox.pids_limit = 0", NULL);
+    //  The seed's caps on a command and on a read answered in JSON
+    EXPECT_ERROR ("sandbox:\n  max_exec_timeout: -1\n", "sandbox.max_exec_timeout = -1", "from 0.001 to 604800 seconds");
+    EXPECT_ERROR ("sandbox:\n  max_exec_timeout: 0\n", "sandbox.max_exec_timeout = 0", "from 0.001 to 604800 seconds");
+    EXPECT_ERROR ("sandbox:\n  max_exec_timeout: 1e308\n", "sandbox.max_exec_timeout", "to 604800 seconds");
+    EXPECT_ERROR ("sandbox:\n  max_exec_timeout: 8d\n", "sandbox.max_exec_timeout", NULL);
+    EXPECT_ERROR ("sandbox:\n  max_exec_timeout: lots\n", "sandbox.max_exec_timeout", NULL);
+    EXPECT_ERROR ("files:\n  max_read_bytes: -1\n", "files.max_read_bytes = -1", "from 1 to 268435456 bytes");
+    EXPECT_ERROR ("files:\n  max_read_bytes: 0\n", "files.max_read_bytes = 0", "from 1 to 268435456 bytes");
+    EXPECT_ERROR ("files:\n  max_read_bytes: 268435457\n", "files.max_read_bytes = 268435457", "256 MiB");
+    EXPECT_ERROR ("files:\n  max_read_bytes: 1e30\n", "files.max_read_bytes", NULL);
+    EXPECT_ERROR ("files:\n  max_read_bytes: 8MiB\n", "files.max_read_bytes = '8MiB'", "not");
+    EXPECT_ERROR ("files:\n  max_read_bytes: [1]\n", "files.max_read_bytes", NULL);
     EXPECT_ERROR ("sandbox:\n  idle_minutes: 0\n", "sandbox.idle_minutes = 0", "from 0.01 to 525600 minutes");
     EXPECT_ERROR ("sandbox:\n  idle_check_interval: 50ms\n", "sandbox.idle_check_interval", "from 0.1 to 86400 seconds");
     EXPECT_ERROR ("sandbox:\n  idle_check_interval: 1e308\n", "sandbox.idle_check_interval", "from 0.1 to 86400 seconds");
