@@ -20,6 +20,12 @@
 #include "config/config.h"
 
 #define AH_LIFECYCLE_HELLO_TIMEOUT_MS   60000   //  sandboxd must say hello within this
+//  The sandbox states that hold CPU and memory on the host, or are on
+//  their way to (a create, a start, a rebuild each end running), as SQL:
+//  what the running caps count (lua/limits.lua) and a tenant's "running".
+//  Sleeping and error hold a home only; stopping is on its way out. A
+//  frozen state, should one come, holds memory: it belongs here.
+#define AH_LIFECYCLE_HOLDING_SQL "('creating','starting','running','rebuilding')"
 #define AH_LIFECYCLE_ACTIVITY_FLUSH_MS  1000    //  AGENT_ACTIVITY is written in batches
 
 typedef struct {

@@ -101,15 +101,15 @@ static int s_tenant (self_t *self, const char *tenant, ah_msg_t *out)
 }
 
 //  What the tenant holds, without `except` (the agent asking), and what
-//  the pool holds: sandboxes, those running (or starting), their cpus and
-//  memory. 0 / -1.
+//  the pool holds: sandboxes (kept, in every state), those holding the
+//  host (AH_LIFECYCLE_HOLDING_SQL), their cpus and memory. 0 / -1.
 static int s_usage (self_t *self, const char *tenant, const char *except, ah_msg_t *out)
 {
     sqlite3_stmt *st = ah_store_prepare (self->store,
-        "SELECT count(*), coalesce(sum(s.state IN ('running','starting')), 0),"
+        "SELECT count(*), coalesce(sum(s.state IN " AH_LIFECYCLE_HOLDING_SQL "), 0),"
         " coalesce(sum(a.cpus), 0), coalesce(sum(a.memory_mb), 0),"
         " coalesce(sum(a.tenant = :tenant), 0),"
-        " coalesce(sum(a.tenant = :tenant AND s.state IN ('running','starting')), 0),"
+        " coalesce(sum(a.tenant = :tenant AND s.state IN " AH_LIFECYCLE_HOLDING_SQL "), 0),"
         " coalesce(sum(CASE WHEN a.tenant = :tenant THEN a.cpus END), 0),"
         " coalesce(sum(CASE WHEN a.tenant = :tenant THEN a.memory_mb END), 0)"
         " FROM agents a JOIN sandboxes s ON s.agent_id = a.id WHERE a.id <> :except");

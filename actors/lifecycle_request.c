@@ -124,8 +124,9 @@ void ah_lc_on_transition (void *self_, ah_msg_t *msg)
         s_reply_state (self, msg, 200, &row, row.state);
         return;
     }
-    if (streq (tr->verb, "start")) {
-        //  Starting takes a running place: limits.lua decides (running caps).
+    //  Starting takes a running place: limits.lua decides (running caps).
+    //  So does a rebuild of a sandbox that is not running: it ends running.
+    if (streq (tr->verb, "start") || (streq (tr->verb, "rebuild") && !streq (row.state, "running"))) {
         desired_t asked = { 0 }, d = { .cpus = row.cpus, .memory_mb = row.memory_mb,
                                        .idle_minutes = row.idle_minutes };
         snprintf (d.image, sizeof d.image, "%s", row.image);

@@ -271,10 +271,12 @@ ah_config_t *ah_config_new_defaults (void)
     self->hostd_name = NULL;
     self->hostd_data_dir = self->data_dir ? s_default_hostd_dir (self->data_dir) : NULL;
     self->hostd_server_user = NULL;
-    self->tenant_max_sandboxes = 10;
-    self->pool_max_sandboxes = 20;
-    self->tenant_max_running = 0;
-    self->pool_max_running = 0;
+    //  The seed's caps count what holds the host (10 a tenant within 20);
+    //  the kept ones, asleep too, are bounded far above them.
+    self->tenant_max_sandboxes = 200;
+    self->pool_max_sandboxes = 2000;
+    self->tenant_max_running = 10;
+    self->pool_max_running = 20;
     self->tree_max_depth = 6;
     self->tree_max_entries = 2000;
     self->max_read_bytes = AH_CONFIG_MAX_READ_BYTES;

@@ -94,10 +94,12 @@ typedef struct {
     char   *hostd_tunnel_relay;     //  tcp:// or tls:// of the server's tunnel; NULL = sandboxes mount the server's socket
     char   *hostd_tunnel_ca;        //  the CA of the server's tunnel certificate (tls://); NULL = the system's
     //  limits.* (what lua/limits.lua reads; PUT /api/v1/policy changes them at run time)
-    int64_t tenant_max_sandboxes;   //  10
-    int64_t pool_max_sandboxes;     //  20
-    int64_t tenant_max_running;     //  0 = no limit
-    int64_t pool_max_running;       //  0 = no limit
+    //  (0 = no limit): kept counts every sandbox, asleep too; running
+    //  those that hold CPU and memory (the seed's 10 within 20)
+    int64_t tenant_max_sandboxes;   //  200
+    int64_t pool_max_sandboxes;     //  2000
+    int64_t tenant_max_running;     //  10
+    int64_t pool_max_running;       //  20
     //  files.* (the tree listing a person reads: GET /api/v1/agents/{agent}/tree)
     int64_t tree_max_depth;         //  6 levels below the directory asked for
     int64_t tree_max_entries;       //  2000

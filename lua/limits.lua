@@ -14,7 +14,9 @@
 -- usage:   what the tenant holds now, the asking agent left out:
 --          { sandboxes, running, cpus, memory_mb,
 --            pool_sandboxes, pool_running, pool_cpus, pool_memory_mb }
---          (pool_*: every tenant together); running counts starting too
+--          (pool_*: every tenant together); sandboxes: every one kept,
+--          asleep too; running: those that hold CPU and memory on the
+--          host (creating, starting, running, rebuilding)
 -- limits:  the configuration, as PUT /api/v1/policy changed it:
 --          { default_image, default_cpus, default_memory_mb, max_cpus,
 --            max_memory_mb, default_idle_minutes, tenant_max_sandboxes,
@@ -40,39 +42,48 @@ local function deny(fmt, ...)
 end
 
 -- The tenant's own limit when an admin set one, else the server's; 0 or
--- nil: no limit.
-local function cap(own, server)
-  local v = own
-  if v == nil then v = server end
+-- nil: no limit. Also the limit's name, for the sentence.
+local function cap(own, own_name, server, server_name)
+  local v, name = own, own_name
+  if v == nil then v, name = server, server_name end
   if v == nil or v <= 0 then return nil end
-  return v
+  return v, name
 end
 
--- Places: how many sandboxes a tenant holds, how many run, and the same
--- for the whole pool.
+-- Places, in the seed's sentence ("already holds 10 of 10"), each naming
+-- its cap. Two caps count what holds the host, the sandboxes running (or
+-- on their way: creating, starting, rebuilding): the tenant's and the
+-- pool's (the seed's SANDBOXD_MAX_SESSIONS_PER_TENANT, 10, within
+-- SANDBOXD_MAX_SESSIONS, 20). Two much larger ones count every sandbox
+-- kept, asleep too (a home on disk, a row): the tenant's and the pool's.
 local function places(tenant, request, usage, limits)
   local op = request.op
   if op == "create" then
-    local most = cap(tenant.max_sandboxes, limits.tenant_max_sandboxes)
+    local most, name = cap(tenant.max_sandboxes, "its max_sandboxes",
+                           limits.tenant_max_sandboxes, "limits.tenant_max_sandboxes")
     if most and usage.sandboxes >= most then
-      return deny("tenant '%s' already holds %d of %d sandboxes", tenant.name, usage.sandboxes, most)
+      return deny("tenant '%s' already holds %d of %d kept sandboxes, asleep or not (%s)",
+                  tenant.name, usage.sandboxes, most, name)
     end
-    local pool = cap(nil, limits.pool_max_sandboxes)
+    local pool = cap(nil, nil, limits.pool_max_sandboxes)
     if pool and usage.pool_sandboxes >= pool then
-      return deny("the pool already holds %d of %d sandboxes (every tenant together)",
-                  usage.pool_sandboxes, pool)
+      return deny("the pool already holds %d of %d kept sandboxes (every tenant together: "
+                  .. "limits.pool_max_sandboxes)", usage.pool_sandboxes, pool)
     end
   end
-  -- a create starts the sandbox it makes: it counts against running too
+  -- a create starts the sandbox it makes: it takes a running place too;
+  -- a start is a wake as well (a turn, a terminal, a session)
   if op == "start" or op == "create" then
-    local most = cap(tenant.max_running, limits.tenant_max_running)
+    local most, name = cap(tenant.max_running, "its max_running",
+                           limits.tenant_max_running, "limits.tenant_max_running")
     if most and usage.running >= most then
-      return deny("tenant '%s' already runs %d of %d sandboxes", tenant.name, usage.running, most)
+      return deny("tenant '%s' already holds %d of %d running sandboxes (%s); "
+                  .. "stop one, or let one go to sleep, first", tenant.name, usage.running, most, name)
     end
-    local pool = cap(nil, limits.pool_max_running)
+    local pool = cap(nil, nil, limits.pool_max_running)
     if pool and usage.pool_running >= pool then
-      return deny("the pool already runs %d of %d sandboxes (every tenant together)",
-                  usage.pool_running, pool)
+      return deny("the pool already holds %d of %d running sandboxes (every tenant together: "
+                  .. "limits.pool_max_running)", usage.pool_running, pool)
     end
   end
   return nil

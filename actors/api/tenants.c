@@ -8,6 +8,7 @@
     once. Removing a tenant that holds sandboxes needs ?force=1, which
     destroys them first and answers once they are gone.                  */
 #include "actors/api/api_int.h"
+#include "actors/lifecycle.h"
 #include "common/token.h"
 
 #include <ctype.h>
@@ -30,7 +31,7 @@ static json_t *s_limit_json (sqlite3_stmt *st, int col, bool real)
     "SELECT t.name, t.max_agents, t.max_running, t.max_cpus, t.max_memory_mb, t.created_at," \
     " (SELECT count(*) FROM agents a WHERE a.tenant = t.name)," \
     " (SELECT count(*) FROM agents a JOIN sandboxes s ON s.agent_id = a.id" \
-    "   WHERE a.tenant = t.name AND s.state IN ('running','starting'))," \
+    "   WHERE a.tenant = t.name AND s.state IN " AH_LIFECYCLE_HOLDING_SQL ")," \
     " (SELECT count(*) FROM api_tokens k WHERE k.tenant = t.name AND k.revoked_at IS NULL)" \
     " FROM tenants t"
 

@@ -270,6 +270,10 @@ def main():
         "AGENTHOLD_SANDBOX_FAKE_SANDBOXD": "external",
         "AGENTHOLD_LIMITS_POOL_MAX_SANDBOXES": str(a.agents + 10),
         "AGENTHOLD_LIMITS_TENANT_MAX_SANDBOXES": str(a.agents + 10),
+        # every agent runs at once: the running caps (10 a tenant, 20 in
+        # all, shipped) are raised as far
+        "AGENTHOLD_LIMITS_POOL_MAX_RUNNING": str(a.agents + 10),
+        "AGENTHOLD_LIMITS_TENANT_MAX_RUNNING": str(a.agents + 10),
     }
     goals = Goals()
     with Server(a.agenthold, "ah-bench-scale-", env=env) as srv:

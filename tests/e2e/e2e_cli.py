@@ -286,7 +286,8 @@ def scenario():
     # Policy
     pol = cli_json("policy", "status")
     check(any(p["script"] == "limits.lua" for p in pol["policies"]), "policy status lists limits.lua: %r" % pol)
-    check(pol["values"]["tenant_max_sandboxes"] == 10, "and the values the limits read: %r" % pol)
+    check(pol["values"]["tenant_max_sandboxes"] == 200 and pol["values"]["tenant_max_running"] == 10,
+          "and the values the limits read: %r" % pol)
     cli_ok("policy", "reload")
 
     # The audit trail, the runtime catalog, turns: answered by the real

@@ -9,8 +9,11 @@ from ahserver.free_port), driven with raw HTTP and the agenthold CLI.
   caller on each tenant's sandboxes: a cross-tenant attempt is a 404 (as
   for an agent that does not exist) and changes nothing; the admin
   succeeds, within every tenant or the one --tenant names.
-- limits: 10 of 10 refused with the seed's sentence; a pool of 20 shared
-  by three tenants; 50 concurrent creates at 9 of 10 admit exactly one;
+- limits: the seed's caps count what runs: 10 running beside 15 asleep,
+  the 11th create, a start and a wake refused with the seed's sentence
+  naming the cap; a pool of 20 running shared by three tenants; 50
+  concurrent creates at 9 of 10 admit exactly one; the kept cap (every
+  sandbox, asleep too) refuses a create;
   limits.lua edited while the server runs takes effect; a broken edit
   keeps the old rule and `agenthold policy status` says why; PUT
   /api/v1/policy changes a cap at run time.
@@ -314,72 +317,117 @@ def limits():
     def create(t, name):
         return srv.call("POST", "/api/v1/agents", tok[t], {"name": name})
 
-    for i in range(10):
-        status, j = create("t1", "a%d" % i)
-        check(status in (201, 202), "t1's sandbox %d of 10: %d %r" % (i + 1, status, j))
-    status, j = create("t1", "a10")
-    check(status == 422 and j["error"] == "tenant 't1' already holds 10 of 10 sandboxes",
-          "the 11th: the seed's sentence: %d %r" % (status, j))
-    rc, out, err = srv.cli("create", "a10", "--no-wait", tok=tok["t1"])
-    check(rc == 1 and "tenant 't1' already holds 10 of 10 sandboxes" in err, "CLI create: %r" % err)
+    def made(t, name):
+        status, j = create(t, name)
+        check(status in (201, 202), "%s's sandbox %s: %d %r" % (t, name, status, j))
 
-    # The pool of 20: t2 takes the other 10, t3 gets none.
+    def stop(t, name):
+        srv.ok("POST", "/api/v1/agents/%s/stop?wait=1" % name, tok[t])
+
+    def running_sentence(t, n, key="limits.tenant_max_running"):
+        return ("tenant '%s' already holds %d of %d running sandboxes (%s); stop one, or let one go "
+                "to sleep, first" % (t, n, n, key))
+
+    # The seed's caps count what holds the host: t1 keeps 15 asleep, and
+    # still runs 10 (25 kept in all: the kept cap is 200).
+    for i in range(15):
+        made("t1", "s%d" % i)
+        if i in (9, 14):
+            for k in range(i - 9 if i == 9 else 10, i + 1):
+                stop("t1", "s%d" % k)
     for i in range(10):
-        status, j = create("t2", "b%d" % i)
-        check(status in (201, 202), "t2's sandbox %d: %d %r" % (i + 1, status, j))
+        made("t1", "a%d" % i)
+    listed = srv.ok("GET", "/api/v1/agents", tok["t1"])["agents"]
+    check(len(listed) == 25 and sum(a["state"] == "sleeping" for a in listed) == 15,
+          "t1: 10 running and 15 asleep: %r" % sorted((a["name"], a["state"]) for a in listed))
+    status, j = create("t1", "a10")
+    check(status == 422 and j["error"] == running_sentence("t1", 10),
+          "the 11th: the seed's sentence naming the cap: %d %r" % (status, j))
+    rc, out, err = srv.cli("create", "a10", "--no-wait", tok=tok["t1"])
+    check(rc == 1 and "tenant 't1' already holds 10 of 10 running sandboxes" in err, "CLI create: %r" % err)
+    # A start of a sleeping one, and a wake (a turn on it), over the cap.
+    status, j = srv.call("POST", "/api/v1/agents/s0/start", tok["t1"])
+    check(status == 422 and j["error"] == running_sentence("t1", 10), "a start over the cap: %d %r" % (status, j))
+    status, j = srv.call("POST", "/api/v1/agents/s0/turns", tok["t1"], {})
+    check(status == 422 and j["error"] == "agent 's0' could not be started: " + running_sentence("t1", 10),
+          "a wake over the cap: %d %r" % (status, j))
+    check(srv.ok("GET", "/api/v1/agents/s0", tok["t1"])["state"] == "sleeping", "the refused one sleeps on")
+    # A rebuild of a sleeping one ends running: it takes a place too.
+    status, j = srv.call("POST", "/api/v1/agents/s1/rebuild", tok["t1"])
+    check(status == 422 and j["error"] == running_sentence("t1", 10), "a rebuild over the cap: %d %r" % (status, j))
+    # One goes to sleep: its place is there for the wake.
+    stop("t1", "a9")
+    srv.ok("POST", "/api/v1/agents/s0/turns", tok["t1"], {})
+    srv.wait_state("s0", ("running",), tok["t1"])
+
+    # The pool of 20 running: t2 takes the other 10, t3 gets none.
+    for i in range(10):
+        made("t2", "b%d" % i)
     status, j = create("t3", "c0")
-    check(status == 422 and "the pool already holds 20 of 20 sandboxes" in j["error"],
-          "t3 meets the pool's cap: %d %r" % (status, j))
-    # Freed room is there for whoever asks first.
-    srv.ok("DELETE", "/api/v1/agents/b9?wait=1", tok["t2"])
+    check(status == 422 and j["error"] == "the pool already holds 20 of 20 running sandboxes (every tenant "
+          "together: limits.pool_max_running)", "t3 meets the pool's cap: %d %r" % (status, j))
+    # Freed room is there for whoever asks first: asleep is enough.
+    stop("t2", "b9")
     srv.ok("POST", "/api/v1/agents", tok["t3"], {"name": "c0"})
 
-    # 50 concurrent creates at 9 of 10 (t1): exactly one admitted.
-    srv.ok("DELETE", "/api/v1/agents/b8?wait=1", tok["t2"])      # the pool has room: 19
-    srv.ok("DELETE", "/api/v1/agents/a9?wait=1", tok["t1"])      # t1 at 9 of 10, pool 18
+    # 50 concurrent creates at 9 of 10 (t1, the pool at 19): exactly one admitted.
+    stop("t2", "b8")        # the pool has room: 18
+    stop("t1", "a8")        # t1 runs 9 of 10, the pool 17
     with concurrent.futures.ThreadPoolExecutor(50) as pool:
         results = list(pool.map(lambda i: create("t1", "race%d" % i), range(50)))
     admitted = [j for s, j in results if s in (201, 202)]
-    refused = [j for s, j in results if s == 422 and j["error"] == "tenant 't1' already holds 10 of 10 sandboxes"]
+    refused = [j for s, j in results if s == 422 and j["error"] == running_sentence("t1", 10)]
     check(len(admitted) == 1 and len(refused) == 49,
           "50 concurrent creates at 9 of 10: %d admitted, %d refused: %r"
           % (len(admitted), len(refused), [r for r in results if r[0] not in (201, 202)][:3]))
     listed = srv.ok("GET", "/api/v1/agents", tok["t1"])["agents"]
-    check(len(listed) == 10, "t1 holds 10: %d" % len(listed))
+    check(sum(a["state"] in ("running", "starting", "creating") for a in listed) == 10 and len(listed) == 26,
+          "t1 runs 10 and keeps 26: %r" % sorted((a["name"], a["state"]) for a in listed))
 
-    # PUT /api/v1/policy: a cap changed at run time, back to the default after.
-    rc, out, err = srv.cli("policy", "set", "tenant_max_sandboxes=11", tok=adm)
-    check(rc == 0 and "tenant_max_sandboxes = 11" in out, "policy set: %r %r" % (out, err))
+    # The kept cap: every sandbox counts, asleep too; PUT /api/v1/policy
+    # changes it at run time.
+    stop("t1", "a7")        # room to run: the kept cap is what refuses
+    rc, out, err = srv.cli("policy", "set", "tenant_max_sandboxes=26", tok=adm)
+    check(rc == 0 and "tenant_max_sandboxes = 26" in out, "policy set: %r %r" % (out, err))
+    status, j = create("t1", "kept")
+    check(status == 422 and j["error"] == "tenant 't1' already holds 26 of 26 kept sandboxes, asleep or not "
+          "(limits.tenant_max_sandboxes)", "the kept cap refuses a create: %d %r" % (status, j))
+    srv.ok("POST", "/api/v1/agents/a7/start?wait=1", tok["t1"])       # a start takes no kept place
+    rc, out, err = srv.cli("policy", "set", "tenant_max_sandboxes=default", tok=adm)
+    check(rc == 0 and "tenant_max_sandboxes = 200" in out, "policy set default: %r" % out)
+    # ... and the running cap too.
+    rc, out, err = srv.cli("policy", "set", "tenant_max_running=11", tok=adm)
+    check(rc == 0 and "tenant_max_running = 11" in out, "policy set: %r %r" % (out, err))
     srv.ok("POST", "/api/v1/agents", tok["t1"], {"name": "eleven"})
     status, j = create("t1", "twelve")
-    check(status == 422 and j["error"] == "tenant 't1' already holds 11 of 11 sandboxes", "at 11: %r" % j)
-    rc, out, err = srv.cli("policy", "set", "tenant_max_sandboxes=default", tok=adm)
-    check(rc == 0 and "tenant_max_sandboxes = 10" in out, "policy set default: %r" % out)
+    check(status == 422 and j["error"] == running_sentence("t1", 11), "at 11: %r" % j)
+    rc, out, err = srv.cli("policy", "set", "tenant_max_running=default", tok=adm)
+    check(rc == 0 and "tenant_max_running = 10" in out, "policy set default: %r" % out)
     status, j = srv.call("PUT", "/api/v1/policy", adm, {"runtimes": []})
     check(status == 400 and "catalog" in j["error"], "the catalog is not changed by PUT /policy: %r" % j)
     # A tenant's own limit beats the server's.
     rc, out, err = srv.cli("tenant", "set", "t3", "--max-sandboxes", "1", tok=adm)
     check(rc == 0 and "max_sandboxes: 1" in out.replace("  ", " ").replace("  ", " "), "tenant set: %r" % out)
     status, j = create("t3", "c1")
-    check(status == 422 and j["error"] == "tenant 't3' already holds 1 of 1 sandboxes", "t3 at 1 of 1: %r" % j)
+    check(status == 422 and j["error"] == "tenant 't3' already holds 1 of 1 kept sandboxes, asleep or not "
+          "(its max_sandboxes)", "t3 at 1 of 1: %r" % j)
     # Running caps hold for a create too (a create starts what it makes).
-    for b in ("b0", "b1", "b2"):
-        srv.ok("DELETE", "/api/v1/agents/%s?wait=1" % b, tok["t2"])        # room in the pool: 17 of 20
     srv.ok("PATCH", "/api/v1/tenants/t3", adm, {"max_sandboxes": None, "max_running": 1})
     srv.wait_state("c0", ("running",), tok["t3"])
     status, j = create("t3", "c1")
-    check(status == 422 and j["error"] == "tenant 't3' already runs 1 of 1 sandboxes", "a create over max_running: %r" % j)
+    check(status == 422 and j["error"] == running_sentence("t3", 1, "its max_running"),
+          "a create over max_running: %r" % j)
     srv.ok("POST", "/api/v1/agents/c0/stop?wait=1", tok["t3"])
     srv.ok("POST", "/api/v1/agents", tok["t3"], {"name": "c1"})
     srv.wait_state("c1", ("running",), tok["t3"])
     status, j = srv.call("POST", "/api/v1/agents/c0/start", tok["t3"])
-    check(status == 422 and "already runs 1 of 1" in j["error"], "a start over max_running: %r" % j)
+    check(status == 422 and "already holds 1 of 1 running" in j["error"], "a start over max_running: %r" % j)
     # Opens waiting on a refused first open are told why.
     srv.ok("PATCH", "/api/v1/tenants/t3", adm, {"max_sandboxes": 2})
     with concurrent.futures.ThreadPoolExecutor(5) as pool:
         results = list(pool.map(lambda i: srv.call("POST", "/api/v1/sessions", tok["t3"],
                                                     {"scope": "run", "subject": "over"}), range(5)))
-    check(all(st in (409, 422) and "already holds 2 of 2" in j["error"] for st, j in results),
+    check(all(st in (409, 422) and "already holds 2 of 2 kept" in j["error"] for st, j in results),
           "every open of a refused key says why: %r" % results)
 
     # limits.lua edited while the server runs: the next decision uses it.
@@ -409,7 +457,8 @@ def limits():
     with open(path, "w") as f:
         f.write(shipped)
     status, j = create("t3", "forbidden")
-    check(status == 422 and j["error"] == "tenant 't3' already holds 2 of 2 sandboxes", "the shipped rule again: %r" % j)
+    check(status == 422 and j["error"] == "tenant 't3' already holds 2 of 2 kept sandboxes, asleep or not "
+          "(its max_sandboxes)", "the shipped rule again: %r" % j)
     srv.stop()
 
 

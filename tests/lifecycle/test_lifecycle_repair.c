@@ -264,7 +264,7 @@ void test_tenant_limits (void)
     ah_msg_set_str (m, "tenant", "small");
     reply = lc_call (m);
     CHECK (reply && ah_msg_int (reply, "status", 0) == 422);
-    CHECK (reply && strstr (ah_msg_str (reply, "error"), "tenant 'small' already holds 1 of 1 sandboxes"));
+    CHECK (reply && strstr (ah_msg_str (reply, "error"), "tenant 'small' already holds 1 of 1 kept sandboxes, asleep or not (its max_sandboxes)"));
     ah_msg_destroy (&reply);
     //  Its own update is counted once: 2 -> 3 cpus fits, 4 does not.
     m = ah_msg_new ("AGENT_UPDATE");

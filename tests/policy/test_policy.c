@@ -65,10 +65,10 @@ static ah_msg_t *s_limits (void)
     ah_msg_set_double (limits, "max_cpus", 8);
     ah_msg_set_int (limits, "max_memory_mb", 16384);
     ah_msg_set_double (limits, "default_idle_minutes", 15);
-    ah_msg_set_int (limits, "tenant_max_sandboxes", 10);
-    ah_msg_set_int (limits, "pool_max_sandboxes", 20);
-    ah_msg_set_int (limits, "tenant_max_running", 0);
-    ah_msg_set_int (limits, "pool_max_running", 0);
+    ah_msg_set_int (limits, "tenant_max_sandboxes", 200);
+    ah_msg_set_int (limits, "pool_max_sandboxes", 2000);
+    ah_msg_set_int (limits, "tenant_max_running", 10);
+    ah_msg_set_int (limits, "pool_max_running", 20);
     return limits;
 }
 
@@ -154,29 +154,55 @@ static void s_test_admit (ah_store_t *store)
     ah_msg_destroy (&result);
     ah_msg_destroy (&request);
 
-    //  Places: the seed's caps, 10 per tenant within a pool of 20
+    //  Places: the seed's caps count what runs, 10 per tenant within a
+    //  pool of 20; sleeping ones count only against the kept caps
     request = ah_msg_new ("REQ");
     ah_msg_set_str (request, "op", "create");
     ah_msg_t *usage = ah_msg_new ("USAGE");
-    ah_msg_set_int (usage, "sandboxes", 10);
-    ah_msg_set_int (usage, "running", 0);
+    ah_msg_set_int (usage, "sandboxes", 25);
+    ah_msg_set_int (usage, "running", 10);
     ah_msg_set_int (usage, "cpus", 0);
     ah_msg_set_int (usage, "memory_mb", 0);
-    ah_msg_set_int (usage, "pool_sandboxes", 12);
-    ah_msg_set_int (usage, "pool_running", 0);
+    ah_msg_set_int (usage, "pool_sandboxes", 40);
+    ah_msg_set_int (usage, "pool_running", 12);
     CHECK (s_admit (policy, NULL, request, usage, limits, &result, NULL) == 0);
     CHECK (result && !ah_msg_bool (result, "allow", true));
-    CHECK_STR (ah_msg_str (result, "message"), "tenant 'acme' already holds 10 of 10 sandboxes");
+    CHECK_STR (ah_msg_str (result, "message"), "tenant 'acme' already holds 10 of 10 running sandboxes "
+               "(limits.tenant_max_running); stop one, or let one go to sleep, first");
     ah_msg_destroy (&result);
-    ah_msg_set_int (usage, "sandboxes", 9);
+    ah_msg_set_str (request, "op", "start");        //  a start (a wake) the same
+    CHECK (s_admit (policy, NULL, request, usage, limits, &result, NULL) == 0);
+    CHECK (result && s_has (ah_msg_str (result, "message"), "already holds 10 of 10 running sandboxes"));
+    ah_msg_destroy (&result);
+    ah_msg_set_str (request, "op", "create");
+    ah_msg_set_int (usage, "running", 9);           //  15 asleep besides: room
     CHECK (s_admit (policy, NULL, request, usage, limits, &result, NULL) == 0);
     CHECK (result && ah_msg_bool (result, "allow", false));
     ah_msg_destroy (&result);
-    ah_msg_set_int (usage, "pool_sandboxes", 20);
+    ah_msg_set_int (usage, "pool_running", 20);
     CHECK (s_admit (policy, NULL, request, usage, limits, &result, NULL) == 0);
     CHECK (result && !ah_msg_bool (result, "allow", true));
-    CHECK (s_has (ah_msg_str (result, "message"), "the pool already holds 20 of 20 sandboxes"));
+    CHECK_STR (ah_msg_str (result, "message"), "the pool already holds 20 of 20 running sandboxes "
+               "(every tenant together: limits.pool_max_running)");
     ah_msg_destroy (&result);
+    ah_msg_set_int (usage, "pool_running", 12);
+    ah_msg_set_int (usage, "sandboxes", 200);       //  the kept cap: sleeping ones count
+    CHECK (s_admit (policy, NULL, request, usage, limits, &result, NULL) == 0);
+    CHECK_STR (result ? ah_msg_str (result, "message") : NULL, "tenant 'acme' already holds 200 of 200 "
+               "kept sandboxes, asleep or not (limits.tenant_max_sandboxes)");
+    ah_msg_destroy (&result);
+    ah_msg_set_str (request, "op", "start");        //  ... at a create only
+    CHECK (s_admit (policy, NULL, request, usage, limits, &result, NULL) == 0);
+    CHECK (result && ah_msg_bool (result, "allow", false));
+    ah_msg_destroy (&result);
+    ah_msg_set_str (request, "op", "create");
+    ah_msg_set_int (usage, "sandboxes", 25);
+    ah_msg_set_int (usage, "pool_sandboxes", 2000);
+    CHECK (s_admit (policy, NULL, request, usage, limits, &result, NULL) == 0);
+    CHECK (result && s_has (ah_msg_str (result, "message"), "the pool already holds 2000 of 2000 kept sandboxes"));
+    ah_msg_destroy (&result);
+    ah_msg_set_int (usage, "running", 0);
+    ah_msg_set_int (usage, "pool_running", 0);
     //  A tenant's own limit wins over the server's
     ah_msg_set_int (usage, "pool_sandboxes", 5);
     ah_msg_set_int (usage, "sandboxes", 3);
@@ -184,14 +210,16 @@ static void s_test_admit (ah_store_t *store)
     ah_msg_set_str (tenant, "name", "tiny");
     ah_msg_set_int (tenant, "max_sandboxes", 3);
     CHECK (s_admit (policy, tenant, request, usage, limits, &result, NULL) == 0);
-    CHECK_STR (result ? ah_msg_str (result, "message") : NULL, "tenant 'tiny' already holds 3 of 3 sandboxes");
+    CHECK_STR (result ? ah_msg_str (result, "message") : NULL, "tenant 'tiny' already holds 3 of 3 kept "
+               "sandboxes, asleep or not (its max_sandboxes)");
     ah_msg_destroy (&result);
     //  Running places at start, and the tenant's cpus and memory
     ah_msg_set_str (request, "op", "start");
     ah_msg_set_int (tenant, "max_running", 2);
     ah_msg_set_int (usage, "running", 2);
     CHECK (s_admit (policy, tenant, request, usage, limits, &result, NULL) == 0);
-    CHECK_STR (result ? ah_msg_str (result, "message") : NULL, "tenant 'tiny' already runs 2 of 2 sandboxes");
+    CHECK_STR (result ? ah_msg_str (result, "message") : NULL, "tenant 'tiny' already holds 2 of 2 running "
+               "sandboxes (its max_running); stop one, or let one go to sleep, first");
     ah_msg_destroy (&result);
     ah_msg_set_int (usage, "running", 1);
     CHECK (s_admit (policy, tenant, request, usage, limits, &result, NULL) == 0);

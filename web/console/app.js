@@ -523,7 +523,7 @@ $("new-token-done").addEventListener("click", () => { hideNewToken(); $("token-t
 
 function limitsText(t) {
   const parts = [];
-  if (t.max_sandboxes !== null && t.max_sandboxes !== undefined) parts.push(`${t.max_sandboxes} agents`);
+  if (t.max_sandboxes !== null && t.max_sandboxes !== undefined) parts.push(`${t.max_sandboxes} kept`);
   if (t.max_running !== null && t.max_running !== undefined) parts.push(`${t.max_running} running`);
   if (t.max_cpus !== null && t.max_cpus !== undefined) parts.push(`${t.max_cpus} CPUs`);
   if (t.max_memory_mb !== null && t.max_memory_mb !== undefined) parts.push(`${t.max_memory_mb} MB`);
