@@ -193,7 +193,8 @@ def scenario_home_and_ttl(pw, aid):
     start re-creates the container."""
     stop_server()
     start_server(pw, {"AGENTHOLD_SANDBOX_CONTAINER_TTL": "3s",
-                      "AGENTHOLD_SANDBOX_TTL_CHECK_INTERVAL": "250ms"})
+                      "AGENTHOLD_SANDBOX_TTL_CHECK_INTERVAL": "250ms",
+                      "AGENTHOLD_FILES_MAX_READ_BYTES": "10"})
     h.wait_state("alice", "running", 30)
     cid = h.container(aid)["Id"]
     h.check(h.cli("stop", "alice")["state"] == "sleeping", "sleep through hostd")
@@ -203,6 +204,15 @@ def scenario_home_and_ttl(pw, aid):
             "hostd reads the agent's 0600 file in a 0700 directory for the server")
     st, ls = h.api("GET", "/api/v1/agents/alice/files?path=.")
     h.check(st == 200 and "kept.txt" in [e["name"] for e in ls["entries"]], "listed asleep: %d %r" % (st, ls))
+    # A read in JSON (fs/text) through hostd, cut at files.max_read_bytes (10 here).
+    st, t = h.api("GET", "/api/v1/agents/alice/fs/text?path=kept.txt")
+    h.check(st == 200 and t["content"] == "kept by th" and t["truncated"] and t["size"] == 17
+            and t["content_bytes"] == 10, "fs/text asleep under hostd, cut at the cap: %d %r" % (st, t))
+    st, t = h.api("GET", "/api/v1/agents/alice/fs/text?path=private/key")
+    h.check(st == 200 and t["content"] == "only the a" and t["size"] == 17,
+            "fs/text of the 0600 file under hostd: %d %r" % (st, t))
+    st, t = h.api("GET", "/api/v1/agents/alice/fs/text?path=nothing-here")
+    h.check(st == 404, "fs/text of a missing file under hostd: %d %r" % (st, t))
     h.check(not h.container(aid)["State"]["Running"], "the reads woke nothing")
     h.check(h.cli("show", "alice")["state"] == "sleeping", "still sleeping")
     deadline = time.time() + 30
