@@ -8,8 +8,8 @@ ports from ahserver.free_port).
              at it admitted; with a ceiling of 2 s a command that names no
              timeout is killed at 2 s (sandboxd is told the ceiling), and
              `agenthold exec` without --timeout is held to it too
-  read       files.max_read_bytes: GET fs/text of a file over the cap (8 MiB
-             shipped) is cut there, never inside a UTF-8 character, and
+  read       files.max_read_bytes: GET fs/text of a 100 MiB file (over the
+             cap, 8 MiB shipped) is cut there, never inside a UTF-8 character, and
              says so (truncated, size, notice); a small file comes whole;
              the download routes give the same file whole; a sleeping
              agent's home answers the same without waking it; a cap set
@@ -141,7 +141,7 @@ def read():
     srv = server("read")
     running(srv, "r")
     cap = 8 * MiB
-    big = big_text(9 * MiB + 123, cap)
+    big = big_text(100 * MiB + 123, cap)        # the 100 MiB file
     srv.ok("PUT", "/api/v1/agents/r/fs/file?path=big.txt", body=big)
     srv.ok("PUT", "/api/v1/agents/r/fs/file?path=small.txt", body="h\u00e9llo\n".encode())
     read_checks(srv, "r", big, cap, "running")
