@@ -55,6 +55,7 @@ const char *ah_sbd_code (int e)
         case ENOTEMPTY: return "ENOTEMPTY";
         case ENOSPC: case EDQUOT: return "ENOSPC";
         case ETIMEDOUT: return "ETIMEDOUT";
+        case ECONNREFUSED: return "ECONNREFUSED";
         default: return "EIO";
     }
 }
@@ -284,11 +285,14 @@ static void s_process_in (ah_sbd_session_t *self, chan_t *ch)
     }
     else if (ah_sbd_runs (ch))
         used = ah_sbd_records_in (self, ch);
+    else if (ch->kind == K_PORT)
+        used = ah_sbd_port_in (self, ch);
     else
         used = have;                        //  nothing expected: discard
     if (ch->gone)
         return;
     s_consume (self, ch, used);
+    ah_sbd_port_eof_check (ch, ah_buf_size (&ch->in));
     if (ch->kind == K_DONE && !ah_buf_size (&ch->in))
         ah_buf_free (&ch->in);              //  a finished channel keeps no buffers
     if ((ch->kind == K_EXEC || ch->kind == K_PROC) && !ah_buf_size (&ch->in)
@@ -354,6 +358,7 @@ static const struct {
     { "proc",      "argv",        A_LIST },
     { "proc",      "env",         A_MAP },
     { "proc",      "from",        A_INT },
+    { "port",      "port",        A_INT },
     { "fs.tree",   "max_depth",   A_INT },
     { "fs.tree",   "max_entries", A_INT },
     { "fs.tree",   "all",         A_BOOL },
@@ -438,6 +443,10 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
         ah_sbd_exec (self, ch, req, raw, raw_len);
     else if (strcmp (name, "proc") == 0)
         ah_sbd_proc (self, ch, req);
+    else if (strcmp (name, "port") == 0)
+        ah_sbd_port (self, ch, req);
+    else if (strcmp (name, "ports") == 0)
+        ah_sbd_ports (self, ch);
     else if (strncmp (name, "fs.", 3) == 0) {
         const char *path;
         size_t plen = 0;
@@ -595,7 +604,7 @@ static void s_y_eof (void *ud, uint32_t id)
         ah_sbd_signal (ch, SIGHUP);
         ch->kill_at = ah_sbd_now () + S_HUP_KILL_MS;
     }
-    else if (ch->kind == K_EXEC || ch->kind == K_PROC)
+    else if (ch->kind == K_EXEC || ch->kind == K_PROC || ch->kind == K_PORT)
         s_process_in (self, ch);
 }
 
@@ -781,6 +790,8 @@ struct pollfd *ah_sbd_session_poll_prepare (ah_sbd_session_t *self, int reserve,
         }
         else if (ch->kind == K_FS_READ && can_send && ch->file >= 0)
             *timeout_ms = 0;        //  a regular file is always readable
+        else if (ch->kind == K_PORT)
+            ah_sbd_port_poll (self, ch, can_send, timeout_ms, s_add_fd);
     }
     ah_sbd_kept_poll (self, timeout_ms, s_add_fd);
     *n = self->pn;
@@ -808,6 +819,10 @@ void ah_sbd_session_service (ah_sbd_session_t *self)
                 break;
             case R_IN: s_process_in (self, ch); break;
             case R_PIDFD: ah_sbd_check_exit (self, ch); break;
+            case R_SOCK:
+                if (ah_sbd_port_event (self, ch, self->pfd [i].revents))
+                    s_process_in (self, ch);
+                break;
             default: break;
         }
     }
@@ -819,6 +834,7 @@ void ah_sbd_session_service (ah_sbd_session_t *self)
         if (ch->kind == K_FS_READ)
             ah_sbd_fs_read_pump (self, ch);
         ah_sbd_timers (self, ch, now);
+        ah_sbd_port_timers (self, ch, now);
     }
     ah_sbd_kept_timers (self);
     //  Sweep the channels yamux is done with.

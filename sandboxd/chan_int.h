@@ -34,8 +34,8 @@
 #define S_ARGV_MAX       AH_PROCCHAN_ARGV_MAX   //  proc: argv entries
 #define S_ARG_LEN_MAX    AH_PROCCHAN_ARG_MAX    //  proc: bytes of one argv entry
 
-typedef enum { K_NEW, K_DONE, K_FS_READ, K_FS_WRITE, K_PTY, K_EXEC, K_PROC } kind_t;
-typedef enum { R_PTY, R_OUT, R_ERR, R_IN, R_PIDFD, R_KEPT_OUT, R_KEPT_ERR, R_KEPT_PIDFD } role_t;
+typedef enum { K_NEW, K_DONE, K_FS_READ, K_FS_WRITE, K_PTY, K_EXEC, K_PROC, K_PORT } kind_t;
+typedef enum { R_PTY, R_OUT, R_ERR, R_IN, R_PIDFD, R_KEPT_OUT, R_KEPT_ERR, R_KEPT_PIDFD, R_SOCK } role_t;
 
 typedef struct kept_s kept_t;
 
@@ -75,6 +75,13 @@ typedef struct chan_s {
     char     leaf [NAME_MAX + 1];
     char     tmp [NAME_MAX + 1];
     int      write_errno;       //  fs.write: first error while writing
+
+    //  port (port.c): the socket is file
+    int      port;
+    int      port_family;       //  AF_INET or AF_INET6: the loopback it reached
+    bool     port_connecting;   //  the connect is in progress (deadline: its end)
+    bool     port_eof;          //  the socket's end was read
+    bool     port_shut;         //  its writing side was shut (the opener's FIN)
 } chan_t;
 
 //  A process of the proc channel, owned by the instance (ah_sbd_kept_t),
@@ -184,6 +191,22 @@ void ah_sbd_kept_event (ah_sbd_session_t *self, kept_t *k, role_t role);
 void ah_sbd_kept_timers (ah_sbd_session_t *self);
 //  A record the process produced while attached, into its history.
 void ah_sbd_kept_record (kept_t *k, uint8_t kind, const uint8_t *data, size_t size);
+
+//  The port and ports channels (port.c).
+void   ah_sbd_port (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req);
+void   ah_sbd_ports (ah_sbd_session_t *self, chan_t *ch);
+//  The opener's bytes at the front of ch->in written to the socket as far
+//  as it takes them: the bytes used.
+size_t ah_sbd_port_in (ah_sbd_session_t *self, chan_t *ch);
+//  After the opener's bytes were used (left: what is still in ch->in):
+//  the opener's FIN shuts the socket's writing side once all went.
+void   ah_sbd_port_eof_check (chan_t *ch, size_t left);
+void   ah_sbd_port_poll (ah_sbd_session_t *self, chan_t *ch, bool can_send, int *timeout_ms,
+                         void (*add) (ah_sbd_session_t *, int, short, chan_t *, kept_t *, role_t));
+//  The socket's events; true when the opener's bytes may go on (the
+//  socket took some).
+bool   ah_sbd_port_event (ah_sbd_session_t *self, chan_t *ch, short revents);
+void   ah_sbd_port_timers (ah_sbd_session_t *self, chan_t *ch, int64_t now);
 
 //  The fs channels (fs.c). path is plen bytes, checked for NUL already.
 void ah_sbd_fs_list (ah_sbd_session_t *self, chan_t *ch, const char *path, size_t plen);

@@ -72,6 +72,17 @@ void cb_closed (void *ud, uint32_t id, bool reset)
 }
 
 //  Read what the socket has (waiting up to ms) and feed it to yamux.
+int redial_pipe [2];
+
+int redial (void *ud)
+{
+    (void) ud;
+    int fd = -1;
+    if (read (redial_pipe [0], &fd, sizeof fd) != (ssize_t) sizeof fd)
+        return -1;
+    return fd;
+}
+
 void pump (peer_t *p, int ms)
 {
     struct pollfd pf = { p->fd, POLLIN, 0 };

@@ -57,6 +57,11 @@ extern char home [PATH_MAX], outside [PATH_MAX], root [PATH_MAX];
 //  Make them: /tmp/NAME-XXXXXX with home/ and outside/ in it.
 void make_tree (const char *name);
 
+//  The instance's redial (opts.raw_redial): it blocks reading the next
+//  socket's number from redial_pipe (made by the test; -1 ends it).
+extern int redial_pipe [2];
+int redial (void *ud);
+
 int64_t now_ms (void);
 tstream_t *find (peer_t *p, uint32_t id);
 void cb_output (void *ud, const uint8_t *d, size_t n);

@@ -11,16 +11,6 @@
 #include <sys/wait.h>
 
 //  The redial: the instance blocks reading the next socket's number.
-static int s_redial_pipe [2];
-
-static int s_redial (void *ud)
-{
-    (void) ud;
-    int fd = -1;
-    if (read (s_redial_pipe [0], &fd, sizeof fd) != (ssize_t) sizeof fd)
-        return -1;
-    return fd;
-}
 
 //  A connected peer: yamux client on a fresh socketpair, the other end
 //  handed to the instance (first through opts, later through the redial).
@@ -171,7 +161,7 @@ static void test_detach (peer_t *p)
     CHECK (kill (pid, 0) == 0);                 //  still running, detached
 
     int fd = s_peer_up (p);
-    CHECK (write (s_redial_pipe [1], &fd, sizeof fd) == (ssize_t) sizeof fd);
+    CHECK (write (redial_pipe [1], &fd, sizeof fd) == (ssize_t) sizeof fd);
     s_hello (p);
     //  "from" beyond what it produced: refused.
     s_refused (p, ah_procchan_header ("harness", NULL, 0, NULL, 0, (int64_t) 1 << 40), "EINVAL",
@@ -440,13 +430,13 @@ int main (void)
 {
     signal (SIGPIPE, SIG_IGN);
     make_tree ("ah-sandboxd-proc");
-    CHECK (pipe2 (s_redial_pipe, O_CLOEXEC) == 0);
+    CHECK (pipe2 (redial_pipe, O_CLOEXEC) == 0);
 
     peer_t *p = calloc (1, sizeof *p);
     int fd = s_peer_up (p);
     ah_sandboxd_opts_t opts = {
         .agent_id = "agent-test", .home = home, .switch_user = false,
-        .raw_transport = true, .raw_fd = fd, .raw_redial = s_redial,
+        .raw_transport = true, .raw_fd = fd, .raw_redial = redial,
     };
     ah_sandboxd_t *sbd = ah_sandboxd_start (&opts);
     CHECK (sbd != NULL);
@@ -469,12 +459,12 @@ int main (void)
     pump (p, 50);
     s_peer_down (p);
     int none = -1;
-    CHECK (write (s_redial_pipe [1], &none, sizeof none) == (ssize_t) sizeof none);
+    CHECK (write (redial_pipe [1], &none, sizeof none) == (ssize_t) sizeof none);
     ah_sandboxd_stop (&sbd);
     CHECK (kill ((pid_t) r.pid, 0) != 0);
     free (p);
-    close (s_redial_pipe [0]);
-    close (s_redial_pipe [1]);
+    close (redial_pipe [0]);
+    close (redial_pipe [1]);
     char cmd [PATH_MAX + 16];
     snprintf (cmd, sizeof cmd, "rm -rf %s", root);
     if (system (cmd) != 0) { }
