@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""bench/create/bench_create.py: create -> first command (issue 31's table,
+the cold path: no pool yet), through the API as a client would, on the
+Docker driver with the shipped catalog's default runtime, against the
+floor a Docker sandbox cannot beat: a bare Engine API exec of `true` into
+an already running container, measured in the same run.
+
+Ours, per agent: POST /api/v1/agents?wait=1 (the agent running, its
+sandboxd connected), then POST /api/v1/agents/{name}/exec {"cmd": "true"}
+until it answers status 0; timed from the create's request to the exec's
+answer. Three shapes, as the field's public benchmark runs them:
+sequential (one after another), staggered (one started every 200 ms), and
+a burst (all at once, one thread each). The caps are raised for the run
+(PUT /api/v1/policy), so a refusal is a failure, not a limit. Each create
+is accounted for: succeeded, refused (with its sentence) or failed.
+
+Bare: POST /containers/{id}/exec + /exec/{id}/start of `true` into one
+running container of the same image, timed the same way, interleaved with
+the sequential rounds.
+
+usage: bench_create.py [--sequential N] [--staggered N] [--burst N] AGENTHOLD_BINARY
+Prints median, p95, p99 and the success rate of each shape, and the
+sequential median as a ratio of the bare exec's. Exits 77 without a
+Docker Engine, 1 when a create is lost (neither succeeded nor refused with
+a sentence) or something is left behind. Ports from ahserver.free_port,
+pool 10.215.0.0/16, prefix benchcreate<pid>."""
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "docker"))
+from ahdocker import engine, engine_raw, Harness, Fail  # noqa: E402
+
+
+def arg(name, default):
+    if name in sys.argv:
+        i = sys.argv.index(name)
+        v = int(sys.argv[i + 1])
+        del sys.argv[i:i + 2]
+        return v
+    return default
+
+
+SEQ = arg("--sequential", 10)
+STAG = arg("--staggered", 10)
+BURST = arg("--burst", 100)
+h = Harness("bench.create", sys.argv[1], "10.215.0.0/16", shipped_catalog=True)
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = min(len(xs) - 1, max(0, int(round(p / 100.0 * len(xs) + 0.5)) - 1))
+    return xs[k]
+
+
+def one(name, out):
+    """Create -> first command for one agent: (seconds, None) or (None, why)."""
+    t0 = time.monotonic()
+    st, a = h.api("POST", "/api/v1/agents?wait=1", {"name": name}, timeout=600)
+    if st not in (200, 201) or not a or a.get("state") != "running":
+        out[name] = (None, "create %d: %s" % (st, (a or {}).get("error") or a))
+        return
+    st, r = h.api("POST", "/api/v1/agents/%s/exec" % name, {"cmd": "true"}, timeout=120)
+    if st != 200 or r.get("status") != 0:
+        out[name] = (None, "exec %d: %r" % (st, r))
+        return
+    out[name] = (time.monotonic() - t0, None)
+
+
+def bare_exec(cid):
+    t0 = time.monotonic()
+    st, j = engine("POST", "/containers/%s/exec" % cid, {"Cmd": ["true"], "AttachStdout": True,
+                                                          "AttachStderr": True})
+    if st != 201:
+        raise Fail("bare exec create: %d %r" % (st, j))
+    st, _ = engine_raw("POST", "/exec/%s/start" % j["Id"], {"Detach": False, "Tty": False})
+    if st != 200:
+        raise Fail("bare exec start: %d" % st)
+    return time.monotonic() - t0
+
+
+def line(label, out):
+    ok = [v for v, why in out.values() if v is not None]
+    bad = {k: why for k, (v, why) in out.items() if v is None}
+    print("%-22s n=%3d  ok %5.1f%%  median %6.0f ms  p95 %6.0f ms  p99 %6.0f ms" %
+          (label, len(out), 100.0 * len(ok) / max(1, len(out)), 1000 * pct(ok, 50), 1000 * pct(ok, 95),
+           1000 * pct(ok, 99)))
+    for k, why in list(bad.items())[:5]:
+        print("    %s: %s" % (k, why))
+    return ok, bad
+
+
+def scenario(h):
+    h.start_server()
+    st, _ = h.api("PUT", "/api/v1/policy", {"tenant_max_running": 100000, "pool_max_running": 100000,
+                                            "tenant_max_sandboxes": 100000, "pool_max_sandboxes": 100000})
+    h.check(st == 200, "caps raised for the run: %d" % st)
+    # The runtime's image built first (the first create waits for it).
+    warm = {}
+    one("warm", warm)
+    h.check(warm["warm"][0] is not None, "the first agent: %r" % (warm["warm"],))
+    cid = h.container(h.cli("show", "warm")["id"])["Id"]
+    for _ in range(3):
+        bare_exec(cid)
+    seq, bare = {}, []
+    for i in range(SEQ):
+        bare.append(bare_exec(cid))
+        one("s%d" % i, seq)
+    stag = {}
+    threads = []
+    for i in range(STAG):
+        t = threading.Thread(target=one, args=("t%d" % i, stag))
+        t.start()
+        threads.append(t)
+        time.sleep(0.2)
+    for t in threads:
+        t.join()
+    burst = {}
+    threads = [threading.Thread(target=one, args=("b%d" % i, burst)) for i in range(BURST)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    print("bench.create: create -> first command (exec true) through the API, Docker driver, "
+          "the shipped default runtime, no pool")
+    print("%-22s n=%3d                median %6.1f ms  p95 %6.1f ms" %
+          ("bare docker exec true", len(bare), 1000 * pct(bare, 50), 1000 * pct(bare, 95)))
+    s_ok, s_bad = line("sequential", seq)
+    line("staggered 200 ms", stag)
+    b_ok, b_bad = line("burst of %d" % BURST, burst)
+    print("burst wall time %.1f s" % wall)
+    if s_ok and bare:
+        print("sequential median / bare exec median: %.1fx" % (pct(s_ok, 50) / pct(bare, 50)))
+    if b_ok and s_ok:
+        print("burst p95 / sequential median: %.1fx" % (pct(b_ok, 95) / pct(s_ok, 50)))
+    lost = [k for k, (v, why) in list(seq.items()) + list(stag.items()) + list(burst.items())
+            if v is None and "already holds" not in (why or "")]
+    h.check(not lost, "every create accounted for (succeeded or refused by a limit): lost %r" % lost[:5])
+    names = ["warm"] + list(seq) + list(stag) + list(burst)
+    for n in names:
+        h.api("DELETE", "/api/v1/agents/%s?wait=1" % n, timeout=300)
+
+
+sys.exit(h.run(scenario))
