@@ -297,6 +297,20 @@ static void s_on_policy_reload (void *self_, ah_msg_t *msg)
                  ah_policy_error (self->policy));
 }
 
+//  PUT /api/v1/policy changed a value: the default idle timeout moves the
+//  agents that follow it (every other value is read at its next use).
+static void s_on_policy_values (void *self_, ah_msg_t *msg)
+{
+    (void) msg;
+    ah_lc_idle_defaults (self_);
+}
+
+static void s_idle_defaults_timer (void *self_, void *arg)
+{
+    (void) arg;
+    ah_lc_idle_defaults (self_);
+}
+
 // --------------------------------------------------------------------------
 //  The actor
 
@@ -394,6 +408,8 @@ static void *s_init (ah_actor_t *actor, void *args)
     free (why);
     //  Once running: finish what a previous run left half done.
     ah_actor_timer (actor, 0, 0, ah_lc_startup_scan, NULL);
+    //  The default idle timeout may have changed while it was down.
+    ah_actor_timer (actor, 0, 0, s_idle_defaults_timer, NULL);
     //  Lifetimes and destroy retries: soon after start, then every interval.
     int64_t every = (int64_t) (a->config->ttl_check_interval_s * 1000);
     self->ttl_timer = ah_actor_timer (actor, every < 1000 ? every : 1000, every, ah_lc_ttl_sweep, NULL);
@@ -419,6 +435,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "HOST_STATE", ah_lc_on_host_state },
     { "AGENT_ACTIVITY", s_on_activity },
     { "POLICY_RELOAD", s_on_policy_reload },
+    { "POLICY_VALUES", s_on_policy_values },
     { "RUNTIME_READY", ah_lc_on_runtime_ready },
     { "RUNTIME_PROGRESS", ah_lc_on_runtime_progress },
     { "TOMBSTONE_FORGET", s_on_tombstone_forget },

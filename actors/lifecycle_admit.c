@@ -130,8 +130,8 @@ static int s_usage (self_t *self, const char *tenant, const char *except, ah_msg
     return rc == SQLITE_ROW ? 0 : -1;
 }
 
-//  The server's limits: the configuration, then what PUT /api/v1/policy
-//  changed (policy_values). 0 / -1.
+//  The server's limits: the configuration, and the values PUT
+//  /api/v1/policy changes as they are in force (policy/values.h). 0.
 static int s_limits (self_t *self, ah_msg_t *out)
 {
     const ah_config_t *c = self->config;
@@ -140,28 +140,50 @@ static int s_limits (self_t *self, ah_msg_t *out)
     ah_msg_set_int (out, "default_memory_mb", c->default_memory_mb);
     ah_msg_set_double (out, "max_cpus", c->max_cpus);
     ah_msg_set_int (out, "max_memory_mb", c->max_memory_mb);
-    ah_msg_set_double (out, "default_idle_minutes", c->idle_minutes);
-    ah_msg_set_int (out, "tenant_max_sandboxes", c->tenant_max_sandboxes);
-    ah_msg_set_int (out, "pool_max_sandboxes", c->pool_max_sandboxes);
-    ah_msg_set_int (out, "tenant_max_running", c->tenant_max_running);
-    ah_msg_set_int (out, "pool_max_running", c->pool_max_running);
-    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT key, value FROM policy_values");
-    if (!st)
-        return -1;
-    int rc;
-    while ((rc = ah_store_step (self->store, st)) == SQLITE_ROW) {
-        const char *key = (const char *) sqlite3_column_text (st, 0);
-        double v = sqlite3_column_double (st, 1);
-        if (key && ah_msg_has (out, key) && !ah_msg_str (out, key)) {
-            if (v == floor (v) && fabs (v) < 9e15 && !streq (key, "default_cpus") && !streq (key, "max_cpus")
-            &&  !streq (key, "default_idle_minutes"))
-                ah_msg_set_int (out, key, (int64_t) v);
-            else
-                ah_msg_set_double (out, key, v);
-        }
+    ah_msg_set_double (out, "default_idle_minutes", ah_policy_value (self->store, c, "idle_minutes"));
+    static const char *caps [] = { "tenant_max_sandboxes", "pool_max_sandboxes", "tenant_max_running",
+                                   "pool_max_running" };
+    for (size_t i = 0; i < sizeof caps / sizeof caps [0]; i++)
+        ah_msg_set_int (out, caps [i], (int64_t) ah_policy_value (self->store, c, caps [i]));
+    return 0;
+}
+
+//  The agents that follow the default idle timeout (idle_default, those
+//  whose create named none) take the one in force, and the sleeper hears
+//  of each one moved: after PUT /api/v1/policy and at start (the
+//  configuration may have changed meanwhile).
+void ah_lc_idle_defaults (self_t *self)
+{
+    double v = ah_policy_value (self->store, self->config, "idle_minutes");
+    zlist_t *ids = zlist_new ();
+    zlist_autofree (ids);
+    bool ok = ah_store_begin (self->store) == 0;
+    sqlite3_stmt *st = ok ? ah_store_prepare (self->store,
+        "SELECT id FROM agents WHERE idle_default = 1 AND idle_minutes <> :v") : NULL;
+    ok = st && !ah_store_bind_double (st, ":v", v);
+    int rc = SQLITE_ERROR;
+    while (ok && (rc = ah_store_step (self->store, st)) == SQLITE_ROW)
+        zlist_append (ids, (void *) sqlite3_column_text (st, 0));
+    ok = ok && rc == SQLITE_DONE;
+    if (st)
+        sqlite3_reset (st);
+    st = ok ? ah_store_prepare (self->store,
+        "UPDATE agents SET idle_minutes = :v WHERE idle_default = 1 AND idle_minutes <> :v") : NULL;
+    ok = st && !ah_store_bind_double (st, ":v", v) && ah_store_step (self->store, st) == SQLITE_DONE;
+    if (st)
+        sqlite3_reset (st);
+    if (!ok || ah_store_commit (self->store)) {
+        ah_store_rollback (self->store);
+        ah_error (AREA, "cannot give the agents that follow it the default idle timeout of %.15g minutes", v);
     }
-    sqlite3_reset (st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    else {
+        if (zlist_size (ids))
+            ah_info (AREA, "%zu agent(s) follow the default idle timeout: now %.15g minutes",
+                     zlist_size (ids), v);
+        for (const char *id = zlist_first (ids); id; id = zlist_next (ids))
+            ah_lc_changed (self, id, -1, v);
+    }
+    zlist_destroy (&ids);
 }
 
 int ah_lc_admit (self_t *self, const char *op, const char *name, const char *tenant,

@@ -21,6 +21,7 @@
 #include "common/msg.h"
 #include "common/token.h"
 #include "policy/policy.h"
+#include "policy/values.h"
 #include "store/store.h"
 
 #include <pthread.h>
@@ -171,6 +172,10 @@ void ah_lc_runtime_apply (desired_t *d, const ah_runtime_t *rt);
 //  requests are decided one after another against what the last left.
 int  ah_lc_admit (self_t *self, const char *op, const char *name, const char *tenant,
                   const char *except, const desired_t *asked, desired_t *out, char **why);
+//  The agents that follow the default idle timeout (agents.idle_default)
+//  take the one in force (policy/values.h); the sleeper hears of each
+//  moved (AGENT_CHANGED). On POLICY_VALUES and at start.
+void ah_lc_idle_defaults (self_t *self);
 
 //  Driver calls (lifecycle_job.c)
 //  A worker for op, unless one is in flight for the agent already (the

@@ -181,9 +181,14 @@ static int s_insert (self_t *self, const char *id, const char *name, const char 
     int64_t now = ah_store_now_ms ();
     bool ok = ah_store_begin (self->store) == 0;
     sqlite3_stmt *st = ok ? ah_store_prepare (self->store,
-        "INSERT INTO agents (id, name, tenant, image, cpus, memory_mb, idle_minutes, created_at, runtime)"
-        " VALUES (:id, :name, :tenant, :image, :cpus, :mem, :idle, :now, :runtime)") : NULL;
+        "INSERT INTO agents (id, name, tenant, image, cpus, memory_mb, idle_minutes, created_at, runtime,"
+        " idle_default) VALUES (:id, :name, :tenant, :image, :cpus, :mem, :idle, :now, :runtime, :follows)") : NULL;
+    //  An agent whose create named no idle_minutes and that got the
+    //  default follows it (PUT /api/v1/policy moves it, ah_lc_idle_defaults).
+    bool follows = !d->has_idle
+                && d->idle_minutes == ah_policy_value (self->store, self->config, "idle_minutes");
     ok = st && !ah_store_bind_text (st, ":id", id) && !ah_store_bind_text (st, ":name", name)
+        && !ah_store_bind_int64 (st, ":follows", follows)
         && !ah_store_bind_text (st, ":runtime", *d->runtime ? d->runtime : NULL)
         && !ah_store_bind_text (st, ":tenant", tenant) && !ah_store_bind_text (st, ":image", d->image)
         && !ah_store_bind_double (st, ":cpus", d->cpus) && !ah_store_bind_int64 (st, ":mem", d->memory_mb)
@@ -257,6 +262,7 @@ void ah_lc_on_create (void *self_, ah_msg_t *msg)
         return;
     }
     snprintf (d.runtime, sizeof d.runtime, "%s", asked.runtime);
+    d.has_idle = asked.has_idle;
     if (s_insert (self, id, name, tenant, &d)) {
         ah_actor_reply_error (self->actor, msg, 500, "cannot insert the agent (see the server log)");
         return;
@@ -307,10 +313,13 @@ void ah_lc_on_update (void *self_, ah_msg_t *msg)
     bool ok = ah_store_begin (self->store) == 0;
     sqlite3_stmt *st = ok ? ah_store_prepare (self->store,
         "UPDATE agents SET image = :image, cpus = :cpus, memory_mb = :mem, idle_minutes = :idle,"
-        " runtime = CASE WHEN :named THEN :runtime ELSE runtime END"
+        " runtime = CASE WHEN :named THEN :runtime ELSE runtime END,"
+        " idle_default = CASE WHEN :idle_named THEN 0 ELSE idle_default END"
         " WHERE id = :id") : NULL;
-    //  A runtime named sets it; an image named leaves the catalog.
+    //  A runtime named sets it; an image named leaves the catalog; an
+    //  idle_minutes named is the agent's own from then on.
     ok = st && !ah_store_bind_int64 (st, ":named", asked.has_runtime || asked.has_image)
+        && !ah_store_bind_int64 (st, ":idle_named", asked.has_idle)
         && !ah_store_bind_text (st, ":runtime", asked.has_runtime ? asked.runtime : NULL)
         && !ah_store_bind_text (st, ":image", d.image) && !ah_store_bind_double (st, ":cpus", d.cpus)
         && !ah_store_bind_int64 (st, ":mem", d.memory_mb) && !ah_store_bind_double (st, ":idle", d.idle_minutes)

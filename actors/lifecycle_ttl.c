@@ -19,6 +19,10 @@
         (sandbox.destroy_retry_min up to destroy_retry_max), stored in the
         tombstone so the schedule survives restarts.
 
+    Both lifetimes are read at each sweep as they are in force (the
+    configuration's, or what PUT /api/v1/policy set: policy/values.h), so
+    a change applies to the next expiry without a restart.
+
     Each decision is recorded in the audit trail (actor "ttl" or
     "tombstone-retry"). Runs on the actor's thread only.               */
 #include "actors/lifecycle_int.h"
@@ -86,7 +90,8 @@ static void s_decide (self_t *self, const char *id, const char *guard, const cha
 void ah_lc_ttl_sweep (void *self_, void *arg)
 {
     self_t *self = self_;
-    const ah_config_t *c = self->config;
+    const double container_ttl = ah_policy_value (self->store, self->config, "container_ttl");
+    const double workspace_ttl = ah_policy_value (self->store, self->config, "workspace_ttl");
     int64_t now = ah_store_now_ms ();
     zlist_t *ids;
     //  Expiries a previous run left in flight: run them again.
@@ -100,11 +105,11 @@ void ah_lc_ttl_sweep (void *self_, void *arg)
     zlist_destroy (&ids);
 
     snprintf (self->cause, sizeof self->cause, "ttl");
-    if (c->workspace_ttl_s > 0) {
+    if (workspace_ttl > 0) {
         ids = s_ids (self, "SELECT s.agent_id FROM sandboxes s WHERE " STOPPED ("s.")
                            " AND s.home_lost IS NULL"
                            " AND max (coalesce (s.last_activity_at, 0), coalesce (s.stopped_at, 0))"
-                           "     <= :now - :ttl", now, c->workspace_ttl_s);
+                           "     <= :now - :ttl", now, workspace_ttl);
         for (const char *id = zlist_first (ids); id; id = zlist_next (ids)) {
             s_decide (self, id, STOPPED ("") " AND state = 'sleeping' AND home_lost IS NULL",
                       "sleeping", "expire-home");
@@ -113,10 +118,10 @@ void ah_lc_ttl_sweep (void *self_, void *arg)
         }
         zlist_destroy (&ids);
     }
-    if (c->container_ttl_s > 0 && self->driver->remove_container) {
+    if (container_ttl > 0 && self->driver->remove_container) {
         ids = s_ids (self, "SELECT agent_id FROM sandboxes WHERE " STOPPED ("")
                            " AND container_removed_at IS NULL AND stopped_at <= :now - :ttl",
-                     now, c->container_ttl_s);
+                     now, container_ttl);
         for (const char *id = zlist_first (ids); id; id = zlist_next (ids)) {
             s_decide (self, id, STOPPED ("") " AND state = 'sleeping' AND container_removed_at IS NULL",
                       "sleeping", "expire");
@@ -142,15 +147,14 @@ void ah_lc_expired (self_t *self, const ah_msg_t *done, const char *agent_id, co
     bool ok = ah_msg_bool (done, "ok", false);
     const char *why = ah_msg_str (done, "error");
     bool home = streq (op, "expire-home");
-    const ah_config_t *c = self->config;
     snprintf (self->cause, sizeof self->cause, "ttl");
     char detail [200];
     if (home)
         snprintf (detail, sizeof detail, "home removed after %.0f s unused (sandbox.workspace_ttl)",
-                  c->workspace_ttl_s);
+                  ah_policy_value (self->store, self->config, "workspace_ttl"));
     else
         snprintf (detail, sizeof detail, "container removed after %.0f s asleep (sandbox.container_ttl);"
-                  " home kept", c->container_ttl_s);
+                  " home kept", ah_policy_value (self->store, self->config, "container_ttl"));
     if (ok) {
         sqlite3_stmt *st = ah_store_prepare (self->store, home
             ? "UPDATE sandboxes SET container_removed_at = :now,"

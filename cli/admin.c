@@ -5,6 +5,7 @@
 #include "cli/admin.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,16 +379,26 @@ static void s_print_policies (json_t *list)
         ah_cmd_print_objects (list, header, keys, 5);
 }
 
+//  What 0 means for a value (none: 0 is not one of its values).
+static const char *s_zero (const char *key)
+{
+    if (strstr (key, "_max_"))
+        return " (no limit)";
+    if (strstr (key, "_ttl"))
+        return " (never)";
+    return "";
+}
+
 static void s_print_values (json_t *values)
 {
     const char *key;
     json_t *v;
     json_object_foreach (values, key, v)
-        printf ("  %s = %lld%s\n", key, (long long) json_integer_value (v),
-                json_integer_value (v) == 0 ? " (no limit)" : "");
+        printf ("  %s = %.15g%s\n", key, json_number_value (v), json_number_value (v) == 0 ? s_zero (key) : "");
 }
 
-//  KEY=N or KEY=default into body. -1 said why.
+//  KEY=N or KEY=default into body: N whole (sent as an integer) or with
+//  decimals; the server checks each value against its range. -1 said why.
 static int s_value (const char *arg, json_t *body)
 {
     const char *eq = strchr (arg, '=');
@@ -401,15 +412,24 @@ static int s_value (const char *arg, json_t *body)
         json_object_set_new (body, key, json_null ());
         return 0;
     }
+    const char *text = eq + 1;
     char *end = NULL;
     errno = 0;
-    long long v = strtoll (eq + 1, &end, 10);
-    if (errno || end == eq + 1 || *end || v < 0) {
-        fprintf (stderr, "agenthold policy set: %s wants a whole number 0 or more (0: no limit), or "
-                 "'default', got '%s'\n", key, eq + 1);
+    long long whole = strtoll (text, &end, 10);
+    if (!errno && end != text && !*end && whole >= 0) {
+        json_object_set_new (body, key, json_integer (whole));
+        return 0;
+    }
+    errno = 0;
+    double v = strtod (text, &end);
+    //  Decimal digits only: no "nan", "inf", hex or a sign.
+    bool plain = *text && strspn (text, "0123456789.") == strlen (text);
+    if (errno || end == text || *end || !plain || !isfinite (v)) {
+        fprintf (stderr, "agenthold policy set: %s wants a number 0 or more (e.g. 15 or 0.5), or "
+                 "'default', got '%s'\n", key, text);
         return -1;
     }
-    json_object_set_new (body, key, json_integer (v));
+    json_object_set_new (body, key, json_real (v));
     return 0;
 }
 
@@ -431,7 +451,7 @@ int ah_cli_policy (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
             ah_cmd_print_json (reply);
         else if (reply) {
             s_print_policies (json_object_get (reply, "policies"));
-            printf ("\nvalues the limits read (agenthold policy set KEY=N changes one):\n");
+            printf ("\nvalues in force (agenthold policy set KEY=N changes one):\n");
             s_print_values (json_object_get (reply, "values"));
         }
         json_decref (reply);

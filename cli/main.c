@@ -117,11 +117,13 @@ static const ah_cmd_t s_commands [] = {
       ah_cli_server_cmd, NULL, false, true },
     { "policy", "policy status [--json] | policy reload | policy set KEY=N|KEY=default...",
       "status: each policy script, when it was loaded and why its last load failed,\n"
-      "and the values the limits read.\n"
+      "and the values in force.\n"
       "reload: ask the lifecycle, sleeper and builder to reload their scripts.\n"
-      "set (an admin): change values the limits read, at once and without a restart:\n"
+      "set (an admin): change values at once, kept across restarts:\n"
       "tenant_max_sandboxes, pool_max_sandboxes, tenant_max_running, pool_max_running\n"
-      "(0: no limit; default: back to the configuration's).\n",
+      "(sandboxes; 0: no limit), idle_minutes (the default idle timeout, minutes),\n"
+      "container_ttl, workspace_ttl (seconds; 0: never), max_exec_timeout (seconds);\n"
+      "default: back to the configuration's. docs/policy.md \"Values\".\n",
       ah_cli_policy, NULL, false, false },
     { "tenant", "tenant create|ls|show|set|rm [NAME] [--max-sandboxes N] [--max-running N]\n"
       "                   [--max-cpus N] [--max-memory-mb N] [--force] [--json]",

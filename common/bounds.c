@@ -29,6 +29,9 @@ static const ah_bound_t s_bounds [] = {
     //  A turn's lease, an exec's timeout, a token's lifetime in seconds.
     { "lease_ms",             true,  1000, 3600000, 1, NULL, "ms" },
     { "timeout",              false, 0.001, 604800, 0.001, NULL, "seconds" },
+    //  The ceiling of an exec's timeout (sandbox.max_exec_timeout, PUT
+    //  /api/v1/policy): the same range.
+    { "max_exec_timeout",     false, 0.001, 604800, 0.001, NULL, "seconds" },
     { "expires",              true,  1, 315360000, 1, NULL, "seconds" },
     //  The configuration's durations (seconds; "500ms" is 0.5) and the
     //  audit trail's retention: no denormal that removes a home at once,

@@ -237,6 +237,14 @@ static const char s_migration_9 [] =
     "  PRIMARY KEY (conversation_id, seq)\n"
     ") WITHOUT ROWID;\n";
 
+//  Migration 10 (the policy at run time, issue 28): whether an agent's
+//  idle_minutes is the server's default idle timeout (it named none), so
+//  a change of sandbox.idle_minutes by PUT /api/v1/policy, or in the
+//  configuration across a restart, moves it. Agents made before keep the
+//  value they hold.
+static const char s_migration_10 [] =
+    "ALTER TABLE agents ADD COLUMN idle_default INTEGER NOT NULL DEFAULT 0;\n";
+
 const ah_migration_t ah_migrations [] = {
     { 1, "the backbone", s_migration_1 },
     { 2, "sleep and wake", s_migration_2 },
@@ -247,5 +255,6 @@ const ah_migration_t ah_migrations [] = {
     { 7, "a turn's run, an error's lifetimes", s_migration_7 },
     { 8, "a running agent's connection", s_migration_8 },
     { 9, "conversations", s_migration_9 },
+    { 10, "the default idle timeout at run time", s_migration_10 },
 };
 const int ah_migrations_count = (int) (sizeof ah_migrations / sizeof ah_migrations [0]);

@@ -4,6 +4,7 @@
 #include "actors/api/api_int.h"
 #include "actors/desired.h"
 #include "actors/sleeper.h"
+#include "policy/values.h"
 
 #include <string.h>
 
@@ -26,11 +27,13 @@ bool api_transitional (const char *state)
 //  When a stopped sandbox's lifetimes end (docs/lifecycle.md "Lifetimes";
 //  sleeping, or in error but for a failed destroy): its container at
 //  stopped_at + container_ttl (until it is removed), its home at its last
-//  use + workspace_ttl (until it is gone). Null when the lifetime is off,
+//  use + workspace_ttl (until it is gone), as they are in force (PUT
+//  /api/v1/policy may have changed them). Null when the lifetime is off,
 //  not running out (awake), or over.
 static void s_lifetimes (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool sleeping)
 {
-    const ah_config_t *c = api->config;
+    double container_ttl = sleeping ? ah_policy_value (api->store, api->config, "container_ttl") : 0;
+    double workspace_ttl = sleeping ? ah_policy_value (api->store, api->config, "workspace_ttl") : 0;
     bool stopped = sqlite3_column_type (stmt, 17) != SQLITE_NULL;
     int64_t stopped_at = sqlite3_column_int64 (stmt, 17);
     bool removed = sqlite3_column_type (stmt, 18) != SQLITE_NULL;
@@ -39,11 +42,11 @@ static void s_lifetimes (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool s
     if (stopped_at > used)
         used = stopped_at;
     json_object_set_new (a, "container_expires_at",
-                         sleeping && stopped && !removed && c->container_ttl_s > 0
-                         ? api_json_time (stopped_at + (int64_t) (c->container_ttl_s * 1000)) : json_null ());
+                         sleeping && stopped && !removed && container_ttl > 0
+                         ? api_json_time (stopped_at + (int64_t) (container_ttl * 1000)) : json_null ());
     json_object_set_new (a, "workspace_expires_at",
-                         sleeping && stopped && !home_lost && c->workspace_ttl_s > 0
-                         ? api_json_time (used + (int64_t) (c->workspace_ttl_s * 1000)) : json_null ());
+                         sleeping && stopped && !home_lost && workspace_ttl > 0
+                         ? api_json_time (used + (int64_t) (workspace_ttl * 1000)) : json_null ());
     json_object_set_new (a, "container_removed", json_boolean (removed));
 }
 

@@ -1,6 +1,8 @@
 /*  actors/api/audit.c: the audit trail (from the recorder) and the
     policies' status (docs/api.md "Operations", "Policy").              */
 #include "actors/api/api_int.h"
+#include "common/bounds.h"
+#include "policy/values.h"
 
 //  The recorder's answer; gone: the agent is not there (destroyed, or
 //  never within the caller's tenant), so a trail with nothing of the
@@ -126,38 +128,17 @@ static void s_agent (req_t *r)
     }
 }
 
-//  What PUT /api/v1/policy may change: the values lua/limits.lua reads,
-//  each with the configuration key it overrides.
-static const struct { const char *key; const char *config; } s_values [] = {
-    { "tenant_max_sandboxes", "limits.tenant_max_sandboxes" },
-    { "pool_max_sandboxes", "limits.pool_max_sandboxes" },
-    { "tenant_max_running", "limits.tenant_max_running" },
-    { "pool_max_running", "limits.pool_max_running" },
-};
-#define VALUE_COUNT (sizeof s_values / sizeof s_values [0])
-
-static int64_t s_config_value (const ah_config_t *c, size_t i)
-{
-    int64_t v [] = { c->tenant_max_sandboxes, c->pool_max_sandboxes, c->tenant_max_running,
-                     c->pool_max_running };
-    return v [i];
-}
-
-//  The values in force: the configuration, then policy_values.
+//  The values in force (policy/values.h): the configuration, then
+//  policy_values; whole numbers where the value's bound is whole.
 static json_t *s_values_json (req_t *r)
 {
     json_t *values = json_object ();
-    for (size_t i = 0; i < VALUE_COUNT; i++)
-        json_object_set_new (values, s_values [i].key, json_integer (s_config_value (r->api->config, i)));
-    sqlite3_stmt *st = ah_store_prepare (r->api->store, "SELECT key, value FROM policy_values");
-    int rc;
-    while (st && (rc = ah_store_step (r->api->store, st)) == SQLITE_ROW) {
-        const char *key = (const char *) sqlite3_column_text (st, 0);
-        if (key && json_object_get (values, key))
-            json_object_set_new (values, key, json_integer ((json_int_t) sqlite3_column_double (st, 1)));
+    const ah_policy_value_t *p;
+    for (size_t i = 0; (p = ah_policy_value_at (i)); i++) {
+        double v = ah_policy_value (r->api->store, r->api->config, p->key);
+        const ah_bound_t *b = ah_bound (p->key);
+        json_object_set_new (values, p->key, b && b->whole ? json_integer ((json_int_t) v) : json_real (v));
     }
-    if (st)
-        sqlite3_reset (st);
     return values;
 }
 
@@ -186,19 +167,44 @@ static void s_policies (req_t *r)
     api_respond (r, 200, json_pack ("{s:o, s:o}", "policies", list, "values", s_values_json (r)));
 }
 
-//  Its body: s_values, each a number within its bound (common/bounds.h)
-//  or null.
+//  Its body: the values of policy/values.h, each a number within its
+//  bound (common/bounds.h) or null; and what the seed keeps out of the
+//  policy, each refused with why (the deployment fixes it: a change
+//  would alter what every sandbox is, not how many or for how long).
 #define CATALOG_HERE "the runtime catalog is not changed here: edit catalog/runtimes.json " \
                      "(its composition is part of the deployment)"
+#define NETWORK_HERE "the network mode is not changed here: each sandbox has its own internal network, " \
+                     "and whether a runtime gets a way out is its needs_network in catalog/runtimes.json " \
+                     "(the isolation is part of the deployment)"
+#define OCI_HERE     "the OCI runtime is not changed here: it is sandbox.docker.runtime in the configuration, " \
+                     "read at start (the isolation is part of the deployment)"
+#define RUNTIME_HERE "neither the OCI runtime (sandbox.docker.runtime in the configuration) nor the runtime " \
+                     "catalog (catalog/runtimes.json) is changed here: both are part of the deployment"
+#define UID_HERE     "the sandbox's uid is not changed here: commands run as the image's account (agent, " \
+                     "else its USER, else uid 10001), never root (the isolation is part of the deployment)"
+#define WORKDIR_HERE "the work directory is not changed here: it is /home/agent, the agent's home, kept " \
+                     "while the agent sleeps (part of the deployment)"
+#define PERSIST_HERE "whether containers persist is not changed here: a sleeping agent's container is kept " \
+                     "until container_ttl and its home until workspace_ttl, which are changed here"
 static const body_field_t s_values_fields [] = {
     { "tenant_max_sandboxes", B_NUM | B_NULL, NULL }, { "pool_max_sandboxes", B_NUM | B_NULL, NULL },
     { "tenant_max_running", B_NUM | B_NULL, NULL }, { "pool_max_running", B_NUM | B_NULL, NULL },
-    { "runtimes", 0, CATALOG_HERE }, { "catalog", 0, CATALOG_HERE }, { NULL, 0, NULL }
+    { "idle_minutes", B_NUM | B_NULL, NULL }, { "container_ttl", B_NUM | B_NULL, NULL },
+    { "workspace_ttl", B_NUM | B_NULL, NULL }, { "max_exec_timeout", B_NUM | B_NULL, NULL },
+    { "runtimes", 0, CATALOG_HERE }, { "catalog", 0, CATALOG_HERE },
+    { "network_mode", 0, NETWORK_HERE }, { "network", 0, NETWORK_HERE }, { "needs_network", 0, NETWORK_HERE },
+    { "oci_runtime", 0, OCI_HERE }, { "runtime", 0, RUNTIME_HERE },
+    { "uid", 0, UID_HERE }, { "user", 0, UID_HERE },
+    { "workdir", 0, WORKDIR_HERE }, { "work_dir", 0, WORKDIR_HERE },
+    { "persist", 0, PERSIST_HERE }, { "persistent", 0, PERSIST_HERE },
+    { NULL, 0, NULL }
 };
 
-//  PUT /api/v1/policy {KEY: number or null}: changes what limits.lua
-//  reads, at once and without a restart; null goes back to the
-//  configuration's value. The runtime catalog is not changed here.
+//  PUT /api/v1/policy {KEY: number or null}: changes the values of
+//  policy/values.h, at once and without a restart; null goes back to the
+//  configuration's value. Lifecycle hears of it (POLICY_VALUES, sent and
+//  not waited for) to move the agents that follow the default idle
+//  timeout; every other reader reads the table at its next decision.
 static void s_put_values (req_t *r)
 {
     json_t *obj = api_body_object (r, false);
@@ -217,7 +223,7 @@ static void s_put_values (req_t *r)
             ? "DELETE FROM policy_values WHERE key = :key"
             : "INSERT OR REPLACE INTO policy_values (key, value, updated_at) VALUES (:key, :value, :now)") : NULL;
         ok = st && !ah_store_bind_text (st, ":key", key)
-          && (json_is_null (v) || (!ah_store_bind_double (st, ":value", (double) json_integer_value (v))
+          && (json_is_null (v) || (!ah_store_bind_double (st, ":value", json_number_value (v))
                                    && !ah_store_bind_int64 (st, ":now", ah_store_now_ms ())))
           && ah_store_step (store, st) == SQLITE_DONE;
         if (st)
@@ -234,6 +240,8 @@ static void s_put_values (req_t *r)
     free (text);
     r->kind = "policy";
     api_record (r, true, NULL);
+    ah_msg_t *told = ah_msg_new ("POLICY_VALUES");
+    api_send (r->api, "lifecycle", &told);
     api_respond (r, 200, json_pack ("{s:o}", "values", s_values_json (r)));
 out:
     json_decref (obj);

@@ -3,6 +3,7 @@
     records (?stream=1) as it writes.                                   */
 #include "actors/api/api_int.h"
 #include "config/config.h"
+#include "policy/values.h"
 #include "proto/channel.h"
 
 #include <msgpack.h>
@@ -300,9 +301,10 @@ static void s_exec (req_t *r)
     x->r = r;
     x->stream = stream;
     ah_msg_set_str (h, "ch", "exec");
-    //  sandbox.max_exec_timeout is a ceiling, and the timeout of a
-    //  command that names none; sandboxd is always told which.
-    const double ceiling = r->api->config->max_exec_timeout_s;
+    //  sandbox.max_exec_timeout (as PUT /api/v1/policy set it) is a
+    //  ceiling, and the timeout of a command that names none; sandboxd is
+    //  always told which.
+    const double ceiling = ah_policy_value (r->api->store, r->api->config, "max_exec_timeout");
     double timeout = ceiling;
     const char *key;
     json_t *v;

@@ -7,11 +7,31 @@ state. Built on tests/lib/ahserver.py; import both by path:
 import json
 import os
 import subprocess
+import sys
+import tempfile
 import time
+import types
 
 import ahserver
 
 ADMIN = object()    # the default token: the server's admin token
+
+
+class Fail(Exception):
+    """A check that did not hold (the drivers' own, when they take context())."""
+
+
+def context(prefix):
+    """What a driver run as `SCRIPT AGENTHOLD_BINARY [SCENARIO...]` owns,
+    for Local: .bin, .only (the scenarios named; empty: all), .src, .tmp
+    (a new temporary directory named prefix...), .log, .procs, .fail,
+    .check; ahserver.run(main, ctx.fail, ctx.procs, ctx.tmp, ctx.log)
+    cleans up after it."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    return types.SimpleNamespace(
+        bin=os.path.abspath(sys.argv[1]), only=set(sys.argv[2:]),
+        src=os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")),
+        tmp=tmp, log=os.path.join(tmp, "server.log"), procs=[], fail=Fail, check=ahserver.Checks(Fail))
 
 
 class Local:
