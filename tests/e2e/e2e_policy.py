@@ -14,6 +14,8 @@ ahserver.free_port).
              new lifetime (the next sweep), 0 keeps it; the value outlives
              a restart; workspace_ttl then removes a home; GET shows the
              expiries in force
+  caps       tenant_max_running lowered holds across a restart, and
+             raised lets the next create through at once
   exec       max_exec_timeout: a lower ceiling refuses a longer timeout at
              once and kills a command that names none at it; null restores
              the configuration's 300 s
@@ -188,6 +190,30 @@ def ttl():
 
 
 # ---------------------------------------------------------------------------
+# caps: a change outlives a restart; raising one lets the next start through
+
+def caps():
+    srv = server("caps")
+    refused = ("tenant 'default' already holds 1 of 1 running sandboxes (limits.tenant_max_running); "
+               "stop one, or let one go to sleep, first")
+    check(put(srv, {"tenant_max_running": 1})["tenant_max_running"] == 1, "PUT tenant_max_running")
+    srv.ok("POST", "/api/v1/agents", body={"name": "one"})
+    srv.wait_state("one", ("running",))
+    status, j = srv.call("POST", "/api/v1/agents", body={"name": "two"})
+    check(status == 422 and j["error"] == refused, "the second refused at 1: %d %r" % (status, j))
+    srv = restart(srv)
+    check(values(srv)["tenant_max_running"] == 1, "1 after a restart: %r" % values(srv))
+    srv.ok("POST", "/api/v1/agents/one/start?wait=1")
+    status, j = srv.call("POST", "/api/v1/agents", body={"name": "two"})
+    check(status == 422 and j["error"] == refused, "still refused after a restart: %d %r" % (status, j))
+    put(srv, {"tenant_max_running": 2})
+    srv.ok("POST", "/api/v1/agents", body={"name": "two"})
+    srv.wait_state("two", ("running",))
+    check(put(srv, {"tenant_max_running": None})["tenant_max_running"] == 10, "back to 10")
+    srv.stop()
+
+
+# ---------------------------------------------------------------------------
 # exec: the ceiling
 
 def exec_():
@@ -300,7 +326,7 @@ def refusals():
 
 
 def main():
-    for name, f in (("refusals", refusals), ("exec", exec_), ("idle", idle), ("ttl", ttl)):
+    for name, f in (("refusals", refusals), ("caps", caps), ("exec", exec_), ("idle", idle), ("ttl", ttl)):
         if not CTX.only or name in CTX.only:
             f()
     print("ok: %d checks" % check.count)

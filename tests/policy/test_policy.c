@@ -1,9 +1,14 @@
 /*  tests/policy/test_policy.c: the Lua policy host with real Lua and a real
     SQLite file: the shipped hooks (admit, idle, briefing), reloads, a
-    broken script keeping the old one, the budget, the sandbox, the cap. */
+    broken script keeping the old one, the budget, the sandbox, the cap;
+    the values PUT /api/v1/policy changes (policy/values.h).            */
 #include "policy/policy.h"
+#include "policy/values.h"
 #include "tests/common/check.h"
+#include "common/bounds.h"
+#include <math.h>
 #include <msgpack.h>
+#include <string.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -611,6 +616,44 @@ static void s_test_sandbox (void)
     ah_policy_destroy (&policy);
 }
 
+//  The values in force: the configuration's, a row's, and never a row
+//  off its bound (written by hand: the API refuses such a value).
+static void s_test_values (ah_store_t *store)
+{
+    ah_config_t *config = ah_config_new_defaults ();
+    CHECK (config != NULL);
+    if (!config)
+        return;
+    size_t n = 0;
+    for (const ah_policy_value_t *p; (p = ah_policy_value_at (n)); n++) {
+        CHECK (ah_policy_value_index (p->key) == (int) n);
+        CHECK (ah_bound (p->key) != NULL);          //  each has a stated range
+        CHECK (p->config && strchr (p->config, '.'));
+    }
+    CHECK (n == 8);
+    CHECK (ah_policy_value_index ("uid") == -1 && ah_policy_value_index (NULL) == -1);
+    CHECK (ah_policy_value (store, config, "idle_minutes") == 15);
+    CHECK (ah_policy_value (store, config, "container_ttl") == 86400);
+    CHECK (ah_policy_value (store, config, "workspace_ttl") == 0);
+    CHECK (ah_policy_value (store, config, "max_exec_timeout") == 300);
+    CHECK (ah_policy_value (store, config, "tenant_max_running") == 10);
+    CHECK (isnan (ah_policy_value (store, config, "network_mode")));
+    char *err = NULL;
+    CHECK (ah_store_exec (store, "INSERT INTO policy_values (key, value, updated_at) VALUES"
+                                 " ('idle_minutes', 0.5, 0), ('container_ttl', 0, 0),"
+                                 " ('workspace_ttl', -5, 0), ('max_exec_timeout', 1e300, 0),"
+                                 " ('tenant_max_running', 2.5, 0)", &err) == 0);
+    free (err);
+    CHECK (ah_policy_value (store, config, "idle_minutes") == 0.5);
+    CHECK (ah_policy_value (store, config, "container_ttl") == 0);        //  0: never
+    CHECK (ah_policy_value (store, config, "workspace_ttl") == 0);        //  -5 ignored
+    CHECK (ah_policy_value (store, config, "max_exec_timeout") == 300);   //  off its bound
+    CHECK (ah_policy_value (store, config, "tenant_max_running") == 10);  //  not whole
+    CHECK (ah_store_exec (store, "DELETE FROM policy_values", NULL) == 0);
+    CHECK (ah_policy_value (store, config, "idle_minutes") == 15);
+    ah_config_destroy (&config);
+}
+
 int main (void)
 {
     if (!mkdtemp (s_dir)) {
@@ -627,6 +670,7 @@ int main (void)
         s_test_idle_and_briefing ();
         s_test_reload (store);
         s_test_sandbox ();
+        s_test_values (store);
         ah_store_close (&store);
     }
     else
