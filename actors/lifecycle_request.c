@@ -308,18 +308,24 @@ void ah_lc_on_update (void *self_, ah_msg_t *msg)
         free (why);
         return;
     }
+    //  idle_minutes null: the default idle timeout in force, followed
+    //  from now on (ah_lc_idle_defaults).
+    bool idle_follow = ah_msg_has (msg, "idle_minutes") && ah_msg_is_nil (msg, "idle_minutes");
+    if (idle_follow)
+        d.idle_minutes = ah_policy_value (self->store, self->config, "idle_minutes");
     //  Desired values change at once (idle_minutes takes effect at once);
     //  the sandbox keeps what it was built from until the next rebuild.
     bool ok = ah_store_begin (self->store) == 0;
     sqlite3_stmt *st = ok ? ah_store_prepare (self->store,
         "UPDATE agents SET image = :image, cpus = :cpus, memory_mb = :mem, idle_minutes = :idle,"
         " runtime = CASE WHEN :named THEN :runtime ELSE runtime END,"
-        " idle_default = CASE WHEN :idle_named THEN 0 ELSE idle_default END"
+        " idle_default = CASE WHEN :idle_named THEN 0 WHEN :idle_follow THEN 1 ELSE idle_default END"
         " WHERE id = :id") : NULL;
     //  A runtime named sets it; an image named leaves the catalog; an
     //  idle_minutes named is the agent's own from then on.
     ok = st && !ah_store_bind_int64 (st, ":named", asked.has_runtime || asked.has_image)
         && !ah_store_bind_int64 (st, ":idle_named", asked.has_idle)
+        && !ah_store_bind_int64 (st, ":idle_follow", idle_follow)
         && !ah_store_bind_text (st, ":runtime", asked.has_runtime ? asked.runtime : NULL)
         && !ah_store_bind_text (st, ":image", d.image) && !ah_store_bind_double (st, ":cpus", d.cpus)
         && !ah_store_bind_int64 (st, ":mem", d.memory_mb) && !ah_store_bind_double (st, ":idle", d.idle_minutes)

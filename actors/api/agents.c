@@ -13,7 +13,7 @@
     " coalesce (s.unreachable, s.error), a.image, a.cpus, a.memory_mb, a.idle_minutes," \
     " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why, a.tenant," \
     " s.home_lost, a.runtime, s.progress, s.stopped_at, s.container_removed_at, s.op," \
-    " coalesce (s.connected, 0)" \
+    " coalesce (s.connected, 0), a.idle_default" \
     " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id" \
     " LEFT JOIN sleep_forecast f ON f.agent_id = a.id"
 
@@ -99,6 +99,7 @@ static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
     //  Its sandboxd holds the tunnel now (lifecycle's word): false while
     //  a running agent's sandboxd redials (after a server restart).
     json_object_set_new (a, "connected", json_boolean (sqlite3_column_int (stmt, 20) != 0));
+    json_object_set_new (a, "idle_default", json_boolean (sqlite3_column_int (stmt, 21) != 0));
     json_object_set_new (a, "tenant", api_json_column (stmt, 13));
     json_object_set_new (a, "home_lost", api_json_column (stmt, 14));
     json_object_set_new (a, "runtime", api_json_column (stmt, 15));
@@ -276,10 +277,11 @@ static const body_field_t s_create_fields [] = {
     { "name", B_STR, NULL }, { "image", B_STR, NULL }, { "runtime", B_STR, NULL }, { "cpus", B_NUM, NULL },
     { "memory_mb", B_NUM, NULL }, { "idle_minutes", B_NUM, NULL }, { NULL, 0, NULL }
 };
-//  "name" is taken to say it cannot change.
+//  "name" is taken to say it cannot change; idle_minutes null: follow the
+//  default idle timeout again.
 static const body_field_t s_update_fields [] = {
     { "name", B_STR, NULL }, { "image", B_STR, NULL }, { "runtime", B_STR, NULL }, { "cpus", B_NUM, NULL },
-    { "memory_mb", B_NUM, NULL }, { "idle_minutes", B_NUM, NULL }, { NULL, 0, NULL }
+    { "memory_mb", B_NUM, NULL }, { "idle_minutes", B_NUM | B_NULL, NULL }, { NULL, 0, NULL }
 };
 
 //  The body's fields into msg, checked as lifecycle checks them

@@ -122,5 +122,7 @@ void api_copy_fields (json_t *obj, ah_msg_t *msg)
             ah_msg_set_int (msg, key, json_integer_value (value));
         else if (json_is_number (value))        //  cpus 1 is a real one
             ah_msg_set_double (msg, key, json_number_value (value));
+        else if (json_is_null (value))          //  where the route takes null (body_field_t)
+            ah_msg_set_nil (msg, key);
     }
 }

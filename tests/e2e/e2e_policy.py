@@ -9,7 +9,8 @@ ahserver.free_port).
              its own keeps it; the value outlives a restart (a woken agent
              and a new one sleep per it); null goes back to the
              configuration's, and a configuration changed across a restart
-             moves the agents that follow it
+             moves the agents that follow it; an update to null follows
+             it again
   ttl        container_ttl: a sleeping agent's container is removed at the
              new lifetime (the next sweep), 0 keeps it; the value outlives
              a restart; workspace_ttl then removes a home; GET shows the
@@ -140,7 +141,17 @@ def idle():
     wait("follows at 30", lambda: agent(srv, "follows")["idle_minutes"] == 30, 5)
     check(agent(srv, "later")["idle_minutes"] == 30, "later follows too: %r" % agent(srv, "later"))
     for name in ("own", "patched"):
-        check(agent(srv, name)["idle_minutes"] == 60, "%s keeps 60: %r" % (name, agent(srv, name)))
+        j = agent(srv, name)
+        check(j["idle_minutes"] == 60 and not j["idle_default"], "%s keeps 60: %r" % (name, j))
+    check(agent(srv, "follows")["idle_default"], "follows says so: %r" % agent(srv, "follows"))
+    # An update to null follows the default again, and moves with it.
+    j = srv.ok("PATCH", "/api/v1/agents/own", body={"idle_minutes": None})
+    check(j["idle_minutes"] == 30 and j["idle_default"], "PATCH null: the default in force: %r" % j)
+    put(srv, {"idle_minutes": 45})
+    wait("own at 45", lambda: agent(srv, "own")["idle_minutes"] == 45, 5)
+    check(agent(srv, "patched")["idle_minutes"] == 60, "patched keeps 60: %r" % agent(srv, "patched"))
+    status, j = srv.call("POST", "/api/v1/agents", body={"name": "nul", "idle_minutes": None})
+    check(status == 400, "a create takes no null idle_minutes: %d %r" % (status, j))
     srv.stop()
 
 
