@@ -322,6 +322,8 @@ def limits():
         check(status in (201, 202), "%s's sandbox %s: %d %r" % (t, name, status, j))
 
     def stop(t, name):
+        # made() does not wait: a stop needs the create done first.
+        srv.wait_state(name, ("running",), tok[t])
         srv.ok("POST", "/api/v1/agents/%s/stop?wait=1" % name, tok[t])
 
     def running_sentence(t, n, key="limits.tenant_max_running"):
