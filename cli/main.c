@@ -29,7 +29,7 @@
 //  Help
 
 static ah_cmd_fn s_cmd_help, s_cmd_create, s_cmd_ls, s_cmd_show,
-    s_cmd_transition, s_cmd_runtimes, s_cmd_hosts;
+    s_cmd_transition, s_cmd_runtimes, s_cmd_hosts, s_cmd_ports;
 
 static const ah_cmd_t s_commands [] = {
     { "serve", "serve [--config FILE]",
@@ -106,6 +106,11 @@ static const ah_cmd_t s_commands [] = {
       "who may call it (admin, public) and whether it takes a JSON body (--json: with\n"
       "the body's fields and their types). Needs no server; for tools and tests.\n",
       ah_cli_server_cmd, NULL, false, true },
+    { "ports", "ports NAME [--json]",
+      "The TCP ports that listen in the agent's sandbox, on its loopback or on every\n"
+      "address (what the server can reach through sandboxd), with their addresses.\n"
+      "A sleeping agent is not woken: it has none.\n",
+      s_cmd_ports, NULL, false, false },
     { "hosts", "hosts [--json]",
       "The host agents (sandbox.driver: remote), for an admin: each one's state (up,\n"
       "unreachable, refused), version and protocol, and why when it is not up.\n",
@@ -431,6 +436,33 @@ static int s_cmd_hosts (const ah_cmd_t *c, int argc, char **argv, ah_common_t *c
     if (rc)
         return rc < 0 ? 0 : rc;
     return ah_cmd_show_list (co, "/api/v1/hosts", "hosts", s_print_hosts);
+}
+
+static void s_print_ports (json_t *list)
+{
+    if (json_array_size (list) == 0) {
+        printf ("no port listens in the sandbox\n");
+        return;
+    }
+    static const char *const header [] = { "PORT", "ADDRESS" };
+    static const char *const keys [] = { "port", "address" };
+    ah_cmd_print_objects (list, header, keys, 2);
+}
+
+static int s_cmd_ports (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+{
+    const char *pos [1];
+    int npos, rc = s_parse_simple (c, argc, argv, co, pos, 1, &npos);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (npos != 1) {
+        fprintf (stderr, "agenthold ports: which agent? (usage: agenthold %s)\n", c->usage);
+        return AH_EXIT_USAGE;
+    }
+    char *path = s_agent_path (pos [0], "/ports");
+    rc = ah_cmd_show_list (co, path, "ports", s_print_ports);
+    free (path);
+    return rc;
 }
 
 static void s_print_agent_list (json_t *agents)

@@ -157,6 +157,7 @@ ROUTES = [
     ("POST", "/api/v1/agents/alice/fs/mkdir?path=keep/sub", None),
     ("GET", "/api/v1/agents/alice/tree?path=keep", None),
     ("GET", "/api/v1/files?q=keep", None),
+    ("GET", "/api/v1/agents/alice/ports", None),
     ("GET", "/api/v1/operations", None),
     ("GET", "/api/v1/policy", None),
     ("POST", "/api/v1/policy/reload", None),

@@ -20,6 +20,8 @@ API, the terminal WebSocket, the tunnel port and the CLI:
   cli        agenthold exec's status, agenthold fs put/get round trip
   term       agenthold term on a pty: echo, resize (SIGWINCH), the shell's
              status, settings restored (also on SIGTERM), piped input
+  ports      GET .../ports and agenthold ports: a listening port of the
+             test's own shown, gone once closed; asleep: 409, not woken
 
 usage: e2e_sandbox.py AGENTHOLD_BINARY [SCENARIO...]
 Always kills what it started and removes its temporary directory."""
@@ -642,9 +644,47 @@ def s_term(a):
     check(rc == 1 and b"no agent named 'nosuch'" in err, "agenthold term nosuch: %d %r" % (rc, err))
 
 
+def s_ports(a):
+    """GET /api/v1/agents/{a}/ports and `agenthold ports`: a TCP server of
+    the test's own listening on the loopback shows (the fake driver's
+    sandboxd shares the host's network namespace); once it closes, it is
+    gone; a sleeping agent is a 409 and is not woken; another tenant 404."""
+    n = a["name"]
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(4)
+    port = lsock.getsockname()[1]
+    try:
+        _, j = api("GET", "/api/v1/agents/%s/ports" % n)
+        check(j["agent"] == n and {"port": port, "address": "127.0.0.1"} in j["ports"],
+              "the listening port %d is listed: %r" % (port, j))
+        check(all(1 <= p["port"] <= 65535 for p in j["ports"]) and
+              [p["port"] for p in j["ports"]] == sorted(p["port"] for p in j["ports"]), "by port: %r" % j)
+        rc, out, err = cli("ports", n)
+        check(rc == 0 and b"PORT" in out and (b"%d" % port) in out, "agenthold ports: %d %r %r" % (rc, out, err))
+        rc, out, err = cli("ports", n, "--json")
+        check(rc == 0 and {"port": port, "address": "127.0.0.1"} in json.loads(out),
+              "agenthold ports --json: %r" % out[:300])
+    finally:
+        lsock.close()
+    _, j = api("GET", "/api/v1/agents/%s/ports" % n)
+    check(port not in [p["port"] for p in j["ports"]], "a closed port is gone: %r" % j)
+    rc, out, err = cli("ports")
+    check(rc == 2 and b"which agent" in err, "agenthold ports without a name: %d %r" % (rc, err))
+    st, raw = request("GET", "/api/v1/agents/nosuch/ports")
+    check(st == 404, "no such agent: %d" % st)
+    # Asleep: not woken, a 409 that names the state.
+    api("POST", "/api/v1/agents/%s/stop?wait=1" % n, expect=None, timeout=120)
+    st, raw = request("GET", "/api/v1/agents/%s/ports" % n)
+    check(st == 409 and b"is sleeping" in raw, "a sleeping agent's ports: %d %r" % (st, raw))
+    check(api("GET", "/api/v1/agents/" + n)[1]["state"] == "sleeping", "the request woke nothing")
+    api("POST", "/api/v1/agents/%s/start?wait=1" % n, expect=None, timeout=120)
+
+
 SCENARIOS = [("terminal", s_terminal), ("files", s_files), ("hostile", s_hostile), ("exec", s_exec),
              ("exec_stream", s_exec_stream),
-             ("cli", s_cli), ("term", s_term), ("reconnect", s_reconnect), ("token", s_token), ("big", s_big)]
+             ("cli", s_cli), ("term", s_term), ("reconnect", s_reconnect), ("token", s_token), ("big", s_big),
+             ("ports", s_ports)]
 A_ID = None
 
 
