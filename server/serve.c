@@ -25,6 +25,7 @@
 #include "actors/reconciler.h"
 #include "actors/recorder.h"
 #include "actors/sleeper.h"
+#include "actors/conversations.h"
 #include "actors/tunnel.h"
 #include "common/bus.h"
 #include "common/file.h"
@@ -51,7 +52,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define AH_SERVE_MAX_ACTORS 8
+#define AH_SERVE_MAX_ACTORS 10
 //  An orderly shutdown waits for driver calls in flight (a docker stop, an
 //  image build giving up); past this, or on a second SIGINT/SIGTERM, the
 //  process exits at once (status 1) instead of hanging.
@@ -81,6 +82,7 @@ typedef struct {
     ah_reconciler_args_t reconciler_args;
     ah_tunnel_args_t     tunnel_args;
     ah_sleeper_args_t    sleeper_args;
+    ah_conversations_args_t conversations_args;
     ah_builder_args_t    builder_args;
     ah_api_args_t        api_args;
 } self_t;
@@ -396,6 +398,12 @@ s_start_actors (self_t *self)
         return -1;
     self->reconciler_args = (ah_reconciler_args_t) { .db_path = self->db_path, .driver = self->driver };
     if (s_start (self, &ah_reconciler_actor, &self->reconciler_args))
+        return -1;
+    //  The ACP client of the agents' harnesses: opens the tunnel's proc
+    //  channels and writes the conversations' logs. Before the tunnel, so
+    //  that it stops after it and hears its channels close.
+    self->conversations_args = (ah_conversations_args_t) { .config = config, .db_path = self->db_path };
+    if (s_start (self, &ah_conversations_actor, &self->conversations_args))
         return -1;
     self->tunnel_args = (ah_tunnel_args_t) { .config = config, .db_path = self->db_path };
     //  CPU samples at least as often as the sleeper judges (short check intervals).
