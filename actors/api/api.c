@@ -345,6 +345,11 @@ static void *s_init (ah_actor_t *actor, void *arg)
     return api;
 }
 
+static void s_on_conv_event (void *arg, ah_msg_t *msg)
+{
+    api_conversations_event (arg, msg);
+}
+
 static const ah_actor_handler_t s_handlers [] = {
     { "REPLY", s_on_reply },
     { "CHAN_DATA", s_on_chan },
@@ -352,6 +357,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "CHAN_EOF", s_on_chan },
     { "CHAN_CLOSE", s_on_chan },
     { "SANDBOX_STATE", s_on_state },
+    { "CONV_EVENT", s_on_conv_event },
     { NULL, NULL }
 };
 

@@ -19,7 +19,7 @@
       auth.c      bearer tokens (and the session cookie, through login.c)
       chan.c      tunnel channels: open, data both ways, credit, the end
       agents.c, runtimes.c, turns.c, audit.c, exec.c, files.c, events.c,
-      terminal.c  one route family each: its routes and its handlers
+      terminal.c, conversations.c  one route family each: its routes and its handlers
       console.c   the web console's files and its terminal tickets
       login.c     the console's sign-in: session cookies, CSRF, logout
       passes.c    what stands for a token in a browser (sessions,
@@ -94,6 +94,7 @@ struct api_t {
     int body_stall_s;               //  a body that stops coming closes its connection
     ah_api_events_t *events;
     struct terminal_t *terminals;   //  open terminals (terminal.c)
+    struct prompt_t *prompts;       //  prompts' streams (conversations.c)
     api_metrics_t *metrics;         //  what GET /metrics counts (metrics.c)
     api_passes_t *sessions;         //  the console's sign-ins (login.c)
     api_passes_t *tickets;          //  terminal tickets (console.c)
@@ -361,8 +362,12 @@ extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes
                      api_audit_routes [], api_exec_routes [], api_file_routes [],
                      api_event_routes [], api_terminal_routes [], api_tenant_routes [],
                      api_session_routes [], api_console_routes [], api_login_routes [],
-                     api_host_routes [], api_tree_routes [], api_allfiles_routes [], api_port_routes [], api_tombstone_routes [],
-                     api_metrics_routes [];
+                     api_host_routes [], api_tree_routes [], api_allfiles_routes [], api_port_routes [],
+                     api_tombstone_routes [], api_metrics_routes [], api_conversation_routes [];
+
+//  A CONV_EVENT of the conversations actor: to the prompt's stream it
+//  belongs to (conversations.c).
+void api_conversations_event (api_t *api, ah_msg_t *msg);
 
 //  A printable copy of at most 64 bytes of s (controls as '?') for a message.
 const char *api_show (const char *s, size_t n, char *out, size_t size);

@@ -35,8 +35,8 @@ static const route_t s_public_routes [] = {
 static const route_t *const s_tables [] = {
     s_public_routes, api_agent_routes, api_runtime_routes, api_turn_routes, api_audit_routes,
     api_exec_routes, api_file_routes, api_event_routes, api_terminal_routes, api_tenant_routes,
-    api_session_routes, api_console_routes, api_login_routes, api_host_routes, api_tree_routes, api_allfiles_routes, api_port_routes,
-    api_tombstone_routes, api_metrics_routes, NULL
+    api_session_routes, api_console_routes, api_login_routes, api_host_routes, api_tree_routes, api_allfiles_routes,
+    api_port_routes, api_tombstone_routes, api_metrics_routes, api_conversation_routes, NULL
 };
 
 typedef struct {
