@@ -1,0 +1,341 @@
+#!/usr/bin/python3
+"""tests/e2e/e2e_conversations.py: conversations end to end (issue 26) on the
+real `agenthold serve` with the fake driver (sandboxd a local process), a
+catalog of the test's own whose runtime "acp" names the ACP Go SDK's example
+agent as its harness (built by tests/acp/build-example-agent; exit 77, said
+loudly, when it cannot be built here: no Go >= 1.24 or no way to the module
+proxy), and a runtime "plain" that names none.
+
+  turn       create a conversation (201, 16 hex), prompt: the stream (SSE)
+             opens with "turn", carries the text chunks and the tool calls
+             (a read and an edit), the permission the edit asks and its
+             answer by the shipped rule (reject: who "policy", decided_by
+             "rule"), and ends with the stop end_turn; the log read back
+             holds the same entries in order after the prompt (who
+             api:admin), pages with ?after&limit; the list shows it idle;
+             the audit has the prompt's size and not its text
+  busy       a second prompt while a turn runs: 409; cancel when idle: 409
+  cancel     cancel mid-turn (after the first update): 202, the stream
+             ends with the stop "cancelled"
+  tenant     another tenant's token: 404 on every route
+  killed     the harness killed (SIGKILL, by its pid) mid-turn: the stream
+             ends with an error entry naming the signal, never hangs; the
+             next prompt starts it again and its turn ends end_turn
+  noharness  an agent whose runtime names no harness: 409 saying so
+  hostile    malformed prompt bodies (not JSON, no text, a number, empty,
+             a NUL, an unknown key) 400; a text over 256 KiB 413 naming
+             the bound; a body over 1 MiB 413; bad paging 400; an unknown
+             conversation 404
+
+usage: e2e_conversations.py AGENTHOLD_BINARY BUILD_SCRIPT OUTDIR [SCENARIO...]"""
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import types
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ahlocal  # noqa: E402
+import ahserver  # noqa: E402
+
+BIN = os.path.abspath(sys.argv[1])
+BUILD = os.path.abspath(sys.argv[2])
+OUTDIR = os.path.abspath(sys.argv[3])
+ONLY = set(sys.argv[4:])
+SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+TMP = tempfile.mkdtemp(prefix="ah-e2e-conv-")
+LOG = os.path.join(TMP, "server.log")
+procs = []
+
+
+class Fail(Exception):
+    pass
+
+
+check = ahserver.Checks(Fail)
+CTX = types.SimpleNamespace(bin=BIN, src=SRC, tmp=TMP, log=LOG, procs=procs, fail=Fail, check=check)
+AGENT = None        # the example agent's path, once built
+
+
+def build_agent():
+    p = subprocess.run([BUILD, OUTDIR], capture_output=True, text=True, timeout=600)
+    if p.returncode == 2:
+        sys.stderr.write("SKIPPED: the ACP Go SDK's example agent cannot be built here "
+                         "(no Go >= 1.24 or no way to the module proxy):\n%s\n" % p.stderr[-2000:])
+        sys.exit(77)
+    if p.returncode != 0 or not p.stdout.strip():
+        raise Fail("build-example-agent failed (%d): %s" % (p.returncode, p.stderr[-2000:]))
+    return p.stdout.strip()
+
+
+def catalog(path):
+    # The harness is a copy of the agent under a name of this run's own,
+    # so that the test finds (and kills) only the process it started.
+    own = os.path.join(TMP, "acp-agent-%d" % os.getpid())
+    with open(AGENT, "rb") as src, open(own, "wb") as dst:
+        dst.write(src.read())
+    os.chmod(own, 0o755)
+    with open(path, "w") as f:
+        json.dump({"version": 2, "runtimes": [
+            {"alias": "acp", "description": "the ACP Go SDK's example agent", "image": "agenthold/acp-test:1",
+             "harness": {"command": [own], "env": {"AH_E2E": "1"}}},
+            {"alias": "plain", "description": "no harness", "image": "agenthold/plain-test:1"}]}, f)
+    return own
+
+
+SERVER = None
+HARNESS = None
+
+
+def server():
+    global SERVER, HARNESS
+    if SERVER is None:
+        cat = os.path.join(TMP, "catalog.json")
+        HARNESS = catalog(cat)
+        SERVER = ahlocal.Local(CTX, "conv", {"AGENTHOLD_CATALOG_PATH": cat}).start()
+        SERVER.ok("POST", "/api/v1/agents", body={"name": "a", "runtime": "acp"})
+        SERVER.wait_state("a", ("running",))
+    return SERVER
+
+
+def conv(srv, agent="a"):
+    j = srv.ok("POST", "/api/v1/agents/%s/conversations" % agent, body={}, want=(201,))
+    check(len(j["id"]) == 16 and all(c in "0123456789abcdef" for c in j["id"]), "a conversation id: %r" % j)
+    return j["id"]
+
+
+class Stream:
+    """POST .../prompt and read its server-sent events on a thread."""
+
+    def __init__(self, srv, cid, text, tok=None, agent="a"):
+        self.events = []
+        self.status = None
+        self.error = None
+        self.done = threading.Event()
+        self.c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        body = json.dumps({"text": text})
+        self.c.request("POST", "/api/v1/agents/%s/conversations/%s/prompt" % (agent, cid), body=body,
+                       headers={"Authorization": "Bearer " + (tok or srv.admin),
+                                "Content-Type": "application/json"})
+        self.r = self.c.getresponse()
+        self.status = self.r.status
+        if self.status != 200:
+            self.body = self.r.read()
+            self.done.set()
+            return
+        check(self.r.getheader("Content-Type") == "text/event-stream", "SSE: %r" % self.r.getheaders())
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        try:
+            ev = {}
+            while True:
+                line = self.r.fp.readline()
+                if not line:
+                    break
+                line = line.decode().rstrip("\n")
+                if line == "":
+                    if ev:
+                        ev["data"] = json.loads(ev.get("data", "null"))
+                        self.events.append(ev)
+                    ev = {}
+                    continue
+                k, _, v = line.partition(": ")
+                ev[k] = v
+        except Exception as e:      # noqa: BLE001: said in the check
+            self.error = repr(e)
+        finally:
+            self.done.set()
+
+    def wait(self, seconds=60):
+        check(self.done.wait(seconds), "the stream ended within %d s: %r" % (seconds, self.events[-3:]))
+        check(self.error is None, "the stream read cleanly: %s" % self.error)
+        return self.events
+
+    def until(self, pred, seconds=30):
+        ahserver.wait_until(lambda: any(pred(e) for e in self.events) or self.done.is_set(), seconds,
+                            "an event", fail=Fail)
+
+
+def log(srv, cid, query=""):
+    return srv.ok("GET", "/api/v1/agents/a/conversations/%s%s" % (cid, query))
+
+
+# ---------------------------------------------------------------------------
+
+def turn():
+    srv = server()
+    cid = conv(srv)
+    s = Stream(srv, cid, "hello there")
+    check(s.status == 200, "the prompt streams: %r" % s.status)
+    evs = s.wait()
+    kinds = [e["event"] for e in evs]
+    check(kinds[0] == "turn" and evs[0]["data"]["conversation"] == cid and evs[0]["data"]["prompt_seq"] == 1,
+          "the stream opens with the turn: %r" % evs[:1])
+    check(kinds[-1] == "stop" and evs[-1]["data"]["body"]["stopReason"] == "end_turn",
+          "the stream ends with the stop end_turn: %r" % evs[-1:])
+    chunks = [e for e in evs if e["event"] == "update"
+              and e["data"]["body"].get("sessionUpdate") == "agent_message_chunk"]
+    check(len(chunks) >= 2 and all(e["data"]["who"] == "harness" for e in chunks), "text chunks: %r" % kinds)
+    tools = [e["data"]["body"] for e in evs if e["event"] == "tool_call"]
+    check(any(t.get("kind") == "read" for t in tools) and any(t.get("kind") == "edit" for t in tools)
+          and any(t.get("sessionUpdate") == "tool_call_update" for t in tools), "tool calls: %r" % tools)
+    perm = kinds.index("permission")
+    ans = evs[perm + 1]["data"]
+    check(ans["kind"] == "permission_answer" and ans["who"] == "policy" and ans["body"]["decided_by"] == "rule"
+          and ans["body"]["optionId"] == "reject" and ans["body"]["rule"] == "allow reads, reject the rest",
+          "the edit's permission is rejected by the rule, and it says who: %r" % ans)
+    check([int(e["id"]) for e in evs[1:]] == list(range(2, len(evs) + 1)), "ids are the log's seq: %r"
+          % [e.get("id") for e in evs])
+    # The log read back: the prompt, then exactly what streamed.
+    j = log(srv, cid)
+    ents = j["entries"]
+    check(ents[0]["kind"] == "prompt" and ents[0]["who"] == "api:admin" and ents[0]["body"]["text"] == "hello there",
+          "the log starts with the prompt: %r" % ents[:1])
+    check([(e["seq"], e["kind"]) for e in ents[1:]] == [(e["data"]["seq"], e["event"]) for e in evs[1:]],
+          "the log holds what streamed, in order")
+    check(j["turn_state"] == "idle" and j["acp_session_id"] and j["next_after"] is None, "idle after: %r"
+          % {k: j[k] for k in ("turn_state", "acp_session_id", "next_after")})
+    p1 = log(srv, cid, "?limit=3")
+    p2 = log(srv, cid, "?after=%d&limit=3" % p1["next_after"])
+    check([e["seq"] for e in p1["entries"]] == [1, 2, 3] and p1["next_after"] == 3
+          and [e["seq"] for e in p2["entries"]] == [4, 5, 6], "pages: %r %r" % (p1["next_after"], p2["entries"][:1]))
+    listed = srv.ok("GET", "/api/v1/agents/a/conversations")["conversations"]
+    check(any(c["id"] == cid and c["turn_state"] == "idle" for c in listed), "listed: %r" % listed)
+    ops = srv.ok("GET", "/api/v1/agents/a/operations?operation=conversation.prompt")["operations"]
+    check(ops and ops[0]["bytes"] == len("hello there") and ops[0]["ok"]
+          and "hello" not in json.dumps(ops[0]), "the audit has the size, not the text: %r" % ops[:1])
+    # A second turn in the same conversation reuses its ACP session.
+    evs2 = Stream(srv, cid, "again").wait()
+    check(evs2[-1]["event"] == "stop", "a second turn: %r" % evs2[-1:])
+    check(log(srv, cid)["acp_session_id"] == j["acp_session_id"], "the same ACP session")
+    print("turn: %d events, %d chunks, %d tool calls; the permission rejected by the rule"
+          % (len(evs), len(chunks), len(tools)))
+
+
+def busy_cancel():
+    srv = server()
+    cid = conv(srv)
+    status, j = srv.call("POST", "/api/v1/agents/a/conversations/%s/cancel" % cid, body={})
+    check(status == 409 and "no turn is running" in j["error"], "cancel when idle: %d %r" % (status, j))
+    s = Stream(srv, cid, "go and then stop")
+    s.until(lambda e: e["event"] == "update")
+    status, j = srv.call("POST", "/api/v1/agents/a/conversations/%s/prompt" % cid, body={"text": "more"})
+    check(status == 409 and "a turn is running" in j["error"], "a second prompt meanwhile: %d %r" % (status, j))
+    j = srv.ok("POST", "/api/v1/agents/a/conversations/%s/cancel" % cid, body={}, want=(202,))
+    check(j["cancelling"] is True, "cancel: %r" % j)
+    evs = s.wait(30)
+    check(evs[-1]["event"] == "stop" and evs[-1]["data"]["body"]["stopReason"] == "cancelled",
+          "the cancelled turn ends with the stop cancelled: %r" % evs[-2:])
+    check(log(srv, cid)["turn_state"] == "idle", "idle after the cancel")
+    print("cancel: the turn stopped 'cancelled' after %d events" % len(evs))
+
+
+def tenant():
+    srv = server()
+    cid = conv(srv)
+    srv.ok("POST", "/api/v1/tenants", body={"name": "other"})
+    rc, out, err = srv.cli("--tenant", "other", "token", "create")
+    check(rc == 0 and len(out.strip()) == 64, "a token of tenant other: %r" % err)
+    tok = out.strip()
+    base = "/api/v1/agents/a/conversations"
+    for method, path, body in (("POST", base, {}), ("GET", base, None), ("GET", base + "/" + cid, None),
+                               ("POST", base + "/" + cid + "/prompt", {"text": "hi"}),
+                               ("POST", base + "/" + cid + "/cancel", {})):
+        status, j = srv.call(method, path, tok, body)
+        check(status == 404, "another tenant's %s %s: %d %r" % (method, path, status, j))
+    # And its own agent does not reach this conversation by id.
+    print("tenant: another tenant's token gets 404 on the 5 routes")
+
+
+def harness_pids():
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.readlink("/proc/%s/exe" % d) == HARNESS:
+                    pids.append(int(d))
+            except OSError:
+                pass
+    return pids
+
+
+def killed():
+    srv = server()
+    cid = conv(srv)
+    s = Stream(srv, cid, "work, then die")
+    s.until(lambda e: e["event"] == "update")
+    pids = harness_pids()
+    check(len(pids) == 1, "one harness process runs: %r" % pids)
+    os.kill(pids[0], signal.SIGKILL)
+    evs = s.wait(30)
+    last = evs[-1]["data"]
+    check(evs[-1]["event"] == "error" and "killed by signal 9" in last["body"]["error"] and last["who"] == "server",
+          "the turn ends with an error entry naming the signal: %r" % evs[-1:])
+    check(log(srv, cid)["entries"][-1]["kind"] == "error" and log(srv, cid)["turn_state"] == "idle",
+          "the log ends with it, the conversation idle")
+    evs = Stream(srv, cid, "again").wait()
+    check(evs[-1]["event"] == "stop" and evs[-1]["data"]["body"]["stopReason"] == "end_turn",
+          "the next prompt starts the harness again: %r" % evs[-1:])
+    print("killed: error entry %r; the next turn ran" % last["body"]["error"])
+
+
+def noharness():
+    srv = server()
+    srv.ok("POST", "/api/v1/agents", body={"name": "p", "runtime": "plain"})
+    srv.wait_state("p", ("running",))
+    cid = conv(srv, "p")
+    status, j = srv.call("POST", "/api/v1/agents/p/conversations/%s/prompt" % cid, body={"text": "hi"})
+    check(status == 409 and "names no harness" in j["error"], "no harness: %d %r" % (status, j))
+    print("noharness: %s" % j["error"])
+
+
+def hostile():
+    srv = server()
+    cid = conv(srv)
+    path = "/api/v1/agents/a/conversations/%s/prompt" % cid
+    for raw, want, says in ((b"{", 400, ""), (b"[]", 400, ""), (b"{}", 400, "text"),
+                            (b'{"text": 5}', 400, "text"), (b'{"text": ""}', 400, "empty"),
+                            (b'{"text": "a\\u0000b"}', 400, "u0000"), (b'{"text": "hi", "x": 1}', 400, "x"),
+                            (b'{"text": "hi", "text": "ho"}', 400, "text")):
+        status, j = srv.call("POST", path, raw=raw)
+        check(status == want and says in (j or {}).get("error", ""), "%r: %d %r" % (raw, status, j))
+    big = json.dumps({"text": "x" * (256 * 1024 + 1)}).encode()
+    status, j = srv.call("POST", path, raw=big)
+    check(status == 413 and "262144" in j["error"], "a text over 256 KiB: %d %r" % (status, j))
+    status, j = srv.call("POST", path, raw=json.dumps({"text": "x" * (2 << 20)}).encode())
+    check(status == 413, "a body over 1 MiB: %d %r" % (status, j))
+    evs = Stream(srv, cid, "y" * (256 * 1024)).wait()
+    check(evs[-1]["event"] == "stop", "a text of exactly 256 KiB is taken: %r" % evs[-1:])
+    for q in ("?after=-1", "?limit=0", "?limit=1001", "?after=x"):
+        status, j = srv.call("GET", "/api/v1/agents/a/conversations/%s%s" % (cid, q))
+        check(status == 400, "paging %s: %d %r" % (q, status, j))
+    for other in ("0123456789abcdef", "nothex", "%2e%2e"):
+        status, j = srv.call("GET", "/api/v1/agents/a/conversations/" + other)
+        check(status in (400, 404), "conversation %r: %d %r" % (other, status, j))
+        status, j = srv.call("POST", "/api/v1/agents/a/conversations/%s/prompt" % other, body={"text": "hi"})
+        check(status in (400, 404), "prompt to %r: %d %r" % (other, status, j))
+    print("hostile: bodies refused; the text bound 262144 bytes")
+
+
+SCENARIOS = [("turn", turn), ("busy", busy_cancel), ("tenant", tenant), ("killed", killed),
+             ("noharness", noharness), ("hostile", hostile)]
+
+
+def main():
+    global AGENT
+    AGENT = build_agent()
+    for name, fn in SCENARIOS:
+        if not ONLY or name in ONLY:
+            fn()
+
+
+if __name__ == "__main__":
+    ahserver.clean_up_on_signals()
+    sys.exit(ahserver.run(main, Fail, procs, TMP, LOG))
