@@ -92,6 +92,7 @@ struct self_t {
     zhashx_t *harnesses;            //  agent id -> harness_t
     zhashx_t *convs;                //  conversation id -> conv_t
     int64_t next_req;
+    int64_t next_gen;               //  harness generations
 };
 
 static void s_harness_send (harness_t *h, const char *line);
@@ -225,7 +226,9 @@ static void s_harness_gone (self_t *self, harness_t *h, const char *why)
     ah_info (AREA, "harness of agent '%s': %s", h->name, why);
 }
 
-//  The harnesses gone leave the table.
+//  The harnesses gone leave the table, and with them their agents' idle
+//  conversations (their ACP sessions died with the process): what this
+//  actor holds is bounded by the harnesses alive and the turns running.
 static void s_reap (self_t *self)
 {
     char gone [16][32];
@@ -233,8 +236,16 @@ static void s_reap (self_t *self)
     for (harness_t *h = zhashx_first (self->harnesses); h && n < 16; h = zhashx_next (self->harnesses))
         if (h->state == H_GONE)
             snprintf (gone [n++], sizeof gone [0], "%s", h->agent_id);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         zhashx_delete (self->harnesses, gone [i]);
+        zlistx_t *idle = zlistx_new ();
+        for (conv_t *c = zhashx_first (self->convs); c && idle; c = zhashx_next (self->convs))
+            if (!c->turn && streq (c->agent_id, gone [i]))
+                zlistx_add_end (idle, c->id);
+        for (char *id = idle ? zlistx_first (idle) : NULL; id; id = zlistx_next (idle))
+            zhashx_delete (self->convs, id);
+        zlistx_destroy (&idle);
+    }
 }
 
 static void s_flush (harness_t *h)
@@ -356,10 +367,9 @@ static ah_msg_t *s_header (self_t *self, const char *agent_id, char *why, size_t
 //  The agent's harness: the one running, or a new one being started.
 static harness_t *s_harness (self_t *self, const char *agent_id, char *why, size_t why_size)
 {
-    s_reap (self);
     harness_t *h = zhashx_lookup (self->harnesses, agent_id);
     if (h)
-        return h;
+        return h;               //  (s_prompt reaped the gone ones)
     ah_msg_t *header = s_header (self, agent_id, why, why_size);
     if (!header)
         return NULL;
@@ -376,8 +386,7 @@ static harness_t *s_harness (self_t *self, const char *agent_id, char *why, size
     h->self = self;
     snprintf (h->agent_id, sizeof h->agent_id, "%s", agent_id);
     s_agent_name (self, agent_id, h->name, sizeof h->name);
-    static int64_t generation;
-    h->gen = ++generation;
+    h->gen = ++self->next_gen;
     h->state = H_OPENING;
     h->open_req = ++self->next_req;
     h->since_ms = zclock_mono ();
@@ -803,6 +812,7 @@ static void s_prompt (void *self_, ah_msg_t *msg)
         ah_actor_reply_error (self->actor, msg, 400, "a prompt's text is 1 to %u bytes without NUL", AH_CONV_PROMPT_MAX);
         return;
     }
+    s_reap (self);              //  before s_conv: it may drop idle conversations
     conv_t *c = s_conv (self, msg);
     if (!c)
         return;
