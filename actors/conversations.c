@@ -4,7 +4,8 @@
     DESIGN. One actor thread (common/actor.h; bus name "conversations")
     owns its own store connection (the one writer of conversations and
     conversation_log), the catalog (read at start: which runtime runs
-    which harness), and two tables:
+    which harness), lua/permission.lua in a Lua state of its own, and
+    two tables:
     - harnesses, by agent id: one proc channel each (CHAN_OPEN to the
       tunnel like any opener, key "harness"), its record reader, the ACP
       line reader, our pending requests and the harness's open ones, the
@@ -27,6 +28,7 @@
 #include "common/log.h"
 #include "common/msg.h"
 #include "common/str.h"
+#include "policy/policy.h"
 #include "proto/acp.h"
 #include "proto/channel.h"
 #include "proto/procchan.h"
@@ -89,6 +91,7 @@ struct self_t {
     ah_actor_t *actor;
     ah_store_t *store;
     ah_catalog_t *catalog;
+    ah_policy_t *permission;        //  lua/permission.lua
     zhashx_t *harnesses;            //  agent id -> harness_t
     zhashx_t *convs;                //  conversation id -> conv_t
     int64_t next_req;
@@ -415,32 +418,67 @@ static harness_t *s_harness_by_chan (self_t *self, int64_t chan)
 //  --------------------------------------------------------------------
 //  What the harness says
 
-//  The shipped rule (lua/permission.lua is to replace it): a tool call
-//  of kind "read" is allowed, anything else rejected; the option is the
-//  first of the wanted kind (once before always), else the turn's
-//  permission is "cancelled".
-static json_t *s_rule (json_t *params, const char **option)
+//  The option of the kinds wanted (the first of the first kind found,
+//  "once" before "always"), or NULL.
+static const char *s_option (json_t *options, bool allow)
 {
-    json_t *call = json_object_get (params, "toolCall");
-    const char *kind = json_string_value (json_object_get (call, "kind"));
-    bool allow = kind && streq (kind, "read");
     const char *wanted [2] = { allow ? "allow_once" : "reject_once", allow ? "allow_always" : "reject_always" };
-    json_t *options = json_object_get (params, "options");
-    *option = NULL;
-    for (int w = 0; w < 2 && !*option; w++) {
+    for (int w = 0; w < 2; w++) {
         size_t i;
         json_t *o;
         json_array_foreach (options, i, o) {
             const char *k = json_string_value (json_object_get (o, "kind"));
             const char *id = json_string_value (json_object_get (o, "optionId"));
-            if (k && id && streq (k, wanted [w])) {
-                *option = id;
-                break;
-            }
+            if (k && id && streq (k, wanted [w]))
+                return id;
         }
     }
-    return *option ? json_pack ("{s:{s:s, s:s}}", "outcome", "outcome", "selected", "optionId", *option)
-                   : json_pack ("{s:{s:s}}", "outcome", "outcome", "cancelled");
+    return NULL;
+}
+
+//  Who decides when nobody answers: lua/permission.lua's permission
+//  (request), else, when the script fails, the compiled rule (the
+//  shipped script's: allow reads, reject the rest). The log entry's body
+//  (outcome, optionId, decided_by, rule, why); *option the option chosen.
+static json_t *s_decide (self_t *self, harness_t *h, conv_t *c, json_t *params, const char **option)
+{
+    json_t *call = json_object_get (params, "toolCall");
+    const char *kind = json_string_value (json_object_get (call, "kind"));
+    const char *title = json_string_value (json_object_get (call, "title"));
+    const char *path = json_string_value (json_object_get (json_array_get (json_object_get (call, "locations"), 0), "path"));
+    ah_msg_t *req = ah_msg_new ("PERMISSION");
+    ah_msg_set_str (req, "agent_id", h->agent_id);
+    ah_msg_set_str (req, "agent_name", h->name);
+    ah_msg_set_str (req, "conversation", c->id);
+    ah_msg_set_str (req, "tool_kind", kind ? kind : "");
+    ah_msg_set_str (req, "title", title ? title : "");
+    ah_msg_set_str (req, "path", path ? path : "");
+    ah_msg_t *result = NULL;
+    char *err = NULL;
+    bool allow = kind && streq (kind, "read");
+    json_t *body = json_pack ("{s:s}", "decided_by", "rule");
+    if (self->permission && ah_policy_call (self->permission, "permission", req, NULL, &result, &err) == 0
+    &&  ah_msg_has (result, "allow")) {
+        allow = ah_msg_bool (result, "allow", false);
+        const char *why = ah_msg_str (result, "why");
+        json_object_set_new (body, "rule", json_string ("lua/permission.lua"));
+        if (why)
+            json_object_set_new (body, "why", ah_json_bytes (why, strnlen (why, 1024)));
+    }
+    else {
+        const char *why = err ? err : "permission() returned no 'allow'";
+        json_object_set_new (body, "rule", json_string (AH_CONV_PERMISSION_RULE));
+        json_object_set_new (body, "rule_error", ah_json_bytes (why, strnlen (why, 1024)));
+        ah_warn (AREA, "permission.lua did not decide (%s): the compiled rule did", why);
+    }
+    free (err);
+    ah_msg_destroy (&result);
+    ah_msg_destroy (&req);
+    *option = s_option (json_object_get (params, "options"), allow);
+    json_object_set_new (body, "outcome", json_string (*option ? "selected" : "cancelled"));
+    if (*option)
+        json_object_set_new (body, "optionId", json_string (*option));
+    return body;
 }
 
 static void s_on_request (self_t *self, harness_t *h, ah_acp_msg_t *msg)
@@ -467,12 +505,10 @@ static void s_on_request (self_t *self, harness_t *h, ah_acp_msg_t *msg)
             answer = json_pack ("{s:s, s:s}", "outcome", "cancelled", "decided_by", "the cancel");
         }
         else {
-            outcome = s_rule (msg->params, &option);
+            answer = s_decide (self, h, c, msg->params, &option);
             who = "policy";
-            answer = json_pack ("{s:s, s:s, s:s}", "outcome", option ? "selected" : "cancelled",
-                                "decided_by", "rule", "rule", AH_CONV_PERMISSION_RULE);
-            if (option)
-                json_object_set_new (answer, "optionId", json_string (option));
+            outcome = option ? json_pack ("{s:{s:s, s:s}}", "outcome", "outcome", "selected", "optionId", option)
+                             : json_pack ("{s:{s:s}}", "outcome", "outcome", "cancelled");
         }
         s_log (self, c, "permission_answer", answer, who, false);
         s_send_line (h, ah_acp_result (msg->id, outcome));
@@ -911,6 +947,7 @@ static void s_destroy (void *self_)
     zhashx_destroy (&self->convs);
     zhashx_destroy (&self->harnesses);
     ah_catalog_destroy (&self->catalog);
+    ah_policy_destroy (&self->permission);
     ah_store_close (&self->store);
     free (self);
 }
@@ -931,6 +968,13 @@ static void *s_init (ah_actor_t *actor, void *args)
         s_destroy (self);
         return NULL;
     }
+    if (!(self->permission = ah_policy_new (a->config ? a->config->lua_dir : NULL, "permission.lua", AREA,
+                                            self->store, &err))) {
+        ah_actor_fail (actor, "%s", err ? err : "cannot load permission.lua");
+        free (err);
+        s_destroy (self);
+        return NULL;
+    }
     zhashx_set_destructor (self->harnesses, s_harness_free);
     zhashx_set_destructor (self->convs, s_conv_free);
     //  No catalog (or one that does not load) is no harness: prompts are
@@ -943,8 +987,17 @@ static void *s_init (ah_actor_t *actor, void *args)
     return self;
 }
 
+static void s_policy_reload (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    if (ah_policy_reload (self->permission, true) < 0)
+        ah_warn (AREA, "permission.lua not reloaded, the previous version stays: %s",
+                 ah_policy_error (self->permission));
+}
+
 static const ah_actor_handler_t s_handlers [] = {
     { "CONV_CREATE", s_create },
+    { "POLICY_RELOAD", s_policy_reload },
     { "CONV_PROMPT", s_prompt },
     { "CONV_CANCEL", s_cancel },
     { "REPLY", s_on_reply },

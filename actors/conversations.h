@@ -5,8 +5,9 @@
     that harness through sandboxd's proc channel (key "harness") on the
     first prompt after a boot, speaks ACP with it (initialize, then
     session/new per conversation, session/prompt, session/cancel),
-    answers the harness's session/request_permission with the shipped
-    rule (allow reads, reject the rest), refuses its fs and terminal
+    answers the harness's session/request_permission as
+    lua/permission.lua decides (else the compiled rule, the shipped
+    script's: allow reads, reject the rest), refuses its fs and terminal
     requests (not served yet), and writes every prompt, update, tool
     call, permission, answer, stop reason and error to the conversation's
     log (store/conversations.h). It is the log's one writer.

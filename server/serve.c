@@ -302,7 +302,7 @@ s_running (self_t *self, const char *name)
 static void
 s_policy_reload (self_t *self)
 {
-    static const char *holders [] = { "lifecycle", "sleeper", "builder" };
+    static const char *holders [] = { "lifecycle", "sleeper", "builder", "conversations" };
     ah_info ("server", "SIGHUP: reloading policies");
     for (size_t i = 0; i < sizeof holders / sizeof holders [0]; i++) {
         if (!s_running (self, holders [i]))

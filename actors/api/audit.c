@@ -249,7 +249,7 @@ out:
 
 static void s_reload (req_t *r)
 {
-    static const char *holders [] = { "lifecycle", "sleeper", "builder" };
+    static const char *holders [] = { "lifecycle", "sleeper", "builder", "conversations" };
     json_t *sent = json_array ();
     for (size_t i = 0; i < sizeof holders / sizeof holders [0]; i++) {
         ah_msg_t *msg = ah_msg_new ("POLICY_RELOAD");

@@ -9,8 +9,8 @@ proxy), and a runtime "plain" that names none.
   turn       create a conversation (201, 16 hex), prompt: the stream (SSE)
              opens with "turn", carries the text chunks and the tool calls
              (a read and an edit), the permission the edit asks and its
-             answer by the shipped rule (reject: who "policy", decided_by
-             "rule"), and ends with the stop end_turn; the log read back
+             answer by lua/permission.lua (reject: who "policy", decided_by
+             "rule", and why), and ends with the stop end_turn; the log read back
              holds the same entries in order after the prompt (who
              api:admin), pages with ?after&limit; the list shows it idle;
              the audit has the prompt's size and not its text
@@ -22,6 +22,10 @@ proxy), and a runtime "plain" that names none.
              ends with an error entry naming the signal, never hangs; the
              next prompt starts it again and its turn ends end_turn
   noharness  an agent whose runtime names no harness: 409 saying so
+  policy     lua/permission.lua decides: edited (allow all) it takes effect
+             at the next permission; broken, the previous version stays;
+             failing in its call, the compiled rule decides and the log
+             says why
   hostile    malformed prompt bodies (not JSON, no text, a number, empty,
              a NUL, an unknown key) 400; a text over 256 KiB 413 naming
              the bound; a body over 1 MiB 413; bad paging 400; an unknown
@@ -31,6 +35,7 @@ usage: e2e_conversations.py AGENTHOLD_BINARY BUILD_SCRIPT OUTDIR [SCENARIO...]""
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -91,6 +96,7 @@ def catalog(path):
 
 SERVER = None
 HARNESS = None
+LUA = os.path.join(TMP, "lua")
 
 
 def server():
@@ -98,7 +104,11 @@ def server():
     if SERVER is None:
         cat = os.path.join(TMP, "catalog.json")
         HARNESS = catalog(cat)
-        SERVER = ahlocal.Local(CTX, "conv", {"AGENTHOLD_CATALOG_PATH": cat}).start()
+        # The shipped scripts in a directory of the test's own: "policy"
+        # edits permission.lua there.
+        shutil.copytree(os.path.join(SRC, "lua"), LUA)
+        SERVER = ahlocal.Local(CTX, "conv", {"AGENTHOLD_CATALOG_PATH": cat,
+                                             "AGENTHOLD_POLICY_LUA_DIR": LUA}).start()
         SERVER.ok("POST", "/api/v1/agents", body={"name": "a", "runtime": "acp"})
         SERVER.wait_state("a", ("running",))
     return SERVER
@@ -189,8 +199,9 @@ def turn():
     perm = kinds.index("permission")
     ans = evs[perm + 1]["data"]
     check(ans["kind"] == "permission_answer" and ans["who"] == "policy" and ans["body"]["decided_by"] == "rule"
-          and ans["body"]["optionId"] == "reject" and ans["body"]["rule"] == "allow reads, reject the rest",
-          "the edit's permission is rejected by the rule, and it says who: %r" % ans)
+          and ans["body"]["optionId"] == "reject" and ans["body"]["rule"] == "lua/permission.lua"
+          and ans["body"]["why"] == "only reads are allowed; this tool call is 'edit'",
+          "the edit's permission is rejected by permission.lua, and it says who and why: %r" % ans)
     check([int(e["id"]) for e in evs[1:]] == list(range(2, len(evs) + 1)), "ids are the log's seq: %r"
           % [e.get("id") for e in evs])
     # The log read back: the prompt, then exactly what streamed.
@@ -324,8 +335,47 @@ def hostile():
     print("hostile: bodies refused; the text bound 262144 bytes")
 
 
+def answer_of(evs):
+    kinds = [e["event"] for e in evs]
+    check("permission" in kinds, "a permission was asked: %r" % kinds)
+    return evs[kinds.index("permission") + 1]["data"]
+
+
+def policy():
+    srv = server()
+    cid = conv(srv)
+    path = os.path.join(LUA, "permission.lua")
+    with open(path) as f:
+        shipped = f.read()
+
+    def script(text):
+        with open(path, "w") as f:
+            f.write(text)
+        time.sleep(1.2)         # the policy host looks at the file at most once a second
+
+    # Edited: the next permission is the new script's, no restart.
+    script('function permission(r) return { allow = true, why = "the test allows " .. r.tool_kind } end\n')
+    ans = answer_of(Stream(srv, cid, "edit it").wait())
+    check(ans["body"]["optionId"] == "allow" and ans["body"]["why"] == "the test allows edit"
+          and ans["who"] == "policy", "the edited script allows: %r" % ans)
+    # Broken (does not compile): the version in force stays.
+    script("function permission(r) return { allow = \n")
+    ans = answer_of(Stream(srv, cid, "again").wait())
+    check(ans["body"]["optionId"] == "allow", "a broken script leaves the previous one in force: %r" % ans)
+    # Failing in the call: the compiled rule decides, and the log says why.
+    script('function permission(r) error("no decision today") end\n')
+    ans = answer_of(Stream(srv, cid, "and again").wait())
+    check(ans["body"]["optionId"] == "reject" and ans["body"]["rule"] == "allow reads, reject the rest"
+          and "no decision today" in ans["body"]["rule_error"], "a failing call falls back to the rule: %r" % ans)
+    script(shipped)
+    ans = answer_of(Stream(srv, cid, "once more").wait())
+    check(ans["body"]["optionId"] == "reject" and ans["body"]["rule"] == "lua/permission.lua",
+          "the shipped script again: %r" % ans)
+    print("policy: permission.lua edited, broken and failing; each answer says who decided")
+
+
 SCENARIOS = [("turn", turn), ("busy", busy_cancel), ("tenant", tenant), ("killed", killed),
-             ("noharness", noharness), ("hostile", hostile)]
+             ("noharness", noharness), ("hostile", hostile), ("policy", policy)]
 
 
 def main():
