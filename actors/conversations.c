@@ -939,6 +939,37 @@ static void s_tick (void *self_, void *arg)
 //  --------------------------------------------------------------------
 //  The actor
 
+//  Turns an earlier run of the server left running (it stopped or died
+//  mid-turn: its harness and its watchers are gone) end now, each with
+//  an error entry saying so: the log stays consistent across a crash.
+static void s_end_orphans (self_t *self)
+{
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "SELECT id FROM conversations WHERE turn_state <> 'idle' ORDER BY id");
+    zlistx_t *ids = zlistx_new ();
+    if (!st || !ids) {
+        zlistx_destroy (&ids);
+        return;
+    }
+    zlistx_set_destructor (ids, (zlistx_destructor_fn *) zstr_free);
+    while (ah_store_step (self->store, st) == SQLITE_ROW) {
+        const char *id = (const char *) sqlite3_column_text (st, 0);
+        if (id)
+            zlistx_add_end (ids, strdup (id));
+    }
+    sqlite3_reset (st);
+    for (char *id = zlistx_first (ids); id; id = zlistx_next (ids)) {
+        conv_t c = { 0 };
+        snprintf (c.id, sizeof c.id, "%s", id);
+        c.turn = true;
+        s_log (self, &c, "error", json_pack ("{s:s}", "error",
+               "the server stopped during this turn; the turn was ended when it started again"), "server", true);
+    }
+    if (zlistx_size (ids))
+        ah_info (AREA, "%zu turn(s) left running by the server's last run ended", zlistx_size (ids));
+    zlistx_destroy (&ids);
+}
+
 static void s_destroy (void *self_)
 {
     self_t *self = self_;
@@ -975,6 +1006,7 @@ static void *s_init (ah_actor_t *actor, void *args)
         s_destroy (self);
         return NULL;
     }
+    s_end_orphans (self);
     zhashx_set_destructor (self->harnesses, s_harness_free);
     zhashx_set_destructor (self->convs, s_conv_free);
     //  No catalog (or one that does not load) is no harness: prompts are

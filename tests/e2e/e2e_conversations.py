@@ -22,6 +22,9 @@ proxy), and a runtime "plain" that names none.
              ends with an error entry naming the signal, never hangs; the
              next prompt starts it again and its turn ends end_turn
   noharness  an agent whose runtime names no harness: 409 saying so
+  crash      the server killed (SIGKILL) mid-turn and started again: the
+             turn is ended with an error entry saying so, the conversation
+             idle, and it takes the next prompt (which wakes the agent)
   policy     lua/permission.lua decides: edited (allow all) it takes effect
              at the next permission; broken, the previous version stays;
              failing in its call, the compiled rule decides and the log
@@ -374,8 +377,30 @@ def policy():
     print("policy: permission.lua edited, broken and failing; each answer says who decided")
 
 
+def crash():
+    srv = server()
+    cid = conv(srv)
+    s = Stream(srv, cid, "work while the server dies")
+    s.until(lambda e: e["event"] == "update")
+    check(log(srv, cid)["turn_state"] == "running", "the turn runs")
+    srv.proc.kill()                 # SIGKILL: nothing of the server's runs after it
+    srv.proc.wait()
+    s.done.wait(10)
+    srv.start()
+    j = log(srv, cid)
+    last = j["entries"][-1]
+    check(j["turn_state"] == "idle" and last["kind"] == "error" and last["who"] == "server"
+          and "the server stopped during this turn" in last["body"]["error"],
+          "after a kill -9 and a restart the turn is ended with the reason: %r %r" % (j["turn_state"], last))
+    # The fake driver's sandboxes died with the server: the prompt wakes it.
+    evs = Stream(srv, cid, "and now").wait()
+    check(evs[-1]["event"] == "stop", "the conversation takes a prompt again, waking its agent: %r" % evs[-1:])
+    print("crash: the turn cut by kill -9 ended at the restart: %r" % last["body"]["error"])
+
+
 SCENARIOS = [("turn", turn), ("busy", busy_cancel), ("tenant", tenant), ("killed", killed),
-             ("noharness", noharness), ("hostile", hostile), ("policy", policy)]
+             ("noharness", noharness), ("hostile", hostile), ("policy", policy),
+             ("crash", crash)]
 
 
 def main():
