@@ -25,6 +25,12 @@ proxy), and a runtime "plain" that names none.
   crash      the server killed (SIGKILL) mid-turn and started again: the
              turn is ended with an error entry saying so, the conversation
              idle, and it takes the next prompt (which wakes the agent)
+  harness    hostile harnesses (tests/e2e/hostile_harness.py): lines not
+             ACP, an unknown id and a 5 MiB line are error entries and the
+             turn goes on; one that exits at once ends the turn with its
+             status and stderr; 10 MiB of stderr is drained; 5,000 updates
+             stream and are logged; one that never answers initialize ends
+             the turn at 30 s
   policy     lua/permission.lua decides: edited (allow all) it takes effect
              at the next permission; broken, the previous version stays;
              failing in its call, the compiled rule decides and the log
@@ -93,7 +99,9 @@ def catalog(path):
         json.dump({"version": 2, "runtimes": [
             {"alias": "acp", "description": "the ACP Go SDK's example agent", "image": "agenthold/acp-test:1",
              "harness": {"command": [own], "env": {"AH_E2E": "1"}}},
-            {"alias": "plain", "description": "no harness", "image": "agenthold/plain-test:1"}]}, f)
+            {"alias": "plain", "description": "no harness", "image": "agenthold/plain-test:1"},
+            {"alias": "hostile", "description": "a harness that misbehaves", "image": "agenthold/hostile-test:1",
+             "harness": {"command": [sys.executable, os.path.join(SRC, "tests", "e2e", "hostile_harness.py")]}}]}, f)
     return own
 
 
@@ -398,8 +406,56 @@ def crash():
     print("crash: the turn cut by kill -9 ended at the restart: %r" % last["body"]["error"])
 
 
+def hostile_harness():
+    srv = server()
+
+    def agent(mode):
+        name = "h-" + mode
+        srv.ok("POST", "/api/v1/agents", body={"name": name, "runtime": "hostile"})
+        srv.wait_state(name, ("running",))
+        status, _ = ahserver.request(srv.port, "PUT", "/api/v1/agents/%s/files/mode" % name, mode.encode(),
+                                     srv.admin)
+        check(status in (200, 201), "the mode written: %d" % status)
+        return name, conv(srv, name)
+
+    def turn(mode, seconds=60):
+        name, cid = agent(mode)
+        t0 = time.time()
+        evs = Stream(srv, cid, "go", agent=name).wait(seconds)
+        return name, cid, evs, time.time() - t0
+
+    def errors(evs):
+        return [e["data"]["body"]["error"] for e in evs if e["event"] == "error"]
+
+    name, cid, evs, _ = turn("garbage")
+    errs = errors(evs)
+    check(evs[-1]["event"] == "stop" and any(e["data"]["body"].get("content", {}).get("text") == "still here"
+                                             for e in evs if e["event"] == "update"),
+          "garbage: the turn goes on to its stop: %r" % [e["event"] for e in evs])
+    check(sum("not ACP" in e for e in errs) == 2 and any("unknown id 9999" in e for e in errs)
+          and any("longer than 4194304 bytes" in e for e in errs), "garbage: each refusal is an error entry: %r" % errs)
+    name, cid, evs, _ = turn("exit")
+    last = evs[-1]["data"]["body"]
+    check(evs[-1]["event"] == "error" and "exited with status 3" in last["error"]
+          and "exiting at once" in last.get("stderr", ""), "exit: an error entry with its stderr: %r" % last)
+    name, cid, evs, _ = turn("stderr")
+    check(evs[-1]["event"] == "stop", "stderr: 10 MiB of stderr drained, the turn ends: %r" % evs[-1:])
+    name, cid, evs, took = turn("flood")
+    ups = [e for e in evs if e["event"] == "update"]
+    check(len(ups) == 5000 and evs[-1]["event"] == "stop", "flood: 5,000 updates streamed: %d" % len(ups))
+    page = srv.ok("GET", "/api/v1/agents/%s/conversations/%s?after=4990&limit=1000" % (name, cid))
+    check(page["entries"][-1]["seq"] == 5002 and page["entries"][-1]["kind"] == "stop", "flood: all logged: %r"
+          % page["entries"][-1:])
+    print("hostile harness: garbage (%d error entries), exit, 10 MiB of stderr, 5,000 updates in %.1f s"
+          % (len(errs), took))
+    name, cid, evs, took = turn("silent", seconds=60)
+    check(evs[-1]["event"] == "error" and "did not answer initialize within 30 s" in evs[-1]["data"]["body"]["error"]
+          and 29 < took < 45, "silent: the turn ends at 30 s: %r after %.1f s" % (evs[-1:], took))
+    print("hostile harness: one that never answers initialize ended after %.1f s" % took)
+
+
 SCENARIOS = [("turn", turn), ("busy", busy_cancel), ("tenant", tenant), ("killed", killed),
-             ("noharness", noharness), ("hostile", hostile), ("policy", policy),
+             ("noharness", noharness), ("hostile", hostile), ("harness", hostile_harness), ("policy", policy),
              ("crash", crash)]
 
 
