@@ -885,6 +885,10 @@ static void s_prompt (void *self_, ah_msg_t *msg)
     ah_msg_set_str (r, "conv", c->id);
     ah_msg_set_int (r, "seq", seq);
     ah_actor_reply (self->actor, msg, r);
+    //  A prompt that woke its agent: the log says so right after it
+    //  (docs/conversations.md, "After a boot"), and so does the stream.
+    if (ah_msg_bool (msg, "woke", false))
+        s_log (self, c, "notice", json_pack ("{s:s}", "notice", AH_CONV_WAKE_NOTICE), "server", false);
     s_advance (self, h, c);
 }
 

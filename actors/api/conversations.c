@@ -31,6 +31,7 @@ typedef struct prompt_t {
     bool streaming;                 //  the actor took it: the stream is open
     bool ended;                     //  the end came: close once buf is out
     bool dead;                      //  too far behind: close now
+    bool woke;                      //  its agent was not running: the wake came first
 } prompt_t;
 
 static const body_field_t s_prompt_fields [] = { { "text", B_STR, NULL }, { NULL, 0, NULL } };
@@ -240,6 +241,8 @@ static void s_send (req_t *r)
     ah_msg_set_str (msg, "conv", r->params [1]);
     ah_msg_set_bin (msg, "text", p->text, p->text_size);
     ah_msg_set_strf (msg, "who", "api:%s", r->who.token_name);
+    if (p->woke)
+        ah_msg_set_bool (msg, "woke", true);
     free (p->text);
     p->text = NULL;
     api_ask (r, "conversations", &msg, s_accepted);
@@ -301,6 +304,7 @@ static void s_prompt (req_t *r)
     r->ext_ops = &s_prompt_ops;
     char text [300];
     int rc = ah_api_events_wake (r->api->events, r->agent_id, r, s_woken, AH_API_WAKE_TIMEOUT_S, text, sizeof text);
+    p->woke = rc == 1;              //  s_woken comes back once it runs
     if (rc == 0)
         s_send (r);
     else if (rc != 1) {

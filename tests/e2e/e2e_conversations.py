@@ -24,7 +24,8 @@ proxy), and a runtime "plain" that names none.
   noharness  an agent whose runtime names no harness: 409 saying so
   crash      the server killed (SIGKILL) mid-turn and started again: the
              turn is ended with an error entry saying so, the conversation
-             idle, and it takes the next prompt (which wakes the agent)
+             idle, and it takes the next prompt (which wakes the agent:
+             the notice "Starting the sandbox…" right after the prompt)
   harness    hostile harnesses (tests/e2e/hostile_harness.py): lines not
              ACP, an unknown id and a 5 MiB line are error entries and the
              turn goes on; one that exits at once ends the turn with its
@@ -403,6 +404,9 @@ def crash():
     # The fake driver's sandboxes died with the server: the prompt wakes it.
     evs = Stream(srv, cid, "and now").wait()
     check(evs[-1]["event"] == "stop", "the conversation takes a prompt again, waking its agent: %r" % evs[-1:])
+    check(evs[1]["event"] == "notice" and evs[1]["data"]["body"]["notice"] == "Starting the sandbox\u2026"
+          and evs[1]["data"]["seq"] == evs[0]["data"]["prompt_seq"] + 1,
+          "the log says the prompt woke it, right after the prompt: %r" % evs[:2])
     print("crash: the turn cut by kill -9 ended at the restart: %r" % last["body"]["error"])
 
 
