@@ -67,6 +67,9 @@ typedef struct {
     size_t exit_len;
     int64_t init_id;
     int64_t since_ms;               //  when the open or initialize was sent
+    bool attached;                  //  sandboxd kept it from an earlier stream: its sessions live
+    bool can_load;                  //  initialize said agentCapabilities.loadSession
+    bool can_resume;                //  ... agentCapabilities.sessionCapabilities.resume
 } harness_t;
 
 typedef struct {
@@ -78,7 +81,9 @@ typedef struct {
     bool cancelling;
     int64_t cancel_at;
     int64_t prompt_id;              //  our session/prompt's id, once sent
-    int64_t new_id;                 //  our session/new's id, while asked
+    int64_t new_id;                 //  our session/new, load or resume's id, while asked
+    bool restoring;                 //  that is a load or a resume of session
+    bool reset;                     //  a session was lost: the notice goes with the new one
     int64_t asked_at;
     char *text;                     //  the prompt waiting for a session
     size_t text_size;
@@ -117,7 +122,9 @@ static int64_t s_log (self_t *self, conv_t *c, const char *kind, json_t *body, c
         ah_warn (AREA, "conversation %s: a %s entry was not logged: %s", c->id, kind,
                  text ? ah_store_error (self->store) : "out of memory");
     if (end) {
-        c->turn = c->cancelling = false;
+        if (c->restoring)
+            c->session_gen = 0;     //  not restored after all: the next turn tries again
+        c->turn = c->cancelling = c->restoring = false;
         c->prompt_id = c->new_id = 0;
         free (c->text);
         c->text = NULL;
@@ -292,15 +299,32 @@ static void s_advance (self_t *self, harness_t *h, conv_t *c)
 {
     if (!c->turn || h->state != H_READY || c->prompt_id || c->new_id)
         return;
+    if (c->session_gen != h->gen && c->session [0] && h->attached)
+        c->session_gen = h->gen;    //  the same process as before: the session lives
     if (c->session_gen != h->gen || !c->session [0]) {
-        c->new_id = ah_acp_pending_add (&h->pending, AH_ACP_M_SESSION_NEW, c->id, zclock_mono ());
+        //  A session of an earlier process is restored as the harness
+        //  can (docs/conversations.md "After a boot"): load, else resume,
+        //  else (or when that fails) a new one and the notice.
+        ah_acp_method_t how = AH_ACP_M_SESSION_NEW;
+        if (c->session [0] && !c->reset)
+            how = h->can_load ? AH_ACP_M_SESSION_LOAD : h->can_resume ? AH_ACP_M_SESSION_RESUME : how;
+        if (c->session [0] && how == AH_ACP_M_SESSION_NEW)
+            c->reset = true;
+        c->new_id = ah_acp_pending_add (&h->pending, how, c->id, zclock_mono ());
         c->asked_at = zclock_mono ();
         if (c->new_id < 0) {
             c->new_id = 0;
             s_error (self, c, "too many requests to the harness are waiting for an answer", true);
             return;
         }
-        s_send_line (h, ah_acp_session_new (c->new_id, "/home/agent"));
+        c->restoring = how != AH_ACP_M_SESSION_NEW;
+        if (c->restoring) {
+            c->session_gen = h->gen;        //  its replayed updates are recognised (and not logged)
+            s_send_line (h, how == AH_ACP_M_SESSION_LOAD ? ah_acp_session_load (c->new_id, c->session, "/home/agent")
+                                                          : ah_acp_session_resume (c->new_id, c->session, "/home/agent"));
+        }
+        else
+            s_send_line (h, ah_acp_session_new (c->new_id, "/home/agent"));
         return;
     }
     c->prompt_id = ah_acp_pending_add (&h->pending, AH_ACP_M_SESSION_PROMPT, c->id, zclock_mono ());
@@ -527,8 +551,8 @@ static void s_on_update (self_t *self, harness_t *h, ah_acp_msg_t *msg)
 {
     conv_t *c = s_conv_by_session (self, h, json_string_value (json_object_get (msg->params, "sessionId")));
     json_t *update = json_object_get (msg->params, "update");
-    if (!c || !json_is_object (update))
-        return;
+    if (!c || !json_is_object (update) || c->restoring)
+        return;                     //  (a load's replay of the history is not logged again)
     const char *what = json_string_value (json_object_get (update, "sessionUpdate"));
     bool tool = what && (streq (what, "tool_call") || streq (what, "tool_call_update"));
     s_log (self, c, tool ? "tool_call" : "update", json_incref (update), "harness", false);
@@ -562,7 +586,11 @@ static void s_on_answer (self_t *self, harness_t *h, ah_acp_msg_t *msg)
             return;
         }
         h->state = H_READY;
-        ah_info (AREA, "harness of agent '%s' initialized", h->name);
+        json_t *caps = json_object_get (msg->result, "agentCapabilities");
+        h->can_load = json_is_true (json_object_get (caps, "loadSession"));
+        h->can_resume = json_object_get (json_object_get (caps, "sessionCapabilities"), "resume") != NULL;
+        ah_info (AREA, "harness of agent '%s' initialized (%s)", h->name,
+                 h->can_load ? "loads sessions" : h->can_resume ? "resumes sessions" : "restores no session");
         for (conv_t *c = zhashx_first (self->convs); c; c = zhashx_next (self->convs))
             if (streq (c->agent_id, h->agent_id))
                 s_advance (self, h, c);
@@ -571,6 +599,16 @@ static void s_on_answer (self_t *self, harness_t *h, ah_acp_msg_t *msg)
     conv_t *c = zhashx_lookup (self->convs, e.tag);
     if (!c || !c->turn)
         return;
+    if (msg->kind == AH_ACP_ERROR && (e.method == AH_ACP_M_SESSION_LOAD || e.method == AH_ACP_M_SESSION_RESUME)
+    &&  e.id == c->new_id) {
+        //  It could not restore it: a new session, and the notice.
+        c->new_id = 0;
+        c->restoring = false;
+        c->reset = true;
+        c->session_gen = 0;
+        s_advance (self, h, c);
+        return;
+    }
     if (msg->kind == AH_ACP_ERROR) {
         char why [400];
         snprintf (why, sizeof why, "the harness answered %s with an error (%lld): %.300s",
@@ -588,6 +626,16 @@ static void s_on_answer (self_t *self, harness_t *h, ah_acp_msg_t *msg)
         snprintf (c->session, sizeof c->session, "%s", sid);
         c->session_gen = h->gen;
         ah_store_conversation_set_session (self->store, c->id, sid);
+        if (c->reset)
+            s_log (self, c, "notice", json_pack ("{s:s}", "notice", AH_CONV_RESET_NOTICE), "server", false);
+        c->reset = false;
+        s_advance (self, h, c);
+    }
+    else if ((e.method == AH_ACP_M_SESSION_LOAD || e.method == AH_ACP_M_SESSION_RESUME) && e.id == c->new_id) {
+        c->new_id = 0;
+        c->restoring = false;
+        ah_info (AREA, "conversation %s: its session %s", c->id,
+                 e.method == AH_ACP_M_SESSION_LOAD ? "loaded" : "resumed");
         s_advance (self, h, c);
     }
     else if (e.method == AH_ACP_M_SESSION_PROMPT && e.id == c->prompt_id) {
@@ -687,6 +735,7 @@ static void s_on_chan_reply (self_t *self, harness_t *h, ah_msg_t *msg)
     ah_procchan_reply_t r;
     bool attached = reply && ah_procchan_reply (reply, &r) == 0 && r.attached;
     ah_msg_destroy (&reply);
+    h->attached = attached;
     if (!h->chan) {
         s_harness_gone (self, h, "the tunnel opened no channel for the harness");
         return;
@@ -810,8 +859,9 @@ static conv_t *s_conv (self_t *self, ah_msg_t *msg)
     }
     snprintf (c->id, sizeof c->id, "%s", row.id);
     snprintf (c->agent_id, sizeof c->agent_id, "%s", row.agent_id);
-    //  A session of a harness this actor did not start is not known to
-    //  be alive (restoring it is for later): a fresh one is made.
+    //  The session of an earlier run: alive when the harness is the same
+    //  process (attached), else restored (s_advance).
+    snprintf (c->session, sizeof c->session, "%s", row.acp_session_id);
     zhashx_insert (self->convs, c->id, c);
     return c;
 }
@@ -933,7 +983,8 @@ static void s_tick (void *self_, void *arg)
         }
     for (conv_t *c = zhashx_first (self->convs); c; c = zhashx_next (self->convs)) {
         if (c->turn && c->new_id && now - c->asked_at > AH_CONV_REQUEST_TIMEOUT_MS)
-            s_error (self, c, "the harness did not answer session/new in time", true);
+            s_error (self, c, c->restoring ? "the harness did not answer session/load or session/resume in time"
+                                           : "the harness did not answer session/new in time", true);
         else if (c->turn && c->cancelling && now - c->cancel_at > AH_CONV_CANCEL_GRACE_MS)
             s_error (self, c, "the harness did not end the cancelled turn in time", true);
     }

@@ -25,6 +25,7 @@
 #define AH_CONV_CANCEL_GRACE_MS     10000           //  a cancelled turn ends within, or by us
 #define AH_CONV_ERRORS_PER_TURN     50              //  error entries one turn logs at most
 #define AH_CONV_PERMISSION_RULE     "allow reads, reject the rest"
+#define AH_CONV_RESET_NOTICE        "The sandbox restarted and the harness could not restore this conversation; its context was reset."
 #define AH_CONV_WAKE_NOTICE         "Starting the sandbox\xe2\x80\xa6"   //  ... an ellipsis, UTF-8
 
 typedef struct {

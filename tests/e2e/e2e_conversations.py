@@ -32,6 +32,12 @@ proxy), and a runtime "plain" that names none.
              status and stderr; 10 MiB of stderr is drained; 5,000 updates
              stream and are logged; one that never answers initialize ends
              the turn at 30 s
+  restore    harnesses that load (and that resume) their sessions, kept in
+             their home: after the harness is killed, the next prompt's
+             answer quotes the earlier prompt (the conversation continued;
+             a load's replay not logged again, no notice); the example
+             agent, which does neither, gets a fresh session and the
+             notice that the context was reset (killed, crash)
   policy     lua/permission.lua decides: edited (allow all) it takes effect
              at the next permission; broken, the previous version stays;
              failing in its call, the compiled rule decides and the log
@@ -306,6 +312,9 @@ def killed():
     evs = Stream(srv, cid, "again").wait()
     check(evs[-1]["event"] == "stop" and evs[-1]["data"]["body"]["stopReason"] == "end_turn",
           "the next prompt starts the harness again: %r" % evs[-1:])
+    # The example agent neither loads nor resumes: a fresh session, and the notice.
+    check(evs[1]["event"] == "notice" and evs[1]["data"]["body"]["notice"] == RESET,
+          "the context reset is said: %r" % evs[:2])
     print("killed: error entry %r; the next turn ran" % last["body"]["error"])
 
 
@@ -407,23 +416,26 @@ def crash():
     check(evs[1]["event"] == "notice" and evs[1]["data"]["body"]["notice"] == "Starting the sandbox\u2026"
           and evs[1]["data"]["seq"] == evs[0]["data"]["prompt_seq"] + 1,
           "the log says the prompt woke it, right after the prompt: %r" % evs[:2])
+    check(evs[2]["event"] == "notice" and evs[2]["data"]["body"]["notice"] == RESET,
+          "then that the context was reset: %r" % evs[:3])
     print("crash: the turn cut by kill -9 ended at the restart: %r" % last["body"]["error"])
+
+
+def hostile_agent(srv, name, mode):
+    """An agent of the runtime "hostile", running, its harness's mode
+    written in its home, and a conversation of it: (name, id)."""
+    srv.ok("POST", "/api/v1/agents", body={"name": name, "runtime": "hostile"})
+    srv.wait_state(name, ("running",))
+    status, _ = ahserver.request(srv.port, "PUT", "/api/v1/agents/%s/files/mode" % name, mode.encode(), srv.admin)
+    check(status in (200, 201), "the mode written: %d" % status)
+    return name, conv(srv, name)
 
 
 def hostile_harness():
     srv = server()
 
-    def agent(mode):
-        name = "h-" + mode
-        srv.ok("POST", "/api/v1/agents", body={"name": name, "runtime": "hostile"})
-        srv.wait_state(name, ("running",))
-        status, _ = ahserver.request(srv.port, "PUT", "/api/v1/agents/%s/files/mode" % name, mode.encode(),
-                                     srv.admin)
-        check(status in (200, 201), "the mode written: %d" % status)
-        return name, conv(srv, name)
-
     def turn(mode, seconds=60):
-        name, cid = agent(mode)
+        name, cid = hostile_agent(srv, "h-" + mode, mode)
         t0 = time.time()
         evs = Stream(srv, cid, "go", agent=name).wait(seconds)
         return name, cid, evs, time.time() - t0
@@ -458,8 +470,42 @@ def hostile_harness():
     print("hostile harness: one that never answers initialize ended after %.1f s" % took)
 
 
+RESET = "The sandbox restarted and the harness could not restore this conversation; its context was reset."
+
+
+def restore():
+    srv = server()
+    for mode in ("load", "resume"):
+        name, cid = hostile_agent(srv, "r-" + mode, mode)
+
+        def texts(evs):
+            return [e["data"]["body"]["content"]["text"] for e in evs if e["event"] == "update"]
+        evs = Stream(srv, cid, "remember banana", agent=name).wait()
+        check(texts(evs) == ["nothing before"] and evs[-1]["event"] == "stop", "%s: first turn %r" % (mode, evs))
+        status, pid = ahserver.request(srv.port, "GET", "/api/v1/agents/%s/files/pid" % name, token=srv.admin)
+        pid = int(pid)
+        os.kill(pid, signal.SIGKILL)        # a new process: its sessions are gone from memory
+
+        def gone():
+            try:
+                os.kill(pid, 0)
+                return False
+            except OSError:
+                return True
+        ahserver.wait_until(gone, 10, "the harness gone", fail=Fail)
+        time.sleep(0.5)                     # its EXIT reaches the actor
+        evs = Stream(srv, cid, "what did I say?", agent=name).wait()
+        kinds = [e["event"] for e in evs]
+        check(texts(evs) == ["you said before: remember banana"] and "notice" not in kinds,
+              "%s: the conversation continues in a new process, no notice: %r" % (mode, evs))
+        ents = srv.ok("GET", "/api/v1/agents/%s/conversations/%s" % (name, cid))["entries"]
+        check(not any("replay:" in json.dumps(e["body"]) for e in ents), "%s: a load's replay is not logged" % mode)
+        print("restore: %s: the conversation continued after the harness restarted" % mode)
+
+
 SCENARIOS = [("turn", turn), ("busy", busy_cancel), ("tenant", tenant), ("killed", killed),
              ("noharness", noharness), ("hostile", hostile), ("harness", hostile_harness), ("policy", policy),
+             ("restore", restore),
              ("crash", crash)]
 
 
