@@ -104,6 +104,7 @@ struct self_t {
 };
 
 static void s_harness_send (harness_t *h, const char *line);
+static void s_turns_said (self_t *self, const char *agent_id);
 
 //  --------------------------------------------------------------------
 //  The log and the watcher
@@ -130,6 +131,8 @@ static int64_t s_log (self_t *self, conv_t *c, const char *kind, json_t *body, c
         c->text = NULL;
         if (ah_store_conversation_set_turn (self->store, c->id, "idle", ah_store_now_ms ()) != 1)
             ah_warn (AREA, "conversation %s: its turn state was not set to idle", c->id);
+        if (c->agent_id [0])
+            s_turns_said (self, c->agent_id);
     }
     if (c->peer [0]) {
         ah_msg_t *m = ah_msg_new ("CONV_EVENT");
@@ -147,6 +150,24 @@ static int64_t s_log (self_t *self, conv_t *c, const char *kind, json_t *body, c
         c->peer [0] = 0;
     free (text);
     return seq;
+}
+
+//  The agent's running turns, to the sleeper (idle.lua's
+//  conversation_turns: a turn keeps its agent awake), and its use to
+//  lifecycle (a turn's start and end move last_activity_at).
+static void s_turns_said (self_t *self, const char *agent_id)
+{
+    int64_t n = 0;
+    for (conv_t *c = zhashx_first (self->convs); c; c = zhashx_next (self->convs))
+        n += c->turn && streq (c->agent_id, agent_id);
+    ah_msg_t *m = ah_msg_new ("CONV_TURNS");
+    ah_msg_set_str (m, "agent_id", agent_id);
+    ah_msg_set_int (m, "running", n);
+    ah_actor_send (self->actor, "sleeper", &m);
+    m = ah_msg_new ("AGENT_ACTIVITY");
+    ah_msg_set_str (m, "agent_id", agent_id);
+    ah_msg_set_str (m, "what", "conversation");
+    ah_actor_send (self->actor, "lifecycle", &m);
 }
 
 //  An error entry of the running turn: {"error": why}, and ends it when end.
@@ -926,6 +947,7 @@ static void s_prompt (void *self_, ah_msg_t *msg)
     c->prompt_id = c->new_id = 0;
     c->asked_at = zclock_mono ();
     ah_store_conversation_set_turn (self->store, c->id, "running", ah_store_now_ms ());
+    s_turns_said (self, c->agent_id);
     json_t *body = ah_json_bytes (text, size);
     int64_t seq = s_log (self, c, "prompt", json_pack ("{s:o}", "text", body), who, false);
     snprintf (c->peer, sizeof c->peer, "%s", ah_msg_peer (msg) ? ah_msg_peer (msg) : "");

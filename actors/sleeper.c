@@ -192,18 +192,23 @@ static void s_stats (void *self_, ah_msg_t *msg)
     f->cpu_at_ns = at;
 }
 
-static void s_terminals (void *self_, ah_msg_t *msg)
+//  TERMINALS (api) and CONV_TURNS (conversations): a count of what
+//  keeps the agent busy changed.
+static void s_count (self_t *self, ah_msg_t *msg, bool terminals)
 {
-    self_t *self = self_;
     const char *agent = ah_msg_str (msg, "agent_id");
     facts_t *f = agent ? sleeper_facts (self, agent) : NULL;
     if (f) {
-        f->terminals = (int) ah_msg_int (msg, "open", 0);
+        int n = (int) ah_msg_int (msg, terminals ? "open" : "running", 0);
+        *(terminals ? &f->terminals : &f->conv_turns) = n < 0 ? 0 : n;
         sleeper_touch (f, ah_store_now_ms ());
-        f->stop_sent = f->stop_sent && f->terminals == 0;
+        f->stop_sent = f->stop_sent && f->terminals == 0 && f->conv_turns == 0;
         sleeper_dirty (self, f);
     }
 }
+
+static void s_terminals (void *self, ah_msg_t *msg) { s_count (self, msg, true); }
+static void s_conv_turns (void *self, ah_msg_t *msg) { s_count (self, msg, false); }
 
 static void s_check (void *self_, ah_msg_t *msg)
 {
@@ -277,6 +282,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "TURN_RENEW", s_turn_renew },
     { "TURN_END", s_turn_end },
     { "TERMINALS", s_terminals },
+    { "CONV_TURNS", s_conv_turns },
     { "AGENT_STATS", s_stats },
     { "SANDBOX_STATE", s_state },
     { "AGENT_CHANGED", s_changed },

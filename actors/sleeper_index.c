@@ -336,6 +336,7 @@ static void s_judge (self_t *self, facts_t *f, int64_t now, sqlite3_stmt *up,
     ah_msg_set_double (facts, "idle_minutes", f->idle_minutes);
     ah_msg_set_int (facts, "turns", f->turns);
     ah_msg_set_int (facts, "terminals", f->terminals);
+    ah_msg_set_int (facts, "conversation_turns", f->conv_turns);
     if (f->has_share)
         ah_msg_set_double (facts, "cpu_share", f->cpu_share);
     else

@@ -18,6 +18,7 @@
 
 typedef struct {
     int     terminals;              //  open terminal sessions (from the api)
+    int     conv_turns;             //  conversation turns running (from conversations)
     bool    has_sample;
     int64_t cpu_ns;                 //  last CPU sample (from the tunnel)
     int64_t cpu_at_ns;

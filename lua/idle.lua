@@ -7,7 +7,9 @@
 --
 -- sandbox: { id, name, state, ... }             (what the sleeper knows)
 -- facts:   { now_ms, last_activity_ms, idle_minutes, turns, terminals,
---            cpu_share }   turns and terminals are counts; cpu_share is the
+--            conversation_turns, cpu_share }   turns, terminals and
+--                          conversation_turns (prompts the harness is
+--                          answering) are counts; cpu_share is the
 --                          fraction of one core used since the last check
 --                          (nil when unknown)
 --
@@ -28,7 +30,7 @@ function idle(sandbox, facts)
   local busy_until = now + window
 
   local recheck = CPU_THRESHOLD
-  if (facts.turns or 0) > 0 then
+  if (facts.turns or 0) + (facts.conversation_turns or 0) > 0 then
     return { idle = false, sleeps_at_ms = busy_until, why = "turn", recheck_cpu_share = recheck }
   end
   if (facts.terminals or 0) > 0 then

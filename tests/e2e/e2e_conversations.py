@@ -38,6 +38,9 @@ proxy), and a runtime "plain" that names none.
              a load's replay not logged again, no notice); the example
              agent, which does neither, gets a fresh session and the
              notice that the context was reset (killed, crash)
+  awake      a turn keeps its agent awake (idle.lua's conversation_turns):
+             an agent of idle_minutes 0.05 stays running through an 8 s
+             turn and sleeps after it
   policy     lua/permission.lua decides: edited (allow all) it takes effect
              at the next permission; broken, the previous version stays;
              failing in its call, the compiled rule decides and the log
@@ -126,7 +129,8 @@ def server():
         # edits permission.lua there.
         shutil.copytree(os.path.join(SRC, "lua"), LUA)
         SERVER = ahlocal.Local(CTX, "conv", {"AGENTHOLD_CATALOG_PATH": cat,
-                                             "AGENTHOLD_POLICY_LUA_DIR": LUA}).start()
+                                             "AGENTHOLD_POLICY_LUA_DIR": LUA,
+                                             "AGENTHOLD_SANDBOX_IDLE_CHECK_INTERVAL": "1s"}).start()
         SERVER.ok("POST", "/api/v1/agents", body={"name": "a", "runtime": "acp"})
         SERVER.wait_state("a", ("running",))
     return SERVER
@@ -470,6 +474,21 @@ def hostile_harness():
     print("hostile harness: one that never answers initialize ended after %.1f s" % took)
 
 
+def awake():
+    srv = server()
+    name, cid = hostile_agent(srv, "w-slow", "slow")
+    srv.ok("PATCH", "/api/v1/agents/" + name, body={"idle_minutes": 0.05})     # 3 s
+    s = Stream(srv, cid, "take your time", agent=name)
+    time.sleep(6.5)             # twice the idle window, six checks of the sleeper
+    j = srv.ok("GET", "/api/v1/agents/" + name)
+    check(j["state"] == "running" and not s.done.is_set(), "a running turn keeps its agent awake: %s, %r"
+          % (j["state"], j.get("awake_because")))
+    evs = s.wait(30)
+    check(evs[-1]["event"] == "stop", "the slow turn ends: %r" % evs[-1:])
+    j = srv.wait_state(name, ("sleeping",), seconds=20)
+    print("awake: a turn of 8 s kept an agent of idle_minutes 0.05 awake; it slept after")
+
+
 RESET = "The sandbox restarted and the harness could not restore this conversation; its context was reset."
 
 
@@ -505,7 +524,7 @@ def restore():
 
 SCENARIOS = [("turn", turn), ("busy", busy_cancel), ("tenant", tenant), ("killed", killed),
              ("noharness", noharness), ("hostile", hostile), ("harness", hostile_harness), ("policy", policy),
-             ("restore", restore),
+             ("restore", restore), ("awake", awake),
              ("crash", crash)]
 
 

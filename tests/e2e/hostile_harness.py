@@ -10,6 +10,7 @@ directory (the agent's home, written by the test through the files API):
   silent   never answers initialize
   stderr   writes 10 MiB to stderr first, then behaves
   flood    on a prompt: 5,000 updates, then the stop
+  slow     on a prompt: an update, 8 s of nothing, an update, the stop
   load     keeps its sessions in the file sessions.json of its home and
            advertises loadSession: session/load replays a session's
            history (updates "replay: ..."); a prompt's answer quotes the
@@ -20,6 +21,7 @@ Whatever the mode, it writes its pid into the file pid of its home.  (other)  be
 import json
 import os
 import sys
+import time
 
 mode = open("mode").read().strip() if os.path.exists("mode") else ""
 out = sys.stdout
@@ -98,6 +100,10 @@ for line in sys.stdin:
             out.write("x" * (5 << 20) + "\n")
             out.flush()
             update("still here")
+        elif mode == "slow":
+            update("thinking")
+            time.sleep(8)
+            update("done")
         elif mode == "flood":
             for i in range(5000):
                 update("u%d" % i)
