@@ -48,6 +48,17 @@ typedef struct self_t self_t;
 
 typedef enum { H_OPENING = 1, H_INIT, H_READY, H_GONE } hstate_t;
 
+//  A permission the harness asked that waits for an answer by the API
+//  (conversations.permission_timeout, then lua/permission.lua decides).
+typedef struct perm_t {
+    struct perm_t *next;
+    char conv [AH_CONV_ID_LEN + 1];
+    int64_t seq;                    //  its permission entry's: the request the API names
+    json_t *id;                     //  the harness's request id (held)
+    json_t *params;                 //  its params (held)
+    int64_t deadline;               //  zclock_mono
+} perm_t;
+
 typedef struct {
     self_t *self;
     char agent_id [32];
@@ -70,6 +81,7 @@ typedef struct {
     bool attached;                  //  sandboxd kept it from an earlier stream: its sessions live
     bool can_load;                  //  initialize said agentCapabilities.loadSession
     bool can_resume;                //  ... agentCapabilities.sessionCapabilities.resume
+    perm_t *perms;                  //  permissions waiting for an answer (at most AH_ACP_OPEN_MAX: open ids)
 } harness_t;
 
 typedef struct {
@@ -101,6 +113,7 @@ struct self_t {
     zhashx_t *convs;                //  conversation id -> conv_t
     int64_t next_req;
     int64_t next_gen;               //  harness generations
+    int64_t permission_ms;          //  conversations.permission_timeout
 };
 
 static void s_harness_send (harness_t *h, const char *line);
@@ -190,6 +203,13 @@ static void s_harness_free (void **item)
     harness_t *h = *item;
     if (!h)
         return;
+    while (h->perms) {
+        perm_t *p = h->perms;
+        h->perms = p->next;
+        json_decref (p->id);
+        json_decref (p->params);
+        free (p);
+    }
     ah_buf_free (&h->out);
     ah_buf_free (&h->err);
     ah_acp_reader_clear (&h->reader);
@@ -526,6 +546,45 @@ static json_t *s_decide (self_t *self, harness_t *h, conv_t *c, json_t *params, 
     return body;
 }
 
+//  Answers a waiting permission p of h (taken off its list and freed):
+//  option NULL is "cancelled". body (taken) is the log entry's.
+static void s_perm_answer (self_t *self, harness_t *h, perm_t *p, const char *option, json_t *body, const char *who)
+{
+    for (perm_t **pp = &h->perms; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    json_object_set_new (body, "outcome", json_string (option ? "selected" : "cancelled"));
+    json_object_set_new (body, "request", json_integer (p->seq));
+    if (option)
+        json_object_set_new (body, "optionId", json_string (option));
+    conv_t *c = zhashx_lookup (self->convs, p->conv);
+    if (c)
+        s_log (self, c, "permission_answer", body, who, false);
+    else
+        json_decref (body);
+    s_send_line (h, ah_acp_result (p->id, option ? json_pack ("{s:{s:s, s:s}}", "outcome", "outcome", "selected", "optionId", option)
+                                                 : json_pack ("{s:{s:s}}", "outcome", "outcome", "cancelled")));
+    ah_acp_open_close (&h->open, p->id);
+    json_decref (p->id);
+    json_decref (p->params);
+    free (p);
+}
+
+//  Each waiting permission of conversation c (NULL: every one of h) is
+//  answered "cancelled", by the cancel.
+static void s_perms_cancel (self_t *self, harness_t *h, conv_t *c)
+{
+    perm_t *p = h->perms;
+    while (p) {
+        perm_t *next = p->next;
+        if (!c || streq (p->conv, c->id))
+            s_perm_answer (self, h, p, NULL, json_pack ("{s:s}", "decided_by", "the cancel"), "server");
+        p = next;
+    }
+}
+
 static void s_on_request (self_t *self, harness_t *h, ah_acp_msg_t *msg)
 {
     conv_t *c = s_conv_by_session (self, h, json_string_value (json_object_get (msg->params, "sessionId")));
@@ -539,7 +598,19 @@ static void s_on_request (self_t *self, harness_t *h, ah_acp_msg_t *msg)
         return;
     }
     if (streq (msg->method, "session/request_permission") && c) {
-        s_log (self, c, "permission", json_incref (msg->params), "harness", false);
+        int64_t seq = s_log (self, c, "permission", json_incref (msg->params), "harness", false);
+        perm_t *p = self->permission_ms > 0 && c->turn && !c->cancelling && seq > 0 ? calloc (1, sizeof *p) : NULL;
+        if (p) {
+            //  It waits for an answer by the API, or the timeout.
+            snprintf (p->conv, sizeof p->conv, "%s", c->id);
+            p->seq = seq;
+            p->id = json_incref (msg->id);
+            p->params = json_incref (msg->params);
+            p->deadline = zclock_mono () + self->permission_ms;
+            p->next = h->perms;
+            h->perms = p;
+            return;                 //  open until answered
+        }
         const char *option = NULL;
         json_t *outcome;
         const char *who;
@@ -985,8 +1056,53 @@ static void s_cancel (void *self_, ah_msg_t *msg)
     }
     c->cancelling = true;
     c->cancel_at = zclock_mono ();
+    s_perms_cancel (self, h, c);
     ah_store_conversation_set_turn (self->store, c->id, "cancelling", ah_store_now_ms ());
     s_send_line (h, ah_acp_session_cancel (c->session));
+}
+
+//  CONV_PERMISSION: a caller answers a waiting permission.
+static void s_permission (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    int64_t request = ah_msg_int (msg, "request", 0);
+    const char *option = ah_msg_str (msg, "option"), *who = ah_msg_str (msg, "who");
+    if (request <= 0 || !option || !who || !*who || strlen (who) > AH_CONV_WHO_MAX) {
+        ah_actor_reply_error (self->actor, msg, 400, "CONV_PERMISSION needs request (int > 0), option and who (strings)");
+        return;
+    }
+    conv_t *c = s_conv (self, msg);
+    if (!c)
+        return;
+    harness_t *h = zhashx_lookup (self->harnesses, c->agent_id);
+    perm_t *p = h && h->state != H_GONE ? h->perms : NULL;
+    while (p && !(p->seq == request && streq (p->conv, c->id)))
+        p = p->next;
+    if (!p) {
+        ah_actor_reply_error (self->actor, msg, 404, "no permission request %lld waits in conversation '%s' "
+                              "(answered already, decided, or never asked)", (long long) request, c->id);
+        return;
+    }
+    const char *chosen = NULL;
+    size_t i;
+    json_t *o;
+    char offered [300] = "";
+    json_array_foreach (json_object_get (p->params, "options"), i, o) {
+        const char *id = json_string_value (json_object_get (o, "optionId"));
+        if (id && streq (id, option))
+            chosen = id;
+        if (id && strlen (offered) + strlen (id) + 3 < sizeof offered)
+            snprintf (offered + strlen (offered), sizeof offered - strlen (offered), "%s%s", *offered ? ", " : "", id);
+    }
+    if (!chosen) {
+        ah_actor_reply_error (self->actor, msg, 400, "option '%.64s' is not one the harness offered (%s)",
+                              option, *offered ? offered : "none");
+        return;
+    }
+    char kept [256];
+    snprintf (kept, sizeof kept, "%s", chosen);      //  p (and its params) go with the answer
+    ah_actor_reply_ok (self->actor, msg, 200);
+    s_perm_answer (self, h, p, kept, json_pack ("{s:s}", "decided_by", "api"), who);
 }
 
 //  --------------------------------------------------------------------
@@ -1003,6 +1119,23 @@ static void s_tick (void *self_, void *arg)
                       h->state == H_OPENING ? "start" : "answer initialize", AH_CONV_REQUEST_TIMEOUT_MS / 1000);
             s_harness_gone (self, h, why);
         }
+    for (harness_t *h = zhashx_first (self->harnesses); h; h = zhashx_next (self->harnesses)) {
+        perm_t *p = h->perms;
+        while (p && h->state != H_GONE) {
+            perm_t *next = p->next;
+            conv_t *c = zhashx_lookup (self->convs, p->conv);
+            if (now >= p->deadline && c && c->turn && !c->cancelling) {
+                const char *option = NULL;
+                json_t *body = s_decide (self, h, c, p->params, &option);
+                json_object_del (body, "outcome");
+                json_object_del (body, "optionId");
+                s_perm_answer (self, h, p, option, body, "policy");
+            }
+            else if (now >= p->deadline)
+                s_perm_answer (self, h, p, NULL, json_pack ("{s:s}", "decided_by", "the turn's end"), "server");
+            p = next;
+        }
+    }
     for (conv_t *c = zhashx_first (self->convs); c; c = zhashx_next (self->convs)) {
         if (c->turn && c->new_id && now - c->asked_at > AH_CONV_REQUEST_TIMEOUT_MS)
             s_error (self, c, c->restoring ? "the harness did not answer session/load or session/resume in time"
@@ -1092,6 +1225,7 @@ static void *s_init (ah_actor_t *actor, void *args)
         ah_warn (AREA, "no harnesses: %s", err ? err : "the catalog did not load");
         free (err);
     }
+    self->permission_ms = a->config ? (int64_t) (a->config->permission_timeout_s * 1000 + 0.5) : 0;
     ah_actor_timer (actor, TICK_MS, TICK_MS, s_tick, NULL);
     return self;
 }
@@ -1109,6 +1243,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "POLICY_RELOAD", s_policy_reload },
     { "CONV_PROMPT", s_prompt },
     { "CONV_CANCEL", s_cancel },
+    { "CONV_PERMISSION", s_permission },
     { "REPLY", s_on_reply },
     { "CHAN_DATA", s_on_data },
     { "CHAN_ACK", s_on_ack },

@@ -41,6 +41,7 @@ static const ah_bound_t s_bounds [] = {
     { "check_interval",       false, 0.1, 86400, 0.001, NULL, "seconds" },
     { "destroy_retry",        false, 0.1, 31536000, 0.001, NULL, "seconds" },
     { "terminal_bytes_interval", false, 0.1, 86400, 0.001, "at close only", "seconds" },
+    { "permission_timeout",   false, 0.001, 3600, 0.001, "at once (lua/permission.lua decides)", "seconds" },
     { "retention_days",       false, 0.01, 36500, 0.01, NULL, "days" },
 };
 #define BOUND_COUNT (sizeof s_bounds / sizeof s_bounds [0])

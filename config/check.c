@@ -333,6 +333,7 @@ static char *s_check_bounds (const ah_config_t *self)
         { "sandbox.destroy_retry_max", "destroy_retry", self->destroy_retry_max_s },
         { "audit.retention_days", "retention_days", self->audit_retention_days },
         { "audit.terminal_bytes_interval", "terminal_bytes_interval", self->audit_terminal_bytes_s },
+        { "conversations.permission_timeout", "permission_timeout", self->permission_timeout_s },
         { "sandbox.max_exec_timeout", "max_exec_timeout", self->max_exec_timeout_s },
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys [0]; i++) {

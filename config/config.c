@@ -77,6 +77,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.max_exec_timeout",         T_DURATION, F (max_exec_timeout_s), NULL },
     { "audit.retention_days",             T_DOUBLE,   F (audit_retention_days), NULL },
     { "audit.terminal_bytes_interval",    T_DURATION, F (audit_terminal_bytes_s), NULL },
+    { "conversations.permission_timeout", T_DURATION, F (permission_timeout_s), NULL },
     { "sandbox.docker.socket",            T_STR,      F (docker_socket), NULL },
     { "sandbox.docker.name_prefix",       T_STR,      F (name_prefix), NULL },
     { "sandbox.docker.network_pool",      T_STR,      F (network_pool), NULL },
@@ -248,6 +249,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->max_exec_timeout_s = 300;
     self->audit_retention_days = 30;
     self->audit_terminal_bytes_s = 60;
+    self->permission_timeout_s = 60;
     char *exe_dir = s_exe_dir ();
     self->sandboxd_path = exe_dir ? ah_strf ("%s/sandboxd", exe_dir) : strdup ("sandboxd");
     free (exe_dir);
@@ -494,7 +496,7 @@ static char *s_unknown_key (const char *key, const char *where)
     //  A misspelt section ("polcy:")
     static const char *sections [] = { "server", "tap", "sandbox", "sandbox.docker",
                                        "sandbox.kubernetes", "limits", "audit",
-                                       "policy", "catalog" };
+                                       "policy", "catalog", "conversations" };
     for (size_t i = 0; i < sizeof sections / sizeof sections [0]; i++)
         if (s_distance (key, sections [i]) <= 2)
             return ah_strf ("unknown key '%s' (%s); did you mean '%s'?", key, where, sections [i]);

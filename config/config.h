@@ -59,6 +59,7 @@ typedef struct {
     //  audit.*
     double  audit_retention_days;   //  30
     double  audit_terminal_bytes_s; //  60: an open terminal's bytes recorded this often (0: at close only)
+    double  permission_timeout_s;   //  60: a harness's permission unanswered this long is decided by permission.lua (0: at once)
     //  sandbox.docker.*
     char   *docker_socket;          //  "/var/run/docker.sock"
     char   *name_prefix;            //  "agenthold"

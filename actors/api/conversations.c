@@ -35,6 +35,7 @@ typedef struct prompt_t {
 } prompt_t;
 
 static const body_field_t s_prompt_fields [] = { { "text", B_STR, NULL }, { NULL, 0, NULL } };
+static const body_field_t s_answer_fields [] = { { "option", B_STR, NULL }, { NULL, 0, NULL } };
 
 //  r's agent (params [0]) resolved into r: 0, or -1 answered.
 static int s_agent (req_t *r)
@@ -334,11 +335,47 @@ static void s_cancel (req_t *r)
     api_ask (r, "conversations", &msg, s_cancelled);
 }
 
+static void s_answered (req_t *r, ah_msg_t *reply)
+{
+    api_record (r, true, NULL);
+    api_respond (r, 200, json_pack ("{s:s s:s s:b}", "id", r->params [1], "request", r->params [2], "answered", 1));
+}
+
+//  POST .../conversations/{conv}/permissions/{request} {"option": "..."}
+static void s_answer (req_t *r)
+{
+    ah_conversation_t c;
+    json_t *obj = s_find (r, &c) ? NULL : api_body_object (r, false);
+    if (!obj)
+        return;
+    const char *option = json_string_value (json_object_get (obj, "option"));
+    char *end = NULL;
+    long long request = strtoll (r->params [2], &end, 10);
+    if (!option || !*option || !end || *end || request <= 0 || end == r->params [2]) {
+        json_decref (obj);
+        api_respond_error (r, 400, !option || !*option ? "the body needs \"option\" (an optionId the harness offered)"
+                           : "a permission request is the seq of its permission entry (an integer > 0)");
+        return;
+    }
+    ah_msg_t *msg = ah_msg_new ("CONV_PERMISSION");
+    ah_msg_set_str (msg, "agent_id", r->agent_id);
+    ah_msg_set_str (msg, "conv", c.id);
+    ah_msg_set_int (msg, "request", request);
+    ah_msg_set_str (msg, "option", option);
+    ah_msg_set_strf (msg, "who", "api:%s", r->who.token_name);
+    r->kind = "conversation.permission";
+    snprintf (r->detail, sizeof r->detail, "conversation %s, permission %lld: %.64s", c.id, request, option);
+    json_decref (obj);
+    api_ask (r, "conversations", &msg, s_answered);
+}
+
 const route_t api_conversation_routes [] = {
     { M_POST, "/api/v1/agents/{agent}/conversations", s_create, R_BODY, "", api_no_body },
     { M_GET, "/api/v1/agents/{agent}/conversations", s_list, 0, "", NULL },
     { M_GET, "/api/v1/agents/{agent}/conversations/{conv}", s_get, 0, "after limit", NULL },
     { M_POST, "/api/v1/agents/{agent}/conversations/{conv}/prompt", s_prompt, R_BODY, "", s_prompt_fields },
     { M_POST, "/api/v1/agents/{agent}/conversations/{conv}/cancel", s_cancel, R_BODY, "", api_no_body },
+    { M_POST, "/api/v1/agents/{agent}/conversations/{conv}/permissions/{request}", s_answer, R_BODY, "",
+      s_answer_fields },
     { 0 }
 };

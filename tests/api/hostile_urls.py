@@ -146,6 +146,7 @@ ROUTES = [
     ("GET", "/api/v1/agents/alice/conversations/0123456789abcdef?after=0&limit=10", None),
     ("POST", "/api/v1/agents/alice/conversations/0123456789abcdef/prompt", b'{"text":"hi"}'),
     ("POST", "/api/v1/agents/alice/conversations/0123456789abcdef/cancel", b"{}"),
+    ("POST", "/api/v1/agents/alice/conversations/0123456789abcdef/permissions/7", b'{"option":"allow"}'),
     ("POST", "/api/v1/turns/0123456789abcdef/renew", b"{}"),
     ("DELETE", "/api/v1/turns/0123456789abcdef", None),
     ("POST", "/api/v1/agents/alice/exec", b'{"cmd":"touch hit"}'),

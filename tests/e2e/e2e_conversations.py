@@ -14,6 +14,9 @@ proxy), and a runtime "plain" that names none.
              holds the same entries in order after the prompt (who
              api:admin), pages with ?after&limit; the list shows it idle;
              the audit has the prompt's size and not its text
+  answer     a permission answered by the API (POST .../permissions/SEQ):
+             an option not offered, a bad or unknown request 400/404, the
+             answer logged with who and decided_by "api", once only
   busy       a second prompt while a turn runs: 409; cancel when idle: 409
   cancel     cancel mid-turn (after the first update): 202, the stream
              ends with the stop "cancelled"
@@ -130,7 +133,8 @@ def server():
         shutil.copytree(os.path.join(SRC, "lua"), LUA)
         SERVER = ahlocal.Local(CTX, "conv", {"AGENTHOLD_CATALOG_PATH": cat,
                                              "AGENTHOLD_POLICY_LUA_DIR": LUA,
-                                             "AGENTHOLD_SANDBOX_IDLE_CHECK_INTERVAL": "1s"}).start()
+                                             "AGENTHOLD_SANDBOX_IDLE_CHECK_INTERVAL": "1s",
+                                             "AGENTHOLD_CONVERSATIONS_PERMISSION_TIMEOUT": "2s"}).start()
         SERVER.ok("POST", "/api/v1/agents", body={"name": "a", "runtime": "acp"})
         SERVER.wait_state("a", ("running",))
     return SERVER
@@ -252,6 +256,34 @@ def turn():
           % (len(evs), len(chunks), len(tools)))
 
 
+def answer():
+    srv = server()
+    cid = conv(srv)
+    base = "/api/v1/agents/a/conversations/%s/permissions/" % cid
+    s = Stream(srv, cid, "edit, and I will say yes")
+    s.until(lambda e: e["event"] == "permission")
+    req = [e for e in s.events if e["event"] == "permission"][0]["data"]["seq"]
+    for path, body, want, says in ((base + str(req), {"option": "maybe"}, 400, "allow, reject"),
+                                   (base + "x", {"option": "allow"}, 400, "seq"),
+                                   (base + "99999", {"option": "allow"}, 404, "no permission request"),
+                                   (base + str(req), {}, 400, "option")):
+        status, j = srv.call("POST", path, body=body)
+        check(status == want and says in j["error"], "%s %r: %d %r" % (path, body, status, j))
+    j = srv.ok("POST", base + str(req), body={"option": "allow"}, want=(200,))
+    check(j["answered"] is True, "answered: %r" % j)
+    status, j = srv.call("POST", base + str(req), body={"option": "allow"})
+    check(status == 404, "answered once only: %d %r" % (status, j))
+    evs = s.wait()
+    ans = answer_of(evs)
+    check(ans["who"] == "api:admin" and ans["body"]["decided_by"] == "api" and ans["body"]["optionId"] == "allow"
+          and ans["body"]["request"] == req, "the caller's answer, and who: %r" % ans)
+    check(evs[-1]["event"] == "stop" and evs[-1]["data"]["body"]["stopReason"] == "end_turn", "the turn ends: %r"
+          % evs[-1:])
+    ops = srv.ok("GET", "/api/v1/agents/a/operations?operation=conversation.permission")["operations"]
+    check(ops and "permission %d: allow" % req in ops[0]["detail"], "the audit has the answer: %r" % ops[:1])
+    print("answer: permission %d answered 'allow' by the API; its log says who" % req)
+
+
 def busy_cancel():
     srv = server()
     cid = conv(srv)
@@ -267,7 +299,17 @@ def busy_cancel():
     check(evs[-1]["event"] == "stop" and evs[-1]["data"]["body"]["stopReason"] == "cancelled",
           "the cancelled turn ends with the stop cancelled: %r" % evs[-2:])
     check(log(srv, cid)["turn_state"] == "idle", "idle after the cancel")
-    print("cancel: the turn stopped 'cancelled' after %d events" % len(evs))
+    # Cancelled while a permission waits for an answer: the cancel answers it.
+    s = Stream(srv, cid, "edit, then stop")
+    s.until(lambda e: e["event"] == "permission")
+    srv.ok("POST", "/api/v1/agents/a/conversations/%s/cancel" % cid, body={}, want=(202,))
+    evs2 = s.wait(30)
+    ans = answer_of(evs2)
+    check(ans["who"] == "server" and ans["body"]["decided_by"] == "the cancel" and ans["body"]["outcome"] == "cancelled"
+          and evs2[-1]["event"] == "stop", "the waiting permission is cancelled, the turn ends: %r" % evs2[-3:])
+    # (The example agent then ends its turn "end_turn": its choice, logged as it said.)
+    print("cancel: the turn stopped 'cancelled' after %d events; a waiting permission answered by the cancel"
+          % len(evs))
 
 
 def tenant():
@@ -522,7 +564,7 @@ def restore():
         print("restore: %s: the conversation continued after the harness restarted" % mode)
 
 
-SCENARIOS = [("turn", turn), ("busy", busy_cancel), ("tenant", tenant), ("killed", killed),
+SCENARIOS = [("turn", turn), ("answer", answer), ("busy", busy_cancel), ("tenant", tenant), ("killed", killed),
              ("noharness", noharness), ("hostile", hostile), ("harness", hostile_harness), ("policy", policy),
              ("restore", restore), ("awake", awake),
              ("crash", crash)]
