@@ -352,8 +352,9 @@ static void s_answer (req_t *r)
     char *end = NULL;
     long long request = strtoll (r->params [2], &end, 10);
     if (!option || !*option || !end || *end || request <= 0 || end == r->params [2]) {
+        bool no_option = !option || !*option;  //  (option is obj's: read before it goes)
         json_decref (obj);
-        api_respond_error (r, 400, !option || !*option ? "the body needs \"option\" (an optionId the harness offered)"
+        api_respond_error (r, 400, no_option ? "the body needs \"option\" (an optionId the harness offered)"
                            : "a permission request is the seq of its permission entry (an integer > 0)");
         return;
     }

@@ -20,7 +20,7 @@ proxy), and a runtime "plain" that names none.
   busy       a second prompt while a turn runs: 409; cancel when idle: 409
   cancel     cancel mid-turn (after the first update): 202, the stream
              ends with the stop "cancelled"
-  tenant     another tenant's token: 404 on every route
+  tenant     another tenant's token: 404 on every route (the 6)
   killed     the harness killed (SIGKILL, by its pid) mid-turn: the stream
              ends with an error entry naming the signal, never hangs; the
              next prompt starts it again and its turn ends end_turn
@@ -322,11 +322,12 @@ def tenant():
     base = "/api/v1/agents/a/conversations"
     for method, path, body in (("POST", base, {}), ("GET", base, None), ("GET", base + "/" + cid, None),
                                ("POST", base + "/" + cid + "/prompt", {"text": "hi"}),
-                               ("POST", base + "/" + cid + "/cancel", {})):
+                               ("POST", base + "/" + cid + "/cancel", {}),
+                               ("POST", base + "/" + cid + "/permissions/2", {"option": "allow"})):
         status, j = srv.call(method, path, tok, body)
         check(status == 404, "another tenant's %s %s: %d %r" % (method, path, status, j))
     # And its own agent does not reach this conversation by id.
-    print("tenant: another tenant's token gets 404 on the 5 routes")
+    print("tenant: another tenant's token gets 404 on the 6 routes")
 
 
 def harness_pids():
