@@ -1,10 +1,12 @@
 /*  actors/desired.c: the desired fields of an agent (see desired.h).   */
 #include "actors/desired.h"
+#include "catalog/catalog.h"
 #include "common/bounds.h"
 #include "common/ident.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool s_given (const ah_msg_t *msg, const char *key)
@@ -44,6 +46,26 @@ const char *ah_desired_check (const ah_msg_t *msg, char *buf, size_t size)
             return buf;
         }
         if (ah_bound_check (b, v, buf, size))
+            return buf;
+    }
+    //  An admin's override of the runtime's harness: the JSON text of
+    //  {"command", "env"}, held to the catalog's own "harness" rules.
+    if (s_given (msg, "harness")) {
+        const char *text = ah_msg_str (msg, "harness");
+        json_t *j = text ? json_loads (text, JSON_REJECT_DUPLICATES, NULL) : NULL;
+        ah_catalog_harness_t h;
+        char *err = NULL;
+        if (!j)
+            snprintf (buf, size, "field 'harness' must be an object {\"command\": [\"agent\", \"--acp\"], "
+                      "\"env\": {...}} (the JSON text of one, in a message)");
+        else if (ah_catalog_harness_parse (j, &h, &err))
+            snprintf (buf, size, "%s", err ? err : "field 'harness' is not a harness");
+        else
+            ah_catalog_harness_clear (&h);
+        bool bad = !j || err;
+        json_decref (j);
+        free (err);
+        if (bad)
             return buf;
     }
     if (s_given (msg, "image") && s_given (msg, "runtime")) {

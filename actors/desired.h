@@ -1,5 +1,7 @@
 /*  actors/desired.h: what a create or an update of an agent asks for
-    (image, runtime, cpus, memory_mb, idle_minutes), checked once: the
+    (image, runtime, cpus, memory_mb, idle_minutes, and an admin's
+    harness override: the JSON text of {"command", "env"} held to the
+    catalog's "harness" rules, catalog/catalog.h), checked once: the
     API checks a body with it before asking lifecycle, and lifecycle
     checks every AGENT_CREATE and AGENT_UPDATE with it (whoever sent
     it), and what lua/limits.lua answers. Grammars are common/ident.h's,

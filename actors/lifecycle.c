@@ -35,6 +35,8 @@ const char *ah_lc_state_for_op (const char *op)
     if (streq (op, "create"))  return "creating";
     if (streq (op, "start"))   return "starting";
     if (streq (op, "stop"))    return "stopping";
+    if (streq (op, "freeze"))  return "freezing";
+    if (streq (op, "thaw"))    return "thawing";
     if (streq (op, "rebuild")) return "rebuilding";
     if (streq (op, "destroy")) return "destroying";
     //  A lifetime's end keeps the row asleep while the driver works.
@@ -47,6 +49,8 @@ const char *ah_lc_op_for_state (const char *state)
     if (streq (state, "creating"))   return "create";
     if (streq (state, "starting"))   return "start";
     if (streq (state, "stopping"))   return "stop";
+    if (streq (state, "freezing"))   return "freeze";
+    if (streq (state, "thawing"))    return "thaw";
     if (streq (state, "rebuilding")) return "rebuild";
     if (streq (state, "destroying")) return "destroy";
     return NULL;
@@ -108,6 +112,17 @@ void ah_lc_publish (self_t *self, const char *agent_id, const char *state,
     }
 }
 
+void ah_lc_connected (self_t *self, const char *agent_id, bool connected)
+{
+    for (const char *to = zlist_first (self->subscribers); to; to = zlist_next (self->subscribers))
+        if (streq (to, "api")) {
+            ah_msg_t *event = ah_msg_new ("SANDBOX_CONNECTED");
+            ah_msg_set_str (event, "agent_id", agent_id);
+            ah_msg_set_bool (event, "connected", connected);
+            ah_actor_send (self->actor, to, &event);
+        }
+}
+
 void ah_lc_changed (self_t *self, const char *agent_id, int64_t last_activity_at, double idle_minutes)
 {
     if (!self->sleeper_subscribed)
@@ -166,13 +181,16 @@ int ah_lc_lookup_in (self_t *self, const char *key_in, const char *tenant, row_t
 int ah_lc_update (self_t *self, const char *agent_id, const char *guard,
                   const char *to, const char *op, const char *error)
 {
-    char sql [768];
+    char sql [1024];
     snprintf (sql, sizeof sql,
         "UPDATE sandboxes SET state = :to, op = :op, error = :error,"
         " op_started_at = CASE WHEN :op IS NULL THEN NULL ELSE :now END,"
-        " boot_token_hash = CASE WHEN :to IN ('starting','running') THEN boot_token_hash END,"
+        " boot_token_hash = CASE WHEN :to IN ('starting','running','freezing','frozen','thawing')"
+        "                   THEN boot_token_hash END,"
         " last_activity_at = CASE WHEN :to = 'running' THEN :now ELSE last_activity_at END,"
-        " connected = CASE WHEN :to = 'running' THEN connected ELSE 0 END,"
+        " connected = CASE WHEN :to IN ('running','freezing','frozen','thawing') THEN connected ELSE 0 END,"
+        " frozen_at = CASE WHEN :to = 'frozen' AND state <> 'frozen' THEN :now"
+        "             WHEN :to IN ('frozen','thawing') THEN frozen_at END,"
         " stopped_at = CASE WHEN :to NOT IN ('sleeping','error') THEN NULL WHEN state <> :to THEN :now"
         "              ELSE stopped_at END,"
         " cause = coalesce (:cause, cause), updated_at = :now"
@@ -295,6 +313,9 @@ static void s_on_policy_reload (void *self_, ah_msg_t *msg)
     if (ah_policy_reload (self->policy, true) < 0)
         ah_warn (AREA, "limits.lua not reloaded, the previous version stays: %s",
                  ah_policy_error (self->policy));
+    if (self->pool_policy && ah_policy_reload (self->pool_policy, true) < 0)
+        ah_warn (AREA, "pool.lua not reloaded, the previous version stays: %s",
+                 ah_policy_error (self->pool_policy));
 }
 
 //  PUT /api/v1/policy changed a value: the default idle timeout moves the
@@ -347,6 +368,7 @@ static void s_destroy (void *self_)
     ah_store_close (&self->store);
     zlist_destroy (&self->subscribers);
     ah_policy_destroy (&self->policy);
+    ah_policy_destroy (&self->pool_policy);
     free (self);
 }
 
@@ -408,6 +430,9 @@ static void *s_init (ah_actor_t *actor, void *args)
     free (why);
     //  Once running: finish what a previous run left half done.
     ah_actor_timer (actor, 0, 0, ah_lc_startup_scan, NULL);
+    //  Warm pools (lua/pool.lua, sandbox.warm_pool_max): filled after
+    //  the start-up scan, then every second.
+    ah_lc_pool_init (self);
     //  The default idle timeout may have changed while it was down.
     ah_actor_timer (actor, 0, 0, s_idle_defaults_timer, NULL);
     //  Lifetimes and destroy retries: soon after start, then every interval.
@@ -423,6 +448,8 @@ static const ah_actor_handler_t s_handlers [] = {
     { "AGENT_UPDATE", s_on_update },
     { "SANDBOX_START", s_on_transition },
     { "SANDBOX_STOP", s_on_transition },
+    { "SANDBOX_FREEZE", s_on_transition },
+    { "SANDBOX_THAW", s_on_transition },
     { "SANDBOX_REBUILD", s_on_transition },
     { "SANDBOX_DESTROY", s_on_transition },
     { "SANDBOX_HELLO", ah_lc_on_hello },
@@ -439,6 +466,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "RUNTIME_READY", ah_lc_on_runtime_ready },
     { "RUNTIME_PROGRESS", ah_lc_on_runtime_progress },
     { "TOMBSTONE_FORGET", s_on_tombstone_forget },
+    { "POOL_LIST", ah_lc_on_pool_list },
     { NULL, NULL }
 };
 

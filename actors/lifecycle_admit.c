@@ -34,7 +34,7 @@ int ah_lc_ident (self_t *self, const ah_msg_t *msg, ah_ident_t kind, const char 
 int ah_lc_desired (self_t *self, const ah_msg_t *msg, desired_t *d)
 {
     memset (d, 0, sizeof *d);
-    char why [600];
+    char why [1200];
     if (ah_desired_check (msg, why, sizeof why)) {
         ah_actor_reply_error (self->actor, msg, 400, "%s", why);
         return -1;
@@ -102,7 +102,8 @@ static int s_tenant (self_t *self, const char *tenant, ah_msg_t *out)
 
 //  What the tenant holds, without `except` (the agent asking), and what
 //  the pool holds: sandboxes (kept, in every state), those holding the
-//  host (AH_LIFECYCLE_HOLDING_SQL), their cpus and memory. 0 / -1.
+//  host (AH_LIFECYCLE_HOLDING_SQL), their cpus and memory. Warm
+//  sandboxes count for nobody (sandbox.warm_pool_max bounds them). 0 / -1.
 static int s_usage (self_t *self, const char *tenant, const char *except, ah_msg_t *out)
 {
     sqlite3_stmt *st = ah_store_prepare (self->store,
@@ -112,7 +113,7 @@ static int s_usage (self_t *self, const char *tenant, const char *except, ah_msg
         " coalesce(sum(a.tenant = :tenant AND s.state IN " AH_LIFECYCLE_HOLDING_SQL "), 0),"
         " coalesce(sum(CASE WHEN a.tenant = :tenant THEN a.cpus END), 0),"
         " coalesce(sum(CASE WHEN a.tenant = :tenant THEN a.memory_mb END), 0)"
-        " FROM agents a JOIN sandboxes s ON s.agent_id = a.id WHERE a.id <> :except");
+        " FROM agents a JOIN sandboxes s ON s.agent_id = a.id WHERE a.id <> :except AND a.pool IS NULL");
     if (!st || ah_store_bind_text (st, ":tenant", tenant) || ah_store_bind_text (st, ":except", except ? except : ""))
         return -1;
     int rc = ah_store_step (self->store, st);

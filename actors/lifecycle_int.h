@@ -11,7 +11,9 @@
       lifecycle_repair.c   observations and repairs: SANDBOX_OBSERVED,
                            SANDBOX_HELLO, TUNNEL_LOST, the start-up scan
       lifecycle_host.c     HOST_STATE: a host agent gone (its sandboxes
-                           unreachable) or back                       */
+                           unreachable) or back
+      lifecycle_pool.c     warm pools: sandboxes made ahead of any create,
+                           taken by one (issue 31)                    */
 #ifndef AH_LIFECYCLE_INT_H
 #define AH_LIFECYCLE_INT_H
 
@@ -112,6 +114,14 @@ typedef struct {
     char cause [129];
     int ttl_timer;                  //  the lifetime and tombstone sweep
     zhashx_t *readers;              //  agent id -> reader of its sleeping home (lifecycle_reader.c)
+    //  Warm pools (lifecycle_pool.c): pool.lua, NULL when there are none
+    //  (sandbox.warm_pool_max 0, no catalog, no pool.lua).
+    ah_policy_t *pool_policy;
+    int pool_timer;
+    bool pool_warned;               //  pool.lua's failure was logged once
+    int64_t pool_wanted;            //  what the sizes add up to, at the last fill
+    int64_t pool_hits, pool_misses, pool_drained;
+    int64_t pool_paused_until;      //  ms: a warm sandbox failed, none made before then
 } self_t;
 
 //  What a create or update asks for. Absent fields keep has_* false.
@@ -139,6 +149,9 @@ int  ah_lc_update (self_t *self, const char *agent_id, const char *guard,
 int  ah_lc_move (self_t *self, const char *agent_id, const char *guard,
                  const char *to, const char *op, const char *error);
 //  SANDBOX_STATE to every subscriber, TUNNEL_KICK where it applies.
+//  SANDBOX_CONNECTED {agent_id, connected} to the api (when it is a
+//  subscriber): the sandbox's sandboxd said hello, or its tunnel went.
+void ah_lc_connected (self_t *self, const char *agent_id, bool connected);
 void ah_lc_publish (self_t *self, const char *agent_id, const char *state,
                     const char *op, const char *error);
 //  AGENT_CHANGED to the sleeper (when it subscribes): what the database
@@ -211,6 +224,20 @@ int  ah_lc_unreachable (self_t *self, const char *agent_id, char *why, size_t si
 //  Observed, so its host answers: the flag goes, its state is published.
 void ah_lc_reachable (self_t *self, const row_t *row);
 
+//  Warm pools (lifecycle_pool.c)
+//  Load pool.lua and start the fill timer (nothing when there are no
+//  warm pools). 0.
+int  ah_lc_pool_init (self_t *self);
+//  Timer: drain what no longer fits, start what a restart left asleep,
+//  make what is missing.
+void ah_lc_pool_fill (void *self, void *arg);
+//  A create (admitted, its values in d) takes a ready warm sandbox of
+//  d's runtime and shape: 1 with *row the agent's (running), 0 none, -1 error.
+int  ah_lc_pool_take (self_t *self, const char *name, const char *tenant, const desired_t *d,
+                      const char *harness, row_t *row);
+//  POOL_LIST {req}: the pools, their sizes and ready counts, hits and misses.
+void ah_lc_on_pool_list (void *self, ah_msg_t *msg);
+
 //  Observations and repairs (lifecycle_repair.c)
 //  What the driver says against what the row says (docs/lifecycle.md,
 //  "Repairs"); seen: a SANDBOX_OBSERVED or an inspect's JOB_DONE
@@ -246,6 +273,14 @@ void ah_lc_record (self_t *self, const char *agent_id, const char *kind, const c
                    bool ok, const char *error);
 
 //  Requests (lifecycle_request.c)
+//  The agent and its sandbox row (creating), in one transaction;
+//  harness: an admin's override or NULL; pool: the runtime whose warm
+//  pool holds it (tenant ''), NULL for an agent. 0 / -1.
+int  ah_lc_insert (self_t *self, const char *id, const char *name, const char *tenant,
+                   const desired_t *d, const char *harness, const char *pool);
+//  The destroy transition of the row (its guard, the tombstone), and the
+//  driver call launched. 1 won, 0 lost, -1 error.
+int  ah_lc_destroy (self_t *self, const row_t *row);
 void ah_lc_on_create (void *self, ah_msg_t *msg);
 void ah_lc_on_update (void *self, ah_msg_t *msg);
 //  SANDBOX_START, SANDBOX_STOP, SANDBOX_REBUILD, SANDBOX_DESTROY.

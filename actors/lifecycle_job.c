@@ -7,6 +7,7 @@
     error and is stopped.                                              */
 #include "actors/lifecycle_int.h"
 #include "common/log.h"
+#include "common/str.h"
 
 #include <string.h>
 
@@ -55,6 +56,12 @@ static void s_work (void *arg)
         rc = d->destroy (d, job->agent_id, &err);
     else if (streq (job->op, "stop"))
         rc = d->stop (d, job->agent_id, &err);
+    else if (streq (job->op, "freeze") || streq (job->op, "thaw")) {
+        int (*fn) (ah_driver_t *, const char *, char **) = streq (job->op, "freeze") ? d->freeze : d->thaw;
+        rc = fn ? fn (d, job->agent_id, &err) : -1;
+        if (!fn)
+            err = ah_strf ("the %s driver cannot %s a sandbox", d->name, job->op);
+    }
     else if (streq (job->op, "rebuild")) {
         //  From running: stop first. A sandbox that is gone or stopped
         //  already is no reason not to rebuild, so its error is only logged.
@@ -121,6 +128,7 @@ static void s_work (void *arg)
         ah_msg_set_str (done, "error", err ? err : "the driver failed without saying why");
     ah_msg_set_bool (done, "exists", status.exists);
     ah_msg_set_bool (done, "running", status.running);
+    ah_msg_set_bool (done, "paused", status.paused);
     ah_msg_set_int (done, "exit_code", status.exit_code);
     status.detail [sizeof status.detail - 1] = 0;
     ah_msg_set_str (done, "detail", status.detail);
@@ -570,6 +578,17 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
     if (!ok && ah_msg_bool (done, "image_gone", false) && s_image_gone (self, row, job))
         ;                               //  preparing again: RUNTIME_READY goes on
     else
+    if (!ok && streq (op, "freeze")) {
+        //  Not frozen (a hostd of an older release, an engine that
+        //  cannot pause): it sleeps instead, as an idle agent did before
+        //  the frozen tier.
+        if (ah_lc_move (self, id, "state = 'freezing'", "stopping", "stop", NULL) == 1) {
+            row_t fresh;
+            if (ah_lc_lookup (self, id, &fresh) == 1)
+                ah_lc_launch (self, &fresh, "stop", false);
+        }
+    }
+    else
     if (!ok) {
         char guard [64];
         snprintf (guard, sizeof guard, "state = '%s'", row->state);
@@ -590,6 +609,12 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
     else
     if (streq (op, "stop"))
         ah_lc_move (self, id, "state = 'stopping'", "sleeping", NULL, NULL);
+    else
+    if (streq (op, "freeze"))
+        ah_lc_move (self, id, "state = 'freezing'", "frozen", NULL, NULL);
+    else
+    if (streq (op, "thaw"))
+        ah_lc_move (self, id, "state = 'thawing'", "running", NULL, NULL);
     else
     if (streq (op, "rebuild")) {
         s_rebuilt (self, id, job);

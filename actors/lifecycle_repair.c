@@ -20,7 +20,8 @@ bool ah_lc_had_home (const row_t *row)
     const char *s = row->state;
     if (streq (s, "error"))
         return !streq (row->op, "create") || !strncmp (row->error, REMOVED, strlen (REMOVED));
-    return streq (s, "running") || streq (s, "sleeping") || streq (s, "starting") || streq (s, "stopping");
+    return streq (s, "running") || streq (s, "sleeping") || streq (s, "starting") || streq (s, "stopping")
+        || streq (s, "freezing") || streq (s, "frozen") || streq (s, "thawing");
 }
 
 //  Its home is gone: its files with it. Kept on the row (a session on it
@@ -44,6 +45,7 @@ void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, boo
 {
     bool exists = ah_msg_bool (seen, "exists", true);
     bool running = ah_msg_bool (seen, "running", false);
+    bool paused = running && ah_msg_bool (seen, "paused", false);
     int exit_code = (int) ah_msg_int (seen, "exit_code", -1);
     const char *detail = ah_msg_str (seen, "detail");
     row_t row;
@@ -86,9 +88,29 @@ void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, boo
     const char *removed = home_gone ? REMOVED " with its home" : REMOVED;
     const char *s = row.state;
     char why [160];
-    if (streq (s, "running")) {
+    //  Paused or unpaused behind our back (docker pause / unpause): the
+    //  row follows what the engine shows, and says who (the reconciler).
+    if (streq (s, "running") && exists && paused) {
+        ah_warn (AREA, "%s is running but its sandbox is paused (%s): frozen", id, detail ? detail : "");
+        ah_lc_move (self, id, "state = 'running'", "frozen", NULL, NULL);
+        return;
+    }
+    if (streq (s, "frozen") && exists && running && !paused) {
+        ah_warn (AREA, "%s is frozen but its sandbox runs (%s): running", id, detail ? detail : "");
+        ah_lc_move (self, id, "state = 'frozen'", "running", NULL, NULL);
+        return;
+    }
+    if (streq (s, "frozen") && exists && running)
+        return;                     //  as it should be
+    if (streq (s, "freezing") || streq (s, "thawing")) {
+        ah_lc_launch_for_row (self, &row);      //  both are safe to ask again
+        return;
+    }
+    if (streq (s, "running") || streq (s, "frozen")) {
+        char guard [40];
+        snprintf (guard, sizeof guard, "state = '%s'", s);
         if (!exists)
-            ah_lc_move (self, id, "state = 'running'", "error", "create", removed);
+            ah_lc_move (self, id, guard, "error", "create", removed);
         else
         if (!running) {
             //  Ended for it (evicted, its node lost): an error with the
@@ -97,14 +119,14 @@ void ah_lc_repair (self_t *self, const char *agent_id, const ah_msg_t *seen, boo
             const char *reason = ah_msg_str (seen, "reason");
             if (reason && *reason) {
                 snprintf (why, sizeof why, "sandbox ended: %s", reason);
-                ah_lc_move (self, id, "state = 'running'", "error", "start", why);
+                ah_lc_move (self, id, guard, "error", "start", why);
             }
             else
             if (exit_code == 0 || exit_code == 137 || exit_code == 143)
-                ah_lc_move (self, id, "state = 'running'", "sleeping", NULL, NULL);
+                ah_lc_move (self, id, guard, "sleeping", NULL, NULL);
             else {
                 snprintf (why, sizeof why, "sandbox exited with code %d", exit_code);
-                ah_lc_move (self, id, "state = 'running'", "error", "start", why);
+                ah_lc_move (self, id, guard, "error", "start", why);
             }
         }
     }
@@ -189,8 +211,10 @@ void ah_lc_on_hello (void *self, ah_msg_t *msg)
     bool moved = ah_lc_move (self, id, "state = 'starting'", "running", NULL, NULL) == 1;
     //  Connected from now on (a redial after a server restart or a lost
     //  connection says hello while running): GET says "connected".
-    ah_lc_run (self, "UPDATE sandboxes SET connected = 1"
-               " WHERE agent_id = :id AND state = 'running' AND connected = 0", id);
+    if (ah_lc_run (self, "UPDATE sandboxes SET connected = 1"
+                   " WHERE agent_id = :id AND state = 'running' AND connected = 0", id) == 0
+    &&  ah_store_changes (((self_t *) self)->store) == 1)
+        ah_lc_connected (self, id, true);
     if (moved) {
         ah_lc_hello_cancel (self, id);
         //  Its container is there again (a hello can come before the
@@ -214,7 +238,9 @@ void ah_lc_on_tunnel_lost (void *self, ah_msg_t *msg)
         ah_warn (AREA, "TUNNEL_LOST from '%s' without agent_id", ah_msg_peer (msg));
         return;
     }
-    ah_lc_run (self, "UPDATE sandboxes SET connected = 0 WHERE agent_id = :id AND connected <> 0", id);
+    if (ah_lc_run (self, "UPDATE sandboxes SET connected = 0 WHERE agent_id = :id AND connected <> 0", id) == 0
+    &&  ah_store_changes (((self_t *) self)->store) == 1)
+        ah_lc_connected (self, id, false);
     if (!ah_msg_bool (msg, "fatal", false)) {
         ah_info (AREA, "%s: tunnel connection lost (%s); sandboxd will redial", id, reason ? reason : "?");
         return;
@@ -237,7 +263,8 @@ void ah_lc_startup_scan (void *self_, void *arg)
     self_t *self = self_;
     sqlite3_stmt *st = ah_store_prepare (self->store,
         "SELECT agent_id FROM sandboxes"
-        " WHERE state IN ('creating','starting','running','stopping','rebuilding','destroying')");
+        " WHERE state IN ('creating','starting','running','stopping','rebuilding','destroying',"
+        "                 'freezing','frozen','thawing')");
     if (!st)
         return;
     zlist_t *ids = zlist_new ();

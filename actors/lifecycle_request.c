@@ -20,13 +20,23 @@ typedef struct {
 static const transition_t s_transitions [] = {
     { "SANDBOX_START", "start",
       "state IN ('sleeping','error') AND (op IS NULL OR op <> 'destroy')",
-      "sleeping or error", "starting", "|creating|starting|running|" },
+      "sleeping or error", "starting", "|creating|starting|running|thawing|" },
     { "SANDBOX_STOP", "stop",
-      "state IN ('running','starting','error') AND (op IS NULL OR op NOT IN ('destroy','create'))",
-      "running, starting or error", "stopping", "|sleeping|stopping|" },
+      "state IN ('running','starting','error','freezing','frozen','thawing')"
+      " AND (op IS NULL OR op NOT IN ('destroy','create'))",
+      "running, starting, frozen or error", "stopping", "|sleeping|stopping|" },
     { "SANDBOX_REBUILD", "rebuild",
-      "state IN ('sleeping','error','running') AND (op IS NULL OR op <> 'destroy')",
-      "sleeping, error or running", "rebuilding", "" },
+      "state IN ('sleeping','error','running','frozen') AND (op IS NULL OR op <> 'destroy')",
+      "sleeping, error, running or frozen", "rebuilding", "" },
+    //  The frozen tier (issue 29): a running sandbox's processes paused
+    //  where they stand, and let go again. A START of a frozen one is a
+    //  thaw (s_thaw_instead).
+    { "SANDBOX_FREEZE", "freeze",
+      "state = 'running' AND op IS NULL",
+      "running", "freezing", "|freezing|frozen|" },
+    { "SANDBOX_THAW", "thaw",
+      "state IN ('frozen','freezing')",
+      "frozen", "thawing", "|thawing|running|starting|creating|" },
     { "SANDBOX_DESTROY", "destroy",
       "state <> 'destroying'",
       "any state but destroying", "destroying", "|destroying|" },
@@ -100,16 +110,41 @@ static int s_destroy_row (self_t *self, const row_t *row, const transition_t *tr
     return -1;
 }
 
+static const transition_t *s_transition (const char *type)
+{
+    for (size_t i = 0; i < sizeof s_transitions / sizeof s_transitions [0]; i++)
+        if (streq (type, s_transitions [i].type))
+            return &s_transitions [i];
+    return NULL;
+}
+
 void ah_lc_on_transition (void *self_, ah_msg_t *msg)
 {
     self_t *self = self_;
-    const transition_t *tr = NULL;
-    for (size_t i = 0; i < sizeof s_transitions / sizeof s_transitions [0]; i++)
-        if (streq (ah_msg_type (msg), s_transitions [i].type))
-            tr = &s_transitions [i];
+    const transition_t *tr = s_transition (ah_msg_type (msg));
     row_t row;
     if (!tr || s_find (self, msg, "agent", &row) != 1)
         return;
+    //  Any use thaws: a START (a wake, from every path that wakes a
+    //  sleeping agent) of a frozen sandbox lets its processes go on
+    //  instead of starting anything.
+    if (streq (tr->verb, "start") && (streq (row.state, "frozen") || streq (row.state, "freezing")))
+        tr = s_transition ("SANDBOX_THAW");
+    if (streq (tr->verb, "freeze") && streq (row.state, "running") && zhashx_lookup (self->activity, row.id)) {
+        //  Used since the sleeper judged it (its use not yet written):
+        //  a freeze now would pause a use in flight.
+        ah_actor_reply_error (self->actor, msg, 409, "agent '%s' was used just now; not frozen", row.name);
+        return;
+    }
+    if (streq (tr->verb, "freeze") && !self->driver->freeze) {
+        ah_msg_t *reply = ah_msg_reply_error (msg, 409, "the %s driver cannot freeze a sandbox (it has "
+                                              "no pause): agent '%s' sleeps instead", self->driver->name,
+                                              row.name);
+        ah_msg_set_str (reply, "agent_id", row.id);
+        ah_msg_set_str (reply, "state", row.state);
+        ah_actor_reply (self->actor, msg, reply);
+        return;
+    }
     char unreachable [ERROR_MAX_LEN + 1];
     if (!streq (tr->verb, "destroy")
     &&  ah_lc_unreachable (self, row.id, unreachable, sizeof unreachable)) {
@@ -175,20 +210,22 @@ void ah_lc_on_transition (void *self_, ah_msg_t *msg)
     }
 }
 
-//  The agent and its sandbox row, in one transaction. 0 / -1.
-static int s_insert (self_t *self, const char *id, const char *name, const char *tenant, const desired_t *d)
+int ah_lc_insert (self_t *self, const char *id, const char *name, const char *tenant, const desired_t *d,
+                  const char *harness, const char *pool)
 {
     int64_t now = ah_store_now_ms ();
     bool ok = ah_store_begin (self->store) == 0;
     sqlite3_stmt *st = ok ? ah_store_prepare (self->store,
         "INSERT INTO agents (id, name, tenant, image, cpus, memory_mb, idle_minutes, created_at, runtime,"
-        " idle_default) VALUES (:id, :name, :tenant, :image, :cpus, :mem, :idle, :now, :runtime, :follows)") : NULL;
+        " idle_default, harness, pool) VALUES (:id, :name, :tenant, :image, :cpus, :mem, :idle, :now, :runtime,"
+        " :follows, :harness, :pool)") : NULL;
     //  An agent whose create named no idle_minutes and that got the
     //  default follows it (PUT /api/v1/policy moves it, ah_lc_idle_defaults).
     bool follows = !d->has_idle
                 && d->idle_minutes == ah_policy_value (self->store, self->config, "idle_minutes");
     ok = st && !ah_store_bind_text (st, ":id", id) && !ah_store_bind_text (st, ":name", name)
         && !ah_store_bind_int64 (st, ":follows", follows)
+        && !ah_store_bind_text (st, ":harness", harness) && !ah_store_bind_text (st, ":pool", pool)
         && !ah_store_bind_text (st, ":runtime", *d->runtime ? d->runtime : NULL)
         && !ah_store_bind_text (st, ":tenant", tenant) && !ah_store_bind_text (st, ":image", d->image)
         && !ah_store_bind_double (st, ":cpus", d->cpus) && !ah_store_bind_int64 (st, ":mem", d->memory_mb)
@@ -256,14 +293,35 @@ void ah_lc_on_create (void *self_, ah_msg_t *msg)
         free (why);
         return;
     }
+    snprintf (d.runtime, sizeof d.runtime, "%s", asked.runtime);
+    d.has_idle = asked.has_idle;
+    //  A warm sandbox of this runtime and shape, ready: the agent is
+    //  running at once (docs/lifecycle.md "Warm pools").
+    row_t row;
+    int took = ah_lc_pool_take (self, name, tenant, &d, ah_msg_str (msg, "harness"), &row);
+    if (took < 0)
+        ah_warn (AREA, "the warm pool could not be read or taken from; a cold create instead");
+    if (took == 1) {
+        ah_msg_t *reply = ah_msg_reply_ok (msg);
+        ah_msg_set_int (reply, "status", 201);
+        ah_msg_set_str (reply, "agent_id", row.id);
+        ah_msg_set_str (reply, "name", name);
+        ah_msg_set_str (reply, "state", "running");
+        ah_msg_set_str (reply, "runtime", d.runtime);
+        ah_msg_set_bool (reply, "warm", true);
+        ah_actor_reply (self->actor, msg, reply);
+        ah_lc_publish (self, row.id, "running", NULL, NULL);
+        ah_lc_changed (self, row.id, ah_store_now_ms (), d.idle_minutes);
+        ah_lc_record (self, row.id, "pool.take", d.runtime, true, NULL);
+        ah_lc_pool_fill (self, NULL);           //  the pool refills in the background
+        return;
+    }
     char id [AH_AGENT_ID_LEN + 1];
     if (ah_token_id (id, sizeof id, AH_AGENT_ID_LEN)) {
         ah_actor_reply_error (self->actor, msg, 500, "no entropy for an agent id");
         return;
     }
-    snprintf (d.runtime, sizeof d.runtime, "%s", asked.runtime);
-    d.has_idle = asked.has_idle;
-    if (s_insert (self, id, name, tenant, &d)) {
+    if (ah_lc_insert (self, id, name, tenant, &d, ah_msg_str (msg, "harness"), NULL)) {
         ah_actor_reply_error (self->actor, msg, 500, "cannot insert the agent (see the server log)");
         return;
     }
@@ -278,9 +336,17 @@ void ah_lc_on_create (void *self_, ah_msg_t *msg)
         ah_msg_set_str (reply, "runtime", d.runtime);
     ah_actor_reply (self->actor, msg, reply);
     ah_lc_publish (self, id, "creating", "create", NULL);
-    row_t row;
     if (ah_lc_lookup (self, id, &row) == 1)
         ah_lc_launch (self, &row, "create", false);
+}
+
+int ah_lc_destroy (self_t *self, const row_t *row_in)
+{
+    row_t row = *row_in;
+    int won = s_destroy_row (self, &row, s_transition ("SANDBOX_DESTROY"));
+    if (won == 1 && ah_lc_lookup (self, row.id, &row) == 1)
+        ah_lc_launch_for_row (self, &row);
+    return won;
 }
 
 void ah_lc_on_update (void *self_, ah_msg_t *msg)
@@ -319,11 +385,16 @@ void ah_lc_on_update (void *self_, ah_msg_t *msg)
     sqlite3_stmt *st = ok ? ah_store_prepare (self->store,
         "UPDATE agents SET image = :image, cpus = :cpus, memory_mb = :mem, idle_minutes = :idle,"
         " runtime = CASE WHEN :named THEN :runtime ELSE runtime END,"
+        " harness = CASE WHEN :harness_named THEN :harness ELSE harness END,"
         " idle_default = CASE WHEN :idle_named THEN 0 WHEN :idle_follow THEN 1 ELSE idle_default END"
         " WHERE id = :id") : NULL;
     //  A runtime named sets it; an image named leaves the catalog; an
     //  idle_minutes named is the agent's own from then on.
+    //  A harness named (an object, or nil: the runtime's again) is the
+    //  override from then on; the process running keeps its own.
     ok = st && !ah_store_bind_int64 (st, ":named", asked.has_runtime || asked.has_image)
+        && !ah_store_bind_int64 (st, ":harness_named", ah_msg_has (msg, "harness"))
+        && !ah_store_bind_text (st, ":harness", ah_msg_str (msg, "harness"))
         && !ah_store_bind_int64 (st, ":idle_named", asked.has_idle)
         && !ah_store_bind_int64 (st, ":idle_follow", idle_follow)
         && !ah_store_bind_text (st, ":runtime", asked.has_runtime ? asked.runtime : NULL)

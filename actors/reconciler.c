@@ -96,6 +96,7 @@ s_observe (ah_driver_t *driver, zsock_t *push, const char *agent_id,
     ah_msg_set_str (m, "agent_id", agent_id);
     ah_msg_set_bool (m, "exists", status.exists);
     ah_msg_set_bool (m, "running", status.running);
+    ah_msg_set_bool (m, "paused", status.paused);
     ah_msg_set_int (m, "exit_code", status.exit_code);
     ah_msg_set_str (m, "detail", status.detail);
     if (status.home_gone)

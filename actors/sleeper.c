@@ -54,6 +54,7 @@
 #include "policy/policy.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -192,23 +193,24 @@ static void s_stats (void *self_, ah_msg_t *msg)
     f->cpu_at_ns = at;
 }
 
-//  TERMINALS (api) and CONV_TURNS (conversations): a count of what
-//  keeps the agent busy changed.
-static void s_count (self_t *self, ah_msg_t *msg, bool terminals)
+//  TERMINALS and PORT_SOCKETS (api), CONV_TURNS (conversations): a count
+//  of what keeps the agent busy changed. which: the count it sets.
+static void s_count (self_t *self, ah_msg_t *msg, size_t which)
 {
     const char *agent = ah_msg_str (msg, "agent_id");
     facts_t *f = agent ? sleeper_facts (self, agent) : NULL;
     if (f) {
-        int n = (int) ah_msg_int (msg, terminals ? "open" : "running", 0);
-        *(terminals ? &f->terminals : &f->conv_turns) = n < 0 ? 0 : n;
+        int n = (int) ah_msg_int (msg, which == offsetof (facts_t, conv_turns) ? "running" : "open", 0);
+        *(int *) ((char *) f + which) = n < 0 ? 0 : n;
         sleeper_touch (f, ah_store_now_ms ());
-        f->stop_sent = f->stop_sent && f->terminals == 0 && f->conv_turns == 0;
+        f->stop_sent = f->stop_sent && f->terminals == 0 && f->conv_turns == 0 && f->port_sockets == 0;
         sleeper_dirty (self, f);
     }
 }
 
-static void s_terminals (void *self, ah_msg_t *msg) { s_count (self, msg, true); }
-static void s_conv_turns (void *self, ah_msg_t *msg) { s_count (self, msg, false); }
+static void s_terminals (void *self, ah_msg_t *msg) { s_count (self, msg, offsetof (facts_t, terminals)); }
+static void s_conv_turns (void *self, ah_msg_t *msg) { s_count (self, msg, offsetof (facts_t, conv_turns)); }
+static void s_port_sockets (void *self, ah_msg_t *msg) { s_count (self, msg, offsetof (facts_t, port_sockets)); }
 
 static void s_check (void *self_, ah_msg_t *msg)
 {
@@ -216,6 +218,7 @@ static void s_check (void *self_, ah_msg_t *msg)
     int checked = 0;
     int64_t now = ah_msg_int (msg, "now_ms", ah_store_now_ms ());
     int idle = ah_sleeper_index_pass (self, now, &checked, NULL, NULL, NULL);
+    int ceiling = sleeper_ceiling (self);
     ah_msg_t *r = idle < 0 ? ah_msg_reply_error (msg, 500, "the sleeper pass failed (see the log)")
                            : ah_msg_reply_ok (msg);
     ah_msg_set_int (r, "checked", checked);
@@ -223,6 +226,7 @@ static void s_check (void *self_, ah_msg_t *msg)
     ah_msg_set_int (r, "asked", self->evaluated);
     ah_msg_set_int (r, "read", self->rows_read);
     ah_msg_set_int (r, "written", self->forecasts);
+    ah_msg_set_int (r, "ceiling_stops", ceiling);
     ah_actor_reply (self->actor, msg, r);
 }
 
@@ -246,6 +250,7 @@ static void s_on_timer (void *self_, void *arg)
 {
     int checked = 0;
     ah_sleeper_index_pass (self_, ah_store_now_ms (), &checked, NULL, NULL, NULL);
+    sleeper_ceiling (self_);
 }
 
 static void s_destroy (void *self_)
@@ -262,6 +267,14 @@ static void *s_init (ah_actor_t *actor, void *args)
         return NULL;
     self->actor = actor;
     char *why = NULL;
+    //  The drivers that pause (docker, and remote: its hostd runs
+    //  docker; the fake one only marks it, and its tests expect idle
+    //  agents stopped): with the others idle agents are stopped at once
+    //  (docs/lifecycle.md, the frozen tier). freeze_minutes 0 is idle.lua's
+    //  (it may still freeze some agents).
+    self->no_freeze = !ah_config_driver_freezes (a->config);
+    self->freeze_minutes = a->config->freeze_minutes;
+    self->frozen_memory_mb = self->no_freeze ? 0 : a->config->frozen_memory_mb;
     if (sleeper_self_init (self, a->db_path, a->config->lua_dir, &why)) {
         ah_actor_fail (actor, "%s", why ? why : "out of memory");
         free (why);
@@ -283,6 +296,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "TURN_END", s_turn_end },
     { "TERMINALS", s_terminals },
     { "CONV_TURNS", s_conv_turns },
+    { "PORT_SOCKETS", s_port_sockets },
     { "AGENT_STATS", s_stats },
     { "SANDBOX_STATE", s_state },
     { "AGENT_CHANGED", s_changed },

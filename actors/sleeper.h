@@ -86,14 +86,17 @@ extern const ah_actor_def_t ah_sleeper_actor;
     " (SELECT min(t.expires_at) FROM turns t WHERE t.agent_id = s.agent_id" \
     "   AND t.ended_at IS NULL AND t.expires_at > :now)," \
     " (SELECT coalesce(max(coalesce(t.ended_at, t.expires_at)), 0)" \
-    "   FROM turns t WHERE t.agent_id = s.agent_id)" \
-    " FROM sandboxes s JOIN agents a ON a.id = s.agent_id WHERE s.state = 'running'"
-//  How it records a verdict (bind :id, :sleeps_at, :why, :now). Here so
-//  that bench/sleeper's baselines run the same statements.
+    "   FROM turns t WHERE t.agent_id = s.agent_id)," \
+    " s.state = 'frozen', coalesce(s.frozen_at, 0), a.tenant" \
+    " FROM sandboxes s JOIN agents a ON a.id = s.agent_id WHERE s.state IN ('running','frozen')" \
+    " AND a.pool IS NULL"
+//  How it records a verdict (bind :id, :sleeps_at, :stops_at, :why,
+//  :now). Here so that bench/sleeper's baselines run the same statements.
 #define AH_SLEEPER_FORECAST_SQL \
-    "INSERT INTO sleep_forecast (agent_id, sleeps_at, why, checked_at)" \
-    " VALUES (:id, :sleeps_at, :why, :now) ON CONFLICT (agent_id) DO UPDATE SET" \
-    " sleeps_at = excluded.sleeps_at, why = excluded.why, checked_at = excluded.checked_at"
+    "INSERT INTO sleep_forecast (agent_id, sleeps_at, why, checked_at, stops_at)" \
+    " VALUES (:id, :sleeps_at, :why, :now, :stops_at) ON CONFLICT (agent_id) DO UPDATE SET" \
+    " sleeps_at = excluded.sleeps_at, why = excluded.why, checked_at = excluded.checked_at," \
+    " stops_at = excluded.stops_at"
 
 typedef struct ah_sleeper_index_s ah_sleeper_index_t;
 ah_sleeper_index_t *ah_sleeper_index_new (const char *db_path, const char *lua_dir, char **err);
@@ -103,6 +106,10 @@ void ah_sleeper_index_changed (ah_sleeper_index_t *self, const char *agent_id,
                                int64_t last_activity_ms, double idle_minutes);
 void ah_sleeper_index_turned (ah_sleeper_index_t *self, const char *agent_id, int64_t now_ms, bool started);
 void ah_sleeper_index_write_all (ah_sleeper_index_t *self);
+//  The frozen sandboxes' memory ceiling at frozen_memory_mb: how many
+//  (longest-frozen first) it would ask lifecycle to stop (no actor: none
+//  is sent; each is marked asked, as the actor's are).
+int  ah_sleeper_index_ceiling (ah_sleeper_index_t *self, int64_t frozen_memory_mb);
 void ah_sleeper_index_state (ah_sleeper_index_t *self, const char *agent_id, const char *state, int64_t now_ms);
 void ah_sleeper_index_destroy (ah_sleeper_index_t **self_p);
 

@@ -167,6 +167,10 @@ static void s_row_keep (facts_t *f, sqlite3_stmt *st, int64_t now)
     f->turns = (int) sqlite3_column_int64 (st, 4);
     f->turns_until = sqlite3_column_type (st, 5) == SQLITE_NULL ? NOT_DUE : sqlite3_column_int64 (st, 5);
     f->turn_last = sqlite3_column_int64 (st, 6);
+    f->frozen = sqlite3_column_int (st, 7) != 0;
+    f->frozen_at = sqlite3_column_int64 (st, 8);
+    const char *tenant = (const char *) sqlite3_column_text (st, 9);
+    snprintf (f->tenant, sizeof f->tenant, "%s", tenant ? tenant : "");
     f->read_at = now;
     f->has_row = true;
 }
@@ -306,12 +310,15 @@ static int s_read_due (self_t *self, int64_t now, facts_t ***ask_p, size_t *n_as
 //  whenever the row it finds is earlier (or there is none). So such a
 //  verdict, the commonest (an agent asked because it was used), costs no
 //  write; any other is written.
-static bool s_shown (const self_t *self, const facts_t *f, bool is_idle, const char *why, int64_t sleeps_at)
+//  The API adds the row's stops_at - sleeps_at to what it works out
+//  (the freezing time): that gap must be the verdict's too.
+static bool s_shown (const self_t *self, const facts_t *f, bool is_idle, const char *why, int64_t sleeps_at,
+                     int64_t gap)
 {
     if (self->write_all || is_idle || !why || !streq (why, "recent use") || !f->forecast_known
     ||  !isfinite (f->idle_minutes) || f->idle_minutes < 0 || f->idle_minutes > 1e9)
         return false;
-    if (sleeps_at != ah_sleeper_since_use (f->last_activity, f->idle_minutes))
+    if (sleeps_at != ah_sleeper_since_use (f->last_activity, f->idle_minutes) || gap != f->forecast_gap)
         return false;
     bool by_use;
     int64_t shown = ah_sleeper_sleeps_at (f->last_activity, f->idle_minutes, f->forecast_at != INT64_MIN,
@@ -330,12 +337,18 @@ static void s_judge (self_t *self, facts_t *f, int64_t now, sqlite3_stmt *up,
                           s_max (f->busy_at, self->started_ms));
     ah_msg_set_str (sandbox, "id", f->id);
     ah_msg_set_str (sandbox, "name", f->name);
+    ah_msg_set_str (sandbox, "tenant", f->tenant);
+    ah_msg_set_str (sandbox, "state", f->frozen ? "frozen" : "running");
     ah_msg_set_double (sandbox, "idle_minutes", f->idle_minutes);
+    ah_msg_set_str (facts, "state", f->frozen ? "frozen" : "running");
+    ah_msg_set_int (facts, "frozen_at_ms", f->frozen ? f->frozen_at : 0);
+    ah_msg_set_bool (facts, "can_freeze", !self->no_freeze);
+    ah_msg_set_double (facts, "freeze_minutes", self->freeze_minutes);
     ah_msg_set_int (facts, "now_ms", now);
     ah_msg_set_int (facts, "last_activity_ms", last);
     ah_msg_set_double (facts, "idle_minutes", f->idle_minutes);
     ah_msg_set_int (facts, "turns", f->turns);
-    ah_msg_set_int (facts, "terminals", f->terminals);
+    ah_msg_set_int (facts, "terminals", f->terminals + f->port_sockets);
     ah_msg_set_int (facts, "conversation_turns", f->conv_turns);
     if (f->has_share)
         ah_msg_set_double (facts, "cpu_share", f->cpu_share);
@@ -354,6 +367,10 @@ static void s_judge (self_t *self, facts_t *f, int64_t now, sqlite3_stmt *up,
     bool is_idle = ah_msg_bool (verdict, "idle", false);
     const char *why = ah_msg_str (verdict, "why");
     int64_t sleeps_at = (int64_t) ah_msg_double (verdict, "sleeps_at_ms", (double) now);
+    int64_t stops_at = (int64_t) ah_msg_double (verdict, "stops_at_ms", (double) sleeps_at);
+    const char *action = ah_msg_str (verdict, "action");
+    //  Only a running sandbox is frozen, and only where the driver can.
+    bool freeze = !f->frozen && !self->no_freeze && action && streq (action, "freeze");
     double recheck = ah_msg_double (verdict, "recheck_cpu_share", 0);
     if (why && (streq (why, "turn") || streq (why, "terminal") || streq (why, "cpu")))
         sleeper_touch (f, now);
@@ -361,23 +378,26 @@ static void s_judge (self_t *self, facts_t *f, int64_t now, sqlite3_stmt *up,
     f->idle = is_idle;
     f->sleeps_at = is_idle ? now : sleeps_at;
     f->recheck_cpu = isfinite (recheck) && recheck > 0 ? recheck : 0;
-    if (!s_shown (self, f, is_idle, why, sleeps_at)) {
+    if (!s_shown (self, f, is_idle, why, sleeps_at, stops_at - sleeps_at)) {
         f->forecast_known = !ah_store_bind_text (up, ":id", f->id)
             && !ah_store_bind_int64 (up, ":sleeps_at", sleeps_at) && !ah_store_bind_text (up, ":why", why)
+            && !ah_store_bind_int64 (up, ":stops_at", stops_at)
             && !ah_store_bind_int64 (up, ":now", now) && ah_store_step (self->store, up) == SQLITE_DONE;
         sqlite3_reset (up);
         f->forecast_at = sleeps_at;
         f->forecast_recent = why && streq (why, "recent use");
+        f->forecast_gap = stops_at - sleeps_at;
         self->forecasts++;
     }
     if (is_idle) {
         if (!f->stop_sent && self->actor) {
-            ah_msg_t *stop = ah_msg_new ("SANDBOX_STOP");
+            ah_msg_t *stop = ah_msg_new (freeze ? "SANDBOX_FREEZE" : "SANDBOX_STOP");
             ah_msg_set_int (stop, "req", ++self->req_seq);
             ah_msg_set_str (stop, "agent", f->id);
-            ah_msg_set_str (stop, "reason", "idle");
+            ah_msg_set_str (stop, "reason", f->frozen ? "frozen for freeze_minutes" : "idle");
             ah_actor_send (self->actor, "lifecycle", &stop);
-            ah_info (AREA, "agent '%s' is idle: asked lifecycle to put it to sleep", f->name);
+            ah_info (AREA, "agent '%s' is %s: asked lifecycle to %s", f->name, f->frozen ? "frozen long enough"
+                     : "idle", freeze ? "freeze it" : "put it to sleep");
         }
         f->stop_sent = true;
     }
@@ -418,7 +438,7 @@ static int s_pass (self_t *self, int64_t now, int *checked)
     }
     if (full)
         ah_store_exec (self->store, "DELETE FROM sleep_forecast WHERE agent_id NOT IN"
-                       " (SELECT agent_id FROM sandboxes WHERE state = 'running')", NULL);
+                       " (SELECT agent_id FROM sandboxes WHERE state IN ('running','frozen'))", NULL);
     sqlite3_stmt *up = ah_store_prepare (self->store, AH_SLEEPER_FORECAST_SQL);
     ah_msg_t *sandbox = ah_msg_new ("SANDBOX");
     ah_msg_t *facts = ah_msg_new ("FACTS");
@@ -472,13 +492,19 @@ static void s_state_set (self_t *self, const char *agent, const char *state, int
     f->stop_sent = false;
     f->has_sample = false;
     f->has_share = false;
-    f->running = streq (state, "running");
+    //  Frozen stays in the running set: the ladder's next step (stopped
+    //  freeze_minutes after) is judged like the first.
+    f->frozen = streq (state, "frozen");
+    f->running = streq (state, "running") || f->frozen;
+    if (f->frozen)
+        f->frozen_at = now_ms;              //  until its row is read again
     f->dirty = f->running;
     f->has_row = false;                     //  entering running moved last_activity_at
     s_index (self, f);
-    if (f->running)
+    if (streq (state, "running"))
         sleeper_touch (f, now_ms);                //  the idle clock starts when it runs
-    else {
+    else
+    if (!f->running) {
         //  Only running sandboxes have a forecast.
         sqlite3_stmt *st = ah_store_prepare (self->store, "DELETE FROM sleep_forecast WHERE agent_id = :id");
         f->forecast_known = st && !ah_store_bind_text (st, ":id", agent)
@@ -550,12 +576,74 @@ int sleeper_self_init (self_t *self, const char *db_path, const char *lua_dir, c
     return self->policy ? 0 : -1;
 }
 
+//  The frozen tier's memory ceiling (docs/lifecycle.md): the sandboxes
+//  frozen here, each counted at its memory limit, may hold at most
+//  sandbox.frozen_memory_mb; past it the longest-frozen are stopped
+//  (sleeping) first until what stays frozen is within it. One host: the
+//  one this installation's driver runs its sandboxes on.
+typedef struct {
+    char    id [48];
+    char    name [AH_NAME_MAX + 1];
+    int64_t mb;
+} frozen_t;
+
+int sleeper_ceiling (self_t *self)
+{
+    if (self->frozen_memory_mb <= 0)
+        return 0;
+    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT s.agent_id, a.name, s.memory_mb FROM sandboxes s"
+                                         " JOIN agents a ON a.id = s.agent_id WHERE s.state = 'frozen'"
+                                         " ORDER BY s.frozen_at, s.agent_id");
+    if (!st)
+        return 0;
+    size_t n = 0, cap = 0;
+    frozen_t *rows = NULL;
+    int64_t held = 0;
+    while (ah_store_step (self->store, st) == SQLITE_ROW) {
+        if (n == cap) {
+            frozen_t *more = realloc (rows, (cap = cap ? 2 * cap : 16) * sizeof *rows);
+            if (!more)
+                break;
+            rows = more;
+        }
+        const char *id = (const char *) sqlite3_column_text (st, 0);
+        const char *name = (const char *) sqlite3_column_text (st, 1);
+        snprintf (rows [n].id, sizeof rows [n].id, "%s", id ? id : "");
+        snprintf (rows [n].name, sizeof rows [n].name, "%s", name ? name : "");
+        rows [n].mb = sqlite3_column_int64 (st, 2);
+        held += rows [n++].mb;
+    }
+    sqlite3_reset (st);
+    int asked = 0;
+    for (size_t i = 0; i < n && held > self->frozen_memory_mb; i++) {
+        held -= rows [i].mb;
+        facts_t *f = sleeper_facts (self, rows [i].id);
+        if (!f || f->stop_sent)
+            continue;                       //  already on its way down
+        f->stop_sent = true;
+        asked++;
+        if (!self->actor)
+            continue;
+        ah_msg_t *stop = ah_msg_new ("SANDBOX_STOP");
+        ah_msg_set_int (stop, "req", ++self->req_seq);
+        ah_msg_set_str (stop, "agent", rows [i].id);
+        ah_msg_set_str (stop, "reason", "frozen memory ceiling");
+        ah_actor_send (self->actor, "lifecycle", &stop);
+        ah_info (AREA, "agent '%s' frozen longest while frozen sandboxes hold more than %lld MB "
+                 "(sandbox.frozen_memory_mb): asked lifecycle to put it to sleep", rows [i].name,
+                 (long long) self->frozen_memory_mb);
+    }
+    free (rows);
+    return asked;
+}
+
 ah_sleeper_index_t *ah_sleeper_index_new (const char *db_path, const char *lua_dir, char **err)
 {
     self_t *self = calloc (1, sizeof *self);
     char *why = NULL;
     if (self && sleeper_self_init (self, db_path, lua_dir, &why) == 0) {
         self->started_ms = 0;
+        self->freeze_minutes = 10;
         return self;
     }
     if (err)
@@ -600,6 +688,12 @@ void ah_sleeper_index_turned (ah_sleeper_index_t *self, const char *agent_id, in
 void ah_sleeper_index_state (ah_sleeper_index_t *self, const char *agent_id, const char *state, int64_t now_ms)
 {
     s_state_set (self, agent_id, state, now_ms);
+}
+
+int ah_sleeper_index_ceiling (ah_sleeper_index_t *self, int64_t frozen_memory_mb)
+{
+    self->frozen_memory_mb = frozen_memory_mb;
+    return sleeper_ceiling (self);
 }
 
 void ah_sleeper_index_destroy (ah_sleeper_index_t **self_p)

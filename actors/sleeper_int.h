@@ -19,13 +19,17 @@
 typedef struct {
     int     terminals;              //  open terminal sessions (from the api)
     int     conv_turns;             //  conversation turns running (from conversations)
+    int     port_sockets;           //  WebSockets open through its ports (from the api; count as terminals)
     bool    has_sample;
     int64_t cpu_ns;                 //  last CPU sample (from the tunnel)
     int64_t cpu_at_ns;
     double  cpu_share;              //  share of one core between the last two samples
     bool    has_share;
     int64_t busy_at;                //  ms: last time it was found busy or began running
-    bool    stop_sent;              //  asked lifecycle to stop it; cleared on a state change
+    bool    stop_sent;              //  asked lifecycle to stop (or freeze) it; cleared on a state change
+    bool    frozen;                 //  in the running set, frozen (the ladder's second step)
+    int64_t frozen_at;              //  ms: when it was frozen (from its row)
+    int64_t forecast_gap;           //  its forecast row's stops_at - sleeps_at (see s_shown)
     //  the due index
     bool    running;                //  in the running set (full pass, SANDBOX_STATE)
     bool    dirty;                  //  a fact changed since the verdict
@@ -49,6 +53,7 @@ typedef struct {
     bool    forecast_recent;        //  its why is "recent use"
     int64_t forecast_at;            //  its sleeps_at (INT64_MIN: no row)
     char    name [AH_NAME_MAX + 1];
+    char    tenant [AH_NAME_MAX + 1];
     char    id [48];                //  the agent's id (the hash's key)
 } facts_t;
 
@@ -75,6 +80,9 @@ struct ah_sleeper_index_s {
     size_t       heap_n, heap_cap;
     int          n_running;         //  facts with running set
     int          n_idle;            //  of those, the ones whose verdict is idle
+    double       freeze_minutes;    //  sandbox.freeze_minutes (idle.lua's facts.freeze_minutes)
+    int64_t      frozen_memory_mb;  //  sandbox.frozen_memory_mb (0: no ceiling)
+    bool         no_freeze;         //  the driver cannot pause (kubernetes, remote): the ladder skips frozen
 };
 typedef struct ah_sleeper_index_s self_t;
 
@@ -89,5 +97,9 @@ void sleeper_touch (facts_t *f, int64_t ms);
 //  (caller frees); sleeper_self_destroy either way.
 int  sleeper_self_init (self_t *self, const char *db_path, const char *lua_dir, char **why);
 void sleeper_self_destroy (self_t *self);
+//  The frozen sandboxes' memory ceiling (sleeper.c): stops the longest
+//  frozen while they hold more than sandbox.frozen_memory_mb; how many
+//  it asked lifecycle to stop.
+int  sleeper_ceiling (self_t *self);
 
 #endif

@@ -13,6 +13,7 @@
 #include "common/token.h"
 
 #include <errno.h>
+#include <msgpack.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -60,17 +61,29 @@ static void s_on_kick (void *self, ah_msg_t *msg)
     s_close_agent (self, ah_msg_str (msg, "agent_id"), "kicked by lifecycle");
 }
 
-static void s_on_state (void *self, ah_msg_t *msg)
+static void s_on_state (void *self_, ah_msg_t *msg)
 {
+    self_t *self = self_;
     const char *state = ah_msg_str (msg, "state");
+    const char *agent_id = ah_msg_str (msg, "agent_id");
+    //  The frozen tier: its sandboxd is paused with the sandbox and keeps
+    //  its connection. No pings, stats nor liveness timeout while it is
+    //  freezing or frozen; from the thaw on it has a whole ping timeout
+    //  again, counted from then (docs/architecture.md).
+    conn_t *conn = agent_id ? (conn_t *) zhashx_lookup (self->agents, agent_id) : NULL;
+    if (conn && state) {
+        bool frozen = streq (state, "freezing") || streq (state, "frozen");
+        if (conn->frozen && !frozen)
+            conn->last_heard_ms = zclock_mono ();
+        conn->frozen = frozen;
+    }
     //  unreachable: the host agent is away, the sandbox may run on and
     //  keeps its tunnel.
-    if (state && !streq (state, "starting") && !streq (state, "running")
-    &&  !streq (state, "unreachable")) {
-        s_close_agent (self, ah_msg_str (msg, "agent_id"), state);
+    if (state && !ah_tun_state_keeps (state) && !streq (state, "unreachable")) {
+        s_close_agent (self, agent_id, state);
         //  Nothing to wait for any more: their answer now (the state).
-        if (ah_msg_str (msg, "agent_id"))
-            ah_tun_waiters_run (self, ah_msg_str (msg, "agent_id"));
+        if (agent_id)
+            ah_tun_waiters_run (self, agent_id);
     }
 }
 
@@ -84,7 +97,8 @@ static void s_on_reply (void *self, ah_msg_t *msg)
 
 //  TUNNEL_SESSIONS: the sandboxd connections held now, those whose hello
 //  succeeded (sessions) and all (connections), and the channels open on
-//  them (every kind, the tunnel's own too), for GET /metrics.
+//  them (every kind, the tunnel's own too), and each tenant's egress
+//  counts since the start, for GET /metrics.
 static void s_on_sessions (void *self_, ah_msg_t *msg)
 {
     self_t *self = self_;
@@ -98,6 +112,30 @@ static void s_on_sessions (void *self_, ah_msg_t *msg)
     ah_msg_set_int (reply, "sessions", ready);
     ah_msg_set_int (reply, "connections", all);
     ah_msg_set_int (reply, "channels", (int64_t) zhashx_size (self->chans));
+    msgpack_sbuffer buf;
+    msgpack_sbuffer_init (&buf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &buf, msgpack_sbuffer_write);
+    size_t n = self->egress_counts ? zhashx_size (self->egress_counts) : 0;
+    msgpack_pack_array (&pk, (uint32_t) n);
+    for (ah_tun_egress_counts_t *c = n ? (ah_tun_egress_counts_t *) zhashx_first (self->egress_counts) : NULL;
+         c; c = (ah_tun_egress_counts_t *) zhashx_next (self->egress_counts)) {
+        const char *tenant = (const char *) zhashx_cursor (self->egress_counts);
+        const char *keys [] = { "allowed", "denied", "failed", "bytes_out", "bytes_in" };
+        uint64_t values [] = { c->allowed, c->denied, c->failed, c->bytes_out, c->bytes_in };
+        msgpack_pack_map (&pk, 6);
+        msgpack_pack_str_with_body (&pk, "tenant", 6);
+        msgpack_pack_str_with_body (&pk, tenant, strlen (tenant));
+        for (size_t k = 0; k < sizeof keys / sizeof keys [0]; k++) {
+            msgpack_pack_str_with_body (&pk, keys [k], strlen (keys [k]));
+            msgpack_pack_uint64 (&pk, values [k]);
+        }
+    }
+    if (ah_msg_set_raw (reply, "egress", buf.data, buf.size) != 0) {
+        ah_msg_destroy (&reply);
+        reply = ah_msg_reply_error (msg, 500, "the egress counts could not be encoded");
+    }
+    msgpack_sbuffer_destroy (&buf);
     ah_actor_reply (self->actor, msg, reply);
 }
 
@@ -229,7 +267,7 @@ static void s_open (self_t *self, ah_msg_t *msg, bool waited)
     conn_t *conn = (conn_t *) zhashx_lookup (self->agents, agent_id);
     if (!conn || !conn->ready) {
         char *state = ah_tun_sandbox_state (self, agent_id, NULL);
-        bool up = state && (streq (state, "running") || streq (state, "starting"));
+        bool up = ah_tun_state_keeps (state);
         if (up && !waited && s_wait (self, msg, agent_id) == 0)
             ;                       //  answered when it connects, or in connect_wait_ms
         else
@@ -473,16 +511,27 @@ static void s_destroy (void *self_)
             c->conn = NULL;
             ah_tun_chan_free (self, c);
         }
+    ah_tun_egress_drains_end (self);
     ah_lwsloop_destroy (&self->loop);       //  CLOSED callbacks free the conns
+    ah_actor_use_lws (self->actor, NULL);   //  what ends below may still send
     zhashx_destroy (&self->chans);
+    zhashx_destroy (&self->egress_jobs);
     zhashx_destroy (&self->agents);
     zhashx_destroy (&self->readers);
     zhashx_destroy (&self->reader_hashes);
+    ah_tun_egress_destroy (self);
     ah_store_close (&self->store);
     if (self->socket_path && self->unix_vhost)
         unlink (self->socket_path);
     free (self->socket_path);
     free (self);
+}
+
+//  $TERM: the workers' connects give up (their jobs end before destroy).
+static void s_on_term (void *self_)
+{
+    self_t *self = self_;
+    atomic_store (&self->egress_stop, true);
 }
 
 static void *s_init (ah_actor_t *actor, void *args)
@@ -493,6 +542,11 @@ static void *s_init (ah_actor_t *actor, void *args)
         return NULL;
     self->actor = actor;
     self->next_chan = 1;
+    atomic_init (&self->egress_stop, false);
+    //  Egress connects wait on the network: more of them at once than
+    //  the default, each bounded by sandbox.egress_connect_timeout.
+    ah_actor_workers (actor, AH_TUN_EGRESS_WORKERS);
+    self->egress_jobs = zhashx_new ();
     self->ping_interval_ms = a->ping_interval_ms > 0 ? a->ping_interval_ms : AH_TUNNEL_PING_INTERVAL_MS;
     self->ping_timeout_ms = a->ping_timeout_ms > 0 ? a->ping_timeout_ms : AH_TUNNEL_PING_TIMEOUT_MS;
     self->open_timeout_ms = a->open_timeout_ms > 0 ? a->open_timeout_ms : AH_TUNNEL_OPEN_TIMEOUT_MS;
@@ -522,6 +576,7 @@ static void *s_init (ah_actor_t *actor, void *args)
         ah_actor_fail (actor, "cannot open the database %s: %s", a->db_path ? a->db_path : "(none)",
                        err ? err : "?");
     else {
+        ah_tun_egress_init (self, a->config);
         //  The context listens on nothing; each listener is a vhost of
         //  its own, on exactly the address configured.
         struct lws_context_creation_info info;
@@ -612,6 +667,6 @@ static const ah_actor_command_t s_commands [] = {
 };
 
 const ah_actor_def_t ah_tunnel_actor = {
-    .name = AREA, .on_bus = true, .init = s_init, .destroy = s_destroy,
+    .name = AREA, .on_bus = true, .init = s_init, .destroy = s_destroy, .on_term = s_on_term,
     .handlers = s_handlers, .commands = s_commands, .flush = ah_tun_conns_flush,
 };

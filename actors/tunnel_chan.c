@@ -32,6 +32,8 @@ static chan_t *s_by_stream (conn_t *conn, uint32_t stream)
 void ah_tun_chan_free (self_t *self, chan_t *chan)
 {
     char key [24];
+    if (chan->egress)
+        ah_tun_egress_end (self, chan, NULL);
     ah_actor_timer_end (self->actor, chan->open_timer);
     if (chan->conn)
         zhashx_delete (chan->conn->streams, s_key (key, sizeof key, chan->stream));
@@ -62,6 +64,8 @@ void ah_tun_chan_fail (self_t *self, chan_t *chan, int status, const char *error
         }
         ah_actor_send (self->actor, chan->opener, &m);
     }
+    else if (chan->egress)
+        ah_tun_egress_end (self, chan, error);      //  recorded with why it ended
     else if (chan->kind == CH_HELLO && chan->conn && !chan->conn->dead && !chan->conn->ready) {
         conn_t *conn = chan->conn;
         char why [300];
@@ -95,6 +99,25 @@ static void s_on_open_timeout (void *self_, void *arg)
     ah_tun_chan_abort (self, chan, 504, error);
 }
 
+//  A channel on stream, known by its id and its stream; NULL out of memory.
+static chan_t *s_chan_new (conn_t *conn, uint32_t stream, chan_kind_t kind, const char *ch)
+{
+    self_t *self = conn->self;
+    chan_t *chan = (chan_t *) calloc (1, sizeof *chan);
+    if (!chan)
+        return NULL;
+    chan->id = self->next_chan++;
+    chan->stream = stream;
+    chan->conn = conn;
+    chan->kind = kind;
+    chan->pipe_fd = -1;
+    snprintf (chan->ch, sizeof chan->ch, "%s", ch);
+    char key [24];
+    zhashx_insert (self->chans, s_key (key, sizeof key, chan->id), chan);
+    zhashx_insert (conn->streams, s_key (key, sizeof key, stream), chan);
+    return chan;
+}
+
 chan_t *ah_tun_chan_open (conn_t *conn, chan_kind_t kind, const ah_msg_t *header,
                           bool fin, const char **why)
 {
@@ -111,23 +134,14 @@ chan_t *ah_tun_chan_open (conn_t *conn, chan_kind_t kind, const ah_msg_t *header
         *why = "no more channels can be opened on this connection";
         return NULL;
     }
-    chan_t *chan = (chan_t *) calloc (1, sizeof *chan);
+    const char *ch = ah_msg_str (header, "ch");
+    chan_t *chan = s_chan_new (conn, stream, kind, ch ? ch : "?");
     if (!chan) {
         free (hdr);
         ah_yamux_reset (conn->yamux, stream);
         *why = "out of memory";
         return NULL;
     }
-    chan->id = self->next_chan++;
-    chan->stream = stream;
-    chan->conn = conn;
-    chan->kind = kind;
-    chan->pipe_fd = -1;
-    const char *ch = ah_msg_str (header, "ch");
-    snprintf (chan->ch, sizeof chan->ch, "%s", ch ? ch : "?");
-    char key [24];
-    zhashx_insert (self->chans, s_key (key, sizeof key, chan->id), chan);
-    zhashx_insert (conn->streams, s_key (key, sizeof key, stream), chan);
     //  The header fits the fresh 256 KiB window: yamux takes it whole.
     ssize_t n = ah_yamux_write (conn->yamux, stream, hdr, hdr_size);
     free (hdr);
@@ -139,6 +153,16 @@ chan_t *ah_tun_chan_open (conn_t *conn, chan_kind_t kind, const ah_msg_t *header
     }
     if (fin)
         ah_yamux_close (conn->yamux, stream);
+    chan->open_timer = ah_actor_timer (self->actor, self->open_timeout_ms, 0, s_on_open_timeout, chan);
+    return chan;
+}
+
+chan_t *ah_tun_chan_accept (conn_t *conn, uint32_t stream, chan_kind_t kind)
+{
+    self_t *self = conn->self;
+    chan_t *chan = s_chan_new (conn, stream, kind, "egress");
+    if (!chan)
+        return NULL;
     chan->open_timer = ah_actor_timer (self->actor, self->open_timeout_ms, 0, s_on_open_timeout, chan);
     return chan;
 }
@@ -246,6 +270,10 @@ void ah_tun_chan_ack (self_t *self, chan_t *chan, size_t bytes)
 void ah_tun_chan_flush (self_t *self, chan_t *chan)
 {
     conn_t *conn = chan->conn;
+    if (chan->kind == CH_EGRESS) {
+        ah_tun_egress_writable (self, chan);
+        return;
+    }
     size_t taken = 0;
     while (ah_buf_size (&chan->pending)) {
         ssize_t n = ah_yamux_write (conn->yamux, chan->stream, ah_buf_head (&chan->pending),
@@ -287,6 +315,9 @@ void ah_tun_ymx_on_data (void *ud, uint32_t id, const uint8_t *data, size_t size
         if (chan->kind == CH_EXTERNAL)
             s_forward (self, chan, data, size);
         else
+        if (chan->kind == CH_EGRESS)
+            ah_tun_egress_data (self, chan, data, size);
+        else
             ah_yamux_consumed (conn->yamux, id, size);
         return;
     }
@@ -301,6 +332,21 @@ void ah_tun_ymx_on_data (void *ud, uint32_t id, const uint8_t *data, size_t size
                                     &reply, &used, &err);
     if (rc == 0)
         return;
+    if (rc > 0 && chan->kind == CH_EGRESS) {
+        //  Not a reply: the request of a stream sandboxd opened.
+        chan->replied = true;
+        ah_actor_timer_end (self->actor, chan->open_timer);
+        chan->open_timer = 0;
+        //  The request is ours; what came after it is the connection's,
+        //  given back to the window once the upstream took it.
+        ah_yamux_consumed (conn->yamux, id, used);
+        ah_buf_t rest = chan->rbuf;
+        memset (&chan->rbuf, 0, sizeof chan->rbuf);
+        ah_tun_egress (self, chan, reply, ah_buf_head (&rest) + used, ah_buf_size (&rest) - used);
+        ah_buf_free (&rest);
+        ah_msg_destroy (&reply);
+        return;
+    }
     if (rc < 0) {
         char error [200];
         snprintf (error, sizeof error, "sandboxd sent a malformed reply header: %s", err);
@@ -322,6 +368,10 @@ void ah_tun_ymx_on_eof (void *ud, uint32_t id)
         return;
     if (!chan->replied) {
         ah_tun_chan_abort (conn->self, chan, 502, "sandboxd closed the channel without a reply");
+        return;
+    }
+    if (chan->kind == CH_EGRESS) {
+        ah_tun_egress_eof (conn->self, chan);
         return;
     }
     if (chan->kind == CH_EXTERNAL) {

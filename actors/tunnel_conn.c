@@ -117,10 +117,14 @@ static void s_frames_free (conn_t *conn)
 
 static void s_ymx_on_open (void *ud, uint32_t id)
 {
-    //  sandboxd never opens streams (docs/tunnel.md): refuse.
+    //  sandboxd opens only egress streams (docs/tunnel.md), and only a
+    //  sandbox's: a reader's or a dead connection's are reset.
     conn_t *conn = (conn_t *) ud;
-    ah_warn (AREA, "agent '%s': sandboxd opened stream %u; reset", conn->agent_id, id);
-    ah_yamux_reset (conn->yamux, id);
+    if (conn->dead || conn->reader || !conn->ready || !ah_tun_chan_accept (conn, id, CH_EGRESS)) {
+        ah_warn (AREA, "agent '%s': sandboxd opened stream %u %s; reset", conn->agent_id, id,
+                 conn->reader ? "on a reader's connection" : "before its hello");
+        ah_yamux_reset (conn->yamux, id);
+    }
 }
 
 static void s_ymx_on_pong (void *ud, uint32_t opaque)
@@ -189,14 +193,16 @@ void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bo
     zhashx_t *map = conn->reader ? self->readers : self->agents;
     if (zhashx_lookup (map, conn->agent_id) == conn)
         zhashx_delete (map, conn->agent_id);
+    //  Its egress requests waiting for a worker go with their channels.
+    conn->egress_wait = conn->egress_wait_tail = NULL;
     //  Fail every channel; collect first (failing edits the map).
     zlistx_t *list = zlistx_new ();
     for (chan_t *c = (chan_t *) zhashx_first (conn->streams); c; c = (chan_t *) zhashx_next (conn->streams))
         zlistx_add_end (list, c);
     for (chan_t *c = (chan_t *) zlistx_first (list); c; c = (chan_t *) zlistx_next (list)) {
         c->conn = NULL;                     //  its stream entry goes with the map
-        if (c->kind == CH_EXTERNAL)
-            ah_tun_chan_fail (self, c, 502, why);
+        if (c->kind == CH_EXTERNAL || c->egress)
+            ah_tun_chan_fail (self, c, 502, why);   //  an egress connection: recorded with why
         else
             ah_tun_chan_free (self, c);
     }
@@ -237,8 +243,8 @@ void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bo
 static void s_ping_map (self_t *self, zhashx_t *map, int64_t now, zlistx_t *lost)
 {
     for (conn_t *conn = (conn_t *) zhashx_first (map); conn; conn = (conn_t *) zhashx_next (map)) {
-        if (conn->dead)
-            continue;
+        if (conn->dead || conn->frozen)
+            continue;                   //  a frozen sandboxd cannot answer: not timed out
         if (now - conn->last_heard_ms > self->ping_timeout_ms)
             zlistx_add_end (lost, conn);
         else
@@ -273,7 +279,7 @@ static void s_on_stats_tick (void *self_, void *arg)
     for (conn_t *conn = (conn_t *) zhashx_first (self->agents); conn;
          conn = (conn_t *) zhashx_next (self->agents)) {
         const char *why = NULL;
-        if (conn->ready && !conn->dead && !ah_tun_chan_open (conn, CH_STATS, h, true, &why))
+        if (conn->ready && !conn->dead && !conn->frozen && !ah_tun_chan_open (conn, CH_STATS, h, true, &why))
             ah_debug (AREA, "agent '%s': stats: %s", conn->agent_id, why);
     }
     ah_msg_destroy (&h);
@@ -476,8 +482,8 @@ static int s_authenticate (self_t *self, struct lws *wsi, char *agent_id, size_t
         snprintf (why, why_size, "token does not match the sandbox's current boot token");
         status = 401;
     }
-    else if (!streq (state, "starting") && !streq (state, "running")) {
-        snprintf (why, why_size, "sandbox is %s (needs starting or running)", state);
+    else if (!ah_tun_state_keeps (state)) {
+        snprintf (why, why_size, "sandbox is %s (needs starting, running or frozen)", state);
         status = 403;
     }
     free (state);

@@ -8,6 +8,11 @@
                       yamux sessions, ping, hello and stats
       tunnel_chan.c   channels: one yamux stream each, reply headers, flow
                       control between the opener and the stream
+      tunnel_egress.c the egress streams sandboxd opens: the request
+                      checked, decided (lua/egress.lua), answered, recorded
+      tunnel_egress_relay.c  an allowed egress connection: resolved,
+                      checked and connected in a worker, then its bytes
+                      both ways between the stream and the socket
 
     DESIGN. conn_t: one authenticated WebSocket (lws per-session data
     points at it). It owns its yamux session, the bytes yamux gave us to
@@ -27,7 +32,17 @@
     them, so yamux's 256 KiB window stops sandboxd when the opener is slow.
     Bytes from the opener go to ah_yamux_write; what the window does not
     take waits in chan->pending (bounded by the opener's credit) and is
-    ACKed to the opener when yamux takes it.                            */
+    ACKed to the opener when yamux takes it.
+
+    Egress (tunnel_egress_relay.c): an allowed connection's resolution
+    and connect run in the actor's workers (ah_actor_job): the job owns
+    copies of what it needs and reads nothing else of the actor's but
+    egress_stop (atomic); its done, back on this thread, finds its
+    channel again by id (gone: the socket is closed). The connected
+    socket is then watched on this loop (ah_lwsloop_io_t) and relayed
+    like a channel whose opener is the socket: the sandbox's bytes are
+    given back to yamux's window only once the socket took them, and
+    the socket is read only while yamux's window takes what was read.  */
 #ifndef AH_TUNNEL_INT_H
 #define AH_TUNNEL_INT_H
 
@@ -39,15 +54,40 @@
 #include "store/store.h"
 
 #include <libwebsockets.h>
+#include <stdatomic.h>
+#include <string.h>
 
 #define AREA            "tunnel"
 #define AGENT_ID_MAX    64
 #define PENDING_MAX     (2 * AH_TUNNEL_CREDIT)
+#define AH_TUN_EGRESS_WORKERS     16    //  the actor's workers (egress connects)
+#define AH_TUN_EGRESS_CONNECTING  4     //  one sandbox's connects in them at once
 
 typedef struct self_t self_t;
 typedef struct conn_t conn_t;
+typedef struct egress_t egress_t;      //  an egress connection out (tunnel_egress_relay.c)
 
-typedef enum { CH_EXTERNAL, CH_HELLO, CH_STATS } chan_kind_t;
+//  One tenant's egress since the actor started, for GET /metrics
+//  (TUNNEL_SESSIONS' "egress", docs/egress.md "Metrics"). Kept until
+//  the actor ends (self->egress_counts), so an egress_t may point at it.
+typedef struct {
+    uint64_t allowed;               //  connected
+    uint64_t denied;                //  refused: the rule, the cap, a malformed request, the address check
+    uint64_t failed;                //  let through, then not connected (no name, refused, timeout, gone)
+    uint64_t bytes_out, bytes_in;   //  to the upstream, from it, as they pass
+} ah_tun_egress_counts_t;
+
+//  The states in which a sandbox keeps its tunnel connection: starting,
+//  running, and the frozen tier's (its sandboxd paused with it keeps
+//  its TCP connection; docs/architecture.md "The tunnel across a freeze").
+static inline bool ah_tun_state_keeps (const char *state)
+{
+    return state && (!strcmp (state, "starting") || !strcmp (state, "running")
+                     || !strcmp (state, "freezing") || !strcmp (state, "frozen")
+                     || !strcmp (state, "thawing"));
+}
+
+typedef enum { CH_EXTERNAL, CH_HELLO, CH_STATS, CH_EGRESS } chan_kind_t;
 
 typedef struct {
     int64_t id;                     //  server-wide channel id
@@ -65,6 +105,7 @@ typedef struct {
     int open_timer;                 //  reply deadline; 0 once replied
     int pipe_fd;                    //  the opener's pipe (CHAN_DATA "pipe_fd"), owned; -1 none
     size_t pipe_bytes;              //  in it, not yet framed (they go after pending)
+    egress_t *egress;               //  CH_EGRESS once allowed: its connection out (owned)
 } chan_t;
 
 //  A data frame whose payload an opener's CHAN_DATA owned (its bin, with
@@ -97,6 +138,8 @@ struct conn_t {
     bool rx_paused;
     size_t msg_bytes;               //  of the WebSocket message being received
     int64_t last_heard_ms;          //  sandboxd's last pong or ping (liveness)
+    bool frozen;                    //  its sandbox is freezing or frozen (lifecycle's SANDBOX_STATE):
+                                    //  no pings, no stats, no liveness timeout (docs/architecture.md)
     uint32_t ping_seq;
     bool flush_queued;              //  on self->flush: written at the turn's end
     conn_t *flush_next;
@@ -111,6 +154,8 @@ struct conn_t {
     size_t splice_frame;
     bool splice_wait;               //  a channel's pipe waits for the queue to drain
     bool splice_broken;             //  a spliced write failed: closing, nothing more goes
+    int egress_open;                //  egress connections allowed and not ended (the cap)
+    egress_t *egress_wait, *egress_wait_tail;   //  allowed, waiting for a worker (their turn)
 };
 
 struct self_t {
@@ -131,6 +176,17 @@ struct self_t {
     zlistx_t *waiters;              //  CHAN_OPENs waiting for their agent's connection (tunnel.c)
     int connect_wait_ms;            //  how long one waits at most
     conn_t *flush;                  //  connections whose outq is written at the turn's end
+    //  Egress (tunnel_egress.c): the rule and the catalog's lists; NULL
+    //  when they could not be loaded (every request refused, saying so).
+    struct ah_policy_t *egress_rule;       //  lua/egress.lua
+    struct ah_catalog_t *catalog;          //  catalog.path, read at start
+    char *egress_broken;                   //  why one of them is missing
+    int egress_max;                        //  sandbox.egress_max_connections
+    int egress_connect_ms;                 //  sandbox.egress_connect_timeout
+    atomic_bool egress_stop;               //  the actor ends: workers give up their connects
+    zhashx_t *egress_jobs;                 //  agent id -> its connects in the workers now (intptr_t)
+    egress_t *egress_draining;             //  ended cleanly, the upstream still taking the last bytes
+    zhashx_t *egress_counts;               //  tenant -> ah_tun_egress_counts_t (owned)
 };
 
 //  The actor (tunnel.c)
@@ -175,6 +231,59 @@ chan_t *ah_tun_chan_find (self_t *self, int64_t id);
 //  Open a stream on conn, send the header, FIN if fin. NULL with *why.
 chan_t *ah_tun_chan_open (conn_t *conn, chan_kind_t kind, const ah_msg_t *header,
                           bool fin, const char **why);
+//  A stream sandboxd opened (an egress connection, docs/egress.md): its
+//  header is awaited like a reply, within the open timeout. NULL: reset.
+chan_t *ah_tun_chan_accept (conn_t *conn, uint32_t stream, chan_kind_t kind);
+//  An egress stream's header is whole (tunnel_egress.c): decided; a
+//  refusal answered, recorded and the channel forgotten, an allowed
+//  one handed to ah_tun_egress_start (answered when it connected).
+//  early: bytes that came after the header (not yet consumed).
+void ah_tun_egress (self_t *self, chan_t *chan, const ah_msg_t *req, const uint8_t *early,
+                    size_t early_size);
+//  At the actor's start and end: the rule and the catalog (tunnel_egress.c).
+void ah_tun_egress_init (self_t *self, const ah_config_t *config);
+void ah_tun_egress_destroy (self_t *self);
+//  tenant's counts (created at its first use); NULL out of memory or
+//  for no tenant.
+ah_tun_egress_counts_t *ah_tun_egress_counts (self_t *self, const char *tenant);
+//  An egress attempt on the record (OP_RECORD, docs/messages.md): kind
+//  "egress" or "egress.end"; bytes < 0: none.
+void ah_tun_egress_record (self_t *self, const char *agent_id, const char *kind, const char *detail,
+                           bool ok, const char *error, int64_t bytes);
+//  The answer on an egress stream: {"ok": true, "address"} (error NULL),
+//  or {"ok": false, "code", "error"} then FIN. 0, or -1 (the stream
+//  could not take it: reset).
+int  ah_tun_egress_answer (conn_t *conn, chan_t *chan, const char *code, const char *error,
+                           const char *address);
+
+//  Connections out (tunnel_egress_relay.c). An allowed request: the
+//  channel's connection is made in a worker (host, port; open: the
+//  entries that name addresses the check would refuse, deny: those
+//  that refuse what the name resolves to; copied), early: bytes that
+//  came after the request (copied). 0, or -1 with why (nothing started).
+typedef struct {
+    const char *host;
+    int port;
+    bool literal;
+    const char *detail;             //  "host:port (kind)", for the audit
+    const char *why;                //  the rule's sentence
+    const char *const *open;
+    size_t n_open;
+    const char *const *deny;
+    size_t n_deny;
+    ah_tun_egress_counts_t *counts; //  the agent's tenant's (NULL: not counted)
+} ah_tun_egress_req_t;
+int  ah_tun_egress_start (self_t *self, chan_t *chan, const ah_tun_egress_req_t *req,
+                          const uint8_t *early, size_t early_size, char *why, size_t why_size);
+//  The channel ends (from ah_tun_chan_free): the socket closed, the end
+//  recorded with error (NULL: a clean end).
+void ah_tun_egress_end (self_t *self, chan_t *chan, const char *error);
+//  The actor ends (before its loop): connections still draining are closed.
+void ah_tun_egress_drains_end (self_t *self);
+//  yamux's events on an egress channel past its request.
+void ah_tun_egress_data (self_t *self, chan_t *chan, const uint8_t *data, size_t size);
+void ah_tun_egress_eof (self_t *self, chan_t *chan);
+void ah_tun_egress_writable (self_t *self, chan_t *chan);
 //  Forget a channel (no message, no yamux call).
 void ah_tun_chan_free (self_t *self, chan_t *chan);
 //  The channel failed: tell its opener (REPLY if CHAN_OPEN is still

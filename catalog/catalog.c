@@ -4,6 +4,7 @@
     the first problem stops it with a sentence naming the file, the entry
     and the field, so whoever edits the catalog knows what to fix.       */
 #include "catalog/catalog.h"
+#include "proto/egress.h"
 #include "common/ident.h"
 #include <ctype.h>
 #include <errno.h>
@@ -46,7 +47,8 @@ s_fail (s_ctx_t *ctx, const char *fmt, ...)
     vsnprintf (what, sizeof what, fmt, ap);
     va_end (ap);
     char *msg = NULL;
-    int rc = ctx->where [0]
+    int rc = !ctx->source ? asprintf (&msg, "%s", what)
+           : ctx->where [0]
            ? asprintf (&msg, "%s: %s: %s", ctx->source, ctx->where, what)
            : asprintf (&msg, "%s: %s", ctx->source, what);
     *ctx->err = rc < 0 ? NULL : msg;
@@ -70,17 +72,13 @@ s_runtime_free (ah_runtime_t *rt)
     s_strings_free (rt->setup_commands, rt->setup_count);
     s_strings_free (rt->packages, rt->package_count);
     s_strings_free (rt->briefing, rt->briefing_count);
+    s_strings_free (rt->egress, rt->egress_count);
     for (size_t i = 0; i < rt->env_count; i++) {
         free (rt->env [i].name);
         free (rt->env [i].value);
     }
     free (rt->env);
-    s_strings_free (rt->harness.command, rt->harness.command_count);
-    for (size_t i = 0; i < rt->harness.env_count; i++) {
-        free (rt->harness.env [i].name);
-        free (rt->harness.env [i].value);
-    }
-    free (rt->harness.env);
+    ah_catalog_harness_clear (&rt->harness);
     free (rt->context_dir);
     for (size_t i = 0; i < rt->host_file_count; i++) {
         free (rt->host_files [i].name);
@@ -336,6 +334,15 @@ s_check_package (const char *p)
     return NULL;
 }
 
+//  An egress list entry (proto/egress.h: name, *.name, *, address or
+//  range, each with an optional :port).
+static const char *
+s_check_egress (const char *e)
+{
+    const char *why = NULL;
+    return ah_egress_pattern_check (e, &why) ? why : NULL;
+}
+
 static const char *
 s_check_command (const char *c)
 {
@@ -410,7 +417,7 @@ s_parse_env (s_ctx_t *ctx, const char *field, json_t *env, ah_catalog_env_t **ou
 //  docs/tunnel.md). The command is argv, not a shell line: each item one
 //  line of text, the first not blank.
 static int
-s_parse_harness (s_ctx_t *ctx, json_t *h, ah_runtime_t *rt)
+s_parse_harness (s_ctx_t *ctx, json_t *h, ah_catalog_harness_t *out)
 {
     if (!json_is_object (h)) {
         s_fail (ctx, "field \"harness\" must be an object {\"command\": [\"agent\", \"--acp\"], \"env\": {...}}");
@@ -432,19 +439,44 @@ s_parse_harness (s_ctx_t *ctx, json_t *h, ah_runtime_t *rt)
     //  Looked up under its full name, so the list's errors say it.
     json_t *wrap = json_pack ("{sO}", "harness.command", command);
     int rc = wrap ? s_string_list (ctx, wrap, "harness.command", AH_CATALOG_MAX_HARNESS_ARG, false,
-                                   false, NULL, &rt->harness.command, &rt->harness.command_count) : -1;
+                                   false, NULL, &out->command, &out->command_count) : -1;
     json_decref (wrap);
     if (!wrap)
         s_fail (ctx, "out of memory");
     if (rc
-    ||  s_parse_env (ctx, "harness.env", json_object_get (h, "env"), &rt->harness.env,
-                     &rt->harness.env_count))
+    ||  s_parse_env (ctx, "harness.env", json_object_get (h, "env"), &out->env, &out->env_count))
         return -1;
-    if (s_check_command (rt->harness.command [0])) {
+    if (s_check_command (out->command [0])) {
         s_fail (ctx, "field \"harness.command\": the program (item 0) is blank");
         return -1;
     }
     return 0;
+}
+
+int
+ah_catalog_harness_parse (json_t *h, ah_catalog_harness_t *out, char **err)
+{
+    memset (out, 0, sizeof *out);
+    *err = NULL;
+    s_ctx_t ctx = { .source = NULL, .err = err };
+    if (s_parse_harness (&ctx, h, out) == 0)
+        return 0;
+    ah_catalog_harness_clear (out);
+    if (!*err)
+        *err = strdup ("out of memory");
+    return -1;
+}
+
+void
+ah_catalog_harness_clear (ah_catalog_harness_t *h)
+{
+    s_strings_free (h->command, h->command_count);
+    for (size_t i = 0; i < h->env_count; i++) {
+        free (h->env [i].name);
+        free (h->env [i].value);
+    }
+    free (h->env);
+    memset (h, 0, sizeof *h);
 }
 
 int64_t
@@ -535,9 +567,9 @@ s_parse_runtime (s_ctx_t *ctx, json_t *entry, ah_runtime_t *rt)
     }
     static const char *keys [] = { "alias", "description", "image", "base_image", "setup_commands",
                                    "packages", "env_vars", "briefing", "mem_limit", "needs_network",
-                                   "build", "harness", NULL };
+                                   "egress", "build", "harness", NULL };
     if (s_known_keys (ctx, entry, "the runtime (alias, description, image, base_image, setup_commands, "
-                      "packages, env_vars, briefing, mem_limit, needs_network, build, harness)", keys))
+                      "packages, env_vars, briefing, mem_limit, needs_network, egress, build, harness)", keys))
         return -1;
     static const ah_ident_t runtime = AH_IDENT_RUNTIME, image_ref = AH_IDENT_IMAGE;
     const char *alias = s_string_field (ctx, entry, "alias", &runtime);
@@ -589,10 +621,12 @@ s_parse_runtime (s_ctx_t *ctx, json_t *entry, ah_runtime_t *rt)
     ||  s_string_list (ctx, entry, "packages", 200, false, false, s_check_package, &rt->packages, &rt->package_count)
     ||  s_string_list (ctx, entry, "briefing", AH_CATALOG_MAX_STRING, true, true, s_check_command,
                        &rt->briefing, &rt->briefing_count)
+    ||  s_string_list (ctx, entry, "egress", AH_EGRESS_PATTERN_MAX, false, false, s_check_egress,
+                       &rt->egress, &rt->egress_count)
     ||  s_parse_env (ctx, "env_vars", json_object_get (entry, "env_vars"), &rt->env, &rt->env_count))
         return -1;
     json_t *harness = json_object_get (entry, "harness");
-    if (harness && s_parse_harness (ctx, harness, rt))
+    if (harness && s_parse_harness (ctx, harness, &rt->harness))
         return -1;
     json_t *mem = json_object_get (entry, "mem_limit");
     if (mem) {

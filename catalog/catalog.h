@@ -39,6 +39,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <jansson.h>
 
 #define AH_CATALOG_MAX_BYTES     (1u << 20)
 #define AH_CATALOG_MAX_RUNTIMES  256
@@ -85,6 +86,8 @@ typedef struct {
     size_t  briefing_count;
     int64_t mem_limit_mb;           //  0: the server's default
     bool    needs_network;
+    char  **egress;                 //  egress_count entries the runtime may reach (docs/egress.md)
+    size_t  egress_count;
     char    recipe [17];            //  base_image: 16 hex digits of the recipe's hash
     //  Build recipe of an image entry; context_dir NULL when it is pulled.
     char   *context_dir;            //  absolute (resolved against the catalog's directory)
@@ -110,6 +113,15 @@ const ah_runtime_t *ah_catalog_find (const ah_catalog_t *self, const char *alias
 const ah_runtime_t *ah_catalog_default (const ah_catalog_t *self);
 //  True when the builder makes the runtime's image (base_image or build).
 bool ah_runtime_built (const ah_runtime_t *rt);
+
+//  A harness given outside a catalog (an admin's per-agent override,
+//  docs/conversations.md "Choosing the harness"), checked by exactly the
+//  rules of a runtime's "harness" field: {"command": [...], "env": {...}}.
+//  0 with *out filled (ah_catalog_harness_clear frees it), or -1 with
+//  *err (caller frees) the sentence, naming the field ("field
+//  \"harness.command\" must be a non-empty array of strings ...").
+int  ah_catalog_harness_parse (json_t *h, ah_catalog_harness_t *out, char **err);
+void ah_catalog_harness_clear (ah_catalog_harness_t *h);
 
 //  A memory size in Docker's syntax ("2g", "512m", "1048576", "1.5g"),
 //  in whole MB (rounded down). 0 with *why for anything else.

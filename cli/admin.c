@@ -74,7 +74,7 @@ static int s_show (ah_common_t *co, const char *method, const char *path, json_t
 
 static const char *const s_tenant_fields [] = {
     "name", "sandboxes", "running", "tokens", "max_sandboxes", "max_running", "max_cpus",
-    "max_memory_mb", "created_at" };
+    "max_memory_mb", "created_at", "egress_allow", "egress_deny" };
 
 static void s_print_tenants (json_t *list)
 {
@@ -113,6 +113,30 @@ static int s_limits (const char *const *values, json_t *body)
     return 0;
 }
 
+//  --egress-allow / --egress-deny: comma-separated entries (docs/egress.md),
+//  "none" or "" for an empty list; the server checks each entry.
+static void s_egress_lists (const char *const *values, json_t *body)
+{
+    static const char *const keys [] = { "egress_allow", "egress_deny" };
+    for (int i = 0; i < 2; i++) {
+        if (!values [i])
+            continue;
+        json_t *list = json_array ();
+        if (strcmp (values [i], "none")) {
+            const char *p = values [i];
+            while (*p) {
+                size_t n = strcspn (p, ",");
+                if (n)
+                    json_array_append_new (list, json_stringn (p, n));
+                p += n;
+                if (*p == ',')
+                    p++;
+            }
+        }
+        json_object_set_new (body, keys [i], list);
+    }
+}
+
 int ah_cli_tenant (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
     static const char *const subs [] = { "create", "ls", "show", "set", "rm", NULL };
@@ -120,10 +144,12 @@ int ah_cli_tenant (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
     if (sub < 0)
         return sub == -2 ? 0 : AH_EXIT_USAGE;
     const char *lim [4] = { NULL, NULL, NULL, NULL };
+    const char *egress [2] = { NULL, NULL };
     bool force = false;
     ah_opt_t limit_opts [] = {
         { "--max-sandboxes", &lim [0], NULL }, { "--max-running", &lim [1], NULL },
-        { "--max-cpus", &lim [2], NULL }, { "--max-memory-mb", &lim [3], NULL }, { NULL, NULL, NULL } };
+        { "--max-cpus", &lim [2], NULL }, { "--max-memory-mb", &lim [3], NULL },
+        { "--egress-allow", &egress [0], NULL }, { "--egress-deny", &egress [1], NULL }, { NULL, NULL, NULL } };
     ah_opt_t rm_opts [] = { { "--force", NULL, &force }, { NULL, NULL, NULL } };
     const ah_opt_t *opts = sub == 0 || sub == 3 ? limit_opts : sub == 4 ? rm_opts : NULL;
     const char *pos [1];
@@ -135,6 +161,8 @@ int ah_cli_tenant (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
         return ah_cmd_show_list (co, "/api/v1/tenants", "tenants", s_print_tenants);
     char *path = ah_cmd_path ("tenants", pos [0], sub == 4 && force ? "?force=1" : "");
     json_t *body = sub == 0 || sub == 3 ? json_object () : NULL;
+    if (body)
+        s_egress_lists (egress, body);
     if (body && s_limits (lim, body)) {
         json_decref (body);
         free (path);
@@ -144,7 +172,7 @@ int ah_cli_tenant (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
         json_object_set_new (body, "name", json_string (pos [0]));
     if (sub == 3 && json_object_size (body) == 0) {
         fprintf (stderr, "agenthold tenant set: nothing to change (--max-sandboxes, --max-running, "
-                 "--max-cpus, --max-memory-mb)\n");
+                 "--max-cpus, --max-memory-mb, --egress-allow, --egress-deny)\n");
         json_decref (body);
         free (path);
         return AH_EXIT_USAGE;
@@ -160,7 +188,7 @@ int ah_cli_tenant (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
     }
     else
         rc = s_show (co, methods [sub], sub == 0 ? "/api/v1/tenants" : path, body, force ? 660 : 0,
-                     s_tenant_fields, 9);
+                     s_tenant_fields, 11);
     json_decref (body);
     free (path);
     return rc;

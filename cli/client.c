@@ -109,6 +109,18 @@ ah_client_t *ah_client_new (const char *config_path, bool need_token, char **err
             if (!self->token)
                 goto fail;
         }
+        //  It goes into a header: one byte that is not visible ASCII (a
+        //  CR or LF would start a header of its own) and it goes nowhere.
+        const char *bad = self->token;
+        while (*bad && *bad > 0x20 && *bad < 0x7f)
+            bad++;
+        if (*bad || bad - self->token > 1024) {
+            *err = *bad ? ah_strf ("the API token (%s) holds byte 0x%02x at offset %zu: a token is visible "
+                                   "ASCII only", env_token && *env_token ? "AGENTHOLD_TOKEN" : "the token file",
+                                   (unsigned char) *bad, (size_t) (bad - self->token))
+                        : ah_strf ("the API token is over 1024 bytes: not a token");
+            goto fail;
+        }
     }
     ah_config_destroy (&config);
     return self;

@@ -23,11 +23,16 @@ int ah_cmd_parse (const ah_cmd_t *c, int argc, char **argv, const ah_opt_t *opts
                   const char **pos, int max_pos, int *npos)
 {
     *npos = 0;
+    bool options = true;            //  until "--": what follows it is positional
     for (int i = 0; i < argc; i++) {
         const char *arg = argv [i];
-        if (!strcmp (arg, "--help") || !strcmp (arg, "-h"))
+        if (options && !strcmp (arg, "--")) {
+            options = false;
+            continue;
+        }
+        if (options && (!strcmp (arg, "--help") || !strcmp (arg, "-h")))
             return 1;
-        if (arg [0] == '-' && arg [1]) {
+        if (options && arg [0] == '-' && arg [1]) {
             const char *eq = strchr (arg, '=');
             size_t len = eq ? (size_t) (eq - arg) : strlen (arg);
             const ah_opt_t *o = NULL;
@@ -278,6 +283,23 @@ static char *s_cell (json_t *v)
         return strdup (json_is_true (v) ? "yes" : "no");
     if (json_is_number (v))
         return ah_cmd_strf ("%g", json_number_value (v));
+    if (json_is_array (v) && json_array_size (v) == 0)
+        return strdup ("none");
+    if (json_is_array (v)) {
+        //  A list of strings (a tenant's egress lists): comma-separated.
+        size_t i;
+        json_t *e;
+        char *out = strdup ("");
+        json_array_foreach (v, i, e) {
+            char *next = out ? ah_cmd_strf ("%s%s%.80s", out, i ? "," : "",
+                                            json_is_string (e) ? json_string_value (e) : "?") : NULL;
+            free (out);
+            out = next;
+            if (!out || strlen (out) > 2000)
+                break;
+        }
+        return out ? ah_cmd_clean (out) : strdup ("-");
+    }
     return strdup ("-");
 }
 
@@ -328,4 +350,23 @@ int ah_cmd_show_list (const ah_common_t *co, const char *path, const char *key, 
     }
     json_decref (reply);
     return exit_code;
+}
+
+int ah_cmd_agent_list (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co,
+                       const char *suffix, const char *key, ah_cmd_print_fn *print)
+{
+    const char *pos [1];
+    int npos = 0;
+    ah_opt_t opts [] = { { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL } };
+    int rc = ah_cmd_parse (c, argc, argv, opts, pos, 1, &npos);
+    if (rc)
+        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
+    if (npos != 1) {
+        fprintf (stderr, "agenthold %s: needs NAME (agenthold help %s)\n", c->name, c->name);
+        return AH_EXIT_USAGE;
+    }
+    char *path = ah_cmd_path ("agents", pos [0], suffix);
+    rc = path ? ah_cmd_show_list (co, path, key, print) : 1;
+    free (path);
+    return rc;
 }

@@ -49,8 +49,9 @@ struct ah_cmd_s {
 void ah_cmd_usage (const ah_cmd_t *c, FILE *out);
 
 //  Parse argv (after the command name) into opts (a table ending with a
-//  NULL name) and at most max_pos positionals. 0 ok, 1 --help was asked,
-//  -1 bad usage (said why on stderr).
+//  NULL name) and at most max_pos positionals; after "--" every word is
+//  a positional. 0 ok, 1 --help was asked, -1 bad usage (said why on
+//  stderr).
 int ah_cmd_parse (const ah_cmd_t *c, int argc, char **argv, const ah_opt_t *opts,
                   const char **pos, int max_pos, int *npos);
 
@@ -101,5 +102,9 @@ char *ah_cmd_strf (const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 //  print (list). Returns the exit status.
 typedef void (ah_cmd_print_fn) (json_t *list);
 int ah_cmd_show_list (const ah_common_t *co, const char *path, const char *key, ah_cmd_print_fn *print);
+//  A command `NAME [--json]` that shows the list under key of GET
+//  /api/v1/agents/NAME<suffix> (conversations, terms).
+int ah_cmd_agent_list (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co,
+                       const char *suffix, const char *key, ah_cmd_print_fn *print);
 
 #endif

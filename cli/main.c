@@ -9,6 +9,7 @@
 #include "cli/admin.h"
 #include "cli/audit.h"
 #include "cli/client.h"
+#include "cli/conv.h"
 #include "cli/follow.h"
 #include "cli/sbx.h"
 #include "cli/server_cmds.h"
@@ -29,7 +30,8 @@
 //  Help
 
 static ah_cmd_fn s_cmd_help, s_cmd_create, s_cmd_ls, s_cmd_show,
-    s_cmd_transition, s_cmd_runtimes, s_cmd_hosts, s_cmd_ports;
+    s_cmd_transition, s_cmd_runtimes, s_cmd_hosts, s_cmd_pool, s_cmd_ports, s_cmd_link,
+    s_cmd_links, s_cmd_unlink;
 
 static const ah_cmd_t s_commands [] = {
     { "serve", "serve [--config FILE]",
@@ -53,14 +55,16 @@ static const ah_cmd_t s_commands [] = {
       "images; the tunnel, TLS, the admin token file's mode, destroys waiting. Each\n"
       "problem comes with what to do. Exit status 0 only when all is well.\n",
       ah_cli_server_cmd, NULL, true, true },
-    { "create", "create NAME [--runtime ALIAS | --image IMG] [--cpus N] [--memory-mb N] [--idle-minutes N] [--no-wait] [--json]",
+    { "create", "create NAME [--runtime ALIAS | --image IMG] [--cpus N] [--memory-mb N] [--idle-minutes N] [--harness JSON] [--no-wait] [--json]",
       "Create an agent and its sandbox on a runtime of the catalog (the first one\n"
       "unless --runtime names another; `agenthold runtimes` lists them; --image runs\n"
       "an image outside the catalog) and wait until the sandbox runs, up to 10\n"
       "minutes: the first sandbox of a runtime waits while its image is built, and\n"
       "create says on stderr what the build does (\"Preparing the sandbox...\").\n"
       "Unset resources take the runtime's or the server's defaults; the server's\n"
-      "limits policy may refuse them. --no-wait returns once the agent exists.\n",
+      "limits policy may refuse them. --no-wait returns once the agent exists.\n"
+      "--harness '{\"command\": [\"agent\", \"--acp\"], \"env\": {\"K\": \"v\"}}' (an admin's token):\n"
+      "the agent's ACP harness instead of its runtime's (docs/conversations.md).\n",
       s_cmd_create, NULL, false, false },
     { "ls", "ls [--json]",
       "List every agent with its state, image and resources.\n",
@@ -111,10 +115,31 @@ static const ah_cmd_t s_commands [] = {
       "address (what the server can reach through sandboxd), with their addresses.\n"
       "A sleeping agent is not woken: it has none.\n",
       s_cmd_ports, NULL, false, false },
+    { "link", "link NAME PORT [--expires SECONDS] [--json]",
+      "A link to a port of the agent's sandbox through the server (docs/ports.md):\n"
+      "whoever holds it opens the agent's web server there until it expires (default\n"
+      "3600 s, at most 30 days), with no token; a request on it wakes the agent.\n",
+      s_cmd_link, NULL, false, false },
+    { "links", "links NAME [--json]",
+      "The agent's port links that still stand (not expired, not revoked): each\n"
+      "one's id, port, expiry and who made it (never the link itself: it is shown\n"
+      "once, by agenthold link).\n",
+      s_cmd_links, NULL, false, false },
+    { "unlink", "unlink NAME ID [--json]",
+      "Revoke the agent's port link ID (from agenthold links): from then on it is\n"
+      "refused as an invalid link (403), whoever holds it.\n",
+      s_cmd_unlink, NULL, false, false },
     { "hosts", "hosts [--json]",
       "The host agents (sandbox.driver: remote), for an admin: each one's state (up,\n"
       "unreachable, refused), version and protocol, and why when it is not up.\n",
       s_cmd_hosts, NULL, false, false },
+    { "pool", "pool [--json]",
+      "The warm pools, for an admin (docs/lifecycle.md \"Warm pools\"): each\n"
+      "runtime's size (lua/pool.lua within sandbox.warm_pool_max), its warm\n"
+      "sandboxes ready and being made, how long the oldest ready one has waited,\n"
+      "then the creates that took one (hits) or found none (misses) since the\n"
+      "server started.\n",
+      s_cmd_pool, NULL, false, false },
     { "tap", "tap [--endpoint E] [--type GLOB] [--count N]",
       "Print every message on the server's bus as one JSON line, from the tap\n"
       "(tap.endpoint in the configuration, or E). --type keeps the types matching\n"
@@ -131,11 +156,15 @@ static const ah_cmd_t s_commands [] = {
       "default: back to the configuration's. docs/policy.md \"Values\".\n",
       ah_cli_policy, NULL, false, false },
     { "tenant", "tenant create|ls|show|set|rm [NAME] [--max-sandboxes N] [--max-running N]\n"
-      "                   [--max-cpus N] [--max-memory-mb N] [--force] [--json]",
+      "                   [--max-cpus N] [--max-memory-mb N] [--egress-allow E,E...]\n"
+      "                   [--egress-deny E,E...] [--force] [--json]",
       "Tenants, for an admin. create NAME makes one (with limits of its own, else\n"
       "the pool's rules apply); ls lists them with what they hold; show NAME; set NAME\n"
-      "changes its limits ('none' removes one); rm NAME removes it, refused while it\n"
-      "holds sandboxes unless --force, which destroys them first.\n",
+      "changes its limits ('none' removes one) and replaces its egress allow and deny\n"
+      "lists (comma-separated entries: name, *.name, *, an address or range, each\n"
+      "with an optional :port; 'none' empties a list; docs/egress.md), applied to the\n"
+      "next connection; rm NAME removes it, refused while it holds sandboxes unless\n"
+      "--force, which destroys them first.\n",
       ah_cli_tenant, NULL, false, false },
     { "token", "token create [--name N] [--user U] [--expires D] [--admin|--metrics] [--json] | token ls | token revoke NAME",
       "API tokens, for an admin. create: a token for the tenant given with --tenant\n"
@@ -159,15 +188,33 @@ static const ah_cmd_t s_commands [] = {
       "(default 60 s) every third of it, ends the turn when CMD exits or on\n"
       "SIGINT/SIGTERM, and exits with CMD's status.\n",
       NULL, ah_cli_turn, false, false },
-    { "term", "term NAME",
-      "A shell in NAME's sandbox on this terminal (raw mode); exits with its status.\n",
+    { "term", "term NAME [--attach ID | --new]",
+      "A shell in NAME's sandbox on this terminal (raw mode); exits with its status.\n"
+      "--attach ID: a terminal that lasts, its screen first (Ctrl-] detaches);\n"
+      "--new: make one and attach.\n",
       NULL, ah_cli_term, false, false },
+    { "terms", "terms NAME [--json]",
+      "List NAME's terminals that last: id, state, size, clients, created, title.\n",
+      ah_cli_terms, NULL, false, false },
     { "exec", "exec NAME [--timeout S] -- CMD...",
       "Run CMD in NAME's sandbox; its output to ours, exit with its status.\n",
       NULL, ah_cli_exec, false, false },
     { "fs", "fs ls|get|put|tree|mkdir|rm NAME PATH [LOCAL]",
       "Files in NAME's sandbox home; get and put stream (agenthold fs --help).\n",
       NULL, ah_cli_fs, false, false },
+    { "prompt", "prompt NAME [--conversation ID] [--json] [--] TEXT...",
+      "Prompt NAME's harness (docs/conversations.md): TEXT (its words joined by spaces;\n"
+      "after -- a word may start with a dash) in conversation ID, or in a new one (its\n"
+      "id is the first line on stderr). The reply streams to stdout as it comes; tool\n"
+      "calls, permissions, notices and errors go to stderr. --json: each event of the\n"
+      "turn as a JSON line on stdout. Exits 0 when the turn ends with stop reason\n"
+      "end_turn, 1 (saying why) for any other stop, an error that ended the turn, a\n"
+      "refusal, or a stream that broke. SIGINT (Ctrl-C), SIGTERM or SIGHUP cancel the\n"
+      "turn and wait for its stop: exit 128+N; a second one leaves at once.\n",
+      ah_cli_prompt, NULL, false, false },
+    { "conversations", "conversations NAME [--json]",
+      "List NAME's conversations: id, turn state, ACP session, created, last activity.\n",
+      ah_cli_conversations, NULL, false, false },
     { "help", "help [COMMAND]",
       "Show this help, or one command's.\n",
       s_cmd_help, NULL, true, false },
@@ -212,6 +259,11 @@ static void s_print_agent (json_t *a)
         printf ("error:            %s\n", error ? error : "-");
         free (error);
     }
+    if (json_is_string (json_object_get (a, "no_freeze"))) {
+        char *why = ah_cmd_clean (strdup (ah_cmd_jstr (a, "no_freeze", "-")));
+        printf ("never frozen:     %s\n", why ? why : "-");
+        free (why);
+    }
     if (json_is_string (json_object_get (a, "tenant")))
         printf ("tenant:           %s\n", ah_cmd_jstr (a, "tenant", "-"));
     if (json_is_string (json_object_get (a, "home_lost")))
@@ -221,6 +273,18 @@ static void s_print_agent (json_t *a)
     if (json_object_get (a, "image")) {
         printf ("runtime:          %s\n", ah_cmd_jstr (a, "runtime", "- (an image outside the catalog)"));
         printf ("image:            %s\n", ah_cmd_jstr (a, "image", "-"));
+        //  An admin's override of the runtime's harness: its argv, and
+        //  the names of the variables it sets (the server shows no value).
+        json_t *h = json_object_get (a, "harness"), *v;
+        size_t i;
+        if (json_is_object (h)) {
+            printf ("harness:          ");
+            json_array_foreach (json_object_get (h, "command"), i, v)
+                printf ("%s%s", i ? " " : "", json_string_value (v) ? json_string_value (v) : "?");
+            json_array_foreach (json_object_get (h, "env"), i, v)
+                printf ("%s%s", i ? ", " : " (sets ", json_string_value (v) ? json_string_value (v) : "?");
+            printf ("%s\n", json_array_size (json_object_get (h, "env")) ? ")" : "");
+        }
         printf ("cpus:             %g\n", json_number_value (json_object_get (a, "cpus")));
         printf ("memory_mb:        %lld\n", (long long) json_integer_value (json_object_get (a, "memory_mb")));
         printf ("idle_minutes:     %g\n", json_number_value (json_object_get (a, "idle_minutes")));
@@ -274,7 +338,15 @@ static void s_print_agents (json_t *agents)
             row [7] = ah_cmd_clean (ah_cmd_strf ("%.60s", error));
         else
             row [7] = strdup (json_is_true (json_object_get (a, "needs_rebuild")) ? "needs rebuild" : "");
-        row [8] = ah_cli_sleeps_in (ah_cmd_jstr (a, "sleeps_at", NULL));
+        //  A frozen agent (issue 29): when it is stopped ("stops in 8m").
+        const char *stops_at = ah_cmd_jstr (a, "stops_at", NULL);
+        if (!ah_cmd_jstr (a, "sleeps_at", NULL) && stops_at) {
+            char *in = ah_cli_sleeps_in (stops_at);
+            row [8] = ah_cmd_strf ("stops %s", in);
+            free (in);
+        }
+        else
+            row [8] = ah_cli_sleeps_in (ah_cmd_jstr (a, "sleeps_at", NULL));
         if (tenants)
             row [9] = strdup (ah_cmd_jstr (a, "tenant", "-"));
     }
@@ -322,10 +394,10 @@ static int s_parse_simple (const ah_cmd_t *c, int argc, char **argv, ah_common_t
 
 static int s_cmd_create (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
 {
-    const char *image = NULL, *runtime = NULL, *cpus = NULL, *memory = NULL, *idle = NULL;
+    const char *image = NULL, *runtime = NULL, *cpus = NULL, *memory = NULL, *idle = NULL, *harness = NULL;
     bool no_wait = false;
     ah_opt_t opts [] = {
-        { "--image", &image, NULL }, { "--runtime", &runtime, NULL },
+        { "--image", &image, NULL }, { "--runtime", &runtime, NULL }, { "--harness", &harness, NULL },
         { "--cpus", &cpus, NULL }, { "--memory-mb", &memory, NULL },
         { "--idle-minutes", &idle, NULL }, { "--no-wait", NULL, &no_wait },
         { "--json", NULL, &co->json }, { "--config", &co->config, NULL }, { NULL, NULL, NULL }
@@ -358,6 +430,21 @@ static int s_cmd_create (const ah_cmd_t *c, int argc, char **argv, ah_common_t *
         if (ah_cmd_number ("create", "--idle-minutes", idle, false, &v))
             goto usage;
         json_object_set_new (body, "idle_minutes", v);
+    }
+    if (harness) {
+        //  Only its JSON is looked at here; the server holds it to the
+        //  catalog's "harness" rules and says what is wrong.
+        json_error_t jerr;
+        json_t *h = json_loads (harness, JSON_REJECT_DUPLICATES, &jerr);
+        if (!json_is_object (h)) {
+            char *why = ah_cmd_clean (strdup (h ? "it is not an object" : jerr.text));
+            fprintf (stderr, "agenthold create: --harness wants a JSON object {\"command\": [\"agent\", "
+                     "\"--acp\"], \"env\": {...}}: %s\n", why ? why : "?");
+            free (why);
+            json_decref (h);
+            goto usage;
+        }
+        json_object_set_new (body, "harness", h);
     }
     //  Waiting: follow the agent, up to 10 minutes (the first sandbox of a
     //  runtime may wait for its image to be built), saying what happens.
@@ -410,7 +497,9 @@ static void s_print_runtimes (json_t *list)
 static void s_print_hosts (json_t *list)
 {
     if (json_array_size (list) == 0) {
-        printf ("no host agents (sandbox.driver is not remote: the server runs its sandboxes itself)\n");
+        printf ("no host agent recorded: with sandbox.driver remote, one is recorded once the server's event "
+                "stream to it connects (hostd up, its Docker Engine answering); with another driver the "
+                "server runs its sandboxes itself\n");
         return;
     }
     static const char *const header [] = { "NAME", "STATE", "VERSION", "PROTOCOL", "ENDPOINT",
@@ -427,6 +516,41 @@ static void s_print_hosts (json_t *list)
         printf ("%s\n", line ? line : "");
         free (line);
     }
+}
+
+static int s_cmd_pool (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+{
+    const char *pos [1];
+    int npos, rc = s_parse_simple (c, argc, argv, co, pos, 0, &npos);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    int exit_code;
+    json_t *reply = ah_cmd_call (co, "GET", "/api/v1/pool", NULL, 0, NULL, &exit_code);
+    if (reply && co->json)
+        ah_cmd_print_json (reply);
+    else
+    if (reply) {
+        json_t *pools = json_object_get (reply, "pools");
+        long long now = (long long) time (NULL) * 1000;
+        for (size_t i = 0; i < json_array_size (pools); i++) {
+            json_t *p = json_array_get (pools, i);
+            json_t *oldest = json_object_get (p, "oldest_ready_at");
+            char age [32] = "-";
+            if (json_is_integer (oldest))
+                snprintf (age, sizeof age, "%llds", (now - (long long) json_integer_value (oldest)) / 1000);
+            json_object_set_new (p, "age", json_string (age));
+        }
+        static const char *const header [] = { "RUNTIME", "SIZE", "READY", "MAKING", "OLDEST READY" };
+        static const char *const keys [] = { "runtime", "size", "ready", "making", "age" };
+        ah_cmd_print_objects (pools, header, keys, 5);
+        printf ("hits %lld, misses %lld, drained %lld (sandbox.warm_pool_max %lld)\n",
+                (long long) json_integer_value (json_object_get (reply, "hits")),
+                (long long) json_integer_value (json_object_get (reply, "misses")),
+                (long long) json_integer_value (json_object_get (reply, "drained")),
+                (long long) json_integer_value (json_object_get (reply, "max")));
+    }
+    json_decref (reply);
+    return exit_code;
 }
 
 static int s_cmd_hosts (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
@@ -463,6 +587,123 @@ static int s_cmd_ports (const ah_cmd_t *c, int argc, char **argv, ah_common_t *c
     rc = ah_cmd_show_list (co, path, "ports", s_print_ports);
     free (path);
     return rc;
+}
+
+static int s_cmd_link (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+{
+    const char *expires = NULL;
+    ah_opt_t opts [] = { { "--expires", &expires, NULL }, { "--json", NULL, &co->json },
+                         { "--config", &co->config, NULL }, { NULL, NULL, NULL } };
+    const char *pos [2];
+    int npos, rc = ah_cmd_parse (c, argc, argv, opts, pos, 2, &npos);
+    if (rc)
+        return rc > 0 ? (ah_cmd_usage (c, stdout), 0) : AH_EXIT_USAGE;
+    if (npos != 2) {
+        fprintf (stderr, "agenthold link: which agent and which port? (usage: agenthold %s)\n", c->usage);
+        return AH_EXIT_USAGE;
+    }
+    json_t *body = json_object (), *v;
+    if (expires) {
+        if (ah_cmd_number ("link", "--expires", expires, true, &v)) {
+            json_decref (body);
+            return AH_EXIT_USAGE;
+        }
+        json_object_set_new (body, "expires", v);
+    }
+    //  The port goes into the path as a number or not at all.
+    char *end = NULL;
+    long port = strtol (pos [1], &end, 10);
+    if (!*pos [1] || *end || port < 1 || port > 65535) {
+        fprintf (stderr, "agenthold link: port '%s' must be a number from 1 to 65535\n", pos [1]);
+        json_decref (body);
+        return AH_EXIT_USAGE;
+    }
+    char suffix [48];
+    snprintf (suffix, sizeof suffix, "/ports/%ld/link", port);
+    char *path = s_agent_path (pos [0], suffix);
+    int exit_code;
+    json_t *reply = ah_cmd_call (co, "POST", path, body, 0, NULL, &exit_code);
+    free (path);
+    json_decref (body);
+    if (reply) {
+        char *err = NULL;
+        ah_client_t *client = ah_client_new (co->config, false, &err);
+        char *url = client ? ah_client_url_for (client, ah_cmd_jstr (reply, "path", "")) : NULL;
+        if (url)
+            json_object_set_new (reply, "url", json_string (url));
+        if (co->json)
+            ah_cmd_print_json (reply);
+        else
+            printf ("%s\n(until %s)\n", url ? url : ah_cmd_jstr (reply, "path", "?"),
+                    ah_cmd_jstr (reply, "expires_at", "?"));
+        free (url);
+        free (err);
+        ah_client_destroy (&client);
+        json_decref (reply);
+    }
+    return exit_code;
+}
+
+static void s_print_links (json_t *list)
+{
+    if (json_array_size (list) == 0) {
+        printf ("no port link stands (agenthold link NAME PORT makes one)\n");
+        return;
+    }
+    static const char *const header [] = { "ID", "PORT", "EXPIRES", "MADE BY" };
+    static const char *const keys [] = { "id", "port", "expires_at", "made_by" };
+    ah_cmd_print_objects (list, header, keys, 4);
+}
+
+static int s_cmd_links (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+{
+    const char *pos [1];
+    int npos, rc = s_parse_simple (c, argc, argv, co, pos, 1, &npos);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (npos != 1) {
+        fprintf (stderr, "agenthold links: which agent? (usage: agenthold %s)\n", c->usage);
+        return AH_EXIT_USAGE;
+    }
+    char *path = s_agent_path (pos [0], "/ports/links");
+    rc = ah_cmd_show_list (co, path, "links", s_print_links);
+    free (path);
+    return rc;
+}
+
+static int s_cmd_unlink (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+{
+    const char *pos [2];
+    int npos, rc = s_parse_simple (c, argc, argv, co, pos, 2, &npos);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (npos != 2) {
+        fprintf (stderr, "agenthold unlink: which agent and which link? (usage: agenthold %s)\n", c->usage);
+        return AH_EXIT_USAGE;
+    }
+    //  The id goes into the path as 12 lowercase hex characters or not at all.
+    bool ok = strlen (pos [1]) == 12;
+    for (const char *p = pos [1]; ok && *p; p++)
+        ok = (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f');
+    if (!ok) {
+        fprintf (stderr, "agenthold unlink: no port link '%.40s': an id is 12 lowercase hex characters "
+                 "(agenthold links %s shows them)\n", pos [1], pos [0]);
+        return AH_EXIT_USAGE;
+    }
+    char suffix [40];
+    snprintf (suffix, sizeof suffix, "/ports/links/%s", pos [1]);
+    char *path = s_agent_path (pos [0], suffix);
+    int exit_code;
+    json_t *reply = ah_cmd_call (co, "DELETE", path, NULL, 0, NULL, &exit_code);
+    free (path);
+    if (reply) {
+        if (co->json)
+            ah_cmd_print_json (reply);
+        else
+            printf ("link %s revoked\n", pos [1]);
+        json_decref (reply);
+    }
+    return exit_code;
 }
 
 static void s_print_agent_list (json_t *agents)

@@ -11,7 +11,14 @@
     loop acts on it. Our input is read only while less than OUT_MAX waits
     for the server. The terminal's settings are restored on every way
     out: the shell's exit, an error, SIGINT/SIGTERM/SIGHUP/SIGQUIT, and
-    atexit.                                                             */
+    atexit.
+
+    A terminal that lasts (issue 29, docs/api.md "Terminals"): --attach
+    ID attaches to one (?terminal=ID), --new makes one first (POST
+    .../terminals, its id said on stderr). Leaving it does not end it:
+    Ctrl-] detaches, and so does the end of our input (after
+    DETACH_LINGER_MS more of its output). `agenthold terms NAME` lists
+    an agent's terminals.                                               */
 #include "cli/http.h"
 #include "cli/term.h"
 #include "cli/client.h"
@@ -29,6 +36,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXIT_USAGE  2
@@ -36,6 +44,8 @@
 #define OUT_MAX     (1u << 20)      //  bytes queued for the server before we stop reading input
 #define READ_MAX    (1u << 20)      //  bytes read from the server per loop turn
 #define CONNECT_MS  10000
+#define DETACH_KEY  0x1d            //  Ctrl-]: leave a lasting terminal running
+#define DETACH_LINGER_MS 1500       //  output still shown after our input ended (lasting terminal)
 
 //  The saved terminal: process-wide like the terminal itself; touched by
 //  the one thread (and atexit on that thread).
@@ -63,7 +73,7 @@ static void s_on_signal (int sig)
 
 static void s_usage (FILE *out)
 {
-    fprintf (out, "usage: agenthold term NAME [--config FILE]\n");
+    fprintf (out, "usage: agenthold term NAME [--attach ID | --new] [--config FILE]\n");
 }
 
 static int s_write_all (int fd, const void *data, size_t size)
@@ -90,6 +100,7 @@ typedef struct {
     int  exit_status;               //  -1 until the close says
     bool closed;                    //  the server closed the terminal
     bool failed;                    //  our output could not be written
+    const char *id;                 //  a terminal that lasts, else NULL
 } term_t;
 
 //  The terminal's output: binary messages, in pieces as they come.
@@ -144,12 +155,15 @@ static void s_encode (char *buf, size_t size, const char *s)
 static ah_ws_t *s_open (ah_client_t *client, const char *name, term_t *t)
 {
     const char *base = ah_client_url (client);
-    char ename [512], path [600];
+    char ename [512], eid [200] = "", path [800];
     s_encode (ename, sizeof ename, name);
+    if (t->id)
+        s_encode (eid, sizeof eid, t->id);
     struct winsize wsz = { .ws_col = 80, .ws_row = 24 };
     if (ioctl (STDIN_FILENO, TIOCGWINSZ, &wsz) || !wsz.ws_col || !wsz.ws_row)
         wsz.ws_col = 80, wsz.ws_row = 24;
-    snprintf (path, sizeof path, "/api/v1/agents/%s/terminal?cols=%u&rows=%u", ename, wsz.ws_col, wsz.ws_row);
+    snprintf (path, sizeof path, "/api/v1/agents/%s/terminal?cols=%u&rows=%u%s%s", ename, wsz.ws_col,
+              wsz.ws_row, t->id ? "&terminal=" : "", eid);
     char *full = ah_client_url_for (client, path);
     ah_ws_url_t url;
     const char *uerr = "out of memory";
@@ -214,20 +228,40 @@ static int s_ended (ah_ws_t *ws, term_t *t)
 
 //  The loop: input to the server, output to ours, signals. Returns the
 //  exit status.
+//  Leave a lasting terminal running: close our side, say how to return.
+static int s_detach (ah_ws_t *ws, term_t *t)
+{
+    ah_ws_close (ws, 1000, "detached");
+    ah_ws_flush (ws);
+    s_restore ();
+    fprintf (stderr, "\nagenthold term: detached; terminal %s runs on (--attach %s)\n", t->id, t->id);
+    return 0;
+}
+
 static int s_run (ah_ws_t *ws, term_t *t)
 {
     bool in_open = true;
+    int64_t linger_until = 0;       //  a lasting terminal whose input ended: detach then
     uint8_t in [IN_CHUNK];
     if (ah_ws_read (ws, READ_MAX))  //  what came with the upgrade
         return s_ended (ws, t);
     while (!t->failed) {
+        int wait = -1;
+        if (linger_until) {
+            struct timespec ts;
+            clock_gettime (CLOCK_MONOTONIC, &ts);
+            int64_t now = (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+            if (now >= linger_until)
+                return s_detach (ws, t);
+            wait = (int) (linger_until - now);
+        }
         bool room = ah_ws_pending (ws) < OUT_MAX;
         struct pollfd pf [3] = {
             { ah_ws_fd (ws), POLLIN | (ah_ws_pending (ws) ? POLLOUT : 0), 0 },
             { s_sigpipe [0], POLLIN, 0 },
             { in_open && room ? STDIN_FILENO : -1, POLLIN, 0 },
         };
-        if (poll (pf, 3, -1) < 0) {
+        if (poll (pf, 3, wait) < 0) {
             if (errno == EINTR)
                 continue;
             return -1;
@@ -247,10 +281,18 @@ static int s_run (ah_ws_t *ws, term_t *t)
         }
         if (pf [2].revents) {
             ssize_t r = read (STDIN_FILENO, in, sizeof in);
+            if (r > 0 && t->id && s_raw && memchr (in, DETACH_KEY, (size_t) r))
+                return s_detach (ws, t);
             if (r > 0)
                 ah_ws_send (ws, AH_WS_BIN, in, (size_t) r);
-            else if (r == 0 || (errno != EINTR && errno != EAGAIN))
+            else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
                 in_open = false;    //  our input ended: the shell goes on until it exits
+                if (t->id) {        //  ... and a lasting terminal is left to it
+                    struct timespec ts;
+                    clock_gettime (CLOCK_MONOTONIC, &ts);
+                    linger_until = (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + DETACH_LINGER_MS;
+                }
+            }
         }
         if (ah_ws_flush (ws)) {
             s_restore ();
@@ -263,9 +305,28 @@ static int s_run (ah_ws_t *ws, term_t *t)
     return 1;                       //  our own output failed
 }
 
+//  One call (POST with an empty object); the reply when it answered
+//  want, else NULL having said why (the server's own words).
+static json_t *s_call (ah_client_t *client, const char *method, const char *path, long want)
+{
+    json_t *reply = NULL, *body = strcmp (method, "POST") == 0 ? json_object () : NULL;
+    char *err = NULL;
+    long code = ah_client_call (client, method, path, body, 0, &reply, &err);
+    json_decref (body);
+    if (code == want)
+        return reply;
+    char *why = code ? ah_client_error (reply, code) : NULL;
+    fprintf (stderr, "agenthold term: %s\n", why ? why : err ? err : "cannot reach the server");
+    free (why);
+    free (err);
+    json_decref (reply);
+    return NULL;
+}
+
 int ah_cli_term (int argc, char **argv, const char *config)
 {
-    const char *name = NULL;
+    const char *name = NULL, *attach = NULL;
+    bool make = false;
     for (int i = 0; i < argc; i++) {
         if (!strcmp (argv [i], "--help") || !strcmp (argv [i], "-h")) {
             s_usage (stdout);
@@ -273,11 +334,20 @@ int ah_cli_term (int argc, char **argv, const char *config)
                     "user. Opening it wakes a sleeping agent and waits until it runs. The\n"
                     "window size follows ours (SIGWINCH). Exits with the shell's status; the\n"
                     "terminal's settings are restored on every way out. Input that is not a\n"
-                    "terminal is passed as it is (`echo 'ls; exit' | agenthold term a1`).\n");
+                    "terminal is passed as it is (`echo 'ls; exit' | agenthold term a1`).\n"
+                    "\n"
+                    "--attach ID: a terminal that lasts (agenthold terms NAME lists them): its\n"
+                    "screen first, then live output; the shell outlives us. --new: make one\n"
+                    "and attach (its id on stderr). Ctrl-] detaches, as does the end of our\n"
+                    "input; exits 0 then.\n");
             return 0;
         }
         if (!strcmp (argv [i], "--config") && i + 1 < argc)
             config = argv [++i];
+        else if (!strcmp (argv [i], "--attach") && i + 1 < argc)
+            attach = argv [++i];
+        else if (!strcmp (argv [i], "--new"))
+            make = true;
         else if (argv [i][0] == '-') {
             fprintf (stderr, "agenthold term: unknown option '%s'\n", argv [i]);
             s_usage (stderr);
@@ -308,19 +378,29 @@ int ah_cli_term (int argc, char **argv, const char *config)
     //  gets the server's own words.
     char path [600] = "/api/v1/agents/";
     s_encode (path + strlen (path), sizeof path - strlen (path), name);
-    json_t *reply = NULL;
-    long code = ah_client_call (client, "GET", path, NULL, 0, &reply, &err);
-    if (code == 0 || code >= 400) {
-        char *why = code ? ah_client_error (reply, code) : NULL;
-        fprintf (stderr, "agenthold term: %s\n", why ? why : err ? err : "cannot reach the server");
-        free (why);
-        json_decref (reply);
-        free (err);
+    json_t *reply = s_call (client, "GET", path, 200);
+    if (!reply) {
         ah_client_destroy (&client);
         return 1;
     }
     json_decref (reply);
-    term_t t = { .exit_status = -1 };
+    char made [64] = "";
+    if (make && !attach) {
+        char tpath [700];
+        snprintf (tpath, sizeof tpath, "%s/terminals", path);
+        reply = s_call (client, "POST", tpath, 201);
+        const char *id = json_string_value (json_object_get (reply, "id"));
+        if (!id) {
+            json_decref (reply);
+            ah_client_destroy (&client);
+            return 1;
+        }
+        snprintf (made, sizeof made, "%s", id);
+        json_decref (reply);
+        fprintf (stderr, "agenthold term: terminal %s\n", made);
+        attach = made;
+    }
+    term_t t = { .exit_status = -1, .id = attach };
     ah_ws_t *ws = s_open (client, name, &t);
     ah_client_destroy (&client);
     if (!ws)
@@ -350,4 +430,19 @@ int ah_cli_term (int argc, char **argv, const char *config)
         status = t.exit_status >= 0 ? t.exit_status : 1;
     ah_ws_destroy (&ws);
     return status;
+}
+
+//  ---------------------------------------------------------------------
+//  agenthold terms NAME: the agent's terminals
+
+static void s_print_terms (json_t *list)
+{
+    static const char *const header [] = { "ID", "STATE", "COLS", "ROWS", "CLIENTS", "CREATED", "TITLE" };
+    static const char *const keys [] = { "id", "state", "cols", "rows", "clients", "created_at", "title" };
+    ah_cmd_print_objects (list, header, keys, 7);
+}
+
+int ah_cli_terms (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+{
+    return ah_cmd_agent_list (c, argc, argv, co, "/terminals", "terminals", s_print_terms);
 }

@@ -8,4 +8,8 @@
 //  the terminal could not open or broke, 2 bad usage.
 int ah_cli_term (int argc, char **argv, const char *config);
 
+//  `agenthold terms NAME [--json]`: the agent's terminals that last.
+#include "cli/cmd.h"
+int ah_cli_terms (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co);
+
 #endif

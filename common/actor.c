@@ -32,6 +32,7 @@
     0 ms timer of the loop. The turn count lives in the host.            */
 #include "common/actor.h"
 #include "common/bus.h"
+#include "common/jobs.h"
 #include "common/log.h"
 #include "common/msg.h"
 #include "common/str.h"
@@ -95,7 +96,7 @@ struct ah_actor_t {
     s_timer_t **timers;
     size_t ntimers, timers_cap;
     int next_timer;
-    struct workers_t *workers;  //  ah_actor_job's, made at the first job
+    ah_jobs_t *workers;         //  ah_actor_job's, made at the first job
     size_t workers_max;         //  0: AH_ACTOR_WORKERS
     bool stopped;
     char *fail;
@@ -437,94 +438,11 @@ static int s_reader_add (ah_actor_t *self, zsock_t *sock, ah_actor_sock_fn *fn,
                          void (*own) (ah_actor_t *));
 
 //  --------------------------------------------------------------------
-//  Workers (actor.h: DESIGN, ah_actor_job)
-
-typedef struct job_t {
-    struct job_t *next;
-    ah_actor_work_fn *work;
-    ah_actor_done_fn *done;
-    void *arg;
-    bool ran;
-} job_t;
-
-typedef struct workers_t {
-    pthread_mutex_t lock;       //  guards what follows, up to results
-    pthread_cond_t cond;        //  a job queued, or stopping
-    job_t *queued, *queued_tail;
-    size_t nqueued;
-    job_t *finished, *finished_tail;
-    size_t idle;
-    bool stopping;
-    pthread_t threads [AH_ACTOR_WORKERS_MAX];
-    size_t nthreads;            //  the actor's thread only
-    zsock_t *results;           //  PULL, the actor's thread: a frame per finished job
-    char endpoint [64];
-} workers_t;
-
-static void s_append (job_t **head, job_t **tail, job_t *job)
-{
-    job->next = NULL;
-    if (*tail)
-        (*tail)->next = job;
-    else
-        *head = job;
-    *tail = job;
-}
-
-static void *s_worker (void *arg)
-{
-    workers_t *w = arg;
-    pthread_setname_np (pthread_self (), "ah-worker");
-    zsock_t *wake = zsock_new_push (w->endpoint);      //  this thread's only
-    pthread_mutex_lock (&w->lock);
-    while (true) {
-        w->idle++;
-        while (!w->queued && !w->stopping)
-            pthread_cond_wait (&w->cond, &w->lock);
-        w->idle--;
-        if (w->stopping)
-            break;
-        job_t *job = w->queued;
-        w->nqueued--;
-        w->queued = job->next;
-        if (!w->queued)
-            w->queued_tail = NULL;
-        pthread_mutex_unlock (&w->lock);
-        job->work (job->arg);
-        job->ran = true;
-        pthread_mutex_lock (&w->lock);
-        s_append (&w->finished, &w->finished_tail, job);
-        pthread_mutex_unlock (&w->lock);
-        if (wake)
-            zstr_send (wake, "");       //  lost only if the actor ends: it then takes the list itself
-        pthread_mutex_lock (&w->lock);
-    }
-    pthread_mutex_unlock (&w->lock);
-    zsock_destroy (&wake);
-    return NULL;
-}
-
-//  Done for each finished job (all: to the end of the list as it is now).
-static void s_jobs_finished (ah_actor_t *self)
-{
-    workers_t *w = self->workers;
-    pthread_mutex_lock (&w->lock);
-    job_t *job = w->finished;
-    w->finished = w->finished_tail = NULL;
-    pthread_mutex_unlock (&w->lock);
-    while (job) {
-        job_t *next = job->next;
-        job->done (self->state, job->arg, job->ran);
-        free (job);
-        job = next;
-    }
-}
+//  Workers (actor.h: DESIGN, ah_actor_job; the pool is common/jobs.c)
 
 static void s_on_results (ah_actor_t *self)
 {
-    zframe_t *frame = zframe_recv (self->workers->results);
-    zframe_destroy (&frame);
-    s_jobs_finished (self);
+    ah_jobs_finished (self->workers, self->state);
 }
 
 void ah_actor_workers (ah_actor_t *self, size_t max)
@@ -536,73 +454,25 @@ int ah_actor_job (ah_actor_t *self, ah_actor_work_fn *work, ah_actor_done_fn *do
 {
     if (!work || !done || self->stopped)
         return -1;
-    workers_t *w = self->workers;
-    if (!w) {
-        w = calloc (1, sizeof *w);
-        if (!w)
-            return -1;
-        //  A closed socket's inproc name is freed asynchronously: never reused.
-        static atomic_uint s_seq;
-        snprintf (w->endpoint, sizeof w->endpoint, "inproc://ah-jobs-%u", atomic_fetch_add (&s_seq, 1));
-        w->results = zsock_new_pull (w->endpoint);      //  binds ('@' is the default)
-        if (!w->results || s_reader_add (self, w->results, NULL, s_on_results)) {
-            zsock_destroy (&w->results);
-            free (w);
+    if (!self->workers) {
+        ah_jobs_t *w = ah_jobs_new ();
+        if (!w || s_reader_add (self, ah_jobs_results (w), NULL, s_on_results)) {
+            ah_jobs_end (&w, self->state);
             return -1;
         }
-        pthread_mutex_init (&w->lock, NULL);
-        pthread_cond_init (&w->cond, NULL);
         self->workers = w;
     }
-    job_t *job = calloc (1, sizeof *job);
-    if (!job)
-        return -1;
-    *job = (job_t) { .work = work, .done = done, .arg = arg };
-    pthread_mutex_lock (&w->lock);
-    size_t max = self->workers_max ? self->workers_max : AH_ACTOR_WORKERS;
-    bool more = w->idle <= w->nqueued && w->nthreads < max;    //  no worker free for this one
-    if (more && pthread_create (&w->threads [w->nthreads], NULL, s_worker, w) == 0)
-        w->nthreads++;
-    if (w->nthreads == 0) {
-        pthread_mutex_unlock (&w->lock);
-        free (job);
-        return -1;
-    }
-    s_append (&w->queued, &w->queued_tail, job);
-    w->nqueued++;
-    pthread_cond_signal (&w->cond);
-    pthread_mutex_unlock (&w->lock);
-    return 0;
+    return ah_jobs_add (self->workers, self->workers_max ? self->workers_max : AH_ACTOR_WORKERS, work, done, arg);
 }
 
 //  The actor ends: the workers finish their jobs and are joined; done
 //  runs for those, then (ran = false) for the ones never taken.
 static void s_jobs_end (ah_actor_t *self)
 {
-    workers_t *w = self->workers;
-    if (!w)
+    if (!self->workers)
         return;
-    pthread_mutex_lock (&w->lock);
-    w->stopping = true;
-    pthread_cond_broadcast (&w->cond);
-    pthread_mutex_unlock (&w->lock);
-    for (size_t i = 0; i < w->nthreads; i++)
-        pthread_join (w->threads [i], NULL);
-    s_jobs_finished (self);
-    job_t *job = w->queued;
-    w->queued = w->queued_tail = NULL;
-    while (job) {
-        job_t *next = job->next;
-        job->done (self->state, job->arg, false);
-        free (job);
-        job = next;
-    }
-    ah_actor_reader_end (self, w->results);
-    zsock_destroy (&w->results);
-    pthread_mutex_destroy (&w->lock);
-    pthread_cond_destroy (&w->cond);
-    free (w);
-    self->workers = NULL;
+    ah_actor_reader_end (self, ah_jobs_results (self->workers));
+    ah_jobs_end (&self->workers, self->state);
 }
 
 void ah_actor_stop (ah_actor_t *self)

@@ -33,6 +33,9 @@ static const ah_bound_t s_bounds [] = {
     //  /api/v1/policy): the same range.
     { "max_exec_timeout",     false, 0.001, 604800, 0.001, NULL, "seconds" },
     { "expires",              true,  1, 315360000, 1, NULL, "seconds" },
+    //  A terminal's size (POST /api/v1/agents/{agent}/terminals).
+    { "cols",                 true,  1, 1000, 1, NULL, "columns" },
+    { "rows",                 true,  1, 1000, 1, NULL, "rows" },
     //  The configuration's durations (seconds; "500ms" is 0.5) and the
     //  audit trail's retention: no denormal that removes a home at once,
     //  no interval so long that a check never comes.

@@ -505,3 +505,33 @@ void ah_lwsloop_timer_cancel (ah_lwsloop_timer_t *timer)
     if (timer && timer->loop)
         ev_timer_stop (timer->loop->ev, &timer->ev);
 }
+
+static void s_io_fired (struct ev_loop *ev, ev_io *w, int revents)
+{
+    ah_lwsloop_io_t *io = lws_container_of (w, ah_lwsloop_io_t, ev);
+    io->loop->ours_ran = true;
+    io->fn (io, revents & (EV_READ | EV_WRITE), io->arg);  //  may free io or set it again
+}
+
+void ah_lwsloop_io_set (ah_lwsloop_t *self, ah_lwsloop_io_t *io, int fd, int events,
+                        ah_lwsloop_io_fn *fn, void *arg)
+{
+    if (io->loop)
+        ev_io_stop (io->loop->ev, &io->ev);
+    io->loop = self;
+    io->fn = fn;
+    io->arg = arg;
+    events &= EV_READ | EV_WRITE;
+    if (!events)
+        return;
+    ev_io_init (&io->ev, s_io_fired, fd, events);
+    ev_io_start (self->ev, &io->ev);
+}
+
+void ah_lwsloop_io_cancel (ah_lwsloop_io_t *io)
+{
+    if (io && io->loop) {
+        ev_io_stop (io->loop->ev, &io->ev);
+        io->loop = NULL;
+    }
+}

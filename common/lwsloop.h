@@ -136,6 +136,28 @@ void ah_lwsloop_timer_set (ah_lwsloop_t *self, ah_lwsloop_timer_t *timer, int64_
 //  Safe on a timer never set (zeroed) or already fired.
 void ah_lwsloop_timer_cancel (ah_lwsloop_timer_t *timer);
 
+//  A descriptor of the caller's own watched on the loop's thread (a
+//  socket the actor reads and writes itself, such as an egress
+//  connection's upstream, actors/tunnel_egress_relay.c): fn (io,
+//  revents, arg) when it is ready for what events asks (EV_READ,
+//  EV_WRITE, or both). Embed the struct in your own. set again to
+//  change the events (0: watch nothing for now); the descriptor stays
+//  the caller's.
+typedef struct ah_lwsloop_io_t ah_lwsloop_io_t;
+//  fn may free the memory holding the watcher (after cancelling it), or
+//  set it again.
+typedef void (ah_lwsloop_io_fn) (ah_lwsloop_io_t *io, int revents, void *arg);
+struct ah_lwsloop_io_t {
+    ev_io ev;
+    ah_lwsloop_t *loop;             //  NULL: never set
+    ah_lwsloop_io_fn *fn;
+    void *arg;
+};
+void ah_lwsloop_io_set (ah_lwsloop_t *self, ah_lwsloop_io_t *io, int fd, int events,
+                        ah_lwsloop_io_fn *fn, void *arg);
+//  Safe on a watcher never set (zeroed) or already cancelled.
+void ah_lwsloop_io_cancel (ah_lwsloop_io_t *io);
+
 //  Serve until ah_lwsloop_stop. 0, or -1 if lws_service failed.
 int  ah_lwsloop_run (ah_lwsloop_t *self);
 //  Make ah_lwsloop_run return after the current round of callbacks

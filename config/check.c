@@ -384,6 +384,15 @@ char *ah_config_check (const ah_config_t *self)
         return why;
     if ((why = s_check_bounds (self)))
         return why;
+    if (!(self->freeze_minutes >= 0 && self->freeze_minutes <= 525600))
+        return ah_strf ("sandbox.freeze_minutes = %g: must be from 0 (never frozen) to 525600",
+                        self->freeze_minutes);
+    if (self->frozen_memory_mb < 0 || self->frozen_memory_mb > (INT64_C (1) << 40))
+        return ah_strf ("sandbox.frozen_memory_mb = %lld: must be from 0 (no ceiling) to 2^40",
+                        (long long) self->frozen_memory_mb);
+    if (self->warm_pool_max < 0 || self->warm_pool_max > 1000)
+        return ah_strf ("sandbox.warm_pool_max = %lld: must be from 0 (no warm pools) to 1000",
+                        (long long) self->warm_pool_max);
     if (self->default_cpus > self->max_cpus)
         return ah_strf ("sandbox.default_cpus = %g: is over sandbox.max_cpus = %g",
                           self->default_cpus, self->max_cpus);
@@ -399,9 +408,28 @@ char *ah_config_check (const ah_config_t *self)
     if (self->max_read_bytes < 1 || self->max_read_bytes > AH_CONFIG_MAX_READ_CEILING)
         return ah_strf ("files.max_read_bytes = %lld: must be from 1 to %lld bytes (256 MiB)",
                           (long long) self->max_read_bytes, (long long) AH_CONFIG_MAX_READ_CEILING);
+    if (self->terminal_scrollback_lines < 0 || self->terminal_scrollback_lines > 1000000)
+        return ah_strf ("terminal.scrollback_lines = %lld: must be from 0 to 1000000",
+                          (long long) self->terminal_scrollback_lines);
+    if (!(self->terminal_detached_s >= 0 && self->terminal_detached_s <= 7 * 86400))
+        return ah_strf ("terminal.detached_counts_for = %g s: must be from 0 to 7 days",
+                        self->terminal_detached_s);
+    if (!(self->ports_answer_timeout_s >= 0.1 && self->ports_answer_timeout_s <= 3600))
+        return ah_strf ("ports.answer_timeout = %g s: must be from 0.1 s to 1 h", self->ports_answer_timeout_s);
+    if (self->egress_max_connections < 1 || self->egress_max_connections > 1024)
+        return ah_strf ("sandbox.egress_max_connections = %lld: must be from 1 to 1024 (a tunnel "
+                        "connection carries at most 1024 streams)", (long long) self->egress_max_connections);
+    //  Under sandboxd's 30 s wait for the server's answer (docs/egress.md).
+    if (!(self->egress_connect_timeout_s >= 0.1 && self->egress_connect_timeout_s <= 25))
+        return ah_strf ("sandbox.egress_connect_timeout = %g s: must be from 0.1 s to 25 s (sandboxd "
+                        "waits 30 s for the answer)", self->egress_connect_timeout_s);
     if (self->tmp_mb < 1 || self->tmp_mb > (INT64_C (1) << 20))
         return ah_strf ("sandbox.docker.tmp_mb = %lld: must be between 1 and 1048576",
                           (long long) self->tmp_mb);
+    if (!self->docker_egress
+    ||  (strcmp (self->docker_egress, "bridge") && strcmp (self->docker_egress, "tunnel")))
+        return ah_strf ("sandbox.docker.egress = '%s': must be bridge or tunnel",
+                          self->docker_egress ? self->docker_egress : "");
     char *sock = ah_config_tunnel_socket (self);
     size_t sock_len = sock ? strlen (sock) : 0;
     bool sock_abs = sock && sock [0] == '/';

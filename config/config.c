@@ -63,6 +63,9 @@ static const s_key_t s_keys [] = {
     { "sandbox.max_memory_mb",            T_INT64,    F (max_memory_mb), NULL },
     { "sandbox.pids_limit",               T_INT64,    F (pids_limit), NULL },
     { "sandbox.idle_minutes",             T_DOUBLE,   F (idle_minutes), NULL },
+    { "sandbox.freeze_minutes",           T_DOUBLE,   F (freeze_minutes), NULL },
+    { "sandbox.frozen_memory_mb",         T_INT,      F (frozen_memory_mb), NULL },
+    { "sandbox.warm_pool_max",            T_INT64,    F (warm_pool_max), NULL },
     { "sandbox.idle_check_interval",      T_DURATION, F (idle_check_interval_s), NULL },
     { "sandbox.tunnel_listen",            T_STR,      F (tunnel_listen), NULL },
     { "sandbox.tunnel_socket",            T_OPT,      F (tunnel_socket), "default" },
@@ -75,6 +78,8 @@ static const s_key_t s_keys [] = {
     { "sandbox.destroy_retry_min",        T_DURATION, F (destroy_retry_min_s), NULL },
     { "sandbox.destroy_retry_max",        T_DURATION, F (destroy_retry_max_s), NULL },
     { "sandbox.max_exec_timeout",         T_DURATION, F (max_exec_timeout_s), NULL },
+    { "sandbox.egress_max_connections",   T_INT64,    F (egress_max_connections), NULL },
+    { "sandbox.egress_connect_timeout",   T_DURATION, F (egress_connect_timeout_s), NULL },
     { "audit.retention_days",             T_DOUBLE,   F (audit_retention_days), NULL },
     { "audit.terminal_bytes_interval",    T_DURATION, F (audit_terminal_bytes_s), NULL },
     { "conversations.permission_timeout", T_DURATION, F (permission_timeout_s), NULL },
@@ -86,6 +91,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.docker.server_container",  T_OPT,      F (server_container), "detect" },
     { "sandbox.docker.sandboxd_volume",   T_OPT,      F (sandboxd_volume), "none" },
     { "sandbox.docker.tmp_mb",            T_INT64,    F (tmp_mb), NULL },
+    { "sandbox.docker.egress",            T_STR,      F (docker_egress), NULL },
     { "sandbox.kubernetes.kubeconfig",    T_OPT,      F (k8s_kubeconfig), "in-cluster" },
     { "sandbox.kubernetes.namespace",     T_STR,      F (k8s_namespace), NULL },
     { "sandbox.kubernetes.storage_class", T_OPT,      F (k8s_storage_class), "default" },
@@ -112,6 +118,9 @@ static const s_key_t s_keys [] = {
     { "files.tree_max_depth",             T_INT64,    F (tree_max_depth), NULL },
     { "files.tree_max_entries",           T_INT64,    F (tree_max_entries), NULL },
     { "files.max_read_bytes",             T_INT64,    F (max_read_bytes), NULL },
+    { "terminal.scrollback_lines",        T_INT64,    F (terminal_scrollback_lines), NULL },
+    { "terminal.detached_counts_for",     T_DURATION, F (terminal_detached_s), NULL },
+    { "ports.answer_timeout",             T_DURATION, F (ports_answer_timeout_s), NULL },
     { "policy.lua_dir",                   T_PATH,     F (lua_dir), NULL },
     { "catalog.path",                     T_PATH,     F (catalog_path), NULL },
     { "catalog.pip_index_url",            T_OPT,      F (pip_index_url), "none" },
@@ -149,6 +158,21 @@ static bool s_is_file (const char *path)
 }
 
 //  Directory of the running binary, or NULL.
+//  Half of this machine's memory in MiB (MemTotal in /proc/meminfo): the
+//  default ceiling on what frozen sandboxes hold; 0 (none) when unknown.
+static int64_t s_half_memory_mb (void)
+{
+    FILE *f = fopen ("/proc/meminfo", "r");
+    long long kb = 0;
+    char line [128];
+    while (f && fgets (line, sizeof line, f))
+        if (sscanf (line, "MemTotal: %lld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose (f);
+    return kb > 0 ? (int64_t) (kb / 2048) : 0;
+}
+
 static char *s_exe_dir (void)
 {
     char path [PATH_MAX];
@@ -239,6 +263,9 @@ ah_config_t *ah_config_new_defaults (void)
     self->max_memory_mb = 16384;
     self->pids_limit = 4096;
     self->idle_minutes = 15;
+    self->freeze_minutes = 10;
+    self->frozen_memory_mb = s_half_memory_mb ();
+    self->warm_pool_max = 8;
     self->idle_check_interval_s = 30;
     self->tunnel_listen = strdup ("auto");
     self->container_ttl_s = 86400;
@@ -247,6 +274,8 @@ ah_config_t *ah_config_new_defaults (void)
     self->destroy_retry_min_s = 120;
     self->destroy_retry_max_s = 21600;
     self->max_exec_timeout_s = 300;
+    self->egress_max_connections = 256;
+    self->egress_connect_timeout_s = 10;
     self->audit_retention_days = 30;
     self->audit_terminal_bytes_s = 60;
     self->permission_timeout_s = 60;
@@ -261,6 +290,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->server_container = NULL;
     self->sandboxd_volume = NULL;
     self->tmp_mb = 64;
+    self->docker_egress = strdup ("bridge");
     self->k8s_namespace = strdup ("agenthold");
     self->k8s_home_size = strdup ("10Gi");
     self->k8s_sandboxd_image = strdup ("agenthold/sandboxd:latest");
@@ -269,6 +299,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->remote_endpoint = strdup (AH_CONFIG_HOSTD_ENDPOINT);
     self->remote_server_key = NULL;
     self->remote_timeout_s = 5;
+    self->ports_answer_timeout_s = 60;
     self->hostd_endpoint = strdup (AH_CONFIG_HOSTD_ENDPOINT);
     self->hostd_name = NULL;
     self->hostd_data_dir = self->data_dir ? s_default_hostd_dir (self->data_dir) : NULL;
@@ -282,6 +313,8 @@ ah_config_t *ah_config_new_defaults (void)
     self->tree_max_depth = 6;
     self->tree_max_entries = 2000;
     self->max_read_bytes = AH_CONFIG_MAX_READ_BYTES;
+    self->terminal_scrollback_lines = 10000;
+    self->terminal_detached_s = 300;
     self->lua_dir = s_default_data_path ("lua", true);
     self->catalog_path = s_default_data_path ("catalog/runtimes.json", false);
     //  One allocation failed: give up cleanly rather than run half-configured
@@ -824,6 +857,26 @@ fail:
     else
         free (why);
     ah_config_destroy (&self);
+    return NULL;
+}
+
+bool ah_config_driver_freezes (const ah_config_t *self)
+{
+    const char *driver = self->driver ? self->driver : "";
+    return !strcmp (driver, "docker") || !strcmp (driver, "remote");
+}
+
+const char *ah_config_no_freeze (const ah_config_t *self)
+{
+    const char *driver = self->driver ? self->driver : "";
+    if (!strcmp (driver, "kubernetes"))
+        return "the kubernetes driver has no pause: an idle agent is stopped at once";
+    if (!strcmp (driver, "fake"))
+        return "the fake driver does not freeze: an idle agent is stopped at once";
+    if (!ah_config_driver_freezes (self))
+        return "this driver does not freeze: an idle agent is stopped at once";
+    if (self->freeze_minutes <= 0)
+        return "sandbox.freeze_minutes is 0: an idle agent is stopped at once";
     return NULL;
 }
 

@@ -42,6 +42,9 @@ typedef struct {
     int64_t max_memory_mb;          //  16384
     int64_t pids_limit;             //  4096
     double  idle_minutes;           //  15 (decimals allowed)
+    double  freeze_minutes;         //  10: frozen that long before it is stopped (0: never frozen)
+    int64_t frozen_memory_mb;       //  half the machine's memory: what frozen sandboxes may hold (0: no ceiling)
+    int64_t warm_pool_max;          //  8: warm sandboxes in every warm pool together (0: no warm pools)
     double  idle_check_interval_s;  //  30 ("30s", "1s", "2m", "500ms")
     char   *tunnel_listen;          //  "auto" (ah_config_tunnel_tcp), "none", or host:port
     char   *tunnel_socket;          //  NULL = <data_dir>/run/tunnel.sock (ah_config_tunnel_socket)
@@ -56,6 +59,9 @@ typedef struct {
     //  timeout of one that names none (the seed's SANDBOXD_EXECUTE_TIMEOUT);
     //  a longer timeout asked is refused. Terminals have none.
     double  max_exec_timeout_s;     //  300
+    //  sandbox.egress_*: the server's side of the egress proxy (docs/egress.md)
+    int64_t egress_max_connections; //  256: connections out one sandbox may hold at once
+    double  egress_connect_timeout_s;   //  10: an upstream must accept within this
     //  audit.*
     double  audit_retention_days;   //  30
     double  audit_terminal_bytes_s; //  60: an open terminal's bytes recorded this often (0: at close only)
@@ -69,6 +75,7 @@ typedef struct {
     char   *server_container;       //  NULL = detect
     char   *sandboxd_volume;        //  NULL = bind-mount sandboxd_path alone
     int64_t tmp_mb;                 //  64: the size of the tmpfs at /tmp in a sandbox
+    char   *docker_egress;          //  "bridge": a networked runtime's way out; "tunnel": none but the tunnel (docs/egress.md)
     //  sandbox.kubernetes.* (the kubernetes driver, docs/kubernetes.md)
     char   *k8s_kubeconfig;         //  NULL = in-cluster service-account credentials
     char   *k8s_namespace;          //  "agenthold"
@@ -107,6 +114,15 @@ typedef struct {
     //  files.max_read_bytes: the most of a file a JSON answer carries (the
     //  seed's SANDBOXD_MAX_READ_BYTES); streamed downloads are not cut
     int64_t max_read_bytes;         //  8 MiB, 1 to AH_CONFIG_MAX_READ_CEILING
+    //  terminal.scrollback_lines: the lines of scrollback the server keeps
+    //  for each terminal that lasts (actors/api/terms.c)
+    int64_t terminal_scrollback_lines;  //  10000, 0 to 1000000
+    //  terminal.detached_counts_for: a terminal that lasts, left with no
+    //  client, still counts as open for the idle rule this long
+    double  terminal_detached_s;    //  300, 0 to 7 days
+    //  ports.answer_timeout: a sandbox's web server answers a proxied
+    //  request's head within this (docs/ports.md)
+    double  ports_answer_timeout_s; //  60, 0.1 to 3600
     //  policy.*
     char   *lua_dir;                //  directory of idle.lua, limits.lua, briefing.lua
     //  catalog.*
@@ -149,6 +165,14 @@ int ah_config_split_listen (const char *listen, char *host, size_t host_size, in
 char *ah_config_hostd_endpoint (const char *name_prefix);
 
 const char *ah_config_tunnel_tcp (const ah_config_t *self, const char **why);
+
+//  Why an idle sandbox is never frozen with this configuration (the idle
+//  ladder skips frozen: it is stopped at once), or NULL when it may be
+//  (the docker driver, and remote: its hostd runs docker). A static
+//  sentence; the sleeper and the agent object's no_freeze both use it.
+const char *ah_config_no_freeze (const ah_config_t *self);
+//  The driver can pause a sandbox (docker; remote, whose hostd runs docker).
+bool ah_config_driver_freezes (const ah_config_t *self);
 
 //  The unix socket the tunnel also listens on (sandboxes dial it through
 //  a bind mount of its directory): sandbox.tunnel_socket, or

@@ -49,6 +49,7 @@ typedef struct {
 typedef struct {
     bool    exists;                 //  the sandbox (container / home) exists
     bool    running;
+    bool    paused;                 //  running, its processes frozen (docker: paused)
     int     exit_code;              //  when !running and it ran before; -1 unknown
     char    detail [128];           //  driver's own words ("exited (137)", "running")
     bool    home_gone;              //  known: the home's files are gone (docker: its
@@ -118,7 +119,8 @@ struct ah_driver_t {
     //  existing initialisers keep compiling). Blocks in the calling worker
     //  thread following the backend's events: calls on_change (arg,
     //  agent_id, action) for each change of a sandbox (action "start",
-    //  "stop", "die", "destroy", or "home-destroy" when its home went),
+    //  "stop", "die", "destroy", "pause", "unpause", or "home-destroy"
+    //  when its home went),
     //  once with agent_id NULL and action
     //  "connected" when the stream is established (so the caller can
     //  re-inspect what it may have missed while disconnected), and with
@@ -164,6 +166,13 @@ struct ah_driver_t {
     //  start and destroy remove a reader first. Absent is success.
     int  (*reader_start) (ah_driver_t *self, const ah_boot_t *boot, char **err);
     int  (*reader_stop)  (ah_driver_t *self, const char *agent_id, char **err);
+    //  Optional (NULL: the backend cannot pause, e.g. kubernetes; added
+    //  last). freeze stops every process of a running sandbox where it is
+    //  (docker: POST /containers/{id}/pause, the cgroup freezer) and keeps
+    //  its memory; thaw lets them go on (unpause). Freezing a frozen or
+    //  thawing a running sandbox is success. stop works on a frozen one.
+    int  (*freeze)       (ah_driver_t *self, const char *agent_id, char **err);
+    int  (*thaw)         (ah_driver_t *self, const char *agent_id, char **err);
 };
 
 //  The directory that holds agent_id's home on the server's side, for

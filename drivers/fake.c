@@ -309,11 +309,42 @@ static int s_stop (ah_driver_t *driver, const char *agent_id, char **err)
     free (path);
     gone = s_instance_take (self, agent_id);
     //  Like `docker stop`: the init process ends on SIGTERM, exit 143.
-    rc = strcmp (line, "running") == 0 ? s_set_state (self, agent_id, "exited 143", err) : 0;
+    rc = strcmp (line, "running") == 0 || strcmp (line, "paused") == 0
+       ? s_set_state (self, agent_id, "exited 143", err) : 0;
 out:
     pthread_mutex_unlock (&self->lock);
     s_instance_end (self, &gone);
     return rc;
+}
+
+//  Freeze and thaw mark the state only ("paused" / "running"): the
+//  in-process sandboxd goes on answering (a fake cannot stop a thread
+//  where it stands), which is what lifecycle's tests need.
+static int s_pause (ah_driver_t *driver, const char *agent_id, bool pause, char **err)
+{
+    ENTER (pause ? "freeze" : "thaw");
+    char line [STATE_MAX] = "";
+    char *path = s_path (self, agent_id, "state");
+    if (path)
+        s_read_line (path, line, sizeof line);
+    free (path);
+    if (strcmp (line, "running") != 0 && strcmp (line, "paused") != 0)
+        s_set_err (err, ah_strf ("fake: sandbox %s is not running (%s)", agent_id, *line ? line : "absent"));
+    else
+        rc = s_set_state (self, agent_id, pause ? "paused" : "running", err);
+out:
+    pthread_mutex_unlock (&self->lock);
+    return rc;
+}
+
+static int s_freeze (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    return s_pause (driver, agent_id, true, err);
+}
+
+static int s_thaw (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    return s_pause (driver, agent_id, false, err);
 }
 
 static int s_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err)
@@ -405,6 +436,8 @@ static int s_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_stat
     int code;
     if (strcmp (line, "running") == 0)
         status->running = true;
+    else if (strcmp (line, "paused") == 0)
+        status->running = status->paused = true;
     else if (sscanf (line, "exited %d", &code) == 1)
         status->exit_code = code;
     snprintf (status->detail, sizeof status->detail, "%s", *line ? line : "unknown");
@@ -515,6 +548,8 @@ ah_driver_t *ah_fake_driver_new (const ah_config_t *config, char **err)
     driver->create = s_create;
     driver->start = s_start;
     driver->stop = s_stop;
+    driver->freeze = s_freeze;
+    driver->thaw = s_thaw;
     driver->rebuild = s_rebuild;
     driver->destroy = s_destroy;
     driver->inspect = s_inspect;

@@ -192,6 +192,14 @@ s_worker (void *arg)
     if (streq (type, "DRIVER_STOP"))
         rc = d->stop (d, agent_id, &err);
     else
+    if (streq (type, "DRIVER_FREEZE") || streq (type, "DRIVER_THAW")) {
+        bool freeze = streq (type, "DRIVER_FREEZE");
+        int (*fn) (ah_driver_t *, const char *, char **) = freeze ? d->freeze : d->thaw;
+        rc = fn ? fn (d, agent_id, &err) : -1;
+        if (!fn)
+            err = ah_strf ("the %s driver cannot %s a sandbox", d->name, freeze ? "freeze" : "thaw");
+    }
+    else
     if (streq (type, "DRIVER_DESTROY"))
         rc = d->destroy (d, agent_id, &err);
     else
@@ -207,6 +215,7 @@ s_worker (void *arg)
         if (rc == 0) {
             ah_msg_set_bool (reply, "exists", st.exists);
             ah_msg_set_bool (reply, "running", st.running);
+            ah_msg_set_bool (reply, "paused", st.paused);
             ah_msg_set_int (reply, "exit_code", st.exit_code);
             ah_msg_set_str (reply, "detail", st.detail);
             ah_msg_set_bool (reply, "home_gone", st.home_gone);
@@ -286,7 +295,8 @@ s_worker (void *arg)
 //  Main thread
 
 static const char *s_types [] = {
-    "DRIVER_CREATE", "DRIVER_START", "DRIVER_STOP", "DRIVER_REBUILD", "DRIVER_DESTROY",
+    "DRIVER_CREATE", "DRIVER_START", "DRIVER_STOP", "DRIVER_FREEZE", "DRIVER_THAW", "DRIVER_REBUILD",
+    "DRIVER_DESTROY",
     "DRIVER_REMOVE_CONTAINER", "DRIVER_INSPECT", "DRIVER_LIST", "DRIVER_IMAGE_EXISTS", "DRIVER_IMAGE_BUILD",
     "DRIVER_WATCH", "DRIVER_ENGINE", "HOSTD_TUNNEL", "HOSTD_HOME", NULL
 };

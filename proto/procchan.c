@@ -58,6 +58,24 @@ ah_msg_t *ah_procchan_header (const char *key, const char * const *argv, size_t 
     return h;
 }
 
+ah_msg_t *ah_ptychan_header (const char *id, bool create, int cols, int rows, int64_t from)
+{
+    if (!s_key_ok (id))
+        return NULL;
+    ah_msg_t *h = ah_msg_new ("");
+    ah_msg_set_str (h, "ch", "pty");
+    ah_msg_set_str (h, "id", id);
+    ah_msg_set_bool (h, "create", create);
+    ah_msg_set_str (h, "term", "xterm-256color");
+    if (cols > 0 && rows > 0) {
+        ah_msg_set_int (h, "cols", cols);
+        ah_msg_set_int (h, "rows", rows);
+    }
+    if (from >= 0)
+        ah_msg_set_int (h, "from", from);
+    return h;
+}
+
 int ah_procchan_reply (const ah_msg_t *reply, ah_procchan_reply_t *r)
 {
     memset (r, 0, sizeof *r);

@@ -24,6 +24,10 @@
 #define AH_PROCCHAN_ENV_MAX     256     //  entries
 #define AH_PROCCHAN_KEPT_MAX    16      //  processes kept per sandbox
 #define AH_PROCCHAN_BUFFER      (1u << 20)  //  output history kept per process
+//  Kept terminals (the pty channel with an "id", docs/tunnel.md "pty"):
+//  at most this many per sandbox, each with a ring of its last output.
+#define AH_PTYCHAN_KEPT_MAX     32
+#define AH_PTYCHAN_RING         (256u << 10)    //  record bytes kept per terminal
 
 //  The header: {"ch": "proc", "key": key, "argv": [...], "env": {...},
 //  "from": int}. argv NULL: attach only (ENOENT when nothing runs under
@@ -36,6 +40,13 @@
 //  (the caller checked them; sandboxd checks again).
 ah_msg_t *ah_procchan_header (const char *key, const char * const *argv, size_t argc,
                               const char * const *env, size_t nenv, int64_t from);
+
+//  A kept terminal's header: {"ch": "pty", "id": id, "create": create,
+//  "cols": cols, "rows": rows, "term": "xterm-256color", "from": from}.
+//  create: start a shell under id (EEXIST when one is kept), else attach
+//  (ENOENT when none). cols/rows 0: not given (an attach keeps the size).
+//  from < 0: sandboxd's default. NULL when id breaks the key grammar.
+ah_msg_t *ah_ptychan_header (const char *id, bool create, int cols, int rows, int64_t from);
 
 typedef struct {
     bool    ok;

@@ -5,6 +5,7 @@
 #include "proto/base64.h"
 #include "proto/sha1.h"
 #include "proto/wsframe.h"
+#include "common/ident.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -451,6 +452,23 @@ static void s_control (ah_ws_t *self)
         unsigned code = self->ctl_len >= 2 ? (unsigned) self->ctl [0] << 8 | self->ctl [1] : 1005;
         self->ctl [self->ctl_len] = 0;
         const char *reason = self->ctl_len > 2 ? (const char *) self->ctl + 2 : "";
+        //  RFC 6455 5.5.1 and 7.4: a code is two bytes, one a peer may
+        //  send, and the reason is UTF-8; anything else is the peer's error.
+        if (self->ctl_len == 1) {
+            s_fail (self, 1002, "websocket: a close frame of one byte (a code is two)");
+            return;
+        }
+        if (self->ctl_len >= 2 && !ah_wsframe_close_code_ok (code)) {
+            s_fail (self, 1002, "websocket: close code %u is not one a peer may send", code);
+            return;
+        }
+        for (size_t at = 2, n; at < self->ctl_len; at += n) {
+            uint32_t cp;
+            if (!(n = ah_utf8_next ((const char *) self->ctl + at, self->ctl_len - at, &cp))) {
+                s_fail (self, 1007, "websocket: the close frame's reason is not UTF-8");
+                return;
+            }
+        }
         if (!self->close_sent) {
             s_frame (self, AH_WS_CLOSE, self->ctl, self->ctl_len >= 2 ? 2 : 0);
             self->close_sent = true;

@@ -121,3 +121,8 @@ int ah_wsframe_append (ah_buf_t *out, int opcode, bool fin, const void *data, si
     ah_buf_commit (out, h + size);
     return 0;
 }
+
+bool ah_wsframe_close_code_ok (unsigned code)
+{
+    return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) || (code >= 3000 && code <= 4999);
+}

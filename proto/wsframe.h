@@ -38,5 +38,8 @@ void ah_wsframe_unmask (uint8_t *data, size_t size, const uint8_t mask [4], uint
 //  Append a frame; mask NULL: unmasked (a server's). 0 / -1.
 int  ah_wsframe_append (ah_buf_t *out, int opcode, bool fin, const void *data, size_t size,
                         const uint8_t *mask);
+//  A close code a peer may send (RFC 6455 7.4.1/7.4.2): 1000..1003,
+//  1007..1014 (never 1004, 1005, 1006, 1015) and 3000..4999.
+bool ah_wsframe_close_code_ok (unsigned code);
 
 #endif

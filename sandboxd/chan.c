@@ -65,6 +65,8 @@ const char *ah_sbd_code (int e)
 
 void ah_sbd_flush (ah_sbd_session_t *self, chan_t *ch)
 {
+    if (ch->kind == K_EGRESS)
+        return;                             //  out holds the proxy's head: no stream yet
     while (!ch->gone && ah_buf_size (&ch->out)) {
         ssize_t n = ah_yamux_write (self->yamux, ch->id, ah_buf_head (&ch->out),
                                     ah_buf_size (&ch->out));
@@ -287,6 +289,13 @@ static void s_process_in (ah_sbd_session_t *self, chan_t *ch)
         used = ah_sbd_records_in (self, ch);
     else if (ch->kind == K_PORT)
         used = ah_sbd_port_in (self, ch);
+    else if (ch->kind == K_EGRESS) {
+        used = ah_sbd_egress_in (self, ch);
+        if (!ch->gone && ch->kind == K_PORT) {
+            s_consume (self, ch, used);
+            used = ah_sbd_port_in (self, ch);
+        }
+    }
     else
         used = have;                        //  nothing expected: discard
     if (ch->gone)
@@ -351,6 +360,9 @@ static const struct {
     { "pty",       "term",        A_STR },
     { "pty",       "cols",        A_INT },
     { "pty",       "rows",        A_INT },
+    { "pty",       "id",          A_STR },
+    { "pty",       "create",      A_BOOL },
+    { "pty",       "from",        A_INT },
     { "exec",      "timeout",     A_NUM },
     { "exec",      "cwd",         A_STR },
     { "exec",      "env",         A_MAP },
@@ -447,6 +459,8 @@ static void s_dispatch (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
         ah_sbd_port (self, ch, req);
     else if (strcmp (name, "ports") == 0)
         ah_sbd_ports (self, ch);
+    else if (strcmp (name, "ptys") == 0)
+        ah_sbd_ptys (self, ch);
     else if (strncmp (name, "fs.", 3) == 0) {
         const char *path;
         size_t plen = 0;
@@ -600,11 +614,18 @@ static void s_y_eof (void *ud, uint32_t id)
                 ah_proc_fs_as_user (&self->user, false);
         }
     }
+    else if (ch->kind == K_PTY && ch->kept) {
+        //  A kept terminal: the opener's FIN detaches (the shell runs on).
+        ah_sbd_proc_detach (self, ch);
+        ch->kind = K_DONE;
+        ch->want_fin = true;
+        ah_sbd_flush (self, ch);
+    }
     else if (ch->kind == K_PTY && ch->proc.pid > 0 && !ch->proc.exited) {
         ah_sbd_signal (ch, SIGHUP);
         ch->kill_at = ah_sbd_now () + S_HUP_KILL_MS;
     }
-    else if (ch->kind == K_EXEC || ch->kind == K_PROC || ch->kind == K_PORT)
+    else if (ch->kind == K_EXEC || ch->kind == K_PROC || ch->kind == K_PORT || ch->kind == K_EGRESS)
         s_process_in (self, ch);
 }
 
@@ -616,6 +637,7 @@ static void s_y_closed (void *ud, uint32_t id, bool reset)
         return;
     if (reset)
         ah_debug ("sandboxd", "stream %u reset by the server", id);
+    ah_sbd_egress_reset (ch);
     ah_sbd_release (self, ch);
     ch->gone = true;
 }
@@ -657,6 +679,7 @@ ah_sbd_session_t *ah_sbd_session_new (const ah_sbd_env_t *env)
         .output_data = env->output_data ? s_y_output_data : NULL,
     };
     //  The server opens every stream: it is the yamux client (odd ids).
+    //  sandboxd opens only the egress proxy's streams (even ids).
     self->yamux = ah_yamux_new (false, &cb, self);
     self->buf = malloc (S_CHUNK);
     if (!self->yamux || !self->buf) {
@@ -792,7 +815,11 @@ struct pollfd *ah_sbd_session_poll_prepare (ah_sbd_session_t *self, int reserve,
             *timeout_ms = 0;        //  a regular file is always readable
         else if (ch->kind == K_PORT)
             ah_sbd_port_poll (self, ch, can_send, timeout_ms, s_add_fd);
+        else if (ch->kind == K_EGRESS)
+            ah_sbd_egress_poll (self, ch, timeout_ms, s_add_fd);
     }
+    if (self->env.proxy_fd >= 0)
+        ah_sbd_egress_poll (self, NULL, timeout_ms, s_add_fd);
     ah_sbd_kept_poll (self, timeout_ms, s_add_fd);
     *n = self->pn;
     return self->pfd;
@@ -803,6 +830,11 @@ void ah_sbd_session_service (ah_sbd_session_t *self)
 {
     for (int i = self->reserve; i < self->pn; i++) {
         slot_t *s = &self->slot [i];
+        if (s->role == R_PROXY) {
+            if (self->pfd [i].revents)
+                ah_sbd_egress_accept (self);
+            continue;
+        }
         if (s->kept && self->pfd [i].revents) {
             ah_sbd_kept_event (self, s->kept, s->role);
             continue;
@@ -820,6 +852,9 @@ void ah_sbd_session_service (ah_sbd_session_t *self)
             case R_IN: s_process_in (self, ch); break;
             case R_PIDFD: ah_sbd_check_exit (self, ch); break;
             case R_SOCK:
+                if (ch->kind == K_EGRESS)
+                    ah_sbd_egress_event (self, ch);
+                else
                 if (ah_sbd_port_event (self, ch, self->pfd [i].revents))
                     s_process_in (self, ch);
                 break;
@@ -835,6 +870,7 @@ void ah_sbd_session_service (ah_sbd_session_t *self)
             ah_sbd_fs_read_pump (self, ch);
         ah_sbd_timers (self, ch, now);
         ah_sbd_port_timers (self, ch, now);
+        ah_sbd_egress_timers (self, ch, now);
     }
     ah_sbd_kept_timers (self);
     //  Sweep the channels yamux is done with.
@@ -843,6 +879,7 @@ void ah_sbd_session_service (ah_sbd_session_t *self)
         chan_t *ch = *pp;
         if (ch->gone) {
             *pp = ch->next;
+            ah_sbd_egress_gone (self, ch);
             ah_sbd_release (self, ch);
             s_free (ch);
         }
@@ -850,6 +887,15 @@ void ah_sbd_session_service (ah_sbd_session_t *self)
             pp = &ch->next;
     }
     self->pn = 0;       //  slots point at freed channels now
+    //  Thawed (the frozen tier): the silence was ours, not the server's,
+    //  which neither pinged nor timed us out while we were frozen. Ask
+    //  at once, and count its silence from now: the connection is kept,
+    //  no reconnect (docs/architecture.md, "The tunnel across a freeze").
+    if (self->last_service && now - self->last_service > AH_SBD_PING_MS + AH_SBD_FROZEN_SLACK_MS) {
+        self->last_pong = now;
+        self->next_ping = now;
+    }
+    self->last_service = now;
     if (now >= self->next_ping) {
         ah_yamux_ping (self->yamux, ++self->ping_seq);
         self->next_ping = now + AH_SBD_PING_MS;

@@ -25,6 +25,11 @@
 #define AH_SBD_BACKLOG_MAX   (1u << 20)     //  transport bytes queued before producers pause
 #define AH_SBD_PING_MS       15000          //  yamux ping after this much silence (docs/tunnel.md)
 #define AH_SBD_DEAD_MS       45000          //  nothing heard for this long: the connection is dead
+#define AH_SBD_EGRESS_MAX    256            //  egress proxy connections at once (docs/egress.md)
+//  The loop turns at least every AH_SBD_PING_MS while connected: a turn
+//  this much later than that was not ours to take (the sandbox was frozen,
+//  docker pause, or its host slept): docs/architecture.md.
+#define AH_SBD_FROZEN_SLACK_MS 5000
 
 //  The processes of the proc channel, kept across connections: owned by
 //  the instance, lent to each session (docs/tunnel.md, "proc").
@@ -44,6 +49,7 @@ typedef struct {
     ah_sandboxd_stats_t stats;      //  resolved: ALL or TREE
     int64_t *reaped_ns;             //  CPU of reaped children (TREE stats), owned by the instance
     ah_sbd_kept_t *kept;            //  borrowed: the instance's kept processes (NULL: proc refused)
+    int  proxy_fd;                  //  borrowed: the egress proxy's listener (docs/egress.md), -1 none
     //  Transport: bytes to send (must take them all), bytes still queued.
     void   (*output) (void *ud, const uint8_t *data, size_t size);
     //  Optional: a yamux data frame as header + payload (ah_yamux_callbacks_t)

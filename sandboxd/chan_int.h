@@ -33,9 +33,11 @@
 #define S_KEY_MAX        AH_PROCCHAN_KEY_MAX    //  proc: key length
 #define S_ARGV_MAX       AH_PROCCHAN_ARGV_MAX   //  proc: argv entries
 #define S_ARG_LEN_MAX    AH_PROCCHAN_ARG_MAX    //  proc: bytes of one argv entry
+#define S_TERM_MAX       AH_PTYCHAN_KEPT_MAX    //  pty: kept terminals per instance
+#define S_TERM_RING      AH_PTYCHAN_RING        //  pty: a kept terminal's output ring (record bytes)
 
-typedef enum { K_NEW, K_DONE, K_FS_READ, K_FS_WRITE, K_PTY, K_EXEC, K_PROC, K_PORT } kind_t;
-typedef enum { R_PTY, R_OUT, R_ERR, R_IN, R_PIDFD, R_KEPT_OUT, R_KEPT_ERR, R_KEPT_PIDFD, R_SOCK } role_t;
+typedef enum { K_NEW, K_DONE, K_FS_READ, K_FS_WRITE, K_PTY, K_EXEC, K_PROC, K_PORT, K_EGRESS } kind_t;
+typedef enum { R_PTY, R_OUT, R_ERR, R_IN, R_PIDFD, R_KEPT_OUT, R_KEPT_ERR, R_KEPT_PIDFD, R_SOCK, R_PROXY } role_t;
 
 typedef struct kept_s kept_t;
 
@@ -82,6 +84,12 @@ typedef struct chan_s {
     bool     port_connecting;   //  the connect is in progress (deadline: its end)
     bool     port_eof;          //  the socket's end was read
     bool     port_shut;         //  its writing side was shut (the opener's FIN)
+
+    //  egress (egress.c): a connection to the proxy; file is its socket,
+    //  out gathers its request head (then it is a K_PORT)
+    bool     egress;            //  counted in egress_count (a proxy connection)
+    bool     egress_reply;      //  the stream is open, the server's answer awaited
+    bool     egress_connect;    //  CONNECT (200 to the client first), else a plain request
 } chan_t;
 
 //  A process of the proc channel, owned by the instance (ah_sbd_kept_t),
@@ -90,6 +98,8 @@ typedef struct chan_s {
 struct kept_s {
     kept_t  *next;
     char     key [S_KEY_MAX + 1];
+    bool     pty;               //  a kept terminal (pty with an id), else a proc process
+    size_t   cap;               //  hist's bound: S_KEPT_BUF, or S_TERM_RING for a terminal
     ah_proc_t proc;             //  while detached; moved into ch->proc while attached
     chan_t  *ch;                //  the attached stream, NULL when detached
     ah_buf_t hist;              //  the last records produced (whole): at most S_KEPT_BUF bytes
@@ -100,7 +110,8 @@ struct kept_s {
 
 struct ah_sbd_kept_t {
     kept_t  *list;
-    size_t   count;
+    size_t   count;             //  proc processes
+    size_t   terms;             //  kept terminals
 };
 
 typedef struct { chan_t *ch; kept_t *kept; role_t role; } slot_t;
@@ -126,8 +137,10 @@ struct ah_sbd_session_t {
     int     pn;
     uint8_t *buf;               //  S_CHUNK scratch
     int64_t next_ping, last_pong;
+    int64_t last_service;       //  the loop's last turn (a frozen sandbox's gap, chan.c)
     uint32_t ping_seq;
     ah_proc_user_t user;        //  who terminals and commands run as
+    size_t  egress_count;       //  connections of the proxy (K_EGRESS and theirs as K_PORT)
 };
 
 //  Helpers (chan.c)
@@ -181,6 +194,11 @@ void   ah_sbd_env_free (char **env, size_t count);
 
 //  The proc channel (kept.c).
 void ah_sbd_proc (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req);
+//  A pty with an "id": a kept terminal, created or attached (kept.c).
+void ah_sbd_pty_kept (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
+                      const char *term, int cols, int rows, bool sized);
+//  The ptys channel: the kept terminals, listed (kept.c).
+void ah_sbd_ptys (ah_sbd_session_t *self, chan_t *ch);
 //  A proc stream ends (closed, reset, connection lost): its process goes
 //  back to the kept table, or leaves it once EXIT was sent.
 void ah_sbd_proc_detach (ah_sbd_session_t *self, chan_t *ch);
@@ -191,6 +209,21 @@ void ah_sbd_kept_event (ah_sbd_session_t *self, kept_t *k, role_t role);
 void ah_sbd_kept_timers (ah_sbd_session_t *self);
 //  A record the process produced while attached, into its history.
 void ah_sbd_kept_record (kept_t *k, uint8_t kind, const uint8_t *data, size_t size);
+
+//  The egress proxy (egress.c): its listener into the poll set (when
+//  there is room for one more connection), a connection accepted, a
+//  connection's socket readable (its head), the stream's bytes while the
+//  server's answer is awaited (the bytes used), the deadlines, and a
+//  channel that goes (the count).
+void   ah_sbd_egress_poll (ah_sbd_session_t *self, chan_t *ch, int *timeout_ms,
+                           void (*add) (ah_sbd_session_t *, int, short, chan_t *, kept_t *, role_t));
+void   ah_sbd_egress_accept (ah_sbd_session_t *self);
+void   ah_sbd_egress_event (ah_sbd_session_t *self, chan_t *ch);
+size_t ah_sbd_egress_in (ah_sbd_session_t *self, chan_t *ch);
+void   ah_sbd_egress_timers (ah_sbd_session_t *self, chan_t *ch, int64_t now);
+void   ah_sbd_egress_gone (ah_sbd_session_t *self, chan_t *ch);
+//  The server reset the stream while its answer was awaited: 502.
+void   ah_sbd_egress_reset (chan_t *ch);
 
 //  The port and ports channels (port.c).
 void   ah_sbd_port (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req);

@@ -118,6 +118,12 @@ void ah_sbd_pty (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
         ah_sbd_refuse (self, ch, "EINVAL", "pty: cols and rows must be 1..1000 and term a short name");
         return;
     }
+    if (ah_msg_has (req, "id") && !ah_msg_is_nil (req, "id")) {
+        bool sized = ah_msg_has (req, "cols") && !ah_msg_is_nil (req, "cols")
+                  && ah_msg_has (req, "rows") && !ah_msg_is_nil (req, "rows");
+        ah_sbd_pty_kept (self, ch, req, term, (int) cols, (int) rows, sized);
+        return;
+    }
     char err [256];
     if (ah_proc_spawn_pty (&ch->proc, &self->user, self->env.home, term,
                            (unsigned short) cols, (unsigned short) rows, err, sizeof err)) {
@@ -238,6 +244,11 @@ static void s_record_end (chan_t *ch, uint8_t kind)
         ch->stdin_eof = true;
     else if (kind == AH_REC_KILL && ch->kind != K_PTY)
         ah_sbd_signal (ch, SIGKILL);
+    else if (kind == AH_REC_KILL && ch->kept && !ch->proc.exited && !ch->kill_at) {
+        //  A kept terminal ended: hang up, SIGKILL if it lingers.
+        ah_sbd_signal (ch, SIGHUP);
+        ch->kill_at = ah_sbd_now () + S_HUP_KILL_MS;
+    }
     ch->rsmall_len = 0;
 }
 

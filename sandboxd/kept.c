@@ -18,6 +18,14 @@
     "from" offset (default: the detach), then the live output, then
     EXIT; once EXIT is sent the key is free again.
 
+    Kept terminals (a pty channel with an "id") live in the same table
+    with pty set: a login shell on a pty instead of argv on pipes, at
+    most S_TERM_MAX of them, and while detached their output is read on
+    into a ring (hist bounded by S_TERM_RING, oldest whole records
+    dropped) rather than held back: a shell is never blocked by a
+    terminal nobody watches, and a reattach replays the last
+    S_TERM_RING bytes of what it missed.
+
     One thread (the instance's loop) touches all of it.                 */
 #include "sandboxd/chan_int.h"
 #include "common/log.h"
@@ -27,6 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
 #include <unistd.h>
 
 ah_sbd_kept_t *ah_sbd_kept_new (void)
@@ -75,13 +85,16 @@ static void s_unlink (ah_sbd_kept_t *self, kept_t *k)
     for (kept_t **pp = &self->list; *pp; pp = &(*pp)->next)
         if (*pp == k) {
             *pp = k->next;
-            self->count--;
+            if (k->pty)
+                self->terms--;
+            else
+                self->count--;
             return;
         }
 }
 
 //  Keep the record in the history; drop whole records from its front
-//  while it holds more than S_KEPT_BUF bytes.
+//  while it holds more than its bound (k->cap).
 void ah_sbd_kept_record (kept_t *k, uint8_t kind, const uint8_t *data, size_t size)
 {
     if (ah_rec_append (&k->hist, kind, data, size)) {
@@ -89,7 +102,7 @@ void ah_sbd_kept_record (kept_t *k, uint8_t kind, const uint8_t *data, size_t si
         return;
     }
     k->produced += 5 + size;
-    while (ah_buf_size (&k->hist) > S_KEPT_BUF) {
+    while (ah_buf_size (&k->hist) > k->cap) {
         const uint8_t *h = ah_buf_head (&k->hist);
         size_t n = 5 + ((size_t) h [1] << 24 | (size_t) h [2] << 16 | (size_t) h [3] << 8 | h [4]);
         ah_buf_consume (&k->hist, n);
@@ -167,10 +180,10 @@ static void s_argv_free (char **argv)
 //  ---------------------------------------------------------------------
 //  Attach and detach
 
-static kept_t *s_find (ah_sbd_kept_t *self, const char *key)
+static kept_t *s_find (ah_sbd_kept_t *self, const char *key, bool pty)
 {
     for (kept_t *k = self->list; k; k = k->next)
-        if (strcmp (k->key, key) == 0)
+        if (k->pty == pty && strcmp (k->key, key) == 0)
             return k;
     return NULL;
 }
@@ -202,6 +215,7 @@ static kept_t *s_start (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
     int rc = -1;
     if (k) {
         ah_proc_init (&k->proc);
+        k->cap = S_KEPT_BUF;
         snprintf (k->key, sizeof k->key, "%s", key);
         rc = ah_proc_spawn_argv (&k->proc, &self->user, self->env.home,
                                  (const char * const *) argv, self->env.home_fd,
@@ -224,37 +238,28 @@ static kept_t *s_start (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
     return k;
 }
 
-void ah_sbd_proc (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
+//  "from" (has_from: given) against what k produced (k NULL: nothing
+//  yet). false with a refusal sent.
+static bool s_from_ok (ah_sbd_session_t *self, chan_t *ch, const char *name, kept_t *k,
+                       int64_t from)
 {
-    if (!self->env.kept) {
-        ah_sbd_refuse (self, ch, "EPROTO", "unknown channel \"proc\"");
-        return;
+    if (from < 0 || (uint64_t) from > (k ? k->produced : 0)) {
+        ah_sbd_refuse (self, ch, "EINVAL", "%s: \"from\" must be 0 to %llu (the output "
+                       "produced so far)", name, (unsigned long long) (k ? k->produced : 0));
+        return false;
     }
-    const char *key = ah_msg_str (req, "key");
-    if (!key || !s_key_ok (key)) {
-        ah_sbd_refuse (self, ch, "EINVAL", "proc: \"key\" must be 1 to 64 of A-Z a-z 0-9 . _ -");
-        return;
-    }
-    bool spawn = ah_msg_has (req, "argv") && !ah_msg_is_nil (req, "argv");
-    bool has_from = ah_msg_has (req, "from") && !ah_msg_is_nil (req, "from");
-    int64_t f = has_from ? ah_msg_int (req, "from", -1) : 0;
-    kept_t *k = s_find (self->env.kept, key);
-    bool attached = k != NULL;
-    if (!k && !spawn) {
-        ah_sbd_refuse (self, ch, "ENOENT", "proc: no process is kept under \"%s\"", key);
-        return;
-    }
-    if (f < 0 || (uint64_t) f > (k ? k->produced : 0)) {
-        ah_sbd_refuse (self, ch, "EINVAL", "proc: \"from\" must be 0 to %llu (the output "
-                       "produced so far)", (unsigned long long) (k ? k->produced : 0));
-        return;
-    }
-    if (!k && !(k = s_start (self, ch, req, key)))
-        return;
+    return true;
+}
+
+//  The stream attaches to k: an older stream is reset, the process moves
+//  into ch, the reply, then the replay (whole records) before live output.
+static void s_attach (ah_sbd_session_t *self, chan_t *ch, kept_t *k, bool attached,
+                      bool has_from, int64_t f, kind_t kind)
+{
     if (k->ch) {
         //  Taken over: the old stream ends (RST), its process stays.
         chan_t *old = k->ch;
-        ah_sbd_reset (self, old, "proc taken over by another stream");
+        ah_sbd_reset (self, old, "taken over by another stream");
     }
     //  Where the replay starts: "from" (the record bytes the opener got
     //  whole), else what came since the last stream went (a take-over:
@@ -269,11 +274,13 @@ void ah_sbd_proc (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
     ch->proc = k->proc;
     ah_proc_init (&k->proc);
     ch->kept = k;
-    ch->kind = K_PROC;
+    ch->kind = kind;
     ch->exit_at = k->exit_at;
     k->ch = ch;
     ah_msg_t *map = ah_msg_new ("");
     ah_msg_set_bool (map, "ok", true);
+    if (k->pty)
+        ah_msg_set_str (map, "id", k->key);
     ah_msg_set_int (map, "pid", ch->proc.pid);
     ah_msg_set_bool (map, "attached", attached);
     ah_msg_set_int (map, "offset", (int64_t) start);
@@ -282,10 +289,130 @@ void ah_sbd_proc (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
     ah_msg_set_bool (map, "exited", ch->proc.exited);
     ah_sbd_send_header (self, ch, map);
     ah_msg_destroy (&map);
-    //  The replay goes first (whole records), then the live output.
     if (replay && ah_buf_append (&ch->out, ah_buf_head (&k->hist) + skip, replay))
-        ah_warn ("sandboxd", "proc \"%s\": out of memory replaying its output", key);
+        ah_warn ("sandboxd", "\"%s\": out of memory replaying its output", k->key);
     ah_sbd_flush (self, ch);
+}
+
+void ah_sbd_proc (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
+{
+    if (!self->env.kept) {
+        ah_sbd_refuse (self, ch, "EPROTO", "unknown channel \"proc\"");
+        return;
+    }
+    const char *key = ah_msg_str (req, "key");
+    if (!key || !s_key_ok (key)) {
+        ah_sbd_refuse (self, ch, "EINVAL", "proc: \"key\" must be 1 to 64 of A-Z a-z 0-9 . _ -");
+        return;
+    }
+    bool spawn = ah_msg_has (req, "argv") && !ah_msg_is_nil (req, "argv");
+    bool has_from = ah_msg_has (req, "from") && !ah_msg_is_nil (req, "from");
+    int64_t f = has_from ? ah_msg_int (req, "from", -1) : 0;
+    kept_t *k = s_find (self->env.kept, key, false);
+    bool attached = k != NULL;
+    if (!k && !spawn) {
+        ah_sbd_refuse (self, ch, "ENOENT", "proc: no process is kept under \"%s\"", key);
+        return;
+    }
+    if (!s_from_ok (self, ch, "proc", k, f))
+        return;
+    if (!k && !(k = s_start (self, ch, req, key)))
+        return;
+    s_attach (self, ch, k, attached, has_from, f, K_PROC);
+}
+
+void ah_sbd_pty_kept (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req,
+                      const char *term, int cols, int rows, bool sized)
+{
+    ah_sbd_kept_t *kt = self->env.kept;
+    if (!kt) {
+        ah_sbd_refuse (self, ch, "EACCES", "pty: this sandboxd keeps no terminals (a reader)");
+        return;
+    }
+    const char *id = ah_msg_str (req, "id");
+    if (!id || !s_key_ok (id)) {
+        ah_sbd_refuse (self, ch, "EINVAL", "pty: \"id\" must be 1 to 64 of A-Z a-z 0-9 . _ -");
+        return;
+    }
+    bool create = ah_msg_bool (req, "create", false);
+    bool has_from = ah_msg_has (req, "from") && !ah_msg_is_nil (req, "from");
+    int64_t f = has_from ? ah_msg_int (req, "from", -1) : 0;
+    kept_t *k = s_find (kt, id, true);
+    if (create && k) {
+        ah_sbd_refuse (self, ch, "EEXIST", "pty: a terminal is kept under \"%s\" already", id);
+        return;
+    }
+    if (!create && !k) {
+        ah_sbd_refuse (self, ch, "ENOENT", "pty: no terminal is kept under \"%s\"", id);
+        return;
+    }
+    if (!s_from_ok (self, ch, "pty", k, f))
+        return;
+    if (create) {
+        if (kt->terms >= S_TERM_MAX) {
+            ah_sbd_refuse (self, ch, "EAGAIN", "pty: %d terminals are kept already (the limit)",
+                           S_TERM_MAX);
+            return;
+        }
+        char err [256];
+        k = calloc (1, sizeof *k);
+        if (!k) {
+            ah_sbd_refuse (self, ch, "EIO", "pty: out of memory");
+            return;
+        }
+        ah_proc_init (&k->proc);
+        k->pty = true;
+        k->cap = S_TERM_RING;
+        snprintf (k->key, sizeof k->key, "%s", id);
+        if (ah_proc_spawn_pty (&k->proc, &self->user, self->env.home, term, (unsigned short) cols,
+                               (unsigned short) rows, err, sizeof err)) {
+            free (k);
+            ah_sbd_refuse (self, ch, "EIO", "pty: %s", err);
+            return;
+        }
+        k->next = kt->list;
+        kt->list = k;
+        kt->terms++;
+        ah_debug ("sandboxd", "terminal \"%s\" started: pid %d", id, (int) k->proc.pid);
+    }
+    else if (sized) {
+        int fd = k->ch ? k->ch->proc.pty : k->proc.pty;
+        struct winsize ws = { .ws_row = (unsigned short) rows, .ws_col = (unsigned short) cols };
+        if (fd >= 0)
+            ioctl (fd, TIOCSWINSZ, &ws);
+    }
+    s_attach (self, ch, k, !create, has_from, f, K_PTY);
+}
+
+void ah_sbd_ptys (ah_sbd_session_t *self, chan_t *ch)
+{
+    ah_sbd_kept_t *kt = self->env.kept;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init (&sb);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_array (&pk, kt ? kt->terms : 0);
+    for (kept_t *k = kt ? kt->list : NULL; k; k = k->next) {
+        if (!k->pty)
+            continue;
+        const ah_proc_t *p = k->ch ? &k->ch->proc : &k->proc;
+        msgpack_pack_map (&pk, 5);
+        msgpack_pack_str_with_body (&pk, "id", 2);
+        msgpack_pack_str_with_body (&pk, k->key, strlen (k->key));
+        msgpack_pack_str_with_body (&pk, "pid", 3);
+        msgpack_pack_int64 (&pk, p->pid);
+        msgpack_pack_str_with_body (&pk, "exited", 6);
+        if (p->exited) msgpack_pack_true (&pk); else msgpack_pack_false (&pk);
+        msgpack_pack_str_with_body (&pk, "attached", 8);
+        if (k->ch) msgpack_pack_true (&pk); else msgpack_pack_false (&pk);
+        msgpack_pack_str_with_body (&pk, "produced", 8);
+        msgpack_pack_uint64 (&pk, k->produced);
+    }
+    ah_msg_t *map = ah_msg_new ("");
+    ah_msg_set_bool (map, "ok", true);
+    ah_msg_set_raw (map, "terminals", sb.data, sb.size);
+    msgpack_sbuffer_destroy (&sb);
+    ah_sbd_finish (self, ch, &map);
 }
 
 void ah_sbd_proc_detach (ah_sbd_session_t *self, chan_t *ch)
@@ -305,7 +432,8 @@ void ah_sbd_proc_detach (ah_sbd_session_t *self, chan_t *ch)
     k->exit_at = ch->exit_at;
     k->detached_at = k->produced;
     ah_proc_init (&ch->proc);
-    ah_debug ("sandboxd", "proc \"%s\" detached (pid %d)", k->key, (int) k->proc.pid);
+    ah_debug ("sandboxd", "%s \"%s\" detached (pid %d)", k->pty ? "terminal" : "proc", k->key,
+              (int) k->proc.pid);
 }
 
 //  ---------------------------------------------------------------------
@@ -319,6 +447,8 @@ void ah_sbd_kept_poll (ah_sbd_session_t *self, int *timeout_ms,
     for (kept_t *k = self->env.kept->list; k; k = k->next) {
         if (k->ch)
             continue;
+        if (k->pty && k->proc.pty >= 0)         //  a ring: always read on
+            add (self, k->proc.pty, POLLIN, NULL, k, R_KEPT_OUT);
         //  Room for one more record of at least one byte: all that came
         //  since the stream went stays in the history.
         bool room = k->produced - k->detached_at + 6 <= S_KEPT_BUF;
@@ -346,9 +476,9 @@ static void s_kept_exit (ah_sbd_session_t *self, kept_t *k)
 static void s_kept_read (ah_sbd_session_t *self, kept_t *k, int *fdp, uint8_t kind)
 {
     uint64_t since = k->produced - k->detached_at;
-    if (*fdp < 0 || since + 6 > S_KEPT_BUF)
+    if (*fdp < 0 || (!k->pty && since + 6 > S_KEPT_BUF))
         return;
-    size_t want = S_KEPT_BUF - (size_t) since - 5;
+    size_t want = k->pty ? S_CHUNK : S_KEPT_BUF - (size_t) since - 5;
     if (want > S_CHUNK)
         want = S_CHUNK;
     ssize_t r = read (*fdp, self->buf, want);
@@ -368,7 +498,7 @@ void ah_sbd_kept_event (ah_sbd_session_t *self, kept_t *k, role_t role)
     if (k->ch)
         return;
     if (role == R_KEPT_OUT)
-        s_kept_read (self, k, &k->proc.out, AH_REC_STDOUT);
+        s_kept_read (self, k, k->pty ? &k->proc.pty : &k->proc.out, AH_REC_STDOUT);
     else if (role == R_KEPT_ERR)
         s_kept_read (self, k, &k->proc.err, AH_REC_STDERR);
     else if (role == R_KEPT_PIDFD)

@@ -20,7 +20,9 @@
 #include "proto/ws.h"
 #include "common/log.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
@@ -50,6 +52,7 @@ struct ah_sandboxd_t {
     ah_sandboxd_opts_t opts;        //  string fields point at the copies below
     char *boot_path, *agent_id, *token, *tunnel_url, *home;
     int   home_fd;
+    int   proxy_fd;                 //  the egress proxy's listener, -1 none
     int   wake [2];                 //  written by stop (any thread) or a signal
     atomic_bool stop;
     atomic_int  connections;
@@ -204,7 +207,7 @@ static void s_serve (ah_sandboxd_t *self, s_transport_t *t, char *why, size_t wh
         .agent_id = self->dialled_id,
         .switch_user = self->opts.switch_user, .read_only = self->opts.read_only,
         .stats = self->opts.stats,
-        .reaped_ns = &self->reaped_ns, .kept = self->kept,
+        .reaped_ns = &self->reaped_ns, .kept = self->kept, .proxy_fd = self->proxy_fd,
         .output = s_t_output, .output_data = s_t_output_data, .backlog = s_t_backlog, .ud = t,
     };
     t->session = ah_sbd_session_new (&env);
@@ -465,6 +468,8 @@ static void s_destroy (ah_sandboxd_t *self)
     ah_sbd_kept_destroy (&self->kept, &self->reaped_ns);
     if (self->home_fd >= 0)
         close (self->home_fd);
+    if (self->proxy_fd >= 0)
+        close (self->proxy_fd);
     for (int i = 0; i < 2; i++)
         if (self->wake [i] >= 0)
             close (self->wake [i]);
@@ -478,13 +483,32 @@ static void s_destroy (ah_sandboxd_t *self)
     free (self);
 }
 
+//  The egress proxy's listener on the sandbox's own loopback.
+static int s_proxy_listen (ah_sandboxd_t *self)
+{
+    int fd = socket (AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) self->opts.egress_port),
+                              .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+    if (fd < 0 || setsockopt (fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one)
+    ||  bind (fd, (struct sockaddr *) &sa, sizeof sa) || listen (fd, 128)) {
+        ah_error ("sandboxd", "egress proxy on 127.0.0.1:%d: %s", self->opts.egress_port, strerror (errno));
+        if (fd >= 0)
+            close (fd);
+        return -1;
+    }
+    self->proxy_fd = fd;
+    ah_info ("sandboxd", "egress proxy on 127.0.0.1:%d", self->opts.egress_port);
+    return 0;
+}
+
 static ah_sandboxd_t *s_new (const ah_sandboxd_opts_t *opts, bool binary)
 {
     ah_sandboxd_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     self->opts = *opts;
-    self->home_fd = self->wake [0] = self->wake [1] = -1;
+    self->home_fd = self->proxy_fd = self->wake [0] = self->wake [1] = -1;
     self->boot_path = strdup (opts->boot_path ? opts->boot_path : "/etc/agenthold/boot.json");
     self->agent_id = s_dup (opts->agent_id);
     self->token = s_dup (opts->token);
@@ -510,6 +534,10 @@ static ah_sandboxd_t *s_new (const ah_sandboxd_opts_t *opts, bool binary)
         return NULL;
     }
     if (!self->opts.read_only && !(self->kept = ah_sbd_kept_new ())) {
+        s_destroy (self);
+        return NULL;
+    }
+    if (!self->opts.read_only && self->opts.egress_port > 0 && s_proxy_listen (self)) {
         s_destroy (self);
         return NULL;
     }
@@ -624,6 +652,10 @@ static void s_usage (FILE *out)
         "  --read-only        a reader of a sleeping agent's home: fs.list, fs.tree,\n"
         "                     fs.read, ping and stats only (pty, exec, writes refused),\n"
         "                     the home never chowned; the hello says \"mode\": \"read\"\n"
+        "  --egress-port N    the egress proxy on 127.0.0.1:N (docs/egress.md); what\n"
+        "                     runs gets HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY\n"
+        "                     (and the lowercase forms) pointing at it. The driver\n"
+        "                     says it with AGENTHOLD_EGRESS_PORT instead\n"
         "  --host-addresses   print this network namespace's IPv4 addresses (not\n"
         "                     loopback's), one a line, and exit\n"
         "  --install DIR      copy this binary to DIR/sandboxd (mode 0755) and exit:\n"
@@ -637,6 +669,33 @@ static void s_usage (FILE *out)
         "AGENTHOLD_LOG=debug|info|warn|error sets the log level.\n");
 }
 
+//  A port argument: 1..65535, or -1 (said).
+static int s_port_arg (const char *text)
+{
+    char *end = NULL;
+    long v = text ? strtol (text, &end, 10) : 0;
+    if (!text || !*text || *end || v < 1 || v > 65535) {
+        fprintf (stderr, "sandboxd: the egress port must be a number from 1 to 65535, not '%s'\n",
+                 text ? text : "");
+        return -1;
+    }
+    return (int) v;
+}
+
+//  What runs finds the proxy (docs/egress.md): sandboxd's environment is
+//  what its children inherit.
+static void s_proxy_env (int port)
+{
+    char url [64];
+    snprintf (url, sizeof url, "http://127.0.0.1:%d", port);
+    static const char *names [] = { "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                                    "http_proxy", "https_proxy", "all_proxy" };
+    for (size_t i = 0; i < sizeof names / sizeof names [0]; i++)
+        setenv (names [i], url, 1);
+    setenv ("NO_PROXY", "localhost,127.0.0.1", 1);
+    setenv ("no_proxy", "localhost,127.0.0.1", 1);
+}
+
 int ah_sandboxd_main (int argc, char **argv)
 {
     ah_sandboxd_opts_t opts = { .switch_user = true };
@@ -645,6 +704,7 @@ int ah_sandboxd_main (int argc, char **argv)
         { "home", required_argument, NULL, 'H' },
         { "no-switch-user", no_argument, NULL, 'n' },
         { "read-only", no_argument, NULL, 'r' },
+        { "egress-port", required_argument, NULL, 'e' },
         { "host-addresses", no_argument, NULL, 'A' },
         { "install", required_argument, NULL, 'i' },
         { "help", no_argument, NULL, 'h' },
@@ -658,6 +718,7 @@ int ah_sandboxd_main (int argc, char **argv)
             case 'H': opts.home = optarg; break;
             case 'n': opts.switch_user = false; break;
             case 'r': opts.read_only = true; break;
+            case 'e': opts.egress_port = s_port_arg (optarg); if (opts.egress_port < 0) return 2; break;
             case 'A': return ah_net_print_addresses (stdout) == 0 ? 0 : 1;
             case 'i': return s_install (optarg);
             case 'h': s_usage (stdout); return 0;
@@ -669,6 +730,12 @@ int ah_sandboxd_main (int argc, char **argv)
         s_usage (stderr);
         return 2;
     }
+    const char *egress = getenv ("AGENTHOLD_EGRESS_PORT");
+    if (egress && *egress && !opts.egress_port && (opts.egress_port = s_port_arg (egress)) < 0)
+        return 2;
+    unsetenv ("AGENTHOLD_EGRESS_PORT");         //  the server's business, not the agent's
+    if (opts.egress_port > 0 && !opts.read_only)
+        s_proxy_env (opts.egress_port);
     ah_proc_take_image_user ();
     ah_sandboxd_t *self = s_new (&opts, true);
     if (!self)

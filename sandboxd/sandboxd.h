@@ -50,6 +50,9 @@ typedef struct {
     //  agent's sandbox.
     bool read_only;
     ah_sandboxd_stats_t stats;
+    //  The egress proxy (docs/egress.md): listen on 127.0.0.1:egress_port
+    //  and carry each connection over the tunnel; 0: no proxy.
+    int egress_port;
     //  Tests: serve one yamux session directly over this connected
     //  socket (no WebSocket, no reconnect) when raw_transport is true.
     //  The instance takes the fd over and closes it.

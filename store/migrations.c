@@ -245,6 +245,109 @@ static const char s_migration_9 [] =
 static const char s_migration_10 [] =
     "ALTER TABLE agents ADD COLUMN idle_default INTEGER NOT NULL DEFAULT 0;\n";
 
+//  Migration 11 (egress through the server, issue 27): each tenant's
+//  egress allow and deny lists (docs/egress.md), entries of
+//  proto/egress.h's grammar in the order the admin gave them; changed by
+//  PATCH /api/v1/tenants/{tenant}, read for each connection.
+static const char s_migration_11 [] =
+    "CREATE TABLE tenant_egress (\n"
+    "  tenant TEXT NOT NULL REFERENCES tenants(name) ON DELETE CASCADE,\n"
+    "  list   TEXT NOT NULL CHECK (list IN ('allow','deny')),\n"
+    "  pos    INTEGER NOT NULL,                   -- 0, 1, 2... within the list\n"
+    "  entry  TEXT NOT NULL,                      -- name, *.name, *, address or range, [:port]\n"
+    "  PRIMARY KEY (tenant, list, pos)\n"
+    ") WITHOUT ROWID;\n";
+
+//  Migration 12 (the frozen tier, issue 29): a sandbox may be freezing,
+//  frozen (its processes paused, its memory kept) or thawing, and keeps
+//  when it was frozen (frozen_at: the ladder's clock to sleep). SQLite
+//  cannot change a CHECK in place: the table is made again, its rows
+//  copied (foreign keys are off while migrations run).
+static const char s_migration_12 [] =
+    "CREATE TABLE sandboxes_new (\n"
+    "  agent_id         TEXT PRIMARY KEY REFERENCES agents(id) ON DELETE CASCADE,\n"
+    "  state            TEXT NOT NULL CHECK (state IN ('creating','starting','running','stopping',\n"
+    "                     'sleeping','rebuilding','destroying','error','freezing','frozen','thawing')),\n"
+    "  op               TEXT,\n"
+    "  op_started_at    INTEGER,\n"
+    "  error            TEXT,\n"
+    "  needs_rebuild    INTEGER NOT NULL DEFAULT 0,\n"
+    "  image            TEXT NOT NULL,\n"
+    "  cpus             REAL NOT NULL,\n"
+    "  memory_mb        INTEGER NOT NULL,\n"
+    "  last_activity_at INTEGER,\n"
+    "  boot_token_hash  TEXT,\n"
+    "  updated_at       INTEGER NOT NULL,\n"
+    "  home_lost        TEXT,\n"
+    "  runtime          TEXT,\n"
+    "  progress         TEXT,\n"
+    "  unreachable      TEXT,\n"
+    "  stopped_at       INTEGER,\n"
+    "  container_removed_at INTEGER,\n"
+    "  cause            TEXT,\n"
+    "  failed_op        TEXT,\n"
+    "  connected        INTEGER NOT NULL DEFAULT 0,\n"
+    "  frozen_at        INTEGER                -- when it was frozen (NULL: it is not)\n"
+    ");\n"
+    "INSERT INTO sandboxes_new (agent_id, state, op, op_started_at, error, needs_rebuild, image, cpus,\n"
+    "  memory_mb, last_activity_at, boot_token_hash, updated_at, home_lost, runtime, progress,\n"
+    "  unreachable, stopped_at, container_removed_at, cause, failed_op, connected)\n"
+    "  SELECT agent_id, state, op, op_started_at, error, needs_rebuild, image, cpus,\n"
+    "  memory_mb, last_activity_at, boot_token_hash, updated_at, home_lost, runtime, progress,\n"
+    "  unreachable, stopped_at, container_removed_at, cause, failed_op, connected FROM sandboxes;\n"
+    "DROP TABLE sandboxes;\n"
+    "ALTER TABLE sandboxes_new RENAME TO sandboxes;\n"
+    "ALTER TABLE sleep_forecast ADD COLUMN stops_at INTEGER; -- when it would be stopped (the ladder)\n";
+
+//  The frozen tier's memory ceiling (sandbox.frozen_memory_mb): the
+//  sleeper reads the frozen sandboxes, longest-frozen first, each pass.
+static const char s_migration_13 [] =
+    "CREATE INDEX sandboxes_frozen ON sandboxes(frozen_at) WHERE state = 'frozen';\n";
+
+//  Migration 14 (an agent's harness override, issue 26): an admin may
+//  name the harness one agent runs instead of its runtime's
+//  (docs/conversations.md "Choosing the harness"): the JSON text of
+//  {"command": [...], "env": {...}}, held to the catalog's "harness"
+//  rules when written (catalog/catalog.h); NULL: the runtime's.
+static const char s_migration_14 [] =
+    "ALTER TABLE agents ADD COLUMN harness TEXT;  -- an admin's harness override (JSON); NULL: the runtime's\n";
+
+//  Migration 15 (revocable port links, issue 30): each link made by POST
+//  .../ports/{port}/link is a row; the proxy lets a link through only
+//  while its row stands (docs/ports.md "Links"), so deleting the row
+//  revokes it. Expired rows are purged when a link is made.
+static const char s_migration_15 [] =
+    "CREATE TABLE port_links (\n"
+    "  id          TEXT PRIMARY KEY,             -- 12 lowercase hex characters, in the link\n"
+    "  agent_id    TEXT NOT NULL REFERENCES agents(id) ON DELETE CASCADE,\n"
+    "  port        INTEGER NOT NULL,\n"
+    "  expires_at  INTEGER NOT NULL,             -- ms since the epoch (the link's expiry)\n"
+    "  made_by     TEXT NOT NULL,                -- the token (or user) that made it\n"
+    "  created_at  INTEGER NOT NULL\n"
+    ");\n"
+    "CREATE INDEX port_links_agent ON port_links(agent_id, expires_at);\n";
+
+//  Migration 16 (public ports, issue 30): the ports a tenant marked
+//  public (PUT .../ports/{port} {"public": true}); lua/ports.lua then
+//  decides whether /p/{agent_id}/{port}/public/... needs no credential.
+static const char s_migration_16 [] =
+    "CREATE TABLE public_ports (\n"
+    "  agent_id  TEXT NOT NULL REFERENCES agents(id) ON DELETE CASCADE,\n"
+    "  port      INTEGER NOT NULL,\n"
+    "  made_by   TEXT NOT NULL,                  -- the token (or user) that marked it\n"
+    "  made_at   INTEGER NOT NULL,\n"
+    "  PRIMARY KEY (agent_id, port)\n"
+    ");\n";
+
+//  Migration 17 (warm pools, issue 31): a sandbox made ahead of any
+//  request, belonging to no tenant (agents.tenant '', a name no tenant
+//  can hold), is an agent row whose pool names the runtime whose warm
+//  pool holds it. A create that takes it sets pool to NULL with its
+//  name and tenant in one guarded UPDATE (docs/lifecycle.md "Warm pools").
+static const char s_migration_17 [] =
+    "ALTER TABLE agents ADD COLUMN pool TEXT;    -- warm: the runtime whose pool holds it; NULL: an agent\n"
+    "CREATE INDEX agents_pool ON agents(pool) WHERE pool IS NOT NULL;\n";
+
 const ah_migration_t ah_migrations [] = {
     { 1, "the backbone", s_migration_1 },
     { 2, "sleep and wake", s_migration_2 },
@@ -256,5 +359,12 @@ const ah_migration_t ah_migrations [] = {
     { 8, "a running agent's connection", s_migration_8 },
     { 9, "conversations", s_migration_9 },
     { 10, "the default idle timeout at run time", s_migration_10 },
+    { 11, "tenants' egress lists", s_migration_11 },
+    { 12, "the frozen tier", s_migration_12 },
+    { 13, "the frozen sandboxes' memory ceiling", s_migration_13 },
+    { 14, "an agent's harness override", s_migration_14 },
+    { 15, "revocable port links", s_migration_15 },
+    { 16, "public ports", s_migration_16 },
+    { 17, "warm pools", s_migration_17 },
 };
 const int ah_migrations_count = (int) (sizeof ah_migrations / sizeof ah_migrations [0]);

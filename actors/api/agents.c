@@ -13,7 +13,8 @@
     " coalesce (s.unreachable, s.error), a.image, a.cpus, a.memory_mb, a.idle_minutes," \
     " s.needs_rebuild, a.created_at, s.last_activity_at, f.sleeps_at, f.why, a.tenant," \
     " s.home_lost, a.runtime, s.progress, s.stopped_at, s.container_removed_at, s.op," \
-    " coalesce (s.connected, 0), a.idle_default" \
+    " coalesce (s.connected, 0), a.idle_default, f.stops_at - f.sleeps_at, f.stops_at, s.frozen_at," \
+    " a.harness" \
     " FROM agents a LEFT JOIN sandboxes s ON s.agent_id = a.id" \
     " LEFT JOIN sleep_forecast f ON f.agent_id = a.id"
 
@@ -21,7 +22,23 @@ bool api_transitional (const char *state)
 {
     return state && (streq (state, "creating") || streq (state, "starting")
                      || streq (state, "stopping") || streq (state, "rebuilding")
-                     || streq (state, "destroying"));
+                     || streq (state, "destroying") || streq (state, "freezing")
+                     || streq (state, "thawing"));
+}
+
+bool api_thaw (req_t *r, const char *state, const char *why)
+{
+    if (!state || !(streq (state, "frozen") || streq (state, "freezing") || streq (state, "thawing")))
+        return false;
+    if (!streq (state, "thawing")) {
+        ah_msg_t *msg = ah_msg_new ("SANDBOX_THAW");
+        ah_msg_set_str (msg, "agent", r->agent_id);
+        ah_msg_set_strf (msg, "by", "api:%s", r->who.token_name);
+        ah_msg_set_str (msg, "reason", why);
+        ah_actor_send (r->api->actor, "lifecycle", &msg);
+        ah_info (AREA, "thawing agent '%s' (%s): %s", r->name, state, why);
+    }
+    return true;
 }
 
 //  When a stopped sandbox's lifetimes end (docs/lifecycle.md "Lifetimes";
@@ -58,11 +75,22 @@ static void s_lifetimes (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool s
 //  idle.lua starts from: idle_minutes after the last use (or after the
 //  start of this server, as the sleeper counts it), whichever is later
 //  (ah_sleeper_sleeps_at, the sleeper's own rule).
-static void s_sleeps_at (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool running)
+//  stops_at: when the ladder stops it (lua/idle.lua): for a running
+//  agent, sleeps_at (when it is frozen) plus the freezing time of the
+//  sleeper's last verdict (null before its first); for a frozen one, the
+//  sleeper's forecast of its stop.
+static void s_sleeps_at (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool running, bool frozen)
 {
+    //  Why the idle ladder skips frozen here (null: it freezes first).
+    const char *no_freeze = api->config ? ah_config_no_freeze (api->config) : NULL;
+    json_object_set_new (a, "no_freeze", no_freeze ? json_string (no_freeze) : json_null ());
+    json_object_set_new (a, "frozen_at", frozen && sqlite3_column_type (stmt, 24) != SQLITE_NULL
+                         ? api_json_time (sqlite3_column_int64 (stmt, 24)) : json_null ());
     if (!running) {
         json_object_set_new (a, "sleeps_at", json_null ());
         json_object_set_new (a, "awake_because", json_null ());
+        json_object_set_new (a, "stops_at", frozen && sqlite3_column_type (stmt, 23) != SQLITE_NULL
+                             ? api_json_time (sqlite3_column_int64 (stmt, 23)) : json_null ());
         return;
     }
     int64_t used = sqlite3_column_int64 (stmt, 10);
@@ -73,7 +101,28 @@ static void s_sleeps_at (const api_t *api, sqlite3_stmt *stmt, json_t *a, bool r
                                        sqlite3_column_type (stmt, 11) != SQLITE_NULL,
                                        sqlite3_column_int64 (stmt, 11), &by_use);
     json_object_set_new (a, "sleeps_at", api_json_time (at));
+    json_object_set_new (a, "stops_at", sqlite3_column_type (stmt, 22) != SQLITE_NULL
+                         ? api_json_time (at + sqlite3_column_int64 (stmt, 22)) : json_null ());
     json_object_set_new (a, "awake_because", by_use ? json_string ("recent use") : api_json_column (stmt, 12));
+}
+
+//  An admin's harness override as the agent object and the audit show
+//  it: its command, and its environment's names (their values may be
+//  keys: never shown). h NULL or not an object: null.
+static json_t *s_harness_shown (json_t *h)
+{
+    if (!json_is_object (h))
+        return json_null ();
+    json_t *names = json_array ();
+    const char *key;
+    json_t *value;
+    json_object_foreach (json_object_get (h, "env"), key, value)
+        json_array_append_new (names, api_json_text (key));
+    json_t *command = json_array ();
+    size_t i;
+    json_array_foreach (json_object_get (h, "command"), i, value)
+        json_array_append_new (command, api_json_text (json_string_value (value)));
+    return json_pack ("{s:o s:o}", "command", command, "env", names);
 }
 
 static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
@@ -95,7 +144,9 @@ static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
     //  The sleeper's forecast means something only while it runs.
     bool running = sqlite3_column_type (stmt, 2) != SQLITE_NULL
                 && streq ((const char *) sqlite3_column_text (stmt, 2), "running");
-    s_sleeps_at (api, stmt, a, running);
+    bool frozen = sqlite3_column_type (stmt, 2) != SQLITE_NULL
+               && streq ((const char *) sqlite3_column_text (stmt, 2), "frozen");
+    s_sleeps_at (api, stmt, a, running, frozen);
     //  Its sandboxd holds the tunnel now (lifecycle's word): false while
     //  a running agent's sandboxd redials (after a server restart).
     json_object_set_new (a, "connected", json_boolean (sqlite3_column_int (stmt, 20) != 0));
@@ -103,6 +154,10 @@ static json_t *s_row (const api_t *api, sqlite3_stmt *stmt)
     json_object_set_new (a, "tenant", api_json_column (stmt, 13));
     json_object_set_new (a, "home_lost", api_json_column (stmt, 14));
     json_object_set_new (a, "runtime", api_json_column (stmt, 15));
+    const char *harness = (const char *) sqlite3_column_text (stmt, 25);
+    json_t *h = harness ? json_loads (harness, 0, NULL) : NULL;
+    json_object_set_new (a, "harness", s_harness_shown (h));
+    json_decref (h);
     //  While a transition waits for its runtime's image: what the build does.
     bool moving = sqlite3_column_type (stmt, 2) != SQLITE_NULL
                && api_transitional ((const char *) sqlite3_column_text (stmt, 2));
@@ -258,7 +313,10 @@ static void s_lifecycle_reply (req_t *r, ah_msg_t *msg)
         return;
     }
     if (create) {
-        api_respond (r, 201, s_agent_now (r, "creating"));
+        json_t *agent = s_agent_now (r, "creating");
+        if (ah_msg_bool (msg, "warm", false))       //  taken from a warm pool: running already
+            json_object_set_new (agent, "warm", json_true ());
+        api_respond (r, 201, agent);
         return;
     }
     //  202: the transition won; 200: already there or on its way.
@@ -275,13 +333,14 @@ static void s_lifecycle_reply (req_t *r, ah_msg_t *msg)
 
 static const body_field_t s_create_fields [] = {
     { "name", B_STR, NULL }, { "image", B_STR, NULL }, { "runtime", B_STR, NULL }, { "cpus", B_NUM, NULL },
-    { "memory_mb", B_NUM, NULL }, { "idle_minutes", B_NUM, NULL }, { NULL, 0, NULL }
+    { "memory_mb", B_NUM, NULL }, { "idle_minutes", B_NUM, NULL }, { "harness", B_OBJ, NULL }, { NULL, 0, NULL }
 };
 //  "name" is taken to say it cannot change; idle_minutes null: follow the
 //  default idle timeout again.
 static const body_field_t s_update_fields [] = {
     { "name", B_STR, NULL }, { "image", B_STR, NULL }, { "runtime", B_STR, NULL }, { "cpus", B_NUM, NULL },
-    { "memory_mb", B_NUM, NULL }, { "idle_minutes", B_NUM | B_NULL, NULL }, { NULL, 0, NULL }
+    { "memory_mb", B_NUM, NULL }, { "idle_minutes", B_NUM | B_NULL, NULL }, { "harness", B_OBJ | B_NULL, NULL },
+    { NULL, 0, NULL }
 };
 
 //  The body's fields into msg, checked as lifecycle checks them
@@ -289,7 +348,25 @@ static const body_field_t s_update_fields [] = {
 static int s_desired (req_t *r, json_t *obj, ah_msg_t *msg)
 {
     api_copy_fields (obj, msg);
-    char why [600];
+    //  Which program runs as the agent's harness is an admin's choice
+    //  (docs/conversations.md "Choosing the harness"): it runs in the
+    //  sandbox with the agent's home and is sent every prompt.
+    json_t *harness = json_object_get (obj, "harness");
+    if (harness && !r->who.admin) {
+        api_respond_error (r, 403, "field 'harness' (the program that runs as the agent's harness) is "
+                           "an admin's to set; token '%s' is a tenant's", r->who.token_name);
+        return -1;
+    }
+    if (json_is_object (harness)) {
+        char *text = json_dumps (harness, JSON_COMPACT | JSON_SORT_KEYS);
+        if (!text) {
+            api_respond_error (r, 503, "out of memory");
+            return -1;
+        }
+        ah_msg_set_str (msg, "harness", text);
+        free (text);
+    }
+    char why [1200];
     if (ah_desired_check (msg, why, sizeof why)) {
         api_respond_error (r, 400, "%s", why);
         return -1;
@@ -300,7 +377,7 @@ static int s_desired (req_t *r, json_t *obj, ah_msg_t *msg)
 static void s_list (req_t *r)
 {
     sqlite3_stmt *stmt = ah_store_prepare (r->api->store,
-        AGENT_SELECT " WHERE :scope = '' OR a.tenant = :scope ORDER BY a.tenant, a.name");
+        AGENT_SELECT " WHERE a.pool IS NULL AND (:scope = '' OR a.tenant = :scope) ORDER BY a.tenant, a.name");
     if (stmt && ah_store_bind_text (stmt, ":scope", r->who.scope))
         stmt = NULL;
     json_t *list = stmt ? json_array () : NULL;
@@ -367,10 +444,13 @@ static void s_update (req_t *r)
     else if (s_desired (r, obj, msg))
         ;
     else if (json_object_size (obj) == 0)
-        api_respond_error (r, 400, "nothing to change: give runtime, image, cpus, memory_mb or idle_minutes");
+        api_respond_error (r, 400, "nothing to change: give runtime, image, cpus, memory_mb, idle_minutes or harness");
     else if ((agent = api_agent_resolve (r))) {
         ah_msg_set_str (msg, "agent", r->agent_id);
-        //  The audit detail: the fields asked for, as compact JSON.
+        //  The audit detail: the fields asked for, as compact JSON (a
+        //  harness as the agent object shows it: no environment values).
+        if (json_object_get (obj, "harness"))
+            json_object_set_new (obj, "harness", s_harness_shown (json_object_get (obj, "harness")));
         char *fields = json_dumps (obj, JSON_COMPACT | JSON_SORT_KEYS);
         snprintf (r->detail, sizeof r->detail, "%s", fields ? fields : "");
         free (fields);

@@ -17,11 +17,10 @@
     A user session is its person's: another token of the tenant does not
     see its files (as it may not open the session), an admin does.
 
-    DESIGN. The API's thread reads the rows (agents, their sessions) and
-    opens each home (one open(2), O_PATH); one worker job walks every
-    home, filters, sorts and groups (nothing here waits on a disk or on
-    hostd in the thread that serves the connections), and its done
-    answers.                                                            */
+    DESIGN. The API's thread reads the rows (agents, their sessions);
+    one worker job opens and walks every home, filters, sorts and groups
+    (nothing here waits on a disk or on hostd in the thread that serves
+    the connections), and its done answers.                                                            */
 #include "actors/api/api_int.h"
 #include "common/homefs.h"
 #include "common/ident.h"
@@ -41,7 +40,7 @@
 typedef struct {
     char id [AH_AGENT_ID_LEN + 1];
     char *name, *state, *session, *scope, *subject;
-    int home;                       //  opened by the API's thread, or -1
+    int home;                       //  opened by the worker, or -1
     bool by_hostd;
     char *skipped;                  //  why its home is not walked (NULL: it is)
     json_t *tree;                   //  the worker's walk
@@ -50,6 +49,7 @@ typedef struct {
 typedef struct {
     req_t *r;                       //  NULL once the request went away
     ah_driver_t *driver;            //  borrowed, thread-safe
+    const ah_config_t *config;      //  borrowed, read only
     home_t *homes;
     size_t n;
     bool uploads, all;
@@ -146,6 +146,36 @@ static int s_newest_first (const void *a_, const void *b_)
                    json_string_value (json_object_get (b->file, "path")));
 }
 
+//  Where the home of h is read from: opened here (one open(2), O_PATH),
+//  by hostd, or why not.
+static void s_locate (const ah_config_t *c, home_t *h)
+{
+    h->home = -1;
+    if (!h->state || streq (h->state, "creating") || streq (h->state, "destroying")) {
+        h->skipped = ah_strf ("it is %s", h->state ? h->state : "without a sandbox");
+        return;
+    }
+    if (c->driver && streq (c->driver, "remote")) {
+        h->by_hostd = true;
+        return;
+    }
+    char *dir = ah_driver_home_dir (c, h->id);
+    int fd = dir ? ah_homefs_open_home (dir) : -ENOENT;
+    free (dir);
+    if (fd >= 0)
+        h->home = fd;
+    else
+    if (c->driver && streq (c->driver, "kubernetes"))
+        h->skipped = strdup ("its home is a claim on the cluster, which this server does not mount: "
+                             "read it with the agent's own files routes");
+    else
+    if (fd == -ENOENT)
+        h->skipped = strdup ("its home is a volume only its running sandbox reads: read it with the "
+                             "agent's own files routes");
+    else
+        h->skipped = ah_strf ("its home cannot be opened: %s", strerror (-fd));
+}
+
 static void s_work (void *arg)
 {
     files_t *f = arg;
@@ -154,6 +184,7 @@ static void s_work (void *arg)
     pick_t *picks = NULL;
     for (size_t i = 0; i < f->n; i++) {
         home_t *h = &f->homes [i];
+        s_locate (f->config, h);
         if (h->skipped)
             continue;
         if (h->by_hostd)
@@ -286,36 +317,6 @@ static char *s_dup_col (sqlite3_stmt *st, int col)
     return t ? strdup (t) : NULL;
 }
 
-//  Where the home of h is read from: opened here, by hostd, or why not.
-static void s_locate (req_t *r, home_t *h)
-{
-    const ah_config_t *c = r->api->config;
-    h->home = -1;
-    if (!h->state || streq (h->state, "creating") || streq (h->state, "destroying")) {
-        h->skipped = ah_strf ("it is %s", h->state ? h->state : "without a sandbox");
-        return;
-    }
-    if (c->driver && streq (c->driver, "remote")) {
-        h->by_hostd = true;
-        return;
-    }
-    char *dir = ah_driver_home_dir (c, h->id);
-    int fd = dir ? ah_homefs_open_home (dir) : -ENOENT;
-    free (dir);
-    if (fd >= 0)
-        h->home = fd;
-    else
-    if (c->driver && streq (c->driver, "kubernetes"))
-        h->skipped = strdup ("its home is a claim on the cluster, which this server does not mount: "
-                             "read it with the agent's own files routes");
-    else
-    if (fd == -ENOENT)
-        h->skipped = strdup ("its home is a volume only its running sandbox reads: read it with the "
-                             "agent's own files routes");
-    else
-        h->skipped = ah_strf ("its home cannot be opened: %s", strerror (-fd));
-}
-
 static void s_list (req_t *r)
 {
     bool uploads = false, all = false;
@@ -338,7 +339,7 @@ static void s_list (req_t *r)
         api_respond_error (r, 503, "out of memory");
         return;
     }
-    *f = (files_t) { .r = r, .driver = r->api->driver, .homes = homes, .uploads = uploads, .all = all,
+    *f = (files_t) { .r = r, .driver = r->api->driver, .config = r->api->config, .homes = homes, .uploads = uploads, .all = all,
                      .q = q ? strdup (q) : NULL, .limit = limit,
                      .max_depth = (int) r->api->config->tree_max_depth,
                      .max_entries = (int) r->api->config->tree_max_entries };
@@ -359,6 +360,7 @@ static void s_list (req_t *r)
     &&  sqlite3_bind_int (st, sqlite3_bind_parameter_index (st, ":max"), AGENTS_MAX) == SQLITE_OK) {
         while ((rc = ah_store_step (r->api->store, st)) == SQLITE_ROW && f->n < AGENTS_MAX) {
             home_t *h = &f->homes [f->n++];
+            h->home = -1;           //  the worker opens it
             snprintf (h->id, sizeof h->id, "%s", (const char *) sqlite3_column_text (st, 0));
             h->name = s_dup_col (st, 1);
             h->state = s_dup_col (st, 2);
@@ -374,8 +376,6 @@ static void s_list (req_t *r)
         api_respond_error (r, 500, "the database cannot list the agents now");
         return;
     }
-    for (size_t i = 0; i < f->n; i++)
-        s_locate (r, &f->homes [i]);
     r->kind = "fs.all";
     snprintf (r->detail, sizeof r->detail, "%s%s%.900s", uploads ? "uploads " : "", q ? "q=" : "",
               q ? q : "");

@@ -10,6 +10,7 @@
     leaves is unlinked first (http.c frees it), so a late REPLY finds
     nothing and is dropped.                                             */
 #include "actors/api/api_int.h"
+#include "policy/policy.h"
 
 #include <string.h>
 
@@ -199,12 +200,25 @@ static void s_check_states (api_t *api, const char *agent_id)
     }
 }
 
+//  sandboxd said hello, or its tunnel went: the event streams say so.
+static void s_on_connected (void *arg, ah_msg_t *msg)
+{
+    api_t *api = arg;
+    const char *agent_id = ah_msg_str (msg, "agent_id");
+    if (agent_id && ah_msg_bool (msg, "connected", false))
+        api_terms_on_connected (api, agent_id);
+    ah_api_events_on_connected (api->events, msg);
+}
+
 static void s_on_state (void *arg, ah_msg_t *msg)
 {
     api_t *api = arg;
     const char *agent_id = ah_msg_str (msg, "agent_id");
+    const char *state = ah_msg_str (msg, "state");
     if (agent_id)
         s_check_states (api, agent_id);
+    if (agent_id && state)
+        api_terms_on_state (api, agent_id, state);
     api_metrics_state (api->metrics, msg);
     ah_api_events_on_state (api->events, msg);
 }
@@ -237,6 +251,7 @@ static void s_tick (void *arg, void *unused)
     api_chan_tick (api);
     ah_api_events_tick (api->events);
     api_terminals_tick (api);
+    api_terms_tick (api);
 }
 
 //  PORT answers the port we listen on (server.listen "127.0.0.1:0").
@@ -257,11 +272,18 @@ static void s_destroy (void *arg)
     //  Connections close inside the context's destruction: their requests
     //  unlink themselves and close their channels.
     ah_lwsloop_destroy (&api->loop);
+    ah_actor_use_lws (api->actor, NULL);    //  what is freed below may still send
+    ah_policy_destroy (&api->ports_rule);
+    //  The writes still queued land now; their dones may use the state below.
+    api_writer_end (api);
+    api_terms_end (api);
     api_chan_shutdown (api);
     ah_api_events_destroy (&api->events);
+    zhashx_destroy (&api->port_sockets);
     api_metrics_destroy (&api->metrics);
     api_passes_destroy (&api->sessions);
     api_passes_destroy (&api->tickets);
+    free (api->db_path);
     ah_store_close (&api->store);
     free (api);
 }
@@ -283,12 +305,31 @@ static void *s_init (ah_actor_t *actor, void *arg)
     api->reply_timeout_s = a->reply_timeout_s > 0 ? a->reply_timeout_s : AH_API_REPLY_TIMEOUT_S;
     api->body_stall_s = a->body_stall_s > 0 ? a->body_stall_s : AH_API_BODY_STALL_S;
     char *err = NULL;
-    api->store = ah_store_open (a->db_path, false, &err);
+    api->db_path = strdup (a->db_path);
+    api->store = api->db_path ? ah_store_open (a->db_path, false, &err) : NULL;
+    //  The API's thread reads; its writes go through the writer (writer.c).
+    if (api->store && ah_store_exec (api->store, "PRAGMA query_only = 1", &err))
+        ah_store_close (&api->store);
     if (!api->store) {
         ah_actor_fail (actor, "cannot open the database %s: %s", a->db_path, err ? err : "?");
         free (err);
         s_destroy (api);
         return NULL;
+    }
+    //  The port links' key: without it no link is made or taken (said once).
+    if (a->config->data_dir && api_proxy_key_load (api, a->config->data_dir, &err)) {
+        ah_warn (AREA, "port links are off: %s", err ? err : "?");
+        free (err);
+        err = NULL;
+    }
+    //  lua/ports.lua, asked for each request to a port marked public. Its
+    //  status is not written to policy_status: the API's connection only
+    //  reads (the log says when it does not load; public ports are then
+    //  refused, links and tokens still work).
+    if (!(api->ports_rule = ah_policy_new (a->config->lua_dir, "ports.lua", "api", NULL, &err))) {
+        ah_warn (AREA, "public ports are refused: lua/ports.lua could not be loaded: %s", err ? err : "?");
+        free (err);
+        err = NULL;
     }
     const char *listen = a->config->listen ? a->config->listen : "127.0.0.1:8080";
     char host [256];
@@ -329,6 +370,7 @@ static void *s_init (ah_actor_t *actor, void *arg)
     ah_actor_use_lws (actor, api->loop);
     api->events = ah_api_events_new (api->store, actor);
     api->metrics = api_metrics_new ();
+    api->port_sockets = zhashx_new ();
     api->sessions = api_passes_new (&api_session_rules);
     api->tickets = api_passes_new (&api_ticket_rules);
     if (!api->events || !api->metrics || !api->sessions || !api->tickets || ah_actor_timer (actor, API_TICK_MS, API_TICK_MS, s_tick, NULL) < 0) {
@@ -357,6 +399,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "CHAN_EOF", s_on_chan },
     { "CHAN_CLOSE", s_on_chan },
     { "SANDBOX_STATE", s_on_state },
+    { "SANDBOX_CONNECTED", s_on_connected },
     { "CONV_EVENT", s_on_conv_event },
     { NULL, NULL }
 };

@@ -3,8 +3,9 @@
     DESIGN. One thread, the actor's, owns everything here: the lws context
     (a raw listener: the API reads HTTP itself, proto/http.h), every
     connection, the bus DEALER (through the actor skeleton), the SQLite
-    connection, the pending requests and the tunnel channels. Nothing is
-    locked because nothing is shared.
+    connection it reads with, the pending requests and the tunnel
+    channels. Nothing is locked because nothing is shared: its writes go
+    to a worker with the writer's own connection (writer.c).
 
     The files, by concern:
       api.c       the actor: start-up, the bus (REPLY, CHAN_*, SANDBOX_STATE),
@@ -20,12 +21,15 @@
       chan.c      tunnel channels: open, data both ways, credit, the end
       agents.c, runtimes.c, turns.c, audit.c, exec.c, files.c, events.c,
       terminal.c, conversations.c  one route family each: its routes and its handlers
+      terms.c     terminals that last: objects of their agent, kept ptys in
+                  the sandbox, clients attached by id (vscreen.c: the screen)
       console.c   the web console's files and its terminal tickets
       login.c     the console's sign-in: session cookies, CSRF, logout
       passes.c    what stands for a token in a browser (sessions,
                   tickets), bounded per token and per tenant
       home_read.c a home read without its sandbox (files of an agent
                   that is not running, the tree)
+      writer.c    the API's SQLite writes, in a worker, one at a time
       ws.c        the server side of the terminal's WebSocket
 
     A request (req_t) lives inside its connection (conn_t) from its head
@@ -94,12 +98,58 @@ struct api_t {
     int body_stall_s;               //  a body that stops coming closes its connection
     ah_api_events_t *events;
     struct terminal_t *terminals;   //  open terminals (terminal.c)
+    zhashx_t *port_sockets;         //  agent id -> WebSockets open through its ports (proxy.c)
+    struct term_t *terms;           //  terminals that last, of every agent (terms.c)
+    struct tlist_t *term_lists;     //  ptys channels asking what a sandbox keeps (terms.c)
+    bool terms_scanned;             //  the sandboxes connected before the API started asked (terms.c)
+    int64_t terms_budget;           //  output bytes their screens may take now (terms.c)
+    int64_t terms_budget_ms;        //  when it was last filled
     struct prompt_t *prompts;       //  prompts' streams (conversations.c)
     api_metrics_t *metrics;         //  what GET /metrics counts (metrics.c)
     api_passes_t *sessions;         //  the console's sign-ins (login.c)
     api_passes_t *tickets;          //  terminal tickets (console.c)
     int64_t started_ms;             //  when this actor started (the sleeper counts idleness from then too)
+    //  The writer (writer.c): writes queued, one out at a time
+    char *db_path;
+    struct api_write_t *writes, *writes_tail;
+    ah_store_t *writer_store;       //  NULL while a job holds it
+    bool writer_busy;
+    //  The port links' key (proxy.c), <data_dir>/ports.key
+    uint8_t port_key [32];
+    bool port_key_ok;
+    struct ah_policy_t *ports_rule; //  lua/ports.lua (public ports), NULL: refused (proxy.c)
 };
+
+//  The writer (writer.c): the API's writes to SQLite run in a worker,
+//  one at a time in the order asked, on the writer's own connection.
+//  write (worker thread): 0, or an HTTP status with why filled; it may
+//  use only store and arg. done (the API's thread, may be NULL): r is
+//  the request that waited (parked until then, as api_ask parks it;
+//  NULL when none was given or it went away), with write's status and
+//  why; it owns arg. done may run before api_write returns: the caller
+//  does not touch r after. -1: out of memory (nothing queued, arg the
+//  caller's).
+typedef struct api_write_t api_write_t;
+typedef int  (api_write_fn) (ah_store_t *store, void *arg, char *why, size_t why_size);
+typedef void (api_written_fn) (api_t *api, req_t *r, void *arg, int status, const char *why);
+int  api_write (req_t *r, api_t *api, api_write_fn *write, api_written_fn *done, void *arg);
+//  The actor's end: the writes still queued run here.
+void api_writer_end (api_t *api);
+//  One statement as a write: api_stmt (static SQL), its named values,
+//  then api_stmt_write (taken, also on failure; done gets the statement,
+//  whose api_stmt_changes says the rows it changed and api_stmt_ctx
+//  gives ctx back, the caller's to free; a constraint is a 409). The
+//  builders pass NULL on (out of memory), and api_stmt_write of NULL
+//  is -1 (ctx still the caller's).
+#define API_STMT_MAX 8
+typedef struct api_stmt_t api_stmt_t;
+api_stmt_t *api_stmt (const char *sql);
+api_stmt_t *api_stmt_text (api_stmt_t *s, const char *name, const char *text);   //  NULL text: SQL NULL
+api_stmt_t *api_stmt_int (api_stmt_t *s, const char *name, int64_t num);
+int  api_stmt_write (req_t *r, api_t *api, api_stmt_t *s, api_written_fn *done, void *ctx);
+int  api_stmt_changes (const api_stmt_t *s);
+void *api_stmt_ctx (const api_stmt_t *s);
+void api_stmt_free (api_stmt_t *s);
 
 //  A successful REPLY to a parked request.
 typedef void (reply_fn) (req_t *r, ah_msg_t *reply);
@@ -130,6 +180,23 @@ const char *api_run_check (const char *run);
 //  Open terminals' bytes into the audit trail, each
 //  audit.terminal_bytes_interval (terminal.c); from the tick.
 void api_terminals_tick (api_t *api);
+//  Terminals that last (terms.c): the WebSocket of the terminal route
+//  with ?terminal=ID attached to one (r's agent resolved; answers
+//  itself), reconnects from the tick, all freed at the actor's end, and
+//  how many of agent_id's have a client (they count as open terminals).
+void api_terms_attach (req_t *r, const char *id, int cols, int rows, bool sized);
+void api_terms_tick (api_t *api);
+void api_terms_end (api_t *api);
+void api_terms_on_state (api_t *api, const char *agent_id, const char *state);
+//  The agent's sandboxd said hello: the terminals it keeps that this
+//  server does not know (it restarted) are adopted.
+void api_terms_on_connected (api_t *api, const char *agent_id);
+int  api_terms_watched (api_t *api, const char *agent_id);
+//  Whether agent (taken) may have a terminal (not being destroyed):
+//  false answered 409 (terminal.c).
+bool api_terminal_agent_ok (req_t *r, json_t *agent);
+//  TERMINALS to the sleeper: agent_id's open terminals (terminal.c).
+void api_terminals_news (api_t *api, const char *agent_id);
 //  AGENT_ACTIVITY to lifecycle (moves last_activity_at).
 void api_activity (api_t *api, const char *agent_id, const char *what);
 
@@ -219,6 +286,7 @@ struct req_t {
     bool chunked;
     bool close_after;
     bool upgraded;                  //  now a WebSocket (ws.c)
+    bool piped;                     //  a byte pipe both ways until either side ends (api_conn_pipe)
     //  The audit trail and the agent it is about
     const char *kind;               //  "create", "fs.read", ...; NULL: not recorded
     char detail [1100];
@@ -231,6 +299,7 @@ struct req_t {
     char agent_id [AH_AGENT_ID_LEN + 1];
     char name [AH_NAME_MAX + 1];
     char set_cookie [256];          //  a Set-Cookie header's value for the answer; "" none
+    const char *location;           //  a Location header's value while a redirect is answered
     //  The route family's own state
     void *ext;
     const ext_ops_t *ext_ops;
@@ -268,11 +337,15 @@ void api_respond_error (req_t *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 //  A whole body of another type (text/plain for /metrics); body is borrowed.
 void api_respond_text (req_t *r, int status, const char *content_type, ah_buf_t *body);
+//  The same with bytes held elsewhere (an embedded document).
+void api_respond_bytes (req_t *r, int status, const char *content_type, const void *data, size_t n);
 //  405 naming what the route takes.
 void api_respond_method (req_t *r, unsigned allowed);
 //  A streamed answer: the status line and headers now; the body from
 //  ext_ops->produce. length: the body's length, or -1 for chunked.
 void api_respond_stream (req_t *r, int status, const char *content_type, int64_t length);
+//  A redirect (301, 302, 303, 307, 308) to location, with no body.
+void api_respond_redirect (req_t *r, int status, const char *location);
 //  Bytes for the connection (streamed bodies: api_out_chunk frames one
 //  chunk when the response is chunked).
 int  api_out (req_t *r, const void *data, size_t size);
@@ -327,6 +400,8 @@ enum {
     R_BODY    = 8,                  //  takes a JSON body
     R_ADMIN   = 16,                 //  admin tokens only
     R_METRICS = 32,                 //  admin or metrics tokens only (and all a metrics token may reach)
+    R_RAW     = 64,                 //  the target passes as sent: any query, a trailing '/' (proxy.c)
+    R_PIPE    = 128,                //  may take an Upgrade: its handler may make the connection a byte pipe (api_conn_pipe)
 };
 
 //  A JSON body's keys (route_t.body), checked before the route's handler
@@ -335,7 +410,7 @@ enum {
 //  number off its bound (common/bounds.h: a field of type B_NUM has one,
 //  of its own name) and a string holding a NUL (unless B_NUL: bytes).
 //  "run" is every body's (api_body_object).
-enum { B_STR = 1, B_NUM = 2, B_BOOL = 4, B_OBJ = 8, B_NULL = 16, B_NUL = 32 };
+enum { B_STR = 1, B_NUM = 2, B_BOOL = 4, B_OBJ = 8, B_NULL = 16, B_NUL = 32, B_ARR = 64 };
 typedef struct {
     const char *name;
     unsigned types;                 //  the JSON types it takes; 0: refused with why
@@ -363,7 +438,20 @@ extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes
                      api_event_routes [], api_terminal_routes [], api_tenant_routes [],
                      api_session_routes [], api_console_routes [], api_login_routes [],
                      api_host_routes [], api_tree_routes [], api_allfiles_routes [], api_port_routes [],
-                     api_tombstone_routes [], api_metrics_routes [], api_conversation_routes [];
+                     api_tombstone_routes [], api_metrics_routes [], api_conversation_routes [],
+                     api_proxy_routes [], api_terms_routes [], api_pool_routes [];
+
+//  The port links (proxy.c): the key read from (or made in) data_dir at
+//  start (0, or -1 with *why); a link's path for the tenant's agent's
+//  port, valid until expiry (seconds since the epoch) while its row id
+//  stands, heap.
+int  api_proxy_key_load (api_t *api, const char *data_dir, char **why);
+//  A link's id (its port_links row) is API_LINK_ID_LEN lowercase hex
+//  characters, signed into the link with the rest.
+#define API_LINK_ID_LEN 12
+char *api_port_link (api_t *api, const char *tenant, const char *agent_id, int port, int64_t expiry,
+                     const char *id);
+bool  api_link_id_ok (const char *id);
 
 //  A CONV_EVENT of the conversations actor: to the prompt's stream it
 //  belongs to (conversations.c).
@@ -517,6 +605,13 @@ json_t *api_agent_get (api_t *api, const char *key, const char *scope, int *stat
 //  NULL; else the agent as JSON (the caller's).
 json_t *api_agent_resolve (req_t *r);
 bool api_transitional (const char *state);
+//  Any use thaws (issue 29): when state is frozen, freezing or thawing,
+//  asks lifecycle to thaw the request's agent (SANDBOX_THAW, by the
+//  request's token, the reason why) and says true: the use goes on as
+//  on a running agent, its channel's frames waiting in the tunnel's
+//  socket until sandboxd runs again (docs/architecture.md). false
+//  otherwise (nothing sent).
+bool api_thaw (req_t *r, const char *state, const char *why);
 
 //  --------------------------------------------------------------------
 //  Tunnel channels (chan.c)
@@ -628,6 +723,12 @@ void api_ws_gone (conn_t *conn);
 //  asked for the upgrade is over and the connection speaks WebSocket.
 void api_conn_want_write (conn_t *conn);
 void api_conn_upgraded (conn_t *conn);
+//  r's answer head (101) is queued: from now on every byte the client
+//  sends goes to ext_ops->body, with its backpressure, until either side
+//  closes; no body stall timeout (a quiet socket is not a stalled upload).
+//  The answer streams from ext_ops->produce as before; the connection
+//  closes after it. R_PIPE routes only.
+void api_conn_pipe (req_t *r);
 //  From http.c, for upload.c: take what conn->in holds as far as the
 //  state allows; set the stall timeout for a body that stops coming.
 void api_conn_process (conn_t *conn);

@@ -205,18 +205,12 @@ static const body_field_t s_values_fields [] = {
 //  configuration's value. Lifecycle hears of it (POLICY_VALUES, sent and
 //  not waited for) to move the agents that follow the default idle
 //  timeout; every other reader reads the table at its next decision.
-static void s_put_values (req_t *r)
+//  The writer's (a worker): the values in one transaction.
+static int s_values_write (ah_store_t *store, void *arg, char *why, size_t size)
 {
-    json_t *obj = api_body_object (r, false);
-    if (!obj)
-        return;
+    json_t *obj = arg;
     const char *key;
     json_t *v;
-    if (json_object_size (obj) == 0) {
-        api_respond_error (r, 400, "nothing to change");
-        goto out;
-    }
-    ah_store_t *store = r->api->store;
     bool ok = ah_store_begin (store) == 0;
     json_object_foreach (obj, key, v) {
         sqlite3_stmt *st = ok ? ah_store_prepare (store, json_is_null (v)
@@ -231,20 +225,49 @@ static void s_put_values (req_t *r)
     }
     if (!ok || ah_store_commit (store)) {
         ah_store_rollback (store);
-        api_respond_error (r, 500, "cannot write the policy values");
-        goto out;
+        snprintf (why, size, "cannot write the policy values");
+        return 500;
     }
-    char *text = json_dumps (obj, JSON_COMPACT | JSON_SORT_KEYS);
-    snprintf (r->detail, sizeof r->detail, "%s", text ? text : "");
-    ah_info (AREA, "policy values changed by %s: %s", r->who.token_name, text ? text : "?");
+    return 0;
+}
+
+static void s_values_written (api_t *api, req_t *r, void *arg, int status, const char *why)
+{
+    json_t *obj = arg;
+    char *text = status ? NULL : json_dumps (obj, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!status) {
+        ah_info (AREA, "policy values changed by %s: %s", r ? r->who.token_name : "a client that left",
+                 text ? text : "?");
+        ah_msg_t *told = ah_msg_new ("POLICY_VALUES");
+        api_send (api, "lifecycle", &told);
+    }
+    if (r) {
+        r->kind = "policy";
+        snprintf (r->detail, sizeof r->detail, "%s", text ? text : "");
+        api_record (r, status == 0, status ? why : NULL);
+        if (status)
+            api_respond_error (r, status, "%s", why);
+        else
+            api_respond (r, 200, json_pack ("{s:o}", "values", s_values_json (r)));
+    }
     free (text);
-    r->kind = "policy";
-    api_record (r, true, NULL);
-    ah_msg_t *told = ah_msg_new ("POLICY_VALUES");
-    api_send (r->api, "lifecycle", &told);
-    api_respond (r, 200, json_pack ("{s:o}", "values", s_values_json (r)));
-out:
     json_decref (obj);
+}
+
+static void s_put_values (req_t *r)
+{
+    json_t *obj = api_body_object (r, false);
+    if (!obj)
+        return;
+    if (json_object_size (obj) == 0) {
+        api_respond_error (r, 400, "nothing to change");
+        json_decref (obj);
+        return;
+    }
+    if (api_write (r, r->api, s_values_write, s_values_written, obj)) {
+        json_decref (obj);
+        api_respond_error (r, 503, "out of memory");
+    }
 }
 
 static void s_reload (req_t *r)

@@ -53,15 +53,13 @@ static int s_fill (req_t *r, sqlite3_stmt *st, int64_t now, int64_t *last_used, 
     return 0;
 }
 
+//  The token's last use, at most once a minute (the writer's: not waited for).
 static void s_touch (req_t *r, int64_t now, int64_t last_used)
 {
     if (now - last_used < LAST_USED_EVERY_MS)
         return;
-    sqlite3_stmt *st = ah_store_prepare (r->api->store, "UPDATE api_tokens SET last_used_at = :now WHERE id = :id");
-    if (st && !ah_store_bind_int64 (st, ":now", now) && !ah_store_bind_int64 (st, ":id", r->who.token_id))
-        ah_store_step (r->api->store, st);
-    if (st)
-        sqlite3_reset (st);
+    api_stmt_write (NULL, r->api, api_stmt_int (api_stmt_int (api_stmt (
+        "UPDATE api_tokens SET last_used_at = :now WHERE id = :id"), ":now", now), ":id", r->who.token_id), NULL, NULL);
 }
 
 #define TOKEN_COLUMNS "SELECT id, name, hash, tenant, admin, user, expires_at, revoked_at, last_used_at, metrics_only" \

@@ -169,7 +169,7 @@ const route_t api_console_routes [] = {
     { M_GET | M_HEAD, "/", s_index, R_PUBLIC, "", NULL },
     { M_GET | M_HEAD, "/console/{asset}", s_asset, R_PUBLIC, "", NULL },
     { M_GET | M_HEAD, "/favicon.ico", s_favicon, R_PUBLIC, "", NULL },
-    { M_GET, "/console/terminal/{agent}", s_terminal, R_PUBLIC | R_UPGRADE, "ticket cols rows", NULL },
+    { M_GET, "/console/terminal/{agent}", s_terminal, R_PUBLIC | R_UPGRADE, "ticket cols rows terminal", NULL },
     { M_GET, "/api/v1/me", s_me, 0, "", NULL },
     { M_POST, "/api/v1/agents/{agent}/terminal/ticket", s_ticket, 0, "", NULL },
     { 0 }

@@ -160,8 +160,10 @@ static void s_queue (stream_t *s, const char *text, size_t n)
 }
 
 //  One event to every stream that wants the agent's.
+//  connected: -1 not said, else 0 / 1 (SANDBOX_CONNECTED).
 static void s_publish (ah_api_events_t *self, const char *agent_id, const char *tenant, const char *name,
-                       const char *state, const char *op, const char *error, const char *message)
+                       const char *state, const char *op, const char *error, const char *message,
+                       int connected)
 {
     if (!self->streams)
         return;
@@ -176,6 +178,8 @@ static void s_publish (ah_api_events_t *self, const char *agent_id, const char *
     json_object_set_new (event, "at", json_string (at));
     if (message)
         json_object_set_new (event, "message", json_string (message));
+    if (connected >= 0)
+        json_object_set_new (event, "connected", json_boolean (connected));
     //  Invalid UTF-8 makes json_string NULL and the key is dropped: the
     //  event still goes out, with what could be said.
     char *text = json_dumps (event, JSON_COMPACT);
@@ -327,7 +331,7 @@ static void s_send_start (ah_api_events_t *self, waiter_t *w, const char *state)
     ah_msg_set_str (m, "agent", w->agent_id);
     ah_actor_send (self->actor, "lifecycle", &m);
     ah_info (AREA, "waking agent '%s' (%s)", w->name, state);
-    s_publish (self, w->agent_id, w->tenant, w->name, state, "start", NULL, AH_API_WAKE_MESSAGE);
+    s_publish (self, w->agent_id, w->tenant, w->name, state, "start", NULL, AH_API_WAKE_MESSAGE, -1);
 }
 
 //  Where w's agent stands now; calls back when the wait is over.
@@ -395,6 +399,18 @@ int ah_api_events_wake (ah_api_events_t *self, const char *agent_id, void *ctx,
     }
     if (streq (state, "running"))
         return 0;
+    //  Any use thaws: a frozen agent's use goes on at once, its frames
+    //  waiting in the tunnel's socket until sandboxd runs again.
+    if (streq (state, "frozen") || streq (state, "freezing") || streq (state, "thawing")) {
+        if (!streq (state, "thawing")) {
+            ah_msg_t *m = ah_msg_new ("SANDBOX_THAW");
+            ah_msg_set_str (m, "agent", agent_id);
+            ah_msg_set_str (m, "reason", "a use");
+            ah_actor_send (self->actor, "lifecycle", &m);
+            ah_info (AREA, "thawing agent '%s' (%s)", name, state);
+        }
+        return 0;
+    }
     if (!state [0] || streq (state, "destroying")) {
         snprintf (why, why_size, "agent '%s' is %s", name, state [0] ? state : "without a sandbox");
         return 409;
@@ -513,11 +529,21 @@ void ah_api_events_on_state (ah_api_events_t *self, const ah_msg_t *msg)
         if (a.tenant [0] || !state || !streq (state, "destroyed"))
             //  A preparing sandbox's progress is the event's message.
             s_publish (self, agent_id, a.tenant, a.name, state, ah_msg_str (msg, "op"),
-                       ah_msg_str (msg, "error"), ah_msg_str (msg, "progress"));
+                       ah_msg_str (msg, "error"), ah_msg_str (msg, "progress"), -1);
     }
     if (state && streq (state, "destroyed"))
         zhashx_delete (self->names, agent_id);
     s_check_all (self, agent_id);
+}
+
+void ah_api_events_on_connected (ah_api_events_t *self, const ah_msg_t *msg)
+{
+    const char *agent_id = ah_msg_str (msg, "agent_id");
+    agent_t a;
+    if (!self || !self->streams || !agent_id || s_agent (self, agent_id, NULL, &a) != 1)
+        return;
+    s_publish (self, agent_id, a.tenant, a.name, a.state, NULL, NULL, NULL,
+               ah_msg_bool (msg, "connected", false));
 }
 
 void ah_api_events_tick (ah_api_events_t *self)

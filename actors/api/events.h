@@ -41,6 +41,9 @@ void ah_api_events_destroy (ah_api_events_t **self_p);
 
 //  A SANDBOX_STATE from lifecycle: to the streams, and to the waiters.
 void ah_api_events_on_state (ah_api_events_t *self, const ah_msg_t *msg);
+//  A SANDBOX_CONNECTED: an event of the agent's state as it is, with
+//  "connected" (true: its sandboxd said hello; false: its tunnel went).
+void ah_api_events_on_connected (ah_api_events_t *self, const ah_msg_t *msg);
 //  A REPLY: true when it answers one of our SANDBOX_STARTs (negative req).
 bool ah_api_events_reply (ah_api_events_t *self, const ah_msg_t *msg);
 //  Ends the streams a token or a tenant may no longer read: those opened

@@ -363,7 +363,7 @@ static void s_exec (req_t *r)
     if (!(agent = api_agent_resolve (r)))
         goto out;
     const char *state = json_string_value (json_object_get (agent, "state"));
-    if (!state || !streq (state, "running")) {
+    if (!state || !(streq (state, "running") || api_thaw (r, state, "exec"))) {
         api_respond_error (r, 409, "agent '%s' is %s; exec needs it running (start it first)",
                            r->name, state ? state : "without a sandbox");
         goto out;

@@ -457,9 +457,12 @@ static void s_op (req_t *r, op_t op, const char *path)
         return;
     const char *state = json_string_value (json_object_get (agent, "state"));
     bool running = state && streq (state, "running");
-    //  Reading does not wake: a home the server reaches is read directly,
-    //  one on a cluster through the agent's reader (reader.c).
+    //  Reading does not wake (nor thaw): a home the server reaches is
+    //  read directly, one on a cluster through the agent's reader
+    //  (reader.c). Any other use of a frozen agent thaws it.
     bool reads = !running && (op == F_LIST || op == F_READ || op == F_TEXT);
+    if (!running && !reads)
+        running = api_thaw (r, state, "files");
     bool reader = reads && api_reader_serves (r, state);
     bool served = reads && !reader
                && api_home_files (r, op == F_LIST ? API_HOME_LIST : op == F_TEXT ? API_HOME_TEXT

@@ -130,6 +130,8 @@ static void s_head (req_t *r, int status, const char *type, int64_t length, unsi
         ah_buf_appendf (out, "WWW-Authenticate: Bearer\r\n");
     if (r->set_cookie [0])
         ah_buf_appendf (out, "Set-Cookie: %s\r\n", r->set_cookie);
+    if (r->location)
+        ah_buf_appendf (out, "Location: %s\r\n", r->location);
     ah_buf_appendf (out, "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n");
     if (r->close_after)
         ah_buf_appendf (out, "Connection: close\r\n");
@@ -177,9 +179,14 @@ static void s_respond_body (req_t *r, int status, json_t *json, unsigned allowed
 
 void api_respond_text (req_t *r, int status, const char *content_type, ah_buf_t *body)
 {
+    api_respond_bytes (r, status, content_type, ah_buf_head (body), ah_buf_size (body));
+}
+
+void api_respond_bytes (req_t *r, int status, const char *content_type, const void *data, size_t n)
+{
     if (r->responded || !api_req_alive (r))
         return;
-    s_respond_bytes (r, status, content_type, ah_buf_head (body), ah_buf_size (body), 0);
+    s_respond_bytes (r, status, content_type, data, n, 0);
 }
 
 void api_respond (req_t *r, int status, json_t *json)
@@ -237,6 +244,15 @@ void api_respond_stream (req_t *r, int status, const char *content_type, int64_t
     r->chunked = length == -1;
     s_head (r, status, content_type, length, 0);
     api_want_write (r);
+}
+
+void api_respond_redirect (req_t *r, int status, const char *location)
+{
+    if (r->responded || !api_req_alive (r))
+        return;
+    r->location = location;
+    s_respond_bytes (r, status, NULL, "", 0, 0);
+    r->location = NULL;
 }
 
 void api_continue (req_t *r)
@@ -303,6 +319,18 @@ void api_conn_upgraded (conn_t *conn)
     s_req_free (&conn->req);
     conn->state = CONN_WS;
     lws_set_timeout (conn->wsi, NO_PENDING_TIMEOUT, 0);
+}
+
+void api_conn_pipe (req_t *r)
+{
+    conn_t *conn = r->conn;
+    r->piped = true;
+    r->close_after = true;
+    r->content_length = UINT64_MAX;
+    r->body_done = false;
+    conn->state = CONN_BODY;
+    lws_set_timeout (conn->wsi, NO_PENDING_TIMEOUT, 0);
+    api_conn_process (conn);        //  what the client sent after its head
 }
 
 static method_t s_method (const char *name)
@@ -413,7 +441,7 @@ static void s_begin (conn_t *conn)
         api_respond_error (r, 426, "%s is a WebSocket: send Upgrade: websocket", r->path);
         return;
     }
-    if (!(route->flags & R_UPGRADE) && upgrade) {
+    if (!(route->flags & (R_UPGRADE | R_PIPE)) && upgrade) {
         api_respond_error (r, 400, "%s is not a WebSocket", r->path);
         return;
     }
@@ -427,7 +455,8 @@ static void s_begin (conn_t *conn)
         api_respond_error (r, 400, "%s takes no body", r->path);
         return;
     }
-    if ((route->flags & R_STREAM) && !ah_http_header (&r->head, "content-length")) {
+    //  A proxied request (R_RAW) without one has no body, as HTTP says.
+    if ((route->flags & R_STREAM) && !(route->flags & R_RAW) && !ah_http_header (&r->head, "content-length")) {
         r->close_after = true;
         api_respond_error (r, 411, "an upload needs a Content-Length");
         return;
@@ -529,7 +558,7 @@ void api_conn_stall_watch (conn_t *conn)
     bool ready = !(r->route && (r->route->flags & R_STREAM)) || r->discard
               || (r->continue_sent && r->ext_ops && r->ext_ops->body);
     bool waiting = conn->rx_paused || (conn->splicing && !conn->splice_watching);
-    if (reading && !r->body_done && ready && !waiting)
+    if (reading && !r->body_done && ready && !waiting && !r->piped)
         lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, conn->api->body_stall_s);
     else if (conn->state == CONN_BODY || conn->state == CONN_HANDLING)
         lws_set_timeout (conn->wsi, NO_PENDING_TIMEOUT, 0);

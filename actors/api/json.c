@@ -53,8 +53,15 @@ json_t *api_body_object (req_t *r, bool empty_ok)
         api_respond_error (r, 400, "a JSON object body is required");
         return NULL;
     }
+    //  A NUL in a string is taken only on a route with a field that is
+    //  bytes (exec's stdin); the router refuses it in every other field
+    //  and the route checks what its objects hold (exec's env).
+    size_t flags = JSON_REJECT_DUPLICATES;
+    for (const body_field_t *f = r->route ? r->route->body : NULL; f && f->name; f++)
+        if (f->types & B_NUL)
+            flags |= JSON_ALLOW_NUL;
     json_error_t jerr;
-    json_t *root = json_loadb ((const char *) ah_buf_head (&r->body), n, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadb ((const char *) ah_buf_head (&r->body), n, flags, &jerr);
     if (!root && json_error_code (&jerr) == json_error_duplicate_key) {
         //  jansson stops just past the key (and names it only when it
         //  is short): the key is the last string before its position.

@@ -8,7 +8,9 @@
     gauges read when asked: sandboxes by state and tenant, tombstones,
     policy scripts failing to load, sweep outcomes as the audit trail
     holds them (from SQLite), runtime images by state (the builder's
-    CATALOG_LIST). Everything here runs on the API actor's thread.     */
+    CATALOG_LIST), and the tunnel's sessions and each tenant's egress
+    counts (TUNNEL_SESSIONS: the tunnel counts them on its thread and
+    sends a copy). Everything here runs on the API actor's thread.     */
 #include "actors/api/api_int.h"
 
 #include <string.h>
@@ -57,6 +59,10 @@ struct api_metrics_t {
     zhashx_t *seen;                 //  agent id -> seen_t
     //  The tunnel's answer to the request being served (TUNNEL_SESSIONS).
     int64_t tunnel_sessions, tunnel_connections, tunnel_channels;
+    json_t *tunnel_egress;          //  [{tenant, allowed, denied, failed, bytes_out, bytes_in}], owned
+    //  The builder's catalog (owned), then lifecycle's warm pools (POOL_LIST).
+    json_t *runtimes;
+    int64_t pool_hits, pool_misses, pool_drained;
 };
 
 static void s_free_seen (void **item)
@@ -81,6 +87,8 @@ void api_metrics_destroy (api_metrics_t **m_p)
 {
     if (*m_p) {
         zhashx_destroy (&(*m_p)->seen);
+        json_decref ((*m_p)->tunnel_egress);
+        json_decref ((*m_p)->runtimes);
         free (*m_p);
         *m_p = NULL;
     }
@@ -243,6 +251,40 @@ static int64_t s_scalar (api_t *api, const char *sql)
     return n;
 }
 
+//  The tunnel's egress counts by tenant (TUNNEL_SESSIONS' "egress"):
+//  one row per tenant and label value; tenants are identifiers
+//  (common/ident.h), so the labels are bounded by the tenants there are.
+static void s_egress (ah_buf_t *out, const json_t *egress)
+{
+    static const struct { const char *family, *label, *value, *key; } rows [] = {
+        { "agenthold_egress_connections_total", "verdict", "allowed", "allowed" },
+        { "agenthold_egress_connections_total", "verdict", "denied", "denied" },
+        { "agenthold_egress_connections_total", "verdict", "failed", "failed" },
+        { "agenthold_egress_bytes_total", "direction", "out", "bytes_out" },
+        { "agenthold_egress_bytes_total", "direction", "in", "bytes_in" },
+    };
+    for (size_t k = 0; k < sizeof rows / sizeof rows [0]; k++) {
+        if (k == 0)
+            s_family (out, rows [k].family, "counter",
+                      "Egress connections by tenant and verdict: allowed (connected), denied (refused by the"
+                      " rule, the cap or the address check), failed (let through, not connected).");
+        if (k == 3)
+            s_family (out, rows [k].family, "counter",
+                      "Egress bytes by tenant, out to the upstream and in from it, counted as they pass.");
+        size_t i;
+        json_t *t;
+        json_array_foreach (egress, i, t) {
+            const char *tenant = json_string_value (json_object_get (t, "tenant"));
+            if (!tenant)
+                continue;
+            ah_buf_appendf (out, "%s{tenant=\"", rows [k].family);
+            s_label (out, tenant);
+            ah_buf_appendf (out, "\",%s=\"%s\"} %lld\n", rows [k].label, rows [k].value,
+                            (long long) json_integer_value (json_object_get (t, rows [k].key)));
+        }
+    }
+}
+
 static void s_exposition (req_t *r, const json_t *runtimes)
 {
     api_t *api = r->api;
@@ -252,7 +294,12 @@ static void s_exposition (req_t *r, const json_t *runtimes)
     s_family (&out, "agenthold_sandboxes", "gauge", "Sandboxes by lifecycle state and tenant.");
     s_rows (api, &out, "agenthold_sandboxes",
             "SELECT s.state, a.tenant, count(*) FROM sandboxes s JOIN agents a ON a.id = s.agent_id"
-            " GROUP BY s.state, a.tenant ORDER BY s.state, a.tenant", "state", "tenant");
+            " WHERE a.pool IS NULL GROUP BY s.state, a.tenant ORDER BY s.state, a.tenant", "state", "tenant");
+    s_family (&out, "agenthold_warm_sandboxes", "gauge",
+              "Warm sandboxes (made ahead of any create, no tenant's) by runtime and lifecycle state.");
+    s_rows (api, &out, "agenthold_warm_sandboxes",
+            "SELECT a.pool, s.state, count(*) FROM sandboxes s JOIN agents a ON a.id = s.agent_id"
+            " WHERE a.pool IS NOT NULL GROUP BY a.pool, s.state ORDER BY a.pool, s.state", "runtime", "state");
 
     s_family (&out, "agenthold_tunnel_sessions", "gauge",
               "Sandboxd connections the tunnel holds whose hello succeeded.");
@@ -263,6 +310,8 @@ static void s_exposition (req_t *r, const json_t *runtimes)
     s_family (&out, "agenthold_tunnel_channels", "gauge",
               "Channels (yamux streams) open on the tunnel's connections.");
     ah_buf_appendf (&out, "agenthold_tunnel_channels %lld\n", (long long) m->tunnel_channels);
+
+    s_egress (&out, m->tunnel_egress);
 
     s_family (&out, "agenthold_wakes_total", "counter", "Sandboxes woken (sleeping to starting), by cause.");
     for (int c = 0; c < C_COUNT; c++)
@@ -335,6 +384,18 @@ static void s_exposition (req_t *r, const json_t *runtimes)
                     "SELECT coalesce (sum (CAST (substr (detail, 9) AS INTEGER)), 0) FROM operations"
                     " WHERE kind = 'retention.sweep' AND ok"));
 
+    s_family (&out, "agenthold_warm_pool_hits_total", "counter",
+              "Creates that took a warm sandbox (running at once), since the server started.");
+    ah_buf_appendf (&out, "agenthold_warm_pool_hits_total %lld\n", (long long) m->pool_hits);
+    s_family (&out, "agenthold_warm_pool_misses_total", "counter",
+              "Creates that found no warm sandbox of their runtime and shape (a cold create), since the "
+              "server started.");
+    ah_buf_appendf (&out, "agenthold_warm_pool_misses_total %lld\n", (long long) m->pool_misses);
+    s_family (&out, "agenthold_warm_pool_drained_total", "counter",
+              "Warm sandboxes destroyed by the fill pass (their runtime changed or gone, failed, the pool "
+              "made smaller), since the server started.");
+    ah_buf_appendf (&out, "agenthold_warm_pool_drained_total %lld\n", (long long) m->pool_drained);
+
     s_family (&out, "agenthold_tombstones", "gauge", "Destroys still owed to the driver.");
     ah_buf_appendf (&out, "agenthold_tombstones %lld\n",
                     (long long) s_scalar (api, "SELECT count(*) FROM tombstones"));
@@ -349,11 +410,23 @@ static void s_exposition (req_t *r, const json_t *runtimes)
     ah_buf_free (&out);
 }
 
+static void s_pools (req_t *r, ah_msg_t *msg)
+{
+    api_metrics_t *m = r->api->metrics;
+    m->pool_hits = ah_msg_int (msg, "hits", 0);
+    m->pool_misses = ah_msg_int (msg, "misses", 0);
+    m->pool_drained = ah_msg_int (msg, "drained", 0);
+    s_exposition (r, json_is_array (m->runtimes) ? m->runtimes : NULL);
+}
+
+//  The builder's catalog, then lifecycle's warm pools.
 static void s_catalog (req_t *r, ah_msg_t *msg)
 {
-    json_t *runtimes = api_json_raw (msg, "runtimes");
-    s_exposition (r, json_is_array (runtimes) ? runtimes : NULL);
-    json_decref (runtimes);
+    api_metrics_t *m = r->api->metrics;
+    json_decref (m->runtimes);
+    m->runtimes = api_json_raw (msg, "runtimes");
+    ah_msg_t *ask = ah_msg_new ("POOL_LIST");
+    api_ask (r, "lifecycle", &ask, s_pools);
 }
 
 //  The tunnel's sessions first, then the builder's catalog.
@@ -363,6 +436,12 @@ static void s_sessions (req_t *r, ah_msg_t *reply)
     m->tunnel_sessions = ah_msg_int (reply, "sessions", 0);
     m->tunnel_connections = ah_msg_int (reply, "connections", 0);
     m->tunnel_channels = ah_msg_int (reply, "channels", 0);
+    json_decref (m->tunnel_egress);
+    m->tunnel_egress = api_json_raw (reply, "egress");
+    if (m->tunnel_egress && !json_is_array (m->tunnel_egress)) {
+        json_decref (m->tunnel_egress);
+        m->tunnel_egress = NULL;
+    }
     ah_msg_t *msg = ah_msg_new ("CATALOG_LIST");
     api_ask (r, "builder", &msg, s_catalog);
 }

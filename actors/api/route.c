@@ -16,6 +16,7 @@
     a 400 naming the key (a key given twice: api_body_object).         */
 #include "actors/api/api_int.h"
 #include "common/bounds.h"
+#include "web/assets.h"
 
 #include <errno.h>
 #include <string.h>
@@ -27,8 +28,21 @@ static void s_healthz (req_t *r)
     api_respond (r, 200, json_pack ("{s:b}", "ok", 1));
 }
 
+//  GET /api/v1/openapi.json: docs/openapi.json as built in (web/assets.h),
+//  every route of these tables described; no secret in it (a test says so).
+static void s_openapi (req_t *r)
+{
+    const ah_web_asset_t *doc = ah_web_doc ("openapi.json");
+    if (!doc) {
+        api_respond_error (r, 404, "this server was built without its OpenAPI document");
+        return;
+    }
+    api_respond_bytes (r, 200, doc->type, doc->data, doc->size);
+}
+
 static const route_t s_public_routes [] = {
     { M_GET, "/healthz", s_healthz, R_PUBLIC, "", NULL },
+    { M_GET, "/api/v1/openapi.json", s_openapi, R_PUBLIC, "", NULL },
     { 0 }
 };
 
@@ -36,7 +50,8 @@ static const route_t *const s_tables [] = {
     s_public_routes, api_agent_routes, api_runtime_routes, api_turn_routes, api_audit_routes,
     api_exec_routes, api_file_routes, api_event_routes, api_terminal_routes, api_tenant_routes,
     api_session_routes, api_console_routes, api_login_routes, api_host_routes, api_tree_routes, api_allfiles_routes,
-    api_port_routes, api_tombstone_routes, api_metrics_routes, api_conversation_routes, NULL
+    api_port_routes, api_tombstone_routes, api_metrics_routes, api_conversation_routes, api_proxy_routes,
+    api_terms_routes, api_pool_routes, NULL
 };
 
 typedef struct {
@@ -259,7 +274,7 @@ int api_route (req_t *r, char *why, size_t why_size, unsigned *allowed)
                 if (route->methods & r->method)
                     found = route;
             }
-    bool rest = found && strstr (found->pattern, "*}") != NULL;
+    bool rest = found && (strstr (found->pattern, "*}") != NULL || (found->flags & R_RAW));
     if (s.trailing && !rest) {
         //  Only a path inside the home may end in '/' (a directory).
         s_segments_free (&s);
@@ -281,7 +296,7 @@ int api_route (req_t *r, char *why, size_t why_size, unsigned *allowed)
     r->route = found;
     s_match (found->pattern, &s, r->params);
     s_segments_free (&s);
-    return q ? s_query (r, q + 1, why, why_size) : 0;
+    return q && !(found->flags & R_RAW) ? s_query (r, q + 1, why, why_size) : 0;
 }
 
 //  --------------------------------------------------------------------
@@ -308,7 +323,7 @@ static void s_types_text (unsigned types, char *out, size_t size)
 {
     static const struct { unsigned bit; const char *text; } names [] = {
         { B_STR, "a string" }, { B_NUM, "a number" }, { B_BOOL, "true or false" },
-        { B_OBJ, "an object" }, { B_NULL, "null" },
+        { B_OBJ, "an object" }, { B_NULL, "null" }, { B_ARR, "an array" },
     };
     size_t k = 0;
     out [0] = 0;
@@ -354,7 +369,7 @@ int api_body_check (req_t *r, json_t *obj)
             return -1;
         }
         unsigned type = json_is_string (v) ? B_STR : json_is_number (v) ? B_NUM : json_is_boolean (v) ? B_BOOL
-                      : json_is_object (v) ? B_OBJ : json_is_null (v) ? B_NULL : 0;
+                      : json_is_object (v) ? B_OBJ : json_is_null (v) ? B_NULL : json_is_array (v) ? B_ARR : 0;
         if (!(f->types & type)) {
             s_types_text (f->types, rule, sizeof rule);
             api_respond_error (r, 400, "field '%s' must be %s, not %s", f->name, rule, s_type_name (v));
@@ -393,6 +408,7 @@ char *ah_api_routes (void)
     };
     static const struct { unsigned bit; const char *name; } types [] = {
         { B_STR, "string" }, { B_NUM, "number" }, { B_BOOL, "boolean" }, { B_OBJ, "object" }, { B_NULL, "null" },
+        { B_ARR, "array" },
     };
     json_t *list = json_array ();
     for (size_t t = 0; s_tables [t]; t++)
@@ -406,13 +422,25 @@ char *ah_api_routes (void)
                 json_array_append_new (fields, json_pack ("{s:s s:o s:s?}", "name", f->name, "types", tl,
                                                           "why", f->why));
             }
+            //  The query keys it takes (?tenant= aside: every route but the
+            //  public ones takes it, s_takes).
+            json_t *query = json_array ();
+            for (const char *p = route->query ? route->query : ""; *p; ) {
+                size_t n = strcspn (p, " ");
+                if (n)
+                    json_array_append_new (query, json_stringn (p, n));
+                p += n + (p [n] == ' ');
+            }
             for (size_t i = 0; i < sizeof methods / sizeof methods [0]; i++)
                 if (route->methods & methods [i].bit)
-                    json_array_append_new (list, json_pack ("{s:s s:s s:b s:b s:b s:O}", "method", methods [i].name,
-                        "pattern", route->pattern, "admin", (route->flags & R_ADMIN) != 0,
+                    json_array_append_new (list, json_pack ("{s:s s:s s:b s:b s:b s:O s:O s:b s:b s:b s:b}",
+                        "method", methods [i].name, "pattern", route->pattern, "admin", (route->flags & R_ADMIN) != 0,
                         "public", (route->flags & R_PUBLIC) != 0, "body", (route->flags & R_BODY) != 0,
-                        "fields", fields));
+                        "fields", fields, "query", query, "raw", (route->flags & R_RAW) != 0,
+                        "stream", (route->flags & R_STREAM) != 0, "upgrade", (route->flags & R_UPGRADE) != 0,
+                        "metrics", (route->flags & R_METRICS) != 0));
             json_decref (fields);
+            json_decref (query);
         }
     char *text = json_dumps (list, JSON_COMPACT);
     json_decref (list);

@@ -140,16 +140,18 @@ static int s_by_key (api_t *api, const char *tenant, const char *backend, const 
     return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
 }
 
-static int s_exec (api_t *api, const char *sql, const char *id, const char *text, int64_t at)
+//  A write of a session's row through the writer (writer.c): r waits for
+//  it and done answers (r NULL: nobody waits, done NULL). 0 / -1 (out of
+//  memory: nothing queued, r not answered).
+static int s_write (req_t *r, api_t *api, const char *sql, const char *id, const char *text, int64_t at,
+                    api_written_fn *done)
 {
-    sqlite3_stmt *st = ah_store_prepare (api->store, sql);
-    bool ok = st && !ah_store_bind_text (st, ":id", id)
-           && (!text || !ah_store_bind_text (st, ":text", text))
-           && (!at || !ah_store_bind_int64 (st, ":at", at))
-           && ah_store_step (api->store, st) == SQLITE_DONE;
-    if (st)
-        sqlite3_reset (st);
-    return ok ? 0 : -1;
+    api_stmt_t *st = api_stmt_text (api_stmt (sql), ":id", id);
+    if (text)
+        st = api_stmt_text (st, ":text", text);
+    if (at)
+        st = api_stmt_int (st, ":at", at);
+    return api_stmt_write (r, api, st, done, NULL);
 }
 
 //  Is the session's sandbox still there with its files? Marks it lost
@@ -172,9 +174,9 @@ static bool s_still_live (api_t *api, session_t *s)
         return true;
     s->lost_at = ah_store_now_ms ();
     snprintf (s->lost_reason, sizeof s->lost_reason, "%s", reason);
-    if (s_exec (api, "UPDATE sessions SET lost_at = :at, lost_reason = :text WHERE id = :id",
-                s->id, reason, s->lost_at) == 0)
-        ah_info (AREA, "session '%s' is lost: %s", s->id, reason);
+    ah_info (AREA, "session '%s' is lost: %s", s->id, reason);
+    s_write (NULL, api, "UPDATE sessions SET lost_at = :at, lost_reason = :text WHERE id = :id AND lost_at IS NULL",
+             s->id, reason, s->lost_at, NULL);
     return false;
 }
 
@@ -203,17 +205,30 @@ static json_t *s_json (api_t *api, const session_t *s, const char *scope)
 
 //  The answer: the session and its agent, once the agent is made (and,
 //  with ?wait=1, once it has left its transitional state).
-static void s_answer (req_t *r, const char *id, int status)
+static void s_answered (api_t *api, req_t *r, void *arg, int status, const char *why)
 {
-    s_exec (r->api, "UPDATE sessions SET opened_at = :at WHERE id = :id", id, NULL, ah_store_now_ms ());
-    session_t s;
-    if (s_by_id (r->api, id, "", &s) != 1) {
-        api_respond_error (r, 500, "session '%s' vanished", id);
+    (void) arg;
+    if (!r)
         return;
+    session_t s;
+    if (status)
+        api_respond_error (r, status, "cannot write the session: %s", why);
+    else
+    if (s_by_id (api, r->name, "", &s) != 1)
+        api_respond_error (r, 500, "session '%s' vanished", r->name);
+    else {
+        json_t *j = s_json (api, &s, "");
+        json_object_set_new (j, "created", json_boolean (r->status == 201));
+        api_respond (r, r->status, j);
     }
-    json_t *j = s_json (r->api, &s, "");
-    json_object_set_new (j, "created", json_boolean (status == 201));
-    api_respond (r, status, j);
+}
+
+//  id is r->name; status is r->status (what s_park kept).
+static void s_answer (req_t *r)
+{
+    if (s_write (r, r->api, "UPDATE sessions SET opened_at = :at WHERE id = :id", r->name, NULL,
+                 ah_store_now_ms (), s_answered))
+        api_respond_error (r, 503, "out of memory");
 }
 
 //  A parked open: waits for the sandbox of the session in r->name (made
@@ -244,7 +259,9 @@ static void s_wait_check (req_t *r)
             return;
     }
     api_unpark (r);
-    s_answer (r, r->name, r->status ? r->status : 200);
+    if (!r->status)
+        r->status = 200;
+    s_answer (r);
 }
 
 static void s_wait_late (req_t *r)
@@ -264,17 +281,30 @@ static void s_park (req_t *r, const char *id, int status)
 }
 
 //  lifecycle made (or refused) the session's sandbox.
+static void s_noted (api_t *api, req_t *r, void *arg, int status, const char *why)
+{
+    (void) api, (void) arg;
+    if (!r)
+        return;
+    if (status) {
+        api_respond_error (r, 500, "the session's sandbox was made but cannot be noted: %s", why);
+        return;
+    }
+    api_record (r, true, NULL);
+    s_park (r, r->name, 201);
+}
+
 static void s_created (req_t *r, ah_msg_t *reply)
 {
     const char *agent_id = ah_msg_str (reply, "agent_id");
-    if (!agent_id || s_exec (r->api, "UPDATE sessions SET agent_id = :text WHERE id = :id",
-                             r->name, agent_id, 0)) {
-        api_respond_error (r, 500, "the session's sandbox was made but cannot be noted");
+    if (!agent_id || ah_ident_check (AH_IDENT_AGENT_ID, agent_id)) {
+        api_respond_error (r, 500, "the session's sandbox was made but lifecycle named no agent");
         return;
     }
     snprintf (r->agent_id, sizeof r->agent_id, "%s", agent_id);
-    api_record (r, true, NULL);
-    s_park (r, r->name, 201);
+    r->on_refused = NULL;           //  made: a late write does not close the row
+    if (s_write (r, r->api, "UPDATE sessions SET agent_id = :text WHERE id = :id", r->name, agent_id, 0, s_noted))
+        api_respond_error (r, 503, "out of memory");
 }
 
 //  A refused create (or one that was not answered): the row is closed,
@@ -283,8 +313,9 @@ static void s_create_refused (req_t *r, const char *why)
 {
     char text [600];
     snprintf (text, sizeof text, "its sandbox could not be made: %s", why ? why : "refused");
-    s_exec (r->api, "UPDATE sessions SET closed_at = :at, lost_reason = :text WHERE id = :id", r->name,
-            text, ah_store_now_ms ());
+    s_write (NULL, r->api, "UPDATE sessions SET closed_at = :at, lost_reason = :text WHERE id = :id"
+             " AND closed_at IS NULL", r->name,
+             text, ah_store_now_ms (), NULL);
 }
 
 //  A live row without a sandbox: being made by an open of this server,
@@ -305,13 +336,65 @@ static bool s_in_the_making (req_t *r, session_t *s)
     if (st)
         sqlite3_reset (st);
     if (id [0]) {
-        s_exec (r->api, "UPDATE sessions SET agent_id = :text WHERE id = :id", s->id, id, 0);
+        s_write (NULL, r->api, "UPDATE sessions SET agent_id = :text WHERE id = :id", s->id, id, 0, NULL);
         snprintf (s->agent_id, sizeof s->agent_id, "%s", id);
         return true;
     }
     snprintf (r->name, sizeof r->name, "%s", s->id);
     s_create_refused (r, "the open that made it did not finish");
     return false;
+}
+
+//  An open's key, kept while its row is written.
+typedef struct {
+    char tenant [64];
+    char *backend, *scope, *host, *subject, *runtime;
+} opening_t;
+
+static void s_opening_free (opening_t *o)
+{
+    if (!o)
+        return;
+    free (o->backend);
+    free (o->scope);
+    free (o->host);
+    free (o->subject);
+    free (o->runtime);
+    free (o);
+}
+
+//  The row of a first open is written: its sandbox is asked for. Another
+//  open of the key wrote its row first (the key is taken, 409): this one
+//  attaches to that (s_park: its sandbox, or the reason it was refused).
+static void s_inserted (api_t *api, req_t *r, void *arg, int status, const char *why)
+{
+    opening_t *o = api_stmt_ctx (arg);
+    session_t s;
+    if (!r)
+        ;
+    else
+    if (status == 409 && s_by_key (api, o->tenant, o->backend, o->scope, o->host, o->subject, &s) == 1) {
+        //  Written by an open of this server since this one looked: it
+        //  waits for that one's sandbox, or its refusal (once written).
+        r->kind = NULL;
+        s_park (r, s.id, 200);
+    }
+    else
+    if (status) {
+        r->kind = NULL;
+        api_respond_error (r, 500, "cannot write the session: %s", why);
+    }
+    else {
+        ah_msg_t *msg = ah_msg_new ("AGENT_CREATE");
+        ah_msg_set_strf (msg, "by", "api:%s", r->who.token_name);
+        ah_msg_set_str (msg, "name", r->name);
+        ah_msg_set_str (msg, "tenant", o->tenant);
+        if (o->runtime)
+            ah_msg_set_str (msg, "runtime", o->runtime);
+        r->on_refused = s_create_refused;
+        api_ask (r, "lifecycle", &msg, s_created);
+    }
+    s_opening_free (o);
 }
 
 static const body_field_t s_open_fields [] = {
@@ -375,29 +458,29 @@ static void s_open (req_t *r)
             char name [AH_NAME_MAX + 1];
             s_make_name (k, backend, subject, name, sizeof name);
             int64_t now = ah_store_now_ms ();
-            sqlite3_stmt *st = ah_store_prepare (r->api->store,
+            api_stmt_t *st = api_stmt (
                 "INSERT INTO sessions (id, tenant, backend, scope, host, subject, created_at, opened_at)"
                 " VALUES (:id, :tenant, :backend, :scope, :host, :subject, :now, :now)");
-            bool ok = st && !ah_store_bind_text (st, ":id", name) && !ah_store_bind_text (st, ":tenant", tenant)
-                   && !ah_store_bind_text (st, ":backend", backend) && !ah_store_bind_text (st, ":scope", scope)
-                   && !ah_store_bind_text (st, ":host", host) && !ah_store_bind_text (st, ":subject", subject)
-                   && !ah_store_bind_int64 (st, ":now", now) && ah_store_step (r->api->store, st) == SQLITE_DONE;
-            if (st)
-                sqlite3_reset (st);
-            if (!ok)
-                api_respond_error (r, 500, "cannot write the session");
-            else {
-                ah_msg_t *msg = ah_msg_new ("AGENT_CREATE");
-                ah_msg_set_strf (msg, "by", "api:%s", r->who.token_name);
-                ah_msg_set_str (msg, "name", name);
-                ah_msg_set_str (msg, "tenant", tenant);
-                if (runtime)
-                    ah_msg_set_str (msg, "runtime", runtime);
-                snprintf (r->name, sizeof r->name, "%s", name);
-                snprintf (r->detail, sizeof r->detail, "session %s %s: %s", scope, subject, name);
-                r->kind = "session.open";
-                r->on_refused = s_create_refused;
-                api_ask (r, "lifecycle", &msg, s_created);
+            st = api_stmt_text (api_stmt_text (api_stmt_text (st, ":id", name), ":tenant", tenant), ":backend", backend);
+            st = api_stmt_text (api_stmt_text (api_stmt_text (st, ":scope", scope), ":host", host), ":subject", subject);
+            st = api_stmt_int (st, ":now", now);
+            opening_t *o = calloc (1, sizeof *o);
+            if (o) {
+                snprintf (o->tenant, sizeof o->tenant, "%s", tenant);
+                o->backend = strdup (backend);
+                o->scope = strdup (scope);
+                o->host = strdup (host);
+                o->subject = strdup (subject);
+                o->runtime = runtime ? strdup (runtime) : NULL;
+            }
+            snprintf (r->name, sizeof r->name, "%s", name);
+            snprintf (r->detail, sizeof r->detail, "session %s %s: %s", scope, subject, name);
+            r->kind = "session.open";       //  an open in the making (s_in_the_making)
+            if (!o || !o->backend || !o->scope || !o->host || !o->subject || (runtime && !o->runtime)
+            ||  api_stmt_write (r, r->api, st, s_inserted, o)) {
+                s_opening_free (o);
+                r->kind = NULL;
+                api_respond_error (r, 503, "out of memory");
             }
         }
     }
@@ -479,6 +562,8 @@ static void s_list (req_t *r)
     api_respond (r, 200, json_pack ("{s:o}", "sessions", list));
 }
 
+static api_written_fn s_closed;
+
 static void s_close (req_t *r)
 {
     session_t s;
@@ -488,23 +573,37 @@ static void s_close (req_t *r)
         api_respond_error (r, 410, "session '%s' is closed already", s.id);
         return;
     }
-    if (s_exec (r->api, "UPDATE sessions SET closed_at = :at WHERE id = :id", s.id, NULL, ah_store_now_ms ())) {
-        api_respond_error (r, 500, "cannot write the session");
+    snprintf (r->name, sizeof r->name, "%s", s.id);
+    snprintf (r->agent_id, sizeof r->agent_id, "%s", s.agent_id);
+    if (s_write (r, r->api, "UPDATE sessions SET closed_at = :at WHERE id = :id AND closed_at IS NULL", s.id, NULL,
+                 ah_store_now_ms (), s_closed))
+        api_respond_error (r, 503, "out of memory");
+}
+
+static void s_closed (api_t *api, req_t *r, void *arg, int status, const char *why)
+{
+    if (!r)
+        return;
+    if (status) {
+        api_respond_error (r, 500, "cannot write the session: %s", why);
         return;
     }
-    if (s.agent_id [0]) {
+    if (!api_stmt_changes (arg)) {
+        api_respond_error (r, 410, "session '%s' is closed already", r->name);
+        return;
+    }
+    if (r->agent_id [0]) {
         //  Lost or not, what is left of its sandbox goes with it (a lost
         //  home's recreated sandbox included; a destroyed one is a no-op).
         ah_msg_t *m = ah_msg_new ("SANDBOX_DESTROY");
-        ah_msg_set_str (m, "agent", s.agent_id);
+        ah_msg_set_str (m, "agent", r->agent_id);
         ah_msg_set_strf (m, "by", "api:%s", r->who.token_name);
-        api_send (r->api, "lifecycle", &m);
+        api_send (api, "lifecycle", &m);
     }
-    snprintf (r->agent_id, sizeof r->agent_id, "%s", s.agent_id);
-    snprintf (r->detail, sizeof r->detail, "session %s", s.id);
+    snprintf (r->detail, sizeof r->detail, "session %s", r->name);
     r->kind = "session.close";
     api_record (r, true, NULL);
-    api_respond (r, 200, json_pack ("{s:s, s:b}", "id", s.id, "closed", 1));
+    api_respond (r, 200, json_pack ("{s:s, s:b}", "id", r->name, "closed", 1));
 }
 
 const route_t api_session_routes [] = {

@@ -10,6 +10,7 @@
 #include "actors/api/api_int.h"
 #include "actors/lifecycle.h"
 #include "common/token.h"
+#include "proto/egress.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -32,7 +33,11 @@ static json_t *s_limit_json (sqlite3_stmt *st, int col, bool real)
     " (SELECT count(*) FROM agents a WHERE a.tenant = t.name)," \
     " (SELECT count(*) FROM agents a JOIN sandboxes s ON s.agent_id = a.id" \
     "   WHERE a.tenant = t.name AND s.state IN " AH_LIFECYCLE_HOLDING_SQL ")," \
-    " (SELECT count(*) FROM api_tokens k WHERE k.tenant = t.name AND k.revoked_at IS NULL)" \
+    " (SELECT count(*) FROM api_tokens k WHERE k.tenant = t.name AND k.revoked_at IS NULL)," \
+    " (SELECT json_group_array(entry) FROM (SELECT entry FROM tenant_egress e" \
+    "   WHERE e.tenant = t.name AND e.list = 'allow' ORDER BY pos))," \
+    " (SELECT json_group_array(entry) FROM (SELECT entry FROM tenant_egress e" \
+    "   WHERE e.tenant = t.name AND e.list = 'deny' ORDER BY pos))" \
     " FROM tenants t"
 
 static json_t *s_tenant_row (sqlite3_stmt *st)
@@ -47,6 +52,11 @@ static json_t *s_tenant_row (sqlite3_stmt *st)
     json_object_set_new (t, "sandboxes", json_integer (sqlite3_column_int64 (st, 6)));
     json_object_set_new (t, "running", json_integer (sqlite3_column_int64 (st, 7)));
     json_object_set_new (t, "tokens", json_integer (sqlite3_column_int64 (st, 8)));
+    for (int col = 9; col <= 10; col++) {
+        const char *text = (const char *) sqlite3_column_text (st, col);
+        json_t *list = text ? json_loads (text, 0, NULL) : NULL;
+        json_object_set_new (t, col == 9 ? "egress_allow" : "egress_deny", list ? list : json_array ());
+    }
     return t;
 }
 
@@ -67,15 +77,22 @@ static const char *s_limit_columns [] = { "max_agents", "max_running", "max_cpus
 
 #define LIMIT_FIELDS \
     { "max_sandboxes", B_NUM | B_NULL, NULL }, { "max_running", B_NUM | B_NULL, NULL }, \
-    { "max_cpus", B_NUM | B_NULL, NULL }, { "max_memory_mb", B_NUM | B_NULL, NULL }
+    { "max_cpus", B_NUM | B_NULL, NULL }, { "max_memory_mb", B_NUM | B_NULL, NULL }, \
+    { "egress_allow", B_ARR, NULL }, { "egress_deny", B_ARR, NULL }
 //  The bodies (checked before the handlers: their bounds are
 //  common/bounds.h's).
 static const body_field_t s_create_fields [] = { { "name", B_STR, NULL }, LIMIT_FIELDS, { NULL, 0, NULL } };
 static const body_field_t s_update_fields [] = { LIMIT_FIELDS, { NULL, 0, NULL } };
 
-//  The limits in a body (each within its bound, or null: none) into the
-//  tenant's row. 0, or -1 answered.
-static int s_limits_write (req_t *r, json_t *obj, const char *name)
+//  A tenant's row written (the writer's, in a worker): made (create),
+//  then the limits of the body (each within its bound, or null: none).
+typedef struct {
+    json_t *obj;
+    char name [128];
+    bool create;
+} tenant_write_t;
+
+static int s_limits_write (ah_store_t *store, json_t *obj, const char *name)
 {
     const char *key;
     json_t *v;
@@ -89,23 +106,160 @@ static int s_limits_write (req_t *r, json_t *obj, const char *name)
         bool real = k == 2;
         char sql [128];
         snprintf (sql, sizeof sql, "UPDATE tenants SET %s = :v WHERE name = :name", s_limit_columns [k]);
-        sqlite3_stmt *st = ah_store_prepare (r->api->store, sql);
+        sqlite3_stmt *st = ah_store_prepare (store, sql);
         int bad = !st || ah_store_bind_text (st, ":name", name);
         if (!bad && json_is_null (v))
-            bad = sqlite3_bind_null (st, sqlite3_bind_parameter_index (st, ":v")) != SQLITE_OK;
+            bad = ah_store_bind_null (st, ":v");
         else if (!bad && real)
             bad = ah_store_bind_double (st, ":v", json_number_value (v));
         else if (!bad)
             bad = ah_store_bind_int64 (st, ":v", json_integer_value (v));
-        bad = bad || ah_store_step (r->api->store, st) != SQLITE_DONE;
+        bad = bad || ah_store_step (store, st) != SQLITE_DONE;
         if (st)
             sqlite3_reset (st);
-        if (bad) {
-            api_respond_error (r, 500, "cannot write the tenant's limits");
+        if (bad)
             return -1;
+    }
+    return 0;
+}
+
+#define EGRESS_LIST_MAX     256     //  entries in a tenant's allow or deny list
+
+static const char *const s_egress_keys [] = { "egress_allow", "egress_deny" };
+static const char *const s_egress_lists [] = { "allow", "deny" };
+
+//  egress_allow / egress_deny in a body: arrays of proto/egress.h's
+//  entries (docs/egress.md), checked in the API's thread. 0, or -1 answered.
+static int s_egress_check (req_t *r, json_t *obj)
+{
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get (obj, s_egress_keys [k]);
+        if (!v)
+            continue;
+        if (json_array_size (v) > EGRESS_LIST_MAX) {
+            api_respond_error (r, 400, "field '%s' has %zu entries (at most %d)", s_egress_keys [k],
+                               json_array_size (v), EGRESS_LIST_MAX);
+            return -1;
+        }
+        size_t i;
+        json_t *e;
+        json_array_foreach (v, i, e) {
+            const char *why = "is not a string";
+            const char *text = json_string_value (e);
+            if (!text || strlen (text) != json_string_length (e)
+            ||  ah_egress_pattern_check (text, &why)) {
+                char shown [80];
+                api_respond_error (r, 400, "field '%s': entry %zu%s%s%s %s (docs/egress.md: name, *.name, *, "
+                                   "an address or range, each with an optional :port)", s_egress_keys [k], i,
+                                   text ? " '" : "", text ? api_show (text, strlen (text), shown, sizeof shown) : "",
+                                   text ? "'" : "", text && strlen (text) != json_string_length (e)
+                                   ? "holds a NUL character" : why);
+                return -1;
+            }
         }
     }
     return 0;
+}
+
+//  The lists a body gives replace the tenant's whole (in the writer's
+//  transaction). 0 / -1.
+static int s_egress_write (ah_store_t *store, json_t *obj, const char *name)
+{
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get (obj, s_egress_keys [k]);
+        if (!v)
+            continue;
+        sqlite3_stmt *st = ah_store_prepare (store, "DELETE FROM tenant_egress WHERE tenant = :name AND list = :list");
+        bool ok = st && !ah_store_bind_text (st, ":name", name) && !ah_store_bind_text (st, ":list", s_egress_lists [k])
+               && ah_store_step (store, st) == SQLITE_DONE;
+        if (st)
+            sqlite3_reset (st);
+        size_t i;
+        json_t *e;
+        json_array_foreach (v, i, e) {
+            st = ok ? ah_store_prepare (store, "INSERT INTO tenant_egress (tenant, list, pos, entry)"
+                                               " VALUES (:name, :list, :pos, :entry)") : NULL;
+            ok = st && !ah_store_bind_text (st, ":name", name) && !ah_store_bind_text (st, ":list", s_egress_lists [k])
+              && !ah_store_bind_int64 (st, ":pos", (int64_t) i)
+              && !ah_store_bind_text (st, ":entry", json_string_value (e))
+              && ah_store_step (store, st) == SQLITE_DONE;
+            if (st)
+                sqlite3_reset (st);
+        }
+        if (!ok)
+            return -1;
+    }
+    return 0;
+}
+
+static int s_tenant_write (ah_store_t *store, void *arg, char *why, size_t size)
+{
+    tenant_write_t *w = arg;
+    if (ah_store_begin (store)) {
+        snprintf (why, size, "cannot write the tenants");
+        return 500;
+    }
+    if (w->create) {
+        sqlite3_stmt *st = ah_store_prepare (store,
+            "INSERT OR IGNORE INTO tenants (name, created_at) VALUES (:name, :now)");
+        bool ok = st && !ah_store_bind_text (st, ":name", w->name)
+               && !ah_store_bind_int64 (st, ":now", ah_store_now_ms ())
+               && ah_store_step (store, st) == SQLITE_DONE;
+        bool fresh = ok && ah_store_changes (store) == 1;
+        if (st)
+            sqlite3_reset (st);
+        if (!fresh) {
+            ah_store_rollback (store);
+            snprintf (why, size, ok ? "tenant '%s' exists already" : "cannot write the tenants", w->name);
+            return ok ? 409 : 500;
+        }
+    }
+    if (s_limits_write (store, w->obj, w->name) || s_egress_write (store, w->obj, w->name)
+    ||  ah_store_commit (store)) {
+        ah_store_rollback (store);
+        snprintf (why, size, "cannot write the tenant's limits or egress lists");
+        return 500;
+    }
+    return 0;
+}
+
+static void s_tenant_written (api_t *api, req_t *r, void *arg, int status, const char *why)
+{
+    tenant_write_t *w = arg;
+    if (!status && w->create)
+        ah_info (AREA, "tenant '%s' created by %s", w->name, r ? r->who.token_name : "a client that left");
+    for (int k = 0; !status && k < 2; k++)
+        if (json_object_get (w->obj, s_egress_keys [k]))
+            ah_info (AREA, "tenant '%s': egress %s list set to %zu entries by %s", w->name, s_egress_lists [k],
+                     json_array_size (json_object_get (w->obj, s_egress_keys [k])),
+                     r ? r->who.token_name : "a client that left");
+    if (r && status)
+        api_respond_error (r, status, "%s", why);
+    else
+    if (r) {
+        json_t *t = s_tenant_get (api, w->name, &status);
+        if (t)
+            api_respond (r, w->create ? 201 : 200, t);
+        else
+            api_respond_error (r, 500, "the tenant was written but cannot be read");
+    }
+    json_decref (w->obj);
+    free (w);
+}
+
+//  obj taken.
+static void s_tenant_write_ask (req_t *r, json_t *obj, const char *name, bool create)
+{
+    tenant_write_t *w = calloc (1, sizeof *w);
+    if (w) {
+        *w = (tenant_write_t) { .obj = obj, .create = create };
+        snprintf (w->name, sizeof w->name, "%s", name);
+    }
+    if (!w || api_write (r, r->api, s_tenant_write, s_tenant_written, w)) {
+        free (w);
+        json_decref (obj);
+        api_respond_error (r, 503, "out of memory");
+    }
 }
 
 static void s_tenant_create (req_t *r)
@@ -115,40 +269,13 @@ static void s_tenant_create (req_t *r)
         return;
     const char *name = json_string_value (json_object_get (obj, "name"));
     const char *why = ah_ident_check (AH_IDENT_TENANT, name);
-    ah_store_t *store = r->api->store;
-    int status;
     if (!name)
         api_respond_error (r, 400, "field 'name' is required (a tenant name)");
     else if (why)
         api_respond_error (r, 400, "field 'name': tenant name '%s' %s", name, why);
-    else if (ah_store_begin (store))
-        api_respond_error (r, 500, "cannot write the tenants");
-    else {
-        sqlite3_stmt *st = ah_store_prepare (store,
-            "INSERT OR IGNORE INTO tenants (name, created_at) VALUES (:name, :now)");
-        bool ok = st && !ah_store_bind_text (st, ":name", name)
-               && !ah_store_bind_int64 (st, ":now", ah_store_now_ms ())
-               && ah_store_step (store, st) == SQLITE_DONE;
-        bool fresh = ok && ah_store_changes (store) == 1;
-        if (st)
-            sqlite3_reset (st);
-        if (!ok)
-            api_respond_error (r, 500, "cannot write the tenants");
-        else if (!fresh)
-            api_respond_error (r, 409, "tenant '%s' exists already", name);
-        if (!ok || !fresh || s_limits_write (r, obj, name) || ah_store_commit (store)) {
-            ah_store_rollback (store);
-            if (!r->responded)
-                api_respond_error (r, 500, "cannot write the tenants");
-        }
-        else {
-            json_t *t = s_tenant_get (r->api, name, &status);
-            if (t)
-                api_respond (r, 201, t);
-            else
-                api_respond_error (r, 500, "the tenant was made but cannot be read");
-            ah_info (AREA, "tenant '%s' created by %s", name, r->who.token_name);
-        }
+    else if (s_egress_check (r, obj) == 0) {
+        s_tenant_write_ask (r, obj, name, true);
+        return;
     }
     json_decref (obj);
 }
@@ -200,52 +327,39 @@ static void s_tenant_update (req_t *r)
     if (t) {
         json_decref (t);
         if (json_object_size (obj) == 0)
-            api_respond_error (r, 400, "nothing to change: give max_sandboxes, max_running, max_cpus "
-                               "or max_memory_mb");
-        else if (ah_store_begin (r->api->store) == 0) {
-            if (s_limits_write (r, obj, r->params [0]))
-                ah_store_rollback (r->api->store);      //  answered
-            else if (ah_store_commit (r->api->store)) {
-                ah_store_rollback (r->api->store);
-                api_respond_error (r, 500, "cannot write the tenant's limits");
-            }
-            else {
-                int status;
-                t = s_tenant_get (r->api, r->params [0], &status);
-                api_respond (r, 200, t);
-            }
+            api_respond_error (r, 400, "nothing to change: give max_sandboxes, max_running, max_cpus, "
+                               "max_memory_mb, egress_allow or egress_deny");
+        else if (s_egress_check (r, obj) == 0) {
+            s_tenant_write_ask (r, obj, r->params [0], false);
+            return;
         }
-        else
-            api_respond_error (r, 500, "cannot write the tenants");
     }
     json_decref (obj);
 }
 
-//  The tenant's rows go: its tokens and sessions, then the tenant.
-static int s_tenant_delete_rows (req_t *r, const char *name)
+//  The tenant's rows go (the writer's, in a worker): its tokens and
+//  sessions, then the tenant, in one transaction.
+static int s_tenant_delete_rows (ah_store_t *store, void *arg, char *why, size_t size)
 {
-    ah_store_t *store = r->api->store;
+    const char *name = arg;
     static const char *sql [] = {
         "DELETE FROM api_tokens WHERE tenant = :name AND admin = 0",
         "DELETE FROM sessions WHERE tenant = :name",
+        "DELETE FROM tenant_egress WHERE tenant = :name",
         "DELETE FROM tenants WHERE name = :name",
     };
-    if (ah_store_begin (store))
-        return -1;
-    for (size_t i = 0; i < sizeof sql / sizeof sql [0]; i++) {
+    bool ok = ah_store_begin (store) == 0;
+    for (size_t i = 0; ok && i < sizeof sql / sizeof sql [0]; i++) {
         sqlite3_stmt *st = ah_store_prepare (store, sql [i]);
-        bool ok = st && !ah_store_bind_text (st, ":name", name) && ah_store_step (store, st) == SQLITE_DONE;
+        ok = st && !ah_store_bind_text (st, ":name", name) && ah_store_step (store, st) == SQLITE_DONE;
         if (st)
             sqlite3_reset (st);
-        if (!ok) {
-            ah_store_rollback (store);
-            return -1;
-        }
     }
-    if (ah_store_commit (store))
-        return -1;
-    //  Its tokens' sessions and tickets end now (their ids go to the next tokens made).
-    api_passes_sweep (r->api);
+    if (!ok || ah_store_commit (store)) {
+        ah_store_rollback (store);
+        snprintf (why, size, "cannot remove the tenant's rows");
+        return 500;
+    }
     return 0;
 }
 
@@ -274,23 +388,41 @@ static void s_tenant_relabel_refused (req_t *r, const char *why)
                        "tenant made later with that name still does not see them", r->params [0], why);
 }
 
+static void s_tenant_rows_gone (api_t *api, req_t *r, void *arg, int status, const char *why)
+{
+    char *name = arg;
+    if (!status) {
+        //  Its tokens' sessions and tickets end now (their ids go to the next tokens made).
+        api_passes_sweep (api);
+        ah_info (AREA, "tenant '%s' removed by %s", name, r ? r->who.token_name : "a client that left");
+        ah_api_events_end (api->events, NULL, name);
+        ah_msg_t *m = ah_msg_new ("TENANT_REMOVED");
+        ah_msg_set_str (m, "tenant", name);
+        ah_msg_set_int (m, "at", ah_store_now_ms ());
+        if (r) {
+            r->on_refused = s_tenant_relabel_refused;
+            api_ask (r, "recorder", &m, s_tenant_removed);
+        }
+        else
+            api_send (api, "recorder", &m);
+    }
+    else
+    if (r)
+        api_respond_error (r, status, "%s", why);
+    free (name);
+}
+
 //  The tenant goes: its rows (one transaction), its open event streams,
 //  then its audit rows are relabelled by the recorder, which answers.
 //  Nothing it left is visible to a later tenant of the same name
 //  (docs/api.md "Removing a tenant").
 static void s_tenant_remove (req_t *r, const char *name)
 {
-    if (s_tenant_delete_rows (r, name)) {
-        api_respond_error (r, 500, "cannot remove the tenant's rows");
-        return;
+    char *copy = strdup (name);
+    if (!copy || api_write (r, r->api, s_tenant_delete_rows, s_tenant_rows_gone, copy)) {
+        free (copy);
+        api_respond_error (r, 503, "out of memory");
     }
-    ah_info (AREA, "tenant '%s' removed by %s", name, r->who.token_name);
-    ah_api_events_end (r->api->events, NULL, name);
-    ah_msg_t *m = ah_msg_new ("TENANT_REMOVED");
-    ah_msg_set_str (m, "tenant", name);
-    ah_msg_set_int (m, "at", ah_store_now_ms ());
-    r->on_refused = s_tenant_relabel_refused;
-    api_ask (r, "recorder", &m, s_tenant_removed);
 }
 
 //  ?force=1: waits until every sandbox of the tenant is gone.
@@ -413,6 +545,35 @@ static const body_field_t s_token_fields [] = {
     { "admin", B_BOOL, NULL }, { "metrics", B_BOOL, NULL }, { NULL, 0, NULL }
 };
 
+//  The answer of a token create, its token wiped before it goes.
+static void s_token_forget (json_t *body)
+{
+    json_t *token = json_object_get (body, "token");
+    const char *text = json_string_value (token);
+    if (text)
+        explicit_bzero ((char *) text, strlen (text));
+    json_decref (body);
+}
+
+static void s_token_written (api_t *api, req_t *r, void *arg, int status, const char *why)
+{
+    (void) api;
+    json_t *body = api_stmt_ctx (arg);
+    const char *name = json_string_value (json_object_get (body, "name"));
+    if (!status)
+        ah_info (AREA, "token '%s' made for %s by %s", name,
+                 json_string_value (json_object_get (body, "for")), r ? r->who.token_name : "a client that left");
+    if (r && status == 409)
+        api_respond_error (r, 409, "a token named '%s' exists already", name);
+    else if (r && status)
+        api_respond_error (r, status, "cannot write the token: %s", why);
+    else if (r) {
+        json_object_del (body, "for");
+        api_respond (r, 201, json_incref (body));
+    }
+    s_token_forget (body);
+}
+
 static void s_token_create (req_t *r)
 {
     json_t *obj = api_body_object (r, true);
@@ -473,41 +634,31 @@ static void s_token_create (req_t *r)
     }
     ah_token_hash (token, hash);
     int64_t now = ah_store_now_ms ();
-    sqlite3_stmt *st = ah_store_prepare (r->api->store,
+    api_stmt_t *st = api_stmt (
         "INSERT INTO api_tokens (name, hash, tenant, admin, user, created_at, expires_at, metrics_only)"
         " VALUES (:name, :hash, :tenant, :admin, :user, :now, :expires, :metrics)");
-    bool ok = st && !ah_store_bind_text (st, ":name", name) && !ah_store_bind_text (st, ":hash", hash)
-           && !ah_store_bind_text (st, ":tenant", admin || metrics ? "default" : tenant)
-           && !ah_store_bind_int64 (st, ":metrics", metrics)
-           && !ah_store_bind_int64 (st, ":admin", admin) && !ah_store_bind_text (st, ":user", user)
-           && !ah_store_bind_int64 (st, ":now", now);
-    if (ok && expires_s > 0)
-        ok = !ah_store_bind_int64 (st, ":expires", now + expires_s * 1000);
-    else if (ok)
-        ok = sqlite3_bind_null (st, sqlite3_bind_parameter_index (st, ":expires")) == SQLITE_OK;
-    int rc = ok ? ah_store_step (r->api->store, st) : SQLITE_ERROR;
-    if (st)
-        sqlite3_reset (st);
-    if (rc == SQLITE_CONSTRAINT || (rc & 0xff) == SQLITE_CONSTRAINT)
-        api_respond_error (r, 409, "a token named '%s' exists already", name);
-    else if (rc != SQLITE_DONE)
-        api_respond_error (r, 500, "cannot write the token");
-    else {
-        json_t *body = json_object ();
-        json_object_set_new (body, "token", json_string (token));
-        json_object_set_new (body, "name", api_json_text (name));
-        json_object_set_new (body, "tenant", admin || metrics ? json_null () : api_json_text (tenant));
-        json_object_set_new (body, "admin", json_boolean (admin));
-        json_object_set_new (body, "metrics", json_boolean (metrics));
-        json_object_set_new (body, "user", user ? api_json_text (user) : json_null ());
-        json_object_set_new (body, "created_at", api_json_time (now));
-        json_object_set_new (body, "expires_at", api_json_time (expires_s > 0 ? now + expires_s * 1000 : 0));
-        json_object_set_new (body, "note", json_string ("the token is shown this once; only its hash is kept"));
-        ah_info (AREA, "token '%s' made for %s by %s", name,
-                 admin ? "an admin" : metrics ? "reading /metrics" : tenant, r->who.token_name);
-        api_respond (r, 201, body);
-    }
+    st = api_stmt_text (api_stmt_text (st, ":name", name), ":hash", hash);
+    st = api_stmt_text (st, ":tenant", admin || metrics ? "default" : tenant);
+    st = api_stmt_int (api_stmt_int (st, ":metrics", metrics), ":admin", admin);
+    st = api_stmt_int (api_stmt_text (st, ":user", user), ":now", now);
+    st = expires_s > 0 ? api_stmt_int (st, ":expires", now + expires_s * 1000) : api_stmt_text (st, ":expires", NULL);
+    //  The answer, given once the row is written.
+    json_t *body = json_object ();
+    json_object_set_new (body, "token", json_string (token));
+    json_object_set_new (body, "name", api_json_text (name));
+    json_object_set_new (body, "tenant", admin || metrics ? json_null () : api_json_text (tenant));
+    json_object_set_new (body, "admin", json_boolean (admin));
+    json_object_set_new (body, "metrics", json_boolean (metrics));
+    json_object_set_new (body, "user", user ? api_json_text (user) : json_null ());
+    json_object_set_new (body, "created_at", api_json_time (now));
+    json_object_set_new (body, "expires_at", api_json_time (expires_s > 0 ? now + expires_s * 1000 : 0));
+    json_object_set_new (body, "note", json_string ("the token is shown this once; only its hash is kept"));
+    json_object_set_new (body, "for", json_string (admin ? "an admin" : metrics ? "reading /metrics" : tenant));
     explicit_bzero (token, sizeof token);
+    if (api_stmt_write (r, r->api, st, s_token_written, body)) {
+        s_token_forget (body);
+        api_respond_error (r, 503, "out of memory");
+    }
 out:
     json_decref (t);
     json_decref (obj);
@@ -533,6 +684,30 @@ static void s_token_list (req_t *r)
     api_respond (r, 200, json_pack ("{s:o}", "tokens", list));
 }
 
+static void s_token_revoked (api_t *api, req_t *r, void *arg, int status, const char *why)
+{
+    char *name = api_stmt_ctx (arg);
+    if (status) {
+        if (r)
+            api_respond_error (r, 500, "cannot write the tokens: %s", why);
+    }
+    else
+    if (!api_stmt_changes (arg)) {
+        if (r)
+            api_respond_error (r, 404, "no token '%s' to revoke (or it is revoked already)", name);
+    }
+    else {
+        //  It stands no more: its event streams, sessions and tickets end
+        //  now, whether or not its asker still waits.
+        ah_api_events_end (api->events, name, NULL);
+        api_passes_sweep (api);
+        ah_info (AREA, "token '%s' revoked by %s", name, r ? r->who.token_name : "a client that left");
+        if (r)
+            api_respond (r, 200, json_pack ("{s:s, s:b}", "name", name, "revoked", 1));
+    }
+    free (name);
+}
+
 static void s_token_revoke (req_t *r)
 {
     const char *name = r->params [0];
@@ -544,23 +719,15 @@ static void s_token_revoke (req_t *r)
         api_respond_error (r, 409, "a token cannot revoke itself (use another admin token)");
         return;
     }
-    sqlite3_stmt *st = ah_store_prepare (r->api->store,
+    api_stmt_t *st = api_stmt (
         "UPDATE api_tokens SET revoked_at = :now WHERE name = :name AND revoked_at IS NULL"
         " AND (:scope = '' OR (tenant = :scope AND admin = 0))");
-    bool ok = st && !ah_store_bind_int64 (st, ":now", ah_store_now_ms ()) && !ah_store_bind_text (st, ":name", name)
-           && !ah_store_bind_text (st, ":scope", r->who.scope) && ah_store_step (r->api->store, st) == SQLITE_DONE;
-    int changed = ok ? ah_store_changes (r->api->store) : 0;
-    if (st)
-        sqlite3_reset (st);
-    if (!ok)
-        api_respond_error (r, 500, "cannot write the tokens");
-    else if (!changed)
-        api_respond_error (r, 404, "no token '%s' to revoke (or it is revoked already)", name);
-    else {
-        ah_info (AREA, "token '%s' revoked by %s", name, r->who.token_name);
-        ah_api_events_end (r->api->events, name, NULL);
-        api_passes_sweep (r->api);          //  its sessions and tickets end now
-        api_respond (r, 200, json_pack ("{s:s, s:b}", "name", name, "revoked", 1));
+    st = api_stmt_text (api_stmt_int (st, ":now", ah_store_now_ms ()), ":name", name);
+    st = api_stmt_text (st, ":scope", r->who.scope);
+    char *copy = strdup (name);
+    if (!copy || api_stmt_write (r, r->api, st, s_token_revoked, copy)) {
+        free (copy);
+        api_respond_error (r, 503, "out of memory");
     }
 }
 

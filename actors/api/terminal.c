@@ -79,12 +79,17 @@ static int s_open_count (api_t *api, const char *agent_id)
     return n;
 }
 
-static void s_news (terminal_t *t)
+void api_terminals_news (api_t *api, const char *agent_id)
 {
     ah_msg_t *m = ah_msg_new ("TERMINALS");
-    ah_msg_set_str (m, "agent_id", t->agent_id);
-    ah_msg_set_int (m, "open", s_open_count (t->api, t->agent_id));
-    api_send (t->api, "sleeper", &m);
+    ah_msg_set_str (m, "agent_id", agent_id);
+    ah_msg_set_int (m, "open", s_open_count (api, agent_id) + api_terms_watched (api, agent_id));
+    api_send (api, "sleeper", &m);
+}
+
+static void s_news (terminal_t *t)
+{
+    api_terminals_news (t->api, t->agent_id);
 }
 
 static void s_used (terminal_t *t)
@@ -335,7 +340,19 @@ void api_terminals_tick (api_t *api)
         }
 }
 
-//  GET /api/v1/agents/{agent}/terminal (Upgrade: websocket)
+bool api_terminal_agent_ok (req_t *r, json_t *agent)
+{
+    const char *state = json_string_value (json_object_get (agent, "state"));
+    bool ok = state && !streq (state, "destroying");
+    if (!ok)
+        api_respond_error (r, 409, "agent '%s' is %s; a terminal needs it running or asleep",
+                           r->name, state ? state : "without a sandbox");
+    json_decref (agent);
+    return ok;
+}
+
+//  GET /api/v1/agents/{agent}/terminal (Upgrade: websocket); with
+//  ?terminal=ID it attaches to a terminal that lasts (terms.c).
 static void s_terminal (req_t *r)
 {
     int64_t cols = 80, rows = 24;
@@ -344,14 +361,17 @@ static void s_terminal (req_t *r)
     json_t *agent = api_agent_resolve (r);
     if (!agent)
         return;
-    const char *state = json_string_value (json_object_get (agent, "state"));
-    if (!state || streq (state, "destroying")) {
-        api_respond_error (r, 409, "agent '%s' is %s; a terminal needs it running or asleep",
-                           r->name, state ? state : "without a sandbox");
+    const char *id = api_query (r, "terminal");
+    if (id) {
+        //  Any use thaws (issue 29): a frozen agent's terminal is attached
+        //  at once, its frames waiting in the tunnel until sandboxd runs.
+        api_thaw (r, json_string_value (json_object_get (agent, "state")), "terminal");
         json_decref (agent);
+        api_terms_attach (r, id, (int) cols, (int) rows, api_query (r, "cols") && api_query (r, "rows"));
         return;
     }
-    json_decref (agent);
+    if (!api_terminal_agent_ok (r, agent))
+        return;
     terminal_t *t = calloc (1, sizeof *t);
     if (!t) {
         api_respond_error (r, 503, "out of memory");
@@ -381,6 +401,6 @@ static void s_terminal (req_t *r)
 }
 
 const route_t api_terminal_routes [] = {
-    { M_GET, "/api/v1/agents/{agent}/terminal", s_terminal, R_UPGRADE, "token cols rows", NULL },
+    { M_GET, "/api/v1/agents/{agent}/terminal", s_terminal, R_UPGRADE, "token cols rows terminal", NULL },
     { 0 }
 };

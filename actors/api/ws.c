@@ -170,7 +170,10 @@ void api_ws_rx (conn_t *conn)
                 unsigned code = n >= 2 ? (unsigned) payload [0] << 8 | payload [1] : 1000;
                 ah_buf_consume (&conn->in, f.header + n);
                 s_told_closed (conn);
-                api_ws_close (conn, code == 1005 || code < 1000 ? 1000 : (int) code, NULL);
+                //  Echoed when it is one a peer may send; a one-byte payload
+                //  or a code nobody may send is the client's error (1002).
+                api_ws_close (conn, n == 1 || (n >= 2 && !ah_wsframe_close_code_ok (code)) ? 1002 : (int) code,
+                              NULL);
                 return;
             }
             case AH_WS_TEXT:

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """bench/files/smoke.py: a quick check that a benchmark of bench/files,
-bench/term, bench/sandboxd or bench/scale runs with tiny sizes, prints its figures and
+bench/term, bench/sandboxd, bench/scale or bench/conversations runs with tiny sizes, prints its figures and
 leaves no temporary directory behind. It times nothing itself.
 
-usage: smoke.py files|term|sandboxd|scale COMMAND..."""
+usage: smoke.py files|term|sandboxd|scale|conversations COMMAND..."""
 import glob
 import re
 import subprocess
@@ -26,12 +26,17 @@ FIGURES = {
               r"server idle CPU over .*: %s %% of a core .*baseline, no agent: %s %%" % (NUM, NUM),
               r"terminals streaming at once .*every byte checked" ,
               r"fairness, slowest / fastest terminal: %s" % NUM],
+    "conversations": [r"baseline \(local pipe\):\s+first update\s+%s ms\s+whole turn\s+%s ms" % (NUM, NUM),
+                      r"first update: %sx baseline" % NUM, r"whole turn:\s+%sx baseline" % NUM,
+                      r"first update after a sleep: %sx baseline" % NUM,
+                      r"updates in one turn .* every one counted",
+                      r"server VmRSS: %s KiB early .* %s KiB late" % (NUM, NUM)],
 }
 
 
 def main():
     if len(sys.argv) < 3 or sys.argv[1] not in FIGURES:
-        print("usage: smoke.py files|term|sandboxd|scale COMMAND...", file=sys.stderr)
+        print("usage: smoke.py files|term|sandboxd|scale|conversations COMMAND...", file=sys.stderr)
         return 2
     kind = sys.argv[1]
     pattern = "%s/ah-bench-%s-*" % (tempfile.gettempdir(), kind)

@@ -128,10 +128,11 @@ s_tunnel_mount (docker_t *self, char **err)
     return m;
 }
 
-//  user: the image's USER (taken over).
+//  user: the image's USER (taken over). proxy: sandboxd runs the egress
+//  proxy on 127.0.0.1:DK_EGRESS_PORT (docs/egress.md).
 static int
 s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *image, uint32_t base,
-                    char *user, char **err)
+                    char *user, bool proxy, char **err)
 {
     const ah_config_t *c = self->config;
     dk_names_t n;
@@ -231,6 +232,8 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
     }
     //  The runtime's env vars (sandboxd hands its environment on to what it runs).
     json_t *envs = json_object_get (req, "Env");
+    if (proxy)
+        json_array_append_new (envs, json_string ("AGENTHOLD_EGRESS_PORT=" DK_EGRESS_PORT));
     for (size_t i = 0; i < spec->n_env; i++)
         if (spec->env [i])
             json_array_append_new (envs, json_string (spec->env [i]));
@@ -345,6 +348,15 @@ s_make (ah_driver_t *driver, const ah_sandbox_spec_t *spec, bool rebuild, char *
     if (ah_dk_ensure_engine (self, err))
         return -1;
     char *server = ah_dk_server_container (self);
+    //  sandbox.docker.egress tunnel: a networked runtime gets no network
+    //  either; its way out is sandboxd's proxy over the tunnel (docs/egress.md).
+    ah_sandbox_spec_t local = *spec;
+    bool proxy = false;
+    if (self->config->docker_egress && !strcmp (self->config->docker_egress, "tunnel")) {
+        proxy = local.needs_network;
+        local.needs_network = false;
+    }
+    spec = &local;
     dk_net_job_t net = { .self = self, .agent_id = spec->agent_id, .needs = spec->needs_network };
     bool threaded = !server && pthread_create (&net.thread, NULL, s_net_job, &net) == 0;
     free (server);
@@ -369,7 +381,7 @@ s_make (ah_driver_t *driver, const ah_sandbox_spec_t *spec, bool rebuild, char *
         free (user);
         return -1;
     }
-    return s_container_create (self, spec, image, net.base, user, err);
+    return s_container_create (self, spec, image, net.base, user, proxy, err);
 }
 
 int
@@ -458,9 +470,61 @@ ah_dk_stop (ah_driver_t *driver, const char *agent_id, char **err)
     docker_t *self = s_enter (driver, agent_id, "stopping a sandbox", &n, err);
     if (!self)
         return -1;
+    //  A frozen sandbox is thawed first, so that its processes see the
+    //  SIGTERM and end as they would awake (409: it was not paused).
+    dk_simple_t thaw = { .method = "POST", .path_fmt = "/containers/%s/unpause", .ok1 = 204,
+                         .ok2 = 409, .absent_ok = true, .timeout_s = 30 };
+    char *ignored = NULL;
+    ah_dk_simple (self, &thaw, "unpausing container", n.container, &ignored);
+    free (ignored);
     dk_simple_t how = { .method = "POST", .path_fmt = "/containers/%s/stop?t=5", .ok1 = 204,
                         .ok2 = 304, .timeout_s = 60 };
     return ah_dk_simple (self, &how, "stopping container", n.container, err);
+}
+
+//  Pause or unpause (freeze, thaw). The engine answers 409 when the
+//  container is already so; then it is asked what it is, so that a 409
+//  for another reason (not running) is an error that says so.
+static int
+s_pause (ah_driver_t *driver, const char *agent_id, bool pause, char **err)
+{
+    dk_names_t n;
+    docker_t *self = s_enter (driver, agent_id, pause ? "freezing a sandbox" : "thawing a sandbox",
+                              &n, err);
+    if (!self)
+        return -1;
+    dk_simple_t how = { .method = "POST", .path_fmt = pause ? "/containers/%s/pause"
+                                                            : "/containers/%s/unpause",
+                        .ok1 = 204, .ok2 = 204, .timeout_s = 30 };
+    char *why = NULL;
+    if (ah_dk_simple (self, &how, pause ? "pausing container" : "unpausing container",
+                      n.container, &why) == 0)
+        return 0;
+    ah_sandbox_status_t status;
+    char *ierr = NULL;
+    if (ah_dk_inspect (driver, agent_id, &status, &ierr) == 0 && status.running
+    &&  status.paused == pause) {
+        free (why);
+        return 0;
+    }
+    free (ierr);
+    if (err)
+        *err = why;
+    else
+        free (why);
+    return -1;
+}
+
+int
+ah_dk_freeze (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    return s_pause (driver, agent_id, true, err);
+}
+
+int
+ah_dk_thaw (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    return s_pause (driver, agent_id, false, err);
 }
 
 int
@@ -499,13 +563,14 @@ s_status_from (const json_t *container, ah_sandbox_status_t *status)
     const char *s = json_string_value (json_object_get (state, "Status"));
     status->exists = true;
     status->running = json_is_true (json_object_get (state, "Running"));
+    status->paused = status->running && json_is_true (json_object_get (state, "Paused"));
     json_t *code = json_object_get (state, "ExitCode");
     const char *started = json_string_value (json_object_get (state, "StartedAt"));
     bool ran = started && strncmp (started, "0001-", 5) != 0;
     if (!status->running && ran && json_is_integer (code))
         status->exit_code = (int) json_integer_value (code);
     if (status->running)
-        snprintf (status->detail, sizeof status->detail, "running");
+        snprintf (status->detail, sizeof status->detail, status->paused ? "paused" : "running");
     else
     if (status->exit_code >= 0)
         snprintf (status->detail, sizeof status->detail, "%s (%d)", s ? s : "exited",

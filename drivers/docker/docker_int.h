@@ -231,6 +231,9 @@ int      ah_dk_container_remove (docker_t *self, const char *name, char **err);
 #define DK_CAPS             "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"
 //  And for a sandbox with a network: its blocked routes (sandboxd/net.h).
 #define DK_NET_CAP          "NET_ADMIN"
+//  sandbox.docker.egress tunnel: where sandboxd's egress proxy listens in a
+//  networked runtime's sandbox (127.0.0.1; docs/egress.md).
+#define DK_EGRESS_PORT      "3128"
 //  Removes all but one network of the agent's name, the one on its stored
 //  subnet (best effort): two can exist after an interrupted create, and
 //  the engine then refuses the name.
@@ -270,6 +273,8 @@ int ah_dk_create (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err
 int ah_dk_rebuild (ah_driver_t *driver, const ah_sandbox_spec_t *spec, char **err);
 int ah_dk_start (ah_driver_t *driver, const ah_boot_t *boot, char **err);
 int ah_dk_stop (ah_driver_t *driver, const char *agent_id, char **err);
+int ah_dk_freeze (ah_driver_t *driver, const char *agent_id, char **err);
+int ah_dk_thaw (ah_driver_t *driver, const char *agent_id, char **err);
 int ah_dk_destroy (ah_driver_t *driver, const char *agent_id, char **err);
 int ah_dk_remove_container (ah_driver_t *driver, const char *agent_id, char **err);
 int ah_dk_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *status,

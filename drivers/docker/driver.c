@@ -140,6 +140,8 @@ ah_docker_driver_new (const ah_config_t *config, char **err)
     driver->create = ah_dk_create;
     driver->start = ah_dk_start;
     driver->stop = ah_dk_stop;
+    driver->freeze = ah_dk_freeze;
+    driver->thaw = ah_dk_thaw;
     driver->rebuild = ah_dk_rebuild;
     driver->destroy = ah_dk_destroy;
     driver->inspect = ah_dk_inspect;

@@ -29,7 +29,8 @@ static bool
 s_wanted_action (const char *action)
 {
     return action && (strcmp (action, "start") == 0 || strcmp (action, "stop") == 0
-                   || strcmp (action, "die") == 0 || strcmp (action, "destroy") == 0);
+                   || strcmp (action, "die") == 0 || strcmp (action, "destroy") == 0
+                   || strcmp (action, "pause") == 0 || strcmp (action, "unpause") == 0);
 }
 
 static void
@@ -84,8 +85,9 @@ ah_dk_watch (ah_driver_t *driver,
     //  The engine ORs the values of one key and ANDs the keys: these
     //  actions are each one type's (images have no "destroy", containers
     //  no "untag").
-    json_t *f = json_pack ("{s:[s s s], s:[s s s s s s]}", "type", "container", "volume", "image",
-                           "event", "start", "stop", "die", "destroy", "untag", "delete");
+    json_t *f = json_pack ("{s:[s s s], s:[s s s s s s s s]}", "type", "container", "volume", "image",
+                           "event", "start", "stop", "die", "destroy", "pause", "unpause",
+                           "untag", "delete");
     char *filters = f ? ah_dk_filters (f) : NULL;
     char *path = filters ? ah_strf ("/events?filters=%s", filters) : NULL;
     free (filters);

@@ -392,6 +392,18 @@ s_stop (ah_driver_t *driver, const char *agent_id, char **err)
 }
 
 static int
+s_freeze (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    return s_by_id (driver, "DRIVER_FREEZE", agent_id, err);
+}
+
+static int
+s_thaw (ah_driver_t *driver, const char *agent_id, char **err)
+{
+    return s_by_id (driver, "DRIVER_THAW", agent_id, err);
+}
+
+static int
 s_destroy (ah_driver_t *driver, const char *agent_id, char **err)
 {
     return s_by_id (driver, "DRIVER_DESTROY", agent_id, err);
@@ -415,6 +427,7 @@ s_inspect (ah_driver_t *driver, const char *agent_id, ah_sandbox_status_t *statu
     memset (status, 0, sizeof *status);
     status->exists = ah_msg_bool (reply, "exists", false);
     status->running = ah_msg_bool (reply, "running", false);
+    status->paused = status->running && ah_msg_bool (reply, "paused", false);
     status->exit_code = (int) ah_msg_int (reply, "exit_code", -1);
     status->home_gone = ah_msg_bool (reply, "home_gone", false);
     const char *detail = ah_msg_str (reply, "detail");
@@ -624,6 +637,8 @@ ah_remote_driver_new (const ah_config_t *config, char **err)
     driver->create = s_create;
     driver->start = s_start;
     driver->stop = s_stop;
+    driver->freeze = s_freeze;
+    driver->thaw = s_thaw;
     driver->rebuild = s_rebuild;
     driver->destroy = s_destroy;
     driver->remove_container = s_remove_container;

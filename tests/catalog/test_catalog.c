@@ -83,6 +83,13 @@ s_test_shipped (const char *path)
     }
     CHECK (git && python);
     CHECK (debian && debian->briefing_count > 0 && debian->mem_limit_mb == 2048);
+    //  Its egress list: what its own tools install from (docs/egress.md).
+    bool mirror = false, pypi = false;
+    for (size_t i = 0; debian && i < debian->egress_count; i++) {
+        mirror = mirror || !strcmp (debian->egress [i], "deb.debian.org");
+        pypi = pypi || !strcmp (debian->egress [i], "pypi.org:443");
+    }
+    CHECK (debian && debian->needs_network && mirror && pypi);
     const ah_runtime_t *busybox = ah_catalog_find (cat, "busybox");
     CHECK (busybox && busybox->context_dir != NULL && !busybox->base_image);
     CHECK (busybox && !busybox->needs_network && busybox->mem_limit_mb == 256);
@@ -223,6 +230,15 @@ s_test_bad (void)
                           "runtime 1 (\"a\")", "field \"packages\": item 0 must be a non-empty string");
     s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"briefing\": 3}",
                           "runtime 1 (\"a\")", "field \"briefing\" must be an array of strings (or one string)");
+    //  egress: entries of proto/egress.h's grammar.
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"egress\": \"a.org\"}",
+                          "runtime 1 (\"a\")", "field \"egress\" must be an array of strings");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"egress\": [\"*.*.org\"]}",
+                          "runtime 1 (\"a\")", "field \"egress\": item 0 ('*.*.org')");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"egress\": [\"a.org:0\"]}",
+                          "runtime 1 (\"a\")", "port");
+    s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"egress\": [\"10.0.0.0/40\"]}",
+                          "runtime 1 (\"a\")", "field \"egress\": item 0");
     //  env_vars, mem_limit, needs_network.
     s_expect_entry_error ("{\"alias\": \"a\", \"image\": \"x\", \"description\": \"d\", \"env_vars\": [\"A=1\"]}",
                           "runtime 1 (\"a\")", "field \"env_vars\" must be an object");
@@ -473,6 +489,43 @@ s_test_harness (void)
 #undef H
 }
 
+//  ah_catalog_harness_parse: a harness outside a catalog (an admin's
+//  per-agent override) by the same rules, its sentence naming the field
+//  without a catalog's source.
+static void
+s_test_harness_parse (void)
+{
+    ah_catalog_harness_t h;
+    char *err = NULL;
+    json_t *j = json_loads ("{\"command\": [\"/bin/agent\", \"--acp\"], \"env\": {\"K\": \"v\"}}", 0, NULL);
+    CHECK (ah_catalog_harness_parse (j, &h, &err) == 0 && err == NULL);
+    CHECK (h.command_count == 2 && strcmp (h.command [1], "--acp") == 0);
+    CHECK (h.env_count == 1 && strcmp (h.env [0].name, "K") == 0 && strcmp (h.env [0].value, "v") == 0);
+    ah_catalog_harness_clear (&h);
+    CHECK (h.command == NULL && h.env == NULL);
+    ah_catalog_harness_clear (&h);          //  twice: nothing
+    json_decref (j);
+    static const struct { const char *json; const char *says; } bad [] = {
+        { "{\"command\": [\"a\\u001bb\"]}", "field \"harness.command\": item 0 holds a control character" },
+        { "{\"command\": [\"  \"]}", "field \"harness.command\": the program (item 0) is blank" },
+        { "{\"command\": []}", "field \"harness.command\" must be a non-empty array" },
+        { "{\"command\": [\"a\"], \"env\": {\"1\": \"v\"}}", "field \"harness.env\": '1' is not a variable name" },
+        { "{\"command\": [\"a\"], \"cwd\": \"/\"}", "unknown field \"cwd\" in \"harness\"" },
+        { "[\"a\"]", "field \"harness\" must be an object" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad [0]; i++) {
+        j = json_loads (bad [i].json, JSON_DECODE_ANY, NULL);
+        err = NULL;
+        int rc = ah_catalog_harness_parse (j, &h, &err);
+        bool said = err && strncmp (err, bad [i].says, strlen (bad [i].says)) == 0;
+        if (rc != -1 || !said)
+            fprintf (stderr, "harness %s: rc %d, %s\n", bad [i].json, rc, err ? err : "(no error)");
+        CHECK (rc == -1 && said && h.command == NULL && h.env == NULL);
+        free (err);
+        json_decref (j);
+    }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -483,6 +536,7 @@ main (int argc, char **argv)
     s_test_shipped (argv [1]);
     s_test_good_parse ();
     s_test_harness ();
+    s_test_harness_parse ();
     s_test_bad ();
     s_test_ident_cases ();
     s_test_control_chars ();

@@ -9,6 +9,10 @@ ports from ahserver.free_port).
   tenant's agent is absent), creates an agent with the form and sees it
   reach running without a reload (the event stream);
 - the terminal: `echo hello-$((6*7))` typed, hello-42 read from the screen;
+  a terminal that lasts (issue 29): the URL names it, and after a browser
+  reload the page reattaches to it and draws its screen (hello-42 again,
+  typed nothing); `top` survives a reload (its screen drawn again, still
+  updating) and q ends it; the API lists one console terminal;
   the window made narrower and the shell told the new width (stty size);
 - files: a file of every byte value uploaded with the picker and listed,
   downloaded by the page and compared byte for byte; a folder made and
@@ -458,6 +462,30 @@ def run_browser(srv, tmp, shots):
         wait(lambda: "hello-42" in page.terminal_text(), lambda: "hello-42 on the terminal's screen (it shows %r)"
              % page.terminal_text()[-400:])
         page.shot("terminal")
+        # A terminal that lasts: the URL names it; a reload reattaches and
+        # draws its screen, then top survives a reload too.
+        wait(lambda: "/terminal/t" in d.current_url, "the terminal's id in the URL")
+        tid = d.current_url.rsplit("/", 1)[1]
+        d.refresh()
+        page.wait_text("term-status", "Connected", "the terminal after a reload")
+        wait(lambda: "hello-42" in page.terminal_text(), lambda: "the screen drawn again after a reload (%r)"
+             % page.terminal_text()[-300:])
+        check(d.current_url.endswith(tid), "the same terminal after the reload: %s" % d.current_url)
+        page.type_terminal("top -d 1\n")
+        wait(lambda: "load average" in page.terminal_text(), "top on the screen")
+        d.refresh()
+        page.wait_text("term-status", "Connected", "the terminal after the second reload")
+        wait(lambda: "load average" in page.terminal_text(), lambda: "top drawn again after a reload (%r)"
+             % page.terminal_text()[-300:])
+        first = page.terminal_text()
+        wait(lambda: page.terminal_text() != first, "top still updating after the reload", 10)
+        page.type_terminal("q")
+        page.type_terminal("echo after-top-$((2*3))\n")
+        wait(lambda: "after-top-6" in page.terminal_text(), lambda: "q ended top, the shell answers (%r)"
+             % page.terminal_text()[-300:])
+        status, terms = srv.call("GET", "/api/v1/agents/webby/terminals", acme_tok)
+        check(status == 200 and [t["id"] for t in terms["terminals"] if t["title"] == "console"] == [tid],
+              "the API lists the one console terminal: %r" % terms)
         cols_before = page.js("return document.getElementById('term').textContent.length")
         d.set_window_size(700, 800)
         wait(lambda: page.js("return window.innerWidth") <= 700, "the window 700 px wide")

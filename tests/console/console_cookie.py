@@ -45,6 +45,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from consolelib import Fail, Server, check, checks, ws_refused  # noqa: E402
+import ahserver  # noqa: E402  (on the path consolelib set)
 
 COOKIE = "agenthold_session"
 
@@ -76,6 +77,7 @@ def call(srv, method, path, cookie=None, csrf=None, body=None, headers=None, tok
         c.endheaders(data)
         r = c.getresponse()
         raw = r.read()
+        ahserver.openapi_check(method, path, r.status, r.getheader("Content-Type", ""), raw)
         hdrs = {}
         for k, v in r.getheaders():
             hdrs.setdefault(k.lower(), []).append(v)

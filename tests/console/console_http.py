@@ -24,6 +24,7 @@ import asyncio
 import os
 import shutil
 import socket
+import time
 import sys
 
 import websockets
@@ -172,6 +173,50 @@ async def ws_echo(uri, headers=None):
     return seen
 
 
+def ws_close_code(port, target, payload):
+    """Opens the terminal's WebSocket by hand, sends a close frame with
+    payload (masked, as a client's), and returns the code of the close
+    frame the server answers with (None: none came)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        s.sendall(b"GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nOrigin: http://127.0.0.1:%d\r\n"
+                  b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                  b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n" % (target.encode(), port, port))
+        data = b""
+        while b"\r\n\r\n" not in data:
+            more = s.recv(4096)
+            if not more:
+                return None
+            data += more
+        if not data.startswith(b"HTTP/1.1 101"):
+            return None
+        data = data.partition(b"\r\n\r\n")[2]
+        mask = b"\x01\x02\x03\x04"
+        s.sendall(bytes([0x88, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            # Frames from the server (unmasked): skip all but the close.
+            while len(data) >= 2:
+                n = data[1] & 0x7f
+                hl = 2 + (2 if n == 126 else 8 if n == 127 else 0)
+                if len(data) < hl:
+                    break
+                if n >= 126:
+                    n = int.from_bytes(data[2:hl], "big")
+                if len(data) < hl + n:
+                    break
+                if data[0] & 0x0f == 0x8:
+                    return int.from_bytes(data[hl:hl + 2], "big") if n >= 2 else 1005
+                data = data[hl + n:]
+            more = s.recv(4096)
+            if not more:
+                return None
+            data += more
+        return None
+    finally:
+        s.close()
+
+
 def tickets(srv, acme_tok, acme, theirs):
     base = "ws://127.0.0.1:%d/console/terminal/" % srv.port
     status, _ = srv.call("POST", "/api/v1/agents/%s/terminal/ticket" % acme["id"])
@@ -209,6 +254,15 @@ def tickets(srv, acme_tok, acme, theirs):
     check(code == 401, "a forged ticket: 401, got %s" % code)
     code = asyncio.run(ws_refused(base + "%s?ticket=%s" % (acme["id"], "x' OR 1=1"), origin))
     check(code in (400, 401), "a hostile ticket: refused, got %s" % code)
+
+    # Close frames a client may not send (RFC 6455 5.5.1, 7.4) are answered
+    # 1002; a good code is echoed.
+    for payload, want in ((b"\x03\xe8", 1000), (b"\x0f\xa1bye", 4001), (b"\x03", 1002),
+                          (b"\x03\xee", 1002), (b"\x03\xed", 1002), (b"\x03\xf7", 1002),
+                          (b"\x00\x00", 1002), (b"\x13\x88", 1002)):
+        t = srv.ok("POST", "/api/v1/agents/%s/terminal/ticket" % acme["id"], acme_tok)
+        code = ws_close_code(srv.port, "/console/terminal/%s?ticket=%s" % (acme["id"], t["ticket"]), payload)
+        check(code == want, "a client's close %r: the server answers %d, got %s" % (payload, want, code))
 
     # A ticket outlives nothing: its token revoked meanwhile, it is refused.
     tmp = srv.ok("POST", "/api/v1/tokens", srv.admin, {"tenant": "acme", "name": "short-lived"})["token"]

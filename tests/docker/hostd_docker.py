@@ -373,10 +373,16 @@ def hostd_call(typ, fields, frames=None):
     s.connect(IPC)
     try:
         s.send_multipart(frames or [typ.encode(), msgpack.packb(fields)])
-        if not s.poll(5000):
-            raise Fail("hostd did not answer %s" % typ)
-        parts = s.recv_multipart()
-        return parts[0].decode(), msgpack.unpackb(parts[1])
+        deadline = time.time() + 5
+        while True:
+            if not s.poll(max(0, int((deadline - time.time()) * 1000))):
+                raise Fail("hostd did not answer %s" % (typ or frames))
+            parts = s.recv_multipart()
+            got = (parts[0].decode(errors="replace"), msgpack.unpackb(parts[1]) if len(parts) > 1 else None)
+            # Only a REPLY answers a call; anything else is named, never a KeyError.
+            if got[0] == "REPLY" and isinstance(got[1], dict) and "ok" in got[1] and "status" in got[1]:
+                return got
+            print("hostd_call %s: not a reply, skipped: %r" % (typ or frames, got), file=sys.stderr)
     finally:
         s.close(0)
 

@@ -13,12 +13,13 @@ catalog's default runtime.
   (sandboxd redials a server that is back within about 250 ms however
   often it restarted; it used to back off for up to ~20 s), and the agent
   then says "connected": true.
-- Its sandboxd kept away (the container paused through the Engine API)
-  across a restart: the agent is running with "connected": false (and
+- Its sandboxd kept away (its processes stopped with SIGSTOP from the
+  host; a paused container would be read as frozen, issue 29) across a
+  restart: the agent is running with "connected": false (and
   `agenthold show` says so); an exec
   waits for it (about 5 s) and then answers 409 saying the sandboxd is not
   connected; an exec made while it is away and answered once it is back
-  (the container unpaused) succeeds.
+  (SIGCONT) succeeds.
 
 usage: redial_docker.py AGENTHOLD_BINARY (sandboxd next to it)
 Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool 10.213.212.0/22,
@@ -27,6 +28,7 @@ prefix dockerredial<pid>. Removes everything it made, even on failure
 import json
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -48,6 +50,31 @@ for key in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_MEMORY
 # socket of this run's; the server's user must reach the data directory.
 h.env["AGENTHOLD_HOSTD_ENDPOINT"] = "ipc://%s/hostd-run/hostd.sock" % h.tmp
 os.chmod(h.tmp, 0o711)
+
+
+def sandboxd_pids(cname):
+    """The host pids of the container's sandboxd processes (below its
+    init, docker-init), found through the Engine's State.Pid."""
+    st, info = engine("GET", "/containers/%s/json" % cname)
+    h.check(st == 200 and info["State"]["Pid"] > 0, "inspect %s: %d" % (cname, st))
+    pids = []
+    for p in tree(info["State"]["Pid"]):
+        try:
+            with open("/proc/%d/comm" % p) as f:
+                if f.read().strip() == "sandboxd":
+                    pids.append(p)
+        except OSError:
+            pass
+    h.check(pids, "the container's sandboxd found below pid %d" % info["State"]["Pid"])
+    return pids
+
+
+def signal_all(pids, sig):
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
 
 
 def tree(pid):
@@ -172,9 +199,9 @@ def scenario(h):
 
     # sandboxd kept away across a restart: the agent says it is not connected.
     cname = "%s-%s" % (h.prefix, aid)
-    h.cleanups.append(lambda: engine("POST", "/containers/%s/unpause" % cname))
-    st, _ = engine("POST", "/containers/%s/pause" % cname)
-    h.check(st == 204, "the container paused through the Engine API: %d" % st)
+    away = sandboxd_pids(cname)
+    h.cleanups.append(lambda: signal_all(away, signal.SIGCONT))
+    signal_all(away, signal.SIGSTOP)
     restart()
     time.sleep(1.0)                     # pacing: what a redial would take, and more
     a = agent()
@@ -200,8 +227,7 @@ def scenario(h):
     t = threading.Thread(target=late)
     t.start()
     time.sleep(1.0)                     # pacing: the exec waits while sandboxd is away
-    st, _ = engine("POST", "/containers/%s/unpause" % cname)
-    h.check(st == 204, "unpaused: %d" % st)
+    signal_all(away, signal.SIGCONT)
     t.join(30)
     st, r = got.get("answer", (0, None))
     h.check(st == 200 and r["stdout"] == "back\n", "the exec made while sandboxd was away ran once it "

@@ -28,6 +28,7 @@ from ahdocker import engine, put_home_file, read_file_from_container, Harness  #
 h = Harness("docker.sleep", sys.argv[1], "10.213.144.0/20")
 h.env["AGENTHOLD_SANDBOX_IDLE_MINUTES"] = "0.05"
 h.env["AGENTHOLD_SANDBOX_IDLE_CHECK_INTERVAL"] = "1s"
+h.env["AGENTHOLD_SANDBOX_FREEZE_MINUTES"] = "0"     # this test is about sleep; freeze_docker.py the ladder
 CHECK_S = 1.0
 IDLE_S = 3.0
 

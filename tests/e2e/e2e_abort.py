@@ -30,7 +30,9 @@ Each case runs three times in a row. Also: an upload's body is spliced
 twice, the GET with the exact bytes; a body trickled in pieces lands
 whole and costs the server little CPU while it waits. And: `curl -T` of 3 MiB (it sends
 `Expect: 100-continue` and waits up to a second for the 100) is answered
-well within that second, and its file lands whole.
+well within that second, and its file lands whole. And: a tunnel reset is
+told on the agent's events stream, "connected": false and then true, the
+state running in both.
 
 usage: e2e_abort.py AGENTHOLD_BINARY
 Always kills what it started and removes its temporary directory."""
@@ -44,6 +46,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -399,6 +402,46 @@ def case_expect():
           "the file curl -T sent landed different")
 
 
+class Events:
+    """GET /api/v1/events?agent=... read in a thread: each event's JSON kept."""
+
+    def __init__(self, agent):
+        self.events = []
+        self.conn = http.client.HTTPConnection("127.0.0.1", API_PORT, timeout=300)
+        self.conn.request("GET", "/api/v1/events?agent=" + agent, headers={"Authorization": "Bearer " + token()})
+        self.resp = self.conn.getresponse()
+        check(self.resp.status == 200, "the events stream: %d" % self.resp.status)
+        threading.Thread(target=self.read, daemon=True).start()
+
+    def read(self):
+        try:
+            for line in self.resp:
+                if line.startswith(b"data: "):
+                    self.events.append(json.loads(line[6:]))
+        except (OSError, ValueError, http.client.HTTPException):
+            pass
+
+    def close(self):
+        self.conn.close()
+
+
+def case_connected():
+    """A tunnel that goes and comes back is told on the events stream:
+    "connected": false, then "connected": true, the state running in both."""
+    ev = Events(AGENT)
+    time.sleep(0.3)
+    wait_tunnel(kill_tunnel())
+
+    def told():
+        flags = [e.get("connected") for e in ev.events if "connected" in e]
+        return False in flags and True in flags[flags.index(False):]
+    ahserver.wait_until(told, 10, "connected false then true on the events stream", Fail, 0.1)
+    said = [e for e in ev.events if "connected" in e]
+    check(all(e["state"] == "running" and e["agent_id"] == AGENT for e in said),
+          "the connected events carry the agent and its state: %r" % said)
+    ev.close()
+
+
 def main():
     global AGENT, HOME
     server = ahserver.serve(BIN, ENV, LOG, cwd=TMP, procs=procs, fail=Fail)
@@ -407,6 +450,7 @@ def main():
     HOME = os.path.join(DATA, "fake", AGENT, "home")
     check(os.path.isdir(HOME), "no home at %s" % HOME)
     case_expect()
+    case_connected()
     whole = round_trip("whole.bin")
     #  The baseline once the round trip's channels are closed and the
     #  server's descriptor count holds still.

@@ -23,29 +23,15 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
-import types
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import ahlocal  # noqa: E402
 import ahserver  # noqa: E402
 
-BIN = os.path.abspath(sys.argv[1])
-ONLY = set(sys.argv[2:])
-SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-TMP = tempfile.mkdtemp(prefix="ah-e2e-caps-")
-LOG = os.path.join(TMP, "server.log")
-procs = []
-
-
-class Fail(Exception):
-    pass
-
-
-check = ahserver.Checks(Fail)
-CTX = types.SimpleNamespace(bin=BIN, src=SRC, tmp=TMP, log=LOG, procs=procs, fail=Fail, check=check)
+CTX = ahlocal.context("ah-e2e-caps-")
+BIN, ONLY, TMP, Fail, check = CTX.bin, CTX.only, CTX.tmp, CTX.fail, CTX.check
 MiB = 1 << 20
 
 
@@ -198,4 +184,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(ahserver.run(main, Fail, procs, TMP, LOG))
+    sys.exit(ahserver.run(main, Fail, CTX.procs, TMP, CTX.log))

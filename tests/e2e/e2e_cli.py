@@ -318,6 +318,13 @@ def scenario():
                      body={"cmd": "echo out; echo err >&2; cat; exit 3", "stdin": "in\n"})
     check(status == 200 and j["stdout"] == "out\nin\n" and j["stderr"] == "err\n" and j["status"] == 3,
           "exec: %d %r" % (status, j))
+    # stdin is bytes: a NUL reaches the command; nowhere else is a NUL taken
+    status, j = http("POST", "/api/v1/agents/alice/exec", body={"cmd": "wc -c", "stdin": "a\u0000b\n"})
+    check(status == 200 and j["stdout"].strip() == "4" and j["status"] == 0,
+          "exec: stdin with a NUL reaches the command whole: %d %r" % (status, j))
+    expect_error(400, "cmd", "POST", "/api/v1/agents/alice/exec", body={"cmd": "echo a\u0000b"})
+    expect_error(400, "env", "POST", "/api/v1/agents/alice/exec", body={"cmd": "true", "env": {"A": "x\u0000y"}})
+    expect_error(400, "NUL", "POST", "/api/v1/agents", body={"name": "nul\u0000name"})
     status, j = http("POST", "/api/v1/agents/alice/exec", body={"cmd": "sleep 10", "timeout": 0.5})
     check(status == 200 and j["timed_out"] and j["signal"] == 9, "exec timeout: %d %r" % (status, j))
     expect_error(400, "'cmd' is required", "POST", "/api/v1/agents/alice/exec", body={"timeout": 1})

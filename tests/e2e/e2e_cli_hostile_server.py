@@ -2,14 +2,14 @@
 """e2e.cli_hostile_server: the agenthold command against a server that
 answers with hostile bytes (cli/http.c, proto/httpresp.c): each answer
 ends the command with status 1 and a sentence that names the problem,
-within seconds, never a crash, a hang or garbage on the terminal.
+within seconds, never a crash, a hang or garbage on the terminal. And
+hostile tokens (AGENTHOLD_TOKEN with CR, LF, a space, DEL, UTF-8, over
+1 KiB): refused naming the byte, with nothing sent to the server.
 
 usage: e2e_cli_hostile_server.py AGENTHOLD"""
 import os
-import socket
 import subprocess
 import sys
-import threading
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -37,41 +37,6 @@ CASES = {
 }
 
 
-class Server:
-    def __init__(self, answer):
-        self.answer = answer
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", ahserver.free_port()))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.t = threading.Thread(target=self.serve, daemon=True)
-        self.t.start()
-
-    def serve(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            try:
-                c.settimeout(10)
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    more = c.recv(65536)
-                    if not more:
-                        break
-                    data += more
-                c.sendall(self.answer)
-            except OSError:
-                pass
-            finally:
-                c.close()
-
-    def close(self):
-        self.sock.close()
-
-
 def main():
     if len(sys.argv) != 2:
         print(__doc__.split("\n\n")[-1], file=sys.stderr)
@@ -79,7 +44,7 @@ def main():
     cli = os.path.abspath(sys.argv[1])
     failures = []
     for name, (answer, want) in CASES.items():
-        srv = Server(answer)
+        srv = ahserver.CannedServer(answer)
         env = dict(os.environ, AGENTHOLD_URL="http://127.0.0.1:%d" % srv.port, AGENTHOLD_TOKEN="t",
                    AGENTHOLD_CONFIG="")
         try:
@@ -96,6 +61,37 @@ def main():
             failures.append(name)
         finally:
             srv.close()
+    # A hostile token (AGENTHOLD_TOKEN): refused before anything is sent;
+    # a CR or LF would otherwise start a header of its own.
+    ok_answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]"
+    for name, token, want in (("CRLF in token", "t\r\nX-Injected: 1", "0x0d"),
+                              ("LF in token", "t\nX-Injected: 1", "0x0a"),
+                              ("space in token", "t X", "0x20"),
+                              ("DEL in token", "t\x7f", "0x7f"),
+                              ("UTF-8 in token", "t\u00e9", "0xc3"),
+                              ("token over 1 KiB", "t" * 2000, "over 1024 bytes")):
+        srv = ahserver.CannedServer(ok_answer)
+        env = dict(os.environ, AGENTHOLD_URL="http://127.0.0.1:%d" % srv.port, AGENTHOLD_TOKEN=token,
+                   AGENTHOLD_CONFIG="")
+        try:
+            p = subprocess.run([cli, "ls"], env=env, capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+            err = p.stderr.decode("utf-8", "replace")
+            ok = p.returncode == 1 and want in err and "token" in err and srv.heard == b""
+            print("%s %-24s status %d: %s (server heard %d bytes)" % ("ok  " if ok else "FAIL", name,
+                  p.returncode, err.strip()[:160], len(srv.heard)))
+            if not ok:
+                failures.append(name)
+        finally:
+            srv.close()
+    # The same server with a good token: the command works (the cases above fail for their token).
+    srv = ahserver.CannedServer(ok_answer)
+    env = dict(os.environ, AGENTHOLD_URL="http://127.0.0.1:%d" % srv.port, AGENTHOLD_TOKEN="good-token",
+               AGENTHOLD_CONFIG="")
+    p = subprocess.run([cli, "ls"], env=env, capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+    srv.close()
+    if p.returncode != 0 or b"Authorization: Bearer good-token\r\n" not in srv.heard:
+        print("FAIL good token: status %d, heard %r" % (p.returncode, srv.heard[:300]))
+        failures.append("good token")
     print("e2e.cli_hostile_server: %s" % ("FAILED: " + ", ".join(failures) if failures else "all checks passed"))
     return 1 if failures else 0
 

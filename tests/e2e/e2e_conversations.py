@@ -48,6 +48,28 @@ proxy), and a runtime "plain" that names none.
              at the next permission; broken, the previous version stays;
              failing in its call, the compiled rule decides and the log
              says why
+  cli        `agenthold prompt` and `agenthold conversations` against the
+             server: the reply streamed to stdout, tool calls and the
+             permission on stderr, exit 0 at end_turn; --conversation
+             reuses the conversation (and its ACP session); `--` lets the
+             text start with a dash; --json one event a line; a turn that
+             fails (the harness exits) exits 1 with its error and stderr;
+             SIGINT cancels the turn (exit 130, the log's stop cancelled);
+             an unknown agent, another tenant's agent, an unknown
+             conversation exit 1 with the server's sentence; --help and
+             usage errors (exit 2)
+  override   an admin's harness override (field "harness" of create and
+             update): on the runtime "acp" the override's harness runs
+             instead of the example agent (its argv and environment in
+             its answer), the agent object shows its command and only
+             the names of its environment (the audit too); cleared
+             (null), the runtime's runs again after the next boot; on the
+             runtime "plain" (no harness) the override makes prompts
+             work; a tenant's token gets 403 with the sentence (API and
+             `agenthold create --harness`); hostile overrides (control
+             characters, an empty or blank command, 65 arguments, one of
+             4097 bytes, a huge environment, a bad name, unknown keys)
+             400 with the catalog's sentence, nothing made or changed
   hostile    malformed prompt bodies (not JSON, no text, a number, empty,
              a NUL, an unknown key) 400; a text over 256 KiB 413 naming
              the bound; a body over 1 MiB 413; bad paging 400; an unknown
@@ -134,6 +156,9 @@ def server():
         SERVER = ahlocal.Local(CTX, "conv", {"AGENTHOLD_CATALOG_PATH": cat,
                                              "AGENTHOLD_POLICY_LUA_DIR": LUA,
                                              "AGENTHOLD_SANDBOX_IDLE_CHECK_INTERVAL": "1s",
+                                             # its scenarios keep more than the 10 running a tenant may
+                                             "AGENTHOLD_LIMITS_TENANT_MAX_RUNNING": "40",
+                                             "AGENTHOLD_LIMITS_POOL_MAX_RUNNING": "40",
                                              "AGENTHOLD_CONVERSATIONS_PERMISSION_TIMEOUT": "2s"}).start()
         SERVER.ok("POST", "/api/v1/agents", body={"name": "a", "runtime": "acp"})
         SERVER.wait_state("a", ("running",))
@@ -403,6 +428,180 @@ def hostile():
     print("hostile: bodies refused; the text bound 262144 bytes")
 
 
+def cli():
+    srv = server()
+    rc, out, err = srv.cli("prompt", "a", "hello", "from", "the", "cli")
+    check(rc == 0 and "ACP Go Example Agent" in out, "prompt: the reply on stdout, exit 0: %d %r %r" % (rc, out, err))
+    lines = err.splitlines()
+    check(lines[0].startswith("conversation ") and len(lines[0].split()[1]) == 16, "prompt: the id first: %r" % err)
+    cid = lines[0].split()[1]
+    check("[tool] Reading project files (read)" in lines and "[permission] reject, decided by rule" in lines,
+          "prompt: the tool calls and the permission on stderr: %r" % lines)
+    ents = log(srv, cid)["entries"]
+    check(ents[0]["body"]["text"] == "hello from the cli" and ents[-1]["kind"] == "stop", "prompt: logged: %r"
+          % ents[:1])
+    session = log(srv, cid)["acp_session_id"]
+    rc, out, err = srv.cli("conversations", "a")
+    row = [ln for ln in out.splitlines() if ln.startswith(cid)]
+    check(rc == 0 and out.startswith("ID") and row and row[0].split()[1] == "idle" and session in row[0],
+          "conversations: a table with it, idle, its session: %d %r" % (rc, out))
+    rc, out, err = srv.cli("conversations", "a", "--json")
+    check(rc == 0 and any(c["id"] == cid for c in json.loads(out)), "conversations --json: %d %r" % (rc, err))
+    # --conversation: the same conversation and ACP session; after --, a dash is text.
+    rc, out, err = srv.cli("prompt", "a", "--conversation", cid, "--", "--not-an-option", "again")
+    check(rc == 0 and err.splitlines()[0] == "conversation " + cid, "--conversation: %d %r" % (rc, err))
+    j = log(srv, cid)
+    prompts = [e["body"]["text"] for e in j["entries"] if e["kind"] == "prompt"]
+    check(prompts == ["hello from the cli", "--not-an-option again"] and j["acp_session_id"] == session,
+          "--conversation: the second prompt in the same conversation and session: %r" % prompts)
+    rc, out, err = srv.cli("prompt", "a", "--json", "in", "json")
+    evs = [json.loads(ln) for ln in out.splitlines()]
+    check(rc == 0 and "conversation" in evs[0] and evs[-1]["kind"] == "stop"
+          and evs[-1]["body"]["stopReason"] == "end_turn" and any(e.get("kind") == "tool_call" for e in evs),
+          "--json: one event a line: %d %r" % (rc, evs[-1:]))
+    # A failed turn: the harness exits at once.
+    name, _ = hostile_agent(srv, "c-exit", "exit")
+    rc, out, err = srv.cli("prompt", name, "go")
+    check(rc == 1 and "[error] the harness exited with status 3" in err and "exiting at once" in err
+          and "agenthold prompt: the turn failed: the harness exited with status 3" in err,
+          "a failed turn exits 1 saying why, with the harness's stderr: %d %r" % (rc, err))
+    # SIGINT mid-turn cancels the turn and reads on to its stop.
+    env = dict(srv.env)
+    env["AGENTHOLD_TOKEN"] = srv.admin
+    p = subprocess.Popen([BIN, "prompt", "a", "--conversation", cid, "work", "then", "stop"], env=env,
+                         cwd=srv.dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs.append(p)
+    seen = []
+    for line in p.stderr:
+        seen.append(line)
+        if line.startswith("[tool]"):
+            p.send_signal(signal.SIGINT)
+            break
+    rest = p.communicate(timeout=30)[1]
+    check(p.returncode == 130 and "[cancel] cancelling the turn" in rest and "stop reason cancelled" in rest,
+          "SIGINT cancels the turn, exit 130: %r %r" % (p.returncode, seen + [rest]))
+    last = log(srv, cid)["entries"][-1]
+    check(last["kind"] == "stop" and last["body"]["stopReason"] == "cancelled" and log(srv, cid)["turn_state"] == "idle",
+          "the log ends with the stop cancelled: %r" % last)
+    # Refusals: the server's sentence, exit 1.
+    srv.call("POST", "/api/v1/tenants", body={"name": "clio"})
+    rc, tok, err = srv.cli("--tenant", "clio", "token", "create")
+    check(rc == 0, "a token of tenant clio: %r" % err)
+    tok = tok.strip()
+    for args, tk, says in ((("prompt", "nosuch", "hi"), None, "no agent named 'nosuch'"),
+                           (("conversations", "nosuch"), None, "no agent named 'nosuch'"),
+                           (("prompt", "a", "--conversation", "0123456789abcdef", "hi"), None,
+                            "no conversation '0123456789abcdef' of agent 'a'"),
+                           (("prompt", "a", "hi"), tok, "no agent named 'a'"),
+                           (("prompt", "a", "--conversation", cid, "hi"), tok, "no agent named 'a'"),
+                           (("conversations", "a"), tok, "no agent named 'a'")):
+        rc, out, err = srv.cli(*args, tok=tk) if tk else srv.cli(*args)
+        check(rc == 1 and says in err and not out, "%r: exit 1 saying %r: %d %r %r" % (args, says, rc, out, err))
+    # Help and usage.
+    for args in (("prompt", "--help"), ("help", "prompt"), ("conversations", "--help")):
+        rc, out, err = srv.cli(*args)
+        check(rc == 0 and out.startswith("usage: agenthold " + args[-1 if args[0] == "help" else 0]),
+              "%r: the usage: %d %r" % (args, rc, out))
+    for args, says in ((("prompt",), "needs NAME and TEXT"), (("prompt", "a"), "needs NAME and TEXT"),
+                       (("prompt", "a", "--bogus", "x"), "unknown option '--bogus'"),
+                       (("prompt", "a", "--conversation"), "--conversation needs a value"),
+                       (("conversations",), "needs NAME"), (("conversations", "a", "b"), "unexpected argument 'b'")):
+        rc, out, err = srv.cli(*args)
+        check(rc == 2 and says in err, "%r: exit 2 saying %r: %d %r" % (args, says, rc, err))
+    print("cli: prompt streamed, --conversation reused, a failed turn exit 1, SIGINT cancelled (130), refusals")
+
+
+def override():
+    srv = server()
+    hh = os.path.join(SRC, "tests", "e2e", "hostile_harness.py")
+    mine = {"command": [sys.executable, hh, "--whoami", "two words"],
+            "env": {"AH_OVERRIDE": "from the admin", "API_KEY": "not-to-be-shown"}}
+    shown = {"command": mine["command"], "env": ["AH_OVERRIDE", "API_KEY"]}
+
+    def texts(evs):
+        return [e["data"]["body"]["content"]["text"] for e in evs if e["event"] == "update"]
+    # On the runtime "acp": the override's harness runs instead of the example agent.
+    j = srv.ok("POST", "/api/v1/agents", body={"name": "ov", "runtime": "acp", "harness": mine})
+    check(j.get("harness") == shown and "not-to-be-shown" not in json.dumps(j),
+          "create: the agent shows the override's command and its variables' names only: %r" % j.get("harness"))
+    srv.wait_state("ov", ("running",))
+    cid = conv(srv, "ov")
+    evs = Stream(srv, cid, "who are you?", agent="ov").wait()
+    check(texts(evs) == ['whoami: argv=["--whoami", "two words"] AH_OVERRIDE=from the admin']
+          and evs[-1]["event"] == "stop" and evs[-1]["data"]["body"]["stopReason"] == "end_turn",
+          "the override's harness answered, with its argv and environment: %r" % texts(evs))
+    # Cleared: the runtime's harness from the next start of it on.
+    j = srv.ok("PATCH", "/api/v1/agents/ov", body={"harness": None})
+    check(srv.ok("GET", "/api/v1/agents/ov")["harness"] is None, "cleared: harness null")
+    rc, out, err = srv.cli("stop", "ov")
+    check(rc == 0, "stop: %r" % err)
+    evs = Stream(srv, cid, "and now?", agent="ov").wait()
+    check(any("ACP Go Example Agent" in x for x in texts(evs)) and evs[-1]["event"] == "stop",
+          "after the next boot the runtime's harness runs again: %r" % texts(evs)[:2])
+    # Set by an update, on the runtime that names no harness: prompts work.
+    srv.ok("POST", "/api/v1/agents", body={"name": "ov-plain", "runtime": "plain"})
+    srv.wait_state("ov-plain", ("running",))
+    pcid = conv(srv, "ov-plain")
+    status, j = srv.call("POST", "/api/v1/agents/ov-plain/conversations/%s/prompt" % pcid, body={"text": "hi"})
+    check(status == 409 and "names no harness" in j["error"], "no harness yet: %d %r" % (status, j))
+    j = srv.ok("PATCH", "/api/v1/agents/ov-plain", body={"harness": mine})
+    check(j.get("harness") == shown, "update: the override shown: %r" % j.get("harness"))
+    evs = Stream(srv, pcid, "hi", agent="ov-plain").wait()
+    check(texts(evs) and texts(evs)[0].startswith("whoami:"), "the override runs where the runtime names none: %r"
+          % [e["event"] for e in evs])
+    ops = srv.ok("GET", "/api/v1/operations?limit=1000&agent=ov-plain")["operations"]
+    upd = [o for o in ops if o["kind"] == "update"]
+    check(upd and "whoami" in upd[0]["detail"] and "not-to-be-shown" not in json.dumps(ops),
+          "the audit has the command, not the environment's values: %r" % upd[:1])
+    # A tenant's token: 403 with the sentence, on create and update, API and CLI.
+    rc, tok, err = srv.cli("--tenant", "default", "token", "create")
+    check(rc == 0, "a tenant token: %r" % err)
+    tok = tok.strip()
+    for method, path, body in (("POST", "/api/v1/agents", {"name": "ov-t", "runtime": "plain", "harness": mine}),
+                               ("PATCH", "/api/v1/agents/ov-plain", {"harness": mine}),
+                               ("PATCH", "/api/v1/agents/ov-plain", {"harness": None})):
+        status, j = srv.call(method, path, tok, body)
+        check(status == 403 and "field 'harness'" in j["error"] and "an admin's to set" in j["error"],
+              "a tenant's %s %s with harness: %d %r" % (method, path, status, j))
+    check(srv.call("GET", "/api/v1/agents/ov-t")[0] == 404, "nothing made by the refused create")
+    check(srv.ok("GET", "/api/v1/agents/ov-plain")["harness"] == shown, "nothing changed by the refused updates")
+    rc, out, err = srv.cli("create", "ov-t", "--runtime", "plain", "--harness", json.dumps(mine), tok=tok)
+    check(rc == 1 and "an admin's to set" in err, "agenthold create --harness as a tenant: %d %r" % (rc, err))
+    # The CLI as an admin.
+    rc, out, err = srv.cli("create", "ov-cli", "--runtime", "plain", "--no-wait", "--json", "--harness",
+                           json.dumps({"command": ["/bin/agent", "--acp"]}))
+    check(rc == 0 and json.loads(out)["harness"] == {"command": ["/bin/agent", "--acp"], "env": []},
+          "agenthold create --harness: %d %r %r" % (rc, out[-300:], err))
+    rc, out, err = srv.cli("create", "ov-cli2", "--harness", "{not json")
+    check(rc == 2 and "--harness wants a JSON object" in err, "--harness not JSON: %d %r" % (rc, err))
+    rc, out, err = srv.cli("create", "ov-cli2", "--harness", '{"command": []}')
+    check(rc == 1 and "harness.command" in err, "--harness refused by the server: %d %r" % (rc, err))
+    # Hostile overrides: the catalog's own sentences, nothing made or changed.
+    many_env = {"K%d" % i: "v" for i in range(65)}
+    for h, says in (("a string", "harness"), ({}, "harness.command\" must be a non-empty array"),
+                    ({"command": []}, "non-empty array"), ({"command": "agent"}, "non-empty array"),
+                    ({"command": [""]}, "item 0 must be a non-empty string"), ({"command": [1]}, "item 0"),
+                    ({"command": ["   "]}, "is blank"),
+                    ({"command": ["a\u001bb"]}, "control character"), ({"command": ["a", "x\ny"]}, "control character"),
+                    ({"command": ["a\u009bb"]}, "control character"),
+                    ({"command": ["a"], "env": {"K": "bell\u0007"}}, "control character"),
+                    ({"command": ["a"], "env": {"1K": "v"}}, "not a variable name"),
+                    ({"command": ["a"], "env": many_env}, "more than 64 entries"),
+                    ({"command": ["a"], "env": {"K": "v" * 1001}}, "at most 1000 bytes"),
+                    ({"command": ["a"], "env": ["K=v"]}, "harness.env"),
+                    ({"command": ["a"] * 65}, "at most 64"), ({"command": ["x" * 4097]}, "at most 4096 bytes"),
+                    ({"command": ["a"], "cwd": "/"}, "unknown field \"cwd\""), (["a"], "harness")):
+        status, j = srv.call("POST", "/api/v1/agents", body={"name": "ov-bad", "runtime": "plain", "harness": h})
+        check(status == 400 and says in j["error"], "create with harness %.80r: 400 saying %r: %d %r"
+              % (h, says, status, j))
+        status, j = srv.call("PATCH", "/api/v1/agents/ov-plain", body={"harness": h})
+        check(status == 400 and says in j["error"], "update with harness %.80r: %d %r" % (h, status, j))
+    check(srv.call("GET", "/api/v1/agents/ov-bad")[0] == 404
+          and srv.ok("GET", "/api/v1/agents/ov-plain")["harness"] == shown, "nothing made or changed")
+    print("override: the admin's harness ran instead of the runtime's; 403 for a tenant; %d hostile overrides "
+          "refused" % 19)
+
+
 def answer_of(evs):
     kinds = [e["event"] for e in evs]
     check("permission" in kinds, "a permission was asked: %r" % kinds)
@@ -517,6 +716,67 @@ def hostile_harness():
     print("hostile harness: one that never answers initialize ended after %.1f s" % took)
 
 
+def serve():
+    """The harness's own requests (hostile_harness.py "client"): fs/* and
+    terminal/* served in the home, the hostile ones refused with JSON-RPC
+    errors, each in the audit trail by path or command."""
+    srv = server()
+    name, cid = hostile_agent(srv, "s-client", "client")
+    evs = Stream(srv, cid, "go", agent=name).wait(90)
+    check(evs[-1]["event"] == "stop", "client: the turn ends with its stop: %r" % evs[-3:])
+    ups = [e["data"]["body"].get("content", {}).get("text", "") for e in evs if e["event"] == "update"]
+    check(len(ups) == 1, "client: one update with the answers: %r" % ups)
+    r = json.loads(ups[0])
+
+    def err(key, part):
+        e = r.get(key, {}).get("error", {})
+        check("result" not in r.get(key, {}) and part in e.get("message", ""),
+              "client: %s refused naming %r: %r" % (key, part, r.get(key)))
+    check(r["caps"].get("fs") == {"readTextFile": True, "writeTextFile": True} and r["caps"].get("terminal") is True,
+          "client: initialize advertised fs and terminal: %r" % r["caps"])
+    check(r["write"].get("result") == {} and r["on_disk"] == "hello\nworld\nthird\n",
+          "client: fs/write_text_file wrote the file: %r %r" % (r["write"], r["on_disk"]))
+    check(r["read"].get("result") == {"content": "hello\nworld\nthird\n"}, "client: read back: %r" % r["read"])
+    check(r["read_line"].get("result") == {"content": "world\n"}, "client: line 2, limit 1: %r" % r["read_line"])
+    err("dotdot", "'..'")
+    err("absolute", "not under /home/agent")
+    err("relative", "not under /home/agent")
+    err("symlink", "")
+    err("symlink_write", "")
+    err("huge_write", "over the 1048576")
+    err("huge_read", "over the 1048576")
+    err("missing", "")
+    check(r["create"].get("result", {}).get("terminalId", "").startswith("term-"), "client: a terminal: %r" % r["create"])
+    check(r["wait"].get("result") == {"exitCode": 3, "signal": None}, "client: wait_for_exit: %r" % r["wait"])
+    out = r["output"].get("result", {})
+    check("hi" in out.get("output", "") and "err" in out.get("output", "") and out.get("truncated") is False
+          and out.get("exitStatus", {}).get("exitCode") == 3, "client: terminal/output: %r" % out)
+    check(r["release"].get("result") == {}, "client: released: %r" % r["release"])
+    err("after_release", "no such terminal")
+    err("unknown", "no such terminal")
+    err("cwd_out", "not under /home/agent")
+    check(r["limited"]["truncated"] is True and 0 < r["limited"]["len"] <= 1000,
+          "client: outputByteLimit keeps the last 1000 bytes: %r" % r["limited"])
+    err("ninth", "too many terminals: 8")
+    check(r["kill"].get("result") == {} and r["killed"].get("result", {}).get("signal") == "SIGKILL",
+          "client: terminal/kill ends it by signal 9: %r %r" % (r["kill"], r["killed"]))
+    deadline = time.time() + 10
+    while True:
+        rows = srv.ok("GET", "/api/v1/operations?limit=1000&agent=" + name)["operations"]
+        if sum(o["kind"] == "harness.terminal.release" for o in rows) >= 9 or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    kinds = [(o["kind"], o["detail"], o["ok"]) for o in rows]
+    check(("harness.fs.write", "out.txt", True) in kinds and ("harness.fs.read", "out.txt", True) in kinds
+          and any(k == "harness.fs.read" and d == "/etc/passwd" and not ok for k, d, ok in kinds)
+          and any(k == "harness.terminal" and "exit 3" in (d or "") and ok for k, d, ok in kinds)
+          and not any("hello" in (o["detail"] or "") for o in rows),
+          "client: audited by path and command, never contents: %r" % kinds)
+    st = srv.ok("GET", "/api/v1/agents/%s" % name)
+    check(st.get("state") == "running", "client: the server and the agent run on: %r" % st.get("state"))
+    print("serve: fs/* and terminal/* served, %d hostile requests refused with JSON-RPC errors" % 12)
+
+
 def awake():
     srv = server()
     name, cid = hostile_agent(srv, "w-slow", "slow")
@@ -566,7 +826,7 @@ def restore():
 
 
 SCENARIOS = [("turn", turn), ("answer", answer), ("busy", busy_cancel), ("tenant", tenant), ("killed", killed),
-             ("noharness", noharness), ("hostile", hostile), ("harness", hostile_harness), ("policy", policy),
+             ("noharness", noharness), ("hostile", hostile), ("cli", cli), ("override", override), ("harness", hostile_harness), ("serve", serve), ("policy", policy),
              ("restore", restore), ("awake", awake),
              ("crash", crash)]
 

@@ -36,30 +36,18 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ahlocal  # noqa: E402
 import ahserver  # noqa: E402
 
-BIN = os.path.abspath(sys.argv[1])
-ONLY = set(sys.argv[2:])
-TMP = tempfile.mkdtemp(prefix="ah-e2e-homeread-")
-DATA = os.path.join(TMP, "data")
-LOG = os.path.join(TMP, "server.log")
-procs = []
-
-
-class Fail(Exception):
-    pass
-
-
-check = ahserver.Checks(Fail)
-API_PORT = ahserver.free_port(fail=Fail)
-TUNNEL_PORT = ahserver.free_port(avoid={API_PORT}, fail=Fail)
-ENV = ahserver.server_env(DATA, API_PORT, TUNNEL_PORT)
+CTX = ahlocal.context("ah-e2e-homeread-")
+BIN, ONLY, TMP, Fail, check = CTX.bin, CTX.only, CTX.tmp, CTX.fail, CTX.check
+SRV = ahlocal.Local(CTX, "main")
+DATA, API_PORT, ENV = SRV.data, SRV.port, SRV.env
 
 
 def token():
@@ -83,7 +71,7 @@ def start_server():
     if os.geteuid() == 0:
         drop = "-dac_override,-dac_read_search"
         wrap = ("setpriv", "--bounding-set", drop, "--inh-caps", drop)
-    ahserver.serve(BIN, ENV, LOG, cwd=TMP, procs=procs, fail=Fail, wrap=wrap)
+    SRV.start(wrap=wrap)
 
 
 def create(name, running):
@@ -467,7 +455,7 @@ def cleanup_locked():
 
 if __name__ == "__main__":
     try:
-        rc = ahserver.run(main, Fail, procs, TMP, LOG)
+        rc = ahserver.run(main, Fail, CTX.procs, TMP, CTX.log)
     finally:
         cleanup_locked()
         shutil.rmtree(TMP, ignore_errors=True)

@@ -61,6 +61,8 @@ def create(name, *extra):
     a = h.cli("create", name, "--runtime", RUNTIME, *extra)
     h.check(a["state"] == "running", "create %s waits for sandboxd's hello: %r (%s)"
             % (name, a["state"], a.get("error")))
+    h.check(a.get("no_freeze") == "the kubernetes driver has no pause: an idle agent is stopped at once",
+            "on kubernetes the agent says why it is never frozen: %r" % a.get("no_freeze"))
     print("create %s -> running in %.2f s" % (name, time.time() - t0))
     return a
 

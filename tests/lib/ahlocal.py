@@ -51,11 +51,12 @@ class Local:
         self.proc = None
         self.admin = None
 
-    def start(self):
+    def start(self, wrap=()):
+        """wrap: argv put before the binary (ahserver.serve's)."""
         with open(self.ctx.log, "a") as log:
             log.write("---- server %s ----\n" % self.dir)
         self.proc = ahserver.serve(self.ctx.bin, self.env, self.ctx.log, cwd=self.ctx.src,
-                                   procs=self.ctx.procs, fail=self.ctx.fail)
+                                   procs=self.ctx.procs, fail=self.ctx.fail, wrap=wrap)
         self.admin = ahserver.read_token(self.data)
         return self
 

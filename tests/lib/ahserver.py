@@ -74,13 +74,16 @@ def free_port(avoid=(), fail=RuntimeError, address="127.0.0.1"):
 def server_env(data, api_port, tunnel_port, driver="fake", tunnel_host="127.0.0.1",
                strip=True, extra=None):
     """The environment of `agenthold serve`: the caller's own, without any
-    AGENTHOLD_* it has (strip), plus the data dir, driver and listeners."""
+    AGENTHOLD_* it has (strip), plus the data dir, driver and listeners.
+    No warm pools (sandbox.warm_pool_max 0) unless extra asks for them: a
+    test counts the sandboxes it makes."""
     env = {k: v for k, v in os.environ.items() if not (strip and k.startswith("AGENTHOLD_"))}
     env.update({
         "AGENTHOLD_SERVER_DATA_DIR": data,
         "AGENTHOLD_SANDBOX_DRIVER": driver,
         "AGENTHOLD_SERVER_LISTEN": "127.0.0.1:%d" % api_port,
         "AGENTHOLD_SANDBOX_TUNNEL_LISTEN": "%s:%d" % (tunnel_host, tunnel_port),
+        "AGENTHOLD_SANDBOX_WARM_POOL_MAX": "0",
     })
     env.update(extra or {})
     return env
@@ -243,7 +246,8 @@ def request(port, method, path, body=None, token=None, headers=None, timeout=60)
     """One HTTP request to 127.0.0.1:port; returns (status, raw body).
     body: bytes as they are, a dict or list as JSON (with its
     Content-Type). token: sent as the bearer token. Connection errors are
-    raised to the caller."""
+    raised to the caller. With AH_OPENAPI_CHECK set, a JSON answer is
+    checked against docs/openapi.json (openapi_check below)."""
     h = {"Authorization": "Bearer " + token} if token else {}
     h.update(headers or {})
     if isinstance(body, (dict, list)):
@@ -253,9 +257,124 @@ def request(port, method, path, body=None, token=None, headers=None, timeout=60)
     try:
         c.request(method, path, body=body, headers=h)
         r = c.getresponse()
-        return r.status, r.read()
+        raw = r.read()
+        openapi_check(method, path, r.status, r.getheader("Content-Type", ""), raw)
+        return r.status, raw
     finally:
         c.close()
+
+
+# ---------------------------------------------------------------------
+# Every JSON answer against the OpenAPI document (AH_OPENAPI_CHECK=1, or
+# the path of another document): the operation of the request's method
+# and path in docs/openapi.json, the response of its status (else its
+# "default"), and the answer validated against that response's
+# application/json schema (python3-jsonschema, Draft 2020-12). A status
+# the operation does not document, a JSON answer where it documents
+# none, or an answer off its schema raises OpenAPIMismatch. Not checked:
+# answers that are not JSON (files, streams, metrics), the port links'
+# raw routes (the sandbox's own answers), and a 404 or 405 for a path no
+# route takes (the router's "no route"). At exit it says on stderr how
+# many answers it checked; AH_OPENAPI_SEEN=FILE appends to FILE a line
+# "METHOD /path/{template} status" for each answer checked.
+
+class OpenAPIMismatch(Exception):
+    pass
+
+
+_openapi = {}
+
+
+def _openapi_load():
+    if "ops" in _openapi:
+        return _openapi["ops"]
+    import atexit
+    import re
+    import jsonschema
+    where = os.environ.get("AH_OPENAPI_CHECK", "")
+    if where in ("1", "true", "yes"):
+        where = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "openapi.json")
+    with open(where) as f:
+        doc = json.load(f)
+    ops = []
+    for p, item in doc["paths"].items():
+        params = {}
+        for m, o in item.items():
+            for x in o.get("parameters", []) if isinstance(o, dict) else []:
+                x = _openapi_ref(doc, x)
+                if x.get("in") == "path":
+                    params[x["name"]] = x.get("x-agenthold-rest-of-path", False)
+        rx = "".join(("(?:.+)" if params.get(seg[1:-1]) else "[^/]+") if seg.startswith("{") else re.escape(seg)
+                     for seg in re.split(r"(\{[^}]+\})", p) if seg)
+        for m, o in item.items():
+            if m in ("get", "head", "post", "put", "patch", "delete", "options"):
+                ops.append((m.upper(), re.compile("^" + rx + "$"), p.count("{"), p, o))
+    ops.sort(key=lambda t: t[2])         # literal segments before captures, as the router's tables
+    _openapi.update(doc=doc, ops=ops, checked=0, jsonschema=jsonschema,
+                    resolver=jsonschema.RefResolver.from_schema(doc))
+
+    def said():
+        print("openapi: %d JSON answers checked against %s" % (_openapi["checked"], os.path.relpath(where)),
+              file=sys.stderr)
+    atexit.register(said)
+    return ops
+
+
+def _openapi_ref(doc, node):
+    while isinstance(node, dict) and "$ref" in node:
+        cur = doc
+        for part in node["$ref"][2:].split("/"):
+            cur = cur[part.replace("~1", "/").replace("~0", "~")]
+        node = cur
+    return node
+
+
+def openapi_check(method, path, status, content_type, raw):
+    """Checks one answer (see above) when AH_OPENAPI_CHECK is set."""
+    if os.environ.get("AH_OPENAPI_CHECK", "") in ("", "0"):
+        return
+    ops = _openapi_load()
+    doc = _openapi["doc"]
+    target = path.partition("?")[0]
+    found = next(((p, o) for m, rx, _, p, o in ops if m == method.upper() and rx.match(target)), None)
+    is_json = content_type.split(";")[0].strip() == "application/json"
+    if found is None:
+        if 200 <= status < 300:
+            raise OpenAPIMismatch("%s %s answered %d, and docs/openapi.json has no such operation"
+                                  % (method, target, status))
+        return                          # the router's 404/405 for no route
+    p, o = found
+    if o.get("x-agenthold-raw") or not is_json or method.upper() == "HEAD":
+        return
+    responses = o.get("responses", {})
+    r = responses.get(str(status)) or responses.get("%dXX" % (status // 100)) or responses.get("default")
+    if r is None:
+        raise OpenAPIMismatch("%s %s (%s) answered %d, which docs/openapi.json does not document (it has %s)"
+                              % (method, target, p, status, ", ".join(sorted(responses))))
+    r = _openapi_ref(doc, r)
+    schema = r.get("content", {}).get("application/json", {}).get("schema")
+    if schema is None:
+        raise OpenAPIMismatch("%s %s (%s) answered %d with JSON, and docs/openapi.json describes no JSON there"
+                              % (method, target, p, status))
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        raise OpenAPIMismatch("%s %s answered %d as application/json that is not JSON: %r"
+                              % (method, target, status, raw[:200]))
+    js = _openapi["jsonschema"]
+    errors = sorted(js.Draft202012Validator(schema, resolver=_openapi["resolver"]).iter_errors(answer),
+                    key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        raise OpenAPIMismatch("%s %s (%s) answered %d off docs/openapi.json's schema: %s at /%s (%d errors); "
+                              "the answer: %s" % (method, target, p, status, e.message,
+                                                  "/".join(map(str, e.absolute_path)), len(errors),
+                                                  raw[:400].decode(errors="replace")))
+    _openapi["checked"] += 1
+    seen = os.environ.get("AH_OPENAPI_SEEN")
+    if seen:                            # which operations and statuses the tests reach (a coverage list)
+        with open(seen, "a") as f:
+            f.write("%s %s %d\n" % (method.upper(), p, status))
 
 
 def download(port, path, token, chunk=1 << 20, pause=0.0, timeout=120):
@@ -287,6 +406,49 @@ def call_json(port, token, method, path, body=None, expect=200, check=None, time
     if expect is not None and check is not None:
         check(status == expect, "%s %s: %d (wanted %d): %r" % (method, path, status, expect, raw[:300]))
     return status, j
+
+
+class CannedServer:
+    """A hostile or fake HTTP server on a port of free_port(): each
+    connection's request head is read (and kept in .heard), then answer
+    (bytes, sent as they are) and the connection is closed. For the
+    clients' tests of what a server may send (e2e.cli_hostile_server,
+    client.python)."""
+    def __init__(self, answer):
+        import threading
+        self.answer = answer
+        self.heard = b""        # every request's bytes
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", free_port()))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.t = threading.Thread(target=self.serve, daemon=True)
+        self.t.start()
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                c.settimeout(10)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    more = c.recv(65536)
+                    if not more:
+                        break
+                    data += more
+                self.heard += data
+                c.sendall(self.answer)
+            except OSError:
+                pass
+            finally:
+                c.close()
+
+    def close(self):
+        self.sock.close()
 
 
 def stop_all(procs, seconds=10):
@@ -354,6 +516,22 @@ def verdict(procs, logs=()):
     return why
 
 
+def sanitizer_report(log, limit=12000):
+    """The first sanitizer or assertion report of log (from its first
+    such line, at most limit characters), so that a failure in CI shows
+    its stack; "" when there is none or the log cannot be read."""
+    try:
+        with open(log, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return ""
+    starts = [text.find(r) for r in REPORTS if text.find(r) >= 0]
+    if not starts:
+        return ""
+    start = text.rfind("\n", 0, min(starts)) + 1
+    return "--- %s, from its first report ---\n%s\n" % (log, text[start:start + limit])
+
+
 def run(main, fail, procs, tmp, log):
     """Runs main() and returns the exit status: 0, or 1 after fail (said
     on stderr with the end of the server's log), or when verdict() finds
@@ -376,9 +554,12 @@ def run(main, fail, procs, tmp, log):
             pass
     finally:
         stop_all(procs)
-        for why in verdict(procs, [log]):
+        whys = verdict(procs, [log])
+        for why in whys:
             print("FAIL: %s" % why, file=sys.stderr)
             rc = 1
+        if whys:
+            sys.stderr.write(sanitizer_report(log))
         shutil.rmtree(tmp, ignore_errors=True)
     return rc
 
@@ -416,6 +597,41 @@ def terminal(port, agent, token, line, done, seconds=30, while_open=None, early=
             if while_open and reason is None:
                 seen = while_open(out)
         return out, seen, reason
+    return asyncio.run(go())
+
+
+def term_session(uri, steps, fail, seconds=15):
+    """A terminal WebSocket at uri (a terminal that lasts: ?terminal=ID)
+    driven step by step: for each (send, want), sends send (bytes, or
+    None) and reads until want (bytes, or None: whatever comes within
+    0.3 s) shows in what came since the step began; fail(...) is raised
+    when it does not within seconds. Returns (everything received, the
+    first message, the server's close reason or None)."""
+    import asyncio
+    import websockets
+
+    async def go():
+        out, first = b"", None
+        async with websockets.connect(uri, open_timeout=60, close_timeout=5) as ws:
+            for send, want in steps:
+                if send is not None:
+                    await ws.send(send)
+                mark, end = len(out), time.time() + seconds
+                while time.time() < end and (want is None or want not in out[mark:]):
+                    try:
+                        m = await asyncio.wait_for(ws.recv(), timeout=0.3)
+                    except asyncio.TimeoutError:
+                        if want is None:
+                            break
+                        continue
+                    except websockets.exceptions.ConnectionClosed as e:
+                        return out, first, e.reason
+                    if isinstance(m, bytes):
+                        first = m if first is None else first
+                        out += m
+                if want is not None and want not in out[mark:]:
+                    raise fail("never saw %r; got %r" % (want, out[-600:]))
+        return out, first, None
     return asyncio.run(go())
 
 

@@ -52,6 +52,20 @@ int c_stop (ah_driver_t *d, const char *id, char **err)
     return c->inner->stop (c->inner, id, err);
 }
 
+int c_freeze (ah_driver_t *d, const char *id, char **err)
+{
+    counting_t *c = d->impl;
+    atomic_fetch_add (&c->freezes, 1);
+    return c->inner->freeze (c->inner, id, err);
+}
+
+int c_thaw (ah_driver_t *d, const char *id, char **err)
+{
+    counting_t *c = d->impl;
+    atomic_fetch_add (&c->thaws, 1);
+    return c->inner->thaw (c->inner, id, err);
+}
+
 int c_rebuild (ah_driver_t *d, const ah_sandbox_spec_t *spec, char **err)
 {
     counting_t *c = d->impl;
@@ -110,6 +124,68 @@ zsock_t *lc_client, *lc_watch;
 ah_store_t *lc_store;
 int64_t lc_req = 1;
 const char *lc_subscribers [] = { "watch", "sleeper", NULL };
+
+static ah_driver_t *s_fake;
+
+int lc_setup (const char *name, int tunnel_port)
+{
+    snprintf (lc_dir, sizeof lc_dir, "/tmp/%s-XXXXXX", name);
+    if (!mkdtemp (lc_dir)) {
+        perror ("mkdtemp");
+        return -1;
+    }
+    snprintf (lc_db_path, sizeof lc_db_path, "%s/agenthold.db", lc_dir);
+    lc_config = ah_config_new_defaults ();
+    free (lc_config->data_dir);
+    lc_config->data_dir = strdup (lc_dir);
+    free (lc_config->driver);
+    lc_config->driver = strdup ("fake");
+    free (lc_config->tunnel_listen);
+    lc_config->tunnel_listen = zsys_sprintf ("127.0.0.1:%d", tunnel_port);
+    free (lc_config->lua_dir);
+    lc_config->lua_dir = strdup (AH_SOURCE_DIR "/lua");
+
+    char *err = NULL;
+    lc_store = ah_store_open (lc_db_path, true, &err);
+    CHECK (lc_store != NULL);
+    s_fake = lc_store ? ah_driver_new (lc_config, &err) : NULL;
+    CHECK (s_fake != NULL && streq (s_fake->name, "fake"));
+    if (!lc_store || !s_fake) {
+        fprintf (stderr, "setup: %s\n", err ? err : "?");
+        free (err);
+        return -1;
+    }
+    lc_drv.inner = s_fake;
+    lc_drv.base = (ah_driver_t) { .name = "counting", .waits_for_hello = false,
+        .create = c_create, .start = c_start, .stop = c_stop, .rebuild = c_rebuild,
+        .destroy = c_destroy, .inspect = c_inspect, .list = c_list, .impl = &lc_drv,
+        .freeze = c_freeze, .thaw = c_thaw };
+
+    ah_bus_args_t bus_args = { NULL };
+    lc_bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
+    lc_client = ah_bus_connect ("api");
+    lc_watch = ah_bus_connect ("watch");
+    zsock_set_rcvtimeo (lc_client, 5000);
+    return 0;
+}
+
+static int s_rm (const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    return remove (path);
+}
+
+void lc_teardown (void)
+{
+    zactor_destroy (&lc_lifecycle);
+    zsock_destroy (&lc_client);
+    zsock_destroy (&lc_watch);
+    zactor_destroy (&lc_bus);
+    ah_store_close (&lc_store);
+    if (s_fake)
+        s_fake->destroy_driver (&s_fake);
+    ah_config_destroy (&lc_config);
+    nftw (lc_dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 void lc_start_lifecycle_with (int hello_timeout_ms, bool ensure_images)
 {

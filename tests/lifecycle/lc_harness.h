@@ -25,7 +25,7 @@
 typedef struct {
     ah_driver_t base;
     ah_driver_t *inner;
-    atomic_int creates, starts, stops, rebuilds, destroys;
+    atomic_int creates, starts, stops, rebuilds, destroys, freezes, thaws;
     atomic_int start_delay_ms;
     atomic_int reader_starts, reader_stops;
     atomic_int reader_stop_delay_ms;
@@ -53,11 +53,20 @@ int c_image_exists (ah_driver_t *d, const char *image, bool *exists, char **err)
 int c_start (ah_driver_t *d, const ah_boot_t *boot, char **err);
 int c_stop (ah_driver_t *d, const char *id, char **err);
 int c_rebuild (ah_driver_t *d, const ah_sandbox_spec_t *spec, char **err);
+int c_freeze (ah_driver_t *d, const char *id, char **err);
+int c_thaw (ah_driver_t *d, const char *id, char **err);
 int c_destroy (ah_driver_t *d, const char *id, char **err);
 int c_inspect (ah_driver_t *d, const char *id, ah_sandbox_status_t *st, char **err);
 int c_reader_start (ah_driver_t *d, const ah_boot_t *boot, char **err);
 int c_reader_stop (ah_driver_t *d, const char *id, char **err);
 int c_list (ah_driver_t *d, char ***ids, char **err);
+//  A temporary directory /tmp/<name>-XXXXXX (lc_dir), its database, a
+//  configuration (the fake driver, the tunnel on 127.0.0.1:tunnel_port,
+//  the source's lua/), the counting driver, the bus and the test's
+//  sockets ("api", "watch"); the actor is not started. 0 / -1.
+int lc_setup (const char *name, int tunnel_port);
+//  Everything lc_setup made, the actor and the directory too.
+void lc_teardown (void);
 void lc_start_lifecycle_with (int hello_timeout_ms, bool ensure_images);
 void lc_start_lifecycle (int hello_timeout_ms);
 ah_msg_t *lc_call (ah_msg_t *msg);
@@ -83,6 +92,7 @@ void test_destroy_during_start (void);
 void test_failure_and_retry (const char *id);
 void test_hello (const char *id);
 void test_idents (void);
+void test_freeze (const char *id);
 void test_image_gone (void);
 void test_malformed (void);
 void test_observed (const char *id);

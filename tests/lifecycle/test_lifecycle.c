@@ -558,50 +558,13 @@ void test_reader (const char *id)
     lc_drv.base.reader_stop = NULL;
 }
 
-static int s_rm (const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    return remove (path);
-}
-
 int main (void)
 {
     zsys_init ();
     zsys_handler_set (NULL);
-    snprintf (lc_dir, sizeof lc_dir, "/tmp/ah-lifecycle-XXXXXX");
-    if (!mkdtemp (lc_dir)) {
-        perror ("mkdtemp");
+    if (lc_setup ("ah-lifecycle", 18401))
         return 1;
-    }
-    snprintf (lc_db_path, sizeof lc_db_path, "%s/agenthold.db", lc_dir);
-    lc_config = ah_config_new_defaults ();
-    free (lc_config->data_dir);
-    lc_config->data_dir = strdup (lc_dir);
-    free (lc_config->driver);
-    lc_config->driver = strdup ("fake");
-    free (lc_config->tunnel_listen);
-    lc_config->tunnel_listen = strdup ("127.0.0.1:18401");
-    free (lc_config->lua_dir);
-    lc_config->lua_dir = strdup (AH_SOURCE_DIR "/lua");
-
-    char *err = NULL;
-    lc_store = ah_store_open (lc_db_path, true, &err);
-    CHECK (lc_store != NULL);
-    ah_driver_t *fake = ah_driver_new (lc_config, &err);
-    CHECK (fake != NULL && streq (fake->name, "fake"));
-    if (!lc_store || !fake) {
-        fprintf (stderr, "setup: %s\n", err ? err : "?");
-        return 1;
-    }
-    lc_drv.inner = fake;
-    lc_drv.base = (ah_driver_t) { .name = "counting", .waits_for_hello = false,
-        .create = c_create, .start = c_start, .stop = c_stop, .rebuild = c_rebuild,
-        .destroy = c_destroy, .inspect = c_inspect, .list = c_list, .impl = &lc_drv };
-
-    ah_bus_args_t bus_args = { NULL };
-    lc_bus = ah_actor_new (&ah_bus_actor, &bus_args, NULL);
-    lc_client = ah_bus_connect ("api");
-    lc_watch = ah_bus_connect ("watch");
-    zsock_set_rcvtimeo (lc_client, 5000);
+    lc_config->warm_pool_max = 0;           //  no warm pools here: test_lifecycle_pool.c has them
     lc_start_lifecycle (1000);
     zclock_sleep (50);
 
@@ -609,6 +572,7 @@ int main (void)
     test_idents ();
     char *id = test_create ();
     if (id) {
+        test_freeze (id);
         test_stop_and_concurrent_start (id);
         test_failure_and_retry (id);
         test_update_and_rebuild (id);
@@ -625,13 +589,6 @@ int main (void)
     test_preparing ();
     test_image_gone ();
 
-    zactor_destroy (&lc_lifecycle);
-    zsock_destroy (&lc_client);
-    zsock_destroy (&lc_watch);
-    zactor_destroy (&lc_bus);
-    ah_store_close (&lc_store);
-    fake->destroy_driver (&fake);
-    ah_config_destroy (&lc_config);
-    nftw (lc_dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+    lc_teardown ();
     return CHECK_DONE ();
 }

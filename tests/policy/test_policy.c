@@ -6,6 +6,7 @@
 #include "policy/values.h"
 #include "tests/common/check.h"
 #include "common/bounds.h"
+#include "proto/egress.h"
 #include <math.h>
 #include <msgpack.h>
 #include <string.h>
@@ -254,17 +255,9 @@ static void s_test_admit (ah_store_t *store)
     ah_policy_destroy (&policy);
 }
 
-static ah_msg_t *s_idle (ah_policy_t *policy, int64_t last, int turns, int terminals, double cpu)
+//  idle.lua's idle (sandbox, facts), both taken.
+static ah_msg_t *s_call_idle (ah_policy_t *policy, ah_msg_t *sandbox, ah_msg_t *facts)
 {
-    ah_msg_t *sandbox = ah_msg_new ("SANDBOX");
-    ah_msg_set_str (sandbox, "id", "aaaaaaaaaaaa");
-    ah_msg_t *facts = ah_msg_new ("FACTS");
-    ah_msg_set_int (facts, "now_ms", 1000000000);
-    ah_msg_set_int (facts, "last_activity_ms", last);
-    ah_msg_set_double (facts, "idle_minutes", 0.05);       //  3 s
-    ah_msg_set_int (facts, "turns", turns);
-    ah_msg_set_int (facts, "terminals", terminals);
-    ah_msg_set_double (facts, "cpu_share", cpu);
     ah_msg_t *result = NULL;
     char *err = NULL;
     CHECK (ah_policy_call (policy, "idle", sandbox, facts, &result, &err) == 0);
@@ -276,17 +269,113 @@ static ah_msg_t *s_idle (ah_policy_t *policy, int64_t last, int turns, int termi
     return result;
 }
 
+static ah_msg_t *s_idle (ah_policy_t *policy, int64_t last, int turns, int terminals, double cpu)
+{
+    ah_msg_t *sandbox = ah_msg_new ("SANDBOX");
+    ah_msg_set_str (sandbox, "id", "aaaaaaaaaaaa");
+    ah_msg_t *facts = ah_msg_new ("FACTS");
+    ah_msg_set_int (facts, "now_ms", 1000000000);
+    ah_msg_set_int (facts, "last_activity_ms", last);
+    ah_msg_set_double (facts, "idle_minutes", 0.05);       //  3 s
+    ah_msg_set_int (facts, "turns", turns);
+    ah_msg_set_int (facts, "terminals", terminals);
+    ah_msg_set_double (facts, "cpu_share", cpu);
+    return s_call_idle (policy, sandbox, facts);
+}
+
+//  A shipped script of the source tree's lua/, without a store; NULL said.
+static ah_policy_t *s_shipped (const char *script, const char *holder)
+{
+    char lua_dir [512];
+    snprintf (lua_dir, sizeof lua_dir, "%s/lua", AH_SOURCE_DIR);
+    char *err = NULL;
+    ah_policy_t *policy = ah_policy_new (lua_dir, script, holder, NULL, &err);
+    CHECK (policy != NULL);
+    if (!policy)
+        fprintf (stderr, "%s: %s\n", script, err ? err : "?");
+    free (err);
+    return policy;
+}
+
+//  idle.lua's ladder (issue 29): facts for a running or frozen sandbox,
+//  with freeze_minutes (< 0: not said) and whether the driver can pause.
+static ah_msg_t *s_ladder (ah_policy_t *policy, const char *state, int64_t last, int64_t frozen_at,
+                           double freeze_minutes, bool can_freeze, const char *tenant)
+{
+    ah_msg_t *sandbox = ah_msg_new ("SANDBOX");
+    ah_msg_set_str (sandbox, "id", "aaaaaaaaaaaa");
+    ah_msg_set_str (sandbox, "tenant", tenant);
+    ah_msg_t *facts = ah_msg_new ("FACTS");
+    ah_msg_set_int (facts, "now_ms", 1000000000);
+    ah_msg_set_int (facts, "last_activity_ms", last);
+    ah_msg_set_double (facts, "idle_minutes", 0.05);       //  3 s
+    ah_msg_set_str (facts, "state", state);
+    ah_msg_set_int (facts, "frozen_at_ms", frozen_at);
+    ah_msg_set_bool (facts, "can_freeze", can_freeze);
+    if (freeze_minutes >= 0)
+        ah_msg_set_double (facts, "freeze_minutes", freeze_minutes);
+    return s_call_idle (policy, sandbox, facts);
+}
+
+static void s_test_ladder (const char *lua_dir)
+{
+    ah_policy_t *policy = ah_policy_new (lua_dir, "idle.lua", "sleeper", NULL, NULL);
+    CHECK (policy != NULL);
+    if (!policy)
+        return;
+    const int64_t now = 1000000000, minute = 60000;
+    //  Idle and running: frozen first; stopped freeze_minutes after.
+    ah_msg_t *r = s_ladder (policy, "running", now - 10000, 0, 2, true, "t");
+    CHECK (r && ah_msg_bool (r, "idle", false));
+    CHECK_STR (ah_msg_str (r, "action"), "freeze");
+    CHECK (r && ah_msg_int (r, "sleeps_at_ms", 0) == now);
+    CHECK (r && ah_msg_int (r, "stops_at_ms", 0) == now + 2 * minute);
+    ah_msg_destroy (&r);
+    //  Not idle yet: both forecasts move with the idle time.
+    r = s_ladder (policy, "running", now - 1000, 0, 2, true, "t");
+    CHECK (r && !ah_msg_bool (r, "idle", true));
+    CHECK_STR (ah_msg_str (r, "action"), "freeze");
+    CHECK (r && ah_msg_int (r, "sleeps_at_ms", 0) == now + 2000);
+    CHECK (r && ah_msg_int (r, "stops_at_ms", 0) == now + 2000 + 2 * minute);
+    ah_msg_destroy (&r);
+    //  A driver without a pause (kubernetes) or freeze_minutes 0: stopped at once.
+    r = s_ladder (policy, "running", now - 10000, 0, 2, false, "t");
+    CHECK (r && ah_msg_bool (r, "idle", false));
+    CHECK_STR (ah_msg_str (r, "action"), "stop");
+    CHECK (r && ah_msg_int (r, "stops_at_ms", 0) == now);
+    ah_msg_destroy (&r);
+    r = s_ladder (policy, "running", now - 10000, 0, 0, true, "t");
+    CHECK_STR (ah_msg_str (r, "action"), "stop");
+    ah_msg_destroy (&r);
+    //  Not said: the shipped default, 10 minutes.
+    r = s_ladder (policy, "running", now - 10000, 0, -1, true, "t");
+    CHECK_STR (ah_msg_str (r, "action"), "freeze");
+    CHECK (r && ah_msg_int (r, "stops_at_ms", 0) == now + 10 * minute);
+    ah_msg_destroy (&r);
+    //  Frozen: stopped once freeze_minutes have passed since it was frozen,
+    //  whatever its last use (nothing in it runs).
+    r = s_ladder (policy, "frozen", now - 10000, now - minute, 2, true, "t");
+    CHECK (r && !ah_msg_bool (r, "idle", true));
+    CHECK_STR (ah_msg_str (r, "action"), "stop");
+    CHECK_STR (ah_msg_str (r, "why"), "frozen");
+    CHECK (r && ah_msg_int (r, "sleeps_at_ms", 0) == now + minute);
+    CHECK (r && ah_msg_int (r, "stops_at_ms", 0) == now + minute);
+    ah_msg_destroy (&r);
+    r = s_ladder (policy, "frozen", now - 10000, now - 2 * minute, 2, true, "t");
+    CHECK (r && ah_msg_bool (r, "idle", false));
+    CHECK_STR (ah_msg_str (r, "action"), "stop");
+    ah_msg_destroy (&r);
+    ah_policy_destroy (&policy);
+}
+
 static void s_test_idle_and_briefing (void)
 {
     char lua_dir [512];
     snprintf (lua_dir, sizeof lua_dir, "%s/lua", AH_SOURCE_DIR);
     char *err = NULL;
-    ah_policy_t *policy = ah_policy_new (lua_dir, "idle.lua", "sleeper", NULL, &err);
-    CHECK (policy != NULL);
-    if (!policy) {
-        free (err);
+    ah_policy_t *policy = s_shipped ("idle.lua", "sleeper");
+    if (!policy)
         return;
-    }
     const int64_t now = 1000000000;
     ah_msg_t *r = s_idle (policy, now - 10000, 0, 0, 0.01);
     CHECK (r && ah_msg_bool (r, "idle", false));
@@ -311,6 +400,7 @@ static void s_test_idle_and_briefing (void)
     CHECK (r && !ah_msg_bool (r, "idle", true));
     ah_msg_destroy (&r);
     ah_policy_destroy (&policy);
+    s_test_ladder (lua_dir);
 
     policy = ah_policy_new (lua_dir, "briefing.lua", "builder", NULL, &err);
     CHECK (policy != NULL);
@@ -654,6 +744,104 @@ static void s_test_values (ah_store_t *store)
     ah_config_destroy (&config);
 }
 
+//  lua/egress.lua on the facts the server gives it (proto/egress.c
+//  matches the lists): each verdict and the rule its sentence names.
+static ah_msg_t *s_egress (ah_policy_t *policy, bool needs_network, const char *host, int port)
+{
+    static const char *const runtime_list [] = { "deb.debian.org", "*.debian.org", "pypi.org:443" };
+    static const char *const allow [] = { "*.example.org", "10.77.0.0/16" };
+    static const char *const deny [] = { "evil.example.org" };
+    ah_msg_t *tenant = ah_msg_new ("TENANT"), *agent = ah_msg_new ("AGENT");
+    ah_msg_t *runtime = ah_msg_new ("RUNTIME"), *target = ah_msg_new ("TARGET");
+    ah_msg_set_str (tenant, "name", "acme");
+    ah_msg_set_str (agent, "id", "0123456789ab");
+    ah_msg_set_str (agent, "name", "a1");
+    ah_msg_set_str (runtime, "name", "debian");
+    ah_msg_set_bool (runtime, "needs_network", needs_network);
+    ah_msg_set_str (target, "host", host);
+    ah_msg_set_int (target, "port", port);
+    ah_msg_set_str (target, "kind", "connect");
+    const char *e = ah_egress_first (runtime_list, 3, host, port);
+    ah_msg_set_str (target, "runtime_entry", e ? e : "");
+    e = ah_egress_first (allow, 2, host, port);
+    ah_msg_set_str (target, "allow_entry", e ? e : "");
+    e = ah_egress_first (deny, 1, host, port);
+    ah_msg_set_str (target, "deny_entry", e ? e : "");
+    const ah_msg_t *args [4] = { tenant, agent, runtime, target };
+    ah_msg_t *result = NULL;
+    char *err = NULL;
+    CHECK (ah_policy_callv (policy, "decide", args, 4, &result, &err) == 0);
+    if (err)
+        fprintf (stderr, "  decide: %s\n", err);
+    free (err);
+    ah_msg_destroy (&tenant);
+    ah_msg_destroy (&agent);
+    ah_msg_destroy (&runtime);
+    ah_msg_destroy (&target);
+    return result;
+}
+
+static void s_expect_egress (ah_policy_t *policy, bool net, const char *host, int port, bool allow,
+                             const char *rule, const char *says)
+{
+    ah_msg_t *r = s_egress (policy, net, host, port);
+    CHECK (r && ah_msg_bool (r, "allow", !allow) == allow);
+    CHECK_STR (r ? ah_msg_str (r, "rule") : NULL, rule);
+    const char *why = r ? ah_msg_str (r, "why") : NULL;
+    if (!why || !strstr (why, says))
+        fprintf (stderr, "  %s:%d: why '%s' lacks '%s'\n", host, port, why ? why : "(none)", says);
+    CHECK (why && strstr (why, says));
+    ah_msg_destroy (&r);
+}
+
+static void s_test_egress (void)
+{
+    ah_policy_t *policy = s_shipped ("egress.lua", "tunnel");
+    if (!policy)
+        return;
+    s_expect_egress (policy, false, "deb.debian.org", 443, false, "needs_network", "no needs_network");
+    s_expect_egress (policy, true, "deb.debian.org", 443, true, "runtime egress", "entry 'deb.debian.org'");
+    s_expect_egress (policy, true, "security.debian.org", 80, true, "runtime egress", "'*.debian.org'");
+    s_expect_egress (policy, true, "debian.org", 443, false, "no entry", "neither runtime 'debian'");
+    s_expect_egress (policy, true, "pypi.org", 443, true, "runtime egress", "'pypi.org:443'");
+    s_expect_egress (policy, true, "pypi.org", 80, false, "no entry", "pypi.org:80");
+    s_expect_egress (policy, true, "www.example.org", 443, true, "tenant allow", "tenant 'acme'");
+    s_expect_egress (policy, true, "evil.example.org", 443, false, "tenant deny", "deny list");
+    s_expect_egress (policy, true, "10.77.1.2", 8080, true, "tenant allow", "'10.77.0.0/16'");
+    s_expect_egress (policy, true, "10.78.1.2", 8080, false, "no entry", "10.78.1.2:8080");
+    ah_policy_destroy (&policy);
+}
+
+//  lua/ports.lua's shipped rule (issue 30): private, whatever the port,
+//  saying why.
+static void s_test_ports (void)
+{
+    ah_policy_t *policy = s_shipped ("ports.lua", "api");
+    if (!policy)
+        return;
+    int ports [] = { 1, 80, 8000, 65535 };
+    for (size_t i = 0; i < sizeof ports / sizeof ports [0]; i++) {
+        ah_msg_t *mt = ah_msg_new ("TENANT"), *ma = ah_msg_new ("AGENT"), *mp = ah_msg_new ("PORT");
+        ah_msg_set_str (mt, "name", "acme");
+        ah_msg_set_str (ma, "id", "0123456789ab");
+        ah_msg_set_str (ma, "name", "web");
+        ah_msg_set_int (mp, "number", ports [i]);
+        const ah_msg_t *args [3] = { mt, ma, mp };
+        ah_msg_t *result = NULL;
+        char *err = NULL;
+        CHECK (ah_policy_callv (policy, "decide", args, 3, &result, &err) == 0);
+        CHECK (result && !ah_msg_bool (result, "allow", true));
+        const char *why = result ? ah_msg_str (result, "why") : NULL;
+        CHECK (why && strstr (why, "shipped rule: private") && strstr (why, "agent 'web'"));
+        free (err);
+        ah_msg_destroy (&result);
+        ah_msg_destroy (&mt);
+        ah_msg_destroy (&ma);
+        ah_msg_destroy (&mp);
+    }
+    ah_policy_destroy (&policy);
+}
+
 int main (void)
 {
     if (!mkdtemp (s_dir)) {
@@ -668,6 +856,8 @@ int main (void)
     if (store) {
         s_test_admit (store);
         s_test_idle_and_briefing ();
+        s_test_egress ();
+        s_test_ports ();
         s_test_reload (store);
         s_test_sandbox ();
         s_test_values (store);

@@ -349,6 +349,17 @@ static void test_protocol_errors (void)
         { { 0x02, 1, 'a', 0x82, 1, 'b' }, 6, NULL, false, 1002, "inside a fragmented" },
         { { 0x82, 127, 0, 0, 0, 0, 0, 0x20, 0, 0 }, 10, NULL, false, 1009, "message over 1048576 bytes" },
         { { 0 }, 124, two_frames, false, 1009, "message over 100 bytes" },
+        //  Close frames a peer may not send (RFC 6455 5.5.1, 7.4).
+        { { 0x88, 1, 0x03 }, 3, NULL, false, 1002, "close frame of one byte" },
+        { { 0x88, 2, 0x00, 0x00 }, 4, NULL, false, 1002, "close code 0 is not" },
+        { { 0x88, 2, 0x03, 0xe7 }, 4, NULL, false, 1002, "close code 999 is not" },
+        { { 0x88, 2, 0x03, 0xed }, 4, NULL, false, 1002, "close code 1005 is not" },
+        { { 0x88, 2, 0x03, 0xee }, 4, NULL, false, 1002, "close code 1006 is not" },
+        { { 0x88, 2, 0x03, 0xf7 }, 4, NULL, false, 1002, "close code 1015 is not" },
+        { { 0x88, 2, 0x07, 0xd0 }, 4, NULL, false, 1002, "close code 2000 is not" },
+        { { 0x88, 2, 0x13, 0x88 }, 4, NULL, false, 1002, "close code 5000 is not" },
+        { { 0x88, 4, 0x03, 0xe8, 0xc3, 0x28 }, 6, NULL, false, 1007, "reason is not UTF-8" },
+        { { 0x88, 3, 0x03, 0xe8, 0xff }, 5, NULL, false, 1007, "reason is not UTF-8" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         script_t script = { .head = S_101, .extra = cases [i].big ? cases [i].big : cases [i].bytes,

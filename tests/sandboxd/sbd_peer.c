@@ -71,6 +71,52 @@ void cb_closed (void *ud, uint32_t id, bool reset)
     }
 }
 
+int peer_up (peer_t *p)
+{
+    int sv [2];
+    CHECK (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    fcntl (sv [1], F_SETFL, O_NONBLOCK);
+    memset (p, 0, sizeof *p);
+    p->fd = sv [0];
+    ah_yamux_callbacks_t cb = { .output = cb_output, .on_data = cb_data, .on_eof = cb_eof,
+                                .on_closed = cb_closed };
+    p->y = ah_yamux_new (true, &cb, p);
+    return sv [1];
+}
+
+void peer_down (peer_t *p)
+{
+    ah_yamux_destroy (&p->y);
+    for (int i = 0; i < p->n; i++)
+        free (p->s [i].buf);
+    close (p->fd);
+    p->fd = -1;
+}
+
+void hello (peer_t *p)
+{
+    ah_msg_t *req = req_new ("hello");
+    ah_msg_set_int (req, "version", AH_PROTOCOL_VERSION);
+    ah_msg_t *r = simple (p, req);
+    CHECK (reply_ok (r));
+    ah_msg_destroy (&r);
+}
+
+ah_sandboxd_t *instance_start (const char *name, peer_t **p)
+{
+    ah_sandboxd_t *sbd = NULL;
+    *p = peer_start (name, 0, NULL, &sbd);
+    if (sbd)
+        hello (*p);
+    return sbd;
+}
+
+void instance_end (ah_sandboxd_t **sbd, peer_t **p)
+{
+    peer_finish (*p, sbd);
+    *p = NULL;
+}
+
 //  Read what the socket has (waiting up to ms) and feed it to yamux.
 int redial_pipe [2];
 
@@ -216,3 +262,40 @@ uint64_t fnv (const uint8_t *d, size_t n, uint64_t h)
     return h;
 }
 
+
+void peer_finish (peer_t *p, ah_sandboxd_t **sbd)
+{
+    peer_down (p);
+    int none = -1;
+    CHECK (write (redial_pipe [1], &none, sizeof none) == (ssize_t) sizeof none);
+    ah_sandboxd_stop (sbd);
+    free (p);
+    close (redial_pipe [0]);
+    close (redial_pipe [1]);
+    char cmd [PATH_MAX + 16];
+    snprintf (cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system (cmd) != 0) { }
+}
+
+peer_t *peer_start (const char *name, int egress_port, void (*on_open) (void *, uint32_t),
+                    ah_sandboxd_t **sbd)
+{
+    signal (SIGPIPE, SIG_IGN);
+    make_tree (name);
+    CHECK (pipe2 (redial_pipe, O_CLOEXEC) == 0);
+    int sv [2];
+    CHECK (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    fcntl (sv [1], F_SETFL, O_NONBLOCK);
+    peer_t *p = calloc (1, sizeof *p);
+    p->fd = sv [0];
+    ah_yamux_callbacks_t cb = { .output = cb_output, .on_data = cb_data, .on_eof = cb_eof,
+                                .on_closed = cb_closed, .on_open = on_open };
+    p->y = ah_yamux_new (true, &cb, p);
+    ah_sandboxd_opts_t opts = {
+        .agent_id = "agent-test", .home = home, .switch_user = false, .egress_port = egress_port,
+        .raw_transport = true, .raw_fd = sv [1], .raw_redial = redial,
+    };
+    *sbd = ah_sandboxd_start (&opts);
+    CHECK (*sbd != NULL);
+    return p;
+}

@@ -3,7 +3,9 @@
     recorded as they arrive, and helpers to open channels and wait for
     their replies; shared by test_sandboxd.c (hello, files, trees, hostile
     paths, argument types) and test_sandboxd_exec.c (exec, flow, pty,
-    stats, malformed frames, instances).                                 */
+    stats, malformed frames, instances), test_sandboxd_proc.c and
+    test_sandboxd_port.c (their instance started and ended by
+    instance_start and instance_end).                                  */
 #ifndef AH_TEST_SBD_PEER_H
 #define AH_TEST_SBD_PEER_H
 #include "sandboxd/sandboxd.h"
@@ -62,6 +64,19 @@ void make_tree (const char *name);
 extern int redial_pipe [2];
 int redial (void *ud);
 
+//  A connected peer: a yamux client on a fresh socketpair (p cleared);
+//  the other end, for the instance (opts.raw_fd or the redial).
+int peer_up (peer_t *p);
+//  Its session, streams and socket let go.
+void peer_down (peer_t *p);
+//  A run with the redial: make_tree (name), redial_pipe, a peer (*p,
+//  allocated) connected to a started instance that answered hello.
+ah_sandboxd_t *instance_start (const char *name, peer_t **p);
+//  The end of it: the peer down, the redial ended, the instance stopped,
+//  the pipe closed and the tree removed.
+void instance_end (ah_sandboxd_t **sbd, peer_t **p);
+void hello (peer_t *p);
+
 int64_t now_ms (void);
 tstream_t *find (peer_t *p, uint32_t id);
 void cb_output (void *ud, const uint8_t *d, size_t n);
@@ -80,6 +95,14 @@ bool reply_ok (ah_msg_t *r);
 const char *reply_code (ah_msg_t *r);
 bool file_exists (const char *dir, const char *name);
 uint64_t fnv (const uint8_t *d, size_t n, uint64_t h);
+//  A run over one socketpair with a redial pipe: the tree made, a peer
+//  (on_open: streams sandboxd opens), an instance started in *sbd
+//  (egress_port: its proxy, 0 none).
+peer_t *peer_start (const char *name, int egress_port, void (*on_open) (void *, uint32_t),
+                    ah_sandboxd_t **sbd);
+//  The end of a run over one socketpair with a redial pipe: the peer
+//  freed, the instance stopped (redial answered -1), the tree removed.
+void peer_finish (peer_t *p, ah_sandboxd_t **sbd);
 
 //  test_sandboxd.c
 void mkfile (const char *rel, const char *text);

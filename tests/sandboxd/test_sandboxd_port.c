@@ -232,47 +232,13 @@ static void test_refused (peer_t *p)
 
 int main (void)
 {
-    signal (SIGPIPE, SIG_IGN);
-    make_tree ("ah-sandboxd-port");
-    CHECK (pipe2 (redial_pipe, O_CLOEXEC) == 0);
-    int sv [2];
-    CHECK (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-    fcntl (sv [1], F_SETFL, O_NONBLOCK);
-    peer_t *p = calloc (1, sizeof *p);
-    p->fd = sv [0];
-    ah_yamux_callbacks_t cb = { .output = cb_output, .on_data = cb_data, .on_eof = cb_eof,
-                                .on_closed = cb_closed };
-    p->y = ah_yamux_new (true, &cb, p);
-    ah_sandboxd_opts_t opts = {
-        .agent_id = "agent-test", .home = home, .switch_user = false,
-        .raw_transport = true, .raw_fd = sv [1], .raw_redial = redial,
-    };
-    ah_sandboxd_t *sbd = ah_sandboxd_start (&opts);
-    CHECK (sbd != NULL);
-    ah_msg_t *req = req_new ("hello");
-    ah_msg_set_int (req, "version", AH_PROTOCOL_VERSION);
-    ah_msg_t *r = simple (p, req);
-    CHECK (reply_ok (r));
-    ah_msg_destroy (&r);
-
+    peer_t *p;
+    ah_sandboxd_t *sbd = instance_start ("ah-sandboxd-port", &p);
     test_echo (p);
     test_close_at_once (p);
     test_port_flow (p);
     test_refused (p);
     CHECK (!p->failed);
-
-    ah_yamux_destroy (&p->y);
-    for (int i = 0; i < p->n; i++)
-        free (p->s [i].buf);
-    close (p->fd);
-    int none = -1;
-    CHECK (write (redial_pipe [1], &none, sizeof none) == (ssize_t) sizeof none);
-    ah_sandboxd_stop (&sbd);
-    free (p);
-    close (redial_pipe [0]);
-    close (redial_pipe [1]);
-    char cmd [PATH_MAX + 16];
-    snprintf (cmd, sizeof cmd, "rm -rf %s", root);
-    if (system (cmd) != 0) { }
+    instance_end (&sbd, &p);
     return CHECK_DONE ();
 }

@@ -1,5 +1,5 @@
 /*  tests/sandboxd/test_sandboxd_proc.c: the proc channel (docs/tunnel.md,
-    "proc") against a real sandboxd instance (in-process, raw yamux over
+    "proc") and kept terminals (the pty channel with an "id") against a real sandboxd instance (in-process, raw yamux over
     socketpairs), its headers built and its replies read with the
     server's client code (proto/procchan.c): start, stdin and both
     outputs, a dropped connection and a redial, reattach by key with the
@@ -11,39 +11,6 @@
 #include <sys/wait.h>
 
 //  The redial: the instance blocks reading the next socket's number.
-
-//  A connected peer: yamux client on a fresh socketpair, the other end
-//  handed to the instance (first through opts, later through the redial).
-static int s_peer_up (peer_t *p)
-{
-    int sv [2];
-    CHECK (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-    fcntl (sv [1], F_SETFL, O_NONBLOCK);
-    memset (p, 0, sizeof *p);
-    p->fd = sv [0];
-    ah_yamux_callbacks_t cb = { .output = cb_output, .on_data = cb_data, .on_eof = cb_eof,
-                                .on_closed = cb_closed };
-    p->y = ah_yamux_new (true, &cb, p);
-    return sv [1];
-}
-
-static void s_peer_down (peer_t *p)
-{
-    ah_yamux_destroy (&p->y);
-    for (int i = 0; i < p->n; i++)
-        free (p->s [i].buf);
-    close (p->fd);
-    p->fd = -1;
-}
-
-static void s_hello (peer_t *p)
-{
-    ah_msg_t *req = req_new ("hello");
-    ah_msg_set_int (req, "version", AH_PROTOCOL_VERSION);
-    ah_msg_t *r = simple (p, req);
-    CHECK (reply_ok (r));
-    ah_msg_destroy (&r);
-}
 
 //  Open a proc stream; its reply parsed.
 static uint32_t s_open (peer_t *p, ah_msg_t *h, ah_procchan_reply_t *r)
@@ -156,13 +123,13 @@ static void test_detach (peer_t *p)
     //  A line whose answer comes after the connection is gone.
     s_send (p, id, AH_REC_STDIN, "two\nthree\n");
     pump (p, 20);
-    s_peer_down (p);
+    peer_down (p);
     usleep (1200 * 1000);
     CHECK (kill (pid, 0) == 0);                 //  still running, detached
 
-    int fd = s_peer_up (p);
+    int fd = peer_up (p);
     CHECK (write (redial_pipe [1], &fd, sizeof fd) == (ssize_t) sizeof fd);
-    s_hello (p);
+    hello (p);
     //  "from" beyond what it produced: refused.
     s_refused (p, ah_procchan_header ("harness", NULL, 0, NULL, 0, (int64_t) 1 << 40), "EINVAL",
                "\"from\"");
@@ -426,27 +393,198 @@ static void test_acp_agent (peer_t *p)
     fprintf (stderr, "acp agent: %.300s", g.out);
 }
 
+
+//  ---------------------------------------------------------------------
+//  Kept terminals (docs/tunnel.md, "pty"): a pty with an id outlives
+//  its stream and the connection; a ring holds what came meanwhile.
+
+static uint32_t s_term (peer_t *p, const char *tid, bool create, int cols, int rows,
+                        int64_t from, ah_procchan_reply_t *r)
+{
+    return s_open (p, ah_ptychan_header (tid, create, cols, rows, from), r);
+}
+
+static void test_term_kept (peer_t *p)
+{
+    ah_procchan_reply_t r;
+    //  Attach to nothing: ENOENT; create: a shell.
+    s_refused (p, ah_ptychan_header ("t1", false, 0, 0, -1), "ENOENT", "no terminal");
+    uint32_t id = s_term (p, "t1", true, 80, 24, -1, &r);
+    CHECK (r.ok && r.pid > 0 && !r.attached);
+    pid_t pid = (pid_t) r.pid;
+    s_refused (p, ah_ptychan_header ("t1", true, 80, 24, -1), "EEXIST", "already");
+    got_t g = s_got ();
+    s_send (p, id, AH_REC_STDIN, "echo hello-$((6*7))\n");
+    CHECK (s_collect (p, id, "hello-42", &g, 5000));
+    //  Output that comes after the stream went (RST: detach).
+    s_send (p, id, AH_REC_STDIN, "sleep 0.5; echo later-$((2*3))\n");
+    pump (p, 50);
+    ah_yamux_reset (p->y, id);
+    for (int i = 0; i < 20; i++)
+        pump (p, 50);
+    CHECK (kill (pid, 0) == 0);
+    uint64_t had = g.bytes;
+    id = s_term (p, "t1", false, 0, 0, (int64_t) had, &r);
+    CHECK (r.ok && r.attached && r.pid == pid && r.offset == (int64_t) had && r.lost == 0);
+    CHECK (r.buffered > 0);
+    g = s_got ();
+    CHECK (s_collect (p, id, "later-6", &g, 5000));
+    had += g.bytes;
+    //  The connection lost and redialled: the shell is still there.
+    peer_down (p);
+    usleep (300 * 1000);
+    CHECK (kill (pid, 0) == 0);
+    int fd = peer_up (p);
+    CHECK (write (redial_pipe [1], &fd, sizeof fd) == (ssize_t) sizeof fd);
+    hello (p);
+    //  A reattach with a size: the pty takes it.
+    id = s_term (p, "t1", false, 100, 30, -1, &r);
+    CHECK (r.ok && r.attached && r.pid == pid);
+    g = s_got ();
+    s_send (p, id, AH_REC_STDIN, "stty size\n");
+    CHECK (s_collect (p, id, "30 100", &g, 5000));
+    //  The opener's FIN detaches too: FIN back, the shell runs on.
+    ah_yamux_close (p->y, id);
+    tstream_t *s = find (p, id);
+    CHECK (s && wait_until (p, &s->eof, 5000));
+    CHECK (kill (pid, 0) == 0);
+    //  From 0: the whole history (under the ring's bound).
+    id = s_term (p, "t1", false, 0, 0, 0, &r);
+    CHECK (r.ok && r.offset == 0 && r.lost == 0);
+    g = s_got ();
+    CHECK (s_collect (p, id, "30 100", &g, 5000));
+    CHECK (strstr (g.out, "hello-42") && strstr (g.out, "later-6"));
+    //  KILL ends it: hang-up, EXIT, the id free.
+    s_send (p, id, AH_REC_KILL, NULL);
+    CHECK (s_collect (p, id, NULL, &g, 8000));
+    CHECK (g.signal == SIGHUP || g.signal == SIGKILL || g.status >= 0);
+    CHECK (kill (pid, 0) != 0 || errno == EPERM);
+    s_refused (p, ah_ptychan_header ("t1", false, 0, 0, -1), "ENOENT", "no terminal");
+}
+
+//  A flood while nobody is attached: read on into the ring (the shell is
+//  not blocked), the last AH_PTYCHAN_RING bytes replayed, the rest lost.
+static void test_term_ring (peer_t *p)
+{
+    ah_procchan_reply_t r;
+    uint32_t id = s_term (p, "flood", true, 80, 24, -1, &r);
+    CHECK (r.ok);
+    s_send (p, id, AH_REC_STDIN, "stty -echo; head -c 1000000 /dev/zero; "
+            "echo; echo done-$((40+2))\n");
+    pump (p, 50);
+    ah_yamux_reset (p->y, id);
+    for (int i = 0; i < 60; i++)
+        pump (p, 50);
+    id = s_term (p, "flood", false, 0, 0, 0, &r);
+    CHECK (r.ok && r.attached && r.lost > 0);
+    CHECK (r.buffered > 0 && r.buffered <= (int64_t) AH_PTYCHAN_RING);
+    //  The NULs are counted, not kept: the end shows after them.
+    got_t g = s_got ();
+    size_t zeros = 0;
+    tstream_t *s = find (p, id);
+    int64_t until = now_ms () + 5000;
+    while (s && !strstr (g.out, "done-42") && now_ms () < until) {
+        s_take_records (s, &g, &zeros);
+        pump (p, 50);
+    }
+    CHECK (strstr (g.out, "done-42") != NULL);
+    CHECK (zeros > 0 && zeros < AH_PTYCHAN_RING);
+    s_send (p, id, AH_REC_KILL, NULL);
+    CHECK (s_collect (p, id, NULL, &g, 8000));
+}
+
+//  At most 32 kept terminals; hostile arguments.
+static void test_term_hostile (peer_t *p)
+{
+    ah_procchan_reply_t r;
+    uint32_t ids [AH_PTYCHAN_KEPT_MAX];
+    for (int i = 0; i < AH_PTYCHAN_KEPT_MAX; i++) {
+        char tid [16];
+        snprintf (tid, sizeof tid, "c%d", i);
+        ids [i] = s_term (p, tid, true, 80, 24, -1, &r);
+        CHECK (r.ok);
+    }
+    s_refused (p, ah_ptychan_header ("c99", true, 80, 24, -1), "EAGAIN", "32 terminals");
+    //  ptys lists them all (ids, pids, attached).
+    {
+        ah_msg_t *m = simple (p, req_new ("ptys"));
+        CHECK (reply_ok (m));
+        size_t size = 0;
+        const void *raw = ah_msg_raw (m, "terminals", &size);
+        msgpack_unpacked u;
+        msgpack_unpacked_init (&u);
+        CHECK (raw && msgpack_unpack_next (&u, raw, size, NULL) == MSGPACK_UNPACK_SUCCESS);
+        CHECK (u.data.type == MSGPACK_OBJECT_ARRAY && u.data.via.array.size == AH_PTYCHAN_KEPT_MAX);
+        int seen = 0;
+        for (uint32_t i = 0; i < u.data.via.array.size; i++) {
+            msgpack_object *o = &u.data.via.array.ptr [i];
+            CHECK (o->type == MSGPACK_OBJECT_MAP && o->via.map.size == 5);
+            msgpack_object *id = &o->via.map.ptr [0].val;
+            seen += id->type == MSGPACK_OBJECT_STR && id->via.str.size >= 2 && id->via.str.ptr [0] == 'c';
+        }
+        CHECK (seen == AH_PTYCHAN_KEPT_MAX);
+        msgpack_unpacked_destroy (&u);
+        ah_msg_destroy (&m);
+    }
+    //  A proc key of the same name is another table.
+    s_refused (p, ah_procchan_header ("c0", NULL, 0, NULL, 0, -1), "ENOENT", "no process");
+    for (int i = 0; i < AH_PTYCHAN_KEPT_MAX; i++) {
+        s_send (p, ids [i], AH_REC_KILL, NULL);
+        got_t g = s_got ();
+        CHECK (s_collect (p, ids [i], NULL, &g, 8000));
+        ah_yamux_close (p->y, ids [i]);
+    }
+    pump (p, 100);
+    uint32_t id = s_term (p, "c99", true, 80, 24, -1, &r);
+    CHECK (r.ok);
+    s_refused (p, ah_ptychan_header ("c99", false, 0, 0, (int64_t) 1 << 40), "EINVAL", "\"from\"");
+    //  A second stream takes it over: the first is reset.
+    uint32_t id2 = s_term (p, "c99", false, 0, 0, -1, &r);
+    CHECK (r.ok && r.attached);
+    tstream_t *s = find (p, id);
+    CHECK (s && wait_until (p, &s->closed, 5000) && s->reset);
+    s_send (p, id2, AH_REC_KILL, NULL);
+    got_t g = s_got ();
+    CHECK (s_collect (p, id2, NULL, &g, 8000));
+    CHECK (ah_ptychan_header ("../x", true, 80, 24, -1) == NULL);
+    CHECK (ah_ptychan_header ("", true, 80, 24, -1) == NULL);
+    const char *bad [] = { "../x", "a b", "k\n",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad [0]; i++) {
+        ah_msg_t *h = req_new ("pty");
+        ah_msg_set_str (h, "id", bad [i]);
+        ah_msg_set_bool (h, "create", true);
+        s_refused (p, h, "EINVAL", "\"id\"");
+    }
+    ah_msg_t *h = req_new ("pty");
+    ah_msg_set_int (h, "id", 7);
+    s_refused (p, h, "EINVAL", "\"id\" must be a string");
+    h = req_new ("pty");
+    ah_msg_set_str (h, "id", "z");
+    ah_msg_set_int (h, "create", 1);
+    s_refused (p, h, "EINVAL", "\"create\" must be a boolean");
+    int64_t sizes [][2] = { { 0, 24 }, { 80, -1 }, { 100000, 24 }, { 80, 1001 } };
+    for (size_t i = 0; i < 4; i++) {
+        h = ah_ptychan_header ("z", true, 1, 1, -1);
+        ah_msg_set_int (h, "cols", sizes [i][0]);
+        ah_msg_set_int (h, "rows", sizes [i][1]);
+        s_refused (p, h, "EINVAL", "cols and rows");
+    }
+}
+
 int main (void)
 {
-    signal (SIGPIPE, SIG_IGN);
-    make_tree ("ah-sandboxd-proc");
-    CHECK (pipe2 (redial_pipe, O_CLOEXEC) == 0);
-
-    peer_t *p = calloc (1, sizeof *p);
-    int fd = s_peer_up (p);
-    ah_sandboxd_opts_t opts = {
-        .agent_id = "agent-test", .home = home, .switch_user = false,
-        .raw_transport = true, .raw_fd = fd, .raw_redial = redial,
-    };
-    ah_sandboxd_t *sbd = ah_sandboxd_start (&opts);
-    CHECK (sbd != NULL);
-    s_hello (p);
+    peer_t *p;
+    ah_sandboxd_t *sbd = instance_start ("ah-sandboxd-proc", &p);
 
     test_detach (p);
     test_exit_detached (p);
     test_takeover_kill (p);
     test_bound (p);
     test_hostile (p);
+    test_term_kept (p);
+    test_term_ring (p);
+    test_term_hostile (p);
     test_acp_agent (p);
     CHECK (!p->failed);
 
@@ -457,16 +595,7 @@ int main (void)
     CHECK (r.ok);
     ah_yamux_reset (p->y, id);
     pump (p, 50);
-    s_peer_down (p);
-    int none = -1;
-    CHECK (write (redial_pipe [1], &none, sizeof none) == (ssize_t) sizeof none);
-    ah_sandboxd_stop (&sbd);
+    instance_end (&sbd, &p);
     CHECK (kill ((pid_t) r.pid, 0) != 0);
-    free (p);
-    close (redial_pipe [0]);
-    close (redial_pipe [1]);
-    char cmd [PATH_MAX + 16];
-    snprintf (cmd, sizeof cmd, "rm -rf %s", root);
-    if (system (cmd) != 0) { }
     return CHECK_DONE ();
 }

@@ -196,6 +196,48 @@ static void test_index_shorter (const char *lua)
     s_pair_end (index, store, dir);
 }
 
+//  The frozen tier's memory ceiling: frozen sandboxes counted at their
+//  memory limits; past the ceiling the longest-frozen are stopped first,
+//  until what stays frozen is within it; running ones never count; an
+//  agent already asked is not asked again; no ceiling, nobody.
+static void test_ceiling (const char *lua)
+{
+    char dir [64], db [128], cmd [160];
+    snprintf (dir, sizeof dir, "/tmp/ah-test-sleeper-ceiling-XXXXXX");
+    CHECK (mkdtemp (dir) != NULL);
+    snprintf (db, sizeof db, "%s/c.db", dir);
+    char *err = NULL;
+    ah_store_t *store = ah_store_open (db, true, &err);
+    CHECK (store != NULL);
+    const char *ids [] = { "new", "old", "mid", "run" };
+    const int64_t frozen_at [] = { T - 1000, T - 3000, T - 2000, 0 };
+    const int mb [] = { 512, 1024, 512, 4096 };
+    for (int i = 0; i < 4; i++) {
+        s_sql (store, "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, created_at)"
+               " VALUES ('%s', 'n-%s', 'img', 1, %d, 1, %lld)", ids [i], ids [i], mb [i], (long long) T);
+        char at [32] = "NULL";
+        if (frozen_at [i])
+            snprintf (at, sizeof at, "%lld", (long long) frozen_at [i]);
+        s_sql (store, "INSERT INTO sandboxes (agent_id, state, image, cpus, memory_mb, updated_at, frozen_at)"
+               " VALUES ('%s', '%s', 'img', 1, %d, %lld, %s)", ids [i], frozen_at [i] ? "frozen" : "running",
+               mb [i], (long long) T, at);
+    }
+    ah_sleeper_index_t *index = ah_sleeper_index_new (db, lua, &err);
+    CHECK (index != NULL);
+    CHECK (ah_sleeper_index_ceiling (index, 0) == 0);           //  no ceiling
+    CHECK (ah_sleeper_index_ceiling (index, 2048) == 0);        //  2048 held: within
+    //  Within 1000: old (1024) then mid (512) go, new (512) stays.
+    CHECK (ah_sleeper_index_ceiling (index, 1000) == 2);
+    CHECK (ah_sleeper_index_ceiling (index, 1000) == 0);        //  asked already
+    //  Lower: new goes too (old and mid count as going, not asked again).
+    CHECK (ah_sleeper_index_ceiling (index, 100) == 1);
+    ah_sleeper_index_destroy (&index);
+    ah_store_close (&store);
+    free (err);
+    snprintf (cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK (system (cmd) == 0);
+}
+
 //  The due index against the truth (a full pass of a new index at the
 //  same clock, on a copy of the database), over random activity (told or
 //  not), sleeps, wakes, creates, destroys, idle_minutes updates and
@@ -410,6 +452,7 @@ int main (void)
     ah_config_t *config = ah_config_new_defaults ();
     free (config->lua_dir);
     config->lua_dir = strdup (lua);
+    config->freeze_minutes = 0;             //  the stop rule here; the ladder: s_test_ladder
     zactor_t *bus = ah_actor_new (&ah_bus_actor, &(ah_bus_args_t) { NULL }, NULL);
     s_api = ah_bus_connect ("api");
     s_lifecycle = ah_bus_connect ("lifecycle");
@@ -595,6 +638,7 @@ int main (void)
 
     test_index_random (AH_SOURCE_DIR "/lua");     //  the shipped idle.lua (the copy is broken now)
     test_index_shorter (AH_SOURCE_DIR "/lua");
+    test_ceiling (AH_SOURCE_DIR "/lua");
 
     zactor_destroy (&sleeper);
     zsock_destroy (&s_api);

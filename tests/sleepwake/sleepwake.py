@@ -228,6 +228,8 @@ def s_untouched():
         a = agent("lazy")
     check(a["sleeps_at"] is not None, "no sleeps_at for a running agent: %s" % a)
     check(a["awake_because"] == "recent use", "awake_because %r" % a["awake_because"])
+    check(a["no_freeze"] == "the fake driver does not freeze: an idle agent is stopped at once",
+          "the fake driver's agent says why it is never frozen: %r" % a["no_freeze"])
     predicted = ms(a["sleeps_at"])
     check(abs(predicted - (ms(a["last_activity_at"]) + IDLE_S)) < 1.5,
           "sleeps_at %s is not last activity %s + 3 s" % (a["sleeps_at"], a["last_activity_at"]))

@@ -16,38 +16,24 @@
 #include "config/config.h"
 #include "store/store.h"
 #include "../common/check.h"
+#include "tunnel_test.h"
 #include "tests/common/actor_probe.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdarg.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define AGENT "a1b2c3d4e5f6"
 
-static char s_dir [256];
-static char s_db [300];
 static char s_url [128];
 static char s_token [AH_TOKEN_HEX];
 static int s_req = 1;
 
-static void s_sql (const char *fmt, ...)
-{
-    char sql [1024];
-    va_list ap;
-    va_start (ap, fmt);
-    vsnprintf (sql, sizeof sql, fmt, ap);
-    va_end (ap);
-    char *err = NULL;
-    ah_store_t *st = ah_store_open (s_db, false, &err);
-    if (!st || ah_store_exec (st, sql, &err)) {
-        fprintf (stderr, "sql failed: %s: %s\n", sql, err ? err : "?");
-        CHECK (false);
-    }
-    free (err);
-    ah_store_close (&st);
-}
 
 static char *s_client_end (FILE *f);
 
@@ -60,23 +46,6 @@ static char *s_client (const char *agent, const char *token, const char *mode, c
     return s_client_end (popen (cmd, "r"));
 }
 
-//  Next message of type on sock within ms (others are printed and skipped).
-static ah_msg_t *s_expect (zsock_t *sock, const char *type, int ms)
-{
-    int64_t end = zclock_mono () + ms;
-    while (zclock_mono () < end) {
-        zsock_set_rcvtimeo (sock, (int) (end - zclock_mono ()) + 1);
-        ah_msg_t *m = ah_msg_recv (sock, true, NULL);
-        if (!m)
-            continue;
-        if (streq (ah_msg_type (m), type))
-            return m;
-        fprintf (stderr, "(skipped %s while waiting for %s)\n", ah_msg_type (m), type);
-        ah_msg_destroy (&m);
-    }
-    fprintf (stderr, "no %s within %d ms\n", type, ms);
-    return NULL;
-}
 
 //  Nothing at all arrives on sock within ms.
 static bool s_quiet (zsock_t *sock, int ms)
@@ -480,20 +449,10 @@ static void s_pipe_refusals (zsock_t *api)
 
 int main (void)
 {
-    zsys_init ();
-    zsys_handler_set (NULL);
-    snprintf (s_dir, sizeof s_dir, "/tmp/ah-test-tunnel-XXXXXX");
-    if (!mkdtemp (s_dir))
-        return 1;
-    snprintf (s_db, sizeof s_db, "%s/agenthold.db", s_dir);
     char home [300];
-    snprintf (home, sizeof home, "%s/home", s_dir);
-    mkdir (home, 0700);
+    if (s_setup ("tunnel", home, sizeof home))
+        return 1;
 
-    char *err = NULL;
-    ah_store_t *st = ah_store_open (s_db, true, &err);
-    CHECK (st != NULL);
-    ah_store_close (&st);
     ah_token_new (s_token);
     char hash [AH_TOKEN_HEX];
     ah_token_hash (s_token, hash);
@@ -507,11 +466,7 @@ int main (void)
     zsock_t *lifecycle = ah_bus_connect ("lifecycle");
     zsock_t *api = ah_bus_connect ("api");
     zsock_t *sleeper = ah_bus_connect ("sleeper");
-    ah_config_t *config = ah_config_new_defaults ();
-    free (config->tunnel_listen);
-    config->tunnel_listen = strdup ("127.0.0.1:0");
-    free (config->data_dir);
-    config->data_dir = strdup (s_dir);
+    ah_config_t *config = s_config ();
     //  The default configuration (the docker driver, tunnel_listen auto):
     //  the unix socket alone, no TCP listener (PORT says 0). Started
     //  and stopped before the test's own (it takes the bus name over).
@@ -819,6 +774,7 @@ int main (void)
     CHECK (m && ah_msg_int (m, "chan", 0) == chan && !ah_msg_has (m, "error"));
     ah_msg_destroy (&m);
 
+
     //  6. Kick: the sandbox is stopping; sandboxd's redials are refused.
     h = s_header ("exec", NULL);
     ah_msg_set_str (h, "cmd", "sleep 30");
@@ -938,9 +894,5 @@ int main (void)
     zsock_destroy (&lifecycle);
     zactor_destroy (&bus);
     ah_config_destroy (&config);
-    char rm [400];
-    snprintf (rm, sizeof rm, "rm -rf '%s'", s_dir);
-    if (system (rm))
-        fprintf (stderr, "could not remove %s\n", s_dir);
-    return CHECK_DONE ();
+    return s_teardown ();
 }

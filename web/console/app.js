@@ -181,7 +181,7 @@ window.addEventListener("hashchange", route);
 
 function route() {
   if (!csrf) { show("signin"); return; }
-  const m = /^#\/agent\/([0-9a-f]{12})(?:\/(terminal|files|log|briefing))?$/.exec(location.hash);
+  const m = /^#\/agent\/([0-9a-f]{12})(?:\/(terminal|files|log|briefing))?(?:\/(t[0-9a-f]{12}))?$/.exec(location.hash);
   const leaving = view.name === "agent" && (!m || m[1] !== view.id);
   if (leaving) closeTerminal();
   if (location.hash === "#/files") {
@@ -204,7 +204,8 @@ function route() {
   }
   if (m) {
     const first = view.name !== "agent" || view.id !== m[1];
-    view = { name: "agent", id: m[1], tab: m[2] || (view.id === m[1] ? view.tab : "terminal") };
+    view = { name: "agent", id: m[1], tab: m[2] || (view.id === m[1] ? view.tab : "terminal"),
+             term: m[3] || (view.id === m[1] ? view.term : null) };
     if (first) dir = ".";
     show("agent");
     renderAgentPage(first);
@@ -704,6 +705,20 @@ function closeTerminal() {
 
 term.onData((s) => { if (sendKeys) sendKeys(s); });
 
+// The terminal lasts (docs/api.md "Terminals that last"): the one the
+// URL names (#/agent/ID/terminal/TID, so a reload reattaches to it and
+// gets its screen), else this agent's newest console terminal that still
+// runs, else a new one. Leaving the page does not end it.
+async function consoleTerminal(id, cols, rows) {
+  const { terminals } = await api("GET", `${agentPath(id)}/terminals`);
+  const live = terminals.filter((t) => !["exited", "ended"].includes(t.state));
+  if (view.term && live.some((t) => t.id === view.term)) return view.term;
+  const mine = live.filter((t) => t.title === "console");
+  if (mine.length) return mine[0].id;
+  const made = await api("POST", `${agentPath(id)}/terminals`, { cols, rows, title: "console" });
+  return made.id;
+}
+
 let opening = 0;                // the latest openTerminal call
 async function openTerminal() {
   closeTerminal();
@@ -714,23 +729,29 @@ async function openTerminal() {
   term.reset();
   const { cols, rows } = term.fit();
   term.resize(cols, rows);
-  let ticket;
+  let ticket, tid;
+  // A terminal made or attached on an agent that is not running wakes it
+  // (the POST waits for it): say so before, not once the socket opens.
+  const waking = a && a.state !== "running";
+  say("term-status", waking ? `${a.name} is ${a.state}: waking it…` : "Connecting…");
   try {
+    tid = await consoleTerminal(id, cols, rows);
     ({ ticket } = await api("POST", `${agentPath(id)}/terminal/ticket`));
     if (mine !== opening || view.id !== id) return;
+    view.term = tid;
+    history.replaceState(null, "", `#/agent/${id}/terminal/${tid}`);
   } catch (err) {
     say("term-status", `The terminal could not open: ${err.message}`, true);
     $("term-reconnect").hidden = false;
     return;
   }
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const ws = new WebSocket(`${scheme}//${location.host}/console/terminal/${id}?ticket=${encodeURIComponent(ticket)}&cols=${cols}&rows=${rows}`);
+  const ws = new WebSocket(`${scheme}//${location.host}/console/terminal/${id}?ticket=${encodeURIComponent(ticket)}&terminal=${tid}&cols=${cols}&rows=${rows}`);
   ws.binaryType = "arraybuffer";
   socket = ws;
-  say("term-status", a && a.state !== "running" ? `${a.name} is ${a.state}: waking it…` : "Connecting…");
   ws.addEventListener("open", () => {
     if (socket !== ws) return;
-    if (!(a && a.state !== "running")) say("term-status", "Connected.");
+    if (!waking) say("term-status", "Connected.");
     sendKeys = (s) => { if (ws.readyState === WebSocket.OPEN) ws.send(encoder.encode(s)); };
     term.focus();
   });
@@ -743,6 +764,7 @@ async function openTerminal() {
     if (socket !== ws) return;
     socket = null;
     sendKeys = null;
+    if (e.code === 1000 || e.code === 1011) view.term = null;   // it ended: Reconnect makes another
     say("term-status", e.code === 1000 ? `The terminal closed: ${e.reason || "the shell ended"}.`
                                        : `The connection dropped (${e.code}${e.reason ? `: ${e.reason}` : ""}).`, e.code !== 1000);
     $("term-reconnect").textContent = "Reconnect";

@@ -1,0 +1,341 @@
+/*  actors/tunnel_egress.c: the server's side of the egress channel
+    (docs/egress.md, docs/tunnel.md "egress"): a stream sandboxd opened
+    for a connection of its proxy. The request is checked again here
+    (sandboxd is hostile like anything else), decided, and every
+    attempt goes to the audit trail (OP_RECORD kind "egress").
+
+    Each request is decided by lua/egress.lua (docs/policy.md) on the
+    agent's tenant and runtime, the runtime's catalog `egress` list and
+    the tenant's lists (read from tenant_egress for each request, so an
+    admin's change applies to the next one). A refusal says the rule's
+    sentence (EACCES, which the agent's client reads as the proxy's
+    403); so does a sandbox at its cap of connections out (EAGAIN, 503).
+    An allowed one goes to tunnel_egress_relay.c: resolved, each address
+    checked (proto/egress.c), connected in a worker, then carried. The
+    catalog is read once, at the actor's start.                        */
+#include "actors/tunnel_int.h"
+#include "catalog/catalog.h"
+#include "common/log.h"
+#include "common/str.h"
+#include "policy/policy.h"
+#include "proto/channel.h"
+#include "proto/egress.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ah_tun_egress_answer (conn_t *conn, chan_t *chan, const char *code, const char *error,
+                          const char *address)
+{
+    ah_msg_t *reply = ah_msg_new ("");
+    ah_msg_set_bool (reply, "ok", error == NULL);
+    if (error) {
+        ah_msg_set_str (reply, "code", code);
+        ah_msg_set_str (reply, "error", error);
+    }
+    else
+        ah_msg_set_str (reply, "address", address ? address : "");
+    uint8_t *hdr = NULL;
+    size_t size = 0;
+    int rc = -1;
+    if (ah_chan_header_encode (reply, &hdr, &size) == 0
+    &&  ah_yamux_write (conn->yamux, chan->stream, hdr, size) == (ssize_t) size) {
+        rc = 0;
+        if (error)
+            ah_yamux_close (conn->yamux, chan->stream);
+    }
+    free (hdr);
+    ah_msg_destroy (&reply);
+    return rc;
+}
+
+void ah_tun_egress_record (self_t *self, const char *agent_id, const char *kind, const char *detail,
+                           bool ok, const char *error, int64_t bytes)
+{
+    ah_msg_t *m = ah_msg_new ("OP_RECORD");
+    ah_msg_set_str (m, "agent_id", agent_id);
+    ah_msg_set_str (m, "actor", "sandbox");
+    ah_msg_set_str (m, "kind", kind);
+    ah_msg_set_str (m, "detail", detail);
+    ah_msg_set_bool (m, "ok", ok);
+    if (error)
+        ah_msg_set_str (m, "error", error);
+    if (bytes >= 0)
+        ah_msg_set_int (m, "bytes", bytes);
+    ah_actor_send (self->actor, "recorder", &m);
+}
+
+ah_tun_egress_counts_t *ah_tun_egress_counts (self_t *self, const char *tenant)
+{
+    if (!self->egress_counts || !tenant || !*tenant)
+        return NULL;
+    ah_tun_egress_counts_t *c = (ah_tun_egress_counts_t *) zhashx_lookup (self->egress_counts, tenant);
+    if (!c && (c = (ah_tun_egress_counts_t *) calloc (1, sizeof *c))
+    &&  zhashx_insert (self->egress_counts, tenant, c)) {
+        free (c);
+        c = NULL;
+    }
+    return c;
+}
+
+static void s_counts_free (void **item)
+{
+    free (*item);
+    *item = NULL;
+}
+
+void ah_tun_egress_init (self_t *self, const ah_config_t *config)
+{
+    if ((self->egress_counts = zhashx_new ()))
+        zhashx_set_destructor (self->egress_counts, s_counts_free);
+    char *err = NULL;
+    if (config && config->catalog_path && !(self->catalog = ah_catalog_load (config->catalog_path, &err))) {
+        self->egress_broken = ah_strf ("the catalog could not be read: %s", err ? err : "?");
+        free (err);
+        err = NULL;
+    }
+    if (!(self->egress_rule = ah_policy_new (config ? config->lua_dir : NULL, "egress.lua", AREA,
+                                             self->store, &err)) && !self->egress_broken)
+        self->egress_broken = ah_strf ("lua/egress.lua could not be loaded: %s", err ? err : "?");
+    free (err);
+    if (self->egress_broken)
+        ah_warn (AREA, "egress: %s; every egress request is refused", self->egress_broken);
+    self->egress_max = config ? (int) config->egress_max_connections : 256;
+    self->egress_connect_ms = config ? (int) (config->egress_connect_timeout_s * 1000) : 10000;
+}
+
+void ah_tun_egress_destroy (self_t *self)
+{
+    ah_policy_destroy (&self->egress_rule);
+    ah_catalog_destroy (&self->catalog);
+    free (self->egress_broken);
+    self->egress_broken = NULL;
+    zhashx_destroy (&self->egress_counts);
+}
+
+#define S_LIST_MAX  256             //  a tenant's list as the API keeps it
+
+//  The tenant's allow or deny list into out (copies: s_list_free).
+static size_t s_tenant_list (self_t *self, const char *tenant, const char *list, char **out)
+{
+    size_t n = 0;
+    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT entry FROM tenant_egress"
+                                         " WHERE tenant = :tenant AND list = :list ORDER BY pos");
+    if (st && !ah_store_bind_text (st, ":tenant", tenant) && !ah_store_bind_text (st, ":list", list))
+        while (n < S_LIST_MAX && ah_store_step (self->store, st) == SQLITE_ROW) {
+            const char *e = (const char *) sqlite3_column_text (st, 0);
+            if (e && (out [n] = strdup (e)))
+                n++;
+        }
+    if (st)
+        sqlite3_reset (st);
+    return n;
+}
+
+static void s_list_free (char **list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free (list [i]);
+}
+
+//  The lists a request was decided on (s_lists_free).
+typedef struct {
+    const ah_runtime_t *rt;         //  NULL: an image outside the catalog
+    char *allow [S_LIST_MAX], *deny [S_LIST_MAX];
+    size_t n_allow, n_deny;
+} lists_t;
+
+static void s_lists_free (lists_t *l)
+{
+    s_list_free (l->allow, l->n_allow);
+    s_list_free (l->deny, l->n_deny);
+    l->n_allow = l->n_deny = 0;
+}
+
+//  lua/egress.lua's verdict for agent_id asking for host:port; its
+//  sentence (or why it could not be asked) into why; the lists it read
+//  into l (the caller frees them, s_lists_free).
+typedef struct {
+    char tenant [128], name [128], runtime [128];
+} agent_row_t;
+
+//  The agent's row; false when there is none.
+static bool s_agent (self_t *self, const char *agent_id, agent_row_t *row)
+{
+    memset (row, 0, sizeof *row);
+    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT tenant, name, runtime FROM agents WHERE id = :id");
+    bool found = st && !ah_store_bind_text (st, ":id", agent_id) && ah_store_step (self->store, st) == SQLITE_ROW;
+    if (found) {
+        const char *t = (const char *) sqlite3_column_text (st, 0), *a = (const char *) sqlite3_column_text (st, 1);
+        const char *r = (const char *) sqlite3_column_text (st, 2);
+        snprintf (row->tenant, sizeof row->tenant, "%s", t ? t : "default");
+        snprintf (row->name, sizeof row->name, "%s", a ? a : "");
+        snprintf (row->runtime, sizeof row->runtime, "%s", r ? r : "");
+    }
+    if (st)
+        sqlite3_reset (st);
+    return found;
+}
+
+static bool s_decide (self_t *self, const char *agent_id, const agent_row_t *row, const char *host,
+                      bool literal, int port, const char *kind, char *why, size_t why_size, lists_t *l)
+{
+    if (self->egress_broken || !self->egress_rule) {
+        snprintf (why, why_size, "egress refused: %s", self->egress_broken ? self->egress_broken : "no rule");
+        return false;
+    }
+    if (!row) {
+        snprintf (why, why_size, "egress refused: agent '%s' is not known", agent_id);
+        return false;
+    }
+    const char *tenant = row->tenant, *name = row->name, *runtime = row->runtime;
+    const ah_runtime_t *rt = *runtime && self->catalog ? ah_catalog_find (self->catalog, runtime) : NULL;
+    l->rt = rt;
+    l->n_allow = s_tenant_list (self, tenant, "allow", l->allow);
+    l->n_deny = s_tenant_list (self, tenant, "deny", l->deny);
+    const char *rt_entry = rt ? ah_egress_first ((const char *const *) rt->egress, rt->egress_count, host, port) : NULL;
+    const char *allow_entry = ah_egress_first ((const char *const *) l->allow, l->n_allow, host, port);
+    const char *deny_entry = ah_egress_first ((const char *const *) l->deny, l->n_deny, host, port);
+
+    ah_msg_t *mt = ah_msg_new ("TENANT"), *ma = ah_msg_new ("AGENT"), *mr = ah_msg_new ("RUNTIME");
+    ah_msg_t *mg = ah_msg_new ("TARGET");
+    ah_msg_set_str (mt, "name", tenant);
+    ah_msg_set_str (ma, "id", agent_id);
+    ah_msg_set_str (ma, "name", name);
+    ah_msg_set_str (mr, "name", *runtime ? runtime : "(an image outside the catalog)");
+    ah_msg_set_bool (mr, "needs_network", rt && rt->needs_network);
+    ah_msg_set_str (mg, "host", host);
+    ah_msg_set_int (mg, "port", port);
+    ah_msg_set_bool (mg, "literal", literal);
+    ah_msg_set_str (mg, "kind", kind);
+    ah_msg_set_str (mg, "runtime_entry", rt_entry ? rt_entry : "");
+    ah_msg_set_str (mg, "allow_entry", allow_entry ? allow_entry : "");
+    ah_msg_set_str (mg, "deny_entry", deny_entry ? deny_entry : "");
+    const ah_msg_t *args [4] = { mt, ma, mr, mg };
+    ah_msg_t *result = NULL;
+    char *err = NULL;
+    bool allowed = false;
+    if (ah_policy_callv (self->egress_rule, "decide", args, 4, &result, &err) == 0) {
+        allowed = ah_msg_bool (result, "allow", false);
+        const char *w = ah_msg_str (result, "why");
+        snprintf (why, why_size, "%s", w && *w ? w : allowed ? "allowed by lua/egress.lua"
+                                                               : "egress refused by lua/egress.lua");
+    }
+    else {
+        //  A script that fails refuses: nothing goes out (docs/egress.md).
+        ah_warn (AREA, "egress.lua did not decide (%s): refused", err ? err : "?");
+        snprintf (why, why_size, "egress refused: lua/egress.lua failed (%.200s)", err ? err : "?");
+    }
+    free (err);
+    ah_msg_destroy (&result);
+    ah_msg_destroy (&mt);
+    ah_msg_destroy (&ma);
+    ah_msg_destroy (&mr);
+    ah_msg_destroy (&mg);
+    return allowed;
+}
+
+//  An allowed request: within the sandbox's cap, handed to the relay
+//  (answered once it connected or failed); else refused here. true when
+//  the relay has it.
+static bool s_start (self_t *self, chan_t *chan, const char *host, int port, bool literal,
+                     const char *detail, const char *why_rule, lists_t *l,
+                     const uint8_t *early, size_t early_size, char *error, size_t error_size,
+                     const char **code, ah_tun_egress_counts_t *counts)
+{
+    conn_t *conn = chan->conn;
+    if (conn->egress_open >= self->egress_max) {
+        *code = "EAGAIN";
+        snprintf (error, error_size, "egress refused: this sandbox has %d connections out already, the "
+                  "most it may have at once (sandbox.egress_max_connections)", conn->egress_open);
+        return false;
+    }
+    //  The admin's entries that may name an address: the runtime's
+    //  catalog list and the tenant's allow list open one, the tenant's
+    //  deny list refuses one (ah_egress_addr_names keeps to those that
+    //  name an address or a range).
+    const char *open [2 * S_LIST_MAX];
+    size_t n_open = 0;
+    for (size_t i = 0; l->rt && i < l->rt->egress_count && n_open < S_LIST_MAX; i++)
+        open [n_open++] = l->rt->egress [i];
+    for (size_t i = 0; i < l->n_allow; i++)
+        open [n_open++] = l->allow [i];
+    ah_tun_egress_req_t req = {
+        .host = host, .port = port, .literal = literal, .detail = detail, .why = why_rule,
+        .open = open, .n_open = n_open, .deny = (const char *const *) l->deny, .n_deny = l->n_deny,
+        .counts = counts,
+    };
+    *code = "EIO";
+    return ah_tun_egress_start (self, chan, &req, early, early_size, error, error_size) == 0;
+}
+
+void ah_tun_egress (self_t *self, chan_t *chan, const ah_msg_t *req, const uint8_t *early,
+                    size_t early_size)
+{
+    conn_t *conn = chan->conn;
+    const char *ch = ah_msg_str (req, "ch");
+    const char *host = ah_msg_str (req, "host");
+    const char *kind = ah_msg_str (req, "kind");
+    int64_t port = ah_msg_int (req, "port", 0);
+    char norm [AH_EGRESS_HOST_MAX + 1] = "";
+    bool literal = false;
+    const char *why = NULL;
+    const char *code = "EACCES";
+    char error [900], detail [AH_EGRESS_HOST_MAX + 40];
+    //  Counted on the agent's tenant (an agent without a row: nowhere).
+    agent_row_t row;
+    bool known = s_agent (self, conn->agent_id, &row);
+    ah_tun_egress_counts_t *counts = known ? ah_tun_egress_counts (self, row.tenant) : NULL;
+    if (!ch || strcmp (ch, "egress")) {
+        snprintf (error, sizeof error, "sandboxd opened a stream for channel '%.32s': only egress is "
+                  "opened by sandboxd", ch ? ch : "?");
+        ah_warn (AREA, "agent '%s': %s; reset", conn->agent_id, error);
+        ah_yamux_reset (conn->yamux, chan->stream);
+        ah_tun_chan_free (self, chan);
+        return;
+    }
+    //  An IPv6 literal comes without brackets (docs/tunnel.md); the
+    //  grammar takes it with them.
+    char bracketed [AH_EGRESS_HOST_MAX + 3] = "";
+    if (host && strchr (host, ':') && strlen (host) <= AH_EGRESS_HOST_MAX) {
+        snprintf (bracketed, sizeof bracketed, "[%s]", host);
+        host = bracketed;
+    }
+    if (!host || ah_egress_host (host, strlen (host), norm, &literal, &why)
+    ||  port < 1 || port > 65535 || !kind || (strcmp (kind, "connect") && strcmp (kind, "http"))) {
+        snprintf (error, sizeof error, "egress refused: a malformed request from sandboxd (%s)",
+                  !host ? "no host" : why ? why : port < 1 || port > 65535 ? "port out of range" : "kind");
+        snprintf (detail, sizeof detail, "(malformed)");
+        code = "EINVAL";
+    }
+    else {
+        snprintf (detail, sizeof detail, strchr (norm, ':') ? "[%s]:%d (%s)" : "%s:%d (%s)", norm,
+                  (int) port, kind);
+        char why_rule [300];
+        lists_t lists = { 0 };
+        bool allow = s_decide (self, conn->agent_id, known ? &row : NULL, norm, literal, (int) port, kind,
+                               why_rule, sizeof why_rule, &lists);
+        if (!allow)
+            snprintf (error, sizeof error, "%s", why_rule);
+        bool started = allow && s_start (self, chan, norm, (int) port, literal, detail, why_rule, &lists,
+                                         early, early_size, error, sizeof error, &code, counts);
+        s_lists_free (&lists);
+        if (started) {
+            ah_debug (AREA, "agent '%s': egress %s: %s; connecting", conn->agent_id, detail, why_rule);
+            return;                 //  the relay answers, records and ends it
+        }
+    }
+    ah_debug (AREA, "agent '%s': egress %s: %s", conn->agent_id, detail, error);
+    //  Nobody reads what came after the request: given back to the window.
+    if (early_size)
+        ah_yamux_consumed (conn->yamux, chan->stream, early_size);
+    if (ah_tun_egress_answer (conn, chan, code, error, NULL))
+        ah_yamux_reset (conn->yamux, chan->stream);
+    ah_tun_egress_record (self, conn->agent_id, "egress", detail, false, error, -1);
+    if (counts && streq (code, "EIO"))
+        counts->failed++;           //  let through, but the relay could not take it
+    else if (counts)
+        counts->denied++;
+    ah_tun_chan_free (self, chan);
+}
