@@ -143,6 +143,10 @@ ROUTES = [
     ("POST", "/api/v1/agents/alice/turns", b"{}"),
     ("POST", "/api/v1/agents/alice/conversations", b"{}"),
     ("GET", "/api/v1/agents/alice/conversations", None),
+    ("POST", "/api/v1/agents/alice/terminals", b'{"cols":80,"rows":24}'),
+    ("GET", "/api/v1/agents/alice/terminals", None),
+    ("GET", "/api/v1/agents/alice/terminals/t0123456789ab", None),
+    ("DELETE", "/api/v1/agents/alice/terminals/t0123456789ab", None),
     ("GET", "/api/v1/agents/alice/conversations/0123456789abcdef?after=0&limit=10", None),
     ("POST", "/api/v1/agents/alice/conversations/0123456789abcdef/prompt", b'{"text":"hi"}'),
     ("POST", "/api/v1/agents/alice/conversations/0123456789abcdef/cancel", b"{}"),
@@ -164,6 +168,25 @@ ROUTES = [
     ("GET", "/api/v1/agents/alice/tree?path=keep", None),
     ("GET", "/api/v1/files?q=keep", None),
     ("GET", "/api/v1/agents/alice/ports", None),
+    ("POST", "/api/v1/agents/alice/ports/8000/link", b'{"expires":3600}'),
+    ("GET", "/api/v1/agents/alice/ports/links", None),
+    ("PUT", "/api/v1/agents/alice/ports/8000", b'{"public":true}'),
+    ("DELETE", "/api/v1/agents/alice/ports/links/0123456789ab", None),
+    ("GET", "/p/0123456789ab/8000/4102444800-0123456789ab-00000000000000000000000000000000/x", None),
+    ("GET", "/p/0123456789ab/8000/1-00000000000000000000000000000000/x", None),
+    ("GET", "/p/0123456789ab/8000/1-00000000000000000000000000000000", None),
+    ("HEAD", "/p/0123456789ab/8000/1-00000000000000000000000000000000/x", None),
+    ("HEAD", "/p/0123456789ab/8000/1-00000000000000000000000000000000", None),
+    ("POST", "/p/0123456789ab/8000/1-00000000000000000000000000000000/x", None),
+    ("POST", "/p/0123456789ab/8000/1-00000000000000000000000000000000", None),
+    ("PUT", "/p/0123456789ab/8000/1-00000000000000000000000000000000/x", None),
+    ("PUT", "/p/0123456789ab/8000/1-00000000000000000000000000000000", None),
+    ("PATCH", "/p/0123456789ab/8000/1-00000000000000000000000000000000/x", None),
+    ("PATCH", "/p/0123456789ab/8000/1-00000000000000000000000000000000", None),
+    ("DELETE", "/p/0123456789ab/8000/1-00000000000000000000000000000000/x", None),
+    ("DELETE", "/p/0123456789ab/8000/1-00000000000000000000000000000000", None),
+    ("OPTIONS", "/p/0123456789ab/8000/1-00000000000000000000000000000000/x", None),
+    ("OPTIONS", "/p/0123456789ab/8000/1-00000000000000000000000000000000", None),
     ("GET", "/api/v1/operations", None),
     ("GET", "/api/v1/policy", None),
     ("POST", "/api/v1/policy/reload", None),
@@ -186,6 +209,7 @@ ROUTES = [
     ("POST", "/api/v1/sessions/run-r1-0123456789/open", None),
     ("DELETE", "/api/v1/sessions/run-r1-0123456789", None),
     ("GET", "/healthz", None),
+    ("GET", "/api/v1/openapi.json", None),
     ("GET", "/api/v1/me", None),
     ("POST", "/api/v1/agents/alice/terminal/ticket", None),
     ("GET", "/console/app.js", None),
@@ -198,6 +222,7 @@ ROUTES = [
     ("GET", "/api/v1/login", None),
     ("POST", "/api/v1/logout", None),
     ("GET", "/api/v1/hosts", None),
+    ("GET", "/api/v1/pool", None),
     ("GET", "/api/v1/tombstones", None),
     ("DELETE", "/api/v1/tombstones/0123456789ab", None),
     ("GET", "/metrics", None),
@@ -246,7 +271,8 @@ BROKEN_BODIES = [
     b"\x00", b'{"name":1e999}', b"\xef\xbb\xbf{}", b"{'name':'carol'}", b" " * 10,
 ]
 JSON_ROUTES = [(m, p) for m, p, _ in ROUTES
-               if m in ("POST", "PATCH", "PUT") and "/files" not in p and "/fs/" not in p]
+               if m in ("POST", "PATCH", "PUT") and "/files" not in p and "/fs/" not in p
+               and not p.startswith("/p/")]      # a port link's body is the sandbox's web server's
 
 # Keys no body takes, and the key each 400 must name.
 BAD_KEYS = [
@@ -287,16 +313,20 @@ def bent(path):
     segment replaced, and each extra segment inserted after each
     position. One is a real route: a path in the home ending in '/'
     names the directory above, so it may be answered for that
-    directory (404, 409), which the snapshot shows touches nothing."""
+    directory (404, 409), which the snapshot shows touches nothing; and
+    a port link's prefix ending in '/' is a link (403: made up)."""
     segs = path.split("/")[1:]
     in_home = "/files/" in path
+    # A port link's prefix with its '/' is a link too (refused: its
+    # capability is made up, 403).
+    link = path.startswith("/p/")
     for i in range(len(segs)):
         for inj in INJECT:
             rep = segs[:i] + [inj] + segs[i + 1:]
-            last = in_home and inj == "" and i == len(segs) - 1
-            yield "/" + "/".join(rep), (400, 404, 409) if last else (400,)
+            last = (in_home or link) and inj == "" and i == len(segs) - 1
+            yield "/" + "/".join(rep), (400, 403, 404, 409) if last else (400,)
             ins = segs[:i + 1] + [inj] + segs[i + 1:]
-            yield "/" + "/".join(ins), (400, 404, 409) if last else (400,)
+            yield "/" + "/".join(ins), (400, 403, 404, 409) if last else (400,)
 
 
 def snapshot():
@@ -373,9 +403,24 @@ def main():
                     err = json.loads(data).get("error", "") if data else ""
                 except ValueError:
                     err = ""
+                if body == b'{"name":"carol\u0000"}' and path.endswith("/exec"):
+                    # exec's stdin is bytes, so its body may hold an
+                    # escaped NUL: what is wrong here is the field.
+                    check(st == 400 and "unknown field 'name'" in err,
+                          "%s %s with body %r: want 400 naming the field, got %d %r"
+                          % (method, path, body, st, data[:200]))
+                    continue
                 check(st == 400 and ("JSON" in err or "object" in err or "body" in err),
                       "%s %s with body %r: want 400 naming the body, got %d %r"
                       % (method, path, body[:40], st, data[:200]))
+        # Where a NUL is allowed (exec's stdin) it stays out of everything
+        # else: the command, its environment, its directory.
+        for body in (b'{"cmd":"echo a\u0000b"}', b'{"cmd":"env","env":{"A":"x\u0000"}}',
+                     b'{"cmd":"env","env":{"A\u0000":"x"}}', b'{"cmd":"pwd","cwd":"keep\u0000"}'):
+            st, data = send("POST", "/api/v1/agents/alice/exec", body)
+            tried += 1
+            check(st == 400 and b"NUL" in data,
+                  "POST exec with body %r: want 400 naming the NUL, got %d %r" % (body, st, data[:200]))
         # Keys no route takes: unknown, empty, doubled, with a control
         # character; on every route that reads a JSON body (DELETE with
         # a body too): a 400 naming the key.
