@@ -166,6 +166,12 @@ def agents():
     check([x.id for x in c.agents() if x.name == "life"] == [a.id], "listed")
     e = want_raise(ag.Conflict, c.create_agent, "life")
     check(e.status == 409 and "exists already" in e.message, "taken name: %s" % e)
+    e = want_raise(ag.APIError, c.create_agent, "longwait", wait=True, timeout=3601)
+    check(e.status == 400 and "timeout" in e.message and not any(x.name == "longwait" for x in c.agents()),
+          "create's wait bound reaches the server, which refuses 3601 s: %s" % e)
+    w = c.create_agent("shortwait", wait=True, timeout=3600)
+    check(w.state == "running", "create wait within 3600 s: %r" % w)
+    c.destroy("shortwait", wait=True)
     u = c.update_agent("life", idle_minutes=12.5, cpus=0.5)
     check(u.idle_minutes == 12.5 and u.cpus == 0.5 and u.needs_rebuild is True, "update: %r" % u)
     s = c.stop("life", wait=True)

@@ -30,7 +30,7 @@ import agenthold  # noqa: E402
 h = Harness("client.python.docker", sys.argv[1], "10.214.4.0/22", shipped_catalog=True)
 for key in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB"):
     h.env.pop(key, None)                # the shipped defaults, not the harness's test image
-BUILD_WAIT = 600                        # the first build of the debian runtime on a fresh machine
+BUILD_WAIT = 1500                       # the first build of the debian runtime on a fresh, busy machine
 
 
 def scenario(h):
@@ -43,7 +43,7 @@ def scenario(h):
 def steps(h):
     h.start_server()
     c = agenthold.Client(h.url, h.token())
-    a = c.create_agent("pyd", wait=True, timeout=BUILD_WAIT + 60)
+    a = c.create_agent("pyd", wait=True, timeout=BUILD_WAIT)
     h.check(a.state == "running" and a.runtime == c.runtimes()[0]["alias"], "created on the default runtime: %r" % a)
     r = c.exec("pyd", "id -u; python3 -c 'print(6 * 7)'; echo err >&2; exit 4")
     h.check((r.status, r.stdout, r.stderr) == (4, "10001\n42\n", "err\n"), "exec as the agent: %r" % r)

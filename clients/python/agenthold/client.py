@@ -275,13 +275,16 @@ class Client:
                      idle_minutes: Optional[float] = None, harness: Optional[Dict[str, Any]] = None,
                      wait: bool = False, timeout: Optional[float] = None) -> Agent:
         """POST /api/v1/agents. wait: answer once the sandbox is made
-        (running or error). timeout: the socket's, in seconds."""
+        (running or error); timeout: the server's bound on that wait,
+        1..3600 s (default 600; the first create of a runtime on a fresh
+        machine builds its image first)."""
         if not isinstance(name, str):
             raise ClientError("name must be a string")
         body = _drop_none({"name": name, "runtime": runtime, "image": image, "cpus": cpus,
                            "memory_mb": memory_mb, "idle_minutes": idle_minutes, "harness": harness})
-        return Agent.from_json(self.request("POST", "/api/v1/agents", body, {"wait": wait},
-                                            timeout=timeout or (660 if wait else None)))
+        q = {"wait": wait, "timeout": timeout if wait else None}
+        return Agent.from_json(self.request("POST", "/api/v1/agents", body, q,
+                                            timeout=(timeout or 600) + 30 if wait else None))
 
     def agents(self) -> List[Agent]:
         """Every agent the token sees, by tenant then name."""
