@@ -122,6 +122,8 @@ typedef struct {
     int64_t pool_wanted;            //  what the sizes add up to, at the last fill
     int64_t pool_hits, pool_misses, pool_drained;
     int64_t pool_paused_until;      //  ms: a warm sandbox failed, none made before then
+    int64_t pool_taken_first;       //  ms: the first take the refill waits for (0: none)
+    int64_t pool_taken_last;        //  ms: the last take
 } self_t;
 
 //  What a create or update asks for. Absent fields keep has_* false.

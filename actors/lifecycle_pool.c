@@ -10,11 +10,14 @@
     lua/pool.lua says how many each runtime keeps (size), within
     sandbox.warm_pool_max in all.
 
-    The fill pass (a timer, and after each take): warm rows that no longer
-    fit their runtime (gone from the catalog, another image or shape) or
-    that failed are destroyed, a pool over its size loses its newest, a
-    warm row found asleep (after a restart) is started again, and each
-    pool short of its size gets new rows, created and started at once.
+    The fill pass (a timer, every second): warm rows that no longer fit
+    their runtime (gone from the catalog, another image or shape) or that
+    failed are destroyed, a pool over its size loses its newest, a warm
+    row found asleep (after a restart) is started again, and each pool
+    short of its size gets new rows, created and started at once. New rows
+    wait while creates are taking warm ones (until none for POOL_QUIET_MS,
+    at most POOL_DEFER_MS): a burst's first commands do not share the
+    machine with the container creates of its refill.
 
     A take (ah_lc_pool_take, from AGENT_CREATE after the tenant's admission
     said yes): one warm row of the create's runtime and exact shape that
@@ -33,6 +36,8 @@
 #define POOL_FILL_MS        1000        //  how often the pools are looked at
 #define POOL_NAME_PREFIX    "warm-"
 #define POOL_BACKOFF_MS     30000       //  after a warm sandbox failed, no new one for this long
+#define POOL_QUIET_MS       500         //  new warm rows once no take for this long...
+#define POOL_DEFER_MS       5000        //  ...or this long after the first take they waited for
 //  Warm sandboxes being made at once, at most: a refill stays in the
 //  background (a burst that emptied the pool is not followed by as many
 //  container creates competing with its first commands).
@@ -242,7 +247,12 @@ void ah_lc_pool_fill (void *self_, void *arg)
         }
     }
     s_warm_rows_destroy (&rows);
-    for (size_t i = 0; i < n_rt && ah_store_now_ms () >= self->pool_paused_until; i++)
+    int64_t now = ah_store_now_ms ();
+    bool taking = self->pool_taken_first && now - self->pool_taken_last < POOL_QUIET_MS
+               && now - self->pool_taken_first < POOL_DEFER_MS;
+    if (!taking)
+        self->pool_taken_first = 0;
+    for (size_t i = 0; i < n_rt && !taking && now >= self->pool_paused_until; i++)
         for (; have [i] < want [i] && making < POOL_MAKING_MAX; have [i]++, making++)
             if (s_make (self, ah_catalog_at (self->catalog, i))) {
                 ah_warn (AREA, "warm pool %s: cannot make a warm sandbox (see above)",
@@ -311,6 +321,9 @@ int ah_lc_pool_take (self_t *self, const char *name, const char *tenant, const d
         return -1;
     }
     self->pool_hits++;
+    self->pool_taken_last = now;
+    if (!self->pool_taken_first)
+        self->pool_taken_first = now;
     ah_info (AREA, "warm pool %s: agent '%s' of tenant '%s' takes %s", d->runtime, name, tenant, id);
     return ah_lc_lookup (self, id, row) == 1 ? 1 : -1;
 }

@@ -313,7 +313,8 @@ void ah_lc_on_create (void *self_, ah_msg_t *msg)
         ah_lc_publish (self, row.id, "running", NULL, NULL);
         ah_lc_changed (self, row.id, ah_store_now_ms (), d.idle_minutes);
         ah_lc_record (self, row.id, "pool.take", d.runtime, true, NULL);
-        ah_lc_pool_fill (self, NULL);           //  the pool refills in the background
+        //  The pool refills in the background: the fill timer, once the
+        //  takes pause (lifecycle_pool.c).
         return;
     }
     char id [AH_AGENT_ID_LEN + 1];
