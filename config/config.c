@@ -290,7 +290,7 @@ ah_config_t *ah_config_new_defaults (void)
     self->server_container = NULL;
     self->sandboxd_volume = NULL;
     self->tmp_mb = 64;
-    self->docker_egress = strdup ("bridge");
+    self->docker_egress = strdup ("tunnel");
     self->k8s_namespace = strdup ("agenthold");
     self->k8s_home_size = strdup ("10Gi");
     self->k8s_sandboxd_image = strdup ("agenthold/sandboxd:latest");

@@ -19,6 +19,11 @@
 #include <stdint.h>
 #include "config/config.h"
 
+//  The port of sandboxd's egress proxy on 127.0.0.1 inside a sandbox of
+//  a runtime that needs a network: the driver hands it to sandboxd as
+//  AGENTHOLD_EGRESS_PORT (docs/egress.md).
+#define AH_EGRESS_PORT "3128"
+
 typedef struct {
     const char *agent_id;
     const char *image;
@@ -27,8 +32,10 @@ typedef struct {
     int64_t     pids_limit;
     //  From the agent's runtime (catalog/runtimes.json): "NAME=value"
     //  entries set in the container (n_env of them), and whether the
-    //  sandbox gets a network with a way out (false: no network at all; it
-    //  reaches the server only through the tunnel's unix socket).
+    //  runtime needs a way out: through sandboxd's egress proxy over the
+    //  tunnel (Kubernetes; Docker under sandbox.docker.egress tunnel), or a
+    //  network of its own (Docker under bridge). Without it the sandbox has
+    //  no way out at all.
     const char *const *env;
     size_t      n_env;
     bool        needs_network;

@@ -129,7 +129,7 @@ s_tunnel_mount (docker_t *self, char **err)
 }
 
 //  user: the image's USER (taken over). proxy: sandboxd runs the egress
-//  proxy on 127.0.0.1:DK_EGRESS_PORT (docs/egress.md).
+//  proxy on 127.0.0.1:AH_EGRESS_PORT (docs/egress.md).
 static int
 s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *image, uint32_t base,
                     char *user, bool proxy, char **err)
@@ -233,7 +233,7 @@ s_container_create (docker_t *self, const ah_sandbox_spec_t *spec, const char *i
     //  The runtime's env vars (sandboxd hands its environment on to what it runs).
     json_t *envs = json_object_get (req, "Env");
     if (proxy)
-        json_array_append_new (envs, json_string ("AGENTHOLD_EGRESS_PORT=" DK_EGRESS_PORT));
+        json_array_append_new (envs, json_string ("AGENTHOLD_EGRESS_PORT=" AH_EGRESS_PORT));
     for (size_t i = 0; i < spec->n_env; i++)
         if (spec->env [i])
             json_array_append_new (envs, json_string (spec->env [i]));

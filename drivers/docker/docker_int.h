@@ -233,7 +233,6 @@ int      ah_dk_container_remove (docker_t *self, const char *name, char **err);
 #define DK_NET_CAP          "NET_ADMIN"
 //  sandbox.docker.egress tunnel: where sandboxd's egress proxy listens in a
 //  networked runtime's sandbox (127.0.0.1; docs/egress.md).
-#define DK_EGRESS_PORT      "3128"
 //  Removes all but one network of the agent's name, the one on its stored
 //  subnet (best effort): two can exist after an interrupted create, and
 //  the engine then refuses the name.

@@ -2,7 +2,10 @@
     "What a sandbox can reach").
 
     A sandbox whose runtime needs no network has none: it reaches nothing
-    but the tunnel's unix socket. A sandbox with a network (a runtime with
+    but the tunnel's unix socket; nor has one of a runtime that needs a
+    network under sandbox.docker.egress tunnel, the default (its way out
+    is sandboxd's egress proxy), and then the probe reports that and makes
+    nothing. Under sandbox.docker.egress bridge, a sandbox with a network (a runtime with
     needs_network) still reaches the host's own addresses through the
     host's INPUT chain, which Docker leaves open; only a host rule closes
     it, and the product does not install one (why: see docs/docker.md).
@@ -199,6 +202,15 @@ ah_docker_check_isolation (ah_driver_t *driver, int tunnel_port, char **report)
     }
     docker_t *self = driver->impl;
     const ah_config_t *c = self->config;
+    //  sandbox.docker.egress tunnel (the default): no sandbox has a
+    //  network, so there is nothing on the host a sandbox could reach.
+    if (!c->docker_egress || strcmp (c->docker_egress, "bridge")) {
+        ah_dk_err (report, "no sandbox has a network: every sandbox reaches only the tunnel's socket "
+                   "(sandbox.docker.egress tunnel: a runtime with needs_network goes out through "
+                   "sandboxd's egress proxy, each connection decided and audited, docs/egress.md); "
+                   "no host firewall rule is needed");
+        return 0;
+    }
     const char *image = s_probe_ready (driver, report);
     if (!image)
         return -1;

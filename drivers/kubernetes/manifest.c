@@ -246,6 +246,9 @@ json_t *ah_k8s_pod_manifest (const k8s_site_t *site, const char *agent_id, const
         "capabilities", "drop", "ALL", "add", caps, "seccompProfile", "type", "RuntimeDefault");
     json_t *env = json_array ();
     json_array_append_new (env, json_pack ("{s:s s:s}", "name", "AGENTHOLD_USER", "value", ""));
+    if (spec->needs_network)
+        json_array_append_new (env, json_pack ("{s:s s:s}", "name", "AGENTHOLD_EGRESS_PORT",
+                                               "value", AH_EGRESS_PORT));
     for (size_t i = 0; i < spec->n_env; i++) {
         const char *eq = strchr (spec->env [i], '=');
         if (!eq)
@@ -372,15 +375,8 @@ json_t *ah_k8s_policy_manifest (const k8s_site_t *site, const char *agent_id, co
         json_array_append_new (egress, json_pack ("{s:[{s:{s:o}}] s:[{s:s s:i}]}",
             "to", "podSelector", "matchLabels", s_label_map (site->tunnel_pods),
             "ports", "protocol", "TCP", "port", site->tunnel_pod_port));
-    if (spec->needs_network) {
-        //  A runtime with a network: the internet and name service, not
-        //  the private ranges (the cluster, its nodes, the host's LAN).
-        json_array_append_new (egress, json_pack ("{s:[{s:{s:s s:[s s s s s]}}]}",
-            "to", "ipBlock", "cidr", "0.0.0.0/0", "except", "10.0.0.0/8", "172.16.0.0/12",
-            "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10"));
-        json_array_append_new (egress, json_pack ("{s:[{s:s s:i} {s:s s:i}]}",
-            "ports", "protocol", "UDP", "port", 53, "protocol", "TCP", "port", 53));
-    }
+    //  A runtime that needs a network gets no more: its way out is
+    //  sandboxd's egress proxy over the tunnel (docs/egress.md).
     json_t *sel = json_pack ("{s:s s:s}", K8S_LABEL_AGENT, agent_id, K8S_LABEL_INSTALL, site->prefix);
     return json_pack ("{s:s s:s s:o s:{s:{s:o} s:[s s] s:[] s:o}}",
         "apiVersion", "networking.k8s.io/v1", "kind", "NetworkPolicy",

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/docker/egress_docker.py: the server is the only way out
 (docs/egress.md) on the Docker driver, with the real server and the real
-static sandboxd: with sandbox.docker.egress tunnel, a sandbox of a runtime
+static sandboxd: with sandbox.docker.egress tunnel (the default), a sandbox of a runtime
 that needs_network gets no network (NetworkMode none, no agent network,
 no route), its sandboxd runs the egress proxy on 127.0.0.1:3128 and what
 it runs is pointed at it; through the proxy each request is decided by
@@ -40,7 +40,8 @@ from ahdocker import Harness, engine  # noqa: E402
 import ahserver  # noqa: E402  (tests/lib, on the path once ahdocker is in)
 
 h = Harness("docker.egress", sys.argv[1], "10.213.232.0/22", needs_network=True)
-h.env["AGENTHOLD_SANDBOX_DOCKER_EGRESS"] = "tunnel"
+# sandbox.docker.egress is left to its default, tunnel.
+h.env.pop("AGENTHOLD_SANDBOX_DOCKER_EGRESS", None)
 
 
 def run_in(h, name, cmd):

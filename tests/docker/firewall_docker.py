@@ -2,7 +2,9 @@
 """tests/docker/firewall_docker.py: a sandbox of a runtime that needs no
 network reaches nothing on the host but the tunnel's socket, with no host
 firewall rule at all; and `agenthold serve` tells the operator at start
-what a sandbox *with* a network (a runtime with needs_network) reaches.
+what a sandbox *with* a network (a runtime with needs_network) reaches:
+under the default sandbox.docker.egress (tunnel) none has one, which it
+says without probing; under bridge it probes.
 
 With the real server and the real static sandboxd:
   1. no rule: an agent of the default runtime becomes running (its
@@ -32,7 +34,7 @@ import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import Fail, Harness, exec_in, host_addresses, host_service  # noqa: E402
+from ahdocker import Fail, Harness, engine, exec_in, host_addresses, host_service  # noqa: E402
 import ahserver  # noqa: E402  (on the path ahdocker set)
 
 h = Harness("docker.firewall", sys.argv[1], "10.213.160.0/20")
@@ -107,6 +109,23 @@ def scenario(h):
         h.check(s.recv(64).startswith(b"hello-from-host"), "the host service answers the host")
     h.check(not connects(c["Id"], "1.1.1.1", 80), "the outside world does not answer")
     print("%d host addresses x 3 ports: nothing answers the sandbox" % len(addrs))
+    # The default sandbox.docker.egress (tunnel): no sandbox has a network,
+    # a networked runtime's included, so the probe has nothing to probe.
+    line = firewall_line(since)
+    print(line)
+    h.check(" INFO " in line and "no sandbox has a network" in line
+            and "no host firewall rule is needed" in line,
+            "under the default egress the server says no sandbox has a network: %s" % line)
+    h.check(not [n for n in engine("GET", "/networks")[1] if n["Name"].startswith(h.prefix + "-probe-")],
+            "no probe network was made under the default egress")
+    # sandbox.docker.egress bridge, which an operator must choose: sandboxes
+    # of a networked runtime get a network of their own, and the probe
+    # tells whether the host's addresses answer them.
+    h.server.terminate()
+    h.check(h.server.wait(timeout=30) == 0, "the server exits 0 on SIGTERM")
+    h.env["AGENTHOLD_SANDBOX_DOCKER_EGRESS"] = "bridge"
+    since = os.path.getsize(h.log)
+    h.start_server()
     line = firewall_line(since)
     print(line)
     h.check("have none and reach only the tunnel's socket" in line,

@@ -15,25 +15,29 @@ and `agenthold fs put`, i.e. as the agent): the account is the image's
 groups, no capability in effect, NoNewPrivs and seccomp on; the home
 belongs to it; `touch /home/agent/x` and `fs put` succeed and make files of
 its own; writing outside the home (/, /etc, /opt/agenthold, /run/agenthold)
-fails; no network interface but lo (and eth0 for a runtime that needs a
-network); a listener the test opens on 0.0.0.0 of
+fails; no network interface but lo; a listener the test opens on 0.0.0.0 of
 the host, the tunnel's TCP port and the API's port answer on no host
 address. sandboxd dials back (the agent runs, and runs again after a stop
 and a start, the home still the agent's).
 
-A runtime of a network (needs_network) is checked the same way but for
-its own network, eth0 and NET_ADMIN: sandboxd's prohibit routes keep the
-host from answering it. A runtime whose image the server cannot build here
+A runtime of a network (needs_network; the shipped default, debian) has
+no network either under the default sandbox.docker.egress (tunnel): what
+it runs is pointed at sandboxd's egress proxy, its own curl reaches an
+upstream of the test's that the tenant's list names and is refused, with
+the rule's sentence, anything else; a connection around the proxy has no
+route; the audit has both kinds (docs/egress.md). A runtime whose image the server cannot build here
 is skipped loudly; at least one runtime must be tested.
 
 usage: isolation_docker.py AGENTHOLD_BINARY SOURCE_DIR (sandboxd next to it)
 Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool 10.213.192.0/20,
 prefix dockerisolation<pid>."""
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
@@ -95,8 +99,8 @@ def inspect_container(name, aid, networked, memory):
             "%s: every capability dropped: %r" % (name, hc["CapDrop"]))
     added = {x.upper().replace("CAP_", "") for x in hc["CapAdd"] or []}
     is_net = hc["NetworkMode"] != "none"
-    h.check(networked is None or networked == is_net,
-            "%s: a network exactly when the runtime needs one (%r): %r" % (name, networked, hc["NetworkMode"]))
+    h.check(not is_net, "%s: no network, even for a runtime that needs one (%r): the default "
+            "sandbox.docker.egress is the tunnel: %r" % (name, networked, hc["NetworkMode"]))
     want_caps = CAPS | ({"NET_ADMIN"} if is_net else set())
     h.check(added == want_caps, "%s: only sandboxd's capabilities added: %r" % (name, sorted(added)))
     sec = hc.get("SecurityOpt") or []
@@ -191,6 +195,70 @@ def inside(name, aid, want_uid, want_gid, want_groups, service, addrs, networked
                     "%s: %s does not answer on %s:%d: %r" % (name, what, addr, port, out))
 
 
+class Upstream(http.server.BaseHTTPRequestHandler):
+    """The test's own upstream on 127.0.0.2: names the path it was asked for."""
+    protocol_version = "HTTP/1.0"
+
+    def do_GET(self):
+        body = ("hello from the upstream: %s\n" % self.path).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def through_proxy(name, service):
+    """A runtime that needs a network goes out through sandboxd's egress
+    proxy alone (docs/egress.md): what it runs is pointed at it; the
+    image's own curl reaches an upstream the tenant's list names (the
+    test's, on 127.0.0.2: the dangerous switch of naming an address), and
+    is refused, with the rule's sentence, a name on no list, the host
+    service and the metadata address; nothing goes around the proxy."""
+    env = dict(l.split("=", 1) for l in sh(name, "env").splitlines() if "=" in l)
+    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        h.check(env.get(k) == "http://127.0.0.1:3128", "%s: %s points at the proxy: %r" % (name, k, env.get(k)))
+    h.check(env.get("NO_PROXY") == env.get("no_proxy") == "localhost,127.0.0.1",
+            "%s: NO_PROXY: %r" % (name, env.get("NO_PROXY")))
+    up = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Upstream)
+    threading.Thread(target=up.serve_forever, daemon=True).start()
+    h.cleanups.append(up.shutdown)
+    entry = "127.0.0.2:%d" % up.server_address[1]
+    st, t = h.api("PATCH", "/api/v1/tenants/default", {"egress_allow": [entry]})
+    h.check(st == 200 and t["egress_allow"] == [entry], "%s: the tenant's list names %s: %d %r"
+            % (name, entry, st, t))
+    try:
+        out = sh(name, "curl -sS --max-time 20 http://%s/through" % entry)
+        # The head goes upstream as it came: the absolute form (docs/egress.md).
+        h.check(out == "hello from the upstream: http://%s/through\n" % entry, "%s: curl reaches the "
+                "allowed upstream through the proxy: %r" % (name, out))
+        for url, why in (("http://example.invalid/", "is on neither runtime"),
+                         ("https://example.invalid/", None),
+                         ("http://127.0.0.1:%d/" % service, None),
+                         ("http://169.254.169.254/latest/meta-data/", "is on neither runtime")):
+            r = exec_(name, "curl -sS --max-time 20 -w '\\n%%{http_code}' %s" % url)
+            # https: the proxy's 403 comes back to the CONNECT; curl says so.
+            got = r["stdout"] + r["stderr"]
+            h.check(r["status"] != 0 or r["stdout"].rstrip().endswith("\n403"),
+                    "%s: %s is refused: %r" % (name, url, r))
+            if why:
+                h.check("403" in got and why in got, "%s: %s: the refusal names the rule: %r" % (name, url, got))
+        # Around the proxy there is no way: no route at all.
+        r = exec_(name, "curl -sS --noproxy '*' --max-time 10 http://%s/around" % entry)
+        h.check(r["status"] != 0, "%s: a connection around the proxy fails: %r" % (name, r))
+        st, j = h.api("GET", "/api/v1/agents/%s/operations?operation=egress&limit=100" % name)
+        rows = j["operations"] if st == 200 else []
+        h.check(any(r["ok"] and r["detail"].startswith(entry + " (http) to " + entry) for r in rows)
+                and any(not r["ok"] and r["detail"].startswith("example.invalid:80 (http)") for r in rows)
+                and any(not r["ok"] and r["detail"].startswith("example.invalid:443 (connect)") for r in rows),
+                "%s: the audit has the carried and the refused connections: %r"
+                % (name, [(r["ok"], r["detail"]) for r in rows]))
+    finally:
+        h.api("PATCH", "/api/v1/tenants/default", {"egress_allow": []})
+
+
 def scenario(h):
     with open(os.path.join(SOURCE, "catalog", "runtimes.json")) as f:
         shipped = {r.get("alias") or r.get("name") for r in json.load(f)["runtimes"]}
@@ -239,6 +307,7 @@ def scenario(h):
         print("%s (%s): running in %.2f s" % (name, image, time.time() - t0))
         aid = a["id"]
         c = inspect_container(name, aid, networked, memory)
+        needs = bool(networked)
         networked = c["HostConfig"]["NetworkMode"] != "none"
         # The account: `agent` when the image has one, else its USER, else 10001.
         passwd = sh(name, "cat /etc/passwd 2>/dev/null; true")
@@ -252,6 +321,8 @@ def scenario(h):
             uid = gid = 10001
             groups = {10001}
         inside(name, aid, uid, gid, groups, service, addrs, networked)
+        if needs:
+            through_proxy(name, service)
         # Stop and start: sandboxd dials back, the home stays the agent's.
         st, a = h.api("POST", "/api/v1/agents/%s/stop?wait=1" % name)
         h.check(st == 200 and a["state"] == "sleeping", "%s: stop: %d %r" % (name, st, a))

@@ -37,6 +37,11 @@ from ahdocker import (Fail, Harness, build_image, connect_cmd, demux, engine,  #
 
 SRC = os.path.abspath(sys.argv[2])
 h = Harness("docker.server_container", sys.argv[1], "10.213.112.0/20")
+# carol below is the bridge way of a containerised server (its host
+# addresses blocked from a network of her own), which an operator must
+# choose; the default (tunnel: no network, the egress proxy) is
+# docker.isolation's and docker.egress's.
+h.env["AGENTHOLD_SANDBOX_DOCKER_EGRESS"] = "bridge"
 SERVER_TAG = "agenthold-server-test:" + h.prefix
 SERVER_NAME = h.prefix + "-server"
 SANDBOXD_VOLUME = h.prefix + "-sandboxd"

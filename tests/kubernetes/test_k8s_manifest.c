@@ -181,15 +181,20 @@ static void s_test_claim_policy_secret (void)
     CHECK_STR (AT_STR (pol, "spec.egress.0.ports.0.protocol"), "TCP");
     json_decref (pol);
     ah_k8s_spec_free (&spec);
-    //  With a network: the internet but not the private ranges; DNS.
+    //  With a network: still the tunnel alone (the way out is sandboxd's
+    //  egress proxy over it), which the Pod's sandboxd is told to run.
     s_spec (&spec, true);
     pol = ah_k8s_policy_manifest (&s_site, ID, &spec);
-    CHECK (json_array_size (s_at (pol, "spec.egress")) == 3);
-    CHECK_STR (AT_STR (pol, "spec.egress.1.to.0.ipBlock.cidr"), "0.0.0.0/0");
-    CHECK (s_has (s_at (pol, "spec.egress.1.to.0.ipBlock.except"), "10.0.0.0/8"));
-    CHECK (s_has (s_at (pol, "spec.egress.1.to.0.ipBlock.except"), "169.254.0.0/16"));
-    CHECK (AT_INT (pol, "spec.egress.2.ports.0.port") == 53);
+    CHECK (json_array_size (s_at (pol, "spec.egress")) == 1);
+    CHECK_STR (AT_STR (pol, "spec.egress.0.to.0.ipBlock.cidr"), "10.0.0.5/32");
+    CHECK (AT_INT (pol, "spec.egress.0.ports.0.port") == 8090);
     json_decref (pol);
+    json_t *pod = ah_k8s_pod_manifest (&s_site, ID, &spec, "s", false);
+    json_t *net_c = s_at (pod, "spec.containers.0");
+    CHECK_STR (AT_STR (net_c, "env.1.name"), "AGENTHOLD_EGRESS_PORT");
+    CHECK_STR (AT_STR (net_c, "env.1.value"), "3128");
+    CHECK_STR (AT_STR (net_c, "env.2.name"), "LANG");
+    json_decref (pod);
     ah_k8s_spec_free (&spec);
     //  The server in the cluster (tunnel_pods): its Pods by label, on the
     //  port they listen on, besides the tunnel's address.
