@@ -689,6 +689,16 @@ s_set_list (ah_msg_t *arg, const char *key, char **list, size_t n)
     msgpack_sbuffer_destroy (&buf);
 }
 
+//  Whether a runtime that needs a network goes out through sandboxd's
+//  egress proxy (docs/egress.md): on every driver but Docker (and the host
+//  agent's Docker) under sandbox.docker.egress bridge.
+static bool
+s_egress_proxy (const ah_config_t *config)
+{
+    bool docker = config->driver && (!strcmp (config->driver, "docker") || !strcmp (config->driver, "remote"));
+    return !(docker && config->docker_egress && !strcmp (config->docker_egress, "bridge"));
+}
+
 static char *
 s_briefing (self_t *self, const ah_runtime_t *rt, char **err)
 {
@@ -708,6 +718,8 @@ s_briefing (self_t *self, const ah_runtime_t *rt, char **err)
     s_set_list (arg, "env_vars", names, names ? rt->env_count : 0);
     free (names);
     ah_msg_set_bool (arg, "needs_network", rt->needs_network);
+    ah_msg_set_bool (arg, "egress_proxy", rt->needs_network && s_egress_proxy (self->config));
+    s_set_list (arg, "egress", rt->egress, rt->egress_count);
     if (rt->mem_limit_mb)
         ah_msg_set_int (arg, "mem_limit_mb", rt->mem_limit_mb);
     ah_msg_t *result = NULL;

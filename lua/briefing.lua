@@ -8,7 +8,10 @@
 -- runtime: { alias, name (the alias), image, base_image (nil for an image
 --            entry), description, setup_commands = { ... }, packages = { ... },
 --            env_vars = { NAME, ... } (names only), briefing = { sentences },
---            needs_network (boolean), mem_limit_mb (nil: the server's default) }
+--            needs_network (boolean), egress_proxy (true: a network is reached
+--            through sandboxd's egress proxy alone, docs/egress.md),
+--            egress = { the catalog entry's allowed hosts },
+--            mem_limit_mb (nil: the server's default) }
 -- Returns { text = "..." } (Markdown).
 
 local function sentence(s)
@@ -78,7 +81,14 @@ function briefing(runtime)
   if #env > 0 then
     facts[#facts + 1] = "- Set in your environment: " .. table.concat(env, ", ") .. "."
   end
-  if runtime.needs_network then
+  if runtime.needs_network and runtime.egress_proxy then
+    local hosts = list(runtime.egress)
+    facts[#facts + 1] = "- Network: out through agenthold's proxy only (HTTP_PROXY and HTTPS_PROXY"
+      .. " are set, and curl, pip, git and npm use them; names are resolved by agenthold, there is"
+      .. " no DNS in the sandbox). Allowed: "
+      .. (#hosts > 0 and (table.concat(hosts, ", ") .. ", and what your tenant allows") or "what your tenant allows")
+      .. "; any other host is refused with 403 and a sentence naming the rule."
+  elseif runtime.needs_network then
     facts[#facts + 1] = "- Network: you can reach the outside world from the sandbox."
   else
     facts[#facts + 1] = "- Network: none beyond the agenthold server; downloads will fail."

@@ -419,7 +419,10 @@ main (int argc, char **argv)
     CHECK (text && strstr (text, "Installed: bash, coreutils, git, curl, python3, pip, venv, ripgrep (rg)"));
     CHECK (text && !strstr (text, "ca-certificates") && !strstr (text, "--no-install"));
     CHECK (text && strstr (text, "Set in your environment: LANG, PIP_BREAK_SYSTEM_PACKAGES, PIP_USER."));
-    CHECK (text && strstr (text, "Network: you can reach the outside world"));
+    //  The default egress: out through the proxy alone, the runtime's list said.
+    CHECK (text && strstr (text, "Network: out through agenthold's proxy only"));
+    CHECK (text && strstr (text, "Allowed: deb.debian.org, security.debian.org, *.debian.org, pypi.org:443"));
+    CHECK (text && !strstr (text, "outside world"));
     CHECK (text && strstr (text, "Memory: 2048 MB."));
     CHECK (text && strstr (text, "/home/agent") && strstr (text, "uid 10001"));
     if (text && !strstr (text, "Installed: bash"))
