@@ -344,7 +344,7 @@ static int s_lookup (const char *argv0, char * const *env, char *path, size_t pa
         }
         return 0;
     }
-    const char *search = S_PATH + 5;
+    const char *search = &S_PATH [5];     //  past "PATH="
     for (size_t i = 0; env && env [i]; i++)
         if (strncmp (env [i], "PATH=", 5) == 0) {
             search = env [i] + 5;
