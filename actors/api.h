@@ -21,6 +21,7 @@
 #define AH_API_REPLY_TIMEOUT_S  30          //  an owner must answer within this
 #define AH_API_BODY_STALL_S     60          //  seconds a request body may stop coming
 #define AH_API_MAX_BODY         (1u << 20)  //  largest JSON request body accepted
+#define AH_API_MAX_RPC          (12u << 20) //  largest JSON-RPC body (POST /mcp: a file written whole)
 #define AH_API_MAX_UPLOAD       ((uint64_t) 4 << 30) //  largest file upload
 #define AH_API_WAIT_DEFAULT_S   600         //  ?wait=1 bound unless ?timeout=N says otherwise
 #define AH_API_WAIT_MAX_S       3600

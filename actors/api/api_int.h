@@ -31,6 +31,9 @@
                   that is not running, the tree)
       writer.c    the API's SQLite writes, in a worker, one at a time
       ws.c        the server side of the terminal's WebSocket
+      sub.c       internal requests: a route served for another part
+      mcp.c       POST /mcp, the Model Context Protocol, its tools
+                  served by the REST routes through sub.c
 
     A request (req_t) lives inside its connection (conn_t) from its head
     to its last response byte. A route family that needs more state hangs
@@ -150,6 +153,41 @@ int  api_stmt_write (req_t *r, api_t *api, api_stmt_t *s, api_written_fn *done, 
 int  api_stmt_changes (const api_stmt_t *s);
 void *api_stmt_ctx (const api_stmt_t *s);
 void api_stmt_free (api_stmt_t *s);
+
+//  --------------------------------------------------------------------
+//  Internal requests (sub.c): a route served for another of the API's
+//  own parts (MCP's tools, mcp.c) by the same code as over a socket.
+//  The request is written as bytes into a connection of its own that has
+//  no socket: its head and body are read, routed, authenticated (with the
+//  parent's credentials: its Authorization, Cookie, CSRF and Origin
+//  headers and ?tenant=), checked and handled by http.c as any other, and
+//  what would go to the socket is kept, whole, up to API_SUB_MAX bytes of
+//  body. done runs once, from the API's loop (never inside api_sub_new):
+//  the status, the Content-Type ("" none), the body (de-chunked), owner;
+//  the answer is borrowed for the call. An answer over the cap is a 413
+//  of this layer's own ({"error"}), a broken one a 502.
+#define API_SUB_MAX         (8u << 20)
+typedef struct api_sub_t api_sub_t;
+typedef void (api_sub_fn) (void *owner, int status, const char *type, const uint8_t *body, size_t size);
+//  method "GET", target path and query (percent-encoded as over the
+//  wire), body (copied; NULL with 0). NULL: out of memory.
+api_sub_t *api_sub_new (req_t *parent, const char *method, const char *target, const char *content_type,
+                        const void *body, size_t size, api_sub_fn *done, void *owner);
+//  Ends it (a request still being served ends as when its client leaves;
+//  the answer done borrows goes with it);
+//  no callback after this. Safe inside done.
+void api_sub_destroy (api_sub_t **self_p);
+//  From http.c: the connection has bytes to write, or its body goes on.
+void api_sub_kick (api_sub_t *self);
+//  From http.c: n answer bytes leave the connection: 0, or -1 over the cap.
+int  api_sub_take (api_sub_t *self, const void *data, size_t n);
+//  From http.c: the answer is whole.
+void api_sub_ended (api_sub_t *self);
+//  n bytes of s percent-encoded into buf (unreserved bytes kept, and '/'
+//  when slash): a target's segment or query value.
+void api_url_encode (ah_buf_t *buf, const char *s, size_t n, bool slash);
+//  The "error" sentence of a JSON answer body; NULL when it has none.
+char *api_error_of (const uint8_t *body, size_t size);
 
 //  A successful REPLY to a parked request.
 typedef void (reply_fn) (req_t *r, ah_msg_t *reply);
@@ -325,6 +363,7 @@ struct conn_t {
     bool splicing;                  //  the body's consumer reads the socket (ext_ops->splice)
     bool splice_watching;           //  ... and splice_io is started
     ev_io splice_io;                //  the socket readable, on the api's loop
+    struct api_sub_t *sub;          //  an internal request's (sub.c): no socket, wsi NULL
 };
 
 //  The actor's flush (ah_actor_def_t): write the WebSockets the turn
@@ -402,6 +441,7 @@ enum {
     R_METRICS = 32,                 //  admin or metrics tokens only (and all a metrics token may reach)
     R_RAW     = 64,                 //  the target passes as sent: any query, a trailing '/' (proxy.c)
     R_PIPE    = 128,                //  may take an Upgrade: its handler may make the connection a byte pipe (api_conn_pipe)
+    R_RPC     = 256,                //  with R_BODY: a body its handler parses and refuses in its own protocol (mcp.c), up to AH_API_MAX_RPC
 };
 
 //  A JSON body's keys (route_t.body), checked before the route's handler
@@ -439,7 +479,7 @@ extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes
                      api_session_routes [], api_console_routes [], api_login_routes [],
                      api_host_routes [], api_tree_routes [], api_allfiles_routes [], api_port_routes [],
                      api_tombstone_routes [], api_metrics_routes [], api_conversation_routes [],
-                     api_proxy_routes [], api_terms_routes [], api_pool_routes [];
+                     api_proxy_routes [], api_terms_routes [], api_pool_routes [], api_mcp_routes [];
 
 //  The port links (proxy.c): the key read from (or made in) data_dir at
 //  start (0, or -1 with *why); a link's path for the tenant's agent's
@@ -723,6 +763,11 @@ void api_ws_gone (conn_t *conn);
 //  asked for the upgrade is over and the connection speaks WebSocket.
 void api_conn_want_write (conn_t *conn);
 void api_conn_upgraded (conn_t *conn);
+//  One write of conn->out (a WRITEABLE, or an internal request's round,
+//  sub.c): 0, or -1 when the connection must close.
+int  api_conn_writeable (conn_t *conn);
+//  The connection is gone: its request and buffers freed.
+void api_conn_closed (conn_t *conn);
 //  r's answer head (101) is queued: from now on every byte the client
 //  sends goes to ext_ops->body, with its backpressure, until either side
 //  closes; no body stall timeout (a quiet socket is not a stalled upload).

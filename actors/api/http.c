@@ -37,6 +37,10 @@ void api_conn_want_write (conn_t *conn)
 {
     if (conn->state == CONN_CLOSED || conn->flush_queued)
         return;
+    if (conn->sub) {
+        api_sub_kick (conn->sub);   //  an internal request has no socket (sub.c)
+        return;
+    }
     if (conn->state == CONN_WS && !conn->closing && ah_actor_flush_later (conn->api->actor)) {
         conn->flush_queued = true;
         conn->flush_next = conn->api->flush;
@@ -274,6 +278,13 @@ void api_body_resume (req_t *r)
 //  --------------------------------------------------------------------
 //  A request's life
 
+//  lws's timeout of the connection; an internal request (sub.c) has none.
+static void s_timeout (conn_t *conn, enum pending_timeout reason, int secs)
+{
+    if (conn->wsi)
+        lws_set_timeout (conn->wsi, reason, secs);
+}
+
 static void s_req_free (req_t *r)
 {
     api_splice_stop (r->conn);      //  the consumer that read the socket goes
@@ -304,12 +315,17 @@ static void s_req_done (conn_t *conn)
     req_t *r = &conn->req;
     bool close = r->close_after;
     s_req_free (r);
+    if (conn->sub) {
+        conn->state = CONN_CLOSED;
+        api_sub_ended (conn->sub);  //  its answer is whole
+        return;
+    }
     if (close) {
         conn->closing = true;       //  s_writeable closes once all is sent
         return;
     }
     conn->state = CONN_HEAD;
-    lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, API_IDLE_S);
+    s_timeout (conn, PENDING_TIMEOUT_USER_OK, API_IDLE_S);
     api_conn_process (conn);
 }
 
@@ -318,7 +334,7 @@ void api_conn_upgraded (conn_t *conn)
     conn->req.close_after = false;
     s_req_free (&conn->req);
     conn->state = CONN_WS;
-    lws_set_timeout (conn->wsi, NO_PENDING_TIMEOUT, 0);
+    s_timeout (conn, NO_PENDING_TIMEOUT, 0);
 }
 
 void api_conn_pipe (req_t *r)
@@ -329,7 +345,7 @@ void api_conn_pipe (req_t *r)
     r->content_length = UINT64_MAX;
     r->body_done = false;
     conn->state = CONN_BODY;
-    lws_set_timeout (conn->wsi, NO_PENDING_TIMEOUT, 0);
+    s_timeout (conn, NO_PENDING_TIMEOUT, 0);
     api_conn_process (conn);        //  what the client sent after its head
 }
 
@@ -397,7 +413,7 @@ static void s_begin (conn_t *conn)
 {
     req_t *r = &conn->req;
     conn->state = CONN_BODY;
-    lws_set_timeout (conn->wsi, NO_PENDING_TIMEOUT, 0);
+    s_timeout (conn, NO_PENDING_TIMEOUT, 0);
     const char *target = r->head.target;
     const char *q = strchr (target, '?');
     size_t plen = q ? (size_t) (q - target) : strlen (target);
@@ -445,7 +461,8 @@ static void s_begin (conn_t *conn)
         api_respond_error (r, 400, "%s is not a WebSocket", r->path);
         return;
     }
-    uint64_t cap = (route->flags & R_STREAM) ? AH_API_MAX_UPLOAD : AH_API_MAX_BODY;
+    uint64_t cap = (route->flags & R_STREAM) ? AH_API_MAX_UPLOAD
+                 : (route->flags & R_RPC) ? AH_API_MAX_RPC : AH_API_MAX_BODY;
     if (r->content_length > cap) {
         api_respond_error (r, 413, "request body of %llu bytes is over the limit of %llu bytes",
                            (unsigned long long) r->content_length, (unsigned long long) cap);
@@ -512,6 +529,10 @@ static bool s_body (conn_t *conn)
         if (r->ext_ops && r->ext_ops->body_end)
             r->ext_ops->body_end (r);
     }
+    else if (!r->handled && (r->route->flags & R_RPC)) {
+        r->handled = true;
+        r->route->fn (r);           //  its handler answers a bad body in its protocol
+    }
     else if (!r->handled) {
         r->handled = true;
         //  A JSON body is a JSON object, whether the route reads it or not
@@ -559,9 +580,9 @@ void api_conn_stall_watch (conn_t *conn)
               || (r->continue_sent && r->ext_ops && r->ext_ops->body);
     bool waiting = conn->rx_paused || (conn->splicing && !conn->splice_watching);
     if (reading && !r->body_done && ready && !waiting && !r->piped)
-        lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, conn->api->body_stall_s);
+        s_timeout (conn, PENDING_TIMEOUT_USER_OK, conn->api->body_stall_s);
     else if (conn->state == CONN_BODY || conn->state == CONN_HANDLING)
-        lws_set_timeout (conn->wsi, NO_PENDING_TIMEOUT, 0);
+        s_timeout (conn, NO_PENDING_TIMEOUT, 0);
 }
 
 //  Take what conn->in holds as far as the state allows.
@@ -641,7 +662,7 @@ static int s_close_when_sent (conn_t *conn)
 
 //  One lws_write from conn->out; when it has drained, a streamed body is
 //  asked for more, and a finished answer ends the request.
-static int s_writeable (conn_t *conn)
+int api_conn_writeable (conn_t *conn)
 {
     req_t *r = &conn->req;
     //  A refused request's answer waits until its body has been dropped.
@@ -659,10 +680,16 @@ static int s_writeable (conn_t *conn)
     }
     size_t n = ah_buf_size (&conn->out);
     if (n > 0) {
-        if (n > API_CHUNK)
-            n = API_CHUNK;
-        if (lws_write (conn->wsi, ah_buf_head (&conn->out), n, LWS_WRITE_RAW) < (int) n)
-            return -1;
+        if (conn->sub) {
+            if (api_sub_take (conn->sub, ah_buf_head (&conn->out), n))
+                return -1;          //  over its cap
+        }
+        else {
+            if (n > API_CHUNK)
+                n = API_CHUNK;
+            if (lws_write (conn->wsi, ah_buf_head (&conn->out), n, LWS_WRITE_RAW) < (int) n)
+                return -1;
+        }
         ah_buf_consume (&conn->out, n);
         if (r->ext_ops && r->ext_ops->written)
             r->ext_ops->written (r, n);
@@ -678,7 +705,7 @@ static int s_writeable (conn_t *conn)
             return 0;               //  answered early; the body still streams in
         s_req_done (conn);
     }
-    return s_close_when_sent (conn);
+    return conn->sub ? 0 : s_close_when_sent (conn);
 }
 
 void api_conns_flush (void *api_)
@@ -694,9 +721,24 @@ void api_conns_flush (void *api_)
         if (conn->state != CONN_WS || conn->closing || lws_partial_buffered (conn->wsi))
             lws_callback_on_writable (conn->wsi);
         else
-        if (s_writeable (conn) < 0)
+        if (api_conn_writeable (conn) < 0)
             lws_set_timeout (conn->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
     }
+}
+
+void api_conn_closed (conn_t *conn)
+{
+    if (conn->state != CONN_CLOSED) {
+        conn_state_t was = conn->state;
+        api_splice_watch (conn, false);
+        s_flush_forget (conn);
+        conn->state = CONN_CLOSED;
+        if (was == CONN_WS)
+            api_ws_gone (conn);
+        s_req_free (&conn->req);
+    }
+    ah_buf_free (&conn->in);
+    ah_buf_free (&conn->out);
 }
 
 static int s_serve (struct lws *wsi, enum lws_callback_reasons reason, void *user,
@@ -771,20 +813,11 @@ static int s_serve (struct lws *wsi, enum lws_callback_reasons reason, void *use
         case LWS_CALLBACK_RAW_WRITEABLE:
             if (!conn || conn->state == CONN_CLOSED)
                 return -1;
-            return s_writeable (conn);
+            return api_conn_writeable (conn);
         case LWS_CALLBACK_RAW_CLOSE:
             //  conn->api is unset when TLS failed before the adoption.
-            if (conn && conn->api && conn->state != CONN_CLOSED) {
-                conn_state_t was = conn->state;
-                api_splice_watch (conn, false);
-                s_flush_forget (conn);
-                conn->state = CONN_CLOSED;
-                if (was == CONN_WS)
-                    api_ws_gone (conn);
-                s_req_free (&conn->req);
-                ah_buf_free (&conn->in);
-                ah_buf_free (&conn->out);
-            }
+            if (conn && conn->api)
+                api_conn_closed (conn);
             return 0;
         default:
             break;

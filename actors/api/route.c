@@ -51,7 +51,7 @@ static const route_t *const s_tables [] = {
     api_exec_routes, api_file_routes, api_event_routes, api_terminal_routes, api_tenant_routes,
     api_session_routes, api_console_routes, api_login_routes, api_host_routes, api_tree_routes, api_allfiles_routes,
     api_port_routes, api_tombstone_routes, api_metrics_routes, api_conversation_routes, api_proxy_routes,
-    api_terms_routes, api_pool_routes, NULL
+    api_terms_routes, api_pool_routes, api_mcp_routes, NULL
 };
 
 typedef struct {
@@ -433,12 +433,12 @@ char *ah_api_routes (void)
             }
             for (size_t i = 0; i < sizeof methods / sizeof methods [0]; i++)
                 if (route->methods & methods [i].bit)
-                    json_array_append_new (list, json_pack ("{s:s s:s s:b s:b s:b s:O s:O s:b s:b s:b s:b}",
+                    json_array_append_new (list, json_pack ("{s:s s:s s:b s:b s:b s:O s:O s:b s:b s:b s:b s:b}",
                         "method", methods [i].name, "pattern", route->pattern, "admin", (route->flags & R_ADMIN) != 0,
                         "public", (route->flags & R_PUBLIC) != 0, "body", (route->flags & R_BODY) != 0,
                         "fields", fields, "query", query, "raw", (route->flags & R_RAW) != 0,
                         "stream", (route->flags & R_STREAM) != 0, "upgrade", (route->flags & R_UPGRADE) != 0,
-                        "metrics", (route->flags & R_METRICS) != 0));
+                        "metrics", (route->flags & R_METRICS) != 0, "rpc", (route->flags & R_RPC) != 0));
             json_decref (fields);
             json_decref (query);
         }

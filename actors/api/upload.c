@@ -93,7 +93,7 @@ void api_splice_start (conn_t *conn)
     if (conn->state != CONN_BODY || conn->closing || ah_buf_size (&conn->in)
     ||  r->discard || r->no_splice || !r->continue_sent || !r->route || !(r->route->flags & R_STREAM)
     ||  !r->ext_ops || !r->ext_ops->splice || r->content_length - r->body_seen < SPLICE_MIN
-    ||  lws_is_ssl (conn->wsi))
+    ||  !conn->wsi || lws_is_ssl (conn->wsi))
         return;
     int fd = lws_get_socket_fd (conn->wsi);
     if (fd < 0)

@@ -3,6 +3,7 @@
     the Pod it runs in. A kubeconfig is hostile input like any other: a
     missing or malformed part is a sentence naming it.                  */
 #include "drivers/kubernetes/k8s_int.h"
+#include "proto/base64.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -45,52 +46,9 @@ void ah_k8s_creds_free (k8s_creds_t *c)
     memset (c, 0, sizeof *c);
 }
 
-static int s_b64 (int c)
-{
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-}
-
 char *ah_k8s_base64_decode (const char *text, size_t len, size_t *out_len)
 {
-    char *out = malloc (len / 4 * 3 + 4);
-    if (!out)
-        return NULL;
-    size_t n = 0;
-    uint32_t acc = 0;
-    int bits = 0, pad = 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char) text [i];
-        if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
-            continue;
-        if (c == '=') {
-            pad++;
-            continue;
-        }
-        int v = s_b64 (c);
-        if (v < 0 || pad) {             //  a stray byte, or data after padding
-            free (out);
-            return NULL;
-        }
-        acc = (acc << 6) | (uint32_t) v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out [n++] = (char) ((acc >> bits) & 0xff);
-        }
-    }
-    if (pad > 2 || bits >= 6) {
-        free (out);
-        return NULL;
-    }
-    out [n] = 0;
-    if (out_len)
-        *out_len = n;
-    return out;
+    return ah_base64_decode (text, len, out_len);
 }
 
 //  A whole small file, NUL-terminated. NULL with *err.

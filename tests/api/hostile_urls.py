@@ -226,6 +226,8 @@ ROUTES = [
     ("GET", "/api/v1/tombstones", None),
     ("DELETE", "/api/v1/tombstones/0123456789ab", None),
     ("GET", "/metrics", None),
+    ("POST", "/mcp", b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"exec",'
+                     b'"arguments":{"agent":"alice","cmd":"touch hit"}}}'),
 ]
 # The root ("/", GET and HEAD) has no segment to bend.
 UNBENT = {("GET", "/"), ("HEAD", "/")}
@@ -272,7 +274,8 @@ BROKEN_BODIES = [
 ]
 JSON_ROUTES = [(m, p) for m, p, _ in ROUTES
                if m in ("POST", "PATCH", "PUT") and "/files" not in p and "/fs/" not in p
-               and not p.startswith("/p/")]      # a port link's body is the sandbox's web server's
+               and not p.startswith("/p/")       # a port link's body is the sandbox's web server's
+               and p != "/mcp"]                  # a JSON-RPC message, refused in JSON-RPC's terms (mcp.hostile)
 
 # Keys no body takes, and the key each 400 must name.
 BAD_KEYS = [

@@ -24,7 +24,8 @@ Usage: openapi_check.py AGENTHOLD [DOC]
    whose properties are exactly the route's fields (plus "run", which
    every body may carry), each of the same JSON types, refusing any other
    key (additionalProperties false); a streamed body (R_STREAM) is
-   application/octet-stream; no other route has a request body.
+   application/octet-stream; a JSON-RPC body (R_RPC: POST /mcp) is
+   application/json with x-agenthold-rpc; no other route has a request body.
 3. `agenthold serve` (fake driver) answers GET /api/v1/openapi.json with
    no token: 200, application/json, the file's bytes exactly, and neither
    the admin token nor its hash in it. Then the e2e hook
@@ -255,6 +256,11 @@ def step_router(doc):
         if r["stream"]:
             problem("application/octet-stream" in content, "%s: a streamed body, documented as %s"
                     % (name, sorted(content)))
+        elif r.get("rpc"):
+            # A JSON-RPC message (POST /mcp): its fields are its protocol's
+            # (docs/mcp.md), checked by its handler, not by the router's table.
+            problem("application/json" in content and o.get("x-agenthold-rpc") is True,
+                    "%s: a JSON-RPC body, documented as %s without x-agenthold-rpc" % (name, sorted(content)))
         elif r["body"]:
             problem("application/json" in content, "%s: takes a JSON body, documented as %s" % (name, sorted(content)))
             if "application/json" not in content:
