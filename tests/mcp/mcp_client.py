@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""tests/mcp/mcp_client.py: a real MCP client, the official Go SDK's
+(github.com/modelcontextprotocol/go-sdk v1.8.0, pinned in
+tests/mcp/goclient/go.mod and go.sum), against POST /mcp of the real
+`agenthold serve` on the fake driver.
+
+The client (tests/mcp/goclient/main.go) is built into OUTDIR with the Go
+at /usr/local/go (else the one on PATH), GOFLAGS=-mod=mod, its module and
+build caches under OUTDIR/gocache (a cold build takes about a minute on 2
+cores, a rerun seconds). No Go, or no way to the module proxy: exit 77,
+said on stderr (ctest reports it skipped). It connects with the
+streamable HTTP transport and the bearer token as the SDK does by
+default, then lists the tools, creates an agent, runs a command, writes,
+reads, lists and searches a file, reads resources (text, a listing, a
+blob) and meets an unknown tool and a path out of the home. Afterwards,
+through the REST API: the agent it made exists in the token's tenant,
+and the routes' audit trail holds its create, exec and file operations.
+
+usage: mcp_client.py AGENTHOLD_BINARY OUTDIR"""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ahlocal  # noqa: E402
+import ahserver  # noqa: E402
+
+OUTDIR = os.path.abspath(sys.argv.pop(2)) if len(sys.argv) > 2 else None
+CTX = ahlocal.context("ah-mcp-client-")
+check = CTX.check
+Fail = CTX.fail
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def skip(why):
+    sys.stderr.write("SKIPPED: the MCP Go SDK client cannot be built here: %s\n" % why)
+    shutil.rmtree(CTX.tmp, ignore_errors=True)
+    sys.exit(77)
+
+
+def build():
+    go = "/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else shutil.which("go")
+    if not go:
+        skip("no Go toolchain (/usr/local/go or PATH)")
+    cache = os.path.join(OUTDIR, "gocache")
+    env = dict(os.environ, GOPATH=os.path.join(cache, "gopath"), GOMODCACHE=os.path.join(cache, "gopath", "pkg", "mod"),
+               GOCACHE=os.path.join(cache, "build"), GOFLAGS="-mod=mod -buildvcs=false", CGO_ENABLED="0",
+               GOTOOLCHAIN="local")
+    src = os.path.join(HERE, "goclient")
+    p = subprocess.run([go, "mod", "download", "github.com/modelcontextprotocol/go-sdk"], cwd=src, env=env,
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        skip("cannot fetch github.com/modelcontextprotocol/go-sdk v1.8.0 from the module proxy: %s"
+             % p.stderr[-1500:])
+    out = os.path.join(OUTDIR, "mcp-goclient")
+    t0 = time.monotonic()
+    p = subprocess.run(["nice", go, "build", "-trimpath", "-o", out, "."], cwd=src, env=env, capture_output=True,
+                       text=True, timeout=900)
+    check(p.returncode == 0, "go build of tests/mcp/goclient: %s" % p.stderr[-3000:])
+    print("built %s in %.1f s" % (out, time.monotonic() - t0))
+    return out
+
+
+def main():
+    client = build()
+    srv = ahlocal.Local(CTX, "srv").start()
+    srv.ok("POST", "/api/v1/tenants", body={"name": "gotenant"})
+    rc, out, err = srv.cli("--tenant", "gotenant", "token", "create")
+    check(rc == 0 and len(out.strip()) == 64, "a token of tenant gotenant: %r" % err)
+    tok = out.strip()
+    p = subprocess.run([client, "http://127.0.0.1:%d/mcp" % srv.port, tok, "goagent"], capture_output=True,
+                       text=True, timeout=180)
+    sys.stdout.write(p.stdout)
+    check(p.returncode == 0 and "goclient: all checks passed" in p.stdout,
+          "the Go client (%d): %s%s" % (p.returncode, p.stdout[-2000:], p.stderr[-3000:]))
+    a = srv.ok("GET", "/api/v1/agents/goagent", tok=tok)
+    check(a["tenant"] == "gotenant" and a["state"] == "running", "made in the token's tenant: %r" % a)
+    ops = srv.ok("GET", "/api/v1/agents/goagent/operations?limit=200", tok=tok)["operations"]
+    kinds = {o["kind"] for o in ops}
+    check({"create", "exec", "fs.write", "fs.read"} <= kinds, "the routes' audit rows: %r" % sorted(kinds))
+    print("mcp.client: %d checks passed" % check.count)
+
+
+if __name__ == "__main__":
+    if not OUTDIR:
+        print(__doc__.rsplit("usage: ", 1)[1], file=sys.stderr)
+        sys.exit(2)
+    sys.exit(ahserver.run(main, Fail, CTX.procs, CTX.tmp, CTX.log))
