@@ -95,6 +95,7 @@ struct api_t {
     req_t *pending;                 //  parked on a REPLY or a state
     api_chan_t *chans;              //  tunnel channels, open or opening
     conn_t *flush;                  //  WebSockets written at the turn's end (http.c)
+    struct api_sub_t *subs_due;     //  internal requests whose round runs at the turn's end (sub.c)
     struct api_abandoned_t *abandoned;      //  opens whose owner left (chan.c)
     int64_t next_req;
     int reply_timeout_s;
@@ -179,6 +180,8 @@ api_sub_t *api_sub_new (req_t *parent, const char *method, const char *target, c
 void api_sub_destroy (api_sub_t **self_p);
 //  From http.c: the connection has bytes to write, or its body goes on.
 void api_sub_kick (api_sub_t *self);
+//  From api_conns_flush: the rounds asked for during the turn.
+void api_subs_run (api_t *api);
 //  From http.c: n answer bytes leave the connection: 0, or -1 over the cap.
 int  api_sub_take (api_sub_t *self, const void *data, size_t n);
 //  From http.c: the answer is whole.

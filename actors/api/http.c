@@ -711,6 +711,7 @@ int api_conn_writeable (conn_t *conn)
 void api_conns_flush (void *api_)
 {
     api_t *api = api_;
+    api_subs_run (api);             //  internal requests first: they may queue writes
     while (api->flush) {
         conn_t *conn = api->flush;
         api->flush = conn->flush_next;

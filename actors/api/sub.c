@@ -12,7 +12,9 @@
     round on a 0 ms timer of the API's loop stands for lws's WRITEABLE
     (api_sub_kick arms it). Every step runs from that timer, never inside
     the caller's own call, so a handler that answers at once never
-    re-enters the code that asked. The answer is kept whole (at most
+    re-enters the code that asked: at the end of the API's turn (the
+    actor's flush, api_conns_flush) when asked during one, else on the
+    timer. The answer is kept whole (at most
     API_SUB_MAX bytes of body), then parsed back: status, Content-Type,
     the body de-chunked.                                                 */
 #include "actors/api/api_int.h"
@@ -27,8 +29,10 @@ struct api_sub_t {
     api_sub_fn *done;
     void *owner;
     ah_buf_t answer;                //  the bytes http.c wrote, as written
-    ah_lwsloop_timer_t timer;
+    ah_lwsloop_timer_t timer;       //  a round outside a turn
     bool armed;
+    bool due;                       //  on api->subs_due: a round at the turn's end
+    api_sub_t *due_next;
     bool started;                   //  conn->in handed to http.c
     bool ended;                     //  the answer is whole
     bool over;                      //  ... or went over the cap
@@ -54,12 +58,40 @@ void api_url_encode (ah_buf_t *buf, const char *s, size_t n, bool slash)
 
 static void s_round (ah_lwsloop_timer_t *timer, void *arg);
 
+//  A round soon: at the end of the API's turn when in one (the actor's
+//  flush: no round of the loop between), else on a 0 ms timer.
 void api_sub_kick (api_sub_t *self)
 {
-    if (self->armed)
+    if (self->armed || self->due)
         return;
+    if (ah_actor_flush_later (self->api->actor)) {
+        self->due = true;
+        self->due_next = self->api->subs_due;
+        self->api->subs_due = self;
+        return;
+    }
     self->armed = true;
     ah_lwsloop_timer_set (self->api->loop, &self->timer, 0, s_round, self);
+}
+
+void api_subs_run (api_t *api)
+{
+    while (api->subs_due) {
+        api_sub_t *self = api->subs_due;
+        api->subs_due = self->due_next;
+        self->due = false;
+        self->due_next = NULL;
+        s_round (NULL, self);       //  self may be gone after
+    }
+}
+
+static void s_undue (api_sub_t *self)
+{
+    for (api_sub_t **p = &self->api->subs_due; self->due && *p; p = &(*p)->due_next)
+        if (*p == self) {
+            *p = self->due_next;
+            self->due = false;
+        }
 }
 
 int api_sub_take (api_sub_t *self, const void *data, size_t n)
@@ -173,10 +205,10 @@ static void s_finish (api_sub_t *self)
 //  A round: the request read (first), one write as a WRITEABLE would.
 static void s_round (ah_lwsloop_timer_t *timer, void *arg)
 {
-    (void) timer;
     api_sub_t *self = arg;
     ah_actor_t *actor = self->api->actor;
-    self->armed = false;
+    if (timer)
+        self->armed = false;
     ah_actor_turn_begin (actor);
     conn_t *conn = &self->conn;
     if (!self->started) {
@@ -235,8 +267,7 @@ api_sub_t *api_sub_new (req_t *parent, const char *method, const char *target, c
         api_sub_destroy (&self);
         return NULL;
     }
-    self->armed = true;
-    ah_lwsloop_timer_set (self->api->loop, &self->timer, 0, s_round, self);
+    api_sub_kick (self);
     return self;
 }
 
@@ -249,6 +280,7 @@ void api_sub_destroy (api_sub_t **self_p)
     self->done = NULL;
     api_conn_closed (&self->conn);  //  the request's state freed as when a client leaves
     ah_lwsloop_timer_cancel (&self->timer);
+    s_undue (self);
     ah_buf_free (&self->answer);
     free (self);
 }
