@@ -159,9 +159,10 @@ void api_stmt_free (api_stmt_t *s);
 //  Internal requests (sub.c): a route served for another of the API's
 //  own parts (MCP's tools, mcp.c) by the same code as over a socket.
 //  The request is written as bytes into a connection of its own that has
-//  no socket: its head and body are read, routed, authenticated (with the
-//  parent's credentials: its Authorization, Cookie, CSRF and Origin
-//  headers and ?tenant=), checked and handled by http.c as any other, and
+//  no socket: its head and body are read, routed, authenticated (as the
+//  parent: who it was, judged against this route by api_auth_as, with its
+//  CSRF and Origin headers and ?tenant=), checked and handled by http.c
+//  as any other, and
 //  what would go to the socket is kept, whole, up to API_SUB_MAX bytes of
 //  body. done runs once, from the API's loop (never inside api_sub_new):
 //  the status, the Content-Type ("" none), the body (de-chunked), owner;
@@ -186,6 +187,8 @@ void api_subs_run (api_t *api);
 int  api_sub_take (api_sub_t *self, const void *data, size_t n);
 //  From http.c: the answer is whole.
 void api_sub_ended (api_sub_t *self);
+//  From http.c: the request authenticated as its parent (api_auth_as).
+int  api_sub_auth (api_sub_t *self, req_t *r);
 //  n bytes of s percent-encoded into buf (unreserved bytes kept, and '/'
 //  when slash): a target's segment or query value.
 void api_url_encode (ah_buf_t *buf, const char *s, size_t n, bool slash);
@@ -561,6 +564,10 @@ void api_reader_keep (api_t *api, const char *agent_id, int64_t *last_ms);
 //  a missing, wrong, revoked or expired token; 403 a tenant token naming
 //  another tenant; 404 no such tenant; 500).
 int  api_auth (req_t *r);
+//  The same for a request made for another (an internal one, sub.c) by
+//  who that one was: who copied, then the route's checks (metrics,
+//  CSRF, ?tenant=, admin) as api_auth makes them.
+int  api_auth_as (req_t *r, const who_t *who);
 //  A token (or, for a session or a ticket, a token's id and the hash its
 //  row had: another row with that id is not it) into r->who: 0, 401 with
 //  why (wrong, gone, revoked, expired), or 500.

@@ -165,6 +165,31 @@ static int s_scope (req_t *r)
     return 0;
 }
 
+//  What the route asks of who r is (r->who set from its credentials):
+//  a metrics token only on metrics routes, a cookie's CSRF rules, the
+//  tenant it acts within (?tenant=), an admin on admin routes. 0, or the
+//  status answered.
+static int s_route_checks (req_t *r)
+{
+    int status;
+    bool metrics_route = r->route && (r->route->flags & R_METRICS);
+    if (r->who.metrics_only != metrics_route && !(metrics_route && r->who.admin)) {
+        api_respond_error (r, 403, r->who.metrics_only ? "token '%s' reads GET /metrics only"
+                                                       : "%s needs an admin or a metrics token",
+                           r->who.metrics_only ? r->who.token_name : r->path);
+        return 403;
+    }
+    if (r->who.cookie && (status = api_session_csrf (r)))
+        return status;
+    if ((status = s_scope (r)))
+        return status;
+    if (r->route && (r->route->flags & R_ADMIN) && !r->who.admin) {
+        api_respond_error (r, 403, "%s needs an admin token", r->path);
+        return 403;
+    }
+    return 0;
+}
+
 int api_auth (req_t *r)
 {
     memset (&r->who, 0, sizeof r->who);
@@ -198,20 +223,12 @@ int api_auth (req_t *r)
         api_respond_error (r, 500, "cannot read the token table");
         return 500;
     }
-    bool metrics_route = r->route && (r->route->flags & R_METRICS);
-    if (r->who.metrics_only != metrics_route && !(metrics_route && r->who.admin)) {
-        api_respond_error (r, 403, r->who.metrics_only ? "token '%s' reads GET /metrics only"
-                                                       : "%s needs an admin or a metrics token",
-                           r->who.metrics_only ? r->who.token_name : r->path);
-        return 403;
-    }
-    if (r->who.cookie && (status = api_session_csrf (r)))
-        return status;
-    if ((status = s_scope (r)))
-        return status;
-    if (r->route && (r->route->flags & R_ADMIN) && !r->who.admin) {
-        api_respond_error (r, 403, "%s needs an admin token", r->path);
-        return 403;
-    }
-    return 0;
+    return s_route_checks (r);
+}
+
+int api_auth_as (req_t *r, const who_t *who)
+{
+    r->who = *who;
+    r->who.scope [0] = 0;
+    return s_route_checks (r);
 }

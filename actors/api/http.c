@@ -432,7 +432,7 @@ static void s_begin (conn_t *conn)
         api_respond_error (r, 400, "%s", why);
         return;
     }
-    if (!(r->route && (r->route->flags & R_PUBLIC)) && api_auth (r))
+    if (!(r->route && (r->route->flags & R_PUBLIC)) && (conn->sub ? api_sub_auth (conn->sub, r) : api_auth (r)))
         return;                     //  answered
     const char *run = ah_http_header (&r->head, "x-agenthold-run");
     if (run) {

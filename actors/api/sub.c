@@ -4,10 +4,12 @@
 
     DESIGN. The API's thread only. An internal request is a conn_t of its
     own (heap, wsi NULL, conn->sub pointing back here). Its request is
-    written as bytes into conn->in, the head carrying the parent's
-    credentials, and http.c reads it as any connection's: framing, the
-    route, the token and tenant, the body's checks, the handler, a
-    streamed body fed to its consumer with its back-pressure. What http.c
+    written as bytes into conn->in, and http.c reads it as any
+    connection's: framing, the route, who asks and the tenant, the body's
+    checks, the handler, a
+    streamed body fed to its consumer with its back-pressure; only the
+    token is not read again: the parent's who is judged against the
+    route (api_auth_as). What http.c
     would write to the socket comes here instead (api_sub_take), and a
     round on a 0 ms timer of the API's loop stands for lws's WRITEABLE
     (api_sub_kick arms it). Every step runs from that timer, never inside
@@ -37,6 +39,7 @@ struct api_sub_t {
     bool ended;                     //  the answer is whole
     bool over;                      //  ... or went over the cap
     bool failed;                    //  ... or the connection had to close
+    who_t who;                      //  the parent's, as its token was judged
 };
 
 //  s's n bytes percent-encoded into buf (unreserved bytes as they are,
@@ -107,6 +110,11 @@ int api_sub_take (api_sub_t *self, const void *data, size_t n)
 void api_sub_ended (api_sub_t *self)
 {
     self->ended = true;
+}
+
+int api_sub_auth (api_sub_t *self, req_t *r)
+{
+    return api_auth_as (r, &self->who);
 }
 
 char *api_error_of (const uint8_t *body, size_t size)
@@ -248,11 +256,11 @@ api_sub_t *api_sub_new (req_t *parent, const char *method, const char *target, c
         api_url_encode (in, tenant, strlen (tenant), false);
     }
     rc |= ah_buf_appendf (in, " HTTP/1.1\r\n");
-    //  Who asks: the parent's credentials as it sent them (parsed header
-    //  values hold no CR or LF), so its token is judged again here.
-    static const char *const carried [] = {
-        "host", "authorization", "cookie", "x-agenthold-csrf", "origin", "x-agenthold-run"
-    };
+    //  Who asks: the parent as its credentials were judged (api_auth_as
+    //  judges them against this route), with the headers the route's
+    //  checks read (parsed header values hold no CR or LF).
+    self->who = parent->who;
+    static const char *const carried [] = { "host", "x-agenthold-csrf", "origin", "x-agenthold-run" };
     for (size_t i = 0; i < sizeof carried / sizeof carried [0]; i++) {
         const char *value = ah_http_header (&parent->head, carried [i]);
         if (value && ah_http_header_count (&parent->head, carried [i]) == 1)

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """bench/files/smoke.py: a quick check that a benchmark of bench/files,
-bench/term, bench/sandboxd, bench/scale or bench/conversations runs with tiny sizes, prints its figures and
+bench/term, bench/sandboxd, bench/scale, bench/conversations or bench/mcp runs with tiny sizes, prints its figures and
 leaves no temporary directory behind. It times nothing itself.
 
-usage: smoke.py files|term|sandboxd|scale|conversations COMMAND..."""
+usage: smoke.py files|term|sandboxd|scale|conversations|mcp COMMAND..."""
 import glob
 import re
 import subprocess
@@ -31,12 +31,14 @@ FIGURES = {
                       r"first update after a sleep: %sx baseline" % NUM,
                       r"updates in one turn .* every one counted",
                       r"server VmRSS: %s KiB early .* %s KiB late" % (NUM, NUM)],
+    "mcp": [r"%s\s+REST median\s+%s ms\s+MCP median\s+%s ms\s+%sx" % (tool, NUM, NUM, NUM)
+            for tool in ("exec", "list_files", "read_file")],
 }
 
 
 def main():
     if len(sys.argv) < 3 or sys.argv[1] not in FIGURES:
-        print("usage: smoke.py files|term|sandboxd|scale|conversations COMMAND...", file=sys.stderr)
+        print("usage: smoke.py files|term|sandboxd|scale|conversations|mcp COMMAND...", file=sys.stderr)
         return 2
     kind = sys.argv[1]
     pattern = "%s/ah-bench-%s-*" % (tempfile.gettempdir(), kind)
