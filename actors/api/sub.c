@@ -94,6 +94,7 @@ static void s_undue (api_sub_t *self)
         if (*p == self) {
             *p = self->due_next;
             self->due = false;
+            break;
         }
 }
 
