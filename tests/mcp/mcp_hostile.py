@@ -29,9 +29,13 @@ and files are real), every answer's JSON-RPC shape checked.
              the server stays up and its log has no sanitizer report
   tenant     another tenant's token: its agent is the same 404 sentence
              as a nonexistent one, for tools and resources
+  leave      8 tool calls at once, each its own answer; a client that
+             leaves mid-exec: the command's audit row says so, the server
+             serves on
 
 usage: mcp_hostile.py AGENTHOLD_BINARY [SCENARIO...]"""
 import base64
+import itertools
 import json
 import os
 import sys
@@ -46,7 +50,7 @@ CTX = ahlocal.context("ah-mcp-hostile-")
 check = CTX.check
 Fail = CTX.fail
 SERVER = None
-NEXT_ID = [0]
+IDS = itertools.count(1)     # next() is atomic: calls from threads get ids of their own
 
 
 def server():
@@ -92,14 +96,14 @@ def envelope(raw, want_id):
 
 
 def rpc(method, params=None, tok=ahlocal.ADMIN, headers=None, http_status=200):
-    NEXT_ID[0] += 1
-    msg = {"jsonrpc": "2.0", "id": NEXT_ID[0], "method": method}
+    my = next(IDS)
+    msg = {"jsonrpc": "2.0", "id": my, "method": method}
     if params is not None:
         msg["params"] = params
     status, h, raw = post(msg, tok, headers)
     check(status == http_status, "%s: HTTP %d, want %d: %r" % (method, status, http_status, raw[:300]))
     check(h.get("content-type", "").startswith("application/json"), "%s: JSON: %r" % (method, h))
-    return envelope(raw, NEXT_ID[0])
+    return envelope(raw, my)
 
 
 def error_of(j, code, *words):
@@ -399,8 +403,40 @@ def tenant():
     print("tenant: ok")
 
 
+def leave():
+    import socket
+    import threading
+    s = server()
+    ensure_box()
+    got = {}
+
+    def one(n):
+        got[n] = json_of(tool("exec", {"agent": "box", "cmd": "sleep 0.2; echo %d" % n}))["stdout"]
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    check(got == {n: "%d\n" % n for n in range(8)}, "8 calls at once, each its own answer: %r" % got)
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "exec", "arguments": {"agent": "box", "cmd": "sleep 5; echo mcp-left-marker"}}}).encode()
+    sock = socket.create_connection(("127.0.0.1", s.port))
+    sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (s.admin.encode(), len(body), body))
+    time.sleep(0.5)
+    sock.close()
+
+    def recorded():
+        ops = s.ok("GET", "/api/v1/agents/box/operations?limit=50")["operations"]
+        return [o for o in ops if o["kind"] == "exec" and "mcp-left-marker" in json.dumps(o)]
+    ops = ahserver.wait_until(recorded, 20, "the left exec's audit row", Fail)
+    check("left" in json.dumps(ops[0]), "the audit row says the client left: %r" % ops[0])
+    check(text_of(tool("exec", {"agent": "box", "cmd": "echo on"})) and ahserver.healthz(s.port), "serves on")
+    print("leave: ok")
+
+
 SCENARIOS = [("protocol", protocol), ("tools", tools), ("resources", resources), ("hostile", hostile),
-             ("tenant", tenant)]
+             ("tenant", tenant), ("leave", leave)]
 
 
 def main():
