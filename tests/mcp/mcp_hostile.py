@@ -205,17 +205,20 @@ def tools():
     check(c["type"] == "resource" and base64.b64decode(c["resource"]["blob"]) == raw, "read_file blob: %r" % c)
     st, got = ahserver.request(s.port, "GET", "/api/v1/agents/box/files/d/bin", token=s.admin)
     check(st == 200 and got == raw, "written whole, as the REST route reads it")
-    res = tool("write_file", {"agent": "box", "path": "d/x", "content": "!!!", "encoding": "base64"}, error=False) \
-        if False else None
     j = rpc("tools/call", {"name": "write_file", "arguments": {"agent": "box", "path": "d/x", "content": "@@",
                                                                 "encoding": "base64"}})
     error_of(j, -32602, "base64")
     j = rpc("tools/call", {"name": "write_file", "arguments": {"agent": "box", "path": "d/x", "content": "a",
                                                                 "encoding": "rot13"}})
     error_of(j, -32602, "encoding")
+    tool("write_file", {"agent": "box", "path": "d/secret", "content": "s", "mode": "600"})
+    check(json_of(tool("exec", {"agent": "box", "cmd": "stat -c %a d/secret"}))["stdout"] == "600\n", "mode 600")
+    check(text_of(tool("write_file", {"agent": "box", "path": "d/m", "content": "s", "mode": "9z"},
+                       error=True)).startswith("400"), "a bad mode is the route's 400")
     ls = json_of(tool("list_files", {"agent": "box", "path": "d"}))
     rest = s.ok("GET", "/api/v1/agents/box/files?path=d")
-    check(ls == rest and sorted(e["name"] for e in ls["entries"]) == ["bin", "hello.txt"], "list_files: %r" % ls)
+    check(ls == rest and sorted(e["name"] for e in ls["entries"]) == ["bin", "hello.txt", "secret"],
+          "list_files: %r" % ls)
     home = json_of(tool("list_files", {"agent": "box"}))
     check(any(e["name"] == "d" for e in home["entries"]), "list_files of the home: %r" % home)
     res = tool("search_files", {"agent": "box", "pattern": "needle"})
