@@ -5,9 +5,11 @@ tests/mcp/goclient/go.mod and go.sum), against POST /mcp of the real
 `agenthold serve` on the fake driver.
 
 The client (tests/mcp/goclient/main.go) is built into OUTDIR with the Go
-at /usr/local/go (else the one on PATH), GOFLAGS=-mod=mod, its module and
-build caches under OUTDIR/gocache (a cold build takes about a minute on 2
-cores, a rerun seconds). No Go, or no way to the module proxy: exit 77,
+at /usr/local/go (else the one on PATH), GOFLAGS=-mod=readonly, its module
+and build caches the machine's, shared by the build trees and kept between
+runs ($AH_TEST_MCP_CACHE, else /var/cache/agenthold-mcp as root,
+~/.cache/agenthold-mcp otherwise: a cold build takes a minute or more on 2
+cores, a warm one seconds). No Go, or no way to the module proxy: exit 77,
 said on stderr (ctest reports it skipped). It connects with the
 streamable HTTP transport and the bearer token as the SDK does by
 default, then lists the tools, creates an agent, runs a command, writes,
@@ -45,9 +47,15 @@ def build():
     go = "/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else shutil.which("go")
     if not go:
         skip("no Go toolchain (/usr/local/go or PATH)")
-    cache = os.path.join(OUTDIR, "gocache")
+    # The module and build caches are the machine's, shared by every build
+    # tree (plain, ASan) and kept between runs, as tests/acp's are: a cold
+    # build takes minutes on 2 cores, a warm one seconds. go.mod and go.sum
+    # pin the SDK; -mod=readonly keeps the source tree untouched.
+    cache = os.environ.get("AH_TEST_MCP_CACHE") or ("/var/cache/agenthold-mcp" if os.geteuid() == 0
+                                                    else os.path.expanduser("~/.cache/agenthold-mcp"))
+    os.makedirs(cache, exist_ok=True)
     env = dict(os.environ, GOPATH=os.path.join(cache, "gopath"), GOMODCACHE=os.path.join(cache, "gopath", "pkg", "mod"),
-               GOCACHE=os.path.join(cache, "build"), GOFLAGS="-mod=mod -buildvcs=false", CGO_ENABLED="0",
+               GOCACHE=os.path.join(cache, "build"), GOFLAGS="-mod=readonly -buildvcs=false", CGO_ENABLED="0",
                GOTOOLCHAIN="local")
     src = os.path.join(HERE, "goclient")
     p = subprocess.run([go, "mod", "download", "github.com/modelcontextprotocol/go-sdk"], cwd=src, env=env,
