@@ -82,7 +82,10 @@ def scenario(h):
                                                 (b"echo thawed-$((3*3)) pid-$$-z\n", b"pid-" + pid + b"-z")],
                                           h.fail, 30)
     h.check(b"thawed-9" in out, "the attach thawed it; the same shell answers: %r" % out[-200:])
-    h.check(h.cli("show", "tt")["state"] == "running", "running after the thaw")
+    # The shell answers once the engine has unpaused the container, which
+    # may be a moment before lifecycle has written down that it runs.
+    ahserver.wait_until(lambda: h.cli("show", "tt")["state"] == "running", 15, "running after the thaw",
+                        fail=h.fail)
     st, j = h.api("DELETE", "/api/v1/agents/tt/terminals/" + tid)
     h.check(st == 200 and j["ended"], "DELETE: %d %r" % (st, j))
     h.check(h.cli("rm", "tt")["state"] == "destroyed", "rm")
