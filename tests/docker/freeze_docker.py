@@ -119,7 +119,7 @@ def scenario(h):
             "an exec on a frozen agent thaws it and answers; the sleep has the same pid, the file "
             "is there: %d %r" % (st, r))
     print("frozen -> exec answered in %.3f s" % took)
-    a = agent()
+    a = wait_state("running", 10)       # lifecycle writes it down as the engine's unpause returns
     h.check(a.get("state") == "running" and paused(aid) == (True, False),
             "thawed: %s %r" % (a.get("state"), paused(aid)))
     # The same tunnel: no reconnect, no liveness timeout, now or a little later.
