@@ -231,8 +231,6 @@ int      ah_dk_container_remove (docker_t *self, const char *name, char **err);
 #define DK_CAPS             "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"
 //  And for a sandbox with a network: its blocked routes (sandboxd/net.h).
 #define DK_NET_CAP          "NET_ADMIN"
-//  sandbox.docker.egress tunnel: where sandboxd's egress proxy listens in a
-//  networked runtime's sandbox (127.0.0.1; docs/egress.md).
 //  Removes all but one network of the agent's name, the one on its stored
 //  subnet (best effort): two can exist after an interrupted create, and
 //  the engine then refuses the name.
