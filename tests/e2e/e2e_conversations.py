@@ -833,6 +833,8 @@ SCENARIOS = [("turn", turn), ("answer", answer), ("busy", busy_cancel), ("tenant
 
 def main():
     global AGENT
+    unknown = ONLY - {name for name, _ in SCENARIOS}
+    check(not unknown, "no such scenario: %s" % ", ".join(sorted(unknown)))
     AGENT = build_agent()
     for name, fn in SCENARIOS:
         if not ONLY or name in ONLY:
