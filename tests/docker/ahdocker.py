@@ -17,6 +17,7 @@ import tarfile
 import threading
 import time
 import urllib.parse
+import zipfile
 
 SOCK = os.environ.get("AH_TEST_DOCKER_SOCKET", "/var/run/docker.sock")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -153,6 +154,33 @@ def build_image(tag, files, dockerfile):
                          content_type="application/x-tar", timeout=300)
     if st != 200 or b'"error"' in out:
         raise Fail("building image %s: HTTP %d: %s" % (tag, st, out[-2000:].decode(errors="replace")))
+
+
+def wheel(path):
+    """A pure-Python wheel, made by hand (no build tools): agenthold_probe 1.0."""
+    files = {
+        "agenthold_probe/__init__.py": b"VALUE = 'probe-ok'\n",
+        "agenthold_probe-1.0.dist-info/METADATA":
+            b"Metadata-Version: 2.1\nName: agenthold-probe\nVersion: 1.0\n",
+        "agenthold_probe-1.0.dist-info/WHEEL":
+            b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+        z.writestr("agenthold_probe-1.0.dist-info/RECORD",
+                   "".join("%s,,\n" % n for n in files) + "agenthold_probe-1.0.dist-info/RECORD,,\n")
+
+
+def package_index(root):
+    """A PEP 503 simple index under root/simple holding wheel()'s package
+    (agenthold-probe, module agenthold_probe, VALUE 'probe-ok')."""
+    d = os.path.join(root, "simple", "agenthold-probe")
+    os.makedirs(d)
+    wheel(os.path.join(d, "agenthold_probe-1.0-py3-none-any.whl"))
+    with open(os.path.join(d, "index.html"), "w") as f:
+        f.write('<html><body><a href="agenthold_probe-1.0-py3-none-any.whl">'
+                'agenthold_probe-1.0-py3-none-any.whl</a></body></html>\n')
 
 
 def host_service(h):

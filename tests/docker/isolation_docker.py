@@ -25,16 +25,22 @@ no network either under the default sandbox.docker.egress (tunnel): what
 it runs is pointed at sandboxd's egress proxy, its own curl reaches an
 upstream of the test's that the tenant's list names and is refused, with
 the rule's sentence, anything else; a connection around the proxy has no
-route; the audit has both kinds (docs/egress.md). A runtime whose image the server cannot build here
+route; the audit has both kinds (docs/egress.md). Its own tools go out
+the same way, as they are: pip from the test's index and git over https
+from an HTTPS upstream of the test's (a test CA the sandbox is told to
+trust), apt from this machine's Debian mirror (deb.debian.org, the
+catalog entry's list); each in the audit. A runtime whose image the server cannot build here
 is skipped loudly; at least one runtime must be tested.
 
 usage: isolation_docker.py AGENTHOLD_BINARY SOURCE_DIR (sandboxd next to it)
 Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool 10.213.192.0/20,
 prefix dockerisolation<pid>."""
+import functools
 import http.server
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -42,7 +48,7 @@ import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import Harness, build_image, connect_cmd, host_addresses, host_service  # noqa: E402
+from ahdocker import Harness, build_image, connect_cmd, host_addresses, host_service, package_index  # noqa: E402
 import ahserver  # noqa: E402  (on the path ahdocker set)
 
 h = Harness("docker.isolation", sys.argv[1], "10.213.192.0/20")
@@ -210,6 +216,99 @@ class Upstream(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class Files(http.server.SimpleHTTPRequestHandler):
+    """The test's HTTPS upstream: files (a pip index, a git repository)."""
+    def log_message(self, *args):
+        pass
+
+
+def tls_upstream():
+    """An HTTPS server of the test's own on 127.0.0.2, its certificate from
+    a test CA made here with openssl (the sandbox is told to trust it, as a
+    user would for a private index): a pip index (package_index) and a git
+    repository served the dumb way (git update-server-info). Returns its
+    port and the CA's PEM."""
+    d = os.path.join(h.tmp, "tls-upstream")
+    www = os.path.join(d, "www")
+    os.makedirs(www)
+
+    def run(*args, cwd=None):
+        subprocess.run(list(args), cwd=cwd, check=True, capture_output=True, timeout=60)
+    f = {n: os.path.join(d, n) for n in ("ca.key", "ca.pem", "up.key", "up.csr", "up.pem", "ext")}
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("openssl", "req", "-x509", *ec, "-keyout", f["ca.key"], "-out", f["ca.pem"], "-days", "2",
+        "-subj", "/CN=agenthold docker.isolation test CA")
+    run("openssl", "req", *ec, "-keyout", f["up.key"], "-out", f["up.csr"], "-subj", "/CN=127.0.0.2")
+    with open(f["ext"], "w") as x:
+        x.write("subjectAltName=IP:127.0.0.2\n")
+    run("openssl", "x509", "-req", "-in", f["up.csr"], "-CA", f["ca.pem"], "-CAkey", f["ca.key"],
+        "-CAcreateserial", "-out", f["up.pem"], "-days", "2", "-extfile", f["ext"])
+    package_index(www)
+    src = os.path.join(d, "src")
+    run("git", "init", "-q", src)
+    with open(os.path.join(src, "README"), "w") as x:
+        x.write("carried by agenthold's egress proxy\n")
+    ident = ["-c", "user.email=test@agenthold.invalid", "-c", "user.name=test"]
+    run("git", *ident, "add", "README", cwd=src)
+    run("git", *ident, "commit", "-qm", "one", cwd=src)
+    run("git", "clone", "-q", "--bare", src, os.path.join(www, "repo.git"))
+    run("git", "update-server-info", cwd=os.path.join(www, "repo.git"))
+    srv = http.server.ThreadingHTTPServer(("127.0.0.2", 0), functools.partial(Files, directory=www))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(f["up.pem"], f["up.key"])
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    h.cleanups.append(srv.shutdown)
+    with open(f["ca.pem"]) as x:
+        return srv.server_address[1], x.read()
+
+
+def tools_through_proxy(name, entry):
+    """What the runtime's own tools install from, through the proxy as they
+    are (the environment sandboxd gives them, no option naming the proxy):
+    pip from the test's index and git over https from the test's HTTPS
+    upstream (its CA put in the home and named, as a user would for a
+    private index), and apt from this machine's Debian mirror, the one the
+    image was built from (deb.debian.org on the catalog entry's list). The
+    audit has each."""
+    port, pem = tls_upstream()
+    up = "127.0.0.2:%d" % port
+    # The mirror's address: this machine's deb.debian.org sits in a range
+    # the proxy refuses whatever the name (docs/egress.md); an admin's entry
+    # naming the address opens it, as for the test's own upstreams.
+    mirror = socket.getaddrinfo("deb.debian.org", 80, socket.AF_INET)[0][4][0]
+    allow = [entry, up, "%s:80" % mirror]
+    st, t = h.api("PATCH", "/api/v1/tenants/default", {"egress_allow": allow})
+    h.check(st == 200 and t["egress_allow"] == allow, "%s: the tenant's list: %d %r" % (name, st, t))
+    sh(name, "cat > ~/test-ca.pem <<'EOF'\n%sEOF" % pem)
+    out = sh(name, "curl -sS --max-time 20 --cacert ~/test-ca.pem https://%s/simple/agenthold-probe/" % up)
+    h.check("agenthold_probe-1.0-py3-none-any.whl" in out, "%s: curl over https through the proxy: %r"
+            % (name, out[:200]))
+    out = sh(name, "pip install -q --no-cache-dir --disable-pip-version-check --index-url https://%s/simple/ "
+                   "--cert ~/test-ca.pem agenthold-probe 2>&1 && python3 -c "
+                   "'import agenthold_probe; print(agenthold_probe.VALUE)'" % up)
+    h.check(out.strip().endswith("probe-ok"), "%s: pip installs from the test's index through the proxy: %r"
+            % (name, out[-400:]))
+    out = sh(name, "git -c http.sslCAInfo=$HOME/test-ca.pem clone -q https://%s/repo.git ~/cloned 2>&1 && "
+                   "cat ~/cloned/README" % up)
+    h.check(out.endswith("carried by agenthold's egress proxy\n"), "%s: git clone over https through "
+            "the proxy: %r" % (name, out[-400:]))
+    apt = ("-o Dir::State::Lists=$HOME/apt/lists -o Dir::Cache::Archives=$HOME/apt/archives "
+           "-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o Debug::NoLocking=1")
+    out = sh(name, "mkdir -p ~/apt/lists/partial ~/apt/archives/partial ~/apt/dl && "
+                   "apt-get -q %s update 2>&1 && cd ~/apt/dl && apt-get -q %s download jq 2>&1 && "
+                   "dpkg-deb -f jq_*.deb Package" % (apt, apt))
+    h.check(out.endswith("\njq\n"), "%s: apt-get update and download from the Debian mirror through "
+            "the proxy: %r" % (name, out[-600:]))
+    st, j = h.api("GET", "/api/v1/agents/%s/operations?operation=egress&limit=200" % name)
+    rows = [r["detail"] for r in (j["operations"] if st == 200 else []) if r["ok"]]
+    h.check(any(d.startswith(up + " (connect)") for d in rows)
+            and any(d.startswith("deb.debian.org:80 (http)") for d in rows),
+            "%s: the audit has the tools' connections: %r" % (name, rows[-10:]))
+    sh(name, "rm -rf ~/apt ~/cloned ~/test-ca.pem ~/.local/lib/python3*/site-packages/agenthold_probe*")
+    print("%s: curl and pip over https, git over https and apt from the mirror, through the proxy" % name)
+
+
 def through_proxy(name, service):
     """A runtime that needs a network goes out through sandboxd's egress
     proxy alone (docs/egress.md): what it runs is pointed at it; the
@@ -255,6 +354,7 @@ def through_proxy(name, service):
                 and any(not r["ok"] and r["detail"].startswith("example.invalid:443 (connect)") for r in rows),
                 "%s: the audit has the carried and the refused connections: %r"
                 % (name, [(r["ok"], r["detail"]) for r in rows]))
+        tools_through_proxy(name, entry)
     finally:
         h.api("PATCH", "/api/v1/tenants/default", {"egress_allow": []})
 

@@ -45,11 +45,10 @@ import sys
 import tempfile
 import threading
 import time
-import zipfile
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import engine, q, Harness  # noqa: E402
+from ahdocker import engine, q, package_index, Harness  # noqa: E402
 
 SCENARIO = sys.argv[2] if len(sys.argv) > 2 else "shipped"
 POOL = {"shipped": "10.213.192.0/22", "build": "10.213.196.0/22", "failed": "10.213.200.0/22",
@@ -164,22 +163,6 @@ def shipped(h):
         h.check(rc == 0, "rm %s: %s" % (name, err))
 
 
-def wheel(path):
-    """A pure-Python wheel, made by hand (no build tools): agenthold_probe 1.0."""
-    files = {
-        "agenthold_probe/__init__.py": b"VALUE = 'probe-ok'\n",
-        "agenthold_probe-1.0.dist-info/METADATA":
-            b"Metadata-Version: 2.1\nName: agenthold-probe\nVersion: 1.0\n",
-        "agenthold_probe-1.0.dist-info/WHEEL":
-            b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    with zipfile.ZipFile(path, "w") as z:
-        for name, data in files.items():
-            z.writestr(name, data)
-        z.writestr("agenthold_probe-1.0.dist-info/RECORD",
-                   "".join("%s,,\n" % n for n in files) + "agenthold_probe-1.0.dist-info/RECORD,,\n")
-
-
 def serve_index(root):
     """python3 -m http.server's handler over root, on the host, for the
     build container (it reaches the host at the default bridge's gateway)."""
@@ -221,11 +204,7 @@ def forget_image(alias):
 
 def build(h):
     root = tempfile.mkdtemp(dir=h.tmp)
-    os.makedirs(os.path.join(root, "simple", "agenthold-probe"))
-    wheel(os.path.join(root, "simple", "agenthold-probe", "agenthold_probe-1.0-py3-none-any.whl"))
-    with open(os.path.join(root, "simple", "agenthold-probe", "index.html"), "w") as f:
-        f.write('<html><body><a href="agenthold_probe-1.0-py3-none-any.whl">'
-                'agenthold_probe-1.0-py3-none-any.whl</a></body></html>\n')
+    package_index(root)
     url, index = serve_index(root)
     alias = "probe%d" % os.getpid()
     write_catalog([{
