@@ -9,6 +9,7 @@
 #include "config/config.h"
 #include "config/config_int.h"
 #include "common/bounds.h"
+#include "proto/egress.h"
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -416,9 +417,10 @@ char *ah_config_check (const ah_config_t *self)
                         self->terminal_detached_s);
     if (!(self->ports_answer_timeout_s >= 0.1 && self->ports_answer_timeout_s <= 3600))
         return ah_strf ("ports.answer_timeout = %g s: must be from 0.1 s to 1 h", self->ports_answer_timeout_s);
-    if (self->egress_max_connections < 1 || self->egress_max_connections > 1024)
-        return ah_strf ("sandbox.egress_max_connections = %lld: must be from 1 to 1024 (a tunnel "
-                        "connection carries at most 1024 streams)", (long long) self->egress_max_connections);
+    if (self->egress_max_connections < 1 || self->egress_max_connections > AH_EGRESS_CONN_MAX)
+        return ah_strf ("sandbox.egress_max_connections = %lld: must be from 1 to %d (sandboxd's proxy "
+                        "holds at most %d connections at once)", (long long) self->egress_max_connections,
+                        AH_EGRESS_CONN_MAX, AH_EGRESS_CONN_MAX);
     //  Under sandboxd's 30 s wait for the server's answer (docs/egress.md).
     if (!(self->egress_connect_timeout_s >= 0.1 && self->egress_connect_timeout_s <= 25))
         return ah_strf ("sandbox.egress_connect_timeout = %g s: must be from 0.1 s to 25 s (sandboxd "

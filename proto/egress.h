@@ -19,6 +19,10 @@
 
 #define AH_EGRESS_HOST_MAX      253     //  a DNS name's longest text form
 #define AH_EGRESS_PATTERN_MAX   256     //  a list entry
+//  Connections out one sandbox holds at once, at most: sandboxd's proxy
+//  takes no more (its 503 beyond), so sandbox.egress_max_connections is
+//  from 1 to this (docs/egress.md).
+#define AH_EGRESS_CONN_MAX      256
 
 typedef struct {
     char host [AH_EGRESS_HOST_MAX + 1];     //  lower-case; an IPv6 literal without brackets

@@ -20,12 +20,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "proto/egress.h"
 #include "sandboxd/sandboxd.h"
 
 #define AH_SBD_BACKLOG_MAX   (1u << 20)     //  transport bytes queued before producers pause
 #define AH_SBD_PING_MS       15000          //  yamux ping after this much silence (docs/tunnel.md)
 #define AH_SBD_DEAD_MS       45000          //  nothing heard for this long: the connection is dead
-#define AH_SBD_EGRESS_MAX    256            //  egress proxy connections at once (docs/egress.md)
+#define AH_SBD_EGRESS_MAX    AH_EGRESS_CONN_MAX  //  egress proxy connections at once (proto/egress.h)
 //  The loop turns at least every AH_SBD_PING_MS while connected: a turn
 //  this much later than that was not ours to take (the sandbox was frozen,
 //  docker pause, or its host slept): docs/architecture.md.

@@ -343,6 +343,10 @@ static void s_test_errors (void)
                   "sandbox.max_memory_mb = 16384");
     EXPECT_ERROR ("sandbox:\n  pids_limit: 0\n", "sandbox.pids_limit = 0", NULL);
     //  The seed's caps on a command and on a read answered in JSON
+    //  sandboxd's proxy holds at most AH_EGRESS_CONN_MAX: no more can be asked.
+    EXPECT_ERROR ("sandbox:\n  egress_max_connections: 257\n", "sandbox.egress_max_connections = 257",
+                  "must be from 1 to 256 (sandboxd's proxy holds at most 256");
+    EXPECT_ERROR ("sandbox:\n  egress_max_connections: 0\n", "sandbox.egress_max_connections = 0", "from 1 to 256");
     EXPECT_ERROR ("sandbox:\n  max_exec_timeout: -1\n", "sandbox.max_exec_timeout = -1", "from 0.001 to 604800 seconds");
     EXPECT_ERROR ("sandbox:\n  max_exec_timeout: 0\n", "sandbox.max_exec_timeout = 0", "from 0.001 to 604800 seconds");
     EXPECT_ERROR ("sandbox:\n  max_exec_timeout: 1e308\n", "sandbox.max_exec_timeout", "to 604800 seconds");
