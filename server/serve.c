@@ -31,6 +31,7 @@
 #include "common/file.h"
 #include "common/log.h"
 #include "common/msg.h"
+#include "common/secretbox.h"
 #include "common/str.h"
 #include "common/token.h"
 #include "drivers/driver.h"
@@ -238,6 +239,21 @@ s_admin_token (self_t *self, ah_store_t *store, char **err)
 out:
     explicit_bzero (token, sizeof token);
     return result;
+}
+
+//  The egress secrets' key (docs/egress.md "Secrets"), when it exists
+//  already, must be readable by its owner only: a key others may have
+//  read stops the server, saying so, rather than guarding secrets with
+//  it. (It is made at its first need, by the API.)
+static int
+s_prepare_egress (self_t *self, char **err)
+{
+    char *path = ah_strf ("%s/%s", self->config->data_dir, AH_SECRETBOX_FILE);
+    uint8_t key [AH_SECRETBOX_KEY];
+    int rc = path ? ah_keyfile_load (path, key, sizeof key, false, err) : -1;
+    explicit_bzero (key, sizeof key);
+    free (path);
+    return rc < 0 ? -1 : 0;
 }
 
 //  Open (and migrate) the database once, here, before any actor opens its
@@ -605,6 +621,7 @@ ah_server_run (const ah_config_t *config)
     }
     if (ah_server_make_data_dir (config->data_dir, &err)
     ||  s_lock (&self, &err)
+    ||  s_prepare_egress (&self, &err)
     ||  s_prepare_store (&self, &err)
     ||  s_prepare_driver (&self, &err)) {
         ah_error ("server", "%s", err ? err : "start-up failed");
