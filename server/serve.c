@@ -28,6 +28,7 @@
 #include "actors/conversations.h"
 #include "actors/tunnel.h"
 #include "common/bus.h"
+#include "common/egress_ca.h"
 #include "common/file.h"
 #include "common/log.h"
 #include "common/msg.h"
@@ -241,10 +242,21 @@ out:
     return result;
 }
 
+static bool
+s_has_ca (const char *data_dir)
+{
+    char *p = ah_strf ("%s/%s", data_dir, AH_EGRESS_CA_CERT_FILE);
+    bool has = p && access (p, F_OK) == 0;
+    free (p);
+    return has;
+}
+
 //  The egress secrets' key (docs/egress.md "Secrets"), when it exists
 //  already, must be readable by its owner only: a key others may have
 //  read stops the server, saying so, rather than guarding secrets with
-//  it. (It is made at its first need, by the API.)
+//  it. (It is made at its first need, by the API.) The egress CA is
+//  made at the first start; one that cannot be used (its key readable
+//  by others included) stops the server too.
 static int
 s_prepare_egress (self_t *self, char **err)
 {
@@ -253,7 +265,18 @@ s_prepare_egress (self_t *self, char **err)
     int rc = path ? ah_keyfile_load (path, key, sizeof key, false, err) : -1;
     explicit_bzero (key, sizeof key);
     free (path);
-    return rc < 0 ? -1 : 0;
+    if (rc < 0)
+        return -1;
+    bool fresh = access (self->config->data_dir, F_OK) == 0 && !s_has_ca (self->config->data_dir);
+    ah_egress_ca_t *ca = ah_egress_ca_load (self->config->data_dir, true, err);
+    if (!ca)
+        return -1;
+    if (fresh)
+        ah_info ("server", "made the egress CA (%s/%s, its key beside it, mode 0600): sandboxes trust it "
+                 "for the hosts a tenant attached a secret to (docs/egress.md)", self->config->data_dir,
+                 AH_EGRESS_CA_CERT_FILE);
+    ah_egress_ca_destroy (&ca);
+    return 0;
 }
 
 //  Open (and migrate) the database once, here, before any actor opens its

@@ -61,6 +61,11 @@ def main():
     adm = srv.admin
     base = "/api/v1/tenants/acme/egress/secrets"
     srv.ok("POST", "/api/v1/tenants", adm, {"name": "acme"})
+    # The egress CA is made at the first start (its key 0600).
+    ca_key, ca_pem = os.path.join(srv.data, "egress-ca.key"), os.path.join(srv.data, "egress-ca.pem")
+    check(stat.S_IMODE(os.stat(ca_key).st_mode) == 0o600 and "BEGIN CERTIFICATE" in open(ca_pem).read(),
+          "the egress CA: its certificate, its key 0600")
+    first_ca = open(ca_pem).read()
     # The key is made at its first need, not before.
     key = os.path.join(srv.data, "secrets.key")
     check(not os.path.exists(key), "no secrets key before the first secret")
@@ -195,6 +200,7 @@ def main():
     os.chmod(key, 0o600)
     srv.start()
     check(len(srv.ok("GET", base, adm)["secrets"]) == 3, "kept across a restart")
+    check(open(ca_pem).read() == first_ca, "the same CA after a restart")
     srv.ok("DELETE", "/api/v1/tenants/acme", adm)
     n = db_rows(srv, "SELECT count(*) FROM egress_secrets")[0][0]
     check(n == 0, "the secrets go with the tenant: %d left" % n)
