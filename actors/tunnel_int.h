@@ -13,6 +13,10 @@
       tunnel_egress_relay.c  an allowed egress connection: resolved,
                       checked and connected in a worker, then its bytes
                       both ways between the stream and the socket
+      tunnel_egress_tls.c    a connection to a host with a tenant's
+                      secret: TLS terminated both ways on memory BIOs,
+                      the header added to each request (docs/egress.md
+                      "Secrets")
 
     DESIGN. conn_t: one authenticated WebSocket (lws per-session data
     points at it). It owns its yamux session, the bytes yamux gave us to

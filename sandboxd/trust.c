@@ -97,8 +97,13 @@ int ah_sbd_trust_write (const char *dir, const char *pem, size_t n, bool set_env
         *why = "hello's egress_ca is not one PEM certificate of at most 4096 bytes";
         return -1;
     }
-    if (mkdir (dir, 0755) != 0 && errno != EEXIST) {
+    struct stat st;
+    if ((mkdir (dir, 0755) != 0 && errno != EEXIST) || lstat (dir, &st) != 0) {
         *why = "cannot make the trust directory";
+        return -1;
+    }
+    if (!S_ISDIR (st.st_mode) || st.st_uid != geteuid () || (st.st_mode & 022)) {
+        *why = "the trust directory is not sandboxd's own directory (another user's, a link, or writable by others)";
         return -1;
     }
     size_t sn = 0;

@@ -3,7 +3,10 @@
 
     The server sends its installation's CA certificate (PEM; never a key,
     never a secret) in hello's `egress_ca`. sandboxd writes, in its trust
-    directory (/run/agenthold for the binary), egress-ca.pem (the CA
+    directory (/tmp/agenthold-ca for the binary: /tmp is writable in
+    every sandbox, a tmpfs under Docker, and the directory must be
+    sandboxd's own, not writable by others, so what the agent left in
+    /tmp cannot stand in for it), egress-ca.pem (the CA
     alone) and ca-bundle.pem (the image's own bundle, the first of the
     usual places, then the CA), both 0644 and each whole or not at all
     (a new file renamed over the old), and, in the binary, points the
@@ -18,7 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define AH_SBD_TRUST_DIR        "/run/agenthold"
+#define AH_SBD_TRUST_DIR        "/tmp/agenthold-ca"     //  /run/agenthold is the tunnel's, read-only
 #define AH_SBD_TRUST_CA         "egress-ca.pem"
 #define AH_SBD_TRUST_BUNDLE     "ca-bundle.pem"
 
