@@ -136,7 +136,8 @@ void ah_tun_egress_tls_init (self_t *self, const ah_config_t *config)
                      "store verifies the hosts of secrets", extra, s_ssl_reason ());
         else if (extra)
             ah_info (AREA, "egress: the hosts of secrets are verified with the system's store and %s", extra);
-        SSL_CTX_set_options (down, SSL_OP_NO_TICKET);
+        SSL_CTX_set_options (down, SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION);
+        SSL_CTX_set_options (up, SSL_OP_NO_RENEGOTIATION);
         SSL_CTX_set_num_tickets (down, 0);     //  nothing resumes: a leaf may change
         self->egress_upstream_ctx = up;
         self->egress_server_ctx = down;
