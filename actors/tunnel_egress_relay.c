@@ -596,6 +596,17 @@ static void s_connected (self_t *self, chan_t *chan, egress_t *e, job_t *job)
         s_fail (self, chan, twhy);
         return;
     }
+    if (job->tls) {
+        //  The handshake with the upstream, made in the worker, counts too.
+        uint64_t sent = 0, received = 0;
+        ah_tun_tls_job_bytes (job->tls, &sent, &received);
+        e->bytes_out += sent;
+        e->bytes_in += received;
+        if (e->counts) {
+            e->counts->bytes_out += sent;
+            e->counts->bytes_in += received;
+        }
+    }
     s_job_free (job);
     e->connected_ms = zclock_mono ();
     if (e->counts)

@@ -76,6 +76,7 @@ struct ah_tun_tls_job_t {
     char *value;                    //  opened (wiped when freed)
     size_t value_n;
     SSL *up;                        //  handshake done, memory BIOs
+    uint64_t sent, received;        //  the handshake's bytes on the socket
 };
 
 struct ah_tun_tls_t {
@@ -261,13 +262,15 @@ out:
     return result;
 }
 
-const char *ah_tun_tls_job_header (const ah_tun_tls_job_t *job)
+void ah_tun_tls_job_bytes (const ah_tun_tls_job_t *job, uint64_t *sent, uint64_t *received)
 {
-    return job ? job->header : NULL;
+    *sent = job ? job->sent : 0;
+    *received = job ? job->received : 0;
 }
 
-//  What wbio holds, sent whole on the blocking-by-poll socket. 0 / -1.
-static int s_flush_fd (BIO *wbio, int fd, int64_t deadline, atomic_bool *stop)
+//  What wbio holds, sent whole on the blocking-by-poll socket (counted
+//  in *sent). 0 / -1.
+static int s_flush_fd (BIO *wbio, int fd, int64_t deadline, atomic_bool *stop, uint64_t *sent)
 {
     char buf [16384];
     int n;
@@ -276,6 +279,7 @@ static int s_flush_fd (BIO *wbio, int fd, int64_t deadline, atomic_bool *stop)
             ssize_t w = send (fd, buf + off, (size_t) (n - off), MSG_NOSIGNAL | MSG_DONTWAIT);
             if (w > 0) {
                 off += (int) w;
+                *sent += (uint64_t) w;
                 continue;
             }
             if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
@@ -334,7 +338,7 @@ int ah_tun_tls_work (ah_tun_tls_job_t *job, int fd, int64_t deadline, atomic_boo
     int rc = -1;
     while (true) {
         int r = SSL_do_handshake (ssl);
-        if (s_flush_fd (wbio, fd, deadline, stop)) {
+        if (s_flush_fd (wbio, fd, deadline, stop, &job->sent)) {
             snprintf (error, error_size, "egress failed: %s:%d: the TLS handshake could not be sent", job->host,
                       job->port);
             break;
@@ -371,8 +375,10 @@ int ah_tun_tls_work (ah_tun_tls_job_t *job, int fd, int64_t deadline, atomic_boo
                       job->host, job->port);
             break;
         }
-        if (n > 0)
+        if (n > 0) {
             BIO_write (rbio, buf, (int) n);
+            job->received += (uint64_t) n;
+        }
     }
     ERR_clear_error ();
     if (rc)

@@ -310,7 +310,8 @@ void ah_tun_egress_tls_destroy (self_t *self);
 //  none, carried untouched). -1 with why: there is one, it cannot be used.
 int  ah_tun_tls_prepare (self_t *self, const char *tenant, const char *host, int port, bool literal,
                          ah_tun_tls_job_t **job, char *why, size_t why_size);
-const char *ah_tun_tls_job_header (const ah_tun_tls_job_t *job);
+//  The bytes the worker's handshake with the upstream sent and received.
+void ah_tun_tls_job_bytes (const ah_tun_tls_job_t *job, uint64_t *sent, uint64_t *received);
 void ah_tun_tls_job_free (ah_tun_tls_job_t **job_p);
 //  A worker, once connected on fd: the value opened, the upstream's TLS
 //  made and verified within deadline. 0, or -1 with error.
