@@ -814,6 +814,15 @@ int main (void)
                && strstr (row.error, "the sandbox's request was refused: a Host header naming another host"));
         CHECK (ua->requests == 2);
         s_client_end (ssl, cctx, fd, false);
+        //  A client that does not trust the installation's CA: its
+        //  handshake fails, the record says so, the upstream gets nothing.
+        fd = s_tunnel_to (eport, t);
+        CHECK (s_row (recorder, "egress", &row) && row.ok);
+        ssl = fd >= 0 ? s_client (fd, ca_file, &cctx) : NULL;
+        CHECK (ssl == NULL);
+        s_client_end (ssl, cctx, fd, false);
+        CHECK (s_row (recorder, "egress.end", &row) && !row.ok && strstr (row.error, "TLS with the sandbox failed"));
+        CHECK (ua->requests == 2);
         //  An upstream whose certificate does not verify: refused before
         //  the sandbox's client is told it is connected (502, the sentence).
         snprintf (t, sizeof t, "CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", pb);
