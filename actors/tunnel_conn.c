@@ -4,6 +4,7 @@
     the hello that tells lifecycle sandboxd is there, and CPU samples
     for the sleeper.                                                   */
 #include "actors/tunnel_int.h"
+#include "common/egress_ca.h"
 #include "common/version.h"
 #include "common/ident.h"
 #include "common/log.h"
@@ -420,6 +421,9 @@ static void s_conn_start (self_t *self, conn_t *conn)
     ah_msg_set_str (h, "ch", "hello");
     ah_msg_set_int (h, "version", AH_PROTOCOL_VERSION);
     ah_msg_set_str (h, "release", AH_VERSION);
+    //  The egress CA, for the sandbox to trust (docs/egress.md "Secrets").
+    if (!conn->reader && ah_egress_ca_pem (self->egress_ca))
+        ah_msg_set_str (h, "egress_ca", ah_egress_ca_pem (self->egress_ca));
     const char *why = NULL;
     if (!ah_tun_chan_open (conn, CH_HELLO, h, true, &why)) {
         ah_error (AREA, "agent '%s': cannot open hello: %s", conn->agent_id, why);

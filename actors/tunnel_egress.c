@@ -101,6 +101,7 @@ void ah_tun_egress_init (self_t *self, const ah_config_t *config)
     free (err);
     if (self->egress_broken)
         ah_warn (AREA, "egress: %s; every egress request is refused", self->egress_broken);
+    ah_tun_egress_tls_init (self, config);
     self->egress_max = config ? (int) config->egress_max_connections : 256;
     self->egress_connect_ms = config ? (int) (config->egress_connect_timeout_s * 1000) : 10000;
 }
@@ -112,6 +113,7 @@ void ah_tun_egress_destroy (self_t *self)
     free (self->egress_broken);
     self->egress_broken = NULL;
     zhashx_destroy (&self->egress_counts);
+    ah_tun_egress_tls_destroy (self);
 }
 
 #define S_LIST_MAX  256             //  a tenant's list as the API keeps it
@@ -141,6 +143,8 @@ static void s_list_free (char **list, size_t n)
 
 //  The lists a request was decided on (s_lists_free).
 typedef struct {
+    const char *tenant;             //  the agent's (its secrets)
+    bool connect;
     const ah_runtime_t *rt;         //  NULL: an image outside the catalog
     char *allow [S_LIST_MAX], *deny [S_LIST_MAX];
     size_t n_allow, n_deny;
@@ -264,7 +268,7 @@ static bool s_start (self_t *self, chan_t *chan, const char *host, int port, boo
     ah_tun_egress_req_t req = {
         .host = host, .port = port, .literal = literal, .detail = detail, .why = why_rule,
         .open = open, .n_open = n_open, .deny = (const char *const *) l->deny, .n_deny = l->n_deny,
-        .counts = counts,
+        .counts = counts, .tenant = l->tenant, .connect = l->connect,
     };
     *code = "EIO";
     return ah_tun_egress_start (self, chan, &req, early, early_size, error, error_size) == 0;
@@ -313,7 +317,7 @@ void ah_tun_egress (self_t *self, chan_t *chan, const ah_msg_t *req, const uint8
         snprintf (detail, sizeof detail, strchr (norm, ':') ? "[%s]:%d (%s)" : "%s:%d (%s)", norm,
                   (int) port, kind);
         char why_rule [300];
-        lists_t lists = { 0 };
+        lists_t lists = { .tenant = row.tenant, .connect = streq (kind, "connect") };
         bool allow = s_decide (self, conn->agent_id, known ? &row : NULL, norm, literal, (int) port, kind,
                                why_rule, sizeof why_rule, &lists);
         if (!allow)

@@ -80,6 +80,12 @@ struct egress_t {
     char detail [AH_EGRESS_HOST_MAX + 40];  //  "host:port (kind)"
     char why [300];                 //  the rule's sentence
     char address [ADDR_TEXT_MAX];
+    //  A host with a secret (tunnel_egress_tls.c): its TLS terminated.
+    //  down and up then hold ciphertext of the upstream's and the
+    //  sandbox's sessions; the stream's bytes are given back to the
+    //  window once down is empty (all that came of them was taken).
+    ah_tun_tls_t *tls;
+    size_t tls_unconsumed;
 };
 
 //  A worker's job (its own copies; see DESIGN).
@@ -93,6 +99,7 @@ typedef struct job_t {
     size_t n_open, n_deny;
     int timeout_ms;
     atomic_bool *stop;
+    ah_tun_tls_job_t *tls;          //  a secret: the upstream's TLS made here too
     //  The outcome
     int fd;                         //  connected, non-blocking; -1 on failure
     const char *code;               //  on failure: EACCES, ETIMEDOUT, ECONNREFUSED, ENOENT, EIO
@@ -124,6 +131,7 @@ static void s_job_free (job_t *job)
         close (job->fd);
     s_strv_free (job->open, job->n_open);
     s_strv_free (job->deny, job->n_deny);
+    ah_tun_tls_job_free (&job->tls);
     free (job);
 }
 
@@ -294,6 +302,11 @@ static void s_work (void *arg)
         int one = 1;
         setsockopt (job->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         setsockopt (job->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+        if (job->tls && ah_tun_tls_work (job->tls, job->fd, deadline, job->stop, job->error, sizeof job->error)) {
+            close (job->fd);
+            job->fd = -1;
+            job->code = "EIO";
+        }
         return;
     }
     if (job->code)
@@ -320,7 +333,7 @@ static void s_on_io (ah_lwsloop_io_t *io, int revents, void *arg);
 static void s_arm (egress_t *e)
 {
     int want = 0;
-    if (!e->up_eof && !ah_buf_size (&e->up))
+    if (!e->up_eof && !ah_buf_size (&e->up) && (!e->tls || ah_tun_tls_ready (e->tls)))
         want |= EV_READ;
     if (ah_buf_size (&e->down))
         want |= EV_WRITE;
@@ -396,7 +409,11 @@ static bool s_pump_down (self_t *self, chan_t *chan)
         s_fail (self, chan, why);
         return false;
     }
-    if (sent)
+    if (e->tls && !ah_buf_size (&e->down) && e->tls_unconsumed) {
+        ah_yamux_consumed (chan->conn->yamux, chan->stream, e->tls_unconsumed);
+        e->tls_unconsumed = 0;
+    }
+    else if (sent && !e->tls)
         ah_yamux_consumed (chan->conn->yamux, chan->stream, (size_t) sent);
     if (e->down_eof && !e->down_shut && !ah_buf_size (&e->down)) {
         e->down_shut = true;
@@ -425,13 +442,32 @@ static bool s_read_up (self_t *self, chan_t *chan)
         s_fail (self, chan, why);
         return false;
     }
-    if (r == 0)
+    if (r == 0) {
         e->up_eof = true;
+        if (e->tls)
+            ah_tun_tls_close (e->tls, true, &e->up);
+    }
     else {
         ah_buf_commit (&e->up, (size_t) r);
         e->bytes_in += (uint64_t) r;
         if (e->counts)
             e->counts->bytes_in += (uint64_t) r;
+    }
+    if (r > 0 && e->tls) {
+        //  Ciphertext of the upstream's session: what it decrypts to goes
+        //  into the sandbox's (and what the upstream's session answers, to it).
+        ah_buf_t cipher = e->up;
+        memset (&e->up, 0, sizeof e->up);
+        char why [300];
+        int rc = ah_tun_tls_from_upstream (e->tls, ah_buf_head (&cipher), ah_buf_size (&cipher), &e->up, &e->down,
+                                           why, sizeof why);
+        ah_buf_free (&cipher);
+        if (rc) {
+            s_fail (self, chan, why);
+            return false;
+        }
+        if (ah_buf_size (&e->down) && !s_pump_down (self, chan))
+            return false;
     }
     return s_pump_up (self, chan);
 }
@@ -554,6 +590,23 @@ static void s_connected (self_t *self, chan_t *chan, egress_t *e, job_t *job)
     }
     e->fd = job->fd;
     job->fd = -1;
+    const char *twhy = NULL;
+    if (job->tls && !(e->tls = ah_tun_tls_take (self, job->tls, &twhy))) {
+        s_job_free (job);
+        s_fail (self, chan, twhy);
+        return;
+    }
+    if (job->tls) {
+        //  The handshake with the upstream, made in the worker, counts too.
+        uint64_t sent = 0, received = 0;
+        ah_tun_tls_job_bytes (job->tls, &sent, &received);
+        e->bytes_out += sent;
+        e->bytes_in += received;
+        if (e->counts) {
+            e->counts->bytes_out += sent;
+            e->counts->bytes_in += received;
+        }
+    }
     s_job_free (job);
     e->connected_ms = zclock_mono ();
     if (e->counts)
@@ -562,11 +615,30 @@ static void s_connected (self_t *self, chan_t *chan, egress_t *e, job_t *job)
         s_fail (self, chan, "the answer could not be sent to sandboxd");
         return;
     }
-    ah_info (AREA, "agent '%s': egress %s: connected", e->agent_id, detail);
+    ah_info (AREA, "agent '%s': egress %s: connected%s%s%s", e->agent_id, detail,
+             e->tls ? " (TLS terminated, header " : "", e->tls ? ah_tun_tls_header (e->tls) : "", e->tls ? " added)" : "");
     //  The verdict and the address, on the record at once; the bytes at the end.
-    char sentence [sizeof detail + sizeof e->why + 8];
-    snprintf (sentence, sizeof sentence, "%s: %s", detail, e->why);
+    char sentence [sizeof detail + sizeof e->why + 160];
+    snprintf (sentence, sizeof sentence, "%s: %s%s%s%s", detail, e->why,
+              e->tls ? "; TLS terminated by the server, the tenant's secret header '" : "",
+              e->tls ? ah_tun_tls_header (e->tls) : "", e->tls ? "' added to each request" : "");
     ah_tun_egress_record (self, e->agent_id, "egress", sentence, true, NULL, -1);
+    if (e->tls && ah_buf_size (&e->down)) {
+        //  What sandboxd sent before the connect: the start of the sandbox's TLS.
+        ah_buf_t early = e->down;
+        memset (&e->down, 0, sizeof e->down);
+        e->tls_unconsumed += ah_buf_size (&early);
+        char why [300];
+        int rc = ah_tun_tls_from_sandbox (e->tls, ah_buf_head (&early), ah_buf_size (&early), &e->up, &e->down,
+                                          why, sizeof why);
+        ah_buf_free (&early);
+        if (rc) {
+            s_fail (self, chan, why);
+            return;
+        }
+        if (!s_pump_up (self, chan))
+            return;
+    }
     if (s_pump_down (self, chan))
         s_arm (e);
 }
@@ -601,6 +673,9 @@ int ah_tun_egress_start (self_t *self, chan_t *chan, const ah_tun_egress_req_t *
     job->n_deny = req->n_deny;
     job->timeout_ms = self->egress_connect_ms;
     job->stop = &self->egress_stop;
+    if (req->connect && req->tenant && *req->tenant
+    &&  ah_tun_tls_prepare (self, req->tenant, req->host, req->port, req->literal, &job->tls, why, why_size))
+        goto fail;
     e->job = job;
     conn_t *conn = chan->conn;
     if (s_jobs_of (self, conn->agent_id) < AH_TUN_EGRESS_CONNECTING) {
@@ -664,15 +739,20 @@ static void s_finish (self_t *self, egress_t *e, const char *error)
     else {
         int64_t ms = zclock_mono () - e->connected_ms;
         char detail [sizeof e->detail + ADDR_TEXT_MAX + 120];
-        snprintf (detail, sizeof detail, "%s to %s: %llu bytes out, %llu bytes in, %lld ms", e->detail,
+        char secret [160] = "";
+        if (e->tls)
+            snprintf (secret, sizeof secret, ", TLS terminated, header '%s' added to %llu requests",
+                      ah_tun_tls_header (e->tls), (unsigned long long) ah_tun_tls_requests (e->tls));
+        snprintf (detail, sizeof detail, "%s to %s: %llu bytes out, %llu bytes in, %lld ms%s", e->detail,
                   e->address, (unsigned long long) e->bytes_out, (unsigned long long) e->bytes_in,
-                  (long long) ms);
+                  (long long) ms, secret);
         ah_tun_egress_record (self, e->agent_id, "egress.end", detail, error == NULL, error,
                               (int64_t) (e->bytes_out + e->bytes_in));
         ah_debug (AREA, "agent '%s': egress %s%s%s", e->agent_id, detail, error ? ": " : "", error ? error : "");
     }
     if (e->fd >= 0)
         close (e->fd);
+    ah_tun_tls_free (&e->tls);
     ah_buf_free (&e->down);
     ah_buf_free (&e->up);
     free (e);
@@ -764,9 +844,25 @@ void ah_tun_egress_data (self_t *self, chan_t *chan, const uint8_t *data, size_t
         ah_yamux_consumed (chan->conn->yamux, chan->stream, size);
         return;
     }
+    if (e->down_eof) {
+        s_fail (self, chan, "sandboxd sent data after its FIN");
+        return;
+    }
+    if (e->tls) {
+        //  The sandbox's TLS: decrypted, the header added, encrypted on.
+        e->tls_unconsumed += size;
+        char why [300];
+        if (ah_tun_tls_from_sandbox (e->tls, data, size, &e->up, &e->down, why, sizeof why)) {
+            s_fail (self, chan, why);
+            return;
+        }
+        if (!s_pump_up (self, chan))
+            return;
+    }
+    else
     //  The window bounds it (yamux refuses data beyond it).
-    if (e->down_eof || ah_buf_append (&e->down, data, size)) {
-        s_fail (self, chan, e->down_eof ? "sandboxd sent data after its FIN" : "out of memory");
+    if (ah_buf_append (&e->down, data, size)) {
+        s_fail (self, chan, "out of memory");
         return;
     }
     if (e->fd >= 0 && s_pump_down (self, chan))
@@ -779,6 +875,8 @@ void ah_tun_egress_eof (self_t *self, chan_t *chan)
     if (!e)
         return;
     e->down_eof = true;
+    if (e->tls)
+        ah_tun_tls_close (e->tls, false, &e->down);
     if (e->fd >= 0 && s_pump_down (self, chan))
         s_arm (e);
 }

@@ -13,6 +13,10 @@
       tunnel_egress_relay.c  an allowed egress connection: resolved,
                       checked and connected in a worker, then its bytes
                       both ways between the stream and the socket
+      tunnel_egress_tls.c    a connection to a host with a tenant's
+                      secret: TLS terminated both ways on memory BIOs,
+                      the header added to each request (docs/egress.md
+                      "Secrets")
 
     DESIGN. conn_t: one authenticated WebSocket (lws per-session data
     points at it). It owns its yamux session, the bytes yamux gave us to
@@ -187,6 +191,16 @@ struct self_t {
     zhashx_t *egress_jobs;                 //  agent id -> its connects in the workers now (intptr_t)
     egress_t *egress_draining;             //  ended cleanly, the upstream still taking the last bytes
     zhashx_t *egress_counts;               //  tenant -> ah_tun_egress_counts_t (owned)
+    //  Secrets (tunnel_egress_tls.c, docs/egress.md "Secrets"): the
+    //  installation's CA (its PEM goes to every sandboxd in hello), the
+    //  leaves minted for hosts, the secrets key's path. NULL CA: no
+    //  secret is injected (a connection to such a host is refused, saying so).
+    struct ah_egress_ca_t *egress_ca;
+    char *egress_ca_why;                   //  why there is none
+    char *secrets_key_path;                //  <data_dir>/secrets.key
+    struct ssl_ctx_st *egress_upstream_ctx;    //  TLS to the real hosts (verifying)
+    struct ssl_ctx_st *egress_server_ctx;      //  TLS toward the sandboxes (a leaf per host)
+    zhashx_t *egress_leaves;               //  "host" -> leaf_t (owned)
 };
 
 //  The actor (tunnel.c)
@@ -272,6 +286,8 @@ typedef struct {
     const char *const *deny;
     size_t n_deny;
     ah_tun_egress_counts_t *counts; //  the agent's tenant's (NULL: not counted)
+    const char *tenant;             //  the agent's tenant (its secrets)
+    bool connect;                   //  a CONNECT (a secret applies), not a plain request
 } ah_tun_egress_req_t;
 int  ah_tun_egress_start (self_t *self, chan_t *chan, const ah_tun_egress_req_t *req,
                           const uint8_t *early, size_t early_size, char *why, size_t why_size);
@@ -284,6 +300,38 @@ void ah_tun_egress_drains_end (self_t *self);
 void ah_tun_egress_data (self_t *self, chan_t *chan, const uint8_t *data, size_t size);
 void ah_tun_egress_eof (self_t *self, chan_t *chan);
 void ah_tun_egress_writable (self_t *self, chan_t *chan);
+//  Secrets (tunnel_egress_tls.c, docs/egress.md "Secrets").
+typedef struct ah_tun_tls_job_t ah_tun_tls_job_t;  //  what a worker does for a terminated connection
+typedef struct ah_tun_tls_t ah_tun_tls_t;          //  a terminated connection's two TLS sides and injector
+//  At the actor's start and end: the CA, the TLS contexts, the leaves.
+void ah_tun_egress_tls_init (self_t *self, const ah_config_t *config);
+void ah_tun_egress_tls_destroy (self_t *self);
+//  The actor's thread: tenant's secret for host:port into *job (NULL:
+//  none, carried untouched). -1 with why: there is one, it cannot be used.
+int  ah_tun_tls_prepare (self_t *self, const char *tenant, const char *host, int port, bool literal,
+                         ah_tun_tls_job_t **job, char *why, size_t why_size);
+//  The bytes the worker's handshake with the upstream sent and received.
+void ah_tun_tls_job_bytes (const ah_tun_tls_job_t *job, uint64_t *sent, uint64_t *received);
+void ah_tun_tls_job_free (ah_tun_tls_job_t **job_p);
+//  A worker, once connected on fd: the value opened, the upstream's TLS
+//  made and verified within deadline. 0, or -1 with error.
+int  ah_tun_tls_work (ah_tun_tls_job_t *job, int fd, int64_t deadline, atomic_bool *stop,
+                      char *error, size_t error_size);
+//  The actor's thread, the job back: the terminated connection. NULL with why.
+ah_tun_tls_t *ah_tun_tls_take (self_t *self, ah_tun_tls_job_t *job, const char **why);
+void ah_tun_tls_free (ah_tun_tls_t **t_p);
+//  Ciphertext from one side: what goes to each side appended. 0, or -1
+//  with why (the connection ends).
+int  ah_tun_tls_from_sandbox (ah_tun_tls_t *t, const uint8_t *in, size_t n, ah_buf_t *to_sandbox,
+                              ah_buf_t *to_upstream, char *why, size_t why_size);
+int  ah_tun_tls_from_upstream (ah_tun_tls_t *t, const uint8_t *in, size_t n, ah_buf_t *to_sandbox,
+                               ah_buf_t *to_upstream, char *why, size_t why_size);
+//  close_notify toward one side, appended to out (once).
+void ah_tun_tls_close (ah_tun_tls_t *t, bool toward_sandbox, ah_buf_t *out);
+//  The sandbox's handshake is done (the upstream may be read).
+bool ah_tun_tls_ready (const ah_tun_tls_t *t);
+const char *ah_tun_tls_header (const ah_tun_tls_t *t);
+uint64_t ah_tun_tls_requests (const ah_tun_tls_t *t);
 //  Forget a channel (no message, no yamux call).
 void ah_tun_chan_free (self_t *self, chan_t *chan);
 //  The channel failed: tell its opener (REPLY if CHAN_OPEN is still

@@ -3,12 +3,15 @@
     The tenant acted within is the global --tenant (AGENTHOLD_TENANT),
     which is also the tenant a new token belongs to.                   */
 #include "cli/admin.h"
+#include "cli/http.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
+#include <unistd.h>
 
 //  The subcommand words of a command, for its error message.
 static int s_which (const ah_cmd_t *c, int argc, char **argv, const char *const *subs)
@@ -137,12 +140,149 @@ static void s_egress_lists (const char *const *values, json_t *body)
     }
 }
 
-int ah_cli_tenant (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+//  A secret's value from stdin, never from argv (argv is visible to
+//  every user of the machine in /proc): all of stdin, one trailing
+//  newline dropped; on a terminal, one line read without echo. NULL
+//  (said why) when it is empty or too long.
+#define S_SECRET_MAX 8192
+static char *s_secret_read (const char *header)
 {
-    static const char *const subs [] = { "create", "ls", "show", "set", "rm", NULL };
+    char *buf = calloc (1, S_SECRET_MAX + 2);
+    if (!buf)
+        return NULL;
+    bool tty = isatty (STDIN_FILENO);
+    struct termios saved, quiet;
+    bool echo_off = false;
+    if (tty && tcgetattr (STDIN_FILENO, &saved) == 0) {
+        quiet = saved;
+        quiet.c_lflag &= ~(tcflag_t) ECHO;
+        echo_off = tcsetattr (STDIN_FILENO, TCSAFLUSH, &quiet) == 0;
+        fprintf (stderr, "value of %s (not shown; Enter ends it): ", header);
+    }
+    size_t n = 0;
+    while (n < S_SECRET_MAX + 1) {
+        ssize_t r = read (STDIN_FILENO, buf + n, S_SECRET_MAX + 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t) r;
+        if (tty && memchr (buf, '\n', n))
+            break;
+    }
+    if (echo_off) {
+        tcsetattr (STDIN_FILENO, TCSAFLUSH, &saved);
+        fputc ('\n', stderr);
+    }
+    if (tty && memchr (buf, '\n', n))
+        n = (size_t) ((char *) memchr (buf, '\n', n) - buf) + 1;
+    if (n && buf [n - 1] == '\n')
+        n--;
+    if (n && buf [n - 1] == '\r')
+        n--;
+    buf [n] = 0;
+    if (n == 0 || n > S_SECRET_MAX) {
+        fprintf (stderr, "agenthold tenant secret set: the value comes on stdin (%s)\n",
+                 n ? "at most 8192 bytes" : "it was empty");
+        explicit_bzero (buf, S_SECRET_MAX + 2);
+        free (buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static void s_print_secrets (json_t *list)
+{
+    static const char *const header [] = { "HOST", "PORT", "HEADER", "CREATED" };
+    static const char *const keys [] = { "host", "port", "header", "created_at" };
+    if (json_array_size (list) == 0)
+        printf ("no egress secrets (agenthold tenant secret set TENANT HOST --header NAME < value)\n");
+    else
+        ah_cmd_print_objects (list, header, keys, 4);
+}
+
+//  tenant secret set TENANT HOST --header NAME | ls TENANT | rm TENANT HOST
+static int s_tenant_secret (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+{
+    static const char *const subs [] = { "set", "ls", "rm", NULL };
     int sub = s_which (c, argc, argv, subs);
     if (sub < 0)
         return sub == -2 ? 0 : AH_EXIT_USAGE;
+    const char *header = NULL;
+    ah_opt_t set_opts [] = { { "--header", &header, NULL }, { NULL, NULL, NULL } };
+    const char *pos [2];
+    int npos;
+    int want = sub == 1 ? 1 : 2;
+    int rc = s_parse (c, argc - 1, argv + 1, sub == 0 ? set_opts : NULL, co, pos, want, want, &npos);
+    if (rc)
+        return S_DONE (rc);
+    char *path = ah_cmd_path ("tenants", pos [0], "/egress/secrets");
+    if (!path)
+        return 1;
+    if (sub == 1) {
+        if (co->json) {
+            json_t *reply = ah_cmd_call (co, "GET", path, NULL, 0, NULL, &rc);
+            if (reply)
+                ah_cmd_print_json (reply);
+            json_decref (reply);
+        }
+        else
+            rc = ah_cmd_show_list (co, path, "secrets", s_print_secrets);
+        free (path);
+        return rc;
+    }
+    char *escaped = ah_hc_escape (pos [1], false);
+    char *full = escaped ? ah_cmd_strf ("%s/%s", path, escaped) : NULL;
+    free (escaped);
+    free (path);
+    if (!full)
+        return 1;
+    if (sub == 2) {
+        json_t *reply = ah_cmd_call (co, "DELETE", full, NULL, 0, NULL, &rc);
+        if (reply && co->json)
+            ah_cmd_print_json (reply);
+        else if (reply)
+            printf ("egress secret for %s of tenant '%s' removed\n", pos [1], pos [0]);
+        json_decref (reply);
+        free (full);
+        return rc;
+    }
+    if (!header) {
+        fprintf (stderr, "agenthold tenant secret set: which header? (--header NAME, e.g. --header Authorization;"
+                 " the value comes on stdin)\n");
+        free (full);
+        return AH_EXIT_USAGE;
+    }
+    char *value = s_secret_read (header);
+    if (!value) {
+        free (full);
+        return AH_EXIT_USAGE;
+    }
+    json_t *body = json_pack ("{s:s, s:s}", "header", header, "value", value);
+    explicit_bzero (value, strlen (value));
+    free (value);
+    if (!body) {
+        fprintf (stderr, "agenthold tenant secret set: the value is not UTF-8 text\n");
+        free (full);
+        return AH_EXIT_USAGE;
+    }
+    rc = s_show (co, "PUT", full, body, 0, (const char *const []) { "host", "port", "header", "created_at" }, 4);
+    json_t *v = json_object_get (body, "value");
+    if (json_string_value (v))
+        explicit_bzero ((char *) json_string_value (v), json_string_length (v));
+    json_decref (body);
+    free (full);
+    return rc;
+}
+
+int ah_cli_tenant (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co)
+{
+    static const char *const subs [] = { "create", "ls", "show", "set", "rm", "secret", NULL };
+    int sub = s_which (c, argc, argv, subs);
+    if (sub < 0)
+        return sub == -2 ? 0 : AH_EXIT_USAGE;
+    if (sub == 5)
+        return s_tenant_secret (c, argc - 1, argv + 1, co);
     const char *lim [4] = { NULL, NULL, NULL, NULL };
     const char *egress [2] = { NULL, NULL };
     bool force = false;

@@ -157,14 +157,22 @@ static const ah_cmd_t s_commands [] = {
       ah_cli_policy, NULL, false, false },
     { "tenant", "tenant create|ls|show|set|rm [NAME] [--max-sandboxes N] [--max-running N]\n"
       "                   [--max-cpus N] [--max-memory-mb N] [--egress-allow E,E...]\n"
-      "                   [--egress-deny E,E...] [--force] [--json]",
+      "                   [--egress-deny E,E...] [--force] [--json]\n"
+      "                   | tenant secret set TENANT HOST --header NAME < VALUE\n"
+      "                   | tenant secret ls TENANT | tenant secret rm TENANT HOST",
       "Tenants, for an admin. create NAME makes one (with limits of its own, else\n"
       "the pool's rules apply); ls lists them with what they hold; show NAME; set NAME\n"
       "changes its limits ('none' removes one) and replaces its egress allow and deny\n"
       "lists (comma-separated entries: name, *.name, *, an address or range, each\n"
       "with an optional :port; 'none' empties a list; docs/egress.md), applied to the\n"
       "next connection; rm NAME removes it, refused while it holds sandboxes unless\n"
-      "--force, which destroys them first.\n",
+      "--force, which destroys them first.\n"
+      "secret set TENANT HOST --header NAME: attach a header to HOST (name, name:port,\n"
+      "an address; port 443 unless named), its value read from stdin (never the command\n"
+      "line); the server adds it to every request the tenant's sandboxes send there,\n"
+      "terminating their TLS with the installation's CA; the sandbox never sees it.\n"
+      "secret ls TENANT: the hosts and header names (never the values); secret rm\n"
+      "TENANT HOST. docs/egress.md \"Secrets\".\n",
       ah_cli_tenant, NULL, false, false },
     { "token", "token create [--name N] [--user U] [--expires D] [--admin|--metrics] [--json] | token ls | token revoke NAME",
       "API tokens, for an admin. create: a token for the tenant given with --tenant\n"

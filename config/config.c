@@ -80,6 +80,7 @@ static const s_key_t s_keys [] = {
     { "sandbox.max_exec_timeout",         T_DURATION, F (max_exec_timeout_s), NULL },
     { "sandbox.egress_max_connections",   T_INT64,    F (egress_max_connections), NULL },
     { "sandbox.egress_connect_timeout",   T_DURATION, F (egress_connect_timeout_s), NULL },
+    { "sandbox.egress_upstream_ca_file",  T_OPT,      F (egress_upstream_ca_file), "none" },
     { "audit.retention_days",             T_DOUBLE,   F (audit_retention_days), NULL },
     { "audit.terminal_bytes_interval",    T_DURATION, F (audit_terminal_bytes_s), NULL },
     { "conversations.permission_timeout", T_DURATION, F (permission_timeout_s), NULL },

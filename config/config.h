@@ -62,6 +62,7 @@ typedef struct {
     //  sandbox.egress_*: the server's side of the egress proxy (docs/egress.md)
     int64_t egress_max_connections; //  256: connections out one sandbox may hold at once
     double  egress_connect_timeout_s;   //  10: an upstream must accept within this
+    char   *egress_upstream_ca_file;    //  PEM CAs trusted for upstreams of secrets besides the system's; NULL: none
     //  audit.*
     double  audit_retention_days;   //  30
     double  audit_terminal_bytes_s; //  60: an open terminal's bytes recorded this often (0: at close only)

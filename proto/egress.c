@@ -424,3 +424,100 @@ const char *ah_egress_addr_refusal (const struct sockaddr *sa)
     }
     return NULL;
 }
+
+//  ---------------------------------------------------------------------
+//  Secrets
+
+int ah_egress_secret_target (const char *in, char out [AH_EGRESS_HOST_MAX + 1], int *port, bool *literal,
+                             const char **why)
+{
+    size_t n = in ? strnlen (in, AH_EGRESS_HOST_MAX + 16) : 0;
+    *port = 443;
+    if (n == 0 || n > AH_EGRESS_HOST_MAX + 8) {
+        *why = n ? "is too long" : "is empty";
+        return -1;
+    }
+    if (strchr (in, '*')) {
+        *why = "is a pattern: a secret names one host (name, name:port, an address)";
+        return -1;
+    }
+    //  The port: after the last ':' of a name or IPv4 address, after
+    //  the ']' of an IPv6 literal; a bare IPv6 literal has none.
+    size_t host_n = n;
+    const char *colon = strrchr (in, ':');
+    const char *bracket = strrchr (in, ']');
+    bool bare_v6 = in [0] != '[' && colon && strchr (in, ':') != colon;
+    if (bare_v6) {
+        *why = "is an IPv6 address without brackets: write [v6] or [v6]:port";
+        return -1;
+    }
+    if (colon && (!bracket || colon > bracket)) {
+        host_n = (size_t) (colon - in);
+        const char *p = colon + 1;
+        long v = 0;
+        if (!*p || strlen (p) > 5) {
+            *why = "has a port that is not a number from 1 to 65535";
+            return -1;
+        }
+        for (; *p; p++) {
+            if (*p < '0' || *p > '9') {
+                *why = "has a port that is not a number from 1 to 65535";
+                return -1;
+            }
+            v = v * 10 + (*p - '0');
+        }
+        if (v < 1 || v > 65535) {
+            *why = "has a port that is not a number from 1 to 65535";
+            return -1;
+        }
+        *port = (int) v;
+    }
+    return ah_egress_host (in, host_n, out, literal, why);
+}
+
+int ah_egress_secret_name_check (const char *name, const char **why)
+{
+    //  What frames the message, routes it or is the proxy's own: the
+    //  server keeps those as the sandbox's client sent them.
+    static const char *const refused [] = {
+        "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te",
+        "trailer", "expect", "proxy-connection", NULL
+    };
+    size_t n = name ? strnlen (name, AH_EGRESS_SECRET_NAME_MAX + 1) : 0;
+    if (n == 0 || n > AH_EGRESS_SECRET_NAME_MAX) {
+        *why = n ? "is longer than 64 bytes" : "is empty";
+        return -1;
+    }
+    if (!ah_http_is_token (name, n)) {
+        *why = "is not an HTTP field name (letters, digits and !#$%&'*+-.^_`|~ only)";
+        return -1;
+    }
+    for (size_t i = 0; refused [i]; i++)
+        if (strcasecmp (name, refused [i]) == 0) {
+            *why = "frames or routes the request (Host, Content-Length, Transfer-Encoding, Connection, "
+                   "Keep-Alive, Upgrade, TE, Trailer, Expect, Proxy-Connection): not a secret's";
+            return -1;
+        }
+    return 0;
+}
+
+int ah_egress_secret_value_check (const char *value, size_t n, const char **why)
+{
+    if (!value || n == 0 || n > AH_EGRESS_SECRET_VALUE_MAX) {
+        *why = value && n ? "is longer than 8192 bytes" : "is empty";
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char) value [i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            *why = c == '\r' || c == '\n' ? "holds a CR or LF (a header value is one line)"
+                 : c == 0 ? "holds a NUL byte" : "holds a control byte";
+            return -1;
+        }
+    }
+    if (value [0] == ' ' || value [0] == '\t' || value [n - 1] == ' ' || value [n - 1] == '\t') {
+        *why = "begins or ends with a blank";
+        return -1;
+    }
+    return 0;
+}

@@ -74,4 +74,24 @@ bool ah_egress_addr_in (const char *pattern, const struct sockaddr *sa);
 //  what a name resolved to).
 bool ah_egress_addr_names (const char *pattern, const struct sockaddr *sa, int port);
 
+//  Secrets (docs/egress.md "Secrets"): a header a tenant attaches to one
+//  host and port, added by the server to each request it carries there.
+#define AH_EGRESS_SECRET_NAME_MAX   64      //  a header name
+#define AH_EGRESS_SECRET_VALUE_MAX  8192    //  a header value
+
+//  The host a secret is for: `name`, `name:port`, an IPv4 address with
+//  an optional port, or `[v6]` with an optional port (no pattern: one
+//  host). 0 with the normalised host (as ah_egress_host) and the port
+//  (443 when none is named), or -1 with *why.
+int  ah_egress_secret_target (const char *in, char out [AH_EGRESS_HOST_MAX + 1], int *port, bool *literal,
+                              const char **why);
+//  A secret's header name: an HTTP token of at most 64 bytes, and not
+//  one that frames or routes the message (Host, Content-Length,
+//  Transfer-Encoding, Connection, ...). 0, or -1 with *why.
+int  ah_egress_secret_name_check (const char *name, const char **why);
+//  A secret's value, n bytes: 1 to 8192 bytes of visible ASCII, spaces,
+//  tabs and bytes >= 0x80 (RFC 9110 field-value): no CR, LF, NUL or
+//  other control byte, no blank at either end. 0, or -1 with *why.
+int  ah_egress_secret_value_check (const char *value, size_t n, const char **why);
+
 #endif

@@ -16,6 +16,14 @@ static bool s_tchar (uint8_t c)
         || (c && strchr ("!#$%&'*+-.^_`|~", c));
 }
 
+bool ah_http_is_token (const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!s_tchar ((uint8_t) s [i]))
+            return false;
+    return n > 0;
+}
+
 void ah_http_head_clear (ah_http_head_t *head)
 {
     free (head->store);

@@ -53,6 +53,10 @@ size_t      ah_http_header_count (const ah_http_head_t *head, const char *name);
 //  compared without case.
 bool ah_http_header_has (const ah_http_head_t *head, const char *name, const char *token);
 
+//  True when [0, n) is a non-empty HTTP token (RFC 9110 5.6.2: a field
+//  name, a method).
+bool ah_http_is_token (const char *s, size_t n);
+
 //  Percent-decodes in [0, n) once into out (NUL-terminated; out_size
 //  must be at least n + 1). -1 with *why on a malformed escape, a NUL
 //  or any control byte (raw or decoded); else the decoded length.

@@ -13,6 +13,7 @@
     caller dangles.                                                    */
 #include "common/version.h"
 #include "sandboxd/chan_int.h"
+#include "sandboxd/trust.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -196,6 +197,12 @@ static void s_hello (ah_sbd_session_t *self, chan_t *ch, const ah_msg_t *req)
         return;
     }
     self->hello_done = true;
+    //  The egress CA: written (and pointed at) before anything can run.
+    const char *ca = ah_msg_str (req, "egress_ca");
+    const char *why = NULL;
+    if (ca && self->env.trust_dir && self->env.proxy_fd >= 0 && !self->env.read_only
+    &&  ah_sbd_trust_write (self->env.trust_dir, ca, strlen (ca), self->env.trust_env, &why))
+        ah_warn ("sandboxd", "the egress CA is not trusted in this sandbox: %s", why);
     ah_msg_t *map = ah_msg_new ("");
     ah_msg_set_bool (map, "ok", true);
     ah_msg_set_int (map, "version", AH_PROTOCOL_VERSION);
@@ -357,6 +364,7 @@ static const struct {
     arg_type_t type;
 } s_args [] = {
     { "hello",     "release",     A_STR },
+    { "hello",     "egress_ca",   A_STR },
     { "pty",       "term",        A_STR },
     { "pty",       "cols",        A_INT },
     { "pty",       "rows",        A_INT },

@@ -51,6 +51,8 @@ typedef struct {
     int64_t *reaped_ns;             //  CPU of reaped children (TREE stats), owned by the instance
     ah_sbd_kept_t *kept;            //  borrowed: the instance's kept processes (NULL: proc refused)
     int  proxy_fd;                  //  borrowed: the egress proxy's listener (docs/egress.md), -1 none
+    const char *trust_dir;          //  borrowed: where hello's egress CA goes (sandboxd/trust.h), NULL: nowhere
+    bool trust_env;                 //  and the variables pointing at it set (the binary)
     //  Transport: bytes to send (must take them all), bytes still queued.
     void   (*output) (void *ud, const uint8_t *data, size_t size);
     //  Optional: a yamux data frame as header + payload (ah_yamux_callbacks_t)

@@ -13,6 +13,7 @@
     The binary may be PID 1 (no --init): it then also reaps orphans, once a
     second, and hands statuses that belong to a channel to the session.  */
 #include "sandboxd/sandboxd.h"
+#include "sandboxd/trust.h"
 #include "sandboxd/boot.h"
 #include "sandboxd/chan.h"
 #include "sandboxd/net.h"
@@ -208,6 +209,7 @@ static void s_serve (ah_sandboxd_t *self, s_transport_t *t, char *why, size_t wh
         .switch_user = self->opts.switch_user, .read_only = self->opts.read_only,
         .stats = self->opts.stats,
         .reaped_ns = &self->reaped_ns, .kept = self->kept, .proxy_fd = self->proxy_fd,
+        .trust_dir = self->opts.trust_dir, .trust_env = self->opts.trust_env,
         .output = s_t_output, .output_data = s_t_output_data, .backlog = s_t_backlog, .ud = t,
     };
     t->session = ah_sbd_session_new (&env);
@@ -738,8 +740,11 @@ int ah_sandboxd_main (int argc, char **argv)
     if (egress && *egress && !opts.egress_port && (opts.egress_port = s_port_arg (egress)) < 0)
         return 2;
     unsetenv ("AGENTHOLD_EGRESS_PORT");         //  the server's business, not the agent's
-    if (opts.egress_port > 0 && !opts.read_only)
+    if (opts.egress_port > 0 && !opts.read_only) {
         s_proxy_env (opts.egress_port);
+        opts.trust_dir = AH_SBD_TRUST_DIR;
+        opts.trust_env = true;
+    }
     ah_proc_take_image_user ();
     ah_sandboxd_t *self = s_new (&opts, true);
     if (!self)

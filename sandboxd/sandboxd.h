@@ -53,6 +53,12 @@ typedef struct {
     //  The egress proxy (docs/egress.md): listen on 127.0.0.1:egress_port
     //  and carry each connection over the tunnel; 0: no proxy.
     int egress_port;
+    //  The egress CA (sandboxd/trust.h): where hello's CA is written
+    //  (NULL: not written), and whether the variables that point at it
+    //  are set in the process's environment (the binary alone: its
+    //  environment is what its children get).
+    const char *trust_dir;
+    bool trust_env;
     //  Tests: serve one yamux session directly over this connected
     //  socket (no WebSocket, no reconnect) when raw_transport is true.
     //  The instance takes the fd over and closes it.

@@ -28,9 +28,11 @@
 #include "actors/conversations.h"
 #include "actors/tunnel.h"
 #include "common/bus.h"
+#include "common/egress_ca.h"
 #include "common/file.h"
 #include "common/log.h"
 #include "common/msg.h"
+#include "common/secretbox.h"
 #include "common/str.h"
 #include "common/token.h"
 #include "drivers/driver.h"
@@ -238,6 +240,43 @@ s_admin_token (self_t *self, ah_store_t *store, char **err)
 out:
     explicit_bzero (token, sizeof token);
     return result;
+}
+
+static bool
+s_has_ca (const char *data_dir)
+{
+    char *p = ah_strf ("%s/%s", data_dir, AH_EGRESS_CA_CERT_FILE);
+    bool has = p && access (p, F_OK) == 0;
+    free (p);
+    return has;
+}
+
+//  The egress secrets' key (docs/egress.md "Secrets"), when it exists
+//  already, must be readable by its owner only: a key others may have
+//  read stops the server, saying so, rather than guarding secrets with
+//  it. (It is made at its first need, by the API.) The egress CA is
+//  made at the first start; one that cannot be used (its key readable
+//  by others included) stops the server too.
+static int
+s_prepare_egress (self_t *self, char **err)
+{
+    char *path = ah_strf ("%s/%s", self->config->data_dir, AH_SECRETBOX_FILE);
+    uint8_t key [AH_SECRETBOX_KEY];
+    int rc = path ? ah_keyfile_load (path, key, sizeof key, false, err) : -1;
+    explicit_bzero (key, sizeof key);
+    free (path);
+    if (rc < 0)
+        return -1;
+    bool fresh = access (self->config->data_dir, F_OK) == 0 && !s_has_ca (self->config->data_dir);
+    ah_egress_ca_t *ca = ah_egress_ca_load (self->config->data_dir, true, err);
+    if (!ca)
+        return -1;
+    if (fresh)
+        ah_info ("server", "made the egress CA (%s/%s, its key beside it, mode 0600): sandboxes trust it "
+                 "for the hosts a tenant attached a secret to (docs/egress.md)", self->config->data_dir,
+                 AH_EGRESS_CA_CERT_FILE);
+    ah_egress_ca_destroy (&ca);
+    return 0;
 }
 
 //  Open (and migrate) the database once, here, before any actor opens its
@@ -605,6 +644,7 @@ ah_server_run (const ah_config_t *config)
     }
     if (ah_server_make_data_dir (config->data_dir, &err)
     ||  s_lock (&self, &err)
+    ||  s_prepare_egress (&self, &err)
     ||  s_prepare_store (&self, &err)
     ||  s_prepare_driver (&self, &err)) {
         ah_error ("server", "%s", err ? err : "start-up failed");

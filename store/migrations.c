@@ -348,6 +348,22 @@ static const char s_migration_17 [] =
     "ALTER TABLE agents ADD COLUMN pool TEXT;    -- warm: the runtime whose pool holds it; NULL: an agent\n"
     "CREATE INDEX agents_pool ON agents(pool) WHERE pool IS NOT NULL;\n";
 
+//  Migration 18 (secrets the sandbox never sees, issue 27): a header a
+//  tenant attaches to one host and port (docs/egress.md "Secrets"); the
+//  server adds it to each request of a connection to that host, whose
+//  TLS it terminates. The value is sealed with the installation's key
+//  (<data_dir>/secrets.key), bound to its row.
+static const char s_migration_18 [] =
+    "CREATE TABLE egress_secrets (\n"
+    "  tenant      TEXT NOT NULL REFERENCES tenants(name) ON DELETE CASCADE,\n"
+    "  host        TEXT NOT NULL,                -- proto/egress.h's host: lower case, an IPv6 literal bare\n"
+    "  port        INTEGER NOT NULL,             -- 443 unless named\n"
+    "  header      TEXT NOT NULL,                -- an HTTP field name, as the admin spelt it\n"
+    "  value       BLOB NOT NULL,                -- sealed: common/secretbox.h (AES-256-GCM), never plain\n"
+    "  created_at  INTEGER NOT NULL,\n"
+    "  PRIMARY KEY (tenant, host, port)\n"
+    ") WITHOUT ROWID;\n";
+
 const ah_migration_t ah_migrations [] = {
     { 1, "the backbone", s_migration_1 },
     { 2, "sleep and wake", s_migration_2 },
@@ -366,5 +382,6 @@ const ah_migration_t ah_migrations [] = {
     { 15, "revocable port links", s_migration_15 },
     { 16, "public ports", s_migration_16 },
     { 17, "warm pools", s_migration_17 },
+    { 18, "egress secrets", s_migration_18 },
 };
 const int ah_migrations_count = (int) (sizeof ah_migrations / sizeof ah_migrations [0]);

@@ -403,6 +403,14 @@ int ah_store_bind_double (sqlite3_stmt *stmt, const char *name, double value)
     return s_bound (stmt, name, sqlite3_bind_double (stmt, index, value));
 }
 
+int ah_store_bind_blob (sqlite3_stmt *stmt, const char *name, const void *data, size_t size)
+{
+    int index = s_param (stmt, name);
+    if (index == 0 || size > INT32_MAX)
+        return -1;
+    return s_bound (stmt, name, sqlite3_bind_blob (stmt, index, data, (int) size, SQLITE_TRANSIENT));
+}
+
 int ah_store_bind_null (sqlite3_stmt *stmt, const char *name)
 {
     int index = s_param (stmt, name);

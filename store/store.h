@@ -47,6 +47,7 @@ int ah_store_bind_text (sqlite3_stmt *stmt, const char *name, const char *value)
 int ah_store_bind_int64 (sqlite3_stmt *stmt, const char *name, int64_t value);
 int ah_store_bind_double (sqlite3_stmt *stmt, const char *name, double value);
 int ah_store_bind_null (sqlite3_stmt *stmt, const char *name);
+int ah_store_bind_blob (sqlite3_stmt *stmt, const char *name, const void *data, size_t size);  //  copied
 //  sqlite3_step with the error logged (SQL + errmsg). Returns the step code.
 int ah_store_step (ah_store_t *self, sqlite3_stmt *stmt);
 //  Rows changed by the last statement on this connection.

@@ -485,7 +485,8 @@ extern const route_t api_agent_routes [], api_runtime_routes [], api_turn_routes
                      api_session_routes [], api_console_routes [], api_login_routes [],
                      api_host_routes [], api_tree_routes [], api_allfiles_routes [], api_port_routes [],
                      api_tombstone_routes [], api_metrics_routes [], api_conversation_routes [],
-                     api_proxy_routes [], api_terms_routes [], api_pool_routes [], api_mcp_routes [];
+                     api_proxy_routes [], api_terms_routes [], api_pool_routes [], api_mcp_routes [],
+                     api_secret_routes [];
 
 //  The port links (proxy.c): the key read from (or made in) data_dir at
 //  start (0, or -1 with *why); a link's path for the tenant's agent's

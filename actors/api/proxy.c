@@ -37,6 +37,7 @@
     takes nothing, for a port the tenant marked public that lua/ports.lua
     allows (shipped rule: private).                                    */
 #include "actors/api/api_int.h"
+#include "common/file.h"
 #include "common/ident.h"
 #include "common/str.h"
 #include "policy/policy.h"
@@ -82,35 +83,8 @@ int api_proxy_key_load (api_t *api, const char *data_dir, char **why)
 {
     char path [4096];
     snprintf (path, sizeof path, "%s/%s", data_dir, PROXY_KEY_FILE);
-    int fd = open (path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 && errno == ENOENT) {
-        uint8_t key [sizeof api->port_key];
-        if (getrandom (key, sizeof key, 0) != (ssize_t) sizeof key) {
-            *why = ah_strf ("no entropy for the ports key: %s", strerror (errno));
-            return -1;
-        }
-        fd = open (path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-        bool ok = fd >= 0 && write (fd, key, sizeof key) == (ssize_t) sizeof key && fsync (fd) == 0;
-        if (fd >= 0)
-            close (fd);
-        explicit_bzero (key, sizeof key);
-        if (!ok) {
-            *why = ah_strf ("cannot write %s: %s", path, strerror (errno));
-            return -1;
-        }
-        fd = open (path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    }
-    struct stat st;
-    if (fd < 0 || fstat (fd, &st) || !S_ISREG (st.st_mode) || st.st_size != (off_t) sizeof api->port_key
-    ||  (st.st_mode & 077) || read (fd, api->port_key, sizeof api->port_key) != (ssize_t) sizeof api->port_key) {
-        *why = fd < 0 ? ah_strf ("cannot read %s: %s", path, strerror (errno))
-                      : ah_strf ("%s must be a file of %zu bytes readable by its owner only (mode 0600)",
-                                 path, sizeof api->port_key);
-        if (fd >= 0)
-            close (fd);
+    if (ah_keyfile_load (path, api->port_key, sizeof api->port_key, true, why))
         return -1;
-    }
-    close (fd);
     api->port_key_ok = true;
     return 0;
 }

@@ -51,7 +51,7 @@ static const route_t *const s_tables [] = {
     api_exec_routes, api_file_routes, api_event_routes, api_terminal_routes, api_tenant_routes,
     api_session_routes, api_console_routes, api_login_routes, api_host_routes, api_tree_routes, api_allfiles_routes,
     api_port_routes, api_tombstone_routes, api_metrics_routes, api_conversation_routes, api_proxy_routes,
-    api_terms_routes, api_pool_routes, api_mcp_routes, NULL
+    api_terms_routes, api_pool_routes, api_mcp_routes, api_secret_routes, NULL
 };
 
 typedef struct {

@@ -346,6 +346,7 @@ static int s_tenant_delete_rows (ah_store_t *store, void *arg, char *why, size_t
         "DELETE FROM api_tokens WHERE tenant = :name AND admin = 0",
         "DELETE FROM sessions WHERE tenant = :name",
         "DELETE FROM tenant_egress WHERE tenant = :name",
+        "DELETE FROM egress_secrets WHERE tenant = :name",
         "DELETE FROM tenants WHERE name = :name",
     };
     bool ok = ah_store_begin (store) == 0;

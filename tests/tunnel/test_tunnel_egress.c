@@ -17,6 +17,7 @@
 #include "store/store.h"
 #include "../common/check.h"
 #include "tunnel_test.h"
+#include "secrets_test.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -374,6 +375,23 @@ int main (void)
     zsock_t *recorder = ah_bus_connect ("recorder");
     zsock_t *api = ah_bus_connect ("api");
     ah_config_t *config = s_config ();
+    //  Secrets: the installation's CA (as the server makes it at its
+    //  start), the CA of the test's HTTPS upstreams (the server trusts it
+    //  through sandbox.egress_upstream_ca_file), and a CA nobody trusts.
+    char ca_dir [2][400], ca_file [500], trust_dir [400];
+    snprintf (ca_dir [0], sizeof ca_dir [0], "%s/upstream-ca", s_dir);
+    snprintf (ca_dir [1], sizeof ca_dir [1], "%s/untrusted-ca", s_dir);
+    snprintf (ca_file, sizeof ca_file, "%s/%s", ca_dir [0], AH_EGRESS_CA_CERT_FILE);
+    snprintf (trust_dir, sizeof trust_dir, "%s/trust", s_dir);
+    char *ca_why = NULL;
+    ah_egress_ca_t *egress_ca = ah_egress_ca_load (s_dir, true, &ca_why);
+    mkdir (ca_dir [0], 0700);
+    mkdir (ca_dir [1], 0700);
+    ah_egress_ca_t *up_ca = ah_egress_ca_load (ca_dir [0], true, &ca_why);
+    ah_egress_ca_t *bad_ca = ah_egress_ca_load (ca_dir [1], true, &ca_why);
+    CHECK (egress_ca && up_ca && bad_ca);
+    free (ca_why);
+    config->egress_upstream_ca_file = strdup (ca_file);
     config->egress_max_connections = 6;         //  the cap, small enough to reach
     config->egress_connect_timeout_s = 2;
     ah_tunnel_args_t targs = { .config = config, .db_path = s_db, .ping_interval_ms = 500,
@@ -392,7 +410,7 @@ int main (void)
     close (pfd);
     ah_sandboxd_opts_t opts = {
         .agent_id = AGENT, .token = token, .tunnel_url = url, .home = home,
-        .backoff_min_ms = 100, .backoff_max_ms = 400, .egress_port = eport,
+        .backoff_min_ms = 100, .backoff_max_ms = 400, .egress_port = eport, .trust_dir = trust_dir,
     };
     ah_sandboxd_t *sd = ah_sandboxd_start (&opts);
     ah_msg_t *m = s_expect (lifecycle, "SANDBOX_HELLO", 5000);
@@ -723,6 +741,116 @@ int main (void)
            && acme.out == 7 && acme.in == 7 + (int64_t) strlen ("EOF-SEEN 7\n"));
     CHECK (after.allowed == before.allowed && after.denied == before.denied && after.failed == before.failed
            && after.out == before.out && after.in == before.in);
+
+    //  4d. Secrets (docs/egress.md "Secrets"). sandboxd wrote the CA hello
+    //  carried, alone and after the system's bundle.
+    {
+        char path [500], text [300000];
+        snprintf (path, sizeof path, "%s/egress-ca.pem", trust_dir);
+        FILE *f = fopen (path, "r");
+        size_t n = f ? fread (text, 1, sizeof text - 1, f) : 0;
+        text [n] = 0;
+        if (f)
+            fclose (f);
+        CHECK (egress_ca && streq (text, ah_egress_ca_pem (egress_ca)));
+        snprintf (path, sizeof path, "%s/ca-bundle.pem", trust_dir);
+        f = fopen (path, "r");
+        n = f ? fread (text, 1, sizeof text - 1, f) : 0;
+        text [n] = 0;
+        if (f)
+            fclose (f);
+        size_t pn = egress_ca ? strlen (ah_egress_ca_pem (egress_ca)) : 0;
+        CHECK (n > pn && egress_ca && streq (text + n - pn, ah_egress_ca_pem (egress_ca)));
+    }
+    {
+        const char *secret = "Bearer sk-TUNNEL-SECRET-9f8e7d";
+        char egress_ca_file [400], up_entries [200], got [2048], t [64];
+        snprintf (egress_ca_file, sizeof egress_ca_file, "%s/%s", s_dir, AH_EGRESS_CA_CERT_FILE);
+        int pa = 0, pb = 0, pc = 0;
+        pthread_t ta, tb, tc;
+        upstream_t *ua = s_upstream_start (up_ca, &pa, &ta);        //  a secret
+        upstream_t *ub = s_upstream_start (bad_ca, &pb, &tb);       //  a secret, a certificate nobody trusts
+        upstream_t *uc = s_upstream_start (up_ca, &pc, &tc);        //  no secret
+        snprintf (up_entries, sizeof up_entries, "127.0.0.1:%d 127.0.0.1:%d 127.0.0.1:%d", pa, pb, pc);
+        s_lists (up_entries, NULL);
+        //  The rows of the steps before, read and set aside.
+        for (ah_msg_t *m; (m = s_expect (recorder, "OP_RECORD", 500)); )
+            ah_msg_destroy (&m);
+        s_secret_put ("acme", pa, "Authorization", secret);
+        s_secret_put ("acme", pb, "Authorization", secret);
+        //  Two requests on one connection, pipelined, each with the
+        //  sandbox's own Authorization: the upstream gets the secret,
+        //  never the sandbox's; the client verified the server's leaf
+        //  with the installation's CA alone.
+        snprintf (t, sizeof t, "127.0.0.1:%d", pa);
+        fd = s_tunnel_to (eport, t);
+        CHECK (s_row (recorder, "egress", &row) && row.ok && strstr (row.detail, "TLS terminated")
+               && strstr (row.detail, "'Authorization'") && !strstr (row.detail, secret));
+        SSL_CTX *cctx = NULL;
+        SSL *ssl = fd >= 0 ? s_client (fd, egress_ca_file, &cctx) : NULL;
+        CHECK (ssl != NULL);
+        char reqs [600];
+        snprintf (reqs, sizeof reqs, "GET /one HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer sandbox-own\r\n\r\n"
+                  "POST /two HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nauthorization: x\r\nContent-Length: 5\r\n\r\nhello",
+                  pa, pa);
+        CHECK (ssl && SSL_write (ssl, reqs, (int) strlen (reqs)) == (int) strlen (reqs));
+        CHECK (ssl && s_answer (ssl, got, sizeof got) && strstr (got, "ok /one"));
+        CHECK (ssl && s_answer (ssl, got, sizeof got) && strstr (got, "ok /two"));
+        char want_seen [300];
+        snprintf (want_seen, sizeof want_seen, "auth=%s;auth=%s;", secret, secret);
+        CHECK (streq (ua->seen, want_seen) && ua->requests == 2);
+        s_client_end (ssl, cctx, fd, true);
+        CHECK (s_row (recorder, "egress.end", &row) && strstr (row.detail, "header 'Authorization' added to 2 requests")
+               && !strstr (row.detail, secret) && !strstr (row.error, secret));
+        //  A request naming another host in the tunnel: the connection
+        //  ends, the upstream gets nothing, the record says why.
+        fd = s_tunnel_to (eport, t);
+        CHECK (s_row (recorder, "egress", &row) && row.ok);
+        ssl = fd >= 0 ? s_client (fd, egress_ca_file, &cctx) : NULL;
+        const char *evil = "GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n";
+        CHECK (ssl && SSL_write (ssl, evil, (int) strlen (evil)) == (int) strlen (evil));
+        CHECK (!ssl || !s_answer (ssl, got, sizeof got));
+        CHECK (s_row (recorder, "egress.end", &row) && !row.ok
+               && strstr (row.error, "the sandbox's request was refused: a Host header naming another host"));
+        CHECK (ua->requests == 2);
+        s_client_end (ssl, cctx, fd, false);
+        //  A client that does not trust the installation's CA: its
+        //  handshake fails, the record says so, the upstream gets nothing.
+        fd = s_tunnel_to (eport, t);
+        CHECK (s_row (recorder, "egress", &row) && row.ok);
+        ssl = fd >= 0 ? s_client (fd, ca_file, &cctx) : NULL;
+        CHECK (ssl == NULL);
+        s_client_end (ssl, cctx, fd, false);
+        CHECK (s_row (recorder, "egress.end", &row) && !row.ok && strstr (row.error, "TLS with the sandbox failed"));
+        CHECK (ua->requests == 2);
+        //  An upstream whose certificate does not verify: refused before
+        //  the sandbox's client is told it is connected (502, the sentence).
+        snprintf (t, sizeof t, "CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", pb);
+        s_ask (eport, t, answer, sizeof answer);
+        CHECK (!strncmp (answer, "HTTP/1.1 502 ", 13) && strstr (answer, "certificate does not verify"));
+        CHECK (s_row (recorder, "egress", &row) && !row.ok && strstr (row.error, "does not verify"));
+        CHECK (ub->requests == 0);
+        //  No secret: carried untouched; the client verifies the upstream's
+        //  own certificate (its CA, not the installation's), and the
+        //  upstream gets the sandbox's own header.
+        snprintf (t, sizeof t, "127.0.0.1:%d", pc);
+        fd = s_tunnel_to (eport, t);
+        CHECK (s_row (recorder, "egress", &row) && row.ok && !strstr (row.detail, "TLS terminated"));
+        ssl = fd >= 0 ? s_client (fd, ca_file, &cctx) : NULL;
+        snprintf (reqs, sizeof reqs, "GET /plain HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer sandbox-own\r\n\r\n", pc);
+        CHECK (ssl && SSL_write (ssl, reqs, (int) strlen (reqs)) == (int) strlen (reqs));
+        CHECK (ssl && s_answer (ssl, got, sizeof got) && strstr (got, "ok /plain"));
+        CHECK (streq (uc->seen, "auth=Bearer sandbox-own;"));
+        s_client_end (ssl, cctx, fd, true);
+        CHECK (s_row (recorder, "egress.end", &row) && !strstr (row.detail, "TLS terminated"));
+        s_upstream_stop (ua, ta);
+        s_upstream_stop (ub, tb);
+        s_upstream_stop (uc, tc);
+        s_lists (want, NULL);
+    }
+    ah_egress_ca_destroy (&egress_ca);
+    ah_egress_ca_destroy (&up_ca);
+    ah_egress_ca_destroy (&bad_ca);
 
     //  5. A connection open while the sandbox goes: ended, on the record.
     fd = s_tunnel_to (eport, target);
