@@ -86,7 +86,8 @@ def exec_(name, cmd):
 
 def sh(name, cmd):
     r = exec_(name, cmd)
-    h.check(r["status"] == 0, "%s: %r: status %r, stderr %r" % (name, cmd, r["status"], r["stderr"]))
+    h.check(r["status"] == 0, "%s: %r: status %r, stderr %r, stdout's end %r"
+            % (name, cmd, r["status"], r["stderr"], r["stdout"][-1500:]))
     return r["stdout"]
 
 
@@ -284,12 +285,15 @@ def tools_through_proxy(name, entry):
     out = sh(name, "curl -sS --max-time 20 --cacert ~/test-ca.pem https://%s/simple/agenthold-probe/" % up)
     h.check("agenthold_probe-1.0-py3-none-any.whl" in out, "%s: curl over https through the proxy: %r"
             % (name, out[:200]))
-    out = sh(name, "pip install -q --no-cache-dir --disable-pip-version-check --index-url https://%s/simple/ "
-                   "--cert ~/test-ca.pem agenthold-probe 2>&1 && python3 -c "
+    # sandboxd points REQUESTS_CA_BUNDLE, PIP_CERT and GIT_SSL_CAINFO at its
+    # bundle (the egress CA, docs/egress.md), and those variables outrank
+    # pip's --cert and git's http.sslCAInfo: another CA is named by them.
+    out = sh(name, "REQUESTS_CA_BUNDLE=~/test-ca.pem pip install -q --no-cache-dir --disable-pip-version-check "
+                   "--index-url https://%s/simple/ agenthold-probe 2>&1 && python3 -c "
                    "'import agenthold_probe; print(agenthold_probe.VALUE)'" % up)
     h.check(out.strip().endswith("probe-ok"), "%s: pip installs from the test's index through the proxy: %r"
             % (name, out[-400:]))
-    out = sh(name, "git -c http.sslCAInfo=$HOME/test-ca.pem clone -q https://%s/repo.git ~/cloned 2>&1 && "
+    out = sh(name, "GIT_SSL_CAINFO=$HOME/test-ca.pem git clone -q https://%s/repo.git ~/cloned 2>&1 && "
                    "cat ~/cloned/README" % up)
     h.check(out.endswith("carried by agenthold's egress proxy\n"), "%s: git clone over https through "
             "the proxy: %r" % (name, out[-400:]))
