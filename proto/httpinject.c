@@ -181,18 +181,18 @@ static bool s_line_clean (const uint8_t *p, size_t n)
 static int64_t s_chunk_size (const uint8_t *p, size_t n)
 {
     size_t d = 0;
-    int64_t v = 0;
+    uint64_t v = 0;                     //  16 digits fit; a 16th means refused below
     while (d < n && d < 16) {
         int c = p [d], x = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
         if (x < 0)
             break;
-        v = v * 16 + x;
+        v = v * 16 + (uint64_t) x;
         d++;
     }
     if (d == 0 || d > 15 || (d < n && p [d] != ';' && p [d] != ' ' && p [d] != '\t'))
         return -1;
-    return v;
+    return (int64_t) v;                 //  at most 15 digits: below 2^60
 }
 
 //  Gathers one CRLF-ended line into self->line from in; *took bytes of
