@@ -38,7 +38,7 @@ typedef struct {
     int   build_calls;
     bool  fail;                     //  every build fails
     bool  hold;                     //  builds wait while it is set (or until told to stop)
-    char  built [4][128];
+    char  built [8][128];
     int   nbuilt;
     char  context [512];
     char  file_name [64];
@@ -78,11 +78,13 @@ s_image_build (ah_driver_t *self, const ah_image_build_t *build, volatile int *s
         *err = strdup ("the disk is full");
         return -1;
     }
-    if (stub->nbuilt < 4)
+    if (stub->nbuilt < 8)
         snprintf (stub->built [stub->nbuilt++], sizeof stub->built [0], "%s", build->image);
     if (build->dockerfile) {
-        snprintf (stub->dockerfile, sizeof stub->dockerfile, "%s", build->dockerfile);
-        snprintf (stub->base, sizeof stub->base, "%s", build->base_image ? build->base_image : "");
+        if (!stub->dockerfile [0]) {                    //  the first one's (debian's)
+            snprintf (stub->dockerfile, sizeof stub->dockerfile, "%s", build->dockerfile);
+            snprintf (stub->base, sizeof stub->base, "%s", build->base_image ? build->base_image : "");
+        }
     }
     else
         snprintf (stub->context, sizeof stub->context, "%s", build->context_dir ? build->context_dir : "");
@@ -307,19 +309,23 @@ main (int argc, char **argv)
     zactor_t *builder = ah_actor_new (&ah_builder_actor, &args, NULL);
     CHECK (builder != NULL);
 
-    //  The prewarm pass: debian is built from its Dockerfile on its base,
-    //  busybox from its context.
+    //  The prewarm pass, in catalog order: debian is built from its
+    //  Dockerfile on its base, busybox from its context, the workbench on
+    //  the same base as debian.
     zsock_t *lifecycle = ah_bus_connect ("lifecycle");
     char state [32];
-    s_wait_state (client, "busybox", "present", state, sizeof state);
+    s_wait_state (client, "workbench", "present", state, sizeof state);
     CHECK_STR (state, "present");
     s_image_state (client, "debian", state, sizeof state);
     CHECK_STR (state, "present");
+    s_image_state (client, "busybox", state, sizeof state);
+    CHECK_STR (state, "present");
     pthread_mutex_lock (&stub.lock);
-    CHECK (stub.exists_calls == 2);
-    CHECK (stub.build_calls == 2);
-    CHECK (stub.nbuilt == 2 && !strncmp (stub.built [0], "agenthold/rt-debian:", 20));
-    CHECK (stub.nbuilt == 2 && streq (stub.built [1], "agenthold/busybox:2"));
+    CHECK (stub.exists_calls == 3);
+    CHECK (stub.build_calls == 3);
+    CHECK (stub.nbuilt == 3 && !strncmp (stub.built [0], "agenthold/rt-debian:", 20));
+    CHECK (stub.nbuilt == 3 && streq (stub.built [1], "agenthold/busybox:2"));
+    CHECK (stub.nbuilt == 3 && !strncmp (stub.built [2], "agenthold/rt-workbench:", 23));
     CHECK (strstr (stub.context, "/catalog/images/busybox") != NULL);
     CHECK_STR (stub.file_name, "busybox");
     CHECK_STR (stub.file_path, "/bin/busybox");
@@ -368,15 +374,15 @@ main (int argc, char **argv)
     zclock_sleep (20);
     s_check (reconciler, "image");                  //  nothing gone: nothing built
     zclock_sleep (200);
-    CHECK (s_build_calls (&stub) == 2);
+    CHECK (s_build_calls (&stub) == 3);
     s_image_state (client, "busybox", state, sizeof state);
     CHECK_STR (state, "present");
     s_hold (&stub, true);
     s_forget (&stub, "agenthold/busybox:");
     s_check (reconciler, "image");
-    for (int i = 0; i < 250 && s_build_calls (&stub) < 3; i++)
+    for (int i = 0; i < 250 && s_build_calls (&stub) < 4; i++)
         zclock_sleep (20);
-    CHECK (s_build_calls (&stub) == 3);
+    CHECK (s_build_calls (&stub) == 4);
     s_wait_state (client, "busybox", "building", state, sizeof state);
     CHECK_STR (state, "building");                  //  not "present" while it is made again
     s_image_state (client, "debian", state, sizeof state);
@@ -386,7 +392,7 @@ main (int argc, char **argv)
     s_wait_state (client, "busybox", "present", state, sizeof state);
     CHECK_STR (state, "present");
     zclock_sleep (200);
-    CHECK (s_build_calls (&stub) == 3);
+    CHECK (s_build_calls (&stub) == 4);
     //  A driver call that met the image missing (RUNTIME_ENSURE gone):
     //  whatever the builder believed, the image is made again, with
     //  progress, then RUNTIME_READY ok.
@@ -405,7 +411,7 @@ main (int argc, char **argv)
     CHECK (ready && streq (ah_msg_type (ready), "RUNTIME_READY") && ah_msg_bool (ready, "ok", false)
            && streq (ah_msg_str (ready, "runtime"), "debian"));
     ah_msg_destroy (&ready);
-    CHECK (s_build_calls (&stub) == 4);
+    CHECK (s_build_calls (&stub) == 5);
     s_image_state (client, "debian", state, sizeof state);
     CHECK_STR (state, "present");
     zsock_destroy (&reconciler);
@@ -482,12 +488,14 @@ main (int argc, char **argv)
     args.backoff_ms = 20;
     builder = ah_actor_new (&ah_builder_actor, &args, NULL);
     CHECK (builder != NULL);
-    s_wait_state (client, "busybox", "error", state, sizeof state);
+    s_wait_state (client, "workbench", "error", state, sizeof state);
     CHECK_STR (state, "error");
     CHECK (strstr (s_last_error, "the disk is full") != NULL);
+    s_image_state (client, "busybox", state, sizeof state);
+    CHECK_STR (state, "error");
     s_image_state (client, "debian", state, sizeof state);
     CHECK_STR (state, "error");
-    CHECK (s_build_calls (&failing) == 6);
+    CHECK (s_build_calls (&failing) == 9);     //  3 runtimes, 3 attempts each
     s_ensure (lifecycle, "debian");
     zsock_set_rcvtimeo (lifecycle, 10000);
     ah_msg_t *progress = NULL;
@@ -501,7 +509,7 @@ main (int argc, char **argv)
     CHECK (ready && streq (ah_msg_type (ready), "RUNTIME_READY") && !ah_msg_bool (ready, "ok", true));
     CHECK (ready && ah_msg_str (ready, "error") && strstr (ah_msg_str (ready, "error"), "the disk is full"));
     ah_msg_destroy (&ready);
-    CHECK (s_build_calls (&failing) == 8);
+    CHECK (s_build_calls (&failing) == 11);
     //  An unknown runtime is answered too.
     s_ensure (lifecycle, "nope");
     ready = ah_msg_recv (lifecycle, true, &err);

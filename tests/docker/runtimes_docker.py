@@ -23,16 +23,23 @@ base     A base the engine does not have and no registry serves
          and imports it, the runtime is built on it; progress says so.
          Run on every machine (the shipped scenario meets this path only
          on a fresh one); the base and the runtime are removed after.
+workbench The shipped workbench runtime (seed 004) on --runtime: its
+         briefing; a PDF made with reportlab read back with pdftotext, an
+         ODP made with odfpy turned into a pptx and that into a PDF by
+         soffice, an xlsx from pandas converted to CSV by soffice, OCR of
+         a rendered page, a matplotlib PNG (Agg), every promised library
+         imported, node and npm, the tools, no C compiler, its env vars.
 failed   A base_image runtime whose setup fails: tried 3 times at start,
          then "error" with the reason in `agenthold runtimes`; a create
          asks again (2 attempts, "attempt 2 of 2" in the progress), then
          the agent is in error with the build's reason, and create exits 1
          saying it.
 
-usage: runtimes_docker.py AGENTHOLD_BINARY shipped|build|failed|base
+usage: runtimes_docker.py AGENTHOLD_BINARY shipped|workbench|build|failed|base
 Exits 77 without a Docker Engine. Ports from ahserver.free_port, pool
-10.213.192.0/20, prefix dockerruntimes<scenario><pid>. The shipped
-runtimes' images (agenthold/rt-debian:*, debian:bookworm-slim,
+10.213.192.0/20 (workbench: 10.214.164.0/22), prefix
+dockerruntimes<scenario><pid>. The shipped runtimes' images
+(agenthold/rt-debian:*, agenthold/rt-workbench:*, debian:bookworm-slim,
 agenthold/busybox:2) are kept between tests: built once per machine, as a
 user's server keeps them; a scenario's own runtime images are removed."""
 import http.server
@@ -52,7 +59,7 @@ from ahdocker import engine, q, package_index, Harness  # noqa: E402
 
 SCENARIO = sys.argv[2] if len(sys.argv) > 2 else "shipped"
 POOL = {"shipped": "10.213.192.0/22", "build": "10.213.196.0/22", "failed": "10.213.200.0/22",
-        "base": "10.213.204.0/22"}[SCENARIO]
+        "base": "10.213.204.0/22", "workbench": "10.214.164.0/22"}[SCENARIO]
 h = Harness("docker.runtimes" + SCENARIO, sys.argv[1], POOL, shipped_catalog=True)
 # The shipped defaults, not the harness's test image and small memory.
 for key in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB"):
@@ -67,8 +74,8 @@ def run(*args, timeout=BUILD_WAIT + 60, stdin=None):
     return p.returncode, p.stdout, p.stderr
 
 
-def as_agent(name, script):
-    rc, out, err = run("exec", name, "--", "sh", "-c", script, timeout=60)
+def as_agent(name, script, timeout=60):
+    rc, out, err = run("exec", name, "--", "sh", "-c", script, timeout=timeout)
     h.check(rc == 0, "exec %r in %s: %d %s %s" % (script, name, rc, out, err))
     return out
 
@@ -311,4 +318,103 @@ def base(h):
     run("rm", "basil", timeout=120)
 
 
-sys.exit(h.run({"shipped": shipped, "build": build, "failed": failed, "base": base}[SCENARIO]))
+# What the workbench runtime promises (catalog/runtimes.json, docs/runtimes.md):
+# each a real piece of work done as the agent, its result checked.
+WORKBENCH_IMPORTS = ("pypdf", "docx", "openpyxl", "xlsxwriter", "odf", "reportlab", "pandas", "tabulate",
+                     "matplotlib", "PIL", "httpx", "requests", "bs4", "lxml", "html2text", "yaml")
+WORKBENCH_WORK = r"""
+set -e
+cd ~ && rm -rf wb && mkdir wb && cd wb
+python3 - <<'PY'
+from reportlab.lib.pagesizes import A4
+from reportlab.pdfgen import canvas
+c = canvas.Canvas("report.pdf", pagesize=A4)
+c.drawString(72, 760, "Quarterly figures: apples 42")
+c.showPage(); c.save()
+from odf.opendocument import OpenDocumentPresentation
+from odf.style import Style, MasterPage, PageLayout
+from odf.draw import Page, Frame, TextBox
+from odf.text import P
+doc = OpenDocumentPresentation()
+layout = PageLayout(name="L"); doc.automaticstyles.addElement(layout)
+master = MasterPage(name="M", pagelayoutname=layout); doc.masterstyles.addElement(master)
+page = Page(masterpagename=master); doc.presentation.addElement(page)
+frame = Frame(width="20cm", height="3cm", x="2cm", y="2cm"); page.addElement(frame)
+box = TextBox(); frame.addElement(box); box.addElement(P(text="Slide about pears"))
+doc.save("deck.odp")
+import matplotlib
+import matplotlib.pyplot as plt
+plt.plot([1, 2, 3], [1, 4, 9]); plt.savefig("plot.png")
+print("backend", matplotlib.get_backend())
+from PIL import Image, ImageDraw, ImageFont
+img = Image.new("L", (1400, 200), 255)
+font = ImageFont.truetype("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", 72)
+ImageDraw.Draw(img).text((40, 50), "HELLO WORKBENCH", font=font, fill=0)
+img.save("scan.png")
+import pandas, tabulate
+df = pandas.DataFrame({"fruit": ["apples", "pears"], "n": [42, 7]})
+df.to_excel("fruit.xlsx", index=False)
+print("xlsx", pandas.read_excel("fruit.xlsx")["n"].sum())
+import html2text
+print("md", html2text.html2text("<h1>Title</h1>").strip())
+PY
+echo "pdf: $(pdftotext report.pdf - | tr -s ' \n' ' ')"
+pdfinfo report.pdf | grep -c '^Pages: *1$'
+soffice --headless --convert-to pptx deck.odp > /dev/null 2>&1
+soffice --headless --convert-to pdf deck.pptx > /dev/null 2>&1
+echo "pptx: $(unzip -l deck.pptx | grep -c 'ppt/slides/slide1.xml') $(pdftotext deck.pdf - | tr -s ' \n' ' ')"
+soffice --headless --convert-to csv fruit.xlsx > /dev/null 2>&1
+echo "csv: $(tr -d '\r' < fruit.csv | tr '\n' ' ')"
+echo "ocr: $(tesseract scan.png - 2>/dev/null | tr -s ' \n' ' ')"
+echo "png: $(head -c 8 plot.png | od -An -tx1 | tr -d ' \n')"
+echo "node: $(node -e 'console.log(6*7)') npm $(npm --version | cut -d. -f1)"
+echo "tools: $(for t in git curl rg fd fdfind jq less ps zip unzip pdftotext tesseract soffice; do command -v $t > /dev/null || echo missing-$t; done)"
+echo "cc: $(for c in cc gcc c++ g++ clang tcc; do command -v $c; done)"
+echo "env: $MPLBACKEND $PYTHONUTF8 $PYTHONUNBUFFERED $PYTHONDONTWRITEBYTECODE"
+ls /usr/share/zoneinfo/Europe/Paris > /dev/null && echo tz-ok
+"""
+
+
+def workbench(h):
+    """The shipped workbench runtime (seed 004), built by the product from
+    the host's Debian mirror (docker.shipped_images made it first)."""
+    h.start_server()
+    t0 = time.time()
+    a, err = create("wendy", "--runtime", "workbench")
+    print("create wendy took %.1f s" % (time.time() - t0))
+    h.check(a["state"] == "running" and a["runtime"] == "workbench" and
+            a["image"].startswith("agenthold/rt-workbench:") and a["memory_mb"] == 4096,
+            "--runtime workbench: %r" % a)
+    st, b = h.api("GET", "/api/v1/agents/wendy/briefing")
+    h.check(st == 200 and "the workbench runtime" in b["text"], "the workbench's briefing: %d %r" % (st, b))
+    for said in ("soffice --headless --convert-to", "No C compiler", "tesseract", "POSIX `/bin/sh`",
+                 "odfpy", "html2text"):
+        h.check(said in b["text"], "the briefing says %r: %s" % (said, b["text"]))
+    the_sandbox_works("wendy", b["text"], "")
+    out = as_agent("wendy", "python3 -c 'import %s; print(\"imported\")'" % ", ".join(WORKBENCH_IMPORTS))
+    h.check(out == "imported\n", "every promised Python library imports: %r" % out)
+    out = as_agent("wendy", WORKBENCH_WORK, timeout=280)
+    lines = dict(x.split(": ", 1) if ": " in x else (x.split(" ", 1) + [""])[:2] for x in out.splitlines())
+    print(out)
+    h.check(lines.get("backend") == "agg", "matplotlib draws with Agg: %r" % out)
+    h.check(lines.get("xlsx") == "49", "pandas wrote and read an xlsx: %r" % out)
+    h.check(lines.get("md") == "# Title", "html2text made Markdown: %r" % out)
+    h.check("Quarterly figures: apples 42" in lines.get("pdf", ""), "pdftotext reads reportlab's PDF: %r" % out)
+    h.check(lines.get("1") is not None or "\n1\n" in "\n" + out, "pdfinfo: one page: %r" % out)
+    h.check(lines.get("pptx", "").startswith("1 ") and "Slide about pears" in lines.get("pptx", ""),
+            "soffice made a pptx and converted it to a PDF that says the slide: %r" % out)
+    h.check(lines.get("csv", "").split() == ["fruit,n", "apples,42", "pears,7"], "soffice converted the xlsx: %r" % out)
+    h.check("HELLO WORKBENCH" in lines.get("ocr", ""), "tesseract read the rendered page: %r" % out)
+    h.check(lines.get("png") == "89504e470d0a1a0a", "matplotlib wrote a PNG: %r" % out)
+    h.check(lines.get("node", "").startswith("42 npm "), "node and npm run: %r" % out)
+    h.check(lines.get("tools", "x").strip() == "", "every promised tool is there: %r" % out)
+    h.check(lines.get("cc", "x").strip() == "", "no C compiler: %r" % out)
+    h.check(lines.get("env") == "Agg 1 1 1", "the workbench's environment: %r" % out)
+    h.check("tz-ok" in out, "tzdata is there")
+    rt = {r["alias"]: r for r in h.cli("runtimes")}
+    h.check(rt["workbench"]["image_state"] == "present" and not rt["workbench"]["default"] and
+            rt["debian"]["default"], "runtimes: debian stays the default, workbench present: %r" % rt)
+    run("rm", "wendy", timeout=120)
+
+
+sys.exit(h.run({"workbench": workbench, "shipped": shipped, "build": build, "failed": failed, "base": base}[SCENARIO]))

@@ -35,7 +35,7 @@ h.env["AGENTHOLD_CATALOG_PATH"] = CATALOG
 for key in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB",
             "AGENTHOLD_SANDBOX_DEFAULT_CPUS"):
     h.env.pop(key, None)
-FIRST_BUILD = 1200                      # the debian runtime from nothing on a fresh, loaded machine
+FIRST_BUILD = 2400                      # debian and workbench from nothing on a fresh, loaded machine
 
 
 def scenario(h):
