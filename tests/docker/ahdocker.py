@@ -5,6 +5,8 @@ real server as a process with its CLI, leftovers and clean-up by prefix.
 Each test makes one Harness with its own prefix (unique per run: the
 test's tag and its pid), pool and ports; everything it makes carries the
 prefix, so clean-up finds it by label or name even after a failure."""
+import base64
+import hashlib
 import http.client
 import io
 import json
@@ -181,6 +183,33 @@ def package_index(root):
     with open(os.path.join(d, "index.html"), "w") as f:
         f.write('<html><body><a href="agenthold_probe-1.0-py3-none-any.whl">'
                 'agenthold_probe-1.0-py3-none-any.whl</a></body></html>\n')
+
+
+def npm_registry(root, base):
+    """An npm registry under root/npm, reached at base + "/npm/" (base: the
+    server's own URL, written into the packument): one package,
+    agenthold-probe 1.0.0, whose module exports 'npm-probe-ok'; its tarball
+    under root/npm-tarballs with the integrity npm checks."""
+    pkg = {"name": "agenthold-probe", "version": "1.0.0", "main": "index.js"}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        for name, data in (("package/package.json", json.dumps(pkg).encode()),
+                           ("package/index.js", b"module.exports = 'npm-probe-ok';\n")):
+            ti = tarfile.TarInfo(name)
+            ti.size, ti.mode = len(data), 0o644
+            t.addfile(ti, io.BytesIO(data))
+    tgz = buf.getvalue()
+    os.makedirs(os.path.join(root, "npm-tarballs"))
+    with open(os.path.join(root, "npm-tarballs", "agenthold-probe-1.0.0.tgz"), "wb") as f:
+        f.write(tgz)
+    dist = {"tarball": base + "/npm-tarballs/agenthold-probe-1.0.0.tgz",
+            "shasum": hashlib.sha1(tgz).hexdigest(),
+            "integrity": "sha512-" + base64.b64encode(hashlib.sha512(tgz).digest()).decode()}
+    doc = {"name": "agenthold-probe", "dist-tags": {"latest": "1.0.0"},
+           "versions": {"1.0.0": dict(pkg, dist=dist)}}
+    os.makedirs(os.path.join(root, "npm"))
+    with open(os.path.join(root, "npm", "agenthold-probe"), "w") as f:
+        json.dump(doc, f)
 
 
 def host_service(h):

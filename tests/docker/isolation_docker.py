@@ -48,7 +48,7 @@ import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import Harness, build_image, connect_cmd, host_addresses, host_service, package_index  # noqa: E402
+from ahdocker import Harness, build_image, connect_cmd, host_addresses, host_service, npm_registry, package_index  # noqa: E402
 import ahserver  # noqa: E402  (on the path ahdocker set)
 
 h = Harness("docker.isolation", sys.argv[1], "10.213.192.0/20")
@@ -223,12 +223,17 @@ class Files(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+_tls_upstream = []
+
+
 def tls_upstream():
     """An HTTPS server of the test's own on 127.0.0.2, its certificate from
     a test CA made here with openssl (the sandbox is told to trust it, as a
     user would for a private index): a pip index (package_index) and a git
     repository served the dumb way (git update-server-info). Returns its
-    port and the CA's PEM."""
+    port and the CA's PEM; one server for every runtime that asks."""
+    if _tls_upstream:
+        return _tls_upstream
     d = os.path.join(h.tmp, "tls-upstream")
     www = os.path.join(d, "www")
     os.makedirs(www)
@@ -260,8 +265,10 @@ def tls_upstream():
     srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     h.cleanups.append(srv.shutdown)
+    npm_registry(www, "https://127.0.0.2:%d" % srv.server_address[1])
     with open(f["ca.pem"]) as x:
-        return srv.server_address[1], x.read()
+        _tls_upstream.extend((srv.server_address[1], x.read()))
+    return _tls_upstream
 
 
 def tools_through_proxy(name, entry):
@@ -297,6 +304,14 @@ def tools_through_proxy(name, entry):
                    "cat ~/cloned/README" % up)
     h.check(out.endswith("carried by agenthold's egress proxy\n"), "%s: git clone over https through "
             "the proxy: %r" % (name, out[-400:]))
+    npm = bool(sh(name, "command -v npm || true").strip())
+    if npm:
+        # npm reads the proxy from HTTPS_PROXY (its https-proxy's default).
+        out = sh(name, "mkdir -p ~/npmtest && cd ~/npmtest && npm install --no-audit --no-fund "
+                       "--cafile ~/test-ca.pem --registry https://%s/npm/ agenthold-probe 2>&1 && "
+                       "node -e \"console.log(require('agenthold-probe'))\"" % up)
+        h.check(out.strip().endswith("npm-probe-ok"), "%s: npm installs from the test's registry through "
+                "the proxy: %r" % (name, out[-600:]))
     apt = ("-o Dir::State::Lists=$HOME/apt/lists -o Dir::Cache::Archives=$HOME/apt/archives "
            "-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o Debug::NoLocking=1")
     out = sh(name, "mkdir -p ~/apt/lists/partial ~/apt/archives/partial ~/apt/dl && "
@@ -309,8 +324,9 @@ def tools_through_proxy(name, entry):
     h.check(any(d.startswith(up + " (connect)") for d in rows)
             and any(d.startswith("deb.debian.org:80 (http)") for d in rows),
             "%s: the audit has the tools' connections: %r" % (name, rows[-10:]))
-    sh(name, "rm -rf ~/apt ~/cloned ~/test-ca.pem ~/.local/lib/python3*/site-packages/agenthold_probe*")
-    print("%s: curl and pip over https, git over https and apt from the mirror, through the proxy" % name)
+    sh(name, "rm -rf ~/apt ~/cloned ~/npmtest ~/.npm ~/test-ca.pem ~/.local/lib/python3*/site-packages/agenthold_probe*")
+    print("%s: curl, pip%s and git over https, apt from the mirror, through the proxy"
+          % (name, ", npm" if npm else ""))
 
 
 def through_proxy(name, service):
