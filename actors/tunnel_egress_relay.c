@@ -4,7 +4,8 @@
     The connect. A job of the actor's workers (ah_actor_job) resolves
     the name (getaddrinfo; a literal is not looked up), checks EVERY
     address it gave (proto/egress.c: loopback, private, link-local,
-    metadata, ...; and the host's own addresses, getifaddrs) and refuses
+    metadata, ...; and the host's own addresses: the kernel's route to
+    each, asked over rtnetlink, is local) and refuses
     the whole request when one is refused and no admin's entry names it
     (a name that resolves to a public and a private address is refused:
     the sandbox does not get to pick), or when a deny entry names one.
@@ -43,6 +44,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -166,10 +169,98 @@ static bool s_same_ip (const struct sockaddr *a, const struct sockaddr *b)
     return false;
 }
 
+//  The host's own addresses, asked per address: the kernel's route to
+//  sa, looked up over rtnetlink (RTM_GETROUTE, what `ip route get`
+//  does), is of type local exactly when sa is one of this host's
+//  addresses (every interface's, in this network namespace). One
+//  request and its answer, a few microseconds, always current; a
+//  listing of every interface (getifaddrs: every link's and address's
+//  dump) cost about 0.1 ms a connection. 1: own, 0: not, -1: the
+//  lookup failed (then the listing decides, s_own).
+static int s_route_local (const struct sockaddr *sa)
+{
+    struct {
+        struct nlmsghdr nh;
+        struct rtmsg rt;
+        char attrs [RTA_SPACE (sizeof (struct in6_addr))];
+    } req;
+    memset (&req, 0, sizeof req);
+    const void *addr = NULL;
+    size_t alen = 0;
+    if (sa->sa_family == AF_INET) {
+        addr = &((const struct sockaddr_in *) sa)->sin_addr;
+        alen = sizeof (struct in_addr);
+    }
+    else if (sa->sa_family == AF_INET6) {
+        addr = &((const struct sockaddr_in6 *) sa)->sin6_addr;
+        alen = sizeof (struct in6_addr);
+    }
+    else
+        return -1;
+    req.nh.nlmsg_len = NLMSG_LENGTH (sizeof req.rt);
+    req.nh.nlmsg_type = RTM_GETROUTE;
+    req.nh.nlmsg_flags = NLM_F_REQUEST;
+    req.nh.nlmsg_seq = 1;
+    req.rt.rtm_family = (unsigned char) sa->sa_family;
+    req.rt.rtm_dst_len = (unsigned char) (alen * 8);
+    struct rtattr *rta = (struct rtattr *) ((char *) &req + NLMSG_ALIGN (req.nh.nlmsg_len));
+    rta->rta_type = RTA_DST;
+    rta->rta_len = (unsigned short) RTA_LENGTH (alen);
+    memcpy (RTA_DATA (rta), addr, alen);
+    req.nh.nlmsg_len = NLMSG_ALIGN (req.nh.nlmsg_len) + RTA_LENGTH (alen);
+
+    int fd = socket (AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    if (fd < 0)
+        return -1;
+    struct timeval tv = { .tv_sec = 1 };
+    setsockopt (fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+    int rc = -1;
+    union { struct nlmsghdr nh; char bytes [4096]; } ans;
+    if (sendto (fd, &req, req.nh.nlmsg_len, 0, (struct sockaddr *) &kernel, sizeof kernel)
+        == (ssize_t) req.nh.nlmsg_len) {
+        ssize_t n = recv (fd, &ans, sizeof ans, 0);
+        struct nlmsghdr *nh = &ans.nh;
+        if (n > 0 && NLMSG_OK (nh, (size_t) n) && nh->nlmsg_seq == 1) {
+            if (nh->nlmsg_type == RTM_NEWROUTE && nh->nlmsg_len >= NLMSG_LENGTH (sizeof (struct rtmsg)))
+                rc = ((struct rtmsg *) NLMSG_DATA (nh))->rtm_type == RTN_LOCAL;
+            else
+            if (nh->nlmsg_type == NLMSG_ERROR && nh->nlmsg_len >= NLMSG_LENGTH (sizeof (struct nlmsgerr))) {
+                int err = -((struct nlmsgerr *) NLMSG_DATA (nh))->error;
+                //  No route there at all: not an address of ours.
+                rc = err == ENETUNREACH || err == EHOSTUNREACH ? 0 : -1;
+            }
+        }
+    }
+    close (fd);
+    return rc;
+}
+
+//  The listing, read once a job when the lookup fails (s_route_local).
+typedef struct {
+    bool listed;
+    struct ifaddrs *ifa;            //  NULL: none could be read (then the address check alone)
+} own_t;
+
+static bool s_own (const struct sockaddr *sa, own_t *own)
+{
+    int local = s_route_local (sa);
+    if (local >= 0)
+        return local == 1;
+    if (!own->listed) {
+        own->listed = true;
+        if (getifaddrs (&own->ifa))
+            own->ifa = NULL;
+    }
+    for (const struct ifaddrs *i = own->ifa; i; i = i->ifa_next)
+        if (s_same_ip (i->ifa_addr, sa))
+            return true;
+    return false;
+}
+
 //  Why the server must not connect to sa (NULL: it may): the address
 //  check, the host's own addresses, the admin's entries.
-static const char *s_check (const job_t *job, const struct sockaddr *sa, const struct ifaddrs *own,
-                            const char **entry)
+static const char *s_check (const job_t *job, const struct sockaddr *sa, own_t *own, const char **entry)
 {
     *entry = NULL;
     for (size_t i = 0; i < job->n_deny; i++)
@@ -178,10 +269,8 @@ static const char *s_check (const job_t *job, const struct sockaddr *sa, const s
             return "on the tenant's deny list";
         }
     const char *why = ah_egress_addr_refusal (sa);
-    if (!why)
-        for (const struct ifaddrs *i = own; i && !why; i = i->ifa_next)
-            if (s_same_ip (i->ifa_addr, sa))
-                why = "one of this server's own addresses";
+    if (!why && s_own (sa, own))
+        why = "one of this server's own addresses";
     if (!why)
         return NULL;
     for (size_t i = 0; i < job->n_open; i++)
@@ -251,9 +340,7 @@ static void s_work (void *arg)
                   gai == EAI_SYSTEM ? strerror (errno) : gai_strerror (gai));
         return;
     }
-    struct ifaddrs *own = NULL;
-    if (getifaddrs (&own))
-        own = NULL;                     //  then the address check alone
+    own_t own = { .listed = false };
     //  Every address, before any connect.
     const struct addrinfo *ok [ADDRS_MAX];
     size_t n = 0;
@@ -261,7 +348,7 @@ static void s_work (void *arg)
         if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
             continue;
         const char *entry = NULL;
-        const char *why = s_check (job, ai->ai_addr, own, &entry);
+        const char *why = s_check (job, ai->ai_addr, &own, &entry);
         if (why) {
             char text [ADDR_TEXT_MAX];
             s_addr_text (ai->ai_addr, text);
@@ -284,8 +371,8 @@ static void s_work (void *arg)
         }
         ok [n++] = ai;
     }
-    if (own)
-        freeifaddrs (own);
+    if (own.ifa)
+        freeifaddrs (own.ifa);
     if (!n && !job->code) {
         job->code = "ENOENT";
         snprintf (job->error, sizeof job->error, "egress failed: %s has no IPv4 or IPv6 address", job->host);
