@@ -760,8 +760,8 @@ int ah_tun_egress_start (self_t *self, chan_t *chan, const ah_tun_egress_req_t *
     job->n_deny = req->n_deny;
     job->timeout_ms = self->egress_connect_ms;
     job->stop = &self->egress_stop;
-    if (req->connect && req->tenant && *req->tenant
-    &&  ah_tun_tls_prepare (self, req->tenant, req->host, req->port, req->literal, &job->tls, why, why_size))
+    if (req->secret && ah_tun_tls_prepare (self, req->tenant, req->secret, req->host, req->port, req->literal,
+                                           &job->tls, why, why_size))
         goto fail;
     e->job = job;
     conn_t *conn = chan->conn;

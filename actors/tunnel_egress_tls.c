@@ -9,8 +9,9 @@
 
     DESIGN. Three steps, on two threads.
     - ah_tun_tls_prepare (the actor's thread, when the request is
-      allowed): the tenant's row for host:port (one SQLite read, as the
-      lists are); none: the connection is carried untouched. Else the
+      allowed and the tenant has a secret for host:port: its row from the
+      tunnel's cache, tunnel_egress.c; none: the connection is carried
+      untouched, this is not called). The
       leaf for the host, from self->egress_leaves or minted here (a P-256
       key and a signature: well under a millisecond, once a host every
       12 hours), and a job part holding copies: the sealed value, the
@@ -206,44 +207,29 @@ static leaf_t *s_leaf (self_t *self, const char *host, bool literal, const char 
     return fresh;
 }
 
-int ah_tun_tls_prepare (self_t *self, const char *tenant, const char *host, int port, bool literal,
-                        ah_tun_tls_job_t **job_p, char *why, size_t why_size)
+int ah_tun_tls_prepare (self_t *self, const char *tenant, const ah_tun_secret_t *secret, const char *host,
+                        int port, bool literal, ah_tun_tls_job_t **job_p, char *why, size_t why_size)
 {
     *job_p = NULL;
-    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT header, value FROM egress_secrets"
-                                         " WHERE tenant = :tenant AND host = :host AND port = :port");
-    int rc = st && !ah_store_bind_text (st, ":tenant", tenant) && !ah_store_bind_text (st, ":host", host)
-          && !ah_store_bind_int64 (st, ":port", port) ? ah_store_step (self->store, st) : SQLITE_ERROR;
-    ah_tun_tls_job_t *job = NULL;
-    int result = 0;
-    if (rc == SQLITE_DONE)
-        goto out;                       //  no secret: carried untouched
-    result = -1;
-    if (rc != SQLITE_ROW) {
-        snprintf (why, why_size, "egress failed: the tenant's secrets cannot be read");
-        goto out;
-    }
     if (!self->egress_ca || !self->egress_upstream_ctx || !self->egress_server_ctx) {
         snprintf (why, why_size, "egress failed: %s:%d has a secret of tenant '%s', but this server cannot terminate "
                   "TLS (%s)", host, port, tenant, self->egress_ca_why ? self->egress_ca_why : "no TLS context");
-        goto out;
+        return -1;
     }
-    const char *header = (const char *) sqlite3_column_text (st, 0);
-    const void *sealed = sqlite3_column_blob (st, 1);
-    int sealed_n = sqlite3_column_bytes (st, 1);
     const char *lwhy = NULL;
     leaf_t *leaf = s_leaf (self, host, literal, &lwhy);
-    job = calloc (1, sizeof *job);
-    if (!leaf || !job || !header || !sealed || sealed_n <= 0 || !(job->sealed = malloc ((size_t) sealed_n))
+    ah_tun_tls_job_t *job = calloc (1, sizeof *job);
+    if (!leaf || !job || !secret->sealed_n || !(job->sealed = malloc (secret->sealed_n))
     ||  !(job->key_path = strdup (self->secrets_key_path ? self->secrets_key_path : ""))) {
         snprintf (why, why_size, "egress failed: %s:%d: %s", host, port, lwhy ? lwhy : "out of memory");
-        goto out;
+        ah_tun_tls_job_free (&job);
+        return -1;
     }
-    memcpy (job->sealed, sealed, (size_t) sealed_n);
-    job->sealed_n = (size_t) sealed_n;
+    memcpy (job->sealed, secret->sealed, secret->sealed_n);
+    job->sealed_n = secret->sealed_n;
     snprintf (job->tenant, sizeof job->tenant, "%s", tenant);
     snprintf (job->host, sizeof job->host, "%s", host);
-    snprintf (job->header, sizeof job->header, "%s", header);
+    snprintf (job->header, sizeof job->header, "%s", secret->header);
     job->port = port;
     job->literal = literal;
     SSL_CTX_up_ref (self->egress_upstream_ctx);
@@ -253,13 +239,7 @@ int ah_tun_tls_prepare (self_t *self, const char *tenant, const char *host, int 
     job->leaf = leaf->cert;
     job->leaf_key = leaf->key;
     *job_p = job;
-    job = NULL;
-    result = 0;
-out:
-    if (st)
-        sqlite3_reset (st);
-    ah_tun_tls_job_free (&job);
-    return result;
+    return 0;
 }
 
 void ah_tun_tls_job_bytes (const ah_tun_tls_job_t *job, uint64_t *sent, uint64_t *received)

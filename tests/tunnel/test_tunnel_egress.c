@@ -37,8 +37,28 @@
 
 
 
-//  The tenant's lists, replaced: entries separated by spaces.
-static void s_lists (const char *allow, const char *deny)
+static zsock_t *s_api;              //  the test's "api" on the bus
+
+//  What the API does once its writer changed a tenant's egress lists or
+//  secrets, or removed the tenant: EGRESS_CHANGED to the tunnel. Then a
+//  TUNNEL_SESSIONS round trip on the same path, so that the tunnel has
+//  handled it before the test's next connection.
+static void s_egress_changed (const char *tenant)
+{
+    ah_msg_t *m = ah_msg_new ("EGRESS_CHANGED");
+    ah_msg_set_str (m, "tenant", tenant);
+    ah_msg_send (&m, s_api, "tunnel");
+    m = ah_msg_new ("TUNNEL_SESSIONS");
+    ah_msg_set_int (m, "req", 99999);
+    ah_msg_send (&m, s_api, "tunnel");
+    m = s_expect (s_api, "REPLY", 5000);
+    CHECK (m && ah_msg_int (m, "req", 0) == 99999);
+    ah_msg_destroy (&m);
+}
+
+//  The tenant's lists, replaced in the database only (the tunnel is not
+//  told): entries separated by spaces.
+static void s_lists_quiet (const char *allow, const char *deny)
 {
     s_sql ("DELETE FROM tenant_egress");
     const char *lists [2] = { allow, deny };
@@ -50,6 +70,14 @@ static void s_lists (const char *allow, const char *deny)
             s_sql ("INSERT INTO tenant_egress (tenant, list, pos, entry) SELECT tenant, '%s', %d, '%s' "
                    "FROM agents WHERE id = '%s'", l ? "deny" : "allow", pos++, e, AGENT);
     }
+}
+
+//  The tenant's lists, replaced as the API replaces them (the tunnel told).
+static void s_lists (const char *allow, const char *deny)
+{
+    s_lists_quiet (allow, deny);
+    s_egress_changed ("default");
+    s_egress_changed ("acme");
 }
 
 
@@ -374,6 +402,7 @@ int main (void)
     zsock_t *lifecycle = ah_bus_connect ("lifecycle");
     zsock_t *recorder = ah_bus_connect ("recorder");
     zsock_t *api = ah_bus_connect ("api");
+    s_api = api;
     ah_config_t *config = s_config ();
     //  Secrets: the installation's CA (as the server makes it at its
     //  start), the CA of the test's HTTPS upstreams (the server trusts it
@@ -443,6 +472,17 @@ int main (void)
     s_ask (eport, "CONNECT deb.debian.org:443 HTTP/1.1\r\n\r\n", answer, sizeof answer);
     CHECK (strstr (answer, "deny list (entry 'deb.debian.org')") != NULL);
     CHECK (s_row (recorder, "egress", &row) && !row.ok);
+    //  The tunnel holds the tenant's lists (read once, not per
+    //  connection): a change behind the API's back is not seen...
+    s_lists_quiet (NULL, "*.debian.org");
+    s_ask (eport, "CONNECT deb.debian.org:443 HTTP/1.1\r\n\r\n", answer, sizeof answer);
+    CHECK (strstr (answer, "deny list (entry 'deb.debian.org')") != NULL);
+    CHECK (s_row (recorder, "egress", &row) && !row.ok);
+    //  ... and one the API made (EGRESS_CHANGED) applies to the very next connection.
+    s_egress_changed ("default");
+    s_ask (eport, "CONNECT deb.debian.org:443 HTTP/1.1\r\n\r\n", answer, sizeof answer);
+    CHECK (strstr (answer, "deny list (entry '*.debian.org')") != NULL);
+    CHECK (s_row (recorder, "egress", &row) && !row.ok);
 
     //  1. The rule allows anything ('*'), but no entry names an address:
     //  the address check refuses loopback, private, link-local and the
@@ -500,8 +540,8 @@ int main (void)
     CHECK (!strncmp (answer, "HTTP/1.1 403 ", 13) && strstr (answer, "metadata address"));
     CHECK (s_row (recorder, "egress", &row) && strstr (row.detail, "169.254.169.254:80 (http) to "));
     //  The metrics: every one of them denied on the tenant, nothing else.
-    //  (and the rule's own three refusals of step 0).
-    int64_t denied = 3 + 3 + 10 + (own_ns ? 1 : 0) + 1;
+    //  (and the rule's own three refusals of step 0, and the cache's two).
+    int64_t denied = 3 + 2 + 3 + 10 + (own_ns ? 1 : 0) + 1;
     CHECK (s_counts_are (api, 0, denied, 0, 0, 0));
 
     //  2. The admin's explicit entry names the upstream's address and
@@ -778,6 +818,7 @@ int main (void)
             ah_msg_destroy (&m);
         s_secret_put ("acme", pa, "Authorization", secret);
         s_secret_put ("acme", pb, "Authorization", secret);
+        s_egress_changed ("acme");      //  as the API's PUT does: applied to the next connection
         //  Two requests on one connection, pipelined, each with the
         //  sandbox's own Authorization: the upstream gets the secret,
         //  never the sandbox's; the client verified the server's leaf
@@ -843,6 +884,46 @@ int main (void)
         CHECK (streq (uc->seen, "auth=Bearer sandbox-own;"));
         s_client_end (ssl, cctx, fd, true);
         CHECK (s_row (recorder, "egress.end", &row) && !strstr (row.detail, "TLS terminated"));
+        //  The secret removed (as the API's DELETE does): the very next
+        //  connection to its host is carried untouched...
+        s_sql ("DELETE FROM egress_secrets WHERE tenant = 'acme' AND port = %d", pa);
+        s_egress_changed ("acme");
+        snprintf (t, sizeof t, "127.0.0.1:%d", pa);
+        fd = s_tunnel_to (eport, t);
+        CHECK (s_row (recorder, "egress", &row) && row.ok && !strstr (row.detail, "TLS terminated"));
+        ssl = fd >= 0 ? s_client (fd, ca_file, &cctx) : NULL;
+        snprintf (reqs, sizeof reqs, "GET /gone HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer sandbox-own\r\n\r\n", pa);
+        CHECK (ssl && SSL_write (ssl, reqs, (int) strlen (reqs)) == (int) strlen (reqs));
+        CHECK (ssl && s_answer (ssl, got, sizeof got) && strstr (got, "ok /gone"));
+        snprintf (want_seen, sizeof want_seen, "auth=%s;auth=%s;auth=Bearer sandbox-own;", secret, secret);
+        CHECK (streq (ua->seen, want_seen) && ua->requests == 3);
+        s_client_end (ssl, cctx, fd, true);
+        CHECK (s_row (recorder, "egress.end", &row) && !strstr (row.detail, "TLS terminated"));
+        //  ... and set again, the next one gets it.
+        s_secret_put ("acme", pa, "Authorization", secret);
+        s_egress_changed ("acme");
+        fd = s_tunnel_to (eport, t);
+        CHECK (s_row (recorder, "egress", &row) && row.ok && strstr (row.detail, "TLS terminated"));
+        ssl = fd >= 0 ? s_client (fd, egress_ca_file, &cctx) : NULL;
+        snprintf (reqs, sizeof reqs, "GET /back HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", pa);
+        CHECK (ssl && SSL_write (ssl, reqs, (int) strlen (reqs)) == (int) strlen (reqs));
+        CHECK (ssl && s_answer (ssl, got, sizeof got) && strstr (got, "ok /back"));
+        snprintf (want_seen, sizeof want_seen, "auth=%s;auth=%s;auth=Bearer sandbox-own;auth=%s;", secret, secret,
+                  secret);
+        CHECK (streq (ua->seen, want_seen) && ua->requests == 4);
+        s_client_end (ssl, cctx, fd, true);
+        CHECK (s_row (recorder, "egress.end", &row) && strstr (row.detail, "TLS terminated"));
+        //  The tenant removed (its rows, as the API's DELETE removes them):
+        //  what the tunnel held of it goes; the next connection finds no
+        //  list and no secret.
+        s_sql ("DELETE FROM tenant_egress WHERE tenant = 'acme'");
+        s_sql ("DELETE FROM egress_secrets WHERE tenant = 'acme'");
+        s_egress_changed ("acme");
+        snprintf (want, sizeof want, "CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", pa);
+        s_ask (eport, want, answer, sizeof answer);
+        CHECK (!strncmp (answer, "HTTP/1.1 403 ", 13) && strstr (answer, "is on neither runtime"));
+        CHECK (s_row (recorder, "egress", &row) && !row.ok);
+        snprintf (want, sizeof want, "* %s", target);
         s_upstream_stop (ua, ta);
         s_upstream_stop (ub, tb);
         s_upstream_stop (uc, tc);
