@@ -364,6 +364,61 @@ static bool s_echo_through (int fd, size_t size)
     return ok;
 }
 
+//  Six CONNECTs of req through the proxy at once, to an upstream that
+//  never accepts: when each was answered (ms after asking) into
+//  answered; how many were the connect timeout's 504.
+static int s_stuck (int eport, const char *req, int64_t answered [6])
+{
+    int slow [6];
+    char answer [4096];
+    int64_t asked = zclock_mono ();
+    for (int i = 0; i < 6; i++) {
+        answered [i] = 0;
+        slow [i] = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) eport),
+                                  .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+        CHECK (connect (slow [i], (struct sockaddr *) &sa, sizeof sa) == 0);
+        CHECK (write (slow [i], req, strlen (req)) == (ssize_t) strlen (req));
+    }
+    int timeouts = 0;
+    for (int left = 6; left > 0 && zclock_mono () - asked < 15000; ) {
+        struct pollfd p [6];
+        for (int i = 0; i < 6; i++)
+            p [i] = (struct pollfd) { .fd = answered [i] ? -1 : slow [i], .events = POLLIN };
+        if (poll (p, 6, 500) <= 0)
+            continue;
+        for (int i = 0; i < 6; i++)
+            if (p [i].revents) {
+                answered [i] = zclock_mono () - asked;
+                s_read_all (slow [i], answer, sizeof answer);
+                if (!strncmp (answer, "HTTP/1.1 504 ", 13)
+                &&  strstr (answer, "did not accept the connection within 2000 ms (sandbox.egress_connect_timeout)"))
+                    timeouts++;
+                else
+                    fprintf (stderr, "stuck upstream: %s\n", answer);
+                left--;
+            }
+    }
+    for (int i = 0; i < 6; i++)
+        close (slow [i]);
+    return timeouts;
+}
+
+//  answered, sorted into order (and printed).
+static void s_sorted (const int64_t answered [6], int64_t order [6])
+{
+    memcpy (order, answered, 6 * sizeof *order);
+    for (int i = 0; i < 6; i++)             //  by insertion
+        for (int j = i; j > 0 && order [j] < order [j - 1]; j--) {
+            int64_t t = order [j];
+            order [j] = order [j - 1];
+            order [j - 1] = t;
+        }
+    fprintf (stderr, "answered after %lld %lld %lld %lld | %lld %lld ms\n", (long long) order [0],
+             (long long) order [1], (long long) order [2], (long long) order [3], (long long) order [4],
+             (long long) order [5]);
+}
+
 int main (void)
 {
     //  A network namespace of the test's own (as root), before any
@@ -689,8 +744,9 @@ int main (void)
     //  4b. An upstream that never accepts (a listener whose backlog is
     //  full drops the SYNs): each connect fails at the timeout (504),
     //  and one sandbox has at most AH_TUN_EGRESS_CONNECTING (4) connects
-    //  in the workers at once: of six asked together, two wait their turn
-    //  and are answered a timeout later than the first four.
+    //  in the workers at once: of six asked together for a name (its
+    //  lookup, then its connect, are a worker's), two wait their turn and
+    //  are answered a timeout later than the first four.
     int stuck_port = 0;
     int sfd = s_listener (&stuck_port);
     CHECK (sfd >= 0 && listen (sfd, 0) == 0);
@@ -703,38 +759,12 @@ int main (void)
             CHECK (errno == EINPROGRESS);
     }
     usleep (100 * 1000);
-    snprintf (want, sizeof want, "* 127.0.0.1:%d", stuck_port);
+    snprintf (want, sizeof want, "* 127.0.0.1:%d ::1", stuck_port);
     s_lists (want, NULL);
-    int slow [6];
-    int64_t asked = zclock_mono (), answered [6] = { 0 };
+    int64_t answered [6], order [6];
     char slow_req [100];
-    snprintf (slow_req, sizeof slow_req, "CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", stuck_port);
-    for (int i = 0; i < 6; i++) {
-        slow [i] = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) eport),
-                                  .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
-        CHECK (connect (slow [i], (struct sockaddr *) &sa, sizeof sa) == 0);
-        CHECK (write (slow [i], slow_req, strlen (slow_req)) == (ssize_t) strlen (slow_req));
-    }
-    int timeouts = 0;
-    for (int left = 6; left > 0 && zclock_mono () - asked < 15000; ) {
-        struct pollfd p [6];
-        for (int i = 0; i < 6; i++)
-            p [i] = (struct pollfd) { .fd = answered [i] ? -1 : slow [i], .events = POLLIN };
-        if (poll (p, 6, 500) <= 0)
-            continue;
-        for (int i = 0; i < 6; i++)
-            if (p [i].revents) {
-                answered [i] = zclock_mono () - asked;
-                s_read_all (slow [i], answer, sizeof answer);
-                if (!strncmp (answer, "HTTP/1.1 504 ", 13)
-                &&  strstr (answer, "did not accept the connection within 2000 ms (sandbox.egress_connect_timeout)"))
-                    timeouts++;
-                else
-                    fprintf (stderr, "stuck upstream: %s\n", answer);
-                left--;
-            }
-    }
+    snprintf (slow_req, sizeof slow_req, "CONNECT localhost:%d HTTP/1.1\r\n\r\n", stuck_port);
+    int timeouts = s_stuck (eport, slow_req, answered);
     CHECK (timeouts == 6);
     {
         //  Six failed at the timeout. The five closed above may each have
@@ -744,20 +774,19 @@ int main (void)
         CHECK (k.allowed == 11 && k.denied == denied && k.failed == 7 && k.out == out);
         CHECK (k.in >= in && k.in <= in + 5 * 11 && (k.in - in) % 11 == 0);
     }
-    int64_t order [6];
-    memcpy (order, answered, sizeof order);
-    for (int i = 0; i < 6; i++)             //  sorted, by insertion
-        for (int j = i; j > 0 && order [j] < order [j - 1]; j--) {
-            int64_t t = order [j];
-            order [j] = order [j - 1];
-            order [j - 1] = t;
-        }
-    fprintf (stderr, "answered after %lld %lld %lld %lld | %lld %lld ms\n", (long long) order [0],
-             (long long) order [1], (long long) order [2], (long long) order [3], (long long) order [4],
-             (long long) order [5]);
+    s_sorted (answered, order);
     CHECK (order [0] >= 1800 && order [3] < order [4] && order [4] - order [3] >= 1500);
-    for (int i = 0; i < 6; i++)
-        close (slow [i]);
+    //  An address literal needs no worker (nothing to look up: it is
+    //  connected on the tunnel's thread, non-blocking): six asked
+    //  together all time out together.
+    snprintf (slow_req, sizeof slow_req, "CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", stuck_port);
+    CHECK (s_stuck (eport, slow_req, answered) == 6);
+    s_sorted (answered, order);
+    CHECK (order [0] >= 1800 && order [5] - order [0] < 1000);
+    {
+        counts_t k = s_counts (api, "default");
+        CHECK (k.allowed == 11 && k.denied == denied && k.failed == 13);
+    }
     for (int i = 0; i < 2; i++)
         close (fill [i]);
     close (sfd);
