@@ -859,6 +859,9 @@ int main (void)
         SSL_CTX *cctx = NULL;
         SSL *ssl = fd >= 0 ? s_client (fd, egress_ca_file, &cctx) : NULL;
         CHECK (ssl != NULL);
+        //  The host's leaf, minted in the worker for this first connection.
+        X509 *leaf = ssl ? SSL_get1_peer_certificate (ssl) : NULL;
+        CHECK (leaf != NULL);
         char reqs [600];
         snprintf (reqs, sizeof reqs, "GET /one HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer sandbox-own\r\n\r\n"
                   "POST /two HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nauthorization: x\r\nContent-Length: 5\r\n\r\nhello",
@@ -877,6 +880,13 @@ int main (void)
         fd = s_tunnel_to (eport, t);
         CHECK (s_row (recorder, "egress", &row) && row.ok);
         ssl = fd >= 0 ? s_client (fd, egress_ca_file, &cctx) : NULL;
+        {
+            //  The next connection gets the same leaf: kept by the tunnel.
+            X509 *again = ssl ? SSL_get1_peer_certificate (ssl) : NULL;
+            CHECK (leaf && again && X509_cmp (leaf, again) == 0);
+            X509_free (again);
+            X509_free (leaf);
+        }
         const char *evil = "GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n";
         CHECK (ssl && SSL_write (ssl, evil, (int) strlen (evil)) == (int) strlen (evil));
         CHECK (!ssl || !s_answer (ssl, got, sizeof got));
