@@ -5,8 +5,8 @@
     the name (getaddrinfo; a literal is not looked up), checks EVERY
     address it gave (proto/egress.c: loopback, private, link-local,
     metadata, ...; and the host's own addresses: the kernel's route to
-    each, asked over rtnetlink, is local) and refuses
-    the whole request when one is refused and no admin's entry names it
+    each, asked over rtnetlink, is local) and refuses the whole request
+    when one is refused and no admin's entry names it
     (a name that resolves to a public and a private address is refused:
     the sandbox does not get to pick), or when a deny entry names one.
     Then it connects to the addresses it checked, in order, with one
@@ -15,7 +15,10 @@
     The job owns copies of all it reads (job_t); of the actor it reads
     only egress_stop, so that a server that stops does not wait out a
     connect. Its done, on the actor's thread, finds the channel again by
-    its id: gone, and the socket is closed.
+    its id: gone, and the socket is closed. An address literal without
+    a secret skips the worker (s_inline_start): the same check, then a
+    non-blocking connect watched on the loop with the same deadline,
+    its outcome taken as a job's.
 
     The relay. The connected socket (non-blocking) is watched on the
     tunnel's loop (ah_lwsloop_io_t). Sandbox -> upstream: the stream's
