@@ -444,6 +444,21 @@ static void s_on_close (void *self_, ah_msg_t *msg)
         ah_yamux_reset (conn->yamux, stream);
 }
 
+//  EGRESS_CHANGED {tenant}: the API wrote the tenant's egress lists or
+//  secrets, or removed the tenant: what the tunnel held of them goes,
+//  read again at the tenant's next request (tunnel_egress.c "The cache").
+static void s_on_egress_changed (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    const char *tenant = ah_msg_str (msg, "tenant");
+    if (!tenant || !*tenant) {
+        ah_warn (AREA, "EGRESS_CHANGED without a tenant; ignored");
+        return;
+    }
+    ah_tun_egress_forget (self, tenant);
+    ah_debug (AREA, "tenant '%s': egress lists and secrets changed; read again at its next request", tenant);
+}
+
 //  READER_ALLOW {agent_id, hash}: the SHA-256 (hex) of the agent's reader
 //  token, which the upgrade then accepts as its reader's; READER_REVOKE
 //  {agent_id}: no more, and its reader connection goes.
@@ -657,6 +672,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "READER_REVOKE", s_on_reader_revoke },
     { "TUNNEL_SESSIONS", s_on_sessions },
     { "SANDBOX_STATE", s_on_state },
+    { "EGRESS_CHANGED", s_on_egress_changed },
     { "REPLY", s_on_reply },
     { NULL, NULL }
 };

@@ -6,13 +6,24 @@
 
     Each request is decided by lua/egress.lua (docs/policy.md) on the
     agent's tenant and runtime, the runtime's catalog `egress` list and
-    the tenant's lists (read from tenant_egress for each request, so an
-    admin's change applies to the next one). A refusal says the rule's
+    the tenant's lists. A refusal says the rule's
     sentence (EACCES, which the agent's client reads as the proxy's
     403); so does a sandbox at its cap of connections out (EAGAIN, 503).
     An allowed one goes to tunnel_egress_relay.c: resolved, each address
     checked (proto/egress.c), connected in a worker, then carried. The
-    catalog is read once, at the actor's start.                        */
+    catalog is read once, at the actor's start.
+
+    The cache. A tenant's lists and its secrets' rows (values sealed)
+    are read from SQLite once, at the first request of its agents, and
+    kept in self->egress_tenants, so that a request reads neither table
+    on this thread (issue 25). Only the API writes them (PATCH of the
+    tenant's lists, a secret set or removed, the tenant removed), and
+    its writer's done sends EGRESS_CHANGED {tenant} here before it
+    answers the admin: the tenant's entry is dropped and read again at
+    its next request, so a change applies to the next connection, as
+    when every request read them. Anything else that wrote those tables
+    while the server runs would not be seen until that tenant's next
+    EGRESS_CHANGED or the server's restart.                            */
 #include "actors/tunnel_int.h"
 #include "catalog/catalog.h"
 #include "common/log.h"
@@ -79,6 +90,8 @@ ah_tun_egress_counts_t *ah_tun_egress_counts (self_t *self, const char *tenant)
     return c;
 }
 
+static void s_tenant_free (void **item);
+
 static void s_counts_free (void **item)
 {
     free (*item);
@@ -89,6 +102,8 @@ void ah_tun_egress_init (self_t *self, const ah_config_t *config)
 {
     if ((self->egress_counts = zhashx_new ()))
         zhashx_set_destructor (self->egress_counts, s_counts_free);
+    if ((self->egress_tenants = zhashx_new ()))
+        zhashx_set_destructor (self->egress_tenants, s_tenant_free);
     char *err = NULL;
     if (config && config->catalog_path && !(self->catalog = ah_catalog_load (config->catalog_path, &err))) {
         self->egress_broken = ah_strf ("the catalog could not be read: %s", err ? err : "?");
@@ -113,53 +128,145 @@ void ah_tun_egress_destroy (self_t *self)
     free (self->egress_broken);
     self->egress_broken = NULL;
     zhashx_destroy (&self->egress_counts);
+    zhashx_destroy (&self->egress_tenants);
     ah_tun_egress_tls_destroy (self);
 }
 
 #define S_LIST_MAX  256             //  a tenant's list as the API keeps it
 
-//  The tenant's allow or deny list into out (copies: s_list_free).
-static size_t s_tenant_list (self_t *self, const char *tenant, const char *list, char **out)
+static void s_strv_free (char **v, size_t n)
 {
-    size_t n = 0;
-    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT entry FROM tenant_egress"
-                                         " WHERE tenant = :tenant AND list = :list ORDER BY pos");
-    if (st && !ah_store_bind_text (st, ":tenant", tenant) && !ah_store_bind_text (st, ":list", list))
-        while (n < S_LIST_MAX && ah_store_step (self->store, st) == SQLITE_ROW) {
-            const char *e = (const char *) sqlite3_column_text (st, 0);
-            if (e && (out [n] = strdup (e)))
-                n++;
+    for (size_t i = 0; v && i < n; i++)
+        free (v [i]);
+    free (v);
+}
+
+static void s_tenant_free (void **item)
+{
+    ah_tun_tenant_t *t = (ah_tun_tenant_t *) *item;
+    if (t) {
+        s_strv_free (t->allow, t->n_allow);
+        s_strv_free (t->deny, t->n_deny);
+        for (size_t i = 0; i < t->n_secrets; i++) {
+            free (t->secrets [i].host);
+            free (t->secrets [i].header);
+            free (t->secrets [i].sealed);
         }
+        free (t->secrets);
+        free (t);
+    }
+    *item = NULL;
+}
+
+//  The tenant's allow or deny list (at most S_LIST_MAX entries, in
+//  order) into *out. 0, or -1 (read or memory failed).
+static int s_read_list (self_t *self, const char *tenant, const char *list, char ***out, size_t *n)
+{
+    *out = (char **) calloc (S_LIST_MAX, sizeof **out);
+    *n = 0;
+    sqlite3_stmt *st = *out ? ah_store_prepare (self->store, "SELECT entry FROM tenant_egress"
+                                                " WHERE tenant = :tenant AND list = :list ORDER BY pos") : NULL;
+    int rc = st && !ah_store_bind_text (st, ":tenant", tenant) && !ah_store_bind_text (st, ":list", list)
+           ? SQLITE_ROW : SQLITE_ERROR;
+    while (rc == SQLITE_ROW && *n < S_LIST_MAX && (rc = ah_store_step (self->store, st)) == SQLITE_ROW) {
+        const char *e = (const char *) sqlite3_column_text (st, 0);
+        if (!e || !((*out) [*n] = strdup (e)))
+            rc = SQLITE_ERROR;
+        else
+            (*n)++;
+    }
     if (st)
         sqlite3_reset (st);
-    return n;
+    return rc == SQLITE_DONE || (rc == SQLITE_ROW && *n == S_LIST_MAX) ? 0 : -1;
 }
 
-static void s_list_free (char **list, size_t n)
+//  The tenant's secrets' rows into t. 0 / -1.
+static int s_read_secrets (self_t *self, const char *tenant, ah_tun_tenant_t *t)
 {
-    for (size_t i = 0; i < n; i++)
-        free (list [i]);
+    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT host, port, header, value FROM egress_secrets"
+                                         " WHERE tenant = :tenant ORDER BY host, port");
+    int rc = st && !ah_store_bind_text (st, ":tenant", tenant) ? SQLITE_ROW : SQLITE_ERROR;
+    size_t cap = 0;
+    while (rc == SQLITE_ROW && (rc = ah_store_step (self->store, st)) == SQLITE_ROW) {
+        if (t->n_secrets == cap) {
+            size_t more = cap ? 2 * cap : 4;
+            ah_tun_secret_t *s = (ah_tun_secret_t *) realloc (t->secrets, more * sizeof *s);
+            if (!s) {
+                rc = SQLITE_ERROR;
+                break;
+            }
+            t->secrets = s;
+            cap = more;
+        }
+        ah_tun_secret_t *s = &t->secrets [t->n_secrets];
+        memset (s, 0, sizeof *s);
+        const char *host = (const char *) sqlite3_column_text (st, 0);
+        const char *header = (const char *) sqlite3_column_text (st, 2);
+        const void *sealed = sqlite3_column_blob (st, 3);
+        int sealed_n = sqlite3_column_bytes (st, 3);
+        s->port = sqlite3_column_int (st, 1);
+        s->host = host ? strdup (host) : NULL;
+        s->header = header ? strdup (header) : NULL;
+        s->sealed = sealed && sealed_n > 0 ? (uint8_t *) malloc ((size_t) sealed_n) : NULL;
+        t->n_secrets++;                 //  freed with t whatever came of it
+        if (!s->host || !s->header || !s->sealed) {
+            rc = SQLITE_ERROR;          //  a row without its value is not used: read as a failure
+            break;
+        }
+        memcpy (s->sealed, sealed, (size_t) sealed_n);
+        s->sealed_n = (size_t) sealed_n;
+    }
+    if (st)
+        sqlite3_reset (st);
+    return rc == SQLITE_DONE ? 0 : -1;
 }
 
-//  The lists a request was decided on (s_lists_free).
+const ah_tun_tenant_t *ah_tun_egress_tenant (self_t *self, const char *tenant)
+{
+    if (!self->egress_tenants || !tenant)
+        return NULL;
+    ah_tun_tenant_t *t = (ah_tun_tenant_t *) zhashx_lookup (self->egress_tenants, tenant);
+    if (t)
+        return t;
+    t = (ah_tun_tenant_t *) calloc (1, sizeof *t);
+    self->egress_tenant_reads++;
+    if (!t || s_read_list (self, tenant, "allow", &t->allow, &t->n_allow)
+    ||  s_read_list (self, tenant, "deny", &t->deny, &t->n_deny) || s_read_secrets (self, tenant, t)
+    ||  zhashx_insert (self->egress_tenants, tenant, t)) {
+        ah_warn (AREA, "egress: tenant '%s''s lists and secrets cannot be read", tenant);
+        void *p = t;
+        s_tenant_free (&p);
+        return NULL;
+    }
+    return t;
+}
+
+void ah_tun_egress_forget (self_t *self, const char *tenant)
+{
+    if (self->egress_tenants && tenant)
+        zhashx_delete (self->egress_tenants, tenant);
+}
+
+const ah_tun_secret_t *ah_tun_tenant_secret (const ah_tun_tenant_t *t, const char *host, int port)
+{
+    for (size_t i = 0; t && i < t->n_secrets; i++)
+        if (t->secrets [i].port == port && streq (t->secrets [i].host, host))
+            return &t->secrets [i];
+    return NULL;
+}
+
+//  The lists a request was decided on (borrowed from the cache: valid
+//  within the handler that decided).
 typedef struct {
     const char *tenant;             //  the agent's (its secrets)
     bool connect;
     const ah_runtime_t *rt;         //  NULL: an image outside the catalog
-    char *allow [S_LIST_MAX], *deny [S_LIST_MAX];
-    size_t n_allow, n_deny;
+    const ah_tun_tenant_t *t;       //  the tenant's lists and secrets
 } lists_t;
-
-static void s_lists_free (lists_t *l)
-{
-    s_list_free (l->allow, l->n_allow);
-    s_list_free (l->deny, l->n_deny);
-    l->n_allow = l->n_deny = 0;
-}
 
 //  lua/egress.lua's verdict for agent_id asking for host:port; its
 //  sentence (or why it could not be asked) into why; the lists it read
-//  into l (the caller frees them, s_lists_free).
+//  into l.
 typedef struct {
     char tenant [128], name [128], runtime [128];
 } agent_row_t;
@@ -196,11 +303,14 @@ static bool s_decide (self_t *self, const char *agent_id, const agent_row_t *row
     const char *tenant = row->tenant, *name = row->name, *runtime = row->runtime;
     const ah_runtime_t *rt = *runtime && self->catalog ? ah_catalog_find (self->catalog, runtime) : NULL;
     l->rt = rt;
-    l->n_allow = s_tenant_list (self, tenant, "allow", l->allow);
-    l->n_deny = s_tenant_list (self, tenant, "deny", l->deny);
+    const ah_tun_tenant_t *t = l->t = ah_tun_egress_tenant (self, tenant);
+    if (!t) {
+        snprintf (why, why_size, "egress refused: tenant '%.100s''s egress lists cannot be read", tenant);
+        return false;
+    }
     const char *rt_entry = rt ? ah_egress_first ((const char *const *) rt->egress, rt->egress_count, host, port) : NULL;
-    const char *allow_entry = ah_egress_first ((const char *const *) l->allow, l->n_allow, host, port);
-    const char *deny_entry = ah_egress_first ((const char *const *) l->deny, l->n_deny, host, port);
+    const char *allow_entry = ah_egress_first ((const char *const *) t->allow, t->n_allow, host, port);
+    const char *deny_entry = ah_egress_first ((const char *const *) t->deny, t->n_deny, host, port);
 
     ah_msg_t *mt = ah_msg_new ("TENANT"), *ma = ah_msg_new ("AGENT"), *mr = ah_msg_new ("RUNTIME");
     ah_msg_t *mg = ah_msg_new ("TARGET");
@@ -263,12 +373,13 @@ static bool s_start (self_t *self, chan_t *chan, const char *host, int port, boo
     size_t n_open = 0;
     for (size_t i = 0; l->rt && i < l->rt->egress_count && n_open < S_LIST_MAX; i++)
         open [n_open++] = l->rt->egress [i];
-    for (size_t i = 0; i < l->n_allow; i++)
-        open [n_open++] = l->allow [i];
+    for (size_t i = 0; i < l->t->n_allow; i++)
+        open [n_open++] = l->t->allow [i];
     ah_tun_egress_req_t req = {
         .host = host, .port = port, .literal = literal, .detail = detail, .why = why_rule,
-        .open = open, .n_open = n_open, .deny = (const char *const *) l->deny, .n_deny = l->n_deny,
-        .counts = counts, .tenant = l->tenant, .connect = l->connect,
+        .open = open, .n_open = n_open, .deny = (const char *const *) l->t->deny, .n_deny = l->t->n_deny,
+        .counts = counts, .tenant = l->tenant,
+        .secret = l->connect ? ah_tun_tenant_secret (l->t, host, port) : NULL,
     };
     *code = "EIO";
     return ah_tun_egress_start (self, chan, &req, early, early_size, error, error_size) == 0;
@@ -324,7 +435,6 @@ void ah_tun_egress (self_t *self, chan_t *chan, const ah_msg_t *req, const uint8
             snprintf (error, sizeof error, "%s", why_rule);
         bool started = allow && s_start (self, chan, norm, (int) port, literal, detail, why_rule, &lists,
                                          early, early_size, error, sizeof error, &code, counts);
-        s_lists_free (&lists);
         if (started) {
             ah_debug (AREA, "agent '%s': egress %s: %s; connecting", conn->agent_id, detail, why_rule);
             return;                 //  the relay answers, records and ends it

@@ -9,24 +9,28 @@
 
     DESIGN. Three steps, on two threads.
     - ah_tun_tls_prepare (the actor's thread, when the request is
-      allowed): the tenant's row for host:port (one SQLite read, as the
-      lists are); none: the connection is carried untouched. Else the
-      leaf for the host, from self->egress_leaves or minted here (a P-256
-      key and a signature: well under a millisecond, once a host every
-      12 hours), and a job part holding copies: the sealed value, the
-      key file's path, a reference on the upstream context.
-    - ah_tun_tls_work (a worker, after the connect): the secrets key read,
-      the value opened, the TLS handshake with the upstream made and
-      verified, on memory BIOs pumped to the socket with poll (one
+      allowed and the tenant has a secret for host:port: its row from
+      the tunnel's cache, tunnel_egress.c; none: the connection is
+      carried untouched, this is not called). The leaf for the host when
+      self->egress_leaves holds one younger than 12 hours, and a job
+      part holding copies: the sealed value, the key file's path, a
+      reference on the upstream context.
+    - ah_tun_tls_work (a worker, after the connect): the secrets key
+      read, the value opened, the TLS handshake with the upstream made
+      and verified, on memory BIOs pumped to the socket with poll (one
       deadline with the connect; the actor's stop honoured), so that a
       host whose certificate does not verify is refused before the
-      sandbox's client is told it is connected (502, the sentence).
-    - ah_tun_tls_take (the actor's thread, the job back): the terminated
-      connection: the server side toward the sandbox (the leaf, memory
-      BIOs), the client side toward the upstream (the worker's), the
-      header injector. From then on the relay (tunnel_egress_relay.c)
-      hands it the bytes each way and gets back the bytes for each side:
-      nothing blocks, no thread but the actor's touches it.
+      sandbox's client is told it is connected (502, the sentence);
+      then the host's leaf minted when none was cached (a P-256 key and
+      the CA's signature; the CA is only read, common/egress_ca.h, and
+      lives until the actor's destroy, after its workers are joined).
+    - ah_tun_tls_take (the actor's thread, the job back): a minted leaf
+      cached for the host (12 hours), and the terminated connection:
+      the server side toward the sandbox (the leaf, memory BIOs), the
+      client side toward the upstream (the worker's), the header
+      injector. From then on the relay (tunnel_egress_relay.c) hands it
+      the bytes each way and gets back the bytes for each side: nothing
+      blocks, no thread but the actor's touches it.
 
     The value lives in the job, then in the injector; both wipe it. It is
     never logged, recorded or sent on the bus: the audit says the header's
@@ -70,8 +74,10 @@ struct ah_tun_tls_job_t {
     size_t sealed_n;
     char *key_path;
     SSL_CTX *up_ctx;                //  a reference
-    X509 *leaf;                     //  references
+    X509 *leaf;                     //  references (NULL: minted by the worker)
     EVP_PKEY *leaf_key;
+    const ah_egress_ca_t *ca;       //  borrowed: the actor's, which outlives its workers (actor.h)
+    bool minted;                    //  the worker minted leaf: kept by ah_tun_tls_take
     //  The worker's outcome
     char *value;                    //  opened (wiped when freed)
     size_t value_n;
@@ -182,84 +188,63 @@ void ah_tun_tls_job_free (ah_tun_tls_job_t **job_p)
     *job_p = NULL;
 }
 
-//  The host's leaf: the cached one, or a new one cached. NULL with why.
-static leaf_t *s_leaf (self_t *self, const char *host, bool literal, const char **why)
+//  The host's leaf, when one younger than LEAF_RENEW_MS is cached.
+static leaf_t *s_leaf (self_t *self, const char *host)
 {
     leaf_t *l = self->egress_leaves ? (leaf_t *) zhashx_lookup (self->egress_leaves, host) : NULL;
-    if (l && zclock_mono () - l->made_ms < LEAF_RENEW_MS)
-        return l;
-    leaf_t *fresh = calloc (1, sizeof *fresh);
-    if (!fresh || ah_egress_ca_leaf (self->egress_ca, host, literal, LEAF_VALIDITY_S, &fresh->cert, &fresh->key, why)) {
-        free (fresh);
-        if (!*why)
-            *why = "out of memory";
-        return NULL;
-    }
-    fresh->made_ms = zclock_mono ();
-    if (!self->egress_leaves) {
-        void *p = fresh;
-        s_leaf_free (&p);
-        *why = "out of memory";
-        return NULL;
-    }
-    zhashx_update (self->egress_leaves, host, fresh);     //  the old one (if any) freed
-    return fresh;
+    return l && zclock_mono () - l->made_ms < LEAF_RENEW_MS ? l : NULL;
 }
 
-int ah_tun_tls_prepare (self_t *self, const char *tenant, const char *host, int port, bool literal,
-                        ah_tun_tls_job_t **job_p, char *why, size_t why_size)
+//  A leaf a worker minted, cached for host (references taken).
+static void s_leaf_keep (self_t *self, const char *host, X509 *cert, EVP_PKEY *key)
+{
+    leaf_t *l = self->egress_leaves ? calloc (1, sizeof *l) : NULL;
+    if (!l)
+        return;                         //  minted again next time
+    X509_up_ref (cert);
+    EVP_PKEY_up_ref (key);
+    l->cert = cert;
+    l->key = key;
+    l->made_ms = zclock_mono ();
+    zhashx_update (self->egress_leaves, host, l);     //  the old one (if any) freed
+}
+
+int ah_tun_tls_prepare (self_t *self, const char *tenant, const ah_tun_secret_t *secret, const char *host,
+                        int port, bool literal, ah_tun_tls_job_t **job_p, char *why, size_t why_size)
 {
     *job_p = NULL;
-    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT header, value FROM egress_secrets"
-                                         " WHERE tenant = :tenant AND host = :host AND port = :port");
-    int rc = st && !ah_store_bind_text (st, ":tenant", tenant) && !ah_store_bind_text (st, ":host", host)
-          && !ah_store_bind_int64 (st, ":port", port) ? ah_store_step (self->store, st) : SQLITE_ERROR;
-    ah_tun_tls_job_t *job = NULL;
-    int result = 0;
-    if (rc == SQLITE_DONE)
-        goto out;                       //  no secret: carried untouched
-    result = -1;
-    if (rc != SQLITE_ROW) {
-        snprintf (why, why_size, "egress failed: the tenant's secrets cannot be read");
-        goto out;
-    }
     if (!self->egress_ca || !self->egress_upstream_ctx || !self->egress_server_ctx) {
         snprintf (why, why_size, "egress failed: %s:%d has a secret of tenant '%s', but this server cannot terminate "
                   "TLS (%s)", host, port, tenant, self->egress_ca_why ? self->egress_ca_why : "no TLS context");
-        goto out;
+        return -1;
     }
-    const char *header = (const char *) sqlite3_column_text (st, 0);
-    const void *sealed = sqlite3_column_blob (st, 1);
-    int sealed_n = sqlite3_column_bytes (st, 1);
-    const char *lwhy = NULL;
-    leaf_t *leaf = s_leaf (self, host, literal, &lwhy);
-    job = calloc (1, sizeof *job);
-    if (!leaf || !job || !header || !sealed || sealed_n <= 0 || !(job->sealed = malloc ((size_t) sealed_n))
+    leaf_t *leaf = s_leaf (self, host);
+    ah_tun_tls_job_t *job = calloc (1, sizeof *job);
+    if (!job || !secret->sealed_n || !(job->sealed = malloc (secret->sealed_n))
     ||  !(job->key_path = strdup (self->secrets_key_path ? self->secrets_key_path : ""))) {
-        snprintf (why, why_size, "egress failed: %s:%d: %s", host, port, lwhy ? lwhy : "out of memory");
-        goto out;
+        snprintf (why, why_size, "egress failed: %s:%d: out of memory", host, port);
+        ah_tun_tls_job_free (&job);
+        return -1;
     }
-    memcpy (job->sealed, sealed, (size_t) sealed_n);
-    job->sealed_n = (size_t) sealed_n;
+    memcpy (job->sealed, secret->sealed, secret->sealed_n);
+    job->sealed_n = secret->sealed_n;
     snprintf (job->tenant, sizeof job->tenant, "%s", tenant);
     snprintf (job->host, sizeof job->host, "%s", host);
-    snprintf (job->header, sizeof job->header, "%s", header);
+    snprintf (job->header, sizeof job->header, "%s", secret->header);
     job->port = port;
     job->literal = literal;
     SSL_CTX_up_ref (self->egress_upstream_ctx);
     job->up_ctx = self->egress_upstream_ctx;
-    X509_up_ref (leaf->cert);
-    EVP_PKEY_up_ref (leaf->key);
-    job->leaf = leaf->cert;
-    job->leaf_key = leaf->key;
+    if (leaf) {
+        X509_up_ref (leaf->cert);
+        EVP_PKEY_up_ref (leaf->key);
+        job->leaf = leaf->cert;
+        job->leaf_key = leaf->key;
+    }
+    else
+        job->ca = self->egress_ca;      //  none yet (or an old one): the worker mints it
     *job_p = job;
-    job = NULL;
-    result = 0;
-out:
-    if (st)
-        sqlite3_reset (st);
-    ah_tun_tls_job_free (&job);
-    return result;
+    return 0;
 }
 
 void ah_tun_tls_job_bytes (const ah_tun_tls_job_t *job, uint64_t *sent, uint64_t *received)
@@ -380,6 +365,18 @@ int ah_tun_tls_work (ah_tun_tls_job_t *job, int fd, int64_t deadline, atomic_boo
             job->received += (uint64_t) n;
         }
     }
+    //  The host's leaf, when none was cached: a P-256 key and the CA's
+    //  signature, here rather than on the tunnel's thread.
+    const char *lwhy = NULL;
+    if (!rc && !job->leaf
+    &&  ah_egress_ca_leaf (job->ca, job->host, job->literal, LEAF_VALIDITY_S, &job->leaf, &job->leaf_key, &lwhy)) {
+        snprintf (error, error_size, "egress failed: %s:%d: %s", job->host, job->port, lwhy ? lwhy : "no leaf");
+        rc = -1;
+    }
+    else if (!rc && !job->leaf_key)
+        rc = -1;
+    else if (!rc && job->ca)
+        job->minted = true;
     ERR_clear_error ();
     if (rc)
         SSL_free (ssl);
@@ -409,6 +406,8 @@ ah_tun_tls_t *ah_tun_tls_take (self_t *self, ah_tun_tls_job_t *job, const char *
         *why = "the host's certificate cannot be used";
         goto fail;
     }
+    if (job->minted)
+        s_leaf_keep (self, job->host, job->leaf, job->leaf_key);
     t->up = job->up;
     job->up = NULL;
     t->up_in = SSL_get_rbio (t->up);

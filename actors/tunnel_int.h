@@ -39,7 +39,9 @@
     ACKed to the opener when yamux takes it.
 
     Egress (tunnel_egress_relay.c): an allowed connection's resolution
-    and connect run in the actor's workers (ah_actor_job): the job owns
+    and connect run in the actor's workers (ah_actor_job; an address
+    literal without a secret is checked and connected non-blocking on
+    this thread instead, nothing of it blocks): the job owns
     copies of what it needs and reads nothing else of the actor's but
     egress_stop (atomic); its done, back on this thread, finds its
     channel again by id (gone: the socket is closed). The connected
@@ -80,6 +82,26 @@ typedef struct {
     uint64_t failed;                //  let through, then not connected (no name, refused, timeout, gone)
     uint64_t bytes_out, bytes_in;   //  to the upstream, from it, as they pass
 } ah_tun_egress_counts_t;
+
+//  A tenant's egress as the tunnel holds it (tunnel_egress.c, "The
+//  cache"): its allow and deny lists and its secrets' rows, the values
+//  sealed as SQLite holds them (opened only in a worker). Read at the
+//  first request of the tenant's agents, dropped when the API says they
+//  changed (EGRESS_CHANGED, docs/messages.md); owned by self->egress_tenants.
+typedef struct {
+    char *host;                     //  as the API wrote it (proto/egress.h's secret target)
+    int port;
+    char *header;
+    uint8_t *sealed;
+    size_t sealed_n;
+} ah_tun_secret_t;
+
+typedef struct {
+    char **allow, **deny;
+    size_t n_allow, n_deny;
+    ah_tun_secret_t *secrets;
+    size_t n_secrets;
+} ah_tun_tenant_t;
 
 //  The states in which a sandbox keeps its tunnel connection: starting,
 //  running, and the frozen tier's (its sandboxd paused with it keeps
@@ -191,6 +213,8 @@ struct self_t {
     zhashx_t *egress_jobs;                 //  agent id -> its connects in the workers now (intptr_t)
     egress_t *egress_draining;             //  ended cleanly, the upstream still taking the last bytes
     zhashx_t *egress_counts;               //  tenant -> ah_tun_egress_counts_t (owned)
+    zhashx_t *egress_tenants;              //  tenant -> ah_tun_tenant_t (owned): the cache
+    uint64_t egress_tenant_reads;          //  how many times a tenant was read from SQLite
     //  Secrets (tunnel_egress_tls.c, docs/egress.md "Secrets"): the
     //  installation's CA (its PEM goes to every sandboxd in hello), the
     //  leaves minted for hosts, the secrets key's path. NULL CA: no
@@ -257,6 +281,14 @@ void ah_tun_egress (self_t *self, chan_t *chan, const ah_msg_t *req, const uint8
 //  At the actor's start and end: the rule and the catalog (tunnel_egress.c).
 void ah_tun_egress_init (self_t *self, const ah_config_t *config);
 void ah_tun_egress_destroy (self_t *self);
+//  tenant's lists and secrets, from the cache or read into it now (the
+//  only SQLite read of them); NULL when they cannot be read.
+const ah_tun_tenant_t *ah_tun_egress_tenant (self_t *self, const char *tenant);
+//  EGRESS_CHANGED: tenant's cached lists and secrets are dropped (read
+//  again at its next request).
+void ah_tun_egress_forget (self_t *self, const char *tenant);
+//  tenant's secret for host:port, NULL: none.
+const ah_tun_secret_t *ah_tun_tenant_secret (const ah_tun_tenant_t *t, const char *host, int port);
 //  tenant's counts (created at its first use); NULL out of memory or
 //  for no tenant.
 ah_tun_egress_counts_t *ah_tun_egress_counts (self_t *self, const char *tenant);
@@ -286,8 +318,8 @@ typedef struct {
     const char *const *deny;
     size_t n_deny;
     ah_tun_egress_counts_t *counts; //  the agent's tenant's (NULL: not counted)
-    const char *tenant;             //  the agent's tenant (its secrets)
-    bool connect;                   //  a CONNECT (a secret applies), not a plain request
+    const char *tenant;             //  the agent's tenant
+    const ah_tun_secret_t *secret;  //  its secret for host:port on a CONNECT (NULL: carried untouched)
 } ah_tun_egress_req_t;
 int  ah_tun_egress_start (self_t *self, chan_t *chan, const ah_tun_egress_req_t *req,
                           const uint8_t *early, size_t early_size, char *why, size_t why_size);
@@ -306,10 +338,11 @@ typedef struct ah_tun_tls_t ah_tun_tls_t;          //  a terminated connection's
 //  At the actor's start and end: the CA, the TLS contexts, the leaves.
 void ah_tun_egress_tls_init (self_t *self, const ah_config_t *config);
 void ah_tun_egress_tls_destroy (self_t *self);
-//  The actor's thread: tenant's secret for host:port into *job (NULL:
-//  none, carried untouched). -1 with why: there is one, it cannot be used.
-int  ah_tun_tls_prepare (self_t *self, const char *tenant, const char *host, int port, bool literal,
-                         ah_tun_tls_job_t **job, char *why, size_t why_size);
+//  The actor's thread: what a worker needs to use tenant's secret for
+//  host:port (the cache's row, copied) into *job. -1 with why: it cannot
+//  be used.
+int  ah_tun_tls_prepare (self_t *self, const char *tenant, const ah_tun_secret_t *secret, const char *host,
+                         int port, bool literal, ah_tun_tls_job_t **job, char *why, size_t why_size);
 //  The bytes the worker's handshake with the upstream sent and received.
 void ah_tun_tls_job_bytes (const ah_tun_tls_job_t *job, uint64_t *sent, uint64_t *received);
 void ah_tun_tls_job_free (ah_tun_tls_job_t **job_p);

@@ -205,6 +205,10 @@ typedef void (reply_fn) (req_t *r, ah_msg_t *reply);
 void api_ask (req_t *r, const char *dest, ah_msg_t **msg_p, reply_fn *on_reply);
 //  A bus message that expects no answer. 0 / -1.
 int  api_send (api_t *api, const char *dest, ah_msg_t **msg_p);
+//  The writer wrote tenant's egress lists or secrets, or removed the
+//  tenant: EGRESS_CHANGED to the tunnel, which holds them in memory
+//  (docs/messages.md). Sent before the admin is answered (secrets.c).
+void api_egress_changed (api_t *api, const char *tenant);
 //  Park r until its agent leaves a transitional state (?wait), or the
 //  deadline; check_fn decides. Unparks what is parked.
 void api_park (req_t *r, int64_t deadline_ms);

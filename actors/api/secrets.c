@@ -43,6 +43,14 @@ static void s_put_free (secret_put_t *p)
     free (p);
 }
 
+void api_egress_changed (api_t *api, const char *tenant)
+{
+    ah_msg_t *m = ah_msg_new ("EGRESS_CHANGED");
+    ah_msg_set_str (m, "tenant", tenant);
+    if (api_send (api, "tunnel", &m))
+        ah_warn (AREA, "tenant '%s': the tunnel could not be told its egress changed", tenant);
+}
+
 //  {tenant} names a tenant that exists: 0, or -1 answered.
 static int s_tenant (req_t *r)
 {
@@ -127,8 +135,8 @@ static int s_put_write (ah_store_t *store, void *arg, char *why, size_t size)
 
 static void s_put_written (api_t *api, req_t *r, void *arg, int status, const char *why)
 {
-    (void) api;
     secret_put_t *p = arg;
+    api_egress_changed (api, p->tenant);
     if (!status)
         ah_info (AREA, "tenant '%s': egress secret for %s:%d (header %s) set by %s", p->tenant, p->host,
                  p->port, p->header, r ? r->who.token_name : "a client that left");
@@ -252,10 +260,17 @@ static void s_list (req_t *r)
     api_respond (r, 200, json_pack ("{s:s, s:o}", "tenant", r->params [0], "secrets", list));
 }
 
+//  A secret being removed: its tenant, and what the log and a 404 name.
+typedef struct {
+    char tenant [128];
+    char what [AH_EGRESS_HOST_MAX + 200];
+} secret_del_t;
+
 static void s_deleted (api_t *api, req_t *r, void *arg, int status, const char *why)
 {
-    (void) api;
-    char *what = api_stmt_ctx (arg);
+    secret_del_t *d = api_stmt_ctx (arg);
+    const char *what = d->what;
+    api_egress_changed (api, d->tenant);
     if (status) {
         if (r)
             api_respond_error (r, 500, "cannot remove the secret: %s", why);
@@ -270,7 +285,7 @@ static void s_deleted (api_t *api, req_t *r, void *arg, int status, const char *
         if (r)
             api_respond (r, 200, json_pack ("{s:b}", "removed", 1));
     }
-    free (what);
+    free (d);
 }
 
 static void s_delete (req_t *r)
@@ -281,10 +296,14 @@ static void s_delete (req_t *r)
         return;
     api_stmt_t *st = api_stmt ("DELETE FROM egress_secrets WHERE tenant = :tenant AND host = :host AND port = :port");
     st = api_stmt_int (api_stmt_text (api_stmt_text (st, ":tenant", r->params [0]), ":host", host), ":port", port);
-    char *what = ah_strf (strchr (host, ':') ? "[%s]:%d of tenant '%s'" : "%s:%d of tenant '%s'", host, port,
-                          r->params [0]);
-    if (!what || api_stmt_write (r, r->api, st, s_deleted, what)) {
-        free (what);
+    secret_del_t *d = calloc (1, sizeof *d);
+    if (d) {
+        snprintf (d->tenant, sizeof d->tenant, "%s", r->params [0]);
+        snprintf (d->what, sizeof d->what, strchr (host, ':') ? "[%s]:%d of tenant '%s'" : "%s:%d of tenant '%s'",
+                  host, port, d->tenant);
+    }
+    if (!d || api_stmt_write (r, r->api, st, s_deleted, d)) {
+        free (d);
         api_respond_error (r, 503, "out of memory");
     }
 }

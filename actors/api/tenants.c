@@ -226,6 +226,8 @@ static int s_tenant_write (ah_store_t *store, void *arg, char *why, size_t size)
 static void s_tenant_written (api_t *api, req_t *r, void *arg, int status, const char *why)
 {
     tenant_write_t *w = arg;
+    if (json_object_get (w->obj, s_egress_keys [0]) || json_object_get (w->obj, s_egress_keys [1]))
+        api_egress_changed (api, w->name);
     if (!status && w->create)
         ah_info (AREA, "tenant '%s' created by %s", w->name, r ? r->who.token_name : "a client that left");
     for (int k = 0; !status && k < 2; k++)
@@ -395,6 +397,7 @@ static void s_tenant_rows_gone (api_t *api, req_t *r, void *arg, int status, con
     if (!status) {
         //  Its tokens' sessions and tickets end now (their ids go to the next tokens made).
         api_passes_sweep (api);
+        api_egress_changed (api, name);
         ah_info (AREA, "tenant '%s' removed by %s", name, r ? r->who.token_name : "a client that left");
         ah_api_events_end (api->events, NULL, name);
         ah_msg_t *m = ah_msg_new ("TENANT_REMOVED");

@@ -33,6 +33,7 @@ typedef struct {
     int records;
     char *last_record;              //  JSON of the last OP_RECORD
     char *last_other;               //  JSON of the last OP_LIST / TURN_* / BRIEFING
+    char egress_changed [256];      //  "tenant;" per EGRESS_CHANGED to the tunnel, in order
 } fake_t;
 
 //  One msgpack array of maps, {k: v} given as "k", type, value triples:
@@ -139,6 +140,12 @@ static void s_tree_body (const char *path, msgpack_sbuffer *b)
 static void s_fake_tunnel (fake_t *f, zsock_t *sock, ah_msg_t *m)
 {
     const char *type = ah_msg_type (m);
+    if (streq (type, "EGRESS_CHANGED")) {
+        const char *t = ah_msg_str (m, "tenant");
+        size_t n = strlen (f->egress_changed);
+        snprintf (f->egress_changed + n, sizeof f->egress_changed - n, "%s;", t ? t : "?");
+        return;
+    }
     if (streq (type, "CHAN_ACK")) {
         f->acked += ah_msg_int (m, "bytes", 0);
         return;
@@ -459,6 +466,10 @@ void fake_actors (zsock_t *pipe, void *args)
                 zstr_sendf (pipe, "%d %s", f.records, f.last_record ? f.last_record : "");
             else if (cmd && streq (cmd, "TUNNEL"))
                 zstr_sendf (pipe, "%lld %d %d %s", (long long) f.acked, f.eofs, f.closes, f.stdin_seen);
+            else if (cmd && streq (cmd, "EGRESS")) {
+                zstr_send (pipe, f.egress_changed);
+                f.egress_changed [0] = 0;
+            }
             else if (cmd && streq (cmd, "OTHER"))
                 zstr_send (pipe, f.last_other ? f.last_other : "");
             zstr_free (&cmd);

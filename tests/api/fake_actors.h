@@ -6,7 +6,8 @@
     policy reloads asked), LAST (the JSON of the last AGENT_CREATE),
     RECORDS ("N JSON": rows recorded, the last one), TUNNEL ("ACKED EOFS
     CLOSES STDIN-HEX": what the API sent a channel), OTHER (the JSON of the
-    last OP_LIST, TURN_* or BRIEFING).                                  */
+    last OP_LIST, TURN_* or BRIEFING), EGRESS ("tenant;" for each
+    EGRESS_CHANGED the tunnel got since the last EGRESS).                                  */
 #ifndef AH_TESTS_API_FAKE_ACTORS_H
 #define AH_TESTS_API_FAKE_ACTORS_H
 

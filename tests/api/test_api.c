@@ -59,6 +59,8 @@ int main (void)
     ah_config_t *config = ah_config_new_defaults ();
     free (config->listen);
     config->listen = strdup ("127.0.0.1:0");
+    free (config->data_dir);
+    config->data_dir = strdup (dir);            //  the secrets key is made there
     ah_api_args_t args = { .config = config, .db_path = db, .reply_timeout_s = 1, .body_stall_s = 1 };
     char *start_err = NULL;
     zactor_t *api = ah_actor_new (&ah_api_actor, &args, &start_err);
@@ -507,6 +509,35 @@ int main (void)
     EXPECT ("GET", "/healthz", NULL, NULL, 200, NULL);
 
     test_bodies (lifecycle, store);
+
+    //  The tunnel holds each tenant's egress lists and secrets: the API
+    //  tells it (EGRESS_CHANGED) when its writer changed them, before
+    //  the admin's answer; not for a change of the limits alone.
+    {
+        char *seen = NULL;
+        j = t_http ("PATCH", "/api/v1/tenants/default", "{\"max_sandboxes\": 50}", t_token, &status);
+        CHECK (status == 200);
+        json_decref (j);
+        zstr_send (lifecycle, "EGRESS");
+        seen = zstr_recv (lifecycle);
+        CHECK_STR (seen, "");
+        zstr_free (&seen);
+        j = t_http ("PATCH", "/api/v1/tenants/default", "{\"egress_deny\": [\"evil.example\"]}", t_token, &status);
+        CHECK (status == 200);
+        json_decref (j);
+        j = t_http ("PUT", "/api/v1/tenants/default/egress/secrets/api.example.com",
+                    "{\"header\": \"Authorization\", \"value\": \"Bearer x\"}", t_token, &status);
+        CHECK (status == 200);
+        json_decref (j);
+        j = t_http ("DELETE", "/api/v1/tenants/default/egress/secrets/api.example.com", NULL, t_token, &status);
+        CHECK (status == 200);
+        json_decref (j);
+        zclock_sleep (50);
+        zstr_send (lifecycle, "EGRESS");
+        seen = zstr_recv (lifecycle);
+        CHECK_STR (seen, "default;default;default;");
+        zstr_free (&seen);
+    }
 
     //  Destroy, waiting: the agent is gone afterwards.
     j = t_http ("DELETE", "/api/v1/agents/alice?wait=1", NULL, t_token, &status);

@@ -184,7 +184,8 @@ static bool s_answer (SSL *ssl, char *out, size_t size)
     return body == 0;
 }
 
-//  tenant's secret for 127.0.0.1:port, sealed as the API seals it.
+//  tenant's secret for 127.0.0.1:port, sealed as the API seals it (the
+//  tunnel is not told: s_egress_changed).
 static void s_secret_put (const char *tenant, int port, const char *header, const char *value)
 {
     char path [400];

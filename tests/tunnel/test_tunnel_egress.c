@@ -37,8 +37,28 @@
 
 
 
-//  The tenant's lists, replaced: entries separated by spaces.
-static void s_lists (const char *allow, const char *deny)
+static zsock_t *s_api;              //  the test's "api" on the bus
+
+//  What the API does once its writer changed a tenant's egress lists or
+//  secrets, or removed the tenant: EGRESS_CHANGED to the tunnel. Then a
+//  TUNNEL_SESSIONS round trip on the same path, so that the tunnel has
+//  handled it before the test's next connection.
+static void s_egress_changed (const char *tenant)
+{
+    ah_msg_t *m = ah_msg_new ("EGRESS_CHANGED");
+    ah_msg_set_str (m, "tenant", tenant);
+    ah_msg_send (&m, s_api, "tunnel");
+    m = ah_msg_new ("TUNNEL_SESSIONS");
+    ah_msg_set_int (m, "req", 99999);
+    ah_msg_send (&m, s_api, "tunnel");
+    m = s_expect (s_api, "REPLY", 5000);
+    CHECK (m && ah_msg_int (m, "req", 0) == 99999);
+    ah_msg_destroy (&m);
+}
+
+//  The tenant's lists, replaced in the database only (the tunnel is not
+//  told): entries separated by spaces.
+static void s_lists_quiet (const char *allow, const char *deny)
 {
     s_sql ("DELETE FROM tenant_egress");
     const char *lists [2] = { allow, deny };
@@ -50,6 +70,14 @@ static void s_lists (const char *allow, const char *deny)
             s_sql ("INSERT INTO tenant_egress (tenant, list, pos, entry) SELECT tenant, '%s', %d, '%s' "
                    "FROM agents WHERE id = '%s'", l ? "deny" : "allow", pos++, e, AGENT);
     }
+}
+
+//  The tenant's lists, replaced as the API replaces them (the tunnel told).
+static void s_lists (const char *allow, const char *deny)
+{
+    s_lists_quiet (allow, deny);
+    s_egress_changed ("default");
+    s_egress_changed ("acme");
 }
 
 
@@ -336,6 +364,61 @@ static bool s_echo_through (int fd, size_t size)
     return ok;
 }
 
+//  Six CONNECTs of req through the proxy at once, to an upstream that
+//  never accepts: when each was answered (ms after asking) into
+//  answered; how many were the connect timeout's 504.
+static int s_stuck (int eport, const char *req, int64_t answered [6])
+{
+    int slow [6];
+    char answer [4096];
+    int64_t asked = zclock_mono ();
+    for (int i = 0; i < 6; i++) {
+        answered [i] = 0;
+        slow [i] = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) eport),
+                                  .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+        CHECK (connect (slow [i], (struct sockaddr *) &sa, sizeof sa) == 0);
+        CHECK (write (slow [i], req, strlen (req)) == (ssize_t) strlen (req));
+    }
+    int timeouts = 0;
+    for (int left = 6; left > 0 && zclock_mono () - asked < 15000; ) {
+        struct pollfd p [6];
+        for (int i = 0; i < 6; i++)
+            p [i] = (struct pollfd) { .fd = answered [i] ? -1 : slow [i], .events = POLLIN };
+        if (poll (p, 6, 500) <= 0)
+            continue;
+        for (int i = 0; i < 6; i++)
+            if (p [i].revents) {
+                answered [i] = zclock_mono () - asked;
+                s_read_all (slow [i], answer, sizeof answer);
+                if (!strncmp (answer, "HTTP/1.1 504 ", 13)
+                &&  strstr (answer, "did not accept the connection within 2000 ms (sandbox.egress_connect_timeout)"))
+                    timeouts++;
+                else
+                    fprintf (stderr, "stuck upstream: %s\n", answer);
+                left--;
+            }
+    }
+    for (int i = 0; i < 6; i++)
+        close (slow [i]);
+    return timeouts;
+}
+
+//  answered, sorted into order (and printed).
+static void s_sorted (const int64_t answered [6], int64_t order [6])
+{
+    memcpy (order, answered, 6 * sizeof *order);
+    for (int i = 0; i < 6; i++)             //  by insertion
+        for (int j = i; j > 0 && order [j] < order [j - 1]; j--) {
+            int64_t t = order [j];
+            order [j] = order [j - 1];
+            order [j - 1] = t;
+        }
+    fprintf (stderr, "answered after %lld %lld %lld %lld | %lld %lld ms\n", (long long) order [0],
+             (long long) order [1], (long long) order [2], (long long) order [3], (long long) order [4],
+             (long long) order [5]);
+}
+
 int main (void)
 {
     //  A network namespace of the test's own (as root), before any
@@ -374,6 +457,7 @@ int main (void)
     zsock_t *lifecycle = ah_bus_connect ("lifecycle");
     zsock_t *recorder = ah_bus_connect ("recorder");
     zsock_t *api = ah_bus_connect ("api");
+    s_api = api;
     ah_config_t *config = s_config ();
     //  Secrets: the installation's CA (as the server makes it at its
     //  start), the CA of the test's HTTPS upstreams (the server trusts it
@@ -443,6 +527,17 @@ int main (void)
     s_ask (eport, "CONNECT deb.debian.org:443 HTTP/1.1\r\n\r\n", answer, sizeof answer);
     CHECK (strstr (answer, "deny list (entry 'deb.debian.org')") != NULL);
     CHECK (s_row (recorder, "egress", &row) && !row.ok);
+    //  The tunnel holds the tenant's lists (read once, not per
+    //  connection): a change behind the API's back is not seen...
+    s_lists_quiet (NULL, "*.debian.org");
+    s_ask (eport, "CONNECT deb.debian.org:443 HTTP/1.1\r\n\r\n", answer, sizeof answer);
+    CHECK (strstr (answer, "deny list (entry 'deb.debian.org')") != NULL);
+    CHECK (s_row (recorder, "egress", &row) && !row.ok);
+    //  ... and one the API made (EGRESS_CHANGED) applies to the very next connection.
+    s_egress_changed ("default");
+    s_ask (eport, "CONNECT deb.debian.org:443 HTTP/1.1\r\n\r\n", answer, sizeof answer);
+    CHECK (strstr (answer, "deny list (entry '*.debian.org')") != NULL);
+    CHECK (s_row (recorder, "egress", &row) && !row.ok);
 
     //  1. The rule allows anything ('*'), but no entry names an address:
     //  the address check refuses loopback, private, link-local and the
@@ -500,8 +595,8 @@ int main (void)
     CHECK (!strncmp (answer, "HTTP/1.1 403 ", 13) && strstr (answer, "metadata address"));
     CHECK (s_row (recorder, "egress", &row) && strstr (row.detail, "169.254.169.254:80 (http) to "));
     //  The metrics: every one of them denied on the tenant, nothing else.
-    //  (and the rule's own three refusals of step 0).
-    int64_t denied = 3 + 3 + 10 + (own_ns ? 1 : 0) + 1;
+    //  (and the rule's own three refusals of step 0, and the cache's two).
+    int64_t denied = 3 + 2 + 3 + 10 + (own_ns ? 1 : 0) + 1;
     CHECK (s_counts_are (api, 0, denied, 0, 0, 0));
 
     //  2. The admin's explicit entry names the upstream's address and
@@ -649,8 +744,9 @@ int main (void)
     //  4b. An upstream that never accepts (a listener whose backlog is
     //  full drops the SYNs): each connect fails at the timeout (504),
     //  and one sandbox has at most AH_TUN_EGRESS_CONNECTING (4) connects
-    //  in the workers at once: of six asked together, two wait their turn
-    //  and are answered a timeout later than the first four.
+    //  in the workers at once: of six asked together for a name (its
+    //  lookup, then its connect, are a worker's), two wait their turn and
+    //  are answered a timeout later than the first four.
     int stuck_port = 0;
     int sfd = s_listener (&stuck_port);
     CHECK (sfd >= 0 && listen (sfd, 0) == 0);
@@ -663,38 +759,12 @@ int main (void)
             CHECK (errno == EINPROGRESS);
     }
     usleep (100 * 1000);
-    snprintf (want, sizeof want, "* 127.0.0.1:%d", stuck_port);
+    snprintf (want, sizeof want, "* 127.0.0.1:%d ::1", stuck_port);
     s_lists (want, NULL);
-    int slow [6];
-    int64_t asked = zclock_mono (), answered [6] = { 0 };
+    int64_t answered [6], order [6];
     char slow_req [100];
-    snprintf (slow_req, sizeof slow_req, "CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", stuck_port);
-    for (int i = 0; i < 6; i++) {
-        slow [i] = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) eport),
-                                  .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
-        CHECK (connect (slow [i], (struct sockaddr *) &sa, sizeof sa) == 0);
-        CHECK (write (slow [i], slow_req, strlen (slow_req)) == (ssize_t) strlen (slow_req));
-    }
-    int timeouts = 0;
-    for (int left = 6; left > 0 && zclock_mono () - asked < 15000; ) {
-        struct pollfd p [6];
-        for (int i = 0; i < 6; i++)
-            p [i] = (struct pollfd) { .fd = answered [i] ? -1 : slow [i], .events = POLLIN };
-        if (poll (p, 6, 500) <= 0)
-            continue;
-        for (int i = 0; i < 6; i++)
-            if (p [i].revents) {
-                answered [i] = zclock_mono () - asked;
-                s_read_all (slow [i], answer, sizeof answer);
-                if (!strncmp (answer, "HTTP/1.1 504 ", 13)
-                &&  strstr (answer, "did not accept the connection within 2000 ms (sandbox.egress_connect_timeout)"))
-                    timeouts++;
-                else
-                    fprintf (stderr, "stuck upstream: %s\n", answer);
-                left--;
-            }
-    }
+    snprintf (slow_req, sizeof slow_req, "CONNECT localhost:%d HTTP/1.1\r\n\r\n", stuck_port);
+    int timeouts = s_stuck (eport, slow_req, answered);
     CHECK (timeouts == 6);
     {
         //  Six failed at the timeout. The five closed above may each have
@@ -704,20 +774,19 @@ int main (void)
         CHECK (k.allowed == 11 && k.denied == denied && k.failed == 7 && k.out == out);
         CHECK (k.in >= in && k.in <= in + 5 * 11 && (k.in - in) % 11 == 0);
     }
-    int64_t order [6];
-    memcpy (order, answered, sizeof order);
-    for (int i = 0; i < 6; i++)             //  sorted, by insertion
-        for (int j = i; j > 0 && order [j] < order [j - 1]; j--) {
-            int64_t t = order [j];
-            order [j] = order [j - 1];
-            order [j - 1] = t;
-        }
-    fprintf (stderr, "answered after %lld %lld %lld %lld | %lld %lld ms\n", (long long) order [0],
-             (long long) order [1], (long long) order [2], (long long) order [3], (long long) order [4],
-             (long long) order [5]);
+    s_sorted (answered, order);
     CHECK (order [0] >= 1800 && order [3] < order [4] && order [4] - order [3] >= 1500);
-    for (int i = 0; i < 6; i++)
-        close (slow [i]);
+    //  An address literal needs no worker (nothing to look up: it is
+    //  connected on the tunnel's thread, non-blocking): six asked
+    //  together all time out together.
+    snprintf (slow_req, sizeof slow_req, "CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", stuck_port);
+    CHECK (s_stuck (eport, slow_req, answered) == 6);
+    s_sorted (answered, order);
+    CHECK (order [0] >= 1800 && order [5] - order [0] < 1000);
+    {
+        counts_t k = s_counts (api, "default");
+        CHECK (k.allowed == 11 && k.denied == denied && k.failed == 13);
+    }
     for (int i = 0; i < 2; i++)
         close (fill [i]);
     close (sfd);
@@ -778,6 +847,7 @@ int main (void)
             ah_msg_destroy (&m);
         s_secret_put ("acme", pa, "Authorization", secret);
         s_secret_put ("acme", pb, "Authorization", secret);
+        s_egress_changed ("acme");      //  as the API's PUT does: applied to the next connection
         //  Two requests on one connection, pipelined, each with the
         //  sandbox's own Authorization: the upstream gets the secret,
         //  never the sandbox's; the client verified the server's leaf
@@ -789,6 +859,9 @@ int main (void)
         SSL_CTX *cctx = NULL;
         SSL *ssl = fd >= 0 ? s_client (fd, egress_ca_file, &cctx) : NULL;
         CHECK (ssl != NULL);
+        //  The host's leaf, minted in the worker for this first connection.
+        X509 *leaf = ssl ? SSL_get1_peer_certificate (ssl) : NULL;
+        CHECK (leaf != NULL);
         char reqs [600];
         snprintf (reqs, sizeof reqs, "GET /one HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer sandbox-own\r\n\r\n"
                   "POST /two HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nauthorization: x\r\nContent-Length: 5\r\n\r\nhello",
@@ -807,6 +880,13 @@ int main (void)
         fd = s_tunnel_to (eport, t);
         CHECK (s_row (recorder, "egress", &row) && row.ok);
         ssl = fd >= 0 ? s_client (fd, egress_ca_file, &cctx) : NULL;
+        {
+            //  The next connection gets the same leaf: kept by the tunnel.
+            X509 *again = ssl ? SSL_get1_peer_certificate (ssl) : NULL;
+            CHECK (leaf && again && X509_cmp (leaf, again) == 0);
+            X509_free (again);
+            X509_free (leaf);
+        }
         const char *evil = "GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n";
         CHECK (ssl && SSL_write (ssl, evil, (int) strlen (evil)) == (int) strlen (evil));
         CHECK (!ssl || !s_answer (ssl, got, sizeof got));
@@ -843,6 +923,46 @@ int main (void)
         CHECK (streq (uc->seen, "auth=Bearer sandbox-own;"));
         s_client_end (ssl, cctx, fd, true);
         CHECK (s_row (recorder, "egress.end", &row) && !strstr (row.detail, "TLS terminated"));
+        //  The secret removed (as the API's DELETE does): the very next
+        //  connection to its host is carried untouched...
+        s_sql ("DELETE FROM egress_secrets WHERE tenant = 'acme' AND port = %d", pa);
+        s_egress_changed ("acme");
+        snprintf (t, sizeof t, "127.0.0.1:%d", pa);
+        fd = s_tunnel_to (eport, t);
+        CHECK (s_row (recorder, "egress", &row) && row.ok && !strstr (row.detail, "TLS terminated"));
+        ssl = fd >= 0 ? s_client (fd, ca_file, &cctx) : NULL;
+        snprintf (reqs, sizeof reqs, "GET /gone HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer sandbox-own\r\n\r\n", pa);
+        CHECK (ssl && SSL_write (ssl, reqs, (int) strlen (reqs)) == (int) strlen (reqs));
+        CHECK (ssl && s_answer (ssl, got, sizeof got) && strstr (got, "ok /gone"));
+        snprintf (want_seen, sizeof want_seen, "auth=%s;auth=%s;auth=Bearer sandbox-own;", secret, secret);
+        CHECK (streq (ua->seen, want_seen) && ua->requests == 3);
+        s_client_end (ssl, cctx, fd, true);
+        CHECK (s_row (recorder, "egress.end", &row) && !strstr (row.detail, "TLS terminated"));
+        //  ... and set again, the next one gets it.
+        s_secret_put ("acme", pa, "Authorization", secret);
+        s_egress_changed ("acme");
+        fd = s_tunnel_to (eport, t);
+        CHECK (s_row (recorder, "egress", &row) && row.ok && strstr (row.detail, "TLS terminated"));
+        ssl = fd >= 0 ? s_client (fd, egress_ca_file, &cctx) : NULL;
+        snprintf (reqs, sizeof reqs, "GET /back HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", pa);
+        CHECK (ssl && SSL_write (ssl, reqs, (int) strlen (reqs)) == (int) strlen (reqs));
+        CHECK (ssl && s_answer (ssl, got, sizeof got) && strstr (got, "ok /back"));
+        snprintf (want_seen, sizeof want_seen, "auth=%s;auth=%s;auth=Bearer sandbox-own;auth=%s;", secret, secret,
+                  secret);
+        CHECK (streq (ua->seen, want_seen) && ua->requests == 4);
+        s_client_end (ssl, cctx, fd, true);
+        CHECK (s_row (recorder, "egress.end", &row) && strstr (row.detail, "TLS terminated"));
+        //  The tenant removed (its rows, as the API's DELETE removes them):
+        //  what the tunnel held of it goes; the next connection finds no
+        //  list and no secret.
+        s_sql ("DELETE FROM tenant_egress WHERE tenant = 'acme'");
+        s_sql ("DELETE FROM egress_secrets WHERE tenant = 'acme'");
+        s_egress_changed ("acme");
+        snprintf (want, sizeof want, "CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", pa);
+        s_ask (eport, want, answer, sizeof answer);
+        CHECK (!strncmp (answer, "HTTP/1.1 403 ", 13) && strstr (answer, "is on neither runtime"));
+        CHECK (s_row (recorder, "egress", &row) && !row.ok);
+        snprintf (want, sizeof want, "* %s", target);
         s_upstream_stop (ua, ta);
         s_upstream_stop (ub, tb);
         s_upstream_stop (uc, tc);
