@@ -523,8 +523,11 @@ class Harness(ahserver.ServerHarness):
                       % (self.prefix, [(x.get("Names"), x.get("State")) for x in c], [x.get("Name") for x in n],
                          [x.get("Name") for x in v], len(pc), len(pn)), file=sys.stderr)
                 rc = 1
-            for why in ahserver.verdict([self.server] if self.server else [], [self.log]):
+            whys = ahserver.verdict([self.server] if self.server else [], [self.log])
+            for why in whys:
                 print("FAILED: %s" % why, file=sys.stderr)
                 rc = 1
+            if whys:
+                sys.stderr.write(ahserver.sanitizer_report(self.log))
             shutil.rmtree(self.tmp, ignore_errors=True)
         return rc
