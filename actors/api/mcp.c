@@ -805,12 +805,21 @@ static const struct { const char *name; method_fn *fn; } s_methods [] = {
 
 //  The transport's checks before the message is read: the Origin (a
 //  browser's page of another site must not reach a local server: DNS
-//  rebinding) and the protocol version a client names.
+//  rebinding), the Accept header (a streamable HTTP client takes
+//  application/json and text/event-stream; one admitting neither could not
+//  read the answer; none at all admits both) and the protocol version a
+//  client names.
 static int s_transport (req_t *r)
 {
     if (!api_same_origin (r)) {
         s_error_status (r, 403, NULL, RPC_INVALID, NULL, "Origin '%.100s' is not this server: refused",
                         ah_http_header (&r->head, "origin"));
+        return -1;
+    }
+    if (!ah_http_accepts (&r->head, "application/json") && !ah_http_accepts (&r->head, "text/event-stream")) {
+        s_error_status (r, 406, NULL, RPC_INVALID, NULL, "Accept '%.100s' admits neither application/json nor "
+                        "text/event-stream: a streamable HTTP client accepts both",
+                        ah_http_header (&r->head, "accept"));
         return -1;
     }
     const char *version = ah_http_header (&r->head, "mcp-protocol-version");
