@@ -212,6 +212,66 @@ bool ah_http_header_has (const ah_http_head_t *head, const char *name, const cha
     return false;
 }
 
+//  True when the parameters of a range (from its ';' to its ',') hold a
+//  q of zero: "0", "0.", "0.0", "0.000"; any other value is not zero.
+static bool s_q_zero (const char *p, const char *end)
+{
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ';'))
+            p++;
+        const char *e = p;
+        while (e < end && *e != ';')
+            e++;
+        if (e - p >= 2 && (p [0] == 'q' || p [0] == 'Q') && p [1] == '=') {
+            const char *v = p + 2, *ve = e;
+            while (ve > v && (ve [-1] == ' ' || ve [-1] == '\t'))
+                ve--;
+            if (ve == v || *v != '0')
+                return false;
+            if (++v == ve)
+                return true;
+            if (*v++ != '.')
+                return false;
+            while (v < ve && *v == '0')
+                v++;
+            return v == ve;
+        }
+        p = e;
+    }
+    return false;
+}
+
+bool ah_http_accepts (const ah_http_head_t *head, const char *type)
+{
+    const char *slash = strchr (type, '/');
+    size_t major = slash ? (size_t) (slash - type) : strlen (type);
+    bool any = false;
+    for (size_t i = 0; i < head->nheaders; i++) {
+        if (strcmp (head->headers [i].name, "accept"))
+            continue;
+        any = true;
+        const char *p = head->headers [i].value;
+        while (*p) {
+            while (*p == ' ' || *p == '\t' || *p == ',')
+                p++;
+            const char *e = p;                      //  the range ends at ';', ',' or a blank
+            while (*e && *e != ',' && *e != ';' && *e != ' ' && *e != '\t')
+                e++;
+            const char *end = e;                    //  the element (its parameters too) at ','
+            while (*end && *end != ',')
+                end++;
+            size_t n = (size_t) (e - p);
+            bool match = (n == strlen (type) && strncasecmp (p, type, n) == 0)
+                      || (n == 3 && strncmp (p, "*/*", 3) == 0)
+                      || (n == major + 2 && strncasecmp (p, type, major) == 0 && strncmp (p + major, "/*", 2) == 0);
+            if (match && !s_q_zero (e, end))
+                return true;
+            p = end;
+        }
+    }
+    return !any;
+}
+
 static int s_hex (char c)
 {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
@@ -264,6 +324,7 @@ const char *ah_http_reason (int status)
         case 403: return "Forbidden";
         case 404: return "Not Found";
         case 405: return "Method Not Allowed";
+        case 406: return "Not Acceptable";
         case 408: return "Request Timeout";
         case 409: return "Conflict";
         case 410: return "Gone";

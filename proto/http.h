@@ -52,6 +52,12 @@ size_t      ah_http_header_count (const ah_http_head_t *head, const char *name);
 //  True when a comma-separated header (Connection, Upgrade) holds token,
 //  compared without case.
 bool ah_http_header_has (const ah_http_head_t *head, const char *name, const char *token);
+//  True when the request's Accept headers admit the media type type
+//  ("application/json", lower-case): a range of them that is type
+//  itself, its "major/*" or "*/*" (without case, parameters aside), whose
+//  q is not zero (RFC 9110 12.5.1). No Accept header admits every type;
+//  an Accept header that names none (empty) admits none.
+bool ah_http_accepts (const ah_http_head_t *head, const char *type);
 
 //  True when [0, n) is a non-empty HTTP token (RFC 9110 5.6.2: a field
 //  name, a method).

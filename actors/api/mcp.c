@@ -507,6 +507,14 @@ static const tool_t s_tools [] = {
     { NULL }
 };
 
+static const tool_t *s_tool (const char *name)
+{
+    const tool_t *t = s_tools;
+    while (t->name && !streq (t->name, name))
+        t++;
+    return t;
+}
+
 //  --------------------------------------------------------------------
 //  The request's state
 
@@ -570,6 +578,21 @@ static void s_call_free (call_t *call)
     json_decref (call->body);
 }
 
+//  Runs tool with args (checked against its table) as its route: done
+//  gets the route's answer. tools/call and resources/read both come here.
+static void s_run (mcp_t *m, const tool_t *tool, json_t *args, api_sub_fn *done)
+{
+    char why [400];
+    call_t call = { .body = json_object () };
+    ah_buf_init (&call.target, 0);
+    ah_buf_init (&call.raw, 0);
+    if (s_build (m, tool, args, &call, why, sizeof why))
+        s_error (m, RPC_PARAMS, "%s", why);
+    else
+        s_call (m, tool->method, &call, done);
+    s_call_free (&call);
+}
+
 //  --------------------------------------------------------------------
 //  The methods
 
@@ -628,14 +651,10 @@ static void s_tools_call (mcp_t *m, json_t *params)
     m->tool = tool;
     m->args = json_is_object (args) ? json_incref (args) : json_object ();
     char why [400];
-    call_t call = { .body = json_object () };
-    ah_buf_init (&call.target, 0);
-    ah_buf_init (&call.raw, 0);
-    if (s_args_check (tool, m->args, why, sizeof why) || s_build (m, tool, m->args, &call, why, sizeof why))
+    if (s_args_check (tool, m->args, why, sizeof why))
         s_error (m, RPC_PARAMS, "%s", why);
     else
-        s_call (m, tool->method, &call, s_tool_done);
-    s_call_free (&call);
+        s_run (m, tool, m->args, s_tool_done);
 }
 
 static void s_templates_list (mcp_t *m, json_t *params)
@@ -761,28 +780,25 @@ static void s_resources_read (mcp_t *m, json_t *params)
         ah_buf_free (&path);
         return;
     }
-    m->uri = strndup (u, n);
-    call_t call = { .body = NULL };
-    ah_buf_init (&call.target, 0);
-    ah_buf_init (&call.raw, 0);
-    ah_buf_appendf (&call.target, "/api/v1/agents/");
-    api_url_encode (&call.target, (const char *) ah_buf_head (&agent), ah_buf_size (&agent), false);
+    //  The read_file tool run (a directory: list_files), from its table:
+    //  the same route, the same encoding of the agent and the path, so
+    //  the same path rules, tenant checks, 8 MiB cap and answers. The
+    //  decoded bytes go as they are (a NUL, bytes that are not UTF-8): the
+    //  route judges them.
     size_t pn = ah_buf_size (&path);
     const char *p = (const char *) ah_buf_head (&path);
-    if (pn == 0 || p [pn - 1] == '/') {
-        //  A directory: its listing.
-        ah_buf_appendf (&call.target, "/files?path=");
-        if (pn == 0)
-            ah_buf_append (&call.target, ".", 1);
-        else
-            api_url_encode (&call.target, p, pn, false);
-    }
-    else {
-        ah_buf_appendf (&call.target, "/files/");
-        api_url_encode (&call.target, p, pn, true);
-    }
-    s_call (m, "GET", &call, s_read_done);
-    s_call_free (&call);
+    bool dir = pn == 0 || p [pn - 1] == '/';
+    json_t *args = json_object ();
+    const char *a = ah_buf_size (&agent) ? (const char *) ah_buf_head (&agent) : "";
+    json_object_set_new (args, "agent", json_stringn_nocheck (a, ah_buf_size (&agent)));
+    if (pn)
+        json_object_set_new (args, "path", json_stringn_nocheck (p, pn));
+    m->uri = strndup (u, n);
+    if (!m->uri || !json_object_get (args, "agent") || (pn && !json_object_get (args, "path")))
+        s_error (m, RPC_INTERNAL, "out of memory");
+    else
+        s_run (m, s_tool (dir ? "list_files" : "read_file"), args, s_read_done);
+    json_decref (args);
     ah_buf_free (&agent);
     ah_buf_free (&path);
 }
@@ -805,12 +821,21 @@ static const struct { const char *name; method_fn *fn; } s_methods [] = {
 
 //  The transport's checks before the message is read: the Origin (a
 //  browser's page of another site must not reach a local server: DNS
-//  rebinding) and the protocol version a client names.
+//  rebinding), the Accept header (a streamable HTTP client takes
+//  application/json and text/event-stream; one admitting neither could not
+//  read the answer; none at all admits both) and the protocol version a
+//  client names.
 static int s_transport (req_t *r)
 {
     if (!api_same_origin (r)) {
         s_error_status (r, 403, NULL, RPC_INVALID, NULL, "Origin '%.100s' is not this server: refused",
                         ah_http_header (&r->head, "origin"));
+        return -1;
+    }
+    if (!ah_http_accepts (&r->head, "application/json") && !ah_http_accepts (&r->head, "text/event-stream")) {
+        s_error_status (r, 406, NULL, RPC_INVALID, NULL, "Accept '%.100s' admits neither application/json nor "
+                        "text/event-stream: a streamable HTTP client accepts both",
+                        ah_http_header (&r->head, "accept"));
         return -1;
     }
     const char *version = ah_http_header (&r->head, "mcp-protocol-version");

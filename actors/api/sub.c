@@ -154,6 +154,16 @@ static int s_dechunk (const uint8_t *p, size_t n, ah_buf_t *out)
     return -1;                      //  cut before its last chunk
 }
 
+//  This layer's own answer, when the route's cannot be handed on.
+static void s_own (api_sub_fn *done, void *owner, int code, const char *sentence)
+{
+    char body [200];
+    snprintf (body, sizeof body, "{\"error\":\"%s\"}", sentence);
+    done (owner, code, "application/json", (const uint8_t *) body, strlen (body));
+}
+
+#define SUB_OVER    "the answer is over the 8 MiB an internal request carries: use the REST API for it"
+
 //  The answer parsed and handed to done, which may destroy self.
 static void s_finish (api_sub_t *self)
 {
@@ -171,12 +181,10 @@ static void s_finish (api_sub_t *self)
     if (end && n > 12 && strncmp (text, "HTTP/1.1 ", 9) == 0)
         status = atoi (text + 9);
     if (self->over || self->failed || !end || status < 100) {
-        char body [200];
-        int code = self->over ? 413 : 502;
-        snprintf (body, sizeof body, "{\"error\":\"%s\"}", self->over
-                  ? "the answer is over the 8 MiB an internal request carries: use the REST API for it"
-                  : "the answer broke off before its end");
-        done (owner, code, "application/json", (const uint8_t *) body, strlen (body));
+        if (self->over)
+            s_own (done, owner, 413, SUB_OVER);
+        else
+            s_own (done, owner, 502, "the answer broke off before its end");
         return;
     }
     char type [128] = "";
@@ -199,15 +207,19 @@ static void s_finish (api_sub_t *self)
     ah_buf_init (&plain, 0);
     if (chunked && s_dechunk (body, size, &plain)) {
         ah_buf_free (&plain);
-        const char *broke = "{\"error\":\"the answer's chunks broke off\"}";
-        done (owner, 502, "application/json", (const uint8_t *) broke, strlen (broke));
+        s_own (done, owner, 502, "the answer's chunks broke off");
         return;
     }
     if (chunked) {
         body = ah_buf_head (&plain);
         size = ah_buf_size (&plain);
     }
-    done (owner, status, type, body ? body : (const uint8_t *) "", size);
+    //  The cap is the body's, to the byte: the head room taken above is
+    //  for the head and the chunks' framing, not for more body.
+    if (size > API_SUB_MAX)
+        s_own (done, owner, 413, SUB_OVER);
+    else
+        done (owner, status, type, body ? body : (const uint8_t *) "", size);
     ah_buf_free (&plain);
 }
 

@@ -13,8 +13,11 @@ cores, a warm one seconds). No Go, or no way to the module proxy: exit 77,
 said on stderr (ctest reports it skipped). It connects with the
 streamable HTTP transport and the bearer token as the SDK does by
 default, then lists the tools, creates an agent, runs a command, writes,
-reads, lists and searches a file, reads resources (text, a listing, a
-blob) and meets an unknown tool and a path out of the home. Afterwards,
+reads, lists and searches a file, lists the resources and their template
+and reads resources (text, a listing, blobs, one just under the 8 MiB
+cap, one over it, hostile paths, another tenant's agent "theirs", made
+here with a file in it, as none) and meets an unknown tool and a path
+out of the home. Afterwards,
 through the REST API: the agent it made exists in the token's tenant,
 and the routes' audit trail holds its create, exec and file operations.
 
@@ -79,8 +82,17 @@ def main():
     rc, out, err = srv.cli("--tenant", "gotenant", "token", "create")
     check(rc == 0 and len(out.strip()) == 64, "a token of tenant gotenant: %r" % err)
     tok = out.strip()
-    p = subprocess.run([client, "http://127.0.0.1:%d/mcp" % srv.port, tok, "goagent"], capture_output=True,
-                       text=True, timeout=180)
+    # Another tenant's agent holding a file: the client must not reach it.
+    srv.ok("POST", "/api/v1/tenants", body={"name": "elsewhere"})
+    rc, out, err = srv.cli("--tenant", "elsewhere", "token", "create")
+    check(rc == 0 and len(out.strip()) == 64, "a token of tenant elsewhere: %r" % err)
+    other = out.strip()
+    srv.ok("POST", "/api/v1/agents?wait=1", tok=other, body={"name": "theirs"})
+    st, _ = srv.call("PUT", "/api/v1/agents/theirs/files/secret.txt", tok=other, raw=b"not yours\n",
+                     headers={"Content-Type": "application/octet-stream"})
+    check(st in (200, 201), "a file in the other tenant's agent: %d" % st)
+    p = subprocess.run([client, "http://127.0.0.1:%d/mcp" % srv.port, tok, "goagent", "theirs"],
+                       capture_output=True, text=True, timeout=300)
     sys.stdout.write(p.stdout)
     check(p.returncode == 0 and "goclient: all checks passed" in p.stdout,
           "the Go client (%d): %s%s" % (p.returncode, p.stdout[-2000:], p.stderr[-3000:]))

@@ -24,8 +24,11 @@ and files are real), every answer's JSON-RPC shape checked.
              encoded '/' (the route's 400 as isError, nothing written),
              an agent name with '/', '..' and NUL, a 13 MiB body (413),
              a foreign Origin (403; none and the server's own pass), an
-             unknown MCP-Protocol-Version (400), GET and DELETE (405 with
-             Allow: POST), no token (401), a read over 8 MiB (isError);
+             unknown MCP-Protocol-Version (400), an Accept admitting
+             neither application/json nor text/event-stream (406; none,
+             */*, application/* and text/* pass), GET and DELETE (405 with
+             Allow: POST), no token (401), a read over 8 MiB (isError, and
+             -32603 with status 413 as a resource);
              the server stays up and its log has no sanitizer report
   tenant     another tenant's token: its agent is the same 404 sentence
              as a nonexistent one, for tools and resources
@@ -69,6 +72,7 @@ def post(body, tok=ahlocal.ADMIN, headers=None, method="POST"):
     if tok:
         h["Authorization"] = "Bearer " + tok
     h.update(headers or {})
+    h = {k: v for k, v in h.items() if v is not None}     # None: the header not sent
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
     try:
@@ -357,6 +361,8 @@ def hostile():
     tool("exec", {"agent": "box", "cmd": "head -c 9437184 /dev/zero > big"})
     res = tool("read_file", {"agent": "box", "path": "big"}, error=True)
     check("8 MiB" in text_of(res), "a 9 MiB read: %r" % text_of(res)[:200])
+    e = error_of(rpc("resources/read", {"uri": "agenthold://agents/box/files/big"}), -32603, "8 MiB")
+    check(e["data"] == {"uri": "agenthold://agents/box/files/big", "status": 413}, "a 9 MiB resource: %r" % e)
     # The transport's checks
     bad({"jsonrpc": "2.0", "id": 1, "method": "ping"}, -32600, 403, "Origin",
         headers={"Origin": "http://evil.example"})
@@ -367,6 +373,18 @@ def hostile():
         headers={"MCP-Protocol-Version": "1999-01-01"})
     for v in ("2025-06-18", "2025-03-26"):
         check("result" in rpc("ping", headers={"MCP-Protocol-Version": v}), "version %s" % v)
+    # Accept: a client that takes neither application/json nor
+    # text/event-stream (nor a range holding one) is a 406; none is taken.
+    for accept in ("text/html", "application/xml, text/plain", "application/json;q=0, text/event-stream;q=0",
+                   "text/html;q=1, application/jsonx", "image/*", ""):
+        bad({"jsonrpc": "2.0", "id": 1, "method": "ping"}, -32600, 406, "Accept", "application/json",
+            "text/event-stream", headers={"Accept": accept})
+    status, h, body = post({"jsonrpc": "2.0", "method": "notifications/initialized"}, headers={"Accept": "text/html"})
+    check(status == 406 and json.loads(body)["error"]["code"] == -32600, "a notification, Accept text/html: %d %r"
+          % (status, body))
+    for accept in (None, "application/json", "text/event-stream", "*/*", "application/*", "text/*",
+                   "text/html, APPLICATION/JSON; charset=utf-8", "text/event-stream;q=0.1, text/html"):
+        check("result" in rpc("ping", headers={"Accept": accept}), "Accept %r is taken" % accept)
     for method in ("GET", "DELETE", "PUT"):
         status, h, body = post(b"", method=method)
         check(status == 405 and h.get("allow") == "POST", "%s /mcp: 405 Allow POST: %d %r" % (method, status, h))

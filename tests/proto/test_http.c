@@ -128,10 +128,49 @@ static void test_decode (void)
     CHECK_STR (out, "%2e");                           //  once, never twice
     CHECK (ah_http_decode ("abc", 3, out, 3, &why) == -1);
     CHECK_STR (ah_http_reason (414), "URI Too Long");
+    CHECK_STR (ah_http_reason (406), "Not Acceptable");
+}
+
+static bool s_accepts (const char *accept, const char *type)
+{
+    char text [512];
+    snprintf (text, sizeof text, "POST /mcp HTTP/1.1\r\n%s\r\n", accept);
+    ah_http_head_t head = { 0 };
+    size_t used = 0;
+    const char *why = NULL;
+    CHECK (s_parse (text, &head, &used, &why) == 1);
+    bool yes = ah_http_accepts (&head, type);
+    ah_http_head_clear (&head);
+    return yes;
+}
+
+static void test_accepts (void)
+{
+    const char *json = "application/json";
+    CHECK (s_accepts ("", json));                                    //  no Accept: anything
+    CHECK (s_accepts ("Accept: application/json, text/event-stream\r\n", json));
+    CHECK (s_accepts ("Accept: application/json, text/event-stream\r\n", "text/event-stream"));
+    CHECK (s_accepts ("Accept: APPLICATION/JSON;charset=utf-8\r\n", json));
+    CHECK (s_accepts ("Accept: text/html ; q=0.5 , */*;q=0.1\r\n", json));
+    CHECK (s_accepts ("Accept: application/*\r\n", json));
+    CHECK (s_accepts ("Accept: text/*\r\n", "text/event-stream"));
+    CHECK (s_accepts ("Accept: text/html\r\nAccept: application/json\r\n", json));   //  two headers
+    CHECK (s_accepts ("Accept: application/json;q=0.001\r\n", json));
+    CHECK (s_accepts ("Accept: application/json;level=1;q=1\r\n", json));
+    CHECK (!s_accepts ("Accept: text/html\r\n", json));
+    CHECK (!s_accepts ("Accept: text/*\r\n", json));
+    CHECK (!s_accepts ("Accept: application/jsonx, xapplication/json\r\n", json));
+    CHECK (!s_accepts ("Accept: application/json;q=0\r\n", json));
+    CHECK (!s_accepts ("Accept: application/json ; Q=0.000, */*;q=0.\r\n", json));
+    CHECK (!s_accepts ("Accept: application\r\n", json));
+    CHECK (!s_accepts ("Accept: */json, application/, ;q=1, ,,\r\n", json));
+    CHECK (!s_accepts ("Accept:\r\n", json));                        //  present, names none
+    CHECK (!s_accepts ("Accept: \xc3\xa9/*\r\n", json));
 }
 
 int main (void)
 {
+    test_accepts ();
     test_good ();
     test_refusals ();
     test_decode ();
