@@ -48,7 +48,7 @@ import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import Harness, build_image, connect_cmd, host_addresses, host_service, npm_registry, package_index  # noqa: E402
+from ahdocker import Fail, Harness, build_image, connect_cmd, host_addresses, host_service, npm_registry, package_index  # noqa: E402
 import ahserver  # noqa: E402  (on the path ahdocker set)
 
 h = Harness("docker.isolation", sys.argv[1], "10.213.192.0/20")
@@ -240,15 +240,7 @@ def tls_upstream():
 
     def run(*args, cwd=None):
         subprocess.run(list(args), cwd=cwd, check=True, capture_output=True, timeout=60)
-    f = {n: os.path.join(d, n) for n in ("ca.key", "ca.pem", "up.key", "up.csr", "up.pem", "ext")}
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    run("openssl", "req", "-x509", *ec, "-keyout", f["ca.key"], "-out", f["ca.pem"], "-days", "2",
-        "-subj", "/CN=agenthold docker.isolation test CA")
-    run("openssl", "req", *ec, "-keyout", f["up.key"], "-out", f["up.csr"], "-subj", "/CN=127.0.0.2")
-    with open(f["ext"], "w") as x:
-        x.write("subjectAltName=IP:127.0.0.2\n")
-    run("openssl", "x509", "-req", "-in", f["up.csr"], "-CA", f["ca.pem"], "-CAkey", f["ca.key"],
-        "-CAcreateserial", "-out", f["up.pem"], "-days", "2", "-extfile", f["ext"])
+    ca, cert, key = ahserver.make_test_ca(os.path.join(d, "ca"), "127.0.0.2", "docker.isolation", Fail)
     package_index(www)
     src = os.path.join(d, "src")
     run("git", "init", "-q", src)
@@ -261,12 +253,12 @@ def tls_upstream():
     run("git", "update-server-info", cwd=os.path.join(www, "repo.git"))
     srv = http.server.ThreadingHTTPServer(("127.0.0.2", 0), functools.partial(Files, directory=www))
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(f["up.pem"], f["up.key"])
+    ctx.load_cert_chain(cert, key)
     srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     h.cleanups.append(srv.shutdown)
     npm_registry(www, "https://127.0.0.2:%d" % srv.server_address[1])
-    with open(f["ca.pem"]) as x:
+    with open(ca) as x:
         _tls_upstream.extend((srv.server_address[1], x.read()))
     return _tls_upstream
 

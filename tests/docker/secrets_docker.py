@@ -30,14 +30,13 @@ import codecs
 import http.server
 import os
 import ssl
-import subprocess
 import sys
 import threading
 import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahdocker import Harness, exec_in, put_home_file  # noqa: E402
+from ahdocker import Fail, Harness, exec_in, put_home_file  # noqa: E402
 import ahserver  # noqa: E402  (on the path ahdocker set)
 
 h = Harness("docker.secrets", sys.argv[1], "10.213.64.0/22")
@@ -48,29 +47,6 @@ for k in ("AGENTHOLD_SANDBOX_DEFAULT_IMAGE", "AGENTHOLD_SANDBOX_DEFAULT_CPUS",
 h.env["AGENTHOLD_CATALOG_PATH"] = os.path.join(SOURCE, "catalog", "runtimes.json")
 SECRET = "Bearer sk-DOCKER-SECRET-5a4b3c2d1e"
 SECRET_MARK = "DOCKER-SECRET-5a4b3c2d1e"
-
-
-def openssl(*args):
-    p = subprocess.run(["openssl"] + list(args), capture_output=True, text=True, timeout=60)
-    h.check(p.returncode == 0, "openssl %s: %s" % (" ".join(args[:2]), p.stderr[-400:]))
-
-
-def make_test_ca():
-    """A CA and a certificate for 127.0.0.2 it signed, with openssl."""
-    d = os.path.join(h.tmp, "testca")
-    os.makedirs(d)
-    ca_key, ca, key, csr, cert = (os.path.join(d, n) for n in ("ca.key", "ca.pem", "up.key", "up.csr", "up.pem"))
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", ca_key,
-            "-out", ca, "-days", "2", "-subj", "/CN=agenthold docker.secrets test CA",
-            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
-    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", csr,
-            "-subj", "/CN=127.0.0.2")
-    ext = os.path.join(d, "ext.cnf")
-    with open(ext, "w") as f:
-        f.write("subjectAltName=IP:127.0.0.2\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n")
-    openssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
-            "-days", "2", "-extfile", ext)
-    return ca, cert, key
 
 
 class Upstream(http.server.BaseHTTPRequestHandler):
@@ -106,7 +82,7 @@ def exec_(name, cmd, timeout=120):
 
 
 def scenario(h):
-    ca, cert, key = make_test_ca()
+    ca, cert, key = ahserver.make_test_ca(os.path.join(h.tmp, "testca"), "127.0.0.2", "docker.secrets", Fail)
     h.env["AGENTHOLD_SANDBOX_EGRESS_UPSTREAM_CA_FILE"] = ca
     a, b = upstream(cert, key), upstream(cert, key)
     ta, tb = "127.0.0.2:%d" % a.server_address[1], "127.0.0.2:%d" % b.server_address[1]

@@ -226,6 +226,31 @@ class Checks:
             raise self.fail(what)
 
 
+def make_test_ca(d, ip, name, fail=RuntimeError):
+    """A test CA (P-256, made with openssl in the new directory d) and a
+    server certificate for the address ip that it signed, as the egress
+    tests' HTTPS upstreams use: (ca.pem, cert.pem, key.pem) paths. name
+    goes in the CA's subject. A failing openssl raises fail with its
+    message."""
+    os.makedirs(d)
+    f = {n: os.path.join(d, n) for n in ("ca.key", "ca.pem", "up.key", "up.csr", "up.pem", "ext.cnf")}
+
+    def openssl(*args):
+        p = subprocess.run(["openssl"] + list(args), capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            raise fail("openssl %s: %s" % (" ".join(args[:2]), p.stderr[-400:]))
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    openssl("req", "-x509", *ec, "-keyout", f["ca.key"], "-out", f["ca.pem"], "-days", "2",
+            "-subj", "/CN=agenthold %s test CA" % name,
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+    openssl("req", *ec, "-keyout", f["up.key"], "-out", f["up.csr"], "-subj", "/CN=" + ip)
+    with open(f["ext.cnf"], "w") as x:
+        x.write("subjectAltName=IP:%s\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n" % ip)
+    openssl("x509", "-req", "-in", f["up.csr"], "-CA", f["ca.pem"], "-CAkey", f["ca.key"], "-CAcreateserial",
+            "-out", f["up.pem"], "-days", "2", "-extfile", f["ext.cnf"])
+    return f["ca.pem"], f["up.pem"], f["up.key"]
+
+
 def sha256_file(path, block=1 << 20):
     h = hashlib.sha256()
     with open(path, "rb") as f:
