@@ -93,20 +93,21 @@ class Harness(ahserver.ServerHarness):
             "AGENTHOLD_SANDBOX_KUBERNETES_IMAGE_PULL_POLICY": "IfNotPresent",
         })
         self.url = "http://127.0.0.1:%d" % self.api_port
+        self.cleanups = []              # run at the end, whatever happened (a scenario's upstreams)
 
     # -- images ---------------------------------------------------------------
-    def build_runtime_in_docker(self):
-        """The shipped busybox runtime, built by the product: a short
-        `agenthold serve` with the docker driver and a catalog of that
-        runtime alone prewarms it."""
-        if docker_image_present(RUNTIME_IMAGE):
+    def build_runtime_in_docker(self, alias=RUNTIME, image=RUNTIME_IMAGE, seconds=240):
+        """A shipped runtime's image (alias, tagged image as the catalog
+        makes it), built by the product: a short `agenthold serve` with the
+        docker driver and a catalog of that runtime alone prewarms it.
+        Nothing to do when Docker has it (docker.shipped_images made it)."""
+        if docker_image_present(image):
             return
         with open(os.path.join(SRC, "catalog", "runtimes.json")) as f:
             shipped = json.load(f)
-        rt = [r for r in shipped["runtimes"] if r["alias"] == RUNTIME]
-        self.check(rt and rt[0]["image"] == RUNTIME_IMAGE, "the shipped catalog has %s as %s"
-                   % (RUNTIME, RUNTIME_IMAGE))
-        bdir = os.path.join(self.tmp, "build")
+        rt = [r for r in shipped["runtimes"] if r["alias"] == alias]
+        self.check(rt and rt[0].get("image", image) == image, "the shipped catalog has %s as %s" % (alias, image))
+        bdir = os.path.join(self.tmp, "build-" + alias)
         os.makedirs(bdir)
         os.symlink(os.path.join(SRC, "catalog", "images"), os.path.join(bdir, "images"))
         with open(os.path.join(bdir, "runtimes.json"), "w") as f:
@@ -122,11 +123,20 @@ class Harness(ahserver.ServerHarness):
         try:
             # Ready when the image it prewarms is there.
             ahserver.serve(self.bin, env, os.path.join(bdir, "server.log"), cwd=bdir, procs=procs,
-                           fail=Fail, seconds=240, ready=lambda: docker_image_present(RUNTIME_IMAGE))
+                           fail=Fail, seconds=seconds, ready=lambda: docker_image_present(image))
         except Fail as e:
-            raise Fail("building %s in Docker failed: %s" % (RUNTIME_IMAGE, e))
+            raise Fail("building %s in Docker failed: %s" % (image, e))
         finally:
             ahserver.stop_all(procs)
+
+    def import_runtime(self, alias, image, seconds=600):
+        """Another shipped runtime (the default, debian, say) in the
+        cluster: made in Docker as the product makes it, then imported."""
+        self.build_runtime_in_docker(alias, image, seconds)
+        p = subprocess.run([os.path.join(TOOLS, "import-image"), image], capture_output=True, text=True,
+                           timeout=600)
+        self.check(p.returncode == 0, "import-image %s: %s" % (image, p.stderr.strip()))
+        print(p.stdout.strip())
 
     def import_images(self):
         p = subprocess.run([os.path.join(SRC, "scripts", "sandboxd-image"), self.sandboxd, SANDBOXD_IMAGE],
@@ -188,10 +198,10 @@ class Harness(ahserver.ServerHarness):
         self.check(self.home_sha(name, path) == want, "sha256sum in the sandbox matches")
         return want
 
-    def api(self, method, path, expect=None):
+    def api(self, method, path, expect=None, body=None, timeout=60):
         """(status, JSON or None) from the server's API."""
-        return ahserver.call_json(self.port(), self.token(), method, path, expect=expect,
-                                  check=self.check if expect is not None else None)
+        return ahserver.call_json(self.port(), self.token(), method, path, body=body, expect=expect,
+                                  check=self.check if expect is not None else None, timeout=timeout)
 
     def tree_and_hostile(self, name):
         """The tree of a running agent (sandboxd's fs.tree on this driver)
@@ -320,6 +330,11 @@ class Harness(ahserver.ServerHarness):
                     "get", "all,pvc,secrets,networkpolicies", "-o", "wide", ns=self.ns, check=False).stdout)
         finally:
             self.stop_server()
+            for f in self.cleanups:
+                try:
+                    f()
+                except Exception as e:  # clean-up goes on whatever one step did
+                    print("clean-up step failed: %s" % e, file=sys.stderr)
             if self.ns_made:
                 kubectl("delete", "namespace", self.ns, "--wait=true", "--timeout=120s", check=False,
                         timeout=150)

@@ -34,22 +34,41 @@ reader  a sleeping agent's files and tree through its reader Pod (sandboxd
         intact; a server killed (-9) with a reader alive removes it when
         it comes back; rm -> nothing left.
 
-usage: e2e_k8s.py AGENTHOLD_BINARY life|faults|reader
+egress  the server is the only way out (docs/egress.md) on this driver, with
+        the shipped default runtime (debian, made in Docker as the product
+        makes it and imported into the cluster) and the image's own curl:
+        a plain HTTP upstream of the test's own on the node's address and
+        an HTTPS one on 127.0.0.2 (a test CA the server trusts), opened by
+        the tenant's list; through the proxy sandboxd runs (the variables
+        it set, nothing else) the plain one answers, a name on no list is
+        refused with the rule's sentence, and the same upstream asked
+        directly (--noproxy) is not reached (the NetworkPolicy); the
+        HTTPS one gets the tenant's secret header, which no environment
+        (read as root with kubectl exec), process list, home or audit row
+        in the Pod holds; the audit has every attempt; the tenant's list
+        changed while the sandbox runs applies to the next connection;
+        rm -> nothing left.
+
+usage: e2e_k8s.py AGENTHOLD_BINARY life|faults|reader|egress
 Exits 77 (SKIPPED, loudly) when no test cluster answers. Ports
 from ahserver.free_port, a namespace ah-k8s<scenario><pid> of its own, deleted at
 the end."""
 import asyncio
 import base64
+import codecs
 import hashlib
+import http.server
 import json
 import os
+import ssl
 import subprocess
 import sys
+import threading
 import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ahk8s import Harness, kjson, RUNTIME, RUNTIME_IMAGE, SANDBOXD_IMAGE, SRC  # noqa: E402
+from ahk8s import Fail, Harness, kjson, RUNTIME, RUNTIME_IMAGE, SANDBOXD_IMAGE, SRC  # noqa: E402
 import ahserver  # noqa: E402
 
 SCENARIO = sys.argv[2] if len(sys.argv) > 2 else "life"
@@ -410,4 +429,148 @@ def reader():
     h.check(h.server.wait(timeout=30) == 0, "the server exits 0 on SIGTERM")
 
 
-sys.exit(h.run({"life": life, "faults": faults, "reader": reader}[SCENARIO]))
+class Upstream(http.server.BaseHTTPRequestHandler):
+    """An upstream of the test's own: each request's path and Authorization
+    headers written down, answered with a line naming the path."""
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        self.server.seen.append((self.path, self.headers.get_all("Authorization") or []))
+        body = ("ok %s\n" % self.path).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+def upstream(addr, cert=None, key=None):
+    srv = http.server.ThreadingHTTPServer((addr, 0), Upstream)
+    if cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    srv.seen = []
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    h.cleanups.append(srv.shutdown)
+    return srv, "%s:%d" % (addr, srv.server_address[1])
+
+
+def exec_(name, cmd, timeout=120):
+    """A shell command as the agent (the exec route): its answer."""
+    st, r = h.api("POST", "/api/v1/agents/%s/exec" % name, body={"cmd": cmd}, timeout=timeout)
+    h.check(st == 200 and isinstance(r, dict), "%s: exec %r: HTTP %d %r" % (name, cmd, st, r))
+    return r
+
+
+SECRET = "Bearer sk-K8S-SECRET-7e6d5c4b3a"
+SECRET_MARK = "K8S-SECRET-7e6d5c4b3a"
+
+
+def egress():
+    ca, cert, key = ahserver.make_test_ca(os.path.join(h.tmp, "testca"), "127.0.0.2", "k8s.egress", Fail)
+    h.env["AGENTHOLD_SANDBOX_EGRESS_UPSTREAM_CA_FILE"] = ca
+    h.env["AGENTHOLD_CATALOG_PATH"] = os.path.join(SRC, "catalog", "runtimes.json")
+    h.env.pop("AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB", None)
+    plain, pt = upstream(h.node_ip)
+    tls, tt = upstream("127.0.0.2", cert, key)
+    h.start_server()
+    st, j = h.api("GET", "/api/v1/runtimes", expect=200)
+    deb = [r for r in j["runtimes"] if r["alias"] == "debian"]
+    h.check(deb and deb[0]["default"] and deb[0]["needs_network"], "debian, networked, is the default: %r" % deb)
+    h.import_runtime("debian", deb[0]["image"])
+
+    st, t = h.api("PATCH", "/api/v1/tenants/default", body={"egress_allow": [pt, tt]})
+    h.check(st == 200 and t["egress_allow"] == [pt, tt], "the tenant's list names the upstreams: %d %r" % (st, t))
+    rc, out, err = h.run_cli("tenant", "secret", "set", "default", tt, "--header", "Authorization",
+                             stdin=SECRET + "\n")
+    h.check(rc == 0 and SECRET_MARK not in out + err, "the secret, by the CLI from stdin: %d %r %r" % (rc, out, err))
+
+    t0 = time.time()
+    a = h.cli("create", "eve", timeout=300)
+    h.check(a["state"] == "running" and a["runtime"] == "debian", "create eve (the default runtime) -> running: "
+            "%r %r (%s)" % (a["state"], a.get("runtime"), a.get("error")))
+    print("create eve (debian) -> running in %.2f s" % (time.time() - t0))
+    aid = a["id"]
+    pod = h.pod(aid)
+    h.check(pod and pod["spec"]["containers"][0]["image"] == deb[0]["image"], "the Pod runs the debian image")
+    pol = h.get("networkpolicy", "%s-%s" % (h.prefix, aid))
+    h.check(pol and len(pol["spec"]["egress"]) == 1
+            and pol["spec"]["egress"][0]["to"][0]["ipBlock"]["cidr"] == h.node_ip + "/32"
+            and pol["spec"]["egress"][0]["ports"][0]["port"] == h.tunnel_port,
+            "a networked runtime's Pod may reach the tunnel alone: %r" % (pol and pol["spec"]))
+
+    env = exec_("eve", "env")["stdout"]
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        h.check("%s=http://127.0.0.1:3128" % var in env, "%s points at sandboxd's proxy: %r" % (var, env))
+    h.check("SSL_CERT_FILE=/tmp/agenthold-ca/ca-bundle.pem" in env, "the installation's CA is trusted")
+    h.check(SECRET_MARK not in env, "env holds no trace of the secret")
+
+    # Through the proxy, nothing but the variables.
+    r = exec_("eve", "curl -sS --max-time 30 http://%s/hello" % pt)
+    h.check(r["status"] == 0 and r["stdout"] == "ok http://%s/hello\n" % pt,
+            "curl reaches the plain upstream through the proxy (the absolute form): %r" % r)
+    # The same upstream directly: the NetworkPolicy lets nothing but the tunnel out.
+    r = exec_("eve", "curl -sS --noproxy '*' --max-time 5 http://%s/direct" % pt)
+    h.check(r["status"] != 0 and [p for p, _ in plain.seen] == ["http://%s/hello" % pt],
+            "a direct connection around the proxy does not reach it: %r %r" % (r, plain.seen))
+    # A name on no list: the rule's sentence, without a lookup.
+    r = exec_("eve", "curl -sS --max-time 30 -w ' %{http_code}' http://example.org/")
+    h.check(r["stdout"].endswith(" 403") and "is on neither runtime 'debian''s egress list nor tenant "
+            "'default''s allow list" in r["stdout"], "a name on no list is refused with its rule: %r" % r)
+    # HTTPS to the host with a secret: the header added by the server.
+    r = exec_("eve", "curl -sS --max-time 30 -H 'Authorization: Bearer agent-own' https://%s/secret" % tt)
+    h.check(r["status"] == 0 and r["stdout"] == "ok /secret\n" and tls.seen == [("/secret", [SECRET])],
+            "curl reaches the host with a secret, which got the secret in place of the agent's: %r %r"
+            % (r, tls.seen))
+
+    # No trace in the Pod: the process list, the home, every process's
+    # environment and command line read as root (kubectl exec), searched
+    # for in rot13 so that the search's own command line is no match.
+    r = exec_("eve", "ps auxww")
+    h.check(r["status"] == 0 and "PID" in r["stdout"] and SECRET_MARK not in r["stdout"],
+            "the process list holds no trace: %r" % r["stdout"][-300:])
+    r = exec_("eve", "grep -rl %s /home/agent /tmp/agenthold-ca; echo rc=$?" % SECRET_MARK)
+    h.check(r["stdout"].strip() == "rc=1", "the home and the trust files hold no trace: %r" % r)
+    podname = "%s-%s" % (h.prefix, aid)
+    p = h.kubectl("exec", podname, "-c", pod["spec"]["containers"][0]["name"], "--", "sh", "-c",
+                  "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat $f; done "
+                  "| tr '\\0A-Za-z' '\\nN-ZA-Mn-za-m' > /tmp/scan; grep -c %s /tmp/scan; "
+                  "grep -c %s /tmp/scan; rm -f /tmp/scan"
+                  % (codecs.encode(SECRET_MARK, "rot13"), codecs.encode("AGENTHOLD_EGRESS_PORT=", "rot13")),
+                  check=False)
+    counts = p.stdout.split()
+    h.check(len(counts) == 2 and counts[0] == "0" and int(counts[1]) >= 1,
+            "no process's environment or command line holds it (sandboxd's own was read): %r %r"
+            % (p.stdout, p.stderr))
+
+    # Every attempt in the audit, each with its verdict.
+    st, j = h.api("GET", "/api/v1/agents/eve/operations?operation=egress&limit=100", expect=200)
+    rows = j["operations"]
+    details = [r["detail"] for r in rows]
+    h.check(any(r["ok"] and r["detail"].startswith("%s (http) to %s: allowed" % (pt, pt)) for r in rows),
+            "the audit has the plain request, allowed: %r" % details)
+    h.check(any(not r["ok"] and r["detail"] == "example.org:80 (http)" and r["error"] for r in rows),
+            "the audit has the refusal with its reason: %r" % details)
+    h.check(any(r["ok"] and "TLS terminated" in r["detail"] and "'Authorization'" in r["detail"] for r in rows),
+            "the audit says the header was added, by name: %r" % details)
+    h.check(SECRET_MARK not in repr(rows), "the audit holds no trace of the secret")
+    h.check(not any(pt in d and "direct" in d for d in details), "the direct attempt never reached the server")
+
+    # The tenant's list changed while the sandbox runs: the next connection.
+    st, t = h.api("PATCH", "/api/v1/tenants/default", body={"egress_allow": [tt]})
+    h.check(st == 200 and t["egress_allow"] == [tt], "PATCH the list: %d %r" % (st, t))
+    r = exec_("eve", "curl -sS --max-time 30 -w ' %%{http_code}' http://%s/again" % pt)
+    h.check(r["stdout"].endswith(" 403") and len(plain.seen) == 1,
+            "the upstream taken off the list is refused at the next connection: %r %r" % (r, plain.seen))
+
+    h.check(h.cli("rm", "eve")["state"] == "destroyed", "rm -> destroyed")
+    nothing_left()
+    h.server.terminate()
+    h.check(h.server.wait(timeout=30) == 0, "the server exits 0 on SIGTERM")
+    h.check(SECRET_MARK not in h.server_log_tail(10 ** 7), "the server's log holds no trace of the secret")
+
+
+sys.exit(h.run({"life": life, "faults": faults, "reader": reader, "egress": egress}[SCENARIO]))
