@@ -470,10 +470,14 @@ static int s_set (ah_config_t *self, const s_key_t *key, const char *value,
 //  ---------------------------------------------------------------------
 //  Suggestions
 
-static size_t s_distance (const char *a, const char *b)
+//  The edit distance of a and b (case aside) when it is at most max,
+//  else SIZE_MAX: strings whose lengths differ by more than max are not
+//  compared, and a row all above max ends the walk (a file's unknown
+//  keys, up to 64 bytes each, cost little however many there are).
+static size_t s_distance (const char *a, const char *b, size_t max)
 {
     size_t la = strlen (a), lb = strlen (b);
-    if (la > 64 || lb > 64)
+    if (la > 64 || lb > 64 || (la > lb ? la - lb : lb - la) > max)
         return SIZE_MAX;
     size_t row [65];
     for (size_t j = 0; j <= lb; j++)
@@ -481,6 +485,7 @@ static size_t s_distance (const char *a, const char *b)
     for (size_t i = 1; i <= la; i++) {
         size_t diagonal = row [0];
         row [0] = i;
+        size_t low = row [0];
         for (size_t j = 1; j <= lb; j++) {
             size_t above = row [j];
             size_t cost = tolower ((unsigned char) a [i - 1]) == tolower ((unsigned char) b [j - 1]) ? 0 : 1;
@@ -489,9 +494,13 @@ static size_t s_distance (const char *a, const char *b)
             if (row [j - 1] + 1 < best) best = row [j - 1] + 1;
             row [j] = best;
             diagonal = above;
+            if (best < low)
+                low = best;
         }
+        if (low > max)
+            return SIZE_MAX;
     }
-    return row [lb];
+    return row [lb] <= max ? row [lb] : SIZE_MAX;
 }
 
 static const char *s_last_part (const char *key)
@@ -504,11 +513,14 @@ static const char *s_last_part (const char *key)
 //  whole paths and also last parts (a right name in the wrong section).
 static const s_key_t *s_closest (const char *unknown)
 {
+    size_t allowed = strlen (s_last_part (unknown)) / 3;
+    if (allowed < 2)
+        allowed = 2;
     const s_key_t *best = NULL;
     size_t best_distance = SIZE_MAX;
     for (size_t i = 0; i < KEY_COUNT; i++) {
-        size_t d = s_distance (unknown, s_keys [i].key);
-        size_t d_last = s_distance (s_last_part (unknown), s_last_part (s_keys [i].key));
+        size_t d = s_distance (unknown, s_keys [i].key, allowed);
+        size_t d_last = s_distance (s_last_part (unknown), s_last_part (s_keys [i].key), allowed);
         if (d_last < d)
             d = d_last;
         if (d < best_distance) {
@@ -516,9 +528,6 @@ static const s_key_t *s_closest (const char *unknown)
             best = &s_keys [i];
         }
     }
-    size_t allowed = strlen (s_last_part (unknown)) / 3;
-    if (allowed < 2)
-        allowed = 2;
     return best_distance <= allowed ? best : NULL;
 }
 
@@ -532,7 +541,7 @@ static char *s_unknown_key (const char *key, const char *where)
                                        "sandbox.kubernetes", "limits", "audit",
                                        "policy", "catalog", "conversations" };
     for (size_t i = 0; i < sizeof sections / sizeof sections [0]; i++)
-        if (s_distance (key, sections [i]) <= 2)
+        if (s_distance (key, sections [i], 2) <= 2)
             return ah_strf ("unknown key '%s' (%s); did you mean '%s'?", key, where, sections [i]);
     return ah_strf ("unknown key '%s' (%s); docs/configuration.md lists the keys", key, where);
 }
