@@ -27,11 +27,8 @@ Authorization header of every request it gets.
 usage: secrets_docker.py AGENTHOLD_BINARY SOURCE_DIR (sandboxd next to it)
 Exits 77 without a Docker Engine. Pool 10.213.64.0/22, prefix dockersecrets<pid>."""
 import codecs
-import http.server
 import os
-import ssl
 import sys
-import threading
 import time
 
 sys.dont_write_bytecode = True          # no __pycache__ in the source tree
@@ -49,32 +46,6 @@ SECRET = "Bearer sk-DOCKER-SECRET-5a4b3c2d1e"
 SECRET_MARK = "DOCKER-SECRET-5a4b3c2d1e"
 
 
-class Upstream(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self):
-        self.server.seen.append(self.headers.get_all("Authorization") or [])
-        body = ("ok %s\n" % self.path).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
-
-
-def upstream(cert, key):
-    srv = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Upstream)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(cert, key)
-    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    srv.seen = []
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    h.cleanups.append(srv.shutdown)
-    return srv
-
-
 def exec_(name, cmd, timeout=120):
     st, r = h.api("POST", "/api/v1/agents/%s/exec" % name, {"cmd": cmd}, timeout=timeout)
     h.check(st == 200 and isinstance(r, dict), "%s: exec %r: HTTP %d %r" % (name, cmd, st, r))
@@ -84,8 +55,8 @@ def exec_(name, cmd, timeout=120):
 def scenario(h):
     ca, cert, key = ahserver.make_test_ca(os.path.join(h.tmp, "testca"), "127.0.0.2", "docker.secrets", Fail)
     h.env["AGENTHOLD_SANDBOX_EGRESS_UPSTREAM_CA_FILE"] = ca
-    a, b = upstream(cert, key), upstream(cert, key)
-    ta, tb = "127.0.0.2:%d" % a.server_address[1], "127.0.0.2:%d" % b.server_address[1]
+    a, ta = ahserver.upstream("127.0.0.2", h.cleanups, cert, key)
+    b, tb = ahserver.upstream("127.0.0.2", h.cleanups, cert, key)
     h.start_server()
     deadline = time.time() + 540
     while True:
@@ -115,9 +86,9 @@ def scenario(h):
     # Through: the agent's own curl, trusting what sandboxd set up.
     r = exec_("sec", "curl -sS --max-time 30 https://%s/hello" % ta)
     h.check(r["status"] == 0 and r["stdout"] == "ok /hello\n", "curl reaches the host with a secret: %r" % r)
-    h.check(a.seen == [[SECRET]], "the upstream got the secret: %r" % a.seen)
+    h.check(a.seen == [("/hello", [SECRET])], "the upstream got the secret: %r" % a.seen)
     r = exec_("sec", "curl -sS --max-time 30 -H 'Authorization: Bearer agent-own' https://%s/again" % ta)
-    h.check(r["status"] == 0 and a.seen[-1] == [SECRET], "the agent's own header is replaced: %r %r" % (r, a.seen))
+    h.check(r["status"] == 0 and a.seen[-1] == ("/again", [SECRET]), "the agent's own header is replaced: %r %r" % (r, a.seen))
     # The server terminated it: the test CA alone does not verify what the sandbox saw there.
     put_home_file(cid, "testca.pem", open(ca, "rb").read())
     r = exec_("sec", "curl -sS --max-time 30 --cacert ~/testca.pem https://%s/x" % ta)
@@ -126,7 +97,7 @@ def scenario(h):
     # No secret: untouched, the upstream's own TLS and the agent's own header.
     r = exec_("sec", "curl -sS --max-time 30 --cacert ~/testca.pem -H 'Authorization: Bearer agent-own' "
               "https://%s/plain" % tb)
-    h.check(r["status"] == 0 and r["stdout"] == "ok /plain\n" and b.seen == [["Bearer agent-own"]],
+    h.check(r["status"] == 0 and r["stdout"] == "ok /plain\n" and b.seen == [("/plain", ["Bearer agent-own"])],
             "a host without a secret is carried untouched: %r %r" % (r, b.seen))
 
     # No trace inside: env, the home, every process's environment (as root), ps, the trust files.

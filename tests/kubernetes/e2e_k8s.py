@@ -57,13 +57,10 @@ import asyncio
 import base64
 import codecs
 import hashlib
-import http.server
 import json
 import os
-import ssl
 import subprocess
 import sys
-import threading
 import time
 
 sys.dont_write_bytecode = True
@@ -429,35 +426,6 @@ def reader():
     h.check(h.server.wait(timeout=30) == 0, "the server exits 0 on SIGTERM")
 
 
-class Upstream(http.server.BaseHTTPRequestHandler):
-    """An upstream of the test's own: each request's path and Authorization
-    headers written down, answered with a line naming the path."""
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self):
-        self.server.seen.append((self.path, self.headers.get_all("Authorization") or []))
-        body = ("ok %s\n" % self.path).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
-
-
-def upstream(addr, cert=None, key=None):
-    srv = http.server.ThreadingHTTPServer((addr, 0), Upstream)
-    if cert:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(cert, key)
-        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    srv.seen = []
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    h.cleanups.append(srv.shutdown)
-    return srv, "%s:%d" % (addr, srv.server_address[1])
-
-
 def exec_(name, cmd, timeout=120):
     """A shell command as the agent (the exec route): its answer."""
     st, r = h.api("POST", "/api/v1/agents/%s/exec" % name, body={"cmd": cmd}, timeout=timeout)
@@ -474,8 +442,8 @@ def egress():
     h.env["AGENTHOLD_SANDBOX_EGRESS_UPSTREAM_CA_FILE"] = ca
     h.env["AGENTHOLD_CATALOG_PATH"] = os.path.join(SRC, "catalog", "runtimes.json")
     h.env.pop("AGENTHOLD_SANDBOX_DEFAULT_MEMORY_MB", None)
-    plain, pt = upstream(h.node_ip)
-    tls, tt = upstream("127.0.0.2", cert, key)
+    plain, pt = ahserver.upstream(h.node_ip, h.cleanups)
+    tls, tt = ahserver.upstream("127.0.0.2", h.cleanups, cert, key)
     h.start_server()
     st, j = h.api("GET", "/api/v1/runtimes", expect=200)
     deb = [r for r in j["runtimes"] if r["alias"] == "debian"]

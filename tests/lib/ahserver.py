@@ -16,14 +16,17 @@ What differs per caller stays a parameter: the exception class raised
 (each driver has its own Fail), the driver and the other settings."""
 import hashlib
 import http.client
+import http.server
 import json
 import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 import time
 
@@ -249,6 +252,39 @@ def make_test_ca(d, ip, name, fail=RuntimeError):
     openssl("x509", "-req", "-in", f["up.csr"], "-CA", f["ca.pem"], "-CAkey", f["ca.key"], "-CAcreateserial",
             "-out", f["up.pem"], "-days", "2", "-extfile", f["ext.cnf"])
     return f["ca.pem"], f["up.pem"], f["up.key"]
+
+
+class _Recorded(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        self.server.seen.append((self.path, self.headers.get_all("Authorization") or []))
+        body = ("ok %s\n" % self.path).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+def upstream(addr, cleanups, cert=None, key=None):
+    """An upstream of a test's own on addr (a port the kernel picks), the
+    egress tests' HTTP or, with cert and key, HTTPS server: each GET is
+    answered "ok PATH\n" and its path (as the client sent it: the absolute
+    form through a proxy) and Authorization headers are kept in .seen, a
+    list of (path, [values]). Its shutdown goes on cleanups. Returns the
+    server and "addr:port"."""
+    srv = http.server.ThreadingHTTPServer((addr, 0), _Recorded)
+    if cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    srv.seen = []
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    cleanups.append(srv.shutdown)
+    return srv, "%s:%d" % (addr, srv.server_address[1])
 
 
 def sha256_file(path, block=1 << 20):
