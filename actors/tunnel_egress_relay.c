@@ -1063,6 +1063,10 @@ void ah_tun_egress_drains_end (self_t *self)
 void ah_tun_egress_data (self_t *self, chan_t *chan, const uint8_t *data, size_t size)
 {
     egress_t *e = chan->egress;
+    if (chan->parked) {
+        ah_tun_egress_parked_data (self, chan, data, size);
+        return;
+    }
     if (!e) {
         ah_yamux_consumed (chan->conn->yamux, chan->stream, size);
         return;
@@ -1095,6 +1099,8 @@ void ah_tun_egress_data (self_t *self, chan_t *chan, const uint8_t *data, size_t
 void ah_tun_egress_eof (self_t *self, chan_t *chan)
 {
     egress_t *e = chan->egress;
+    if (chan->parked)
+        ah_tun_egress_parked_eof (self, chan);
     if (!e)
         return;
     e->down_eof = true;
