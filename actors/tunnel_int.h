@@ -39,9 +39,8 @@
     ACKed to the opener when yamux takes it.
 
     Egress (tunnel_egress_relay.c): an allowed connection's resolution
-    and connect run in the actor's workers (ah_actor_job; an address
-    literal without a secret is checked and connected non-blocking on
-    this thread instead, nothing of it blocks): the job owns
+    (an address literal: parsed), address check and connect run in the
+    actor's workers (ah_actor_job): the job owns
     copies of what it needs and reads nothing else of the actor's but
     egress_stop (atomic); its done, back on this thread, finds its
     channel again by id (gone: the socket is closed). So does the read
