@@ -480,6 +480,31 @@ static void s_sorted (const int64_t answered [6], int64_t order [6])
              (long long) order [5]);
 }
 
+//  One GET of path through the proxy to 127.0.0.1:port over TLS, the
+//  client trusting ca_file, with the sandbox's own Authorization: true
+//  when it was answered "ok <path>" and both rows say the connection's
+//  TLS was the server's (terminated) or the sandbox's own, as expected.
+static bool s_tls_get (int eport, zsock_t *recorder, int port, const char *ca_file, const char *path,
+                       bool terminated)
+{
+    char t [64], req [300], got [2048];
+    row_t row;
+    snprintf (t, sizeof t, "127.0.0.1:%d", port);
+    int fd = s_tunnel_to (eport, t);
+    bool ok = s_row (recorder, "egress", &row) && row.ok && !strstr (row.detail, "TLS terminated") == !terminated;
+    SSL_CTX *cctx = NULL;
+    SSL *ssl = fd >= 0 ? s_client (fd, ca_file, &cctx) : NULL;
+    snprintf (req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer sandbox-own\r\n\r\n", path, t);
+    snprintf (t, sizeof t, "ok %s", path);
+    ok = ok && ssl && SSL_write (ssl, req, (int) strlen (req)) == (int) strlen (req)
+       && s_answer (ssl, got, sizeof got) && strstr (got, t);
+    s_client_end (ssl, cctx, fd, true);
+    ok = ok && s_row (recorder, "egress.end", &row) && !strstr (row.detail, "TLS terminated") == !terminated;
+    if (!ok)
+        fprintf (stderr, "TLS GET %s through port %d: not as expected\n", path, port);
+    return ok;
+}
+
 int main (void)
 {
     //  A network namespace of the test's own (as root), before any
@@ -975,45 +1000,22 @@ int main (void)
         //  No secret: carried untouched; the client verifies the upstream's
         //  own certificate (its CA, not the installation's), and the
         //  upstream gets the sandbox's own header.
-        snprintf (t, sizeof t, "127.0.0.1:%d", pc);
-        fd = s_tunnel_to (eport, t);
-        CHECK (s_row (recorder, "egress", &row) && row.ok && !strstr (row.detail, "TLS terminated"));
-        ssl = fd >= 0 ? s_client (fd, ca_file, &cctx) : NULL;
-        snprintf (reqs, sizeof reqs, "GET /plain HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer sandbox-own\r\n\r\n", pc);
-        CHECK (ssl && SSL_write (ssl, reqs, (int) strlen (reqs)) == (int) strlen (reqs));
-        CHECK (ssl && s_answer (ssl, got, sizeof got) && strstr (got, "ok /plain"));
+        CHECK (s_tls_get (eport, recorder, pc, ca_file, "/plain", false));
         CHECK (streq (uc->seen, "auth=Bearer sandbox-own;"));
-        s_client_end (ssl, cctx, fd, true);
-        CHECK (s_row (recorder, "egress.end", &row) && !strstr (row.detail, "TLS terminated"));
         //  The secret removed (as the API's DELETE does): the very next
         //  connection to its host is carried untouched...
         s_sql ("DELETE FROM egress_secrets WHERE tenant = 'acme' AND port = %d", pa);
         s_egress_changed ("acme");
-        snprintf (t, sizeof t, "127.0.0.1:%d", pa);
-        fd = s_tunnel_to (eport, t);
-        CHECK (s_row (recorder, "egress", &row) && row.ok && !strstr (row.detail, "TLS terminated"));
-        ssl = fd >= 0 ? s_client (fd, ca_file, &cctx) : NULL;
-        snprintf (reqs, sizeof reqs, "GET /gone HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer sandbox-own\r\n\r\n", pa);
-        CHECK (ssl && SSL_write (ssl, reqs, (int) strlen (reqs)) == (int) strlen (reqs));
-        CHECK (ssl && s_answer (ssl, got, sizeof got) && strstr (got, "ok /gone"));
+        CHECK (s_tls_get (eport, recorder, pa, ca_file, "/gone", false));
         snprintf (want_seen, sizeof want_seen, "auth=%s;auth=%s;auth=Bearer sandbox-own;", secret, secret);
         CHECK (streq (ua->seen, want_seen) && ua->requests == 3);
-        s_client_end (ssl, cctx, fd, true);
-        CHECK (s_row (recorder, "egress.end", &row) && !strstr (row.detail, "TLS terminated"));
         //  ... and set again, the next one gets it.
         s_secret_put ("acme", pa, "Authorization", secret);
         s_egress_changed ("acme");
-        fd = s_tunnel_to (eport, t);
-        CHECK (s_row (recorder, "egress", &row) && row.ok && strstr (row.detail, "TLS terminated"));
-        ssl = fd >= 0 ? s_client (fd, egress_ca_file, &cctx) : NULL;
-        snprintf (reqs, sizeof reqs, "GET /back HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", pa);
-        CHECK (ssl && SSL_write (ssl, reqs, (int) strlen (reqs)) == (int) strlen (reqs));
-        CHECK (ssl && s_answer (ssl, got, sizeof got) && strstr (got, "ok /back"));
+        CHECK (s_tls_get (eport, recorder, pa, egress_ca_file, "/back", true));
         snprintf (want_seen, sizeof want_seen, "auth=%s;auth=%s;auth=Bearer sandbox-own;auth=%s;", secret, secret,
                   secret);
         CHECK (streq (ua->seen, want_seen) && ua->requests == 4);
-        s_client_end (ssl, cctx, fd, true);
-        CHECK (s_row (recorder, "egress.end", &row) && strstr (row.detail, "TLS terminated"));
         //  The tenant removed (its rows, as the API's DELETE removes them):
         //  what the tunnel held of it goes; the next connection finds no
         //  list and no secret.
