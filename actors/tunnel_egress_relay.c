@@ -851,8 +851,8 @@ static void s_finish (self_t *self, egress_t *e, const char *error)
     }
     else {
         int64_t ms = zclock_mono () - e->connected_ms;
-        char detail [sizeof e->detail + ADDR_TEXT_MAX + 120];
         char secret [160] = "";
+        char detail [sizeof e->detail + ADDR_TEXT_MAX + sizeof secret + 100];
         if (e->tls)
             snprintf (secret, sizeof secret, ", TLS terminated, header '%s' added to %llu requests",
                       ah_tun_tls_header (e->tls), (unsigned long long) ah_tun_tls_requests (e->tls));
