@@ -91,8 +91,8 @@ typedef struct {
 
 //  A tenant's egress as the tunnel holds it (tunnel_egress.c, "The
 //  cache"): its allow and deny lists and its secrets' rows, the values
-//  sealed as SQLite holds them (opened only in a worker). Read at the
-//  first request of the tenant's agents, dropped when the API says they
+//  sealed as SQLite holds them (opened only in a worker). Read (by a
+//  worker) at the first request of the tenant's agents, dropped when the API says they
 //  changed (EGRESS_CHANGED, docs/messages.md); owned by self->egress_tenants.
 typedef struct {
     char *host;                     //  as the API wrote it (proto/egress.h's secret target)
@@ -285,7 +285,8 @@ chan_t *ah_tun_chan_open (conn_t *conn, chan_kind_t kind, const ah_msg_t *header
 //  A stream sandboxd opened (an egress connection, docs/egress.md): its
 //  header is awaited like a reply, within the open timeout. NULL: reset.
 chan_t *ah_tun_chan_accept (conn_t *conn, uint32_t stream, chan_kind_t kind);
-//  An egress stream's header is whole (tunnel_egress.c): decided; a
+//  An egress stream's header is whole (tunnel_egress.c): decided (once
+//  its tenant's lists are in memory: until then parked, chan->parked); a
 //  refusal answered, recorded and the channel forgotten, an allowed
 //  one handed to ah_tun_egress_start (answered when it connected).
 //  early: bytes that came after the header (not yet consumed).
