@@ -536,6 +536,7 @@ static void s_destroy (void *self_)
     zhashx_destroy (&self->reader_hashes);
     ah_tun_egress_destroy (self);
     ah_store_close (&self->store);
+    free (self->db_path);
     if (self->socket_path && self->unix_vhost)
         unlink (self->socket_path);
     free (self->socket_path);
@@ -562,6 +563,9 @@ static void *s_init (ah_actor_t *actor, void *args)
     //  the default, each bounded by sandbox.egress_connect_timeout.
     ah_actor_workers (actor, AH_TUN_EGRESS_WORKERS);
     self->egress_jobs = zhashx_new ();
+    self->db_path = a->db_path ? strdup (a->db_path) : NULL;
+    self->egress_fill_hook = a->egress_fill_hook;
+    self->egress_fill_hook_arg = a->egress_fill_hook_arg;
     self->ping_interval_ms = a->ping_interval_ms > 0 ? a->ping_interval_ms : AH_TUNNEL_PING_INTERVAL_MS;
     self->ping_timeout_ms = a->ping_timeout_ms > 0 ? a->ping_timeout_ms : AH_TUNNEL_PING_TIMEOUT_MS;
     self->open_timeout_ms = a->open_timeout_ms > 0 ? a->open_timeout_ms : AH_TUNNEL_OPEN_TIMEOUT_MS;

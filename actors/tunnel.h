@@ -48,6 +48,11 @@
 #define AH_TUNNEL_DATA_MAX          (256u << 10) //  largest CHAN_DATA payload
 #define AH_TUNNEL_CREDIT            (2u << 20)  //  unacknowledged bytes an opener may send
 
+//  Tests only: called in the tunnel's worker that read a tenant's egress
+//  lists and secrets for its cache, after the read and before they are
+//  handed back (a test holds a read there to show what comes meanwhile).
+typedef void (ah_tunnel_fill_hook_fn) (const char *tenant, void *arg);
+
 typedef struct {
     const ah_config_t *config;      //  borrowed; must outlive the actor
     const char *db_path;            //  the database file (opened, not migrated)
@@ -56,6 +61,8 @@ typedef struct {
     int open_timeout_ms;            //  0: AH_TUNNEL_OPEN_TIMEOUT_MS
     int stats_interval_ms;          //  0: AH_TUNNEL_STATS_INTERVAL_MS; < 0: no stats
     int connect_wait_ms;            //  0: AH_TUNNEL_CONNECT_WAIT_MS; < 0: no wait
+    ah_tunnel_fill_hook_fn *egress_fill_hook;   //  tests only; NULL in the server
+    void *egress_fill_hook_arg;
 } ah_tunnel_args_t;
 
 //  ah_actor_new (&ah_tunnel_actor, &args, &err).

@@ -34,6 +34,8 @@ void ah_tun_chan_free (self_t *self, chan_t *chan)
     char key [24];
     if (chan->egress)
         ah_tun_egress_end (self, chan, NULL);
+    if (chan->parked)
+        ah_tun_egress_unpark (self, chan, NULL);
     ah_actor_timer_end (self->actor, chan->open_timer);
     if (chan->conn)
         zhashx_delete (chan->conn->streams, s_key (key, sizeof key, chan->stream));
@@ -66,6 +68,8 @@ void ah_tun_chan_fail (self_t *self, chan_t *chan, int status, const char *error
     }
     else if (chan->egress)
         ah_tun_egress_end (self, chan, error);      //  recorded with why it ended
+    else if (chan->parked)
+        ah_tun_egress_unpark (self, chan, error);   //  so is a request still parked
     else if (chan->kind == CH_HELLO && chan->conn && !chan->conn->dead && !chan->conn->ready) {
         conn_t *conn = chan->conn;
         char why [300];

@@ -202,7 +202,7 @@ void ah_tun_conn_close (conn_t *conn, const char *why, bool lost, bool fatal, bo
         zlistx_add_end (list, c);
     for (chan_t *c = (chan_t *) zlistx_first (list); c; c = (chan_t *) zlistx_next (list)) {
         c->conn = NULL;                     //  its stream entry goes with the map
-        if (c->kind == CH_EXTERNAL || c->egress)
+        if (c->kind == CH_EXTERNAL || c->egress || c->parked)
             ah_tun_chan_fail (self, c, 502, why);   //  an egress connection: recorded with why
         else
             ah_tun_chan_free (self, c);

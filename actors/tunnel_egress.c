@@ -23,7 +23,23 @@
     its next request, so a change applies to the next connection, as
     when every request read them. Anything else that wrote those tables
     while the server runs would not be seen until that tenant's next
-    EGRESS_CHANGED or the server's restart.                            */
+    EGRESS_CHANGED or the server's restart.
+
+    A miss is not read here either. The request is parked (parked_t,
+    on its tenant's fill_t in self->egress_fills: the stream stays
+    open, what sandboxd sends meanwhile is kept unconsumed, so yamux's
+    window bounds it) and a fill job reads the tenant's rows in one of
+    the actor's workers, on a read-only SQLite connection of its own
+    (fill_job_t owns it while it runs; the actor keeps one between
+    fills). One fill per tenant at a time: later misses of the tenant
+    park behind the first. When the job is back, the rows go into the
+    cache and the parked requests are decided in the order they came;
+    an EGRESS_CHANGED that came while the fill ran marks it stale, and
+    its rows are dropped and read again before anyone is decided on
+    them. At most AH_TUN_EGRESS_PARKED_TENANT requests wait for one
+    tenant and AH_TUN_EGRESS_PARKED in all; the one beyond is refused
+    (EAGAIN, 503) saying so. A stream that ends while parked is freed
+    and recorded ("ended before it was decided").                     */
 #include "actors/tunnel_int.h"
 #include "catalog/catalog.h"
 #include "common/log.h"
@@ -91,6 +107,7 @@ ah_tun_egress_counts_t *ah_tun_egress_counts (self_t *self, const char *tenant)
 }
 
 static void s_tenant_free (void **item);
+static void s_fills_destroy (self_t *self);
 
 static void s_counts_free (void **item)
 {
@@ -104,6 +121,7 @@ void ah_tun_egress_init (self_t *self, const ah_config_t *config)
         zhashx_set_destructor (self->egress_counts, s_counts_free);
     if ((self->egress_tenants = zhashx_new ()))
         zhashx_set_destructor (self->egress_tenants, s_tenant_free);
+    self->egress_fills = zhashx_new ();
     char *err = NULL;
     if (config && config->catalog_path && !(self->catalog = ah_catalog_load (config->catalog_path, &err))) {
         self->egress_broken = ah_strf ("the catalog could not be read: %s", err ? err : "?");
@@ -129,6 +147,8 @@ void ah_tun_egress_destroy (self_t *self)
     self->egress_broken = NULL;
     zhashx_destroy (&self->egress_counts);
     zhashx_destroy (&self->egress_tenants);
+    s_fills_destroy (self);
+    ah_store_close (&self->egress_fill_store);
     ah_tun_egress_tls_destroy (self);
 }
 
@@ -160,15 +180,15 @@ static void s_tenant_free (void **item)
 
 //  The tenant's allow or deny list (at most S_LIST_MAX entries, in
 //  order) into *out. 0, or -1 (read or memory failed).
-static int s_read_list (self_t *self, const char *tenant, const char *list, char ***out, size_t *n)
+static int s_read_list (ah_store_t *store, const char *tenant, const char *list, char ***out, size_t *n)
 {
     *out = (char **) calloc (S_LIST_MAX, sizeof **out);
     *n = 0;
-    sqlite3_stmt *st = *out ? ah_store_prepare (self->store, "SELECT entry FROM tenant_egress"
+    sqlite3_stmt *st = *out ? ah_store_prepare (store, "SELECT entry FROM tenant_egress"
                                                 " WHERE tenant = :tenant AND list = :list ORDER BY pos") : NULL;
     int rc = st && !ah_store_bind_text (st, ":tenant", tenant) && !ah_store_bind_text (st, ":list", list)
            ? SQLITE_ROW : SQLITE_ERROR;
-    while (rc == SQLITE_ROW && *n < S_LIST_MAX && (rc = ah_store_step (self->store, st)) == SQLITE_ROW) {
+    while (rc == SQLITE_ROW && *n < S_LIST_MAX && (rc = ah_store_step (store, st)) == SQLITE_ROW) {
         const char *e = (const char *) sqlite3_column_text (st, 0);
         if (!e || !((*out) [*n] = strdup (e)))
             rc = SQLITE_ERROR;
@@ -181,13 +201,13 @@ static int s_read_list (self_t *self, const char *tenant, const char *list, char
 }
 
 //  The tenant's secrets' rows into t. 0 / -1.
-static int s_read_secrets (self_t *self, const char *tenant, ah_tun_tenant_t *t)
+static int s_read_secrets (ah_store_t *store, const char *tenant, ah_tun_tenant_t *t)
 {
-    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT host, port, header, value FROM egress_secrets"
+    sqlite3_stmt *st = ah_store_prepare (store, "SELECT host, port, header, value FROM egress_secrets"
                                          " WHERE tenant = :tenant ORDER BY host, port");
     int rc = st && !ah_store_bind_text (st, ":tenant", tenant) ? SQLITE_ROW : SQLITE_ERROR;
     size_t cap = 0;
-    while (rc == SQLITE_ROW && (rc = ah_store_step (self->store, st)) == SQLITE_ROW) {
+    while (rc == SQLITE_ROW && (rc = ah_store_step (store, st)) == SQLITE_ROW) {
         if (t->n_secrets == cap) {
             size_t more = cap ? 2 * cap : 4;
             ah_tun_secret_t *s = (ah_tun_secret_t *) realloc (t->secrets, more * sizeof *s);
@@ -221,32 +241,54 @@ static int s_read_secrets (self_t *self, const char *tenant, ah_tun_tenant_t *t)
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
-const ah_tun_tenant_t *ah_tun_egress_tenant (self_t *self, const char *tenant)
+//  ---------------------------------------------------------------------
+//  A fill, in a worker (see "The cache" above): the job owns its copies
+//  and its SQLite connection; of the actor it reads nothing.
+
+typedef struct {
+    char tenant [128];
+    char *db_path;                  //  to open a connection when it was given none
+    ah_store_t *store;              //  the actor's kept connection, or one of its own
+    bool keep;                      //  the connection goes back to the actor (else closed here)
+    ah_tunnel_fill_hook_fn *hook;   //  tests only (ah_tunnel_args_t)
+    void *hook_arg;
+    ah_tun_tenant_t *t;             //  the outcome; NULL: could not be read
+} fill_job_t;
+
+static void s_fill_job_free (fill_job_t *job)
 {
-    if (!self->egress_tenants || !tenant)
-        return NULL;
-    ah_tun_tenant_t *t = (ah_tun_tenant_t *) zhashx_lookup (self->egress_tenants, tenant);
-    if (t)
-        return t;
-    t = (ah_tun_tenant_t *) calloc (1, sizeof *t);
-    self->egress_tenant_reads++;
-    if (!t || s_read_list (self, tenant, "allow", &t->allow, &t->n_allow)
-    ||  s_read_list (self, tenant, "deny", &t->deny, &t->n_deny) || s_read_secrets (self, tenant, t)
-    ||  zhashx_insert (self->egress_tenants, tenant, t)) {
-        ah_warn (AREA, "egress: tenant '%s''s lists and secrets cannot be read", tenant);
+    void *t = job->t;
+    s_tenant_free (&t);
+    ah_store_close (&job->store);
+    free (job->db_path);
+    free (job);
+}
+
+static void s_fill_work (void *arg)
+{
+    fill_job_t *job = (fill_job_t *) arg;
+    char *err = NULL;
+    if (!job->store && (job->store = ah_store_open (job->db_path, false, &err))
+    &&  ah_store_exec (job->store, "PRAGMA query_only = ON", &err))
+        ah_store_close (&job->store);       //  a connection that could write is not used
+    if (!job->store)
+        ah_warn (AREA, "egress: tenant '%s''s lists: the database cannot be opened: %s", job->tenant,
+                 err ? err : "?");
+    free (err);
+    ah_tun_tenant_t *t = job->store ? (ah_tun_tenant_t *) calloc (1, sizeof *t) : NULL;
+    if (t && (s_read_list (job->store, job->tenant, "allow", &t->allow, &t->n_allow)
+          ||  s_read_list (job->store, job->tenant, "deny", &t->deny, &t->n_deny)
+          ||  s_read_secrets (job->store, job->tenant, t))) {
         void *p = t;
         s_tenant_free (&p);
-        return NULL;
+        t = NULL;
     }
-    return t;
+    job->t = t;
+    if (job->hook)
+        job->hook (job->tenant, job->hook_arg);
+    if (!job->keep)
+        ah_store_close (&job->store);
 }
-
-void ah_tun_egress_forget (self_t *self, const char *tenant)
-{
-    if (self->egress_tenants && tenant)
-        zhashx_delete (self->egress_tenants, tenant);
-}
-
 const ah_tun_secret_t *ah_tun_tenant_secret (const ah_tun_tenant_t *t, const char *host, int port)
 {
     for (size_t i = 0; t && i < t->n_secrets; i++)
@@ -264,12 +306,40 @@ typedef struct {
     const ah_tun_tenant_t *t;       //  the tenant's lists and secrets
 } lists_t;
 
-//  lua/egress.lua's verdict for agent_id asking for host:port; its
-//  sentence (or why it could not be asked) into why; the lists it read
-//  into l.
 typedef struct {
     char tenant [128], name [128], runtime [128];
 } agent_row_t;
+
+//  A request as it came, checked (ah_tun_egress), with its agent's row.
+typedef struct {
+    char host [AH_EGRESS_HOST_MAX + 1];     //  normalised (proto/egress.h)
+    bool literal;
+    int port;
+    char kind [8];                          //  "connect" or "http"
+    char detail [AH_EGRESS_HOST_MAX + 40];  //  "host:port (kind)", for the audit
+    bool known;                             //  the agent has a row
+    agent_row_t row;
+} request_t;
+
+//  A request parked until its tenant's lists are read (see "The cache"):
+//  on its fill's list, in order; its channel points at it (chan->parked).
+struct ah_tun_parked_t {
+    ah_tun_parked_t *next;
+    struct fill_t *fill;
+    int64_t chan_id;
+    char agent_id [AGENT_ID_MAX];
+    request_t req;
+    ah_buf_t early;                 //  the stream's bytes after the request (not consumed)
+    bool eof;                       //  sandboxd's FIN came meanwhile
+};
+
+//  A tenant's fill in flight (self->egress_fills), on the actor's thread.
+typedef struct fill_t {
+    char tenant [128];
+    bool stale;                     //  EGRESS_CHANGED meanwhile: its rows are read again
+    ah_tun_parked_t *head, *tail;   //  the requests waiting for it, in order
+    size_t n;
+} fill_t;
 
 //  The agent's row; false when there is none.
 static bool s_agent (self_t *self, const char *agent_id, agent_row_t *row)
@@ -289,9 +359,16 @@ static bool s_agent (self_t *self, const char *agent_id, agent_row_t *row)
     return found;
 }
 
-static bool s_decide (self_t *self, const char *agent_id, const agent_row_t *row, const char *host,
-                      bool literal, int port, const char *kind, char *why, size_t why_size, lists_t *l)
+//  lua/egress.lua's verdict for agent_id asking for r on t (the tenant's
+//  rows; NULL: they could not be read, refused); its sentence (or why it
+//  could not be asked) into why; the lists it read into l.
+static bool s_decide (self_t *self, const char *agent_id, const request_t *r, const ah_tun_tenant_t *t,
+                      char *why, size_t why_size, lists_t *l)
 {
+    const agent_row_t *row = r->known ? &r->row : NULL;
+    const char *host = r->host, *kind = r->kind;
+    bool literal = r->literal;
+    int port = r->port;
     if (self->egress_broken || !self->egress_rule) {
         snprintf (why, why_size, "egress refused: %s", self->egress_broken ? self->egress_broken : "no rule");
         return false;
@@ -303,7 +380,7 @@ static bool s_decide (self_t *self, const char *agent_id, const agent_row_t *row
     const char *tenant = row->tenant, *name = row->name, *runtime = row->runtime;
     const ah_runtime_t *rt = *runtime && self->catalog ? ah_catalog_find (self->catalog, runtime) : NULL;
     l->rt = rt;
-    const ah_tun_tenant_t *t = l->t = ah_tun_egress_tenant (self, tenant);
+    l->t = t;
     if (!t) {
         snprintf (why, why_size, "egress refused: tenant '%.100s''s egress lists cannot be read", tenant);
         return false;
@@ -385,63 +462,14 @@ static bool s_start (self_t *self, chan_t *chan, const char *host, int port, boo
     return ah_tun_egress_start (self, chan, &req, early, early_size, error, error_size) == 0;
 }
 
-void ah_tun_egress (self_t *self, chan_t *chan, const ah_msg_t *req, const uint8_t *early,
-                    size_t early_size)
+//  A request refused (or failed) before anything started: answered,
+//  recorded, counted and the channel forgotten. early_size: the bytes
+//  after the request nobody will read (given back to the window).
+static void s_refuse (self_t *self, chan_t *chan, const char *detail, const char *code, const char *error,
+                      size_t early_size, ah_tun_egress_counts_t *counts)
 {
     conn_t *conn = chan->conn;
-    const char *ch = ah_msg_str (req, "ch");
-    const char *host = ah_msg_str (req, "host");
-    const char *kind = ah_msg_str (req, "kind");
-    int64_t port = ah_msg_int (req, "port", 0);
-    char norm [AH_EGRESS_HOST_MAX + 1] = "";
-    bool literal = false;
-    const char *why = NULL;
-    const char *code = "EACCES";
-    char error [900], detail [AH_EGRESS_HOST_MAX + 40];
-    //  Counted on the agent's tenant (an agent without a row: nowhere).
-    agent_row_t row;
-    bool known = s_agent (self, conn->agent_id, &row);
-    ah_tun_egress_counts_t *counts = known ? ah_tun_egress_counts (self, row.tenant) : NULL;
-    if (!ch || strcmp (ch, "egress")) {
-        snprintf (error, sizeof error, "sandboxd opened a stream for channel '%.32s': only egress is "
-                  "opened by sandboxd", ch ? ch : "?");
-        ah_warn (AREA, "agent '%s': %s; reset", conn->agent_id, error);
-        ah_yamux_reset (conn->yamux, chan->stream);
-        ah_tun_chan_free (self, chan);
-        return;
-    }
-    //  An IPv6 literal comes without brackets (docs/tunnel.md); the
-    //  grammar takes it with them.
-    char bracketed [AH_EGRESS_HOST_MAX + 3] = "";
-    if (host && strchr (host, ':') && strlen (host) <= AH_EGRESS_HOST_MAX) {
-        snprintf (bracketed, sizeof bracketed, "[%s]", host);
-        host = bracketed;
-    }
-    if (!host || ah_egress_host (host, strlen (host), norm, &literal, &why)
-    ||  port < 1 || port > 65535 || !kind || (strcmp (kind, "connect") && strcmp (kind, "http"))) {
-        snprintf (error, sizeof error, "egress refused: a malformed request from sandboxd (%s)",
-                  !host ? "no host" : why ? why : port < 1 || port > 65535 ? "port out of range" : "kind");
-        snprintf (detail, sizeof detail, "(malformed)");
-        code = "EINVAL";
-    }
-    else {
-        snprintf (detail, sizeof detail, strchr (norm, ':') ? "[%s]:%d (%s)" : "%s:%d (%s)", norm,
-                  (int) port, kind);
-        char why_rule [300];
-        lists_t lists = { .tenant = row.tenant, .connect = streq (kind, "connect") };
-        bool allow = s_decide (self, conn->agent_id, known ? &row : NULL, norm, literal, (int) port, kind,
-                               why_rule, sizeof why_rule, &lists);
-        if (!allow)
-            snprintf (error, sizeof error, "%s", why_rule);
-        bool started = allow && s_start (self, chan, norm, (int) port, literal, detail, why_rule, &lists,
-                                         early, early_size, error, sizeof error, &code, counts);
-        if (started) {
-            ah_debug (AREA, "agent '%s': egress %s: %s; connecting", conn->agent_id, detail, why_rule);
-            return;                 //  the relay answers, records and ends it
-        }
-    }
     ah_debug (AREA, "agent '%s': egress %s: %s", conn->agent_id, detail, error);
-    //  Nobody reads what came after the request: given back to the window.
     if (early_size)
         ah_yamux_consumed (conn->yamux, chan->stream, early_size);
     if (ah_tun_egress_answer (conn, chan, code, error, NULL))
@@ -452,4 +480,317 @@ void ah_tun_egress (self_t *self, chan_t *chan, const ah_msg_t *req, const uint8
     else if (counts)
         counts->denied++;
     ah_tun_chan_free (self, chan);
+}
+
+//  r decided on t (the tenant's cached rows; NULL: they could not be
+//  read), then handed to the relay or refused. eof: sandboxd's FIN came
+//  already (while it was parked).
+static void s_go (self_t *self, chan_t *chan, const request_t *r, const ah_tun_tenant_t *t,
+                  const uint8_t *early, size_t early_size, bool eof)
+{
+    conn_t *conn = chan->conn;
+    ah_tun_egress_counts_t *counts = r->known ? ah_tun_egress_counts (self, r->row.tenant) : NULL;
+    char why_rule [300], error [900];
+    const char *code = "EACCES";
+    lists_t lists = { .tenant = r->row.tenant, .connect = streq (r->kind, "connect") };
+    bool allow = s_decide (self, conn->agent_id, r, t, why_rule, sizeof why_rule, &lists);
+    if (!allow)
+        snprintf (error, sizeof error, "%s", why_rule);
+    else
+    if (s_start (self, chan, r->host, r->port, r->literal, r->detail, why_rule, &lists, early, early_size,
+                 error, sizeof error, &code, counts)) {
+        ah_debug (AREA, "agent '%s': egress %s: %s; connecting", conn->agent_id, r->detail, why_rule);
+        if (eof)
+            ah_tun_egress_eof (self, chan);
+        return;                     //  the relay answers, records and ends it
+    }
+    s_refuse (self, chan, r->detail, code, error, early_size, counts);
+}
+
+//  ---------------------------------------------------------------------
+//  Fills, on the actor's thread
+
+static void s_fill_done (void *self_, void *arg, bool ran);
+
+//  A job for fill's tenant to a worker. 0, or -1 (none started).
+static int s_fill_launch (self_t *self, fill_t *fill)
+{
+    fill_job_t *job = (fill_job_t *) calloc (1, sizeof *job);
+    if (!job || !self->db_path || !(job->db_path = strdup (self->db_path))) {
+        free (job);
+        return -1;
+    }
+    snprintf (job->tenant, sizeof job->tenant, "%s", fill->tenant);
+    job->hook = self->egress_fill_hook;
+    job->hook_arg = self->egress_fill_hook_arg;
+    //  The kept connection (or, the first time, the one the job opens
+    //  and hands back); a fill beside it opens and closes its own.
+    if (self->egress_fill_store || !self->egress_fill_store_out) {
+        job->store = self->egress_fill_store;
+        self->egress_fill_store = NULL;
+        job->keep = self->egress_fill_store_out = true;
+    }
+    if (ah_actor_job (self->actor, s_fill_work, s_fill_done, job)) {
+        if (job->keep) {
+            self->egress_fill_store = job->store;
+            job->store = NULL;
+            self->egress_fill_store_out = false;
+        }
+        s_fill_job_free (job);
+        return -1;
+    }
+    return 0;
+}
+
+//  The fill's requests decided on t, in the order they came (t NULL:
+//  refused, the rows could not be read); the fill emptied.
+static void s_resume (self_t *self, fill_t *fill, const ah_tun_tenant_t *t)
+{
+    ah_tun_parked_t *p;
+    while ((p = fill->head)) {
+        //  Off the list before it is decided: deciding one may end the
+        //  connection, and with it others of the list (ah_tun_egress_unpark).
+        fill->head = p->next;
+        if (!fill->head)
+            fill->tail = NULL;
+        fill->n--;
+        self->egress_parked--;
+        chan_t *chan = ah_tun_chan_find (self, p->chan_id);
+        if (chan && chan->parked == p) {
+            chan->parked = NULL;
+            s_go (self, chan, &p->req, t, ah_buf_head (&p->early), ah_buf_size (&p->early), p->eof);
+        }
+        ah_buf_free (&p->early);
+        free (p);
+    }
+}
+
+static void s_fill_done (void *self_, void *arg, bool ran)
+{
+    self_t *self = (self_t *) self_;
+    fill_job_t *job = (fill_job_t *) arg;
+    if (self && job->keep) {
+        self->egress_fill_store = job->store;
+        job->store = NULL;
+        self->egress_fill_store_out = false;
+    }
+    fill_t *fill = self && self->egress_fills ? (fill_t *) zhashx_lookup (self->egress_fills, job->tenant) : NULL;
+    if (!fill || !ran || atomic_load (&self->egress_stop)) {
+        s_fill_job_free (job);      //  the actor ends: its parked requests go with their channels
+        return;
+    }
+    ah_tun_tenant_t *t = job->t;
+    job->t = NULL;
+    s_fill_job_free (job);
+    if (fill->stale) {
+        //  EGRESS_CHANGED came while it read: what it read may be the
+        //  rows before the change. Read again; nobody is decided on these.
+        void *old = t;
+        s_tenant_free (&old);
+        fill->stale = false;
+        if (s_fill_launch (self, fill) == 0)
+            return;
+        t = NULL;
+    }
+    if (t && zhashx_insert (self->egress_tenants, fill->tenant, t)) {
+        void *p = t;
+        s_tenant_free (&p);
+        t = NULL;
+    }
+    if (!t)
+        ah_warn (AREA, "egress: tenant '%s''s lists and secrets cannot be read", fill->tenant);
+    zhashx_delete (self->egress_fills, fill->tenant);
+    s_resume (self, fill, t);       //  t is the cache's: nothing in a turn drops it
+    free (fill);
+}
+
+//  r waits for its tenant's lists: parked on the tenant's fill, one
+//  started when there is none. 0, or -1 with *code and error (refused).
+static int s_park (self_t *self, chan_t *chan, const request_t *r, const uint8_t *early, size_t early_size,
+                   char *error, size_t error_size, const char **code)
+{
+    const char *tenant = r->row.tenant;
+    fill_t *fill = self->egress_fills ? (fill_t *) zhashx_lookup (self->egress_fills, tenant) : NULL;
+    if (self->egress_parked >= AH_TUN_EGRESS_PARKED || (fill && fill->n >= AH_TUN_EGRESS_PARKED_TENANT)) {
+        *code = "EAGAIN";
+        if (fill && fill->n >= AH_TUN_EGRESS_PARKED_TENANT)
+            snprintf (error, error_size, "egress refused: %zu requests of tenant '%.100s' wait already for its "
+                      "egress lists to be read, the most that may wait (try again)", fill->n, tenant);
+        else
+            snprintf (error, error_size, "egress refused: %zu requests wait already for their tenants' "
+                      "egress lists to be read, the most that may wait (try again)", self->egress_parked);
+        return -1;
+    }
+    *code = "EIO";
+    ah_tun_parked_t *p = (ah_tun_parked_t *) calloc (1, sizeof *p);
+    if (!p || (early_size && ah_buf_append (&p->early, early, early_size))) {
+        snprintf (error, error_size, "egress failed: out of memory");
+        goto fail;
+    }
+    if (!fill) {
+        fill = (fill_t *) calloc (1, sizeof *fill);
+        if (fill)
+            snprintf (fill->tenant, sizeof fill->tenant, "%s", tenant);
+        if (!fill || !self->egress_fills || zhashx_insert (self->egress_fills, tenant, fill)) {
+            free (fill);
+            snprintf (error, error_size, "egress failed: out of memory");
+            goto fail;
+        }
+        if (s_fill_launch (self, fill)) {
+            zhashx_delete (self->egress_fills, tenant);
+            free (fill);
+            *code = "EACCES";
+            snprintf (error, error_size, "egress refused: tenant '%.100s''s egress lists cannot be read (no "
+                      "worker could take the read)", tenant);
+            goto fail;
+        }
+    }
+    p->fill = fill;
+    p->chan_id = chan->id;
+    snprintf (p->agent_id, sizeof p->agent_id, "%s", chan->conn->agent_id);
+    p->req = *r;
+    if (fill->tail)
+        fill->tail->next = p;
+    else
+        fill->head = p;
+    fill->tail = p;
+    fill->n++;
+    self->egress_parked++;
+    chan->parked = p;
+    return 0;
+fail:
+    if (p)
+        ah_buf_free (&p->early);
+    free (p);
+    return -1;
+}
+
+void ah_tun_egress_unpark (self_t *self, chan_t *chan, const char *error)
+{
+    ah_tun_parked_t *p = chan->parked;
+    if (!p)
+        return;
+    chan->parked = NULL;
+    fill_t *fill = p->fill;
+    ah_tun_parked_t **pp = &fill->head, *prev = NULL;
+    while (*pp && *pp != p) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (*pp) {
+        *pp = p->next;
+        if (fill->tail == p)
+            fill->tail = prev;
+        fill->n--;
+        self->egress_parked--;
+    }
+    char why [300];
+    snprintf (why, sizeof why, "egress ended before it was decided (tenant '%.100s''s egress lists were being "
+              "read): %s", fill->tenant, error ? error : "the sandbox closed the stream");
+    ah_tun_egress_record (self, p->agent_id, "egress", p->req.detail, false, why, -1);
+    ah_buf_free (&p->early);
+    free (p);
+}
+
+void ah_tun_egress_parked_data (self_t *self, chan_t *chan, const uint8_t *data, size_t size)
+{
+    ah_tun_parked_t *p = chan->parked;
+    //  Not consumed: yamux's window bounds what waits here.
+    if (p->eof || ah_buf_append (&p->early, data, size))
+        ah_tun_chan_abort (self, chan, 0, p->eof ? "sandboxd sent data after its FIN" : "out of memory");
+}
+
+void ah_tun_egress_parked_eof (self_t *self, chan_t *chan)
+{
+    chan->parked->eof = true;
+}
+
+static void s_fills_destroy (self_t *self)
+{
+    //  Their channels went first (each unparked its request).
+    for (fill_t *f = self->egress_fills ? (fill_t *) zhashx_first (self->egress_fills) : NULL; f;
+         f = (fill_t *) zhashx_next (self->egress_fills))
+        while (f->head) {
+            ah_tun_parked_t *p = f->head;
+            f->head = p->next;
+            ah_buf_free (&p->early);
+            free (p);
+        }
+    if (self->egress_fills)
+        for (fill_t *f = (fill_t *) zhashx_first (self->egress_fills); f; f = (fill_t *) zhashx_first (self->egress_fills)) {
+            zhashx_delete (self->egress_fills, f->tenant);
+            free (f);
+        }
+    zhashx_destroy (&self->egress_fills);
+}
+
+void ah_tun_egress_forget (self_t *self, const char *tenant)
+{
+    if (!tenant)
+        return;
+    if (self->egress_tenants)
+        zhashx_delete (self->egress_tenants, tenant);
+    fill_t *fill = self->egress_fills ? (fill_t *) zhashx_lookup (self->egress_fills, tenant) : NULL;
+    if (fill)
+        fill->stale = true;         //  read again before anyone is decided on it
+}
+
+//  ---------------------------------------------------------------------
+
+void ah_tun_egress (self_t *self, chan_t *chan, const ah_msg_t *req, const uint8_t *early,
+                    size_t early_size)
+{
+    conn_t *conn = chan->conn;
+    const char *ch = ah_msg_str (req, "ch");
+    const char *host = ah_msg_str (req, "host");
+    const char *kind = ah_msg_str (req, "kind");
+    int64_t port = ah_msg_int (req, "port", 0);
+    if (!ch || strcmp (ch, "egress")) {
+        char error [200];
+        snprintf (error, sizeof error, "sandboxd opened a stream for channel '%.32s': only egress is "
+                  "opened by sandboxd", ch ? ch : "?");
+        ah_warn (AREA, "agent '%s': %s; reset", conn->agent_id, error);
+        ah_yamux_reset (conn->yamux, chan->stream);
+        ah_tun_chan_free (self, chan);
+        return;
+    }
+    request_t r;
+    memset (&r, 0, sizeof r);
+    //  Counted on the agent's tenant (an agent without a row: nowhere).
+    r.known = s_agent (self, conn->agent_id, &r.row);
+    //  An IPv6 literal comes without brackets (docs/tunnel.md); the
+    //  grammar takes it with them.
+    char bracketed [AH_EGRESS_HOST_MAX + 3] = "";
+    if (host && strchr (host, ':') && strlen (host) <= AH_EGRESS_HOST_MAX) {
+        snprintf (bracketed, sizeof bracketed, "[%s]", host);
+        host = bracketed;
+    }
+    const char *why = NULL;
+    char error [900];
+    if (!host || ah_egress_host (host, strlen (host), r.host, &r.literal, &why)
+    ||  port < 1 || port > 65535 || !kind || (strcmp (kind, "connect") && strcmp (kind, "http"))) {
+        snprintf (error, sizeof error, "egress refused: a malformed request from sandboxd (%s)",
+                  !host ? "no host" : why ? why : port < 1 || port > 65535 ? "port out of range" : "kind");
+        s_refuse (self, chan, "(malformed)", "EINVAL", error, early_size,
+                  r.known ? ah_tun_egress_counts (self, r.row.tenant) : NULL);
+        return;
+    }
+    r.port = (int) port;
+    snprintf (r.kind, sizeof r.kind, "%s", kind);
+    snprintf (r.detail, sizeof r.detail, strchr (r.host, ':') ? "[%s]:%d (%s)" : "%s:%d (%s)", r.host,
+              r.port, r.kind);
+    const ah_tun_tenant_t *t = r.known && self->egress_tenants
+                             ? (const ah_tun_tenant_t *) zhashx_lookup (self->egress_tenants, r.row.tenant) : NULL;
+    if (!t && r.known && !self->egress_broken && self->egress_rule) {
+        //  Not held: parked until a worker read them (see "The cache").
+        const char *code = "EAGAIN";
+        if (s_park (self, chan, &r, early, early_size, error, sizeof error, &code) == 0) {
+            ah_debug (AREA, "agent '%s': egress %s: waits for tenant '%s''s lists", conn->agent_id, r.detail,
+                      r.row.tenant);
+            return;
+        }
+        s_refuse (self, chan, r.detail, code, error, early_size, ah_tun_egress_counts (self, r.row.tenant));
+        return;
+    }
+    s_go (self, chan, &r, t, early, early_size, false);
 }

@@ -15,10 +15,10 @@
     The job owns copies of all it reads (job_t); of the actor it reads
     only egress_stop, so that a server that stops does not wait out a
     connect. Its done, on the actor's thread, finds the channel again by
-    its id: gone, and the socket is closed. An address literal without
-    a secret skips the worker (s_inline_start): the same check, then a
-    non-blocking connect watched on the loop with the same deadline,
-    its outcome taken as a job's.
+    its id: gone, and the socket is closed. An address literal takes the
+    same way (not looked up, AI_NUMERICHOST; its own-address check, an
+    rtnetlink round trip, is the worker's like a name's), so nothing of
+    a connect runs on the tunnel's thread.
 
     The relay. The connected socket (non-blocking) is watched on the
     tunnel's loop (ah_lwsloop_io_t). Sandbox -> upstream: the stream's
@@ -75,10 +75,7 @@ struct egress_t {
     ah_lwsloop_timer_t drain_timer;
     ah_lwsloop_io_t io;
     int io_events;
-    bool connecting;                //  a job has it (a worker's, or inline's)
-    struct job_t *inline_job;       //  an address connected on this thread (s_inline_start), in progress
-    bool inline_pending;            //  its connect is in progress (else its outcome is known)
-    ah_lwsloop_timer_t connect_timer;   //  its deadline (or, 0 ms, its outcome known at once)
+    bool connecting;                //  a worker's job has it
     ah_buf_t down;                  //  from the sandbox, not yet taken by the socket (unconsumed)
     bool down_eof, down_shut;       //  sandboxd's FIN; the socket's writing side shut
     ah_buf_t up;                    //  from the socket, not yet taken by yamux
@@ -760,105 +757,6 @@ static void s_connected (self_t *self, chan_t *chan, egress_t *e, job_t *job)
         s_arm (e);
 }
 
-//  An inline connect's outcome, on the loop: the job's, as a worker's
-//  done would have it.
-static void s_inline_done (egress_t *e)
-{
-    self_t *self = e->self;
-    job_t *job = e->inline_job;
-    e->inline_job = NULL;
-    e->inline_pending = false;
-    ah_lwsloop_io_cancel (&e->io);
-    e->io_events = 0;
-    ah_lwsloop_timer_cancel (&e->connect_timer);
-    chan_t *chan = ah_tun_chan_find (self, e->chan_id);
-    if (!chan || chan->egress != e) {
-        s_job_free (job);               //  cannot be: the channel's end frees both
-        return;
-    }
-    ah_actor_turn_begin (self->actor);
-    s_connected (self, chan, e, job);
-    ah_actor_turn_end (self->actor);
-}
-
-static void s_on_inline_io (ah_lwsloop_io_t *io, int revents, void *arg)
-{
-    egress_t *e = (egress_t *) arg;
-    job_t *job = e->inline_job;
-    if (!job)
-        return;
-    int so = 0;
-    socklen_t sl = sizeof so;
-    if (getsockopt (job->fd, SOL_SOCKET, SO_ERROR, &so, &sl) < 0)
-        so = errno;
-    if (so) {
-        close (job->fd);
-        job->fd = -1;
-        s_connect_failed (job, so);
-    }
-    else
-        s_connected_opts (job->fd);
-    s_inline_done (e);
-}
-
-static void s_on_inline_timer (ah_lwsloop_timer_t *timer, void *arg)
-{
-    egress_t *e = (egress_t *) arg;
-    job_t *job = e->inline_job;
-    if (!job)
-        return;
-    if (e->inline_pending) {            //  the deadline: not accepted in time
-        close (job->fd);
-        job->fd = -1;
-        s_connect_failed (job, ETIMEDOUT);
-    }
-    s_inline_done (e);
-}
-
-//  An address literal without a secret: nothing to look up (the literal
-//  is parsed), no handshake, nothing that blocks, so it is checked and
-//  connected on this thread, the connect non-blocking and watched on the
-//  loop within the job's deadline: no hand-off to a worker and back (two
-//  thread wake-ups, most of a connection's set-up on this side). Its
-//  outcome goes to s_connected as a worker's would, from the loop, never
-//  from inside this call.
-static void s_inline_start (self_t *self, egress_t *e, job_t *job)
-{
-    e->inline_job = job;
-    struct addrinfo *res = NULL;
-    const struct addrinfo *ok [ADDRS_MAX];
-    size_t n = s_resolve (job, &res, ok);
-    bool pending = false;
-    if (n) {
-        //  A literal is one address.
-        s_addr_text (ok [0]->ai_addr, job->address);
-        int fd = socket (ok [0]->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        int err = fd < 0 ? errno : 0;
-        if (fd >= 0 && connect (fd, ok [0]->ai_addr, ok [0]->ai_addrlen) == 0) {
-            job->fd = fd;
-            s_connected_opts (fd);
-        }
-        else if (fd >= 0 && errno == EINPROGRESS) {
-            job->fd = fd;
-            pending = true;
-        }
-        else if (fd >= 0) {
-            err = errno;
-            close (fd);
-        }
-        if (!pending && job->fd < 0)
-            s_connect_failed (job, err);
-    }
-    if (res)
-        freeaddrinfo (res);
-    e->inline_pending = pending;
-    if (pending) {
-        e->io_events = EV_WRITE;
-        ah_lwsloop_io_set (self->loop, &e->io, job->fd, EV_WRITE, s_on_inline_io, e);
-    }
-    ah_lwsloop_timer_set (self->loop, &e->connect_timer, pending ? job->timeout_ms : 0, s_on_inline_timer, e);
-}
-
 int ah_tun_egress_start (self_t *self, chan_t *chan, const ah_tun_egress_req_t *req,
                          const uint8_t *early, size_t early_size, char *why, size_t why_size)
 {
@@ -893,9 +791,6 @@ int ah_tun_egress_start (self_t *self, chan_t *chan, const ah_tun_egress_req_t *
                                            &job->tls, why, why_size))
         goto fail;
     conn_t *conn = chan->conn;
-    if (job->literal && !job->tls && self->loop)
-        s_inline_start (self, e, job);
-    else
     if ((e->job = job) && s_jobs_of (self, conn->agent_id) < AH_TUN_EGRESS_CONNECTING) {
         if (s_launch (self, e)) {
             snprintf (why, why_size, "egress failed: no worker could take the connection");
@@ -945,11 +840,6 @@ static void s_finish (self_t *self, egress_t *e, const char *error)
 {
     ah_lwsloop_io_cancel (&e->io);
     ah_lwsloop_timer_cancel (&e->drain_timer);
-    ah_lwsloop_timer_cancel (&e->connect_timer);
-    if (e->inline_job) {
-        s_job_free (e->inline_job);     //  its socket closed: the connect given up
-        e->inline_job = NULL;
-    }
     if (e->connecting) {
         //  A worker's job goes on; its done finds no channel and closes the socket.
         char why [300];
@@ -961,8 +851,8 @@ static void s_finish (self_t *self, egress_t *e, const char *error)
     }
     else {
         int64_t ms = zclock_mono () - e->connected_ms;
-        char detail [sizeof e->detail + ADDR_TEXT_MAX + 120];
         char secret [160] = "";
+        char detail [sizeof e->detail + ADDR_TEXT_MAX + sizeof secret + 100];
         if (e->tls)
             snprintf (secret, sizeof secret, ", TLS terminated, header '%s' added to %llu requests",
                       ah_tun_tls_header (e->tls), (unsigned long long) ah_tun_tls_requests (e->tls));
@@ -1063,6 +953,10 @@ void ah_tun_egress_drains_end (self_t *self)
 void ah_tun_egress_data (self_t *self, chan_t *chan, const uint8_t *data, size_t size)
 {
     egress_t *e = chan->egress;
+    if (chan->parked) {
+        ah_tun_egress_parked_data (self, chan, data, size);
+        return;
+    }
     if (!e) {
         ah_yamux_consumed (chan->conn->yamux, chan->stream, size);
         return;
@@ -1095,6 +989,8 @@ void ah_tun_egress_data (self_t *self, chan_t *chan, const uint8_t *data, size_t
 void ah_tun_egress_eof (self_t *self, chan_t *chan)
 {
     egress_t *e = chan->egress;
+    if (chan->parked)
+        ah_tun_egress_parked_eof (self, chan);
     if (!e)
         return;
     e->down_eof = true;

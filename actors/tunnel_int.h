@@ -39,12 +39,15 @@
     ACKed to the opener when yamux takes it.
 
     Egress (tunnel_egress_relay.c): an allowed connection's resolution
-    and connect run in the actor's workers (ah_actor_job; an address
-    literal without a secret is checked and connected non-blocking on
-    this thread instead, nothing of it blocks): the job owns
+    (an address literal: parsed), address check and connect run in the
+    actor's workers (ah_actor_job): the job owns
     copies of what it needs and reads nothing else of the actor's but
     egress_stop (atomic); its done, back on this thread, finds its
-    channel again by id (gone: the socket is closed). The connected
+    channel again by id (gone: the socket is closed). So does the read
+    of a tenant's lists and secrets that the cache misses (tunnel_egress.c
+    "The cache"): its job owns a copy of the tenant's name and a SQLite
+    connection handed over with it; the requests wait on this thread,
+    parked, until its done. The connected
     socket is then watched on this loop (ah_lwsloop_io_t) and relayed
     like a channel whose opener is the socket: the sandbox's bytes are
     given back to yamux's window only once the socket took them, and
@@ -68,10 +71,13 @@
 #define PENDING_MAX     (2 * AH_TUNNEL_CREDIT)
 #define AH_TUN_EGRESS_WORKERS     16    //  the actor's workers (egress connects)
 #define AH_TUN_EGRESS_CONNECTING  4     //  one sandbox's connects in them at once
+#define AH_TUN_EGRESS_PARKED_TENANT 256 //  requests waiting for one tenant's lists to be read
+#define AH_TUN_EGRESS_PARKED      1024  //  ... for any tenant's, in all
 
 typedef struct self_t self_t;
 typedef struct conn_t conn_t;
 typedef struct egress_t egress_t;      //  an egress connection out (tunnel_egress_relay.c)
+typedef struct ah_tun_parked_t ah_tun_parked_t;    //  a request waiting for its tenant's lists (tunnel_egress.c)
 
 //  One tenant's egress since the actor started, for GET /metrics
 //  (TUNNEL_SESSIONS' "egress", docs/egress.md "Metrics"). Kept until
@@ -85,8 +91,8 @@ typedef struct {
 
 //  A tenant's egress as the tunnel holds it (tunnel_egress.c, "The
 //  cache"): its allow and deny lists and its secrets' rows, the values
-//  sealed as SQLite holds them (opened only in a worker). Read at the
-//  first request of the tenant's agents, dropped when the API says they
+//  sealed as SQLite holds them (opened only in a worker). Read (by a
+//  worker) at the first request of the tenant's agents, dropped when the API says they
 //  changed (EGRESS_CHANGED, docs/messages.md); owned by self->egress_tenants.
 typedef struct {
     char *host;                     //  as the API wrote it (proto/egress.h's secret target)
@@ -132,6 +138,7 @@ typedef struct {
     int pipe_fd;                    //  the opener's pipe (CHAN_DATA "pipe_fd"), owned; -1 none
     size_t pipe_bytes;              //  in it, not yet framed (they go after pending)
     egress_t *egress;               //  CH_EGRESS once allowed: its connection out (owned)
+    ah_tun_parked_t *parked;        //  CH_EGRESS waiting for its tenant's lists (its fill's)
 } chan_t;
 
 //  A data frame whose payload an opener's CHAN_DATA owned (its bin, with
@@ -214,7 +221,13 @@ struct self_t {
     egress_t *egress_draining;             //  ended cleanly, the upstream still taking the last bytes
     zhashx_t *egress_counts;               //  tenant -> ah_tun_egress_counts_t (owned)
     zhashx_t *egress_tenants;              //  tenant -> ah_tun_tenant_t (owned): the cache
-    uint64_t egress_tenant_reads;          //  how many times a tenant was read from SQLite
+    zhashx_t *egress_fills;                //  tenant -> its fill in a worker (owned, tunnel_egress.c)
+    size_t egress_parked;                  //  requests parked on them, in all
+    ah_store_t *egress_fill_store;         //  the read-only connection kept between fills
+    bool egress_fill_store_out;            //  ... out in a job now
+    char *db_path;                         //  the database file (a fill's own connection)
+    ah_tunnel_fill_hook_fn *egress_fill_hook;  //  tests only (ah_tunnel_args_t)
+    void *egress_fill_hook_arg;
     //  Secrets (tunnel_egress_tls.c, docs/egress.md "Secrets"): the
     //  installation's CA (its PEM goes to every sandboxd in hello), the
     //  leaves minted for hosts, the secrets key's path. NULL CA: no
@@ -272,7 +285,8 @@ chan_t *ah_tun_chan_open (conn_t *conn, chan_kind_t kind, const ah_msg_t *header
 //  A stream sandboxd opened (an egress connection, docs/egress.md): its
 //  header is awaited like a reply, within the open timeout. NULL: reset.
 chan_t *ah_tun_chan_accept (conn_t *conn, uint32_t stream, chan_kind_t kind);
-//  An egress stream's header is whole (tunnel_egress.c): decided; a
+//  An egress stream's header is whole (tunnel_egress.c): decided (once
+//  its tenant's lists are in memory: until then parked, chan->parked); a
 //  refusal answered, recorded and the channel forgotten, an allowed
 //  one handed to ah_tun_egress_start (answered when it connected).
 //  early: bytes that came after the header (not yet consumed).
@@ -281,12 +295,15 @@ void ah_tun_egress (self_t *self, chan_t *chan, const ah_msg_t *req, const uint8
 //  At the actor's start and end: the rule and the catalog (tunnel_egress.c).
 void ah_tun_egress_init (self_t *self, const ah_config_t *config);
 void ah_tun_egress_destroy (self_t *self);
-//  tenant's lists and secrets, from the cache or read into it now (the
-//  only SQLite read of them); NULL when they cannot be read.
-const ah_tun_tenant_t *ah_tun_egress_tenant (self_t *self, const char *tenant);
 //  EGRESS_CHANGED: tenant's cached lists and secrets are dropped (read
-//  again at its next request).
+//  again at its next request; a fill of them in flight is read again).
 void ah_tun_egress_forget (self_t *self, const char *tenant);
+//  A parked request's channel (chan->parked): its bytes and FIN kept
+//  until it is decided; its end (from ah_tun_chan_free and _fail: freed,
+//  recorded with error, NULL: the sandbox closed the stream).
+void ah_tun_egress_parked_data (self_t *self, chan_t *chan, const uint8_t *data, size_t size);
+void ah_tun_egress_parked_eof (self_t *self, chan_t *chan);
+void ah_tun_egress_unpark (self_t *self, chan_t *chan, const char *error);
 //  tenant's secret for host:port, NULL: none.
 const ah_tun_secret_t *ah_tun_tenant_secret (const ah_tun_tenant_t *t, const char *host, int port);
 //  tenant's counts (created at its first use); NULL out of memory or
