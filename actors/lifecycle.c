@@ -364,6 +364,7 @@ static void s_destroy (void *self_)
     zhashx_destroy (&self->activity);
     zhashx_destroy (&self->briefings);
     zhashx_destroy (&self->image_ids);
+    zhashx_destroy (&self->held);
     ah_lc_readers_destroy (self);
     ah_catalog_destroy (&self->catalog);
     ah_store_close (&self->store);
@@ -405,6 +406,8 @@ static void *s_init (ah_actor_t *actor, void *args)
     zhashx_set_destructor (self->briefings, s_free);
     self->image_ids = zhashx_new ();
     zhashx_set_destructor (self->image_ids, s_free);
+    self->held = zhashx_new ();
+    zhashx_set_destructor (self->held, ah_lc_held_free);
     self->ensure_images = a->ensure_images;
 
     char *err = NULL;

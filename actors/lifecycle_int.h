@@ -130,6 +130,9 @@ typedef struct {
     //  runtime alias -> char *, the engine's id of its image as the
     //  builder last said (RUNTIME_IMAGE): warm rows made from another go.
     zhashx_t *image_ids;
+    //  agent id -> a create's answer held until its warm sandbox's thaw
+    //  is done (lifecycle_pool.c): sent when the agent's job comes back.
+    zhashx_t *held;
     bool pool_frozen_warned;        //  "frozen" asked of a driver without freeze: said once
     int64_t pool_freeze_paused_until;   //  ms: a warm freeze failed, none tried before then
 } self_t;
@@ -247,6 +250,13 @@ int  ah_lc_pool_take (self_t *self, const char *name, const char *tenant, const 
                       const char *harness, row_t *row);
 //  POOL_LIST {req}: the pools, their sizes and ready counts, hits and misses.
 void ah_lc_on_pool_list (void *self, ah_msg_t *msg);
+//  A take of a frozen warm sandbox: its create's reply (taken) waits
+//  for the thaw (1), or 0 when it cannot be held (answer it now).
+int  ah_lc_pool_hold (self_t *self, const char *agent_id, const ah_msg_t *request, ah_msg_t **reply_p);
+//  The agent's job came back: a held answer goes now.
+void ah_lc_pool_answer (self_t *self, const char *agent_id);
+//  self->held's destructor.
+void ah_lc_held_free (void **item);
 //  RUNTIME_IMAGE {runtime, image, image_id, previous?} from the builder.
 void ah_lc_on_runtime_image (void *self, ah_msg_t *msg);
 //  A warm row's create is done: the image id its container was made from.

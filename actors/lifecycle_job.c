@@ -666,6 +666,9 @@ static void s_job_done (void *self_, void *arg, bool ran)
     else
         ah_lc_forget (self, agent_id);
     s_job_free (&job);
+    //  A create that took a frozen warm sandbox is answered now.
+    if (!self->ending)
+        ah_lc_pool_answer (self, agent_id);
     //  Keep tracks only while they hold something.
     track = zhashx_lookup (self->tracks, agent_id);
     if (track && !track->job && !track->hello_timer && !track->preparing [0])

@@ -409,6 +409,47 @@ int ah_lc_pool_take (self_t *self, const char *name, const char *tenant, const d
     return ah_lc_lookup (self, id, row) == 1 ? 1 : -1;
 }
 
+//  A create's answer, held until its warm sandbox's thaw is done.
+typedef struct {
+    char *peer;                     //  who asked
+    ah_msg_t *reply;                //  the answer (REPLY with its req)
+} held_t;
+
+void ah_lc_held_free (void **item)
+{
+    held_t *held = *item;
+    if (held) {
+        free (held->peer);
+        ah_msg_destroy (&held->reply);
+        free (held);
+    }
+    *item = NULL;
+}
+
+int ah_lc_pool_hold (self_t *self, const char *agent_id, const ah_msg_t *request, ah_msg_t **reply_p)
+{
+    if (!ah_msg_has (request, "req") || !*ah_msg_peer (request) || zhashx_lookup (self->held, agent_id))
+        return 0;
+    held_t *held = calloc (1, sizeof *held);
+    if (!held || !(held->peer = strdup (ah_msg_peer (request)))) {
+        free (held);
+        return 0;
+    }
+    held->reply = *reply_p;
+    *reply_p = NULL;
+    zhashx_insert (self->held, agent_id, held);
+    return 1;
+}
+
+void ah_lc_pool_answer (self_t *self, const char *agent_id)
+{
+    held_t *held = zhashx_lookup (self->held, agent_id);
+    if (held) {
+        ah_actor_send (self->actor, held->peer, &held->reply);
+        zhashx_delete (self->held, agent_id);
+    }
+}
+
 void ah_lc_on_runtime_image (void *self_, ah_msg_t *msg)
 {
     self_t *self = self_;

@@ -306,14 +306,15 @@ void ah_lc_on_create (void *self_, ah_msg_t *msg)
         ah_msg_set_int (reply, "status", 201);
         ah_msg_set_str (reply, "agent_id", row.id);
         ah_msg_set_str (reply, "name", name);
-        //  Running, or thawing from a frozen pool: a use goes on at once
-        //  (its frames wait in the socket while the engine unpauses).
         ah_msg_set_str (reply, "state", "running");
         ah_msg_set_str (reply, "runtime", d.runtime);
         ah_msg_set_bool (reply, "warm", true);
-        ah_actor_reply (self->actor, msg, reply);
+        //  Taken frozen: answered once the thaw is done (an unpause), so
+        //  that the agent is running when the caller reads it.
         if (streq (row.state, "running"))
             ah_lc_publish (self, row.id, "running", NULL, NULL);
+        if (!streq (row.state, "thawing") || !ah_lc_pool_hold (self, row.id, msg, &reply))
+            ah_actor_reply (self->actor, msg, reply);
         ah_lc_changed (self, row.id, ah_store_now_ms (), d.idle_minutes);
         ah_lc_record (self, row.id, "pool.take", d.runtime, true, NULL);
         //  The pool refills in the background: the fill timer, once the
