@@ -20,10 +20,12 @@
 -- frozen = true keeps the pool's warm sandboxes frozen once they are
 -- ready (the driver's freeze, Docker's pause, as the idle ladder's frozen
 -- state): a pool then costs no CPU, only memory. A create that takes one
--- is answered running at once and thaws it (a Docker unpause, 70 to 130
--- ms here, which its first command waits for; a running warm sandbox has
--- none). A driver that cannot freeze (kubernetes, or a hostd that cannot)
--- keeps them running whatever this says. false (or absent): they run.
+-- is answered running once it is thawed (one Docker unpause: about 16 ms
+-- on a quiet machine here, 67 to 130 ms under a load of 9; bench/README.md
+-- "create"); a running warm sandbox needs none. A driver that cannot
+-- freeze (kubernetes) keeps them running whatever this says; a freeze
+-- that fails (a hostd that cannot) leaves them running. false (or
+-- absent): they run.
 --
 -- The shipped rule: two warm sandboxes of the default runtime, frozen,
 -- none of the others. A rule for a time of day, for instance:
