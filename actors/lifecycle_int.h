@@ -245,7 +245,8 @@ int  ah_lc_pool_init (self_t *self);
 //  make what is missing.
 void ah_lc_pool_fill (void *self, void *arg);
 //  A create (admitted, its values in d) takes a ready warm sandbox of
-//  d's runtime and shape: 1 with *row the agent's (running), 0 none, -1 error.
+//  d's runtime and shape: 1 with *row the agent's (running, or thawing
+//  when it was frozen: its thaw launched), 0 none, -1 error.
 int  ah_lc_pool_take (self_t *self, const char *name, const char *tenant, const desired_t *d,
                       const char *harness, row_t *row);
 //  POOL_LIST {req}: the pools, their sizes and ready counts, hits and misses.

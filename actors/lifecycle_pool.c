@@ -34,9 +34,9 @@
     Frozen pools (pool.lua's size() says frozen = true, the driver can
     freeze): a warm sandbox that is running and connected is frozen
     (the driver's freeze, as the idle ladder's), so a pool costs no CPU;
-    a take thaws it (the create's cause), answering running at once: a
-    use goes on while the engine unpauses, as for any thaw. A frozen warm
-    row that lost its connection (a server restart) is thawed so that its
+    a take thaws it (the create's cause), the create answered once the
+    thaw is done (its reply held, ah_lc_pool_hold). A frozen warm row
+    that lost its connection (a server restart) is thawed so that its
     sandboxd redials, then frozen again.                              */
 #include "actors/lifecycle_int.h"
 #include "common/log.h"
@@ -120,7 +120,7 @@ static void s_sizes (self_t *self, int64_t *want, bool *frozen, size_t n_rt)
         frozen [i] = false;
         want [i] = budget > 0 ? s_wanted (self, ah_catalog_at (self->catalog, i), i == 0, &frozen [i]) : 0;
         if (frozen [i] && !self->driver->freeze) {
-            //  A driver without a pause (kubernetes, fake): they run.
+            //  A driver without a pause (kubernetes): they run.
             if (!self->pool_frozen_warned)
                 ah_info (AREA, "pool.lua asks for frozen warm sandboxes; the %s driver cannot freeze: "
                          "they run", self->driver->name);
@@ -399,9 +399,9 @@ int ah_lc_pool_take (self_t *self, const char *name, const char *tenant, const d
         self->pool_taken_first = now;
     ah_info (AREA, "warm pool %s: agent '%s' of tenant '%s' takes %s%s", d->runtime, name, tenant, id,
              streq (state, "frozen") ? " (frozen: thawing it)" : "");
-    //  Frozen: thawed by the create's cause. A use need not wait for the
-    //  thaw's end: its frames wait in the socket while the engine
-    //  unpauses (docs/architecture.md "The tunnel across a freeze").
+    //  Frozen: thawed by the create's cause; the tunnel's connection is
+    //  kept through it (docs/architecture.md "The tunnel across a
+    //  freeze"), so the first command needs no redial.
     if (streq (state, "frozen")
     &&  ah_lc_move (self, id, "state = 'frozen' AND op IS NULL", "thawing", "thaw", NULL) == 1
     &&  ah_lc_lookup (self, id, row) == 1)
@@ -463,8 +463,8 @@ void ah_lc_on_runtime_image (void *self_, ah_msg_t *msg)
     const char *was = zhashx_lookup (self->image_ids, runtime);
     if (was && streq (was, image_id))
         return;
-    ah_info (AREA, "runtime %s: its image is %s%s%s", runtime, image_id, was ? " (was " : "",
-             was ? was : "");
+    ah_info (AREA, "runtime %s: its image is %s%s%s%s", runtime, image_id, was ? " (was " : "",
+             was ? was : "", was ? ")" : "");
     if (was)
         ah_info (AREA, "warm pool %s: warm sandboxes made from another image go at the next fill", runtime);
     char *copy = strdup (image_id);

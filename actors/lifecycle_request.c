@@ -296,7 +296,7 @@ void ah_lc_on_create (void *self_, ah_msg_t *msg)
     snprintf (d.runtime, sizeof d.runtime, "%s", asked.runtime);
     d.has_idle = asked.has_idle;
     //  A warm sandbox of this runtime and shape, ready: the agent is
-    //  running at once (docs/lifecycle.md "Warm pools").
+    //  running at once, or once thawed (docs/lifecycle.md "Warm pools").
     row_t row;
     int took = ah_lc_pool_take (self, name, tenant, &d, ah_msg_str (msg, "harness"), &row);
     if (took < 0)
