@@ -29,6 +29,7 @@ typedef struct {
     int   queued;                   //  > 0: a job waits, with that many attempts; -1: a check only
     bool  waited_for;               //  someone sent RUNTIME_ENSURE: tell them the outcome
     int64_t progress_sent_ms;
+    char  id [80];                  //  the engine's id of the image, as last told to lifecycle ("": none yet)
 } s_image_t;
 
 //  One job of the worker: a runtime's image checked, and built or pulled
@@ -171,6 +172,24 @@ s_report (s_job_t *job, const char *state, const char *error)
     zstr_sendx (job->push, "IMAGE", job->rt->alias, state, error ? error : "", NULL);
 }
 
+//  [ID][runtime][id]: the engine's id of the image the runtime's
+//  reference names now (drivers with an image_id hook).
+static void
+s_send_id (zsock_t *push, ah_driver_t *driver, const ah_runtime_t *rt)
+{
+    char *id = NULL, *err = NULL;
+    if (!driver->image_id)
+        return;
+    if (driver->image_id (driver, rt->image, &id, &err) != 0)
+        ah_warn (AREA, "runtime %s: cannot read the id of image %s: %s", rt->alias, rt->image,
+                 err ? err : "?");
+    else
+    if (id)
+        zstr_sendx (push, "ID", rt->alias, id, NULL);
+    free (id);
+    free (err);
+}
+
 static void
 s_on_progress (void *arg, const char *text)
 {
@@ -305,6 +324,8 @@ s_worker (void *args)
             err = strdup ("stopped: the server is shutting down");
         s_report (job, err ? "error" : "present", err);
     }
+    if (!err)
+        s_send_id (job->push, job->driver, rt);
     free (err);
     zstr_sendx (job->push, "DONE", rt->alias, NULL);
     zsock_destroy (&job->push);
@@ -333,6 +354,10 @@ s_checker (void *args)
         else
         if (!exists)
             zstr_sendx (push, "GONE", check->rts [i]->alias, NULL);
+        else
+            //  Present: under the same reference, maybe another image
+            //  (a tag moved onto it, a build by hand).
+            s_send_id (push, check->driver, check->rts [i]);
         free (err);
     }
     zstr_sendx (push, "CHECKED", "", NULL);
@@ -501,8 +526,30 @@ s_on_check (void *self_, ah_msg_t *msg)
     s_check_start (self);
 }
 
+//  The engine's id of runtime i's image is id: lifecycle hears of a new
+//  one (RUNTIME_IMAGE), whose warm sandboxes made from another go.
+static void
+s_image_id (self_t *self, size_t i, const char *id)
+{
+    s_image_t *img = &self->images [i];
+    if (!*id || streq (img->id, id) || strlen (id) >= sizeof img->id)
+        return;
+    const ah_runtime_t *rt = ah_catalog_at (self->catalog, i);
+    if (*img->id)
+        ah_info (AREA, "runtime %s: image %s is another image now (%s, was %s)", rt->alias, rt->image,
+                 id, img->id);
+    ah_msg_t *msg = ah_msg_new ("RUNTIME_IMAGE");
+    ah_msg_set_str (msg, "runtime", rt->alias);
+    ah_msg_set_str (msg, "image", rt->image);
+    ah_msg_set_str (msg, "image_id", id);
+    if (*img->id)
+        ah_msg_set_str (msg, "previous", img->id);
+    snprintf (img->id, sizeof img->id, "%s", id);
+    ah_actor_send (self->actor, "lifecycle", &msg);
+}
+
 //  From the worker: [IMAGE][runtime][state][error], [PROGRESS][runtime][text], [DONE][runtime];
-//  from the check thread: [GONE][runtime], [CHECKED][].
+//  from the check thread: [GONE][runtime], [CHECKED][]; from both: [ID][runtime][id].
 static void
 s_on_worker (void *self_, zsock_t *results)
 {
@@ -521,6 +568,9 @@ s_on_worker (void *self_, zsock_t *results)
     s_image_t *img = &self->images [i];
     if (streq (kind, "GONE"))
         s_gone (self, (size_t) i, "removed from the engine");
+    else
+    if (streq (kind, "ID") && state)
+        s_image_id (self, (size_t) i, state);
     else
     if (streq (kind, "DONE")) {
         if (self->working) {

@@ -363,6 +363,8 @@ static void s_destroy (void *self_)
     zhashx_destroy (&self->tracks);
     zhashx_destroy (&self->activity);
     zhashx_destroy (&self->briefings);
+    zhashx_destroy (&self->image_ids);
+    zhashx_destroy (&self->held);
     ah_lc_readers_destroy (self);
     ah_catalog_destroy (&self->catalog);
     ah_store_close (&self->store);
@@ -402,6 +404,10 @@ static void *s_init (ah_actor_t *actor, void *args)
     zhashx_set_destructor (self->activity, s_free);
     self->briefings = zhashx_new ();
     zhashx_set_destructor (self->briefings, s_free);
+    self->image_ids = zhashx_new ();
+    zhashx_set_destructor (self->image_ids, s_free);
+    self->held = zhashx_new ();
+    zhashx_set_destructor (self->held, ah_lc_held_free);
     self->ensure_images = a->ensure_images;
 
     char *err = NULL;
@@ -467,6 +473,7 @@ static const ah_actor_handler_t s_handlers [] = {
     { "RUNTIME_PROGRESS", ah_lc_on_runtime_progress },
     { "TOMBSTONE_FORGET", s_on_tombstone_forget },
     { "POOL_LIST", ah_lc_on_pool_list },
+    { "RUNTIME_IMAGE", ah_lc_on_runtime_image },
     { NULL, NULL }
 };
 

@@ -53,6 +53,9 @@ typedef struct {
     //  driver makes a missing home again, empty, without a word, so the
     //  worker inspects first and a home found gone is recorded lost.
     bool look_first;
+    //  create of a warm sandbox (tenant ''): the engine's id of the image
+    //  its container was made from is read after (agents.image_id).
+    bool read_image_id;
     ah_msg_t *done;                 //  the outcome (JOB_DONE), the worker's last act
 } job_t;
 
@@ -124,6 +127,14 @@ typedef struct {
     int64_t pool_paused_until;      //  ms: a warm sandbox failed, none made before then
     int64_t pool_taken_first;       //  ms: the first take the refill waits for (0: none)
     int64_t pool_taken_last;        //  ms: the last take
+    //  runtime alias -> char *, the engine's id of its image as the
+    //  builder last said (RUNTIME_IMAGE): warm rows made from another go.
+    zhashx_t *image_ids;
+    //  agent id -> a create's answer held until its warm sandbox's thaw
+    //  is done (lifecycle_pool.c): sent when the agent's job comes back.
+    zhashx_t *held;
+    bool pool_frozen_warned;        //  "frozen" asked of a driver without freeze: said once
+    int64_t pool_freeze_paused_until;   //  ms: a warm freeze failed, none tried before then
 } self_t;
 
 //  What a create or update asks for. Absent fields keep has_* false.
@@ -234,11 +245,26 @@ int  ah_lc_pool_init (self_t *self);
 //  make what is missing.
 void ah_lc_pool_fill (void *self, void *arg);
 //  A create (admitted, its values in d) takes a ready warm sandbox of
-//  d's runtime and shape: 1 with *row the agent's (running), 0 none, -1 error.
+//  d's runtime and shape: 1 with *row the agent's (running, or thawing
+//  when it was frozen: its thaw launched), 0 none, -1 error.
 int  ah_lc_pool_take (self_t *self, const char *name, const char *tenant, const desired_t *d,
                       const char *harness, row_t *row);
 //  POOL_LIST {req}: the pools, their sizes and ready counts, hits and misses.
 void ah_lc_on_pool_list (void *self, ah_msg_t *msg);
+//  A take of a frozen warm sandbox: its create's reply (taken) waits
+//  for the thaw (1), or 0 when it cannot be held (answer it now).
+int  ah_lc_pool_hold (self_t *self, const char *agent_id, const ah_msg_t *request, ah_msg_t **reply_p);
+//  The agent's job came back: a held answer goes now.
+void ah_lc_pool_answer (self_t *self, const char *agent_id);
+//  self->held's destructor.
+void ah_lc_held_free (void **item);
+//  RUNTIME_IMAGE {runtime, image, image_id, previous?} from the builder.
+void ah_lc_on_runtime_image (void *self, ah_msg_t *msg);
+//  A warm row's create is done: the image id its container was made from.
+void ah_lc_pool_image_id (self_t *self, const char *agent_id, const char *image_id);
+//  A freeze of a warm sandbox failed: it runs instead (1), or 0 when
+//  the row is not warm.
+int  ah_lc_pool_freeze_failed (self_t *self, const char *agent_id);
 
 //  Observations and repairs (lifecycle_repair.c)
 //  What the driver says against what the row says (docs/lifecycle.md,

@@ -37,8 +37,15 @@ static void s_work (void *arg)
             status = (ah_sandbox_status_t) { .exit_code = -1 };
         free (why);
     }
-    if (streq (job->op, "create"))
+    char image_id [sizeof status.image_id] = "";
+    if (streq (job->op, "create")) {
         rc = d->create (d, &spec, &err);
+        ah_sandbox_status_t made = { .exit_code = -1 };
+        char *why = NULL;
+        if (rc == 0 && job->read_image_id && d->inspect (d, job->agent_id, &made, &why) == 0)
+            snprintf (image_id, sizeof image_id, "%s", made.image_id);
+        free (why);
+    }
     else if (streq (job->op, "start")) {
         //  A container expired by sandbox.container_ttl is made again
         //  from the image first (its home is still there).
@@ -135,6 +142,8 @@ static void s_work (void *arg)
     ah_msg_set_bool (done, "home_gone", status.home_gone);
     if (image_gone)
         ah_msg_set_bool (done, "image_gone", true);
+    if (*image_id)
+        ah_msg_set_str (done, "image_id", image_id);
     ah_msg_set_int (done, "at_ms", looked_at);
     status.reason [sizeof status.reason - 1] = 0;
     if (status.reason [0])
@@ -401,6 +410,7 @@ int ah_lc_launch (self_t *self, const row_t *row, const char *op, bool cleanup)
     job->cleanup = cleanup;
     job->recreate = streq (op, "start") && row->container_removed;
     job->look_first = track->had_home && (streq (op, "create") || streq (op, "rebuild") || job->recreate);
+    job->read_image_id = streq (op, "create") && !*row->tenant;
     track->had_home = false;
     const char *why = NULL;
     if (streq (op, "start")) {
@@ -578,6 +588,9 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
     if (!ok && ah_msg_bool (done, "image_gone", false) && s_image_gone (self, row, job))
         ;                               //  preparing again: RUNTIME_READY goes on
     else
+    if (!ok && streq (op, "freeze") && ah_lc_pool_freeze_failed (self, id))
+        ;                               //  a warm sandbox: it stays running
+    else
     if (!ok && streq (op, "freeze")) {
         //  Not frozen (a hostd of an older release, an engine that
         //  cannot pause): it sleeps instead, as an idle agent did before
@@ -595,8 +608,11 @@ static void s_outcome (self_t *self, const ah_msg_t *done, const row_t *row, con
         ah_lc_move (self, id, guard, "error", lost ? "create" : op, why ? why : "the driver failed");
     }
     else
-    if (streq (op, "create"))
+    if (streq (op, "create")) {
+        if (ah_msg_str (done, "image_id"))
+            ah_lc_pool_image_id (self, id, ah_msg_str (done, "image_id"));
         ah_lc_begin_start (self, row, "creating");
+    }
     else
     if (streq (op, "start")) {
         if (self->driver->waits_for_hello) {
@@ -650,6 +666,9 @@ static void s_job_done (void *self_, void *arg, bool ran)
     else
         ah_lc_forget (self, agent_id);
     s_job_free (&job);
+    //  A create that took a frozen warm sandbox is answered now.
+    if (!self->ending)
+        ah_lc_pool_answer (self, agent_id);
     //  Keep tracks only while they hold something.
     track = zhashx_lookup (self->tracks, agent_id);
     if (track && !track->job && !track->hello_timer && !track->preparing [0])

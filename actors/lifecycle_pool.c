@@ -24,7 +24,20 @@
     is running, connected, and idle becomes the agent, its name, tenant,
     idle timeout and harness set and its pool cleared in one guarded
     UPDATE (WHERE pool IS NOT NULL). Its home was made empty for it and
-    nobody else ever had its boot token.                              */
+    nobody else ever had its boot token.
+
+    A runtime's image made again (RUNTIME_IMAGE from the builder: the
+    engine's image id under the runtime's reference changed): the warm
+    rows whose container was made from another image (agents.image_id,
+    read once each is made) are drained by the next fill pass.
+
+    Frozen pools (pool.lua's size() says frozen = true, the driver can
+    freeze): a warm sandbox that is running and connected is frozen
+    (the driver's freeze, as the idle ladder's), so a pool costs no CPU;
+    a take thaws it (the create's cause), the create answered once the
+    thaw is done (its reply held, ah_lc_pool_hold). A frozen warm row
+    that lost its connection (a server restart) is thawed so that its
+    sandboxd redials, then frozen again.                              */
 #include "actors/lifecycle_int.h"
 #include "common/log.h"
 
@@ -56,8 +69,9 @@ static void s_shape (self_t *self, const ah_runtime_t *rt, desired_t *d)
 }
 
 //  lua/pool.lua's size (runtime, clock) for the index-th runtime, within
-//  0..sandbox.warm_pool_max. A script that fails keeps no pool.
-static int64_t s_wanted (self_t *self, const ah_runtime_t *rt, bool is_default)
+//  0..sandbox.warm_pool_max, and whether its warm sandboxes are kept
+//  frozen (*frozen). A script that fails keeps no pool.
+static int64_t s_wanted (self_t *self, const ah_runtime_t *rt, bool is_default, bool *frozen)
 {
     ah_msg_t *runtime = ah_msg_new ("RUNTIME");
     ah_msg_set_str (runtime, "alias", rt->alias);
@@ -73,8 +87,11 @@ static int64_t s_wanted (self_t *self, const ah_runtime_t *rt, bool is_default)
     ah_msg_t *result = NULL;
     char *err = NULL;
     int64_t size = 0;
-    if (ah_policy_call (self->pool_policy, "size", runtime, clock, &result, &err) == 0)
+    *frozen = false;
+    if (ah_policy_call (self->pool_policy, "size", runtime, clock, &result, &err) == 0) {
         size = ah_msg_int (result, "size", 0);
+        *frozen = ah_msg_bool (result, "frozen", false);
+    }
     else
     if (!self->pool_warned) {
         ah_warn (AREA, "pool.lua: size() failed, no warm pool for runtime %s: %s", rt->alias,
@@ -93,13 +110,23 @@ static int64_t s_wanted (self_t *self, const ah_runtime_t *rt, bool is_default)
 }
 
 //  Each runtime's size (want [i], n_rt of them), in catalog order within
-//  sandbox.warm_pool_max; all 0 without warm pools.
-static void s_sizes (self_t *self, int64_t *want, size_t n_rt)
+//  sandbox.warm_pool_max, and whether it is kept frozen (frozen [i]:
+//  only where the driver can freeze); all 0 without warm pools.
+static void s_sizes (self_t *self, int64_t *want, bool *frozen, size_t n_rt)
 {
     int64_t budget = self->pool_policy ? self->config->warm_pool_max : 0;
     self->pool_wanted = 0;
     for (size_t i = 0; i < n_rt; i++) {
-        want [i] = budget > 0 ? s_wanted (self, ah_catalog_at (self->catalog, i), i == 0) : 0;
+        frozen [i] = false;
+        want [i] = budget > 0 ? s_wanted (self, ah_catalog_at (self->catalog, i), i == 0, &frozen [i]) : 0;
+        if (frozen [i] && !self->driver->freeze) {
+            //  A driver without a pause (kubernetes): they run.
+            if (!self->pool_frozen_warned)
+                ah_info (AREA, "pool.lua asks for frozen warm sandboxes; the %s driver cannot freeze: "
+                         "they run", self->driver->name);
+            self->pool_frozen_warned = true;
+            frozen [i] = false;
+        }
         if (want [i] > budget)
             want [i] = budget;
         budget -= want [i];
@@ -107,7 +134,8 @@ static void s_sizes (self_t *self, int64_t *want, size_t n_rt)
     }
 }
 
-//  The warm rows, oldest first: id, pool, image, cpus, memory, state, op.
+//  The warm rows, oldest first: id, pool, image, cpus, memory, state,
+//  op, image id ("" not known), connected.
 typedef struct {
     char id [ID_SIZE];
     char pool [AH_NAME_MAX + 2];
@@ -116,13 +144,16 @@ typedef struct {
     int64_t memory_mb;
     char state [16];
     char op [16];
+    char image_id [80];
+    bool connected;
 } warm_t;
 
 static zlist_t *s_warm_rows (self_t *self)
 {
     zlist_t *rows = zlist_new ();
     sqlite3_stmt *st = ah_store_prepare (self->store,
-        "SELECT a.id, a.pool, a.image, a.cpus, a.memory_mb, s.state, coalesce (s.op, '')"
+        "SELECT a.id, a.pool, a.image, a.cpus, a.memory_mb, s.state, coalesce (s.op, ''),"
+        " coalesce (a.image_id, ''), coalesce (s.connected, 0)"
         " FROM agents a JOIN sandboxes s ON s.agent_id = a.id WHERE a.pool IS NOT NULL"
         " ORDER BY a.created_at, a.id");
     while (st && ah_store_step (self->store, st) == SQLITE_ROW) {
@@ -136,6 +167,8 @@ static zlist_t *s_warm_rows (self_t *self)
         w->memory_mb = sqlite3_column_int64 (st, 4);
         snprintf (w->state, sizeof w->state, "%s", (const char *) sqlite3_column_text (st, 5));
         snprintf (w->op, sizeof w->op, "%s", (const char *) sqlite3_column_text (st, 6));
+        snprintf (w->image_id, sizeof w->image_id, "%s", (const char *) sqlite3_column_text (st, 7));
+        w->connected = sqlite3_column_int (st, 8) != 0;
         zlist_append (rows, w);
     }
     if (st)
@@ -152,15 +185,28 @@ static void s_warm_rows_destroy (zlist_t **rows_p)
     }
 }
 
-//  A warm row goes (destroyed like any sandbox), saying why in the log.
+//  A warm row goes (destroyed like any sandbox), saying why in the log
+//  and the audit trail (pool.drain, actor "pool").
 static void s_drain (self_t *self, const warm_t *w, const char *why)
 {
     row_t row;
     if (ah_lc_lookup (self, w->id, &row) != 1)
         return;
     ah_info (AREA, "warm pool %s: %s (%s) goes: %s", w->pool, row.name, row.id, why);
-    if (ah_lc_destroy (self, &row) == 1)
+    if (ah_lc_destroy (self, &row) == 1) {
         self->pool_drained++;
+        ah_lc_record (self, w->id, "pool.drain", why, true, NULL);
+    }
+}
+
+//  A warm row moves (guard) to `to` with op, and its driver call runs.
+static void s_step (self_t *self, const warm_t *w, const char *guard, const char *to, const char *op)
+{
+    if (ah_lc_move (self, w->id, guard, to, op, NULL) == 1) {
+        row_t row;
+        if (ah_lc_lookup (self, w->id, &row) == 1)
+            ah_lc_launch (self, &row, op, false);
+    }
 }
 
 //  One new warm row of the runtime, created and started at once.
@@ -193,12 +239,15 @@ void ah_lc_pool_fill (void *self_, void *arg)
     size_t n_rt = self->catalog ? ah_catalog_size (self->catalog) : 0;
     int64_t *want = calloc (n_rt + 1, sizeof *want);
     int64_t *have = calloc (n_rt + 1, sizeof *have);
-    if (!want || !have) {
+    bool *frozen = calloc (n_rt + 1, sizeof *frozen);
+    if (!want || !have || !frozen) {
         free (want);
         free (have);
+        free (frozen);
         return;
     }
-    s_sizes (self, want, n_rt);
+    s_sizes (self, want, frozen, n_rt);
+    int64_t now = ah_store_now_ms ();
     char cause [sizeof self->cause];
     memcpy (cause, self->cause, sizeof cause);
     snprintf (self->cause, sizeof self->cause, "pool");
@@ -216,11 +265,20 @@ void ah_lc_pool_fill (void *self_, void *arg)
         desired_t shape;
         if (rt)
             s_shape (self, rt, &shape);
+        //  The engine's id of the runtime's image now, as the builder said.
+        const char *image_id = rt ? zhashx_lookup (self->image_ids, rt->alias) : NULL;
         if (!rt)
             s_drain (self, w, "its runtime is no longer in the catalog");
         else
         if (!streq (w->image, shape.image) || w->cpus != shape.cpus || w->memory_mb != shape.memory_mb)
             s_drain (self, w, "its runtime changed (image, cpus or memory)");
+        else
+        if (*w->image_id && image_id && !streq (w->image_id, image_id)) {
+            char why [AH_IMAGE_MAX + 256];
+            snprintf (why, sizeof why, "its runtime's image was made again: %s is %.80s now, it was made "
+                      "from %.80s", w->image, image_id, w->image_id);
+            s_drain (self, w, why);
+        }
         else
         if (streq (w->state, "error")) {
             //  What failed it (an engine away, an image that cannot be
@@ -244,10 +302,20 @@ void ah_lc_pool_fill (void *self_, void *arg)
                 if (ah_lc_lookup (self, w->id, &row) == 1)
                     ah_lc_launch_for_row (self, &row);
             }
+            //  Frozen pools: a warm sandbox whose sandboxd said hello is
+            //  frozen; one frozen without a connection (the server
+            //  restarted) is thawed so that its sandboxd dials again;
+            //  a pool no longer frozen has them thawed.
+            bool hello = w->connected || !self->driver->waits_for_hello;
+            if (streq (w->state, "running") && !*w->op && frozen [i] && hello && now >= self->pool_freeze_paused_until
+            &&  !ah_lc_busy (self, w->id))
+                s_step (self, w, "state = 'running' AND op IS NULL", "freezing", "freeze");
+            else
+            if (streq (w->state, "frozen") && !*w->op && (!frozen [i] || !hello) && !ah_lc_busy (self, w->id))
+                s_step (self, w, "state = 'frozen' AND op IS NULL", "thawing", "thaw");
         }
     }
     s_warm_rows_destroy (&rows);
-    int64_t now = ah_store_now_ms ();
     bool taking = self->pool_taken_first && now - self->pool_taken_last < POOL_QUIET_MS
                && now - self->pool_taken_first < POOL_DEFER_MS;
     if (!taking)
@@ -262,6 +330,7 @@ void ah_lc_pool_fill (void *self_, void *arg)
     memcpy (self->cause, cause, sizeof cause);
     free (want);
     free (have);
+    free (frozen);
 }
 
 int ah_lc_pool_take (self_t *self, const char *name, const char *tenant, const desired_t *d,
@@ -271,22 +340,25 @@ int ah_lc_pool_take (self_t *self, const char *name, const char *tenant, const d
         self->pool_misses++;
         return 0;
     }
+    //  A running one first (nothing to thaw), then a frozen one.
     sqlite3_stmt *st = ah_store_prepare (self->store,
-        "SELECT a.id FROM agents a JOIN sandboxes s ON s.agent_id = a.id"
+        "SELECT a.id, s.state FROM agents a JOIN sandboxes s ON s.agent_id = a.id"
         " WHERE a.pool = :runtime AND a.image = :image AND a.cpus = :cpus AND a.memory_mb = :mem"
-        " AND s.state = 'running' AND s.op IS NULL AND (s.connected = 1 OR :no_hello)"
+        " AND s.state IN ('running','frozen') AND s.op IS NULL AND (s.connected = 1 OR :no_hello)"
         " AND s.unreachable IS NULL"
         " AND s.needs_rebuild = 0 AND s.home_lost IS NULL"
-        " ORDER BY a.created_at, a.id LIMIT 1");
-    char id [ID_SIZE] = "";
+        " ORDER BY s.state = 'frozen', a.created_at, a.id LIMIT 1");
+    char id [ID_SIZE] = "", state [16] = "";
     if (!st || ah_store_bind_text (st, ":runtime", d->runtime) || ah_store_bind_text (st, ":image", d->image)
             || ah_store_bind_double (st, ":cpus", d->cpus) || ah_store_bind_int64 (st, ":mem", d->memory_mb)
             //  A driver that says no hello has no connected flag: running is ready.
             || ah_store_bind_int64 (st, ":no_hello", !self->driver->waits_for_hello))
         return -1;
     int rc = ah_store_step (self->store, st);
-    if (rc == SQLITE_ROW)
+    if (rc == SQLITE_ROW) {
         snprintf (id, sizeof id, "%s", (const char *) sqlite3_column_text (st, 0));
+        snprintf (state, sizeof state, "%s", (const char *) sqlite3_column_text (st, 1));
+    }
     sqlite3_reset (st);
     if (rc != SQLITE_ROW) {
         self->pool_misses++;
@@ -310,8 +382,9 @@ int ah_lc_pool_take (self_t *self, const char *name, const char *tenant, const d
     //  Its idle clock starts now; the cause is the create's.
     st = ok ? ah_store_prepare (self->store,
         "UPDATE sandboxes SET last_activity_at = :now, cause = coalesce (:cause, cause), updated_at = :now"
-        " WHERE agent_id = :id AND state = 'running'") : NULL;
+        " WHERE agent_id = :id AND state = :state AND op IS NULL") : NULL;
     ok = st && !ah_store_bind_int64 (st, ":now", now) && !ah_store_bind_text (st, ":id", id)
+        && !ah_store_bind_text (st, ":state", state)
         && !ah_store_bind_text (st, ":cause", self->cause [0] ? self->cause : NULL)
         && ah_store_step (self->store, st) == SQLITE_DONE && ah_store_changes (self->store) == 1;
     if (st)
@@ -324,8 +397,108 @@ int ah_lc_pool_take (self_t *self, const char *name, const char *tenant, const d
     self->pool_taken_last = now;
     if (!self->pool_taken_first)
         self->pool_taken_first = now;
-    ah_info (AREA, "warm pool %s: agent '%s' of tenant '%s' takes %s", d->runtime, name, tenant, id);
+    ah_info (AREA, "warm pool %s: agent '%s' of tenant '%s' takes %s%s", d->runtime, name, tenant, id,
+             streq (state, "frozen") ? " (frozen: thawing it)" : "");
+    //  Frozen: thawed by the create's cause; the tunnel's connection is
+    //  kept through it (docs/architecture.md "The tunnel across a
+    //  freeze"), so the first command needs no redial.
+    if (streq (state, "frozen")
+    &&  ah_lc_move (self, id, "state = 'frozen' AND op IS NULL", "thawing", "thaw", NULL) == 1
+    &&  ah_lc_lookup (self, id, row) == 1)
+        ah_lc_launch (self, row, "thaw", false);
     return ah_lc_lookup (self, id, row) == 1 ? 1 : -1;
+}
+
+//  A create's answer, held until its warm sandbox's thaw is done.
+typedef struct {
+    char *peer;                     //  who asked
+    ah_msg_t *reply;                //  the answer (REPLY with its req)
+} held_t;
+
+void ah_lc_held_free (void **item)
+{
+    held_t *held = *item;
+    if (held) {
+        free (held->peer);
+        ah_msg_destroy (&held->reply);
+        free (held);
+    }
+    *item = NULL;
+}
+
+int ah_lc_pool_hold (self_t *self, const char *agent_id, const ah_msg_t *request, ah_msg_t **reply_p)
+{
+    if (!ah_msg_has (request, "req") || !*ah_msg_peer (request) || zhashx_lookup (self->held, agent_id))
+        return 0;
+    held_t *held = calloc (1, sizeof *held);
+    if (!held || !(held->peer = strdup (ah_msg_peer (request)))) {
+        free (held);
+        return 0;
+    }
+    held->reply = *reply_p;
+    *reply_p = NULL;
+    zhashx_insert (self->held, agent_id, held);
+    return 1;
+}
+
+void ah_lc_pool_answer (self_t *self, const char *agent_id)
+{
+    held_t *held = zhashx_lookup (self->held, agent_id);
+    if (held) {
+        ah_actor_send (self->actor, held->peer, &held->reply);
+        zhashx_delete (self->held, agent_id);
+    }
+}
+
+void ah_lc_on_runtime_image (void *self_, ah_msg_t *msg)
+{
+    self_t *self = self_;
+    const char *runtime = ah_msg_str (msg, "runtime");
+    const char *image_id = ah_msg_str (msg, "image_id");
+    if (!runtime || !image_id || !*image_id || strlen (image_id) >= sizeof ((warm_t *) 0)->image_id
+    ||  !self->catalog || !ah_catalog_find (self->catalog, runtime)) {
+        ah_warn (AREA, "RUNTIME_IMAGE: no runtime of the catalog or no image id; ignored");
+        return;
+    }
+    const char *was = zhashx_lookup (self->image_ids, runtime);
+    if (was && streq (was, image_id))
+        return;
+    ah_info (AREA, "runtime %s: its image is %s%s%s%s", runtime, image_id, was ? " (was " : "",
+             was ? was : "", was ? ")" : "");
+    if (was)
+        ah_info (AREA, "warm pool %s: warm sandboxes made from another image go at the next fill", runtime);
+    char *copy = strdup (image_id);
+    if (copy)
+        zhashx_update (self->image_ids, runtime, copy);
+}
+
+void ah_lc_pool_image_id (self_t *self, const char *agent_id, const char *image_id)
+{
+    sqlite3_stmt *st = ah_store_prepare (self->store,
+        "UPDATE agents SET image_id = :iid WHERE id = :id AND pool IS NOT NULL");
+    if (!st || ah_store_bind_text (st, ":iid", image_id) || ah_store_bind_text (st, ":id", agent_id)
+    ||  ah_store_step (self->store, st) != SQLITE_DONE)
+        ah_warn (AREA, "warm sandbox %s: its image id could not be written", agent_id);
+    if (st)
+        sqlite3_reset (st);
+}
+
+int ah_lc_pool_freeze_failed (self_t *self, const char *agent_id)
+{
+    sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT pool IS NOT NULL FROM agents WHERE id = :id");
+    bool warm = st && !ah_store_bind_text (st, ":id", agent_id) && ah_store_step (self->store, st) == SQLITE_ROW
+             && sqlite3_column_int (st, 0);
+    if (st)
+        sqlite3_reset (st);
+    if (!warm)
+        return 0;
+    //  It runs as a warm sandbox did before frozen pools; none is frozen
+    //  for a while (what failed this one would fail the next).
+    self->pool_freeze_paused_until = ah_store_now_ms () + POOL_BACKOFF_MS;
+    ah_warn (AREA, "warm sandbox %s could not be frozen: it runs; no warm freeze for %d s", agent_id,
+             POOL_BACKOFF_MS / 1000);
+    ah_lc_move (self, agent_id, "state = 'freezing'", "running", NULL, NULL);
+    return 1;
 }
 
 static void s_pack_str (msgpack_packer *pk, const char *s)
@@ -342,40 +515,48 @@ void ah_lc_on_pool_list (void *self_, ah_msg_t *msg)
     self_t *self = self_;
     size_t n_rt = self->catalog ? ah_catalog_size (self->catalog) : 0;
     int64_t *want = calloc (n_rt + 1, sizeof *want);
-    if (!want) {
+    bool *frozen = calloc (n_rt + 1, sizeof *frozen);
+    if (!want || !frozen) {
+        free (want);
+        free (frozen);
         ah_actor_reply_error (self->actor, msg, 500, "out of memory");
         return;
     }
-    s_sizes (self, want, n_rt);
+    s_sizes (self, want, frozen, n_rt);
     msgpack_sbuffer buf;
     msgpack_sbuffer_init (&buf);
     msgpack_packer pk;
     msgpack_packer_init (&pk, &buf, msgpack_sbuffer_write);
     msgpack_pack_array (&pk, (uint32_t) n_rt);
     sqlite3_stmt *st = ah_store_prepare (self->store,
-        "SELECT coalesce (sum (s.state = 'running' AND s.op IS NULL), 0),"
+        "SELECT coalesce (sum (s.state IN ('running','frozen') AND s.op IS NULL), 0),"
         " coalesce (sum (s.state IN ('creating','starting')), 0),"
-        " min (CASE WHEN s.state = 'running' AND s.op IS NULL THEN a.created_at END)"
+        " min (CASE WHEN s.state IN ('running','frozen') AND s.op IS NULL THEN a.created_at END),"
+        " coalesce (sum (s.state = 'frozen' AND s.op IS NULL), 0)"
         " FROM agents a JOIN sandboxes s ON s.agent_id = a.id WHERE a.pool = :runtime");
     for (size_t i = 0; i < n_rt; i++) {
         const ah_runtime_t *rt = ah_catalog_at (self->catalog, i);
-        int64_t ready = 0, making = 0, oldest = 0;
+        int64_t ready = 0, making = 0, oldest = 0, nfrozen = 0;
         if (st && !ah_store_bind_text (st, ":runtime", rt->alias) && ah_store_step (self->store, st) == SQLITE_ROW) {
             ready = sqlite3_column_int64 (st, 0);
             making = sqlite3_column_int64 (st, 1);
             oldest = sqlite3_column_int64 (st, 2);
+            nfrozen = sqlite3_column_int64 (st, 3);
         }
         if (st)
             sqlite3_reset (st);
-        msgpack_pack_map (&pk, 5);
+        msgpack_pack_map (&pk, 7);
         s_pack_str (&pk, "runtime");            s_pack_str (&pk, rt->alias);
         s_pack_str (&pk, "size");               msgpack_pack_int64 (&pk, want [i]);
         s_pack_str (&pk, "ready");              msgpack_pack_int64 (&pk, ready);
         s_pack_str (&pk, "making");             msgpack_pack_int64 (&pk, making);
         s_pack_str (&pk, "oldest_ready_at");
         oldest > 0 ? msgpack_pack_int64 (&pk, oldest) : msgpack_pack_nil (&pk);
+        s_pack_str (&pk, "frozen");             msgpack_pack_int64 (&pk, nfrozen);
+        s_pack_str (&pk, "keeps_frozen");       frozen [i] ? msgpack_pack_true (&pk) : msgpack_pack_false (&pk);
     }
     free (want);
+    free (frozen);
     ah_msg_t *reply = ah_msg_reply_ok (msg);
     ah_msg_set_int (reply, "status", 200);
     ah_msg_set_int (reply, "max", self->config->warm_pool_max);

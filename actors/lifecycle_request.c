@@ -296,7 +296,7 @@ void ah_lc_on_create (void *self_, ah_msg_t *msg)
     snprintf (d.runtime, sizeof d.runtime, "%s", asked.runtime);
     d.has_idle = asked.has_idle;
     //  A warm sandbox of this runtime and shape, ready: the agent is
-    //  running at once (docs/lifecycle.md "Warm pools").
+    //  running at once, or once thawed (docs/lifecycle.md "Warm pools").
     row_t row;
     int took = ah_lc_pool_take (self, name, tenant, &d, ah_msg_str (msg, "harness"), &row);
     if (took < 0)
@@ -309,8 +309,12 @@ void ah_lc_on_create (void *self_, ah_msg_t *msg)
         ah_msg_set_str (reply, "state", "running");
         ah_msg_set_str (reply, "runtime", d.runtime);
         ah_msg_set_bool (reply, "warm", true);
-        ah_actor_reply (self->actor, msg, reply);
-        ah_lc_publish (self, row.id, "running", NULL, NULL);
+        //  Taken frozen: answered once the thaw is done (an unpause), so
+        //  that the agent is running when the caller reads it.
+        if (streq (row.state, "running"))
+            ah_lc_publish (self, row.id, "running", NULL, NULL);
+        if (!streq (row.state, "thawing") || !ah_lc_pool_hold (self, row.id, msg, &reply))
+            ah_actor_reply (self->actor, msg, reply);
         ah_lc_changed (self, row.id, ah_store_now_ms (), d.idle_minutes);
         ah_lc_record (self, row.id, "pool.take", d.runtime, true, NULL);
         //  The pool refills in the background: the fill timer, once the

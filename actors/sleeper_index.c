@@ -593,6 +593,7 @@ int sleeper_ceiling (self_t *self)
         return 0;
     sqlite3_stmt *st = ah_store_prepare (self->store, "SELECT s.agent_id, a.name, s.memory_mb FROM sandboxes s"
                                          " JOIN agents a ON a.id = s.agent_id WHERE s.state = 'frozen'"
+                                         " AND a.pool IS NULL"      //  warm: lifecycle's pools
                                          " ORDER BY s.frozen_at, s.agent_id");
     if (!st)
         return 0;

@@ -548,9 +548,9 @@ static int s_cmd_pool (const ah_cmd_t *c, int argc, char **argv, ah_common_t *co
                 snprintf (age, sizeof age, "%llds", (now - (long long) json_integer_value (oldest)) / 1000);
             json_object_set_new (p, "age", json_string (age));
         }
-        static const char *const header [] = { "RUNTIME", "SIZE", "READY", "MAKING", "OLDEST READY" };
-        static const char *const keys [] = { "runtime", "size", "ready", "making", "age" };
-        ah_cmd_print_objects (pools, header, keys, 5);
+        static const char *const header [] = { "RUNTIME", "SIZE", "READY", "MAKING", "FROZEN", "OLDEST READY" };
+        static const char *const keys [] = { "runtime", "size", "ready", "making", "frozen", "age" };
+        ah_cmd_print_objects (pools, header, keys, 6);
         printf ("hits %lld, misses %lld, drained %lld (sandbox.warm_pool_max %lld)\n",
                 (long long) json_integer_value (json_object_get (reply, "hits")),
                 (long long) json_integer_value (json_object_get (reply, "misses")),

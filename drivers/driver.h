@@ -67,6 +67,11 @@ typedef struct {
     //  lifecycle then puts the agent in error with this, whatever the exit
     //  code. "" otherwise (an exit of its own, a stop by hand).
     char    reason [160];
+    //  The engine's id of the image the sandbox was made from (docker:
+    //  the container's "Image", "sha256:..."), "" when the driver does
+    //  not say or there is no container. Warm pools compare it with the
+    //  runtime's image id (docs/lifecycle.md "Warm pools").
+    char    image_id [80];
 } ah_sandbox_status_t;
 
 //  What image_build is asked to produce (see below).
@@ -180,6 +185,13 @@ struct ah_driver_t {
     //  thawing a running sandbox is success. stop works on a frozen one.
     int  (*freeze)       (ah_driver_t *self, const char *agent_id, char **err);
     int  (*thaw)         (ah_driver_t *self, const char *agent_id, char **err);
+    //  Optional (NULL: the backend names no image ids; added last). The
+    //  engine's id of the image the reference names now ("sha256:...";
+    //  docker: GET /images/{ref}/json, its Id): 0 with *id (caller frees)
+    //  or NULL when the image is absent; -1 with *err when the engine
+    //  cannot be asked. The builder follows it, so that an image made
+    //  again under the same reference is told from the one before.
+    int  (*image_id)     (ah_driver_t *self, const char *image, char **id, char **err);
 };
 
 //  The directory that holds agent_id's home on the server's side, for

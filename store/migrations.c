@@ -364,6 +364,15 @@ static const char s_migration_18 [] =
     "  PRIMARY KEY (tenant, host, port)\n"
     ") WITHOUT ROWID;\n";
 
+//  Migration 19 (warm pools drained on a rebuild, issue 31): the
+//  engine's id of the image a warm sandbox's container was made from,
+//  read once it is made. A runtime's image made again under the same
+//  reference is another id: the warm sandboxes of the old one are drained
+//  (docs/lifecycle.md "Warm pools"). NULL: not known (a driver that names
+//  no ids, a row made before this migration).
+static const char s_migration_19 [] =
+    "ALTER TABLE agents ADD COLUMN image_id TEXT;    -- the engine's image id it was made from; NULL: not known\n";
+
 const ah_migration_t ah_migrations [] = {
     { 1, "the backbone", s_migration_1 },
     { 2, "sleep and wake", s_migration_2 },
@@ -383,5 +392,6 @@ const ah_migration_t ah_migrations [] = {
     { 16, "public ports", s_migration_16 },
     { 17, "warm pools", s_migration_17 },
     { 18, "egress secrets", s_migration_18 },
+    { 19, "the image a warm sandbox was made from", s_migration_19 },
 };
 const int ah_migrations_count = (int) (sizeof ah_migrations / sizeof ah_migrations [0]);

@@ -26,8 +26,11 @@ and each sequential create started once the pool is full again (GET
 /api/v1/pool: its refill done, the engine quiet); a create that finds the
 pool empty is a cold create and counted in the figures as it is.
 
-usage: bench_create.py [--sequential N] [--staggered N] [--burst N] [--no-pool | --pool-only] AGENTHOLD_BINARY
-(--pool-only: the pool's rows alone, without the cold ones or the ratio to them)
+usage: bench_create.py [--sequential N] [--staggered N] [--burst N] [--no-pool | --pool-only] [--frozen] AGENTHOLD_BINARY
+(--pool-only: the pool's rows alone, without the cold ones or the ratio to them;
+--frozen: the run's pool.lua keeps its warm sandboxes frozen, as the shipped
+one does, and each create waits until the pool is full and frozen; without
+it they run)
 Prints median, p95, p99 and the success rate of each shape, and the
 sequential median as a ratio of the bare exec's. Exits 77 without a
 Docker Engine, 1 when a create is lost (neither succeeded nor refused with
@@ -61,6 +64,9 @@ if NO_POOL:
 POOL_ONLY = "--pool-only" in sys.argv
 if POOL_ONLY:
     sys.argv.remove("--pool-only")
+FROZEN = "--frozen" in sys.argv
+if FROZEN:
+    sys.argv.remove("--frozen")
 SEQ = arg("--sequential", 10)
 STAG = arg("--staggered", 10)
 BURST = arg("--burst", 100)
@@ -149,11 +155,12 @@ def shapes(prefix, before=None):
 
 
 def pool_ready(h, n, seconds=1800):
-    """Until the default runtime's pool holds n warm sandboxes ready."""
+    """Until the default runtime's pool holds n warm sandboxes ready (with
+    --frozen: n frozen)."""
     deadline = time.monotonic() + seconds
     while True:
         st, p = h.api("GET", "/api/v1/pool", timeout=30)
-        ready = (p or {}).get("pools", [{}])[0].get("ready", 0) if st == 200 else 0
+        ready = (p or {}).get("pools", [{}])[0].get("frozen" if FROZEN else "ready", 0) if st == 200 else 0
         if ready >= n:
             return
         if time.monotonic() > deadline:
@@ -218,8 +225,8 @@ def scenario(h):
                 o.write(i.read())
     size = max(BURST, STAG, 1)
     with open(os.path.join(lua, "pool.lua"), "w") as f:
-        f.write("function size(runtime, clock)\n  if runtime.default then return { size = %d } end\n"
-                "  return { size = 0 }\nend\n" % size)
+        f.write("function size(runtime, clock)\n  if runtime.default then return { size = %d, frozen = %s } end\n"
+                "  return { size = 0 }\nend\n" % (size, "true" if FROZEN else "false"))
     h.server.terminate()
     h.check(h.server.wait(timeout=60) == 0, "the cold server exits 0")
     h.env["AGENTHOLD_POLICY_LUA_DIR"] = lua
@@ -236,7 +243,8 @@ def scenario(h):
             pbare.append(bare_exec(cid))
     pseq, pstag, pburst, pwall = shapes("p", before)
     st, pool = h.api("GET", "/api/v1/pool")
-    print("with the pool (size %d): hits %s, misses %s" % (size, (pool or {}).get("hits"), (pool or {}).get("misses")))
+    print("with the pool (size %d, %s): hits %s, misses %s" % (size, "frozen" if FROZEN else "running",
+                                                              (pool or {}).get("hits"), (pool or {}).get("misses")))
     ps_ok, _ = report(h, "pool ", pbare, pseq, pstag, pburst, pwall)
     if ps_ok and s_ok:
         print("pool sequential median / cold sequential median: %.3fx (goal <= 0.1x)" % (pct(ps_ok, 50) / pct(s_ok, 50)))

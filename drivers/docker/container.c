@@ -564,6 +564,8 @@ s_status_from (const json_t *container, ah_sandbox_status_t *status)
     status->exists = true;
     status->running = json_is_true (json_object_get (state, "Running"));
     status->paused = status->running && json_is_true (json_object_get (state, "Paused"));
+    const char *image_id = json_string_value (json_object_get (container, "Image"));
+    snprintf (status->image_id, sizeof status->image_id, "%s", image_id ? image_id : "");
     json_t *code = json_object_get (state, "ExitCode");
     const char *started = json_string_value (json_object_get (state, "StartedAt"));
     bool ran = started && strncmp (started, "0001-", 5) != 0;

@@ -322,6 +322,7 @@ int ah_dk_deploy_for_start (docker_t *self, const char *name, char **err);
 //  image.c, events.c: the optional hooks
 
 int ah_dk_image_exists (ah_driver_t *driver, const char *image, bool *exists, char **err);
+int ah_dk_image_id (ah_driver_t *driver, const char *image, char **id, char **err);
 int ah_dk_image_build (ah_driver_t *driver, const ah_image_build_t *build, volatile int *stop,
                        char **err);
 //  base.c: the Debian suite the driver can make image as (a Debian base of

@@ -148,6 +148,7 @@ ah_docker_driver_new (const ah_config_t *config, char **err)
     driver->list = ah_dk_list;
     driver->watch = ah_dk_watch;
     driver->image_exists = ah_dk_image_exists;
+    driver->image_id = ah_dk_image_id;
     driver->image_build = ah_dk_image_build;
     driver->remove_container = ah_dk_remove_container;
     driver->destroy_driver = s_destroy_driver;

@@ -1,7 +1,7 @@
 /*  drivers/docker/events.c: watch, the engine's event stream. GET /events
     filtered on the container actions the reconciler cares about (start,
-    stop, die, destroy), on volumes destroyed and on images untagged or
-    deleted; each event of one of our sandboxes becomes an on_change
+    stop, die, destroy), on volumes destroyed and on images untagged,
+    tagged or deleted; each event of one of our sandboxes becomes an on_change
     call: a container's by its labels (agenthold.prefix, agenthold.agent),
     a home volume's by its name (<prefix>-home-<id>: the engine's volume
     events carry no labels, so the stream is not filtered on labels and
@@ -45,7 +45,10 @@ s_watch_line (void *arg, const char *line, size_t len)
     const char *action = json_string_value (json_object_get (j, "Action"));
     const char *type = json_string_value (json_object_get (j, "Type"));
     if (type && strcmp (type, "image") == 0) {
-        if (action && (strcmp (action, "untag") == 0 || strcmp (action, "delete") == 0))
+        //  A tag moved onto another image says nothing of the one it
+        //  left ("tag" names the new one alone): looked at too.
+        if (action && (strcmp (action, "untag") == 0 || strcmp (action, "delete") == 0
+                       || strcmp (action, "tag") == 0))
             w->on_change (w->arg, NULL, "image");
         json_decref (j);
         return;
@@ -85,9 +88,9 @@ ah_dk_watch (ah_driver_t *driver,
     //  The engine ORs the values of one key and ANDs the keys: these
     //  actions are each one type's (images have no "destroy", containers
     //  no "untag").
-    json_t *f = json_pack ("{s:[s s s], s:[s s s s s s s s]}", "type", "container", "volume", "image",
+    json_t *f = json_pack ("{s:[s s s], s:[s s s s s s s s s]}", "type", "container", "volume", "image",
                            "event", "start", "stop", "die", "destroy", "pause", "unpause",
-                           "untag", "delete");
+                           "untag", "delete", "tag");
     char *filters = f ? ah_dk_filters (f) : NULL;
     char *path = filters ? ah_strf ("/events?filters=%s", filters) : NULL;
     free (filters);

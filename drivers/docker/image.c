@@ -36,6 +36,31 @@ ah_dk_image_exists (ah_driver_t *driver, const char *image, bool *exists, char *
     return st > 0 ? 0 : -1;
 }
 
+int
+ah_dk_image_id (ah_driver_t *driver, const char *image, char **id, char **err)
+{
+    docker_t *self = driver->impl;
+    *id = NULL;
+    if (ah_dk_check_ident (AH_IDENT_IMAGE, image, "looking up an image", err))
+        return -1;
+    char *esc = curl_easy_escape (NULL, image, 0);
+    char *what = ah_strf ("looking up image '%s'", image);
+    char *path = esc ? ah_strf ("/images/%s/json", esc) : NULL;
+    curl_free (esc);
+    json_t *j = NULL;
+    long st = path ? ah_dk_get (self, what, path, true, &j, err) : -1;
+    const char *got = json_string_value (json_object_get (j, "Id"));
+    int rc = st == 404 || (st == 200 && got) ? 0 : -1;
+    if (st == 200 && got && !(*id = strdup (got)))
+        rc = -1;
+    if (rc && !*err)
+        *err = ah_strf ("looking up image '%s': the engine named no id", image);
+    json_decref (j);
+    free (path);
+    free (what);
+    return rc;
+}
+
 //  -------------------------------------------------------------------------
 //  The build context: every regular file, directory and symlink under dir
 //  (relative names), then the host files under their names. Sockets,

@@ -9,7 +9,9 @@
     and made again; a build that keeps failing is tried
     3 times at start and 2 on demand, then reported with its reason, in
     CATALOG_LIST and in RUNTIME_READY; CATALOG_LIST and BRIEFING answer;
-    an unknown runtime is 404; POLICY_RELOAD takes an edited
+    an unknown runtime is 404; a driver that names image ids has each
+    runtime's told to lifecycle (RUNTIME_IMAGE) at first and whenever a
+    check finds another; POLICY_RELOAD takes an edited
     briefing.lua and keeps the previous one when the edit is broken;
     without image hooks the images are "unknown"; a broken catalog stops
     the actor at start.                                                */
@@ -45,6 +47,7 @@ typedef struct {
     char  file_path [128];
     char  dockerfile [8192];
     char  base [128];
+    int   gen;                      //  image_id names "sha256:g<gen>:<image>"
 } s_stub_t;
 
 static int
@@ -94,6 +97,43 @@ s_image_build (ah_driver_t *self, const ah_image_build_t *build, volatile int *s
     }
     pthread_mutex_unlock (&stub->lock);
     return 0;
+}
+
+//  The engine's id of an image present: it changes with stub->gen (the
+//  image made again under the same reference).
+static int
+s_image_id (ah_driver_t *self, const char *image, char **id, char **err)
+{
+    s_stub_t *stub = self->impl;
+    bool exists = false;
+    s_image_exists (self, image, &exists, err);
+    pthread_mutex_lock (&stub->lock);
+    char text [200];
+    snprintf (text, sizeof text, "sha256:g%d:%s", stub->gen, image);
+    pthread_mutex_unlock (&stub->lock);
+    *id = exists ? strdup (text) : NULL;
+    return 0;
+}
+
+//  The RUNTIME_IMAGEs lifecycle gets within ms: how many, and the last
+//  one's image_id and previous for runtime.
+static int
+s_image_ids (zsock_t *lifecycle, int ms, const char *runtime, char *id, char *previous, size_t size)
+{
+    int n = 0;
+    zsock_set_rcvtimeo (lifecycle, ms);
+    ah_msg_t *m;
+    while ((m = ah_msg_recv (lifecycle, true, NULL))) {
+        if (streq (ah_msg_type (m), "RUNTIME_IMAGE")) {
+            n++;
+            if (streq (ah_msg_str (m, "runtime"), runtime)) {
+                snprintf (id, size, "%s", ah_msg_str (m, "image_id") ? ah_msg_str (m, "image_id") : "");
+                snprintf (previous, size, "%s", ah_msg_str (m, "previous") ? ah_msg_str (m, "previous") : "");
+            }
+        }
+        ah_msg_destroy (&m);
+    }
+    return n;
 }
 
 //  The image docker rmi'd behind the builder's back: the stub forgets it.
@@ -528,6 +568,34 @@ main (int argc, char **argv)
     text = s_briefing (client, "busybox", &status);
     CHECK (status == 200 && text && strstr (text, "the busybox runtime"));
     free (text);
+    zactor_destroy (&builder);
+
+    //  A driver that names image ids: each runtime's at its first look
+    //  (RUNTIME_IMAGE, no previous); a check that finds the same ids says
+    //  nothing; one that finds the images made again under the same
+    //  references (another id) says each new one with the one before.
+    s_stub_t named = { .lock = PTHREAD_MUTEX_INITIALIZER, .gen = 1 };
+    ah_driver_t named_driver = { .name = "stub", .impl = &named, .image_exists = s_image_exists,
+                                 .image_build = s_image_build, .image_id = s_image_id };
+    args.driver = &named_driver;
+    builder = ah_actor_new (&ah_builder_actor, &args, NULL);
+    CHECK (builder != NULL);
+    s_wait_state (client, "workbench", "present", state, sizeof state);
+    char id [200] = "", previous [200] = "";
+    CHECK (s_image_ids (lifecycle, 1000, "debian", id, previous, sizeof id) == 3);
+    CHECK (!strncmp (id, "sha256:g1:agenthold/rt-debian:", 30) && !*previous);
+    reconciler = ah_bus_connect ("reconciler");
+    zclock_sleep (20);
+    s_check (reconciler, "image");
+    CHECK (s_image_ids (lifecycle, 500, "debian", id, previous, sizeof id) == 0);
+    pthread_mutex_lock (&named.lock);
+    named.gen = 2;
+    pthread_mutex_unlock (&named.lock);
+    s_check (reconciler, "image");
+    CHECK (s_image_ids (lifecycle, 1000, "debian", id, previous, sizeof id) == 3);
+    CHECK (!strncmp (id, "sha256:g2:agenthold/rt-debian:", 30) && !strncmp (previous, "sha256:g1:", 10));
+    CHECK (s_build_calls (&named) == 3);           //  nothing made again: only looked at
+    zsock_destroy (&reconciler);
     zactor_destroy (&builder);
 
     //  A broken catalog: the start fails with the catalog's message.

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/e2e/e2e_pool.py: warm pools (issue 31) through the real `agenthold
 serve` (fake driver, the source's catalog and lua/, whose pool.lua keeps
-two warm sandboxes of the default runtime; sandbox.warm_pool_max 2), with
+two warm sandboxes of the default runtime, frozen; sandbox.warm_pool_max 2), with
 a 3 s idle timeout and a 1 s idle check:
 
 - the pool fills and stays: warm sandboxes are never put to sleep however
@@ -80,8 +80,8 @@ def scenario():
     st, text = ahserver.request(h.port(), "GET", "/metrics", None, h.token())
     text = text.decode()
     h.check(st == 200 and "\nagenthold_warm_pool_hits_total 1\n" in text
-            and 'agenthold_warm_sandboxes{runtime="debian",state="running"} 2\n' in text,
-            "/metrics: one hit, two warm running")
+            and 'agenthold_warm_sandboxes{runtime="debian",state="frozen"} 2\n' in text,
+            "/metrics: one hit, two warm frozen (the shipped pool.lua keeps them frozen)")
     h.check(h.cli("rm", "x")["state"] == "destroyed", "rm x")
     # A clean stop (a sanitized build's leak check runs here).
     h.server.terminate()

@@ -85,7 +85,11 @@ int c_destroy (ah_driver_t *d, const char *id, char **err)
 int c_inspect (ah_driver_t *d, const char *id, ah_sandbox_status_t *st, char **err)
 {
     counting_t *c = d->impl;
-    return c->inner->inspect (c->inner, id, st, err);
+    int rc = c->inner->inspect (c->inner, id, st, err);
+    int gen = atomic_load (&c->image_gen);
+    if (rc == 0 && st->exists && gen > 0)
+        snprintf (st->image_id, sizeof st->image_id, "sha256:gen%d", gen);
+    return rc;
 }
 
 int c_reader_start (ah_driver_t *d, const ah_boot_t *boot, char **err)

@@ -35,6 +35,7 @@ typedef struct {
     atomic_int gone_once;           //  the next create or rebuild meets the image gone, which is
                                     //  back (made again by the builder) when it is asked after
     char reader_token [AH_TOKEN_HEX];   //  the last reader_start's (written before the count moves)
+    atomic_int image_gen;           //  > 0: inspect says the container's image id is "sha256:gen<N>"
 } counting_t;
 
 extern char lc_dir [64];

@@ -9,7 +9,10 @@
     pool half made and started again leaves every sandbox the driver holds
     accounted for by a row, and the pool full again; a catalog changed
     across a restart drains the old shape and refills in the new; a warm
-    sandbox that fails is drained and pauses the making of new ones.                   */
+    sandbox that fails is drained and pauses the making of new ones; a
+    runtime's image made again (RUNTIME_IMAGE, another image id) drains
+    the warm sandboxes of the old one and not a taken agent; a frozen
+    pool freezes its warm sandboxes and a take thaws one.              */
 #include "tests/lifecycle/lc_harness.h"
 
 #include <dirent.h>
@@ -17,12 +20,12 @@
 
 static char s_lua [128];
 
-static void s_pool_size (int size)
+static void s_pool_lua (int size, bool frozen)
 {
     char *path = zsys_sprintf ("%s/pool.lua", s_lua);
     char *text = zsys_sprintf ("-- test pool.lua\nfunction size(runtime, clock)\n"
-                               "  if runtime.default then return { size = %d } end\n"
-                               "  return { size = 0 }\nend\n", size);
+                               "  if runtime.default then return { size = %d, frozen = %s } end\n"
+                               "  return { size = 0 }\nend\n", size, frozen ? "true" : "false");
     lc_write (path, text);
     //  The policy host sees a change by the file's mtime and size: each
     //  version gets an mtime of its own, even within one second.
@@ -34,6 +37,11 @@ static void s_pool_size (int size)
     utimensat (AT_FDCWD, path, times, 0);
     zstr_free (&path);
     zstr_free (&text);
+}
+
+static void s_pool_size (int size)
+{
+    s_pool_lua (size, false);
 }
 
 static int64_t s_warm (const char *state)
@@ -295,6 +303,141 @@ static void s_test_failure_pauses (void)
     zstr_free (&fail);
 }
 
+//  RUNTIME_IMAGE, as the builder sends it.
+static void s_runtime_image (const char *image_id)
+{
+    ah_msg_t *m = ah_msg_new ("RUNTIME_IMAGE");
+    ah_msg_set_str (m, "runtime", "debian");
+    ah_msg_set_str (m, "image", "agenthold/rt-debian:x");
+    ah_msg_set_str (m, "image_id", image_id);
+    ah_msg_send (&m, lc_client, "lifecycle");
+}
+
+static int64_t s_made_from (const char *image_id)
+{
+    char sql [200];
+    snprintf (sql, sizeof sql, "SELECT count(*) FROM agents a JOIN sandboxes s ON s.agent_id = a.id"
+              " WHERE a.pool IS NOT NULL AND s.state = 'running' AND a.image_id = '%s' AND :id IS NULL",
+              image_id);
+    return lc_count (sql, NULL);
+}
+
+//  The runtime's image made again: the warm sandboxes made from the old
+//  image go (drains counted, audited), new ones come from the new one; an
+//  agent taken from the old pool is not touched; hostile RUNTIME_IMAGEs
+//  change nothing.
+static void s_test_image_rebuilt (void)
+{
+    //  What the pool holds was made before the harness named image ids
+    //  (none known: such rows are kept); drained, then made again.
+    s_pool_size (0);
+    CHECK (s_wait_warm ("IS NOT NULL", 0, 5000));
+    atomic_store (&lc_drv.image_gen, 1);
+    s_runtime_image ("sha256:gen1");
+    s_pool_size (2);
+    CHECK (s_wait_warm ("= 'running'", 2, 8000));
+    CHECK (s_made_from ("sha256:gen1") == 2);
+    //  The same id again, and hostile ones: nothing goes.
+    int destroys = atomic_load (&lc_drv.destroys);
+    s_runtime_image ("sha256:gen1");
+    ah_msg_t *m = ah_msg_new ("RUNTIME_IMAGE");
+    ah_msg_set_str (m, "runtime", "no-such-runtime");
+    ah_msg_set_str (m, "image_id", "sha256:other");
+    ah_msg_send (&m, lc_client, "lifecycle");
+    m = ah_msg_new ("RUNTIME_IMAGE");
+    ah_msg_set_str (m, "runtime", "debian");
+    ah_msg_set_int (m, "image_id", 7);
+    ah_msg_send (&m, lc_client, "lifecycle");
+    m = ah_msg_new ("RUNTIME_IMAGE");
+    ah_msg_set_str (m, "runtime", "debian");
+    char big [200];
+    memset (big, 'a', sizeof big - 1);
+    big [sizeof big - 1] = 0;
+    ah_msg_set_str (m, "image_id", big);
+    ah_msg_send (&m, lc_client, "lifecycle");
+    zclock_sleep (2500);
+    CHECK (atomic_load (&lc_drv.destroys) == destroys);
+    CHECK (s_made_from ("sha256:gen1") == 2);
+
+    //  One is taken: the tenant's from now on.
+    ah_msg_t *reply = NULL;
+    char *taken = s_create ("kept", "acme", 0, &reply);
+    CHECK (reply && ah_msg_bool (reply, "warm", false));
+    ah_msg_destroy (&reply);
+    CHECK (s_wait_warm ("= 'running'", 2, 8000));
+    m = ah_msg_new ("POOL_LIST");
+    reply = lc_call (m);
+    int64_t before = reply ? ah_msg_int (reply, "drained", -1) : -1;
+    ah_msg_destroy (&reply);
+
+    //  Made again: gen2. The two warm of gen1 go, two of gen2 come.
+    destroys = atomic_load (&lc_drv.destroys);
+    atomic_store (&lc_drv.image_gen, 2);
+    s_runtime_image ("sha256:gen2");
+    int64_t until = zclock_mono () + 10000;
+    while (zclock_mono () < until && s_made_from ("sha256:gen2") != 2)
+        zclock_sleep (20);
+    CHECK (s_made_from ("sha256:gen2") == 2);
+    CHECK (lc_count ("SELECT count(*) FROM agents WHERE pool IS NOT NULL AND image_id <> 'sha256:gen2'"
+                     " AND :id IS NULL", NULL) == 0);
+    CHECK (atomic_load (&lc_drv.destroys) == destroys + 2);
+    m = ah_msg_new ("POOL_LIST");
+    reply = lc_call (m);
+    CHECK (reply && ah_msg_int (reply, "drained", -1) == before + 2);
+    ah_msg_destroy (&reply);
+    //  The taken agent: untouched, still running, still its old image's.
+    CHECK (taken && lc_col_is (taken, "state", "running"));
+    CHECK (lc_count ("SELECT count(*) FROM agents WHERE id = :id AND name = 'kept' AND pool IS NULL"
+                     " AND image_id = 'sha256:gen1'", taken) == 1);
+    CHECK (s_all_accounted ());
+    atomic_store (&lc_drv.image_gen, 0);
+    free (taken);
+}
+
+//  A frozen pool: each warm sandbox, once ready (sandboxd said hello; the
+//  fake driver has none: running), is frozen; a take thaws it (answered
+//  once the thaw is done: running) and the pool refills frozen; a pool no
+//  longer frozen has its warm sandboxes thawed.
+static void s_test_frozen (void)
+{
+    s_pool_lua (2, true);
+    CHECK (s_wait_warm ("= 'frozen'", 2, 10000));
+    CHECK (s_wait_warm ("IS NOT NULL", 2, 3000));
+    CHECK (lc_count ("SELECT count(*) FROM agents a JOIN sandboxes s ON s.agent_id = a.id WHERE a.pool IS NOT NULL"
+                     " AND s.state = 'frozen' AND s.boot_token_hash IS NOT NULL"
+                     " AND :id IS NULL", NULL) == 2);
+    ah_msg_t *m = ah_msg_new ("POOL_LIST");
+    ah_msg_t *reply = lc_call (m);
+    size_t raw_size = 0;
+    const char *raw = reply ? ah_msg_raw (reply, "pools", &raw_size) : NULL;
+    CHECK (raw && memmem (raw, raw_size, "\xa6" "frozen\x02", 8)
+           && memmem (raw, raw_size, "\xac" "keeps_frozen\xc3", 14));
+    ah_msg_destroy (&reply);
+
+    int thaws = atomic_load (&lc_drv.thaws), starts = atomic_load (&lc_drv.starts);
+    lc_drain_events ();
+    char *id = s_create ("cold-warm", "acme", 0, &reply);
+    CHECK (reply && streq (ah_msg_str (reply, "state"), "running") && ah_msg_bool (reply, "warm", false));
+    ah_msg_destroy (&reply);
+    //  Answered once the thaw is done: running when the caller reads it.
+    CHECK (id && lc_col_is (id, "state", "running"));
+    CHECK (id && lc_saw_event (id, "thawing", NULL, 0));
+    CHECK (id && lc_saw_event (id, "running", NULL, 0));
+    CHECK (atomic_load (&lc_drv.thaws) == thaws + 1 && atomic_load (&lc_drv.starts) == starts);
+    CHECK (lc_count ("SELECT count(*) FROM agents a JOIN sandboxes s ON s.agent_id = a.id WHERE a.id = :id"
+                     " AND a.pool IS NULL AND a.tenant = 'acme' AND s.frozen_at IS NULL"
+                     " AND s.boot_token_hash IS NOT NULL", id) == 1);
+    //  The pool refills, frozen.
+    CHECK (s_wait_warm ("= 'frozen'", 2, 10000));
+    //  Not frozen any more: thawed, running.
+    thaws = atomic_load (&lc_drv.thaws);
+    s_pool_lua (2, false);
+    CHECK (s_wait_warm ("= 'running'", 2, 8000));
+    CHECK (atomic_load (&lc_drv.thaws) == thaws + 2);
+    CHECK (id && lc_col_is (id, "state", "running"));
+    free (id);
+}
+
 int main (void)
 {
     zsys_init ();
@@ -329,6 +472,8 @@ int main (void)
     s_test_drain ();
     s_test_restart ();
     s_test_catalog_change ();
+    s_test_image_rebuilt ();
+    s_test_frozen ();
     s_test_failure_pauses ();
 
     lc_teardown ();
