@@ -285,7 +285,9 @@ def main():
         path.replace("/%d/" % port, "/%d.0/" % port),
         path.replace("/%d/" % port, "/abc/"),
     ]
-    for bad in cases:
+    # A link id or signature of digits alone has no case to change: that
+    # "mutation" is the good link itself (CI met an id of 12 digits).
+    for bad in [c for c in cases if c != path]:
         st, _, body = fetch(srv.port, "GET", bad + "x")
         check(st in (403, 404), "%s: refused, got %d %r" % (bad, st, body[:120]))
     check(SEEN == [], "nothing reached the sandbox's server: %r" % SEEN)
